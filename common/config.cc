@@ -1,0 +1,94 @@
+#include "common/config.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/fs.h"
+
+namespace weft {
+
+Result<TomlDoc> TomlDoc::load(const std::string& path) {
+  TRY_ASSIGN(std::string text, read_file(path));
+  return parse(text, path);
+}
+
+Result<TomlDoc> TomlDoc::parse(const std::string& text, const std::string& name) {
+  try {
+    return TomlDoc(toml::parse(text, name), name);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    return field_error(name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column),
+                       std::string(e.description()));
+  }
+}
+
+std::string TomlDoc::where(const toml::node& n) const {
+  const auto& s = n.source();
+  if (s.begin.line == 0) return name_;
+  return name_ + ":" + std::to_string(s.begin.line);
+}
+
+Status TomlDoc::only_keys(const toml::table& t, const std::string& prefix,
+                          std::initializer_list<const char*> allowed) const {
+  for (const auto& [k, v] : t) {
+    bool ok = std::any_of(allowed.begin(), allowed.end(),
+                          [&](const char* a) { return k.str() == a; });
+    if (!ok) {
+      std::string list;
+      for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+      return field_error(where(v), "unknown key '" + prefix + std::string(k.str()) +
+                                       "' (known: " + list + ")");
+    }
+  }
+  return {};
+}
+
+Error TomlDoc::type_error(const toml::node& n, const char* key, const char* want) const {
+  return field_error(where(n), std::string("'") + key + "' must be " + want);
+}
+
+Result<std::optional<std::string>> TomlDoc::get_string(const toml::table& t,
+                                                       const char* key) const {
+  const toml::node* n = t.get(key);
+  if (!n) return std::optional<std::string>();
+  if (auto v = n->value<std::string>(); v && n->is_string()) return std::optional(*v);
+  return type_error(*n, key, "a string");
+}
+
+Result<std::optional<int64_t>> TomlDoc::get_int(const toml::table& t, const char* key) const {
+  const toml::node* n = t.get(key);
+  if (!n) return std::optional<int64_t>();
+  if (n->is_integer()) return std::optional<int64_t>(n->as_integer()->get());
+  return type_error(*n, key, "an integer");
+}
+
+Result<std::optional<bool>> TomlDoc::get_bool(const toml::table& t, const char* key) const {
+  const toml::node* n = t.get(key);
+  if (!n) return std::optional<bool>();
+  if (n->is_boolean()) return std::optional<bool>(n->as_boolean()->get());
+  return type_error(*n, key, "true or false");
+}
+
+Result<const toml::table*> TomlDoc::get_table(const toml::table& t, const char* key) const {
+  const toml::node* n = t.get(key);
+  if (!n) return static_cast<const toml::table*>(nullptr);
+  if (!n->is_table()) return type_error(*n, key, "a table");
+  return n->as_table();
+}
+
+Result<std::map<std::string, std::string>> TomlDoc::get_string_map(const toml::table& t,
+                                                                   const char* key) const {
+  std::map<std::string, std::string> out;
+  TRY_ASSIGN(const toml::table* sub, get_table(t, key));
+  if (!sub) return out;
+  for (const auto& [k, v] : *sub) {
+    if (!v.is_string()) {
+      return field_error(where(v), std::string("'") + key + "." + std::string(k.str()) +
+                                       "' must be a string");
+    }
+    out[std::string(k.str())] = v.as_string()->get();
+  }
+  return out;
+}
+
+}  // namespace weft

@@ -1,0 +1,50 @@
+// TOML configuration helpers (toml++). Every error names the file and line.
+//
+// Typical use in a daemon's config loader:
+//   TRY_ASSIGN(auto doc, TomlDoc::load(path));
+//   TRY(doc.only_keys(doc.root(), "", {"socket", "state_dir", "labels"}));
+//   TRY_ASSIGN(auto sock, doc.get_string(doc.root(), "socket"));   // optional<string>
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <toml++/toml.h>
+
+#include "common/result.h"
+
+namespace weft {
+
+class TomlDoc {
+ public:
+  static Result<TomlDoc> load(const std::string& path);
+  static Result<TomlDoc> parse(const std::string& text, const std::string& name);
+
+  const toml::table& root() const { return table_; }
+  const std::string& name() const { return name_; }
+  // "agent.toml:12" for a node, or the file name when the node has no source position.
+  std::string where(const toml::node& n) const;
+
+  // Fails on the first key of `t` not in `allowed`, naming it and its line.
+  Status only_keys(const toml::table& t, const std::string& prefix,
+                   std::initializer_list<const char*> allowed) const;
+  Result<std::optional<std::string>> get_string(const toml::table& t, const char* key) const;
+  Result<std::optional<int64_t>> get_int(const toml::table& t, const char* key) const;
+  Result<std::optional<bool>> get_bool(const toml::table& t, const char* key) const;
+  // A sub-table, or nullptr when absent; an error if the key is not a table.
+  Result<const toml::table*> get_table(const toml::table& t, const char* key) const;
+  // A table of string values (labels and the like).
+  Result<std::map<std::string, std::string>> get_string_map(const toml::table& t,
+                                                            const char* key) const;
+
+ private:
+  TomlDoc(toml::table t, std::string name) : table_(std::move(t)), name_(std::move(name)) {}
+  Error type_error(const toml::node& n, const char* key, const char* want) const;
+  toml::table table_;
+  std::string name_;
+};
+
+}  // namespace weft

@@ -1,0 +1,209 @@
+// The weft line protocol: JSON-RPC 2.0, one JSON object per '\n'-terminated line,
+// over Unix stream sockets and TCP. Either side of a session may send requests.
+// See docs/protocol.md for the wire format and error codes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/event.h"
+#include "common/fs.h"
+#include "common/result.h"
+
+namespace weft::rpc {
+
+using json = nlohmann::json;
+
+enum RpcCode : int {
+  kParseError = -32700,
+  kInvalidRequest = -32600,
+  kMethodNotFound = -32601,
+  kInvalidParams = -32602,
+  kInternalError = -32603,
+  // Application errors (JSON-RPC reserves -32000..-32099 for servers).
+  kNotFound = -32001,
+  kPermissionDenied = -32002,
+  kConflict = -32003,
+  kUnsupported = -32004,
+  kLineTooLong = -32005,
+  kUnavailable = -32006,
+  kTimeout = -32007,
+};
+
+inline constexpr size_t kDefaultMaxLine = 1 << 20;  // 1 MiB
+
+struct RpcError {
+  int code = kInternalError;
+  std::string message;
+  json data;  // null when absent; {"field": "..."} for bad params
+};
+
+// Maps a weft Error to a protocol error: its own code if set, else invalid params when
+// it names a field, else `fallback`.
+RpcError to_rpc_error(const Error& e, int fallback = kInternalError);
+// And back, for clients: the message, code and field survive.
+Error from_rpc_error(const RpcError& e);
+json error_object(const RpcError& e);
+
+// Splits a byte stream into lines, enforcing a maximum length. A line longer than the
+// limit is reported once as overflow and skipped up to its newline; the stream stays
+// usable.
+class LineReader {
+ public:
+  explicit LineReader(size_t max_line = kDefaultMaxLine) : max_(max_line) {}
+  void feed(const char* data, size_t n);
+  enum class Kind { kNone, kLine, kOverflow };
+  // Next complete line (without '\n'), or kOverflow for a skipped long line.
+  Kind next(std::string* line);
+  size_t buffered() const { return buf_.size() - pos_; }
+
+ private:
+  std::string buf_;
+  size_t pos_ = 0;
+  size_t max_;
+  bool skipping_ = false;
+  bool overflow_pending_ = false;
+};
+
+struct Peer {
+  bool is_unix = false;
+  pid_t pid = -1;
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+  std::string address;  // "unix" or "ip:port"
+};
+
+class Session;
+
+struct CallContext {
+  Session* session;  // null when the call arrived on a blocking Client
+  const Peer& peer;
+};
+
+using Handler = std::function<Result<json>(const json& params, const CallContext& ctx)>;
+using ReplyFn = std::function<void(Result<json> result)>;
+
+// Method table shared by the sessions of one server (or one client).
+class Dispatcher {
+ public:
+  void add(const std::string& method, Handler h) { handlers_[method] = std::move(h); }
+  const Handler* find(const std::string& method) const {
+    auto it = handlers_.find(method);
+    return it == handlers_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::map<std::string, Handler> handlers_;
+};
+
+// One connected peer on an EventLoop. Owns the socket. Requests the peer sends are
+// answered through the Dispatcher; requests this side sends get their reply through a
+// callback. When the peer goes away, on_close runs once (pending calls fail first).
+class Session {
+ public:
+  Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher,
+          size_t max_line = kDefaultMaxLine);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  Status start();
+  void call(const std::string& method, json params, ReplyFn on_reply);
+  void notify(const std::string& method, json params);
+  void close();
+  bool closed() const { return closed_; }
+  const Peer& peer() const { return peer_; }
+  void set_on_close(std::function<void()> fn) { on_close_ = std::move(fn); }
+
+ private:
+  void on_io(uint32_t revents);
+  void handle_line(const std::string& line);
+  void handle_response(const json& msg);
+  void send_json(const json& msg);
+  void flush();
+  void reply_error(const json& id, const RpcError& e);
+
+  EventLoop& loop_;
+  Fd fd_;
+  Peer peer_;
+  const Dispatcher* dispatcher_;
+  LineReader reader_;
+  Source io_;
+  std::string out_;
+  bool closed_ = false;
+  bool want_out_ = false;
+  int64_t next_id_ = 1;
+  std::map<int64_t, ReplyFn> pending_;
+  std::function<void()> on_close_;
+};
+
+// Endpoints: "unix:/path", "/path" (Unix), "tcp:host:port" or "host:port" (TCP).
+struct Endpoint {
+  bool is_unix = true;
+  std::string path;  // unix
+  std::string host;  // tcp
+  uint16_t port = 0;
+};
+Result<Endpoint> parse_endpoint(const std::string& s);
+
+// Accepts sessions on Unix and TCP listeners. Owns its sessions and frees each one after
+// it closes.
+class Server {
+ public:
+  Server(EventLoop& loop, const Dispatcher* dispatcher, size_t max_line = kDefaultMaxLine)
+      : loop_(loop), dispatcher_(dispatcher), max_line_(max_line) {}
+  ~Server();
+  // Binds a Unix socket (replacing a stale one), chmods it to `mode` and, when
+  // group_gid >= 0, chowns it to that group.
+  Status listen_unix(const std::string& path, mode_t mode, int group_gid = -1);
+  // Binds TCP; port 0 picks a free port (see tcp_port()).
+  Status listen_tcp(const std::string& host, uint16_t port);
+  uint16_t tcp_port() const { return tcp_port_; }
+  size_t session_count() const { return sessions_.size(); }
+  std::function<void(Session&)> on_session;  // optional: runs for each new session
+
+ private:
+  void accept_on(int lfd, bool is_unix);
+  void reap();
+  EventLoop& loop_;
+  const Dispatcher* dispatcher_;
+  size_t max_line_;
+  std::vector<std::pair<Fd, Source>> listeners_;
+  std::vector<std::string> unix_paths_;
+  std::map<Session*, std::unique_ptr<Session>> sessions_;
+  Source reaper_;
+  uint16_t tcp_port_ = 0;
+};
+
+// Connects a stream socket to an endpoint (blocking connect, then O_NONBLOCK|CLOEXEC).
+Result<Fd> connect_endpoint(const Endpoint& ep);
+
+// A blocking client for CLIs and tests: one call at a time. Requests the server sends
+// meanwhile are answered by `dispatcher` (method-not-found when null).
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> connect(const std::string& endpoint,
+                                                 size_t max_line = kDefaultMaxLine);
+  Result<json> call(const std::string& method, json params, int timeout_ms = 30000);
+  void set_dispatcher(const Dispatcher* d) { dispatcher_ = d; }
+  int fd() const { return fd_.get(); }
+
+ private:
+  explicit Client(Fd fd, size_t max_line) : fd_(std::move(fd)), reader_(max_line) {}
+  Status send_line(const std::string& line);
+  Fd fd_;
+  LineReader reader_;
+  int64_t next_id_ = 1;
+  const Dispatcher* dispatcher_ = nullptr;
+  Peer server_peer_;
+};
+
+}  // namespace weft::rpc

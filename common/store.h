@@ -1,0 +1,73 @@
+// Small sqlite3 helper: a connection opened in WAL mode, prepared statements with
+// typed binds, transactions, and versioned schema migrations.
+//
+// Migrations are an ordered list of SQL scripts; migration i (0-based) brings the
+// schema from version i to i+1, tracked in PRAGMA user_version, each in its own
+// transaction. A database newer than the code is refused rather than guessed at.
+// Not thread-safe: one Db per thread.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/result.h"
+
+namespace weft {
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, sqlite3_stmt* st) : db_(db), st_(st) {}
+  Stmt(Stmt&& o) noexcept : db_(o.db_), st_(o.st_) { o.st_ = nullptr; }
+  Stmt(const Stmt&) = delete;
+  ~Stmt();
+
+  // Binds by 1-based index.
+  Stmt& bind(int i, int64_t v);
+  Stmt& bind(int i, const std::string& v);
+  Stmt& bind(int i, std::nullptr_t);
+  Stmt& bind_opt(int i, const std::optional<int64_t>& v);
+  // Steps once. true = a row is ready, false = done.
+  Result<bool> step();
+  // Steps to completion (for statements that return no rows).
+  Status run();
+  void reset();
+
+  int64_t col_int(int i) const;
+  std::string col_text(int i) const;
+  bool col_null(int i) const;
+  std::optional<int64_t> col_opt_int(int i) const;
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_;
+};
+
+class Db {
+ public:
+  // Opens (creating if needed) with journal_mode=WAL, synchronous=NORMAL (durable
+  // against process death, which is the crash weft recovers from), foreign keys on.
+  static Result<std::unique_ptr<Db>> open(const std::string& path);
+  ~Db();
+
+  Status exec(const std::string& sql);
+  Result<Stmt> prepare(const std::string& sql);
+  Status migrate(const std::vector<std::string>& migrations);
+  Result<int> schema_version();
+  Status begin() { return exec("BEGIN IMMEDIATE"); }
+  Status commit() { return exec("COMMIT"); }
+  void rollback() { (void)exec("ROLLBACK"); }
+  int64_t changes() const { return sqlite3_changes64(db_); }
+  sqlite3* raw() const { return db_; }
+
+ private:
+  explicit Db(sqlite3* db) : db_(db) {}
+  sqlite3* db_;
+};
+
+}  // namespace weft
