@@ -1,0 +1,93 @@
+#include "agent/agent_conf.h"
+
+#include <unistd.h>
+
+#include "common/config.h"
+#include "common/fs.h"
+
+#ifndef WEFT_LIBEXECDIR
+#define WEFT_LIBEXECDIR "/usr/libexec/weft"
+#endif
+
+namespace weft::agent {
+
+Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name) {
+  TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
+  const auto& t = doc.root();
+  TRY(doc.only_keys(t, "", {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id",
+                            "labels", "control_plane", "init_path", "host_root", "log_level"}));
+  AgentConfig c;
+  auto str = [&](const char* key, std::string* out) -> Status {
+    TRY_ASSIGN(auto v, doc.get_string(t, key));
+    if (v) *out = *v;
+    return {};
+  };
+  TRY(str("socket", &c.socket));
+  TRY(str("socket_group", &c.socket_group));
+  TRY(str("state_dir", &c.state_dir));
+  TRY(str("cgroup_root", &c.cgroup_root));
+  TRY(str("machine_id", &c.machine_id));
+  TRY(str("control_plane", &c.control_plane));
+  TRY(str("init_path", &c.init_path));
+  TRY(str("host_root", &c.host_root));
+  TRY(str("log_level", &c.log_level));
+  TRY_ASSIGN(c.labels, doc.get_string_map(t, "labels"));
+  auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
+  for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {
+    if (val->empty() || (*val)[0] != '/')
+      return field_error(at(key), std::string("'") + key + "' must be an absolute path");
+  }
+  if (!c.cgroup_root.empty() && c.cgroup_root[0] != '/')
+    return field_error(at("cgroup_root"), "'cgroup_root' must be an absolute path");
+  if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warning" && c.log_level != "error")
+    return field_error(at("log_level"), "'log_level' must be debug, info, warning or error");
+  for (const auto& [k, v] : c.labels) {
+    if (k.empty() || k.size() > 63 || k.find_first_of(" =\n") != std::string::npos)
+      return field_error(at("labels"), "label name '" + k + "' is not valid");
+  }
+  return c;
+}
+
+Result<AgentConfig> load_agent_config(const std::string& path) {
+  TRY_ASSIGN(std::string text, read_file(path));
+  return parse_agent_config(text, path);
+}
+
+Status resolve_agent_config(AgentConfig* cfg, bool under_systemd) {
+  HostPaths host(cfg->host_root);
+  if (cfg->cgroup_root.empty()) {
+    TRY_ASSIGN(std::string mount, host.cgroup2_mount());
+    if (under_systemd) {
+      TRY_ASSIGN(std::string own, host.own_cgroup());
+      // Restarted agents find themselves in <root>/agent already.
+      if (own.size() >= 6 && own.compare(own.size() - 6, 6, "/agent") == 0)
+        own.resize(own.size() - 6);
+      cfg->cgroup_root = mount + (own == "/" ? "" : own);
+    } else {
+      cfg->cgroup_root = mount + "/weft";
+    }
+  }
+  if (cfg->machine_id.empty()) {
+    auto id = read_file(host.etc("machine-id"));
+    cfg->machine_id = id.ok() ? trim(*id) : "";
+    if (cfg->machine_id.empty()) {
+      char h[256] = {0};
+      gethostname(h, sizeof h - 1);
+      cfg->machine_id = h;
+    }
+  }
+  if (cfg->init_path.empty()) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    std::string next_to_me;
+    if (n > 0) next_to_me = dirname_of(std::string(self, static_cast<size_t>(n))) + "/weft-init";
+    cfg->init_path = (!next_to_me.empty() && path_exists(next_to_me))
+                         ? next_to_me
+                         : std::string(WEFT_LIBEXECDIR) + "/weft-init";
+  }
+  if (access(cfg->init_path.c_str(), X_OK) != 0)
+    return sys_error("weft-init is not executable at " + cfg->init_path + " (set init_path)");
+  return {};
+}
+
+}  // namespace weft::agent

@@ -1,0 +1,34 @@
+// weft-agent configuration (/etc/weft/agent.toml). See docs/configuration.md.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/paths.h"
+#include "common/result.h"
+
+namespace weft::agent {
+
+struct AgentConfig {
+  std::string socket = "/run/weft/agent.sock";
+  std::string socket_group = "weft";  // group allowed to use the socket and mutate
+  std::string state_dir = "/var/lib/weft/agent";
+  // Empty: under systemd, the agent's own (delegated) cgroup; otherwise
+  // <cgroup2 mount>/weft.
+  std::string cgroup_root;
+  std::string machine_id;  // empty: /etc/machine-id
+  std::map<std::string, std::string> labels;
+  std::string control_plane;  // endpoint; used once the control plane exists
+  std::string init_path;      // empty: weft-init next to weft-agent, else libexec
+  std::string host_root = "/";  // tests: a fake /proc and /sys tree
+  std::string log_level = "info";
+};
+
+// Reads and validates a config file; every error names file:line.
+Result<AgentConfig> load_agent_config(const std::string& path);
+Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name);
+
+// Fills in defaults that depend on the machine (cgroup root, machine id, init path).
+Status resolve_agent_config(AgentConfig* cfg, bool under_systemd);
+
+}  // namespace weft::agent

@@ -1,0 +1,390 @@
+#include "agent/cgroup.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "common/fs.h"
+
+namespace weft::agent {
+
+namespace {
+
+class RealCgroupFs : public CgroupFs {
+ public:
+  Status mkdir(const std::string& dir) override {
+    if (::mkdir(dir.c_str(), 0755) < 0 && errno != EEXIST) return sys_error("mkdir " + dir);
+    return {};
+  }
+  Status rmdir(const std::string& dir) override {
+    if (::rmdir(dir.c_str()) < 0 && errno != ENOENT) return sys_error("rmdir " + dir);
+    return {};
+  }
+  Result<std::string> read(const std::string& file) override { return read_file(file); }
+  Status write(const std::string& file, const std::string& value) override {
+    return write_file(file, value);
+  }
+  bool exists(const std::string& path) override { return path_exists(path); }
+  Result<std::vector<std::string>> subdirs(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return sys_error("opendir " + dir);
+    std::vector<std::string> out;
+    while (auto* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (e->d_type == DT_DIR && n != "." && n != "..") out.push_back(n);
+    }
+    ::closedir(d);
+    return out;
+  }
+};
+
+class FakeCgroupFs : public RealCgroupFs {
+ public:
+  Status mkdir(const std::string& dir) override {
+    bool existed = path_exists(dir);
+    TRY(mkdir_p(dir));
+    if (existed) return {};
+    auto parent_sub = read_file(dirname_of(dir) + "/cgroup.subtree_control");
+    std::string ctrls;
+    if (parent_sub.ok()) ctrls = trim(*parent_sub);
+    TRY(write_file(dir + "/cgroup.controllers", ctrls + "\n"));
+    for (const char* f : {"cgroup.procs", "cgroup.subtree_control", "cgroup.kill"})
+      TRY(write_file(dir + "/" + f, ""));
+    TRY(write_file(dir + "/cgroup.freeze", "0\n"));
+    TRY(write_file(dir + "/cgroup.events", "populated 0\nfrozen 0\n"));
+    return {};
+  }
+  Status rmdir(const std::string& dir) override {
+    auto procs = read_file(dir + "/cgroup.procs");
+    if (procs.ok() && !trim(*procs).empty()) return errno_error(EBUSY, "rmdir " + dir);
+    return remove_tree(dir);
+  }
+  Status write(const std::string& file, const std::string& value) override {
+    std::string name = file.substr(file.rfind('/') + 1);
+    std::string dir = dirname_of(file);
+    if (name == "cgroup.subtree_control") {
+      // Apply "+a -b" edits the way the kernel does, refusing unknown controllers.
+      auto avail = split(trim(read_file(dir + "/cgroup.controllers").value_or("")), ' ');
+      std::set<std::string> have;
+      for (auto& c : split(trim(read_file(file).value_or("")), ' ')) if (!c.empty()) have.insert(c);
+      for (auto& tok : split(trim(value), ' ')) {
+        if (tok.size() < 2) continue;
+        std::string c = tok.substr(1);
+        if (std::find(avail.begin(), avail.end(), c) == avail.end())
+          return errno_error(ENOENT, "write " + file);
+        if (tok[0] == '+') have.insert(c);
+        else have.erase(c);
+      }
+      std::string out;
+      for (auto& c : have) out += (out.empty() ? "" : " ") + c;
+      return write_file(file, out + "\n");
+    }
+    if (name == "cgroup.procs") {
+      std::string v = trim(value);
+      if (v == "0") v = std::to_string(::getpid());
+      return write_file(file, v + "\n");
+    }
+    if (name == "cgroup.freeze") {
+      TRY(write_file(file, value));
+      return write_file(dir + "/cgroup.events",
+                        std::string("populated 0\nfrozen ") + (trim(value) == "1" ? "1" : "0") + "\n");
+    }
+    if (name == "cgroup.kill") {
+      TRY(write_file(dir + "/cgroup.procs", ""));
+      return write_file(file, value);
+    }
+    return write_file(file, value);
+  }
+};
+
+std::string u64(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::unique_ptr<CgroupFs> make_real_cgroupfs() { return std::make_unique<RealCgroupFs>(); }
+std::unique_ptr<CgroupFs> make_fake_cgroupfs() { return std::make_unique<FakeCgroupFs>(); }
+
+std::vector<CgroupWrite> limit_writes(const Resources& r) {
+  std::vector<CgroupWrite> w;
+  if (r.cpu) {
+    const uint64_t period = 100000;
+    auto quota = static_cast<uint64_t>(std::llround(*r.cpu * static_cast<double>(period)));
+    w.push_back({"cpu.max", u64(quota) + " " + u64(period), "cpu", "resources.cpu"});
+  }
+  if (r.cpu_weight) w.push_back({"cpu.weight", u64(*r.cpu_weight), "cpu", "resources.cpu_weight"});
+  if (!r.cpuset_cpus.empty())
+    w.push_back({"cpuset.cpus", r.cpuset_cpus, "cpuset", "resources.cpuset_cpus"});
+  if (!r.cpuset_mems.empty())
+    w.push_back({"cpuset.mems", r.cpuset_mems, "cpuset", "resources.cpuset_mems"});
+  // memory.high before memory.max so a lowered max never sits below high mid-way.
+  if (r.memory_high) w.push_back({"memory.high", u64(*r.memory_high), "memory", "resources.memory_high"});
+  if (r.memory_max) w.push_back({"memory.max", u64(*r.memory_max), "memory", "resources.memory_max"});
+  if (r.memory_swap_max)
+    w.push_back({"memory.swap.max", u64(*r.memory_swap_max), "memory", "resources.memory_swap_max"});
+  if (r.pids_max) w.push_back({"pids.max", u64(*r.pids_max), "pids", "resources.pids_max"});
+  for (size_t i = 0; i < r.io_max.size(); ++i) {
+    const auto& l = r.io_max[i];
+    std::string v = l.device;
+    if (l.rbps) v += " rbps=" + u64(*l.rbps);
+    if (l.wbps) v += " wbps=" + u64(*l.wbps);
+    if (l.riops) v += " riops=" + u64(*l.riops);
+    if (l.wiops) v += " wiops=" + u64(*l.wiops);
+    w.push_back({"io.max", v, "io", "resources.io_max[" + std::to_string(i) + "]"});
+  }
+  for (const auto& [size, bytes] : r.hugetlb)
+    w.push_back({"hugetlb." + size + ".max", u64(bytes), "hugetlb", "resources.hugetlb." + size});
+  return w;
+}
+
+Result<LimitPlan> plan_limits(const Resources& r, const std::set<std::string>& controllers,
+                              const std::set<std::string>& hugepage_sizes) {
+  LimitPlan plan;
+  for (auto& w : limit_writes(r)) {
+    if (w.controller == "hugetlb" && controllers.count("hugetlb")) {
+      std::string size = w.file.substr(8, w.file.size() - 8 - 4);
+      if (!hugepage_sizes.count(size)) {
+        std::string have;
+        for (const auto& s : hugepage_sizes) have += (have.empty() ? "" : ", ") + s;
+        return field_error(w.field, "huge page size " + size + " is not supported here (have: " +
+                                        (have.empty() ? "none" : have) + ")");
+      }
+    }
+    if (controllers.count(w.controller)) {
+      plan.apply.push_back(std::move(w));
+      continue;
+    }
+    std::string have;
+    for (const auto& c : controllers) have += (have.empty() ? "" : " ") + c;
+    std::string msg = "cgroup controller '" + w.controller +
+                      "' is not available on this machine (available: " +
+                      (have.empty() ? "none" : have) + ")";
+    if (!r.best_effort)
+      return field_error(w.field, msg + "; set resources.best_effort to run without it");
+    plan.warnings.push_back(w.field + ": " + msg + "; not enforced");
+  }
+  return plan;
+}
+
+CgroupTree::CgroupTree(CgroupFs& fs, std::string root, HostPaths host)
+    : fs_(fs), root_(std::move(root)), host_(std::move(host)) {}
+
+// Controllers weft uses for tasks; others ("misc", "rdma") are left alone.
+static bool wanted_controller(const std::string& c) {
+  return c == "cpu" || c == "cpuset" || c == "memory" || c == "pids" || c == "io" || c == "hugetlb";
+}
+
+Status CgroupTree::enable_in_ancestors() {
+  // Outside systemd nobody has delegated controllers to our root: enable the ones we use
+  // in every ancestor between the cgroup2 mount and the root, as systemd would with
+  // Delegate=yes. Failures leave the controller unavailable, which the agent reports.
+  auto mount = host_.cgroup2_mount();
+  if (!mount.ok() || root_.rfind(*mount + "/", 0) != 0) return {};
+  std::vector<std::string> chain;
+  for (std::string d = dirname_of(root_); d.size() >= mount->size(); d = dirname_of(d)) {
+    chain.insert(chain.begin(), d);
+    if (d == *mount) break;
+  }
+  for (const auto& dir : chain) {
+    auto avail = fs_.read(dir + "/cgroup.controllers");
+    if (!avail.ok()) continue;
+    for (const auto& c : split(trim(*avail), ' ')) {
+      if (!wanted_controller(c)) continue;
+      (void)fs_.write(dir + "/cgroup.subtree_control", "+" + c);
+    }
+  }
+  return {};
+}
+
+Status CgroupTree::setup(int self_pid) {
+  TRY(enable_in_ancestors());
+  TRY(fs_.mkdir(root_));
+  TRY(fs_.mkdir(agent_dir()));
+  if (self_pid > 0) TRY_CTX(fs_.write(agent_dir() + "/cgroup.procs", std::to_string(self_pid)),
+                             "move the agent into its leaf cgroup");
+  TRY_ASSIGN(std::string avail, fs_.read(root_ + "/cgroup.controllers"));
+  controllers_.clear();
+  std::string enable;
+  for (const auto& c : split(trim(avail), ' ')) {
+    if (c.empty()) continue;
+    // cpuset and the rest are enabled only when present; "misc"/"rdma" are not used.
+    if (wanted_controller(c)) {
+      controllers_.insert(c);
+      enable += (enable.empty() ? "+" : " +") + c;
+    }
+  }
+  if (!enable.empty()) TRY_CTX(fs_.write(root_ + "/cgroup.subtree_control", enable), "enable controllers");
+  TRY(fs_.mkdir(root_ + "/tasks"));
+  if (!enable.empty())
+    TRY_CTX(fs_.write(root_ + "/tasks/cgroup.subtree_control", enable), "enable controllers for tasks");
+  hugepage_sizes_.clear();
+  if (controllers_.count("hugetlb")) {
+    auto dirs = list_dir(host_.sys("kernel/mm/hugepages"));
+    if (dirs.ok()) {
+      for (const auto& d : *dirs) {  // "hugepages-2048kB"
+        if (d.rfind("hugepages-", 0) != 0) continue;
+        std::string n = normalize_hugepage_size(d.substr(10, d.size() - 10 - 2) + "K");
+        if (!n.empty()) hugepage_sizes_.insert(n);
+      }
+    }
+  }
+  return {};
+}
+
+Status CgroupTree::create_task(const std::string& id, const std::vector<CgroupWrite>& writes) {
+  std::string dir = task_dir(id);
+  TRY(fs_.mkdir(dir));
+  if (controllers_.count("memory")) {
+    // One OOM kill takes the whole task: a half-killed task is worse than a restart.
+    Status s = fs_.write(dir + "/memory.oom.group", "1");
+    if (!s.ok()) {
+      (void)fs_.rmdir(dir);
+      return std::move(s).error().wrap("set memory.oom.group");
+    }
+  }
+  for (const auto& w : writes) {
+    Status s = fs_.write(dir + "/" + w.file, w.value);
+    if (!s.ok()) {
+      (void)fs_.rmdir(dir);
+      Error e = std::move(s).error();
+      e.field = w.field;
+      return e;
+    }
+  }
+  return {};
+}
+
+Status CgroupTree::kill_task(const std::string& id) {
+  std::string dir = task_dir(id);
+  if (!fs_.exists(dir)) return {};
+  if (fs_.exists(dir + "/cgroup.kill")) return fs_.write(dir + "/cgroup.kill", "1");
+  // Kernels before 5.14: freeze, SIGKILL every member, thaw.
+  TRY(freeze_task(id, true));
+  TRY_ASSIGN(auto pids, procs(id));
+  for (int p : pids) ::kill(p, SIGKILL);
+  return freeze_task(id, false);
+}
+
+Status CgroupTree::remove_task(const std::string& id, int wait_ms) {
+  std::string dir = task_dir(id);
+  if (!fs_.exists(dir)) return {};
+  TRY(kill_task(id));
+  for (int waited = 0;; ++waited) {
+    Status s = fs_.rmdir(dir);
+    if (s.ok()) return {};
+    if (s.error().errnum != EBUSY || waited >= wait_ms) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+Status CgroupTree::freeze_task(const std::string& id, bool frozen_state) {
+  return fs_.write(task_dir(id) + "/cgroup.freeze", frozen_state ? "1" : "0");
+}
+
+Result<std::map<std::string, std::string>> CgroupTree::read_keyed(const std::string& file) {
+  TRY_ASSIGN(std::string data, fs_.read(file));
+  std::map<std::string, std::string> out;
+  for (const auto& line : split(data, '\n')) {
+    auto sp = line.find(' ');
+    if (sp != std::string::npos) out[line.substr(0, sp)] = trim(line.substr(sp + 1));
+  }
+  return out;
+}
+
+Result<bool> CgroupTree::frozen(const std::string& id) {
+  TRY_ASSIGN(auto ev, read_keyed(task_dir(id) + "/cgroup.events"));
+  return ev["frozen"] == "1";
+}
+
+Result<bool> CgroupTree::populated(const std::string& id) {
+  TRY_ASSIGN(auto ev, read_keyed(task_dir(id) + "/cgroup.events"));
+  return ev["populated"] == "1";
+}
+
+Result<std::vector<int>> CgroupTree::procs(const std::string& id) {
+  TRY_ASSIGN(std::string data, fs_.read(task_dir(id) + "/cgroup.procs"));
+  std::vector<int> out;
+  for (const auto& l : split(data, '\n'))
+    if (!trim(l).empty()) out.push_back(std::stoi(l));
+  return out;
+}
+
+Result<std::vector<std::string>> CgroupTree::task_ids() { return fs_.subdirs(root_ + "/tasks"); }
+
+std::optional<uint64_t> CgroupTree::oom_kills(const std::string& id) {
+  if (!controllers_.count("memory")) return std::nullopt;
+  auto ev = read_keyed(task_dir(id) + "/memory.events");
+  if (!ev.ok() || !ev->count("oom_kill")) return std::nullopt;
+  return std::stoull((*ev)["oom_kill"]);
+}
+
+static std::optional<uint64_t> to_u64(const std::map<std::string, std::string>& m, const char* k) {
+  auto it = m.find(k);
+  if (it == m.end() || it->second.empty()) return std::nullopt;
+  return std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+CgroupStats CgroupTree::stats(const std::string& id) {
+  CgroupStats s;
+  std::string dir = task_dir(id);
+  if (auto cpu = read_keyed(dir + "/cpu.stat"); cpu.ok()) {
+    s.cpu_usage_usec = to_u64(*cpu, "usage_usec");
+    s.cpu_user_usec = to_u64(*cpu, "user_usec");
+    s.cpu_system_usec = to_u64(*cpu, "system_usec");
+    s.cpu_throttled_usec = to_u64(*cpu, "throttled_usec");
+    s.cpu_nr_throttled = to_u64(*cpu, "nr_throttled");
+  }
+  auto single = [&](const char* f) -> std::optional<uint64_t> {
+    auto v = fs_.read(dir + "/" + f);
+    if (!v.ok()) return std::nullopt;
+    std::string t = trim(*v);
+    if (t.empty() || t == "max") return std::nullopt;
+    return std::strtoull(t.c_str(), nullptr, 10);
+  };
+  s.memory_current = single("memory.current");
+  s.memory_peak = single("memory.peak");
+  s.pids_current = single("pids.current");
+  for (const char* res : {"cpu", "memory", "io"}) {
+    auto v = fs_.read(dir + "/" + res + ".pressure");
+    if (!v.ok()) continue;
+    nlohmann::json p = nlohmann::json::object();
+    for (const auto& line : split(*v, '\n')) {  // "some avg10=0.00 avg60=0.00 avg300=0.00 total=0"
+      auto parts = split(trim(line), ' ');
+      if (parts.size() < 2) continue;
+      nlohmann::json kv = nlohmann::json::object();
+      for (size_t i = 1; i < parts.size(); ++i) {
+        auto eq = parts[i].find('=');
+        if (eq == std::string::npos) continue;
+        std::string k = parts[i].substr(0, eq), val = parts[i].substr(eq + 1);
+        if (k == "total") kv[k] = std::strtoull(val.c_str(), nullptr, 10);
+        else kv[k] = std::strtod(val.c_str(), nullptr);
+      }
+      p[parts[0]] = kv;
+    }
+    s.pressure[res] = p;
+  }
+  return s;
+}
+
+nlohmann::json CgroupStats::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  auto put = [&](const char* k, const std::optional<uint64_t>& v) {
+    if (v) j[k] = *v;
+  };
+  put("cpu_usage_usec", cpu_usage_usec);
+  put("cpu_user_usec", cpu_user_usec);
+  put("cpu_system_usec", cpu_system_usec);
+  put("cpu_throttled_usec", cpu_throttled_usec);
+  put("cpu_nr_throttled", cpu_nr_throttled);
+  put("memory_current", memory_current);
+  put("memory_peak", memory_peak);
+  put("pids_current", pids_current);
+  if (!pressure.empty()) j["pressure"] = pressure;
+  return j;
+}
+
+}  // namespace weft::agent

@@ -1,0 +1,116 @@
+// The agent's door to the cgroup v2 tree.
+//
+// CgroupFs is the narrow filesystem interface (mkdir, rmdir, read, write) with a real
+// implementation and a fake one that emulates enough kernel behaviour for unit tests
+// (interface files on mkdir, recursive rmdir, freeze reflected in cgroup.events).
+// CgroupTree builds the agent's layout on top of it:
+//
+//   <root>/                 the agent's cgroup root (delegated under systemd)
+//   <root>/agent/           leaf holding the agent process itself
+//   <root>/tasks/<id>/      one cgroup per task
+//
+// Limits are computed by limit_writes() — a pure function — and written before any
+// process enters the cgroup.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/spec.h"
+#include "common/paths.h"
+#include "common/result.h"
+
+namespace weft::agent {
+
+class CgroupFs {
+ public:
+  virtual ~CgroupFs() = default;
+  virtual Status mkdir(const std::string& dir) = 0;   // ok if it exists
+  virtual Status rmdir(const std::string& dir) = 0;   // ok if it is gone
+  virtual Result<std::string> read(const std::string& file) = 0;
+  virtual Status write(const std::string& file, const std::string& value) = 0;
+  virtual bool exists(const std::string& path) = 0;
+  virtual Result<std::vector<std::string>> subdirs(const std::string& dir) = 0;
+};
+
+std::unique_ptr<CgroupFs> make_real_cgroupfs();
+// A fake tree for tests. Directories made by mkdir get cgroup.procs, cgroup.events,
+// cgroup.controllers (the parent's subtree_control), cgroup.subtree_control,
+// cgroup.freeze and cgroup.kill.
+std::unique_ptr<CgroupFs> make_fake_cgroupfs();
+
+struct CgroupWrite {
+  std::string file;        // e.g. "memory.max"
+  std::string value;       // e.g. "268435456"
+  std::string controller;  // e.g. "memory"
+  std::string field;       // spec field for errors, e.g. "resources.memory_max"
+};
+
+// The interface-file writes that implement `r`. Pure.
+std::vector<CgroupWrite> limit_writes(const Resources& r);
+
+// Splits writes into those this machine can apply and the rest. A missing controller
+// is an error naming the field unless r.best_effort, in which case a warning is
+// returned for each skipped write. Hugetlb sizes must be in `hugepage_sizes`.
+struct LimitPlan {
+  std::vector<CgroupWrite> apply;
+  std::vector<std::string> warnings;
+};
+Result<LimitPlan> plan_limits(const Resources& r, const std::set<std::string>& controllers,
+                              const std::set<std::string>& hugepage_sizes);
+
+struct CgroupStats {
+  std::optional<uint64_t> cpu_usage_usec, cpu_user_usec, cpu_system_usec;
+  std::optional<uint64_t> cpu_throttled_usec, cpu_nr_throttled;
+  std::optional<uint64_t> memory_current, memory_peak;
+  std::optional<uint64_t> pids_current;
+  std::map<std::string, nlohmann::json> pressure;  // "cpu" -> {"some": {...}, "full": {...}}
+  nlohmann::json to_json() const;
+};
+
+class CgroupTree {
+ public:
+  CgroupTree(CgroupFs& fs, std::string root, HostPaths host);
+
+  const std::string& root() const { return root_; }
+  std::string task_dir(const std::string& id) const { return root_ + "/tasks/" + id; }
+  std::string agent_dir() const { return root_ + "/agent"; }
+
+  // Creates root, agent/ and tasks/, optionally moves `self_pid` into agent/, then
+  // enables every available controller for tasks/ and its children.
+  Status setup(int self_pid);
+  const std::set<std::string>& controllers() const { return controllers_; }
+  const std::set<std::string>& hugepage_sizes() const { return hugepage_sizes_; }
+
+  Status create_task(const std::string& id, const std::vector<CgroupWrite>& writes);
+  // Kills everything in the task cgroup and removes it; waits up to `wait_ms` for the
+  // processes to go. Ok if it does not exist.
+  Status remove_task(const std::string& id, int wait_ms = 2000);
+  Status kill_task(const std::string& id);
+  Status freeze_task(const std::string& id, bool frozen);
+  Result<bool> frozen(const std::string& id);
+  Result<bool> populated(const std::string& id);
+  Result<std::vector<int>> procs(const std::string& id);
+  Result<std::vector<std::string>> task_ids();
+  // memory.events oom_kill count; nullopt without the memory controller.
+  std::optional<uint64_t> oom_kills(const std::string& id);
+  CgroupStats stats(const std::string& id);
+
+ private:
+  Result<std::map<std::string, std::string>> read_keyed(const std::string& file);
+  Status enable_in_ancestors();
+  CgroupFs& fs_;
+  std::string root_;
+  HostPaths host_;
+  std::set<std::string> controllers_;
+  std::set<std::string> hugepage_sizes_;
+};
+
+}  // namespace weft::agent

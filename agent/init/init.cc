@@ -1,0 +1,419 @@
+// weft-init: the tiny per-task init. Started by weft-agent inside the task's cgroup and
+// namespaces; it is pid 1 of the task's pid namespace when there is one.
+//
+//  - sets up the task's mount namespace (private propagation, optional pivot_root into
+//    a rootfs with a fresh /proc and a minimal /dev), hostname and loopback;
+//  - starts the main process with the task's user, groups, cwd and environment;
+//  - copies the main process's stdout/stderr into size-rotated log files (it keeps
+//    doing so while the agent is down);
+//  - reaps every zombie and forwards catchable signals to the main process;
+//  - when the main process exits, records its wait status durably in <task dir>/exit
+//    (write, fsync, rename) so the agent learns it even if it was down, then exits.
+//
+// Written in plain C-style C++ with no libstdc++ and linked statically so its resident
+// size stays well under 1 MiB. Usage (argv is built by the agent, see runtime.cc):
+//   weft-init --task-dir-fd N --incarnation N [--uid U --gid G --groups a,b]
+//             [--cwd D] [--hostname H] [--rootfs DIR] [--proc] [--lo]
+//             [--log-max-bytes N] [--log-max-files N] [--env K=V]... -- argv...
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/logfiles.h"
+
+namespace {
+
+struct Options {
+  int task_dir_fd = -1;
+  unsigned long incarnation = 0;
+  long uid = -1, gid = -1;
+  gid_t groups[64];
+  int ngroups = -1;
+  const char* cwd = "/";
+  const char* hostname = nullptr;
+  const char* rootfs = nullptr;
+  bool mount_proc = false;
+  bool lo_up = false;
+  unsigned long long log_max_bytes = 10ull << 20;
+  unsigned log_max_files = 5;
+  char* env[1024];
+  int nenv = 0;
+  char** argv = nullptr;
+};
+
+Options opt;
+int log_dir_fd = -1;
+char setup_error[512];
+
+void note_setup_error(const char* what) {
+  snprintf(setup_error, sizeof setup_error, "%s: %s", what, strerror(errno));
+}
+
+// ---- durable exit record ----
+
+void write_exit_record(bool have_status, int status, int exec_errno) {
+  char buf[1024];
+  int n = snprintf(buf, sizeof buf, "incarnation=%lu\n", opt.incarnation);
+  if (have_status) n += snprintf(buf + n, sizeof buf - n, "status=%d\n", status);
+  if (exec_errno) n += snprintf(buf + n, sizeof buf - n, "exec_errno=%d\n", exec_errno);
+  if (setup_error[0]) n += snprintf(buf + n, sizeof buf - n, "setup_error=%s\n", setup_error);
+  int fd = openat(opt.task_dir_fd, "exit.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t w = write(fd, buf, n);
+  (void)w;
+  fsync(fd);
+  close(fd);
+  renameat(opt.task_dir_fd, "exit.tmp", opt.task_dir_fd, "exit");
+  fsync(opt.task_dir_fd);
+}
+
+// ---- logs: one growing sequence of files per stream ----
+
+struct LogStream {
+  const char* name;
+  int pipe_fd;
+  int file_fd;
+  unsigned seq;
+  unsigned long long size;
+};
+
+LogStream streams[2] = {{"stdout", -1, -1, 0, 0}, {"stderr", -1, -1, 0, 0}};
+
+// Lowest and highest sequence numbers present for a stream, and their count.
+void scan_logs(const char* stream, unsigned* lo, unsigned* hi, unsigned* count) {
+  *lo = 0;
+  *hi = 0;
+  *count = 0;
+  int fd = dup(log_dir_fd);
+  if (fd < 0) return;
+  DIR* d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return;
+  }
+  while (struct dirent* e = readdir(d)) {
+    unsigned seq;
+    if (!weft_log_parse_name(e->d_name, stream, &seq)) continue;
+    if (*count == 0 || seq < *lo) *lo = seq;
+    if (seq > *hi) *hi = seq;
+    ++*count;
+  }
+  closedir(d);
+}
+
+void add_dropped(const char* stream, unsigned long long bytes) {
+  char name[64], buf[32];
+  snprintf(name, sizeof name, "%s.dropped", stream);
+  unsigned long long old = 0;
+  int fd = openat(log_dir_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n > 0) {
+    buf[n] = 0;
+    old = strtoull(buf, nullptr, 10);
+  }
+  int len = snprintf(buf, sizeof buf, "%llu\n", old + bytes);
+  if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, len, 0) == len) {
+  }
+  close(fd);
+}
+
+// Starts the next file of a stream and deletes the oldest beyond max_files.
+void open_next(LogStream* s) {
+  if (s->file_fd >= 0) close(s->file_fd);
+  unsigned lo, hi, count;
+  scan_logs(s->name, &lo, &hi, &count);
+  s->seq = hi + 1;
+  char name[64];
+  weft_log_name(name, sizeof name, s->name, s->seq);
+  s->file_fd = openat(log_dir_fd, name, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  s->size = 0;
+  ++count;
+  while (count > opt.log_max_files && lo < s->seq) {
+    weft_log_name(name, sizeof name, s->name, lo);
+    struct stat st;
+    if (fstatat(log_dir_fd, name, &st, 0) == 0 && unlinkat(log_dir_fd, name, 0) == 0) {
+      add_dropped(s->name, static_cast<unsigned long long>(st.st_size));
+      --count;
+    }
+    ++lo;
+  }
+}
+
+void log_write(LogStream* s, const char* data, size_t n) {
+  if (s->file_fd < 0 || (s->size > 0 && s->size + n > opt.log_max_bytes)) open_next(s);
+  if (s->file_fd < 0) {
+    add_dropped(s->name, n);
+    return;
+  }
+  ssize_t w = write(s->file_fd, data, n);
+  if (w < 0) {
+    add_dropped(s->name, n);
+    return;
+  }
+  if (static_cast<size_t>(w) < n) add_dropped(s->name, n - static_cast<size_t>(w));
+  s->size += static_cast<unsigned long long>(w);
+}
+
+// Appends "weft-init: msg" to the task's stderr log so operators see setup failures.
+void init_say(const char* msg) {
+  char buf[700];
+  int n = snprintf(buf, sizeof buf, "weft-init: %s\n", msg);
+  if (log_dir_fd >= 0) log_write(&streams[1], buf, static_cast<size_t>(n));
+}
+
+// Returns false at EOF.
+bool drain(LogStream* s) {
+  char buf[16384];
+  for (;;) {
+    ssize_t n = read(s->pipe_fd, buf, sizeof buf);
+    if (n > 0) {
+      log_write(s, buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return true;
+    return false;
+  }
+}
+
+// ---- namespace setup ----
+
+int bind_dev(const char* dev, const char* target_dir) {
+  char target[1024];
+  snprintf(target, sizeof target, "%s/%s", target_dir, dev);
+  int fd = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0) close(fd);
+  char src[64];
+  snprintf(src, sizeof src, "/dev/%s", dev);
+  return mount(src, target, nullptr, MS_BIND, nullptr);
+}
+
+bool setup_rootfs() {
+  const char* root = opt.rootfs;
+  if (mount(root, root, nullptr, MS_BIND | MS_REC, nullptr) < 0) return note_setup_error("bind rootfs"), false;
+  char path[512];
+  snprintf(path, sizeof path, "%s/proc", root);
+  mkdir(path, 0555);
+  if (mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0)
+    return note_setup_error("mount /proc"), false;
+  snprintf(path, sizeof path, "%s/dev", root);
+  mkdir(path, 0755);
+  if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k") < 0)
+    return note_setup_error("mount /dev"), false;
+  const char* devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
+  for (const char* d : devs) {
+    if (bind_dev(d, path) < 0) return note_setup_error("bind /dev node"), false;
+  }
+  char sub[600];
+  snprintf(sub, sizeof sub, "%s/pts", path);
+  mkdir(sub, 0755);
+  snprintf(sub, sizeof sub, "%s/shm", path);
+  mkdir(sub, 01777);
+  mount("shm", sub, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k");
+  const char* links[][2] = {{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+                            {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}};
+  for (auto& l : links) {
+    snprintf(sub, sizeof sub, "%s/%s", path, l[1]);
+    if (symlink(l[0], sub) < 0 && errno != EEXIST) {
+    }
+  }
+  if (chdir(root) < 0) return note_setup_error("chdir rootfs"), false;
+  if (syscall(SYS_pivot_root, ".", ".") < 0) return note_setup_error("pivot_root"), false;
+  if (umount2(".", MNT_DETACH) < 0) return note_setup_error("detach old root"), false;
+  if (chdir("/") < 0) return note_setup_error("chdir /"), false;
+  return true;
+}
+
+bool setup_namespaces() {
+  if (opt.rootfs || opt.mount_proc) {
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0)
+      return note_setup_error("make mounts private"), false;
+  }
+  if (opt.rootfs) {
+    if (!setup_rootfs()) return false;
+  } else if (opt.mount_proc) {
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0)
+      return note_setup_error("mount /proc"), false;
+  }
+  if (opt.hostname && sethostname(opt.hostname, strlen(opt.hostname)) < 0)
+    return note_setup_error("sethostname"), false;
+  if (opt.lo_up) {
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    strcpy(ifr.ifr_name, "lo");
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0) return note_setup_error("get lo flags"), false;
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) return note_setup_error("bring lo up"), false;
+    close(s);
+  }
+  return true;
+}
+
+// ---- main process ----
+
+[[noreturn]] void exec_main(int out_w, int err_w, int status_w) {
+  sigset_t all;
+  sigemptyset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd >= 0) dup2(null_fd, 0);
+  dup2(out_w, 1);
+  dup2(err_w, 2);
+  int err = 0;
+  if (opt.ngroups >= 0 && setgroups(static_cast<size_t>(opt.ngroups), opt.groups) < 0) err = errno;
+  if (!err && opt.gid >= 0 && setgid(static_cast<gid_t>(opt.gid)) < 0) err = errno;
+  if (!err && opt.uid >= 0 && setuid(static_cast<uid_t>(opt.uid)) < 0) err = errno;
+  if (!err && chdir(opt.cwd) < 0) err = errno;
+  if (!err) {
+    opt.env[opt.nenv] = nullptr;
+    execvpe(opt.argv[0], opt.argv, opt.env);
+    err = errno;
+  }
+  ssize_t w = write(status_w, &err, sizeof err);
+  (void)w;
+  _exit(127);
+}
+
+bool parse_args(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (!strcmp(a, "--")) {
+      opt.argv = argv + i + 1;
+      return opt.argv[0] != nullptr;
+    }
+    if (!strcmp(a, "--proc")) { opt.mount_proc = true; continue; }
+    if (!strcmp(a, "--lo")) { opt.lo_up = true; continue; }
+    if (!v) return false;
+    ++i;
+    if (!strcmp(a, "--task-dir-fd")) opt.task_dir_fd = atoi(v);
+    else if (!strcmp(a, "--incarnation")) opt.incarnation = strtoul(v, nullptr, 10);
+    else if (!strcmp(a, "--uid")) opt.uid = atol(v);
+    else if (!strcmp(a, "--gid")) opt.gid = atol(v);
+    else if (!strcmp(a, "--groups")) {
+      opt.ngroups = 0;
+      for (const char* p = v; *p && opt.ngroups < 64;) {
+        opt.groups[opt.ngroups++] = static_cast<gid_t>(strtoul(p, const_cast<char**>(&p), 10));
+        if (*p == ',') ++p;
+        else break;
+      }
+    } else if (!strcmp(a, "--cwd")) opt.cwd = v;
+    else if (!strcmp(a, "--hostname")) opt.hostname = v;
+    else if (!strcmp(a, "--rootfs")) opt.rootfs = v;
+    else if (!strcmp(a, "--log-max-bytes")) opt.log_max_bytes = strtoull(v, nullptr, 10);
+    else if (!strcmp(a, "--log-max-files")) opt.log_max_files = static_cast<unsigned>(atoi(v));
+    else if (!strcmp(a, "--env")) {
+      if (opt.nenv < 1023) opt.env[opt.nenv++] = const_cast<char*>(v);
+    } else return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!parse_args(argc, argv) || opt.task_dir_fd < 0) {
+    fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");
+    return 125;
+  }
+  setsid();
+  prctl(PR_SET_CHILD_SUBREAPER, 1);  // matters when there is no pid namespace
+  if (opt.log_max_files < 1) opt.log_max_files = 1;
+
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, nullptr);
+  int sfd = signalfd(-1, &all, SFD_CLOEXEC | SFD_NONBLOCK);
+
+  mkdirat(opt.task_dir_fd, "logs", 0750);
+  log_dir_fd = openat(opt.task_dir_fd, "logs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+  if (!setup_namespaces()) {
+    init_say(setup_error);
+    write_exit_record(false, 0, 0);
+    return 125;
+  }
+
+  int out_p[2], err_p[2], st_p[2];
+  if (pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0 || pipe2(st_p, O_CLOEXEC) < 0) {
+    note_setup_error("pipe");
+    init_say(setup_error);
+    write_exit_record(false, 0, 0);
+    return 125;
+  }
+  pid_t main_pid = fork();
+  if (main_pid < 0) {
+    note_setup_error("fork");
+    init_say(setup_error);
+    write_exit_record(false, 0, 0);
+    return 125;
+  }
+  if (main_pid == 0) exec_main(out_p[1], err_p[1], st_p[1]);
+  close(out_p[1]);
+  close(err_p[1]);
+  close(st_p[1]);
+  int exec_errno = 0;
+  ssize_t got = read(st_p[0], &exec_errno, sizeof exec_errno);
+  close(st_p[0]);
+  if (got != sizeof exec_errno) exec_errno = 0;
+  if (exec_errno) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "cannot execute %s: %s", opt.argv[0], strerror(exec_errno));
+    init_say(msg);
+  }
+
+  streams[0].pipe_fd = out_p[0];
+  streams[1].pipe_fd = err_p[0];
+  fcntl(out_p[0], F_SETFL, O_NONBLOCK);
+  fcntl(err_p[0], F_SETFL, O_NONBLOCK);
+
+  bool open_stream[2] = {true, true};
+  for (;;) {
+    struct pollfd p[3] = {{sfd, POLLIN, 0},
+                          {open_stream[0] ? out_p[0] : -1, POLLIN, 0},
+                          {open_stream[1] ? err_p[0] : -1, POLLIN, 0}};
+    if (poll(p, 3, -1) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (open_stream[i] && (p[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+        open_stream[i] = drain(&streams[i]);
+    }
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == sizeof si) {
+      if (si.ssi_signo == SIGCHLD) continue;
+      // Forward everything else to the main process (SIGKILL/SIGSTOP never get here).
+      kill(main_pid, static_cast<int>(si.ssi_signo));
+    }
+    for (;;) {
+      int status;
+      pid_t r = waitpid(-1, &status, WNOHANG);
+      if (r <= 0) break;
+      if (r != main_pid) continue;  // an orphan we adopted: just reaped
+      for (int i = 0; i < 2; ++i)
+        if (open_stream[i]) drain(&streams[i]);
+      write_exit_record(true, status, exec_errno);
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return 128 + WTERMSIG(status);
+    }
+  }
+  write_exit_record(false, 0, 0);
+  return 125;
+}

@@ -1,0 +1,74 @@
+// weft-agent: parse args -> load config -> check prerequisites -> create the manager ->
+// recover and listen (READY) -> run the event loop.
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "agent/agent_conf.h"
+#include "agent/manager.h"
+#include "common/log.h"
+
+using namespace weft;
+
+int main(int argc, char** argv) {
+  CLI::App app{"weft-agent: the weft node agent (cgroup v2 task runtime)"};
+  std::string config_path = "/etc/weft/agent.toml";
+  bool check_only = false;
+  std::string socket, state_dir, cgroup_root;
+  app.add_option("-c,--config", config_path, "configuration file");
+  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  app.add_option("--socket", socket, "override: API socket path");
+  app.add_option("--state-dir", state_dir, "override: state directory");
+  app.add_option("--cgroup-root", cgroup_root, "override: cgroup root directory");
+  CLI11_PARSE(app, argc, argv);
+  log_set_ident("weft-agent");
+
+  agent::AgentConfig cfg;
+  bool explicit_config = app.count("--config") > 0;
+  if (explicit_config || access(config_path.c_str(), F_OK) == 0) {
+    auto loaded = agent::load_agent_config(config_path);
+    if (!loaded.ok()) {
+      std::cerr << "weft-agent: " << loaded.error().str() << "\n";
+      return 2;
+    }
+    cfg = std::move(loaded).value();
+  }
+  if (!socket.empty()) cfg.socket = socket;
+  if (!state_dir.empty()) cfg.state_dir = state_dir;
+  if (!cgroup_root.empty()) cfg.cgroup_root = cgroup_root;
+  if (cfg.log_level == "debug") log_set_level(LogLevel::kDebug);
+  else if (cfg.log_level == "warning") log_set_level(LogLevel::kWarning);
+  else if (cfg.log_level == "error") log_set_level(LogLevel::kError);
+
+  bool under_systemd = std::getenv("INVOCATION_ID") != nullptr;
+  auto resolved = agent::resolve_agent_config(&cfg, under_systemd);
+  if (!resolved.ok()) {
+    std::cerr << "weft-agent: " << resolved.error().str() << "\n";
+    return 2;
+  }
+  if (check_only) {
+    std::cout << "configuration ok\n"
+              << "  socket:      " << cfg.socket << "\n"
+              << "  state_dir:   " << cfg.state_dir << "\n"
+              << "  cgroup_root: " << cfg.cgroup_root << "\n"
+              << "  machine_id:  " << cfg.machine_id << "\n"
+              << "  init_path:   " << cfg.init_path << "\n";
+    return 0;
+  }
+
+  auto mgr = agent::Manager::create(std::move(cfg), agent::make_real_cgroupfs());
+  if (!mgr.ok()) {
+    log_error(mgr.error().str());
+    return 1;
+  }
+  if (auto s = (*mgr)->start(); !s.ok()) {
+    log_error("cannot start: " + s.error().str());
+    return 1;
+  }
+  if (auto s = (*mgr)->run(); !s.ok()) {
+    log_error(s.error().str());
+    return 1;
+  }
+  return 0;
+}

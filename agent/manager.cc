@@ -1,0 +1,855 @@
+#include "agent/manager.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "agent/logs.h"
+#include "agent/runtime.h"
+#include "common/log.h"
+
+namespace weft::agent {
+
+using json = nlohmann::json;
+using rpc::RpcCode;
+
+namespace {
+
+const std::vector<std::string> kMigrations = {
+    R"(CREATE TABLE tasks (
+         id TEXT PRIMARY KEY,
+         name TEXT NOT NULL,
+         spec TEXT NOT NULL,
+         state TEXT NOT NULL,
+         incarnation INTEGER NOT NULL DEFAULT 0,
+         pid INTEGER,
+         exit_code INTEGER,
+         signal INTEGER,
+         core_dumped INTEGER NOT NULL DEFAULT 0,
+         oom_killed INTEGER NOT NULL DEFAULT 0,
+         restarts INTEGER NOT NULL DEFAULT 0,
+         reason TEXT NOT NULL DEFAULT '',
+         stop_requested INTEGER NOT NULL DEFAULT 0,
+         stop_deadline_us INTEGER NOT NULL DEFAULT 0,
+         next_start_us INTEGER NOT NULL DEFAULT 0,
+         backoff_us INTEGER NOT NULL DEFAULT 0,
+         created_us INTEGER NOT NULL,
+         started_us INTEGER NOT NULL DEFAULT 0,
+         finished_us INTEGER NOT NULL DEFAULT 0,
+         warnings TEXT NOT NULL DEFAULT '[]');
+       CREATE INDEX tasks_by_name ON tasks(name);)",
+};
+
+std::string format_time(int64_t us) {
+  if (us <= 0) return "";
+  time_t s = static_cast<time_t>(us / 1000000);
+  struct tm tm;
+  gmtime_r(&s, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int64_t now_us() { return static_cast<int64_t>(now_realtime_us()); }
+
+// Fault injection for the crash-recovery tests: WEFT_AGENT_CRASH_AT=<point> makes the
+// agent SIGKILL itself when it reaches that point of a task's lifecycle.
+void crash_point(const char* point) {
+  static const char* want = std::getenv("WEFT_AGENT_CRASH_AT");
+  if (want && std::strcmp(want, point) == 0) ::raise(SIGKILL);
+}
+
+int pidfd_send(int pidfd, int sig) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+Result<std::string> param_string(const json& p, const char* key) {
+  if (!p.is_object() || !p.contains(key) || !p[key].is_string())
+    return field_error(key, "is required and must be a string");
+  return p[key].get<std::string>();
+}
+
+}  // namespace
+
+std::optional<ExitRecord> parse_exit_record(const std::string& text) {
+  ExitRecord r;
+  bool have_inc = false;
+  for (const auto& line : split(text, '\n')) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (k == "incarnation") {
+      r.incarnation = std::strtoull(v.c_str(), nullptr, 10);
+      have_inc = true;
+    } else if (k == "status") {
+      r.status = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+    } else if (k == "exec_errno") {
+      r.exec_errno = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+    } else if (k == "setup_error") {
+      r.setup_error = v;
+    }
+  }
+  if (!have_inc) return std::nullopt;
+  return r;
+}
+
+Manager::Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<EventLoop> loop)
+    : cfg_(std::move(cfg)), fs_(std::move(fs)), loop_(std::move(loop)) {}
+
+Manager::~Manager() {
+  server_.reset();
+  tasks_.clear();  // drops watches before the loop goes
+}
+
+Result<std::unique_ptr<Manager>> Manager::create(AgentConfig cfg, std::unique_ptr<CgroupFs> fs) {
+  TRY_ASSIGN(auto loop, EventLoop::create());
+  return std::unique_ptr<Manager>(new Manager(std::move(cfg), std::move(fs), std::move(loop)));
+}
+
+Status Manager::start() {
+  started_at_us_ = now_monotonic_us();
+  // One pidfd per running task: make room for many thousands.
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  TRY(mkdir_p(cfg_.state_dir, 0750));
+  TRY(mkdir_p(cfg_.state_dir + "/tasks", 0750));
+  TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/agent.db"));
+  TRY_CTX(db_->migrate(kMigrations), "agent database");
+
+  HostPaths host(cfg_.host_root);
+  auto mount = host.cgroup2_mount();
+  cgroup_mount_ = mount.ok() ? *mount : "";
+  cgroups_ = std::make_unique<CgroupTree>(*fs_, cfg_.cgroup_root, host);
+  TRY_CTX(cgroups_->setup(getpid()), "set up cgroup tree at " + cfg_.cgroup_root);
+
+  if (struct group* g = getgrnam(cfg_.socket_group.c_str())) {
+    weft_gid_ = static_cast<int>(g->gr_gid);
+  } else {
+    log_warn("socket group does not exist; only root may use the agent",
+             {{"GROUP", cfg_.socket_group}});
+  }
+
+  TRY(load_tasks());
+  recover();
+
+  register_methods();
+  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
+  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
+
+  for (int sig : {SIGTERM, SIGINT}) {
+    TRY_ASSIGN(Source s, loop_->add_signal(sig, [this] {
+      log_info("shutting down; tasks keep running");
+      loop_->exit(0);
+    }));
+    signals_.push_back(std::move(s));
+  }
+  TRY_ASSIGN(Source hup, loop_->add_signal(SIGHUP, [] { log_info("SIGHUP: nothing to reload"); }));
+  signals_.push_back(std::move(hup));
+  loop_->enable_watchdog();
+
+  std::string ctrls;
+  for (const auto& c : cgroups_->controllers()) ctrls += (ctrls.empty() ? "" : " ") + c;
+  log_info("agent ready", {{"SOCKET", cfg_.socket},
+                           {"CGROUP_ROOT", cfg_.cgroup_root},
+                           {"CONTROLLERS", ctrls.empty() ? "none" : ctrls},
+                           {"TASKS", std::to_string(tasks_.size())}});
+  sd_notify(0, "READY=1");
+  update_status();
+  return {};
+}
+
+Status Manager::run() { return loop_->run(); }
+
+void Manager::update_status() {
+  size_t running = 0;
+  for (const auto& [id, t] : tasks_) running += (t->state == "running" || t->state == "stopping");
+  sd_notifyf(0, "STATUS=%zu tasks running, %zu known", running, tasks_.size());
+}
+
+std::string Manager::cgroup_rel(const std::string& id) const {
+  std::string dir = cgroups_->task_dir(id);
+  if (!cgroup_mount_.empty() && dir.rfind(cgroup_mount_, 0) == 0) {
+    std::string rel = dir.substr(cgroup_mount_.size());
+    return rel.empty() ? "/" : rel;
+  }
+  return dir;
+}
+
+// ---------------------------------------------------------------- persistence
+
+Status Manager::save(const Task& t) {
+  TRY_ASSIGN(Stmt st, db_->prepare(
+      "INSERT OR REPLACE INTO tasks (id, name, spec, state, incarnation, pid, exit_code, signal, "
+      "core_dumped, oom_killed, restarts, reason, stop_requested, stop_deadline_us, next_start_us, "
+      "backoff_us, created_us, started_us, finished_us, warnings) "
+      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"));
+  st.bind(1, t.id).bind(2, t.name).bind(3, to_json(t.spec).dump()).bind(4, t.state);
+  st.bind(5, static_cast<int64_t>(t.incarnation));
+  st.bind_opt(6, t.pid > 0 ? std::optional<int64_t>(t.pid) : std::nullopt);
+  st.bind_opt(7, t.exit_code ? std::optional<int64_t>(*t.exit_code) : std::nullopt);
+  st.bind_opt(8, t.signal ? std::optional<int64_t>(*t.signal) : std::nullopt);
+  st.bind(9, int64_t{t.core_dumped}).bind(10, int64_t{t.oom_killed}).bind(11, t.restarts);
+  st.bind(12, t.reason).bind(13, int64_t{t.stop_requested}).bind(14, t.stop_deadline_us);
+  st.bind(15, t.next_start_us).bind(16, t.backoff_us).bind(17, t.created_us);
+  st.bind(18, t.started_us).bind(19, t.finished_us).bind(20, json(t.warnings).dump());
+  return st.run();
+}
+
+Status Manager::insert(const Task& t) { return save(t); }
+
+Status Manager::erase(const std::string& id) {
+  TRY_ASSIGN(Stmt st, db_->prepare("DELETE FROM tasks WHERE id = ?1"));
+  st.bind(1, id);
+  return st.run();
+}
+
+Status Manager::load_tasks() {
+  TRY_ASSIGN(Stmt st, db_->prepare(
+      "SELECT id, name, spec, state, incarnation, pid, exit_code, signal, core_dumped, oom_killed, "
+      "restarts, reason, stop_requested, stop_deadline_us, next_start_us, backoff_us, created_us, "
+      "started_us, finished_us, warnings FROM tasks"));
+  for (;;) {
+    TRY_ASSIGN(bool row, st.step());
+    if (!row) break;
+    auto t = std::make_unique<Task>();
+    t->id = st.col_text(0);
+    t->name = st.col_text(1);
+    json spec = json::parse(st.col_text(2), nullptr, false);
+    auto parsed = parse_spec(spec);
+    if (!parsed.ok()) {
+      log_error("stored task spec no longer parses; the task is kept as failed",
+                {{"TASK_ID", t->id}, {"ERROR", parsed.error().str()}});
+      t->state = "failed";
+      t->reason = "stored spec invalid: " + parsed.error().str();
+    } else {
+      t->spec = std::move(parsed).value();
+      t->state = st.col_text(3);
+    }
+    t->incarnation = static_cast<uint64_t>(st.col_int(4));
+    t->pid = st.col_null(5) ? -1 : static_cast<int>(st.col_int(5));
+    if (!st.col_null(6)) t->exit_code = static_cast<int>(st.col_int(6));
+    if (!st.col_null(7)) t->signal = static_cast<int>(st.col_int(7));
+    t->core_dumped = st.col_int(8) != 0;
+    t->oom_killed = st.col_int(9) != 0;
+    t->restarts = st.col_int(10);
+    if (t->reason.empty()) t->reason = st.col_text(11);
+    t->stop_requested = st.col_int(12) != 0;
+    t->stop_deadline_us = st.col_int(13);
+    t->next_start_us = st.col_int(14);
+    t->backoff_us = st.col_int(15);
+    t->created_us = st.col_int(16);
+    t->started_us = st.col_int(17);
+    t->finished_us = st.col_int(18);
+    json w = json::parse(st.col_text(19), nullptr, false);
+    if (w.is_array())
+      for (const auto& x : w)
+        if (x.is_string()) t->warnings.push_back(x.get<std::string>());
+    tasks_[t->id] = std::move(t);
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------- recovery
+
+int Manager::find_init_pid(const std::string& id) {
+  auto procs = cgroups_->procs(id);
+  if (!procs.ok() || procs->empty()) return -1;
+  std::set<int> members(procs->begin(), procs->end());
+  HostPaths host(cfg_.host_root);
+  for (int p : *procs) {
+    auto stat = read_file(host.proc(std::to_string(p) + "/stat"));
+    if (!stat.ok()) continue;
+    auto close_paren = stat->rfind(')');
+    if (close_paren == std::string::npos) continue;
+    auto fields = split(stat->substr(close_paren + 2), ' ');
+    if (fields.size() < 2) continue;
+    int ppid = std::atoi(fields[1].c_str());
+    if (!members.count(ppid)) return p;
+  }
+  return -1;
+}
+
+void Manager::adopt_or_collect(Task& t) {
+  HostPaths host(cfg_.host_root);
+  int pid = -1;
+  if (t.pid > 0) {
+    auto cg = read_file(host.proc(std::to_string(t.pid) + "/cgroup"));
+    if (cg.ok() && cg->find("0::" + cgroup_rel(t.id) + "\n") != std::string::npos) pid = t.pid;
+  }
+  if (pid < 0) pid = find_init_pid(t.id);
+  if (pid > 0) {
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) {
+      t.pidfd = Fd(fd);
+      t.pid = pid;
+      t.is_child = false;
+      if (t.state == "starting") {
+        t.state = "running";
+        if (t.started_us == 0) t.started_us = now_us();
+      }
+      (void)save(t);
+      watch_init(t);
+      if (t.state == "stopping") arm_stop_timer(t);
+      log_info("adopted running task", {{"TASK_ID", t.id}, {"PID", std::to_string(pid)}});
+      return;
+    }
+  }
+  // Not running: its exit (if any) is in the record weft-init left behind.
+  std::optional<ExitRecord> rec;
+  if (auto text = read_file(task_state_dir(t.id) + "/exit"); text.ok()) {
+    rec = parse_exit_record(*text);
+    if (rec && rec->incarnation != t.incarnation) rec.reset();
+  }
+  if (!rec && t.reason.empty()) {
+    t.reason = t.state == "starting" ? "agent restarted while starting the task"
+                                     : "task ended while the agent was down, without an exit record";
+  }
+  log_info("collected exit of a task that ended while the agent was down", {{"TASK_ID", t.id}});
+  finish_incarnation(t, rec, std::nullopt);
+}
+
+void Manager::recover() {
+  std::vector<std::string> ids;
+  for (const auto& [id, t] : tasks_) ids.push_back(id);
+  for (const auto& id : ids) {
+    Task& t = *tasks_[id];
+    if (t.state == "starting" || t.state == "running" || t.state == "stopping") {
+      adopt_or_collect(t);
+    } else if (t.state == "backoff") {
+      schedule_restart(t);  // re-arms the timer from the stored next_start_us
+    }
+  }
+  // Cgroups nobody owns any more: kill and remove.
+  auto dirs = cgroups_->task_ids();
+  if (dirs.ok()) {
+    for (const auto& d : *dirs) {
+      auto it = tasks_.find(d);
+      bool owned = it != tasks_.end() && (it->second->state == "running" ||
+                                          it->second->state == "stopping" ||
+                                          it->second->state == "starting");
+      if (owned) continue;
+      log_warn("removing unknown task cgroup", {{"CGROUP", cgroups_->task_dir(d)}});
+      if (auto s = cgroups_->remove_task(d); !s.ok())
+        log_error("could not remove unknown cgroup", {{"ERROR", s.error().str()}});
+    }
+  }
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+Result<Task*> Manager::create_task(TaskSpec spec) {
+  // Validate everything that can be known before anything is created.
+  TRY(resolve_identity(spec.user, spec.group));
+  if (!spec.rootfs.empty()) {
+    struct stat st;
+    if (::stat(spec.rootfs.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
+      return field_error("rootfs", "'" + spec.rootfs + "' is not a directory");
+  }
+  TRY_ASSIGN(LimitPlan plan,
+             plan_limits(spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
+  for (const auto& [id, t] : tasks_) {
+    if (t->name == spec.name && !t->terminal()) {
+      Error e = field_error("name", "a task named '" + spec.name + "' is already " + t->state +
+                                        " (id " + id + ")");
+      e.code = RpcCode::kConflict;
+      return e;
+    }
+  }
+  auto t = std::make_unique<Task>();
+  t->id = random_hex(8);
+  t->name = spec.name;
+  t->spec = std::move(spec);
+  t->state = "starting";
+  t->created_us = now_us();
+  t->warnings = plan.warnings;
+  TRY_CTX(insert(*t), "record task");
+  crash_point("run.recorded");
+  Task* raw = t.get();
+  tasks_[raw->id] = std::move(t);
+  Status s = start_incarnation(*raw);
+  if (!s.ok()) {
+    // Nothing half-made survives a failed start: no cgroup, no state, no row.
+    (void)cgroups_->remove_task(raw->id);
+    (void)remove_tree(task_state_dir(raw->id));
+    (void)erase(raw->id);
+    tasks_.erase(raw->id);
+    return std::move(s).error();
+  }
+  for (const auto& w : raw->warnings) log_warn(w, {{"TASK_ID", raw->id}});
+  return raw;
+}
+
+Status Manager::start_incarnation(Task& t) {
+  TRY_ASSIGN(LimitPlan plan,
+             plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
+  TRY_ASSIGN(Identity ident, resolve_identity(t.spec.user, t.spec.group));
+  t.incarnation++;
+  t.state = "starting";
+  t.pid = -1;
+  TRY_CTX(save(t), "record task");
+  std::string dir = task_state_dir(t.id);
+  TRY(mkdir_p(dir + "/logs", 0750));
+  ::unlink((dir + "/exit").c_str());
+  TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
+  crash_point("start.cgroup");
+  Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dirfd.valid()) {
+    Error e = sys_error("open " + dir);
+    (void)cgroups_->remove_task(t.id);
+    return e;
+  }
+  SpawnRequest req;
+  req.init_path = cfg_.init_path;
+  req.cgroup_dir = cgroups_->task_dir(t.id);
+  req.task_dir_fd = dirfd.get();
+  req.init_argv = build_init_argv(t.spec, ident, t.incarnation);
+  req.new_pid = t.spec.ns.pid;
+  req.new_mount = t.spec.ns.mount;
+  req.new_uts = t.spec.ns.uts;
+  req.new_ipc = t.spec.ns.ipc;
+  req.new_net = t.spec.ns.network == NetworkMode::kPrivate;
+  auto spawned = spawn_init(req);
+  if (!spawned.ok()) {
+    (void)cgroups_->remove_task(t.id);
+    return std::move(spawned).error();
+  }
+  crash_point("start.spawned");
+  t.pid = spawned->pid;
+  t.pidfd = std::move(spawned->pidfd);
+  t.is_child = true;
+  t.state = "running";
+  t.started_us = now_us();
+  t.exit_code.reset();
+  t.signal.reset();
+  t.core_dumped = t.oom_killed = false;
+  if (!t.stop_requested) t.reason.clear();
+  Status saved = save(t);
+  watch_init(t);
+  if (!saved.ok()) log_error("could not record running task", {{"TASK_ID", t.id}, {"ERROR", saved.error().str()}});
+  log_info("task started", {{"TASK_ID", t.id}, {"TASK_NAME", t.name}, {"PID", std::to_string(t.pid)},
+                            {"INCARNATION", std::to_string(t.incarnation)}});
+  update_status();
+  return {};
+}
+
+void Manager::watch_init(Task& t) {
+  std::string id = t.id;
+  auto src = loop_->add_io(t.pidfd.get(), EPOLLIN, [this, id](uint32_t) { on_init_exit(id); });
+  if (src.ok()) {
+    t.watch = std::move(src).value();
+  } else {
+    log_error("cannot watch task process", {{"TASK_ID", id}, {"ERROR", src.error().str()}});
+  }
+}
+
+void Manager::on_init_exit(const std::string& id) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return;
+  Task& t = *it->second;
+  t.watch.reset();
+  std::optional<int> wait_status;
+  if (t.is_child) {
+    siginfo_t si;
+    std::memset(&si, 0, sizeof si);
+    if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(t.pidfd.get()), &si,
+                 WEXITED | WNOHANG) == 0 && si.si_pid != 0) {
+      if (si.si_code == CLD_EXITED) wait_status = (si.si_status & 0xff) << 8;
+      else wait_status = (si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+    }
+  }
+  std::optional<ExitRecord> rec;
+  if (auto text = read_file(task_state_dir(id) + "/exit"); text.ok()) {
+    rec = parse_exit_record(*text);
+    if (rec && rec->incarnation != t.incarnation) rec.reset();
+  }
+  finish_incarnation(t, rec, wait_status);
+}
+
+void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
+                                 std::optional<int> init_status) {
+  t.watch.reset();
+  t.timer.reset();
+  t.oom_killed = cgroups_->oom_kills(t.id).value_or(0) > 0;
+  if (auto s = cgroups_->remove_task(t.id); !s.ok())
+    log_error("could not remove task cgroup", {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
+  crash_point("exit.cgroup-removed");
+  t.pidfd.reset();
+  t.pid = -1;
+  t.finished_us = now_us();
+  t.exit_code.reset();
+  t.signal.reset();
+  t.core_dumped = false;
+
+  bool restartable = true;
+  std::optional<int> status = rec && rec->status ? rec->status : std::nullopt;
+  if (!status && !rec && init_status) status = init_status;  // init itself died
+  if (status) {
+    if (WIFEXITED(*status)) {
+      t.exit_code = WEXITSTATUS(*status);
+    } else if (WIFSIGNALED(*status)) {
+      t.signal = WTERMSIG(*status);
+      t.core_dumped = WCOREDUMP(*status);
+    }
+  }
+  bool success = t.exit_code && *t.exit_code == 0 && !t.oom_killed;
+  if (rec && rec->exec_errno) {
+    t.reason = "cannot execute " + t.spec.argv[0] + ": " + std::strerror(rec->exec_errno);
+    restartable = false;
+    success = false;
+  } else if (rec && !rec->setup_error.empty()) {
+    t.reason = "task setup failed: " + rec->setup_error;
+    restartable = false;
+    success = false;
+  } else if (t.oom_killed) {
+    t.reason = "killed by the kernel OOM killer (memory limit reached)";
+  } else if (t.exit_code && *t.exit_code != 0) {
+    t.reason = "exited with code " + std::to_string(*t.exit_code);
+  } else if (t.signal) {
+    t.reason = "killed by " + signal_name(*t.signal) + (t.core_dumped ? " (core dumped)" : "");
+  } else if (status) {
+    t.reason.clear();
+  } else if (!rec && t.reason.empty()) {
+    t.reason = "weft-init ended without recording an exit status";
+  }
+  if (!status && !(rec && (rec->exec_errno || !rec->setup_error.empty()))) success = false;
+
+  const auto& rs = t.spec.restart;
+  bool want_restart = !t.stop_requested && restartable &&
+                      (rs.policy == RestartPolicy::kAlways ||
+                       (rs.policy == RestartPolicy::kOnFailure && !success));
+  if (want_restart && rs.max_restarts >= 0 && t.restarts >= rs.max_restarts) {
+    want_restart = false;
+    t.reason += (t.reason.empty() ? "" : "; ") + std::string("restart limit reached");
+  }
+  if (t.stop_requested) t.state = "stopped";
+  else t.state = success ? "exited" : "failed";
+  log_info("task ended", {{"TASK_ID", t.id}, {"STATE", t.state}, {"REASON", t.reason}});
+  if (want_restart) {
+    int64_t ran = t.finished_us - t.started_us;
+    if (t.backoff_us == 0 || ran >= static_cast<int64_t>(rs.reset_after_us)) {
+      t.backoff_us = static_cast<int64_t>(rs.delay_us);
+    } else {
+      t.backoff_us = std::min<int64_t>(t.backoff_us * 2, static_cast<int64_t>(rs.max_delay_us));
+    }
+    t.state = "backoff";
+    t.next_start_us = now_us() + t.backoff_us;
+    t.restarts++;
+  }
+  if (auto s = save(t); !s.ok())
+    log_error("could not record task exit", {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
+  crash_point("exit.recorded");
+  // The exit record has served its purpose only once the database holds it.
+  ::unlink((task_state_dir(t.id) + "/exit").c_str());
+  if (t.state == "backoff") schedule_restart(t);
+  update_status();
+}
+
+void Manager::schedule_restart(Task& t) {
+  std::string id = t.id;
+  int64_t delay = std::max<int64_t>(0, t.next_start_us - now_us());
+  auto src = loop_->add_timer_in(static_cast<uint64_t>(delay), [this, id] {
+    auto it = tasks_.find(id);
+    if (it == tasks_.end() || it->second->state != "backoff") return;
+    Task& task = *it->second;
+    task.timer.reset();
+    Status s = start_incarnation(task);
+    if (!s.ok()) {
+      task.state = "failed";
+      task.reason = "restart failed: " + s.error().str();
+      task.finished_us = now_us();
+      (void)save(task);
+      log_error("task restart failed", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
+    }
+  });
+  if (src.ok()) t.timer = std::move(src).value();
+}
+
+void Manager::arm_stop_timer(Task& t) {
+  std::string id = t.id;
+  int64_t delay = std::max<int64_t>(0, t.stop_deadline_us - now_us());
+  auto src = loop_->add_timer_in(static_cast<uint64_t>(delay), [this, id] { on_stop_deadline(id); });
+  if (src.ok()) t.timer = std::move(src).value();
+}
+
+void Manager::on_stop_deadline(const std::string& id) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end() || it->second->state != "stopping") return;
+  log_info("grace period over; killing the task's cgroup", {{"TASK_ID", id}});
+  if (auto s = cgroups_->kill_task(id); !s.ok())
+    log_error("cgroup.kill failed", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
+}
+
+Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
+  if (t.terminal()) return {};
+  if (t.state == "backoff") {
+    t.timer.reset();
+    t.stop_requested = true;
+    t.state = "stopped";
+    t.finished_us = now_us();
+    return save(t);
+  }
+  uint64_t grace = grace_us.value_or(t.spec.stop_grace_us);
+  int64_t deadline = now_us() + static_cast<int64_t>(grace);
+  if (t.state == "stopping" && deadline >= t.stop_deadline_us) return {};  // already on its way
+  t.stop_requested = true;
+  t.state = "stopping";
+  t.stop_deadline_us = deadline;
+  TRY(save(t));
+  (void)cgroups_->freeze_task(t.id, false);  // a frozen task cannot act on its stop signal
+  if (grace == 0 || !t.pidfd.valid() || pidfd_send(t.pidfd.get(), t.spec.stop_signal) < 0) {
+    TRY(cgroups_->kill_task(t.id));
+  }
+  crash_point("stop.signalled");
+  arm_stop_timer(t);
+  return {};
+}
+
+// ---------------------------------------------------------------- API
+
+Status Manager::check_privileged(const rpc::Peer& peer) const {
+  if (!peer.is_unix) return make_error("permission denied").with_code(RpcCode::kPermissionDenied);
+  if (peer.uid == 0 || peer.uid == getuid()) return {};
+  if (weft_gid_ >= 0) {
+    if (peer.gid == static_cast<gid_t>(weft_gid_)) return {};
+    auto status = read_file(HostPaths(cfg_.host_root).proc(std::to_string(peer.pid) + "/status"));
+    if (status.ok()) {
+      for (const auto& line : split(*status, '\n')) {
+        if (line.rfind("Groups:", 0) != 0) continue;
+        for (const auto& g : split(trim(line.substr(7)), ' '))
+          if (!g.empty() && std::atoi(g.c_str()) == weft_gid_) return {};
+      }
+    }
+  }
+  return make_error("permission denied: changing tasks needs root or membership in group '" +
+                    cfg_.socket_group + "'")
+      .with_code(RpcCode::kPermissionDenied);
+}
+
+Result<Task*> Manager::find_task(const json& params) {
+  TRY_ASSIGN(std::string key, param_string(params, "id"));
+  if (auto it = tasks_.find(key); it != tasks_.end()) return it->second.get();
+  // A name: the live task of that name, else the most recent one.
+  Task* best = nullptr;
+  for (auto& [id, t] : tasks_) {
+    if (t->name != key) continue;
+    if (!best || (!t->terminal() && best->terminal()) ||
+        (t->terminal() == best->terminal() && t->created_us > best->created_us))
+      best = t.get();
+  }
+  if (best) return best;
+  // A unique id prefix of at least 4 characters.
+  if (key.size() >= 4) {
+    for (auto& [id, t] : tasks_) {
+      if (id.rfind(key, 0) != 0) continue;
+      if (best) return make_error("'" + key + "' matches more than one task").with_code(RpcCode::kConflict);
+      best = t.get();
+    }
+    if (best) return best;
+  }
+  return make_error("no task '" + key + "'").with_code(RpcCode::kNotFound);
+}
+
+json Manager::summary(const Task& t) const {
+  json j{{"id", t.id},
+         {"name", t.name},
+         {"state", t.state},
+         {"pid", t.pid > 0 ? json(t.pid) : json()},
+         {"exit_code", t.exit_code ? json(*t.exit_code) : json()},
+         {"signal", t.signal ? json(signal_name(*t.signal)) : json()},
+         {"core_dumped", t.core_dumped},
+         {"oom_killed", t.oom_killed},
+         {"restarts", t.restarts},
+         {"incarnation", t.incarnation},
+         {"cgroup", cgroup_rel(t.id)},
+         {"reason", t.reason},
+         {"created_at", format_time(t.created_us)},
+         {"started_at", format_time(t.started_us)},
+         {"finished_at", t.terminal() || t.state == "backoff" ? format_time(t.finished_us) : ""}};
+  if (t.state == "backoff") j["next_start_at"] = format_time(t.next_start_us);
+  return j;
+}
+
+json Manager::detail(Task& t) {
+  json j = summary(t);
+  j["spec"] = to_json(t.spec);
+  j["warnings"] = t.warnings;
+  if (t.state == "running" || t.state == "stopping") {
+    j["stats"] = cgroups_->stats(t.id).to_json();
+    auto fr = cgroups_->frozen(t.id);
+    j["frozen"] = fr.ok() && *fr;
+  }
+  if (t.state == "stopping") j["stop_deadline_at"] = format_time(t.stop_deadline_us);
+  json logs = json::object();
+  for (const char* stream : {"stdout", "stderr"}) {
+    LogStats li = log_stats(task_state_dir(t.id) + "/logs", stream);
+    logs[stream] = {{"files", li.files}, {"bytes", li.bytes}, {"dropped_bytes", li.dropped}};
+  }
+  j["logs"] = logs;
+  return j;
+}
+
+void Manager::register_methods() {
+  using rpc::CallContext;
+  methods_.add("agent.info", [this](const json&, const CallContext&) -> Result<json> {
+    json labels = cfg_.labels;
+    size_t running = 0;
+    for (const auto& [id, t] : tasks_) running += !t->terminal() && t->state != "backoff";
+    return json{{"machine_id", cfg_.machine_id},
+                {"labels", labels},
+                {"cgroup_root", cfg_.cgroup_root},
+                {"controllers", cgroups_->controllers()},
+                {"hugepage_sizes", cgroups_->hugepage_sizes()},
+                {"tasks", tasks_.size()},
+                {"tasks_running", running},
+                {"uptime_seconds", (now_monotonic_us() - started_at_us_) / 1000000},
+                {"version", "0.1.0"}};
+  });
+
+  methods_.add("task.run", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(TaskSpec spec, parse_spec(p));
+    TRY_ASSIGN(Task * t, create_task(std::move(spec)));
+    json j = summary(*t);
+    j["warnings"] = t->warnings;
+    return j;
+  });
+
+  methods_.add("task.ls", [this](const json&, const CallContext&) -> Result<json> {
+    std::vector<const Task*> list;
+    for (const auto& [id, t] : tasks_) list.push_back(t.get());
+    std::sort(list.begin(), list.end(),
+              [](const Task* a, const Task* b) { return a->created_us < b->created_us; });
+    json arr = json::array();
+    for (const Task* t : list) arr.push_back(summary(*t));
+    return json{{"tasks", arr}};
+  });
+
+  methods_.add("task.show", [this](const json& p, const CallContext&) -> Result<json> {
+    TRY_ASSIGN(Task * t, find_task(p));
+    return detail(*t);
+  });
+
+  methods_.add("task.stop", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(Task * t, find_task(p));
+    std::optional<uint64_t> grace;
+    if (p.contains("grace")) {
+      const json& g = p["grace"];
+      if (g.is_number() && g.get<double>() >= 0) grace = static_cast<uint64_t>(g.get<double>() * 1e6);
+      else if (g.is_string()) {
+        auto d = parse_duration_us(g.get<std::string>());
+        if (!d.ok()) return field_error("grace", d.error().message);
+        grace = *d;
+      } else {
+        return field_error("grace", "must be seconds or a duration such as \"5s\"");
+      }
+    }
+    TRY(request_stop(*t, grace));
+    return summary(*t);
+  });
+
+  methods_.add("task.kill", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(Task * t, find_task(p));
+    int sig = SIGKILL;
+    if (p.contains("signal")) {
+      if (!p["signal"].is_string() && !p["signal"].is_number_integer())
+        return field_error("signal", "must be a signal name or number");
+      auto s = parse_signal(p["signal"].is_string() ? p["signal"].get<std::string>()
+                                                    : std::to_string(p["signal"].get<int>()));
+      if (!s.ok()) return field_error("signal", s.error().message);
+      sig = *s;
+    }
+    if (t->state != "running" && t->state != "stopping" && t->state != "starting")
+      return make_error("task " + t->id + " is " + t->state + ", not running").with_code(RpcCode::kConflict);
+    if (sig == SIGKILL) {
+      TRY(cgroups_->kill_task(t->id));
+    } else if (pidfd_send(t->pidfd.get(), sig) < 0) {
+      return sys_error("signal task " + t->id);
+    }
+    return summary(*t);
+  });
+
+  auto freezer = [this](bool freeze) {
+    return [this, freeze](const json& p, const CallContext& c) -> Result<json> {
+      TRY(check_privileged(c.peer));
+      TRY_ASSIGN(Task * t, find_task(p));
+      if (t->state != "running")
+        return make_error("task " + t->id + " is " + t->state + ", not running").with_code(RpcCode::kConflict);
+      TRY(cgroups_->freeze_task(t->id, freeze));
+      // cgroup.events reports frozen once every member has stopped; wait briefly.
+      bool done = false;
+      for (int i = 0; i < 1000 && !done; ++i) {
+        auto f = cgroups_->frozen(t->id);
+        done = f.ok() && *f == freeze;
+        if (!done) ::usleep(1000);
+      }
+      json j = summary(*t);
+      j["frozen"] = freeze ? done : !done;
+      return j;
+    };
+  };
+  methods_.add("task.freeze", freezer(true));
+  methods_.add("task.thaw", freezer(false));
+
+  methods_.add("task.logs", [this](const json& p, const CallContext&) -> Result<json> {
+    TRY_ASSIGN(Task * t, find_task(p));
+    std::string stream = "stdout";
+    if (p.contains("stream")) {
+      if (!p["stream"].is_string() || (p["stream"] != "stdout" && p["stream"] != "stderr"))
+        return field_error("stream", "must be \"stdout\" or \"stderr\"");
+      stream = p["stream"];
+    }
+    size_t max_bytes = 65536;
+    if (p.contains("max_bytes")) {
+      if (!p["max_bytes"].is_number_unsigned() || p["max_bytes"].get<uint64_t>() == 0)
+        return field_error("max_bytes", "must be a positive integer");
+      max_bytes = std::min<size_t>(p["max_bytes"].get<uint64_t>(), 512 * 1024);
+    }
+    std::optional<LogCursor> cursor;
+    if (p.contains("cursor") && !p["cursor"].is_null()) {
+      const json& c = p["cursor"];
+      if (!c.is_object() || !c.contains("seq") || !c["seq"].is_number_unsigned() ||
+          !c.contains("offset") || !c["offset"].is_number_unsigned())
+        return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
+      cursor = LogCursor{c["seq"].get<unsigned>(), c["offset"].get<uint64_t>()};
+    }
+    std::optional<size_t> tail;
+    if (p.contains("tail")) {
+      if (!p["tail"].is_number_unsigned()) return field_error("tail", "must be a number of lines");
+      tail = p["tail"].get<size_t>();
+    }
+    TRY_ASSIGN(LogChunk chunk, read_log(task_state_dir(t->id) + "/logs", stream, cursor, max_bytes, tail));
+    return json{{"data", chunk.data},
+                {"cursor", {{"seq", chunk.next.seq}, {"offset", chunk.next.offset}}},
+                {"skipped", chunk.skipped > 0},
+                {"state", t->state}};
+  });
+
+  methods_.add("task.remove", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(Task * t, find_task(p));
+    if (!t->terminal())
+      return make_error("task " + t->id + " is " + t->state + "; stop it first").with_code(RpcCode::kConflict);
+    std::string id = t->id;
+    TRY(erase(id));
+    (void)remove_tree(task_state_dir(id));
+    tasks_.erase(id);
+    return json{{"id", id}, {"removed", true}};
+  });
+}
+
+}  // namespace weft::agent

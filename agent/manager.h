@@ -1,0 +1,131 @@
+// The agent's manager: owns the event loop, the task table (sqlite, in memory), the
+// cgroup tree and the local API. One thread; every callback runs on the loop.
+//
+// Task lifecycle (states as reported by task.ls):
+//
+//   starting -> running -> (stopping) -> exited | failed | stopped
+//                  \-> backoff -> starting ...   (restart policy)
+//
+// Each state change is committed to sqlite before the side effect that depends on it,
+// and every step can be reconstructed from the database plus the cgroup tree plus the
+// exit record weft-init leaves, which is what recover() does after a crash.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/agent_conf.h"
+#include "agent/cgroup.h"
+#include "agent/spec.h"
+#include "common/event.h"
+#include "common/fs.h"
+#include "common/rpc.h"
+#include "common/store.h"
+
+namespace weft::agent {
+
+struct Task {
+  std::string id;
+  std::string name;
+  TaskSpec spec;
+  std::string state;  // starting running stopping backoff exited failed stopped
+  uint64_t incarnation = 0;
+  int pid = -1;  // host pid of weft-init
+  std::optional<int> exit_code, signal;
+  bool core_dumped = false, oom_killed = false;
+  int64_t restarts = 0;
+  std::string reason;
+  bool stop_requested = false;
+  int64_t stop_deadline_us = 0;  // realtime
+  int64_t next_start_us = 0;     // realtime, in backoff
+  int64_t backoff_us = 0;
+  int64_t created_us = 0, started_us = 0, finished_us = 0;
+  std::vector<std::string> warnings;
+
+  // Not persisted.
+  Fd pidfd;
+  Source watch;
+  Source timer;
+  bool is_child = false;
+
+  bool terminal() const { return state == "exited" || state == "failed" || state == "stopped"; }
+};
+
+// Parsed <task dir>/exit as written by weft-init.
+struct ExitRecord {
+  uint64_t incarnation = 0;
+  std::optional<int> status;  // raw wait status of the main process
+  int exec_errno = 0;
+  std::string setup_error;
+};
+std::optional<ExitRecord> parse_exit_record(const std::string& text);
+
+class Manager {
+ public:
+  // `fs` is the cgroup filesystem (real in production).
+  static Result<std::unique_ptr<Manager>> create(AgentConfig cfg, std::unique_ptr<CgroupFs> fs);
+  ~Manager();
+
+  // Opens state, sets up cgroups, reconciles with the cgroup tree, binds the socket.
+  Status start();
+  Status run();
+  EventLoop& loop() { return *loop_; }
+  const AgentConfig& config() const { return cfg_; }
+  const rpc::Dispatcher& dispatcher() const { return methods_; }
+
+ private:
+  Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<EventLoop> loop);
+
+  void register_methods();
+  Status check_privileged(const rpc::Peer& peer) const;
+  Result<Task*> find_task(const nlohmann::json& params);
+
+  // Lifecycle.
+  Result<Task*> create_task(TaskSpec spec);
+  Status start_incarnation(Task& t);
+  void watch_init(Task& t);
+  void on_init_exit(const std::string& id);
+  void finish_incarnation(Task& t, const std::optional<ExitRecord>& rec, std::optional<int> wait_status);
+  void schedule_restart(Task& t);
+  void arm_stop_timer(Task& t);
+  void on_stop_deadline(const std::string& id);
+  Status request_stop(Task& t, std::optional<uint64_t> grace_us);
+
+  // Recovery.
+  Status load_tasks();
+  void recover();
+  void adopt_or_collect(Task& t);
+  int find_init_pid(const std::string& id);
+
+  // Persistence.
+  Status save(const Task& t);
+  Status insert(const Task& t);
+  Status erase(const std::string& id);
+
+  std::string task_state_dir(const std::string& id) const { return cfg_.state_dir + "/tasks/" + id; }
+  std::string cgroup_rel(const std::string& id) const;
+  nlohmann::json summary(const Task& t) const;
+  nlohmann::json detail(Task& t);
+  void update_status();
+
+  AgentConfig cfg_;
+  std::unique_ptr<CgroupFs> fs_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<CgroupTree> cgroups_;
+  std::unique_ptr<Db> db_;
+  rpc::Dispatcher methods_;
+  std::unique_ptr<rpc::Server> server_;
+  std::map<std::string, std::unique_ptr<Task>> tasks_;
+  std::vector<Source> signals_;
+  int weft_gid_ = -1;
+  std::string cgroup_mount_;
+  uint64_t started_at_us_ = 0;
+};
+
+}  // namespace weft::agent

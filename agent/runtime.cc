@@ -1,0 +1,188 @@
+#include "agent/runtime.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace weft::agent {
+
+namespace {
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Runs in the child between clone and exec: only async-signal-safe calls.
+[[noreturn]] void child_exec(const SpawnRequest& req, char* const* argv, int err_w, int procs_fd) {
+  int err = 0;
+  if (procs_fd >= 0) {
+    // Fallback path: enter the cgroup before running anything else.
+    if (::write(procs_fd, "0", 1) != 1) err = errno;
+  }
+  if (!err) {
+    int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0 || ::dup2(null_fd, 0) < 0 || ::dup2(null_fd, 1) < 0 || ::dup2(null_fd, 2) < 0)
+      err = errno;
+    if (!err && ::dup2(req.task_dir_fd, 3) < 0) err = errno;
+    if (!err) {
+      // Everything above 3 except the error pipe is the agent's business only; all of it
+      // is close-on-exec already, this makes sure.
+      ::syscall(SYS_close_range, 4, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execve(req.init_path.c_str(), argv, environ);
+      err = errno;
+    }
+  }
+  (void)!::write(err_w, &err, sizeof err);
+  ::_exit(127);
+}
+
+}  // namespace
+
+Result<Identity> resolve_identity(const std::string& user, const std::string& group) {
+  Identity id;
+  if (user.empty() && group.empty()) return id;
+  id.set = true;
+  char buf[16384];
+  if (!user.empty()) {
+    struct passwd pw, *res = nullptr;
+    if (all_digits(user)) {
+      id.uid = std::stol(user);
+      if (getpwuid_r(static_cast<uid_t>(id.uid), &pw, buf, sizeof buf, &res) == 0 && res) {
+        id.gid = res->pw_gid;
+      } else {
+        id.gid = id.uid;
+      }
+    } else {
+      if (getpwnam_r(user.c_str(), &pw, buf, sizeof buf, &res) != 0 || !res)
+        return field_error("user", "no such user '" + user + "'");
+      id.uid = res->pw_uid;
+      id.gid = res->pw_gid;
+    }
+    if (res) {
+      int n = 64;
+      std::vector<gid_t> g(64);
+      if (getgrouplist(res->pw_name, static_cast<gid_t>(id.gid), g.data(), &n) >= 0) {
+        g.resize(static_cast<size_t>(n));
+        id.groups = g;
+      }
+    }
+  }
+  if (!group.empty()) {
+    if (all_digits(group)) {
+      id.gid = std::stol(group);
+    } else {
+      struct group gr, *res = nullptr;
+      if (getgrnam_r(group.c_str(), &gr, buf, sizeof buf, &res) != 0 || !res)
+        return field_error("group", "no such group '" + group + "'");
+      id.gid = res->gr_gid;
+    }
+    if (user.empty()) id.uid = -1;
+    id.groups = {static_cast<gid_t>(id.gid)};
+  }
+  if (id.groups.empty() && id.gid >= 0) id.groups = {static_cast<gid_t>(id.gid)};
+  return id;
+}
+
+std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
+                                         uint64_t incarnation) {
+  std::vector<std::string> a = {"weft-init", "--task-dir-fd", "3", "--incarnation",
+                                std::to_string(incarnation)};
+  if (id.set) {
+    if (id.uid >= 0) a.insert(a.end(), {"--uid", std::to_string(id.uid)});
+    if (id.gid >= 0) a.insert(a.end(), {"--gid", std::to_string(id.gid)});
+    std::string g;
+    for (gid_t x : id.groups) g += (g.empty() ? "" : ",") + std::to_string(x);
+    if (!g.empty()) a.insert(a.end(), {"--groups", g});
+  }
+  a.insert(a.end(), {"--cwd", spec.cwd});
+  if (!spec.hostname.empty()) a.insert(a.end(), {"--hostname", spec.hostname});
+  if (!spec.rootfs.empty()) a.insert(a.end(), {"--rootfs", spec.rootfs});
+  else if (spec.ns.pid && spec.ns.mount) a.push_back("--proc");
+  if (spec.ns.network == NetworkMode::kPrivate) a.push_back("--lo");
+  a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",
+                     std::to_string(spec.logs.max_files)});
+  std::map<std::string, std::string> env = spec.env;
+  env.emplace("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  if (!spec.hostname.empty()) env.emplace("HOSTNAME", spec.hostname);
+  for (const auto& [k, v] : env) a.insert(a.end(), {"--env", k + "=" + v});
+  a.push_back("--");
+  a.insert(a.end(), spec.argv.begin(), spec.argv.end());
+  return a;
+}
+
+Result<Spawned> spawn_init(const SpawnRequest& req) {
+  std::vector<char*> argv;
+  for (const auto& s : req.init_argv) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+
+  uint64_t ns_flags = 0;
+  if (req.new_pid) ns_flags |= CLONE_NEWPID;
+  if (req.new_mount) ns_flags |= CLONE_NEWNS;
+  if (req.new_uts) ns_flags |= CLONE_NEWUTS;
+  if (req.new_ipc) ns_flags |= CLONE_NEWIPC;
+  if (req.new_net) ns_flags |= CLONE_NEWNET;
+
+  int errp[2];
+  if (::pipe2(errp, O_CLOEXEC) < 0) return sys_error("pipe");
+  Fd err_r(errp[0]), err_w(errp[1]);
+
+  Spawned out;
+  int pidfd = -1;
+  pid_t pid = -1;
+  if (!req.force_fallback) {
+    Fd cg(::open(req.cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!cg.valid()) return sys_error("open cgroup " + req.cgroup_dir);
+    struct clone_args ca;
+    std::memset(&ca, 0, sizeof ca);
+    ca.flags = CLONE_INTO_CGROUP | CLONE_PIDFD | ns_flags;
+    ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+    ca.exit_signal = SIGCHLD;
+    ca.cgroup = static_cast<uint64_t>(cg.get());
+    pid = static_cast<pid_t>(::syscall(SYS_clone3, &ca, sizeof ca));
+    if (pid == 0) child_exec(req, argv.data(), err_w.get(), -1);
+    if (pid > 0) out.used_clone3 = true;
+    else if (errno != ENOSYS && errno != E2BIG && errno != EINVAL)
+      return sys_error("clone3 into " + req.cgroup_dir);
+  }
+  if (pid < 0) {
+    Fd procs(::open((req.cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!procs.valid()) return sys_error("open " + req.cgroup_dir + "/cgroup.procs");
+    // clone(2) without a stack argument behaves like fork with namespace flags.
+    pid = static_cast<pid_t>(::syscall(SYS_clone, ns_flags | SIGCHLD, nullptr, nullptr, nullptr, 0));
+    if (pid == 0) child_exec(req, argv.data(), err_w.get(), procs.get());
+    if (pid < 0) return sys_error("clone");
+    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) {
+      Error e = sys_error("pidfd_open");
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return e;
+    }
+  }
+  out.pid = pid;
+  out.pidfd = Fd(pidfd);
+  err_w.reset();
+  int child_err = 0;
+  ssize_t n;
+  do {
+    n = ::read(err_r.get(), &child_err, sizeof child_err);
+  } while (n < 0 && errno == EINTR);
+  if (n == sizeof child_err) {
+    ::waitpid(pid, nullptr, 0);
+    return errno_error(child_err, "start " + req.init_path);
+  }
+  return out;
+}
+
+}  // namespace weft::agent

@@ -1,0 +1,362 @@
+#include "agent/spec.h"
+
+#include <csignal>
+#include <cstring>
+
+#include "common/fs.h"
+
+namespace weft::agent {
+
+using json = nlohmann::json;
+
+namespace {
+
+const std::map<std::string, int>& signal_table() {
+  static const std::map<std::string, int> t = {
+      {"HUP", SIGHUP},   {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ABRT", SIGABRT},
+      {"KILL", SIGKILL}, {"USR1", SIGUSR1},   {"USR2", SIGUSR2}, {"PIPE", SIGPIPE},
+      {"ALRM", SIGALRM}, {"TERM", SIGTERM},   {"CONT", SIGCONT}, {"STOP", SIGSTOP},
+      {"TSTP", SIGTSTP}, {"WINCH", SIGWINCH}, {"PWR", SIGPWR},   {"SYS", SIGSYS}};
+  return t;
+}
+
+// Field-path aware accessors. `path` is the dotted name used in errors.
+class Reader {
+ public:
+  Reader(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+
+  Status only(std::initializer_list<const char*> keys) const {
+    if (!obj_.is_object()) return field_error(path_.empty() ? "params" : path_, "must be an object");
+    for (const auto& [k, v] : obj_.items()) {
+      bool known = false;
+      for (const char* a : keys) known |= (k == a);
+      if (!known) return field_error(name(k), "unknown field");
+    }
+    return {};
+  }
+  bool has(const char* k) const { return obj_.contains(k) && !obj_[k].is_null(); }
+  const json& at(const char* k) const { return obj_[k]; }
+  std::string name(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+
+  Result<std::string> str(const char* k, std::string def = "") const {
+    if (!has(k)) return def;
+    if (!obj_[k].is_string()) return field_error(name(k), "must be a string");
+    return obj_[k].get<std::string>();
+  }
+  Result<bool> boolean(const char* k, bool def) const {
+    if (!has(k)) return def;
+    if (!obj_[k].is_boolean()) return field_error(name(k), "must be true or false");
+    return obj_[k].get<bool>();
+  }
+  Result<std::optional<uint64_t>> uint(const char* k, uint64_t min, uint64_t max) const {
+    if (!has(k)) return std::optional<uint64_t>();
+    const json& v = obj_[k];
+    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0))
+      return field_error(name(k), "must be a non-negative integer");
+    uint64_t x = v.get<uint64_t>();
+    if (x < min || x > max)
+      return field_error(name(k), "must be between " + std::to_string(min) + " and " + std::to_string(max));
+    return std::optional<uint64_t>(x);
+  }
+  // An integer byte count or a string with a unit ("256M").
+  Result<std::optional<uint64_t>> size(const char* k) const {
+    if (!has(k)) return std::optional<uint64_t>();
+    const json& v = obj_[k];
+    if (v.is_number_integer() && v.get<int64_t>() >= 0)
+      return std::optional<uint64_t>(v.get<uint64_t>());
+    if (v.is_string()) {
+      auto r = parse_size(v.get<std::string>());
+      if (!r.ok()) return field_error(name(k), r.error().message);
+      return std::optional<uint64_t>(*r);
+    }
+    return field_error(name(k), "must be a byte count or a size such as \"256M\"");
+  }
+  // Seconds as a number, or a string with a unit ("500ms").
+  Result<std::optional<uint64_t>> duration(const char* k) const {
+    if (!has(k)) return std::optional<uint64_t>();
+    const json& v = obj_[k];
+    if (v.is_number() && v.get<double>() >= 0)
+      return std::optional<uint64_t>(static_cast<uint64_t>(v.get<double>() * 1e6));
+    if (v.is_string()) {
+      auto r = parse_duration_us(v.get<std::string>());
+      if (!r.ok()) return field_error(name(k), r.error().message);
+      return std::optional<uint64_t>(*r);
+    }
+    return field_error(name(k), "must be seconds or a duration such as \"5s\"");
+  }
+
+ private:
+  const json& obj_;
+  std::string path_;
+};
+
+bool valid_name(const std::string& n) {
+  if (n.empty() || n.size() > 63) return false;
+  for (char c : n) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+  }
+  return n[0] != '.' && n[0] != '-';
+}
+
+bool valid_cpulist(const std::string& s) {
+  if (s.empty()) return false;
+  for (const auto& part : split(s, ',')) {
+    auto range = split(part, '-');
+    if (range.empty() || range.size() > 2) return false;
+    for (const auto& n : range) {
+      if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) return false;
+    }
+    if (range.size() == 2 && std::stoul(range[0]) > std::stoul(range[1])) return false;
+  }
+  return true;
+}
+
+Status parse_resources(const Reader& r, Resources* out) {
+  TRY(r.only({"cpu", "cpu_weight", "memory_max", "memory_high", "memory_swap_max", "pids_max",
+              "io_max", "hugetlb", "cpuset_cpus", "cpuset_mems", "best_effort"}));
+  if (r.has("cpu")) {
+    const json& v = r.at("cpu");
+    if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 4096)
+      return field_error(r.name("cpu"), "must be a number of cores greater than 0 (e.g. 0.5)");
+    if (v.get<double>() * 100000 < 1000)
+      return field_error(r.name("cpu"), "must be at least 0.01 cores");
+    out->cpu = v.get<double>();
+  }
+  TRY_ASSIGN(out->cpu_weight, r.uint("cpu_weight", 1, 10000));
+  TRY_ASSIGN(out->memory_max, r.size("memory_max"));
+  TRY_ASSIGN(out->memory_high, r.size("memory_high"));
+  TRY_ASSIGN(out->memory_swap_max, r.size("memory_swap_max"));
+  TRY_ASSIGN(out->pids_max, r.uint("pids_max", 1, 4194304));
+  if (out->memory_max && *out->memory_max < (1u << 20))
+    return field_error(r.name("memory_max"), "must be at least 1M");
+  if (out->memory_max && out->memory_high && *out->memory_high > *out->memory_max)
+    return field_error(r.name("memory_high"), "must not exceed memory_max");
+  if (r.has("io_max")) {
+    const json& arr = r.at("io_max");
+    if (!arr.is_array()) return field_error(r.name("io_max"), "must be a list");
+    for (size_t i = 0; i < arr.size(); ++i) {
+      Reader e(arr[i], r.name("io_max") + "[" + std::to_string(i) + "]");
+      TRY(e.only({"device", "rbps", "wbps", "riops", "wiops"}));
+      IoLimit l;
+      TRY_ASSIGN(l.device, e.str("device"));
+      auto mm = split(l.device, ':');
+      if (mm.size() != 2 || mm[0].empty() || mm[1].empty() ||
+          (mm[0] + mm[1]).find_first_not_of("0123456789") != std::string::npos)
+        return field_error(e.name("device"), "must be MAJOR:MINOR, e.g. \"8:0\"");
+      TRY_ASSIGN(l.rbps, e.size("rbps"));
+      TRY_ASSIGN(l.wbps, e.size("wbps"));
+      TRY_ASSIGN(l.riops, e.uint("riops", 1, UINT64_MAX));
+      TRY_ASSIGN(l.wiops, e.uint("wiops", 1, UINT64_MAX));
+      if (!l.rbps && !l.wbps && !l.riops && !l.wiops)
+        return field_error(e.name("device"), "needs at least one of rbps, wbps, riops, wiops");
+      out->io_max.push_back(l);
+    }
+  }
+  if (r.has("hugetlb")) {
+    const json& h = r.at("hugetlb");
+    if (!h.is_object()) return field_error(r.name("hugetlb"), "must map page size to a limit");
+    Reader hr(h, r.name("hugetlb"));
+    for (const auto& [k, v] : h.items()) {
+      std::string size = normalize_hugepage_size(k);
+      if (size.empty()) return field_error(hr.name(k), "is not a huge page size (e.g. 2M, 1G)");
+      TRY_ASSIGN(auto bytes, hr.size(k.c_str()));
+      if (!bytes) return field_error(hr.name(k), "needs a limit");
+      out->hugetlb[size] = *bytes;
+    }
+  }
+  TRY_ASSIGN(out->cpuset_cpus, r.str("cpuset_cpus"));
+  if (!out->cpuset_cpus.empty() && !valid_cpulist(out->cpuset_cpus))
+    return field_error(r.name("cpuset_cpus"), "must be a CPU list such as \"0-3,8\"");
+  TRY_ASSIGN(out->cpuset_mems, r.str("cpuset_mems"));
+  if (!out->cpuset_mems.empty() && !valid_cpulist(out->cpuset_mems))
+    return field_error(r.name("cpuset_mems"), "must be a node list such as \"0\"");
+  TRY_ASSIGN(out->best_effort, r.boolean("best_effort", false));
+  return {};
+}
+
+}  // namespace
+
+std::string normalize_hugepage_size(const std::string& in) {
+  auto n = parse_size(in);
+  if (!n.ok() || *n < 4096) return "";
+  uint64_t kb = *n / 1024;
+  if (kb * 1024 != *n) return "";
+  if (kb % (1024 * 1024) == 0) return std::to_string(kb / (1024 * 1024)) + "GB";
+  if (kb % 1024 == 0) return std::to_string(kb / 1024) + "MB";
+  return std::to_string(kb) + "KB";
+}
+
+Result<int> parse_signal(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) {
+    int n = std::stoi(s.substr(0, 3));
+    if (n >= 1 && n < 65) return n;
+    return make_error("signal number out of range: " + s);
+  }
+  std::string up;
+  for (char c : s) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (up.rfind("SIG", 0) == 0) up = up.substr(3);
+  auto it = signal_table().find(up);
+  if (it == signal_table().end()) return make_error("unknown signal '" + s + "'");
+  return it->second;
+}
+
+std::string signal_name(int sig) {
+  for (const auto& [n, v] : signal_table())
+    if (v == sig) return "SIG" + n;
+  return std::to_string(sig);
+}
+
+const char* policy_name(RestartPolicy p) {
+  switch (p) {
+    case RestartPolicy::kNever: return "never";
+    case RestartPolicy::kOnFailure: return "on-failure";
+    case RestartPolicy::kAlways: return "always";
+  }
+  return "never";
+}
+
+Result<TaskSpec> parse_spec(const json& j) {
+  TaskSpec s;
+  Reader r(j, "");
+  TRY(r.only({"name", "argv", "env", "cwd", "user", "group", "resources", "rootfs", "namespaces",
+              "hostname", "restart", "stop_signal", "stop_grace", "logs"}));
+  TRY_ASSIGN(s.name, r.str("name"));
+  if (!valid_name(s.name))
+    return field_error("name", "must be 1-63 characters of letters, digits, '-', '_' or '.'");
+  if (!r.has("argv") || !r.at("argv").is_array() || r.at("argv").empty())
+    return field_error("argv", "must be a non-empty list of strings");
+  for (size_t i = 0; i < r.at("argv").size(); ++i) {
+    const json& a = r.at("argv")[i];
+    if (!a.is_string()) return field_error("argv[" + std::to_string(i) + "]", "must be a string");
+    std::string v = a.get<std::string>();
+    if (v.find('\0') != std::string::npos)
+      return field_error("argv[" + std::to_string(i) + "]", "must not contain NUL");
+    s.argv.push_back(v);
+  }
+  if (s.argv[0].empty()) return field_error("argv[0]", "must not be empty");
+  if (r.has("env")) {
+    if (!r.at("env").is_object()) return field_error("env", "must map names to string values");
+    for (const auto& [k, v] : r.at("env").items()) {
+      if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos)
+        return field_error("env." + k, "is not a valid variable name");
+      if (!v.is_string()) return field_error("env." + k, "must be a string");
+      s.env[k] = v.get<std::string>();
+    }
+  }
+  TRY_ASSIGN(s.cwd, r.str("cwd", "/"));
+  if (s.cwd.empty() || s.cwd[0] != '/') return field_error("cwd", "must be an absolute path");
+  TRY_ASSIGN(s.user, r.str("user"));
+  TRY_ASSIGN(s.group, r.str("group"));
+  if (r.has("resources")) TRY(parse_resources(Reader(r.at("resources"), "resources"), &s.resources));
+  TRY_ASSIGN(s.rootfs, r.str("rootfs"));
+  if (!s.rootfs.empty() && s.rootfs[0] != '/') return field_error("rootfs", "must be an absolute path");
+  if (r.has("namespaces")) {
+    Reader n(r.at("namespaces"), "namespaces");
+    TRY(n.only({"pid", "mount", "uts", "ipc", "network"}));
+    TRY_ASSIGN(s.ns.pid, n.boolean("pid", true));
+    TRY_ASSIGN(s.ns.mount, n.boolean("mount", true));
+    TRY_ASSIGN(s.ns.uts, n.boolean("uts", true));
+    TRY_ASSIGN(s.ns.ipc, n.boolean("ipc", true));
+    TRY_ASSIGN(std::string net, n.str("network", "host"));
+    if (net == "host") s.ns.network = NetworkMode::kHost;
+    else if (net == "private") s.ns.network = NetworkMode::kPrivate;
+    else return field_error("namespaces.network", "must be \"host\" or \"private\"");
+  }
+  if (!s.rootfs.empty() && !s.ns.mount) return field_error("rootfs", "needs namespaces.mount = true");
+  TRY_ASSIGN(s.hostname, r.str("hostname"));
+  if (!s.hostname.empty()) {
+    if (!s.ns.uts) return field_error("hostname", "needs namespaces.uts = true");
+    if (s.hostname.size() > 64) return field_error("hostname", "must be at most 64 characters");
+  }
+  if (r.has("restart")) {
+    Reader rr(r.at("restart"), "restart");
+    TRY(rr.only({"policy", "delay", "max_delay", "reset_after", "max_restarts"}));
+    TRY_ASSIGN(std::string p, rr.str("policy", "never"));
+    if (p == "never") s.restart.policy = RestartPolicy::kNever;
+    else if (p == "on-failure") s.restart.policy = RestartPolicy::kOnFailure;
+    else if (p == "always") s.restart.policy = RestartPolicy::kAlways;
+    else return field_error("restart.policy", "must be never, on-failure or always");
+    TRY_ASSIGN(auto d, rr.duration("delay"));
+    TRY_ASSIGN(auto md, rr.duration("max_delay"));
+    TRY_ASSIGN(auto ra, rr.duration("reset_after"));
+    if (d) s.restart.delay_us = *d;
+    if (md) s.restart.max_delay_us = *md;
+    if (ra) s.restart.reset_after_us = *ra;
+    if (s.restart.max_delay_us < s.restart.delay_us)
+      return field_error("restart.max_delay", "must be at least restart.delay");
+    if (rr.has("max_restarts")) {
+      const json& m = rr.at("max_restarts");
+      if (!m.is_number_integer() || m.get<int64_t>() < -1)
+        return field_error("restart.max_restarts", "must be an integer >= -1 (-1 = unlimited)");
+      s.restart.max_restarts = m.get<int64_t>();
+    }
+  }
+  TRY_ASSIGN(std::string sig, r.str("stop_signal", "SIGTERM"));
+  auto sn = parse_signal(sig);
+  if (!sn.ok()) return field_error("stop_signal", sn.error().message);
+  s.stop_signal = *sn;
+  TRY_ASSIGN(auto grace, r.duration("stop_grace"));
+  if (grace) s.stop_grace_us = *grace;
+  if (r.has("logs")) {
+    Reader l(r.at("logs"), "logs");
+    TRY(l.only({"max_file_size", "max_files"}));
+    TRY_ASSIGN(auto mfs, l.size("max_file_size"));
+    TRY_ASSIGN(auto mf, l.uint("max_files", 1, 1000));
+    if (mfs) {
+      if (*mfs < 4096) return field_error("logs.max_file_size", "must be at least 4K");
+      s.logs.max_file_bytes = *mfs;
+    }
+    if (mf) s.logs.max_files = *mf;
+  }
+  return s;
+}
+
+json to_json(const TaskSpec& s) {
+  json j;
+  j["name"] = s.name;
+  j["argv"] = s.argv;
+  j["env"] = s.env;
+  j["cwd"] = s.cwd;
+  if (!s.user.empty()) j["user"] = s.user;
+  if (!s.group.empty()) j["group"] = s.group;
+  json res = json::object();
+  const Resources& r = s.resources;
+  if (r.cpu) res["cpu"] = *r.cpu;
+  if (r.cpu_weight) res["cpu_weight"] = *r.cpu_weight;
+  if (r.memory_max) res["memory_max"] = *r.memory_max;
+  if (r.memory_high) res["memory_high"] = *r.memory_high;
+  if (r.memory_swap_max) res["memory_swap_max"] = *r.memory_swap_max;
+  if (r.pids_max) res["pids_max"] = *r.pids_max;
+  if (!r.io_max.empty()) {
+    json arr = json::array();
+    for (const auto& l : r.io_max) {
+      json e{{"device", l.device}};
+      if (l.rbps) e["rbps"] = *l.rbps;
+      if (l.wbps) e["wbps"] = *l.wbps;
+      if (l.riops) e["riops"] = *l.riops;
+      if (l.wiops) e["wiops"] = *l.wiops;
+      arr.push_back(e);
+    }
+    res["io_max"] = arr;
+  }
+  if (!r.hugetlb.empty()) res["hugetlb"] = r.hugetlb;
+  if (!r.cpuset_cpus.empty()) res["cpuset_cpus"] = r.cpuset_cpus;
+  if (!r.cpuset_mems.empty()) res["cpuset_mems"] = r.cpuset_mems;
+  if (r.best_effort) res["best_effort"] = true;
+  j["resources"] = res;
+  if (!s.rootfs.empty()) j["rootfs"] = s.rootfs;
+  j["namespaces"] = {{"pid", s.ns.pid}, {"mount", s.ns.mount}, {"uts", s.ns.uts}, {"ipc", s.ns.ipc},
+                     {"network", s.ns.network == NetworkMode::kHost ? "host" : "private"}};
+  if (!s.hostname.empty()) j["hostname"] = s.hostname;
+  j["restart"] = {{"policy", policy_name(s.restart.policy)},
+                  {"delay", std::to_string(s.restart.delay_us) + "us"},
+                  {"max_delay", std::to_string(s.restart.max_delay_us) + "us"},
+                  {"reset_after", std::to_string(s.restart.reset_after_us) + "us"},
+                  {"max_restarts", s.restart.max_restarts}};
+  j["stop_signal"] = signal_name(s.stop_signal);
+  j["stop_grace"] = std::to_string(s.stop_grace_us) + "us";
+  j["logs"] = {{"max_file_size", s.logs.max_file_bytes}, {"max_files", s.logs.max_files}};
+  return j;
+}
+
+}  // namespace weft::agent

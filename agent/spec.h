@@ -1,0 +1,89 @@
+// TaskSpec: what an operator asks the agent to run. Parsed from the JSON params of
+// task.run (docs/protocol.md) into plain structs; every error names the field.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace weft::agent {
+
+enum class RestartPolicy { kNever, kOnFailure, kAlways };
+enum class NetworkMode { kHost, kPrivate };
+
+struct IoLimit {
+  std::string device;  // "MAJ:MIN"
+  std::optional<uint64_t> rbps, wbps, riops, wiops;
+};
+
+struct Resources {
+  std::optional<double> cpu;            // cores, e.g. 0.5 -> cpu.max "50000 100000"
+  std::optional<uint64_t> cpu_weight;   // 1..10000
+  std::optional<uint64_t> memory_max;   // bytes
+  std::optional<uint64_t> memory_high;  // bytes
+  std::optional<uint64_t> memory_swap_max;
+  std::optional<uint64_t> pids_max;
+  std::vector<IoLimit> io_max;
+  std::map<std::string, uint64_t> hugetlb;  // kernel page-size name ("2MB", "1GB") -> bytes
+  std::string cpuset_cpus;
+  std::string cpuset_mems;
+  // When true, a limit whose controller this machine lacks is skipped with a warning
+  // instead of rejecting the task.
+  bool best_effort = false;
+};
+
+struct Namespaces {
+  bool pid = true, mount = true, uts = true, ipc = true;
+  NetworkMode network = NetworkMode::kHost;
+};
+
+struct RestartSpec {
+  RestartPolicy policy = RestartPolicy::kNever;
+  uint64_t delay_us = 1'000'000;          // first backoff delay
+  uint64_t max_delay_us = 60'000'000;     // backoff cap
+  uint64_t reset_after_us = 600'000'000;  // a run this long resets the backoff
+  int64_t max_restarts = -1;              // -1 = unlimited
+};
+
+struct LogSpec {
+  uint64_t max_file_bytes = 10u << 20;
+  uint64_t max_files = 5;  // per stream; total bound = max_file_bytes * max_files * 2
+};
+
+struct TaskSpec {
+  std::string name;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::string cwd = "/";
+  std::string user;   // name or numeric; empty = agent's user
+  std::string group;  // name or numeric; empty = user's primary group
+  Resources resources;
+  std::string rootfs;  // empty = host root
+  Namespaces ns;
+  std::string hostname;
+  RestartSpec restart;
+  int stop_signal = 15;
+  uint64_t stop_grace_us = 10'000'000;
+  LogSpec logs;
+};
+
+// Parses and validates. Errors carry `field` ("resources.memory_max").
+Result<TaskSpec> parse_spec(const nlohmann::json& j);
+// The canonical form stored in the database; parse_spec(to_json(s)) == s.
+nlohmann::json to_json(const TaskSpec& s);
+
+Result<int> parse_signal(const std::string& s);  // "SIGTERM", "TERM", "15"
+std::string signal_name(int sig);
+const char* policy_name(RestartPolicy p);
+// "2M" / "2MB" / "2048kB" -> "2MB" (the cgroup file name form); empty on bad input.
+std::string normalize_hugepage_size(const std::string& s);
+
+}  // namespace weft::agent

@@ -1,0 +1,144 @@
+#include "agent/spec.h"
+
+#include <gtest/gtest.h>
+
+#include "agent/runtime.h"
+
+namespace weft::agent {
+namespace {
+
+using json = nlohmann::json;
+
+std::string field_of(const json& j) {
+  auto r = parse_spec(j);
+  return r.ok() ? "<ok>" : r.error().field;
+}
+
+TEST(Spec, MinimalDefaults) {
+  auto s = parse_spec({{"name", "web"}, {"argv", {"sleep", "1"}}});
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_EQ(s->cwd, "/");
+  EXPECT_TRUE(s->ns.pid);
+  EXPECT_EQ(s->ns.network, NetworkMode::kHost);
+  EXPECT_EQ(s->restart.policy, RestartPolicy::kNever);
+  EXPECT_EQ(s->stop_signal, 15);
+  EXPECT_EQ(s->stop_grace_us, 10'000'000u);
+}
+
+TEST(Spec, FullRoundTrip) {
+  json j = {{"name", "web"},
+            {"argv", {"python3", "-m", "http.server"}},
+            {"env", {{"A", "1"}}},
+            {"resources",
+             {{"cpu", 0.5},
+              {"cpu_weight", 200},
+              {"memory_max", "256M"},
+              {"memory_high", "200M"},
+              {"pids_max", 64},
+              {"io_max", {{{"device", "8:0"}, {"rbps", "10M"}, {"wiops", 100}}}},
+              {"hugetlb", {{"2M", "64M"}}},
+              {"cpuset_cpus", "0-1"}}},
+            {"namespaces", {{"network", "private"}}},
+            {"hostname", "h1"},
+            {"restart", {{"policy", "on-failure"}, {"delay", "500ms"}, {"max_delay", "30s"}, {"max_restarts", 5}}},
+            {"stop_signal", "SIGINT"},
+            {"stop_grace", 3},
+            {"logs", {{"max_file_size", "1M"}, {"max_files", 3}}}};
+  auto s = parse_spec(j);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_EQ(*s->resources.memory_max, 256u << 20);
+  EXPECT_EQ(s->resources.hugetlb.at("2MB"), 64u << 20);
+  EXPECT_EQ(s->restart.delay_us, 500000u);
+  EXPECT_EQ(s->stop_signal, 2);
+  EXPECT_EQ(s->stop_grace_us, 3'000'000u);
+  auto again = parse_spec(to_json(*s));
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ(to_json(*again), to_json(*s));
+}
+
+TEST(Spec, ErrorsNameTheField) {
+  json base = {{"name", "t"}, {"argv", {"true"}}};
+  EXPECT_EQ(field_of({{"argv", {"true"}}}), "name");
+  EXPECT_EQ(field_of({{"name", "bad name"}, {"argv", {"true"}}}), "name");
+  EXPECT_EQ(field_of({{"name", "t"}, {"argv", json::array()}}), "argv");
+  EXPECT_EQ(field_of({{"name", "t"}, {"argv", {"a", 3}}}), "argv[1]");
+  auto with = [&](const char* k, json v) {
+    json j = base;
+    j[k] = v;
+    return field_of(j);
+  };
+  EXPECT_EQ(with("bogus", 1), "bogus");
+  EXPECT_EQ(with("cwd", "relative"), "cwd");
+  EXPECT_EQ(with("resources", {{"memory_max", "lots"}}), "resources.memory_max");
+  EXPECT_EQ(with("resources", {{"cpu", -1}}), "resources.cpu");
+  EXPECT_EQ(with("resources", {{"memory_max", "100M"}, {"memory_high", "200M"}}), "resources.memory_high");
+  EXPECT_EQ(with("resources", {{"io_max", {{{"device", "sda"}}}}}), "resources.io_max[0].device");
+  EXPECT_EQ(with("resources", {{"hugetlb", {{"3K", "1M"}}}}), "resources.hugetlb.3K");
+  EXPECT_EQ(with("resources", {{"cpuset_cpus", "3-1"}}), "resources.cpuset_cpus");
+  EXPECT_EQ(with("resources", {{"pids_max", 0}}), "resources.pids_max");
+  EXPECT_EQ(with("resources", {{"nope", 0}}), "resources.nope");
+  EXPECT_EQ(with("namespaces", {{"network", "bridge"}}), "namespaces.network");
+  EXPECT_EQ(with("restart", {{"policy", "sometimes"}}), "restart.policy");
+  EXPECT_EQ(with("restart", {{"delay", "10s"}, {"max_delay", "1s"}}), "restart.max_delay");
+  EXPECT_EQ(with("stop_signal", "SIGNOPE"), "stop_signal");
+  EXPECT_EQ(with("logs", {{"max_file_size", 10}}), "logs.max_file_size");
+  EXPECT_EQ(with("env", {{"A=B", "x"}}), "env.A=B");
+  json rootfs_without_mount = base;
+  rootfs_without_mount["rootfs"] = "/srv/root";
+  rootfs_without_mount["namespaces"] = {{"mount", false}};
+  EXPECT_EQ(field_of(rootfs_without_mount), "rootfs");
+}
+
+TEST(Spec, Signals) {
+  EXPECT_EQ(*parse_signal("SIGTERM"), 15);
+  EXPECT_EQ(*parse_signal("kill"), 9);
+  EXPECT_EQ(*parse_signal("10"), 10);
+  EXPECT_FALSE(parse_signal("99").ok());
+  EXPECT_EQ(signal_name(9), "SIGKILL");
+}
+
+TEST(Spec, HugepageSizeNames) {
+  EXPECT_EQ(normalize_hugepage_size("2M"), "2MB");
+  EXPECT_EQ(normalize_hugepage_size("2048K"), "2MB");
+  EXPECT_EQ(normalize_hugepage_size("1G"), "1GB");
+  EXPECT_EQ(normalize_hugepage_size("64K"), "64KB");
+  EXPECT_EQ(normalize_hugepage_size("junk"), "");
+}
+
+TEST(InitArgv, CarriesSpec) {
+  auto s = parse_spec({{"name", "t"}, {"argv", {"echo", "hi"}}, {"env", {{"X", "1"}}}, {"hostname", "box"},
+                       {"namespaces", {{"network", "private"}}}});
+  ASSERT_TRUE(s.ok());
+  Identity id;
+  auto a = build_init_argv(*s, id, 4);
+  auto has = [&](const std::string& x) { return std::find(a.begin(), a.end(), x) != a.end(); };
+  EXPECT_TRUE(has("--proc"));
+  EXPECT_TRUE(has("--lo"));
+  EXPECT_TRUE(has("X=1"));
+  EXPECT_TRUE(has("box"));
+  EXPECT_FALSE(has("--uid"));
+  auto dd = std::find(a.begin(), a.end(), "--");
+  ASSERT_NE(dd, a.end());
+  EXPECT_EQ(*(dd + 1), "echo");
+  EXPECT_EQ(*(dd + 2), "hi");
+}
+
+TEST(Identity, ResolvesUsersAndRejectsUnknown) {
+  auto root = resolve_identity("root", "");
+  ASSERT_TRUE(root.ok());
+  EXPECT_EQ(root->uid, 0);
+  EXPECT_EQ(root->gid, 0);
+  auto bad = resolve_identity("no-such-user-weft", "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "user");
+  auto badg = resolve_identity("", "no-such-group-weft");
+  ASSERT_FALSE(badg.ok());
+  EXPECT_EQ(badg.error().field, "group");
+  auto num = resolve_identity("65534", "65534");
+  ASSERT_TRUE(num.ok());
+  EXPECT_EQ(num->uid, 65534);
+  EXPECT_EQ(num->gid, 65534);
+}
+
+}  // namespace
+}  // namespace weft::agent
