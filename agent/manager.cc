@@ -430,6 +430,7 @@ Status Manager::start_incarnation(Task& t) {
   t.pid = spawned->pid;
   t.pidfd = std::move(spawned->pidfd);
   t.is_child = true;
+  t.kill_sent = false;
   t.state = "running";
   t.started_us = now_us();
   t.exit_code.reset();
@@ -496,6 +497,9 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   bool restartable = true;
   std::optional<int> status = rec && rec->status ? rec->status : std::nullopt;
   if (!status && !rec && init_status) status = init_status;  // init itself died
+  // cgroup.kill took weft-init with it; when it was not our child we learn no status.
+  if (!status && !rec && t.kill_sent) status = SIGKILL;
+  t.kill_sent = false;
   if (status) {
     if (WIFEXITED(*status)) {
       t.exit_code = WEXITSTATUS(*status);
@@ -588,6 +592,7 @@ void Manager::on_stop_deadline(const std::string& id) {
   auto it = tasks_.find(id);
   if (it == tasks_.end() || it->second->state != "stopping") return;
   log_info("grace period over; killing the task's cgroup", {{"TASK_ID", id}});
+  it->second->kill_sent = true;
   if (auto s = cgroups_->kill_task(id); !s.ok())
     log_error("cgroup.kill failed", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
 }
@@ -610,6 +615,7 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
   TRY(save(t));
   (void)cgroups_->freeze_task(t.id, false);  // a frozen task cannot act on its stop signal
   if (grace == 0 || !t.pidfd.valid() || pidfd_send(t.pidfd.get(), t.spec.stop_signal) < 0) {
+    t.kill_sent = true;
     TRY(cgroups_->kill_task(t.id));
   }
   crash_point("stop.signalled");
@@ -776,6 +782,7 @@ void Manager::register_methods() {
     if (t->state != "running" && t->state != "stopping" && t->state != "starting")
       return make_error("task " + t->id + " is " + t->state + ", not running").with_code(RpcCode::kConflict);
     if (sig == SIGKILL) {
+      t->kill_sent = true;
       TRY(cgroups_->kill_task(t->id));
     } else if (pidfd_send(t->pidfd.get(), sig) < 0) {
       return sys_error("signal task " + t->id);

@@ -53,6 +53,7 @@ struct Task {
   Source watch;
   Source timer;
   bool is_child = false;
+  bool kill_sent = false;  // this agent wrote cgroup.kill for the current incarnation
 
   bool terminal() const { return state == "exited" || state == "failed" || state == "stopped"; }
 };

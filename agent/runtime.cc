@@ -36,9 +36,12 @@ bool all_digits(const std::string& s) {
       // Everything above 3 except the error pipe is the agent's business only; all of it
       // is close-on-exec already, this makes sure.
       ::syscall(SYS_close_range, 4, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      // weft-init starts with every signal blocked and reads them from a signalfd; a
+      // signal that arrived before it was ready would otherwise be dropped, since
+      // pid 1 of a namespace ignores signals it has no handler for.
+      sigset_t all;
+      sigfillset(&all);
+      ::sigprocmask(SIG_SETMASK, &all, nullptr);
       ::execve(req.init_path.c_str(), argv, environ);
       err = errno;
     }

@@ -101,7 +101,9 @@ void scan_logs(const char* stream, unsigned* lo, unsigned* hi, unsigned* count) 
   *lo = 0;
   *hi = 0;
   *count = 0;
-  int fd = dup(log_dir_fd);
+  // A fresh open file description: a dup would share the directory offset, and the
+  // next scan would start where this one ended.
+  int fd = openat(log_dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
   DIR* d = fdopendir(fd);
   if (!d) {
@@ -157,19 +159,25 @@ void open_next(LogStream* s) {
   }
 }
 
+// Writes a chunk, starting new files as needed so that no file exceeds the limit.
 void log_write(LogStream* s, const char* data, size_t n) {
-  if (s->file_fd < 0 || (s->size > 0 && s->size + n > opt.log_max_bytes)) open_next(s);
-  if (s->file_fd < 0) {
-    add_dropped(s->name, n);
-    return;
+  while (n > 0) {
+    if (s->file_fd < 0 || s->size >= opt.log_max_bytes) open_next(s);
+    if (s->file_fd < 0) {
+      add_dropped(s->name, n);
+      return;
+    }
+    size_t room = static_cast<size_t>(opt.log_max_bytes - s->size);
+    size_t len = n < room ? n : room;
+    ssize_t w = write(s->file_fd, data, len);
+    if (w <= 0) {
+      add_dropped(s->name, n);
+      return;
+    }
+    s->size += static_cast<unsigned long long>(w);
+    data += w;
+    n -= static_cast<size_t>(w);
   }
-  ssize_t w = write(s->file_fd, data, n);
-  if (w < 0) {
-    add_dropped(s->name, n);
-    return;
-  }
-  if (static_cast<size_t>(w) < n) add_dropped(s->name, n - static_cast<size_t>(w));
-  s->size += static_cast<unsigned long long>(w);
 }
 
 // Appends "weft-init: msg" to the task's stderr log so operators see setup failures.
@@ -271,9 +279,13 @@ bool setup_namespaces() {
 // ---- main process ----
 
 [[noreturn]] void exec_main(int out_w, int err_w, int status_w) {
-  sigset_t all;
-  sigemptyset(&all);
-  sigprocmask(SIG_SETMASK, &all, nullptr);
+  // The task starts with default signal handling whatever the agent inherited.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd >= 0) dup2(null_fd, 0);
   dup2(out_w, 1);

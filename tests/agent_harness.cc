@@ -1,0 +1,169 @@
+#include "tests/agent_harness.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "common/fs.h"
+#include "common/paths.h"
+#include "common/rpc.h"
+
+namespace weft::testing {
+
+std::string root_test_skip_reason() {
+  if (geteuid() != 0) return "needs root (run the suite as root, as CI does)";
+  auto mount = HostPaths().cgroup2_mount();
+  if (!mount.ok()) return "no cgroup2 mount: " + mount.error().str();
+  if (!path_exists(*mount + "/cgroup.procs")) return "cgroup2 mount is not usable";
+  return "";
+}
+
+static void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+void destroy_cgroup_tree(const std::string& dir) {
+  if (!path_exists(dir)) return;
+  auto entries = list_dir(dir);
+  if (entries.ok()) {
+    for (const auto& e : *entries) {
+      struct stat st;
+      std::string p = dir + "/" + e;
+      if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) destroy_cgroup_tree(p);
+    }
+  }
+  (void)write_file(dir + "/cgroup.kill", "1");
+  for (int i = 0; i < 2000; ++i) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return;
+    sleep_ms(1);
+  }
+  ADD_FAILURE() << "could not remove cgroup " << dir << ": " << strerror(errno);
+}
+
+AgentHarness::AgentHarness() {
+  dir_ = std::filesystem::temp_directory_path() / ("weft-agent-test-" + random_hex(5));
+  EXPECT_TRUE(mkdir_p(dir_).ok());
+  socket_ = dir_ + "/agent.sock";
+  auto mount = HostPaths().cgroup2_mount();
+  cgroup_root_ = mount.value_or("/sys/fs/cgroup") + "/weft-test-" + random_hex(5);
+  config_ = dir_ + "/agent.toml";
+  std::string conf = "socket = \"" + socket_ + "\"\n" + "state_dir = \"" + dir_ + "/state\"\n" +
+                     "cgroup_root = \"" + cgroup_root_ + "\"\n" + "init_path = \"" WEFT_INIT_BIN "\"\n" +
+                     "log_level = \"debug\"\n[labels]\ntest = \"yes\"\n";
+  EXPECT_TRUE(write_file(config_, conf).ok());
+}
+
+AgentHarness::~AgentHarness() {
+  kill9();
+  destroy_cgroup_tree(cgroup_root_);
+  (void)remove_tree(dir_);
+}
+
+void AgentHarness::start(const std::string& crash_at) {
+  ASSERT_LT(pid_, 0) << "agent already running";
+  pid_t p = fork();
+  ASSERT_GE(p, 0);
+  if (p == 0) {
+    if (!crash_at.empty()) setenv("WEFT_AGENT_CRASH_AT", crash_at.c_str(), 1);
+    else unsetenv("WEFT_AGENT_CRASH_AT");
+    unsetenv("INVOCATION_ID");
+    std::string log = dir_ + "/agent.log";
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execl(WEFT_AGENT_BIN, "weft-agent", "-c", config_.c_str(), nullptr);
+    _exit(127);
+  }
+  pid_ = p;
+  for (int i = 0; i < 1000; ++i) {
+    auto c = rpc::Client::connect(socket_);
+    if (c.ok() && (*c)->call("agent.info", json::object(), 2000).ok()) return;
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      auto log = read_file(dir_ + "/agent.log");
+      FAIL() << "weft-agent exited during start: " << log.value_or("");
+    }
+    sleep_ms(10);
+  }
+  FAIL() << "weft-agent did not answer on " << socket_;
+}
+
+void AgentHarness::kill9() {
+  if (pid_ < 0) return;
+  ::kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void AgentHarness::terminate() {
+  if (pid_ < 0) return;
+  ::kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+bool AgentHarness::wait_dead(int timeout_ms) {
+  if (pid_ < 0) return true;
+  for (int i = 0; i < timeout_ms / 10; ++i) {
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    }
+    sleep_ms(10);
+  }
+  return false;
+}
+
+Result<json> AgentHarness::try_call(const std::string& method, const json& params) {
+  TRY_ASSIGN(auto c, rpc::Client::connect(socket_));
+  return c->call(method, params, 20000);
+}
+
+json AgentHarness::call(const std::string& method, const json& params) {
+  auto r = try_call(method, params);
+  if (!r.ok()) {
+    ADD_FAILURE() << method << " failed: " << r.error().str();
+    return json();
+  }
+  return *r;
+}
+
+json AgentHarness::wait_task(const std::string& id, const std::function<bool(const json&)>& pred,
+                             int timeout_ms) {
+  json last;
+  for (int waited = 0; waited < timeout_ms; waited += 20) {
+    auto r = try_call("task.show", {{"id", id}});
+    if (r.ok()) {
+      last = *r;
+      if (pred(last)) return last;
+    }
+    sleep_ms(20);
+  }
+  ADD_FAILURE() << "timed out waiting on task " << id << "; last: " << last.dump();
+  return last;
+}
+
+json AgentHarness::wait_state(const std::string& id, const std::string& state, int timeout_ms) {
+  return wait_task(id, [&](const json& t) { return t.value("state", "") == state; }, timeout_ms);
+}
+
+std::vector<std::string> AgentHarness::task_cgroups() const {
+  std::vector<std::string> out;
+  auto entries = list_dir(cgroup_root_ + "/tasks");
+  if (!entries.ok()) return out;
+  for (const auto& e : *entries) {
+    struct stat st;
+    if (::stat((cgroup_root_ + "/tasks/" + e).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace weft::testing

@@ -1,0 +1,60 @@
+// Runs a real weft-agent for root tests: its own temp state dir, socket and cgroup root
+// (a uniquely named directory under the machine's cgroup2 mount), torn down completely
+// by the destructor even when a test fails: agent killed, every task cgroup killed and
+// removed, temp files deleted.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace weft::testing {
+
+using json = nlohmann::json;
+
+// Empty when root tests can run here; otherwise the reason to skip.
+std::string root_test_skip_reason();
+
+class AgentHarness {
+ public:
+  AgentHarness();
+  ~AgentHarness();
+
+  // Starts weft-agent and waits until its socket answers. With crash_at, the agent is
+  // started with WEFT_AGENT_CRASH_AT set and may die later at that point.
+  void start(const std::string& crash_at = "");
+  void kill9();
+  void terminate();  // SIGTERM and wait
+  // Waits for an agent started with crash_at to kill itself; true if it did.
+  bool wait_dead(int timeout_ms = 10000);
+  pid_t pid() const { return pid_; }
+
+  Result<json> try_call(const std::string& method, const json& params);
+  json call(const std::string& method, const json& params);  // ADD_FAILURE on error
+
+  // Polls task.show until pred holds or timeout; returns the last reply.
+  json wait_task(const std::string& id, const std::function<bool(const json&)>& pred,
+                 int timeout_ms = 15000);
+  json wait_state(const std::string& id, const std::string& state, int timeout_ms = 15000);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& socket() const { return socket_; }
+  const std::string& cgroup_root() const { return cgroup_root_; }
+  std::string task_cgroup(const std::string& id) const { return cgroup_root_ + "/tasks/" + id; }
+  std::vector<std::string> task_cgroups() const;
+
+ private:
+  std::string dir_, socket_, cgroup_root_, config_;
+  pid_t pid_ = -1;
+};
+
+// Kills every process in the cgroup subtree and removes it, leaves first.
+void destroy_cgroup_tree(const std::string& dir);
+
+}  // namespace weft::testing

@@ -1,0 +1,427 @@
+// Root tests of weft-agent on this machine's real cgroup2 tree: processes, namespaces,
+// pivot_root, freeze, cgroup.kill, hugetlb limits, logs, restarts, bad input and crash
+// recovery. Each test owns a uniquely named cgroup root and removes it (AgentHarness).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "common/fs.h"
+#include "common/rpc.h"
+#include "tests/agent_harness.h"
+
+namespace weft::testing {
+namespace {
+
+class AgentRoot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = root_test_skip_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    agent_ = std::make_unique<AgentHarness>();
+    agent_->start();
+  }
+  void TearDown() override { agent_.reset(); }
+
+  std::string run(json spec) {
+    json r = agent_->call("task.run", spec);
+    return r.value("id", "");
+  }
+  std::string logs(const std::string& id, const std::string& stream = "stdout") {
+    json r = agent_->call("task.logs", {{"id", id}, {"stream", stream}});
+    return r.value("data", "");
+  }
+  bool terminal(const json& t) {
+    std::string s = t.value("state", "");
+    return s == "exited" || s == "failed" || s == "stopped";
+  }
+  std::unique_ptr<AgentHarness> agent_;
+};
+
+TEST_F(AgentRoot, RunExitCodeLogsAndCgroupRemoved) {
+  std::string id = run({{"name", "t1"}, {"argv", {"sh", "-c", "echo out; echo err >&2; exit 3"}}});
+  ASSERT_FALSE(id.empty());
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["state"], "failed");
+  EXPECT_EQ(t["exit_code"], 3);
+  EXPECT_EQ(t["reason"], "exited with code 3");
+  EXPECT_EQ(logs(id), "out\n");
+  EXPECT_EQ(logs(id, "stderr"), "err\n");
+  EXPECT_FALSE(path_exists(agent_->task_cgroup(id)));
+  json ok = agent_->wait_state(run({{"name", "t2"}, {"argv", {"true"}}}), "exited");
+  EXPECT_EQ(ok["exit_code"], 0);
+}
+
+TEST_F(AgentRoot, ProcessRunsInsideItsCgroup) {
+  std::string id = run({{"name", "cg"}, {"argv", {"sh", "-c", "cat /proc/self/cgroup; sleep 100"}}});
+  json t = agent_->wait_task(id, [&](const json&) { return !logs(id).empty(); });
+  EXPECT_NE(logs(id).find("0::/"), std::string::npos);
+  auto procs = read_file(agent_->task_cgroup(id) + "/cgroup.procs");
+  ASSERT_TRUE(procs.ok());
+  EXPECT_NE(procs->find(std::to_string(t["pid"].get<int>())), std::string::npos);
+  agent_->call("task.stop", {{"id", id}, {"grace", 5}});
+  json s = agent_->wait_state(id, "stopped");
+  EXPECT_EQ(s["signal"], "SIGTERM");
+}
+
+TEST_F(AgentRoot, MissingBinaryFailsWithReasonAndNoCgroup) {
+  std::string id = run({{"name", "nobin"}, {"argv", {"/no/such/binary"}}});
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["state"], "failed");
+  EXPECT_NE(t["reason"].get<std::string>().find("No such file or directory"), std::string::npos);
+  EXPECT_FALSE(path_exists(agent_->task_cgroup(id)));
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+
+TEST_F(AgentRoot, PidUtsAndPrivateNetworkNamespaces) {
+  std::string id = run({{"name", "ns"},
+                        {"hostname", "weft-box"},
+                        {"namespaces", {{"network", "private"}}},
+                        {"argv", {"sh", "-c", "echo pid=$$; hostname; cat /proc/net/dev; ps -e -o pid= -o comm="}}});
+  agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  std::string out = logs(id);
+  EXPECT_NE(out.find("pid=2\n"), std::string::npos) << out;  // weft-init is pid 1
+  EXPECT_NE(out.find("weft-box\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("lo:"), std::string::npos) << out;
+  auto host_dev = read_file("/proc/net/dev");
+  ASSERT_TRUE(host_dev.ok());
+  for (const auto& line : split(*host_dev, '\n')) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string ifname = trim(line.substr(0, colon));
+    if (ifname != "lo") {
+      EXPECT_EQ(out.find(ifname + ":"), std::string::npos) << ifname << " leaked into the task";
+    }
+  }
+  EXPECT_NE(out.find("1 weft-init"), std::string::npos) << out;  // fresh /proc
+}
+
+TEST_F(AgentRoot, PivotRootIntoBusyboxRootfs) {
+  if (!path_exists("/bin/busybox")) GTEST_SKIP() << "busybox-static is not installed (scripts/setup.sh installs it)";
+  std::string rootfs = agent_->dir() + "/rootfs";
+  ASSERT_TRUE(mkdir_p(rootfs + "/bin").ok());
+  ASSERT_EQ(system(("cp /bin/busybox " + rootfs + "/bin/busybox").c_str()), 0);
+  ASSERT_EQ(symlink("busybox", (rootfs + "/bin/sh").c_str()), 0);
+  ASSERT_TRUE(write_file(rootfs + "/marker", "inside\n").ok());
+  std::string id = run({{"name", "rootfs"},
+                        {"rootfs", rootfs},
+                        {"argv", {"/bin/busybox", "sh", "-c",
+                                  "cat /marker; echo \"ls:[$(ls / | tr '\\n' ' ')]\"; test -c /dev/null && echo devnull; "
+                                  "/bin/busybox ps; echo x > /dev/null && echo writable"}}});
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["exit_code"], 0) << logs(id, "stderr");
+  std::string out = logs(id);
+  EXPECT_NE(out.find("inside\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("ls:[bin dev marker proc ]"), std::string::npos) << "not the rootfs: " << out;
+  EXPECT_NE(out.find("devnull"), std::string::npos) << out;
+  EXPECT_NE(out.find("writable"), std::string::npos) << out;
+  EXPECT_NE(out.find("weft-init"), std::string::npos) << out;
+}
+
+TEST_F(AgentRoot, FreezeAndThawThroughCgroupFreeze) {
+  std::string id = run({{"name", "fz"}, {"argv", {"sleep", "100"}}});
+  agent_->wait_state(id, "running");
+  json f = agent_->call("task.freeze", {{"id", id}});
+  EXPECT_TRUE(f["frozen"].get<bool>());
+  auto ev = read_file(agent_->task_cgroup(id) + "/cgroup.events");
+  EXPECT_NE(ev.value_or("").find("frozen 1"), std::string::npos);
+  json s = agent_->call("task.show", {{"id", id}});
+  EXPECT_TRUE(s["frozen"].get<bool>());
+  json th = agent_->call("task.thaw", {{"id", id}});
+  EXPECT_FALSE(th["frozen"].get<bool>());
+  ev = read_file(agent_->task_cgroup(id) + "/cgroup.events");
+  EXPECT_NE(ev.value_or("").find("frozen 0"), std::string::npos);
+  // A frozen task still stops: the agent thaws it first.
+  agent_->call("task.freeze", {{"id", id}});
+  agent_->call("task.stop", {{"id", id}, {"grace", 10}});
+  EXPECT_EQ(agent_->wait_state(id, "stopped")["signal"], "SIGTERM");
+}
+
+TEST_F(AgentRoot, StopEscalatesToCgroupKillAfterGrace) {
+  std::string id = run({{"name", "stubborn"},
+                        {"stop_grace", "300ms"},
+                        {"argv", {"sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done"}}});
+  agent_->wait_task(id, [&](const json&) { return logs(id) == "ready\n"; });
+  auto t0 = std::chrono::steady_clock::now();
+  agent_->call("task.stop", {{"id", id}});
+  json t = agent_->wait_state(id, "stopped");
+  auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(250));  // the grace period was honoured
+  EXPECT_EQ(t["signal"], "SIGKILL");
+  EXPECT_FALSE(path_exists(agent_->task_cgroup(id)));
+}
+
+TEST_F(AgentRoot, KillSignalsAndCgroupKill) {
+  std::string id = run({{"name", "k"}, {"argv", {"sleep", "100"}}});
+  agent_->wait_state(id, "running");
+  agent_->call("task.kill", {{"id", id}, {"signal", "SIGUSR1"}});
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["signal"], "SIGUSR1");  // forwarded by weft-init to the main process
+  std::string id2 = run({{"name", "k2"}, {"argv", {"sh", "-c", "sleep 100 & sleep 100"}}});
+  agent_->wait_state(id2, "running");
+  agent_->call("task.kill", {{"id", id2}});
+  json t2 = agent_->wait_task(id2, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t2["state"], "failed");
+  EXPECT_FALSE(path_exists(agent_->task_cgroup(id2)));
+}
+
+TEST_F(AgentRoot, RestartWithBackoffUntilLimit) {
+  std::string id = run({{"name", "flappy"},
+                        {"argv", {"sh", "-c", "echo run; exit 2"}},
+                        {"restart", {{"policy", "on-failure"}, {"delay", "100ms"}, {"max_delay", "200ms"}, {"max_restarts", 2}}}});
+  json t = agent_->wait_task(id, [&](const json& j) { return j["state"] == "failed" && j["restarts"] == 2; });
+  EXPECT_EQ(t["incarnation"], 3);
+  EXPECT_EQ(t["exit_code"], 2);
+  EXPECT_NE(t["reason"].get<std::string>().find("restart limit"), std::string::npos);
+  EXPECT_EQ(logs(id), "run\nrun\nrun\n");
+  // "always" restarts successful exits too; stop ends it for good.
+  std::string a = run({{"name", "always"}, {"argv", {"true"}}, {"restart", {{"policy", "always"}, {"delay", "50ms"}}}});
+  agent_->wait_task(a, [&](const json& j) { return j["restarts"].get<int>() >= 2; });
+  agent_->call("task.stop", {{"id", a}});
+  json st = agent_->wait_state(a, "stopped");
+  int restarts = st["restarts"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(agent_->call("task.show", {{"id", a}})["restarts"], restarts);
+}
+
+TEST_F(AgentRoot, LogsRotateByNewFilesWithBoundedSize) {
+  std::string id = run({{"name", "chatty"},
+                        {"logs", {{"max_file_size", "4K"}, {"max_files", 3}}},
+                        {"argv", {"sh", "-c",
+                                  "i=0; while [ $i -lt 2000 ]; do echo \"line $i ..............................\"; "
+                                  "i=$((i+1)); done"}}});
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  const json& out = t["logs"]["stdout"];
+  EXPECT_EQ(out["files"], 3);
+  EXPECT_LE(out["bytes"].get<uint64_t>(), 3u * 4096);
+  EXPECT_GT(out["dropped_bytes"].get<uint64_t>(), 50000u);
+  json tail = agent_->call("task.logs", {{"id", id}, {"tail", 1}});
+  EXPECT_EQ(tail["data"], "line 1999 ..............................\n");
+}
+
+TEST_F(AgentRoot, HugetlbLimitWrittenBeforeStart) {
+  json info = agent_->call("agent.info", json::object());
+  bool has = false;
+  for (const auto& c : info["controllers"]) has |= c == "hugetlb";
+  bool has2m = false;
+  for (const auto& s : info["hugepage_sizes"]) has2m |= s == "2MB";
+  if (!has || !has2m) GTEST_SKIP() << "no hugetlb controller with 2MB pages";
+  // The task reads its own limit: it was in force before the process started.
+  std::string id = run({{"name", "huge"},
+                        {"resources", {{"hugetlb", {{"2M", "8M"}}}}},
+                        {"argv", {"sh", "-c", "cg=$(grep ^0:: /proc/self/cgroup | cut -d: -f3); "
+                                              "cat /sys/fs/cgroup/unified$cg/hugetlb.2MB.max 2>/dev/null "
+                                              "|| cat /sys/fs/cgroup$cg/hugetlb.2MB.max"}},
+                        {"namespaces", {{"pid", false}, {"mount", false}}}});
+  agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(logs(id), "8388608\n");
+}
+
+TEST_F(AgentRoot, MissingControllerRejectedUnlessBestEffort) {
+  json info = agent_->call("agent.info", json::object());
+  bool has_memory = false;
+  for (const auto& c : info["controllers"]) has_memory |= c == "memory";
+  if (has_memory) GTEST_SKIP() << "this machine has the memory controller on cgroup2";
+  auto r = agent_->try_call("task.run", {{"name", "m"}, {"argv", {"true"}}, {"resources", {{"memory_max", "64M"}}}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, rpc::kInvalidParams);
+  EXPECT_NE(r.error().message.find("resources.memory_max"), std::string::npos);
+  EXPECT_TRUE(agent_->call("task.ls", json::object())["tasks"].empty());
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+  json ok = agent_->call("task.run", {{"name", "m"}, {"argv", {"true"}}, {"resources", {{"memory_max", "64M"}, {"best_effort", true}}}});
+  ASSERT_EQ(ok["warnings"].size(), 1u);
+}
+
+TEST_F(AgentRoot, BadInputGetsErrorsAndDaemonKeepsServing) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  strcpy(sa.sun_path, agent_->socket().c_str());
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  auto exchange = [&](const std::string& out) {
+    EXPECT_EQ(write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
+    std::string got;
+    char c;
+    pollfd p{fd, POLLIN, 0};
+    while (poll(&p, 1, 5000) > 0 && read(fd, &c, 1) == 1 && c != '\n') got += c;
+    return json::parse(got, nullptr, false);
+  };
+  EXPECT_EQ(exchange("this is not json\n")["error"]["code"], rpc::kParseError);
+  EXPECT_EQ(exchange(std::string(2 << 20, 'a') + "\n")["error"]["code"], rpc::kLineTooLong);
+  json bad = exchange(R"({"jsonrpc":"2.0","id":7,"method":"task.run","params":{"name":"x","argv":["true"],"restart":{"policy":"sometimes"}}})" "\n");
+  EXPECT_EQ(bad["error"]["code"], rpc::kInvalidParams);
+  EXPECT_EQ(bad["error"]["data"]["field"], "restart.policy");
+  json nf = exchange(R"({"jsonrpc":"2.0","id":8,"method":"task.show","params":{"id":"nope"}})" "\n");
+  EXPECT_EQ(nf["error"]["code"], rpc::kNotFound);
+  json wrong_type = exchange(R"({"jsonrpc":"2.0","id":9,"method":"task.stop","params":{"id":5}})" "\n");
+  EXPECT_EQ(wrong_type["error"]["code"], rpc::kInvalidParams);
+  json info = exchange(R"({"jsonrpc":"2.0","id":10,"method":"agent.info"})" "\n");
+  EXPECT_EQ(info["id"], 10);
+  EXPECT_TRUE(info.contains("result"));
+  close(fd);
+  EXPECT_TRUE(agent_->call("task.ls", json::object())["tasks"].empty());
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+  // Duplicate live names are refused, naming the existing task.
+  std::string id = run({{"name", "dup"}, {"argv", {"sleep", "100"}}});
+  auto dup = agent_->try_call("task.run", {{"name", "dup"}, {"argv", {"true"}}});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error().code, rpc::kConflict);
+  EXPECT_NE(dup.error().message.find(id), std::string::npos);
+}
+
+TEST_F(AgentRoot, MutatingCallsNeedPrivilege) {
+  // The socket is 0660 root:weft; open it up so an unprivileged peer can connect at all
+  // and we reach the credential check behind it.
+  ASSERT_EQ(chmod(agent_->socket().c_str(), 0666), 0);
+  ASSERT_EQ(chmod(agent_->dir().c_str(), 0755), 0);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t p = fork();
+  if (p == 0) {
+    close(pipefd[0]);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    auto c = rpc::Client::connect(agent_->socket());
+    if (!c.ok()) _exit(4);
+    auto ls = (*c)->call("task.ls", json::object());
+    auto run = (*c)->call("task.run", {{"name", "evil"}, {"argv", {"true"}}});
+    char res[2] = {ls.ok() ? '1' : '0', !run.ok() && run.error().code == rpc::kPermissionDenied ? '1' : '0'};
+    (void)!write(pipefd[1], res, 2);
+    _exit(0);
+  }
+  close(pipefd[1]);
+  char res[2] = {0, 0};
+  EXPECT_EQ(read(pipefd[0], res, 2), 2);
+  close(pipefd[0]);
+  waitpid(p, nullptr, 0);
+  EXPECT_EQ(res[0], '1') << "reads are allowed";
+  EXPECT_EQ(res[1], '1') << "task.run by nobody must be refused";
+  EXPECT_TRUE(agent_->call("task.ls", json::object())["tasks"].empty());
+}
+
+// ---------------------------------------------------------------- restart safety
+
+TEST_F(AgentRoot, TasksSurviveAgentRestartAndAreAdopted) {
+  std::string id = run({{"name", "survivor"}, {"argv", {"sleep", "100"}}});
+  json t = agent_->wait_state(id, "running");
+  int pid = t["pid"];
+  agent_->terminate();
+  EXPECT_EQ(kill(pid, 0), 0) << "task died with the agent";
+  agent_->start();
+  json again = agent_->call("task.show", {{"id", id}});
+  EXPECT_EQ(again["state"], "running");
+  EXPECT_EQ(again["pid"], pid);
+  agent_->call("task.stop", {{"id", id}});
+  EXPECT_EQ(agent_->wait_state(id, "stopped")["signal"], "SIGTERM");
+}
+
+TEST_F(AgentRoot, ExitWhileAgentDownIsCollected) {
+  std::string id = run({{"name", "quick"}, {"argv", {"sh", "-c", "sleep 0.5; exit 9"}}});
+  agent_->wait_state(id, "running");
+  agent_->kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  agent_->start();
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["state"], "failed");
+  EXPECT_EQ(t["exit_code"], 9);
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+
+TEST_F(AgentRoot, UnknownCgroupsAreKilledAndRemoved) {
+  agent_->terminate();
+  std::string stray = agent_->cgroup_root() + "/tasks/stray0000";
+  ASSERT_EQ(mkdir(stray.c_str(), 0755), 0);
+  pid_t p = fork();
+  if (p == 0) {
+    (void)!write_file(stray + "/cgroup.procs", "0").ok();
+    execlp("sleep", "sleep", "100", nullptr);
+    _exit(1);
+  }
+  for (int i = 0; i < 200 && trim(read_file(stray + "/cgroup.procs").value_or("")).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  agent_->start();
+  EXPECT_FALSE(path_exists(stray));
+  int status = 0;
+  EXPECT_EQ(waitpid(p, &status, 0), p);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+// SIGKILL the agent at each step of a task's life; after a restart there must be
+// exactly one record, no orphan process or cgroup, and no lost exit.
+class CrashAt : public AgentRoot, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
+  const std::string point = GetParam();
+  agent_->terminate();
+  agent_->start(point);
+  auto r = agent_->try_call("task.run", {{"name", "crashy"}, {"argv", {"sleep", "100"}}});
+  EXPECT_FALSE(r.ok()) << "the agent should have died at " << point;
+  ASSERT_TRUE(agent_->wait_dead()) << "agent did not crash at " << point;
+  agent_->start();
+  json ls = agent_->call("task.ls", json::object());
+  ASSERT_EQ(ls["tasks"].size(), 1u) << ls.dump();
+  json t = ls["tasks"][0];
+  std::string id = t["id"];
+  if (point == "start.spawned") {
+    EXPECT_EQ(t["state"], "running") << t.dump();  // the started process was adopted
+    EXPECT_EQ(agent_->task_cgroups(), std::vector<std::string>{id});
+    auto procs = read_file(agent_->task_cgroup(id) + "/cgroup.procs");
+    EXPECT_NE(procs.value_or("").find(std::to_string(t["pid"].get<int>())), std::string::npos);
+    agent_->call("task.stop", {{"id", id}});
+    agent_->wait_state(id, "stopped");
+  } else {
+    EXPECT_EQ(t["state"], "failed") << t.dump();  // never ran: reported, not run twice
+    EXPECT_NE(t["reason"].get<std::string>().find("agent restarted"), std::string::npos);
+  }
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+  // A retry with the same name now works and runs exactly one task.
+  std::string id2 = run({{"name", "crashy"}, {"argv", {"true"}}});
+  EXPECT_EQ(agent_->wait_state(id2, "exited")["exit_code"], 0);
+}
+INSTANTIATE_TEST_SUITE_P(Lifecycle, CrashAt,
+                         ::testing::Values("run.recorded", "start.cgroup", "start.spawned"));
+
+class CrashAtExit : public AgentRoot, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CrashAtExit, ExitIsNeverLost) {
+  agent_->terminate();
+  agent_->start(GetParam());
+  json r = agent_->call("task.run", {{"name", "ending"}, {"argv", {"sh", "-c", "sleep 0.3; exit 5"}}});
+  std::string id = r["id"];
+  ASSERT_TRUE(agent_->wait_dead()) << "agent did not crash at " << GetParam();
+  agent_->start();
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["state"], "failed");
+  EXPECT_EQ(t["exit_code"], 5);
+  EXPECT_EQ(agent_->call("task.ls", json::object())["tasks"].size(), 1u);
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+INSTANTIATE_TEST_SUITE_P(Lifecycle, CrashAtExit,
+                         ::testing::Values("exit.cgroup-removed", "exit.recorded"));
+
+TEST_F(AgentRoot, CrashDuringStopStillStops) {
+  agent_->terminate();
+  agent_->start("stop.signalled");
+  std::string id = run({{"name", "stubborn"},
+                        {"stop_grace", "500ms"},
+                        {"argv", {"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}}});
+  agent_->wait_state(id, "running");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the trap be installed
+  EXPECT_FALSE(agent_->try_call("task.stop", {{"id", id}}).ok());
+  ASSERT_TRUE(agent_->wait_dead());
+  agent_->start();
+  json t = agent_->wait_state(id, "stopped");
+  EXPECT_EQ(t["signal"], "SIGKILL");  // the grace deadline survived the crash
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+
+}  // namespace
+}  // namespace weft::testing
