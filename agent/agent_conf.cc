@@ -14,8 +14,9 @@ namespace weft::agent {
 Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "", {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id",
-                            "labels", "control_plane", "init_path", "host_root", "log_level"}));
+  TRY(doc.only_keys(t, "",
+                    {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
+                     "control_plane", "init_path", "host_root", "log_level"}));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
@@ -39,7 +40,8 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   }
   if (!c.cgroup_root.empty() && c.cgroup_root[0] != '/')
     return field_error(at("cgroup_root"), "'cgroup_root' must be an absolute path");
-  if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warning" && c.log_level != "error")
+  if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warning" &&
+      c.log_level != "error")
     return field_error(at("log_level"), "'log_level' must be debug, info, warning or error");
   for (const auto& [k, v] : c.labels) {
     if (k.empty() || k.size() > 63 || k.find_first_of(" =\n") != std::string::npos)

@@ -18,8 +18,8 @@ struct AgentConfig {
   std::string cgroup_root;
   std::string machine_id;  // empty: /etc/machine-id
   std::map<std::string, std::string> labels;
-  std::string control_plane;  // endpoint; used once the control plane exists
-  std::string init_path;      // empty: weft-init next to weft-agent, else libexec
+  std::string control_plane;    // endpoint; used once the control plane exists
+  std::string init_path;        // empty: weft-init next to weft-agent, else libexec
   std::string host_root = "/";  // tests: a fake /proc and /sys tree
   std::string log_level = "info";
 };

@@ -71,14 +71,17 @@ class FakeCgroupFs : public RealCgroupFs {
       // Apply "+a -b" edits the way the kernel does, refusing unknown controllers.
       auto avail = split(trim(read_file(dir + "/cgroup.controllers").value_or("")), ' ');
       std::set<std::string> have;
-      for (auto& c : split(trim(read_file(file).value_or("")), ' ')) if (!c.empty()) have.insert(c);
+      for (auto& c : split(trim(read_file(file).value_or("")), ' '))
+        if (!c.empty()) have.insert(c);
       for (auto& tok : split(trim(value), ' ')) {
         if (tok.size() < 2) continue;
         std::string c = tok.substr(1);
         if (std::find(avail.begin(), avail.end(), c) == avail.end())
           return errno_error(ENOENT, "write " + file);
-        if (tok[0] == '+') have.insert(c);
-        else have.erase(c);
+        if (tok[0] == '+')
+          have.insert(c);
+        else
+          have.erase(c);
       }
       std::string out;
       for (auto& c : have) out += (out.empty() ? "" : " ") + c;
@@ -91,8 +94,8 @@ class FakeCgroupFs : public RealCgroupFs {
     }
     if (name == "cgroup.freeze") {
       TRY(write_file(file, value));
-      return write_file(dir + "/cgroup.events",
-                        std::string("populated 0\nfrozen ") + (trim(value) == "1" ? "1" : "0") + "\n");
+      return write_file(dir + "/cgroup.events", std::string("populated 0\nfrozen ") +
+                                                    (trim(value) == "1" ? "1" : "0") + "\n");
     }
     if (name == "cgroup.kill") {
       TRY(write_file(dir + "/cgroup.procs", ""));
@@ -102,12 +105,18 @@ class FakeCgroupFs : public RealCgroupFs {
   }
 };
 
-std::string u64(uint64_t v) { return std::to_string(v); }
+std::string u64(uint64_t v) {
+  return std::to_string(v);
+}
 
 }  // namespace
 
-std::unique_ptr<CgroupFs> make_real_cgroupfs() { return std::make_unique<RealCgroupFs>(); }
-std::unique_ptr<CgroupFs> make_fake_cgroupfs() { return std::make_unique<FakeCgroupFs>(); }
+std::unique_ptr<CgroupFs> make_real_cgroupfs() {
+  return std::make_unique<RealCgroupFs>();
+}
+std::unique_ptr<CgroupFs> make_fake_cgroupfs() {
+  return std::make_unique<FakeCgroupFs>();
+}
 
 std::vector<CgroupWrite> limit_writes(const Resources& r) {
   std::vector<CgroupWrite> w;
@@ -122,10 +131,13 @@ std::vector<CgroupWrite> limit_writes(const Resources& r) {
   if (!r.cpuset_mems.empty())
     w.push_back({"cpuset.mems", r.cpuset_mems, "cpuset", "resources.cpuset_mems"});
   // memory.high before memory.max so a lowered max never sits below high mid-way.
-  if (r.memory_high) w.push_back({"memory.high", u64(*r.memory_high), "memory", "resources.memory_high"});
-  if (r.memory_max) w.push_back({"memory.max", u64(*r.memory_max), "memory", "resources.memory_max"});
+  if (r.memory_high)
+    w.push_back({"memory.high", u64(*r.memory_high), "memory", "resources.memory_high"});
+  if (r.memory_max)
+    w.push_back({"memory.max", u64(*r.memory_max), "memory", "resources.memory_max"});
   if (r.memory_swap_max)
-    w.push_back({"memory.swap.max", u64(*r.memory_swap_max), "memory", "resources.memory_swap_max"});
+    w.push_back(
+        {"memory.swap.max", u64(*r.memory_swap_max), "memory", "resources.memory_swap_max"});
   if (r.pids_max) w.push_back({"pids.max", u64(*r.pids_max), "pids", "resources.pids_max"});
   for (size_t i = 0; i < r.io_max.size(); ++i) {
     const auto& l = r.io_max[i];
@@ -160,9 +172,9 @@ Result<LimitPlan> plan_limits(const Resources& r, const std::set<std::string>& c
     }
     std::string have;
     for (const auto& c : controllers) have += (have.empty() ? "" : " ") + c;
-    std::string msg = "cgroup controller '" + w.controller +
-                      "' is not available on this machine (available: " +
-                      (have.empty() ? "none" : have) + ")";
+    std::string msg =
+        "cgroup controller '" + w.controller +
+        "' is not available on this machine (available: " + (have.empty() ? "none" : have) + ")";
     if (!r.best_effort)
       return field_error(w.field, msg + "; set resources.best_effort to run without it");
     plan.warnings.push_back(w.field + ": " + msg + "; not enforced");
@@ -204,8 +216,9 @@ Status CgroupTree::setup(int self_pid) {
   TRY(enable_in_ancestors());
   TRY(fs_.mkdir(root_));
   TRY(fs_.mkdir(agent_dir()));
-  if (self_pid > 0) TRY_CTX(fs_.write(agent_dir() + "/cgroup.procs", std::to_string(self_pid)),
-                             "move the agent into its leaf cgroup");
+  if (self_pid > 0)
+    TRY_CTX(fs_.write(agent_dir() + "/cgroup.procs", std::to_string(self_pid)),
+            "move the agent into its leaf cgroup");
   TRY_ASSIGN(std::string avail, fs_.read(root_ + "/cgroup.controllers"));
   controllers_.clear();
   std::string enable;
@@ -217,10 +230,12 @@ Status CgroupTree::setup(int self_pid) {
       enable += (enable.empty() ? "+" : " +") + c;
     }
   }
-  if (!enable.empty()) TRY_CTX(fs_.write(root_ + "/cgroup.subtree_control", enable), "enable controllers");
+  if (!enable.empty())
+    TRY_CTX(fs_.write(root_ + "/cgroup.subtree_control", enable), "enable controllers");
   TRY(fs_.mkdir(root_ + "/tasks"));
   if (!enable.empty())
-    TRY_CTX(fs_.write(root_ + "/tasks/cgroup.subtree_control", enable), "enable controllers for tasks");
+    TRY_CTX(fs_.write(root_ + "/tasks/cgroup.subtree_control", enable),
+            "enable controllers for tasks");
   hugepage_sizes_.clear();
   if (controllers_.count("hugetlb")) {
     auto dirs = list_dir(host_.sys("kernel/mm/hugepages"));
@@ -313,7 +328,9 @@ Result<std::vector<int>> CgroupTree::procs(const std::string& id) {
   return out;
 }
 
-Result<std::vector<std::string>> CgroupTree::task_ids() { return fs_.subdirs(root_ + "/tasks"); }
+Result<std::vector<std::string>> CgroupTree::task_ids() {
+  return fs_.subdirs(root_ + "/tasks");
+}
 
 std::optional<uint64_t> CgroupTree::oom_kills(const std::string& id) {
   if (!controllers_.count("memory")) return std::nullopt;
@@ -360,8 +377,10 @@ CgroupStats CgroupTree::stats(const std::string& id) {
         auto eq = parts[i].find('=');
         if (eq == std::string::npos) continue;
         std::string k = parts[i].substr(0, eq), val = parts[i].substr(eq + 1);
-        if (k == "total") kv[k] = std::strtoull(val.c_str(), nullptr, 10);
-        else kv[k] = std::strtod(val.c_str(), nullptr);
+        if (k == "total")
+          kv[k] = std::strtoull(val.c_str(), nullptr, 10);
+        else
+          kv[k] = std::strtod(val.c_str(), nullptr);
       }
       p[parts[0]] = kv;
     }

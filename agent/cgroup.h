@@ -32,8 +32,8 @@ namespace weft::agent {
 class CgroupFs {
  public:
   virtual ~CgroupFs() = default;
-  virtual Status mkdir(const std::string& dir) = 0;   // ok if it exists
-  virtual Status rmdir(const std::string& dir) = 0;   // ok if it is gone
+  virtual Status mkdir(const std::string& dir) = 0;  // ok if it exists
+  virtual Status rmdir(const std::string& dir) = 0;  // ok if it is gone
   virtual Result<std::string> read(const std::string& file) = 0;
   virtual Status write(const std::string& file, const std::string& value) = 0;
   virtual bool exists(const std::string& path) = 0;

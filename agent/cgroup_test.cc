@@ -22,7 +22,8 @@ class FakeTree : public ::testing::Test {
     ASSERT_TRUE(mkdir_p(base_ + "/cg").ok());
     ASSERT_TRUE(mkdir_p(base_ + "/host/sys/kernel/mm/hugepages/hugepages-2048kB").ok());
     ASSERT_TRUE(mkdir_p(base_ + "/host/proc/self").ok());
-    ASSERT_TRUE(write_file(base_ + "/host/proc/self/mountinfo", "1 0 0:1 / / rw - ext4 x rw\n").ok());
+    ASSERT_TRUE(
+        write_file(base_ + "/host/proc/self/mountinfo", "1 0 0:1 / / rw - ext4 x rw\n").ok());
     fs_ = make_fake_cgroupfs();
     // The delegated root as systemd would hand it over.
     ASSERT_TRUE(fs_->mkdir(root_).ok());
@@ -31,7 +32,9 @@ class FakeTree : public ::testing::Test {
   void give_controllers(const std::string& list) {
     ASSERT_TRUE(write_file(root_ + "/cgroup.controllers", list + "\n").ok());
   }
-  std::string read(const std::string& rel) { return trim(read_file(root_ + "/" + rel).value_or("<missing>")); }
+  std::string read(const std::string& rel) {
+    return trim(read_file(root_ + "/" + rel).value_or("<missing>"));
+  }
 
   std::string base_, root_;
   std::unique_ptr<CgroupFs> fs_;
@@ -93,7 +96,9 @@ TEST_F(FakeTree, MissingControllerIsAnErrorNamingTheField) {
   give_controllers("hugetlb");
   CgroupTree t(*fs_, root_, HostPaths(base_ + "/host"));
   ASSERT_TRUE(t.setup(0).ok());
-  auto spec = parse_spec({{"name", "t"}, {"argv", {"true"}}, {"resources", {{"memory_max", "64M"}, {"pids_max", 10}}}});
+  auto spec = parse_spec({{"name", "t"},
+                          {"argv", {"true"}},
+                          {"resources", {{"memory_max", "64M"}, {"pids_max", 10}}}});
   ASSERT_TRUE(spec.ok());
   auto plan = plan_limits(spec->resources, t.controllers(), t.hugepage_sizes());
   ASSERT_FALSE(plan.ok());
@@ -113,7 +118,8 @@ TEST_F(FakeTree, UnsupportedHugepageSize) {
   give_controllers("hugetlb");
   CgroupTree t(*fs_, root_, HostPaths(base_ + "/host"));
   ASSERT_TRUE(t.setup(0).ok());
-  auto spec = parse_spec({{"name", "t"}, {"argv", {"true"}}, {"resources", {{"hugetlb", {{"1G", "1G"}}}}}});
+  auto spec =
+      parse_spec({{"name", "t"}, {"argv", {"true"}}, {"resources", {{"hugetlb", {{"1G", "1G"}}}}}});
   ASSERT_TRUE(spec.ok());
   auto plan = plan_limits(spec->resources, t.controllers(), t.hugepage_sizes());
   ASSERT_FALSE(plan.ok());
@@ -143,12 +149,19 @@ TEST_F(FakeTree, FreezeKillAndStats) {
   ASSERT_TRUE(t.freeze_task("s", false).ok());
   EXPECT_FALSE(*t.frozen("s"));
   std::string d = root_ + "/tasks/s/";
-  ASSERT_TRUE(write_file(d + "cpu.stat", "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_throttled 7\nthrottled_usec 9000\n").ok());
+  ASSERT_TRUE(
+      write_file(
+          d + "cpu.stat",
+          "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_throttled 7\nthrottled_usec 9000\n")
+          .ok());
   ASSERT_TRUE(write_file(d + "memory.current", "4096\n").ok());
   ASSERT_TRUE(write_file(d + "memory.peak", "8192\n").ok());
   ASSERT_TRUE(write_file(d + "pids.current", "3\n").ok());
   ASSERT_TRUE(write_file(d + "memory.events", "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n").ok());
-  ASSERT_TRUE(write_file(d + "cpu.pressure", "some avg10=1.50 avg60=0.00 avg300=0.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=4\n").ok());
+  ASSERT_TRUE(write_file(d + "cpu.pressure",
+                         "some avg10=1.50 avg60=0.00 avg300=0.00 total=123\nfull avg10=0.00 "
+                         "avg60=0.00 avg300=0.00 total=4\n")
+                  .ok());
   auto st = t.stats("s").to_json();
   EXPECT_EQ(st["cpu_usage_usec"], 1500);
   EXPECT_EQ(st["cpu_nr_throttled"], 7);
@@ -160,7 +173,7 @@ TEST_F(FakeTree, FreezeKillAndStats) {
   EXPECT_EQ(*t.oom_kills("s"), 1u);
   ASSERT_TRUE(write_file(d + "cgroup.procs", "77\n").ok());
   EXPECT_FALSE(fs_->rmdir(root_ + "/tasks/s").ok());  // busy while populated
-  ASSERT_TRUE(t.remove_task("s").ok());                // cgroup.kill empties it first
+  ASSERT_TRUE(t.remove_task("s").ok());               // cgroup.kill empties it first
   EXPECT_FALSE(path_exists(root_ + "/tasks/s"));
 }
 

@@ -60,7 +60,9 @@ std::string format_time(int64_t us) {
   return buf;
 }
 
-int64_t now_us() { return static_cast<int64_t>(now_realtime_us()); }
+int64_t now_us() {
+  return static_cast<int64_t>(now_realtime_us());
+}
 
 // Fault injection for the crash-recovery tests: WEFT_AGENT_CRASH_AT=<point> makes the
 // agent SIGKILL itself when it reaches that point of a task's lifecycle.
@@ -171,7 +173,9 @@ Status Manager::start() {
   return {};
 }
 
-Status Manager::run() { return loop_->run(); }
+Status Manager::run() {
+  return loop_->run();
+}
 
 void Manager::update_status() {
   size_t running = 0;
@@ -191,11 +195,15 @@ std::string Manager::cgroup_rel(const std::string& id) const {
 // ---------------------------------------------------------------- persistence
 
 Status Manager::save(const Task& t) {
-  TRY_ASSIGN(Stmt st, db_->prepare(
-      "INSERT OR REPLACE INTO tasks (id, name, spec, state, incarnation, pid, exit_code, signal, "
-      "core_dumped, oom_killed, restarts, reason, stop_requested, stop_deadline_us, next_start_us, "
-      "backoff_us, created_us, started_us, finished_us, warnings) "
-      "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"));
+  TRY_ASSIGN(
+      Stmt st,
+      db_->prepare(
+          "INSERT OR REPLACE INTO tasks (id, name, spec, state, incarnation, pid, exit_code, "
+          "signal, "
+          "core_dumped, oom_killed, restarts, reason, stop_requested, stop_deadline_us, "
+          "next_start_us, "
+          "backoff_us, created_us, started_us, finished_us, warnings) "
+          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"));
   st.bind(1, t.id).bind(2, t.name).bind(3, to_json(t.spec).dump()).bind(4, t.state);
   st.bind(5, static_cast<int64_t>(t.incarnation));
   st.bind_opt(6, t.pid > 0 ? std::optional<int64_t>(t.pid) : std::nullopt);
@@ -208,7 +216,9 @@ Status Manager::save(const Task& t) {
   return st.run();
 }
 
-Status Manager::insert(const Task& t) { return save(t); }
+Status Manager::insert(const Task& t) {
+  return save(t);
+}
 
 Status Manager::erase(const std::string& id) {
   TRY_ASSIGN(Stmt st, db_->prepare("DELETE FROM tasks WHERE id = ?1"));
@@ -217,10 +227,11 @@ Status Manager::erase(const std::string& id) {
 }
 
 Status Manager::load_tasks() {
-  TRY_ASSIGN(Stmt st, db_->prepare(
-      "SELECT id, name, spec, state, incarnation, pid, exit_code, signal, core_dumped, oom_killed, "
-      "restarts, reason, stop_requested, stop_deadline_us, next_start_us, backoff_us, created_us, "
-      "started_us, finished_us, warnings FROM tasks"));
+  TRY_ASSIGN(Stmt st, db_->prepare("SELECT id, name, spec, state, incarnation, pid, exit_code, "
+                                   "signal, core_dumped, oom_killed, "
+                                   "restarts, reason, stop_requested, stop_deadline_us, "
+                                   "next_start_us, backoff_us, created_us, "
+                                   "started_us, finished_us, warnings FROM tasks"));
   for (;;) {
     TRY_ASSIGN(bool row, st.step());
     if (!row) break;
@@ -314,8 +325,9 @@ void Manager::adopt_or_collect(Task& t) {
     if (rec && rec->incarnation != t.incarnation) rec.reset();
   }
   if (!rec && t.reason.empty()) {
-    t.reason = t.state == "starting" ? "agent restarted while starting the task"
-                                     : "task ended while the agent was down, without an exit record";
+    t.reason = t.state == "starting"
+                   ? "agent restarted while starting the task"
+                   : "task ended while the agent was down, without an exit record";
   }
   log_info("collected exit of a task that ended while the agent was down", {{"TASK_ID", t.id}});
   finish_incarnation(t, rec, std::nullopt);
@@ -337,9 +349,9 @@ void Manager::recover() {
   if (dirs.ok()) {
     for (const auto& d : *dirs) {
       auto it = tasks_.find(d);
-      bool owned = it != tasks_.end() && (it->second->state == "running" ||
-                                          it->second->state == "stopping" ||
-                                          it->second->state == "starting");
+      bool owned = it != tasks_.end() &&
+                   (it->second->state == "running" || it->second->state == "stopping" ||
+                    it->second->state == "starting");
       if (owned) continue;
       log_warn("removing unknown task cgroup", {{"CGROUP", cgroups_->task_dir(d)}});
       if (auto s = cgroups_->remove_task(d); !s.ok())
@@ -362,8 +374,8 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
              plan_limits(spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
   for (const auto& [id, t] : tasks_) {
     if (t->name == spec.name && !t->terminal()) {
-      Error e = field_error("name", "a task named '" + spec.name + "' is already " + t->state +
-                                        " (id " + id + ")");
+      Error e = field_error(
+          "name", "a task named '" + spec.name + "' is already " + t->state + " (id " + id + ")");
       e.code = RpcCode::kConflict;
       return e;
     }
@@ -439,8 +451,11 @@ Status Manager::start_incarnation(Task& t) {
   if (!t.stop_requested) t.reason.clear();
   Status saved = save(t);
   watch_init(t);
-  if (!saved.ok()) log_error("could not record running task", {{"TASK_ID", t.id}, {"ERROR", saved.error().str()}});
-  log_info("task started", {{"TASK_ID", t.id}, {"TASK_NAME", t.name}, {"PID", std::to_string(t.pid)},
+  if (!saved.ok())
+    log_error("could not record running task", {{"TASK_ID", t.id}, {"ERROR", saved.error().str()}});
+  log_info("task started", {{"TASK_ID", t.id},
+                            {"TASK_NAME", t.name},
+                            {"PID", std::to_string(t.pid)},
                             {"INCARNATION", std::to_string(t.incarnation)}});
   update_status();
   return {};
@@ -466,9 +481,12 @@ void Manager::on_init_exit(const std::string& id) {
     siginfo_t si;
     std::memset(&si, 0, sizeof si);
     if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(t.pidfd.get()), &si,
-                 WEXITED | WNOHANG) == 0 && si.si_pid != 0) {
-      if (si.si_code == CLD_EXITED) wait_status = (si.si_status & 0xff) << 8;
-      else wait_status = (si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+                 WEXITED | WNOHANG) == 0 &&
+        si.si_pid != 0) {
+      if (si.si_code == CLD_EXITED)
+        wait_status = (si.si_status & 0xff) << 8;
+      else
+        wait_status = (si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
     }
   }
   std::optional<ExitRecord> rec;
@@ -531,15 +549,17 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   if (!status && !(rec && (rec->exec_errno || !rec->setup_error.empty()))) success = false;
 
   const auto& rs = t.spec.restart;
-  bool want_restart = !t.stop_requested && restartable &&
-                      (rs.policy == RestartPolicy::kAlways ||
-                       (rs.policy == RestartPolicy::kOnFailure && !success));
+  bool want_restart =
+      !t.stop_requested && restartable &&
+      (rs.policy == RestartPolicy::kAlways || (rs.policy == RestartPolicy::kOnFailure && !success));
   if (want_restart && rs.max_restarts >= 0 && t.restarts >= rs.max_restarts) {
     want_restart = false;
     t.reason += (t.reason.empty() ? "" : "; ") + std::string("restart limit reached");
   }
-  if (t.stop_requested) t.state = "stopped";
-  else t.state = success ? "exited" : "failed";
+  if (t.stop_requested)
+    t.state = "stopped";
+  else
+    t.state = success ? "exited" : "failed";
   log_info("task ended", {{"TASK_ID", t.id}, {"STATE", t.state}, {"REASON", t.reason}});
   if (want_restart) {
     int64_t ran = t.finished_us - t.started_us;
@@ -584,7 +604,8 @@ void Manager::schedule_restart(Task& t) {
 void Manager::arm_stop_timer(Task& t) {
   std::string id = t.id;
   int64_t delay = std::max<int64_t>(0, t.stop_deadline_us - now_us());
-  auto src = loop_->add_timer_in(static_cast<uint64_t>(delay), [this, id] { on_stop_deadline(id); });
+  auto src =
+      loop_->add_timer_in(static_cast<uint64_t>(delay), [this, id] { on_stop_deadline(id); });
   if (src.ok()) t.timer = std::move(src).value();
 }
 
@@ -660,7 +681,8 @@ Result<Task*> Manager::find_task(const json& params) {
   if (key.size() >= 4) {
     for (auto& [id, t] : tasks_) {
       if (id.rfind(key, 0) != 0) continue;
-      if (best) return make_error("'" + key + "' matches more than one task").with_code(RpcCode::kConflict);
+      if (best)
+        return make_error("'" + key + "' matches more than one task").with_code(RpcCode::kConflict);
       best = t.get();
     }
     if (best) return best;
@@ -754,7 +776,8 @@ void Manager::register_methods() {
     std::optional<uint64_t> grace;
     if (p.contains("grace")) {
       const json& g = p["grace"];
-      if (g.is_number() && g.get<double>() >= 0) grace = static_cast<uint64_t>(g.get<double>() * 1e6);
+      if (g.is_number() && g.get<double>() >= 0)
+        grace = static_cast<uint64_t>(g.get<double>() * 1e6);
       else if (g.is_string()) {
         auto d = parse_duration_us(g.get<std::string>());
         if (!d.ok()) return field_error("grace", d.error().message);
@@ -780,7 +803,8 @@ void Manager::register_methods() {
       sig = *s;
     }
     if (t->state != "running" && t->state != "stopping" && t->state != "starting")
-      return make_error("task " + t->id + " is " + t->state + ", not running").with_code(RpcCode::kConflict);
+      return make_error("task " + t->id + " is " + t->state + ", not running")
+          .with_code(RpcCode::kConflict);
     if (sig == SIGKILL) {
       t->kill_sent = true;
       TRY(cgroups_->kill_task(t->id));
@@ -795,7 +819,8 @@ void Manager::register_methods() {
       TRY(check_privileged(c.peer));
       TRY_ASSIGN(Task * t, find_task(p));
       if (t->state != "running")
-        return make_error("task " + t->id + " is " + t->state + ", not running").with_code(RpcCode::kConflict);
+        return make_error("task " + t->id + " is " + t->state + ", not running")
+            .with_code(RpcCode::kConflict);
       TRY(cgroups_->freeze_task(t->id, freeze));
       // cgroup.events reports frozen once every member has stopped; wait briefly.
       bool done = false;
@@ -839,7 +864,8 @@ void Manager::register_methods() {
       if (!p["tail"].is_number_unsigned()) return field_error("tail", "must be a number of lines");
       tail = p["tail"].get<size_t>();
     }
-    TRY_ASSIGN(LogChunk chunk, read_log(task_state_dir(t->id) + "/logs", stream, cursor, max_bytes, tail));
+    TRY_ASSIGN(LogChunk chunk,
+               read_log(task_state_dir(t->id) + "/logs", stream, cursor, max_bytes, tail));
     return json{{"data", chunk.data},
                 {"cursor", {{"seq", chunk.next.seq}, {"offset", chunk.next.offset}}},
                 {"skipped", chunk.skipped > 0},
@@ -850,7 +876,8 @@ void Manager::register_methods() {
     TRY(check_privileged(c.peer));
     TRY_ASSIGN(Task * t, find_task(p));
     if (!t->terminal())
-      return make_error("task " + t->id + " is " + t->state + "; stop it first").with_code(RpcCode::kConflict);
+      return make_error("task " + t->id + " is " + t->state + "; stop it first")
+          .with_code(RpcCode::kConflict);
     std::string id = t->id;
     TRY(erase(id));
     (void)remove_tree(task_state_dir(id));

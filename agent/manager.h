@@ -92,7 +92,8 @@ class Manager {
   Status start_incarnation(Task& t);
   void watch_init(Task& t);
   void on_init_exit(const std::string& id);
-  void finish_incarnation(Task& t, const std::optional<ExitRecord>& rec, std::optional<int> wait_status);
+  void finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
+                          std::optional<int> wait_status);
   void schedule_restart(Task& t);
   void arm_stop_timer(Task& t);
   void on_stop_deadline(const std::string& id);
@@ -109,7 +110,9 @@ class Manager {
   Status insert(const Task& t);
   Status erase(const std::string& id);
 
-  std::string task_state_dir(const std::string& id) const { return cfg_.state_dir + "/tasks/" + id; }
+  std::string task_state_dir(const std::string& id) const {
+    return cfg_.state_dir + "/tasks/" + id;
+  }
   std::string cgroup_rel(const std::string& id) const;
   nlohmann::json summary(const Task& t) const;
   nlohmann::json detail(Task& t);

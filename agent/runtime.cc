@@ -31,7 +31,14 @@ bool all_digits(const std::string& s) {
     int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0 || ::dup2(null_fd, 0) < 0 || ::dup2(null_fd, 1) < 0 || ::dup2(null_fd, 2) < 0)
       err = errno;
-    if (!err && ::dup2(req.task_dir_fd, 3) < 0) err = errno;
+    if (!err) {
+      // dup2 onto itself would keep close-on-exec set; clear it explicitly then.
+      if (req.task_dir_fd == 3) {
+        if (::fcntl(3, F_SETFD, 0) < 0) err = errno;
+      } else if (::dup2(req.task_dir_fd, 3) < 0) {
+        err = errno;
+      }
+    }
     if (!err) {
       // Everything above 3 except the error pipe is the agent's business only; all of it
       // is close-on-exec already, this makes sure.
@@ -110,8 +117,10 @@ std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& i
   }
   a.insert(a.end(), {"--cwd", spec.cwd});
   if (!spec.hostname.empty()) a.insert(a.end(), {"--hostname", spec.hostname});
-  if (!spec.rootfs.empty()) a.insert(a.end(), {"--rootfs", spec.rootfs});
-  else if (spec.ns.pid && spec.ns.mount) a.push_back("--proc");
+  if (!spec.rootfs.empty())
+    a.insert(a.end(), {"--rootfs", spec.rootfs});
+  else if (spec.ns.pid && spec.ns.mount)
+    a.push_back("--proc");
   if (spec.ns.network == NetworkMode::kPrivate) a.push_back("--lo");
   a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",
                      std::to_string(spec.logs.max_files)});
@@ -154,7 +163,8 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
     ca.cgroup = static_cast<uint64_t>(cg.get());
     pid = static_cast<pid_t>(::syscall(SYS_clone3, &ca, sizeof ca));
     if (pid == 0) child_exec(req, argv.data(), err_w.get(), -1);
-    if (pid > 0) out.used_clone3 = true;
+    if (pid > 0)
+      out.used_clone3 = true;
     else if (errno != ENOSYS && errno != E2BIG && errno != EINVAL)
       return sys_error("clone3 into " + req.cgroup_dir);
   }
@@ -162,7 +172,8 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
     Fd procs(::open((req.cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (!procs.valid()) return sys_error("open " + req.cgroup_dir + "/cgroup.procs");
     // clone(2) without a stack argument behaves like fork with namespace flags.
-    pid = static_cast<pid_t>(::syscall(SYS_clone, ns_flags | SIGCHLD, nullptr, nullptr, nullptr, 0));
+    pid =
+        static_cast<pid_t>(::syscall(SYS_clone, ns_flags | SIGCHLD, nullptr, nullptr, nullptr, 0));
     if (pid == 0) child_exec(req, argv.data(), err_w.get(), procs.get());
     if (pid < 0) return sys_error("clone");
     pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));

@@ -20,12 +20,12 @@
 namespace weft::agent {
 
 struct SpawnRequest {
-  std::string init_path;         // weft-init binary
-  std::string cgroup_dir;        // the task's cgroup, already created with limits
-  int task_dir_fd = -1;          // passed to init as fd 3
+  std::string init_path;               // weft-init binary
+  std::string cgroup_dir;              // the task's cgroup, already created with limits
+  int task_dir_fd = -1;                // passed to init as fd 3
   std::vector<std::string> init_argv;  // built by build_init_argv()
   bool new_pid = true, new_mount = true, new_uts = true, new_ipc = true, new_net = false;
-  bool force_fallback = false;   // tests: exercise the pre-clone3 path
+  bool force_fallback = false;  // tests: exercise the pre-clone3 path
 };
 
 struct Spawned {

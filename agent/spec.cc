@@ -26,7 +26,8 @@ class Reader {
   Reader(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
 
   Status only(std::initializer_list<const char*> keys) const {
-    if (!obj_.is_object()) return field_error(path_.empty() ? "params" : path_, "must be an object");
+    if (!obj_.is_object())
+      return field_error(path_.empty() ? "params" : path_, "must be an object");
     for (const auto& [k, v] : obj_.items()) {
       bool known = false;
       for (const char* a : keys) known |= (k == a);
@@ -51,11 +52,13 @@ class Reader {
   Result<std::optional<uint64_t>> uint(const char* k, uint64_t min, uint64_t max) const {
     if (!has(k)) return std::optional<uint64_t>();
     const json& v = obj_[k];
-    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0))
+    if (!v.is_number_integer() ||
+        (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0))
       return field_error(name(k), "must be a non-negative integer");
     uint64_t x = v.get<uint64_t>();
     if (x < min || x > max)
-      return field_error(name(k), "must be between " + std::to_string(min) + " and " + std::to_string(max));
+      return field_error(name(k),
+                         "must be between " + std::to_string(min) + " and " + std::to_string(max));
     return std::optional<uint64_t>(x);
   }
   // An integer byte count or a string with a unit ("256M").
@@ -93,7 +96,8 @@ class Reader {
 bool valid_name(const std::string& n) {
   if (n.empty() || n.size() > 63) return false;
   for (char c : n) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return false;
   }
   return n[0] != '.' && n[0] != '-';
 }
@@ -208,9 +212,12 @@ std::string signal_name(int sig) {
 
 const char* policy_name(RestartPolicy p) {
   switch (p) {
-    case RestartPolicy::kNever: return "never";
-    case RestartPolicy::kOnFailure: return "on-failure";
-    case RestartPolicy::kAlways: return "always";
+    case RestartPolicy::kNever:
+      return "never";
+    case RestartPolicy::kOnFailure:
+      return "on-failure";
+    case RestartPolicy::kAlways:
+      return "always";
   }
   return "never";
 }
@@ -247,9 +254,11 @@ Result<TaskSpec> parse_spec(const json& j) {
   if (s.cwd.empty() || s.cwd[0] != '/') return field_error("cwd", "must be an absolute path");
   TRY_ASSIGN(s.user, r.str("user"));
   TRY_ASSIGN(s.group, r.str("group"));
-  if (r.has("resources")) TRY(parse_resources(Reader(r.at("resources"), "resources"), &s.resources));
+  if (r.has("resources"))
+    TRY(parse_resources(Reader(r.at("resources"), "resources"), &s.resources));
   TRY_ASSIGN(s.rootfs, r.str("rootfs"));
-  if (!s.rootfs.empty() && s.rootfs[0] != '/') return field_error("rootfs", "must be an absolute path");
+  if (!s.rootfs.empty() && s.rootfs[0] != '/')
+    return field_error("rootfs", "must be an absolute path");
   if (r.has("namespaces")) {
     Reader n(r.at("namespaces"), "namespaces");
     TRY(n.only({"pid", "mount", "uts", "ipc", "network"}));
@@ -258,11 +267,15 @@ Result<TaskSpec> parse_spec(const json& j) {
     TRY_ASSIGN(s.ns.uts, n.boolean("uts", true));
     TRY_ASSIGN(s.ns.ipc, n.boolean("ipc", true));
     TRY_ASSIGN(std::string net, n.str("network", "host"));
-    if (net == "host") s.ns.network = NetworkMode::kHost;
-    else if (net == "private") s.ns.network = NetworkMode::kPrivate;
-    else return field_error("namespaces.network", "must be \"host\" or \"private\"");
+    if (net == "host")
+      s.ns.network = NetworkMode::kHost;
+    else if (net == "private")
+      s.ns.network = NetworkMode::kPrivate;
+    else
+      return field_error("namespaces.network", "must be \"host\" or \"private\"");
   }
-  if (!s.rootfs.empty() && !s.ns.mount) return field_error("rootfs", "needs namespaces.mount = true");
+  if (!s.rootfs.empty() && !s.ns.mount)
+    return field_error("rootfs", "needs namespaces.mount = true");
   TRY_ASSIGN(s.hostname, r.str("hostname"));
   if (!s.hostname.empty()) {
     if (!s.ns.uts) return field_error("hostname", "needs namespaces.uts = true");
@@ -272,10 +285,14 @@ Result<TaskSpec> parse_spec(const json& j) {
     Reader rr(r.at("restart"), "restart");
     TRY(rr.only({"policy", "delay", "max_delay", "reset_after", "max_restarts"}));
     TRY_ASSIGN(std::string p, rr.str("policy", "never"));
-    if (p == "never") s.restart.policy = RestartPolicy::kNever;
-    else if (p == "on-failure") s.restart.policy = RestartPolicy::kOnFailure;
-    else if (p == "always") s.restart.policy = RestartPolicy::kAlways;
-    else return field_error("restart.policy", "must be never, on-failure or always");
+    if (p == "never")
+      s.restart.policy = RestartPolicy::kNever;
+    else if (p == "on-failure")
+      s.restart.policy = RestartPolicy::kOnFailure;
+    else if (p == "always")
+      s.restart.policy = RestartPolicy::kAlways;
+    else
+      return field_error("restart.policy", "must be never, on-failure or always");
     TRY_ASSIGN(auto d, rr.duration("delay"));
     TRY_ASSIGN(auto md, rr.duration("max_delay"));
     TRY_ASSIGN(auto ra, rr.duration("reset_after"));
@@ -345,7 +362,10 @@ json to_json(const TaskSpec& s) {
   if (r.best_effort) res["best_effort"] = true;
   j["resources"] = res;
   if (!s.rootfs.empty()) j["rootfs"] = s.rootfs;
-  j["namespaces"] = {{"pid", s.ns.pid}, {"mount", s.ns.mount}, {"uts", s.ns.uts}, {"ipc", s.ns.ipc},
+  j["namespaces"] = {{"pid", s.ns.pid},
+                     {"mount", s.ns.mount},
+                     {"uts", s.ns.uts},
+                     {"ipc", s.ns.ipc},
                      {"network", s.ns.network == NetworkMode::kHost ? "host" : "private"}};
   if (!s.hostname.empty()) j["hostname"] = s.hostname;
   j["restart"] = {{"policy", policy_name(s.restart.policy)},

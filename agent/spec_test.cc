@@ -26,24 +26,26 @@ TEST(Spec, MinimalDefaults) {
 }
 
 TEST(Spec, FullRoundTrip) {
-  json j = {{"name", "web"},
-            {"argv", {"python3", "-m", "http.server"}},
-            {"env", {{"A", "1"}}},
-            {"resources",
-             {{"cpu", 0.5},
-              {"cpu_weight", 200},
-              {"memory_max", "256M"},
-              {"memory_high", "200M"},
-              {"pids_max", 64},
-              {"io_max", {{{"device", "8:0"}, {"rbps", "10M"}, {"wiops", 100}}}},
-              {"hugetlb", {{"2M", "64M"}}},
-              {"cpuset_cpus", "0-1"}}},
-            {"namespaces", {{"network", "private"}}},
-            {"hostname", "h1"},
-            {"restart", {{"policy", "on-failure"}, {"delay", "500ms"}, {"max_delay", "30s"}, {"max_restarts", 5}}},
-            {"stop_signal", "SIGINT"},
-            {"stop_grace", 3},
-            {"logs", {{"max_file_size", "1M"}, {"max_files", 3}}}};
+  json j = {
+      {"name", "web"},
+      {"argv", {"python3", "-m", "http.server"}},
+      {"env", {{"A", "1"}}},
+      {"resources",
+       {{"cpu", 0.5},
+        {"cpu_weight", 200},
+        {"memory_max", "256M"},
+        {"memory_high", "200M"},
+        {"pids_max", 64},
+        {"io_max", {{{"device", "8:0"}, {"rbps", "10M"}, {"wiops", 100}}}},
+        {"hugetlb", {{"2M", "64M"}}},
+        {"cpuset_cpus", "0-1"}}},
+      {"namespaces", {{"network", "private"}}},
+      {"hostname", "h1"},
+      {"restart",
+       {{"policy", "on-failure"}, {"delay", "500ms"}, {"max_delay", "30s"}, {"max_restarts", 5}}},
+      {"stop_signal", "SIGINT"},
+      {"stop_grace", 3},
+      {"logs", {{"max_file_size", "1M"}, {"max_files", 3}}}};
   auto s = parse_spec(j);
   ASSERT_TRUE(s.ok()) << s.error().str();
   EXPECT_EQ(*s->resources.memory_max, 256u << 20);
@@ -71,7 +73,8 @@ TEST(Spec, ErrorsNameTheField) {
   EXPECT_EQ(with("cwd", "relative"), "cwd");
   EXPECT_EQ(with("resources", {{"memory_max", "lots"}}), "resources.memory_max");
   EXPECT_EQ(with("resources", {{"cpu", -1}}), "resources.cpu");
-  EXPECT_EQ(with("resources", {{"memory_max", "100M"}, {"memory_high", "200M"}}), "resources.memory_high");
+  EXPECT_EQ(with("resources", {{"memory_max", "100M"}, {"memory_high", "200M"}}),
+            "resources.memory_high");
   EXPECT_EQ(with("resources", {{"io_max", {{{"device", "sda"}}}}}), "resources.io_max[0].device");
   EXPECT_EQ(with("resources", {{"hugetlb", {{"3K", "1M"}}}}), "resources.hugetlb.3K");
   EXPECT_EQ(with("resources", {{"cpuset_cpus", "3-1"}}), "resources.cpuset_cpus");
@@ -106,7 +109,10 @@ TEST(Spec, HugepageSizeNames) {
 }
 
 TEST(InitArgv, CarriesSpec) {
-  auto s = parse_spec({{"name", "t"}, {"argv", {"echo", "hi"}}, {"env", {{"X", "1"}}}, {"hostname", "box"},
+  auto s = parse_spec({{"name", "t"},
+                       {"argv", {"echo", "hi"}},
+                       {"env", {{"X", "1"}}},
+                       {"hostname", "box"},
                        {"namespaces", {{"network", "private"}}}});
   ASSERT_TRUE(s.ok());
   Identity id;

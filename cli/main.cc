@@ -43,7 +43,8 @@ json call_or_die(rpc::Client& c, const std::string& method, const json& params) 
 
 std::string str_or(const json& j, const char* key, const std::string& dflt = "-") {
   if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (j[key].is_string()) return j[key].get<std::string>().empty() ? dflt : j[key].get<std::string>();
+  if (j[key].is_string())
+    return j[key].get<std::string>().empty() ? dflt : j[key].get<std::string>();
   return j[key].dump();
 }
 
@@ -71,10 +72,15 @@ void print_kv(const json& j, const std::string& indent = "") {
       print_kv(v, indent + "  ");
     } else if (v.is_array()) {
       std::string s;
-      for (const auto& x : v) s += (s.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+      for (const auto& x : v)
+        s += (s.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
       std::cout << indent << k << ": " << (s.empty() ? "-" : s) << "\n";
     } else {
-      std::cout << indent << k << ": " << (v.is_string() ? (v.get<std::string>().empty() ? "-" : v.get<std::string>()) : v.is_null() ? "-" : v.dump()) << "\n";
+      std::cout << indent << k << ": "
+                << (v.is_string() ? (v.get<std::string>().empty() ? "-" : v.get<std::string>())
+                    : v.is_null() ? "-"
+                                  : v.dump())
+                << "\n";
     }
   }
 }
@@ -104,7 +110,8 @@ json build_spec(const RunOptions& o) {
     std::string b = s["argv"][0].get<std::string>();
     b = b.substr(b.rfind('/') + 1);
     std::string clean;
-    for (char c : b) clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
+    for (char c : b)
+      clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
     s["name"] = (clean.empty() ? "task" : clean) + "-" + random_hex(3);
   }
   for (const auto& e : o.env) {
@@ -137,8 +144,10 @@ json build_spec(const RunOptions& o) {
       auto eq = parts[i].find('=');
       if (eq == std::string::npos) die("--io-max " + io + ": expected 'MAJ:MIN key=value...'", 2);
       std::string k = parts[i].substr(0, eq), v = parts[i].substr(eq + 1);
-      if (k == "riops" || k == "wiops") l[k] = std::strtoull(v.c_str(), nullptr, 10);
-      else l[k] = v;
+      if (k == "riops" || k == "wiops")
+        l[k] = std::strtoull(v.c_str(), nullptr, 10);
+      else
+        l[k] = v;
     }
     r["io_max"].push_back(l);
   }
@@ -174,10 +183,11 @@ json build_spec(const RunOptions& o) {
 }
 
 void print_task_line(const json& t) {
-  print_table({{"ID", "NAME", "STATE", "PID", "EXIT", "SIGNAL", "OOM", "RESTARTS", "CGROUP"},
-               {str_or(t, "id"), str_or(t, "name"), str_or(t, "state"), str_or(t, "pid"),
-                str_or(t, "exit_code"), str_or(t, "signal"), t.value("oom_killed", false) ? "yes" : "no",
-                str_or(t, "restarts"), str_or(t, "cgroup")}});
+  print_table(
+      {{"ID", "NAME", "STATE", "PID", "EXIT", "SIGNAL", "OOM", "RESTARTS", "CGROUP"},
+       {str_or(t, "id"), str_or(t, "name"), str_or(t, "state"), str_or(t, "pid"),
+        str_or(t, "exit_code"), str_or(t, "signal"), t.value("oom_killed", false) ? "yes" : "no",
+        str_or(t, "restarts"), str_or(t, "cgroup")}});
 }
 
 // Streams logs; with follow, keeps polling until the task has ended and everything is out.
@@ -190,11 +200,14 @@ int logs_command(rpc::Client& c, const std::string& id, const std::string& strea
     bool got = false, ended = false;
     for (const auto& s : streams) {
       json p{{"id", id}, {"stream", s}, {"max_bytes", 262144}};
-      if (cursors.count(s)) p["cursor"] = cursors[s];
-      else if (tail >= 0) p["tail"] = tail;
+      if (cursors.count(s))
+        p["cursor"] = cursors[s];
+      else if (tail >= 0)
+        p["tail"] = tail;
       json r = call_or_die(c, "task.logs", p);
       std::string data = r.value("data", "");
-      if (r.value("skipped", false)) std::cerr << "weftctl: [some " << s << " output was rotated away]\n";
+      if (r.value("skipped", false))
+        std::cerr << "weftctl: [some " << s << " output was rotated away]\n";
       if (!data.empty()) {
         got = true;
         std::fwrite(data.data(), 1, data.size(), s == "stderr" ? stderr : stdout);
@@ -220,7 +233,8 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global flags such as --json work after the subcommand too
   Globals g;
   if (const char* e = std::getenv("WEFT_AGENT")) g.agent = e;
-  app.add_option("--agent", g.agent, "weft-agent socket (default /run/weft/agent.sock, $WEFT_AGENT)");
+  app.add_option("--agent", g.agent,
+                 "weft-agent socket (default /run/weft/agent.sock, $WEFT_AGENT)");
   app.add_flag("--json", g.json_out, "print replies as JSON");
 
   auto* task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
@@ -243,14 +257,16 @@ int main(int argc, char** argv) {
   run->add_option("--hugetlb", ro.hugetlb, "huge page limit SIZE=LIMIT, e.g. 2M=64M (repeatable)");
   run->add_option("--cpuset-cpus", ro.cpuset_cpus, "cpuset.cpus, e.g. 0-1");
   run->add_option("--cpuset-mems", ro.cpuset_mems, "cpuset.mems");
-  run->add_flag("--best-effort", ro.best_effort, "skip limits whose controller is missing instead of failing");
+  run->add_flag("--best-effort", ro.best_effort,
+                "skip limits whose controller is missing instead of failing");
   run->add_option("-e,--env", ro.env, "environment NAME=VALUE (repeatable)");
   run->add_option("--cwd", ro.cwd, "working directory");
   run->add_option("--user", ro.user, "user name or uid");
   run->add_option("--group", ro.group, "group name or gid");
   run->add_option("--rootfs", ro.rootfs, "root filesystem directory (pivot_root)");
   run->add_option("--hostname", ro.hostname, "hostname in the task's UTS namespace");
-  run->add_option("--net", ro.net, "network: host or private")->check(CLI::IsMember({"host", "private"}));
+  run->add_option("--net", ro.net, "network: host or private")
+      ->check(CLI::IsMember({"host", "private"}));
   run->add_option("--share", ro.share, "share a host namespace: pid, mount, uts, ipc (repeatable)");
   run->add_option("--restart", ro.restart, "never, on-failure or always")
       ->check(CLI::IsMember({"never", "on-failure", "always"}));
@@ -260,7 +276,8 @@ int main(int argc, char** argv) {
   run->add_option("--max-restarts", ro.max_restarts, "restart limit (-1 = unlimited)");
   run->add_option("--stop-signal", ro.stop_signal, "signal sent by stop (default SIGTERM)");
   run->add_option("--stop-grace", ro.stop_grace, "time between stop signal and kill (default 10s)");
-  run->add_option("--log-max-size", ro.log_max_size, "size of one log file before a new one starts");
+  run->add_option("--log-max-size", ro.log_max_size,
+                  "size of one log file before a new one starts");
   run->add_option("--log-max-files", ro.log_max_files, "log files kept per stream");
   run->add_option("command", ro.argv, "the command and its arguments (after --)");
 
@@ -290,7 +307,8 @@ int main(int argc, char** argv) {
   auto* logs = task->add_subcommand("logs", "print a task's output");
   logs->add_option("id", id, "task id or name")->required();
   logs->add_flag("-f,--follow", follow, "keep printing new output until the task ends");
-  logs->add_option("--stream", stream, "stdout, stderr or all")->check(CLI::IsMember({"stdout", "stderr", "all"}));
+  logs->add_option("--stream", stream, "stdout, stderr or all")
+      ->check(CLI::IsMember({"stdout", "stderr", "all"}));
   logs->add_option("--tail", tail, "start this many lines before the end");
 
   try {
@@ -301,19 +319,23 @@ int main(int argc, char** argv) {
 
   auto client = connect_or_die(g.agent);
   auto out = [&](const json& j, const std::function<void()>& human) {
-    if (g.json_out) std::cout << j.dump(2) << "\n";
-    else human();
+    if (g.json_out)
+      std::cout << j.dump(2) << "\n";
+    else
+      human();
   };
 
   if (agent_info->parsed()) {
     json r = call_or_die(*client, "agent.info", json::object());
     out(r, [&] { print_kv(r); });
   } else if (run->parsed()) {
-    if (ro.argv.empty() && ro.spec_file.empty()) die("task run needs a command: weftctl task run [options] -- CMD ARGS", 2);
+    if (ro.argv.empty() && ro.spec_file.empty())
+      die("task run needs a command: weftctl task run [options] -- CMD ARGS", 2);
     json r = call_or_die(*client, "task.run", build_spec(ro));
     out(r, [&] {
       std::cout << r["id"].get<std::string>() << "\n";
-      for (const auto& w : r.value("warnings", json::array())) std::cerr << "weftctl: warning: " << w.get<std::string>() << "\n";
+      for (const auto& w : r.value("warnings", json::array()))
+        std::cerr << "weftctl: warning: " << w.get<std::string>() << "\n";
     });
   } else if (ls->parsed()) {
     json r = call_or_die(*client, "task.ls", json::object());
@@ -346,7 +368,10 @@ int main(int argc, char** argv) {
     out(r, [&] { print_task_line(r); });
   } else if (freeze->parsed() || thaw->parsed()) {
     json r = call_or_die(*client, freeze->parsed() ? "task.freeze" : "task.thaw", {{"id", id}});
-    out(r, [&] { std::cout << r["id"].get<std::string>() << (r.value("frozen", false) ? " frozen" : " thawed") << "\n"; });
+    out(r, [&] {
+      std::cout << r["id"].get<std::string>() << (r.value("frozen", false) ? " frozen" : " thawed")
+                << "\n";
+    });
   } else if (rm->parsed()) {
     json r = call_or_die(*client, "task.remove", {{"id", id}});
     out(r, [&] { std::cout << r["id"].get<std::string>() << " removed\n"; });

@@ -31,13 +31,13 @@ std::string TomlDoc::where(const toml::node& n) const {
 Status TomlDoc::only_keys(const toml::table& t, const std::string& prefix,
                           std::initializer_list<const char*> allowed) const {
   for (const auto& [k, v] : t) {
-    bool ok = std::any_of(allowed.begin(), allowed.end(),
-                          [&](const char* a) { return k.str() == a; });
+    bool ok =
+        std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return k.str() == a; });
     if (!ok) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-      return field_error(where(v), "unknown key '" + prefix + std::string(k.str()) +
-                                       "' (known: " + list + ")");
+      return field_error(
+          where(v), "unknown key '" + prefix + std::string(k.str()) + "' (known: " + list + ")");
     }
   }
   return {};
@@ -83,8 +83,8 @@ Result<std::map<std::string, std::string>> TomlDoc::get_string_map(const toml::t
   if (!sub) return out;
   for (const auto& [k, v] : *sub) {
     if (!v.is_string()) {
-      return field_error(where(v), std::string("'") + key + "." + std::string(k.str()) +
-                                       "' must be a string");
+      return field_error(
+          where(v), std::string("'") + key + "." + std::string(k.str()) + "' must be a string");
     }
     out[std::string(k.str())] = v.as_string()->get();
   }

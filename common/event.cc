@@ -67,7 +67,9 @@ Result<std::unique_ptr<EventLoop>> EventLoop::create() {
   return std::unique_ptr<EventLoop>(new EventLoop(ev));
 }
 
-EventLoop::~EventLoop() { sd_event_unref(ev_); }
+EventLoop::~EventLoop() {
+  sd_event_unref(ev_);
+}
 
 Result<Source> EventLoop::add_io(int fd, uint32_t events, IoFn fn) {
   auto impl = std::make_unique<Source::Impl>();
@@ -110,7 +112,9 @@ Result<Source> EventLoop::add_defer(Fn fn) {
   return Source(std::move(impl));
 }
 
-void EventLoop::enable_watchdog() { sd_event_set_watchdog(ev_, 1); }
+void EventLoop::enable_watchdog() {
+  sd_event_set_watchdog(ev_, 1);
+}
 
 Status EventLoop::run() {
   int r = sd_event_loop(ev_);
@@ -124,6 +128,8 @@ Status EventLoop::run_once(uint64_t timeout_us) {
   return {};
 }
 
-void EventLoop::exit(int code) { sd_event_exit(ev_, code); }
+void EventLoop::exit(int code) {
+  sd_event_exit(ev_, code);
+}
 
 }  // namespace weft

@@ -93,7 +93,9 @@ Status remove_tree(const std::string& path) {
   return {};
 }
 
-bool path_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+bool path_exists(const std::string& path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
 
 Result<std::vector<std::string>> list_dir(const std::string& path) {
   DIR* d = ::opendir(path.c_str());
@@ -157,12 +159,18 @@ Result<uint64_t> parse_size(std::string_view s) {
   double mult = 1;
   std::string u;
   for (char c : unit) u += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (u.empty() || u == "B") mult = 1;
-  else if (u == "K" || u == "KB" || u == "KIB") mult = 1024.0;
-  else if (u == "M" || u == "MB" || u == "MIB") mult = 1024.0 * 1024;
-  else if (u == "G" || u == "GB" || u == "GIB") mult = 1024.0 * 1024 * 1024;
-  else if (u == "T" || u == "TB" || u == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else return make_error("unknown size unit '" + unit + "' in '" + std::string(s) + "'");
+  if (u.empty() || u == "B")
+    mult = 1;
+  else if (u == "K" || u == "KB" || u == "KIB")
+    mult = 1024.0;
+  else if (u == "M" || u == "MB" || u == "MIB")
+    mult = 1024.0 * 1024;
+  else if (u == "G" || u == "GB" || u == "GIB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (u == "T" || u == "TB" || u == "TIB")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return make_error("unknown size unit '" + unit + "' in '" + std::string(s) + "'");
   double v = n * mult;
   if (v >= 1.8e19) return make_error("size '" + std::string(s) + "' is too large");
   return static_cast<uint64_t>(v);
@@ -175,12 +183,18 @@ Result<uint64_t> parse_duration_us(std::string_view s) {
     return make_error("'" + std::string(s) + "' is not a duration (examples: 500ms, 5s, 2m)");
   }
   double mult;
-  if (unit.empty() || unit == "s") mult = 1e6;
-  else if (unit == "ms") mult = 1e3;
-  else if (unit == "us") mult = 1;
-  else if (unit == "m" || unit == "min") mult = 60e6;
-  else if (unit == "h") mult = 3600e6;
-  else return make_error("unknown duration unit '" + unit + "' in '" + std::string(s) + "'");
+  if (unit.empty() || unit == "s")
+    mult = 1e6;
+  else if (unit == "ms")
+    mult = 1e3;
+  else if (unit == "us")
+    mult = 1;
+  else if (unit == "m" || unit == "min")
+    mult = 60e6;
+  else if (unit == "h")
+    mult = 3600e6;
+  else
+    return make_error("unknown duration unit '" + unit + "' in '" + std::string(s) + "'");
   double v = n * mult;
   if (v >= 1.8e19) return make_error("duration '" + std::string(s) + "' is too large");
   return static_cast<uint64_t>(v);

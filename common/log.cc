@@ -36,19 +36,28 @@ bool to_journal() {
 
 const char* level_name(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kNotice: return "notice";
-    case LogLevel::kWarning: return "warning";
-    case LogLevel::kError: return "error";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kNotice:
+      return "notice";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
   }
   return "?";
 }
 
 }  // namespace
 
-void log_set_level(LogLevel min) { g_min = min; }
-void log_set_ident(std::string ident) { g_ident = std::move(ident); }
+void log_set_level(LogLevel min) {
+  g_min = min;
+}
+void log_set_ident(std::string ident) {
+  g_ident = std::move(ident);
+}
 
 void log_msg(LogLevel level, const std::string& msg, std::initializer_list<LogField> fields) {
   if (static_cast<int>(level) > static_cast<int>(g_min)) return;

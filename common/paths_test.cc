@@ -20,11 +20,12 @@ class FakeRoot : public ::testing::Test {
 };
 
 TEST_F(FakeRoot, FindsHybridCgroup2Mount) {
-  ASSERT_TRUE(write_file(root_ + "/proc/self/mountinfo",
-                         "22 1 0:21 / /sys rw - sysfs sysfs rw\n"
-                         "30 22 0:26 / /sys/fs/cgroup/memory rw shared:9 - cgroup cgroup rw,memory\n"
-                         "31 22 0:27 / /sys/fs/cgroup/unified rw shared:10 - cgroup2 cgroup2 rw\n")
-                  .ok());
+  ASSERT_TRUE(
+      write_file(root_ + "/proc/self/mountinfo",
+                 "22 1 0:21 / /sys rw - sysfs sysfs rw\n"
+                 "30 22 0:26 / /sys/fs/cgroup/memory rw shared:9 - cgroup cgroup rw,memory\n"
+                 "31 22 0:27 / /sys/fs/cgroup/unified rw shared:10 - cgroup2 cgroup2 rw\n")
+          .ok());
   HostPaths hp(root_);
   auto m = hp.cgroup2_mount();
   ASSERT_TRUE(m.ok()) << m.error().str();
@@ -33,12 +34,15 @@ TEST_F(FakeRoot, FindsHybridCgroup2Mount) {
 }
 
 TEST_F(FakeRoot, NoCgroup2IsAnError) {
-  ASSERT_TRUE(write_file(root_ + "/proc/self/mountinfo", "22 1 0:21 / /sys rw - sysfs sysfs rw\n").ok());
+  ASSERT_TRUE(
+      write_file(root_ + "/proc/self/mountinfo", "22 1 0:21 / /sys rw - sysfs sysfs rw\n").ok());
   EXPECT_FALSE(HostPaths(root_).cgroup2_mount().ok());
 }
 
 TEST_F(FakeRoot, OwnCgroup) {
-  ASSERT_TRUE(write_file(root_ + "/proc/self/cgroup", "4:memory:/x\n0::/system.slice/weft-agent.service\n").ok());
+  ASSERT_TRUE(
+      write_file(root_ + "/proc/self/cgroup", "4:memory:/x\n0::/system.slice/weft-agent.service\n")
+          .ok());
   EXPECT_EQ(*HostPaths(root_).own_cgroup(), "/system.slice/weft-agent.service");
 }
 

@@ -22,7 +22,9 @@ std::string Error::str() const {
   return out;
 }
 
-Error make_error(std::string message) { return Error{0, std::move(message), 0, {}, {}}; }
+Error make_error(std::string message) {
+  return Error{0, std::move(message), 0, {}, {}};
+}
 Error errno_error(int errnum, std::string message) {
   return Error{errnum, std::move(message), 0, {}, {}};
 }

@@ -40,12 +40,14 @@ Error make_error(std::string message);
 Error errno_error(int errnum, std::string message);  // errnum as returned by the call
 Error field_error(std::string field, std::string message);
 // errno_error(errno, ...) for the common case right after a failed syscall.
-inline Error sys_error(std::string message) { return errno_error(errno, std::move(message)); }
+inline Error sys_error(std::string message) {
+  return errno_error(errno, std::move(message));
+}
 
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
   Result(Error error) : v_(std::move(error)) {}  // NOLINT
 
   bool ok() const { return v_.index() == 0; }
@@ -87,9 +89,9 @@ using Status = Result<void>;
 // Early-return helpers. TRY_ASSIGN(var, expr) declares var from a Result.
 #define WEFT_CONCAT_(a, b) a##b
 #define WEFT_CONCAT(a, b) WEFT_CONCAT_(a, b)
-#define TRY(expr)                                             \
-  do {                                                        \
-    auto&& weft_try_r_ = (expr);                              \
+#define TRY(expr)                                                 \
+  do {                                                            \
+    auto&& weft_try_r_ = (expr);                                  \
     if (!weft_try_r_.ok()) return std::move(weft_try_r_).error(); \
   } while (0)
 #define TRY_CTX(expr, ctx)                                                  \
@@ -97,8 +99,8 @@ using Status = Result<void>;
     auto&& weft_try_r_ = (expr);                                            \
     if (!weft_try_r_.ok()) return std::move(weft_try_r_).error().wrap(ctx); \
   } while (0)
-#define TRY_ASSIGN_IMPL_(tmp, var, expr)         \
-  auto tmp = (expr);                             \
+#define TRY_ASSIGN_IMPL_(tmp, var, expr)        \
+  auto tmp = (expr);                            \
   if (!tmp.ok()) return std::move(tmp).error(); \
   var = std::move(tmp).value()
 #define TRY_ASSIGN(var, expr) TRY_ASSIGN_IMPL_(WEFT_CONCAT(weft_r_, __LINE__), var, expr)

@@ -94,8 +94,7 @@ LineReader::Kind LineReader::next(std::string* line) {
 
 // ---- Session ----
 
-Session::Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher,
-                 size_t max_line)
+Session::Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher, size_t max_line)
     : loop_(loop),
       fd_(std::move(fd)),
       peer_(std::move(peer)),
@@ -184,8 +183,8 @@ void Session::handle_line(const std::string& line) {
   json id = msg.contains("id") ? msg["id"] : json();
   bool is_notification = !msg.contains("id");
   if (msg.contains("id") && !(id.is_string() || id.is_number_integer() || id.is_null())) {
-    reply_error(nullptr, {kInvalidRequest, "id must be a string or an integer",
-                          json{{"field", "id"}}});
+    reply_error(nullptr,
+                {kInvalidRequest, "id must be a string or an integer", json{{"field", "id"}}});
     return;
   }
   if (msg.value("jsonrpc", "") != "2.0") {
@@ -251,7 +250,8 @@ void Session::call(const std::string& method, json params, ReplyFn on_reply) {
   if (params.is_null()) params = json::object();
   int64_t id = next_id_++;
   pending_[id] = std::move(on_reply);
-  send_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}});
+  send_json(
+      json{{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", std::move(params)}});
 }
 
 void Session::notify(const std::string& method, json params) {
@@ -389,13 +389,14 @@ Status Server::listen_unix(const std::string& path, mode_t mode, int group_gid) 
   int r = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
   ::umask(old);
   if (r < 0) return sys_error("bind " + path);
-  if (group_gid >= 0 && ::chown(path.c_str(), static_cast<uid_t>(-1),
-                                static_cast<gid_t>(group_gid)) < 0)
+  if (group_gid >= 0 &&
+      ::chown(path.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(group_gid)) < 0)
     return sys_error("chown " + path);
   if (::chmod(path.c_str(), mode) < 0) return sys_error("chmod " + path);
   if (::listen(fd.get(), 512) < 0) return sys_error("listen " + path);
   int lfd = fd.get();
-  TRY_ASSIGN(Source src, loop_.add_io(lfd, EPOLLIN, [this, lfd](uint32_t) { accept_on(lfd, true); }));
+  TRY_ASSIGN(Source src,
+             loop_.add_io(lfd, EPOLLIN, [this, lfd](uint32_t) { accept_on(lfd, true); }));
   listeners_.emplace_back(std::move(fd), std::move(src));
   unix_paths_.push_back(path);
   return {};
@@ -423,7 +424,8 @@ Status Server::listen_tcp(const std::string& host, uint16_t port) {
   tcp_port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                              : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   int lfd = fd.get();
-  TRY_ASSIGN(Source src, loop_.add_io(lfd, EPOLLIN, [this, lfd](uint32_t) { accept_on(lfd, false); }));
+  TRY_ASSIGN(Source src,
+             loop_.add_io(lfd, EPOLLIN, [this, lfd](uint32_t) { accept_on(lfd, false); }));
   listeners_.emplace_back(std::move(fd), std::move(src));
   return {};
 }
@@ -484,8 +486,10 @@ void Server::accept_on(int lfd, bool is_unix) {
 void Server::reap() {
   reaper_.reset();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (it->first->closed()) it = sessions_.erase(it);
-    else ++it;
+    if (it->first->closed())
+      it = sessions_.erase(it);
+    else
+      ++it;
   }
 }
 
@@ -526,7 +530,8 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
     for (;;) {
       auto kind = reader_.next(&line);
       if (kind == LineReader::Kind::kNone) break;
-      if (kind == LineReader::Kind::kOverflow) return make_error("reply exceeds the maximum line length");
+      if (kind == LineReader::Kind::kOverflow)
+        return make_error("reply exceeds the maximum line length");
       json msg = json::parse(line, nullptr, false);
       if (!msg.is_object()) continue;
       if (msg.contains("method")) {
@@ -540,8 +545,10 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
           reply["error"] = error_object({kMethodNotFound, "unknown method", {}});
         } else {
           auto r = (*h)(msg.value("params", json::object()), CallContext{nullptr, server_peer_});
-          if (r.ok()) reply["result"] = *r;
-          else reply["error"] = error_object(to_rpc_error(r.error()));
+          if (r.ok())
+            reply["result"] = *r;
+          else
+            reply["error"] = error_object(to_rpc_error(r.error()));
         }
         TRY(send_line(reply.dump() + "\n"));
         continue;
@@ -556,7 +563,8 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
       return msg.contains("result") ? msg["result"] : json();
     }
     uint64_t now = now_monotonic_us();
-    if (now >= deadline) return make_error("timed out waiting for reply to " + method).with_code(kTimeout);
+    if (now >= deadline)
+      return make_error("timed out waiting for reply to " + method).with_code(kTimeout);
     pollfd p{fd_.get(), POLLIN, 0};
     int r = ::poll(&p, 1, static_cast<int>((deadline - now) / 1000) + 1);
     if (r < 0 && errno != EINTR) return sys_error("poll");

@@ -4,11 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <thread>
-#include <atomic>
 #include <fcntl.h>
 #include <poll.h>
+#include <atomic>
+#include <filesystem>
+#include <thread>
 
 namespace weft::rpc {
 namespace {
@@ -48,13 +48,11 @@ TEST(Session, RequestsInBothDirections) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
   Dispatcher server_methods, client_methods;
   server_methods.add("math.add", [](const json& p, const CallContext&) -> Result<json> {
-    if (!p.contains("a") || !p["a"].is_number())
-      return field_error("a", "must be a number");
+    if (!p.contains("a") || !p["a"].is_number()) return field_error("a", "must be a number");
     return json(p["a"].get<int>() + p["b"].get<int>());
   });
-  client_methods.add("agent.ping", [](const json&, const CallContext&) -> Result<json> {
-    return json("pong");
-  });
+  client_methods.add("agent.ping",
+                     [](const json&, const CallContext&) -> Result<json> { return json("pong"); });
   Session server(**loop, Fd(sv[0]), Peer{}, &server_methods);
   Session client(**loop, Fd(sv[1]), Peer{}, &client_methods);
   ASSERT_TRUE(server.start().ok());
@@ -65,7 +63,8 @@ TEST(Session, RequestsInBothDirections) {
   client.call("math.add", {{"b", 3}}, [&](Result<json> r) { bad = std::move(r); });
   client.call("no.such", {}, [&](Result<json> r) { unknown = std::move(r); });
   server.call("agent.ping", {}, [&](Result<json> r) { pong = std::move(r); });
-  for (int i = 0; i < 100 && !(sum && bad && pong && unknown); ++i) ASSERT_TRUE((*loop)->run_once(100000).ok());
+  for (int i = 0; i < 100 && !(sum && bad && pong && unknown); ++i)
+    ASSERT_TRUE((*loop)->run_once(100000).ok());
   ASSERT_TRUE(sum && sum->ok());
   EXPECT_EQ(**sum, 5);
   ASSERT_TRUE(bad && !bad->ok());
@@ -134,7 +133,8 @@ TEST_F(ServerTest, UnixSocketErrorsKeepSessionUsable) {
   EXPECT_EQ(e3["id"], 1);
   auto e4 = json::parse(raw_exchange(f, std::string(5000, 'x') + "\n"));
   EXPECT_EQ(e4["error"]["code"], kLineTooLong);
-  auto ok = json::parse(raw_exchange(f, "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"echo\",\"params\":{\"k\":1}}\n"));
+  auto ok = json::parse(raw_exchange(
+      f, "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"echo\",\"params\":{\"k\":1}}\n"));
   EXPECT_EQ(ok["id"], "a");
   EXPECT_EQ(ok["result"]["params"]["k"], 1);
   EXPECT_EQ(ok["result"]["unix"], true);

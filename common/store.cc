@@ -45,14 +45,18 @@ void Stmt::reset() {
   sqlite3_clear_bindings(st_);
 }
 
-int64_t Stmt::col_int(int i) const { return sqlite3_column_int64(st_, i); }
+int64_t Stmt::col_int(int i) const {
+  return sqlite3_column_int64(st_, i);
+}
 std::string Stmt::col_text(int i) const {
   const auto* p = sqlite3_column_text(st_, i);
   return p ? std::string(reinterpret_cast<const char*>(p),
                          static_cast<size_t>(sqlite3_column_bytes(st_, i)))
            : std::string();
 }
-bool Stmt::col_null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
+bool Stmt::col_null(int i) const {
+  return sqlite3_column_type(st_, i) == SQLITE_NULL;
+}
 std::optional<int64_t> Stmt::col_opt_int(int i) const {
   if (col_null(i)) return std::nullopt;
   return col_int(i);
@@ -60,8 +64,9 @@ std::optional<int64_t> Stmt::col_opt_int(int i) const {
 
 Result<std::unique_ptr<Db>> Db::open(const std::string& path) {
   sqlite3* raw = nullptr;
-  int r = sqlite3_open_v2(path.c_str(), &raw,
-                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int r =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (r != SQLITE_OK) {
     std::string msg = raw ? sqlite3_errmsg(raw) : "out of memory";
     sqlite3_close(raw);
@@ -74,7 +79,9 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& path) {
   return db;
 }
 
-Db::~Db() { sqlite3_close(db_); }
+Db::~Db() {
+  sqlite3_close(db_);
+}
 
 Status Db::exec(const std::string& sql) {
   char* err = nullptr;

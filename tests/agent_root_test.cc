@@ -62,7 +62,8 @@ TEST_F(AgentRoot, RunExitCodeLogsAndCgroupRemoved) {
 }
 
 TEST_F(AgentRoot, ProcessRunsInsideItsCgroup) {
-  std::string id = run({{"name", "cg"}, {"argv", {"sh", "-c", "cat /proc/self/cgroup; sleep 100"}}});
+  std::string id =
+      run({{"name", "cg"}, {"argv", {"sh", "-c", "cat /proc/self/cgroup; sleep 100"}}});
   json t = agent_->wait_task(id, [&](const json&) { return !logs(id).empty(); });
   EXPECT_NE(logs(id).find("0::/"), std::string::npos);
   auto procs = read_file(agent_->task_cgroup(id) + "/cgroup.procs");
@@ -83,10 +84,11 @@ TEST_F(AgentRoot, MissingBinaryFailsWithReasonAndNoCgroup) {
 }
 
 TEST_F(AgentRoot, PidUtsAndPrivateNetworkNamespaces) {
-  std::string id = run({{"name", "ns"},
-                        {"hostname", "weft-box"},
-                        {"namespaces", {{"network", "private"}}},
-                        {"argv", {"sh", "-c", "echo pid=$$; hostname; cat /proc/net/dev; ps -e -o pid= -o comm="}}});
+  std::string id = run(
+      {{"name", "ns"},
+       {"hostname", "weft-box"},
+       {"namespaces", {{"network", "private"}}},
+       {"argv", {"sh", "-c", "echo pid=$$; hostname; cat /proc/net/dev; ps -e -o pid= -o comm="}}});
   agent_->wait_task(id, [&](const json& j) { return terminal(j); });
   std::string out = logs(id);
   EXPECT_NE(out.find("pid=2\n"), std::string::npos) << out;  // weft-init is pid 1
@@ -106,17 +108,20 @@ TEST_F(AgentRoot, PidUtsAndPrivateNetworkNamespaces) {
 }
 
 TEST_F(AgentRoot, PivotRootIntoBusyboxRootfs) {
-  if (!path_exists("/bin/busybox")) GTEST_SKIP() << "busybox-static is not installed (scripts/setup.sh installs it)";
+  if (!path_exists("/bin/busybox"))
+    GTEST_SKIP() << "busybox-static is not installed (scripts/setup.sh installs it)";
   std::string rootfs = agent_->dir() + "/rootfs";
   ASSERT_TRUE(mkdir_p(rootfs + "/bin").ok());
   ASSERT_EQ(system(("cp /bin/busybox " + rootfs + "/bin/busybox").c_str()), 0);
   ASSERT_EQ(symlink("busybox", (rootfs + "/bin/sh").c_str()), 0);
   ASSERT_TRUE(write_file(rootfs + "/marker", "inside\n").ok());
-  std::string id = run({{"name", "rootfs"},
-                        {"rootfs", rootfs},
-                        {"argv", {"/bin/busybox", "sh", "-c",
-                                  "cat /marker; echo \"ls:[$(ls / | tr '\\n' ' ')]\"; test -c /dev/null && echo devnull; "
-                                  "/bin/busybox ps; echo x > /dev/null && echo writable"}}});
+  std::string id = run(
+      {{"name", "rootfs"},
+       {"rootfs", rootfs},
+       {"argv",
+        {"/bin/busybox", "sh", "-c",
+         "cat /marker; echo \"ls:[$(ls / | tr '\\n' ' ')]\"; test -c /dev/null && echo devnull; "
+         "/bin/busybox ps; echo x > /dev/null && echo writable"}}});
   json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
   EXPECT_EQ(t["exit_code"], 0) << logs(id, "stderr");
   std::string out = logs(id);
@@ -147,9 +152,10 @@ TEST_F(AgentRoot, FreezeAndThawThroughCgroupFreeze) {
 }
 
 TEST_F(AgentRoot, StopEscalatesToCgroupKillAfterGrace) {
-  std::string id = run({{"name", "stubborn"},
-                        {"stop_grace", "300ms"},
-                        {"argv", {"sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done"}}});
+  std::string id =
+      run({{"name", "stubborn"},
+           {"stop_grace", "300ms"},
+           {"argv", {"sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done"}}});
   agent_->wait_task(id, [&](const json&) { return logs(id) == "ready\n"; });
   auto t0 = std::chrono::steady_clock::now();
   agent_->call("task.stop", {{"id", id}});
@@ -177,14 +183,21 @@ TEST_F(AgentRoot, KillSignalsAndCgroupKill) {
 TEST_F(AgentRoot, RestartWithBackoffUntilLimit) {
   std::string id = run({{"name", "flappy"},
                         {"argv", {"sh", "-c", "echo run; exit 2"}},
-                        {"restart", {{"policy", "on-failure"}, {"delay", "100ms"}, {"max_delay", "200ms"}, {"max_restarts", 2}}}});
-  json t = agent_->wait_task(id, [&](const json& j) { return j["state"] == "failed" && j["restarts"] == 2; });
+                        {"restart",
+                         {{"policy", "on-failure"},
+                          {"delay", "100ms"},
+                          {"max_delay", "200ms"},
+                          {"max_restarts", 2}}}});
+  json t = agent_->wait_task(
+      id, [&](const json& j) { return j["state"] == "failed" && j["restarts"] == 2; });
   EXPECT_EQ(t["incarnation"], 3);
   EXPECT_EQ(t["exit_code"], 2);
   EXPECT_NE(t["reason"].get<std::string>().find("restart limit"), std::string::npos);
   EXPECT_EQ(logs(id), "run\nrun\nrun\n");
   // "always" restarts successful exits too; stop ends it for good.
-  std::string a = run({{"name", "always"}, {"argv", {"true"}}, {"restart", {{"policy", "always"}, {"delay", "50ms"}}}});
+  std::string a = run({{"name", "always"},
+                       {"argv", {"true"}},
+                       {"restart", {{"policy", "always"}, {"delay", "50ms"}}}});
   agent_->wait_task(a, [&](const json& j) { return j["restarts"].get<int>() >= 2; });
   agent_->call("task.stop", {{"id", a}});
   json st = agent_->wait_state(a, "stopped");
@@ -194,11 +207,13 @@ TEST_F(AgentRoot, RestartWithBackoffUntilLimit) {
 }
 
 TEST_F(AgentRoot, LogsRotateByNewFilesWithBoundedSize) {
-  std::string id = run({{"name", "chatty"},
-                        {"logs", {{"max_file_size", "4K"}, {"max_files", 3}}},
-                        {"argv", {"sh", "-c",
-                                  "i=0; while [ $i -lt 2000 ]; do echo \"line $i ..............................\"; "
-                                  "i=$((i+1)); done"}}});
+  std::string id =
+      run({{"name", "chatty"},
+           {"logs", {{"max_file_size", "4K"}, {"max_files", 3}}},
+           {"argv",
+            {"sh", "-c",
+             "i=0; while [ $i -lt 2000 ]; do echo \"line $i ..............................\"; "
+             "i=$((i+1)); done"}}});
   json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
   const json& out = t["logs"]["stdout"];
   EXPECT_EQ(out["files"], 3);
@@ -218,9 +233,11 @@ TEST_F(AgentRoot, HugetlbLimitWrittenBeforeStart) {
   // The task reads its own limit: it was in force before the process started.
   std::string id = run({{"name", "huge"},
                         {"resources", {{"hugetlb", {{"2M", "8M"}}}}},
-                        {"argv", {"sh", "-c", "cg=$(grep ^0:: /proc/self/cgroup | cut -d: -f3); "
-                                              "cat /sys/fs/cgroup/unified$cg/hugetlb.2MB.max 2>/dev/null "
-                                              "|| cat /sys/fs/cgroup$cg/hugetlb.2MB.max"}},
+                        {"argv",
+                         {"sh", "-c",
+                          "cg=$(grep ^0:: /proc/self/cgroup | cut -d: -f3); "
+                          "cat /sys/fs/cgroup/unified$cg/hugetlb.2MB.max 2>/dev/null "
+                          "|| cat /sys/fs/cgroup$cg/hugetlb.2MB.max"}},
                         {"namespaces", {{"pid", false}, {"mount", false}}}});
   agent_->wait_task(id, [&](const json& j) { return terminal(j); });
   EXPECT_EQ(logs(id), "8388608\n");
@@ -231,13 +248,17 @@ TEST_F(AgentRoot, MissingControllerRejectedUnlessBestEffort) {
   bool has_memory = false;
   for (const auto& c : info["controllers"]) has_memory |= c == "memory";
   if (has_memory) GTEST_SKIP() << "this machine has the memory controller on cgroup2";
-  auto r = agent_->try_call("task.run", {{"name", "m"}, {"argv", {"true"}}, {"resources", {{"memory_max", "64M"}}}});
+  auto r = agent_->try_call(
+      "task.run", {{"name", "m"}, {"argv", {"true"}}, {"resources", {{"memory_max", "64M"}}}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, rpc::kInvalidParams);
   EXPECT_NE(r.error().message.find("resources.memory_max"), std::string::npos);
   EXPECT_TRUE(agent_->call("task.ls", json::object())["tasks"].empty());
   EXPECT_TRUE(agent_->task_cgroups().empty());
-  json ok = agent_->call("task.run", {{"name", "m"}, {"argv", {"true"}}, {"resources", {{"memory_max", "64M"}, {"best_effort", true}}}});
+  json ok =
+      agent_->call("task.run", {{"name", "m"},
+                                {"argv", {"true"}},
+                                {"resources", {{"memory_max", "64M"}, {"best_effort", true}}}});
   ASSERT_EQ(ok["warnings"].size(), 1u);
 }
 
@@ -257,14 +278,19 @@ TEST_F(AgentRoot, BadInputGetsErrorsAndDaemonKeepsServing) {
   };
   EXPECT_EQ(exchange("this is not json\n")["error"]["code"], rpc::kParseError);
   EXPECT_EQ(exchange(std::string(2 << 20, 'a') + "\n")["error"]["code"], rpc::kLineTooLong);
-  json bad = exchange(R"({"jsonrpc":"2.0","id":7,"method":"task.run","params":{"name":"x","argv":["true"],"restart":{"policy":"sometimes"}}})" "\n");
+  json bad = exchange(
+      R"({"jsonrpc":"2.0","id":7,"method":"task.run","params":{"name":"x","argv":["true"],"restart":{"policy":"sometimes"}}})"
+      "\n");
   EXPECT_EQ(bad["error"]["code"], rpc::kInvalidParams);
   EXPECT_EQ(bad["error"]["data"]["field"], "restart.policy");
-  json nf = exchange(R"({"jsonrpc":"2.0","id":8,"method":"task.show","params":{"id":"nope"}})" "\n");
+  json nf = exchange(R"({"jsonrpc":"2.0","id":8,"method":"task.show","params":{"id":"nope"}})"
+                     "\n");
   EXPECT_EQ(nf["error"]["code"], rpc::kNotFound);
-  json wrong_type = exchange(R"({"jsonrpc":"2.0","id":9,"method":"task.stop","params":{"id":5}})" "\n");
+  json wrong_type = exchange(R"({"jsonrpc":"2.0","id":9,"method":"task.stop","params":{"id":5}})"
+                             "\n");
   EXPECT_EQ(wrong_type["error"]["code"], rpc::kInvalidParams);
-  json info = exchange(R"({"jsonrpc":"2.0","id":10,"method":"agent.info"})" "\n");
+  json info = exchange(R"({"jsonrpc":"2.0","id":10,"method":"agent.info"})"
+                       "\n");
   EXPECT_EQ(info["id"], 10);
   EXPECT_TRUE(info.contains("result"));
   close(fd);
@@ -293,7 +319,8 @@ TEST_F(AgentRoot, MutatingCallsNeedPrivilege) {
     if (!c.ok()) _exit(4);
     auto ls = (*c)->call("task.ls", json::object());
     auto run = (*c)->call("task.run", {{"name", "evil"}, {"argv", {"true"}}});
-    char res[2] = {ls.ok() ? '1' : '0', !run.ok() && run.error().code == rpc::kPermissionDenied ? '1' : '0'};
+    char res[2] = {ls.ok() ? '1' : '0',
+                   !run.ok() && run.error().code == rpc::kPermissionDenied ? '1' : '0'};
     (void)!write(pipefd[1], res, 2);
     _exit(0);
   }
@@ -394,7 +421,8 @@ class CrashAtExit : public AgentRoot, public ::testing::WithParamInterface<const
 TEST_P(CrashAtExit, ExitIsNeverLost) {
   agent_->terminate();
   agent_->start(GetParam());
-  json r = agent_->call("task.run", {{"name", "ending"}, {"argv", {"sh", "-c", "sleep 0.3; exit 5"}}});
+  json r =
+      agent_->call("task.run", {{"name", "ending"}, {"argv", {"sh", "-c", "sleep 0.3; exit 5"}}});
   std::string id = r["id"];
   ASSERT_TRUE(agent_->wait_dead()) << "agent did not crash at " << GetParam();
   agent_->start();

@@ -216,7 +216,8 @@ int bind_dev(const char* dev, const char* target_dir) {
 
 bool setup_rootfs() {
   const char* root = opt.rootfs;
-  if (mount(root, root, nullptr, MS_BIND | MS_REC, nullptr) < 0) return note_setup_error("bind rootfs"), false;
+  if (mount(root, root, nullptr, MS_BIND | MS_REC, nullptr) < 0)
+    return note_setup_error("bind rootfs"), false;
   char path[512];
   snprintf(path, sizeof path, "%s/proc", root);
   mkdir(path, 0555);
@@ -236,8 +237,10 @@ bool setup_rootfs() {
   snprintf(sub, sizeof sub, "%s/shm", path);
   mkdir(sub, 01777);
   mount("shm", sub, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k");
-  const char* links[][2] = {{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
-                            {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}};
+  const char* links[][2] = {{"/proc/self/fd", "fd"},
+                            {"/proc/self/fd/0", "stdin"},
+                            {"/proc/self/fd/1", "stdout"},
+                            {"/proc/self/fd/2", "stderr"}};
   for (auto& l : links) {
     snprintf(sub, sizeof sub, "%s/%s", path, l[1]);
     if (symlink(l[0], sub) < 0 && errno != EEXIST) {
@@ -313,29 +316,47 @@ bool parse_args(int argc, char** argv) {
       opt.argv = argv + i + 1;
       return opt.argv[0] != nullptr;
     }
-    if (!strcmp(a, "--proc")) { opt.mount_proc = true; continue; }
-    if (!strcmp(a, "--lo")) { opt.lo_up = true; continue; }
+    if (!strcmp(a, "--proc")) {
+      opt.mount_proc = true;
+      continue;
+    }
+    if (!strcmp(a, "--lo")) {
+      opt.lo_up = true;
+      continue;
+    }
     if (!v) return false;
     ++i;
-    if (!strcmp(a, "--task-dir-fd")) opt.task_dir_fd = atoi(v);
-    else if (!strcmp(a, "--incarnation")) opt.incarnation = strtoul(v, nullptr, 10);
-    else if (!strcmp(a, "--uid")) opt.uid = atol(v);
-    else if (!strcmp(a, "--gid")) opt.gid = atol(v);
+    if (!strcmp(a, "--task-dir-fd"))
+      opt.task_dir_fd = atoi(v);
+    else if (!strcmp(a, "--incarnation"))
+      opt.incarnation = strtoul(v, nullptr, 10);
+    else if (!strcmp(a, "--uid"))
+      opt.uid = atol(v);
+    else if (!strcmp(a, "--gid"))
+      opt.gid = atol(v);
     else if (!strcmp(a, "--groups")) {
       opt.ngroups = 0;
       for (const char* p = v; *p && opt.ngroups < 64;) {
         opt.groups[opt.ngroups++] = static_cast<gid_t>(strtoul(p, const_cast<char**>(&p), 10));
-        if (*p == ',') ++p;
-        else break;
+        if (*p == ',')
+          ++p;
+        else
+          break;
       }
-    } else if (!strcmp(a, "--cwd")) opt.cwd = v;
-    else if (!strcmp(a, "--hostname")) opt.hostname = v;
-    else if (!strcmp(a, "--rootfs")) opt.rootfs = v;
-    else if (!strcmp(a, "--log-max-bytes")) opt.log_max_bytes = strtoull(v, nullptr, 10);
-    else if (!strcmp(a, "--log-max-files")) opt.log_max_files = static_cast<unsigned>(atoi(v));
+    } else if (!strcmp(a, "--cwd"))
+      opt.cwd = v;
+    else if (!strcmp(a, "--hostname"))
+      opt.hostname = v;
+    else if (!strcmp(a, "--rootfs"))
+      opt.rootfs = v;
+    else if (!strcmp(a, "--log-max-bytes"))
+      opt.log_max_bytes = strtoull(v, nullptr, 10);
+    else if (!strcmp(a, "--log-max-files"))
+      opt.log_max_files = static_cast<unsigned>(atoi(v));
     else if (!strcmp(a, "--env")) {
       if (opt.nenv < 1023) opt.env[opt.nenv++] = const_cast<char*>(v);
-    } else return false;
+    } else
+      return false;
   }
   return false;
 }
@@ -343,7 +364,7 @@ bool parse_args(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!parse_args(argc, argv) || opt.task_dir_fd < 0) {
+  if (!parse_args(argc, argv) || opt.task_dir_fd < 0 || fcntl(opt.task_dir_fd, F_GETFD) < 0) {
     fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");
     return 125;
   }
