@@ -747,11 +747,14 @@ void Manager::register_methods() {
   });
 
   methods_.add("task.run", [this](const json& p, const CallContext& c) -> Result<json> {
+    uint64_t accepted = now_monotonic_us();
     TRY(check_privileged(c.peer));
     TRY_ASSIGN(TaskSpec spec, parse_spec(p));
     TRY_ASSIGN(Task * t, create_task(std::move(spec)));
     json j = summary(*t);
     j["warnings"] = t->warnings;
+    // Request accepted to weft-init running in the task's cgroup (and recorded).
+    j["start_latency_us"] = now_monotonic_us() - accepted;
     return j;
   });
 

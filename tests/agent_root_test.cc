@@ -13,14 +13,41 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "common/fs.h"
+#include "common/paths.h"
 #include "common/rpc.h"
 #include "tests/agent_harness.h"
 
 namespace weft::testing {
 namespace {
+
+// The agent enables the controllers it uses in the cgroups above its root (as systemd
+// does with Delegate=yes). On this shared machine the tests put the cgroup2 root's
+// subtree_control back the way they found it.
+class RestoreRootSubtreeControl : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    auto mount = HostPaths().cgroup2_mount();
+    if (!mount.ok() || geteuid() != 0) return;
+    file_ = *mount + "/cgroup.subtree_control";
+    for (const auto& c : split(trim(read_file(file_).value_or("")), ' '))
+      if (!c.empty()) before_.insert(c);
+  }
+  void TearDown() override {
+    if (file_.empty()) return;
+    for (const auto& c : split(trim(read_file(file_).value_or("")), ' '))
+      if (!c.empty() && !before_.count(c)) (void)write_file(file_, "-" + c);
+  }
+
+ private:
+  std::string file_;
+  std::set<std::string> before_;
+};
+[[maybe_unused]] auto* const kRestoreEnv =
+    ::testing::AddGlobalTestEnvironment(new RestoreRootSubtreeControl);
 
 class AgentRoot : public ::testing::Test {
  protected:
