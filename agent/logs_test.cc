@@ -4,7 +4,6 @@
 
 #include <filesystem>
 
-#include "agent/manager.h"
 #include "common/fs.h"
 
 namespace weft::agent {
@@ -69,16 +68,6 @@ TEST_F(LogsTest, StatsCountDropped) {
   EXPECT_EQ(s.files, 2u);
   EXPECT_EQ(s.bytes, 8u);
   EXPECT_EQ(s.dropped, 4096u);
-}
-
-TEST(ExitRecord, Parse) {
-  auto r = parse_exit_record("incarnation=3\nstatus=256\n");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->incarnation, 3u);
-  EXPECT_EQ(*r->status, 256);
-  auto e = parse_exit_record("incarnation=1\nstatus=32512\nexec_errno=2\n");
-  EXPECT_EQ(e->exec_errno, 2);
-  EXPECT_FALSE(parse_exit_record("garbage"));
 }
 
 }  // namespace

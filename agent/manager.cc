@@ -83,28 +83,6 @@ Result<std::string> param_string(const json& p, const char* key) {
 
 }  // namespace
 
-std::optional<ExitRecord> parse_exit_record(const std::string& text) {
-  ExitRecord r;
-  bool have_inc = false;
-  for (const auto& line : split(text, '\n')) {
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "incarnation") {
-      r.incarnation = std::strtoull(v.c_str(), nullptr, 10);
-      have_inc = true;
-    } else if (k == "status") {
-      r.status = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
-    } else if (k == "exec_errno") {
-      r.exec_errno = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
-    } else if (k == "setup_error") {
-      r.setup_error = v;
-    }
-  }
-  if (!have_inc) return std::nullopt;
-  return r;
-}
-
 Manager::Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<EventLoop> loop)
     : cfg_(std::move(cfg)), fs_(std::move(fs)), loop_(std::move(loop)) {}
 
@@ -501,77 +479,39 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
                                  std::optional<int> init_status) {
   t.watch.reset();
   t.timer.reset();
-  t.oom_killed = cgroups_->oom_kills(t.id).value_or(0) > 0;
+  // A fresh cgroup per incarnation: any oom_kill count is this incarnation's delta.
+  bool oom = cgroups_->oom_kills(t.id).value_or(0) > 0;
   if (auto s = cgroups_->remove_task(t.id); !s.ok())
     log_error("could not remove task cgroup", {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
   crash_point("exit.cgroup-removed");
   t.pidfd.reset();
   t.pid = -1;
   t.finished_us = now_us();
-  t.exit_code.reset();
-  t.signal.reset();
-  t.core_dumped = false;
 
-  bool restartable = true;
-  std::optional<int> status = rec && rec->status ? rec->status : std::nullopt;
-  if (!status && !rec && init_status) status = init_status;  // init itself died
-  // cgroup.kill took weft-init with it; when it was not our child we learn no status.
-  if (!status && !rec && t.kill_sent) status = SIGKILL;
+  ExitFacts facts;
+  facts.record = rec;
+  facts.init_status = init_status;
+  facts.kill_sent = t.kill_sent;
+  facts.oom_killed = oom;
+  facts.stop_requested = t.stop_requested;
+  facts.prior_reason = t.reason;
+  facts.restarts = t.restarts;
+  facts.backoff_us = t.backoff_us;
+  facts.ran_us = t.finished_us - t.started_us;
+  ExitOutcome out = decide_exit(facts, t.spec);
   t.kill_sent = false;
-  if (status) {
-    if (WIFEXITED(*status)) {
-      t.exit_code = WEXITSTATUS(*status);
-    } else if (WIFSIGNALED(*status)) {
-      t.signal = WTERMSIG(*status);
-      t.core_dumped = WCOREDUMP(*status);
-    }
-  }
-  bool success = t.exit_code && *t.exit_code == 0 && !t.oom_killed;
-  if (rec && rec->exec_errno) {
-    t.reason = "cannot execute " + t.spec.argv[0] + ": " + std::strerror(rec->exec_errno);
-    restartable = false;
-    success = false;
-  } else if (rec && !rec->setup_error.empty()) {
-    t.reason = "task setup failed: " + rec->setup_error;
-    restartable = false;
-    success = false;
-  } else if (t.oom_killed) {
-    t.reason = "killed by the kernel OOM killer (memory limit reached)";
-  } else if (t.exit_code && *t.exit_code != 0) {
-    t.reason = "exited with code " + std::to_string(*t.exit_code);
-  } else if (t.signal) {
-    t.reason = "killed by " + signal_name(*t.signal) + (t.core_dumped ? " (core dumped)" : "");
-  } else if (status) {
-    t.reason.clear();
-  } else if (!rec && t.reason.empty()) {
-    t.reason = "weft-init ended without recording an exit status";
-  }
-  if (!status && !(rec && (rec->exec_errno || !rec->setup_error.empty()))) success = false;
-
-  const auto& rs = t.spec.restart;
-  bool want_restart =
-      !t.stop_requested && restartable &&
-      (rs.policy == RestartPolicy::kAlways || (rs.policy == RestartPolicy::kOnFailure && !success));
-  if (want_restart && rs.max_restarts >= 0 && t.restarts >= rs.max_restarts) {
-    want_restart = false;
-    t.reason += (t.reason.empty() ? "" : "; ") + std::string("restart limit reached");
-  }
-  if (t.stop_requested)
-    t.state = "stopped";
-  else
-    t.state = success ? "exited" : "failed";
-  log_info("task ended", {{"TASK_ID", t.id}, {"STATE", t.state}, {"REASON", t.reason}});
-  if (want_restart) {
-    int64_t ran = t.finished_us - t.started_us;
-    if (t.backoff_us == 0 || ran >= static_cast<int64_t>(rs.reset_after_us)) {
-      t.backoff_us = static_cast<int64_t>(rs.delay_us);
-    } else {
-      t.backoff_us = std::min<int64_t>(t.backoff_us * 2, static_cast<int64_t>(rs.max_delay_us));
-    }
-    t.state = "backoff";
-    t.next_start_us = now_us() + t.backoff_us;
+  t.exit_code = out.exit_code;
+  t.signal = out.signal;
+  t.core_dumped = out.core_dumped;
+  t.oom_killed = out.oom_killed;
+  t.reason = out.reason;
+  t.state = out.state;
+  if (out.restart) {
+    t.backoff_us = out.backoff_us;
+    t.next_start_us = t.finished_us + out.backoff_us;
     t.restarts++;
   }
+  log_info("task ended", {{"TASK_ID", t.id}, {"STATE", t.state}, {"REASON", t.reason}});
   if (auto s = save(t); !s.ok())
     log_error("could not record task exit", {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
   crash_point("exit.recorded");

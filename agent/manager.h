@@ -22,6 +22,7 @@
 
 #include "agent/agent_conf.h"
 #include "agent/cgroup.h"
+#include "agent/lifecycle.h"
 #include "agent/spec.h"
 #include "common/event.h"
 #include "common/fs.h"
@@ -57,15 +58,6 @@ struct Task {
 
   bool terminal() const { return state == "exited" || state == "failed" || state == "stopped"; }
 };
-
-// Parsed <task dir>/exit as written by weft-init.
-struct ExitRecord {
-  uint64_t incarnation = 0;
-  std::optional<int> status;  // raw wait status of the main process
-  int exec_errno = 0;
-  std::string setup_error;
-};
-std::optional<ExitRecord> parse_exit_record(const std::string& text);
 
 class Manager {
  public:

@@ -11,15 +11,6 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::map<std::string, int>& signal_table() {
-  static const std::map<std::string, int> t = {
-      {"HUP", SIGHUP},   {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ABRT", SIGABRT},
-      {"KILL", SIGKILL}, {"USR1", SIGUSR1},   {"USR2", SIGUSR2}, {"PIPE", SIGPIPE},
-      {"ALRM", SIGALRM}, {"TERM", SIGTERM},   {"CONT", SIGCONT}, {"STOP", SIGSTOP},
-      {"TSTP", SIGTSTP}, {"WINCH", SIGWINCH}, {"PWR", SIGPWR},   {"SYS", SIGSYS}};
-  return t;
-}
-
 // Field-path aware accessors. `path` is the dotted name used in errors.
 class Reader {
  public:
@@ -193,21 +184,22 @@ std::string normalize_hugepage_size(const std::string& in) {
 Result<int> parse_signal(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) {
     int n = std::stoi(s.substr(0, 3));
-    if (n >= 1 && n < 65) return n;
+    if (n >= 1 && n < NSIG) return n;
     return make_error("signal number out of range: " + s);
   }
   std::string up;
   for (char c : s) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (up.rfind("SIG", 0) == 0) up = up.substr(3);
-  auto it = signal_table().find(up);
-  if (it == signal_table().end()) return make_error("unknown signal '" + s + "'");
-  return it->second;
+  for (int sig = 1; sig < SIGRTMIN; ++sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    if (abbrev && up == abbrev) return sig;
+  }
+  return make_error("unknown signal '" + s + "'");
 }
 
 std::string signal_name(int sig) {
-  for (const auto& [n, v] : signal_table())
-    if (v == sig) return "SIG" + n;
-  return std::to_string(sig);
+  const char* abbrev = sig > 0 && sig < SIGRTMIN ? sigabbrev_np(sig) : nullptr;
+  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
 }
 
 const char* policy_name(RestartPolicy p) {

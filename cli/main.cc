@@ -191,8 +191,9 @@ void print_task_line(const json& t) {
 }
 
 // Streams logs; with follow, keeps polling until the task has ended and everything is out.
+// With --json, prints one JSON object per chunk: {"stream", "data", "cursor", ...}.
 int logs_command(rpc::Client& c, const std::string& id, const std::string& stream, bool follow,
-                 int64_t tail) {
+                 int64_t tail, bool as_json) {
   std::vector<std::string> streams = stream == "all" ? std::vector<std::string>{"stdout", "stderr"}
                                                      : std::vector<std::string>{stream};
   std::map<std::string, json> cursors;
@@ -210,7 +211,12 @@ int logs_command(rpc::Client& c, const std::string& id, const std::string& strea
         std::cerr << "weftctl: [some " << s << " output was rotated away]\n";
       if (!data.empty()) {
         got = true;
-        std::fwrite(data.data(), 1, data.size(), s == "stderr" ? stderr : stdout);
+        if (as_json) {
+          r["stream"] = s;
+          std::cout << r.dump() << "\n";
+        } else {
+          std::fwrite(data.data(), 1, data.size(), s == "stderr" ? stderr : stdout);
+        }
       }
       cursors[s] = r["cursor"];
       std::string st = r.value("state", "");
@@ -376,7 +382,7 @@ int main(int argc, char** argv) {
     json r = call_or_die(*client, "task.remove", {{"id", id}});
     out(r, [&] { std::cout << r["id"].get<std::string>() << " removed\n"; });
   } else if (logs->parsed()) {
-    return logs_command(*client, id, stream, follow, tail);
+    return logs_command(*client, id, stream, follow, tail, g.json_out);
   }
   return 0;
 }

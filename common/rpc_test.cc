@@ -165,3 +165,59 @@ TEST_F(ServerTest, RefusesToStealLiveSocket) {
 
 }  // namespace
 }  // namespace weft::rpc
+
+namespace weft::rpc {
+namespace {
+
+// Random and hostile input must never take a server down: every line gets an answer
+// (or is a notification) and a valid call still works afterwards.
+TEST_F(ServerTest, SurvivesGarbage) {
+  methods_.add("strict", [](const json& p, const CallContext&) -> Result<json> {
+    // A handler that trusts its input: a type error throws inside nlohmann::json.
+    return json(p.at("n").get<int>() + 1);
+  });
+  std::string path = dir_ + "/g.sock";
+  ASSERT_TRUE(server_->listen_unix(path, 0660).ok());
+  serve();
+  auto fd = connect_endpoint(*parse_endpoint(path));
+  ASSERT_TRUE(fd.ok());
+  int f = fd->get();
+  fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK);
+  const char* cases[] = {
+      "{}",
+      "null",
+      "\"str\"",
+      "{\"jsonrpc\":\"2.0\"}",
+      "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"echo\"}",
+      "{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"echo\"}",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":5}",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":7}",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"strict\",\"params\":{\"n\":\"x\"}}",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"strict\",\"params\":{}}",
+      "{\"a\":\"\\ud800\"}",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":{\"deep\":[[[[[[[[[[[[[[[[]]]]]"
+      "]]]]]]]]]]}}",
+      "\xff\xfe\x00garbage",
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":5}"};
+  for (const char* c : cases) {
+    std::string line = std::string(c) + "\n";
+    ASSERT_EQ(::write(f, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  }
+  // Random bytes, newline-terminated.
+  std::string noise;
+  for (int i = 0; i < 2000; ++i) noise += static_cast<char>(random_hex(1)[0] + i);
+  noise += "\n";
+  ASSERT_EQ(::write(f, noise.data(), noise.size()), static_cast<ssize_t>(noise.size()));
+  auto ok = json::parse(
+      raw_exchange(
+          f, "{\"jsonrpc\":\"2.0\",\"id\":\"last\",\"method\":\"strict\",\"params\":{\"n\":41}}\n"),
+      nullptr, false);
+  // Errors for the garbage arrive first, in order; read until our reply.
+  for (int i = 0; i < 40 && !(ok.is_object() && ok.value("id", json()) == "last"); ++i)
+    ok = json::parse(raw_exchange(f, ""), nullptr, false);
+  ASSERT_TRUE(ok.is_object());
+  EXPECT_EQ(ok["result"], 42);
+}
+
+}  // namespace
+}  // namespace weft::rpc

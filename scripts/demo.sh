@@ -23,10 +23,12 @@ TOML
 weftctl() { ./build/cli/weftctl --agent "$dev/agent.sock" "$@"; }
 
 agent_pid=""
+follow_pid=""
 cleanup() {
   trap - INT TERM EXIT
   echo
   echo "== stopping the sample task and the agent"
+  [ -n "$follow_pid" ] && kill "$follow_pid" 2>/dev/null || true
   weftctl task stop sample --grace 2s >/dev/null 2>&1 || true
   for _ in $(seq 50); do
     weftctl --json task ls 2>/dev/null | grep -q '"state": "stopping"' || break
@@ -44,7 +46,8 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-./build/agent/weft-agent -c "$dev/agent.toml" &
+# Its own session: Ctrl-C reaches this script, which stops things in order.
+setsid ./build/agent/weft-agent -c "$dev/agent.toml" &
 agent_pid=$!
 for _ in $(seq 100); do [ -S "$dev/agent.sock" ] && weftctl agent info >/dev/null 2>&1 && break; sleep 0.05; done
 
@@ -56,4 +59,5 @@ weftctl task run --name sample --restart on-failure --stop-grace 2s -- \
 weftctl task ls
 echo "== following its output (Ctrl-C stops everything)"
 weftctl task logs sample -f &
+follow_pid=$!
 wait "$agent_pid"

@@ -4,7 +4,10 @@
 # UndefinedBehaviorSanitizer. Run as root so the root tests run (CI does).
 #
 #   WEFT_SKIP_SANITIZERS=1   skip the sanitizer pass (quick local runs)
+#   WEFT_HOST_WIDE_TESTS=0   skip the tests that change host-wide settings (huge page
+#                            pool); by default they run and restore what they change
 set -euo pipefail
+if [ "${WEFT_HOST_WIDE_TESTS:-1}" = "1" ]; then export WEFT_HOST_WIDE_TESTS=1; else unset WEFT_HOST_WIDE_TESTS; fi
 cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh

@@ -119,8 +119,14 @@ void AgentHarness::kill9() {
 void AgentHarness::terminate() {
   if (pid_ < 0) return;
   ::kill(pid_, SIGTERM);
-  waitpid(pid_, nullptr, 0);
+  int status = 0;
+  waitpid(pid_, &status, 0);
   pid_ = -1;
+  // A clean shutdown exits 0; anything else (a sanitizer report among others) fails.
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    ADD_FAILURE() << "weft-agent did not exit cleanly on SIGTERM (status " << status
+                  << "): " << read_file(dir_ + "/agent.log").value_or("");
+  }
 }
 
 bool AgentHarness::wait_dead(int timeout_ms) {

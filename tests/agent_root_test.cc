@@ -108,6 +108,17 @@ TEST_F(AgentRoot, MissingBinaryFailsWithReasonAndNoCgroup) {
   EXPECT_NE(t["reason"].get<std::string>().find("No such file or directory"), std::string::npos);
   EXPECT_FALSE(path_exists(agent_->task_cgroup(id)));
   EXPECT_TRUE(agent_->task_cgroups().empty());
+  std::string id2 = run({{"name", "nocwd"},
+                         {"cwd", "/no/such/dir"},
+                         {"argv", {"true"}},
+                         {"restart", {{"policy", "always"}}}});
+  json t2 = agent_->wait_task(id2, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t2["state"], "failed");
+  EXPECT_EQ(t2["restarts"], 0);  // restarting cannot fix it
+  EXPECT_EQ(t2["reason"],
+            "cannot change to working directory /no/such/dir: No such file or directory");
+  EXPECT_NE(logs(id2, "stderr").find("weft-init: cannot change to /no/such/dir"),
+            std::string::npos);
 }
 
 TEST_F(AgentRoot, PidUtsAndPrivateNetworkNamespaces) {
@@ -268,6 +279,45 @@ TEST_F(AgentRoot, HugetlbLimitWrittenBeforeStart) {
                         {"namespaces", {{"pid", false}, {"mount", false}}}});
   agent_->wait_task(id, [&](const json& j) { return terminal(j); });
   EXPECT_EQ(logs(id), "8388608\n");
+}
+
+// Host-wide: needs huge pages in the machine's pool. Opt-in (WEFT_HOST_WIDE_TESTS=1, set
+// by scripts/test.sh and CI); saves nr_hugepages and restores it.
+TEST_F(AgentRoot, HugetlbLimitIsEnforced) {
+  if (!std::getenv("WEFT_HOST_WIDE_TESTS"))
+    GTEST_SKIP() << "host-wide test (changes nr_hugepages): set WEFT_HOST_WIDE_TESTS=1";
+  json info = agent_->call("agent.info", json::object());
+  bool has2m = false;
+  for (const auto& s : info["hugepage_sizes"]) has2m |= s == "2MB";
+  ASSERT_TRUE(has2m) << "no 2MB hugetlb pages on a machine meant to have them: " << info.dump();
+  const std::string pool = "/sys/kernel/mm/hugepages/hugepages-2048kB/";
+  std::string saved = trim(read_file(pool + "nr_hugepages").value_or(""));
+  ASSERT_FALSE(saved.empty());
+  struct Restore {
+    std::string file, value;
+    ~Restore() { (void)write_file(file, value); }
+  } restore{pool + "nr_hugepages", saved};
+  uint64_t want = std::stoull(saved) + 4;
+  ASSERT_TRUE(write_file(pool + "nr_hugepages", std::to_string(want)).ok());
+  ASSERT_GE(std::stoull(trim(read_file(pool + "free_hugepages").value_or("0"))), 3u)
+      << "the kernel could not allocate huge pages for the test";
+
+  json base = {{"argv", {HUGETLB_TOUCH_BIN, "3"}},
+               {"namespaces", {{"pid", false}, {"mount", false}}}};
+  json limited = base;
+  limited["name"] = "huge-limited";
+  limited["resources"] = {{"hugetlb", {{"2M", "2M"}}}};  // one page
+  std::string id = run(limited);
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["signal"], "SIGBUS") << t.dump();  // the second page is over the limit
+  EXPECT_EQ(logs(id), "touched 1\n");
+  json roomy = base;
+  roomy["name"] = "huge-roomy";
+  roomy["resources"] = {{"hugetlb", {{"2M", "8M"}}}};
+  std::string id2 = run(roomy);
+  json t2 = agent_->wait_task(id2, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t2["exit_code"], 0) << t2.dump();
+  EXPECT_EQ(logs(id2), "touched 1\ntouched 2\ntouched 3\n");
 }
 
 TEST_F(AgentRoot, MissingControllerRejectedUnlessBestEffort) {

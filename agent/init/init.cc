@@ -68,11 +68,28 @@ void note_setup_error(const char* what) {
 
 // ---- durable exit record ----
 
+enum { kStageCredentials = 1, kStageChdir = 2, kStageExec = 3 };
+
+const char* stage_name(int stage) {
+  switch (stage) {
+    case kStageCredentials:
+      return "credentials";
+    case kStageChdir:
+      return "chdir";
+    default:
+      return "exec";
+  }
+}
+
+int exec_stage = 0;
+
 void write_exit_record(bool have_status, int status, int exec_errno) {
   char buf[1024];
   int n = snprintf(buf, sizeof buf, "incarnation=%lu\n", opt.incarnation);
   if (have_status) n += snprintf(buf + n, sizeof buf - n, "status=%d\n", status);
-  if (exec_errno) n += snprintf(buf + n, sizeof buf - n, "exec_errno=%d\n", exec_errno);
+  if (exec_errno)
+    n += snprintf(buf + n, sizeof buf - n, "exec_errno=%d\nexec_stage=%s\n", exec_errno,
+                  stage_name(exec_stage));
   if (setup_error[0]) n += snprintf(buf + n, sizeof buf - n, "setup_error=%s\n", setup_error);
   int fd = openat(opt.task_dir_fd, "exit.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
@@ -293,17 +310,21 @@ bool setup_namespaces() {
   if (null_fd >= 0) dup2(null_fd, 0);
   dup2(out_w, 1);
   dup2(err_w, 2);
-  int err = 0;
-  if (opt.ngroups >= 0 && setgroups(static_cast<size_t>(opt.ngroups), opt.groups) < 0) err = errno;
-  if (!err && opt.gid >= 0 && setgid(static_cast<gid_t>(opt.gid)) < 0) err = errno;
-  if (!err && opt.uid >= 0 && setuid(static_cast<uid_t>(opt.uid)) < 0) err = errno;
-  if (!err && chdir(opt.cwd) < 0) err = errno;
-  if (!err) {
+  // Reports {stage, errno} to weft-init when something fails before exec.
+  int report[2] = {0, 0};
+  if ((opt.ngroups >= 0 && setgroups(static_cast<size_t>(opt.ngroups), opt.groups) < 0) ||
+      (opt.gid >= 0 && setgid(static_cast<gid_t>(opt.gid)) < 0) ||
+      (opt.uid >= 0 && setuid(static_cast<uid_t>(opt.uid)) < 0)) {
+    report[0] = kStageCredentials;
+  } else if (chdir(opt.cwd) < 0) {
+    report[0] = kStageChdir;
+  } else {
     opt.env[opt.nenv] = nullptr;
     execvpe(opt.argv[0], opt.argv, opt.env);
-    err = errno;
+    report[0] = kStageExec;
   }
-  ssize_t w = write(status_w, &err, sizeof err);
+  report[1] = errno;
+  ssize_t w = write(status_w, report, sizeof report);
   (void)w;
   _exit(127);
 }
@@ -404,13 +425,19 @@ int main(int argc, char** argv) {
   close(out_p[1]);
   close(err_p[1]);
   close(st_p[1]);
-  int exec_errno = 0;
-  ssize_t got = read(st_p[0], &exec_errno, sizeof exec_errno);
+  int report[2] = {0, 0};
+  ssize_t got = read(st_p[0], report, sizeof report);
   close(st_p[0]);
-  if (got != sizeof exec_errno) exec_errno = 0;
+  int exec_errno = got == sizeof report ? report[1] : 0;
   if (exec_errno) {
+    exec_stage = report[0];
     char msg[600];
-    snprintf(msg, sizeof msg, "cannot execute %s: %s", opt.argv[0], strerror(exec_errno));
+    if (exec_stage == kStageChdir)
+      snprintf(msg, sizeof msg, "cannot change to %s: %s", opt.cwd, strerror(exec_errno));
+    else if (exec_stage == kStageCredentials)
+      snprintf(msg, sizeof msg, "cannot switch user/group: %s", strerror(exec_errno));
+    else
+      snprintf(msg, sizeof msg, "cannot execute %s: %s", opt.argv[0], strerror(exec_errno));
     init_say(msg);
   }
 
