@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "common/fs.h"
+
 namespace weft::agent {
 namespace {
 
@@ -31,6 +35,51 @@ TEST(AgentConfig, ErrorsNameLine) {
   EXPECT_EQ(type.error().field, "agent.toml:1");
   auto level = parse_agent_config("log_level = \"loud\"\n", "agent.toml");
   EXPECT_FALSE(level.ok());
+}
+
+class ResolveConfig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() / ("weft-conf-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(root_ + "/proc/self").ok());
+    ASSERT_TRUE(mkdir_p(root_ + "/etc").ok());
+    ASSERT_TRUE(write_file(root_ + "/proc/self/mountinfo",
+                           "31 22 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
+                    .ok());
+    ASSERT_TRUE(write_file(root_ + "/etc/machine-id", "abc123\n").ok());
+    cfg_.host_root = root_;
+    cfg_.init_path = "/bin/true";
+  }
+  void TearDown() override { (void)remove_tree(root_); }
+  std::string root_;
+  AgentConfig cfg_;
+};
+
+TEST_F(ResolveConfig, UnderSystemdUsesOwnDelegatedCgroup) {
+  ASSERT_TRUE(
+      write_file(root_ + "/proc/self/cgroup", "0::/system.slice/weft-agent.service\n").ok());
+  ASSERT_TRUE(resolve_agent_config(&cfg_, true).ok());
+  EXPECT_EQ(cfg_.cgroup_root, root_ + "/sys/fs/cgroup/system.slice/weft-agent.service");
+  EXPECT_EQ(cfg_.machine_id, "abc123");
+}
+
+TEST_F(ResolveConfig, RestartedAgentIsAlreadyInItsLeaf) {
+  ASSERT_TRUE(
+      write_file(root_ + "/proc/self/cgroup", "0::/system.slice/weft-agent.service/agent\n").ok());
+  ASSERT_TRUE(resolve_agent_config(&cfg_, true).ok());
+  EXPECT_EQ(cfg_.cgroup_root, root_ + "/sys/fs/cgroup/system.slice/weft-agent.service");
+}
+
+TEST_F(ResolveConfig, WithoutSystemdUsesWeftUnderTheMount) {
+  ASSERT_TRUE(resolve_agent_config(&cfg_, false).ok());
+  EXPECT_EQ(cfg_.cgroup_root, root_ + "/sys/fs/cgroup/weft");
+}
+
+TEST_F(ResolveConfig, MissingInitIsAnError) {
+  cfg_.init_path = root_ + "/no-init";
+  auto s = resolve_agent_config(&cfg_, false);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().str().find("weft-init"), std::string::npos);
 }
 
 }  // namespace

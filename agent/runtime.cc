@@ -199,4 +199,10 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
   return out;
 }
 
+Status signal_pidfd(int pidfd, int sig) {
+  if (::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) < 0)
+    return sys_error("pidfd_send_signal");
+  return {};
+}
+
 }  // namespace weft::agent

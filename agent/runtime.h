@@ -45,5 +45,7 @@ Result<Identity> resolve_identity(const std::string& user, const std::string& gr
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
                                          uint64_t incarnation);
 Result<Spawned> spawn_init(const SpawnRequest& req);
+// pidfd_send_signal(2): signals the process behind a pidfd (no pid reuse races).
+Status signal_pidfd(int pidfd, int sig);
 
 }  // namespace weft::agent

@@ -48,7 +48,9 @@ Stats stats_of(std::vector<double> v) {
   if (v.empty()) return s;
   std::sort(v.begin(), v.end());
   s.n = v.size();
-  auto pct = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))]; };
+  auto pct = [&](double p) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+  };
   s.p50 = pct(0.50);
   s.p99 = pct(0.99);
   s.max = v.back();
@@ -59,10 +61,13 @@ Stats stats_of(std::vector<double> v) {
 }
 
 void row(const char* what, const Stats& s) {
-  std::printf("  %-58s n=%-5zu p50=%8.2f ms  p99=%8.2f ms  max=%8.2f ms\n", what, s.n, s.p50, s.p99, s.max);
+  std::printf("  %-58s n=%-5zu p50=%8.2f ms  p99=%8.2f ms  max=%8.2f ms\n", what, s.n, s.p50, s.p99,
+              s.max);
 }
 
-double ms_since(uint64_t t0) { return static_cast<double>(now_monotonic_us() - t0) / 1000.0; }
+double ms_since(uint64_t t0) {
+  return static_cast<double>(now_monotonic_us() - t0) / 1000.0;
+}
 
 // Runs argv, waits, returns wall ms (or -1 on failure).
 double timed_exec(const std::vector<std::string>& argv, bool quiet = true) {
@@ -126,14 +131,16 @@ class Bench {
     dir_ = std::filesystem::temp_directory_path() / ("weft-bench-" + random_hex(4));
     (void)mkdir_p(dir_ + "/rootfs/bin");
     (void)mkdir_p(dir_ + "/bundle");
-    if (system(("cp /bin/busybox " + dir_ + "/rootfs/bin/busybox").c_str()) != 0) die("needs /bin/busybox (busybox-static)");
+    if (system(("cp /bin/busybox " + dir_ + "/rootfs/bin/busybox").c_str()) != 0)
+      die("needs /bin/busybox (busybox-static)");
     symlink("busybox", (dir_ + "/rootfs/bin/sleep").c_str());
     symlink("busybox", (dir_ + "/rootfs/bin/sh").c_str());
-    cg_root_ = HostPaths().cgroup2_mount().value_or("/sys/fs/cgroup") + "/weft-bench-" + random_hex(4);
+    cg_root_ =
+        HostPaths().cgroup2_mount().value_or("/sys/fs/cgroup") + "/weft-bench-" + random_hex(4);
     sock_ = dir_ + "/agent.sock";
     (void)write_file(dir_ + "/agent.toml", "socket = \"" + sock_ + "\"\nstate_dir = \"" + dir_ +
-                                               "/state\"\ncgroup_root = \"" + cg_root_ + "\"\ninit_path = \"" +
-                                               WEFT_INIT_BIN + "\"\n");
+                                               "/state\"\ncgroup_root = \"" + cg_root_ +
+                                               "\"\ninit_path = \"" + WEFT_INIT_BIN + "\"\n");
   }
   ~Bench() {
     if (agent_ > 0) {
@@ -206,7 +213,8 @@ class Bench {
     clear_tasks();
   }
 
-  void weft_concurrent(int n, int rounds, std::vector<double>* agent_ms, std::vector<double>* client_ms) {
+  void weft_concurrent(int n, int rounds, std::vector<double>* agent_ms,
+                       std::vector<double>* client_ms) {
     for (int r = 0; r < rounds; ++r) {
       std::vector<std::unique_ptr<rpc::Client>> clients;
       for (int i = 0; i < n; ++i) clients.push_back(std::move(rpc::Client::connect(sock_)).value());
@@ -217,7 +225,8 @@ class Bench {
         th.emplace_back([&, i] {
           sync.arrive_and_wait();
           uint64_t t0 = now_monotonic_us();
-          auto res = clients[i]->call("task.run", spec("c" + std::to_string(r) + "-" + std::to_string(i), true));
+          auto res = clients[i]->call(
+              "task.run", spec("c" + std::to_string(r) + "-" + std::to_string(i), true));
           cl[i] = ms_since(t0);
           a[i] = res.ok() ? (*res)["start_latency_us"].get<double>() / 1000.0 : -1;
         });
@@ -232,8 +241,8 @@ class Bench {
   }
 
   std::vector<std::string> weftctl_run(const std::string& name) {
-    return {WEFTCTL_BIN, "--agent", sock_, "task", "run", "--name", name, "--rootfs", dir_ + "/rootfs",
-            "--net", "private", "--", "/bin/sleep", "100000"};
+    return {WEFTCTL_BIN, "--agent",        sock_,   "task",    "run", "--name",     name,
+            "--rootfs",  dir_ + "/rootfs", "--net", "private", "--",  "/bin/sleep", "100000"};
   }
 
   void cli_sequential_weft(int n, std::vector<double>* ms) {
@@ -263,10 +272,12 @@ class Bench {
   // /sys/fs/cgroup is the cgroup2 tree (crun refuses this machine's hybrid layout).
   void crun_setup() {
     (void)write_file(dir_ + "/crun-ns.sh",
-                     "#!/bin/sh\nmount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"\n");
+                     "#!/bin/sh\nmount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup "
+                     "&& exec \"$@\"\n");
     chmod((dir_ + "/crun-ns.sh").c_str(), 0755);
     std::string b = dir_ + "/bundle";
-    if (system(("cd " + b + " && crun spec >/dev/null").c_str()) != 0) die("crun spec failed (is crun installed?)");
+    if (system(("cd " + b + " && crun spec >/dev/null").c_str()) != 0)
+      die("crun spec failed (is crun installed?)");
     auto cfg = json::parse(*read_file(b + "/config.json"));
     cfg["process"]["args"] = {"/bin/sleep", "100000"};
     cfg["process"]["terminal"] = false;
@@ -287,7 +298,8 @@ class Bench {
     (void)write_file(b + "/config.json", cfg.dump(1));
   }
   std::vector<std::string> crun_cmd(const std::vector<std::string>& args) {
-    std::vector<std::string> a = {"unshare", "-m", dir_ + "/crun-ns.sh", "crun", "--root", dir_ + "/crun-state"};
+    std::vector<std::string> a = {"unshare", "-m",     dir_ + "/crun-ns.sh",
+                                  "crun",    "--root", dir_ + "/crun-state"};
     a.insert(a.end(), args.begin(), args.end());
     return a;
   }
@@ -322,7 +334,8 @@ int main(int argc, char** argv) {
 
   Bench b;
   b.start_agent();
-  std::printf("weft start_bench: %d sequential, %d concurrent x %d rounds, %d resident\n", seq, conc, rounds, resident);
+  std::printf("weft start_bench: %d sequential, %d concurrent x %d rounds, %d resident\n", seq,
+              conc, rounds, resident);
   std::printf("machine: %ld CPUs, kernel ", sysconf(_SC_NPROCESSORS_ONLN));
   std::fflush(stdout);
   (void)system("uname -r");
@@ -340,7 +353,8 @@ int main(int argc, char** argv) {
   row("agent-side, 1 at a time", stats_of(a1));
   row(("agent-side, " + std::to_string(conc) + " concurrent clients").c_str(), stats_of(a100));
   row("client round trip, 1 at a time", stats_of(c1));
-  row(("client round trip, " + std::to_string(conc) + " concurrent (incl. queueing)").c_str(), stats_of(c100));
+  row(("client round trip, " + std::to_string(conc) + " concurrent (incl. queueing)").c_str(),
+      stats_of(c100));
 
   Stats weft_cli = stats_of(cli_seq), weft_cli_b = stats_of(cli_burst);
   if (!no_crun) {
@@ -367,14 +381,15 @@ int main(int argc, char** argv) {
     for (double t : crun_burst)
       if (t < 0) Bench::die("a concurrent crun run failed");
     Stats cs = stats_of(crun_seq), cb = stats_of(crun_burst), w = stats_of(wrap);
-    std::printf("\nCLI wall time to a running container (same rootfs and namespaces, one cgroup each):\n");
+    std::printf(
+        "\nCLI wall time to a running container (same rootfs and namespaces, one cgroup each):\n");
     row("weftctl task run, 1 at a time", weft_cli);
     row("crun run -d, 1 at a time", cs);
     row("  (of which the crun mount-namespace wrapper)", w);
     row(("weftctl task run, " + std::to_string(conc) + " at once").c_str(), weft_cli_b);
     row(("crun run -d, " + std::to_string(conc) + " at once").c_str(), cb);
-    std::printf("  ratio crun/weft p50, 1 at a time:      %.1fx (%.1fx without the wrapper)\n", cs.p50 / weft_cli.p50,
-                (cs.p50 - w.p50) / weft_cli.p50);
+    std::printf("  ratio crun/weft p50, 1 at a time:      %.1fx (%.1fx without the wrapper)\n",
+                cs.p50 / weft_cli.p50, (cs.p50 - w.p50) / weft_cli.p50);
     std::printf("  ratio crun/weft p50, %d at once:      %.1fx\n", conc, cb.p50 / weft_cli_b.p50);
     std::printf("  ratio crun/weft p99, %d at once:      %.1fx\n", conc, cb.p99 / weft_cli_b.p99);
   }
@@ -404,8 +419,10 @@ int main(int argc, char** argv) {
     Stats ir = stats_of(irss), ip = stats_of(ipss);
     std::printf("\nwith %d resident tasks:\n", resident);
     std::printf("  agent RSS:                 %.1f MiB\n", static_cast<double>(rss) / 1024.0);
-    std::printf("  agent idle CPU:            %.3f%% of a core over %.0f s\n", 100.0 * cpu_s / wall_s, wall_s);
-    std::printf("  weft-init RSS per task:    mean %.0f KiB, max %.0f KiB (PSS mean %.0f KiB)\n", ir.mean, ir.max, ip.mean);
+    std::printf("  agent idle CPU:            %.3f%% of a core over %.0f s\n",
+                100.0 * cpu_s / wall_s, wall_s);
+    std::printf("  weft-init RSS per task:    mean %.0f KiB, max %.0f KiB (PSS mean %.0f KiB)\n",
+                ir.mean, ir.max, ip.mean);
     b.clear_tasks();
   }
   return 0;

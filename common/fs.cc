@@ -213,6 +213,16 @@ std::string format_size(uint64_t b) {
   return buf;
 }
 
+std::string format_rfc3339(int64_t us) {
+  if (us <= 0) return "";
+  time_t s = static_cast<time_t>(us / 1000000);
+  struct tm tm;
+  gmtime_r(&s, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 uint64_t now_monotonic_us() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -62,6 +62,8 @@ Result<uint64_t> parse_size(std::string_view s);
 Result<uint64_t> parse_duration_us(std::string_view s);
 std::string format_size(uint64_t bytes);
 
+// "2026-11-22T02:05:03Z" for microseconds since the epoch; empty for <= 0.
+std::string format_rfc3339(int64_t realtime_us);
 uint64_t now_monotonic_us();
 uint64_t now_realtime_us();
 std::string random_hex(size_t bytes);

@@ -439,6 +439,20 @@ TEST_F(AgentRoot, ExitWhileAgentDownIsCollected) {
   EXPECT_TRUE(agent_->task_cgroups().empty());
 }
 
+TEST_F(AgentRoot, PendingRestartSurvivesAgentCrash) {
+  std::string id =
+      run({{"name", "later"},
+           {"argv", {"sh", "-c", "echo run; exit 1"}},
+           {"restart", {{"policy", "on-failure"}, {"delay", "1s"}, {"max_restarts", 1}}}});
+  agent_->wait_state(id, "backoff");
+  agent_->kill9();
+  agent_->start();
+  json t = agent_->wait_task(
+      id, [](const json& j) { return j["state"] == "failed" && j["incarnation"] == 2; });
+  EXPECT_EQ(t["restarts"], 1);
+  EXPECT_EQ(logs(id), "run\nrun\n");  // restarted exactly once, by the new agent
+}
+
 TEST_F(AgentRoot, UnknownCgroupsAreKilledAndRemoved) {
   agent_->terminate();
   std::string stray = agent_->cgroup_root() + "/tasks/stray0000";

@@ -1,0 +1,275 @@
+// The agent's local API: method table, permission checks and the JSON views of tasks.
+// Every handler validates its params and answers with an error naming the field; a
+// failed call changes nothing.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "agent/logs.h"
+#include "agent/manager.h"
+#include "agent/runtime.h"
+
+namespace weft::agent {
+
+using json = nlohmann::json;
+using rpc::RpcCode;
+
+namespace {
+
+Result<std::string> param_string(const json& p, const char* key) {
+  if (!p.is_object() || !p.contains(key) || !p[key].is_string())
+    return field_error(key, "is required and must be a string");
+  return p[key].get<std::string>();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- API
+
+Status Manager::check_privileged(const rpc::Peer& peer) const {
+  if (!peer.is_unix) return make_error("permission denied").with_code(RpcCode::kPermissionDenied);
+  if (peer.uid == 0 || peer.uid == getuid()) return {};
+  if (weft_gid_ >= 0) {
+    if (peer.gid == static_cast<gid_t>(weft_gid_)) return {};
+    auto status = read_file(HostPaths(cfg_.host_root).proc(std::to_string(peer.pid) + "/status"));
+    if (status.ok()) {
+      for (const auto& line : split(*status, '\n')) {
+        if (line.rfind("Groups:", 0) != 0) continue;
+        for (const auto& g : split(trim(line.substr(7)), ' '))
+          if (!g.empty() && std::atoi(g.c_str()) == weft_gid_) return {};
+      }
+    }
+  }
+  return make_error("permission denied: changing tasks needs root or membership in group '" +
+                    cfg_.socket_group + "'")
+      .with_code(RpcCode::kPermissionDenied);
+}
+
+Result<Task*> Manager::find_task(const json& params) {
+  TRY_ASSIGN(std::string key, param_string(params, "id"));
+  if (auto it = tasks_.find(key); it != tasks_.end()) return it->second.get();
+  // A name: the live task of that name, else the most recent one.
+  Task* best = nullptr;
+  for (auto& [id, t] : tasks_) {
+    if (t->name != key) continue;
+    if (!best || (!t->terminal() && best->terminal()) ||
+        (t->terminal() == best->terminal() && t->created_us > best->created_us))
+      best = t.get();
+  }
+  if (best) return best;
+  // A unique id prefix of at least 4 characters.
+  if (key.size() >= 4) {
+    for (auto& [id, t] : tasks_) {
+      if (id.rfind(key, 0) != 0) continue;
+      if (best)
+        return make_error("'" + key + "' matches more than one task").with_code(RpcCode::kConflict);
+      best = t.get();
+    }
+    if (best) return best;
+  }
+  return make_error("no task '" + key + "'").with_code(RpcCode::kNotFound);
+}
+
+json Manager::summary(const Task& t) const {
+  json j{
+      {"id", t.id},
+      {"name", t.name},
+      {"state", t.state},
+      {"pid", t.pid > 0 ? json(t.pid) : json()},
+      {"exit_code", t.exit_code ? json(*t.exit_code) : json()},
+      {"signal", t.signal ? json(signal_name(*t.signal)) : json()},
+      {"core_dumped", t.core_dumped},
+      {"oom_killed", t.oom_killed},
+      {"restarts", t.restarts},
+      {"incarnation", t.incarnation},
+      {"cgroup", cgroup_rel(t.id)},
+      {"reason", t.reason},
+      {"created_at", format_rfc3339(t.created_us)},
+      {"started_at", format_rfc3339(t.started_us)},
+      {"finished_at", t.terminal() || t.state == "backoff" ? format_rfc3339(t.finished_us) : ""}};
+  if (t.state == "backoff") j["next_start_at"] = format_rfc3339(t.next_start_us);
+  return j;
+}
+
+json Manager::detail(Task& t) {
+  json j = summary(t);
+  j["spec"] = to_json(t.spec);
+  j["warnings"] = t.warnings;
+  if (t.state == "running" || t.state == "stopping") {
+    j["stats"] = cgroups_->stats(t.id).to_json();
+    auto fr = cgroups_->frozen(t.id);
+    j["frozen"] = fr.ok() && *fr;
+  }
+  if (t.state == "stopping") j["stop_deadline_at"] = format_rfc3339(t.stop_deadline_us);
+  json logs = json::object();
+  for (const char* stream : {"stdout", "stderr"}) {
+    LogStats li = log_stats(task_state_dir(t.id) + "/logs", stream);
+    logs[stream] = {{"files", li.files}, {"bytes", li.bytes}, {"dropped_bytes", li.dropped}};
+  }
+  j["logs"] = logs;
+  return j;
+}
+
+void Manager::register_methods() {
+  using rpc::CallContext;
+  methods_.add("agent.info", [this](const json&, const CallContext&) -> Result<json> {
+    json labels = cfg_.labels;
+    size_t running = 0;
+    for (const auto& [id, t] : tasks_) running += !t->terminal() && t->state != "backoff";
+    return json{{"machine_id", cfg_.machine_id},
+                {"labels", labels},
+                {"cgroup_root", cfg_.cgroup_root},
+                {"controllers", cgroups_->controllers()},
+                {"hugepage_sizes", cgroups_->hugepage_sizes()},
+                {"tasks", tasks_.size()},
+                {"tasks_running", running},
+                {"uptime_seconds", (now_monotonic_us() - started_at_us_) / 1000000},
+                {"version", "0.1.0"}};
+  });
+
+  methods_.add("task.run", [this](const json& p, const CallContext& c) -> Result<json> {
+    uint64_t accepted = now_monotonic_us();
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(TaskSpec spec, parse_spec(p));
+    TRY_ASSIGN(Task * t, create_task(std::move(spec)));
+    json j = summary(*t);
+    j["warnings"] = t->warnings;
+    // Request accepted to weft-init running in the task's cgroup (and recorded).
+    j["start_latency_us"] = now_monotonic_us() - accepted;
+    return j;
+  });
+
+  methods_.add("task.ls", [this](const json&, const CallContext&) -> Result<json> {
+    std::vector<const Task*> list;
+    for (const auto& [id, t] : tasks_) list.push_back(t.get());
+    std::sort(list.begin(), list.end(),
+              [](const Task* a, const Task* b) { return a->created_us < b->created_us; });
+    json arr = json::array();
+    for (const Task* t : list) arr.push_back(summary(*t));
+    return json{{"tasks", arr}};
+  });
+
+  methods_.add("task.show", [this](const json& p, const CallContext&) -> Result<json> {
+    TRY_ASSIGN(Task * t, find_task(p));
+    return detail(*t);
+  });
+
+  methods_.add("task.stop", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(Task * t, find_task(p));
+    std::optional<uint64_t> grace;
+    if (p.contains("grace")) {
+      const json& g = p["grace"];
+      if (g.is_number() && g.get<double>() >= 0)
+        grace = static_cast<uint64_t>(g.get<double>() * 1e6);
+      else if (g.is_string()) {
+        auto d = parse_duration_us(g.get<std::string>());
+        if (!d.ok()) return field_error("grace", d.error().message);
+        grace = *d;
+      } else {
+        return field_error("grace", "must be seconds or a duration such as \"5s\"");
+      }
+    }
+    TRY(request_stop(*t, grace));
+    return summary(*t);
+  });
+
+  methods_.add("task.kill", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(Task * t, find_task(p));
+    int sig = SIGKILL;
+    if (p.contains("signal")) {
+      if (!p["signal"].is_string() && !p["signal"].is_number_integer())
+        return field_error("signal", "must be a signal name or number");
+      auto s = parse_signal(p["signal"].is_string() ? p["signal"].get<std::string>()
+                                                    : std::to_string(p["signal"].get<int>()));
+      if (!s.ok()) return field_error("signal", s.error().message);
+      sig = *s;
+    }
+    if (t->state != "running" && t->state != "stopping" && t->state != "starting")
+      return make_error("task " + t->id + " is " + t->state + ", not running")
+          .with_code(RpcCode::kConflict);
+    if (sig == SIGKILL) {
+      t->kill_sent = true;
+      TRY(cgroups_->kill_task(t->id));
+    } else if (!signal_pidfd(t->pidfd.get(), sig).ok()) {
+      return sys_error("signal task " + t->id);
+    }
+    return summary(*t);
+  });
+
+  auto freezer = [this](bool freeze) {
+    return [this, freeze](const json& p, const CallContext& c) -> Result<json> {
+      TRY(check_privileged(c.peer));
+      TRY_ASSIGN(Task * t, find_task(p));
+      if (t->state != "running")
+        return make_error("task " + t->id + " is " + t->state + ", not running")
+            .with_code(RpcCode::kConflict);
+      TRY(cgroups_->freeze_task(t->id, freeze));
+      // cgroup.events reports frozen once every member has stopped; wait briefly.
+      bool done = false;
+      for (int i = 0; i < 1000 && !done; ++i) {
+        auto f = cgroups_->frozen(t->id);
+        done = f.ok() && *f == freeze;
+        if (!done) ::usleep(1000);
+      }
+      json j = summary(*t);
+      j["frozen"] = freeze ? done : !done;
+      return j;
+    };
+  };
+  methods_.add("task.freeze", freezer(true));
+  methods_.add("task.thaw", freezer(false));
+
+  methods_.add("task.logs", [this](const json& p, const CallContext&) -> Result<json> {
+    TRY_ASSIGN(Task * t, find_task(p));
+    std::string stream = "stdout";
+    if (p.contains("stream")) {
+      if (!p["stream"].is_string() || (p["stream"] != "stdout" && p["stream"] != "stderr"))
+        return field_error("stream", "must be \"stdout\" or \"stderr\"");
+      stream = p["stream"];
+    }
+    size_t max_bytes = 65536;
+    if (p.contains("max_bytes")) {
+      if (!p["max_bytes"].is_number_unsigned() || p["max_bytes"].get<uint64_t>() == 0)
+        return field_error("max_bytes", "must be a positive integer");
+      max_bytes = std::min<size_t>(p["max_bytes"].get<uint64_t>(), 512 * 1024);
+    }
+    std::optional<LogCursor> cursor;
+    if (p.contains("cursor") && !p["cursor"].is_null()) {
+      const json& c = p["cursor"];
+      if (!c.is_object() || !c.contains("seq") || !c["seq"].is_number_unsigned() ||
+          !c.contains("offset") || !c["offset"].is_number_unsigned())
+        return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
+      cursor = LogCursor{c["seq"].get<unsigned>(), c["offset"].get<uint64_t>()};
+    }
+    std::optional<size_t> tail;
+    if (p.contains("tail")) {
+      if (!p["tail"].is_number_unsigned()) return field_error("tail", "must be a number of lines");
+      tail = p["tail"].get<size_t>();
+    }
+    TRY_ASSIGN(LogChunk chunk,
+               read_log(task_state_dir(t->id) + "/logs", stream, cursor, max_bytes, tail));
+    return json{{"data", chunk.data},
+                {"cursor", {{"seq", chunk.next.seq}, {"offset", chunk.next.offset}}},
+                {"skipped", chunk.skipped > 0},
+                {"state", t->state}};
+  });
+
+  methods_.add("task.remove", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(Task * t, find_task(p));
+    if (!t->terminal())
+      return make_error("task " + t->id + " is " + t->state + "; stop it first")
+          .with_code(RpcCode::kConflict);
+    std::string id = t->id;
+    TRY(erase(id));
+    (void)remove_tree(task_state_dir(id));
+    tasks_.erase(id);
+    return json{{"id", id}, {"removed", true}};
+  });
+}
+
+}  // namespace weft::agent
