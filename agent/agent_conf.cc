@@ -38,8 +38,10 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
     if (val->empty() || (*val)[0] != '/')
       return field_error(at(key), std::string("'") + key + "' must be an absolute path");
   }
-  if (!c.cgroup_root.empty() && c.cgroup_root[0] != '/')
-    return field_error(at("cgroup_root"), "'cgroup_root' must be an absolute path");
+  if (!c.cgroup_root.empty() && c.cgroup_root[0] != '/' && c.cgroup_root.rfind("systemd:", 0) != 0)
+    return field_error(
+        at("cgroup_root"),
+        "'cgroup_root' must be an absolute path or systemd:<path below the cgroup2 mount>");
   if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warning" &&
       c.log_level != "error")
     return field_error(at("log_level"), "'log_level' must be debug, info, warning or error");
@@ -57,9 +59,17 @@ Result<AgentConfig> load_agent_config(const std::string& path) {
 
 Status resolve_agent_config(AgentConfig* cfg, bool under_systemd) {
   HostPaths host(cfg->host_root);
-  if (cfg->cgroup_root.empty()) {
+  if (cfg->cgroup_root.empty() || cfg->cgroup_root.rfind("systemd:", 0) == 0) {
     TRY_ASSIGN(std::string mount, host.cgroup2_mount());
-    if (under_systemd) {
+    if (cfg->cgroup_root.rfind("systemd:", 0) == 0) {
+      std::string rel = cfg->cgroup_root.substr(8);
+      while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
+      if (rel.empty() || rel.find("..") != std::string::npos)
+        return field_error(
+            "cgroup_root",
+            "'systemd:' needs a cgroup path such as system.slice/weft-tasks.service");
+      cfg->cgroup_root = mount + "/" + rel;
+    } else if (under_systemd) {
       TRY_ASSIGN(std::string own, host.own_cgroup());
       // Restarted agents find themselves in <root>/agent already.
       if (own.size() >= 6 && own.compare(own.size() - 6, 6, "/agent") == 0)
@@ -67,6 +77,17 @@ Status resolve_agent_config(AgentConfig* cfg, bool under_systemd) {
       cfg->cgroup_root = mount + (own == "/" ? "" : own);
     } else {
       cfg->cgroup_root = mount + "/weft";
+    }
+  }
+  cfg->agent_in_root = true;
+  if (under_systemd) {
+    // systemd tracks the agent by its unit's cgroup: stay there unless that cgroup is
+    // the root the agent was given (the delegated-unit layout).
+    auto mount = host.cgroup2_mount();
+    auto own = host.own_cgroup();
+    if (mount.ok() && own.ok()) {
+      std::string own_dir = *mount + (*own == "/" ? "" : *own);
+      cfg->agent_in_root = own_dir == cfg->cgroup_root || own_dir == cfg->cgroup_root + "/agent";
     }
   }
   if (cfg->machine_id.empty()) {

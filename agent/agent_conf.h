@@ -14,8 +14,12 @@ struct AgentConfig {
   std::string socket_group = "weft";  // group allowed to use the socket and mutate
   std::string state_dir = "/var/lib/weft/agent";
   // Empty: under systemd, the agent's own (delegated) cgroup; otherwise
-  // <cgroup2 mount>/weft.
+  // <cgroup2 mount>/weft. "systemd:<path>" means <cgroup2 mount>/<path>, e.g.
+  // "systemd:system.slice/weft-tasks.service" (the packaged default).
   std::string cgroup_root;
+  // Resolved: whether the agent moves itself into <cgroup_root>/agent (it does unless
+  // systemd runs it in a cgroup of its own outside the root).
+  bool agent_in_root = true;
   std::string machine_id;  // empty: /etc/machine-id
   std::map<std::string, std::string> labels;
   std::string control_plane;    // endpoint; used once the control plane exists

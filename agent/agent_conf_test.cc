@@ -18,6 +18,11 @@ TEST(AgentConfig, ParsesAndDefaults) {
   EXPECT_EQ(c->socket, "/run/x.sock");
   EXPECT_EQ(c->labels.at("rack"), "r12");
   EXPECT_EQ(c->socket_group, "weft");
+  auto sd = parse_agent_config("cgroup_root = \"systemd:system.slice/weft-tasks.service\"\n",
+                               "agent.toml");
+  ASSERT_TRUE(sd.ok()) << sd.error().str();
+  auto packaged = load_agent_config(WEFT_SOURCE_DIR "/packaging/agent.toml");
+  ASSERT_TRUE(packaged.ok()) << packaged.error().str();  // the shipped file is valid
   auto d = parse_agent_config("", "agent.toml");
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->socket, "/run/weft/agent.sock");
@@ -61,6 +66,7 @@ TEST_F(ResolveConfig, UnderSystemdUsesOwnDelegatedCgroup) {
   ASSERT_TRUE(resolve_agent_config(&cfg_, true).ok());
   EXPECT_EQ(cfg_.cgroup_root, root_ + "/sys/fs/cgroup/system.slice/weft-agent.service");
   EXPECT_EQ(cfg_.machine_id, "abc123");
+  EXPECT_TRUE(cfg_.agent_in_root);
 }
 
 TEST_F(ResolveConfig, RestartedAgentIsAlreadyInItsLeaf) {
@@ -73,6 +79,17 @@ TEST_F(ResolveConfig, RestartedAgentIsAlreadyInItsLeaf) {
 TEST_F(ResolveConfig, WithoutSystemdUsesWeftUnderTheMount) {
   ASSERT_TRUE(resolve_agent_config(&cfg_, false).ok());
   EXPECT_EQ(cfg_.cgroup_root, root_ + "/sys/fs/cgroup/weft");
+}
+
+TEST_F(ResolveConfig, SystemdUnitPath) {
+  ASSERT_TRUE(
+      write_file(root_ + "/proc/self/cgroup", "0::/system.slice/weft-agent.service\n").ok());
+  cfg_.cgroup_root = "systemd:system.slice/weft-tasks.service";
+  ASSERT_TRUE(resolve_agent_config(&cfg_, true).ok());
+  EXPECT_EQ(cfg_.cgroup_root, root_ + "/sys/fs/cgroup/system.slice/weft-tasks.service");
+  EXPECT_FALSE(cfg_.agent_in_root);  // stays in weft-agent.service
+  cfg_.cgroup_root = "systemd:../x";
+  EXPECT_FALSE(resolve_agent_config(&cfg_, true).ok());
 }
 
 TEST_F(ResolveConfig, MissingInitIsAnError) {

@@ -215,10 +215,21 @@ Status CgroupTree::enable_in_ancestors() {
 Status CgroupTree::setup(int self_pid) {
   TRY(enable_in_ancestors());
   TRY(fs_.mkdir(root_));
-  TRY(fs_.mkdir(agent_dir()));
-  if (self_pid > 0)
+  if (self_pid > 0) {
+    TRY(fs_.mkdir(agent_dir()));
     TRY_CTX(fs_.write(agent_dir() + "/cgroup.procs", std::to_string(self_pid)),
             "move the agent into its leaf cgroup");
+  }
+  // Controllers can be enabled for children only while the root holds no process.
+  // Whatever systemd started in a delegated root (the keep-alive process of
+  // weft-tasks.service) moves to a leaf of its own.
+  TRY_ASSIGN(std::string members, fs_.read(root_ + "/cgroup.procs"));
+  for (const auto& pid : split(trim(members), '\n')) {
+    if (trim(pid).empty()) continue;
+    TRY(fs_.mkdir(root_ + "/holder"));
+    TRY_CTX(fs_.write(root_ + "/holder/cgroup.procs", trim(pid)),
+            "move process " + trim(pid) + " out of the cgroup root");
+  }
   TRY_ASSIGN(std::string avail, fs_.read(root_ + "/cgroup.controllers"));
   controllers_.clear();
   std::string enable;

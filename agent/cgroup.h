@@ -6,7 +6,9 @@
 // CgroupTree builds the agent's layout on top of it:
 //
 //   <root>/                 the agent's cgroup root (delegated under systemd)
-//   <root>/agent/           leaf holding the agent process itself
+//   <root>/agent/           leaf holding the agent process (when the agent lives
+//                           in its root; under systemd it stays in its own unit)
+//   <root>/holder/          whatever else systemd started in a delegated root
 //   <root>/tasks/<id>/      one cgroup per task
 //
 // Limits are computed by limit_writes() — a pure function — and written before any
@@ -83,8 +85,9 @@ class CgroupTree {
   std::string task_dir(const std::string& id) const { return root_ + "/tasks/" + id; }
   std::string agent_dir() const { return root_ + "/agent"; }
 
-  // Creates root, agent/ and tasks/, optionally moves `self_pid` into agent/, then
-  // enables every available controller for tasks/ and its children.
+  // Creates root and tasks/; with self_pid > 0 also agent/ and moves the agent there.
+  // Moves any other process found in the root into holder/, then enables every
+  // available controller for tasks/ and its children.
   Status setup(int self_pid);
   const std::set<std::string>& controllers() const { return controllers_; }
   const std::set<std::string>& hugepage_sizes() const { return hugepage_sizes_; }

@@ -51,6 +51,16 @@ TEST_F(FakeTree, SetupEnablesControllersAndMovesAgent) {
   EXPECT_EQ(t.hugepage_sizes(), std::set<std::string>{"2MB"});
 }
 
+TEST_F(FakeTree, ProcessesInTheRootMoveToAHolderLeaf) {
+  give_controllers("pids");
+  ASSERT_TRUE(write_file(root_ + "/cgroup.procs", "777\n").ok());  // systemd's keep-alive process
+  CgroupTree t(*fs_, root_, HostPaths(base_ + "/host"));
+  ASSERT_TRUE(t.setup(0).ok());
+  EXPECT_EQ(read("holder/cgroup.procs"), "777");
+  EXPECT_FALSE(path_exists(root_ + "/agent"));  // the agent stays in its own unit
+  EXPECT_EQ(read("tasks/cgroup.subtree_control"), "pids");
+}
+
 TEST_F(FakeTree, AllLimitsWrittenBeforeStart) {
   give_controllers("cpuset cpu io memory hugetlb pids");
   CgroupTree t(*fs_, root_, HostPaths(base_ + "/host"));

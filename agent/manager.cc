@@ -91,7 +91,8 @@ Status Manager::start() {
   auto mount = host.cgroup2_mount();
   cgroup_mount_ = mount.ok() ? *mount : "";
   cgroups_ = std::make_unique<CgroupTree>(*fs_, cfg_.cgroup_root, host);
-  TRY_CTX(cgroups_->setup(getpid()), "set up cgroup tree at " + cfg_.cgroup_root);
+  TRY_CTX(cgroups_->setup(cfg_.agent_in_root ? getpid() : 0),
+          "set up cgroup tree at " + cfg_.cgroup_root);
 
   if (struct group* g = getgrnam(cfg_.socket_group.c_str())) {
     weft_gid_ = static_cast<int>(g->gr_gid);

@@ -9,6 +9,8 @@ PACKAGES=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libgtest-dev libgmock-dev googletest
   busybox-static crun socat python3 iproute2 procps util-linux
+  dpkg-dev rpm lintian rpmlint file man-db
+  qemu-system-x86 mmdebstrap e2fsprogs
   clang-format
 )
 

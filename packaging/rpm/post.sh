@@ -1,0 +1,7 @@
+systemd-sysusers weft.conf || :
+systemd-tmpfiles --create weft.conf || :
+systemctl daemon-reload >/dev/null 2>&1 || :
+if [ "$1" -eq 1 ]; then
+  systemctl enable weft-tasks.service weft-agent.service >/dev/null 2>&1 || :
+  systemctl start weft-tasks.service weft-agent.service >/dev/null 2>&1 || :
+fi

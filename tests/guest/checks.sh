@@ -1,0 +1,172 @@
+#!/bin/sh
+# The system-test checks, run inside the guest (real systemd, full cgroup2) in one boot.
+# Each check prints "WEFT-CHECK <name> PASS" or "WEFT-CHECK <name> FAIL <why>"; the host
+# (tests/guest/guest_test) turns them into test results.
+P=/mnt/payload
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
+pass() { echo "WEFT-CHECK $1 PASS"; }
+fail() {
+  name=$1; shift
+  echo "WEFT-CHECK $name FAIL $*"
+  journalctl -u weft-agent.service -u weft-tasks.service --no-pager -n 15 2>/dev/null | sed 's/^/WEFT-LOG /'
+}
+# json_field JSON KEY: the scalar after "KEY": in weftctl's pretty JSON (first match).
+json_field() { printf '%s\n' "$1" | sed -n "s/^ *\"$2\": \\{0,1\\}\\(.*\\),\\{0,1\\}$/\\1/p" | head -1 | sed 's/,$//; s/^"//; s/"$//'; }
+show() { weftctl --json task show "$1" 2>/dev/null; }
+state() { json_field "$(show "$1")" state; }
+# wait_for SECONDS COMMAND...: polls every 0.2 s until COMMAND succeeds.
+wait_for() {
+  n=$(($1 * 5)); shift
+  while [ "$n" -gt 0 ]; do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2; n=$((n - 1))
+  done
+  return 1
+}
+terminal() { case "$(state "$1")" in exited|failed|stopped) return 0;; esac; return 1; }
+active() { [ "$(systemctl is-active "$1")" = active ]; }
+cgdir() { echo "/sys/fs/cgroup$(json_field "$(show "$1")" cgroup)"; }
+
+# ---- install
+if dpkg -i "$P"/weft_*.deb >/tmp/dpkg.log 2>&1; then pass install; else fail install "$(tail -3 /tmp/dpkg.log | tr '\n' ' ')"; fi
+if wait_for 60 active weft-agent.service && active weft-tasks.service; then
+  pass units-active
+else
+  fail units-active "agent=$(systemctl is-active weft-agent) tasks=$(systemctl is-active weft-tasks)"
+fi
+if systemd-analyze verify /lib/systemd/system/weft-agent.service /lib/systemd/system/weft-tasks.service 2>/tmp/verify.err && [ ! -s /tmp/verify.err ]; then
+  pass units-verify
+else
+  fail units-verify "$(tr '\n' ' ' < /tmp/verify.err)"
+fi
+info=$(weftctl --json agent info 2>&1)
+missing=""
+for c in cpu memory pids io; do printf '%s' "$info" | grep -q "\"$c\"" || missing="$missing $c"; done
+if [ -n "$info" ] && [ -z "$missing" ]; then pass weftctl-agent; else fail weftctl-agent "missing controllers:$missing $info"; fi
+if [ "$(stat -c %a:%G /run/weft/agent.sock 2>/dev/null)" = "660:weft" ]; then pass socket-mode; else fail socket-mode "$(stat -c %a:%G /run/weft/agent.sock 2>&1)"; fi
+status=$(systemctl show -p StatusText --value weft-agent.service)
+case "$status" in *"tasks running"*) pass status-text;; *) fail status-text "StatusText='$status'";; esac
+
+# ---- enforcement
+weftctl task run --name oom --memory 64M -- dd if=/dev/zero of=/dev/null bs=256M count=1 >/dev/null 2>&1
+wait_for 60 terminal oom
+j=$(show oom)
+# ... and the OOM kill of one task must not make systemd stop the unit holding them all.
+if [ "$(json_field "$j" oom_killed)" = true ] && [ "$(json_field "$j" state)" = failed ] && active weft-tasks.service; then
+  pass oom-killed
+else
+  fail oom-killed "state=$(json_field "$j" state) oom=$(json_field "$j" oom_killed) reason=$(json_field "$j" reason) weft-tasks=$(systemctl is-active weft-tasks.service)"
+fi
+
+# The bomb runs in a subshell; the main process execs sleep so it needs no fork itself.
+weftctl task run --name bomb --pids 32 -- sh -c '(f() { f & f & wait; }; f) 2>/dev/null & exec sleep 1000' >/dev/null 2>&1
+sleep 4
+cg=$(cgdir bomb)
+cur=$(cat "$cg/pids.current" 2>/dev/null)
+hits=$(sed -n 's/^max //p' "$cg/pids.events" 2>/dev/null)
+weftctl task kill bomb >/dev/null 2>&1
+wait_for 30 terminal bomb
+if [ -n "$cur" ] && [ "$cur" -le 32 ] && [ "${hits:-0}" -gt 0 ] && [ ! -d "$cg" ] && active weft-agent.service; then
+  pass pids-contained
+else
+  fail pids-contained "pids.current=$cur pids.events max=$hits cgroup_left=$([ -d "$cg" ] && echo yes || echo no)"
+fi
+
+weftctl task run --name spin --cpu 0.2 -- sh -c 'while :; do :; done' >/dev/null 2>&1
+sleep 4
+j=$(show spin)
+thr=$(json_field "$j" cpu_nr_throttled)
+usage=$(json_field "$j" cpu_usage_usec)
+weftctl task stop spin --grace 1s >/dev/null 2>&1
+wait_for 30 terminal spin
+# 4 s at 0.2 CPU is about 0.8 s of CPU time; allow for start-up and timer slack.
+if [ "${thr:-0}" -gt 0 ] && [ "${usage:-99999999}" -lt 1600000 ]; then
+  pass cpu-throttled
+else
+  fail cpu-throttled "nr_throttled=$thr usage_usec=$usage"
+fi
+
+dev=$(cat /sys/block/vda/dev)
+weftctl task run --name lim --memory 128M --memory-high 32M --io-max "$dev wbps=1048576 riops=100" -- sleep 100 >/dev/null 2>&1
+cg=$(cgdir lim)
+high=$(cat "$cg/memory.high" 2>/dev/null)
+iomax=$(cat "$cg/io.max" 2>/dev/null)
+oomgroup=$(cat "$cg/memory.oom.group" 2>/dev/null)
+weftctl task stop lim >/dev/null 2>&1
+case "$iomax" in
+  *"$dev"*wbps=1048576*riops=100*|*"$dev"*riops=100*wbps=1048576*) io_ok=1;;
+  *) io_ok=0;;
+esac
+if [ "$high" = 33554432 ] && [ "$io_ok" = 1 ] && [ "$oomgroup" = 1 ]; then
+  pass limits-written
+else
+  fail limits-written "memory.high=$high io.max='$iomax' memory.oom.group=$oomgroup"
+fi
+
+# ---- restart safety under systemd
+weftctl task run --name keep -- sleep 1000 >/dev/null 2>&1
+wait_for 10 sh -c '[ "$(weftctl --json task show keep | grep -c "\"state\": \"running\"")" = 1 ]'
+pid1=$(json_field "$(show keep)" pid)
+systemctl restart weft-agent.service
+wait_for 30 active weft-agent.service
+j=$(show keep)
+if [ "$(json_field "$j" state)" = running ] && [ "$(json_field "$j" pid)" = "$pid1" ] && kill -0 "$pid1"; then
+  pass restart-keeps-tasks
+else
+  fail restart-keeps-tasks "before pid=$pid1 after state=$(json_field "$j" state) pid=$(json_field "$j" pid)"
+fi
+
+rm -f /tmp/go
+weftctl task run --name ender -- sh -c 'while [ ! -e /tmp/go ]; do sleep 0.1; done; exit 3' >/dev/null 2>&1
+wait_for 10 sh -c '[ "$(weftctl --json task show ender | grep -c "\"state\": \"running\"")" = 1 ]'
+systemctl kill -s KILL weft-agent.service
+touch /tmp/go
+sleep 0.6
+wait_for 30 active weft-agent.service
+wait_for 30 terminal ender
+j=$(show ender)
+k=$(show keep)
+if [ "$(json_field "$j" exit_code)" = 3 ] && [ "$(json_field "$k" pid)" = "$pid1" ] && [ "$(json_field "$k" state)" = running ]; then
+  pass kill-agent-collects-exit
+else
+  fail kill-agent-collects-exit "ender exit=$(json_field "$j" exit_code) state=$(json_field "$j" state); keep pid=$(json_field "$k" pid)"
+fi
+
+mkdir -p /run/systemd/system/weft-agent.service.d
+printf '[Service]\nWatchdogSec=3s\nTimeoutAbortSec=3s\n' > /run/systemd/system/weft-agent.service.d/test-watchdog.conf
+systemctl daemon-reload
+systemctl restart weft-agent.service
+wait_for 30 active weft-agent.service
+before=$(systemctl show -p NRestarts --value weft-agent.service)
+main=$(systemctl show -p MainPID --value weft-agent.service)
+sleep 4  # pings keep it alive while it runs
+alive_ok=$( [ "$(systemctl show -p MainPID --value weft-agent.service)" = "$main" ] && echo 1 || echo 0)
+kill -STOP "$main"
+wait_for 40 sh -c "[ \"\$(systemctl show -p NRestarts --value weft-agent.service)\" -gt $before ] && [ \"\$(systemctl is-active weft-agent.service)\" = active ]"
+after=$(systemctl show -p NRestarts --value weft-agent.service)
+newmain=$(systemctl show -p MainPID --value weft-agent.service)
+rm -rf /run/systemd/system/weft-agent.service.d
+systemctl daemon-reload
+if [ "$alive_ok" = 1 ] && [ "$after" -gt "$before" ] && [ "$newmain" != "$main" ] && kill -0 "$pid1"; then
+  pass watchdog-restart
+else
+  fail watchdog-restart "alive_ok=$alive_ok NRestarts $before->$after MainPID $main->$newmain keep_alive=$(kill -0 "$pid1" && echo yes || echo no)"
+fi
+
+weftctl task stop keep >/dev/null 2>&1
+wait_for 30 terminal keep
+
+# ---- removal
+dpkg -r weft >/tmp/dpkg-r.log 2>&1
+if [ -f /var/lib/weft/agent/agent.db ] && [ -f /etc/weft/agent.toml ] && getent group weft >/dev/null && ! active weft-agent.service; then
+  pass remove-keeps-state
+else
+  fail remove-keeps-state "db=$(ls /var/lib/weft/agent 2>&1 | tr '\n' ' ') conf=$(ls /etc/weft 2>&1) group=$(getent group weft) agent=$(systemctl is-active weft-agent)"
+fi
+dpkg --purge weft >/tmp/dpkg-p.log 2>&1
+if [ ! -e /etc/weft ] && [ ! -e /var/lib/weft ] && ! getent group weft >/dev/null; then
+  pass purge-removes-everything
+else
+  fail purge-removes-everything "etc=$(ls -d /etc/weft 2>&1) state=$(ls -d /var/lib/weft 2>&1) group=$(getent group weft)"
+fi

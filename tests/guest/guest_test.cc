@@ -1,0 +1,104 @@
+// The system-test guest as test results: boots the guest once (tests/guest/run-guest.sh)
+// with the freshly built .deb and reports each check the guest ran as one test.
+// WEFT_SKIP_GUEST=1 skips the boot for quick local runs; CI never sets it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/fs.h"
+
+namespace {
+
+struct CheckResult {
+  bool pass = false;
+  std::string detail;
+  std::vector<std::string> log;
+};
+
+std::map<std::string, CheckResult>* g_results = nullptr;
+std::string g_problem;  // why there are no results
+
+class GuestBoot : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (std::getenv("WEFT_SKIP_GUEST")) return;
+    if (geteuid() != 0) {
+      g_problem = "the guest needs root to build its image";
+      return;
+    }
+    std::string deb =
+        std::getenv("WEFT_GUEST_DEB") ? std::getenv("WEFT_GUEST_DEB") : WEFT_DEFAULT_DEB;
+    if (!weft::path_exists(deb)) {
+      g_problem = "no package at " + deb + " (scripts/package.sh builds it)";
+      return;
+    }
+    std::string console = "/tmp/weft-guest-console-" + std::to_string(getpid()) + ".log";
+    std::string cmd = std::string(WEFT_GUEST_DIR) + "/run-guest.sh '" + deb + "' '" + console + "'";
+    int rc = std::system(cmd.c_str());
+    auto text = weft::read_file(console);
+    ::unlink(console.c_str());
+    if (!text.ok()) {
+      g_problem = "guest run failed (exit " + std::to_string(rc) + "), no console log";
+      return;
+    }
+    g_results = new std::map<std::string, CheckResult>();
+    std::string last;
+    bool done = false;
+    for (const auto& line : weft::split(*text, '\n')) {
+      auto at = line.find("WEFT-");
+      if (at == std::string::npos) continue;
+      std::string l = line.substr(at);
+      if (l.rfind("WEFT-CHECK ", 0) == 0) {
+        auto parts = weft::split(l.substr(11), ' ');
+        if (parts.size() < 2) continue;
+        CheckResult r;
+        r.pass = parts[1] == "PASS";
+        for (size_t i = 2; i < parts.size(); ++i) r.detail += (i > 2 ? " " : "") + parts[i];
+        last = parts[0];
+        (*g_results)[last] = r;
+      } else if (l.rfind("WEFT-LOG ", 0) == 0 && !last.empty()) {
+        (*g_results)[last].log.push_back(l.substr(9));
+      } else if (l.rfind("WEFT-GUEST-DONE", 0) == 0) {
+        done = true;
+      } else if (l.rfind("WEFT-GUEST ", 0) == 0) {
+        g_problem += l.substr(11) + " ";
+      }
+    }
+    if (!done) g_problem += "the guest did not finish its checks (timeout or crash); ";
+    std::printf("guest: %zu checks reported\n", g_results->size());
+  }
+};
+
+[[maybe_unused]] auto* const kBoot = ::testing::AddGlobalTestEnvironment(new GuestBoot);
+
+class Guest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Guest, Check) {
+  if (std::getenv("WEFT_SKIP_GUEST")) GTEST_SKIP() << "WEFT_SKIP_GUEST is set";
+  ASSERT_NE(g_results, nullptr) << g_problem;
+  auto it = g_results->find(GetParam());
+  ASSERT_NE(it, g_results->end()) << "check did not run in the guest. " << g_problem;
+  std::string log;
+  for (const auto& l : it->second.log) log += "\n  " + l;
+  EXPECT_TRUE(it->second.pass) << it->second.detail << log;
+}
+
+INSTANTIATE_TEST_SUITE_P(InGuest, Guest,
+                         ::testing::Values("install", "units-active", "units-verify",
+                                           "weftctl-agent", "socket-mode", "status-text",
+                                           "oom-killed", "pids-contained", "cpu-throttled",
+                                           "limits-written", "restart-keeps-tasks",
+                                           "kill-agent-collects-exit", "watchdog-restart",
+                                           "remove-keeps-state", "purge-removes-everything"),
+                         [](const auto& p) {
+                           std::string n = p.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace

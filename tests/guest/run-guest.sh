@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Boots the system-test guest once with the freshly built .deb and the checks, and
+# prints the guest's console (WEFT-CHECK lines) on stdout.
+#   run-guest.sh PATH/TO/weft_*.deb [console-log]
+# Software emulation (KVM is not available here); one boot runs every check.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+deb=$1
+log=${2:-/dev/stdout}
+cache=$("$here/build-image.sh")
+run=$(mktemp -d /var/tmp/weft-guest-run.XXXXXX)
+trap 'rm -rf "$run"' EXIT
+
+cp --sparse=always "$cache/root.img" "$run/root.img"
+mkdir "$run/payload"
+cp "$deb" "$here/checks.sh" "$run/payload/"
+mkfs.ext4 -q -F -L payload -d "$run/payload" "$run/payload.img" 64M >/dev/null
+
+# KVM does not work on the development and CI machines; WEFT_GUEST_KVM=1 uses it elsewhere.
+accel=tcg
+if [ -n "${WEFT_GUEST_KVM:-}" ]; then accel=kvm; fi
+timeout "${WEFT_GUEST_TIMEOUT:-900}" qemu-system-x86_64 \
+  -machine q35 -accel "$accel" -cpu max -smp 2 -m 2048 \
+  -kernel "$cache/vmlinuz" -initrd "$cache/initrd.img" \
+  -append "root=/dev/vda rw console=ttyS0 quiet loglevel=3 systemd.show_status=0 panic=-1" \
+  -drive file="$run/root.img",if=virtio,format=raw \
+  -drive file="$run/payload.img",if=virtio,format=raw,readonly=on \
+  -nic none -display none -serial file:"$run/console.log" -monitor none -no-reboot \
+  >/dev/null 2>"$run/qemu.err" || {
+    echo "WEFT-GUEST qemu exited with $?: $(cat "$run/qemu.err")" >>"$run/console.log"
+  }
+tr -d '\r' < "$run/console.log" > "$log"
