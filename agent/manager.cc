@@ -173,10 +173,6 @@ Status Manager::save(const Task& t) {
   return st.run();
 }
 
-Status Manager::insert(const Task& t) {
-  return save(t);
-}
-
 Status Manager::erase(const std::string& id) {
   TRY_ASSIGN(Stmt st, db_->prepare("DELETE FROM tasks WHERE id = ?1"));
   st.bind(1, id);
@@ -344,7 +340,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   t->state = "starting";
   t->created_us = now_us();
   t->warnings = plan.warnings;
-  TRY_CTX(insert(*t), "record task");
+  TRY_CTX(save(*t), "record task");
   crash_point("run.recorded");
   Task* raw = t.get();
   tasks_[raw->id] = std::move(t);

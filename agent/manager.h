@@ -99,7 +99,6 @@ class Manager {
 
   // Persistence.
   Status save(const Task& t);
-  Status insert(const Task& t);
   Status erase(const std::string& id);
 
   std::string task_state_dir(const std::string& id) const {

@@ -27,12 +27,10 @@ RpcError to_rpc_error(const Error& e, int fallback) {
 }
 
 Error from_rpc_error(const RpcError& e) {
+  // The message already names the field (to_rpc_error put it there), so `field` stays
+  // empty and str() does not repeat it.
   Error err = make_error(e.message);
   err.code = e.code;
-  if (e.data.is_object() && e.data.contains("field") && e.data["field"].is_string()) {
-    // The message already names the field (to_rpc_error put it there).
-    err.field.clear();
-  }
   return err;
 }
 
