@@ -29,22 +29,8 @@ Result<std::string> param_string(const json& p, const char* key) {
 // ---------------------------------------------------------------- API
 
 Status Manager::check_privileged(const rpc::Peer& peer) const {
-  if (!peer.is_unix) return make_error("permission denied").with_code(RpcCode::kPermissionDenied);
-  if (peer.uid == 0 || peer.uid == getuid()) return {};
-  if (weft_gid_ >= 0) {
-    if (peer.gid == static_cast<gid_t>(weft_gid_)) return {};
-    auto status = read_file(HostPaths(cfg_.host_root).proc(std::to_string(peer.pid) + "/status"));
-    if (status.ok()) {
-      for (const auto& line : split(*status, '\n')) {
-        if (line.rfind("Groups:", 0) != 0) continue;
-        for (const auto& g : split(trim(line.substr(7)), ' '))
-          if (!g.empty() && std::atoi(g.c_str()) == weft_gid_) return {};
-      }
-    }
-  }
-  return make_error("permission denied: changing tasks needs root or membership in group '" +
-                    cfg_.socket_group + "'")
-      .with_code(RpcCode::kPermissionDenied);
+  return rpc::require_privileged(peer, weft_gid_, cfg_.socket_group, HostPaths(cfg_.host_root),
+                                 "changing tasks");
 }
 
 Result<Task*> Manager::find_task(const json& params) {

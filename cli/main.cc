@@ -21,6 +21,7 @@ namespace {
 
 struct Globals {
   std::string agent = "/run/weft/agent.sock";
+  std::string sidekick = "/run/weft/sidekick.sock";
   bool json_out = false;
 };
 
@@ -29,11 +30,13 @@ struct Globals {
   std::exit(code);
 }
 
-std::unique_ptr<rpc::Client> connect_or_die(const std::string& ep) {
+std::unique_ptr<rpc::Client> connect_or_die(const std::string& ep, const char* daemon,
+                                            const char* flag) {
   auto c = rpc::Client::connect(ep);
-  if (!c.ok()) die(c.error().str() + " (is weft-agent running? --agent picks the socket)");
+  if (!c.ok()) die(c.error().str() + " (is " + daemon + " running? " + flag + " picks the socket)");
   return std::move(c).value();
 }
+
 
 json call_or_die(rpc::Client& c, const std::string& method, const json& params) {
   auto r = c.call(method, params);
@@ -63,6 +66,24 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
     }
     std::cout << line << "\n";
   }
+}
+
+// Prints a switch/verify/off report and returns its exit code: 0 ok, 1 failed,
+// 3 degraded, 4 reboot required, 5 drift.
+int report_profile(const json& r, bool as_json) {
+  if (as_json) {
+    std::cout << r.dump(2) << "\n";
+  } else {
+    std::vector<std::vector<std::string>> rows = {{"KNOB", "STATUS", "FROM", "TO", "SOURCE"}};
+    for (const auto& k : r.value("knobs", json::array()))
+      rows.push_back({str_or(k, "id"), str_or(k, "status"), str_or(k, "from"), str_or(k, "to"),
+                      str_or(k, "source")});
+    if (rows.size() > 1) print_table(rows);
+    std::cout << "outcome: " << r.value("outcome", "?");
+    if (r.contains("error")) std::cout << ": " << r["error"].get<std::string>();
+    std::cout << "\n";
+  }
+  return r.value("exit_code", 1);
 }
 
 void print_kv(const json& j, const std::string& indent = "") {
@@ -317,13 +338,99 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stdout", "stderr", "all"}));
   logs->add_option("--tail", tail, "start this many lines before the end");
 
+  auto* profile = app.add_subcommand("profile", "host profiles (weft-sidekick)");
+  profile->require_subcommand(1);
+  std::string pname;
+  int history_limit = 20;
+  auto* p_ls = profile->add_subcommand("ls", "list profiles");
+  auto* p_show = profile->add_subcommand("show", "a profile's compiled knobs");
+  p_show->add_option("name", pname, "profile")->required();
+  auto* p_active =
+      profile->add_subcommand("active", "the active profile and its last verification");
+  auto* p_plan = profile->add_subcommand("plan", "what switching to a profile would change");
+  p_plan->add_option("name", pname, "profile")->required();
+  auto* p_switch =
+      profile->add_subcommand("switch", "switch to a profile (only changed knobs are written)");
+  p_switch->add_option("name", pname, "profile")->required();
+  auto* p_verify = profile->add_subcommand("verify", "compare the machine with the active profile");
+  auto* p_off = profile->add_subcommand("off", "restore every setting weft changed");
+  auto* p_history = profile->add_subcommand("history", "past switches");
+  p_history->add_option("-n,--limit", history_limit, "how many");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
-  auto client = connect_or_die(g.agent);
+  if (profile->parsed()) {
+    auto sk = connect_or_die(g.sidekick, "weft-sidekick", "--sidekick");
+    auto out_json = [&](const json& j, const std::function<void()>& human) {
+      if (g.json_out)
+        std::cout << j.dump(2) << "\n";
+      else
+        human();
+    };
+    if (p_ls->parsed()) {
+      json r = call_or_die(*sk, "profile.ls", json::object());
+      out_json(r, [&] {
+        std::vector<std::vector<std::string>> rows = {{"NAME", "ACTIVE", "DESCRIPTION"}};
+        for (const auto& p : r["profiles"])
+          rows.push_back({str_or(p, "name"), p.value("active", false) ? "*" : "",
+                          p.value("valid", true) ? str_or(p, "description")
+                                                 : "INVALID: " + str_or(p, "error")});
+        print_table(rows);
+      });
+    } else if (p_show->parsed()) {
+      json r = call_or_die(*sk, "profile.show", {{"name", pname}});
+      out_json(r, [&] {
+        std::cout << r["name"].get<std::string>() << ": " << str_or(r, "description") << "\n";
+        std::vector<std::vector<std::string>> rows = {
+            {"KNOB", "VALUE", "CMP", "CLASS", "REQUIRED", "SOURCE"}};
+        for (const auto& k : r["knobs"])
+          rows.push_back({str_or(k, "id"), str_or(k, "value"), str_or(k, "cmp"), str_or(k, "class"),
+                          k.value("required", true) ? "yes" : "no", str_or(k, "source")});
+        print_table(rows);
+      });
+    } else if (p_active->parsed()) {
+      json r = call_or_die(*sk, "profile.active", json::object());
+      out_json(r, [&] {
+        std::cout << str_or(r, "profile", "none") << " (" << str_or(r, "state") << ")\n";
+      });
+    } else if (p_plan->parsed()) {
+      json r = call_or_die(*sk, "profile.plan", {{"name", pname}});
+      out_json(r, [&] {
+        std::vector<std::vector<std::string>> rows = {{"KNOB", "FROM", "TO", "CLASS", "SOURCE"}};
+        for (const auto& c : r["changes"])
+          rows.push_back({str_or(c, "id"), str_or(c, "from"), str_or(c, "to"), str_or(c, "class"),
+                          str_or(c, "source")});
+        print_table(rows);
+        std::cout << r["changes"].size() << " to change, " << r.value("unchanged", 0)
+                  << " already right\n";
+        for (const auto& a : r.value("reboot_pending", json::array()))
+          std::cout << "needs a reboot: kernel argument " << a.get<std::string>() << "\n";
+      });
+    } else if (p_switch->parsed()) {
+      return report_profile(call_or_die(*sk, "profile.switch", {{"name", pname}}), g.json_out);
+    } else if (p_verify->parsed()) {
+      return report_profile(call_or_die(*sk, "profile.verify", json::object()), g.json_out);
+    } else if (p_off->parsed()) {
+      return report_profile(call_or_die(*sk, "profile.off", json::object()), g.json_out);
+    } else if (p_history->parsed()) {
+      json r = call_or_die(*sk, "profile.history", {{"limit", history_limit}});
+      out_json(r, [&] {
+        std::vector<std::vector<std::string>> rows = {
+            {"ID", "FROM", "TO", "STATE", "STARTED", "DETAIL"}};
+        for (const auto& h : r["switches"])
+          rows.push_back({str_or(h, "id"), str_or(h, "from"), str_or(h, "to"), str_or(h, "state"),
+                          str_or(h, "started_at"), str_or(h, "detail")});
+        print_table(rows);
+      });
+    }
+    return 0;
+  }
+
+  auto client = connect_or_die(g.agent, "weft-agent", "--agent");
   auto out = [&](const json& j, const std::function<void()>& human) {
     if (g.json_out)
       std::cout << j.dump(2) << "\n";

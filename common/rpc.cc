@@ -287,6 +287,28 @@ void Session::flush() {
   }
 }
 
+// ---- Access ----
+
+Status require_privileged(const Peer& peer, int gid, const std::string& group_name,
+                          const HostPaths& host, const std::string& action) {
+  if (!peer.is_unix) return make_error("permission denied").with_code(kPermissionDenied);
+  if (peer.uid == 0 || peer.uid == ::getuid()) return {};
+  if (gid >= 0) {
+    if (peer.gid == static_cast<gid_t>(gid)) return {};
+    auto status = read_file(host.proc(std::to_string(peer.pid) + "/status"));
+    if (status.ok()) {
+      for (const auto& line : split(*status, '\n')) {
+        if (line.rfind("Groups:", 0) != 0) continue;
+        for (const auto& g : split(trim(line.substr(7)), ' '))
+          if (!g.empty() && std::atoi(g.c_str()) == gid) return {};
+      }
+    }
+  }
+  return make_error("permission denied: " + action + " needs root or membership in group '" +
+                    group_name + "'")
+      .with_code(kPermissionDenied);
+}
+
 // ---- Endpoints ----
 
 Result<Endpoint> parse_endpoint(const std::string& s) {

@@ -16,6 +16,7 @@
 
 #include "common/event.h"
 #include "common/fs.h"
+#include "common/paths.h"
 #include "common/result.h"
 
 namespace weft::rpc {
@@ -182,6 +183,13 @@ class Server {
   Source reaper_;
   uint16_t tcp_port_ = 0;
 };
+
+// The local-socket access rule of every weft daemon: a Unix peer that is root, the
+// daemon's own user, or a member (primary or supplementary, read from
+// /proc/<pid>/status) of `gid`. Errors carry kPermissionDenied and say what `action`
+// needed.
+Status require_privileged(const Peer& peer, int gid, const std::string& group_name,
+                          const HostPaths& host, const std::string& action);
 
 // Connects a stream socket to an endpoint (blocking connect, then O_NONBLOCK|CLOEXEC).
 Result<Fd> connect_endpoint(const Endpoint& ep);

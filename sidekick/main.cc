@@ -1,0 +1,65 @@
+// weft-sidekick: parse args -> load config -> create the manager (recover, re-apply,
+// listen, READY) -> run the event loop.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "common/log.h"
+#include "sidekick/manager.h"
+
+using namespace weft;
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "weft-sidekick: applies host profiles, switched by diff, verified, with a durable baseline"};
+  std::string config_path = "/etc/weft/sidekick.toml";
+  bool check_only = false;
+  std::string socket, state_dir;
+  app.add_option("-c,--config", config_path, "configuration file");
+  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  app.add_option("--socket", socket, "override: API socket path");
+  app.add_option("--state-dir", state_dir, "override: state directory");
+  CLI11_PARSE(app, argc, argv);
+  log_set_ident("weft-sidekick");
+
+  sidekick::SidekickConfig cfg;
+  if (app.count("--config") > 0 || access(config_path.c_str(), F_OK) == 0) {
+    auto loaded = sidekick::load_sidekick_config(config_path);
+    if (!loaded.ok()) {
+      std::cerr << "weft-sidekick: " << loaded.error().str() << "\n";
+      return 2;
+    }
+    cfg = std::move(loaded).value();
+  }
+  if (!socket.empty()) cfg.socket = socket;
+  if (!state_dir.empty()) cfg.state_dir = state_dir;
+  if (cfg.log_level == "debug")
+    log_set_level(LogLevel::kDebug);
+  else if (cfg.log_level == "warning")
+    log_set_level(LogLevel::kWarning);
+  else if (cfg.log_level == "error")
+    log_set_level(LogLevel::kError);
+  if (auto s = sidekick::resolve_sidekick_config(&cfg); !s.ok()) {
+    std::cerr << "weft-sidekick: " << s.error().str() << "\n";
+    return 2;
+  }
+  if (check_only) {
+    std::cout << "configuration ok\n  socket: " << cfg.socket << "\n  state_dir: " << cfg.state_dir
+              << "\n  workload_cgroup: " << cfg.workload_cgroup << "\n";
+    return 0;
+  }
+  auto mgr = sidekick::Manager::create(std::move(cfg));
+  if (!mgr.ok()) {
+    log_error(mgr.error().str());
+    return 1;
+  }
+  if (auto s = (*mgr)->start(); !s.ok()) {
+    log_error("cannot start: " + s.error().str());
+    return 1;
+  }
+  if (auto s = (*mgr)->run(); !s.ok()) {
+    log_error(s.error().str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,205 @@
+#include "sidekick/manager.h"
+
+#include <grp.h>
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "common/fs.h"
+#include "common/log.h"
+
+namespace weft::sidekick {
+
+using json = nlohmann::json;
+using rpc::RpcCode;
+
+Result<std::unique_ptr<Manager>> Manager::create(SidekickConfig cfg) {
+  TRY_ASSIGN(auto loop, EventLoop::create());
+  return std::unique_ptr<Manager>(new Manager(std::move(cfg), std::move(loop)));
+}
+
+Manager::~Manager() {
+  server_.reset();
+}
+
+Status Manager::check_privileged(const rpc::Peer& peer) const {
+  return rpc::require_privileged(peer, weft_gid_, cfg_.socket_group, HostPaths(cfg_.host_root),
+                                 "changing the host profile");
+}
+
+void Manager::update_status() {
+  sd_notifyf(0, "STATUS=profile %s, %s", engine_->active_profile().value_or("none").c_str(),
+             last_outcome_.c_str());
+}
+
+Status Manager::start() {
+  TRY(mkdir_p(cfg_.state_dir, 0750));
+  auto host = std::make_unique<HostKnobs>(HostPaths(cfg_.host_root), cfg_.workload_cgroup);
+  TRY_ASSIGN(engine_, Engine::open(cfg_.state_dir + "/sidekick.db", std::move(host)));
+  TRY_ASSIGN(auto rolled, engine_->recover());
+  if (rolled)
+    log_warn("rolled back a profile switch interrupted by a crash",
+             {{"SWITCH", std::to_string(*rolled)}});
+  if (struct group* g = getgrnam(cfg_.socket_group.c_str()))
+    weft_gid_ = static_cast<int>(g->gr_gid);
+
+  // Re-apply the committed profile before anything else runs (the unit orders itself
+  // before weft-agent): after a reboot the kernel has forgotten it.
+  if (auto active = engine_->active_profile(); active && cfg_.apply_on_start) {
+    auto profile = load_profile(path(), *active);
+    if (!profile.ok()) {
+      log_error("cannot load the active profile; the machine keeps its current settings",
+                {{"PROFILE", *active}, {"ERROR", profile.error().str()}});
+      last_outcome_ = "failed";
+    } else {
+      SwitchReport rep = engine_->apply(*profile);
+      last_outcome_ = outcome_name(rep.outcome);
+      log_msg(rep.outcome == Outcome::kFailed ? LogLevel::kError : LogLevel::kInfo,
+              "re-applied the active profile",
+              {{"PROFILE", *active}, {"OUTCOME", last_outcome_}, {"ERROR", rep.error}});
+    }
+  }
+
+  register_methods();
+  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
+  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
+  for (int sig : {SIGTERM, SIGINT}) {
+    TRY_ASSIGN(Source s, loop_->add_signal(sig, [this] { loop_->exit(0); }));
+    signals_.push_back(std::move(s));
+  }
+  loop_->enable_watchdog();
+  schedule_verify();
+  log_info("sidekick ready",
+           {{"SOCKET", cfg_.socket}, {"PROFILE", engine_->active_profile().value_or("none")}});
+  sd_notify(0, "READY=1");
+  update_status();
+  return {};
+}
+
+void Manager::schedule_verify() {
+  auto t = loop_->add_timer_in(cfg_.verify_interval_us, [this] { periodic_verify(); });
+  if (t.ok()) verify_timer_ = std::move(t).value();
+}
+
+void Manager::periodic_verify() {
+  schedule_verify();
+  if (!engine_->active_profile()) return;
+  SwitchReport rep = engine_->verify();
+  last_verify_ = rep.to_json();
+  last_verify_["at"] = format_rfc3339(static_cast<int64_t>(now_realtime_us()));
+  if (rep.outcome == Outcome::kDrift) {
+    for (const auto& k : rep.knobs)
+      if (k.status == "drift")
+        log_warn("drift", {{"KNOB", k.id}, {"WANT", k.to}, {"HAVE", k.from}});
+    if (cfg_.enforce_drift) {
+      auto profile = load_profile(path(), *engine_->active_profile());
+      if (profile.ok()) {
+        SwitchReport fix = engine_->apply(*profile);
+        log_info("re-enforced the active profile", {{"OUTCOME", outcome_name(fix.outcome)}});
+        rep.outcome = fix.outcome;
+      }
+    }
+  }
+  last_outcome_ = outcome_name(rep.outcome);
+  update_status();
+}
+
+void Manager::register_methods() {
+  using rpc::CallContext;
+  auto name_param = [](const json& p) -> Result<std::string> {
+    if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+      return field_error("name", "is required and must be a profile name");
+    return p["name"].get<std::string>();
+  };
+  auto load = [this, name_param](const json& p) -> Result<Profile> {
+    TRY_ASSIGN(std::string name, name_param(p));
+    auto prof = load_profile(path(), name);
+    if (!prof.ok()) {
+      Error e = std::move(prof).error();
+      if (e.code == 0)
+        e.code = e.message.rfind("no profile named", 0) == 0 ? RpcCode::kNotFound
+                                                             : RpcCode::kInvalidParams;
+      return e;
+    }
+    return prof;
+  };
+
+  methods_.add("profile.ls", [this](const json&, const CallContext&) -> Result<json> {
+    json arr = json::array();
+    for (const auto& n : list_profiles(path())) {
+      auto p = load_profile(path(), n);
+      arr.push_back({{"name", n},
+                     {"description", p.ok() ? p->description : ""},
+                     {"valid", p.ok()},
+                     {"error", p.ok() ? "" : p.error().str()},
+                     {"active", engine_->active_profile() == n}});
+    }
+    return json{{"profiles", arr}};
+  });
+  methods_.add("profile.show", [load](const json& p, const CallContext&) -> Result<json> {
+    TRY_ASSIGN(Profile prof, load(p));
+    json knobs = json::array();
+    for (const auto& k : prof.knobs) knobs.push_back(knob_to_json(k));
+    return json{{"name", prof.name},
+                {"description", prof.description},
+                {"files", prof.files},
+                {"knobs", knobs}};
+  });
+  methods_.add("profile.active", [this](const json&, const CallContext&) -> Result<json> {
+    return json{{"profile", engine_->active_profile() ? json(*engine_->active_profile()) : json()},
+                {"state", last_outcome_},
+                {"last_verify", last_verify_}};
+  });
+  methods_.add("profile.plan", [this, load](const json& p, const CallContext&) -> Result<json> {
+    TRY_ASSIGN(Profile prof, load(p));
+    TRY_ASSIGN(Plan plan, engine_->plan(prof));
+    json changes = json::array();
+    for (const auto& c : plan.changes)
+      changes.push_back({{"id", c.knob.id},
+                         {"from", c.from},
+                         {"to", c.knob.value},
+                         {"class", class_name(c.knob.klass)},
+                         {"required", c.knob.required},
+                         {"source", c.knob.source},
+                         {"restore", c.restore}});
+    return json{{"from", plan.from_profile},
+                {"to", plan.to_profile},
+                {"changes", changes},
+                {"unchanged", plan.unchanged.size()},
+                {"reboot_pending", plan.reboot_pending}};
+  });
+  methods_.add("profile.switch", [this, load](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    TRY_ASSIGN(Profile prof, load(p));
+    SwitchReport rep = engine_->apply(prof);
+    last_outcome_ = outcome_name(rep.outcome);
+    update_status();
+    log_msg(rep.outcome == Outcome::kFailed ? LogLevel::kError : LogLevel::kInfo, "profile switch",
+            {{"PROFILE", prof.name}, {"OUTCOME", last_outcome_}, {"ERROR", rep.error}});
+    return rep.to_json();
+  });
+  methods_.add("profile.verify", [this](const json&, const CallContext&) -> Result<json> {
+    SwitchReport rep = engine_->verify();
+    last_verify_ = rep.to_json();
+    return last_verify_;
+  });
+  methods_.add("profile.off", [this](const json&, const CallContext& c) -> Result<json> {
+    TRY(check_privileged(c.peer));
+    SwitchReport rep = engine_->off();
+    last_outcome_ = outcome_name(rep.outcome);
+    update_status();
+    return rep.to_json();
+  });
+  methods_.add("profile.history", [this](const json& p, const CallContext&) -> Result<json> {
+    int limit = 20;
+    if (p.contains("limit")) {
+      if (!p["limit"].is_number_unsigned() || p["limit"].get<int>() < 1)
+        return field_error("limit", "must be a positive integer");
+      limit = std::min(p["limit"].get<int>(), 1000);
+    }
+    TRY_ASSIGN(json h, engine_->history(limit));
+    return json{{"switches", h}};
+  });
+}
+
+}  // namespace weft::sidekick

@@ -1,0 +1,50 @@
+// weft-sidekick's manager: owns the event loop, the switch engine and the local API.
+// At start it rolls back any switch a crash interrupted and re-applies the last
+// committed profile (so a rebooted machine gets its profile before workloads start),
+// then verifies periodically and reports (or, with drift_policy = "enforce", repairs)
+// drift.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/event.h"
+#include "common/rpc.h"
+#include "sidekick/engine.h"
+#include "sidekick/sidekick_conf.h"
+
+namespace weft::sidekick {
+
+class Manager {
+ public:
+  static Result<std::unique_ptr<Manager>> create(SidekickConfig cfg);
+  ~Manager();
+  Status start();
+  Status run() { return loop_->run(); }
+
+ private:
+  Manager(SidekickConfig cfg, std::unique_ptr<EventLoop> loop)
+      : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
+  void register_methods();
+  void schedule_verify();
+  void periodic_verify();
+  Status check_privileged(const rpc::Peer& peer) const;
+  ProfilePath path() const { return ProfilePath{cfg_.profile_dirs}; }
+  void update_status();
+
+  SidekickConfig cfg_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<Engine> engine_;
+  rpc::Dispatcher methods_;
+  std::unique_ptr<rpc::Server> server_;
+  std::vector<Source> signals_;
+  Source verify_timer_;
+  int weft_gid_ = -1;
+  nlohmann::json last_verify_;
+  std::string last_outcome_ = "unknown";
+};
+
+}  // namespace weft::sidekick

@@ -1,0 +1,83 @@
+#include "sidekick/sidekick_conf.h"
+
+#include "common/config.h"
+#include "common/fs.h"
+#include "common/paths.h"
+
+namespace weft::sidekick {
+
+Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std::string& name) {
+  TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
+  const auto& t = doc.root();
+  TRY(doc.only_keys(
+      t, "",
+      {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup", "host_root",
+       "verify_interval", "drift_policy", "apply_on_start", "log_level"}));
+  SidekickConfig c;
+  auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
+  for (auto [key, out] : {std::pair{"socket", &c.socket},
+                          {"socket_group", &c.socket_group},
+                          {"state_dir", &c.state_dir},
+                          {"workload_cgroup", &c.workload_cgroup},
+                          {"host_root", &c.host_root},
+                          {"log_level", &c.log_level}}) {
+    TRY_ASSIGN(auto v, doc.get_string(t, key));
+    if (v) *out = *v;
+  }
+  if (const toml::node* n = t.get("profile_dirs")) {
+    const toml::array* arr = n->as_array();
+    if (!arr || arr->empty())
+      return field_error(doc.where(*n), "'profile_dirs' must be a non-empty list of directories");
+    c.profile_dirs.clear();
+    for (const auto& e : *arr) {
+      if (!e.is_string() || e.as_string()->get().empty() || e.as_string()->get()[0] != '/')
+        return field_error(doc.where(e), "'profile_dirs' entries must be absolute paths");
+      c.profile_dirs.push_back(e.as_string()->get());
+    }
+  }
+  TRY_ASSIGN(auto interval, doc.get_string(t, "verify_interval"));
+  if (interval) {
+    auto us = parse_duration_us(*interval);
+    if (!us.ok() || *us < 1'000'000)
+      return field_error(at("verify_interval"),
+                         "'verify_interval' must be a duration of at least 1s");
+    c.verify_interval_us = *us;
+  }
+  TRY_ASSIGN(auto policy, doc.get_string(t, "drift_policy"));
+  if (policy) {
+    if (*policy != "report" && *policy != "enforce")
+      return field_error(at("drift_policy"), "'drift_policy' must be \"report\" or \"enforce\"");
+    c.enforce_drift = *policy == "enforce";
+  }
+  TRY_ASSIGN(auto aos, doc.get_bool(t, "apply_on_start"));
+  if (aos) c.apply_on_start = *aos;
+  for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {
+    if (val->empty() || (*val)[0] != '/')
+      return field_error(at(key), std::string("'") + key + "' must be an absolute path");
+  }
+  if (c.workload_cgroup.rfind("systemd:", 0) != 0 &&
+      (c.workload_cgroup.empty() || c.workload_cgroup[0] != '/'))
+    return field_error(at("workload_cgroup"),
+                       "'workload_cgroup' must be an absolute path or systemd:<path>");
+  if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warning" &&
+      c.log_level != "error")
+    return field_error(at("log_level"), "'log_level' must be debug, info, warning or error");
+  return c;
+}
+
+Result<SidekickConfig> load_sidekick_config(const std::string& path) {
+  TRY_ASSIGN(std::string text, read_file(path));
+  return parse_sidekick_config(text, path);
+}
+
+Status resolve_sidekick_config(SidekickConfig* cfg) {
+  if (cfg->workload_cgroup.rfind("systemd:", 0) == 0) {
+    TRY_ASSIGN(std::string mount, HostPaths(cfg->host_root).cgroup2_mount());
+    std::string rel = cfg->workload_cgroup.substr(8);
+    while (!rel.empty() && rel.front() == '/') rel.erase(0, 1);
+    cfg->workload_cgroup = mount + (rel.empty() ? "" : "/" + rel);
+  }
+  return {};
+}
+
+}  // namespace weft::sidekick

@@ -1,0 +1,33 @@
+// weft-sidekick configuration (/etc/weft/sidekick.toml). See docs/configuration.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace weft::sidekick {
+
+struct SidekickConfig {
+  std::string socket = "/run/weft/sidekick.sock";
+  std::string socket_group = "weft";
+  std::string state_dir = "/var/lib/weft/sidekick";
+  // First match wins: operators' overrides before the shipped profiles.
+  std::vector<std::string> profile_dirs = {"/etc/weft/profiles.d", "/usr/share/weft/profiles"};
+  // Where `cgroup` knobs enable or disable controllers: an absolute cgroup directory or
+  // "systemd:<path below the cgroup2 mount>".
+  std::string workload_cgroup = "systemd:system.slice/weft-tasks.service";
+  std::string host_root = "/";
+  uint64_t verify_interval_us = 60'000'000;
+  bool enforce_drift = false;  // drift_policy = "enforce" re-applies; "report" only reports
+  bool apply_on_start = true;  // re-apply the last committed profile at start (boot)
+  std::string log_level = "info";
+};
+
+Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std::string& name);
+Result<SidekickConfig> load_sidekick_config(const std::string& path);
+// Resolves "systemd:" paths against the cgroup2 mount.
+Status resolve_sidekick_config(SidekickConfig* cfg);
+
+}  // namespace weft::sidekick

@@ -1,0 +1,207 @@
+// weft-sidekick as a process: the API and weftctl-facing behaviour end to end against a
+// fake /proc and /sys tree, crash recovery across a real SIGKILL, re-application at
+// start, and real net.* sysctls inside a private network namespace.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "common/fs.h"
+#include "common/rpc.h"
+#include "tests/agent_harness.h"
+
+namespace weft::testing {
+namespace {
+
+class Sidekick {
+ public:
+  Sidekick() {
+    dir_ = std::filesystem::temp_directory_path() / ("weft-sk-test-" + random_hex(5));
+    EXPECT_TRUE(mkdir_p(dir_ + "/profiles").ok());
+    EXPECT_TRUE(mkdir_p(dir_ + "/host/cg").ok());
+    EXPECT_TRUE(write_file(dir_ + "/host/cg/cgroup.subtree_control", "cpu memory\n").ok());
+  }
+  ~Sidekick() {
+    stop(SIGKILL);
+    (void)remove_tree(dir_);
+  }
+  void fake(const std::string& rel, const std::string& value) {
+    ASSERT_TRUE(mkdir_p(dirname_of(dir_ + "/host/" + rel)).ok());
+    ASSERT_TRUE(write_file(dir_ + "/host/" + rel, value).ok());
+  }
+  std::string host(const std::string& rel) {
+    return trim(read_file(dir_ + "/host/" + rel).value_or("<missing>"));
+  }
+  void profile(const std::string& name, const std::string& text) {
+    ASSERT_TRUE(write_file(dir_ + "/profiles/" + name + ".toml", text).ok());
+  }
+  // host_root: the fake tree, or "/" for the real kernel (inside a private netns).
+  void start(const std::string& host_root = "", const std::string& crash_after = "",
+             bool new_netns = false) {
+    std::string root = host_root.empty() ? dir_ + "/host" : host_root;
+    std::string conf = "socket = \"" + dir_ + "/sk.sock\"\nstate_dir = \"" + dir_ + "/state\"\n" +
+                       "profile_dirs = [\"" + dir_ + "/profiles\"]\nhost_root = \"" + root +
+                       "\"\n" + "workload_cgroup = \"" + dir_ +
+                       "/host/cg\"\nlog_level = \"debug\"\n";
+    ASSERT_TRUE(write_file(dir_ + "/sidekick.toml", conf).ok());
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (new_netns && unshare(CLONE_NEWNET) != 0) _exit(126);
+      if (!crash_after.empty()) setenv("WEFT_SIDEKICK_CRASH_AFTER_WRITES", crash_after.c_str(), 1);
+      int fd = open((dir_ + "/sidekick.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execl(WEFT_SIDEKICK_BIN, "weft-sidekick", "-c", (dir_ + "/sidekick.toml").c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 500; ++i) {
+      if (call_ok("profile.active")) return;
+      int st;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL() << "weft-sidekick exited: " << read_file(dir_ + "/sidekick.log").value_or("");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL() << "weft-sidekick did not answer";
+  }
+  // Returns the signal that ended it (0 for a clean exit).
+  int stop(int sig = SIGTERM) {
+    if (pid_ < 0) return -1;
+    kill(pid_, sig);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+  }
+  int wait_exit() {
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+  }
+  Result<json> call(const std::string& method, const json& params = json::object()) {
+    TRY_ASSIGN(auto c, rpc::Client::connect(dir_ + "/sk.sock"));
+    return c->call(method, params, 20000);
+  }
+  bool call_ok(const std::string& method) { return call(method).ok(); }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+class SidekickProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sk_.fake("proc/sys/net/core/somaxconn", "128\n");
+    sk_.fake("proc/sys/vm/swappiness", "60\n");
+    sk_.fake("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
+    sk_.fake("proc/cmdline", "root=/dev/vda quiet\n");
+    sk_.profile("web",
+                "description = \"test web\"\n[sysctl]\n\"net.core.somaxconn\" = 4096\n"
+                "\"vm.swappiness\" = 10\n[thp]\nenabled = \"always\"\n");
+    sk_.profile("broken", "[sysctl]\n\"vm.swappiness\" = 10\n\"net.core.no_such\" = 1\n");
+  }
+  Sidekick sk_;
+};
+
+TEST_F(SidekickProcess, ApiSwitchVerifyOffHistory) {
+  sk_.start();
+  auto ls = sk_.call("profile.ls");
+  ASSERT_TRUE(ls.ok()) << ls.error().str();
+  EXPECT_EQ((*ls)["profiles"].size(), 2u);
+  auto plan = sk_.call("profile.plan", {{"name", "web"}});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ((*plan)["changes"].size(), 3u);
+  auto sw = sk_.call("profile.switch", {{"name", "web"}});
+  ASSERT_TRUE(sw.ok()) << sw.error().str();
+  EXPECT_EQ((*sw)["outcome"], "ok") << sw->dump();
+  EXPECT_EQ(sk_.host("proc/sys/net/core/somaxconn"), "4096");
+  EXPECT_EQ((*sk_.call("profile.active"))["profile"], "web");
+  EXPECT_EQ((*sk_.call("profile.plan", {{"name", "web"}}))["changes"].size(), 0u);
+  EXPECT_EQ((*sk_.call("profile.verify"))["exit_code"], 0);
+  sk_.fake("proc/sys/vm/swappiness", "30\n");
+  auto drift = sk_.call("profile.verify");
+  EXPECT_EQ((*drift)["outcome"], "drift");
+  EXPECT_EQ((*drift)["exit_code"], 5);
+  // A failing required knob: nothing half-applied, the error names knob and line.
+  auto bad = sk_.call("profile.switch", {{"name", "broken"}});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ((*bad)["outcome"], "failed");
+  EXPECT_NE((*bad)["error"].get<std::string>().find("broken.toml:3"), std::string::npos)
+      << bad->dump();
+  EXPECT_EQ(sk_.host("proc/sys/vm/swappiness"), "30");
+  EXPECT_EQ((*sk_.call("profile.active"))["profile"], "web");
+  auto off = sk_.call("profile.off");
+  EXPECT_EQ((*off)["outcome"], "ok");
+  EXPECT_EQ(sk_.host("proc/sys/net/core/somaxconn"), "128");
+  EXPECT_EQ(sk_.host("proc/sys/vm/swappiness"), "60");
+  auto hist = sk_.call("profile.history");
+  ASSERT_TRUE(hist.ok());
+  EXPECT_GE((*hist)["switches"].size(), 3u);
+  auto missing = sk_.call("profile.switch", {{"name", "nope"}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, rpc::kNotFound);
+  EXPECT_EQ(sk_.stop(), 0);
+}
+
+TEST_F(SidekickProcess, SigkillMidSwitchIsRolledBackAtRestart) {
+  sk_.start("", "2");
+  auto r = sk_.call("profile.switch", {{"name", "web"}});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(sk_.wait_exit(), SIGKILL);
+  EXPECT_EQ(sk_.host("proc/sys/net/core/somaxconn"), "4096");  // one write landed
+  sk_.start();
+  EXPECT_EQ(sk_.host("proc/sys/net/core/somaxconn"), "128");
+  EXPECT_EQ(sk_.host("proc/sys/vm/swappiness"), "60");
+  EXPECT_TRUE((*sk_.call("profile.active"))["profile"].is_null());
+  auto hist = sk_.call("profile.history");
+  EXPECT_EQ((*hist)["switches"][0]["state"], "rolled-back");
+}
+
+TEST_F(SidekickProcess, ReappliesActiveProfileAtStart) {
+  sk_.start();
+  ASSERT_EQ((*sk_.call("profile.switch", {{"name", "web"}}))["outcome"], "ok");
+  EXPECT_EQ(sk_.stop(), 0);
+  // A reboot forgets runtime settings.
+  sk_.fake("proc/sys/net/core/somaxconn", "128\n");
+  sk_.fake("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n");
+  sk_.start();
+  EXPECT_EQ(sk_.host("proc/sys/net/core/somaxconn"), "4096");
+  EXPECT_EQ(sk_.host("sys/kernel/mm/transparent_hugepage/enabled"), "always");
+}
+
+TEST(SidekickRealKernel, NetSysctlsInPrivateNetns) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  std::string host_before = trim(read_file("/proc/sys/net/core/somaxconn").value_or(""));
+  Sidekick sk;
+  sk.profile("net",
+             "[sysctl]\n\"net.core.somaxconn\" = 1234\n\"net.ipv4.ip_forward\" = 1\n"
+             "\"net.ipv4.tcp_rmem\" = \"4096 65536 1048576\"\n");
+  sk.start("/", "", /*new_netns=*/true);
+  auto plan = sk.call("profile.plan", {{"name", "net"}});
+  ASSERT_TRUE(plan.ok()) << plan.error().str();
+  EXPECT_EQ((*plan)["changes"].size(), 3u) << plan->dump();
+  auto sw = sk.call("profile.switch", {{"name", "net"}});
+  ASSERT_TRUE(sw.ok());
+  EXPECT_EQ((*sw)["outcome"], "ok") << sw->dump();
+  // The kernel holds the values (nothing left to change) ...
+  EXPECT_EQ((*sk.call("profile.plan", {{"name", "net"}}))["changes"].size(), 0u);
+  EXPECT_EQ((*sk.call("profile.verify"))["outcome"], "ok");
+  // ... in the private namespace only.
+  EXPECT_EQ(trim(read_file("/proc/sys/net/core/somaxconn").value_or("")), host_before);
+  auto off = sk.call("profile.off");
+  EXPECT_EQ((*off)["outcome"], "ok") << off->dump();
+  EXPECT_EQ((*sk.call("profile.plan", {{"name", "net"}}))["changes"].size(), 3u);
+}
+
+}  // namespace
+}  // namespace weft::testing
