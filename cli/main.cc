@@ -37,7 +37,6 @@ std::unique_ptr<rpc::Client> connect_or_die(const std::string& ep, const char* d
   return std::move(c).value();
 }
 
-
 json call_or_die(rpc::Client& c, const std::string& method, const json& params) {
   auto r = c.call(method, params);
   if (!r.ok()) die(r.error().str());
