@@ -353,6 +353,10 @@ int main(int argc, char** argv) {
   p_switch->add_option("name", pname, "profile")->required();
   auto* p_verify = profile->add_subcommand("verify", "compare the machine with the active profile");
   auto* p_off = profile->add_subcommand("off", "restore every setting weft changed");
+  std::string tuned_path;
+  auto* p_import = profile->add_subcommand("import-tuned",
+                                           "convert a TuneD profile (tuned.conf) to weft's format");
+  p_import->add_option("path", tuned_path, "TuneD profile directory or tuned.conf")->required();
   auto* p_history = profile->add_subcommand("history", "past switches");
   p_history->add_option("-n,--limit", history_limit, "how many");
 
@@ -399,6 +403,10 @@ int main(int argc, char** argv) {
     } else if (p_plan->parsed()) {
       json r = call_or_die(*sk, "profile.plan", {{"name", pname}});
       out_json(r, [&] {
+        for (const auto& c : r.value("conflicts", json::array()))
+          std::cerr << "conflict: " << c["knob"].get<std::string>() << " also set by "
+                    << c["owner"].get<std::string>() << " (" << c["detail"].get<std::string>()
+                    << ")\n";
         std::vector<std::vector<std::string>> rows = {{"KNOB", "FROM", "TO", "CLASS", "SOURCE"}};
         for (const auto& c : r["changes"])
           rows.push_back({str_or(c, "id"), str_or(c, "from"), str_or(c, "to"), str_or(c, "class"),
@@ -415,6 +423,25 @@ int main(int argc, char** argv) {
       return report_profile(call_or_die(*sk, "profile.verify", json::object()), g.json_out);
     } else if (p_off->parsed()) {
       return report_profile(call_or_die(*sk, "profile.off", json::object()), g.json_out);
+    } else if (p_import->parsed()) {
+      std::string file = tuned_path;
+      if (path_exists(file + "/tuned.conf")) file += "/tuned.conf";
+      auto text = read_file(file);
+      if (!text.ok()) die(text.error().str(), 1);
+      std::string name = tuned_path;
+      while (name.size() > 1 && name.back() == '/') name.pop_back();
+      if (name.size() > 11 && name.compare(name.size() - 11, 11, "/tuned.conf") == 0)
+        name.resize(name.size() - 11);
+      name = name.substr(name.rfind('/') + 1);
+      json r = call_or_die(*sk, "profile.import_tuned", {{"text", *text}, {"name", name}});
+      if (g.json_out) {
+        std::cout << r.dump(2) << "\n";
+      } else {
+        std::cout << r["toml"].get<std::string>();
+        for (const auto& u : r["unconverted"])
+          std::cerr << "not converted: " << u.get<std::string>() << "\n";
+      }
+      return r["unconverted"].empty() ? 0 : 3;
     } else if (p_history->parsed()) {
       json r = call_or_die(*sk, "profile.history", {{"limit", history_limit}});
       out_json(r, [&] {

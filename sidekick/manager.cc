@@ -7,6 +7,7 @@
 
 #include "common/fs.h"
 #include "common/log.h"
+#include "sidekick/conflicts.h"
 
 namespace weft::sidekick {
 
@@ -104,6 +105,13 @@ void Manager::periodic_verify() {
   update_status();
 }
 
+nlohmann::json Manager::conflicts_json(const Profile& p) const {
+  json out = json::array();
+  for (const auto& c : detect_conflicts(p.knobs, HostPaths(cfg_.host_root)))
+    out.push_back({{"knob", c.knob}, {"owner", c.owner}, {"detail", c.detail}});
+  return out;
+}
+
 void Manager::register_methods() {
   using rpc::CallContext;
   auto name_param = [](const json& p) -> Result<std::string> {
@@ -176,7 +184,12 @@ void Manager::register_methods() {
     update_status();
     log_msg(rep.outcome == Outcome::kFailed ? LogLevel::kError : LogLevel::kInfo, "profile switch",
             {{"PROFILE", prof.name}, {"OUTCOME", last_outcome_}, {"ERROR", rep.error}});
-    return rep.to_json();
+    json j = rep.to_json();
+    j["conflicts"] = conflicts_json(prof);
+    for (const auto& conflict : j["conflicts"])
+      log_warn("another owner also sets this",
+               {{"KNOB", conflict["knob"]}, {"OWNER", conflict["owner"]}});
+    return j;
   });
   methods_.add("profile.verify", [this](const json&, const CallContext&) -> Result<json> {
     SwitchReport rep = engine_->verify();
@@ -189,6 +202,17 @@ void Manager::register_methods() {
     last_outcome_ = outcome_name(rep.outcome);
     update_status();
     return rep.to_json();
+  });
+  methods_.add("profile.import_tuned", [](const json& p, const CallContext&) -> Result<json> {
+    if (!p.is_object() || !p.contains("text") || !p["text"].is_string())
+      return field_error("text", "is required: the TuneD tuned.conf contents");
+    std::string name = p.value("name", "imported");
+    TunedImport r = import_tuned(p["text"].get<std::string>(), name);
+    auto check = parse_profile_text(r.toml, name + ".toml");
+    return json{{"toml", r.toml},
+                {"unconverted", r.unconverted},
+                {"valid", check.ok()},
+                {"error", check.ok() ? "" : check.error().str()}};
   });
   methods_.add("profile.history", [this](const json& p, const CallContext&) -> Result<json> {
     int limit = 20;

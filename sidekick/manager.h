@@ -34,6 +34,7 @@ class Manager {
   Status check_privileged(const rpc::Peer& peer) const;
   ProfilePath path() const { return ProfilePath{cfg_.profile_dirs}; }
   void update_status();
+  nlohmann::json conflicts_json(const Profile& p) const;
 
   SidekickConfig cfg_;
   std::unique_ptr<EventLoop> loop_;
