@@ -30,12 +30,13 @@ cgdir() { echo "/sys/fs/cgroup$(json_field "$(show "$1")" cgroup)"; }
 
 # ---- install
 if dpkg -i "$P"/weft_*.deb >/tmp/dpkg.log 2>&1; then pass install; else fail install "$(tail -3 /tmp/dpkg.log | tr '\n' ' ')"; fi
-if wait_for 60 active weft-agent.service && active weft-tasks.service; then
+if wait_for 60 active weft-agent.service && active weft-tasks.service && wait_for 30 active weft-sidekick.service; then
   pass units-active
 else
-  fail units-active "agent=$(systemctl is-active weft-agent) tasks=$(systemctl is-active weft-tasks)"
+  fail units-active "agent=$(systemctl is-active weft-agent) tasks=$(systemctl is-active weft-tasks) sidekick=$(systemctl is-active weft-sidekick)"
 fi
-if systemd-analyze verify /lib/systemd/system/weft-agent.service /lib/systemd/system/weft-tasks.service 2>/tmp/verify.err && [ ! -s /tmp/verify.err ]; then
+if systemd-analyze verify /lib/systemd/system/weft-agent.service /lib/systemd/system/weft-tasks.service \
+     /lib/systemd/system/weft-sidekick.service 2>/tmp/verify.err && [ ! -s /tmp/verify.err ]; then
   pass units-verify
 else
   fail units-verify "$(tr '\n' ' ' < /tmp/verify.err)"
@@ -47,6 +48,34 @@ if [ -n "$info" ] && [ -z "$missing" ]; then pass weftctl-agent; else fail weftc
 if [ "$(stat -c %a:%G /run/weft/agent.sock 2>/dev/null)" = "660:weft" ]; then pass socket-mode; else fail socket-mode "$(stat -c %a:%G /run/weft/agent.sock 2>&1)"; fi
 status=$(systemctl show -p StatusText --value weft-agent.service)
 case "$status" in *"tasks running"*) pass status-text;; *) fail status-text "StatusText='$status'";; esac
+
+# ---- host profiles (weft-sidekick)
+dirty0=$(cat /proc/sys/vm/dirty_ratio); thp0=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)
+weftctl profile switch batch >/tmp/switch.out 2>&1; rc=$?
+thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)
+# Exit 3 (degraded) is right here: the guest has no Turbo control and batch asks for it
+# best effort.
+if { [ $rc = 0 ] || [ $rc = 3 ]; } && [ "$(cat /proc/sys/vm/dirty_ratio)" = 40 ] && [ "$thp" = always ]; then
+  pass profile-switch
+else
+  fail profile-switch "rc=$rc dirty_ratio=$(cat /proc/sys/vm/dirty_ratio) thp=$thp $(tr '\n' ' ' < /tmp/switch.out)"
+fi
+echo 20 > /proc/sys/vm/dirty_ratio  # what a reboot (or another tool) would do
+weftctl profile verify >/dev/null 2>&1; vrc=$?
+systemctl restart weft-sidekick.service
+wait_for 30 active weft-sidekick.service
+if [ $vrc = 5 ] && [ "$(cat /proc/sys/vm/dirty_ratio)" = 40 ]; then
+  pass profile-drift-and-reapply
+else
+  fail profile-drift-and-reapply "verify rc=$vrc (want 5) dirty_ratio after restart=$(cat /proc/sys/vm/dirty_ratio)"
+fi
+weftctl profile off >/tmp/off.out 2>&1; rc=$?
+thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)
+if [ $rc = 0 ] && [ "$(cat /proc/sys/vm/dirty_ratio)" = "$dirty0" ] && [ "$thp" = "$thp0" ]; then
+  pass profile-off-restores
+else
+  fail profile-off-restores "rc=$rc dirty_ratio=$(cat /proc/sys/vm/dirty_ratio) (was $dirty0) thp=$thp (was $thp0) $(tr '\n' ' ' < /tmp/off.out)"
+fi
 
 # ---- enforcement
 weftctl task run --name oom --memory 64M -- dd if=/dev/zero of=/dev/null bs=256M count=1 >/dev/null 2>&1
