@@ -272,21 +272,20 @@ SwitchReport Engine::apply(const Profile& target) {
     Status s;
     // Journal first: the baseline (first touch only) and this switch's undo entry are
     // durable before the kernel sees the write.
-    if (!c.restore) {
+    if (!c.restore && c.from.empty()) {
+      // Unreadable now means unrestorable later: never write what we could not put back.
+      s = make_error("cannot read its current value (is the setting present on this machine?)");
+    } else if (!c.restore) {
       auto base = baseline(k.id);
       if (base.ok() && !*base) {
-        if (c.from.empty() && k.required) {
-          s = make_error("cannot read the current value, so it could not be restored");
+        auto ins = db_->prepare(
+            "INSERT INTO baselines (knob_id, family, key, value, captured_us) VALUES "
+            "(?1,?2,?3,?4,?5)");
+        if (ins.ok()) {
+          ins->bind(1, k.id).bind(2, k.family).bind(3, k.key).bind(4, c.from).bind(5, now_us());
+          s = ins->run();
         } else {
-          auto ins = db_->prepare(
-              "INSERT INTO baselines (knob_id, family, key, value, captured_us) VALUES "
-              "(?1,?2,?3,?4,?5)");
-          if (ins.ok()) {
-            ins->bind(1, k.id).bind(2, k.family).bind(3, k.key).bind(4, c.from).bind(5, now_us());
-            s = ins->run();
-          } else {
-            s = std::move(ins).error();
-          }
+          s = std::move(ins).error();
         }
       } else if (!base.ok()) {
         s = base.error();

@@ -213,6 +213,10 @@ TEST_F(FakeHost, BestEffortFailureDegrades) {
   EXPECT_EQ(get("proc/sys/net/core/somaxconn"), "1024");
   auto req = engine_->apply(profile("q", "[sysctl]\n\"net.no.such.key\" = 1\n"));
   EXPECT_EQ(req.outcome, Outcome::kFailed);
+  // The unreadable knob left no baseline behind, so off restores cleanly.
+  auto off = engine_->off();
+  EXPECT_EQ(off.outcome, Outcome::kOk) << off.to_json().dump(2);
+  EXPECT_EQ(get("proc/sys/net/core/somaxconn"), "128");
 }
 
 TEST_F(FakeHost, OffRestoresBaselinesFromBeforeFirstTouch) {
