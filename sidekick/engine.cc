@@ -242,6 +242,13 @@ Result<std::optional<int64_t>> Engine::recover() {
 }
 
 SwitchReport Engine::apply(const Profile& target) {
+  uint64_t t0 = now_monotonic_us();
+  SwitchReport rep = apply_timed(target);
+  rep.duration_us = now_monotonic_us() - t0;
+  return rep;
+}
+
+SwitchReport Engine::apply_timed(const Profile& target) {
   SwitchReport rep;
   auto planned = plan(target);
   if (!planned.ok()) {

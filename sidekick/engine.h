@@ -43,7 +43,8 @@ struct KnobReport {
 struct SwitchReport {
   int64_t switch_id = 0;
   Outcome outcome = Outcome::kOk;
-  std::string error;  // which knob and why, when failed
+  uint64_t duration_us = 0;  // plan + apply + verify + commit, measured by the engine
+  std::string error;         // which knob and why, when failed
   std::vector<KnobReport> knobs;
   nlohmann::json to_json() const;
 };
@@ -70,6 +71,7 @@ class Engine {
  private:
   Engine(std::unique_ptr<Db> db, std::unique_ptr<HostKnobs> host)
       : db_(std::move(db)), host_(std::move(host)) {}
+  SwitchReport apply_timed(const Profile& target);
   Status load_active();
   std::vector<Knob> active_knobs() const { return active_knobs_; }
   Result<std::optional<std::string>> baseline(const std::string& id);
