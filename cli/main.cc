@@ -259,8 +259,11 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global flags such as --json work after the subcommand too
   Globals g;
   if (const char* e = std::getenv("WEFT_AGENT")) g.agent = e;
+  if (const char* e = std::getenv("WEFT_SIDEKICK")) g.sidekick = e;
   app.add_option("--agent", g.agent,
                  "weft-agent socket (default /run/weft/agent.sock, $WEFT_AGENT)");
+  app.add_option("--sidekick", g.sidekick,
+                 "weft-sidekick socket (default /run/weft/sidekick.sock, $WEFT_SIDEKICK)");
   app.add_flag("--json", g.json_out, "print replies as JSON");
 
   auto* task = app.add_subcommand("task", "run and manage tasks on this machine's agent");

@@ -71,6 +71,7 @@ json SwitchReport::to_json() const {
   json j{
       {"outcome", outcome_name(outcome)}, {"exit_code", static_cast<int>(outcome)}, {"knobs", ks}};
   if (switch_id) j["switch_id"] = switch_id;
+  if (duration_us) j["duration_us"] = duration_us;
   if (!error.empty()) j["error"] = error;
   return j;
 }
