@@ -203,5 +203,60 @@ TEST(SidekickRealKernel, NetSysctlsInPrivateNetns) {
   EXPECT_EQ((*sk.call("profile.plan", {{"name", "net"}}))["changes"].size(), 3u);
 }
 
+// Host-wide: THP, IRQ affinity and the huge page pool of the real machine. Opt-in
+// (WEFT_HOST_WIDE_TESTS=1, set by scripts/test.sh and CI); every value is saved first and
+// restored after, by the sidekick's own `off` and again by the test whatever happens.
+TEST(SidekickRealKernel, ThpIrqAffinityAndHugepages) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  if (!std::getenv("WEFT_HOST_WIDE_TESTS"))
+    GTEST_SKIP() << "host-wide test (THP, IRQ affinity, huge pages): set WEFT_HOST_WIDE_TESTS=1";
+  auto selected = [](const std::string& f) {
+    std::string v = read_file(f).value_or("");
+    auto a = v.find('['), b = v.find(']');
+    return a == std::string::npos ? trim(v) : v.substr(a + 1, b - a - 1);
+  };
+  const std::string thp = "/sys/kernel/mm/transparent_hugepage/enabled";
+  const std::string pool = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+  std::string irq;
+  for (const auto& line : split(read_file("/proc/interrupts").value_or(""), '\n')) {
+    if (line.find("virtio") != std::string::npos && line.find("-input") != std::string::npos) {
+      irq = trim(line.substr(0, line.find(':')));
+      break;
+    }
+  }
+  ASSERT_FALSE(irq.empty()) << "no virtio NIC queue IRQ on this machine";
+  const std::string aff = "/proc/irq/" + irq + "/smp_affinity_list";
+  struct Saved {
+    std::vector<std::pair<std::string, std::string>> v;
+    ~Saved() {
+      for (auto it = v.rbegin(); it != v.rend(); ++it) (void)write_file(it->first, it->second);
+    }
+  } saved;
+  saved.v = {{thp, selected(thp)},
+             {aff, trim(read_file(aff).value_or(""))},
+             {pool, trim(read_file(pool).value_or(""))}};
+  std::string thp_want = saved.v[0].second == "never" ? "madvise" : "never";
+  std::string cpu_want = trim(read_file(aff).value_or("")) == "1" ? "0" : "1";
+  uint64_t pages = std::stoull(saved.v[2].second) + 2;
+
+  Sidekick sk;
+  sk.profile("hw", "[thp]\nenabled = \"" + thp_want + "\"\n[irq.\"virtio*-input*\"]\ncpus = \"" +
+                       cpu_want + "\"\n[hugepages]\n\"2M\" = " + std::to_string(pages) + "\n");
+  sk.start("/");
+  auto sw = sk.call("profile.switch", {{"name", "hw"}});
+  ASSERT_TRUE(sw.ok()) << sw.error().str();
+  EXPECT_EQ((*sw)["outcome"], "ok") << sw->dump();
+  EXPECT_EQ(selected(thp), thp_want);
+  EXPECT_EQ(trim(read_file(aff).value_or("")), cpu_want);
+  EXPECT_EQ(trim(read_file(pool).value_or("")), std::to_string(pages));
+  EXPECT_EQ((*sk.call("profile.verify"))["outcome"], "ok");
+  auto off = sk.call("profile.off");
+  EXPECT_EQ((*off)["outcome"], "ok") << off->dump();
+  EXPECT_EQ(selected(thp), saved.v[0].second);
+  EXPECT_EQ(trim(read_file(aff).value_or("")), saved.v[1].second);
+  EXPECT_EQ(trim(read_file(pool).value_or("")), saved.v[2].second);
+}
+
 }  // namespace
 }  // namespace weft::testing
