@@ -351,9 +351,11 @@ int main(int argc, char** argv) {
       profile->add_subcommand("active", "the active profile and its last verification");
   auto* p_plan = profile->add_subcommand("plan", "what switching to a profile would change");
   p_plan->add_option("name", pname, "profile")->required();
+  bool no_wait = false;
   auto* p_switch =
       profile->add_subcommand("switch", "switch to a profile (only changed knobs are written)");
   p_switch->add_option("name", pname, "profile")->required();
+  p_switch->add_flag("--no-wait", no_wait, "do not follow huge pages converging in the background");
   auto* p_verify = profile->add_subcommand("verify", "compare the machine with the active profile");
   auto* p_off = profile->add_subcommand("off", "restore every setting weft changed");
   std::string tuned_path;
@@ -421,7 +423,30 @@ int main(int argc, char** argv) {
           std::cout << "needs a reboot: kernel argument " << a.get<std::string>() << "\n";
       });
     } else if (p_switch->parsed()) {
-      return report_profile(call_or_die(*sk, "profile.switch", {{"name", pname}}), g.json_out);
+      json r = call_or_die(*sk, "profile.switch", {{"name", pname}});
+      int rc = report_profile(r, g.json_out);
+      bool converging = false;
+      for (const auto& k : r.value("knobs", json::array()))
+        converging |= k.value("status", "") == "converging";
+      if (!converging || no_wait) return rc;
+      // Slow knobs (huge pages) converge in the background: show their progress.
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        json a = call_or_die(*sk, "profile.active", json::object());
+        bool pending = false, failed = false;
+        std::string line;
+        for (const auto& k : a.value("convergence", json::array())) {
+          line += "  " + str_or(k, "id") + " " + str_or(k, "progress") + " " + str_or(k, "state");
+          pending |= k.value("state", "") == "converging";
+          failed |= k.value("state", "") == "failed";
+        }
+        if (g.json_out)
+          std::cout << a["convergence"].dump() << "\n";
+        else
+          std::cout << "converging:" << line << "\n";
+        std::cout.flush();
+        if (!pending) return failed ? 1 : rc;
+      }
     } else if (p_verify->parsed()) {
       return report_profile(call_or_die(*sk, "profile.verify", json::object()), g.json_out);
     } else if (p_off->parsed()) {

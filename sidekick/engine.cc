@@ -1,6 +1,7 @@
 #include "sidekick/engine.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -27,7 +28,13 @@ const std::vector<std::string> kMigrations = {
                           PRIMARY KEY (switch_id, seq));
        CREATE TABLE active (one INTEGER PRIMARY KEY CHECK (one = 1), profile TEXT NOT NULL,
                             knobs TEXT NOT NULL);)",
+    R"(CREATE TABLE convergence (knob_id TEXT PRIMARY KEY, family TEXT NOT NULL, key TEXT NOT NULL,
+                                 target TEXT NOT NULL, deadline_us INTEGER NOT NULL,
+                                 state TEXT NOT NULL, current TEXT NOT NULL DEFAULT '',
+                                 switch_id INTEGER NOT NULL, updated_us INTEGER NOT NULL);)",
 };
+
+constexpr uint64_t kDefaultSlowDeadlineUs = 600'000'000;  // 10 minutes
 
 int64_t now_us() {
   return static_cast<int64_t>(now_realtime_us());
@@ -203,6 +210,10 @@ Status Engine::finish_switch(int64_t id, const char* state, const std::string& d
 }
 
 Status Engine::rollback(int64_t switch_id, std::vector<KnobReport>* reports) {
+  if (auto del = db_->prepare("DELETE FROM convergence WHERE switch_id = ?1"); del.ok()) {
+    del->bind(1, switch_id);
+    (void)del->run();
+  }
   TRY_ASSIGN(
       Stmt st,
       db_->prepare(
@@ -315,7 +326,10 @@ SwitchReport Engine::apply_timed(const Profile& target) {
         s = std::move(undo).error();
       }
     }
-    if (s.ok()) {
+    if (s.ok() && k.klass == KnobClass::kSlow && !c.restore) {
+      s = apply_slow(k, rep.switch_id, &kr);
+      maybe_crash(++writes);
+    } else if (s.ok()) {
       s = write_checked(k, k.value);
       maybe_crash(++writes);
     }
@@ -387,6 +401,7 @@ SwitchReport Engine::apply_timed(const Profile& target) {
 
 SwitchReport Engine::off() {
   SwitchReport rep;
+  (void)db_->exec("DELETE FROM convergence");
   auto st = db_->prepare("SELECT knob_id, family, key, value FROM baselines ORDER BY knob_id");
   if (!st.ok()) {
     rep.outcome = Outcome::kFailed;
@@ -454,6 +469,92 @@ SwitchReport Engine::verify() {
                 : degraded ? Outcome::kDegraded
                            : Outcome::kOk;
   return rep;
+}
+
+Status Engine::apply_slow(const Knob& k, int64_t switch_id, KnobReport* kr) {
+  if (!fail_id_.empty() && k.id == fail_id_)
+    return errno_error(EIO, "injected failure writing " + k.id);
+  TRY(host_->write(k.family, k.key, k.value));
+  TRY_ASSIGN(std::string now, host_->read(k.family, k.key));
+  if (knob_satisfied(k.cmp, k.value, now)) return {};
+  uint64_t deadline = now_realtime_us() + (k.deadline_us ? k.deadline_us : kDefaultSlowDeadlineUs);
+  if (k.wait) {
+    // The profile asked the switch to wait: converge here, then succeed or fail.
+    while (now_realtime_us() < deadline) {
+      TRY_ASSIGN(bool done, converge_once(k.family, k.key, k.value, &now));
+      if (done) return {};
+      ::usleep(100000);
+    }
+    return make_error("reached only " + now + " of " + k.value + " before its deadline");
+  }
+  // Converge in the background; the rest of the switch does not wait.
+  TRY_ASSIGN(Stmt st,
+             db_->prepare("INSERT OR REPLACE INTO convergence (knob_id, family, key, target, "
+                          "deadline_us, state, current, "
+                          "switch_id, updated_us) VALUES (?1,?2,?3,?4,?5,'converging',?6,?7,?8)"));
+  st.bind(1, k.id).bind(2, k.family).bind(3, k.key).bind(4, k.value);
+  st.bind(5, static_cast<int64_t>(deadline)).bind(6, now).bind(7, switch_id).bind(8, now_us());
+  TRY(st.run());
+  kr->status = "converging";
+  kr->error = now + "/" + k.value;
+  return {};
+}
+
+Result<bool> Engine::converge_once(const std::string& family, const std::string& key,
+                                   const std::string& target, std::string* current) {
+  // Compaction frees contiguous memory for the next attempt; it may not exist (fake
+  // trees, some kernels), which only makes convergence slower.
+  (void)host_->write("sysctl", "vm.compact_memory", "1");
+  TRY(host_->write(family, key, target));
+  TRY_ASSIGN(*current, host_->read(family, key));
+  return knob_satisfied(Comparator::kEqual, target, *current);
+}
+
+Result<json> Engine::converge_step() {
+  TRY_ASSIGN(Stmt st, db_->prepare("SELECT knob_id, family, key, target, deadline_us FROM "
+                                   "convergence WHERE state = 'converging'"));
+  std::vector<std::array<std::string, 4>> rows;
+  std::vector<int64_t> deadlines;
+  for (;;) {
+    TRY_ASSIGN(bool row, st.step());
+    if (!row) break;
+    rows.push_back({st.col_text(0), st.col_text(1), st.col_text(2), st.col_text(3)});
+    deadlines.push_back(st.col_int(4));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& [id, family, key, target] = rows[i];
+    std::string current;
+    auto done = converge_once(family, key, target, &current);
+    std::string state = done.ok() && *done        ? "converged"
+                        : now_us() > deadlines[i] ? "failed"
+                                                  : "converging";
+    TRY_ASSIGN(
+        Stmt up,
+        db_->prepare(
+            "UPDATE convergence SET state = ?2, current = ?3, updated_us = ?4 WHERE knob_id = ?1"));
+    up.bind(1, id).bind(2, state).bind(3, current).bind(4, now_us());
+    TRY(up.run());
+  }
+  return convergence();
+}
+
+Result<json> Engine::convergence() {
+  TRY_ASSIGN(
+      Stmt st,
+      db_->prepare(
+          "SELECT knob_id, target, current, state, deadline_us FROM convergence ORDER BY knob_id"));
+  json out = json::array();
+  for (;;) {
+    TRY_ASSIGN(bool row, st.step());
+    if (!row) break;
+    out.push_back({{"id", st.col_text(0)},
+                   {"target", st.col_text(1)},
+                   {"current", st.col_text(2)},
+                   {"progress", st.col_text(2) + "/" + st.col_text(1)},
+                   {"state", st.col_text(3)},
+                   {"deadline_at", format_rfc3339(st.col_int(4))}});
+  }
+  return out;
 }
 
 Result<json> Engine::history(int limit) {

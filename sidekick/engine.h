@@ -65,6 +65,12 @@ class Engine {
   // Compares the machine with the active profile.
   SwitchReport verify();
   Result<nlohmann::json> history(int limit);
+  // Slow knobs (huge pages) that did not reach their target at switch time converge in
+  // the background: each step compacts memory and asks again. States: converging,
+  // converged, failed (deadline passed). Call converge_step about once a second while
+  // any knob is converging.
+  Result<nlohmann::json> converge_step();
+  Result<nlohmann::json> convergence();
   // Test hook: fail the write of this knob id (fault injection).
   void fail_write_of(std::string id) { fail_id_ = std::move(id); }
 
@@ -72,6 +78,9 @@ class Engine {
   Engine(std::unique_ptr<Db> db, std::unique_ptr<HostKnobs> host)
       : db_(std::move(db)), host_(std::move(host)) {}
   SwitchReport apply_timed(const Profile& target);
+  Status apply_slow(const Knob& k, int64_t switch_id, KnobReport* kr);
+  Result<bool> converge_once(const std::string& family, const std::string& key,
+                             const std::string& target, std::string* current);
   Status load_active();
   std::vector<Knob> active_knobs() const { return active_knobs_; }
   Result<std::optional<std::string>> baseline(const std::string& id);

@@ -271,3 +271,111 @@ TEST_F(FakeHost, SigkillMidSwitchIsRolledBackOnRestart) {
 
 }  // namespace
 }  // namespace weft::sidekick
+
+namespace weft::sidekick {
+namespace {
+
+// A huge page pool that the "kernel" fills only partly: each write gets at most
+// `budget` pages, and each compaction makes 3 more available.
+class CappedPool : public HostKnobs {
+ public:
+  CappedPool(const std::string& root, int budget)
+      : HostKnobs(HostPaths(root), root + "/cg"), budget_(budget) {}
+  Status write(const std::string& family, const std::string& key,
+               const std::string& value) override {
+    if (family == "sysctl" && key == "vm.compact_memory") {
+      budget_ += 3;
+      return {};
+    }
+    if (family == "hugepages") {
+      int want = std::stoi(value);
+      return HostKnobs::write(family, key, std::to_string(std::min(want, budget_)));
+    }
+    return HostKnobs::write(family, key, value);
+  }
+
+ private:
+  int budget_;
+};
+
+class Convergence : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() / ("weft-conv-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(root_ + "/sys/kernel/mm/hugepages/hugepages-2048kB").ok());
+    ASSERT_TRUE(
+        write_file(root_ + "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "0\n").ok());
+  }
+  void TearDown() override { (void)remove_tree(root_); }
+  std::unique_ptr<Engine> engine(int budget) {
+    auto e = Engine::open(root_ + "/j.db", std::make_unique<CappedPool>(root_, budget));
+    EXPECT_TRUE(e.ok());
+    return std::move(e).value();
+  }
+  Profile profile(const std::string& text) {
+    auto p = parse_profile_text(text, "hp.toml");
+    EXPECT_TRUE(p.ok()) << p.error().str();
+    p->name = "hp";
+    return *p;
+  }
+  std::string pool() {
+    return trim(
+        read_file(root_ + "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages").value_or(""));
+  }
+  std::string root_;
+};
+
+TEST_F(Convergence, ConvergesInTheBackgroundWithProgress) {
+  auto e = engine(4);
+  auto rep = e->apply(profile("[hugepages]\n\"2M\" = 10\n"));
+  ASSERT_EQ(rep.outcome, Outcome::kOk) << rep.to_json().dump(2);
+  ASSERT_EQ(rep.knobs.size(), 1u);
+  EXPECT_EQ(rep.knobs[0].status, "converging");
+  EXPECT_EQ(rep.knobs[0].error, "4/10");
+  auto c1 = e->converge_step();
+  ASSERT_TRUE(c1.ok());
+  EXPECT_EQ((*c1)[0]["progress"], "7/10");
+  EXPECT_EQ((*c1)[0]["state"], "converging");
+  auto c2 = e->converge_step();
+  EXPECT_EQ((*c2)[0]["progress"], "10/10");
+  EXPECT_EQ((*c2)[0]["state"], "converged");
+  EXPECT_EQ(pool(), "10");
+  // A restarted daemon sees the same state; off forgets it and restores the pool.
+  e.reset();
+  auto again = engine(100);
+  EXPECT_EQ((*again->convergence())[0]["state"], "converged");
+  EXPECT_EQ(again->off().outcome, Outcome::kOk);
+  EXPECT_EQ(pool(), "0");
+  EXPECT_TRUE(again->convergence()->empty());
+}
+
+TEST_F(Convergence, DeadlineFails) {
+  auto e = engine(4);
+  auto rep = e->apply(profile("[hugepages]\n\"2M\" = { count = 100, deadline = \"1ms\" }\n"));
+  ASSERT_EQ(rep.outcome, Outcome::kOk);
+  ::usleep(5000);
+  auto c = e->converge_step();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)[0]["state"], "failed");
+  EXPECT_EQ((*c)[0]["progress"], "7/100");
+}
+
+TEST_F(Convergence, WaitingSwitchConvergesBeforeItReturns) {
+  auto e = engine(4);
+  auto rep =
+      e->apply(profile("[hugepages]\n\"2M\" = { count = 10, wait = true, deadline = \"30s\" }\n"));
+  ASSERT_EQ(rep.outcome, Outcome::kOk) << rep.to_json().dump(2);
+  EXPECT_EQ(rep.knobs[0].status, "applied");
+  EXPECT_EQ(pool(), "10");
+  EXPECT_TRUE(e->convergence()->empty());
+  // And one that cannot make it fails the switch and rolls it back.
+  auto e2 = engine(0);
+  (void)e2->off();
+  auto bad = e2->apply(
+      profile("[hugepages]\n\"2M\" = { count = 1000, wait = true, deadline = \"300ms\" }\n"));
+  EXPECT_EQ(bad.outcome, Outcome::kFailed);
+  EXPECT_NE(bad.error.find("before its deadline"), std::string::npos) << bad.error;
+}
+
+}  // namespace
+}  // namespace weft::sidekick

@@ -70,11 +70,40 @@ Status Manager::start() {
   }
   loop_->enable_watchdog();
   schedule_verify();
+  schedule_converge();  // huge pages still converging from before a restart
   log_info("sidekick ready",
            {{"SOCKET", cfg_.socket}, {"PROFILE", engine_->active_profile().value_or("none")}});
   sd_notify(0, "READY=1");
   update_status();
   return {};
+}
+
+void Manager::schedule_converge() {
+  if (converge_timer_.active()) return;
+  auto t = loop_->add_timer_in(1'000'000, [this] {
+    converge_timer_.reset();
+    auto c = engine_->converge_step();
+    if (!c.ok()) {
+      log_error("huge page convergence step failed", {{"ERROR", c.error().str()}});
+      return;
+    }
+    convergence_ = *c;
+    bool pending = false;
+    for (const auto& k : convergence_) {
+      if (k["state"] == "converging")
+        pending = true;
+      else if (k["state"] == "failed")
+        log_error("slow knob missed its deadline",
+                  {{"KNOB", k["id"]}, {"PROGRESS", k["progress"]}});
+    }
+    std::string progress;
+    for (const auto& k : convergence_)
+      progress += " " + k["id"].get<std::string>() + " " + k["progress"].get<std::string>();
+    sd_notifyf(0, "STATUS=profile %s, %s;%s", engine_->active_profile().value_or("none").c_str(),
+               pending ? "converging" : last_outcome_.c_str(), progress.c_str());
+    if (pending) schedule_converge();
+  });
+  if (t.ok()) converge_timer_ = std::move(t).value();
 }
 
 void Manager::schedule_verify() {
@@ -154,8 +183,10 @@ void Manager::register_methods() {
                 {"knobs", knobs}};
   });
   methods_.add("profile.active", [this](const json&, const CallContext&) -> Result<json> {
+    auto conv = engine_->convergence();
     return json{{"profile", engine_->active_profile() ? json(*engine_->active_profile()) : json()},
                 {"state", last_outcome_},
+                {"convergence", conv.ok() ? *conv : json::array()},
                 {"last_verify", last_verify_}};
   });
   methods_.add("profile.plan", [this, load](const json& p, const CallContext&) -> Result<json> {
@@ -186,6 +217,8 @@ void Manager::register_methods() {
             {{"PROFILE", prof.name}, {"OUTCOME", last_outcome_}, {"ERROR", rep.error}});
     json j = rep.to_json();
     j["conflicts"] = conflicts_json(prof);
+    for (const auto& k : rep.knobs)
+      if (k.status == "converging") schedule_converge();
     for (const auto& conflict : j["conflicts"])
       log_warn("another owner also sets this",
                {{"KNOB", conflict["knob"]}, {"OWNER", conflict["owner"]}});

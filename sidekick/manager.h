@@ -30,6 +30,8 @@ class Manager {
       : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
   void register_methods();
   void schedule_verify();
+  // Drives background convergence of slow knobs once a second while any converges.
+  void schedule_converge();
   void periodic_verify();
   Status check_privileged(const rpc::Peer& peer) const;
   ProfilePath path() const { return ProfilePath{cfg_.profile_dirs}; }
@@ -43,6 +45,8 @@ class Manager {
   std::unique_ptr<rpc::Server> server_;
   std::vector<Source> signals_;
   Source verify_timer_;
+  Source converge_timer_;
+  nlohmann::json convergence_ = nlohmann::json::array();
   int weft_gid_ = -1;
   nlohmann::json last_verify_;
   std::string last_outcome_ = "unknown";
