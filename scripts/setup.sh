@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libsystemd-dev libsqlite3-dev sqlite3
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
+  libnl-3-dev libnl-route-3-dev libnl-genl-3-dev
   libgtest-dev libgmock-dev googletest
   busybox-static crun socat python3 iproute2 procps util-linux
   dpkg-dev rpm lintian rpmlint file man-db

@@ -48,12 +48,6 @@ Result<std::string> HostKnobs::path_of(const std::string& family, const std::str
     return host_.sys("devices/system/node/" + key.substr(slash + 1) + "/hugepages/hugepages-" +
                      key.substr(0, slash) + "/nr_hugepages");
   }
-  if (family == "nic") {
-    auto slash = key.find('/');
-    std::string field = key.substr(slash + 1);
-    return host_.sys("class/net/" + key.substr(0, slash) + "/" +
-                     (field == "mtu" ? "mtu" : "tx_queue_len"));
-  }
   if (family == "irq") return host_.proc("irq/" + key + "/smp_affinity_list");
   return errno_error(EINVAL, "no path for " + family + ":" + key);
 }
@@ -68,7 +62,7 @@ Result<std::vector<Knob>> HostKnobs::expand(const std::vector<Knob>& knobs) cons
     std::vector<std::string> matches;
     std::string glob = k.family == "nic" ? k.key.substr(0, k.key.find('/')) : k.key;
     if (k.family == "nic") {
-      auto links = list_dir(host_.sys("class/net"));
+      auto links = links_->names();
       if (links.ok())
         for (const auto& l : *links)
           if (fnmatch(glob.c_str(), l.c_str(), 0) == 0) matches.push_back(l);
@@ -143,6 +137,10 @@ Result<std::string> HostKnobs::read(const std::string& family, const std::string
     auto ctrls = split(trim(v), ' ');
     return std::string(std::find(ctrls.begin(), ctrls.end(), key) != ctrls.end() ? "on" : "off");
   }
+  if (family == "nic") {
+    auto slash = key.find('/');
+    return links_->read(key.substr(0, slash), key.substr(slash + 1));
+  }
   if (family == "kernel") {
     TRY_ASSIGN(std::string cmdline, read_file(host_.proc("cmdline")));
     for (const auto& w : split(trim(cmdline), ' '))
@@ -173,6 +171,10 @@ Status HostKnobs::write(const std::string& family, const std::string& key,
     if (files.empty()) return errno_error(ENOENT, "no cpufreq " + key + " files");
     for (const auto& f : files) TRY(write_file(f, value));
     return {};
+  }
+  if (family == "nic") {
+    auto slash = key.find('/');
+    return links_->write(key.substr(0, slash), key.substr(slash + 1), value);
   }
   if (family == "cgroup")
     return write_file(workload_cgroup_ + "/cgroup.subtree_control",

@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "common/paths.h"
 #include "common/result.h"
+#include "sidekick/links.h"
 #include "sidekick/profile.h"
 
 namespace weft::sidekick {
@@ -15,8 +18,12 @@ namespace weft::sidekick {
 class HostKnobs {
  public:
   // workload_cgroup: the cgroup whose subtree_control `cgroup` knobs change (absolute).
-  HostKnobs(HostPaths host, std::string workload_cgroup)
-      : host_(std::move(host)), workload_cgroup_(std::move(workload_cgroup)) {}
+  // links: how nic knobs reach the kernel (netlink in production); null means sysfs
+  // under the host root, for fake trees.
+  HostKnobs(HostPaths host, std::string workload_cgroup, std::unique_ptr<Links> links = nullptr)
+      : host_(std::move(host)),
+        workload_cgroup_(std::move(workload_cgroup)),
+        links_(links ? std::move(links) : make_sysfs_links(host_)) {}
   virtual ~HostKnobs() = default;
 
   // nic "eth*/mtu" -> "eth0/mtu", "eth1/mtu"; irq "virtio0-input.*" -> "24", "25".
@@ -31,6 +38,7 @@ class HostKnobs {
   std::vector<std::string> per_cpu_files(const std::string& name) const;
   HostPaths host_;
   std::string workload_cgroup_;
+  std::unique_ptr<Links> links_;
 };
 
 }  // namespace weft::sidekick

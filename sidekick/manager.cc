@@ -1,6 +1,9 @@
 #include "sidekick/manager.h"
 
 #include <grp.h>
+#include <linux/rtnetlink.h>
+#include <netlink/netlink.h>
+#include <netlink/socket.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -35,7 +38,13 @@ void Manager::update_status() {
 
 Status Manager::start() {
   TRY(mkdir_p(cfg_.state_dir, 0750));
-  auto host = std::make_unique<HostKnobs>(HostPaths(cfg_.host_root), cfg_.workload_cgroup);
+  std::unique_ptr<Links> links;
+  if (cfg_.host_root == "/") {
+    // The real kernel: links through netlink. Fake trees (tests) use sysfs files.
+    TRY_ASSIGN(links, make_netlink_links());
+  }
+  auto host = std::make_unique<HostKnobs>(HostPaths(cfg_.host_root), cfg_.workload_cgroup,
+                                          std::move(links));
   TRY_ASSIGN(engine_, Engine::open(cfg_.state_dir + "/sidekick.db", std::move(host)));
   TRY_ASSIGN(auto rolled, engine_->recover());
   if (rolled)
@@ -69,6 +78,11 @@ Status Manager::start() {
     signals_.push_back(std::move(s));
   }
   loop_->enable_watchdog();
+  if (cfg_.host_root == "/") {
+    if (auto s = watch_links(); !s.ok())
+      log_warn("no link events; links are checked by the periodic verification only",
+               {{"ERROR", s.error().str()}});
+  }
   schedule_verify();
   schedule_converge();  // huge pages still converging from before a restart
   log_info("sidekick ready",
@@ -113,7 +127,58 @@ void Manager::schedule_verify() {
 
 void Manager::periodic_verify() {
   schedule_verify();
+  check_now(/*replan=*/false);
+}
+
+Status Manager::watch_links() {
+  link_sock_ = std::unique_ptr<::nl_sock, void (*)(::nl_sock*)>(nl_socket_alloc(), nl_socket_free);
+  if (!link_sock_) return make_error("nl_socket_alloc");
+  nl_socket_disable_seq_check(link_sock_.get());
+  int err = nl_connect(link_sock_.get(), NETLINK_ROUTE);
+  if (err < 0) return make_error(std::string("connect rtnetlink: ") + nl_geterror(err));
+  err = nl_socket_add_membership(link_sock_.get(), RTNLGRP_LINK);
+  if (err < 0) return make_error(std::string("subscribe to link events: ") + nl_geterror(err));
+  nl_socket_set_nonblocking(link_sock_.get());
+  TRY_ASSIGN(link_watch_, loop_->add_io(nl_socket_get_fd(link_sock_.get()), EPOLLIN,
+                                        [this](uint32_t) { on_link_event(); }));
+  return {};
+}
+
+void Manager::on_link_event() {
+  // Drain; the content does not matter, only that links changed.
+  char buf[65536];
+  while (::recv(nl_socket_get_fd(link_sock_.get()), buf, sizeof buf, MSG_DONTWAIT) > 0) {
+  }
+  // A burst of events (a link coming up sends several) gets one check, 200 ms later.
+  if (link_debounce_.active()) return;
+  auto t = loop_->add_timer_in(200'000, [this] {
+    link_debounce_.reset();
+    check_now(/*replan=*/true);
+  });
+  if (t.ok()) link_debounce_ = std::move(t).value();
+}
+
+void Manager::check_now(bool replan) {
   if (!engine_->active_profile()) return;
+  if (replan) {
+    // A link that re-appeared, or a new one a glob matches: re-plan the whole profile.
+    auto profile = load_profile(path(), *engine_->active_profile());
+    if (!profile.ok()) return;
+    auto plan = engine_->plan(*profile);
+    if (!plan.ok() || plan->changes.empty()) return;
+    for (const auto& c : plan->changes)
+      log_warn("drift after a link event",
+               {{"KNOB", c.knob.id}, {"WANT", c.knob.value}, {"HAVE", c.from}});
+    if (cfg_.enforce_drift) {
+      SwitchReport fix = engine_->apply(*profile);
+      last_outcome_ = outcome_name(fix.outcome);
+      log_info("re-enforced the active profile after a link event", {{"OUTCOME", last_outcome_}});
+    } else {
+      last_outcome_ = "drift";
+    }
+    update_status();
+    return;
+  }
   SwitchReport rep = engine_->verify();
   last_verify_ = rep.to_json();
   last_verify_["at"] = format_rfc3339(static_cast<int64_t>(now_realtime_us()));

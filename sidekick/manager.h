@@ -16,6 +16,8 @@
 #include "sidekick/engine.h"
 #include "sidekick/sidekick_conf.h"
 
+struct nl_sock;
+
 namespace weft::sidekick {
 
 class Manager {
@@ -30,9 +32,16 @@ class Manager {
       : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
   void register_methods();
   void schedule_verify();
+  // rtnetlink link events: a link that appears (or re-appears) is checked against the
+  // active profile soon after, and fixed when drift_policy = "enforce".
+  Status watch_links();
+  void on_link_event();
   // Drives background convergence of slow knobs once a second while any converges.
   void schedule_converge();
   void periodic_verify();
+  // Verifies the active profile; with replan, plans it again (globs expanded anew, for
+  // links that appeared) and applies or reports per drift_policy.
+  void check_now(bool replan);
   Status check_privileged(const rpc::Peer& peer) const;
   ProfilePath path() const { return ProfilePath{cfg_.profile_dirs}; }
   void update_status();
@@ -46,6 +55,9 @@ class Manager {
   std::vector<Source> signals_;
   Source verify_timer_;
   Source converge_timer_;
+  Source link_watch_;
+  Source link_debounce_;
+  std::unique_ptr<::nl_sock, void (*)(::nl_sock*)> link_sock_{nullptr, nullptr};
   nlohmann::json convergence_ = nlohmann::json::array();
   int weft_gid_ = -1;
   nlohmann::json last_verify_;

@@ -293,21 +293,36 @@ class Compiler {
       const toml::table* nt = v.as_table();
       if (!nt)
         return field_error(doc_.where(v), "'nic." + glob + "' must be a table of link settings");
-      TRY(doc_.only_keys(*nt, "nic." + glob + ".", {"mtu", "txqueuelen", "best_effort"}));
+      TRY(doc_.only_keys(*nt, "nic." + glob + ".",
+                         {"mtu", "txqueuelen", "channels", "best_effort"}));
       TRY_ASSIGN(auto be, doc_.get_bool(*nt, "best_effort"));
-      for (const char* field : {"mtu", "txqueuelen"}) {
-        TRY_ASSIGN(auto val, doc_.get_int(*nt, field));
-        if (!val) continue;
-        if (*val < (std::string(field) == "mtu" ? 68 : 0) || *val > 65535 * 16)
-          return field_error(doc_.where(*nt->get(field)),
-                             "'nic." + glob + "." + field + "' is out of range");
-        Knob knob =
-            base("nic", glob + "/" + field,
-                 std::string(field) == "mtu" ? kOrderNicMtu : kOrderNicQueue, *nt->get(field));
-        knob.value = std::to_string(*val);
+      auto add_field = [&](const std::string& field, const toml::node& n, int64_t min, int64_t max,
+                           int order) -> Status {
+        if (!n.is_integer() || n.as_integer()->get() < min || n.as_integer()->get() > max)
+          return field_error(doc_.where(n), "'nic." + glob + "." + field +
+                                                "' must be an integer from " + std::to_string(min) +
+                                                " to " + std::to_string(max));
+        Knob knob = base("nic", glob + "/" + field, order, n);
+        knob.value = std::to_string(n.as_integer()->get());
         knob.klass = KnobClass::kDisruptive;
         knob.required = !be.value_or(false);
         add(std::move(knob));
+        return {};
+      };
+      if (const toml::node* n = nt->get("mtu"))
+        TRY(add_field("mtu", *n, 68, 65535 * 4, kOrderNicMtu));
+      if (const toml::node* n = nt->get("txqueuelen"))
+        TRY(add_field("txqueuelen", *n, 0, 1 << 20, kOrderNicQueue));
+      if (const toml::node* n = nt->get("channels")) {
+        const toml::table* ct = n->as_table();
+        if (!ct)
+          return field_error(
+              doc_.where(*n),
+              "'nic." + glob + ".channels' must be a table (combined, rx, tx, other)");
+        TRY(doc_.only_keys(*ct, "nic." + glob + ".channels.", {"combined", "rx", "tx", "other"}));
+        // Channel counts change the set of queue IRQs: they come before IRQ affinity.
+        for (const auto& [ck, cv] : *ct)
+          TRY(add_field("channels." + std::string(ck.str()), cv, 0, 4096, kOrderNicQueue));
       }
     }
     return {};

@@ -41,17 +41,21 @@ class Sidekick {
     ASSERT_TRUE(write_file(dir_ + "/profiles/" + name + ".toml", text).ok());
   }
   // host_root: the fake tree, or "/" for the real kernel (inside a private netns).
+  // setup: a shell command run in the child after it entered its new network namespace
+  // (test only: creating veths). extra_conf: more sidekick.toml lines.
   void start(const std::string& host_root = "", const std::string& crash_after = "",
-             bool new_netns = false) {
+             bool new_netns = false, const std::string& setup = "",
+             const std::string& extra_conf = "") {
     std::string root = host_root.empty() ? dir_ + "/host" : host_root;
     std::string conf = "socket = \"" + dir_ + "/sk.sock\"\nstate_dir = \"" + dir_ + "/state\"\n" +
                        "profile_dirs = [\"" + dir_ + "/profiles\"]\nhost_root = \"" + root +
                        "\"\n" + "workload_cgroup = \"" + dir_ +
-                       "/host/cg\"\nlog_level = \"debug\"\n";
+                       "/host/cg\"\nlog_level = \"debug\"\n" + extra_conf;
     ASSERT_TRUE(write_file(dir_ + "/sidekick.toml", conf).ok());
     pid_ = fork();
     if (pid_ == 0) {
       if (new_netns && unshare(CLONE_NEWNET) != 0) _exit(126);
+      if (!setup.empty() && std::system(setup.c_str()) != 0) _exit(125);
       if (!crash_after.empty()) setenv("WEFT_SIDEKICK_CRASH_AFTER_WRITES", crash_after.c_str(), 1);
       int fd = open((dir_ + "/sidekick.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(fd, 1);
@@ -201,6 +205,60 @@ TEST(SidekickRealKernel, NetSysctlsInPrivateNetns) {
   auto off = sk.call("profile.off");
   EXPECT_EQ((*off)["outcome"], "ok") << off->dump();
   EXPECT_EQ((*sk.call("profile.plan", {{"name", "net"}}))["changes"].size(), 3u);
+}
+
+// Runs a command in the sidekick's network namespace; returns its output.
+std::string in_netns(pid_t pid, const std::string& cmd) {
+  std::string full = "nsenter -t " + std::to_string(pid) + " -n " + cmd + " 2>&1";
+  std::string out;
+  if (FILE* f = popen(full.c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+  }
+  return out;
+}
+
+// Links through netlink in a private network namespace: MTU, txqueuelen and channel
+// counts of a veth pair, and a link that re-appears gets its settings again.
+TEST(SidekickRealKernel, VethByNetlinkAndLinkEvents) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string make_veth =
+      "ip link add wv0 numtxqueues 2 numrxqueues 2 type veth peer name wv1 numtxqueues 2 "
+      "numrxqueues 2";
+  Sidekick sk;
+  // veth reports as many active queues as it was created with (2): ask for 1.
+  sk.profile("nic",
+             "[nic.\"wv*\"]\nmtu = 9000\ntxqueuelen = 5000\n[nic.\"wv0\"]\nchannels = { rx = 1, tx "
+             "= 1 }\n");
+  sk.start("/", "", /*new_netns=*/true, make_veth, "drift_policy = \"enforce\"\n");
+  auto plan = sk.call("profile.plan", {{"name", "nic"}});
+  ASSERT_TRUE(plan.ok()) << plan.error().str();
+  // mtu and txqueuelen of both ends, and wv0's rx and tx channel counts.
+  EXPECT_EQ((*plan)["changes"].size(), 6u) << plan->dump();
+  auto sw = sk.call("profile.switch", {{"name", "nic"}});
+  ASSERT_TRUE(sw.ok());
+  EXPECT_EQ((*sw)["outcome"], "ok") << sw->dump();
+  std::string link = in_netns(sk.pid(), "ip -d -o link show wv0");
+  EXPECT_NE(link.find("mtu 9000"), std::string::npos) << link;
+  EXPECT_NE(link.find("qlen 5000"), std::string::npos) << link;
+  EXPECT_EQ((*sk.call("profile.verify"))["outcome"], "ok");  // channels read back 1/1
+  // The link goes away and comes back with kernel defaults: the link event brings the
+  // profile back without waiting for the periodic verification.
+  in_netns(sk.pid(), "ip link del wv0");
+  in_netns(sk.pid(), make_veth);
+  bool fixed = false;
+  for (int i = 0; i < 50 && !fixed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fixed = in_netns(sk.pid(), "ip -o link show wv0").find("mtu 9000") != std::string::npos &&
+            in_netns(sk.pid(), "ip -o link show wv1").find("mtu 9000") != std::string::npos;
+  }
+  EXPECT_TRUE(fixed) << in_netns(sk.pid(), "ip -o link");
+  auto off = sk.call("profile.off");
+  EXPECT_EQ((*off)["outcome"], "ok") << off->dump();
+  EXPECT_NE(in_netns(sk.pid(), "ip -o link show wv0").find("mtu 1500"), std::string::npos);
+  EXPECT_EQ((*sk.call("profile.plan", {{"name", "nic"}}))["changes"].size(), 6u);  // all back
 }
 
 // Host-wide: THP, IRQ affinity and the huge page pool of the real machine. Opt-in
