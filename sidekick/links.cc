@@ -7,6 +7,7 @@
 #include <netlink/route/link.h>
 
 #include <algorithm>
+#include <map>
 
 #include "common/fs.h"
 
@@ -39,6 +40,29 @@ int channel_attr(const std::string& field) {
   return -1;
 }
 
+// Installs a message callback for one request and removes it when the request is done,
+// whatever the outcome, so a later reply can never reach a callback whose data is gone.
+class ScopedValidCb {
+ public:
+  ScopedValidCb(nl_sock* s, nl_recvmsg_msg_cb_t fn, void* arg) : s_(s) {
+    nl_socket_modify_cb(s_, NL_CB_VALID, NL_CB_CUSTOM, fn, arg);
+  }
+  ~ScopedValidCb() { nl_socket_modify_cb(s_, NL_CB_VALID, NL_CB_DEFAULT, nullptr, nullptr); }
+  ScopedValidCb(const ScopedValidCb&) = delete;
+  ScopedValidCb& operator=(const ScopedValidCb&) = delete;
+
+ private:
+  nl_sock* s_;
+};
+
+int ring_attr(const std::string& field) {
+  if (field == "rings.rx") return ETHTOOL_A_RINGS_RX;
+  if (field == "rings.rx-mini") return ETHTOOL_A_RINGS_RX_MINI;
+  if (field == "rings.rx-jumbo") return ETHTOOL_A_RINGS_RX_JUMBO;
+  if (field == "rings.tx") return ETHTOOL_A_RINGS_TX;
+  return -1;
+}
+
 class NetlinkLinks : public Links {
  public:
   NetlinkLinks(Sock route, Sock genl, int family)
@@ -57,6 +81,20 @@ class NetlinkLinks : public Links {
   }
 
   Result<std::string> read(const std::string& ifname, const std::string& field) override {
+    if (field.rfind("features.", 0) == 0) {
+      TRY_ASSIGN(auto active, get_features(ifname));
+      auto it = active.find(field.substr(9));
+      if (it == active.end())
+        return errno_error(EOPNOTSUPP, ifname + " has no feature " + field.substr(9));
+      return std::string(it->second ? "on" : "off");
+    }
+    if (field.rfind("rings.", 0) == 0) {
+      TRY_ASSIGN(auto counts, get_counts(ETHTOOL_MSG_RINGS_GET, ETHTOOL_A_RINGS_MAX, ifname));
+      int attr = ring_attr(field);
+      if (attr < 0 || counts[static_cast<size_t>(attr)] < 0)
+        return errno_error(EOPNOTSUPP, ifname + " reports no " + field);
+      return std::to_string(counts[static_cast<size_t>(attr)]);
+    }
     if (field.rfind("channels.", 0) == 0) {
       TRY_ASSIGN(auto counts, get_channels(ifname));
       int attr = channel_attr(field);
@@ -72,8 +110,13 @@ class NetlinkLinks : public Links {
 
   Status write(const std::string& ifname, const std::string& field,
                const std::string& value) override {
+    if (field.rfind("features.", 0) == 0)
+      return set_feature(ifname, field.substr(9), value == "on");
     unsigned v = static_cast<unsigned>(std::stoul(value));
-    if (field.rfind("channels.", 0) == 0) return set_channel(ifname, channel_attr(field), v);
+    if (field.rfind("channels.", 0) == 0)
+      return set_count(ETHTOOL_MSG_CHANNELS_SET, ifname, channel_attr(field), v);
+    if (field.rfind("rings.", 0) == 0)
+      return set_count(ETHTOOL_MSG_RINGS_SET, ifname, ring_attr(field), v);
     TRY_ASSIGN(Link link, get(ifname));
     Link change(rtnl_link_alloc());
     if (field == "mtu")
@@ -108,36 +151,105 @@ class NetlinkLinks : public Links {
     return m;
   }
 
-  // Channel counts by attribute number; -1 when the device does not report one.
-  Result<std::vector<int64_t>> get_channels(const std::string& ifname) {
-    TRY_ASSIGN(Msg m, ethtool_msg(ETHTOOL_MSG_CHANNELS_GET, 0, ifname));
+  // u32 attributes of a CHANNELS_GET or RINGS_GET reply by number; -1 where absent.
+  Result<std::vector<int64_t>> get_counts(uint8_t cmd, int max_attr, const std::string& ifname) {
+    TRY_ASSIGN(Msg m, ethtool_msg(cmd, 0, ifname));
     int err = nl_send_auto(genl_.get(), m.get());
-    if (err < 0) return nl_error(err, "channels of " + ifname);
-    std::vector<int64_t> counts(ETHTOOL_A_CHANNELS_MAX + 1, -1);
+    if (err < 0) return nl_error(err, "query " + ifname);
+    struct Out {
+      std::vector<int64_t> counts;
+      int max;
+    } out{std::vector<int64_t>(static_cast<size_t>(max_attr) + 1, -1), max_attr};
     auto parse = [](nl_msg* msg, void* arg) -> int {
-      auto* out = static_cast<std::vector<int64_t>*>(arg);
-      nlattr* attrs[ETHTOOL_A_CHANNELS_MAX + 1];
-      if (genlmsg_parse(nlmsg_hdr(msg), 0, attrs, ETHTOOL_A_CHANNELS_MAX, nullptr) < 0)
-        return NL_SKIP;
-      for (int a = ETHTOOL_A_CHANNELS_RX_MAX; a <= ETHTOOL_A_CHANNELS_MAX; ++a)
-        if (attrs[a]) (*out)[static_cast<size_t>(a)] = nla_get_u32(attrs[a]);
+      auto* o = static_cast<Out*>(arg);
+      std::vector<nlattr*> attrs(static_cast<size_t>(o->max) + 1, nullptr);
+      if (genlmsg_parse(nlmsg_hdr(msg), 0, attrs.data(), o->max, nullptr) < 0) return NL_SKIP;
+      for (int a = 2; a <= o->max; ++a)  // 1 is the header
+        if (attrs[static_cast<size_t>(a)] && nla_len(attrs[static_cast<size_t>(a)]) == 4)
+          o->counts[static_cast<size_t>(a)] = nla_get_u32(attrs[static_cast<size_t>(a)]);
       return NL_OK;
     };
-    nl_socket_modify_cb(genl_.get(), NL_CB_VALID, NL_CB_CUSTOM, parse, &counts);
+    ScopedValidCb cb(genl_.get(), parse, &out);
     err = nl_recvmsgs_default(genl_.get());
     // libnl asks for an ACK after the reply; consume it so the next request starts clean.
     if (err >= 0) err = nl_wait_for_ack(genl_.get());
-    if (err < 0) return nl_error(err, "channels of " + ifname);
-    return counts;
+    if (err < 0) return nl_error(err, "query " + ifname);
+    return out.counts;
+  }
+  Result<std::vector<int64_t>> get_channels(const std::string& ifname) {
+    return get_counts(ETHTOOL_MSG_CHANNELS_GET, ETHTOOL_A_CHANNELS_MAX, ifname);
   }
 
-  Status set_channel(const std::string& ifname, int attr, unsigned v) {
-    if (attr < 0) return errno_error(EINVAL, "unknown channel type");
-    TRY_ASSIGN(Msg m, ethtool_msg(ETHTOOL_MSG_CHANNELS_SET, NLM_F_ACK, ifname));
+  Status set_count(uint8_t cmd, const std::string& ifname, int attr, unsigned v) {
+    if (attr < 0) return errno_error(EINVAL, "unknown count");
+    TRY_ASSIGN(Msg m, ethtool_msg(cmd, NLM_F_ACK, ifname));
     nla_put_u32(m.get(), attr, v);
     int err = nl_send_auto(genl_.get(), m.get());
     if (err >= 0) err = nl_wait_for_ack(genl_.get());
-    if (err < 0) return nl_error(err, "set channels of " + ifname);
+    if (err < 0) return nl_error(err, "set " + ifname);
+    return {};
+  }
+
+  // Offload features by name ("rx-gro") and whether they are active, from the verbose
+  // (named) form of the ETHTOOL_A_FEATURES_ACTIVE bitset.
+  Result<std::map<std::string, bool>> get_features(const std::string& ifname) {
+    TRY_ASSIGN(Msg m, ethtool_msg(ETHTOOL_MSG_FEATURES_GET, 0, ifname));
+    int err = nl_send_auto(genl_.get(), m.get());
+    if (err < 0) return nl_error(err, "features of " + ifname);
+    std::map<std::string, bool> active;
+    auto parse = [](nl_msg* msg, void* arg) -> int {
+      auto* out = static_cast<std::map<std::string, bool>*>(arg);
+      nlattr* attrs[ETHTOOL_A_FEATURES_MAX + 1];
+      if (genlmsg_parse(nlmsg_hdr(msg), 0, attrs, ETHTOOL_A_FEATURES_MAX, nullptr) < 0)
+        return NL_SKIP;
+      // Each bitset lists bit names; in a value-only (NOMASK) set the listed bits are the
+      // ones set, otherwise VALUE says so. HW = features that can change, ACTIVE = on.
+      auto names = [](nlattr* set, bool* any) {
+        std::map<std::string, bool> bits;
+        nlattr* bitset[ETHTOOL_A_BITSET_MAX + 1];
+        if (!set || nla_parse_nested(bitset, ETHTOOL_A_BITSET_MAX, set, nullptr) < 0 ||
+            !bitset[ETHTOOL_A_BITSET_BITS])
+          return bits;
+        bool nomask = bitset[ETHTOOL_A_BITSET_NOMASK] != nullptr;
+        nlattr* bit;
+        int rem;
+        nla_for_each_nested(bit, bitset[ETHTOOL_A_BITSET_BITS], rem) {
+          nlattr* b[ETHTOOL_A_BITSET_BIT_MAX + 1];
+          if (nla_parse_nested(b, ETHTOOL_A_BITSET_BIT_MAX, bit, nullptr) < 0 ||
+              !b[ETHTOOL_A_BITSET_BIT_NAME])
+            continue;
+          bits[nla_get_string(b[ETHTOOL_A_BITSET_BIT_NAME])] =
+              nomask || b[ETHTOOL_A_BITSET_BIT_VALUE] != nullptr;
+          *any = true;
+        }
+        return bits;
+      };
+      bool any = false;
+      for (const auto& [name, on] : names(attrs[ETHTOOL_A_FEATURES_HW], &any)) (*out)[name] = false;
+      for (const auto& [name, on] : names(attrs[ETHTOOL_A_FEATURES_ACTIVE], &any))
+        (*out)[name] = on;
+      return NL_OK;
+    };
+    ScopedValidCb cb(genl_.get(), parse, &active);
+    err = nl_recvmsgs_default(genl_.get());
+    if (err >= 0) err = nl_wait_for_ack(genl_.get());
+    if (err < 0) return nl_error(err, "features of " + ifname);
+    return active;
+  }
+
+  Status set_feature(const std::string& ifname, const std::string& name, bool on) {
+    TRY_ASSIGN(Msg m, ethtool_msg(ETHTOOL_MSG_FEATURES_SET, NLM_F_ACK, ifname));
+    nlattr* wanted = nla_nest_start(m.get(), ETHTOOL_A_FEATURES_WANTED | NLA_F_NESTED);
+    nlattr* bits = nla_nest_start(m.get(), ETHTOOL_A_BITSET_BITS | NLA_F_NESTED);
+    nlattr* bit = nla_nest_start(m.get(), ETHTOOL_A_BITSET_BITS_BIT | NLA_F_NESTED);
+    nla_put_string(m.get(), ETHTOOL_A_BITSET_BIT_NAME, name.c_str());
+    if (on) nla_put_flag(m.get(), ETHTOOL_A_BITSET_BIT_VALUE);
+    nla_nest_end(m.get(), bit);
+    nla_nest_end(m.get(), bits);
+    nla_nest_end(m.get(), wanted);
+    int err = nl_send_auto(genl_.get(), m.get());
+    if (err >= 0) err = nl_wait_for_ack(genl_.get());
+    if (err < 0) return nl_error(err, "set feature " + name + " of " + ifname);
     return {};
   }
 

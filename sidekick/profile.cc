@@ -294,7 +294,7 @@ class Compiler {
       if (!nt)
         return field_error(doc_.where(v), "'nic." + glob + "' must be a table of link settings");
       TRY(doc_.only_keys(*nt, "nic." + glob + ".",
-                         {"mtu", "txqueuelen", "channels", "best_effort"}));
+                         {"mtu", "txqueuelen", "channels", "rings", "features", "best_effort"}));
       TRY_ASSIGN(auto be, doc_.get_bool(*nt, "best_effort"));
       auto add_field = [&](const std::string& field, const toml::node& n, int64_t min, int64_t max,
                            int order) -> Status {
@@ -323,6 +323,33 @@ class Compiler {
         // Channel counts change the set of queue IRQs: they come before IRQ affinity.
         for (const auto& [ck, cv] : *ct)
           TRY(add_field("channels." + std::string(ck.str()), cv, 0, 4096, kOrderNicQueue));
+      }
+      if (const toml::node* n = nt->get("rings")) {
+        const toml::table* rt = n->as_table();
+        if (!rt)
+          return field_error(
+              doc_.where(*n),
+              "'nic." + glob + ".rings' must be a table (rx, tx, rx-mini, rx-jumbo)");
+        TRY(doc_.only_keys(*rt, "nic." + glob + ".rings.", {"rx", "tx", "rx-mini", "rx-jumbo"}));
+        for (const auto& [rk, rv] : *rt)
+          TRY(add_field("rings." + std::string(rk.str()), rv, 1, 1 << 20, kOrderNicQueue));
+      }
+      if (const toml::node* n = nt->get("features")) {
+        const toml::table* ft = n->as_table();
+        if (!ft)
+          return field_error(doc_.where(*n),
+                             "'nic." + glob + ".features' must map feature names to true/false");
+        for (const auto& [fk, fv] : *ft) {
+          std::string name(fk.str());
+          if (!fv.is_boolean() || name.empty() || name.find_first_of(" /") != std::string::npos)
+            return field_error(doc_.where(fv),
+                               "'nic." + glob + ".features." + name + "' must be true or false");
+          Knob knob = base("nic", glob + "/features." + name, kOrderNicQueue, fv);
+          knob.value = fv.as_boolean()->get() ? "on" : "off";
+          knob.klass = KnobClass::kDisruptive;
+          knob.required = !be.value_or(false);
+          add(std::move(knob));
+        }
       }
     }
     return {};

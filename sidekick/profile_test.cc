@@ -41,6 +41,9 @@ disable = ["cpu"]
 cmdline = ["intel_iommu=on"]
 [nic."eth*"]
 mtu = 9000
+channels = { combined = 4 }
+rings = { rx = 4096 }
+features = { "rx-gro" = false }
 [irq."eth*"]
 cpus = "0-1"
 )",
@@ -59,6 +62,9 @@ cpus = "0-1"
   EXPECT_EQ(find(*p, "cpu:turbo")->value, "off");
   EXPECT_EQ(find(*p, "cgroup:cpu")->value, "off");
   EXPECT_EQ(find(*p, "kernel:intel_iommu=on")->klass, KnobClass::kReboot);
+  EXPECT_EQ(find(*p, "nic:eth*/channels.combined")->value, "4");
+  EXPECT_EQ(find(*p, "nic:eth*/rings.rx")->value, "4096");
+  EXPECT_EQ(find(*p, "nic:eth*/features.rx-gro")->value, "off");
   EXPECT_EQ(find(*p, "nic:eth*/mtu")->klass, KnobClass::kDisruptive);
   EXPECT_EQ(find(*p, "irq:eth*")->cmp, Comparator::kCpuList);
   EXPECT_EQ(find(*p, "sysctl:net.core.somaxconn")->source, "p.toml:4");
