@@ -17,7 +17,8 @@ struct SidekickConfig {
   std::vector<std::string> profile_dirs = {"/etc/weft/profiles.d", "/usr/share/weft/profiles"};
   // Where `cgroup` knobs enable or disable controllers: an absolute cgroup directory or
   // "systemd:<path below the cgroup2 mount>".
-  std::string workload_cgroup = "systemd:system.slice/weft-tasks.service";
+  // The agent's tasks/ cgroup: its subtree_control decides the controllers every task gets.
+  std::string workload_cgroup = "systemd:system.slice/weft-tasks.service/tasks";
   std::string host_root = "/";
   uint64_t verify_interval_us = 60'000'000;
   bool enforce_drift = false;  // drift_policy = "enforce" re-applies; "report" only reports
