@@ -4,6 +4,7 @@
 
 #include "common/config.h"
 #include "common/fs.h"
+#include "common/log.h"
 
 #ifndef WEFT_LIBEXECDIR
 #define WEFT_LIBEXECDIR "/usr/libexec/weft"
@@ -42,8 +43,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
     return field_error(
         at("cgroup_root"),
         "'cgroup_root' must be an absolute path or systemd:<path below the cgroup2 mount>");
-  if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warning" &&
-      c.log_level != "error")
+  if (!log_level_name_valid(c.log_level))
     return field_error(at("log_level"), "'log_level' must be debug, info, warning or error");
   for (const auto& [k, v] : c.labels) {
     if (k.empty() || k.size() > 63 || k.find_first_of(" =\n") != std::string::npos)

@@ -37,12 +37,7 @@ int main(int argc, char** argv) {
   if (!socket.empty()) cfg.socket = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
   if (!cgroup_root.empty()) cfg.cgroup_root = cgroup_root;
-  if (cfg.log_level == "debug")
-    log_set_level(LogLevel::kDebug);
-  else if (cfg.log_level == "warning")
-    log_set_level(LogLevel::kWarning);
-  else if (cfg.log_level == "error")
-    log_set_level(LogLevel::kError);
+  log_set_level_name(cfg.log_level);  // validated with the config
 
   bool under_systemd = std::getenv("INVOCATION_ID") != nullptr;
   auto resolved = agent::resolve_agent_config(&cfg, under_systemd);

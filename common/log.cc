@@ -59,6 +59,32 @@ void log_set_ident(std::string ident) {
   g_ident = std::move(ident);
 }
 
+static bool level_from_name(const std::string& name, LogLevel* out) {
+  if (name == "debug")
+    *out = LogLevel::kDebug;
+  else if (name == "info")
+    *out = LogLevel::kInfo;
+  else if (name == "warning")
+    *out = LogLevel::kWarning;
+  else if (name == "error")
+    *out = LogLevel::kError;
+  else
+    return false;
+  return true;
+}
+
+bool log_level_name_valid(const std::string& name) {
+  LogLevel l;
+  return level_from_name(name, &l);
+}
+
+bool log_set_level_name(const std::string& name) {
+  LogLevel l;
+  if (!level_from_name(name, &l)) return false;
+  g_min = l;
+  return true;
+}
+
 void log_msg(LogLevel level, const std::string& msg, std::initializer_list<LogField> fields) {
   if (static_cast<int>(level) > static_cast<int>(g_min)) return;
   if (to_journal()) {

@@ -18,6 +18,9 @@ enum class LogLevel { kDebug = 7, kInfo = 6, kNotice = 5, kWarning = 4, kError =
 using LogField = std::pair<const char*, std::string>;
 
 void log_set_level(LogLevel min);
+// "debug", "info", "warning" or "error"; false (and no change) for anything else.
+bool log_set_level_name(const std::string& name);
+bool log_level_name_valid(const std::string& name);
 void log_set_ident(std::string ident);
 void log_msg(LogLevel level, const std::string& msg, std::initializer_list<LogField> fields = {});
 

@@ -33,12 +33,7 @@ int main(int argc, char** argv) {
   }
   if (!socket.empty()) cfg.socket = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
-  if (cfg.log_level == "debug")
-    log_set_level(LogLevel::kDebug);
-  else if (cfg.log_level == "warning")
-    log_set_level(LogLevel::kWarning);
-  else if (cfg.log_level == "error")
-    log_set_level(LogLevel::kError);
+  log_set_level_name(cfg.log_level);  // validated with the config
   if (auto s = sidekick::resolve_sidekick_config(&cfg); !s.ok()) {
     std::cerr << "weft-sidekick: " << s.error().str() << "\n";
     return 2;

@@ -2,6 +2,7 @@
 
 #include "common/config.h"
 #include "common/fs.h"
+#include "common/log.h"
 #include "common/paths.h"
 
 namespace weft::sidekick {
@@ -59,8 +60,7 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
       (c.workload_cgroup.empty() || c.workload_cgroup[0] != '/'))
     return field_error(at("workload_cgroup"),
                        "'workload_cgroup' must be an absolute path or systemd:<path>");
-  if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warning" &&
-      c.log_level != "error")
+  if (!log_level_name_valid(c.log_level))
     return field_error(at("log_level"), "'log_level' must be debug, info, warning or error");
   return c;
 }
