@@ -22,6 +22,7 @@ namespace {
 struct Globals {
   std::string agent = "/run/weft/agent.sock";
   std::string sidekick = "/run/weft/sidekick.sock";
+  std::string hcs = "/run/weft/hcs.sock";
   bool json_out = false;
 };
 
@@ -264,6 +265,8 @@ int main(int argc, char** argv) {
                  "weft-agent socket (default /run/weft/agent.sock, $WEFT_AGENT)");
   app.add_option("--sidekick", g.sidekick,
                  "weft-sidekick socket (default /run/weft/sidekick.sock, $WEFT_SIDEKICK)");
+  if (const char* e = std::getenv("WEFT_HCS")) g.hcs = e;
+  app.add_option("--hcs", g.hcs, "weft-hcs socket (default /run/weft/hcs.sock, $WEFT_HCS)");
   app.add_flag("--json", g.json_out, "print replies as JSON");
 
   auto* task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
@@ -340,6 +343,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stdout", "stderr", "all"}));
   logs->add_option("--tail", tail, "start this many lines before the end");
 
+  auto* health =
+      app.add_subcommand("health", "machine health (weft-hcs): verdict and failing probes");
+  auto* h_probes = health->add_subcommand("probes", "every probe with its state and figures");
+  int h_limit = 50;
+  auto* h_history = health->add_subcommand("history", "probe state changes");
+  h_history->add_option("-n,--limit", h_limit, "how many");
+
   auto* profile = app.add_subcommand("profile", "host profiles (weft-sidekick)");
   profile->require_subcommand(1);
   std::string pname;
@@ -369,6 +379,49 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (health->parsed()) {
+    auto hc = connect_or_die(g.hcs, "weft-hcs", "--hcs");
+    if (h_probes->parsed()) {
+      json r = call_or_die(*hc, "health.probes", json::object());
+      if (g.json_out)
+        std::cout << r.dump(2) << "\n";
+      else {
+        std::vector<std::vector<std::string>> rows = {{"PROBE", "STATE", "SINCE", "DETAIL"}};
+        for (const auto& p : r["probes"])
+          rows.push_back({str_or(p, "probe"),
+                          str_or(p, "state") + (p.value("pinned", false) ? " (flapping)" : ""),
+                          str_or(p, "since"), str_or(p, "detail")});
+        print_table(rows);
+      }
+      return 0;
+    }
+    if (h_history->parsed()) {
+      json r = call_or_die(*hc, "health.history", {{"limit", h_limit}});
+      if (g.json_out)
+        std::cout << r.dump(2) << "\n";
+      else {
+        std::vector<std::vector<std::string>> rows = {{"AT", "PROBE", "FROM", "TO", "DETAIL"}};
+        for (const auto& t : r["transitions"])
+          rows.push_back({str_or(t, "at"), str_or(t, "probe"), str_or(t, "from"), str_or(t, "to"),
+                          str_or(t, "detail")});
+        print_table(rows);
+      }
+      return 0;
+    }
+    json r = call_or_die(*hc, "health.verdict", json::object());
+    if (g.json_out)
+      std::cout << r.dump(2) << "\n";
+    else {
+      std::cout << "machine: " << str_or(r, "verdict")
+                << (r.value("published", false) ? "" : " (first cycle not done)") << "\n";
+      for (const auto& p : r["problems"])
+        std::cout << "  " << str_or(p, "probe") << ": " << str_or(p, "state") << " since "
+                  << str_or(p, "since") << " — " << str_or(p, "detail") << "\n";
+    }
+    std::string v = r.value("verdict", "unknown");
+    return v == "ok" ? 0 : v == "degraded" ? 3 : 1;
   }
 
   if (profile->parsed()) {

@@ -1,0 +1,143 @@
+#include "hcs/hcs_conf.h"
+
+#include "common/config.h"
+#include "common/fs.h"
+#include "common/log.h"
+
+namespace weft::hcs {
+
+namespace {
+
+Result<uint64_t> duration(const TomlDoc& doc, const toml::table& t, const char* key, uint64_t def,
+                          uint64_t min) {
+  TRY_ASSIGN(auto v, doc.get_string(t, key));
+  if (!v) return def;
+  auto us = parse_duration_us(*v);
+  if (!us.ok() || *us < min)
+    return field_error(doc.where(*t.get(key)), std::string("'") + key +
+                                                   "' must be a duration of at least " +
+                                                   std::to_string(min / 1000) + "ms");
+  return *us;
+}
+
+Result<double> percent(const TomlDoc& doc, const toml::table& t, const char* key, double def) {
+  const toml::node* n = t.get(key);
+  if (!n) return def;
+  double v = n->is_integer()          ? static_cast<double>(n->as_integer()->get())
+             : n->is_floating_point() ? n->as_floating_point()->get()
+                                      : -1;
+  if (v < 0 || v > 100)
+    return field_error(doc.where(*n),
+                       std::string("'") + key + "' must be a percentage from 0 to 100");
+  return v;
+}
+
+}  // namespace
+
+Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name) {
+  TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
+  const auto& t = doc.root();
+  TRY(doc.only_keys(
+      t, "",
+      {"socket", "socket_group", "state_dir", "host_root", "interval", "kmsg", "psi_degraded_pct",
+       "psi_failed_pct", "disk", "link", "exec", "hysteresis", "log_level"}));
+  HcsConfig c;
+  for (auto [key, out] : {std::pair{"socket", &c.socket},
+                          {"socket_group", &c.socket_group},
+                          {"state_dir", &c.state_dir},
+                          {"host_root", &c.host_root},
+                          {"log_level", &c.log_level}}) {
+    TRY_ASSIGN(auto v, doc.get_string(t, key));
+    if (v) *out = *v;
+  }
+  TRY_ASSIGN(c.interval_us, duration(doc, t, "interval", c.interval_us, 100'000));
+  TRY_ASSIGN(auto kmsg, doc.get_bool(t, "kmsg"));
+  c.kmsg = kmsg.value_or(true);
+  TRY_ASSIGN(c.psi_degraded_pct, percent(doc, t, "psi_degraded_pct", c.psi_degraded_pct));
+  TRY_ASSIGN(c.psi_failed_pct, percent(doc, t, "psi_failed_pct", c.psi_failed_pct));
+  if (const toml::node* n = t.get("disk")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) return field_error(doc.where(*n), "'disk' must be a list of [[disk]] tables");
+    c.disks.clear();
+    for (const auto& e : *arr) {
+      const toml::table* d = e.as_table();
+      if (!d) return field_error(doc.where(e), "each [[disk]] must be a table");
+      TRY(doc.only_keys(*d, "disk.", {"path", "min_free_pct", "min_inodes_pct"}));
+      DiskCheck dc;
+      TRY_ASSIGN(auto path, doc.get_string(*d, "path"));
+      if (!path || path->empty() || (*path)[0] != '/')
+        return field_error(doc.where(e), "[[disk]] needs an absolute 'path'");
+      dc.path = *path;
+      TRY_ASSIGN(dc.min_free_pct, percent(doc, *d, "min_free_pct", dc.min_free_pct));
+      TRY_ASSIGN(dc.min_inodes_pct, percent(doc, *d, "min_inodes_pct", dc.min_inodes_pct));
+      c.disks.push_back(dc);
+    }
+  }
+  if (const toml::node* n = t.get("link")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) return field_error(doc.where(*n), "'link' must be a list of interface names");
+    for (const auto& e : *arr) {
+      if (!e.is_string() || e.as_string()->get().empty())
+        return field_error(doc.where(e), "link names must be strings");
+      c.links.push_back(e.as_string()->get());
+    }
+  }
+  if (const toml::node* n = t.get("exec")) {
+    const toml::array* arr = n->as_array();
+    if (!arr) return field_error(doc.where(*n), "'exec' must be a list of [[exec]] tables");
+    for (const auto& e : *arr) {
+      const toml::table* x = e.as_table();
+      if (!x) return field_error(doc.where(e), "each [[exec]] must be a table");
+      TRY(doc.only_keys(*x, "exec.", {"name", "command", "timeout"}));
+      ExecCheck ec;
+      TRY_ASSIGN(auto nm, doc.get_string(*x, "name"));
+      if (!nm || nm->empty()) return field_error(doc.where(e), "[[exec]] needs a 'name'");
+      ec.name = *nm;
+      const toml::array* cmd = x->get("command") ? x->get("command")->as_array() : nullptr;
+      if (!cmd || cmd->empty())
+        return field_error(doc.where(e), "[[exec]] needs 'command' = [\"program\", \"args\"...]");
+      for (const auto& a : *cmd) {
+        if (!a.is_string()) return field_error(doc.where(a), "command arguments must be strings");
+        ec.command.push_back(a.as_string()->get());
+      }
+      TRY_ASSIGN(ec.timeout_us, duration(doc, *x, "timeout", ec.timeout_us, 100'000));
+      c.execs.push_back(ec);
+    }
+  }
+  TRY_ASSIGN(const toml::table* h, doc.get_table(t, "hysteresis"));
+  if (h) {
+    TRY(doc.only_keys(*h, "hysteresis.",
+                      {"fail_after", "recover_after", "hold_down", "flap_limit", "flap_window"}));
+    for (auto [key, out] : {std::pair{"fail_after", &c.hysteresis.fail_after},
+                            {"recover_after", &c.hysteresis.recover_after},
+                            {"flap_limit", &c.hysteresis.flap_limit}}) {
+      TRY_ASSIGN(auto v, doc.get_int(*h, key));
+      if (v) {
+        if (*v < 1 || *v > 1000)
+          return field_error(doc.where(*h->get(key)), std::string("'") + key + "' must be 1..1000");
+        *out = static_cast<int>(*v);
+      }
+    }
+    TRY_ASSIGN(c.hysteresis.hold_down_us,
+               duration(doc, *h, "hold_down", c.hysteresis.hold_down_us, 0));
+    TRY_ASSIGN(c.hysteresis.flap_window_us,
+               duration(doc, *h, "flap_window", c.hysteresis.flap_window_us, 1'000'000));
+  }
+  for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}})
+    if (val->empty() || (*val)[0] != '/')
+      return field_error(t.get(key) ? doc.where(*t.get(key)) : name,
+                         std::string("'") + key + "' must be an absolute path");
+  if (!log_level_name_valid(c.log_level))
+    return field_error(t.get("log_level") ? doc.where(*t.get("log_level")) : name,
+                       "'log_level' must be debug, info, warning or error");
+  if (c.psi_failed_pct < c.psi_degraded_pct)
+    return field_error(name, "'psi_failed_pct' must be at least 'psi_degraded_pct'");
+  return c;
+}
+
+Result<HcsConfig> load_hcs_config(const std::string& path) {
+  TRY_ASSIGN(std::string text, read_file(path));
+  return parse_hcs_config(text, path);
+}
+
+}  // namespace weft::hcs

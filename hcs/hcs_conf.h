@@ -1,0 +1,41 @@
+// weft-hcs configuration (/etc/weft/hcs.toml). See docs/health.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "hcs/verdict.h"
+
+namespace weft::hcs {
+
+struct DiskCheck {
+  std::string path;
+  double min_free_pct = 10, min_inodes_pct = 5;
+};
+struct ExecCheck {
+  std::string name;
+  std::vector<std::string> command;
+  uint64_t timeout_us = 10'000'000;
+};
+
+struct HcsConfig {
+  std::string socket = "/run/weft/hcs.sock";
+  std::string socket_group = "weft";
+  std::string state_dir = "/var/lib/weft/hcs";
+  std::string host_root = "/";
+  uint64_t interval_us = 5'000'000;
+  bool kmsg = true;
+  double psi_degraded_pct = 20, psi_failed_pct = 50;
+  std::vector<DiskCheck> disks = {{"/", 10, 5}};
+  std::vector<std::string> links;
+  std::vector<ExecCheck> execs;
+  Hysteresis hysteresis;
+  std::string log_level = "info";
+};
+
+Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name);
+Result<HcsConfig> load_hcs_config(const std::string& path);
+
+}  // namespace weft::hcs

@@ -1,0 +1,48 @@
+// weft-hcs: parse args -> load config -> create the manager (restore state, open the
+// kernel log, listen, READY) -> run the event loop.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "common/log.h"
+#include "hcs/manager.h"
+
+using namespace weft;
+
+int main(int argc, char** argv) {
+  CLI::App app{"weft-hcs: machine health checking"};
+  std::string config_path = "/etc/weft/hcs.toml";
+  bool check_only = false;
+  app.add_option("-c,--config", config_path, "configuration file");
+  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  CLI11_PARSE(app, argc, argv);
+  log_set_ident("weft-hcs");
+  hcs::HcsConfig cfg;
+  if (app.count("--config") > 0 || access(config_path.c_str(), F_OK) == 0) {
+    auto loaded = hcs::load_hcs_config(config_path);
+    if (!loaded.ok()) {
+      std::cerr << "weft-hcs: " << loaded.error().str() << "\n";
+      return 2;
+    }
+    cfg = std::move(loaded).value();
+  }
+  log_set_level_name(cfg.log_level);
+  if (check_only) {
+    std::cout << "configuration ok\n";
+    return 0;
+  }
+  auto mgr = hcs::Manager::create(std::move(cfg));
+  if (!mgr.ok()) {
+    log_error(mgr.error().str());
+    return 1;
+  }
+  if (auto s = (*mgr)->start(); !s.ok()) {
+    log_error("cannot start: " + s.error().str());
+    return 1;
+  }
+  if (auto s = (*mgr)->run(); !s.ok()) {
+    log_error(s.error().str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,227 @@
+#include "hcs/manager.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+namespace weft::hcs {
+
+using json = nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kMigrations = {
+    R"(CREATE TABLE probes (name TEXT PRIMARY KEY, state TEXT NOT NULL);
+       CREATE TABLE history (id INTEGER PRIMARY KEY AUTOINCREMENT, at_us INTEGER NOT NULL,
+                             probe TEXT NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL,
+                             detail TEXT NOT NULL);
+       CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);)",
+};
+
+uint64_t now_us() {
+  return now_realtime_us();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Manager>> Manager::create(HcsConfig cfg) {
+  TRY_ASSIGN(auto loop, EventLoop::create());
+  return std::unique_ptr<Manager>(new Manager(std::move(cfg), std::move(loop)));
+}
+
+Manager::~Manager() {
+  server_.reset();
+}
+
+Status Manager::start() {
+  TRY(mkdir_p(cfg_.state_dir, 0750));
+  TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/hcs.db"));
+  TRY_CTX(db_->migrate(kMigrations), "hcs database");
+  HostPaths host(cfg_.host_root);
+  for (const char* res : {"cpu", "memory", "io"})
+    probes_.push_back(make_psi_probe(host, res, cfg_.psi_degraded_pct, cfg_.psi_failed_pct));
+  for (const auto& d : cfg_.disks)
+    probes_.push_back(make_disk_probe(host, d.path, d.min_free_pct, d.min_inodes_pct));
+  for (const auto& l : cfg_.links) probes_.push_back(make_link_probe(host, l));
+  for (const auto& e : cfg_.execs)
+    probes_.push_back(make_exec_probe(e.name, e.command, e.timeout_us));
+  if (cfg_.kmsg) {
+    auto k = std::make_unique<KmsgProbe>();
+    kmsg_probe_ = k.get();
+    probes_.push_back(std::move(k));
+  }
+  // Hysteresis state survives a restart.
+  {
+    TRY_ASSIGN(Stmt st, db_->prepare("SELECT name, state FROM probes"));
+    for (;;) {
+      TRY_ASSIGN(bool row, st.step());
+      if (!row) break;
+      json j = json::parse(st.col_text(1), nullptr, false);
+      if (j.is_object()) states_.emplace(st.col_text(0), ProbeState::from_json(j, cfg_.hysteresis));
+    }
+    TRY_ASSIGN(Stmt m, db_->prepare("SELECT value FROM meta WHERE key = 'kmsg_seq'"));
+    TRY_ASSIGN(bool row, m.step());
+    if (row) last_kmsg_seq_ = std::strtoull(m.col_text(0).c_str(), nullptr, 10);
+  }
+  for (const auto& p : probes_)
+    if (!states_.count(p->name())) states_.emplace(p->name(), ProbeState(cfg_.hysteresis));
+
+  if (kmsg_probe_) {
+    kmsg_fd_ =
+        Fd(::open(HostPaths(cfg_.host_root).root() == "/" ? "/dev/kmsg"
+                                                          : (cfg_.host_root + "/dev/kmsg").c_str(),
+                  O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (kmsg_fd_.valid()) {
+      TRY_ASSIGN(kmsg_src_,
+                 loop_->add_io(kmsg_fd_.get(), EPOLLIN, [this](uint32_t) { read_kmsg(); }));
+    } else {
+      log_warn("cannot read the kernel log; the kernel-log probe stays unknown",
+               {{"ERROR", sys_error("open /dev/kmsg").str()}});
+    }
+  }
+  if (struct group* g = getgrnam(cfg_.socket_group.c_str()))
+    weft_gid_ = static_cast<int>(g->gr_gid);
+  register_methods();
+  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
+  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
+  for (int sig : {SIGTERM, SIGINT}) {
+    TRY_ASSIGN(Source s, loop_->add_signal(sig, [this] { loop_->exit(0); }));
+    signals_.push_back(std::move(s));
+  }
+  loop_->enable_watchdog();
+  TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
+  log_info("hcs ready", {{"SOCKET", cfg_.socket}, {"PROBES", std::to_string(probes_.size())}});
+  sd_notify(0, "READY=1\nSTATUS=first probe cycle running");
+  return {};
+}
+
+void Manager::read_kmsg() {
+  char buf[8192];
+  uint64_t now = now_us();
+  for (;;) {
+    ssize_t n = ::read(kmsg_fd_.get(), buf, sizeof buf - 1);
+    if (n < 0) {
+      if (errno == EPIPE) continue;  // records were overwritten before we read them
+      break;                         // EAGAIN: caught up
+    }
+    auto rec = parse_kmsg_record(std::string(buf, static_cast<size_t>(n)));
+    if (!rec || rec->seq <= last_kmsg_seq_) continue;  // seen before a restart
+    last_kmsg_seq_ = rec->seq;
+    // Records carry monotonic time since boot: place old ones at their real age, so the
+    // backlog read at start does not look like a burst happening now.
+    uint64_t mono = now_monotonic_us();
+    uint64_t age = mono > rec->ts_us ? mono - rec->ts_us : 0;
+    kmsg_probe_->observe(*rec, now > age ? now - age : 0);
+  }
+  if (auto st = db_->prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('kmsg_seq', ?1)");
+      st.ok()) {
+    st->bind(1, std::to_string(last_kmsg_seq_));
+    (void)st->run();
+  }
+}
+
+Status Manager::persist(const std::string& probe, const ProbeState& st) {
+  TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO probes (name, state) VALUES (?1, ?2)"));
+  s.bind(1, probe).bind(2, st.to_json().dump());
+  return s.run();
+}
+
+void Manager::record_transition(const std::string& probe, Health from, Health to,
+                                const std::string& detail) {
+  log_msg(
+      to == Health::kFailed ? LogLevel::kWarning : LogLevel::kInfo, "probe changed state",
+      {{"PROBE", probe}, {"FROM", health_name(from)}, {"TO", health_name(to)}, {"DETAIL", detail}});
+  auto st = db_->prepare(
+      "INSERT INTO history (at_us, probe, from_state, to_state, detail) VALUES (?1,?2,?3,?4,?5)");
+  if (!st.ok()) return;
+  st->bind(1, static_cast<int64_t>(now_us()))
+      .bind(2, probe)
+      .bind(3, std::string(health_name(from)));
+  st->bind(4, std::string(health_name(to))).bind(5, detail);
+  (void)st->run();
+}
+
+void Manager::cycle() {
+  uint64_t now = now_us();
+  (void)db_->begin();
+  for (auto& p : probes_) {
+    Sample s = p->run(now);
+    ProbeState& st = states_.at(p->name());
+    Health before = st.state();
+    if (st.sample(s.health, now, s.detail))
+      record_transition(p->name(), before, st.state(), s.detail);
+    last_[p->name()] = s;
+    (void)persist(p->name(), st);
+  }
+  (void)db_->commit();
+  published_ = true;  // one full cycle has run since start
+  Health v = machine_verdict(states_);
+  sd_notifyf(0, "STATUS=machine %s", health_name(v));
+  auto t = loop_->add_timer_in(cfg_.interval_us, [this] { cycle(); });
+  if (t.ok()) timer_ = std::move(t).value();
+}
+
+json Manager::verdict_json() const {
+  json failing = json::array();
+  for (const auto& [name, st] : states_) {
+    if (st.state() == Health::kOk) continue;
+    failing.push_back({{"probe", name},
+                       {"state", health_name(st.state())},
+                       {"detail", st.detail()},
+                       {"since", format_rfc3339(static_cast<int64_t>(st.since_us()))},
+                       {"pinned", st.pinned()}});
+  }
+  return {{"verdict", published_ ? health_name(machine_verdict(states_)) : "unknown"},
+          {"published", published_},
+          {"problems", failing}};
+}
+
+void Manager::register_methods() {
+  using rpc::CallContext;
+  methods_.add("health.verdict",
+               [this](const json&, const CallContext&) -> Result<json> { return verdict_json(); });
+  methods_.add("health.probes", [this](const json&, const CallContext&) -> Result<json> {
+    json arr = json::array();
+    for (const auto& [name, st] : states_) {
+      json j{{"probe", name},
+             {"state", health_name(st.state())},
+             {"detail", st.detail()},
+             {"since", format_rfc3339(static_cast<int64_t>(st.since_us()))},
+             {"pinned", st.pinned()}};
+      if (auto it = last_.find(name); it != last_.end()) {
+        j["last_sample"] = health_name(it->second.health);
+        j["metrics"] = it->second.metrics;
+      }
+      arr.push_back(j);
+    }
+    return json{{"published", published_}, {"probes", arr}};
+  });
+  methods_.add("health.history", [this](const json& p, const CallContext&) -> Result<json> {
+    int limit = 50;
+    if (p.contains("limit")) {
+      if (!p["limit"].is_number_unsigned() || p["limit"].get<int>() < 1)
+        return field_error("limit", "must be a positive integer");
+      limit = std::min(p["limit"].get<int>(), 10000);
+    }
+    TRY_ASSIGN(Stmt st, db_->prepare("SELECT at_us, probe, from_state, to_state, detail FROM "
+                                     "history ORDER BY id DESC LIMIT ?1"));
+    st.bind(1, int64_t{limit});
+    json arr = json::array();
+    for (;;) {
+      TRY_ASSIGN(bool row, st.step());
+      if (!row) break;
+      arr.push_back({{"at", format_rfc3339(st.col_int(0))},
+                     {"probe", st.col_text(1)},
+                     {"from", st.col_text(2)},
+                     {"to", st.col_text(3)},
+                     {"detail", st.col_text(4)}});
+    }
+    return json{{"transitions", arr}};
+  });
+}
+
+}  // namespace weft::hcs

@@ -1,0 +1,56 @@
+// weft-hcs's manager: runs every probe each interval on the event loop, feeds kernel log
+// records from /dev/kmsg as they arrive, keeps each probe's hysteresis state (persisted
+// in sqlite so it survives a restart), records transitions, and answers the local API.
+// Nothing is published as a verdict until one full probe cycle has run after start.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/event.h"
+#include "common/fs.h"
+#include "common/rpc.h"
+#include "common/store.h"
+#include "hcs/hcs_conf.h"
+#include "hcs/probes.h"
+
+namespace weft::hcs {
+
+class Manager {
+ public:
+  static Result<std::unique_ptr<Manager>> create(HcsConfig cfg);
+  ~Manager();
+  Status start();
+  Status run() { return loop_->run(); }
+
+ private:
+  Manager(HcsConfig cfg, std::unique_ptr<EventLoop> loop)
+      : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
+  void cycle();
+  void read_kmsg();
+  Status persist(const std::string& probe, const ProbeState& st);
+  void record_transition(const std::string& probe, Health from, Health to,
+                         const std::string& detail);
+  void register_methods();
+  nlohmann::json verdict_json() const;
+
+  HcsConfig cfg_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<Db> db_;
+  std::vector<std::unique_ptr<Probe>> probes_;
+  KmsgProbe* kmsg_probe_ = nullptr;
+  std::map<std::string, ProbeState> states_;
+  std::map<std::string, Sample> last_;
+  bool published_ = false;
+  Fd kmsg_fd_;
+  Source kmsg_src_, timer_;
+  std::vector<Source> signals_;
+  rpc::Dispatcher methods_;
+  std::unique_ptr<rpc::Server> server_;
+  uint64_t last_kmsg_seq_ = 0;
+  int weft_gid_ = -1;
+};
+
+}  // namespace weft::hcs
