@@ -7,6 +7,7 @@
 
 #include "agent/agent_conf.h"
 #include "agent/manager.h"
+#include "common/daemon.h"
 #include "common/log.h"
 
 using namespace weft;
@@ -55,18 +56,5 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  auto mgr = agent::Manager::create(std::move(cfg), agent::make_real_cgroupfs());
-  if (!mgr.ok()) {
-    log_error(mgr.error().str());
-    return 1;
-  }
-  if (auto s = (*mgr)->start(); !s.ok()) {
-    log_error("cannot start: " + s.error().str());
-    return 1;
-  }
-  if (auto s = (*mgr)->run(); !s.ok()) {
-    log_error(s.error().str());
-    return 1;
-  }
-  return 0;
+  return run_daemon(agent::Manager::create(std::move(cfg), agent::make_real_cgroupfs()));
 }

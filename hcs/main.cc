@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/daemon.h"
 #include "common/log.h"
 #include "hcs/manager.h"
 
@@ -31,18 +32,5 @@ int main(int argc, char** argv) {
     std::cout << "configuration ok\n";
     return 0;
   }
-  auto mgr = hcs::Manager::create(std::move(cfg));
-  if (!mgr.ok()) {
-    log_error(mgr.error().str());
-    return 1;
-  }
-  if (auto s = (*mgr)->start(); !s.ok()) {
-    log_error("cannot start: " + s.error().str());
-    return 1;
-  }
-  if (auto s = (*mgr)->run(); !s.ok()) {
-    log_error(s.error().str());
-    return 1;
-  }
-  return 0;
+  return run_daemon(hcs::Manager::create(std::move(cfg)));
 }

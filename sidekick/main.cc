@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/daemon.h"
 #include "common/log.h"
 #include "sidekick/manager.h"
 
@@ -43,18 +44,5 @@ int main(int argc, char** argv) {
               << "\n  workload_cgroup: " << cfg.workload_cgroup << "\n";
     return 0;
   }
-  auto mgr = sidekick::Manager::create(std::move(cfg));
-  if (!mgr.ok()) {
-    log_error(mgr.error().str());
-    return 1;
-  }
-  if (auto s = (*mgr)->start(); !s.ok()) {
-    log_error("cannot start: " + s.error().str());
-    return 1;
-  }
-  if (auto s = (*mgr)->run(); !s.ok()) {
-    log_error(s.error().str());
-    return 1;
-  }
-  return 0;
+  return run_daemon(sidekick::Manager::create(std::move(cfg)));
 }
