@@ -1,7 +1,6 @@
 #include "agent/manager.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -94,9 +93,8 @@ Status Manager::start() {
   TRY_CTX(cgroups_->setup(cfg_.agent_in_root ? getpid() : 0),
           "set up cgroup tree at " + cfg_.cgroup_root);
 
-  if (struct group* g = getgrnam(cfg_.socket_group.c_str())) {
-    weft_gid_ = static_cast<int>(g->gr_gid);
-  } else {
+  weft_gid_ = group_gid(cfg_.socket_group);
+  if (weft_gid_ < 0) {
     log_warn("socket group does not exist; only root may use the agent",
              {{"GROUP", cfg_.socket_group}});
   }
@@ -108,13 +106,7 @@ Status Manager::start() {
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
 
-  for (int sig : {SIGTERM, SIGINT}) {
-    TRY_ASSIGN(Source s, loop_->add_signal(sig, [this] {
-      log_info("shutting down; tasks keep running");
-      loop_->exit(0);
-    }));
-    signals_.push_back(std::move(s));
-  }
+  TRY(loop_->exit_on_termination([] { log_info("shutting down; tasks keep running"); }));
   TRY_ASSIGN(Source hup, loop_->add_signal(SIGHUP, [] { log_info("SIGHUP: nothing to reload"); }));
   signals_.push_back(std::move(hup));
   loop_->enable_watchdog();

@@ -68,7 +68,19 @@ Result<std::unique_ptr<EventLoop>> EventLoop::create() {
 }
 
 EventLoop::~EventLoop() {
+  owned_.clear();
   sd_event_unref(ev_);
+}
+
+Status EventLoop::exit_on_termination(Fn on_exit) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    TRY_ASSIGN(Source s, add_signal(sig, [this, on_exit] {
+                 if (on_exit) on_exit();
+                 exit(0);
+               }));
+    owned_.push_back(std::move(s));
+  }
+  return {};
 }
 
 Result<Source> EventLoop::add_io(int fd, uint32_t events, IoFn fn) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "common/result.h"
 
@@ -57,6 +58,9 @@ class EventLoop {
   Result<Source> add_signal(int sig, Fn fn);
   Result<Source> add_defer(Fn fn);
 
+  // SIGTERM and SIGINT end run() with exit code 0, after on_exit (if any) has run. The
+  // loop owns these sources.
+  Status exit_on_termination(Fn on_exit = {});
   // Sends WATCHDOG=1 automatically when $WATCHDOG_USEC asks for it.
   void enable_watchdog();
   Status run();
@@ -67,6 +71,7 @@ class EventLoop {
  private:
   explicit EventLoop(sd_event* ev) : ev_(ev) {}
   sd_event* ev_;
+  std::vector<Source> owned_;  // sources the loop keeps for itself (termination signals)
 };
 
 }  // namespace weft

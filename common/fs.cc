@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -233,6 +234,11 @@ uint64_t now_realtime_us() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+}
+
+int group_gid(const std::string& name) {
+  struct group* g = ::getgrnam(name.c_str());
+  return g ? static_cast<int>(g->gr_gid) : -1;
 }
 
 std::string random_hex(size_t bytes) {

@@ -67,5 +67,7 @@ std::string format_rfc3339(int64_t realtime_us);
 uint64_t now_monotonic_us();
 uint64_t now_realtime_us();
 std::string random_hex(size_t bytes);
+// The gid of a group name, or -1 when there is no such group.
+int group_gid(const std::string& name);
 
 }  // namespace weft

@@ -1,7 +1,6 @@
 #include "hcs/manager.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -83,15 +82,11 @@ Status Manager::start() {
                {{"ERROR", sys_error("open /dev/kmsg").str()}});
     }
   }
-  if (struct group* g = getgrnam(cfg_.socket_group.c_str()))
-    weft_gid_ = static_cast<int>(g->gr_gid);
+  weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
-  for (int sig : {SIGTERM, SIGINT}) {
-    TRY_ASSIGN(Source s, loop_->add_signal(sig, [this] { loop_->exit(0); }));
-    signals_.push_back(std::move(s));
-  }
+  TRY(loop_->exit_on_termination());
   loop_->enable_watchdog();
   TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
   log_info("hcs ready", {{"SOCKET", cfg_.socket}, {"PROBES", std::to_string(probes_.size())}});

@@ -46,7 +46,6 @@ class Manager {
   bool published_ = false;
   Fd kmsg_fd_;
   Source kmsg_src_, timer_;
-  std::vector<Source> signals_;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
   uint64_t last_kmsg_seq_ = 0;

@@ -1,6 +1,5 @@
 #include "sidekick/manager.h"
 
-#include <grp.h>
 #include <linux/rtnetlink.h>
 #include <netlink/netlink.h>
 #include <netlink/socket.h>
@@ -50,8 +49,7 @@ Status Manager::start() {
   if (rolled)
     log_warn("rolled back a profile switch interrupted by a crash",
              {{"SWITCH", std::to_string(*rolled)}});
-  if (struct group* g = getgrnam(cfg_.socket_group.c_str()))
-    weft_gid_ = static_cast<int>(g->gr_gid);
+  weft_gid_ = group_gid(cfg_.socket_group);
 
   // Re-apply the committed profile before anything else runs (the unit orders itself
   // before weft-agent): after a reboot the kernel has forgotten it.
@@ -73,10 +71,7 @@ Status Manager::start() {
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
-  for (int sig : {SIGTERM, SIGINT}) {
-    TRY_ASSIGN(Source s, loop_->add_signal(sig, [this] { loop_->exit(0); }));
-    signals_.push_back(std::move(s));
-  }
+  TRY(loop_->exit_on_termination());
   loop_->enable_watchdog();
   if (cfg_.host_root == "/") {
     if (auto s = watch_links(); !s.ok())

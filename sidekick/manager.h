@@ -52,7 +52,6 @@ class Manager {
   std::unique_ptr<Engine> engine_;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
-  std::vector<Source> signals_;
   Source verify_timer_;
   Source converge_timer_;
   Source link_watch_;
