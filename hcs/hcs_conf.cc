@@ -37,10 +37,10 @@ Result<double> percent(const TomlDoc& doc, const toml::table& t, const char* key
 Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"socket", "socket_group", "state_dir", "host_root", "interval", "kmsg", "psi_degraded_pct",
-       "psi_failed_pct", "disk", "link", "exec", "hysteresis", "log_level"}));
+  TRY(doc.only_keys(t, "",
+                    {"socket", "socket_group", "state_dir", "host_root", "interval", "kmsg",
+                     "psi_degraded_pct", "psi_failed_pct", "disk", "link", "exec", "hysteresis",
+                     "log_level", "confirm_interval", "psi_triggers", "kernel", "liveness"}));
   HcsConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -51,8 +51,58 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
     if (v) *out = *v;
   }
   TRY_ASSIGN(c.interval_us, duration(doc, t, "interval", c.interval_us, 100'000));
+  TRY_ASSIGN(c.confirm_interval_us,
+             duration(doc, t, "confirm_interval", c.confirm_interval_us, 100'000));
   TRY_ASSIGN(auto kmsg, doc.get_bool(t, "kmsg"));
   c.kmsg = kmsg.value_or(true);
+  TRY_ASSIGN(auto trig, doc.get_bool(t, "psi_triggers"));
+  c.psi_triggers = trig.value_or(true);
+  TRY_ASSIGN(const toml::table* k, doc.get_table(t, "kernel"));
+  if (k) {
+    TRY(doc.only_keys(*k, "kernel.",
+                      {"bpf", "oom_window", "oom_global_failed", "memcg_oom_storm_per_min",
+                       "tcp_retrans_degraded_per_s", "drops_degraded_per_s"}));
+    TRY_ASSIGN(auto bpf, doc.get_bool(*k, "bpf"));
+    c.kernel.bpf = bpf.value_or(true);
+    TRY_ASSIGN(c.kernel.oom_window_us,
+               duration(doc, *k, "oom_window", c.kernel.oom_window_us, 1'000'000));
+    for (auto [key, out] : {std::pair{"oom_global_failed", &c.kernel.oom_global_failed},
+                            {"memcg_oom_storm_per_min", &c.kernel.memcg_oom_storm_per_min}}) {
+      TRY_ASSIGN(auto v, doc.get_int(*k, key));
+      if (!v) continue;
+      if (*v < 1 || *v > 10'000'000)
+        return field_error(doc.where(*k->get(key)),
+                           std::string("'") + key + "' must be 1..10000000");
+      *out = static_cast<int>(*v);
+    }
+    for (auto [key, out] :
+         {std::pair{"tcp_retrans_degraded_per_s", &c.kernel.tcp_retrans_degraded_per_s},
+          {"drops_degraded_per_s", &c.kernel.drops_degraded_per_s}}) {
+      const toml::node* n = k->get(key);
+      if (!n) continue;
+      double v = n->is_integer()          ? static_cast<double>(n->as_integer()->get())
+                 : n->is_floating_point() ? n->as_floating_point()->get()
+                                          : -1;
+      if (v <= 0)
+        return field_error(doc.where(*n), std::string("'") + key + "' must be a positive number");
+      *out = v;
+    }
+  }
+  TRY_ASSIGN(const toml::table* lv, doc.get_table(t, "liveness"));
+  if (lv) {
+    TRY(doc.only_keys(*lv, "liveness.", {"agent_socket", "sidekick_socket", "timeout"}));
+    for (auto [key, out] :
+         {std::pair{"agent_socket", &c.agent_socket}, {"sidekick_socket", &c.sidekick_socket}}) {
+      TRY_ASSIGN(auto v, doc.get_string(*lv, key));
+      if (!v) continue;
+      if (!v->empty() && (*v)[0] != '/')
+        return field_error(doc.where(*lv->get(key)),
+                           std::string("'") + key + "' must be an absolute path or \"\" (off)");
+      *out = *v;
+    }
+    TRY_ASSIGN(auto to, duration(doc, *lv, "timeout", 2'000'000, 10'000));
+    c.liveness_timeout_ms = static_cast<int>(to / 1000);
+  }
   TRY_ASSIGN(c.psi_degraded_pct, percent(doc, t, "psi_degraded_pct", c.psi_degraded_pct));
   TRY_ASSIGN(c.psi_failed_pct, percent(doc, t, "psi_failed_pct", c.psi_failed_pct));
   if (const toml::node* n = t.get("disk")) {

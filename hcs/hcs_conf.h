@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "hcs/kernel_probes.h"
 #include "hcs/verdict.h"
 
 namespace weft::hcs {
@@ -26,7 +27,16 @@ struct HcsConfig {
   std::string state_dir = "/var/lib/weft/hcs";
   std::string host_root = "/";
   uint64_t interval_us = 5'000'000;
+  // A sample worse than the probe's state is confirmed by re-sampling at this pace, so
+  // fail_after consecutive samples take seconds, not fail_after intervals.
+  uint64_t confirm_interval_us = 1'000'000;
   bool kmsg = true;
+  bool psi_triggers = true;
+  KernelProbeConfig kernel;
+  // Liveness of the other weft daemons; an empty path disables the probe.
+  std::string agent_socket = "/run/weft/agent.sock";
+  std::string sidekick_socket = "/run/weft/sidekick.sock";
+  int liveness_timeout_ms = 2000;
   double psi_degraded_pct = 20, psi_failed_pct = 50;
   std::vector<DiskCheck> disks = {{"/", 10, 5}};
   std::vector<std::string> links;

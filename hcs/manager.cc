@@ -41,17 +41,62 @@ Status Manager::start() {
   TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/hcs.db"));
   TRY_CTX(db_->migrate(kMigrations), "hcs database");
   HostPaths host(cfg_.host_root);
-  for (const char* res : {"cpu", "memory", "io"})
-    probes_.push_back(make_psi_probe(host, res, cfg_.psi_degraded_pct, cfg_.psi_failed_pct));
+  for (const char* res : {"cpu", "memory", "io"}) {
+    auto p = std::make_unique<PsiProbe>(host, res, cfg_.psi_degraded_pct, cfg_.psi_failed_pct);
+    if (cfg_.psi_triggers) {
+      // A stall burst wakes us at once; without triggers (old kernel, fake tree) the
+      // probe still reads avg10 every interval.
+      auto fd = p->arm_trigger();
+      if (fd.ok()) {
+        PsiProbe* probe = p.get();
+        auto src = loop_->add_io(fd->get(), EPOLLPRI, [this, probe](uint32_t ev) {
+          if (ev & EPOLLERR) return;  // the pressure file went away
+          if (probe->triggered(now_us())) sample(*probe, now_us());
+        });
+        if (src.ok()) psi_triggers_.emplace_back(std::move(fd).value(), std::move(src).value());
+      } else {
+        log_info("PSI trigger not armed; polling avg10 only",
+                 {{"RESOURCE", res}, {"ERROR", fd.error().str()}});
+      }
+    }
+    add_probe(std::move(p));
+  }
   for (const auto& d : cfg_.disks)
-    probes_.push_back(make_disk_probe(host, d.path, d.min_free_pct, d.min_inodes_pct));
-  for (const auto& l : cfg_.links) probes_.push_back(make_link_probe(host, l));
-  for (const auto& e : cfg_.execs)
-    probes_.push_back(make_exec_probe(e.name, e.command, e.timeout_us));
+    add_probe(make_disk_probe(host, d.path, d.min_free_pct, d.min_inodes_pct));
+  for (const auto& l : cfg_.links) {
+    auto p = std::make_unique<LinkProbe>(host, l);
+    link_probes_.push_back(p.get());
+    add_probe(std::move(p));
+  }
+  if (!link_probes_.empty()) {
+    auto w = LinkWatch::start(*loop_, [this](const LinkEvent& e) { on_link(e); });
+    if (w.ok())
+      link_watch_ = std::move(w).value();
+    else
+      log_warn("no link events; carrier is polled every interval", {{"ERROR", w.error().str()}});
+  }
+  for (const auto& e : cfg_.execs) add_probe(make_exec_probe(e.name, e.command, e.timeout_us));
+  if (!cfg_.agent_socket.empty())
+    add_probe(
+        make_socket_probe("weft-agent", cfg_.agent_socket, "agent.info", cfg_.liveness_timeout_ms));
+  if (!cfg_.sidekick_socket.empty())
+    add_probe(make_socket_probe("weft-sidekick", cfg_.sidekick_socket, "profile.active",
+                                cfg_.liveness_timeout_ms));
+  {
+    auto oom = std::make_unique<OomProbe>(host, cfg_.kernel);
+    oom_probe_ = oom.get();
+    oom->attach(*loop_, [this] { sample(*oom_probe_, now_us()); });
+    add_probe(std::move(oom));
+    for (auto kind : {RateProbe::Kind::kTcpRetransmits, RateProbe::Kind::kNetDrops}) {
+      auto p = std::make_unique<RateProbe>(kind, host, cfg_.kernel);
+      p->attach();
+      add_probe(std::move(p));
+    }
+  }
   if (cfg_.kmsg) {
     auto k = std::make_unique<KmsgProbe>();
     kmsg_probe_ = k.get();
-    probes_.push_back(std::move(k));
+    add_probe(std::move(k));
   }
   // Hysteresis state survives a restart.
   {
@@ -97,6 +142,7 @@ Status Manager::start() {
 void Manager::read_kmsg() {
   char buf[8192];
   uint64_t now = now_us();
+  bool fresh = false;
   for (;;) {
     ssize_t n = ::read(kmsg_fd_.get(), buf, sizeof buf - 1);
     if (n < 0) {
@@ -110,8 +156,13 @@ void Manager::read_kmsg() {
     // backlog read at start does not look like a burst happening now.
     uint64_t mono = now_monotonic_us();
     uint64_t age = mono > rec->ts_us ? mono - rec->ts_us : 0;
-    kmsg_probe_->observe(*rec, now > age ? now - age : 0);
+    uint64_t at = now > age ? now - age : 0;
+    KernelEvent e = kmsg_probe_->observe(*rec, at);
+    if (oom_probe_) oom_probe_->observe_kmsg(e, at);
+    if (e != KernelEvent::kNone && age < 60'000'000) fresh = true;
   }
+  // A new kernel event may change the kernel-log verdict now, not at the next cycle.
+  if (fresh && published_) sample(*kmsg_probe_, now);
   if (auto st = db_->prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('kmsg_seq', ?1)");
       st.ok()) {
     st->bind(1, std::to_string(last_kmsg_seq_));
@@ -140,17 +191,56 @@ void Manager::record_transition(const std::string& probe, Health from, Health to
   (void)st->run();
 }
 
+void Manager::sample(Probe& p, uint64_t now) {
+  // Events can come in storms (an OOM storm, a flapping link): at most 10 samples a
+  // second per probe; the periodic cycle still sees everything.
+  if (auto it = last_event_sample_us_.find(p.name());
+      it != last_event_sample_us_.end() && now >= it->second && now - it->second < 100'000)
+    return;
+  last_event_sample_us_[p.name()] = now;
+  Sample s = p.run(now);
+  ProbeState& st = states_.at(p.name());
+  Health before = st.state();
+  if (st.sample(s.health, now, s.detail)) record_transition(p.name(), before, st.state(), s.detail);
+  last_[p.name()] = s;
+  (void)persist(p.name(), st);
+  // A failed sample short of fail_after is a suspicion: confirm it soon rather than at
+  // the next interval.
+  std::string name = p.name();
+  if (s.health == Health::kFailed && st.state() != Health::kFailed) {
+    if (!confirm_.count(name) || !confirm_[name].active()) {
+      Probe* probe = &p;
+      auto t = loop_->add_timer_in(cfg_.confirm_interval_us, [this, probe, name] {
+        confirm_.erase(name);
+        sample(*probe, now_us());
+      });
+      if (t.ok()) confirm_[name] = std::move(t).value();
+    }
+  }
+}
+
+void Manager::on_link(const LinkEvent& e) {
+  uint64_t now = now_us();
+  for (LinkProbe* p : link_probes_) {
+    if (!e.overflow && e.ifname != p->ifname()) continue;
+    if (!e.overflow) p->event(e.carrier && e.admin_up && !e.removed, now);
+    last_event_sample_us_.erase(p->name());  // a carrier change is always sampled
+    sample(*p, now);
+  }
+}
+
+Probe* Manager::find(const std::string& name) {
+  for (auto& p : probes_)
+    if (p->name() == name) return p.get();
+  return nullptr;
+}
+
 void Manager::cycle() {
   uint64_t now = now_us();
   (void)db_->begin();
   for (auto& p : probes_) {
-    Sample s = p->run(now);
-    ProbeState& st = states_.at(p->name());
-    Health before = st.state();
-    if (st.sample(s.health, now, s.detail))
-      record_transition(p->name(), before, st.state(), s.detail);
-    last_[p->name()] = s;
-    (void)persist(p->name(), st);
+    last_event_sample_us_.erase(p->name());
+    sample(*p, now);
   }
   (void)db_->commit();
   published_ = true;  // one full cycle has run since start

@@ -1,6 +1,9 @@
-// weft-hcs's manager: runs every probe each interval on the event loop, feeds kernel log
-// records from /dev/kmsg as they arrive, keeps each probe's hysteresis state (persisted
-// in sqlite so it survives a restart), records transitions, and answers the local API.
+// weft-hcs's manager: runs every probe each interval on the event loop, and single probes
+// as soon as an event says their answer may have changed (a kernel log record, a link
+// event from rtnetlink, a PSI trigger, an OOM kill from BPF). A sample worse than the
+// probe's state is confirmed by re-sampling every confirm_interval, so entering FAILED
+// takes fail_after samples in seconds. Keeps each probe's hysteresis state (persisted in
+// sqlite so it survives a restart), records transitions, and answers the local API.
 // Nothing is published as a verdict until one full probe cycle has run after start.
 #pragma once
 
@@ -11,9 +14,11 @@
 
 #include "common/event.h"
 #include "common/fs.h"
+#include "common/link_watch.h"
 #include "common/rpc.h"
 #include "common/store.h"
 #include "hcs/hcs_conf.h"
+#include "hcs/kernel_probes.h"
 #include "hcs/probes.h"
 
 namespace weft::hcs {
@@ -29,7 +34,12 @@ class Manager {
   Manager(HcsConfig cfg, std::unique_ptr<EventLoop> loop)
       : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
   void cycle();
+  // Samples one probe now (an event, a confirmation) and feeds its hysteresis.
+  void sample(Probe& p, uint64_t now_us);
   void read_kmsg();
+  void on_link(const LinkEvent& e);
+  void add_probe(std::unique_ptr<Probe> p) { probes_.push_back(std::move(p)); }
+  Probe* find(const std::string& name);
   Status persist(const std::string& probe, const ProbeState& st);
   void record_transition(const std::string& probe, Health from, Health to,
                          const std::string& detail);
@@ -41,6 +51,12 @@ class Manager {
   std::unique_ptr<Db> db_;
   std::vector<std::unique_ptr<Probe>> probes_;
   KmsgProbe* kmsg_probe_ = nullptr;
+  OomProbe* oom_probe_ = nullptr;
+  std::vector<LinkProbe*> link_probes_;
+  std::unique_ptr<LinkWatch> link_watch_;
+  std::vector<std::pair<Fd, Source>> psi_triggers_;
+  std::map<std::string, Source> confirm_;                 // pending confirmation re-samples
+  std::map<std::string, uint64_t> last_event_sample_us_;  // rate limit for event samples
   std::map<std::string, ProbeState> states_;
   std::map<std::string, Sample> last_;
   bool published_ = false;

@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "common/fs.h"
+#include "common/log.h"
+#include "common/rpc.h"
 
 namespace weft::hcs {
 
@@ -22,50 +24,6 @@ std::string pct(double v) {
   std::snprintf(b, sizeof b, "%.1f%%", v);
   return b;
 }
-
-class PsiProbe : public Probe {
- public:
-  PsiProbe(HostPaths host, std::string res, double deg, double fail)
-      : host_(std::move(host)), res_(std::move(res)), deg_(deg), fail_(fail) {}
-  std::string name() const override { return "psi-" + res_; }
-  Sample run(uint64_t) override {
-    Sample s;
-    auto text = read_file(host_.proc("pressure/" + res_));
-    if (!text.ok()) {
-      s.detail = "no PSI: " + text.error().str();
-      return s;  // UNKNOWN, never OK
-    }
-    double some = -1, full = -1;
-    for (const auto& line : split(*text, '\n')) {
-      auto at = line.find("avg10=");
-      if (at == std::string::npos) continue;
-      double v = std::strtod(line.c_str() + at + 6, nullptr);
-      if (line.rfind("some", 0) == 0) some = v;
-      if (line.rfind("full", 0) == 0) full = v;
-    }
-    if (some < 0) {
-      s.detail = "unreadable PSI";
-      return s;
-    }
-    s.metrics = {{"some_avg10", some}, {"full_avg10", full}};
-    double severe = res_ == "cpu" || full < 0 ? some : full;
-    if (severe >= fail_) {
-      s.health = Health::kFailed;
-      s.detail = res_ + " pressure " + pct(severe) + " over 10 s";
-    } else if (some >= deg_) {
-      s.health = Health::kDegraded;
-      s.detail = res_ + " pressure " + pct(some) + " over 10 s";
-    } else {
-      s.health = Health::kOk;
-    }
-    return s;
-  }
-
- private:
-  HostPaths host_;
-  std::string res_;
-  double deg_, fail_;
-};
 
 class DiskProbe : public Probe {
  public:
@@ -125,51 +83,6 @@ class DiskProbe : public Probe {
   std::string mp_;
   double free_, inodes_;
   StatFs statfs_;
-};
-
-class LinkProbe : public Probe {
- public:
-  LinkProbe(HostPaths host, std::string ifname, int flap_limit, uint64_t window)
-      : host_(std::move(host)), if_(std::move(ifname)), flap_limit_(flap_limit), window_(window) {}
-  std::string name() const override { return "link:" + if_; }
-  Sample run(uint64_t now_us) override {
-    Sample s;
-    auto carrier = read_file(host_.sys("class/net/" + if_ + "/carrier"));
-    if (!carrier.ok()) {
-      // Reading carrier of a link that is administratively down fails with EINVAL.
-      bool exists = path_exists(host_.sys("class/net/" + if_));
-      s.health = exists ? Health::kFailed : Health::kUnknown;
-      s.detail = exists ? if_ + " is down" : if_ + " does not exist";
-      if (exists) note(false, now_us);
-      return s;
-    }
-    bool up = trim(*carrier) == "1";
-    note(up, now_us);
-    s.metrics = {{"carrier", up}, {"changes_in_window", changes_.size()}};
-    if (!up) {
-      s.health = Health::kFailed;
-      s.detail = if_ + " has no carrier";
-    } else if (static_cast<int>(changes_.size()) > flap_limit_) {
-      s.health = Health::kDegraded;
-      s.detail = if_ + " carrier changed " + std::to_string(changes_.size()) + " times recently";
-    } else {
-      s.health = Health::kOk;
-    }
-    return s;
-  }
-
- private:
-  void note(bool up, uint64_t now_us) {
-    if (last_ && *last_ != up) changes_.push_back(now_us);
-    last_ = up;
-    while (!changes_.empty() && now_us - changes_.front() > window_) changes_.pop_front();
-  }
-  HostPaths host_;
-  std::string if_;
-  int flap_limit_;
-  uint64_t window_;
-  std::optional<bool> last_;
-  std::deque<uint64_t> changes_;
 };
 
 class ExecProbe : public Probe {
@@ -241,7 +154,194 @@ class ExecProbe : public Probe {
   uint64_t timeout_;
 };
 
+class SocketProbe : public Probe {
+ public:
+  SocketProbe(std::string name, std::string socket, std::string method, int timeout_ms)
+      : name_(std::move(name)),
+        socket_(std::move(socket)),
+        method_(std::move(method)),
+        timeout_ms_(timeout_ms) {}
+  std::string name() const override { return "daemon:" + name_; }
+  Sample run(uint64_t) override {
+    Sample s;
+    uint64_t t0 = now_monotonic_us();
+    auto c = rpc::Client::connect(socket_);
+    if (!c.ok()) {
+      s.health = Health::kFailed;
+      s.detail = name_ + " is not answering on " + socket_ + ": " + c.error().str();
+      return s;
+    }
+    auto r = (*c)->call(method_, json::object(), timeout_ms_);
+    double ms = static_cast<double>(now_monotonic_us() - t0) / 1000.0;
+    s.metrics = {{"latency_ms", ms}, {"socket", socket_}};
+    if (!r.ok()) {
+      s.health = Health::kFailed;
+      s.detail = name_ + " " + method_ + " failed: " + r.error().str();
+    } else if (ms > timeout_ms_ / 2.0) {
+      s.health = Health::kDegraded;
+      s.detail =
+          name_ + " answered " + method_ + " in " + std::to_string(static_cast<int>(ms)) + " ms";
+    } else {
+      s.health = Health::kOk;
+    }
+    return s;
+  }
+
+ private:
+  std::string name_, socket_, method_;
+  int timeout_ms_;
+};
+
 }  // namespace
+
+Sample PsiProbe::run(uint64_t now_us) {
+  Sample s;
+  auto text = read_file(host_.proc("pressure/" + res_));
+  if (!text.ok()) {
+    s.detail = "no PSI: " + text.error().str();
+    return s;  // UNKNOWN, never OK
+  }
+  double some = -1, full = -1;
+  if (auto at = text->find("total="); at != std::string::npos && text->rfind("some", 0) == 0)
+    remember_total(std::strtoull(text->c_str() + at + 6, nullptr, 10));
+  for (const auto& line : split(*text, '\n')) {
+    auto at = line.find("avg10=");
+    if (at == std::string::npos) continue;
+    double v = std::strtod(line.c_str() + at + 6, nullptr);
+    if (line.rfind("some", 0) == 0) some = v;
+    if (line.rfind("full", 0) == 0) full = v;
+  }
+  if (some < 0) {
+    s.detail = "unreadable PSI";
+    return s;
+  }
+  bool recent_trigger = last_trigger_us_ && now_us >= last_trigger_us_ &&
+                        now_us - last_trigger_us_ <= 2 * kTriggerWindowUs;
+  s.metrics = {{"some_avg10", some},
+               {"full_avg10", full},
+               {"triggers", triggers_},
+               {"spurious_triggers", spurious_}};
+  double severe = res_ == "cpu" || full < 0 ? some : full;
+  if (severe >= fail_) {
+    s.health = Health::kFailed;
+    s.detail = res_ + " pressure " + pct(severe) + " over 10 s";
+  } else if (some >= deg_) {
+    s.health = Health::kDegraded;
+    s.detail = res_ + " pressure " + pct(some) + " over 10 s";
+  } else if (recent_trigger) {
+    s.health = Health::kDegraded;
+    s.detail = res_ + " stalled over " + pct(deg_) + " of a 2 s window (PSI trigger)";
+  } else {
+    s.health = Health::kOk;
+  }
+  return s;
+}
+
+uint64_t PsiProbe::stall_threshold_us() const {
+  return std::max<uint64_t>(
+      static_cast<uint64_t>(deg_ / 100.0 * static_cast<double>(kTriggerWindowUs)), 1000);
+}
+
+std::optional<uint64_t> PsiProbe::read_some_total() {
+  auto text = read_file(host_.proc("pressure/" + res_));
+  if (!text.ok() || text->rfind("some", 0) != 0) return std::nullopt;
+  auto at = text->find("total=");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtoull(text->c_str() + at + 6, nullptr, 10);
+}
+
+void PsiProbe::remember_total(uint64_t total) {
+  uint64_t mono = now_monotonic_us();
+  totals_.emplace_back(mono, total);
+  while (totals_.size() > 1 && mono - totals_[1].first >= 2 * kTriggerWindowUs)
+    totals_.pop_front();  // keep one reading at least two windows old
+}
+
+bool PsiProbe::triggered(uint64_t now_us) {
+  auto total = read_some_total();
+  uint64_t mono = now_monotonic_us();
+  // A real trigger means at least the threshold of stall within the last window (which
+  // starts no earlier than the arming). Stall time cannot outrun wall time, so since an
+  // earlier reading the total must have grown by the threshold less the part of the
+  // window before that reading. The reference is the newest reading at least a window
+  // old, or else the oldest.
+  bool real = true;
+  if (total && !totals_.empty()) {
+    auto ref = totals_.front();
+    for (const auto& r : totals_)
+      if (mono - r.first >= kTriggerWindowUs) ref = r;
+    uint64_t elapsed = mono - ref.first;
+    // The kernel's window starts a window ago, or at arming (no stall before counts).
+    uint64_t start = std::max(mono > kTriggerWindowUs ? mono - kTriggerWindowUs : 0, armed_at_);
+    uint64_t uncovered = ref.first > start ? ref.first - start : 0;
+    uint64_t need = stall_threshold_us() > uncovered ? stall_threshold_us() - uncovered : 0;
+    real = *total - std::min(*total, ref.second) >= need;
+    log_debug("PSI trigger", {{"RESOURCE", res_},
+                              {"GROWTH_US", std::to_string(*total - std::min(*total, ref.second))},
+                              {"NEED_US", std::to_string(need)},
+                              {"ELAPSED_US", std::to_string(elapsed)}});
+  }
+  if (total) remember_total(*total);
+  if (!real) {
+    ++spurious_;
+    return false;
+  }
+  last_trigger_us_ = now_us;
+  ++triggers_;
+  return true;
+}
+
+Result<Fd> PsiProbe::arm_trigger() {
+  std::string path = host_.proc("pressure/" + res_);
+  Fd fd(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return sys_error("open " + path);
+  std::string trig =
+      "some " + std::to_string(stall_threshold_us()) + " " + std::to_string(kTriggerWindowUs);
+  // The kernel takes the trigger string with its terminating NUL.
+  if (::write(fd.get(), trig.c_str(), trig.size() + 1) < 0)
+    return sys_error("write a PSI trigger to " + path);
+  if (auto t = read_some_total()) remember_total(*t);
+  armed_at_ = now_monotonic_us();
+  return fd;
+}
+
+Sample LinkProbe::run(uint64_t now_us) {
+  Sample s;
+  auto carrier = read_file(host_.sys("class/net/" + if_ + "/carrier"));
+  if (!carrier.ok()) {
+    // Reading carrier of a link that is administratively down fails with EINVAL.
+    bool exists = path_exists(host_.sys("class/net/" + if_));
+    s.health = exists ? Health::kFailed : Health::kUnknown;
+    s.detail = exists ? if_ + " is down" : if_ + " does not exist";
+    if (exists) note(false, now_us);
+    return s;
+  }
+  bool up = trim(*carrier) == "1";
+  note(up, now_us);
+  s.metrics = {{"carrier", up}, {"changes_in_window", changes_.size()}};
+  if (!up) {
+    s.health = Health::kFailed;
+    s.detail = if_ + " has no carrier";
+  } else if (static_cast<int>(changes_.size()) > flap_limit_) {
+    s.health = Health::kDegraded;
+    s.detail = if_ + " carrier changed " + std::to_string(changes_.size()) + " times recently";
+  } else {
+    s.health = Health::kOk;
+  }
+  return s;
+}
+
+void LinkProbe::note(bool up, uint64_t now_us) {
+  if (last_ && *last_ != up) changes_.push_back(now_us);
+  last_ = up;
+  while (!changes_.empty() && now_us - changes_.front() > window_) changes_.pop_front();
+}
+
+std::unique_ptr<Probe> make_socket_probe(std::string name, std::string socket, std::string method,
+                                         int timeout_ms) {
+  return std::make_unique<SocketProbe>(std::move(name), std::move(socket), std::move(method),
+                                       timeout_ms);
+}
 
 std::unique_ptr<Probe> make_psi_probe(HostPaths host, std::string resource, double degraded_pct,
                                       double failed_pct) {
@@ -264,11 +364,13 @@ std::unique_ptr<Probe> make_exec_probe(std::string name, std::vector<std::string
   return std::make_unique<ExecProbe>(std::move(name), std::move(argv), timeout_us);
 }
 
-void KmsgProbe::observe(const KmsgRecord& r, uint64_t now_us) {
+KernelEvent KmsgProbe::observe(const KmsgRecord& r, uint64_t now_us) {
   KernelEvent e = classifier_.classify(r);
-  if (e == KernelEvent::kNone) return;
+  if (e == KernelEvent::kNone) return e;
   if (event_latches(e)) latched_ = r.message;
   events_.emplace_back(now_us, e);
+  while (events_.size() > 100'000) events_.pop_front();  // bounded under a log flood
+  return e;
 }
 
 std::map<std::string, int> KmsgProbe::counts(uint64_t now_us) {

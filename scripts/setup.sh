@@ -13,6 +13,7 @@ PACKAGES=(
   dpkg-dev rpm lintian rpmlint file man-db
   qemu-system-x86 mmdebstrap e2fsprogs
   clang-format
+  clang bpftool libbpf-dev
 )
 
 SUDO=""

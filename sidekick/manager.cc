@@ -1,8 +1,5 @@
 #include "sidekick/manager.h"
 
-#include <linux/rtnetlink.h>
-#include <netlink/netlink.h>
-#include <netlink/socket.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -126,24 +123,12 @@ void Manager::periodic_verify() {
 }
 
 Status Manager::watch_links() {
-  link_sock_ = std::unique_ptr<::nl_sock, void (*)(::nl_sock*)>(nl_socket_alloc(), nl_socket_free);
-  if (!link_sock_) return make_error("nl_socket_alloc");
-  nl_socket_disable_seq_check(link_sock_.get());
-  int err = nl_connect(link_sock_.get(), NETLINK_ROUTE);
-  if (err < 0) return make_error(std::string("connect rtnetlink: ") + nl_geterror(err));
-  err = nl_socket_add_membership(link_sock_.get(), RTNLGRP_LINK);
-  if (err < 0) return make_error(std::string("subscribe to link events: ") + nl_geterror(err));
-  nl_socket_set_nonblocking(link_sock_.get());
-  TRY_ASSIGN(link_watch_, loop_->add_io(nl_socket_get_fd(link_sock_.get()), EPOLLIN,
-                                        [this](uint32_t) { on_link_event(); }));
+  // What changed does not matter, only that links changed.
+  TRY_ASSIGN(link_watch_, LinkWatch::start(*loop_, [this](const LinkEvent&) { on_link_event(); }));
   return {};
 }
 
 void Manager::on_link_event() {
-  // Drain; the content does not matter, only that links changed.
-  char buf[65536];
-  while (::recv(nl_socket_get_fd(link_sock_.get()), buf, sizeof buf, MSG_DONTWAIT) > 0) {
-  }
   // A burst of events (a link coming up sends several) gets one check, 200 ms later.
   if (link_debounce_.active()) return;
   auto t = loop_->add_timer_in(200'000, [this] {

@@ -12,11 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/event.h"
+#include "common/link_watch.h"
 #include "common/rpc.h"
 #include "sidekick/engine.h"
 #include "sidekick/sidekick_conf.h"
-
-struct nl_sock;
 
 namespace weft::sidekick {
 
@@ -54,9 +53,8 @@ class Manager {
   std::unique_ptr<rpc::Server> server_;
   Source verify_timer_;
   Source converge_timer_;
-  Source link_watch_;
+  std::unique_ptr<LinkWatch> link_watch_;
   Source link_debounce_;
-  std::unique_ptr<::nl_sock, void (*)(::nl_sock*)> link_sock_{nullptr, nullptr};
   nlohmann::json convergence_ = nlohmann::json::array();
   int weft_gid_ = -1;
   nlohmann::json last_verify_;
