@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -346,6 +347,8 @@ int main(int argc, char** argv) {
   auto* health =
       app.add_subcommand("health", "machine health (weft-hcs): verdict and failing probes");
   auto* h_probes = health->add_subcommand("probes", "every probe with its state and figures");
+  std::vector<std::string> h_names;
+  h_probes->add_option("names", h_names, "only these probes (e.g. oom link:eth0)");
   int h_limit = 50;
   auto* h_history = health->add_subcommand("history", "probe state changes");
   h_history->add_option("-n,--limit", h_limit, "how many");
@@ -385,14 +388,30 @@ int main(int argc, char** argv) {
     auto hc = connect_or_die(g.hcs, "weft-hcs", "--hcs");
     if (h_probes->parsed()) {
       json r = call_or_die(*hc, "health.probes", json::object());
+      if (!h_names.empty()) {
+        json keep = json::array();
+        for (const auto& p : r["probes"])
+          if (std::find(h_names.begin(), h_names.end(), str_or(p, "probe")) != h_names.end())
+            keep.push_back(p);
+        if (keep.size() != h_names.size()) {
+          std::cerr << "weftctl: no such probe; `weftctl health probes` lists them\n";
+          return 1;
+        }
+        r["probes"] = keep;
+      }
       if (g.json_out)
         std::cout << r.dump(2) << "\n";
       else {
-        std::vector<std::vector<std::string>> rows = {{"PROBE", "STATE", "SINCE", "DETAIL"}};
-        for (const auto& p : r["probes"])
+        std::vector<std::vector<std::string>> rows = {
+            {"PROBE", "STATE", "SINCE", "SOURCE", "DETAIL"}};
+        for (const auto& p : r["probes"]) {
+          std::string source = "-";
+          if (p.contains("metrics") && p["metrics"].is_object())
+            source = str_or(p["metrics"], "source", "-");
           rows.push_back({str_or(p, "probe"),
                           str_or(p, "state") + (p.value("pinned", false) ? " (flapping)" : ""),
-                          str_or(p, "since"), str_or(p, "detail")});
+                          str_or(p, "since"), source, str_or(p, "detail")});
+        }
         print_table(rows);
       }
       return 0;

@@ -220,7 +220,8 @@ Sample PsiProbe::run(uint64_t now_us) {
   s.metrics = {{"some_avg10", some},
                {"full_avg10", full},
                {"triggers", triggers_},
-               {"spurious_triggers", spurious_}};
+               {"spurious_triggers", spurious_},
+               {"trigger_armed", armed_at_ != 0}};
   double severe = res_ == "cpu" || full < 0 ? some : full;
   if (severe >= fail_) {
     s.health = Health::kFailed;

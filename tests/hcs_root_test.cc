@@ -1,14 +1,14 @@
 // weft-hcs as a process: verdicts with hysteresis through the API, state across a
 // restart, and the kernel log read from the real /dev/kmsg.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -36,7 +36,8 @@ class Hcs : public ::testing::Test {
   // `setup` (a shell command, e.g. creating veths) ran there. Liveness of the other
   // daemons is off unless the test configures it.
   void start(const std::string& extra, bool new_netns = false, const std::string& setup = "") {
-    bool own_interval = extra.rfind("interval", 0) == 0 || extra.find("\ninterval") != std::string::npos;
+    bool own_interval =
+        extra.rfind("interval", 0) == 0 || extra.find("\ninterval") != std::string::npos;
     std::string conf = "socket = \"" + dir_ + "/hcs.sock\"\nstate_dir = \"" + dir_ + "/state\"\n" +
                        (own_interval ? "" : "interval = \"200ms\"\n") + extra +
                        "\n[liveness]\nagent_socket = \"\"\nsidekick_socket = \"\"\n";
@@ -160,7 +161,8 @@ TEST_F(Hcs, KernelLogFromDevKmsg) {
 
 // Runs a command in the network namespace of `pid`; returns its exit status.
 int in_netns(pid_t pid, const std::string& cmd) {
-  return std::system(("nsenter -t " + std::to_string(pid) + " -n " + cmd + " >/dev/null 2>&1").c_str());
+  return std::system(
+      ("nsenter -t " + std::to_string(pid) + " -n " + cmd + " >/dev/null 2>&1").c_str());
 }
 
 // A veth whose peer goes down inside a private network namespace: the link probe sees the
@@ -266,7 +268,8 @@ TEST(HcsBpf, ProbesLoadAndCountRealEvents) {
   pid_t victim = oom_victim(cg->dir);
   int st = 0;
   ASSERT_EQ(waitpid(victim, &st, 0), victim);
-  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the victim was not OOM-killed: " << st;
+  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
+      << "the victim was not OOM-killed: " << st;
   hcs::Sample s = oom.run(now_realtime_us());
   EXPECT_EQ(s.metrics["source"], "bpf");
   EXPECT_GE(s.metrics["memcg_kills_window"].get<int>(), 1) << s.metrics.dump();
@@ -284,7 +287,8 @@ TEST(HcsBpf, ProbesLoadAndCountRealEvents) {
   if (net == 0) {
     if (unshare(CLONE_NEWNET) != 0) _exit(2);
     if (std::system("ip link set lo up && ip link add v0 type veth peer name v1 && "
-                    "ip addr add 10.99.0.1/24 dev v0 && ip link set v0 up && ip link set v1 up") != 0)
+                    "ip addr add 10.99.0.1/24 dev v0 && ip link set v0 up && ip link set v1 up") !=
+        0)
       _exit(3);
     int u = socket(AF_INET, SOCK_DGRAM, 0);
     sockaddr_in to{};

@@ -9,7 +9,7 @@ pass() { echo "WEFT-CHECK $1 PASS"; }
 fail() {
   name=$1; shift
   echo "WEFT-CHECK $name FAIL $*"
-  journalctl -u weft-agent.service -u weft-tasks.service --no-pager -n 15 2>/dev/null | sed 's/^/WEFT-LOG /'
+  journalctl -u weft-agent.service -u weft-tasks.service -u weft-hcs.service --no-pager -n 15 2>/dev/null | sed 's/^/WEFT-LOG /'
 }
 # json_field JSON KEY: the scalar after "KEY": in weftctl's pretty JSON (first match).
 json_field() { printf '%s\n' "$1" | sed -n "s/^ *\"$2\": \\{0,1\\}\\(.*\\),\\{0,1\\}$/\\1/p" | head -1 | sed 's/,$//; s/^"//; s/"$//'; }
@@ -36,7 +36,7 @@ else
   fail units-active "agent=$(systemctl is-active weft-agent) tasks=$(systemctl is-active weft-tasks) sidekick=$(systemctl is-active weft-sidekick)"
 fi
 if systemd-analyze verify /lib/systemd/system/weft-agent.service /lib/systemd/system/weft-tasks.service \
-     /lib/systemd/system/weft-sidekick.service 2>/tmp/verify.err && [ ! -s /tmp/verify.err ]; then
+     /lib/systemd/system/weft-sidekick.service /lib/systemd/system/weft-hcs.service 2>/tmp/verify.err && [ ! -s /tmp/verify.err ]; then
   pass units-verify
 else
   fail units-verify "$(tr '\n' ' ' < /tmp/verify.err)"
@@ -185,6 +185,51 @@ fi
 
 weftctl task stop keep >/dev/null 2>&1
 wait_for 30 terminal keep
+
+# ---- health checking (weft-hcs)
+hp() { weftctl --json health probes "$@" 2>/dev/null; }
+published() { weftctl --json health 2>/dev/null | grep -q '"published": true'; }
+if wait_for 60 active weft-hcs.service && wait_for 60 published; then
+  pass hcs-active
+else
+  fail hcs-active "hcs=$(systemctl is-active weft-hcs) $(weftctl --json health 2>&1 | tr '\n' ' ')"
+fi
+# PSI triggers are armed inside the unit's sandbox (it writes to /proc/pressure).
+if [ "$(json_field "$(hp psi-memory)" trigger_armed)" = true ]; then pass hcs-psi-trigger; else fail hcs-psi-trigger "$(hp psi-memory | tr '\n' ' ')"; fi
+# The BPF probes load under the unit's capabilities on Debian 12's kernel. Its
+# oom:mark_victim passes only a pid, so the OOM probe uses /proc/vmstat + the kernel log.
+src_tcp=$(json_field "$(hp tcp-retransmits)" source)
+src_drops=$(json_field "$(hp net-drops)" source)
+src_oom=$(json_field "$(hp oom)" source)
+if [ "$src_tcp" = bpf ] && [ "$src_drops" = bpf ] && { [ "$src_oom" = bpf ] || [ "$src_oom" = procfs ]; }; then
+  pass hcs-bpf-loaded
+else
+  fail hcs-bpf-loaded "tcp=$src_tcp drops=$src_drops oom=$src_oom $(journalctl -u weft-hcs --no-pager -n 20 | tr '\n' ' ')"
+fi
+if wait_for 30 sh -c '[ "$(weftctl --json health probes daemon:weft-agent daemon:weft-sidekick | grep -c "\"state\": \"ok\"")" = 2 ]'; then
+  pass hcs-liveness-ok
+else
+  fail hcs-liveness-ok "$(hp daemon:weft-agent daemon:weft-sidekick | tr '\n' ' ')"
+fi
+# A real memory-cgroup OOM kill: counted as the task's business, the probe stays ok.
+systemd-run --quiet --wait -p MemoryMax=32M -p MemorySwapMax=0 tail /dev/zero >/dev/null 2>&1
+memcg_oom() { [ "$(json_field "$(hp oom)" memcg_kills_window)" -ge 1 ] 2>/dev/null; }
+if wait_for 30 memcg_oom && [ "$(json_field "$(hp oom)" state)" = ok ]; then
+  pass hcs-oom-memcg
+else
+  fail hcs-oom-memcg "$(hp oom | tr '\n' ' ')"
+fi
+# A real machine-wide OOM (the 2 GiB guest runs out; the hog volunteers as the victim):
+# counted as global and the probe degrades.
+sh -c 'echo 1000 > /proc/self/oom_score_adj; exec tail /dev/zero' >/dev/null 2>&1
+global_oom() { [ "$(json_field "$(hp oom)" global_kills_window)" -ge 1 ] 2>/dev/null && [ "$(json_field "$(hp oom)" state)" = degraded ]; }
+if wait_for 30 global_oom; then pass hcs-oom-global; else fail hcs-oom-global "$(hp oom | tr '\n' ' ')"; fi
+# weft-agent stops answering: its liveness probe fails within seconds (fast confirmation).
+systemctl stop weft-agent.service
+agent_failed() { [ "$(json_field "$(hp daemon:weft-agent)" state)" = failed ]; }
+if wait_for 20 agent_failed; then pass hcs-liveness-failed; else fail hcs-liveness-failed "$(hp daemon:weft-agent | tr '\n' ' ')"; fi
+systemctl start weft-agent.service
+wait_for 30 active weft-agent.service
 
 # ---- removal
 dpkg -r weft >/tmp/dpkg-r.log 2>&1

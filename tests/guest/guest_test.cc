@@ -95,6 +95,13 @@ const char* const kChecks[] = {
     "restart-keeps-tasks",
     "kill-agent-collects-exit",
     "watchdog-restart",
+    "hcs-active",
+    "hcs-psi-trigger",
+    "hcs-bpf-loaded",
+    "hcs-liveness-ok",
+    "hcs-oom-memcg",
+    "hcs-oom-global",
+    "hcs-liveness-failed",
     "remove-keeps-state",
     "purge-removes-everything",
 };
