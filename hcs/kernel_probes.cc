@@ -273,6 +273,9 @@ Sample OomProbe::run(uint64_t now_us) {
     kills_.pop_front();
   auto [memcg_win, global_win] = counts(now_us, cfg_.oom_window_us);
   auto [memcg_min, global_min] = counts(now_us, 60'000'000);
+  // A storm is judged on the last 10 s as well, scaled to a minute, so it shows within
+  // seconds of starting rather than once a full minute of kills has piled up.
+  int memcg_10s = counts(now_us, 10'000'000).first;
   json victims = json::array();
   for (const auto& k : recent_)
     victims.push_back({{"pid", k.pid},
@@ -284,6 +287,7 @@ Sample OomProbe::run(uint64_t now_us) {
                {"memcg_kills_window", memcg_win},
                {"global_kills_window", global_win},
                {"memcg_kills_last_min", memcg_min},
+               {"memcg_kills_last_10s", memcg_10s},
                {"global_kills_last_min", global_min},
                {"total_since_start", total_},
                {"recent_victims", victims}};
@@ -294,10 +298,11 @@ Sample OomProbe::run(uint64_t now_us) {
   } else if (global_win > 0) {
     s.health = Health::kDegraded;
     s.detail = std::to_string(global_win) + " machine-wide OOM kill(s) in the window";
-  } else if (memcg_min >= cfg_.memcg_oom_storm_per_min) {
+  } else if (memcg_min >= cfg_.memcg_oom_storm_per_min ||
+             memcg_10s * 6 >= cfg_.memcg_oom_storm_per_min) {
     s.health = Health::kDegraded;
-    s.detail =
-        "OOM storm: " + std::to_string(memcg_min) + " memory-cgroup kills in the last minute";
+    s.detail = "OOM storm: " + std::to_string(std::max(memcg_min, memcg_10s * 6)) +
+               " memory-cgroup kills a minute";
   } else {
     s.health = Health::kOk;  // memcg kills below a storm are the task's business
   }

@@ -25,7 +25,7 @@ struct KernelProbeConfig {
   bool bpf = true;                       // false: always the procfs fallback
   uint64_t oom_window_us = 600'000'000;  // machine-wide OOM kills are judged over this
   int oom_global_failed = 5;             // this many machine-wide kills in the window: FAILED
-  int memcg_oom_storm_per_min = 1000;    // memcg kills in the last minute: DEGRADED ("storm")
+  int memcg_oom_storm_per_min = 1000;    // memcg kills a minute (last 60 s or 10 s x 6): DEGRADED
   double tcp_retrans_degraded_per_s = 1000;
   double drops_degraded_per_s = 20000;
 };

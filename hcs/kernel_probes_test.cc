@@ -104,7 +104,7 @@ TEST_F(KernelFake, DropsFromSnmpAndNetstat) {
 TEST_F(KernelFake, OomFallbackClassifiesFromTheKernelLog) {
   put("proc/vmstat", "oom_kill 3\n");
   KernelProbeConfig cfg = procfs();
-  cfg.memcg_oom_storm_per_min = 5;
+  cfg.memcg_oom_storm_per_min = 100;
   cfg.oom_global_failed = 3;
   OomProbe p(host(), cfg);
   auto loop = EventLoop::create();
@@ -142,21 +142,33 @@ TEST_F(KernelFake, OomStormFromRecordedKills) {
   put("proc/vmstat", "oom_kill 0\n");
   OomProbe p(host(), cfg);
   uint64_t t = now_realtime_us();
-  for (int i = 0; i < 99; ++i) p.record(OomKill{t, static_cast<uint32_t>(i), true, "x", "c"});
+  // 99 kills half a minute ago: below the per-minute threshold, none in the last 10 s.
+  for (int i = 0; i < 99; ++i)
+    p.record(OomKill{t - 30'000'000, static_cast<uint32_t>(i), true, "x", "c"});
   put("proc/vmstat", "oom_kill 99\n");
-  // procfs source is not set without attach(); a probe with no source is UNKNOWN.
+  // No source until attach(): a probe with no source is UNKNOWN, never OK.
   EXPECT_EQ(p.run(t).health, Health::kUnknown);
   auto loop = EventLoop::create();
   ASSERT_TRUE(loop.ok());
   p.attach(**loop, nullptr);
   EXPECT_EQ(p.run(t).health, Health::kOk);
-  p.record(OomKill{t, 100, true, "x", "c"});
+  // The 100th kill in the minute (procfs mode: counted by vmstat, told apart by its log
+  // line): a storm.
   put("proc/vmstat", "oom_kill 100\n");
-  p.observe_kmsg(KernelEvent::kOomKillMemcg, t);  // the kill's log line: not unclassified
+  p.observe_kmsg(KernelEvent::kOomKillMemcg, t - 30'000'000);
   Sample s = p.run(t);
   EXPECT_EQ(s.health, Health::kDegraded) << s.detail;
   EXPECT_NE(s.detail.find("OOM storm"), std::string::npos);
-  EXPECT_EQ(p.counts(t + 61'000'000, 60'000'000).first, 0);  // a minute later: gone
+  // Half a minute later those have aged out of the minute: calm again.
+  EXPECT_EQ(p.run(t + 31'000'000).health, Health::kOk);
+  // 17 kills within 10 s is a rate of 102 a minute: a storm seen in seconds.
+  uint64_t t2 = t + 32'000'000;
+  put("proc/vmstat", "oom_kill 117\n");
+  for (int i = 0; i < 17; ++i) p.observe_kmsg(KernelEvent::kOomKillMemcg, t2);
+  s = p.run(t2);
+  EXPECT_EQ(s.health, Health::kDegraded) << s.detail;
+  EXPECT_EQ(s.metrics["memcg_kills_last_10s"], 17);
+  EXPECT_FALSE(s.metrics.contains("unclassified"));
 }
 
 TEST_F(KernelFake, PsiTriggerIsCheckedAgainstTheStallTotal) {
