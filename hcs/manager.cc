@@ -1,6 +1,7 @@
 #include "hcs/manager.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -131,6 +132,9 @@ Status Manager::start() {
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
+  // Loading the eBPF probes parsed the kernel's BTF (several MiB, freed since): give
+  // that memory back to the system rather than keep it in the heap.
+  ::malloc_trim(0);
   TRY(loop_->exit_on_termination());
   loop_->enable_watchdog();
   TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
@@ -224,7 +228,8 @@ void Manager::on_link(const LinkEvent& e) {
   for (LinkProbe* p : link_probes_) {
     if (!e.overflow && e.ifname != p->ifname()) continue;
     if (!e.overflow) p->event(e.carrier && e.admin_up && !e.removed, now);
-    last_event_sample_us_.erase(p->name());  // a carrier change is always sampled
+    // One carrier change sends several messages; they are one observation, so the
+    // usual rate limit applies and FAILED still takes fail_after spaced samples.
     sample(*p, now);
   }
 }

@@ -43,12 +43,13 @@ bool ProbeState::sample(Health s, uint64_t now_us, const std::string& detail) {
     transitions_.pop_front();
 
   bad_run_ = s == Health::kFailed ? bad_run_ + 1 : 0;
-  good_run_ = s == Health::kOk ? good_run_ + 1 : 0;
+  // Recovery counts samples that are no longer failed: a link that is back but flapping
+  // leaves FAILED for DEGRADED rather than staying FAILED while it works.
+  good_run_ = s == Health::kOk || s == Health::kDegraded ? good_run_ + 1 : 0;
 
   if (state_ == Health::kFailed) {
     // Leaving FAILED needs a run of good samples and the hold-down since entering it.
-    if (good_run_ >= h_.recover_after && now_us - since_us_ >= h_.hold_down_us)
-      set(Health::kOk, now_us);
+    if (good_run_ >= h_.recover_after && now_us - since_us_ >= h_.hold_down_us) set(s, now_us);
   } else if (bad_run_ >= h_.fail_after) {
     set(Health::kFailed, now_us);
   } else if (s != Health::kFailed) {

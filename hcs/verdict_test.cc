@@ -45,6 +45,23 @@ TEST(Verdict, LeavingFailedNeedsGoodRunAndHoldDown) {
   EXPECT_EQ(p.state(), Health::kFailed);
 }
 
+TEST(Verdict, RecoveryToDegradedCountsAsLeavingFailed) {
+  Hysteresis h;
+  h.fail_after = 1;
+  h.recover_after = 2;
+  h.hold_down_us = 0;
+  ProbeState st(h);
+  st.sample(Health::kFailed, 1);
+  EXPECT_EQ(st.state(), Health::kFailed);
+  st.sample(Health::kDegraded, 2);
+  EXPECT_EQ(st.state(), Health::kFailed);  // one non-failed sample is not a recovery
+  st.sample(Health::kUnknown, 3);
+  st.sample(Health::kDegraded, 4);
+  EXPECT_EQ(st.state(), Health::kFailed);  // unknown broke the run
+  st.sample(Health::kDegraded, 5);
+  EXPECT_EQ(st.state(), Health::kDegraded);
+}
+
 TEST(Verdict, FlappingIsPinnedAtDegraded) {
   ProbeState p(Hysteresis{1, 1, 0, 4, 100 * kSec});
   uint64_t t = 0;

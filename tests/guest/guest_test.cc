@@ -100,7 +100,6 @@ const char* const kChecks[] = {
     "hcs-bpf-loaded",
     "hcs-liveness-ok",
     "hcs-oom-memcg",
-    "hcs-oom-global",
     "hcs-liveness-failed",
     "remove-keeps-state",
     "purge-removes-everything",
