@@ -1,0 +1,214 @@
+#include "controlplane/allocator.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace weft::cp {
+
+namespace {
+constexpr uint32_t kAny = UINT32_MAX;
+constexpr uint32_t kUnknown = UINT32_MAX - 1;  // a label no machine has
+}  // namespace
+
+uint32_t Allocator::intern(const std::string& s) {
+  auto [it, added] = names_.emplace(s, static_cast<uint32_t>(names_.size()));
+  return it->second;
+}
+
+MachineId Allocator::add_machine(const MachineSpec& spec) {
+  Machine m;
+  m.spec = spec;
+  m.free = spec.capacity;
+  m.domain = intern(spec.domain);
+  m.dc = intern(spec.dc);
+  m.type = intern(spec.type);
+  machines_.push_back(std::move(m));
+  auto id = static_cast<MachineId>(machines_.size() - 1);
+  pool_insert(id);
+  return id;
+}
+
+void Allocator::pool_insert(MachineId id) {
+  Machine& m = machines_[id];
+  Pool& p = pools_[m.ent];
+  auto& bucket = p.by_domain[m.domain];
+  if (bucket.empty()) p.order.push_back(m.domain);
+  m.slot = static_cast<uint32_t>(bucket.size());
+  bucket.push_back(id);
+  ++p.size;
+}
+
+void Allocator::pool_erase(MachineId id) {
+  Machine& m = machines_[id];
+  Pool& p = pools_[m.ent];
+  auto& bucket = p.by_domain[m.domain];
+  MachineId last = bucket.back();
+  bucket[m.slot] = last;
+  machines_[last].slot = m.slot;
+  bucket.pop_back();
+  --p.size;
+  if (bucket.empty()) {
+    p.by_domain.erase(m.domain);
+    p.order.erase(std::find(p.order.begin(), p.order.end(), m.domain));
+    if (p.cursor >= p.order.size()) p.cursor = 0;
+  }
+}
+
+void Allocator::set_usable(MachineId m, bool healthy, bool profile_ready) {
+  machines_.at(m).healthy = healthy;
+  machines_.at(m).ready = profile_ready;
+}
+
+Status Allocator::assign(MachineId id, EntitlementId e) {
+  if (id >= machines_.size()) return field_error("machine", "no such machine");
+  Machine& m = machines_[id];
+  if (m.ent == e) return {};
+  if (m.tasks > 0)
+    return field_error("machine", m.spec.name + " still runs " + std::to_string(m.tasks) +
+                                      " task(s) of its entitlement");
+  pool_erase(id);
+  m.ent = e;
+  pool_insert(id);
+  return {};
+}
+
+size_t Allocator::pool_size(EntitlementId e) const {
+  auto it = pools_.find(e);
+  return it == pools_.end() ? 0 : it->second.size;
+}
+
+bool Allocator::usable_for(const Machine& m, const Request&, uint32_t dc, uint32_t type) const {
+  return m.healthy && m.ready && (dc == kAny || m.dc == dc) && (type == kAny || m.type == type);
+}
+
+Result<Placement> Allocator::allocate(const Request& r) {
+  if (r.job.empty()) return field_error("job", "a request needs a job id");
+  if (r.tasks < 1) return field_error("tasks", "must be at least 1");
+  if (r.per_task.cpu_milli < 0 || r.per_task.mem_mb < 0)
+    return field_error("resources", "must not be negative");
+  if (r.entitlement == kFreePool) return field_error("entitlement", "jobs run in an entitlement");
+
+  // The job-level cache: an unchanged request gets its placement back without work.
+  Held* old = nullptr;
+  if (auto it = jobs_.find(r.job); it != jobs_.end()) {
+    if (it->second.generation == r.generation && it->second.per_task == r.per_task &&
+        static_cast<int>(it->second.machines.size()) == r.tasks)
+      return Placement{it->second.machines, {}, true};
+    old = &it->second;  // a new generation replaces it, but only once the new one fits
+  }
+
+  auto lookup = [&](const std::string& s) {
+    if (s.empty()) return kAny;
+    auto it = names_.find(s);
+    return it == names_.end() ? kUnknown : it->second;
+  };
+  uint32_t dc = lookup(r.dc), type = lookup(r.machine_type);
+
+  const auto tasks = static_cast<size_t>(r.tasks);
+  std::vector<MachineId> out, joined;
+  out.reserve(tasks);
+  std::unordered_map<MachineId, int> taken;     // tentative tasks per machine
+  std::unordered_map<uint32_t, int> in_domain;  // this job's tasks per domain
+  auto fits = [&](MachineId id) {
+    const Machine& m = machines_[id];
+    if (!usable_for(m, r, dc, type)) return false;
+    Resources avail = m.free;
+    auto t = taken.find(id);
+    int n = t == taken.end() ? 0 : t->second;
+    avail.cpu_milli -= r.per_task.cpu_milli * n;
+    avail.mem_mb -= r.per_task.mem_mb * n;
+    return avail.fits(r.per_task);
+  };
+  // One pass over a pool's domains (from its cursor), placing up to `per_domain` of
+  // this job's tasks in each. `capped` says whether some domain stopped at the limit
+  // (so a higher limit could place more there).
+  struct PassResult {
+    size_t placed = 0;
+    bool capped = false;
+  };
+  auto pass = [&](EntitlementId e, int per_domain) -> PassResult {
+    PassResult res;
+    auto pit = pools_.find(e);
+    if (pit == pools_.end()) return res;
+    Pool& pool = pit->second;
+    size_t n = pool.order.size();
+    for (size_t i = 0; i < n && out.size() < tasks; ++i) {
+      uint32_t d = pool.order[(pool.cursor + i) % n];
+      int& c = in_domain[d];
+      const auto& bucket = pool.by_domain[d];
+      size_t k = 0;
+      while (out.size() < tasks) {
+        if (c >= per_domain) {
+          res.capped = true;
+          break;
+        }
+        while (k < bucket.size() && !fits(bucket[k])) ++k;
+        if (k == bucket.size()) break;  // nothing more fits in this domain
+        MachineId id = bucket[k];
+        if (e == kFreePool && taken[id] == 0) joined.push_back(id);
+        ++taken[id];
+        ++c;
+        ++res.placed;
+        out.push_back(id);  // the same machine may take another task if it still fits
+      }
+    }
+    if (n) pool.cursor = (pool.cursor + 1) % n;
+    return res;
+  };
+  // Fill from one pool: one task per domain, then two, ... until placed or nothing more
+  // fits anywhere in the pool.
+  auto fill = [&](EntitlementId e) {
+    int limit = r.spread ? 1 : INT_MAX;
+    while (out.size() < tasks) {
+      PassResult p = pass(e, limit);
+      if (!p.capped) break;  // every domain is out of room: a higher limit cannot help
+      ++limit;
+    }
+  };
+  // Stack on the entitlement's machines first; take free machines only for the rest.
+  fill(r.entitlement);
+  if (out.size() < tasks) fill(kFreePool);
+  if (out.size() < tasks)
+    return make_error("job " + r.job + " does not fit: " + std::to_string(out.size()) + " of " +
+                      std::to_string(r.tasks) + " tasks placed")
+        .wrap("allocate");
+
+  if (old) (void)release(r.job);
+  for (MachineId id : joined) {
+    pool_erase(id);
+    machines_[id].ent = r.entitlement;
+    pool_insert(id);
+  }
+  for (MachineId id : out) {
+    machines_[id].free -= r.per_task;
+    ++machines_[id].tasks;
+  }
+  jobs_[r.job] = Held{r.generation, r.per_task, out};
+  return Placement{std::move(out), std::move(joined), false};
+}
+
+std::vector<MachineId> Allocator::release(const std::string& job) {
+  std::vector<MachineId> empty;
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return empty;
+  for (MachineId id : it->second.machines) {
+    Machine& m = machines_[id];
+    m.free += it->second.per_task;
+    if (--m.tasks == 0) empty.push_back(id);
+  }
+  jobs_.erase(it);
+  return empty;
+}
+
+int Allocator::shrink(EntitlementId e) {
+  auto pit = pools_.find(e);
+  if (e == kFreePool || pit == pools_.end()) return 0;
+  std::vector<MachineId> idle;
+  for (const auto& [d, bucket] : pit->second.by_domain)
+    for (MachineId id : bucket)
+      if (machines_[id].tasks == 0) idle.push_back(id);
+  for (MachineId id : idle) (void)assign(id, kFreePool);
+  return static_cast<int>(idle.size());
+}
+
+}  // namespace weft::cp

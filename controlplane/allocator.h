@@ -1,0 +1,137 @@
+// The allocator (Twine §3.2): an in-memory index of machines and their free resources,
+// and the placement of a job's tasks onto them.
+//
+// Machines are either in the free pool or assigned to one entitlement. A placement
+// stacks tasks on the entitlement's machines first, takes machines from the free pool
+// (which then join the entitlement) only when the entitlement's own cannot fit the job,
+// and spreads the job's tasks across fault domains: it places one task per domain, then
+// two, and so on, so a domain holds more than its share only when nothing else fits.
+// Hard constraints (resources, machine type, DC pin, health, profile applied) filter.
+// All or nothing: a job that does not fit changes nothing. A job-level cache answers an
+// unchanged request (same job, same generation, placement still held) without work.
+//
+// The index is organised per pool (entitlement or free) and per fault domain, so a
+// placement looks at a few machines per domain it uses, not at the fleet: its cost
+// grows with the job's size, not the number of machines. Single-threaded; the scheduler
+// serialises calls. Pure data structure: no I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+
+namespace weft::cp {
+
+struct Resources {
+  int64_t cpu_milli = 0;
+  int64_t mem_mb = 0;
+  bool fits(const Resources& need) const {
+    return cpu_milli >= need.cpu_milli && mem_mb >= need.mem_mb;
+  }
+  Resources& operator+=(const Resources& o) {
+    cpu_milli += o.cpu_milli;
+    mem_mb += o.mem_mb;
+    return *this;
+  }
+  Resources& operator-=(const Resources& o) {
+    cpu_milli -= o.cpu_milli;
+    mem_mb -= o.mem_mb;
+    return *this;
+  }
+  bool operator==(const Resources&) const = default;
+};
+
+using MachineId = uint32_t;
+using EntitlementId = uint32_t;
+constexpr EntitlementId kFreePool = 0;
+
+struct MachineSpec {
+  std::string name;
+  std::string dc;      // data centre (an entitlement may pin one)
+  std::string domain;  // fault domain for spreading (MSB / rack)
+  std::string type;    // machine type, a hard constraint when a job names one
+  Resources capacity;
+};
+
+struct Request {
+  std::string job;
+  uint64_t generation = 0;  // the job spec's generation: a new one is a new request
+  EntitlementId entitlement = 1;
+  int tasks = 1;
+  Resources per_task;
+  std::string machine_type;  // "" = any
+  std::string dc;            // "" = any
+  bool spread = true;        // spread across fault domains (default)
+};
+
+struct Placement {
+  std::vector<MachineId> machines;  // one per task, in task order
+  std::vector<MachineId> joined;    // machines that moved from the free pool
+  bool cached = false;
+};
+
+class Allocator {
+ public:
+  // Machines join the free pool, healthy and ready.
+  MachineId add_machine(const MachineSpec& spec);
+  const MachineSpec& spec(MachineId m) const { return machines_.at(m).spec; }
+  size_t machine_count() const { return machines_.size(); }
+
+  // A machine that is unhealthy (HCS verdict, missed heartbeats) or whose entitlement
+  // profile is not applied yet gets no new tasks.
+  void set_usable(MachineId m, bool healthy, bool profile_ready);
+  // Moves an empty machine between pools (returning it to the free pool, or an
+  // operator's assignment). Fails if it still runs tasks of another entitlement.
+  Status assign(MachineId m, EntitlementId e);
+  EntitlementId entitlement_of(MachineId m) const { return machines_.at(m).ent; }
+  Resources free(MachineId m) const { return machines_.at(m).free; }
+  int tasks_on(MachineId m) const { return machines_.at(m).tasks; }
+
+  // Places a job; on success the resources are held until release().
+  Result<Placement> allocate(const Request& r);
+  // Frees everything a job holds; returns the machines that became empty.
+  std::vector<MachineId> release(const std::string& job);
+  // Returns empty machines of an entitlement to the free pool; returns how many.
+  int shrink(EntitlementId e);
+  size_t pool_size(EntitlementId e) const;
+
+ private:
+  struct Machine {
+    MachineSpec spec;
+    Resources free;
+    EntitlementId ent = kFreePool;
+    uint32_t domain = 0, dc = 0, type = 0;  // interned
+    uint32_t slot = 0;                      // position in its pool's domain bucket
+    int tasks = 0;
+    bool healthy = true, ready = true;
+  };
+  struct Pool {
+    // Per fault domain, the machines of this pool there; `order` lists the domains that
+    // have any, for iteration; `cursor` rotates the starting domain between jobs so
+    // successive jobs do not all start on the same domains.
+    std::unordered_map<uint32_t, std::vector<MachineId>> by_domain;
+    std::vector<uint32_t> order;
+    size_t cursor = 0;
+    size_t size = 0;
+  };
+  struct Held {
+    uint64_t generation;
+    Resources per_task;
+    std::vector<MachineId> machines;
+  };
+  uint32_t intern(const std::string& s);
+  void pool_insert(MachineId m);
+  void pool_erase(MachineId m);
+  bool usable_for(const Machine& mc, const Request& r, uint32_t dc, uint32_t type) const;
+
+  std::vector<Machine> machines_;
+  std::unordered_map<std::string, uint32_t> names_;
+  std::unordered_map<EntitlementId, Pool> pools_;
+  std::unordered_map<std::string, Held> jobs_;
+};
+
+}  // namespace weft::cp

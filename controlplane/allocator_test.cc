@@ -1,0 +1,169 @@
+// The allocator on plain structs: spreading, stacking before taking free machines,
+// constraints, all-or-nothing, the job cache, release and shrink.
+#include "controlplane/allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace weft::cp {
+namespace {
+
+// `domains` fault domains with `per_domain` machines each (4 cores, 8 GiB), in the free
+// pool; type "a" except where a test changes it.
+Allocator fleet(int domains, int per_domain, std::vector<MachineId>* ids = nullptr) {
+  Allocator a;
+  for (int d = 0; d < domains; ++d)
+    for (int i = 0; i < per_domain; ++i) {
+      MachineId id = a.add_machine({"m" + std::to_string(d) + "-" + std::to_string(i),
+                                    d % 2 ? "dc2" : "dc1",
+                                    "msb" + std::to_string(d),
+                                    "a",
+                                    {4000, 8192}});
+      if (ids) ids->push_back(id);
+    }
+  return a;
+}
+
+Request job(const std::string& name, int tasks, int64_t cpu = 1000, int64_t mem = 1024) {
+  Request r;
+  r.job = name;
+  r.entitlement = 1;
+  r.tasks = tasks;
+  r.per_task = {cpu, mem};
+  return r;
+}
+
+std::set<std::string> domains_of(const Allocator& a, const std::vector<MachineId>& ms) {
+  std::set<std::string> d;
+  for (MachineId m : ms) d.insert(a.spec(m).domain);
+  return d;
+}
+
+TEST(Allocator, SpreadsAcrossFaultDomains) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(6, 3, &ids);
+  for (MachineId m : ids) ASSERT_TRUE(a.assign(m, 1).ok());
+  auto p = a.allocate(job("web", 6));
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  EXPECT_EQ(domains_of(a, p->machines).size(), 6u);  // one task in every domain
+  // 12 tasks over 6 domains: two in each, never three in one while another has one.
+  auto q = a.allocate(job("api", 12));
+  ASSERT_TRUE(q.ok());
+  std::map<std::string, int> per;
+  for (MachineId m : q->machines) per[a.spec(m).domain]++;
+  for (const auto& [d, n] : per) EXPECT_EQ(n, 2) << d;
+}
+
+TEST(Allocator, StacksInTheEntitlementBeforeTakingFreeMachines) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(4, 2, &ids);
+  ASSERT_TRUE(a.assign(ids[0], 1).ok());  // the entitlement owns one 4-core machine
+  auto p = a.allocate(job("w", 3));       // 3 x 1 core: fits on it
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->joined.empty());
+  for (MachineId m : p->machines) EXPECT_EQ(m, ids[0]);
+  EXPECT_EQ(a.free(ids[0]).cpu_milli, 1000);
+  // Two more tasks: one still fits there, the other brings a free machine in.
+  auto q = a.allocate(job("x", 2));
+  ASSERT_TRUE(q.ok());
+  ASSERT_EQ(q->joined.size(), 1u);
+  EXPECT_EQ(a.entitlement_of(q->joined[0]), 1u);
+  EXPECT_EQ(a.pool_size(1), 2u);
+  EXPECT_EQ(a.pool_size(kFreePool), 6u);
+}
+
+TEST(Allocator, HardConstraintsFilter) {
+  Allocator a;
+  MachineId small = a.add_machine({"s", "dc1", "r1", "small", {1000, 1024}});
+  MachineId big = a.add_machine({"b", "dc1", "r2", "big", {8000, 16384}});
+  MachineId other_dc = a.add_machine({"o", "dc2", "r3", "big", {8000, 16384}});
+  MachineId sick = a.add_machine({"k", "dc1", "r4", "big", {8000, 16384}});
+  a.set_usable(sick, /*healthy=*/false, true);
+  MachineId unready = a.add_machine({"u", "dc1", "r5", "big", {8000, 16384}});
+  a.set_usable(unready, true, /*profile_ready=*/false);
+  Request r = job("j", 2, 2000, 2048);
+  r.dc = "dc1";
+  auto p = a.allocate(r);
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  for (MachineId m : p->machines) EXPECT_EQ(m, big);  // small is too small, o is in dc2
+  (void)small;
+  (void)other_dc;
+  Request t = job("t", 1);
+  t.machine_type = "gpu";  // no machine has it
+  EXPECT_FALSE(a.allocate(t).ok());
+}
+
+TEST(Allocator, AllOrNothing) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(2, 1, &ids);  // 8 cores in all
+  auto p = a.allocate(job("huge", 9));
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().str().find("8 of 9"), std::string::npos) << p.error().str();
+  for (MachineId m : ids) {
+    EXPECT_EQ(a.free(m).cpu_milli, 4000);
+    EXPECT_EQ(a.entitlement_of(m), kFreePool);
+  }
+  EXPECT_TRUE(a.allocate(job("fits", 8)).ok());
+  EXPECT_FALSE(a.allocate(job("one-more", 1)).ok());
+}
+
+TEST(Allocator, JobCacheAndNewGenerations) {
+  Allocator a = fleet(4, 2);
+  auto p = a.allocate(job("w", 4));
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->cached);
+  auto again = a.allocate(job("w", 4));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->cached);
+  EXPECT_EQ(again->machines, p->machines);
+  // A new generation (bigger tasks) replaces the old placement once it fits.
+  Request r = job("w", 4, 2000);
+  r.generation = 2;
+  auto next = a.allocate(r);
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->cached);
+  int64_t used = 0;
+  for (MachineId m = 0; m < a.machine_count(); ++m) used += 4000 - a.free(m).cpu_milli;
+  EXPECT_EQ(used, 8000);  // only the new generation is held
+  // A generation that does not fit leaves the old one in place.
+  Request too_big = job("w", 4, 5000);
+  too_big.generation = 3;
+  EXPECT_FALSE(a.allocate(too_big).ok());
+  used = 0;
+  for (MachineId m = 0; m < a.machine_count(); ++m) used += 4000 - a.free(m).cpu_milli;
+  EXPECT_EQ(used, 8000);
+}
+
+TEST(Allocator, ReleaseShrinkAndAssign) {
+  Allocator a = fleet(3, 1);
+  auto p = a.allocate(job("w", 3, 4000));  // one machine each, all joined
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->joined.size(), 3u);
+  EXPECT_EQ(a.pool_size(1), 3u);
+  EXPECT_FALSE(a.assign(p->machines[0], kFreePool).ok());  // still runs a task
+  EXPECT_EQ(a.shrink(1), 0);
+  auto empty = a.release("w");
+  EXPECT_EQ(empty.size(), 3u);
+  EXPECT_EQ(a.shrink(1), 3);  // the entitlement gives its empty machines back
+  EXPECT_EQ(a.pool_size(1), 0u);
+  EXPECT_EQ(a.pool_size(kFreePool), 3u);
+  EXPECT_TRUE(a.release("w").empty());  // releasing twice is harmless
+}
+
+TEST(Allocator, BadRequests) {
+  Allocator a = fleet(1, 1);
+  Request r = job("", 1);
+  EXPECT_EQ(a.allocate(r).error().field, "job");
+  r = job("j", 0);
+  EXPECT_EQ(a.allocate(r).error().field, "tasks");
+  r = job("j", 1, -1);
+  EXPECT_EQ(a.allocate(r).error().field, "resources");
+  r = job("j", 1);
+  r.entitlement = kFreePool;
+  EXPECT_EQ(a.allocate(r).error().field, "entitlement");
+}
+
+}  // namespace
+}  // namespace weft::cp
