@@ -199,8 +199,20 @@ void Manager::sample(Probe& p, uint64_t now) {
   // Events can come in storms (an OOM storm, a flapping link): at most 10 samples a
   // second per probe; the periodic cycle still sees everything.
   if (auto it = last_event_sample_us_.find(p.name());
-      it != last_event_sample_us_.end() && now >= it->second && now - it->second < 100'000)
+      it != last_event_sample_us_.end() && now >= it->second && now - it->second < 100'000) {
+    // Too soon after the last sample: sample once more when the 100 ms are up, so the
+    // event that arrived now is never lost.
+    std::string name = p.name();
+    if (!deferred_.count(name) || !deferred_[name].active()) {
+      Probe* probe = &p;
+      auto t = loop_->add_timer_in(100'000 - (now - it->second) + 1000, [this, probe, name] {
+        deferred_.erase(name);
+        sample(*probe, now_us());
+      });
+      if (t.ok()) deferred_[name] = std::move(t).value();
+    }
     return;
+  }
   last_event_sample_us_[p.name()] = now;
   Sample s = p.run(now);
   ProbeState& st = states_.at(p.name());

@@ -55,7 +55,8 @@ class Manager {
   std::vector<LinkProbe*> link_probes_;
   std::unique_ptr<LinkWatch> link_watch_;
   std::vector<std::pair<Fd, Source>> psi_triggers_;
-  std::map<std::string, Source> confirm_;                 // pending confirmation re-samples
+  std::map<std::string, Source> confirm_;   // pending confirmation re-samples
+  std::map<std::string, Source> deferred_;  // event samples held back by the rate limit
   std::map<std::string, uint64_t> last_event_sample_us_;  // rate limit for event samples
   std::map<std::string, ProbeState> states_;
   std::map<std::string, Sample> last_;
