@@ -81,22 +81,8 @@ bool Allocator::usable_for(const Machine& m, const Request&, uint32_t dc, uint32
   return m.healthy && m.ready && (dc == kAny || m.dc == dc) && (type == kAny || m.type == type);
 }
 
-Result<Placement> Allocator::allocate(const Request& r) {
-  if (r.job.empty()) return field_error("job", "a request needs a job id");
-  if (r.tasks < 1) return field_error("tasks", "must be at least 1");
-  if (r.per_task.cpu_milli < 0 || r.per_task.mem_mb < 0)
-    return field_error("resources", "must not be negative");
-  if (r.entitlement == kFreePool) return field_error("entitlement", "jobs run in an entitlement");
-
-  // The job-level cache: an unchanged request gets its placement back without work.
-  Held* old = nullptr;
-  if (auto it = jobs_.find(r.job); it != jobs_.end()) {
-    if (it->second.generation == r.generation && it->second.per_task == r.per_task &&
-        static_cast<int>(it->second.machines.size()) == r.tasks)
-      return Placement{it->second.machines, {}, true};
-    old = &it->second;  // a new generation replaces it, but only once the new one fits
-  }
-
+void Allocator::place(const Request& r, size_t count, std::unordered_map<uint32_t, int> in_domain,
+                      std::vector<MachineId>* out_p, std::vector<MachineId>* joined_p) {
   auto lookup = [&](const std::string& s) {
     if (s.empty()) return kAny;
     auto it = names_.find(s);
@@ -104,11 +90,10 @@ Result<Placement> Allocator::allocate(const Request& r) {
   };
   uint32_t dc = lookup(r.dc), type = lookup(r.machine_type);
 
-  const auto tasks = static_cast<size_t>(r.tasks);
-  std::vector<MachineId> out, joined;
-  out.reserve(tasks);
-  std::unordered_map<MachineId, int> taken;     // tentative tasks per machine
-  std::unordered_map<uint32_t, int> in_domain;  // this job's tasks per domain
+  std::vector<MachineId>& out = *out_p;
+  std::vector<MachineId>& joined = *joined_p;
+  const size_t tasks = out.size() + count;
+  std::unordered_map<MachineId, int> taken;  // tentative tasks per machine
   auto fits = [&](MachineId id) {
     const Machine& m = machines_[id];
     if (!usable_for(m, r, dc, type)) return false;
@@ -168,6 +153,27 @@ Result<Placement> Allocator::allocate(const Request& r) {
   // Stack on the entitlement's machines first; take free machines only for the rest.
   fill(r.entitlement);
   if (out.size() < tasks) fill(kFreePool);
+}
+
+Result<Placement> Allocator::allocate(const Request& r) {
+  if (r.job.empty()) return field_error("job", "a request needs a job id");
+  if (r.tasks < 1) return field_error("tasks", "must be at least 1");
+  if (r.per_task.cpu_milli < 0 || r.per_task.mem_mb < 0)
+    return field_error("resources", "must not be negative");
+  if (r.entitlement == kFreePool) return field_error("entitlement", "jobs run in an entitlement");
+
+  // The job-level cache: an unchanged request gets its placement back without work.
+  Held* old = nullptr;
+  if (auto it = jobs_.find(r.job); it != jobs_.end()) {
+    if (it->second.req.generation == r.generation && it->second.req.per_task == r.per_task &&
+        static_cast<int>(it->second.machines.size()) == r.tasks)
+      return Placement{it->second.machines, {}, true};
+    old = &it->second;  // a new generation replaces it, but only once the new one fits
+  }
+
+  const auto tasks = static_cast<size_t>(r.tasks);
+  std::vector<MachineId> out, joined;
+  place(r, tasks, {}, &out, &joined);
   if (out.size() < tasks)
     return make_error("job " + r.job + " does not fit: " + std::to_string(out.size()) + " of " +
                       std::to_string(r.tasks) + " tasks placed")
@@ -183,8 +189,99 @@ Result<Placement> Allocator::allocate(const Request& r) {
     machines_[id].free -= r.per_task;
     ++machines_[id].tasks;
   }
-  jobs_[r.job] = Held{r.generation, r.per_task, out};
+  jobs_[r.job] = Held{r, out};
   return Placement{std::move(out), std::move(joined), false};
+}
+
+Result<Placement> Allocator::move_tasks(const std::string& job, const std::vector<int>& indices) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return field_error("job", "job " + job + " holds no placement");
+  Held& h = it->second;
+  std::vector<bool> moving(h.machines.size(), false);
+  for (int i : indices) {
+    if (i < 0 || static_cast<size_t>(i) >= h.machines.size())
+      return field_error("task", "job " + job + " has no task " + std::to_string(i));
+    moving[static_cast<size_t>(i)] = true;
+  }
+  // Free the moving tasks' resources, then place that many again, spread against the
+  // tasks that stay. Machines the broker marked unusable are not candidates.
+  std::unordered_map<uint32_t, int> in_domain;
+  for (size_t i = 0; i < h.machines.size(); ++i) {
+    Machine& m = machines_[h.machines[i]];
+    if (moving[i]) {
+      m.free += h.req.per_task;
+      --m.tasks;
+    } else {
+      ++in_domain[m.domain];
+    }
+  }
+  size_t count = 0;
+  for (bool mv : moving) count += mv;
+  std::vector<MachineId> out, joined;
+  place(h.req, count, std::move(in_domain), &out, &joined);
+  if (out.size() < count) {
+    for (size_t i = 0; i < h.machines.size(); ++i)  // all or nothing: take them back
+      if (moving[i]) {
+        machines_[h.machines[i]].free -= h.req.per_task;
+        ++machines_[h.machines[i]].tasks;
+      }
+    return make_error("job " + job + ": " + std::to_string(out.size()) + " of " +
+                      std::to_string(count) + " tasks could be moved")
+        .wrap("allocate");
+  }
+  for (MachineId id : joined) {
+    pool_erase(id);
+    machines_[id].ent = h.req.entitlement;
+    pool_insert(id);
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < h.machines.size(); ++i) {
+    if (!moving[i]) continue;
+    MachineId id = out[k++];
+    machines_[id].free -= h.req.per_task;
+    ++machines_[id].tasks;
+    h.machines[i] = id;
+  }
+  return Placement{h.machines, std::move(joined), false};
+}
+
+Result<Placement> Allocator::resize(const std::string& job, int tasks) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return field_error("job", "job " + job + " holds no placement");
+  if (tasks < 1) return field_error("tasks", "must be at least 1");
+  Held& h = it->second;
+  auto want = static_cast<size_t>(tasks);
+  if (want < h.machines.size()) {
+    for (size_t i = want; i < h.machines.size(); ++i) {
+      machines_[h.machines[i]].free += h.req.per_task;
+      --machines_[h.machines[i]].tasks;
+    }
+    h.machines.resize(want);
+  } else if (want > h.machines.size()) {
+    std::unordered_map<uint32_t, int> in_domain;
+    for (MachineId id : h.machines) ++in_domain[machines_[id].domain];
+    std::vector<MachineId> out, joined;
+    size_t count = want - h.machines.size();
+    place(h.req, count, std::move(in_domain), &out, &joined);
+    if (out.size() < count)
+      return make_error("job " + job + ": " + std::to_string(out.size()) + " of " +
+                        std::to_string(count) + " more tasks fit")
+          .wrap("allocate");
+    for (MachineId id : joined) {
+      pool_erase(id);
+      machines_[id].ent = h.req.entitlement;
+      pool_insert(id);
+    }
+    for (MachineId id : out) {
+      machines_[id].free -= h.req.per_task;
+      ++machines_[id].tasks;
+      h.machines.push_back(id);
+    }
+    h.req.tasks = tasks;
+    return Placement{h.machines, std::move(joined), false};
+  }
+  h.req.tasks = tasks;
+  return Placement{h.machines, {}, false};
 }
 
 std::vector<MachineId> Allocator::release(const std::string& job) {
@@ -193,7 +290,7 @@ std::vector<MachineId> Allocator::release(const std::string& job) {
   if (it == jobs_.end()) return empty;
   for (MachineId id : it->second.machines) {
     Machine& m = machines_[id];
-    m.free += it->second.per_task;
+    m.free += it->second.req.per_task;
     if (--m.tasks == 0) empty.push_back(id);
   }
   jobs_.erase(it);

@@ -93,6 +93,13 @@ class Allocator {
 
   // Places a job; on success the resources are held until release().
   Result<Placement> allocate(const Request& r);
+  // Moves some of a placed job's tasks (by index) to other machines, e.g. off a machine
+  // that failed (mark it unusable first) or is being drained. Spread counts the tasks
+  // that stay. All or nothing; the tasks keep their indices.
+  Result<Placement> move_tasks(const std::string& job, const std::vector<int>& indices);
+  // Scales a placed job: adds tasks (spread against the ones it has, all or nothing) or
+  // drops its highest-indexed ones. Existing tasks never move.
+  Result<Placement> resize(const std::string& job, int tasks);
   // Frees everything a job holds; returns the machines that became empty.
   std::vector<MachineId> release(const std::string& job);
   // Returns empty machines of an entitlement to the free pool; returns how many.
@@ -119,10 +126,14 @@ class Allocator {
     size_t size = 0;
   };
   struct Held {
-    uint64_t generation;
-    Resources per_task;
+    Request req;
     std::vector<MachineId> machines;
   };
+  // Places `count` more tasks of `r` into *out (which may hold some already),
+  // spreading against `in_domain` (this job's tasks per domain so far). Places as many
+  // as fit; the caller checks that all did.
+  void place(const Request& r, size_t count, std::unordered_map<uint32_t, int> in_domain,
+             std::vector<MachineId>* out, std::vector<MachineId>* joined);
   uint32_t intern(const std::string& s);
   void pool_insert(MachineId m);
   void pool_erase(MachineId m);

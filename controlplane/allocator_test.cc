@@ -152,6 +152,35 @@ TEST(Allocator, ReleaseShrinkAndAssign) {
   EXPECT_TRUE(a.release("w").empty());  // releasing twice is harmless
 }
 
+TEST(Allocator, MovesTasksOffAFailedMachineKeepingTheSpread) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(5, 2, &ids);
+  for (MachineId m : ids) ASSERT_TRUE(a.assign(m, 1).ok());
+  auto p = a.allocate(job("w", 4));
+  ASSERT_TRUE(p.ok());
+  MachineId failed = p->machines[1];
+  std::string failed_domain = a.spec(failed).domain;
+  a.set_usable(failed, /*healthy=*/false, true);
+  auto q = a.move_tasks("w", {1});
+  ASSERT_TRUE(q.ok()) << q.error().str();
+  EXPECT_NE(q->machines[1], failed);
+  for (int i : {0, 2, 3})
+    EXPECT_EQ(q->machines[static_cast<size_t>(i)], p->machines[static_cast<size_t>(i)]);
+  // The replacement goes to the one domain the job did not use (its 5th), not next to
+  // a task that stayed.
+  std::set<std::string> d = domains_of(a, q->machines);
+  EXPECT_EQ(d.size(), 4u);
+  EXPECT_EQ(a.free(failed).cpu_milli, 4000);
+  EXPECT_EQ(a.tasks_on(failed), 0);
+  // Nowhere to go (every machine drained): nothing changes.
+  for (MachineId m : ids) a.set_usable(m, false, true);
+  auto r = a.move_tasks("w", {0});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(a.tasks_on(q->machines[0]), 1);
+  EXPECT_FALSE(a.move_tasks("w", {7}).ok());
+  EXPECT_FALSE(a.move_tasks("nope", {0}).ok());
+}
+
 TEST(Allocator, BadRequests) {
   Allocator a = fleet(1, 1);
   Request r = job("", 1);

@@ -1,0 +1,347 @@
+#include "controlplane/scheduler.h"
+
+#include <algorithm>
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+
+namespace {
+bool live(TaskState s) {
+  return s == TaskState::kPending || s == TaskState::kStarting || s == TaskState::kRunning;
+}
+// A task that has not shown up in its machine's report this long after the start was
+// sent is lost (the start command or the machine went missing).
+constexpr uint64_t kStartGraceUs = 60'000'000;
+}  // namespace
+
+const char* task_state_name(TaskState s) {
+  switch (s) {
+    case TaskState::kPending:
+      return "pending";
+    case TaskState::kStarting:
+      return "starting";
+    case TaskState::kRunning:
+      return "running";
+    case TaskState::kStopping:
+      return "stopping";
+    case TaskState::kStopped:
+      return "stopped";
+    case TaskState::kFailed:
+      return "failed";
+    case TaskState::kLost:
+      return "lost";
+  }
+  return "unknown";
+}
+
+bool Scheduler::take_token(uint64_t now) {
+  double rate = limits_.destructive_per_min / 60e6;  // tokens per µs
+  if (tokens_ < 0) {
+    tokens_ = limits_.destructive_burst;
+    tokens_at_ = now;
+  }
+  if (now > tokens_at_)
+    tokens_ =
+        std::min(limits_.destructive_burst, tokens_ + rate * static_cast<double>(now - tokens_at_));
+  tokens_at_ = now;
+  if (tokens_ < 1) return false;
+  tokens_ -= 1;
+  return true;
+}
+
+Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
+  json spec = j.spec.task.is_object() ? j.spec.task : json::object();
+  spec["name"] = t.id;
+  spec["labels"]["weft.job"] = t.job;
+  spec["labels"]["weft.index"] = std::to_string(t.index);
+  spec["labels"]["weft.generation"] = std::to_string(t.generation);
+  return Command{Command::Kind::kStart, t.machine, t.id, spec};
+}
+
+std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
+  std::vector<TaskRecord> out;
+  for (const auto& [id, t] : tasks_)
+    if (t.job == job) out.push_back(t);
+  return out;
+}
+
+std::optional<JobSpec> Scheduler::job(const std::string& name) const {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second.spec;
+}
+
+uint64_t Scheduler::generation(const std::string& job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second.generation;
+}
+
+Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
+  Request r;
+  r.job = j.spec.name;
+  r.generation = 1;  // placement slots outlive spec generations (see update)
+  r.entitlement = j.spec.entitlement;
+  r.tasks = j.spec.count;
+  r.per_task = j.spec.per_task;
+  r.machine_type = j.spec.machine_type;
+  TRY_ASSIGN(Placement p, alloc_.allocate(r));
+  std::set<int> have;
+  for (const auto& [id, t] : tasks_)
+    if (t.job == j.spec.name && (live(t.state) || t.state == TaskState::kStopping))
+      have.insert(t.index);
+  std::vector<Command> out;
+  for (int i = 0; i < j.spec.count; ++i) {
+    if (have.count(i)) continue;
+    TaskRecord t;
+    t.job = j.spec.name;
+    t.index = i;
+    t.generation = j.generation;
+    t.machine = p.machines[static_cast<size_t>(i)];
+    t.id = j.spec.name + "." + std::to_string(i) + "." + std::to_string(++seq_);
+    t.state = TaskState::kStarting;
+    t.since_us = now;
+    out.push_back(start_cmd(j, t));
+    tasks_[t.id] = t;
+  }
+  return out;
+}
+
+Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now) {
+  if (spec.name.empty() || spec.name.find_first_of(". /") != std::string::npos)
+    return field_error("name", "a job needs a name without '.', '/' or spaces");
+  if (spec.count < 1) return field_error("count", "must be at least 1");
+  if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
+  if (jobs_.count(spec.name)) return field_error("name", "job " + spec.name + " exists");
+  Job j;
+  j.spec = spec;
+  auto cmds = converge(j, now);
+  if (!cmds.ok()) return cmds.error();  // nothing placed, nothing recorded
+  jobs_[spec.name] = j;
+  return cmds;
+}
+
+Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count, uint64_t now) {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end() || it->second.stopping) return field_error("job", "no such job " + name);
+  if (count < 1) return field_error("count", "must be at least 1 (stop the job instead)");
+  Job& j = it->second;
+  std::vector<Command> out;
+  if (count < j.spec.count) {
+    for (auto& [id, t] : tasks_)
+      if (t.job == name && t.index >= count && live(t.state)) {
+        t.state = TaskState::kStopping;
+        t.since_us = now;
+        out.push_back(Command{Command::Kind::kStop, t.machine, id, {}});
+      }
+  }
+  if (auto r = alloc_.resize(name, count); !r.ok()) {
+    for (auto& [id, t] : tasks_)  // nothing fits: the scale-down stops stand, nothing else
+      if (t.job == name && t.index >= count && t.state == TaskState::kStopping)
+        t.state = TaskState::kRunning;
+    return r.error();
+  }
+  j.spec.count = count;
+  TRY_ASSIGN(auto more, converge(j, now));  // new indices get tasks; others are live
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now) {
+  auto it = jobs_.find(spec.name);
+  if (it == jobs_.end() || it->second.stopping)
+    return field_error("name", "no such job " + spec.name);
+  Job& j = it->second;
+  if (!(spec.per_task == j.spec.per_task) || spec.machine_type != j.spec.machine_type ||
+      spec.entitlement != j.spec.entitlement || spec.count != j.spec.count)
+    return field_error("resources",
+                       "an update changes the task spec and max_unavailable; resources, "
+                       "machine type, entitlement and count are changed by scale or a new job");
+  if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
+  j.spec.task = spec.task;
+  j.spec.max_unavailable = spec.max_unavailable;
+  ++j.generation;
+  return roll(j, now);
+}
+
+std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
+  std::vector<Command> out;
+  // In flight: old tasks stopping for this update, new ones not yet running.
+  int in_flight = 0;
+  std::vector<TaskRecord*> old;
+  for (auto& [id, t] : tasks_) {
+    if (t.job != j.spec.name) continue;
+    if (t.generation < j.generation && t.state == TaskState::kStopping) ++in_flight;
+    if (t.generation == j.generation && (t.state == TaskState::kStarting)) ++in_flight;
+    if (t.generation < j.generation && live(t.state)) old.push_back(&t);
+  }
+  std::sort(old.begin(), old.end(),
+            [](const TaskRecord* a, const TaskRecord* b) { return a->index < b->index; });
+  for (TaskRecord* t : old) {
+    if (in_flight >= j.spec.max_unavailable) break;
+    t->state = TaskState::kStopping;
+    t->since_us = now;
+    out.push_back(Command{Command::Kind::kStop, t->machine, t->id, {}});
+    ++in_flight;
+  }
+  return out;
+}
+
+Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t now) {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return field_error("job", "no such job " + name);
+  it->second.stopping = true;
+  std::vector<Command> out;
+  for (auto& [id, t] : tasks_)
+    if (t.job == name && live(t.state)) {
+      t.state = TaskState::kStopping;
+      t.since_us = now;
+      out.push_back(Command{Command::Kind::kStop, t.machine, id, {}});
+    }
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                [&](const std::string& id) { return tasks_[id].job == name; }),
+                 waiting_.end());
+  return out;
+}
+
+void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Command>* out) {
+  TaskRecord old = tasks_.at(task_id);
+  auto jit = jobs_.find(old.job);
+  if (jit == jobs_.end() || jit->second.stopping || old.index >= jit->second.spec.count) return;
+  if (!take_token(now)) {
+    if (std::find(waiting_.begin(), waiting_.end(), task_id) == waiting_.end())
+      waiting_.push_back(task_id);
+    return;
+  }
+  auto p = alloc_.move_tasks(old.job, {old.index});
+  if (!p.ok()) {  // no room now: try again at the next tick
+    if (std::find(waiting_.begin(), waiting_.end(), task_id) == waiting_.end())
+      waiting_.push_back(task_id);
+    return;
+  }
+  Job& j = jit->second;
+  TaskRecord t;
+  t.job = old.job;
+  t.index = old.index;
+  t.generation = j.generation;
+  t.machine = p->machines[static_cast<size_t>(old.index)];
+  t.id = old.job + "." + std::to_string(old.index) + "." + std::to_string(++seq_);
+  t.state = TaskState::kStarting;
+  t.since_us = now;
+  out->push_back(start_cmd(j, t));
+  tasks_[t.id] = t;
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
+}
+
+std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, std::string>& rep,
+                                       uint64_t now) {
+  std::vector<Command> out;
+  std::vector<std::string> replace_ids;
+  std::set<std::string> rolled_jobs;
+  for (const auto& [id, state] : rep) {
+    auto it = tasks_.find(id);
+    bool running =
+        state == "running" || state == "starting" || state == "frozen" || state == "restarting";
+    if (it == tasks_.end() || it->second.machine != m ||
+        (!live(it->second.state) && it->second.state != TaskState::kStopping)) {
+      // Not ours, replaced while this machine was away, or already ended: never twice.
+      if (running) out.push_back(Command{Command::Kind::kStop, m, id, {}});
+      continue;
+    }
+    TaskRecord& t = it->second;
+    if (running) {
+      if (t.state == TaskState::kStarting || t.state == TaskState::kPending) {
+        t.state = TaskState::kRunning;
+        t.since_us = now;
+        rolled_jobs.insert(t.job);
+      }
+      continue;
+    }
+    // The task ended.
+    if (t.state == TaskState::kStopping) {
+      t.state = TaskState::kStopped;
+      t.since_us = now;
+      rolled_jobs.insert(t.job);
+    } else {
+      t.state = TaskState::kFailed;
+      t.since_us = now;
+      replace_ids.push_back(id);
+    }
+  }
+  // Tasks this machine should run but did not report.
+  for (auto& [id, t] : tasks_) {
+    if (t.machine != m || rep.count(id)) continue;
+    if (t.state == TaskState::kRunning ||
+        (t.state == TaskState::kStarting && now - t.since_us > kStartGraceUs)) {
+      t.state = TaskState::kLost;
+      t.since_us = now;
+      replace_ids.push_back(id);
+    } else if (t.state == TaskState::kStopping) {
+      t.state = TaskState::kStopped;  // gone is stopped
+      t.since_us = now;
+      rolled_jobs.insert(t.job);
+    }
+  }
+  for (const auto& id : replace_ids) replace(id, now, &out);
+  for (const auto& job : rolled_jobs) {
+    auto more = after_stopped(job, now);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t now) {
+  std::vector<Command> out;
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return out;
+  Job& j = it->second;
+  bool any_live = false;
+  for (const auto& [id, t] : tasks_)
+    if (t.job == name && (live(t.state) || t.state == TaskState::kStopping)) any_live = true;
+  if (j.stopping) {
+    if (!any_live) {  // every task stopped: the job and its resources go
+      alloc_.release(name);
+      jobs_.erase(it);
+    }
+    return out;
+  }
+  // Rolling update or scale-down: start the new generation in freed slots, then roll on.
+  auto more = converge(j, now);
+  if (more.ok()) out.insert(out.end(), more->begin(), more->end());
+  auto rolled = roll(j, now);
+  out.insert(out.end(), rolled.begin(), rolled.end());
+  return out;
+}
+
+std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now) {
+  std::vector<Command> out;
+  std::vector<std::string> lost;
+  std::set<std::string> stopped_jobs;
+  for (auto& [id, t] : tasks_) {
+    if (t.machine != m) continue;
+    if (live(t.state)) {
+      t.state = TaskState::kLost;
+      t.since_us = now;
+      lost.push_back(id);
+    } else if (t.state == TaskState::kStopping) {
+      t.state = TaskState::kStopped;
+      t.since_us = now;
+      stopped_jobs.insert(t.job);
+    }
+  }
+  for (const auto& id : lost) replace(id, now, &out);
+  for (const auto& job : stopped_jobs) {
+    auto more = after_stopped(job, now);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+
+std::vector<Command> Scheduler::tick(uint64_t now) {
+  std::vector<Command> out;
+  std::vector<std::string> waiting = waiting_;
+  for (const auto& id : waiting) replace(id, now, &out);
+  return out;
+}
+
+}  // namespace weft::cp

@@ -1,0 +1,118 @@
+// The scheduler's core (Twine §3): jobs and their tasks, as a pure state machine. It
+// turns operator requests (create, scale, update, stop) and what machines report into
+// commands for machines (start this task, stop that one), using the allocator for
+// placement. No I/O and no clock of its own: the daemon feeds it events with the time,
+// persists its state, and sends the commands down the machines' sessions.
+//
+// Task lifecycle: PENDING (placed, start not yet sent) -> STARTING (sent) -> RUNNING
+// (reported) -> STOPPING -> STOPPED, or FAILED (reported exit), or LOST (its machine
+// died). A machine that comes back reporting a task the scheduler replaced is told to
+// stop it, so a task never runs twice. Replacements and stops caused by failures are
+// destructive and rate-limited (a token bucket), so a flapping rack cannot shuffle the
+// fleet; what is over the limit waits for the next tick. Rolling updates replace at most
+// max_unavailable tasks at a time, a new one starting only once an old one is stopped.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "controlplane/allocator.h"
+
+namespace weft::cp {
+
+struct JobSpec {
+  std::string name;
+  EntitlementId entitlement = 1;
+  int count = 1;
+  Resources per_task;
+  std::string machine_type;
+  int max_unavailable = 1;
+  nlohmann::json task = nlohmann::json::object();  // the agent's task spec, opaque here
+};
+
+enum class TaskState { kPending, kStarting, kRunning, kStopping, kStopped, kFailed, kLost };
+const char* task_state_name(TaskState s);
+
+struct TaskRecord {
+  std::string id;  // "<job>.<index>.<generation>": unique across replacements
+  std::string job;
+  int index = 0;
+  uint64_t generation = 0;  // the job spec generation it runs
+  MachineId machine = 0;
+  TaskState state = TaskState::kPending;
+  uint64_t since_us = 0;
+};
+
+struct Command {
+  enum class Kind { kStart, kStop } kind;
+  MachineId machine;
+  std::string task_id;
+  nlohmann::json spec;  // for kStart: the task spec with its id and name filled in
+};
+
+struct SchedulerLimits {
+  double destructive_per_min = 60;  // replacements + stops caused by failures
+  double destructive_burst = 20;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Allocator& alloc, SchedulerLimits limits = {}) : alloc_(alloc), limits_(limits) {}
+
+  Result<std::vector<Command>> create(const JobSpec& spec, uint64_t now_us);
+  Result<std::vector<Command>> scale(const std::string& job, int count, uint64_t now_us);
+  // A new spec for a running job: tasks are replaced max_unavailable at a time.
+  Result<std::vector<Command>> update(const JobSpec& spec, uint64_t now_us);
+  Result<std::vector<Command>> stop(const std::string& job, uint64_t now_us);
+
+  // A machine's full report: the task ids it runs and their states ("running",
+  // "exited", "failed", ...). Unknown or stale tasks are stopped; tasks missing from a
+  // report after they started are LOST and replaced.
+  std::vector<Command> report(MachineId m, const std::map<std::string, std::string>& tasks,
+                              uint64_t now_us);
+  // The broker declared a machine dead or failed: its tasks are LOST and replaced.
+  std::vector<Command> machine_down(MachineId m, uint64_t now_us);
+  // Continues what waited: rate-limited replacements, rolling updates.
+  std::vector<Command> tick(uint64_t now_us);
+
+  const std::map<std::string, TaskRecord>& tasks() const { return tasks_; }
+  std::vector<TaskRecord> tasks_of(const std::string& job) const;
+  std::optional<JobSpec> job(const std::string& name) const;
+  uint64_t generation(const std::string& job) const;
+  size_t waiting_for_budget() const { return waiting_.size(); }
+
+ private:
+  struct Job {
+    JobSpec spec;
+    uint64_t generation = 1;
+    bool stopping = false;
+  };
+  bool take_token(uint64_t now_us);
+  Command start_cmd(const Job& j, const TaskRecord& t) const;
+  // Places the job's current layout with the allocator and creates tasks for indices
+  // that have none live.
+  Result<std::vector<Command>> converge(Job& j, uint64_t now_us);
+  void replace(const std::string& task_id, uint64_t now_us, std::vector<Command>* out);
+  std::vector<Command> roll(Job& j, uint64_t now_us);
+  // A task of the job stopped or started running: continue a rolling update or scale
+  // down, or finish stopping the job.
+  std::vector<Command> after_stopped(const std::string& job, uint64_t now_us);
+
+  Allocator& alloc_;
+  SchedulerLimits limits_;
+  double tokens_ = -1;
+  uint64_t tokens_at_ = 0;
+  std::map<std::string, Job> jobs_;
+  std::map<std::string, TaskRecord> tasks_;  // live and recently ended
+  std::vector<std::string> waiting_;         // LOST/FAILED tasks whose replacement waits
+  uint64_t seq_ = 0;                         // task id sequence
+};
+
+}  // namespace weft::cp

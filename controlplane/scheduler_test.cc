@@ -1,0 +1,228 @@
+// The scheduler's core on plain structs: placement to commands, reconciliation with
+// machine reports, replacement of lost tasks without duplicates, the destructive-
+// operation budget, rolling updates, scaling and stopping.
+#include "controlplane/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace weft::cp {
+namespace {
+
+constexpr uint64_t kMin = 60'000'000;
+
+class Sched : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int d = 0; d < 6; ++d)
+      ids_.push_back(alloc_.add_machine(
+          {"m" + std::to_string(d), "dc1", "rack" + std::to_string(d), "a", {4000, 8192}}));
+    for (MachineId m : ids_) ASSERT_TRUE(alloc_.assign(m, 1).ok());
+  }
+  JobSpec spec(const std::string& name, int count) {
+    JobSpec s;
+    s.name = name;
+    s.count = count;
+    s.per_task = {1000, 1024};
+    s.task = {{"command", {"/bin/sleep", "infinity"}}};
+    return s;
+  }
+  // What machine m would report: every task the scheduler sent it and did not stop.
+  std::map<std::string, std::string> running_on(MachineId m, const std::vector<Command>& sent) {
+    std::map<std::string, std::string> r;
+    for (const auto& c : sent)
+      if (c.machine == m) {
+        if (c.kind == Command::Kind::kStart)
+          r[c.task_id] = "running";
+        else
+          r.erase(c.task_id);
+      }
+    return r;
+  }
+  int count_kind(const std::vector<Command>& cmds, Command::Kind k) {
+    int n = 0;
+    for (const auto& c : cmds) n += c.kind == k;
+    return n;
+  }
+  std::vector<TaskRecord> live(const std::string& job) {
+    std::vector<TaskRecord> out;
+    for (const auto& t : sched_.tasks_of(job))
+      if (t.state == TaskState::kRunning || t.state == TaskState::kStarting) out.push_back(t);
+    return out;
+  }
+  Allocator alloc_;
+  Scheduler sched_{alloc_, SchedulerLimits{60, 2}};
+  std::vector<MachineId> ids_;
+};
+
+TEST_F(Sched, CreatePlacesAndReportsMakeTasksRunning) {
+  auto c = sched_.create(spec("web", 3), 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  ASSERT_EQ(c->size(), 3u);
+  std::set<MachineId> machines;
+  for (const auto& cmd : *c) {
+    EXPECT_EQ(cmd.kind, Command::Kind::kStart);
+    EXPECT_EQ(cmd.spec["labels"]["weft.job"], "web");
+    EXPECT_EQ(cmd.spec["name"], cmd.task_id);
+    EXPECT_EQ(cmd.spec["command"][0], "/bin/sleep");
+    machines.insert(cmd.machine);
+  }
+  EXPECT_EQ(machines.size(), 3u);  // spread: one per rack
+  for (MachineId m : machines) EXPECT_TRUE(sched_.report(m, running_on(m, *c), 1).empty());
+  for (const auto& t : sched_.tasks_of("web")) EXPECT_EQ(t.state, TaskState::kRunning);
+}
+
+TEST_F(Sched, LostMachineIsReplacedAndNeverRunsTwice) {
+  auto c = sched_.create(spec("web", 3), 0);
+  ASSERT_TRUE(c.ok());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, *c), 1);
+  MachineId dead = (*c)[0].machine;
+  std::string lost_id = (*c)[0].task_id;
+  alloc_.set_usable(dead, false, true);  // what the broker does first
+  auto r = sched_.machine_down(dead, 2);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, Command::Kind::kStart);
+  EXPECT_NE(r[0].machine, dead);
+  EXPECT_NE(r[0].task_id, lost_id);
+  EXPECT_EQ(sched_.tasks().at(lost_id).state, TaskState::kLost);
+  EXPECT_EQ(live("web").size(), 3u);
+  // The machine comes back still running the old task: it is told to stop it.
+  alloc_.set_usable(dead, true, true);
+  auto back = sched_.report(dead, {{lost_id, "running"}}, 3);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(back[0].task_id, lost_id);
+  EXPECT_EQ(live("web").size(), 3u);
+  // A task nobody knows about is stopped too.
+  auto stray = sched_.report(dead, {{"other.0.99", "running"}}, 4);
+  ASSERT_EQ(stray.size(), 1u);
+  EXPECT_EQ(stray[0].kind, Command::Kind::kStop);
+}
+
+TEST_F(Sched, MissingFromReportIsLostAndFailedIsReplaced) {
+  auto c = sched_.create(spec("web", 2), 0);
+  ASSERT_TRUE(c.ok());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, *c), 1);
+  MachineId m0 = (*c)[0].machine;
+  // The machine's report no longer has the task: lost, replaced.
+  auto r = sched_.report(m0, {}, 2);
+  EXPECT_EQ(count_kind(r, Command::Kind::kStart), 1);
+  EXPECT_EQ(sched_.tasks().at((*c)[0].task_id).state, TaskState::kLost);
+  // A task that exited on its own is replaced as well.
+  MachineId m1 = (*c)[1].machine;
+  auto f = sched_.report(m1, {{(*c)[1].task_id, "failed"}}, 3);
+  EXPECT_EQ(count_kind(f, Command::Kind::kStart), 1);
+  EXPECT_EQ(sched_.tasks().at((*c)[1].task_id).state, TaskState::kFailed);
+  // A start that never shows up is lost after the grace period, not before.
+  MachineId m2 = f[0].machine;
+  EXPECT_TRUE(sched_.report(m2, {}, 4).empty());
+  auto late = sched_.report(m2, {}, 4 + 2 * kMin);
+  EXPECT_EQ(count_kind(late, Command::Kind::kStart), 1);
+}
+
+TEST_F(Sched, DestructiveOperationsAreRateLimited) {
+  auto c = sched_.create(spec("web", 6), 0);  // one per machine
+  ASSERT_TRUE(c.ok());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, *c), 1);
+  // A whole "rack row" of 4 machines dies at once; the budget is a burst of 2, 1/s.
+  std::vector<Command> all;
+  for (int i = 0; i < 4; ++i) alloc_.set_usable(ids_[static_cast<size_t>(i)], false, true);
+  for (int i = 0; i < 4; ++i) {
+    auto r = sched_.machine_down(ids_[static_cast<size_t>(i)], 2);
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  EXPECT_EQ(count_kind(all, Command::Kind::kStart), 2);
+  EXPECT_EQ(sched_.waiting_for_budget(), 2u);
+  EXPECT_TRUE(sched_.tick(3).empty());      // no tokens yet
+  auto later = sched_.tick(2 + 2'500'000);  // 2.5 s at 1/s: two more tokens
+  EXPECT_EQ(count_kind(later, Command::Kind::kStart), 2);
+  EXPECT_EQ(sched_.waiting_for_budget(), 0u);
+  for (const auto& cmd : later) EXPECT_GE(cmd.machine, ids_[4]);  // the survivors
+}
+
+TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
+  JobSpec s = spec("web", 4);
+  s.max_unavailable = 1;
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  s.task["command"] = {"/bin/sleep", "1000"};
+  auto u = sched_.update(s, 2);
+  ASSERT_TRUE(u.ok()) << u.error().str();
+  EXPECT_EQ(sched_.generation("web"), 2u);
+  ASSERT_EQ(u->size(), 1u);  // one at a time
+  EXPECT_EQ((*u)[0].kind, Command::Kind::kStop);
+  sent.insert(sent.end(), u->begin(), u->end());
+  uint64_t now = 3;
+  for (int step = 0; step < 20; ++step) {
+    std::vector<Command> next;
+    for (MachineId m : ids_) {
+      auto r = sched_.report(m, running_on(m, sent), now++);
+      next.insert(next.end(), r.begin(), r.end());
+    }
+    if (next.empty()) break;
+    // Never more than one task of the job down: starts pair with the stop before them.
+    EXPECT_LE(count_kind(next, Command::Kind::kStop), 1);
+    for (const auto& cmd : next) {
+      if (cmd.kind == Command::Kind::kStart) {
+        EXPECT_EQ(cmd.spec["command"][1], "1000");
+      }
+    }
+    sent.insert(sent.end(), next.begin(), next.end());
+  }
+  auto l = live("web");
+  ASSERT_EQ(l.size(), 4u);
+  for (const auto& t : l) {
+    EXPECT_EQ(t.generation, 2u);
+    EXPECT_EQ(t.state, TaskState::kRunning);
+  }
+  JobSpec bigger = s;
+  bigger.per_task.cpu_milli = 2000;
+  EXPECT_EQ(sched_.update(bigger, now).error().field, "resources");
+}
+
+TEST_F(Sched, ScaleAndStop) {
+  auto c = sched_.create(spec("web", 2), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  auto up = sched_.scale("web", 5, 1);
+  ASSERT_TRUE(up.ok());
+  EXPECT_EQ(count_kind(*up, Command::Kind::kStart), 3);
+  sent.insert(sent.end(), up->begin(), up->end());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 2);
+  EXPECT_EQ(live("web").size(), 5u);
+  auto down = sched_.scale("web", 3, 3);
+  ASSERT_TRUE(down.ok());
+  EXPECT_EQ(count_kind(*down, Command::Kind::kStop), 2);
+  EXPECT_EQ(count_kind(*down, Command::Kind::kStart), 0);
+  sent.insert(sent.end(), down->begin(), down->end());
+  for (MachineId m : ids_) EXPECT_TRUE(sched_.report(m, running_on(m, sent), 4).empty());
+  EXPECT_EQ(live("web").size(), 3u);
+  auto st = sched_.stop("web", 5);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(count_kind(*st, Command::Kind::kStop), 3);
+  sent.insert(sent.end(), st->begin(), st->end());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 6);
+  EXPECT_FALSE(sched_.job("web"));                            // gone once every task stopped
+  for (MachineId m : ids_) EXPECT_EQ(alloc_.tasks_on(m), 0);  // resources released
+}
+
+TEST_F(Sched, BadRequestsChangeNothing) {
+  EXPECT_EQ(sched_.create(spec("", 1), 0).error().field, "name");
+  EXPECT_EQ(sched_.create(spec("a.b", 1), 0).error().field, "name");
+  EXPECT_EQ(sched_.create(spec("w", 0), 0).error().field, "count");
+  JobSpec huge = spec("huge", 100);  // 100 cores on a 24-core fleet
+  EXPECT_FALSE(sched_.create(huge, 0).ok());
+  EXPECT_FALSE(sched_.job("huge"));
+  for (MachineId m : ids_) EXPECT_EQ(alloc_.tasks_on(m), 0);
+  ASSERT_TRUE(sched_.create(spec("w", 1), 0).ok());
+  EXPECT_EQ(sched_.create(spec("w", 1), 0).error().field, "name");
+  EXPECT_FALSE(sched_.scale("nope", 2, 0).ok());
+  EXPECT_FALSE(sched_.scale("w", 100, 0).ok());
+  EXPECT_EQ(live("w").size(), 1u);
+}
+
+}  // namespace
+}  // namespace weft::cp
