@@ -94,6 +94,8 @@ void Allocator::place(const Request& r, size_t count, std::unordered_map<uint32_
   std::vector<MachineId>& joined = *joined_p;
   const size_t tasks = out.size() + count;
   std::unordered_map<MachineId, int> taken;  // tentative tasks per machine
+  size_t quota = SIZE_MAX;
+  if (auto q = quotas_.find(r.entitlement); q != quotas_.end()) quota = q->second;
   auto fits = [&](MachineId id) {
     const Machine& m = machines_[id];
     if (!usable_for(m, r, dc, type)) return false;
@@ -130,7 +132,10 @@ void Allocator::place(const Request& r, size_t count, std::unordered_map<uint32_
         while (k < bucket.size() && !fits(bucket[k])) ++k;
         if (k == bucket.size()) break;  // nothing more fits in this domain
         MachineId id = bucket[k];
-        if (e == kFreePool && taken[id] == 0) joined.push_back(id);
+        if (e == kFreePool && taken[id] == 0) {
+          if (pool_size(r.entitlement) + joined.size() >= quota) return res;  // at quota
+          joined.push_back(id);
+        }
         ++taken[id];
         ++c;
         ++res.placed;

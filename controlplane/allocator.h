@@ -105,6 +105,8 @@ class Allocator {
   // Returns empty machines of an entitlement to the free pool; returns how many.
   int shrink(EntitlementId e);
   size_t pool_size(EntitlementId e) const;
+  // An entitlement's quota in machines: placement takes free machines only up to it.
+  void set_quota(EntitlementId e, size_t machines) { quotas_[e] = machines; }
 
  private:
   struct Machine {
@@ -143,6 +145,7 @@ class Allocator {
   std::unordered_map<std::string, uint32_t> names_;
   std::unordered_map<EntitlementId, Pool> pools_;
   std::unordered_map<std::string, Held> jobs_;
+  std::unordered_map<EntitlementId, size_t> quotas_;
 };
 
 }  // namespace weft::cp

@@ -181,6 +181,19 @@ TEST(Allocator, MovesTasksOffAFailedMachineKeepingTheSpread) {
   EXPECT_FALSE(a.move_tasks("nope", {0}).ok());
 }
 
+TEST(Allocator, QuotaCapsFreeMachinesTaken) {
+  Allocator a = fleet(4, 1);
+  a.set_quota(1, 2);
+  auto p = a.allocate(job("w", 4, 4000));  // needs 4 whole machines, quota is 2
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(a.pool_size(1), 0u);
+  EXPECT_TRUE(a.allocate(job("w", 2, 4000)).ok());
+  EXPECT_EQ(a.pool_size(1), 2u);
+  EXPECT_FALSE(a.allocate(job("x", 1, 1000)).ok());  // full machines, no more quota
+  a.set_quota(1, 3);
+  EXPECT_TRUE(a.allocate(job("x", 1, 1000)).ok());
+}
+
 TEST(Allocator, BadRequests) {
   Allocator a = fleet(1, 1);
   Request r = job("", 1);

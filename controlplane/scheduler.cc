@@ -99,10 +99,31 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
     t.generation = j.generation;
     t.machine = p.machines[static_cast<size_t>(i)];
     t.id = j.spec.name + "." + std::to_string(i) + "." + std::to_string(++seq_);
+    t.since_us = now;
+    launch(j, t, &out);
+  }
+  return out;
+}
+
+void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
+  if (!ready_ || ready_(t.machine)) {
+    t.state = TaskState::kStarting;
+    out->push_back(start_cmd(j, t));
+  } else {
+    t.state = TaskState::kPending;
+  }
+  tasks_[t.id] = t;
+}
+
+std::vector<Command> Scheduler::machine_ready(MachineId m, uint64_t now) {
+  std::vector<Command> out;
+  for (auto& [id, t] : tasks_) {
+    if (t.machine != m || t.state != TaskState::kPending) continue;
+    auto jit = jobs_.find(t.job);
+    if (jit == jobs_.end()) continue;
     t.state = TaskState::kStarting;
     t.since_us = now;
-    out.push_back(start_cmd(j, t));
-    tasks_[t.id] = t;
+    out.push_back(start_cmd(jit->second, t));
   }
   return out;
 }
@@ -194,10 +215,16 @@ Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t n
   std::vector<Command> out;
   for (auto& [id, t] : tasks_)
     if (t.job == name && live(t.state)) {
-      t.state = TaskState::kStopping;
       t.since_us = now;
+      if (t.state == TaskState::kPending) {  // never sent: nothing to stop
+        t.state = TaskState::kStopped;
+        continue;
+      }
+      t.state = TaskState::kStopping;
       out.push_back(Command{Command::Kind::kStop, t.machine, id, {}});
     }
+  auto done = after_stopped(name, now);  // a job with nothing running ends here
+  out.insert(out.end(), done.begin(), done.end());
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
                                 [&](const std::string& id) { return tasks_[id].job == name; }),
                  waiting_.end());
@@ -226,10 +253,8 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
   t.generation = j.generation;
   t.machine = p->machines[static_cast<size_t>(old.index)];
   t.id = old.job + "." + std::to_string(old.index) + "." + std::to_string(++seq_);
-  t.state = TaskState::kStarting;
   t.since_us = now;
-  out->push_back(start_cmd(j, t));
-  tasks_[t.id] = t;
+  launch(j, t, out);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
 }
 

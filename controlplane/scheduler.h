@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -81,6 +82,11 @@ class Scheduler {
   std::vector<Command> machine_down(MachineId m, uint64_t now_us);
   // Continues what waited: rate-limited replacements, rolling updates.
   std::vector<Command> tick(uint64_t now_us);
+  // Tasks placed on a machine that is not ready (it just joined the entitlement and its
+  // host profile is not applied yet) stay PENDING; the broker's word that it is ready
+  // starts them.
+  void set_ready_check(std::function<bool(MachineId)> ready) { ready_ = std::move(ready); }
+  std::vector<Command> machine_ready(MachineId m, uint64_t now_us);
 
   const std::map<std::string, TaskRecord>& tasks() const { return tasks_; }
   std::vector<TaskRecord> tasks_of(const std::string& job) const;
@@ -105,8 +111,12 @@ class Scheduler {
   // down, or finish stopping the job.
   std::vector<Command> after_stopped(const std::string& job, uint64_t now_us);
 
+  // Records a new task; sends its start now if its machine is ready.
+  void launch(const Job& j, TaskRecord t, std::vector<Command>* out);
+
   Allocator& alloc_;
   SchedulerLimits limits_;
+  std::function<bool(MachineId)> ready_;
   double tokens_ = -1;
   uint64_t tokens_at_ = 0;
   std::map<std::string, Job> jobs_;

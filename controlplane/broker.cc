@@ -1,0 +1,166 @@
+#include "controlplane/broker.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace weft::cp {
+
+Broker::Machine* Broker::get(const std::string& machine) {
+  auto it = machines_.find(machine);
+  return it == machines_.end() ? nullptr : &it->second;
+}
+
+std::optional<MachineId> Broker::find(const std::string& machine) const {
+  auto it = machines_.find(machine);
+  if (it == machines_.end()) return std::nullopt;
+  return it->second.id;
+}
+
+Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now) {
+  if (info.id.empty()) return field_error("machine", "a machine needs an id");
+  if (info.capacity.cpu_milli <= 0 || info.capacity.mem_mb <= 0)
+    return field_error("capacity", "cpu and memory must be positive");
+  if (Machine* m = get(info.id)) {
+    m->last_heartbeat = now;
+    if (m->dead) {
+      m->dead = false;
+      events_.push_back({now, info.id, "back", "registered again"});
+    }
+    refresh(*m);
+    return m->id;
+  }
+  Machine m;
+  m.info = info;
+  m.last_heartbeat = now;
+  m.id = alloc_.add_machine({info.id, info.dc, info.domain, info.type, info.capacity});
+  by_index_.resize(m.id + 1);
+  by_index_[m.id] = info.id;
+  auto [it, added] = machines_.emplace(info.id, std::move(m));
+  (void)added;
+  refresh(it->second);
+  return it->second.id;
+}
+
+Status Broker::heartbeat(const std::string& machine, uint64_t now) {
+  Machine* m = get(machine);
+  if (!m) return field_error("machine", "unknown machine " + machine + "; register first");
+  m->last_heartbeat = now;
+  if (m->dead) {
+    m->dead = false;
+    events_.push_back({now, machine, "back", "heartbeats resumed"});
+  }
+  refresh(*m);
+  return {};
+}
+
+Status Broker::health(const std::string& machine, const std::string& verdict, uint64_t now) {
+  if (verdict != "ok" && verdict != "degraded" && verdict != "failed" && verdict != "unknown")
+    return field_error("verdict", "must be ok, degraded, failed or unknown");
+  Machine* m = get(machine);
+  if (!m) return field_error("machine", "unknown machine " + machine);
+  if (verdict == "failed" && m->verdict != "failed")
+    events_.push_back({now, machine, "failed", "HCS verdict failed"});
+  m->verdict = verdict;
+  refresh(*m);
+  return {};
+}
+
+Status Broker::profile_applied(const std::string& machine, const std::string& profile) {
+  Machine* m = get(machine);
+  if (!m) return field_error("machine", "unknown machine " + machine);
+  m->applied_profile = profile;
+  refresh(*m);
+  return {};
+}
+
+Status Broker::drain(const std::string& machine, bool drained, uint64_t now) {
+  Machine* m = get(machine);
+  if (!m) return field_error("machine", "unknown machine " + machine);
+  if (m->drained != drained)
+    events_.push_back(
+        {now, machine, drained ? "drain" : "back", drained ? "drained" : "undrained"});
+  m->drained = drained;
+  refresh(*m);
+  return {};
+}
+
+Result<EntitlementId> Broker::create_entitlement(const EntitlementSpec& spec) {
+  if (spec.name.empty()) return field_error("name", "an entitlement needs a name");
+  if (spec.quota < 1) return field_error("quota", "must be at least 1 machine");
+  if (entitlement(spec.name)) return field_error("name", "entitlement " + spec.name + " exists");
+  auto id = static_cast<EntitlementId>(ents_.size() + 1);
+  ents_[id] = spec;
+  alloc_.set_quota(id, spec.quota);
+  return id;
+}
+
+std::optional<EntitlementId> Broker::entitlement(const std::string& name) const {
+  for (const auto& [id, e] : ents_)
+    if (e.name == name) return id;
+  return std::nullopt;
+}
+
+std::string Broker::desired_profile(MachineId m) const {
+  auto it = ents_.find(alloc_.entitlement_of(m));
+  return it == ents_.end() ? "" : it->second.profile;
+}
+
+bool Broker::usable(MachineId id) const {
+  const Machine& m = machines_.at(by_index_.at(id));
+  return !m.dead && !m.drained && (m.verdict == "ok" || m.verdict == "degraded");
+}
+
+std::string Broker::state_of(MachineId id) const {
+  const Machine& m = machines_.at(by_index_.at(id));
+  if (m.dead) return "dead";
+  if (m.drained) return "drained";
+  if (m.verdict == "failed") return "failed";
+  if (m.verdict == "unknown") return "unknown";
+  if (m.applied_profile != desired_profile(id)) return "preparing";
+  return m.verdict;
+}
+
+void Broker::refresh(Machine& m) {
+  bool healthy = !m.dead && !m.drained && (m.verdict == "ok" || m.verdict == "degraded");
+  // Free machines take any profile when they join; a machine in an entitlement takes
+  // tasks once it runs that entitlement's profile.
+  bool ready =
+      alloc_.entitlement_of(m.id) == kFreePool || m.applied_profile == desired_profile(m.id);
+  alloc_.set_usable(m.id, healthy, ready);
+  bool now_usable = healthy && ready;
+  auto it = was_usable_.find(m.id);
+  bool before = it != was_usable_.end() && it->second;
+  if (before && !healthy) failed_.push_back(m.id);
+  if (!before && now_usable) ready_.push_back(m.id);
+  was_usable_[m.id] = now_usable;
+}
+
+std::vector<MachineId> Broker::check(uint64_t now) {
+  std::vector<MachineId> dead;
+  uint64_t limit = cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
+  for (auto& [id, m] : machines_) {
+    if (m.dead || now < m.last_heartbeat || now - m.last_heartbeat <= limit) continue;
+    m.dead = true;
+    events_.push_back(
+        {now, id, "dead", std::to_string(cfg_.missed_heartbeats) + " heartbeats missed"});
+    dead.push_back(m.id);
+    refresh(m);
+  }
+  // refresh() also queued them as failed; they are reported here once.
+  std::erase_if(failed_,
+                [&](MachineId x) { return std::find(dead.begin(), dead.end(), x) != dead.end(); });
+  return dead;
+}
+
+std::vector<MachineId> Broker::take_failed() {
+  return std::exchange(failed_, {});
+}
+
+std::vector<MachineId> Broker::take_ready() {
+  // A machine that joined an entitlement after the last refresh is re-evaluated: it is
+  // ready once its profile matches.
+  for (auto& [id, m] : machines_) refresh(m);
+  return std::exchange(ready_, {});
+}
+
+}  // namespace weft::cp

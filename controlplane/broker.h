@@ -1,0 +1,106 @@
+// The Resource Broker (Twine §2.4): the machine inventory, each machine's health and
+// availability, and the entitlements machines belong to. Pure state: the daemon feeds it
+// what machines say (register, heartbeats, HCS verdicts, sidekick's applied profile) and
+// the time; it tells the allocator which machines may take new tasks and tells the
+// caller which machines went down, so the scheduler replaces their tasks.
+//
+// A machine takes new tasks only when it is alive (a heartbeat within
+// missed_heartbeats x heartbeat interval), healthy (its HCS verdict is ok or degraded),
+// not drained for maintenance, and running its entitlement's host profile. Machines
+// that fail or die produce unavailability events; so does a drain.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "controlplane/allocator.h"
+
+namespace weft::cp {
+
+struct MachineInfo {
+  std::string id;  // the agent's machine id
+  std::string dc, domain, type;
+  Resources capacity;
+};
+
+struct EntitlementSpec {
+  std::string name;
+  size_t quota = 0;     // machines
+  std::string profile;  // host profile its machines run ("" = the default)
+  std::string dc;       // "" = any
+};
+
+struct Unavailability {
+  uint64_t at_us = 0;
+  std::string machine;
+  std::string kind;  // "dead", "failed", "drain", "back"
+  std::string detail;
+};
+
+struct BrokerConfig {
+  uint64_t heartbeat_interval_us = 5'000'000;
+  int missed_heartbeats = 3;
+};
+
+class Broker {
+ public:
+  Broker(Allocator& alloc, BrokerConfig cfg = {}) : alloc_(alloc), cfg_(cfg) {}
+
+  // Idempotent: a machine registering again (agent restart) keeps its id and pool.
+  Result<MachineId> register_machine(const MachineInfo& info, uint64_t now_us);
+  Status heartbeat(const std::string& machine, uint64_t now_us);
+  // HCS's verdict: "ok", "degraded", "failed" or "unknown".
+  Status health(const std::string& machine, const std::string& verdict, uint64_t now_us);
+  // Sidekick reports the profile it has applied.
+  Status profile_applied(const std::string& machine, const std::string& profile);
+  Status drain(const std::string& machine, bool drained, uint64_t now_us);
+
+  Result<EntitlementId> create_entitlement(const EntitlementSpec& spec);
+  std::optional<EntitlementId> entitlement(const std::string& name) const;
+  const EntitlementSpec& entitlement_spec(EntitlementId e) const { return ents_.at(e); }
+  // The profile a machine should run now (its entitlement's), for sidekick.
+  std::string desired_profile(MachineId m) const;
+
+  // Machines whose heartbeats stopped since the last call (dead now); call it every
+  // heartbeat interval. Together with health(), the machines to hand to
+  // Scheduler::machine_down.
+  std::vector<MachineId> check(uint64_t now_us);
+  // Machines that became unusable through health() since the last call.
+  std::vector<MachineId> take_failed();
+  // Machines that became usable again (profile applied, back alive) since the last call:
+  // the scheduler may start what waited for them.
+  std::vector<MachineId> take_ready();
+
+  std::optional<MachineId> find(const std::string& machine) const;
+  bool usable(MachineId m) const;
+  const std::vector<Unavailability>& events() const { return events_; }
+  std::string state_of(
+      MachineId m) const;  // "ok", "degraded", "failed", "dead", "drained", "preparing"
+
+ private:
+  struct Machine {
+    MachineInfo info;
+    MachineId id = 0;
+    uint64_t last_heartbeat = 0;
+    std::string verdict = "unknown";
+    std::string applied_profile;
+    bool dead = false, drained = false;
+  };
+  void refresh(Machine& m);  // pushes usability to the allocator, notes transitions
+  Machine* get(const std::string& machine);
+
+  Allocator& alloc_;
+  BrokerConfig cfg_;
+  std::map<std::string, Machine> machines_;  // by machine id
+  std::vector<std::string> by_index_;        // MachineId -> machine id
+  std::map<EntitlementId, EntitlementSpec> ents_;
+  std::map<MachineId, bool> was_usable_;
+  std::vector<MachineId> failed_, ready_;
+  std::vector<Unavailability> events_;
+};
+
+}  // namespace weft::cp

@@ -1,0 +1,108 @@
+// The Resource Broker on plain structs: registration, heartbeats and death, HCS
+// verdicts, drains, entitlements with quotas and profiles, and the scheduler holding
+// tasks on a machine until its entitlement's profile is applied.
+#include "controlplane/broker.h"
+
+#include <gtest/gtest.h>
+
+#include "controlplane/scheduler.h"
+
+namespace weft::cp {
+namespace {
+
+constexpr uint64_t kS = 1'000'000;
+
+MachineInfo info(const std::string& id, const std::string& rack) {
+  return MachineInfo{id, "dc1", rack, "a", {4000, 8192}};
+}
+
+TEST(Broker, RegisterHeartbeatsAndDeath) {
+  Allocator a;
+  Broker b(a, BrokerConfig{5 * kS, 3});
+  auto m = b.register_machine(info("host1", "r1"), 0);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(*b.register_machine(info("host1", "r1"), 1), *m);  // idempotent
+  EXPECT_FALSE(b.usable(*m));  // no HCS verdict yet: unknown is not healthy
+  ASSERT_TRUE(b.health("host1", "ok", 1).ok());
+  EXPECT_TRUE(b.usable(*m));
+  EXPECT_EQ(b.take_ready(), std::vector<MachineId>{*m});
+  ASSERT_TRUE(b.heartbeat("host1", 10 * kS).ok());
+  EXPECT_TRUE(b.check(24 * kS).empty());  // 14 s since the last: within 3 x 5 s
+  auto dead = b.check(26 * kS);
+  ASSERT_EQ(dead, std::vector<MachineId>{*m});
+  EXPECT_EQ(b.state_of(*m), "dead");
+  EXPECT_FALSE(b.usable(*m));
+  EXPECT_TRUE(b.check(30 * kS).empty());  // reported once
+  EXPECT_TRUE(b.take_failed().empty());   // not twice through the other door
+  ASSERT_TRUE(b.heartbeat("host1", 31 * kS).ok());
+  EXPECT_TRUE(b.usable(*m));
+  EXPECT_EQ(b.events().back().kind, "back");
+  EXPECT_FALSE(b.heartbeat("nobody", 0).ok());
+  EXPECT_EQ(b.register_machine(MachineInfo{"x", "", "", "", {0, 1}}, 0).error().field, "capacity");
+}
+
+TEST(Broker, HealthVerdictsAndDrain) {
+  Allocator a;
+  Broker b(a);
+  MachineId m = *b.register_machine(info("h", "r1"), 0);
+  ASSERT_TRUE(b.health("h", "degraded", 0).ok());
+  EXPECT_TRUE(b.usable(m));  // degraded still takes tasks
+  b.take_ready();
+  ASSERT_TRUE(b.health("h", "failed", 1).ok());
+  EXPECT_FALSE(b.usable(m));
+  EXPECT_EQ(b.take_failed(), std::vector<MachineId>{m});
+  EXPECT_EQ(b.events().back().kind, "failed");
+  EXPECT_EQ(b.health("h", "bogus", 1).error().field, "verdict");
+  ASSERT_TRUE(b.health("h", "ok", 2).ok());
+  ASSERT_TRUE(b.drain("h", true, 3).ok());
+  EXPECT_FALSE(b.usable(m));
+  EXPECT_EQ(b.state_of(m), "drained");
+  EXPECT_EQ(b.events().back().kind, "drain");
+}
+
+TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
+  Allocator a;
+  Broker b(a);
+  for (int i = 0; i < 3; ++i) {
+    std::string id = "h" + std::to_string(i);
+    ASSERT_TRUE(b.register_machine(info(id, "r" + std::to_string(i)), 0).ok());
+    ASSERT_TRUE(b.health(id, "ok", 0).ok());
+  }
+  auto e = b.create_entitlement({"web", 2, "web", ""});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(b.create_entitlement({"web", 1, "", ""}).error().field, "name");
+  EXPECT_EQ(b.create_entitlement({"x", 0, "", ""}).error().field, "quota");
+
+  Scheduler s(a);
+  s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
+  JobSpec j;
+  j.name = "site";
+  j.entitlement = *e;
+  j.count = 2;
+  j.per_task = {4000, 1024};  // a whole machine each
+  auto c = s.create(j, 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  // Both machines joined the entitlement but run no "web" profile yet: nothing starts.
+  EXPECT_TRUE(c->empty());
+  for (const auto& t : s.tasks_of("site")) {
+    EXPECT_EQ(t.state, TaskState::kPending);
+    EXPECT_EQ(b.desired_profile(t.machine), "web");  // what sidekick is told to apply
+  }
+  b.take_ready();
+  MachineId first = s.tasks_of("site")[0].machine;
+  EXPECT_EQ(b.state_of(first), "preparing");
+  ASSERT_TRUE(b.profile_applied(a.spec(first).name, "web").ok());  // sidekick reports
+  auto ready = b.take_ready();
+  ASSERT_EQ(ready, std::vector<MachineId>{first});
+  auto started = s.machine_ready(first, 1);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].machine, first);
+  // The quota (2) stops a third machine from joining.
+  JobSpec more = j;
+  more.name = "more";
+  more.count = 1;
+  EXPECT_FALSE(s.create(more, 2).ok());
+}
+
+}  // namespace
+}  // namespace weft::cp
