@@ -214,12 +214,21 @@ void Manager::sample(Probe& p, uint64_t now) {
     return;
   }
   last_event_sample_us_[p.name()] = now;
-  Sample s = p.run(now);
+  p.start(*loop_, now, [this, &p](Sample s) { feed(p, std::move(s), now_us()); });
+}
+
+void Manager::feed(Probe& p, Sample s, uint64_t now) {
   ProbeState& st = states_.at(p.name());
   Health before = st.state();
   if (st.sample(s.health, now, s.detail)) record_transition(p.name(), before, st.state(), s.detail);
   last_[p.name()] = s;
   (void)persist(p.name(), st);
+  // Published once every probe has reported since start (scripts finish later than
+  // the rest of the first cycle).
+  if (cycled_ && !published_ && last_.size() == probes_.size()) {
+    published_ = true;
+    sd_notifyf(0, "STATUS=machine %s", health_name(machine_verdict(states_)));
+  }
   // A failed sample short of fail_after is a suspicion: confirm it soon rather than at
   // the next interval.
   std::string name = p.name();
@@ -260,7 +269,8 @@ void Manager::cycle() {
     sample(*p, now);
   }
   (void)db_->commit();
-  published_ = true;  // one full cycle has run since start
+  cycled_ = true;
+  if (last_.size() == probes_.size()) published_ = true;  // one full cycle has reported
   Health v = machine_verdict(states_);
   sd_notifyf(0, "STATUS=machine %s", health_name(v));
   auto t = loop_->add_timer_in(cfg_.interval_us, [this] { cycle(); });

@@ -36,6 +36,9 @@ class Manager {
   void cycle();
   // Samples one probe now (an event, a confirmation) and feeds its hysteresis.
   void sample(Probe& p, uint64_t now_us);
+  // A sample arrived (at once, or later from a script): hysteresis, history, persistence,
+  // and a confirmation re-sample when it is a suspicion.
+  void feed(Probe& p, Sample s, uint64_t now_us);
   void read_kmsg();
   void on_link(const LinkEvent& e);
   void add_probe(std::unique_ptr<Probe> p) { probes_.push_back(std::move(p)); }
@@ -61,6 +64,7 @@ class Manager {
   std::map<std::string, ProbeState> states_;
   std::map<std::string, Sample> last_;
   bool published_ = false;
+  bool cycled_ = false;  // the first cycle has started every probe
   Fd kmsg_fd_;
   Source kmsg_src_, timer_;
   rpc::Dispatcher methods_;

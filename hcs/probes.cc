@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,20 +90,87 @@ class ExecProbe : public Probe {
  public:
   ExecProbe(std::string name, std::vector<std::string> argv, uint64_t timeout)
       : name_(std::move(name)), argv_(std::move(argv)), timeout_(timeout) {}
+  ~ExecProbe() override { abandon(); }
   std::string name() const override { return "exec:" + name_; }
+
+  // Synchronous (tests, tools): spawn, wait with poll, judge.
   Sample run(uint64_t) override {
-    Sample s;
-    int out[2];
-    if (argv_.empty() || ::pipe2(out, O_CLOEXEC) < 0) {
-      s.detail = "cannot run";
-      return s;
+    if (!spawn()) return cannot_run();
+    uint64_t deadline = now_monotonic_us() + timeout_;
+    int status = 0;
+    bool timed_out = false;
+    for (;;) {
+      uint64_t now = now_monotonic_us();
+      if (now >= deadline) {
+        timed_out = true;
+        ::kill(-pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      pollfd pf{out_.get(), POLLIN, 0};
+      if (::poll(&pf, 1, static_cast<int>((deadline - now) / 1000) + 1) > 0 && !read_some()) {
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
     }
+    return finish(status, timed_out);
+  }
+
+  // On the event loop: the script runs while other probes and the API go on. Its output
+  // is read as it comes, its exit seen through a pidfd, its timeout a timer.
+  void start(EventLoop& loop, uint64_t now_us, std::function<void(Sample)> done) override {
+    if (pid_ > 0) return;  // the previous run is still going; it will report
+    if (!spawn()) {
+      done(cannot_run());
+      return;
+    }
+    done_ = std::move(done);
+    (void)now_us;
+    pidfd_ = Fd(static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)));
+    auto out = loop.add_io(out_.get(), EPOLLIN, [this](uint32_t) {
+      if (!read_some()) out_src_.reset();  // EOF: the exit comes through the pidfd
+    });
+    auto exit = pidfd_.valid()
+                    ? loop.add_io(pidfd_.get(), EPOLLIN, [this](uint32_t) { reap(false); })
+                    : Result<Source>(make_error("pidfd_open"));
+    auto timer = loop.add_timer_in(timeout_, [this] {
+      ::kill(-pid_, SIGKILL);
+      reap(true);
+    });
+    if (!out.ok() || !exit.ok() || !timer.ok()) {
+      ::kill(-pid_, SIGKILL);
+      int st;
+      ::waitpid(pid_, &st, 0);
+      pid_ = -1;
+      auto d = std::move(done_);
+      d(cannot_run());
+      return;
+    }
+    out_src_ = std::move(out).value();
+    exit_src_ = std::move(exit).value();
+    timer_ = std::move(timer).value();
+  }
+
+ private:
+  Sample cannot_run() const {
+    Sample s;
+    s.detail = "cannot run " + (argv_.empty() ? std::string("(no command)") : argv_[0]);
+    return s;
+  }
+  bool spawn() {
+    int fds[2];
+    if (argv_.empty() || ::pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) return false;
     std::vector<char*> a;
     for (auto& x : argv_) a.push_back(x.data());
     a.push_back(nullptr);
     pid_t p = ::fork();
+    if (p < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return false;
+    }
     if (p == 0) {
-      ::dup2(out[1], 1);
+      ::dup2(fds[1], 1);
       int null = ::open("/dev/null", O_RDWR);
       ::dup2(null, 0);
       ::dup2(null, 2);
@@ -110,32 +178,41 @@ class ExecProbe : public Probe {
       ::execvp(a[0], a.data());
       ::_exit(127);
     }
-    ::close(out[1]);
-    std::string output;
-    uint64_t deadline = now_monotonic_us() + timeout_;
-    int status = 0;
-    bool done = false, timed_out = false;
-    while (!done) {
-      uint64_t now = now_monotonic_us();
-      if (now >= deadline) {
-        timed_out = true;
-        ::kill(-p, SIGKILL);
-        ::waitpid(p, &status, 0);
-        break;
+    ::close(fds[1]);
+    out_ = Fd(fds[0]);
+    pid_ = p;
+    output_.clear();
+    return true;
+  }
+  // Reads what is there; false at EOF.
+  bool read_some() {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::read(out_.get(), buf, sizeof buf);
+      if (n > 0) {
+        if (output_.size() < 65536) output_.append(buf, static_cast<size_t>(n));
+        continue;
       }
-      pollfd pf{out[0], POLLIN, 0};
-      if (::poll(&pf, 1, static_cast<int>((deadline - now) / 1000) + 1) > 0) {
-        char buf[4096];
-        ssize_t n = ::read(out[0], buf, sizeof buf);
-        if (n > 0 && output.size() < 65536) output.append(buf, static_cast<size_t>(n));
-        if (n == 0) {
-          ::waitpid(p, &status, 0);
-          done = true;
-        }
-      }
+      return !(n == 0);  // n < 0: EAGAIN, more later
     }
-    ::close(out[0]);
-    std::string first = output.substr(0, output.find('\n'));
+  }
+  void reap(bool timed_out) {
+    int status = 0;
+    if (::waitpid(pid_, &status, timed_out ? 0 : WNOHANG) == 0) return;  // not yet
+    read_some();
+    out_src_.reset();
+    exit_src_.reset();
+    timer_.reset();
+    Sample s = finish(status, timed_out);
+    auto d = std::move(done_);
+    if (d) d(s);
+  }
+  Sample finish(int status, bool timed_out) {
+    pid_ = -1;
+    out_ = Fd();
+    pidfd_ = Fd();
+    Sample s;
+    std::string first = output_.substr(0, output_.find('\n'));
     if (timed_out) {
       s.health = Health::kFailed;
       s.detail = "timed out after " + std::to_string(timeout_ / 1000) + " ms";
@@ -147,11 +224,27 @@ class ExecProbe : public Probe {
     s.detail = first.empty() && code != 0 ? "exit code " + std::to_string(code) : first;
     return s;
   }
+  // The daemon is going away with a script still running: kill it, leave no zombie.
+  void abandon() {
+    out_src_.reset();
+    exit_src_.reset();
+    timer_.reset();
+    if (pid_ > 0) {
+      ::kill(-pid_, SIGKILL);
+      int st;
+      ::waitpid(pid_, &st, 0);
+      pid_ = -1;
+    }
+  }
 
- private:
   std::string name_;
   std::vector<std::string> argv_;
   uint64_t timeout_;
+  pid_t pid_ = -1;
+  Fd out_, pidfd_;
+  std::string output_;
+  Source out_src_, exit_src_, timer_;
+  std::function<void(Sample)> done_;
 };
 
 class SocketProbe : public Probe {

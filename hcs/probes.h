@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/event.h"
 #include "common/fs.h"
 #include "common/paths.h"
 #include "hcs/kmsg.h"
@@ -35,6 +36,13 @@ class Probe {
   virtual ~Probe() = default;
   virtual std::string name() const = 0;
   virtual Sample run(uint64_t now_us) = 0;
+  // Takes a sample on the event loop and calls done() with it, now or later. Probes that
+  // wait on something outside (an operator's script) override it to run off the loop;
+  // the default samples at once.
+  virtual void start(EventLoop& loop, uint64_t now_us, std::function<void(Sample)> done) {
+    (void)loop;
+    done(run(now_us));
+  }
 };
 
 // PSI: /proc/pressure/{cpu,memory,io}. "some" avg10 above degraded_pct is DEGRADED,

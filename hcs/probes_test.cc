@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "common/fs.h"
 
@@ -124,6 +125,52 @@ TEST(ExecProbeTest, ExitCodesOutputAndTimeout) {
   EXPECT_NE(t.detail.find("timed out"), std::string::npos);
   EXPECT_EQ(make_exec_probe("missing", {"/no/such/probe"}, 1'000'000)->run(0).health,
             Health::kFailed);
+}
+
+}  // namespace
+}  // namespace weft::hcs
+
+namespace weft::hcs {
+namespace {
+
+// On the event loop a script runs while the loop goes on: a timer set for 50 ms fires
+// before a 300 ms script reports, and the script's verdict arrives through the loop.
+TEST(ExecProbeTest, RunsOffTheEventLoop) {
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  auto p = make_exec_probe("slow", {"sh", "-c", "sleep 0.3; echo 'disk slow'; exit 1"}, 5'000'000);
+  std::optional<Sample> got;
+  bool timer_first = false;
+  uint64_t t0 = now_monotonic_us();
+  p->start(**loop, 0, [&](Sample s) { got = s; });
+  EXPECT_FALSE(got);  // not yet: it is running
+  auto t = (*loop)->add_timer_in(50'000, [&] { timer_first = !got; });
+  ASSERT_TRUE(t.ok());
+  while (!got && now_monotonic_us() - t0 < 5'000'000) ASSERT_TRUE((*loop)->run_once(100'000).ok());
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(timer_first);
+  EXPECT_EQ(got->health, Health::kDegraded);
+  EXPECT_EQ(got->detail, "disk slow");
+
+  // A script past its timeout is killed with its process group and is FAILED.
+  auto hung = make_exec_probe("hung", {"sh", "-c", "sleep 30 & sleep 30"}, 200'000);
+  got.reset();
+  t0 = now_monotonic_us();
+  hung->start(**loop, 0, [&](Sample s) { got = s; });
+  while (!got && now_monotonic_us() - t0 < 5'000'000) ASSERT_TRUE((*loop)->run_once(100'000).ok());
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->health, Health::kFailed);
+  EXPECT_NE(got->detail.find("timed out"), std::string::npos);
+  EXPECT_LT(now_monotonic_us() - t0, 2'000'000u);
+
+  // A missing program is FAILED (exit 127), not a hang.
+  auto missing = make_exec_probe("missing", {"/no/such/probe"}, 1'000'000);
+  got.reset();
+  missing->start(**loop, 0, [&](Sample s) { got = s; });
+  t0 = now_monotonic_us();
+  while (!got && now_monotonic_us() - t0 < 5'000'000) ASSERT_TRUE((*loop)->run_once(100'000).ok());
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->health, Health::kFailed);
 }
 
 }  // namespace
