@@ -289,6 +289,29 @@ Result<Placement> Allocator::resize(const std::string& job, int tasks) {
   return Placement{h.machines, {}, false};
 }
 
+std::vector<MachineId> Allocator::placement(const std::string& job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? std::vector<MachineId>{} : it->second.machines;
+}
+
+std::optional<Request> Allocator::request(const std::string& job) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return std::nullopt;
+  return it->second.req;
+}
+
+Status Allocator::restore(const Request& r, const std::vector<MachineId>& machines) {
+  if (jobs_.count(r.job)) return field_error("job", "job " + r.job + " is already placed");
+  for (MachineId id : machines)
+    if (id >= machines_.size()) return field_error("machine", "no machine " + std::to_string(id));
+  for (MachineId id : machines) {
+    machines_[id].free -= r.per_task;
+    ++machines_[id].tasks;
+  }
+  jobs_[r.job] = Held{r, machines};
+  return {};
+}
+
 std::vector<MachineId> Allocator::release(const std::string& job) {
   std::vector<MachineId> empty;
   auto it = jobs_.find(job);

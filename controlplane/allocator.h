@@ -100,6 +100,13 @@ class Allocator {
   // Scales a placed job: adds tasks (spread against the ones it has, all or nothing) or
   // drops its highest-indexed ones. Existing tasks never move.
   Result<Placement> resize(const std::string& job, int tasks);
+  // The machines a job holds, by task index (empty if none), and the request it was
+  // placed with: what the control plane persists.
+  std::vector<MachineId> placement(const std::string& job) const;
+  std::optional<Request> request(const std::string& job) const;
+  // Re-establishes a placement read back from the store after a restart, holding its
+  // resources without placing anything anew.
+  Status restore(const Request& r, const std::vector<MachineId>& machines);
   // Frees everything a job holds; returns the machines that became empty.
   std::vector<MachineId> release(const std::string& job);
   // Returns empty machines of an entitlement to the free pool; returns how many.

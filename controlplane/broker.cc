@@ -88,10 +88,20 @@ Result<EntitlementId> Broker::create_entitlement(const EntitlementSpec& spec) {
   if (spec.name.empty()) return field_error("name", "an entitlement needs a name");
   if (spec.quota < 1) return field_error("quota", "must be at least 1 machine");
   if (entitlement(spec.name)) return field_error("name", "entitlement " + spec.name + " exists");
-  auto id = static_cast<EntitlementId>(ents_.size() + 1);
+  auto id = static_cast<EntitlementId>(ents_.empty() ? 1 : ents_.rbegin()->first + 1);
   ents_[id] = spec;
   alloc_.set_quota(id, spec.quota);
   return id;
+}
+
+void Broker::restore_entitlement(EntitlementId id, const EntitlementSpec& spec) {
+  ents_[id] = spec;
+  alloc_.set_quota(id, spec.quota);
+}
+
+Broker::Persisted Broker::persisted(MachineId id) const {
+  const Machine& m = machines_.at(by_index_.at(id));
+  return Persisted{m.info, m.drained, m.applied_profile};
 }
 
 std::optional<EntitlementId> Broker::entitlement(const std::string& name) const {

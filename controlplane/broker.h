@@ -60,6 +60,16 @@ class Broker {
   Status drain(const std::string& machine, bool drained, uint64_t now_us);
 
   Result<EntitlementId> create_entitlement(const EntitlementSpec& spec);
+  // After a restart: the entitlement as it was stored, with its id.
+  void restore_entitlement(EntitlementId id, const EntitlementSpec& spec);
+  const std::map<EntitlementId, EntitlementSpec>& entitlements() const { return ents_; }
+  // What the store keeps of a machine.
+  struct Persisted {
+    MachineInfo info;
+    bool drained = false;
+    std::string applied_profile;
+  };
+  Persisted persisted(MachineId m) const;
   std::optional<EntitlementId> entitlement(const std::string& name) const;
   const EntitlementSpec& entitlement_spec(EntitlementId e) const { return ents_.at(e); }
   // The profile a machine should run now (its entitlement's), for sidekick.

@@ -66,6 +66,12 @@ std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
   return out;
 }
 
+std::vector<Scheduler::PersistedJob> Scheduler::persisted_jobs() const {
+  std::vector<PersistedJob> out;
+  for (const auto& [name, j] : jobs_) out.push_back({j.spec, j.generation, j.stopping});
+  return out;
+}
+
 std::optional<JobSpec> Scheduler::job(const std::string& name) const {
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return std::nullopt;

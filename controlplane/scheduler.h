@@ -89,6 +89,20 @@ class Scheduler {
   std::vector<Command> machine_ready(MachineId m, uint64_t now_us);
 
   const std::map<std::string, TaskRecord>& tasks() const { return tasks_; }
+  // What the store keeps, and puts back after a restart (the allocator's placement is
+  // restored separately, before).
+  struct PersistedJob {
+    JobSpec spec;
+    uint64_t generation = 1;
+    bool stopping = false;
+  };
+  std::vector<PersistedJob> persisted_jobs() const;
+  void restore_job(const PersistedJob& j) {
+    jobs_[j.spec.name] = Job{j.spec, j.generation, j.stopping};
+  }
+  void restore_task(const TaskRecord& t) { tasks_[t.id] = t; }
+  uint64_t task_seq() const { return seq_; }
+  void set_task_seq(uint64_t s) { seq_ = s; }
   std::vector<TaskRecord> tasks_of(const std::string& job) const;
   std::optional<JobSpec> job(const std::string& name) const;
   uint64_t generation(const std::string& job) const;

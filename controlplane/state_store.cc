@@ -1,0 +1,255 @@
+#include "controlplane/state_store.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+
+namespace {
+
+const std::vector<std::string> kMigrations = {
+    R"(CREATE TABLE entitlements (id INTEGER PRIMARY KEY, spec TEXT NOT NULL);
+       CREATE TABLE machines (idx INTEGER PRIMARY KEY, machine TEXT NOT NULL UNIQUE,
+                              entitlement INTEGER NOT NULL, state TEXT NOT NULL);
+       CREATE TABLE jobs (name TEXT PRIMARY KEY, spec TEXT NOT NULL, generation INTEGER NOT NULL,
+                          stopping INTEGER NOT NULL, request TEXT, placement TEXT NOT NULL);
+       CREATE TABLE tasks (id TEXT PRIMARY KEY, job TEXT NOT NULL, idx INTEGER NOT NULL,
+                           generation INTEGER NOT NULL, machine INTEGER NOT NULL,
+                           state TEXT NOT NULL, since_us INTEGER NOT NULL);
+       CREATE INDEX tasks_job ON tasks (job);
+       CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);)",
+};
+
+Result<int64_t> int_field(const json& j, const char* key, int64_t dflt, int64_t min) {
+  if (!j.contains(key)) return dflt;
+  if (!j[key].is_number_integer() || j[key].get<int64_t>() < min)
+    return field_error(key, std::string("must be an integer of at least ") + std::to_string(min));
+  return j[key].get<int64_t>();
+}
+
+Result<std::string> str_field(const json& j, const char* key, bool required) {
+  if (!j.contains(key)) {
+    if (required) return field_error(key, "is required");
+    return std::string();
+  }
+  if (!j[key].is_string()) return field_error(key, "must be a string");
+  return j[key].get<std::string>();
+}
+
+TaskState state_from(const std::string& s) {
+  for (auto st : {TaskState::kPending, TaskState::kStarting, TaskState::kRunning,
+                  TaskState::kStopping, TaskState::kStopped, TaskState::kFailed, TaskState::kLost})
+    if (s == task_state_name(st)) return st;
+  return TaskState::kLost;
+}
+
+}  // namespace
+
+json job_spec_to_json(const JobSpec& s) {
+  return {{"name", s.name},
+          {"entitlement", s.entitlement},
+          {"count", s.count},
+          {"per_task", {{"cpu_milli", s.per_task.cpu_milli}, {"mem_mb", s.per_task.mem_mb}}},
+          {"machine_type", s.machine_type},
+          {"max_unavailable", s.max_unavailable},
+          {"task", s.task}};
+}
+
+Result<JobSpec> job_spec_from_json(const json& j) {
+  if (!j.is_object()) return field_error("job", "must be an object");
+  JobSpec s;
+  TRY_ASSIGN(s.name, str_field(j, "name", true));
+  TRY_ASSIGN(auto ent, int_field(j, "entitlement", 1, 1));
+  s.entitlement = static_cast<EntitlementId>(ent);
+  TRY_ASSIGN(auto count, int_field(j, "count", 1, 1));
+  s.count = static_cast<int>(count);
+  if (j.contains("per_task")) {
+    const json& r = j["per_task"];
+    if (!r.is_object()) return field_error("per_task", "must be an object");
+    auto cpu = int_field(r, "cpu_milli", 0, 0);
+    if (!cpu.ok()) return field_error("per_task.cpu_milli", "must be a non-negative integer");
+    auto mem = int_field(r, "mem_mb", 0, 0);
+    if (!mem.ok()) return field_error("per_task.mem_mb", "must be a non-negative integer");
+    s.per_task = {*cpu, *mem};
+  }
+  TRY_ASSIGN(s.machine_type, str_field(j, "machine_type", false));
+  TRY_ASSIGN(auto mu, int_field(j, "max_unavailable", 1, 1));
+  s.max_unavailable = static_cast<int>(mu);
+  if (j.contains("task")) {
+    if (!j["task"].is_object()) return field_error("task", "must be an object (the task spec)");
+    s.task = j["task"];
+  }
+  return s;
+}
+
+json request_to_json(const Request& r) {
+  return {{"job", r.job},
+          {"generation", r.generation},
+          {"entitlement", r.entitlement},
+          {"tasks", r.tasks},
+          {"cpu_milli", r.per_task.cpu_milli},
+          {"mem_mb", r.per_task.mem_mb},
+          {"machine_type", r.machine_type},
+          {"dc", r.dc},
+          {"spread", r.spread}};
+}
+
+Result<Request> request_from_json(const json& j) {
+  try {
+    Request r;
+    r.job = j.at("job").get<std::string>();
+    r.generation = j.at("generation").get<uint64_t>();
+    r.entitlement = j.at("entitlement").get<EntitlementId>();
+    r.tasks = j.at("tasks").get<int>();
+    r.per_task = {j.at("cpu_milli").get<int64_t>(), j.at("mem_mb").get<int64_t>()};
+    r.machine_type = j.at("machine_type").get<std::string>();
+    r.dc = j.at("dc").get<std::string>();
+    r.spread = j.at("spread").get<bool>();
+    return r;
+  } catch (const json::exception& e) {
+    return make_error(std::string("stored placement request: ") + e.what());
+  }
+}
+
+Result<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) {
+  TRY_ASSIGN(auto db, Db::open(path));
+  TRY_CTX(db->migrate(kMigrations), "control plane database");
+  return std::unique_ptr<StateStore>(new StateStore(std::move(db)));
+}
+
+Status StateStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
+  TRY_ASSIGN(Stmt s,
+             db_->prepare("INSERT OR REPLACE INTO entitlements (id, spec) VALUES (?1, ?2)"));
+  json j{{"name", e.name}, {"quota", e.quota}, {"profile", e.profile}, {"dc", e.dc}};
+  s.bind(1, int64_t{id}).bind(2, j.dump());
+  return s.run();
+}
+
+Status StateStore::put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) {
+  TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO machines (idx, machine, entitlement, "
+                                  "state) VALUES (?1, ?2, ?3, ?4)"));
+  json j{{"dc", m.info.dc},
+         {"domain", m.info.domain},
+         {"type", m.info.type},
+         {"cpu_milli", m.info.capacity.cpu_milli},
+         {"mem_mb", m.info.capacity.mem_mb},
+         {"drained", m.drained},
+         {"applied_profile", m.applied_profile}};
+  s.bind(1, int64_t{idx}).bind(2, m.info.id).bind(3, int64_t{ent}).bind(4, j.dump());
+  return s.run();
+}
+
+Status StateStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
+                           const std::vector<MachineId>& placement) {
+  TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO jobs (name, spec, generation, "
+                                  "stopping, request, placement) VALUES (?1,?2,?3,?4,?5,?6)"));
+  s.bind(1, j.spec.name)
+      .bind(2, job_spec_to_json(j.spec).dump())
+      .bind(3, static_cast<int64_t>(j.generation))
+      .bind(4, int64_t{j.stopping});
+  if (req)
+    s.bind(5, request_to_json(*req).dump());
+  else
+    s.bind(5, nullptr);
+  s.bind(6, json(placement).dump());
+  return s.run();
+}
+
+Status StateStore::delete_job(const std::string& name) {
+  for (const char* sql : {"DELETE FROM jobs WHERE name = ?1", "DELETE FROM tasks WHERE job = ?1"}) {
+    TRY_ASSIGN(Stmt s, db_->prepare(sql));
+    s.bind(1, name);
+    TRY(s.run());
+  }
+  return {};
+}
+
+Status StateStore::put_task(const TaskRecord& t) {
+  TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, "
+                                  "machine, state, since_us) VALUES (?1,?2,?3,?4,?5,?6,?7)"));
+  s.bind(1, t.id).bind(2, t.job).bind(3, int64_t{t.index});
+  s.bind(4, static_cast<int64_t>(t.generation)).bind(5, int64_t{t.machine});
+  s.bind(6, std::string(task_state_name(t.state))).bind(7, static_cast<int64_t>(t.since_us));
+  return s.run();
+}
+
+Status StateStore::put_task_seq(uint64_t seq) {
+  TRY_ASSIGN(Stmt s,
+             db_->prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('task_seq', ?1)"));
+  s.bind(1, std::to_string(seq));
+  return s.run();
+}
+
+Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now) {
+  {
+    TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, spec FROM entitlements ORDER BY id"));
+    for (;;) {
+      TRY_ASSIGN(bool row, s.step());
+      if (!row) break;
+      json j = json::parse(s.col_text(1), nullptr, false);
+      if (!j.is_object()) return make_error("corrupt entitlement row");
+      broker.restore_entitlement(static_cast<EntitlementId>(s.col_int(0)),
+                                 {j.value("name", ""), j.value("quota", size_t{0}),
+                                  j.value("profile", ""), j.value("dc", "")});
+    }
+  }
+  {
+    TRY_ASSIGN(Stmt s,
+               db_->prepare("SELECT idx, machine, entitlement, state FROM machines ORDER BY idx"));
+    for (;;) {
+      TRY_ASSIGN(bool row, s.step());
+      if (!row) break;
+      json j = json::parse(s.col_text(3), nullptr, false);
+      if (!j.is_object()) return make_error("corrupt machine row");
+      MachineInfo info{s.col_text(1),
+                       j.value("dc", ""),
+                       j.value("domain", ""),
+                       j.value("type", ""),
+                       {j.value("cpu_milli", int64_t{0}), j.value("mem_mb", int64_t{0})}};
+      TRY_ASSIGN(MachineId id, broker.register_machine(info, now));
+      if (id != static_cast<MachineId>(s.col_int(0)))
+        return make_error("machine " + info.id + " came back with another index");
+      TRY(alloc.assign(id, static_cast<EntitlementId>(s.col_int(2))));
+      TRY(broker.drain(info.id, j.value("drained", false), now));
+      TRY(broker.profile_applied(info.id, j.value("applied_profile", "")));
+    }
+  }
+  {
+    TRY_ASSIGN(Stmt s,
+               db_->prepare("SELECT spec, generation, stopping, request, placement FROM jobs"));
+    for (;;) {
+      TRY_ASSIGN(bool row, s.step());
+      if (!row) break;
+      TRY_ASSIGN(JobSpec spec, job_spec_from_json(json::parse(s.col_text(0), nullptr, false)));
+      if (!s.col_null(3)) {
+        TRY_ASSIGN(Request r, request_from_json(json::parse(s.col_text(3), nullptr, false)));
+        json p = json::parse(s.col_text(4), nullptr, false);
+        if (!p.is_array()) return make_error("corrupt placement of job " + spec.name);
+        TRY(alloc.restore(r, p.get<std::vector<MachineId>>()));
+      }
+      sched.restore_job({spec, static_cast<uint64_t>(s.col_int(1)), s.col_int(2) != 0});
+    }
+  }
+  {
+    TRY_ASSIGN(Stmt s, db_->prepare(
+                           "SELECT id, job, idx, generation, machine, state, since_us FROM tasks"));
+    for (;;) {
+      TRY_ASSIGN(bool row, s.step());
+      if (!row) break;
+      TaskRecord t;
+      t.id = s.col_text(0);
+      t.job = s.col_text(1);
+      t.index = static_cast<int>(s.col_int(2));
+      t.generation = static_cast<uint64_t>(s.col_int(3));
+      t.machine = static_cast<MachineId>(s.col_int(4));
+      t.state = state_from(s.col_text(5));
+      t.since_us = static_cast<uint64_t>(s.col_int(6));
+      sched.restore_task(t);
+    }
+  }
+  TRY_ASSIGN(Stmt m, db_->prepare("SELECT value FROM meta WHERE key = 'task_seq'"));
+  TRY_ASSIGN(bool row, m.step());
+  if (row) sched.set_task_seq(std::strtoull(m.col_text(0).c_str(), nullptr, 10));
+  return {};
+}
+
+}  // namespace weft::cp

@@ -1,0 +1,54 @@
+// The control plane's durable state in sqlite (WAL): entitlements, machines, jobs with
+// their placements, and tasks. The daemon writes what an operation touched inside one
+// transaction; after a restart (or SIGKILL) load() and restore() rebuild the allocator,
+// broker and scheduler exactly as they were, so nothing is lost and no task restarts.
+// Machines come back "unknown" until they report again (their sessions reconnect).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "common/store.h"
+#include "controlplane/allocator.h"
+#include "controlplane/broker.h"
+#include "controlplane/scheduler.h"
+
+namespace weft::cp {
+
+nlohmann::json job_spec_to_json(const JobSpec& s);
+// Errors name the field ("count", "per_task.cpu_milli", ...).
+Result<JobSpec> job_spec_from_json(const nlohmann::json& j);
+nlohmann::json request_to_json(const Request& r);
+Result<Request> request_from_json(const nlohmann::json& j);
+
+class StateStore {
+ public:
+  static Result<std::unique_ptr<StateStore>> open(const std::string& path);
+
+  Status begin() { return db_->begin(); }
+  Status commit() { return db_->commit(); }
+  void rollback() { db_->rollback(); }
+
+  Status put_entitlement(EntitlementId id, const EntitlementSpec& e);
+  Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent);
+  // A job, its spec generation and its placement (allocator request and machines).
+  Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
+                 const std::vector<MachineId>& placement);
+  Status delete_job(const std::string& name);  // and its tasks
+  Status put_task(const TaskRecord& t);
+  Status put_task_seq(uint64_t seq);
+
+  // Everything, back into fresh modules (in this order: machines, entitlements,
+  // placements, jobs, tasks). The broker must be new: machines get their old ids.
+  Status restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now_us);
+
+ private:
+  explicit StateStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  std::unique_ptr<Db> db_;
+};
+
+}  // namespace weft::cp
