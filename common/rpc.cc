@@ -119,6 +119,8 @@ void Session::close() {
   auto pending = std::move(pending_);
   pending_.clear();
   for (auto& [id, fn] : pending) fn(make_error("session closed").with_code(kUnavailable));
+  auto watchers = std::move(close_watchers_);
+  for (auto& w : watchers) w();
   if (on_close_) {
     auto fn = std::move(on_close_);
     fn();  // may schedule destruction of this session

@@ -123,6 +123,8 @@ class Session {
   bool closed() const { return closed_; }
   const Peer& peer() const { return peer_; }
   void set_on_close(std::function<void()> fn) { on_close_ = std::move(fn); }
+  // Further code that must know when the session closes (the owner's on_close stays).
+  void watch_close(std::function<void()> fn) { close_watchers_.push_back(std::move(fn)); }
 
  private:
   void on_io(uint32_t revents);
@@ -144,6 +146,7 @@ class Session {
   int64_t next_id_ = 1;
   std::map<int64_t, ReplyFn> pending_;
   std::function<void()> on_close_;
+  std::vector<std::function<void()>> close_watchers_;
 };
 
 // Endpoints: "unix:/path", "/path" (Unix), "tcp:host:port" or "host:port" (TCP).

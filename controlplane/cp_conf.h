@@ -1,0 +1,27 @@
+// weft-controlplane configuration (/etc/weft/controlplane.toml).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+#include "controlplane/broker.h"
+#include "controlplane/scheduler.h"
+
+namespace weft::cp {
+
+struct CpConfig {
+  std::string socket = "/run/weft/controlplane.sock";  // operators (weftctl) and local machines
+  std::string socket_group = "weft";
+  std::string listen = "127.0.0.1:7070";  // machines' sessions ("" = Unix socket only)
+  bool insecure_listen = false;           // needed to listen anywhere but loopback (no TLS yet)
+  std::string state_dir = "/var/lib/weft/controlplane";
+  BrokerConfig broker;
+  SchedulerLimits limits;
+  std::string log_level = "info";
+};
+
+Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name);
+Result<CpConfig> load_cp_config(const std::string& path);
+
+}  // namespace weft::cp

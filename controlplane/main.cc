@@ -1,0 +1,38 @@
+// weft-controlplane: parse args -> load config -> create the manager (restore state,
+// listen, READY) -> run the event loop.
+#include <unistd.h>
+
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "common/daemon.h"
+#include "common/log.h"
+#include "controlplane/manager.h"
+
+using namespace weft;
+
+int main(int argc, char** argv) {
+  CLI::App app{"weft-controlplane: the cluster's Resource Broker, allocator and scheduler"};
+  std::string config_path = "/etc/weft/controlplane.toml";
+  bool check_only = false;
+  app.add_option("-c,--config", config_path, "configuration file");
+  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  CLI11_PARSE(app, argc, argv);
+  log_set_ident("weft-controlplane");
+  cp::CpConfig cfg;
+  if (app.count("--config") > 0 || access(config_path.c_str(), F_OK) == 0) {
+    auto loaded = cp::load_cp_config(config_path);
+    if (!loaded.ok()) {
+      std::cerr << "weft-controlplane: " << loaded.error().str() << "\n";
+      return 2;
+    }
+    cfg = std::move(loaded).value();
+  }
+  log_set_level_name(cfg.log_level);
+  if (check_only) {
+    std::cout << "configuration ok\n";
+    return 0;
+  }
+  return run_daemon(cp::Manager::create(std::move(cfg)));
+}

@@ -1,0 +1,370 @@
+#include "controlplane/manager.h"
+
+#include <systemd/sd-daemon.h>
+
+#include <set>
+
+#include "common/fs.h"
+#include "common/log.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+using rpc::CallContext;
+
+namespace {
+uint64_t now_us() {
+  return now_monotonic_us();  // the scheduler and broker need a steady clock
+}
+
+json task_json(const TaskRecord& t, const Allocator& a) {
+  return {{"id", t.id},
+          {"job", t.job},
+          {"index", t.index},
+          {"generation", t.generation},
+          {"machine", a.spec(t.machine).name},
+          {"state", task_state_name(t.state)}};
+}
+}  // namespace
+
+Manager::Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop)
+    : cfg_(std::move(cfg)),
+      loop_(std::move(loop)),
+      broker_(alloc_, cfg_.broker),
+      sched_(alloc_, cfg_.limits) {}
+
+Result<std::unique_ptr<Manager>> Manager::create(CpConfig cfg) {
+  TRY_ASSIGN(auto loop, EventLoop::create());
+  return std::unique_ptr<Manager>(new Manager(std::move(cfg), std::move(loop)));
+}
+
+Manager::~Manager() {
+  server_.reset();
+}
+
+Status Manager::start() {
+  TRY(mkdir_p(cfg_.state_dir, 0750));
+  TRY_ASSIGN(store_, StateStore::open(cfg_.state_dir + "/controlplane.db"));
+  TRY_CTX(store_->restore(alloc_, broker_, sched_, now_us()), "restoring the control plane state");
+  sched_.set_ready_check(
+      [this](MachineId m) { return broker_.usable(m) && broker_.state_of(m) != "preparing"; });
+  weft_gid_ = group_gid(cfg_.socket_group);
+  register_methods();
+  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
+  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
+  if (!cfg_.listen.empty()) {
+    TRY_ASSIGN(auto ep, rpc::parse_endpoint(cfg_.listen));
+    TRY(server_->listen_tcp(ep.host, ep.port));
+  }
+  TRY(loop_->exit_on_termination());
+  loop_->enable_watchdog();
+  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { tick(); });
+  if (t.ok()) timer_ = std::move(t).value();
+  log_info("control plane ready",
+           {{"SOCKET", cfg_.socket},
+            {"LISTEN",
+             cfg_.listen.empty() ? "-" : cfg_.listen + ":" + std::to_string(server_->tcp_port())},
+            {"MACHINES", std::to_string(alloc_.machine_count())},
+            {"TASKS", std::to_string(sched_.tasks().size())}});
+  sd_notify(0, "READY=1");
+  return {};
+}
+
+Status Manager::check_operator(const CallContext& c) const {
+  if (c.peer.is_unix)
+    return rpc::require_privileged(c.peer, weft_gid_, cfg_.socket_group, HostPaths("/"),
+                                   "changing the cluster");
+  return make_error("operator calls are accepted on the Unix socket only")
+      .with_code(rpc::kPermissionDenied);
+}
+
+Status Manager::persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
+  TRY(store_->begin());
+  auto fail = [this](Status s) {
+    store_->rollback();
+    return s;
+  };
+  for (const auto& [id, e] : broker_.entitlements())
+    if (auto s = store_->put_entitlement(id, e); !s.ok()) return fail(s);
+  for (MachineId m : machines)
+    if (auto s = store_->put_machine(m, broker_.persisted(m), alloc_.entitlement_of(m)); !s.ok())
+      return fail(s);
+  for (const auto& name : jobs) {
+    bool found = false;
+    for (const auto& j : sched_.persisted_jobs())
+      if (j.spec.name == name) {
+        found = true;
+        if (auto s = store_->put_job(j, alloc_.request(name), alloc_.placement(name)); !s.ok())
+          return fail(s);
+      }
+    if (!found) {
+      if (auto s = store_->delete_job(name); !s.ok()) return fail(s);
+      continue;
+    }
+    for (const auto& t : sched_.tasks_of(name))
+      if (auto s = store_->put_task(t); !s.ok()) return fail(s);
+  }
+  if (auto s = store_->put_task_seq(sched_.task_seq()); !s.ok()) return fail(s);
+  return store_->commit();
+}
+
+Status Manager::persist_commands(const std::vector<Command>& cmds) {
+  std::set<std::string> jobs;
+  std::set<MachineId> machines;
+  for (const auto& c : cmds) {
+    auto it = sched_.tasks().find(c.task_id);
+    if (it != sched_.tasks().end()) jobs.insert(it->second.job);
+    machines.insert(c.machine);
+  }
+  return persist(jobs, machines);
+}
+
+void Manager::send(const std::vector<Command>& cmds) {
+  for (const auto& c : cmds) {
+    auto it = sessions_.find(c.machine);
+    if (it == sessions_.end()) continue;  // offline: reconciled when it reports again
+    std::string task = c.task_id;
+    if (c.kind == Command::Kind::kStart) {
+      it->second->call("task.run", c.spec, [task](Result<json> r) {
+        if (!r.ok())
+          log_warn("task.run failed on the machine", {{"TASK", task}, {"ERROR", r.error().str()}});
+      });
+    } else {
+      it->second->call("task.stop", {{"id", task}}, [task](Result<json> r) {
+        if (!r.ok())
+          log_debug("task.stop failed on the machine",
+                    {{"TASK", task}, {"ERROR", r.error().str()}});
+      });
+    }
+  }
+}
+
+void Manager::tick() {
+  uint64_t now = now_us();
+  std::vector<Command> cmds;
+  std::set<MachineId> touched;
+  for (MachineId m : broker_.check(now)) {
+    auto c = sched_.machine_down(m, now);
+    cmds.insert(cmds.end(), c.begin(), c.end());
+    touched.insert(m);
+  }
+  for (MachineId m : broker_.take_failed()) {
+    auto c = sched_.machine_down(m, now);
+    cmds.insert(cmds.end(), c.begin(), c.end());
+    touched.insert(m);
+  }
+  for (MachineId m : broker_.take_ready()) {
+    auto c = sched_.machine_ready(m, now);
+    cmds.insert(cmds.end(), c.begin(), c.end());
+  }
+  auto c = sched_.tick(now);
+  cmds.insert(cmds.end(), c.begin(), c.end());
+  std::set<std::string> jobs;
+  for (const auto& [id, t] : sched_.tasks())
+    if (touched.count(t.machine)) jobs.insert(t.job);
+  for (const auto& cmd : cmds)
+    if (auto it = sched_.tasks().find(cmd.task_id); it != sched_.tasks().end())
+      jobs.insert(it->second.job);
+  if (auto s = persist(jobs, touched); !s.ok()) log_error("cannot write state: " + s.error().str());
+  send(cmds);
+  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { tick(); });
+  if (t.ok()) timer_ = std::move(t).value();
+}
+
+Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
+  if (!p.contains("machine") || !p["machine"].is_string())
+    return field_error("machine", "the machine id is required");
+  auto m = broker_.find(p["machine"].get<std::string>());
+  if (!m) return field_error("machine", "unknown machine; call machine.register first");
+  return *m;
+}
+
+void Manager::register_methods() {
+  // ---- machines (sessions from weft-agent, weft-hcs, weft-sidekick)
+  methods_.add("machine.register", [this](const json& p, const CallContext& c) -> Result<json> {
+    if (!p.is_object()) return field_error("params", "must be an object");
+    MachineInfo info;
+    for (auto [key, out] : {std::pair{"machine", &info.id},
+                            {"dc", &info.dc},
+                            {"domain", &info.domain},
+                            {"type", &info.type}}) {
+      if (p.contains(key) && !p[key].is_string()) return field_error(key, "must be a string");
+      if (p.contains(key)) *out = p[key].get<std::string>();
+    }
+    for (auto [key, out] :
+         {std::pair{"cpu_milli", &info.capacity.cpu_milli}, {"mem_mb", &info.capacity.mem_mb}}) {
+      if (!p.contains(key) || !p[key].is_number_integer())
+        return field_error(key, "must be an integer");
+      *out = p[key].get<int64_t>();
+    }
+    TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
+    if (c.session) {
+      rpc::Session* s = c.session;
+      sessions_[m] = s;
+      s->watch_close([this, m, s] {
+        if (auto it = sessions_.find(m); it != sessions_.end() && it->second == s)
+          sessions_.erase(it);
+      });
+    }
+    TRY(persist({}, {m}));
+    return json{{"machine", info.id},
+                {"profile", broker_.desired_profile(m)},
+                {"heartbeat_interval_ms", cfg_.broker.heartbeat_interval_us / 1000}};
+  });
+  methods_.add("machine.heartbeat", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY_ASSIGN(MachineId m, machine_of(p, c));
+    TRY(broker_.heartbeat(p["machine"].get<std::string>(), now_us()));
+    return json{{"profile", broker_.desired_profile(m)}};
+  });
+  methods_.add("machine.report", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY_ASSIGN(MachineId m, machine_of(p, c));
+    if (!p.contains("tasks") || !p["tasks"].is_object())
+      return field_error("tasks", "must be an object of task id -> state");
+    std::map<std::string, std::string> tasks;
+    for (const auto& [id, st] : p["tasks"].items()) {
+      if (!st.is_string()) return field_error("tasks." + id, "must be a state string");
+      tasks[id] = st.get<std::string>();
+    }
+    (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
+    auto cmds = sched_.report(m, tasks, now_us());
+    TRY(persist_commands(cmds));
+    std::set<std::string> jobs;
+    for (const auto& [id, t] : sched_.tasks())
+      if (t.machine == m) jobs.insert(t.job);
+    TRY(persist(jobs, {m}));
+    send(cmds);
+    return json{{"commands", cmds.size()}};
+  });
+  methods_.add("health.report", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY_ASSIGN(MachineId m, machine_of(p, c));
+    if (!p.contains("verdict") || !p["verdict"].is_string())
+      return field_error("verdict", "must be ok, degraded, failed or unknown");
+    TRY(broker_.health(p["machine"].get<std::string>(), p["verdict"].get<std::string>(), now_us()));
+    (void)m;
+    tick();  // a failed machine's tasks are replaced now, not at the next tick
+    return json::object();
+  });
+  methods_.add("profile.report", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY_ASSIGN(MachineId m, machine_of(p, c));
+    if (!p.contains("profile") || !p["profile"].is_string())
+      return field_error("profile", "must be the applied profile's name");
+    TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
+    TRY(persist({}, {m}));
+    tick();
+    return json::object();
+  });
+
+  // ---- operators
+  methods_.add("entitlement.create", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_operator(c));
+    EntitlementSpec e;
+    if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
+    e.name = p["name"].get<std::string>();
+    if (!p.contains("quota") || !p["quota"].is_number_unsigned())
+      return field_error("quota", "must be a number of machines");
+    e.quota = p["quota"].get<size_t>();
+    e.profile = p.value("profile", "");
+    e.dc = p.value("dc", "");
+    TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(e));
+    TRY(persist({}, {}));
+    return json{{"id", id}, {"name", e.name}};
+  });
+  methods_.add("entitlement.ls", [this](const json&, const CallContext&) -> Result<json> {
+    json arr = json::array();
+    for (const auto& [id, e] : broker_.entitlements())
+      arr.push_back({{"id", id},
+                     {"name", e.name},
+                     {"quota", e.quota},
+                     {"profile", e.profile},
+                     {"machines", alloc_.pool_size(id)}});
+    return json{{"entitlements", arr}};
+  });
+  methods_.add("job.create", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_operator(c));
+    TRY_ASSIGN(JobSpec spec, job_spec_from_json(p));
+    TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
+    auto placed = alloc_.placement(spec.name);
+    std::set<MachineId> ms(placed.begin(), placed.end());
+    TRY(persist({spec.name}, ms));
+    send(cmds);
+    return json{{"job", spec.name}, {"tasks", cmds.size()}};
+  });
+  auto job_op = [this](const std::string& op) {
+    return [this, op](const json& p, const CallContext& c) -> Result<json> {
+      TRY(check_operator(c));
+      if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
+      std::string name = p["name"].get<std::string>();
+      Result<std::vector<Command>> cmds = make_error("unknown operation");
+      if (op == "scale") {
+        if (!p.contains("count") || !p["count"].is_number_integer())
+          return field_error("count", "must be an integer");
+        cmds = sched_.scale(name, p["count"].get<int>(), now_us());
+      } else if (op == "update") {
+        TRY_ASSIGN(JobSpec spec, job_spec_from_json(p));
+        cmds = sched_.update(spec, now_us());
+      } else {
+        cmds = sched_.stop(name, now_us());
+      }
+      if (!cmds.ok()) return cmds.error();
+      auto placed = alloc_.placement(name);
+      std::set<MachineId> ms(placed.begin(), placed.end());
+      TRY(persist({name}, ms));
+      send(*cmds);
+      return json{{"job", name}, {"commands", cmds->size()}};
+    };
+  };
+  methods_.add("job.scale", job_op("scale"));
+  methods_.add("job.update", job_op("update"));
+  methods_.add("job.stop", job_op("stop"));
+  methods_.add("job.ls", [this](const json&, const CallContext&) -> Result<json> {
+    json arr = json::array();
+    for (const auto& j : sched_.persisted_jobs()) {
+      int running = 0;
+      for (const auto& t : sched_.tasks_of(j.spec.name)) running += t.state == TaskState::kRunning;
+      arr.push_back({{"name", j.spec.name},
+                     {"count", j.spec.count},
+                     {"running", running},
+                     {"generation", j.generation},
+                     {"stopping", j.stopping}});
+    }
+    return json{{"jobs", arr}};
+  });
+  methods_.add("job.show", [this](const json& p, const CallContext&) -> Result<json> {
+    if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
+    auto spec = sched_.job(p["name"].get<std::string>());
+    if (!spec) return field_error("name", "no such job").with_code(rpc::kNotFound);
+    json tasks = json::array();
+    for (const auto& t : sched_.tasks_of(spec->name)) tasks.push_back(task_json(t, alloc_));
+    return json{{"spec", job_spec_to_json(*spec)},
+                {"generation", sched_.generation(spec->name)},
+                {"tasks", tasks}};
+  });
+  methods_.add("task.ls", [this](const json&, const CallContext&) -> Result<json> {
+    json arr = json::array();
+    for (const auto& [id, t] : sched_.tasks()) arr.push_back(task_json(t, alloc_));
+    return json{{"tasks", arr}};
+  });
+  methods_.add("machine.ls", [this](const json&, const CallContext&) -> Result<json> {
+    json arr = json::array();
+    for (MachineId m = 0; m < alloc_.machine_count(); ++m) {
+      auto ent = broker_.entitlements().find(alloc_.entitlement_of(m));
+      arr.push_back({{"machine", alloc_.spec(m).name},
+                     {"state", broker_.state_of(m)},
+                     {"entitlement", ent == broker_.entitlements().end() ? "" : ent->second.name},
+                     {"tasks", alloc_.tasks_on(m)},
+                     {"connected", sessions_.count(m) > 0}});
+    }
+    return json{{"machines", arr}};
+  });
+  methods_.add("machine.drain", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY(check_operator(c));
+    TRY_ASSIGN(MachineId m, machine_of(p, c));
+    bool drained = p.value("drained", true);
+    TRY(broker_.drain(p["machine"].get<std::string>(), drained, now_us()));
+    TRY(persist({}, {m}));
+    tick();
+    return json{{"machine", p["machine"]}, {"drained", drained}};
+  });
+}
+
+}  // namespace weft::cp

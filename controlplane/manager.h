@@ -1,0 +1,53 @@
+// weft-controlplane's manager: one sd-event loop holding the allocator, broker and
+// scheduler, with their state in sqlite. Machines open sessions (Unix or TCP) and
+// register; commands for a machine (task.run, task.stop) go down its session as
+// requests. Operators use the same protocol on the Unix socket (weftctl). Every
+// mutation is written in one transaction before it is answered; after SIGKILL the
+// state comes back and no task is restarted.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "common/event.h"
+#include "common/rpc.h"
+#include "controlplane/allocator.h"
+#include "controlplane/broker.h"
+#include "controlplane/cp_conf.h"
+#include "controlplane/scheduler.h"
+#include "controlplane/state_store.h"
+
+namespace weft::cp {
+
+class Manager {
+ public:
+  static Result<std::unique_ptr<Manager>> create(CpConfig cfg);
+  ~Manager();
+  Status start();
+  Status run() { return loop_->run(); }
+
+ private:
+  Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop);
+  void register_methods();
+  void send(const std::vector<Command>& cmds);
+  void tick();
+  // Writes what changed for these jobs and machines (and everything else small).
+  Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);
+  Status persist_commands(const std::vector<Command>& cmds);
+  Status check_operator(const rpc::CallContext& c) const;
+  Result<MachineId> machine_of(const nlohmann::json& p, const rpc::CallContext& c);
+
+  CpConfig cfg_;
+  std::unique_ptr<EventLoop> loop_;
+  Allocator alloc_;
+  Broker broker_;
+  Scheduler sched_;
+  std::unique_ptr<StateStore> store_;
+  rpc::Dispatcher methods_;
+  std::unique_ptr<rpc::Server> server_;
+  std::map<MachineId, rpc::Session*> sessions_;
+  Source timer_;
+  int weft_gid_ = -1;
+};
+
+}  // namespace weft::cp
