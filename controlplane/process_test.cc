@@ -137,7 +137,7 @@ TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
                                      {"entitlement", 1},
                                      {"count", 3},
                                      {"per_task", {{"cpu_milli", 1000}, {"mem_mb", 512}}},
-                                     {"task", {{"command", {"/bin/sleep", "infinity"}}}}});
+                                     {"task", {{"argv", {"/bin/sleep", "infinity"}}}}});
   ASSERT_TRUE(created.ok()) << created.error().str();
   // Each machine gets one task (spread across racks) through its session.
   for (int round = 0; round < 50; ++round) {

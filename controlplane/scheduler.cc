@@ -52,10 +52,7 @@ bool Scheduler::take_token(uint64_t now) {
 
 Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
   json spec = j.spec.task.is_object() ? j.spec.task : json::object();
-  spec["name"] = t.id;
-  spec["labels"]["weft.job"] = t.job;
-  spec["labels"]["weft.index"] = std::to_string(t.index);
-  spec["labels"]["weft.generation"] = std::to_string(t.generation);
+  spec["name"] = t.id;  // the agent refuses a second live task of that name: idempotent
   return Command{Command::Kind::kStart, t.machine, t.id, spec};
 }
 

@@ -55,7 +55,7 @@ struct Command {
   enum class Kind { kStart, kStop } kind;
   MachineId machine;
   std::string task_id;
-  nlohmann::json spec;  // for kStart: the task spec with its id and name filled in
+  nlohmann::json spec;  // for kStart: the agent task spec, its name set to the task id
 };
 
 struct SchedulerLimits {

@@ -25,7 +25,7 @@ class Sched : public ::testing::Test {
     s.name = name;
     s.count = count;
     s.per_task = {1000, 1024};
-    s.task = {{"command", {"/bin/sleep", "infinity"}}};
+    s.task = {{"argv", {"/bin/sleep", "infinity"}}};
     return s;
   }
   // What machine m would report: every task the scheduler sent it and did not stop.
@@ -63,9 +63,8 @@ TEST_F(Sched, CreatePlacesAndReportsMakeTasksRunning) {
   std::set<MachineId> machines;
   for (const auto& cmd : *c) {
     EXPECT_EQ(cmd.kind, Command::Kind::kStart);
-    EXPECT_EQ(cmd.spec["labels"]["weft.job"], "web");
     EXPECT_EQ(cmd.spec["name"], cmd.task_id);
-    EXPECT_EQ(cmd.spec["command"][0], "/bin/sleep");
+    EXPECT_EQ(cmd.spec["argv"][0], "/bin/sleep");
     machines.insert(cmd.machine);
   }
   EXPECT_EQ(machines.size(), 3u);  // spread: one per rack
@@ -148,7 +147,7 @@ TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
   ASSERT_TRUE(c.ok());
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
-  s.task["command"] = {"/bin/sleep", "1000"};
+  s.task["argv"] = {"/bin/sleep", "1000"};
   auto u = sched_.update(s, 2);
   ASSERT_TRUE(u.ok()) << u.error().str();
   EXPECT_EQ(sched_.generation("web"), 2u);
@@ -167,7 +166,7 @@ TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
     EXPECT_LE(count_kind(next, Command::Kind::kStop), 1);
     for (const auto& cmd : next) {
       if (cmd.kind == Command::Kind::kStart) {
-        EXPECT_EQ(cmd.spec["command"][1], "1000");
+        EXPECT_EQ(cmd.spec["argv"][1], "1000");
       }
     }
     sent.insert(sent.end(), next.begin(), next.end());

@@ -50,7 +50,7 @@ TEST(StateStore, RestartRestoresEverything) {
   j.entitlement = *e;
   j.count = 3;
   j.per_task = {1500, 1024};
-  j.task = {{"command", {"/bin/sleep", "infinity"}}};
+  j.task = {{"argv", {"/bin/sleep", "infinity"}}};
   auto c = before.sched.create(j, 0);
   ASSERT_TRUE(c.ok()) << c.error().str();
   for (const auto& cmd : *c) before.sched.report(cmd.machine, {{cmd.task_id, "running"}}, 1);
@@ -117,7 +117,7 @@ TEST(StateStore, JobSpecErrorsNameTheField) {
   s.name = "ok";
   s.count = 4;
   s.per_task = {250, 64};
-  s.task = {{"command", {"true"}}};
+  s.task = {{"argv", {"true"}}};
   auto back = job_spec_from_json(job_spec_to_json(s));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->count, 4);
