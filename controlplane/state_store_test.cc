@@ -34,6 +34,10 @@ void persist_all(const Plane& p, StateStore& st) {
 TEST(StateStore, RestartRestoresEverything) {
   std::string dir = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
   ASSERT_TRUE(mkdir_p(dir).ok());
+  struct Cleanup {  // even when an assertion ends the test early
+    std::string dir;
+    ~Cleanup() { (void)remove_tree(dir); }
+  } cleanup{dir};
   Plane before;
   for (int i = 0; i < 4; ++i) {
     std::string id = "h" + std::to_string(i);
@@ -90,7 +94,6 @@ TEST(StateStore, RestartRestoresEverything) {
   auto r = after.sched.machine_down(victim, 7);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_FALSE(before.sched.tasks().count(r[0].task_id));
-  (void)remove_tree(dir);
 }
 
 TEST(StateStore, JobSpecErrorsNameTheField) {

@@ -201,6 +201,14 @@ TEST_F(KernelFake, PsiTriggerIsCheckedAgainstTheStallTotal) {
 TEST(SocketProbe, MissingSilentAndAnswering) {
   std::string dir = std::filesystem::temp_directory_path() / ("weft-hcs-s-" + random_hex(5));
   ASSERT_TRUE(mkdir_p(dir).ok());
+  struct Cleanup {  // even when an assertion ends the test early
+    std::string dir;
+    int fd = -1;
+    ~Cleanup() {
+      if (fd >= 0) ::close(fd);
+      (void)remove_tree(dir);
+    }
+  } cleanup{dir};
   std::string path = dir + "/d.sock";
   auto p = make_socket_probe("weft-agent", path, "agent.info", 300);
   Sample s = p->run(0);
@@ -208,6 +216,7 @@ TEST(SocketProbe, MissingSilentAndAnswering) {
   EXPECT_NE(s.detail.find("not answering"), std::string::npos);
 
   int l = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  cleanup.fd = l;
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
@@ -232,8 +241,6 @@ TEST(SocketProbe, MissingSilentAndAnswering) {
   server.join();
   EXPECT_EQ(s.health, Health::kOk) << s.detail;
   EXPECT_TRUE(s.metrics.contains("latency_ms"));
-  ::close(l);
-  (void)remove_tree(dir);
 }
 
 TEST(HcsConfig, DefaultsAndEveryTable) {
