@@ -116,6 +116,19 @@ class Manager {
   std::unique_ptr<Db> db_;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
+
+  // The session to the control plane (cfg_.control_plane, when set): register, then a
+  // full report of the tasks it placed every heartbeat interval; task.run and task.stop
+  // arrive on it. Reconnects with exponential backoff (0.5 s to 30 s); tasks keep
+  // running while it is away.
+  void cp_connect();
+  void cp_report();
+  void cp_lost();
+  std::unique_ptr<rpc::Session> cp_;
+  rpc::Dispatcher cp_methods_;
+  Source cp_timer_, cp_retry_, cp_reaper_;
+  uint64_t cp_backoff_us_ = 500'000;
+  uint64_t cp_interval_us_ = 5'000'000;
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
   int weft_gid_ = -1;

@@ -218,8 +218,11 @@ Result<TaskSpec> parse_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
   TRY(r.only({"name", "argv", "env", "cwd", "user", "group", "resources", "rootfs", "namespaces",
-              "hostname", "restart", "stop_signal", "stop_grace", "logs"}));
+              "hostname", "restart", "stop_signal", "stop_grace", "logs", "owner"}));
   TRY_ASSIGN(s.name, r.str("name"));
+  TRY_ASSIGN(s.owner, r.str("owner"));
+  if (!s.owner.empty() && s.owner != "controlplane")
+    return field_error("owner", "must be \"controlplane\" or absent");
   if (!valid_name(s.name))
     return field_error("name", "must be 1-63 characters of letters, digits, '-', '_' or '.'");
   if (!r.has("argv") || !r.at("argv").is_array() || r.at("argv").empty())
@@ -328,6 +331,7 @@ json to_json(const TaskSpec& s) {
   j["cwd"] = s.cwd;
   if (!s.user.empty()) j["user"] = s.user;
   if (!s.group.empty()) j["group"] = s.group;
+  if (!s.owner.empty()) j["owner"] = s.owner;
   json res = json::object();
   const Resources& r = s.resources;
   if (r.cpu) res["cpu"] = *r.cpu;

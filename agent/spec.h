@@ -73,6 +73,9 @@ struct TaskSpec {
   int stop_signal = 15;
   uint64_t stop_grace_us = 10'000'000;
   LogSpec logs;
+  // Who started the task: empty for operators, "controlplane" for tasks the control
+  // plane placed (only those are in the agent's reports to it).
+  std::string owner;
 };
 
 // Parses and validates. Errors carry `field` ("resources.memory_max").

@@ -92,6 +92,19 @@ TEST(Spec, ErrorsNameTheField) {
   EXPECT_EQ(field_of(rootfs_without_mount), "rootfs");
 }
 
+TEST(Spec, OwnerIsControlPlaneOrAbsent) {
+  auto s = parse_spec({{"name", "w.0.1"}, {"argv", {"true"}}, {"owner", "controlplane"}});
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_EQ(s->owner, "controlplane");
+  EXPECT_EQ(parse_spec(to_json(*s))->owner, "controlplane");
+  auto plain = parse_spec({{"name", "w"}, {"argv", {"true"}}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(to_json(*plain).contains("owner"));
+  auto bad = parse_spec({{"name", "w"}, {"argv", {"true"}}, {"owner", "me"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "owner");
+}
+
 TEST(Spec, Signals) {
   EXPECT_EQ(*parse_signal("SIGTERM"), 15);
   EXPECT_EQ(*parse_signal("kill"), 9);

@@ -268,8 +268,9 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
   std::set<std::string> rolled_jobs;
   for (const auto& [id, state] : rep) {
     auto it = tasks_.find(id);
-    bool running =
-        state == "running" || state == "starting" || state == "frozen" || state == "restarting";
+    // The agent's states: the task exists (and may run again) unless it ended.
+    bool running = state == "running" || state == "starting" || state == "frozen" ||
+                   state == "restarting" || state == "backoff" || state == "stopping";
     if (it == tasks_.end() || it->second.machine != m ||
         (!live(it->second.state) && it->second.state != TaskState::kStopping)) {
       // Not ours, replaced while this machine was away, or already ended: never twice.

@@ -29,6 +29,8 @@ class AgentHarness {
   // Starts weft-agent and waits until its socket answers. With crash_at, the agent is
   // started with WEFT_AGENT_CRASH_AT set and may die later at that point.
   void start(const std::string& crash_at = "");
+  // More top-level agent.toml lines (before start).
+  void add_config(const std::string& lines);
   void kill9();
   void terminate();  // SIGTERM and wait
   // Waits for an agent started with crash_at to kill itself; true if it did.
