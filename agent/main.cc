@@ -25,16 +25,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   log_set_ident("weft-agent");
 
-  agent::AgentConfig cfg;
-  bool explicit_config = app.count("--config") > 0;
-  if (explicit_config || access(config_path.c_str(), F_OK) == 0) {
-    auto loaded = agent::load_agent_config(config_path);
-    if (!loaded.ok()) {
-      std::cerr << "weft-agent: " << loaded.error().str() << "\n";
-      return 2;
-    }
-    cfg = std::move(loaded).value();
-  }
+  auto loaded = load_config_or_defaults<agent::AgentConfig>(
+      "weft-agent", config_path, app.count("--config") > 0, agent::load_agent_config);
+  if (!loaded) return 2;
+  agent::AgentConfig cfg = std::move(*loaded);
   if (!socket.empty()) cfg.socket = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
   if (!cgroup_root.empty()) cfg.cgroup_root = cgroup_root;

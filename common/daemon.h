@@ -2,13 +2,32 @@
 // socket bound, READY sent), run its event loop, and turn failures into an exit code.
 #pragma once
 
+#include <unistd.h>
+
+#include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/log.h"
 #include "common/result.h"
 
 namespace weft {
+
+// The common head of every weft daemon's main(): the configuration file is read when it
+// was named (-c) or exists at its default path, else the defaults apply. Errors are
+// printed as "<ident>: <error>"; nothing means exit 2.
+template <class Config, class Loader>
+std::optional<Config> load_config_or_defaults(const std::string& ident, const std::string& path,
+                                              bool named, Loader load) {
+  if (!named && ::access(path.c_str(), F_OK) != 0) return Config{};
+  auto loaded = load(path);
+  if (!loaded.ok()) {
+    std::cerr << ident << ": " << loaded.error().str() << "\n";
+    return std::nullopt;
+  }
+  return std::move(loaded).value();
+}
 
 template <class Manager>
 int run_daemon(Result<std::unique_ptr<Manager>> created) {

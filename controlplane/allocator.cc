@@ -185,11 +185,7 @@ Result<Placement> Allocator::allocate(const Request& r) {
         .wrap("allocate");
 
   if (old) (void)release(r.job);
-  for (MachineId id : joined) {
-    pool_erase(id);
-    machines_[id].ent = r.entitlement;
-    pool_insert(id);
-  }
+  for (MachineId id : joined) (void)assign(id, r.entitlement);  // free machines hold no tasks
   for (MachineId id : out) {
     machines_[id].free -= r.per_task;
     ++machines_[id].tasks;
@@ -234,11 +230,7 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
                       std::to_string(count) + " tasks could be moved")
         .wrap("allocate");
   }
-  for (MachineId id : joined) {
-    pool_erase(id);
-    machines_[id].ent = h.req.entitlement;
-    pool_insert(id);
-  }
+  for (MachineId id : joined) (void)assign(id, h.req.entitlement);  // free machines hold no tasks
   size_t k = 0;
   for (size_t i = 0; i < h.machines.size(); ++i) {
     if (!moving[i]) continue;
@@ -272,11 +264,7 @@ Result<Placement> Allocator::resize(const std::string& job, int tasks) {
       return make_error("job " + job + ": " + std::to_string(out.size()) + " of " +
                         std::to_string(count) + " more tasks fit")
           .wrap("allocate");
-    for (MachineId id : joined) {
-      pool_erase(id);
-      machines_[id].ent = h.req.entitlement;
-      pool_insert(id);
-    }
+    for (MachineId id : joined) (void)assign(id, h.req.entitlement);  // free machines hold no tasks
     for (MachineId id : out) {
       machines_[id].free -= h.req.per_task;
       ++machines_[id].tasks;

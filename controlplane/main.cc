@@ -20,15 +20,10 @@ int main(int argc, char** argv) {
   app.add_flag("--check-config", check_only, "validate the configuration and exit");
   CLI11_PARSE(app, argc, argv);
   log_set_ident("weft-controlplane");
-  cp::CpConfig cfg;
-  if (app.count("--config") > 0 || access(config_path.c_str(), F_OK) == 0) {
-    auto loaded = cp::load_cp_config(config_path);
-    if (!loaded.ok()) {
-      std::cerr << "weft-controlplane: " << loaded.error().str() << "\n";
-      return 2;
-    }
-    cfg = std::move(loaded).value();
-  }
+  auto loaded = load_config_or_defaults<cp::CpConfig>(
+      "weft-controlplane", config_path, app.count("--config") > 0, cp::load_cp_config);
+  if (!loaded) return 2;
+  cp::CpConfig cfg = std::move(*loaded);
   log_set_level_name(cfg.log_level);
   if (check_only) {
     std::cout << "configuration ok\n";

@@ -255,12 +255,6 @@ void Manager::on_link(const LinkEvent& e) {
   }
 }
 
-Probe* Manager::find(const std::string& name) {
-  for (auto& p : probes_)
-    if (p->name() == name) return p.get();
-  return nullptr;
-}
-
 void Manager::cycle() {
   uint64_t now = now_us();
   (void)db_->begin();

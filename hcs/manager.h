@@ -42,7 +42,6 @@ class Manager {
   void read_kmsg();
   void on_link(const LinkEvent& e);
   void add_probe(std::unique_ptr<Probe> p) { probes_.push_back(std::move(p)); }
-  Probe* find(const std::string& name);
   Status persist(const std::string& probe, const ProbeState& st);
   void record_transition(const std::string& probe, Health from, Health to,
                          const std::string& detail);

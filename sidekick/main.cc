@@ -23,15 +23,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   log_set_ident("weft-sidekick");
 
-  sidekick::SidekickConfig cfg;
-  if (app.count("--config") > 0 || access(config_path.c_str(), F_OK) == 0) {
-    auto loaded = sidekick::load_sidekick_config(config_path);
-    if (!loaded.ok()) {
-      std::cerr << "weft-sidekick: " << loaded.error().str() << "\n";
-      return 2;
-    }
-    cfg = std::move(loaded).value();
-  }
+  auto loaded = load_config_or_defaults<sidekick::SidekickConfig>(
+      "weft-sidekick", config_path, app.count("--config") > 0, sidekick::load_sidekick_config);
+  if (!loaded) return 2;
+  sidekick::SidekickConfig cfg = std::move(*loaded);
   if (!socket.empty()) cfg.socket = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
   log_set_level_name(cfg.log_level);  // validated with the config
