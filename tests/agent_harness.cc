@@ -1,5 +1,7 @@
 #include "tests/agent_harness.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -60,7 +62,9 @@ AgentHarness::AgentHarness() {
   EXPECT_TRUE(mkdir_p(dir_).ok());
   socket_ = dir_ + "/agent.sock";
   auto mount = HostPaths().cgroup2_mount();
-  cgroup_root_ = mount.value_or("/sys/fs/cgroup") + "/weft-test-" + random_hex(5);
+  mount_ = mount.value_or("/sys/fs/cgroup");
+  cgroup_root_ = mount_ + "/weft-test-" + random_hex(5);
+  controllers_before_ = trim(read_file(mount_ + "/cgroup.subtree_control").value_or(""));
   config_ = dir_ + "/agent.toml";
   std::string conf = "socket = \"" + socket_ + "\"\n" + "state_dir = \"" + dir_ + "/state\"\n" +
                      "cgroup_root = \"" + cgroup_root_ + "\"\n" +
@@ -73,6 +77,14 @@ AgentHarness::~AgentHarness() {
   kill9();
   destroy_cgroup_tree(cgroup_root_);
   (void)remove_tree(dir_);
+  // The agent enables its controllers from the cgroup2 mount down (as systemd's
+  // Delegate= would); put the mount's subtree_control back as it was.
+  auto now = read_file(mount_ + "/cgroup.subtree_control");
+  if (!now.ok()) return;
+  auto before = split(controllers_before_, ' ');
+  for (const auto& c : split(trim(*now), ' '))
+    if (!c.empty() && std::find(before.begin(), before.end(), c) == before.end())
+      (void)write_file(mount_ + "/cgroup.subtree_control", "-" + c);
 }
 
 void AgentHarness::add_config(const std::string& lines) {

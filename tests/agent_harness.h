@@ -53,6 +53,8 @@ class AgentHarness {
 
  private:
   std::string dir_, socket_, cgroup_root_, config_;
+  // The cgroup2 root's subtree_control before the agent enabled its controllers there.
+  std::string mount_, controllers_before_;
   pid_t pid_ = -1;
 };
 
