@@ -1,5 +1,7 @@
 #include "agent/agent_conf.h"
 
+#include "common/cp_link.h"
+
 #include <unistd.h>
 
 #include "common/config.h"
@@ -35,6 +37,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY(str("log_level", &c.log_level));
   TRY_ASSIGN(c.labels, doc.get_string_map(t, "labels"));
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
+  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane")));
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {
     if (val->empty() || (*val)[0] != '/')
       return field_error(at(key), std::string("'") + key + "' must be an absolute path");
@@ -90,15 +93,7 @@ Status resolve_agent_config(AgentConfig* cfg, bool under_systemd) {
       cfg->agent_in_root = own_dir == cfg->cgroup_root || own_dir == cfg->cgroup_root + "/agent";
     }
   }
-  if (cfg->machine_id.empty()) {
-    auto id = read_file(host.etc("machine-id"));
-    cfg->machine_id = id.ok() ? trim(*id) : "";
-    if (cfg->machine_id.empty()) {
-      char h[256] = {0};
-      gethostname(h, sizeof h - 1);
-      cfg->machine_id = h;
-    }
-  }
+  cfg->machine_id = resolve_machine_id(cfg->machine_id, cfg->host_root);
   if (cfg->init_path.empty()) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

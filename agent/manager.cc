@@ -137,7 +137,7 @@ Status Manager::start() {
                         return (*h)(params, rpc::CallContext{nullptr, self});
                       });
     }
-    cp_connect();
+    cp_start();
   }
   sd_notify(0, "READY=1");
   update_status();
@@ -577,79 +577,42 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
 
 namespace weft::agent {
 
-void Manager::cp_connect() {
-  cp_retry_.reset();
-  auto ep = rpc::parse_endpoint(cfg_.control_plane);
-  auto fd = ep.ok() ? rpc::connect_endpoint(*ep) : Result<Fd>(ep.error());
-  if (!fd.ok()) {
-    log_debug("control plane not reachable", {{"ERROR", fd.error().str()}});
-    cp_lost();
-    return;
-  }
-  cp_ = std::make_unique<rpc::Session>(*loop_, std::move(fd).value(), rpc::Peer{}, &cp_methods_);
-  if (!cp_->start().ok()) {
-    cp_lost();
-    return;
-  }
-  cp_->watch_close([this] {
-    // Not from inside the session's own callback: drop it on the next iteration.
-    auto d = loop_->add_defer([this] { cp_lost(); });
-    if (d.ok()) cp_reaper_ = std::move(d).value();
-  });
-  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  int64_t mem_mb = 0;
-  if (auto mi = read_file(HostPaths(cfg_.host_root).proc("meminfo")); mi.ok())
-    for (const auto& line : split(*mi, '\n'))
-      if (line.rfind("MemTotal:", 0) == 0)
-        mem_mb = std::strtoll(line.c_str() + 9, nullptr, 10) / 1024;
-  auto label = [this](const char* k, const char* alt = nullptr) {
-    auto it = cfg_.labels.find(k);
-    if (it == cfg_.labels.end() && alt) it = cfg_.labels.find(alt);
-    return it == cfg_.labels.end() ? std::string() : it->second;
+void Manager::cp_start() {
+  auto hello = [this](rpc::Session& s, ControlPlaneLink::Done done) {
+    long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t mem_mb = 0;
+    if (auto mi = read_file(HostPaths(cfg_.host_root).proc("meminfo")); mi.ok())
+      for (const auto& line : split(*mi, '\n'))
+        if (line.rfind("MemTotal:", 0) == 0)
+          mem_mb = std::strtoll(line.c_str() + 9, nullptr, 10) / 1024;
+    auto label = [this](const char* k, const char* alt = nullptr) {
+      auto it = cfg_.labels.find(k);
+      if (it == cfg_.labels.end() && alt) it = cfg_.labels.find(alt);
+      return it == cfg_.labels.end() ? std::string() : it->second;
+    };
+    nlohmann::json reg{
+        {"machine", cfg_.machine_id},
+        {"dc", label("dc")},
+        {"domain", label("msb", "rack")},
+        {"type", label("type")},
+        {"cpu_milli", static_cast<int64_t>(cpus > 0 ? cpus : 1) * 1000},
+        {"mem_mb", mem_mb > 0 ? mem_mb : 1},
+        {"controllers",
+         split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')}};
+    s.call("machine.register", reg, std::move(done));
   };
-  nlohmann::json reg{{"machine", cfg_.machine_id},
-                     {"dc", label("dc")},
-                     {"domain", label("msb", "rack")},
-                     {"type", label("type")},
-                     {"cpu_milli", static_cast<int64_t>(cpus > 0 ? cpus : 1) * 1000},
-                     {"mem_mb", mem_mb > 0 ? mem_mb : 1}};
-  cp_->call("machine.register", reg, [this](Result<nlohmann::json> r) {
-    if (!r.ok()) {
-      log_warn("control plane refused the registration", {{"ERROR", r.error().str()}});
-      if (cp_) cp_->close();
-      return;
-    }
-    cp_backoff_us_ = 500'000;
-    if (r->contains("heartbeat_interval_ms") && (*r)["heartbeat_interval_ms"].is_number_unsigned())
-      cp_interval_us_ =
-          std::max<uint64_t>((*r)["heartbeat_interval_ms"].get<uint64_t>() * 1000, 100'000);
-    log_info("registered with the control plane", {{"ENDPOINT", cfg_.control_plane}});
-    cp_report();
-  });
-}
-
-void Manager::cp_report() {
-  cp_timer_.reset();
-  if (!cp_ || cp_->closed()) return;
-  nlohmann::json tasks = nlohmann::json::object();
-  for (const auto& [id, t] : tasks_)
-    if (t->spec.owner == "controlplane") tasks[t->spec.name] = t->state;
-  cp_->call("machine.report", {{"machine", cfg_.machine_id}, {"tasks", tasks}},
-            [](Result<nlohmann::json> r) {
-              if (!r.ok()) log_debug("report failed", {{"ERROR", r.error().str()}});
-            });
-  auto t = loop_->add_timer_in(cp_interval_us_, [this] { cp_report(); });
-  if (t.ok()) cp_timer_ = std::move(t).value();
-}
-
-void Manager::cp_lost() {
-  cp_reaper_.reset();
-  cp_timer_.reset();
-  cp_.reset();
-  if (cp_retry_.active()) return;
-  auto t = loop_->add_timer_in(cp_backoff_us_, [this] { cp_connect(); });
-  if (t.ok()) cp_retry_ = std::move(t).value();
-  cp_backoff_us_ = std::min<uint64_t>(cp_backoff_us_ * 2, 30'000'000);
+  auto report = [this](rpc::Session& s) {
+    nlohmann::json tasks = nlohmann::json::object();
+    for (const auto& [id, t] : tasks_)
+      if (t->spec.owner == "controlplane") tasks[t->spec.name] = t->state;
+    s.call("machine.report", {{"machine", cfg_.machine_id}, {"tasks", tasks}},
+           [](Result<nlohmann::json> r) {
+             if (!r.ok()) log_debug("report failed", {{"ERROR", r.error().str()}});
+           });
+  };
+  cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-agent", &cp_methods_,
+                                           hello, report);
+  cp_->start();
 }
 
 }  // namespace weft::agent

@@ -24,6 +24,7 @@
 #include "agent/cgroup.h"
 #include "agent/lifecycle.h"
 #include "agent/spec.h"
+#include "common/cp_link.h"
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/rpc.h"
@@ -121,14 +122,9 @@ class Manager {
   // full report of the tasks it placed every heartbeat interval; task.run and task.stop
   // arrive on it. Reconnects with exponential backoff (0.5 s to 30 s); tasks keep
   // running while it is away.
-  void cp_connect();
-  void cp_report();
-  void cp_lost();
-  std::unique_ptr<rpc::Session> cp_;
+  void cp_start();
+  std::unique_ptr<ControlPlaneLink> cp_;
   rpc::Dispatcher cp_methods_;
-  Source cp_timer_, cp_retry_, cp_reaper_;
-  uint64_t cp_backoff_us_ = 500'000;
-  uint64_t cp_interval_us_ = 5'000'000;
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
   int weft_gid_ = -1;

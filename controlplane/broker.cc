@@ -110,6 +110,11 @@ std::optional<EntitlementId> Broker::entitlement(const std::string& name) const 
   return std::nullopt;
 }
 
+bool Broker::profile_ready(const Machine& m) const {
+  std::string want = desired_profile(m.id);
+  return want.empty() || m.applied_profile == want;  // "" = any profile will do
+}
+
 std::string Broker::desired_profile(MachineId m) const {
   auto it = ents_.find(alloc_.entitlement_of(m));
   return it == ents_.end() ? "" : it->second.profile;
@@ -126,7 +131,7 @@ std::string Broker::state_of(MachineId id) const {
   if (m.drained) return "drained";
   if (m.verdict == "failed") return "failed";
   if (m.verdict == "unknown") return "unknown";
-  if (m.applied_profile != desired_profile(id)) return "preparing";
+  if (!profile_ready(m)) return "preparing";
   return m.verdict;
 }
 
@@ -134,8 +139,7 @@ void Broker::refresh(Machine& m) {
   bool healthy = !m.dead && !m.drained && (m.verdict == "ok" || m.verdict == "degraded");
   // Free machines take any profile when they join; a machine in an entitlement takes
   // tasks once it runs that entitlement's profile.
-  bool ready =
-      alloc_.entitlement_of(m.id) == kFreePool || m.applied_profile == desired_profile(m.id);
+  bool ready = alloc_.entitlement_of(m.id) == kFreePool || profile_ready(m);
   alloc_.set_usable(m.id, healthy, ready);
   bool now_usable = healthy && ready;
   auto it = was_usable_.find(m.id);

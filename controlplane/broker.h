@@ -100,7 +100,9 @@ class Broker {
     std::string applied_profile;
     bool dead = false, drained = false;
   };
-  void refresh(Machine& m);  // pushes usability to the allocator, notes transitions
+  void refresh(Machine& m);
+  bool profile_ready(
+      const Machine& m) const;  // pushes usability to the allocator, notes transitions
   Machine* get(const std::string& machine);
 
   Allocator& alloc_;

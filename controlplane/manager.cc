@@ -137,6 +137,7 @@ void Manager::send(const std::vector<Command>& cmds) {
       });
     }
   }
+  push_profiles();
 }
 
 void Manager::tick() {
@@ -171,6 +172,77 @@ void Manager::tick() {
   if (t.ok()) timer_ = std::move(t).value();
 }
 
+namespace {
+// Remembers `s` as machine m's session in `table` until it closes.
+void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::Session* s) {
+  if (!s) return;
+  auto it = table.find(m);
+  if (it != table.end() && it->second == s) return;
+  table[m] = s;
+  s->watch_close([&table, m, s] {
+    if (auto it = table.find(m); it != table.end() && it->second == s) table.erase(it);
+  });
+}
+}  // namespace
+
+void Manager::push_profiles() {
+  for (const auto& [m, s] : sidekick_sessions_) {
+    std::string want = broker_.desired_profile(m);
+    auto& pushed = pushed_profile_[m];
+    if (want.empty() || want == pushed || broker_.persisted(m).applied_profile == want) continue;
+    pushed = want;
+    std::string name = alloc_.spec(m).name;
+    s->call("profile.apply", {{"profile", want}}, [name, want](Result<json> r) {
+      if (!r.ok())
+        log_warn("sidekick did not take the profile",
+                 {{"MACHINE", name}, {"PROFILE", want}, {"ERROR", r.error().str()}});
+    });
+  }
+}
+
+Result<JobSpec> Manager::job_from_params(const json& p) const {
+  json q = p;
+  if (p.is_object() && p.contains("entitlement") && p["entitlement"].is_string()) {
+    auto id = broker_.entitlement(p["entitlement"].get<std::string>());
+    if (!id)
+      return field_error("entitlement",
+                         "no entitlement named " + p["entitlement"].get<std::string>())
+          .with_code(rpc::kNotFound);
+    q["entitlement"] = *id;
+  }
+  TRY_ASSIGN(JobSpec spec, job_spec_from_json(q));
+  if (!broker_.entitlements().count(spec.entitlement))
+    return field_error("entitlement", "no entitlement with id " + std::to_string(spec.entitlement))
+        .with_code(rpc::kNotFound);
+  return spec;
+}
+
+json Manager::machine_json(MachineId m) const {
+  auto ent = broker_.entitlements().find(alloc_.entitlement_of(m));
+  auto p = broker_.persisted(m);
+  auto get = [m](const std::map<MachineId, json>& t) {
+    auto it = t.find(m);
+    return it == t.end() ? json() : it->second;
+  };
+  return {{"machine", p.info.id},
+          {"state", broker_.state_of(m)},
+          {"entitlement", ent == broker_.entitlements().end() ? "" : ent->second.name},
+          {"dc", p.info.dc},
+          {"domain", p.info.domain},
+          {"type", p.info.type},
+          {"cpu_milli", p.info.capacity.cpu_milli},
+          {"mem_mb", p.info.capacity.mem_mb},
+          {"tasks", alloc_.tasks_on(m)},
+          {"drained", p.drained},
+          {"profile", p.applied_profile},
+          {"desired_profile", broker_.desired_profile(m)},
+          {"profile_state", get(profile_state_)},
+          {"problems", get(health_problems_)},
+          {"controllers", get(controllers_)},
+          {"connected", sessions_.count(m) > 0},
+          {"sidekick_connected", sidekick_sessions_.count(m) > 0}};
+}
+
 Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
   if (!p.contains("machine") || !p["machine"].is_string())
     return field_error("machine", "the machine id is required");
@@ -197,15 +269,11 @@ void Manager::register_methods() {
         return field_error(key, "must be an integer");
       *out = p[key].get<int64_t>();
     }
+    if (p.contains("controllers") && !p["controllers"].is_array())
+      return field_error("controllers", "must be a list of cgroup controller names");
     TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
-    if (c.session) {
-      rpc::Session* s = c.session;
-      sessions_[m] = s;
-      s->watch_close([this, m, s] {
-        if (auto it = sessions_.find(m); it != sessions_.end() && it->second == s)
-          sessions_.erase(it);
-      });
-    }
+    track_session(sessions_, m, c.session);
+    if (p.contains("controllers")) controllers_[m] = p["controllers"];
     TRY(persist({}, {m}));
     return json{{"machine", info.id},
                 {"profile", broker_.desired_profile(m)},
@@ -240,7 +308,7 @@ void Manager::register_methods() {
     if (!p.contains("verdict") || !p["verdict"].is_string())
       return field_error("verdict", "must be ok, degraded, failed or unknown");
     TRY(broker_.health(p["machine"].get<std::string>(), p["verdict"].get<std::string>(), now_us()));
-    (void)m;
+    health_problems_[m] = p.value("problems", json::array());
     tick();  // a failed machine's tasks are replaced now, not at the next tick
     return json::object();
   });
@@ -248,10 +316,15 @@ void Manager::register_methods() {
     TRY_ASSIGN(MachineId m, machine_of(p, c));
     if (!p.contains("profile") || !p["profile"].is_string())
       return field_error("profile", "must be the applied profile's name");
+    if (p.contains("state") && !p["state"].is_string())
+      return field_error("state", "must be the last switch's outcome");
     TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
+    track_session(sidekick_sessions_, m, c.session);
+    profile_state_[m] = p.value("state", "");
+    pushed_profile_.erase(m);  // the reply carries the desired profile
     TRY(persist({}, {m}));
     tick();
-    return json::object();
+    return json{{"desired", broker_.desired_profile(m)}};
   });
 
   // ---- operators
@@ -263,8 +336,10 @@ void Manager::register_methods() {
     if (!p.contains("quota") || !p["quota"].is_number_unsigned())
       return field_error("quota", "must be a number of machines");
     e.quota = p["quota"].get<size_t>();
-    e.profile = p.value("profile", "");
-    e.dc = p.value("dc", "");
+    for (auto [key, out] : {std::pair{"profile", &e.profile}, {"dc", &e.dc}}) {
+      if (p.contains(key) && !p[key].is_string()) return field_error(key, "must be a string");
+      if (p.contains(key)) *out = p[key].get<std::string>();
+    }
     TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(e));
     TRY(persist({}, {}));
     return json{{"id", id}, {"name", e.name}};
@@ -276,12 +351,27 @@ void Manager::register_methods() {
                      {"name", e.name},
                      {"quota", e.quota},
                      {"profile", e.profile},
+                     {"dc", e.dc},
                      {"machines", alloc_.pool_size(id)}});
     return json{{"entitlements", arr}};
   });
+  methods_.add("entitlement.show", [this](const json& p, const CallContext&) -> Result<json> {
+    if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+      return field_error("name", "is required");
+    auto id = broker_.entitlement(p["name"].get<std::string>());
+    if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
+    const auto& e = broker_.entitlement_spec(*id);
+    json machines = json::array(), jobs = json::array();
+    for (MachineId m = 0; m < alloc_.machine_count(); ++m)
+      if (alloc_.entitlement_of(m) == *id) machines.push_back(machine_json(m));
+    for (const auto& j : sched_.persisted_jobs())
+      if (j.spec.entitlement == *id) jobs.push_back(j.spec.name);
+    return json{{"id", *id},  {"name", e.name},       {"quota", e.quota}, {"profile", e.profile},
+                {"dc", e.dc}, {"machines", machines}, {"jobs", jobs}};
+  });
   methods_.add("job.create", [this](const json& p, const CallContext& c) -> Result<json> {
     TRY(check_operator(c));
-    TRY_ASSIGN(JobSpec spec, job_spec_from_json(p));
+    TRY_ASSIGN(JobSpec spec, job_from_params(p));
     TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
     auto placed = alloc_.placement(spec.name);
     std::set<MachineId> ms(placed.begin(), placed.end());
@@ -300,7 +390,7 @@ void Manager::register_methods() {
           return field_error("count", "must be an integer");
         cmds = sched_.scale(name, p["count"].get<int>(), now_us());
       } else if (op == "update") {
-        TRY_ASSIGN(JobSpec spec, job_spec_from_json(p));
+        TRY_ASSIGN(JobSpec spec, job_from_params(p));
         cmds = sched_.update(spec, now_us());
       } else {
         cmds = sched_.stop(name, now_us());
@@ -325,6 +415,9 @@ void Manager::register_methods() {
                      {"count", j.spec.count},
                      {"running", running},
                      {"generation", j.generation},
+                     {"entitlement", broker_.entitlements().count(j.spec.entitlement)
+                                         ? broker_.entitlement_spec(j.spec.entitlement).name
+                                         : ""},
                      {"stopping", j.stopping}});
     }
     return json{{"jobs", arr}};
@@ -335,7 +428,9 @@ void Manager::register_methods() {
     if (!spec) return field_error("name", "no such job").with_code(rpc::kNotFound);
     json tasks = json::array();
     for (const auto& t : sched_.tasks_of(spec->name)) tasks.push_back(task_json(t, alloc_));
+    auto ent = broker_.entitlements().find(spec->entitlement);
     return json{{"spec", job_spec_to_json(*spec)},
+                {"entitlement", ent == broker_.entitlements().end() ? "" : ent->second.name},
                 {"generation", sched_.generation(spec->name)},
                 {"tasks", tasks}};
   });
@@ -346,19 +441,28 @@ void Manager::register_methods() {
   });
   methods_.add("machine.ls", [this](const json&, const CallContext&) -> Result<json> {
     json arr = json::array();
-    for (MachineId m = 0; m < alloc_.machine_count(); ++m) {
-      auto ent = broker_.entitlements().find(alloc_.entitlement_of(m));
-      arr.push_back({{"machine", alloc_.spec(m).name},
-                     {"state", broker_.state_of(m)},
-                     {"entitlement", ent == broker_.entitlements().end() ? "" : ent->second.name},
-                     {"tasks", alloc_.tasks_on(m)},
-                     {"connected", sessions_.count(m) > 0}});
-    }
+    for (MachineId m = 0; m < alloc_.machine_count(); ++m) arr.push_back(machine_json(m));
     return json{{"machines", arr}};
+  });
+  methods_.add("machine.show", [this](const json& p, const CallContext& c) -> Result<json> {
+    TRY_ASSIGN(MachineId m, machine_of(p, c));
+    json j = machine_json(m);
+    json tasks = json::array();
+    for (const auto& [id, t] : sched_.tasks())
+      if (t.machine == m) tasks.push_back(task_json(t, alloc_));
+    j["task_list"] = tasks;
+    json events = json::array();
+    for (const auto& e : broker_.events())
+      if (e.machine == j["machine"])
+        events.push_back({{"at_us", e.at_us}, {"kind", e.kind}, {"detail", e.detail}});
+    j["events"] = events;
+    return j;
   });
   methods_.add("machine.drain", [this](const json& p, const CallContext& c) -> Result<json> {
     TRY(check_operator(c));
     TRY_ASSIGN(MachineId m, machine_of(p, c));
+    if (p.contains("drained") && !p["drained"].is_boolean())
+      return field_error("drained", "must be true or false");
     bool drained = p.value("drained", true);
     TRY(broker_.drain(p["machine"].get<std::string>(), drained, now_us()));
     TRY(persist({}, {m}));

@@ -36,6 +36,12 @@ class Manager {
   Status persist_commands(const std::vector<Command>& cmds);
   Status check_operator(const rpc::CallContext& c) const;
   Result<MachineId> machine_of(const nlohmann::json& p, const rpc::CallContext& c);
+  // A job file's JSON with its entitlement named: the spec with the entitlement's id.
+  Result<JobSpec> job_from_params(const nlohmann::json& p) const;
+  nlohmann::json machine_json(MachineId m) const;
+  // Tells each connected sidekick whose machine's desired profile changed (a machine
+  // joined or left an entitlement) to apply it now, rather than at its next report.
+  void push_profiles();
 
   CpConfig cfg_;
   std::unique_ptr<EventLoop> loop_;
@@ -45,7 +51,11 @@ class Manager {
   std::unique_ptr<StateStore> store_;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
-  std::map<MachineId, rpc::Session*> sessions_;
+  std::map<MachineId, rpc::Session*> sessions_;           // weft-agent's, for task commands
+  std::map<MachineId, rpc::Session*> sidekick_sessions_;  // for profile.apply
+  std::map<MachineId, std::string> pushed_profile_;       // what sidekick was last told
+  // Not persisted: what the machine's daemons said last (shown by machine.show).
+  std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
   Source timer_;
   int weft_gid_ = -1;
 };

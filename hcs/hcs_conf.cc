@@ -1,6 +1,7 @@
 #include "hcs/hcs_conf.h"
 
 #include "common/config.h"
+#include "common/cp_link.h"
 #include "common/fs.h"
 #include "common/log.h"
 
@@ -37,19 +38,24 @@ Result<double> percent(const TomlDoc& doc, const toml::table& t, const char* key
 Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"socket", "socket_group", "state_dir", "host_root", "interval", "kmsg",
-                     "psi_degraded_pct", "psi_failed_pct", "disk", "link", "exec", "hysteresis",
-                     "log_level", "confirm_interval", "psi_triggers", "kernel", "liveness"}));
+  TRY(doc.only_keys(
+      t, "",
+      {"socket", "socket_group", "state_dir", "host_root", "interval", "kmsg", "psi_degraded_pct",
+       "psi_failed_pct", "disk", "link", "exec", "hysteresis", "log_level", "confirm_interval",
+       "psi_triggers", "kernel", "liveness", "control_plane", "machine_id"}));
   HcsConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
                           {"state_dir", &c.state_dir},
                           {"host_root", &c.host_root},
+                          {"control_plane", &c.control_plane},
+                          {"machine_id", &c.machine_id},
                           {"log_level", &c.log_level}}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) *out = *v;
   }
+  TRY(check_control_plane_endpoint(
+      c.control_plane, t.get("control_plane") ? doc.where(*t.get("control_plane")) : name));
   TRY_ASSIGN(c.interval_us, duration(doc, t, "interval", c.interval_us, 100'000));
   TRY_ASSIGN(c.confirm_interval_us,
              duration(doc, t, "confirm_interval", c.confirm_interval_us, 100'000));

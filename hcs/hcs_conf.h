@@ -43,6 +43,10 @@ struct HcsConfig {
   std::vector<ExecCheck> execs;
   Hysteresis hysteresis;
   std::string log_level = "info";
+  // weft-controlplane's endpoint ("" = none): the machine verdict is reported there on
+  // every change and every heartbeat interval.
+  std::string control_plane;
+  std::string machine_id;  // empty: /etc/machine-id (as weft-agent)
 };
 
 Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name);

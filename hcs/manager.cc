@@ -140,6 +140,7 @@ Status Manager::start() {
   TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
   log_info("hcs ready", {{"SOCKET", cfg_.socket}, {"PROBES", std::to_string(probes_.size())}});
   sd_notify(0, "READY=1\nSTATUS=first probe cycle running");
+  if (!cfg_.control_plane.empty()) cp_start();
   return {};
 }
 
@@ -223,6 +224,7 @@ void Manager::feed(Probe& p, Sample s, uint64_t now) {
   if (st.sample(s.health, now, s.detail)) record_transition(p.name(), before, st.state(), s.detail);
   last_[p.name()] = s;
   (void)persist(p.name(), st);
+  cp_check_verdict();
   // Published once every probe has reported since start (scripts finish later than
   // the rest of the first cycle).
   if (cycled_ && !published_ && last_.size() == probes_.size()) {
@@ -265,6 +267,7 @@ void Manager::cycle() {
   (void)db_->commit();
   cycled_ = true;
   if (last_.size() == probes_.size()) published_ = true;  // one full cycle has reported
+  cp_check_verdict();
   Health v = machine_verdict(states_);
   sd_notifyf(0, "STATUS=machine %s", health_name(v));
   auto t = loop_->add_timer_in(cfg_.interval_us, [this] { cycle(); });
@@ -284,6 +287,33 @@ json Manager::verdict_json() const {
   return {{"verdict", published_ ? health_name(machine_verdict(states_)) : "unknown"},
           {"published", published_},
           {"problems", failing}};
+}
+
+void Manager::cp_start() {
+  cfg_.machine_id = resolve_machine_id(cfg_.machine_id, cfg_.host_root);
+  auto params = [this] {
+    json v = verdict_json();
+    cp_reported_ = v["verdict"].get<std::string>();
+    return json{
+        {"machine", cfg_.machine_id}, {"verdict", v["verdict"]}, {"problems", v["problems"]}};
+  };
+  auto hello = [params](rpc::Session& s, ControlPlaneLink::Done done) {
+    s.call("health.report", params(), std::move(done));
+  };
+  auto report = [params](rpc::Session& s) {
+    s.call("health.report", params(), [](Result<json> r) {
+      if (!r.ok()) log_debug("health report failed", {{"ERROR", r.error().str()}});
+    });
+  };
+  cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-hcs", nullptr, hello,
+                                           report);
+  cp_->start();
+}
+
+void Manager::cp_check_verdict() {
+  if (!cp_) return;
+  std::string now = published_ ? health_name(machine_verdict(states_)) : "unknown";
+  if (now != cp_reported_) cp_->report_now();
 }
 
 void Manager::register_methods() {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cp_link.h"
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/link_watch.h"
@@ -47,6 +48,10 @@ class Manager {
                          const std::string& detail);
   void register_methods();
   nlohmann::json verdict_json() const;
+  // The session to weft-controlplane (cfg_.control_plane): health.report with the
+  // machine verdict on connect, on every change and every heartbeat interval.
+  void cp_start();
+  void cp_check_verdict();
 
   HcsConfig cfg_;
   std::unique_ptr<EventLoop> loop_;
@@ -70,6 +75,8 @@ class Manager {
   std::unique_ptr<rpc::Server> server_;
   uint64_t last_kmsg_seq_ = 0;
   int weft_gid_ = -1;
+  std::unique_ptr<ControlPlaneLink> cp_;
+  std::string cp_reported_;  // the verdict last sent
 };
 
 }  // namespace weft::hcs

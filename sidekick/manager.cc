@@ -77,11 +77,79 @@ Status Manager::start() {
   }
   schedule_verify();
   schedule_converge();  // huge pages still converging from before a restart
+  if (!cfg_.control_plane.empty()) cp_start();
   log_info("sidekick ready",
            {{"SOCKET", cfg_.socket}, {"PROFILE", engine_->active_profile().value_or("none")}});
   sd_notify(0, "READY=1");
   update_status();
   return {};
+}
+
+SwitchReport Manager::switch_to(const Profile& prof) {
+  SwitchReport rep = engine_->apply(prof);
+  last_outcome_ = outcome_name(rep.outcome);
+  update_status();
+  log_msg(rep.outcome == Outcome::kFailed ? LogLevel::kError : LogLevel::kInfo, "profile switch",
+          {{"PROFILE", prof.name}, {"OUTCOME", last_outcome_}, {"ERROR", rep.error}});
+  for (const auto& k : rep.knobs)
+    if (k.status == "converging") schedule_converge();
+  for (const auto& conflict : conflicts_json(prof))
+    log_warn("another owner also sets this",
+             {{"KNOB", conflict["knob"]}, {"OWNER", conflict["owner"]}});
+  if (cp_) cp_->report_now();
+  return rep;
+}
+
+void Manager::cp_start() {
+  cp_methods_.add("profile.apply", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+    if (!p.is_object() || !p.contains("profile") || !p["profile"].is_string())
+      return field_error("profile", "must be a profile name");
+    cp_failed_.clear();  // an explicit push is tried now
+    cp_desired(p["profile"].get<std::string>());
+    return json{{"profile", engine_->active_profile().value_or("")}, {"state", last_outcome_}};
+  });
+  auto report_params = [this] {
+    return json{{"machine", cfg_.machine_id},
+                {"profile", engine_->active_profile().value_or("")},
+                {"state", last_outcome_}};
+  };
+  auto on_reply = [this](const Result<json>& r) {
+    if (r.ok() && r->is_object() && r->contains("desired") && (*r)["desired"].is_string())
+      cp_desired((*r)["desired"].get<std::string>());
+  };
+  auto hello = [report_params, on_reply](rpc::Session& s, ControlPlaneLink::Done done) {
+    s.call("profile.report", report_params(), [on_reply, done](Result<json> r) {
+      on_reply(r);
+      done(std::move(r));
+    });
+  };
+  auto report = [report_params, on_reply](rpc::Session& s) {
+    s.call("profile.report", report_params(), on_reply);
+  };
+  cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-sidekick",
+                                           &cp_methods_, hello, report);
+  cp_->start();
+}
+
+void Manager::cp_desired(const std::string& name) {
+  // "" leaves the machine as it is (a free machine, an entitlement without a profile).
+  if (name.empty() || engine_->active_profile() == name) return;
+  uint64_t now = now_monotonic_us();
+  if (name == cp_failed_ && now - cp_failed_at_us_ < 60'000'000) return;
+  auto prof = load_profile(path(), name);
+  if (!prof.ok()) {
+    log_error("the control plane asks for a profile this machine cannot load",
+              {{"PROFILE", name}, {"ERROR", prof.error().str()}});
+    cp_failed_ = name;
+    cp_failed_at_us_ = now;
+    return;
+  }
+  log_info("switching to the control plane's desired profile", {{"PROFILE", name}});
+  SwitchReport rep = switch_to(*prof);
+  if (rep.outcome == Outcome::kFailed) {
+    cp_failed_ = name;
+    cp_failed_at_us_ = now;
+  }
 }
 
 void Manager::schedule_converge() {
@@ -255,18 +323,9 @@ void Manager::register_methods() {
   methods_.add("profile.switch", [this, load](const json& p, const CallContext& c) -> Result<json> {
     TRY(check_privileged(c.peer));
     TRY_ASSIGN(Profile prof, load(p));
-    SwitchReport rep = engine_->apply(prof);
-    last_outcome_ = outcome_name(rep.outcome);
-    update_status();
-    log_msg(rep.outcome == Outcome::kFailed ? LogLevel::kError : LogLevel::kInfo, "profile switch",
-            {{"PROFILE", prof.name}, {"OUTCOME", last_outcome_}, {"ERROR", rep.error}});
+    SwitchReport rep = switch_to(prof);
     json j = rep.to_json();
     j["conflicts"] = conflicts_json(prof);
-    for (const auto& k : rep.knobs)
-      if (k.status == "converging") schedule_converge();
-    for (const auto& conflict : j["conflicts"])
-      log_warn("another owner also sets this",
-               {{"KNOB", conflict["knob"]}, {"OWNER", conflict["owner"]}});
     return j;
   });
   methods_.add("profile.verify", [this](const json&, const CallContext&) -> Result<json> {

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cp_link.h"
 #include "common/event.h"
 #include "common/link_watch.h"
 #include "common/rpc.h"
@@ -45,6 +46,13 @@ class Manager {
   ProfilePath path() const { return ProfilePath{cfg_.profile_dirs}; }
   void update_status();
   nlohmann::json conflicts_json(const Profile& p) const;
+  // Applies a profile (an operator's switch or the control plane's desired profile).
+  SwitchReport switch_to(const Profile& prof);
+  // The session to weft-controlplane (cfg_.control_plane): profile.report with the
+  // active profile on connect and every heartbeat; the reply (or a profile.apply
+  // pushed down the session) names the desired profile, applied when it differs.
+  void cp_start();
+  void cp_desired(const std::string& profile);
 
   SidekickConfig cfg_;
   std::unique_ptr<EventLoop> loop_;
@@ -59,6 +67,11 @@ class Manager {
   int weft_gid_ = -1;
   nlohmann::json last_verify_;
   std::string last_outcome_ = "unknown";
+  std::unique_ptr<ControlPlaneLink> cp_;
+  rpc::Dispatcher cp_methods_;
+  // A desired profile that failed to apply is retried after a minute, not every report.
+  std::string cp_failed_;
+  uint64_t cp_failed_at_us_ = 0;
 };
 
 }  // namespace weft::sidekick

@@ -1,6 +1,7 @@
 #include "sidekick/sidekick_conf.h"
 
 #include "common/config.h"
+#include "common/cp_link.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -10,10 +11,10 @@ namespace weft::sidekick {
 Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup", "host_root",
-       "verify_interval", "drift_policy", "apply_on_start", "log_level"}));
+  TRY(doc.only_keys(t, "",
+                    {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup",
+                     "host_root", "verify_interval", "drift_policy", "apply_on_start", "log_level",
+                     "control_plane", "machine_id"}));
   SidekickConfig c;
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -21,6 +22,8 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
                           {"state_dir", &c.state_dir},
                           {"workload_cgroup", &c.workload_cgroup},
                           {"host_root", &c.host_root},
+                          {"control_plane", &c.control_plane},
+                          {"machine_id", &c.machine_id},
                           {"log_level", &c.log_level}}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) *out = *v;
@@ -50,6 +53,7 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
       return field_error(at("drift_policy"), "'drift_policy' must be \"report\" or \"enforce\"");
     c.enforce_drift = *policy == "enforce";
   }
+  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane")));
   TRY_ASSIGN(auto aos, doc.get_bool(t, "apply_on_start"));
   if (aos) c.apply_on_start = *aos;
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {
@@ -71,6 +75,7 @@ Result<SidekickConfig> load_sidekick_config(const std::string& path) {
 }
 
 Status resolve_sidekick_config(SidekickConfig* cfg) {
+  cfg->machine_id = resolve_machine_id(cfg->machine_id, cfg->host_root);
   if (cfg->workload_cgroup.rfind("systemd:", 0) == 0) {
     TRY_ASSIGN(std::string mount, HostPaths(cfg->host_root).cgroup2_mount());
     std::string rel = cfg->workload_cgroup.substr(8);

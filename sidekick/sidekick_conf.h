@@ -24,6 +24,10 @@ struct SidekickConfig {
   bool enforce_drift = false;  // drift_policy = "enforce" re-applies; "report" only reports
   bool apply_on_start = true;  // re-apply the last committed profile at start (boot)
   std::string log_level = "info";
+  // weft-controlplane's endpoint ("" = none): the machine's desired profile comes from
+  // there, and the applied one is reported there.
+  std::string control_plane;
+  std::string machine_id;  // empty: /etc/machine-id (as weft-agent)
 };
 
 Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std::string& name);

@@ -1,0 +1,107 @@
+#include "common/cp_link.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/paths.h"
+
+namespace weft {
+
+ControlPlaneLink::ControlPlaneLink(EventLoop& loop, std::string endpoint, std::string who,
+                                   const rpc::Dispatcher* commands, Hello hello, Report report)
+    : loop_(loop),
+      endpoint_(std::move(endpoint)),
+      who_(std::move(who)),
+      commands_(commands),
+      hello_(std::move(hello)),
+      report_(std::move(report)) {}
+
+ControlPlaneLink::~ControlPlaneLink() {
+  report_timer_.reset();
+  retry_timer_.reset();
+  reaper_.reset();
+  session_.reset();
+}
+
+void ControlPlaneLink::connect() {
+  retry_timer_.reset();
+  auto ep = rpc::parse_endpoint(endpoint_);
+  auto fd = ep.ok() ? rpc::connect_endpoint(*ep) : Result<Fd>(ep.error());
+  if (!fd.ok()) {
+    log_debug("control plane not reachable",
+              {{"ENDPOINT", endpoint_}, {"ERROR", fd.error().str()}});
+    lost();
+    return;
+  }
+  session_ = std::make_unique<rpc::Session>(loop_, std::move(fd).value(), rpc::Peer{}, commands_);
+  if (!session_->start().ok()) {
+    lost();
+    return;
+  }
+  uint64_t gen = ++generation_;
+  session_->watch_close([this] {
+    // Not from inside the session's own callback: drop it on the next iteration.
+    auto d = loop_.add_defer([this] { lost(); });
+    if (d.ok()) reaper_ = std::move(d).value();
+  });
+  hello_(*session_, [this, gen](Result<nlohmann::json> r) {
+    if (gen != generation_ || !session_) return;
+    if (!r.ok()) {
+      log_warn("the control plane refused " + who_ + "'s hello",
+               {{"ENDPOINT", endpoint_}, {"ERROR", r.error().str()}});
+      session_->close();
+      return;
+    }
+    accepted_ = true;
+    backoff_us_ = 500'000;
+    if (r->is_object() && r->contains("heartbeat_interval_ms") &&
+        (*r)["heartbeat_interval_ms"].is_number_unsigned())
+      interval_us_ =
+          std::max<uint64_t>((*r)["heartbeat_interval_ms"].get<uint64_t>() * 1000, 100'000);
+    log_info(who_ + " connected to the control plane", {{"ENDPOINT", endpoint_}});
+    report_now();
+  });
+}
+
+void ControlPlaneLink::report_now() {
+  if (!accepted_ || !session_ || session_->closed()) return;
+  report_(*session_);
+  schedule_report();
+}
+
+void ControlPlaneLink::schedule_report() {
+  report_timer_.reset();
+  auto t = loop_.add_timer_in(interval_us_, [this] { report_now(); });
+  if (t.ok()) report_timer_ = std::move(t).value();
+}
+
+void ControlPlaneLink::lost() {
+  if (accepted_) log_info(who_ + " lost the control plane; retrying", {{"ENDPOINT", endpoint_}});
+  accepted_ = false;
+  reaper_.reset();
+  report_timer_.reset();
+  session_.reset();
+  if (retry_timer_.active()) return;
+  auto t = loop_.add_timer_in(backoff_us_, [this] { connect(); });
+  if (t.ok()) retry_timer_ = std::move(t).value();
+  backoff_us_ = std::min<uint64_t>(backoff_us_ * 2, 30'000'000);
+}
+
+Status check_control_plane_endpoint(const std::string& value, const std::string& where) {
+  if (value.empty() || rpc::parse_endpoint(value).ok()) return {};
+  return field_error(where, "'control_plane' must be unix:/path, /path or host:port");
+}
+
+std::string resolve_machine_id(const std::string& configured, const std::string& host_root) {
+  if (!configured.empty()) return configured;
+  auto id = read_file(HostPaths(host_root).etc("machine-id"));
+  if (id.ok() && !trim(*id).empty()) return trim(*id);
+  char h[256] = {0};
+  ::gethostname(h, sizeof h - 1);
+  return h;
+}
+
+}  // namespace weft

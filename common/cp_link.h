@@ -1,0 +1,69 @@
+// A machine daemon's session to weft-controlplane (weft-agent, weft-sidekick and
+// weft-hcs each open one). The link connects, says hello (the daemon's first call, e.g.
+// machine.register), then calls the daemon's periodic report every interval until the
+// session closes; it reconnects with exponential backoff (0.5 s doubling to 30 s, reset
+// by an accepted hello). Requests the control plane sends down the session (commands)
+// are answered through the daemon's dispatcher. While the control plane is away
+// nothing on the machine changes: the daemons keep what they run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/event.h"
+#include "common/rpc.h"
+
+namespace weft {
+
+class ControlPlaneLink {
+ public:
+  // hello sends the first call on a fresh session and must call done with its reply:
+  // an error closes the session (and retries later); a reply carrying
+  // "heartbeat_interval_ms" sets the report interval.
+  using Done = std::function<void(Result<nlohmann::json>)>;
+  using Hello = std::function<void(rpc::Session&, Done)>;
+  using Report = std::function<void(rpc::Session&)>;
+
+  ControlPlaneLink(EventLoop& loop, std::string endpoint, std::string who,
+                   const rpc::Dispatcher* commands, Hello hello, Report report);
+  ~ControlPlaneLink();
+  ControlPlaneLink(const ControlPlaneLink&) = delete;
+  ControlPlaneLink& operator=(const ControlPlaneLink&) = delete;
+
+  void start() { connect(); }
+  // The session once its hello was accepted, else null.
+  rpc::Session* session() { return accepted_ ? session_.get() : nullptr; }
+  // Sends the periodic report now (and restarts the interval), e.g. on a change.
+  void report_now();
+  uint64_t interval_us() const { return interval_us_; }
+
+ private:
+  void connect();
+  void lost();
+  void schedule_report();
+
+  EventLoop& loop_;
+  std::string endpoint_, who_;
+  const rpc::Dispatcher* commands_;
+  Hello hello_;
+  Report report_;
+  std::unique_ptr<rpc::Session> session_;
+  bool accepted_ = false;
+  Source report_timer_, retry_timer_, reaper_;
+  uint64_t backoff_us_ = 500'000;
+  uint64_t interval_us_ = 5'000'000;
+  uint64_t generation_ = 0;  // which session a late hello reply belongs to
+};
+
+// Checks a configured control_plane endpoint ("" = none); the error names `where`.
+Status check_control_plane_endpoint(const std::string& value, const std::string& where);
+
+// The machine's id as every weft daemon reports it: the configured one, else
+// /etc/machine-id under host_root, else the host name.
+std::string resolve_machine_id(const std::string& configured, const std::string& host_root);
+
+}  // namespace weft
