@@ -180,7 +180,7 @@ void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::
   if (it != table.end() && it->second == s) return;
   table[m] = s;
   s->watch_close([&table, m, s] {
-    if (auto it = table.find(m); it != table.end() && it->second == s) table.erase(it);
+    if (auto cur = table.find(m); cur != table.end() && cur->second == s) table.erase(cur);
   });
 }
 }  // namespace
