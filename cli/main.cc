@@ -12,62 +12,16 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/cluster.h"
+#include "cli/util.h"
 #include "common/fs.h"
 #include "common/rpc.h"
 
 using json = nlohmann::json;
 using namespace weft;
+using namespace weft::cli;
 
 namespace {
-
-struct Globals {
-  std::string agent = "/run/weft/agent.sock";
-  std::string sidekick = "/run/weft/sidekick.sock";
-  std::string hcs = "/run/weft/hcs.sock";
-  bool json_out = false;
-};
-
-[[noreturn]] void die(const std::string& msg, int code = 1) {
-  std::cerr << "weftctl: " << msg << "\n";
-  std::exit(code);
-}
-
-std::unique_ptr<rpc::Client> connect_or_die(const std::string& ep, const char* daemon,
-                                            const char* flag) {
-  auto c = rpc::Client::connect(ep);
-  if (!c.ok()) die(c.error().str() + " (is " + daemon + " running? " + flag + " picks the socket)");
-  return std::move(c).value();
-}
-
-json call_or_die(rpc::Client& c, const std::string& method, const json& params) {
-  auto r = c.call(method, params);
-  if (!r.ok()) die(r.error().str());
-  return std::move(r).value();
-}
-
-std::string str_or(const json& j, const char* key, const std::string& dflt = "-") {
-  if (!j.contains(key) || j[key].is_null()) return dflt;
-  if (j[key].is_string())
-    return j[key].get<std::string>().empty() ? dflt : j[key].get<std::string>();
-  return j[key].dump();
-}
-
-void print_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> w;
-  for (const auto& r : rows)
-    for (size_t i = 0; i < r.size(); ++i) {
-      if (w.size() <= i) w.push_back(0);
-      w[i] = std::max(w[i], r[i].size());
-    }
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      line += r[i];
-      if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
-    }
-    std::cout << line << "\n";
-  }
-}
 
 // Prints a switch/verify/off report and returns its exit code: 0 ok, 1 failed,
 // 3 degraded, 4 reboot required, 5 drift.
@@ -85,26 +39,6 @@ int report_profile(const json& r, bool as_json) {
     std::cout << "\n";
   }
   return r.value("exit_code", 1);
-}
-
-void print_kv(const json& j, const std::string& indent = "") {
-  for (const auto& [k, v] : j.items()) {
-    if (v.is_object() && !v.empty()) {
-      std::cout << indent << k << ":\n";
-      print_kv(v, indent + "  ");
-    } else if (v.is_array()) {
-      std::string s;
-      for (const auto& x : v)
-        s += (s.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
-      std::cout << indent << k << ": " << (s.empty() ? "-" : s) << "\n";
-    } else {
-      std::cout << indent << k << ": "
-                << (v.is_string() ? (v.get<std::string>().empty() ? "-" : v.get<std::string>())
-                    : v.is_null() ? "-"
-                                  : v.dump())
-                << "\n";
-    }
-  }
 }
 
 struct RunOptions {
@@ -268,7 +202,13 @@ int main(int argc, char** argv) {
                  "weft-sidekick socket (default /run/weft/sidekick.sock, $WEFT_SIDEKICK)");
   if (const char* e = std::getenv("WEFT_HCS")) g.hcs = e;
   app.add_option("--hcs", g.hcs, "weft-hcs socket (default /run/weft/hcs.sock, $WEFT_HCS)");
+  if (const char* e = std::getenv("WEFT_CONTROLPLANE")) g.controlplane = e;
+  app.add_option("--controlplane", g.controlplane,
+                 "weft-controlplane socket (default /run/weft/controlplane.sock, "
+                 "$WEFT_CONTROLPLANE)");
   app.add_flag("--json", g.json_out, "print replies as JSON");
+  ClusterCommands cluster;
+  add_cluster_commands(app, cluster);
 
   auto* task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
   task->require_subcommand(1);
@@ -318,6 +258,8 @@ int main(int argc, char** argv) {
   auto* ls = task->add_subcommand("ls", "list tasks");
   bool ls_all = true;
   ls->add_flag("--running{false},-r{false}", ls_all, "only tasks that are not finished");
+  bool ls_cluster = false;
+  ls->add_flag("--cluster", ls_cluster, "every task of the cluster (weft-controlplane)");
   auto* show = task->add_subcommand("show", "show one task with stats");
   show->add_option("id", id, "task id or name")->required();
   std::string grace;
@@ -383,6 +325,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+
+  if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
+  if (ls->parsed() && ls_cluster) return cluster_task_ls(g);
 
   if (health->parsed()) {
     auto hc = connect_or_die(g.hcs, "weft-hcs", "--hcs");

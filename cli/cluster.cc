@@ -1,0 +1,297 @@
+#include "cli/cluster.h"
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "common/job_file.h"
+
+namespace weft::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<rpc::Client> cp_client(const Globals& g) {
+  return connect_or_die(g.controlplane, "weft-controlplane", "--controlplane");
+}
+
+void print_json_or(const Globals& g, const json& j, const std::function<void()>& human) {
+  if (g.json_out)
+    std::cout << j.dump(2) << "\n";
+  else
+    human();
+}
+
+void machine_table(const json& machines) {
+  std::vector<std::vector<std::string>> rows = {
+      {"MACHINE", "STATE", "ENTITLEMENT", "DOMAIN", "TASKS", "PROFILE", "CONNECTED"}};
+  for (const auto& m : machines)
+    rows.push_back({str_or(m, "machine"), str_or(m, "state"), str_or(m, "entitlement"),
+                    str_or(m, "domain"), str_or(m, "tasks"), str_or(m, "profile"),
+                    m.value("connected", false) ? "yes" : "no"});
+  print_table(rows);
+}
+
+void task_table(const json& tasks) {
+  std::vector<std::vector<std::string>> rows = {
+      {"TASK", "JOB", "INDEX", "GENERATION", "MACHINE", "STATE"}};
+  for (const auto& t : tasks)
+    rows.push_back({str_or(t, "id"), str_or(t, "job"), str_or(t, "index"), str_or(t, "generation"),
+                    str_or(t, "machine"), str_or(t, "state")});
+  print_table(rows);
+}
+
+// Follows a job until every task runs its current generation (create, scale, update),
+// printing a line whenever the picture changes. 0 when done, 1 on timeout.
+int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json_out) {
+  auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  std::string last;
+  for (;;) {
+    json r = call_or_die(c, "job.show", {{"name", name}});
+    int want = r["spec"].value("count", 0);
+    uint64_t gen = r.value("generation", uint64_t{0});
+    std::map<std::string, int> at_gen, old;
+    int ready = 0, old_live = 0;
+    for (const auto& t : r["tasks"]) {
+      std::string st = t.value("state", "");
+      bool current = t.value("generation", uint64_t{0}) == gen;
+      (current ? at_gen : old)[st]++;
+      if (current && st == "running") ready++;
+      if (!current && (st == "running" || st == "starting" || st == "stopping" || st == "pending"))
+        old_live++;
+    }
+    std::string line = "job " + name + " generation " + std::to_string(gen) + ": " +
+                       std::to_string(ready) + "/" + std::to_string(want) + " running";
+    for (const auto& [st, n] : at_gen)
+      if (st != "running") line += ", " + std::to_string(n) + " " + st;
+    if (old_live) line += "; " + std::to_string(old_live) + " of the previous generation left";
+    if (line != last) {
+      if (json_out)
+        std::cout << json{{"job", name},
+                          {"generation", gen},
+                          {"running", ready},
+                          {"count", want},
+                          {"previous_left", old_live}}
+                         .dump()
+                  << "\n";
+      else
+        std::cout << line << "\n";
+      std::cout.flush();
+      last = line;
+    }
+    if (ready == want && old_live == 0) return 0;
+    if (Clock::now() > deadline) {
+      std::cerr << "weftctl: gave up waiting after " << timeout_s
+                << "s; the control plane carries on (weftctl job show " << name << ")\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+// Follows a drain until the machine runs no task of the cluster's.
+int follow_drain(rpc::Client& c, const std::string& machine, int timeout_s, bool json_out) {
+  auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  std::string last;
+  for (;;) {
+    json r = call_or_die(c, "machine.show", {{"machine", machine}});
+    int left = 0;
+    for (const auto& t : r["task_list"]) {
+      std::string st = t.value("state", "");
+      if (st == "running" || st == "starting" || st == "stopping" || st == "pending") left++;
+    }
+    std::string line = "drain " + machine + ": " + std::to_string(left) + " task" +
+                       (left == 1 ? "" : "s") + " left, state " + str_or(r, "state");
+    if (line != last) {
+      if (json_out)
+        std::cout << json{{"machine", machine}, {"tasks_left", left}, {"state", r["state"]}}.dump()
+                  << "\n";
+      else
+        std::cout << line << "\n";
+      std::cout.flush();
+      last = line;
+    }
+    if (left == 0) return 0;
+    if (Clock::now() > deadline) {
+      std::cerr << "weftctl: gave up waiting after " << timeout_s << "s\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+json job_file_or_die(const std::string& path) {
+  auto j = load_job_file(path);
+  if (!j.ok()) die(j.error().str(), 2);
+  return std::move(j).value();
+}
+
+}  // namespace
+
+void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
+  auto wait_opts = [&c](CLI::App* cmd) {
+    cmd->add_flag("--detach", c.detach, "return at once instead of following the progress");
+    cmd->add_option("--timeout", c.timeout_s, "seconds to follow the progress (default 300)");
+  };
+  c.machine = app.add_subcommand("machine", "the cluster's machines (weft-controlplane)");
+  c.machine->require_subcommand(1);
+  c.m_ls = c.machine->add_subcommand("ls", "every machine with its state and entitlement");
+  c.m_show = c.machine->add_subcommand("show", "one machine: health, profile, tasks, events");
+  c.m_show->add_option("machine", c.name, "machine id")->required();
+  c.m_drain = c.machine->add_subcommand(
+      "drain", "move a machine's tasks elsewhere and take no new ones (maintenance)");
+  c.m_drain->add_option("machine", c.name, "machine id")->required();
+  c.m_drain->add_flag("--undo", c.undo, "put the machine back in service");
+  wait_opts(c.m_drain);
+
+  c.ent = app.add_subcommand("entitlement", "entitlements: machine quotas with a host profile");
+  c.ent->require_subcommand(1);
+  c.e_create = c.ent->add_subcommand("create", "create an entitlement");
+  c.e_create->add_option("name", c.name, "entitlement name")->required();
+  c.e_create->add_option("--quota", c.quota, "most machines it may hold")->required();
+  c.e_create->add_option("--profile", c.profile, "host profile its machines run (default: any)");
+  c.e_create->add_option("--dc", c.dc, "only machines of this datacenter");
+  c.e_ls = c.ent->add_subcommand("ls", "list entitlements");
+  c.e_show = c.ent->add_subcommand("show", "one entitlement with its machines and jobs");
+  c.e_show->add_option("name", c.name, "entitlement name")->required();
+
+  c.job = app.add_subcommand("job", "jobs: a task spec run count times across the cluster");
+  c.job->require_subcommand(1);
+  c.j_create = c.job->add_subcommand("create", "create a job from a TOML job file");
+  c.j_create->add_option("file", c.file, "job file (docs/jobs.md)")->required();
+  wait_opts(c.j_create);
+  c.j_ls = c.job->add_subcommand("ls", "list jobs");
+  c.j_show = c.job->add_subcommand("show", "one job with its tasks");
+  c.j_show->add_option("name", c.name, "job name")->required();
+  c.j_scale = c.job->add_subcommand("scale", "change a job's task count");
+  c.j_scale->add_option("name", c.name, "job name")->required();
+  c.j_scale->add_option("count", c.count, "tasks")->required()->check(CLI::NonNegativeNumber);
+  wait_opts(c.j_scale);
+  c.j_update = c.job->add_subcommand("update", "rolling update to a new job file");
+  c.j_update->add_option("file", c.file, "job file; its name picks the job")->required();
+  wait_opts(c.j_update);
+  c.j_stop = c.job->add_subcommand("stop", "stop every task of a job and forget it");
+  c.j_stop->add_option("name", c.name, "job name")->required();
+}
+
+int cluster_task_ls(const Globals& g) {
+  auto c = cp_client(g);
+  json r = call_or_die(*c, "task.ls", json::object());
+  print_json_or(g, r, [&] { task_table(r["tasks"]); });
+  return 0;
+}
+
+int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
+  if (!c.machine->parsed() && !c.ent->parsed() && !c.job->parsed()) return -1;
+  auto cp = cp_client(g);
+  if (c.m_ls->parsed()) {
+    json r = call_or_die(*cp, "machine.ls", json::object());
+    print_json_or(g, r, [&] { machine_table(r["machines"]); });
+  } else if (c.m_show->parsed()) {
+    json r = call_or_die(*cp, "machine.show", {{"machine", c.name}});
+    print_json_or(g, r, [&] {
+      json head = r;
+      for (const char* k : {"task_list", "events", "problems"}) head.erase(k);
+      print_kv(head);
+      if (!r["problems"].empty()) {
+        std::cout << "problems:\n";
+        for (const auto& p : r["problems"])
+          std::cout << "  " << str_or(p, "probe") << ": " << str_or(p, "state") << " — "
+                    << str_or(p, "detail") << "\n";
+      }
+      if (!r["events"].empty()) {
+        std::cout << "events:\n";
+        for (const auto& e : r["events"])
+          std::cout << "  " << str_or(e, "kind") << ": " << str_or(e, "detail") << "\n";
+      }
+      if (!r["task_list"].empty()) {
+        std::cout << "\n";
+        task_table(r["task_list"]);
+      }
+    });
+  } else if (c.m_drain->parsed()) {
+    json r = call_or_die(*cp, "machine.drain", {{"machine", c.name}, {"drained", !c.undo}});
+    if (c.undo || c.detach) {
+      print_json_or(
+          g, r, [&] { std::cout << c.name << (c.undo ? " back in service\n" : " draining\n"); });
+      return 0;
+    }
+    return follow_drain(*cp, c.name, c.timeout_s, g.json_out);
+  } else if (c.e_create->parsed()) {
+    json p{{"name", c.name}, {"quota", c.quota}};
+    if (c.quota < 1) die("--quota must be at least 1", 2);
+    if (!c.profile.empty()) p["profile"] = c.profile;
+    if (!c.dc.empty()) p["dc"] = c.dc;
+    json r = call_or_die(*cp, "entitlement.create", p);
+    print_json_or(g, r, [&] { std::cout << "entitlement " << c.name << " created\n"; });
+  } else if (c.e_ls->parsed()) {
+    json r = call_or_die(*cp, "entitlement.ls", json::object());
+    print_json_or(g, r, [&] {
+      std::vector<std::vector<std::string>> rows = {{"NAME", "QUOTA", "MACHINES", "PROFILE", "DC"}};
+      for (const auto& e : r["entitlements"])
+        rows.push_back({str_or(e, "name"), str_or(e, "quota"), str_or(e, "machines"),
+                        str_or(e, "profile"), str_or(e, "dc")});
+      print_table(rows);
+    });
+  } else if (c.e_show->parsed()) {
+    json r = call_or_die(*cp, "entitlement.show", {{"name", c.name}});
+    print_json_or(g, r, [&] {
+      json head = r;
+      head.erase("machines");
+      print_kv(head);
+      std::cout << "\n";
+      machine_table(r["machines"]);
+    });
+  } else if (c.j_create->parsed() || c.j_update->parsed()) {
+    json spec = job_file_or_die(c.file);
+    bool create = c.j_create->parsed();
+    json r = call_or_die(*cp, create ? "job.create" : "job.update", spec);
+    std::string name = spec["name"];
+    if (c.detach) {
+      print_json_or(g, r, [&] {
+        std::cout << "job " << name << (create ? " created" : " updating") << "\n";
+      });
+      return 0;
+    }
+    return follow_job(*cp, name, c.timeout_s, g.json_out);
+  } else if (c.j_ls->parsed()) {
+    json r = call_or_die(*cp, "job.ls", json::object());
+    print_json_or(g, r, [&] {
+      std::vector<std::vector<std::string>> rows = {
+          {"JOB", "ENTITLEMENT", "COUNT", "RUNNING", "GENERATION", "STATE"}};
+      for (const auto& j : r["jobs"])
+        rows.push_back({str_or(j, "name"), str_or(j, "entitlement"), str_or(j, "count"),
+                        str_or(j, "running"), str_or(j, "generation"),
+                        j.value("stopping", false) ? "stopping" : "active"});
+      print_table(rows);
+    });
+  } else if (c.j_show->parsed()) {
+    json r = call_or_die(*cp, "job.show", {{"name", c.name}});
+    print_json_or(g, r, [&] {
+      const json& s = r["spec"];
+      std::cout << "job: " << c.name << "\nentitlement: " << str_or(r, "entitlement")
+                << "\ncount: " << str_or(s, "count") << "\ngeneration: " << str_or(r, "generation")
+                << "\nmax_unavailable: " << str_or(s, "max_unavailable")
+                << "\nper task: " << str_or(s["per_task"], "cpu_milli") << " millicores, "
+                << str_or(s["per_task"], "mem_mb") << " MiB\ncommand:";
+      for (const auto& a : s["task"].value("argv", json::array()))
+        std::cout << " " << a.get<std::string>();
+      std::cout << "\n\n";
+      task_table(r["tasks"]);
+    });
+  } else if (c.j_scale->parsed()) {
+    json r = call_or_die(*cp, "job.scale", {{"name", c.name}, {"count", c.count}});
+    if (c.detach) {
+      print_json_or(g, r, [&] { std::cout << "job " << c.name << " scaling\n"; });
+      return 0;
+    }
+    return follow_job(*cp, c.name, c.timeout_s, g.json_out);
+  } else if (c.j_stop->parsed()) {
+    json r = call_or_die(*cp, "job.stop", {{"name", c.name}});
+    print_json_or(g, r, [&] { std::cout << "job " << c.name << " stopping\n"; });
+  }
+  return 0;
+}
+
+}  // namespace weft::cli

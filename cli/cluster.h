@@ -1,0 +1,30 @@
+// weftctl's cluster commands (weft-controlplane): machine, entitlement, job and
+// `task ls --cluster`.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/util.h"
+
+namespace weft::cli {
+
+struct ClusterCommands {
+  CLI::App *machine = nullptr, *m_ls = nullptr, *m_show = nullptr, *m_drain = nullptr;
+  CLI::App *ent = nullptr, *e_create = nullptr, *e_ls = nullptr, *e_show = nullptr;
+  CLI::App *job = nullptr, *j_create = nullptr, *j_ls = nullptr, *j_show = nullptr,
+           *j_scale = nullptr, *j_update = nullptr, *j_stop = nullptr;
+  std::string name, file, profile, dc;
+  int64_t quota = 0, count = 0;
+  bool undo = false, detach = false;
+  int timeout_s = 300;
+};
+
+void add_cluster_commands(CLI::App& app, ClusterCommands& c);
+// Runs the parsed cluster command and returns its exit code, or -1 when none was given.
+int run_cluster_commands(const ClusterCommands& c, const Globals& g);
+// `weftctl task ls --cluster`: every task the control plane knows.
+int cluster_task_ls(const Globals& g);
+
+}  // namespace weft::cli

@@ -1,0 +1,89 @@
+// weftctl's shared helpers: the daemons' sockets, errors, tables.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/rpc.h"
+
+namespace weft::cli {
+
+using json = nlohmann::json;
+
+struct Globals {
+  std::string agent = "/run/weft/agent.sock";
+  std::string sidekick = "/run/weft/sidekick.sock";
+  std::string hcs = "/run/weft/hcs.sock";
+  std::string controlplane = "/run/weft/controlplane.sock";
+  bool json_out = false;
+};
+
+[[noreturn]] inline void die(const std::string& msg, int code = 1) {
+  std::cerr << "weftctl: " << msg << "\n";
+  std::exit(code);
+}
+
+inline std::unique_ptr<rpc::Client> connect_or_die(const std::string& ep, const char* daemon,
+                                                   const char* flag) {
+  auto c = rpc::Client::connect(ep);
+  if (!c.ok()) die(c.error().str() + " (is " + daemon + " running? " + flag + " picks the socket)");
+  return std::move(c).value();
+}
+
+inline json call_or_die(rpc::Client& c, const std::string& method, const json& params) {
+  auto r = c.call(method, params);
+  if (!r.ok()) die(r.error().str());
+  return std::move(r).value();
+}
+
+inline std::string str_or(const json& j, const char* key, const std::string& dflt = "-") {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  if (j[key].is_string())
+    return j[key].get<std::string>().empty() ? dflt : j[key].get<std::string>();
+  return j[key].dump();
+}
+
+inline void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w;
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (w.size() <= i) w.push_back(0);
+      w[i] = std::max(w[i], r[i].size());
+    }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+}
+
+inline void print_kv(const json& j, const std::string& indent = "") {
+  for (const auto& [k, v] : j.items()) {
+    if (v.is_object() && !v.empty()) {
+      std::cout << indent << k << ":\n";
+      print_kv(v, indent + "  ");
+    } else if (v.is_array()) {
+      std::string s;
+      for (const auto& x : v)
+        s += (s.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+      std::cout << indent << k << ": " << (s.empty() ? "-" : s) << "\n";
+    } else {
+      std::cout << indent << k << ": "
+                << (v.is_string() ? (v.get<std::string>().empty() ? "-" : v.get<std::string>())
+                    : v.is_null() ? "-"
+                                  : v.dump())
+                << "\n";
+    }
+  }
+}
+
+}  // namespace weft::cli
