@@ -68,8 +68,14 @@ Status Broker::health(const std::string& machine, const std::string& verdict, ui
 Status Broker::profile_applied(const std::string& machine, const std::string& profile) {
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine);
+  bool changed = m->applied_profile != profile;
   m->applied_profile = profile;
   refresh(*m);
+  // The machine may have joined an entitlement and been told its profile between two
+  // refreshes, so refresh() saw no transition: a new profile that makes it usable wakes
+  // the tasks waiting for it all the same (starting them twice is not possible).
+  if (changed && was_usable_[m->id] && alloc_.entitlement_of(m->id) != kFreePool)
+    ready_.push_back(m->id);
   return {};
 }
 
@@ -174,7 +180,10 @@ std::vector<MachineId> Broker::take_ready() {
   // A machine that joined an entitlement after the last refresh is re-evaluated: it is
   // ready once its profile matches.
   for (auto& [id, m] : machines_) refresh(m);
-  return std::exchange(ready_, {});
+  auto out = std::exchange(ready_, {});
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 }  // namespace weft::cp

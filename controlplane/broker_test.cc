@@ -104,5 +104,30 @@ TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
   EXPECT_FALSE(s.create(more, 2).ok());
 }
 
+// Sidekick can apply the profile and report it before the broker refreshed the machine
+// after it joined (the push and the report take milliseconds): the waiting tasks start.
+TEST(Broker, ProfileReportedBeforeAnyRefreshStillWakesTasks) {
+  Allocator a;
+  Broker b(a);
+  ASSERT_TRUE(b.register_machine(info("h0", "r0"), 0).ok());
+  ASSERT_TRUE(b.health("h0", "ok", 0).ok());
+  b.take_ready();  // usable as a free machine
+  auto e = b.create_entitlement({"web", 1, "web", ""});
+  ASSERT_TRUE(e.ok());
+  Scheduler s(a);
+  s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
+  JobSpec j;
+  j.name = "site";
+  j.entitlement = *e;
+  j.count = 1;
+  ASSERT_TRUE(s.create(j, 0).ok());
+  EXPECT_EQ(s.tasks_of("site")[0].state, TaskState::kPending);
+  ASSERT_TRUE(b.profile_applied("h0", "web").ok());
+  auto ready = b.take_ready();
+  ASSERT_FALSE(ready.empty());
+  EXPECT_EQ(s.machine_ready(ready[0], 1).size(), 1u);
+  EXPECT_EQ(s.tasks_of("site")[0].state, TaskState::kStarting);
+}
+
 }  // namespace
 }  // namespace weft::cp

@@ -211,6 +211,13 @@ Result<JobSpec> Manager::job_from_params(const json& p) const {
     q["entitlement"] = *id;
   }
   TRY_ASSIGN(JobSpec spec, job_spec_from_json(q));
+  const json& argv = spec.task.value("argv", json());
+  bool argv_ok = argv.is_array() && !argv.empty();
+  for (const auto& a : argv) argv_ok = argv_ok && a.is_string();
+  if (!argv_ok) return field_error("task.argv", "must be a non-empty list of strings");
+  for (const char* key : {"name", "owner"})
+    if (spec.task.contains(key))
+      return field_error(std::string("task.") + key, "is set by the control plane");
   if (!broker_.entitlements().count(spec.entitlement))
     return field_error("entitlement", "no entitlement with id " + std::to_string(spec.entitlement))
         .with_code(rpc::kNotFound);

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# weft's main job on one machine: installs dependencies, builds, starts weft-agent in the
-# foreground with a sample task started through weftctl, and follows its output.
-# Ctrl-C stops the sample task and the agent and removes everything it made.
+# weft's main job on one machine: installs dependencies, builds, and starts a
+# single-machine cluster in a dev directory: weft-controlplane, weft-agent,
+# weft-sidekick and weft-hcs, the way a fleet machine runs them, with the agent's tasks
+# in their own cgroup subtree and the host profile limited to a safe dev profile
+# (examples/dev.toml touches only that subtree). It creates an entitlement, deploys the
+# sample job examples/hello.job.toml through the control plane, shows the cluster and
+# follows a task's output. Ctrl-C stops the job, the daemons, and removes everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then exec sudo --preserve-env=PATH "$0" "$@"; fi
@@ -13,51 +17,122 @@ cmake --build build
 dev=$(mktemp -d /tmp/weft-demo.XXXXXX)
 cg2=$(awk '$9 == "cgroup2" {print $5; exit}' FS=' ' /proc/self/mountinfo)
 cgroot="$cg2/weft-demo-$$"
+# The agent enables its controllers from the cgroup2 mount down (as systemd's Delegate=
+# would); the demo puts the mount's subtree_control back as it found it.
+controllers_before=$(cat "$cg2/cgroup.subtree_control")
+machine="demo-$(hostname -s)"
+mkdir -p "$dev/profiles"
+cp examples/dev.toml "$dev/profiles/"
+cat > "$dev/controlplane.toml" <<TOML
+socket = "$dev/controlplane.sock"
+state_dir = "$dev/controlplane"
+listen = ""                    # machines of this demo use the Unix socket
+heartbeat_interval = "1s"
+TOML
 cat > "$dev/agent.toml" <<TOML
 socket = "$dev/agent.sock"
-state_dir = "$dev/state"
+state_dir = "$dev/agent"
 cgroup_root = "$cgroot"
+machine_id = "$machine"
+control_plane = "unix:$dev/controlplane.sock"
 [labels]
-role = "demo"
+dc = "dev"
+rack = "dev-rack"
 TOML
-weftctl() { ./build/cli/weftctl --agent "$dev/agent.sock" "$@"; }
+cat > "$dev/sidekick.toml" <<TOML
+socket = "$dev/sidekick.sock"
+state_dir = "$dev/sidekick"
+profile_dirs = ["$dev/profiles"]
+workload_cgroup = "$cgroot/tasks"
+apply_on_start = false
+machine_id = "$machine"
+control_plane = "unix:$dev/controlplane.sock"
+TOML
+cat > "$dev/hcs.toml" <<TOML
+socket = "$dev/hcs.sock"
+state_dir = "$dev/hcs"
+interval = "2s"
+machine_id = "$machine"
+control_plane = "unix:$dev/controlplane.sock"
+[liveness]
+agent_socket = "$dev/agent.sock"
+sidekick_socket = "$dev/sidekick.sock"
+TOML
+weftctl() {
+  ./build/cli/weftctl --agent "$dev/agent.sock" --sidekick "$dev/sidekick.sock" \
+    --hcs "$dev/hcs.sock" --controlplane "$dev/controlplane.sock" "$@"
+}
 
-agent_pid=""
+pids=()
 follow_pid=""
 cleanup() {
   trap - INT TERM EXIT
   echo
-  echo "== stopping the sample task and the agent"
+  echo "== stopping the job, then the daemons"
   [ -n "$follow_pid" ] && kill "$follow_pid" 2>/dev/null || true
-  weftctl task stop sample --grace 2s >/dev/null 2>&1 || true
-  for _ in $(seq 50); do
-    weftctl --json task ls 2>/dev/null | grep -q '"state": "stopping"' || break
+  weftctl job stop hello >/dev/null 2>&1 || true
+  for _ in $(seq 100); do
+    weftctl --json task ls 2>/dev/null | grep -q '"state": "\(running\|stopping\)"' || break
     sleep 0.1
   done
-  [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null && wait "$agent_pid" 2>/dev/null || true
-  # Tasks outlive the agent by design; the demo cleans up after itself.
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[i]}" 2>/dev/null && wait "${pids[i]}" 2>/dev/null || true
+  done
+  # Tasks outlive the agent by design; the demo removes what it made.
   if [ -d "$cgroot" ]; then
     find "$cgroot" -depth -type d | while read -r d; do
       echo 1 > "$d/cgroup.kill" 2>/dev/null || true
       for _ in $(seq 100); do rmdir "$d" 2>/dev/null && break; sleep 0.02; done
     done
   fi
+  for c in $(cat "$cg2/cgroup.subtree_control"); do
+    case " $controllers_before " in *" $c "*) ;; *) echo "-$c" > "$cg2/cgroup.subtree_control" 2>/dev/null || true ;; esac
+  done
+  # WEFT_DEMO_KEEP=DIR keeps the daemons' logs and state for a look afterwards.
+  if [ -n "${WEFT_DEMO_KEEP:-}" ]; then cp -r "$dev" "$WEFT_DEMO_KEEP"; fi
   rm -rf "$dev"
+  echo "== stopped"
 }
 trap cleanup INT TERM EXIT
 
-# Its own session: Ctrl-C reaches this script, which stops things in order.
-setsid ./build/agent/weft-agent -c "$dev/agent.toml" &
-agent_pid=$!
-for _ in $(seq 100); do [ -S "$dev/agent.sock" ] && weftctl agent info >/dev/null 2>&1 && break; sleep 0.05; done
+# Each daemon in its own session: Ctrl-C reaches this script, which stops them in order.
+start() {
+  local name=$1 bin=$2 conf=$3
+  setsid "$bin" -c "$conf" >"$dev/$name.log" 2>&1 &
+  pids+=($!)
+}
+wait_socket() {
+  for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done
+  echo "demo: $1 did not appear; see $dev/*.log" >&2
+  return 1
+}
+start controlplane ./build/controlplane/weft-controlplane "$dev/controlplane.toml"
+wait_socket "$dev/controlplane.sock"
+start agent ./build/agent/weft-agent "$dev/agent.toml"
+wait_socket "$dev/agent.sock"
+start sidekick ./build/sidekick/weft-sidekick "$dev/sidekick.toml"
+wait_socket "$dev/sidekick.sock"
+start hcs ./build/hcs/weft-hcs "$dev/hcs.toml"
+wait_socket "$dev/hcs.sock"
 
-echo "== agent"
-weftctl agent info
-echo "== starting a sample task"
-weftctl task run --name sample --restart on-failure --stop-grace 2s -- \
-  sh -c 'n=0; while true; do n=$((n+1)); echo "hello from a weft task ($n), pid $$ in $(grep ^0:: /proc/self/cgroup)"; sleep 2; done'
-weftctl task ls
-echo "== following its output (Ctrl-C stops everything)"
-weftctl task logs sample -f &
+echo "== the machine joins the control plane (agent, sidekick, HCS verdict)"
+for _ in $(seq 100); do
+  weftctl --json machine ls | grep -q '"state": "\(ok\|degraded\|failed\)"' && break
+  sleep 0.2
+done
+weftctl machine ls
+echo "== an entitlement with the dev host profile, and the sample job"
+weftctl entitlement create demo --quota 1 --profile dev
+if ! weftctl job create --timeout 60 examples/hello.job.toml; then
+  echo "demo: the job did not start; the machine says:" >&2
+  weftctl machine show "$machine" >&2 || true
+fi
+echo
+weftctl machine ls
+echo
+weftctl job show hello
+task=$(weftctl --json job show hello | sed -n 's/.*"id": "\(hello[^"]*\)".*/\1/p' | head -1)
+echo "== following $task's output (Ctrl-C stops everything)"
+weftctl task logs "$task" -f &
 follow_pid=$!
-wait "$agent_pid"
+wait "${pids[0]}"
