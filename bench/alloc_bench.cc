@@ -114,7 +114,9 @@ int main(int argc, char** argv) {
     for (int j = 0; j < jobs; ++j) {
       // Entitlements give their empty machines back now and then (Twine Fig. 7), so
       // jobs keep drawing machines from the free pool.
-      if (j % 50 == 0) returned += a->shrink(static_cast<cp::EntitlementId>(1 + rng() % ents));
+      if (j % 50 == 0)
+        returned +=
+            static_cast<int>(a->shrink(static_cast<cp::EntitlementId>(1 + rng() % ents)).size());
       while (held > total_cpu * 6 / 10 && !live.empty()) {
         a->release(live.front().job);
         held -= live.front().per_task.cpu_milli * live.front().tasks;

@@ -313,15 +313,15 @@ std::vector<MachineId> Allocator::release(const std::string& job) {
   return empty;
 }
 
-int Allocator::shrink(EntitlementId e) {
+std::vector<MachineId> Allocator::shrink(EntitlementId e) {
   auto pit = pools_.find(e);
-  if (e == kFreePool || pit == pools_.end()) return 0;
+  if (e == kFreePool || pit == pools_.end()) return {};
   std::vector<MachineId> idle;
   for (const auto& [d, bucket] : pit->second.by_domain)
     for (MachineId id : bucket)
       if (machines_[id].tasks == 0) idle.push_back(id);
   for (MachineId id : idle) (void)assign(id, kFreePool);
-  return static_cast<int>(idle.size());
+  return idle;
 }
 
 }  // namespace weft::cp

@@ -109,8 +109,8 @@ class Allocator {
   Status restore(const Request& r, const std::vector<MachineId>& machines);
   // Frees everything a job holds; returns the machines that became empty.
   std::vector<MachineId> release(const std::string& job);
-  // Returns empty machines of an entitlement to the free pool; returns how many.
-  int shrink(EntitlementId e);
+  // Returns empty machines of an entitlement to the free pool; returns them.
+  std::vector<MachineId> shrink(EntitlementId e);
   size_t pool_size(EntitlementId e) const;
   // An entitlement's quota in machines: placement takes free machines only up to it.
   void set_quota(EntitlementId e, size_t machines) { quotas_[e] = machines; }

@@ -143,10 +143,10 @@ TEST(Allocator, ReleaseShrinkAndAssign) {
   EXPECT_EQ(p->joined.size(), 3u);
   EXPECT_EQ(a.pool_size(1), 3u);
   EXPECT_FALSE(a.assign(p->machines[0], kFreePool).ok());  // still runs a task
-  EXPECT_EQ(a.shrink(1), 0);
+  EXPECT_EQ(a.shrink(1).size(), 0u);
   auto empty = a.release("w");
   EXPECT_EQ(empty.size(), 3u);
-  EXPECT_EQ(a.shrink(1), 3);  // the entitlement gives its empty machines back
+  EXPECT_EQ(a.shrink(1).size(), 3u);  // the entitlement gives its empty machines back
   EXPECT_EQ(a.pool_size(1), 0u);
   EXPECT_EQ(a.pool_size(kFreePool), 3u);
   EXPECT_TRUE(a.release("w").empty());  // releasing twice is harmless

@@ -86,7 +86,9 @@ Status Manager::persist(const std::set<std::string>& jobs, const std::set<Machin
   };
   for (const auto& [id, e] : broker_.entitlements())
     if (auto s = store_->put_entitlement(id, e); !s.ok()) return fail(s);
-  for (MachineId m : machines)
+  std::set<MachineId> all = machines;
+  for (MachineId m : sched_.take_pool_changes()) all.insert(m);
+  for (MachineId m : all)
     if (auto s = store_->put_machine(m, broker_.persisted(m), alloc_.entitlement_of(m)); !s.ok())
       return fail(s);
   for (const auto& name : jobs) {

@@ -329,11 +329,17 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
     if (t.job == name && (live(t.state) || t.state == TaskState::kStopping)) any_live = true;
   if (j.stopping) {
     if (!any_live) {  // every task stopped: the job and its resources go
+      EntitlementId e = j.spec.entitlement;
       alloc_.release(name);
       jobs_.erase(it);
+      auto back = alloc_.shrink(e);  // the entitlement gives its empty machines back
+      pool_changes_.insert(pool_changes_.end(), back.begin(), back.end());
     }
     return out;
   }
+  // A scale-down's stops are confirmed: machines it emptied go back too.
+  auto back = alloc_.shrink(j.spec.entitlement);
+  pool_changes_.insert(pool_changes_.end(), back.begin(), back.end());
   // Rolling update or scale-down: start the new generation in freed slots, then roll on.
   auto more = converge(j, now);
   if (more.ok()) out.insert(out.end(), more->begin(), more->end());

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -72,6 +73,10 @@ class Scheduler {
   // A new spec for a running job: tasks are replaced max_unavailable at a time.
   Result<std::vector<Command>> update(const JobSpec& spec, uint64_t now_us);
   Result<std::vector<Command>> stop(const std::string& job, uint64_t now_us);
+
+  // Machines that went back to the free pool (their entitlement needs them no more)
+  // since the last call: what the daemon must persist.
+  std::vector<MachineId> take_pool_changes() { return std::exchange(pool_changes_, {}); }
 
   // A machine's full report: the task ids it runs and their states ("running",
   // "exited", "failed", ...). Unknown or stale tasks are stopped; tasks missing from a
@@ -136,6 +141,7 @@ class Scheduler {
   std::map<std::string, Job> jobs_;
   std::map<std::string, TaskRecord> tasks_;  // live and recently ended
   std::vector<std::string> waiting_;         // LOST/FAILED tasks whose replacement waits
+  std::vector<MachineId> pool_changes_;      // machines shrunk back to the free pool
   uint64_t seq_ = 0;                         // task id sequence
 };
 

@@ -199,6 +199,10 @@ TEST_F(Sched, ScaleAndStop) {
   sent.insert(sent.end(), down->begin(), down->end());
   for (MachineId m : ids_) EXPECT_TRUE(sched_.report(m, running_on(m, sent), 4).empty());
   EXPECT_EQ(live("web").size(), 3u);
+  // The scale-down emptied two machines: the entitlement gives them back (Fig. 7), with
+  // the sixth, which never held a task.
+  EXPECT_EQ(sched_.take_pool_changes().size(), 3u);
+  EXPECT_EQ(alloc_.pool_size(1), 3u);
   auto st = sched_.stop("web", 5);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(count_kind(*st, Command::Kind::kStop), 3);
@@ -206,6 +210,8 @@ TEST_F(Sched, ScaleAndStop) {
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 6);
   EXPECT_FALSE(sched_.job("web"));                            // gone once every task stopped
   for (MachineId m : ids_) EXPECT_EQ(alloc_.tasks_on(m), 0);  // resources released
+  EXPECT_EQ(alloc_.pool_size(1), 0u);  // and every machine is back in the free pool
+  EXPECT_EQ(sched_.take_pool_changes().size(), 3u);
 }
 
 TEST_F(Sched, BadRequestsChangeNothing) {
