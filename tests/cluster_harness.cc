@@ -1,0 +1,266 @@
+#include "tests/cluster_harness.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "common/fs.h"
+#include "common/paths.h"
+#include "common/rpc.h"
+#include "tests/agent_harness.h"
+
+namespace weft::testing {
+
+namespace {
+constexpr const char* kHubAddr = "10.77.0.1";
+constexpr int kCpPort = 7070;
+
+void sleep_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+bool sh(const std::string& cmd) {
+  int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
+  if (rc != 0) ADD_FAILURE() << "command failed (" << rc << "): " << cmd;
+  return rc == 0;
+}
+}  // namespace
+
+ClusterHarness::ClusterHarness(ClusterOptions opts) : opts_(opts) {
+  id_ = random_hex(3);
+  dir_ = std::filesystem::temp_directory_path() / ("weft-e2e-" + id_);
+  hub_ = "weft-" + id_ + "-hub";
+  auto mount = HostPaths().cgroup2_mount();
+  mount_ = mount.value_or("/sys/fs/cgroup");
+  cgroup_parent_ = mount_ + "/weft-e2e-" + id_;
+  controllers_before_ = trim(read_file(mount_ + "/cgroup.subtree_control").value_or(""));
+}
+
+bool ClusterHarness::setup() {
+  if (!mkdir_p(dir_ + "/profiles").ok()) {
+    ADD_FAILURE() << "cannot create " << dir_;
+    return false;
+  }
+  // Two host profiles confined to each machine's own cgroup subtree.
+  auto dev = read_file(WEFT_SOURCE_DIR "/examples/dev.toml");
+  if (!dev.ok() || !write_file(dir_ + "/profiles/dev.toml", *dev).ok() ||
+      !write_file(dir_ + "/profiles/web.toml",
+                  "description = \"e2e: a second profile\"\n[cgroup]\nenable = [\"hugetlb\"]\n")
+           .ok()) {
+    ADD_FAILURE() << "cannot write the profiles";
+    return false;
+  }
+  if (!mkdir_p(cgroup_parent_).ok()) {
+    ADD_FAILURE() << "cannot create " << cgroup_parent_;
+    return false;
+  }
+  cgroup_made_ = true;
+  netns_made_.push_back(hub_);
+  if (!sh("ip netns add " + hub_) || !sh("ip -n " + hub_ + " link set lo up") ||
+      !sh("ip -n " + hub_ + " link add br0 type bridge") ||
+      !sh("ip -n " + hub_ + " addr add " + kHubAddr + "/24 dev br0") ||
+      !sh("ip -n " + hub_ + " link set br0 up"))
+    return false;
+  for (int i = 0; i < opts_.machines; ++i) {
+    Machine m;
+    m.dir = dir_ + "/m" + std::to_string(i);
+    m.netns = "weft-" + id_ + "-m" + std::to_string(i);
+    m.cgroup_root = cgroup_parent_ + "/m" + std::to_string(i);
+    machines_.push_back(m);
+    netns_made_.push_back(m.netns);
+    std::string peer = "w" + id_ + "p" + std::to_string(i);  // the bridge side
+    std::string addr = "10.77.0." + std::to_string(10 + i) + "/24";
+    if (!mkdir_p(m.dir).ok() || !sh("ip netns add " + m.netns) ||
+        !sh("ip -n " + m.netns + " link set lo up") ||
+        !sh("ip -n " + m.netns + " link add eth0 type veth peer name " + peer + " netns " + hub_) ||
+        !sh("ip -n " + m.netns + " addr add " + addr + " dev eth0") ||
+        !sh("ip -n " + m.netns + " link set eth0 up") ||
+        !sh("ip -n " + hub_ + " link set " + peer + " master br0 up"))
+      return false;
+    std::string cp = std::string(kHubAddr) + ":" + std::to_string(kCpPort);
+    std::string common = "machine_id = \"" + machine_id(i) + "\"\ncontrol_plane = \"" + cp + "\"\n";
+    bool ok =
+        write_file(m.dir + "/agent.toml", common + "socket = \"" + m.dir +
+                                              "/agent.sock\"\nstate_dir = \"" + m.dir +
+                                              "/agent\"\ncgroup_root = \"" + m.cgroup_root +
+                                              "\"\ninit_path = \"" WEFT_INIT_BIN
+                                              "\"\nlog_level = \"debug\"\n"
+                                              "[labels]\ndc = \"e2e\"\nrack = \"rack" +
+                                              std::to_string(i) + "\"\n")
+            .ok() &&
+        write_file(m.dir + "/sidekick.toml",
+                   common + "socket = \"" + m.dir + "/sidekick.sock\"\nstate_dir = \"" + m.dir +
+                       "/sidekick\"\nprofile_dirs = [\"" + dir_ +
+                       "/profiles\"]\nworkload_cgroup = \"" + m.cgroup_root +
+                       "/tasks\"\napply_on_start = false\n")
+            .ok() &&
+        // Only what is this machine's own: no kernel log or BPF (shared by every
+        // "machine" of this host), PSI failing only at 100% (the host is shared too).
+        write_file(m.dir + "/hcs.toml",
+                   common + "socket = \"" + m.dir + "/hcs.sock\"\nstate_dir = \"" + m.dir +
+                       "/hcs\"\ninterval = \"" + opts_.hcs_interval +
+                       "\"\nkmsg = false\npsi_triggers = false\npsi_degraded_pct = 90\n"
+                       "psi_failed_pct = 100\n[kernel]\nbpf = false\n[liveness]\n"
+                       "agent_socket = \"" +
+                       m.dir + "/agent.sock\"\nsidekick_socket = \"" + m.dir + "/sidekick.sock\"\n")
+            .ok();
+    if (!ok) {
+      ADD_FAILURE() << "cannot write machine " << i << "'s configuration";
+      return false;
+    }
+  }
+  return write_file(dir_ + "/cp.toml",
+                    "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
+                        "/cp\"\nlisten = \"" + kHubAddr + ":" + std::to_string(kCpPort) +
+                        "\"\ninsecure_listen = true\nheartbeat_interval = \"" + opts_.heartbeat +
+                        "\"\nmissed_heartbeats = " + std::to_string(opts_.missed_heartbeats) +
+                        "\ndestructive_per_min = 600\ndestructive_burst = 50\n")
+      .ok();
+}
+
+ClusterHarness::~ClusterHarness() {
+  for (int i = 0; i < machines(); ++i) kill_machine(i);
+  kill_cp(SIGKILL);
+  if (cgroup_made_) destroy_cgroup_tree(cgroup_parent_);
+  for (const auto& ns : netns_made_)
+    (void)std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str());
+  (void)remove_tree(dir_);
+  // The agents enable their controllers from the cgroup2 mount down; put it back.
+  auto now = read_file(mount_ + "/cgroup.subtree_control");
+  if (!now.ok()) return;
+  auto before = split(controllers_before_, ' ');
+  for (const auto& c : split(trim(*now), ' '))
+    if (!c.empty() && std::find(before.begin(), before.end(), c) == before.end())
+      (void)write_file(mount_ + "/cgroup.subtree_control", "-" + c);
+}
+
+pid_t ClusterHarness::spawn(const std::string& netns, const char* bin, const std::string& conf,
+                            const std::string& log) {
+  pid_t p = fork();
+  if (p == 0) {
+    int ns = open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(126);
+    unsetenv("INVOCATION_ID");
+    unsetenv("NOTIFY_SOCKET");
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execl(bin, bin, "-c", conf.c_str(), nullptr);
+    _exit(127);
+  }
+  return p;
+}
+
+void ClusterHarness::reap(pid_t& pid, int sig) {
+  if (pid <= 0) return;
+  ::kill(pid, sig);
+  waitpid(pid, nullptr, 0);
+  pid = -1;
+}
+
+void ClusterHarness::start_cp() {
+  ASSERT_LT(cp_, 0);
+  cp_ = spawn(hub_, WEFT_CONTROLPLANE_BIN, dir_ + "/cp.toml", dir_ + "/cp.log");
+  for (int i = 0; i < 500; ++i) {
+    if (cp("job.ls").ok()) return;
+    sleep_ms(10);
+  }
+  FAIL() << "weft-controlplane did not answer: " << logs();
+}
+
+void ClusterHarness::kill_cp(int sig) {
+  reap(cp_, sig);
+}
+
+void ClusterHarness::start_machine(int i) {
+  Machine& m = machines_.at(static_cast<size_t>(i));
+  ASSERT_LT(m.agent, 0) << "machine " << i << " is running";
+  m.agent = spawn(m.netns, WEFT_AGENT_BIN, m.dir + "/agent.toml", m.dir + "/agent.log");
+  for (int t = 0; t < 500 && !agent(i, "agent.info").ok(); ++t) sleep_ms(10);
+  // Sidekick and hcs after the agent: the agent makes the workload cgroup they watch.
+  m.sidekick = spawn(m.netns, WEFT_SIDEKICK_BIN, m.dir + "/sidekick.toml", m.dir + "/sidekick.log");
+  m.hcs = spawn(m.netns, WEFT_HCS_BIN, m.dir + "/hcs.toml", m.dir + "/hcs.log");
+}
+
+void ClusterHarness::kill_machine(int i) {
+  Machine& m = machines_.at(static_cast<size_t>(i));
+  reap(m.hcs, SIGKILL);
+  reap(m.sidekick, SIGKILL);
+  reap(m.agent, SIGKILL);
+  // Its tasks die with it: every process of the machine's subtree.
+  if (path_exists(m.cgroup_root)) (void)write_file(m.cgroup_root + "/cgroup.kill", "1");
+}
+
+void ClusterHarness::stop_machine(int i) {
+  Machine& m = machines_.at(static_cast<size_t>(i));
+  reap(m.hcs, SIGTERM);
+  reap(m.sidekick, SIGTERM);
+  reap(m.agent, SIGTERM);
+}
+
+bool ClusterHarness::machine_running(int i) const {
+  return machines_.at(static_cast<size_t>(i)).agent > 0;
+}
+
+Result<json> ClusterHarness::cp(const std::string& method, const json& params) {
+  TRY_ASSIGN(auto c, rpc::Client::connect(dir_ + "/cp.sock"));
+  return c->call(method, params, 10000);
+}
+
+Result<json> ClusterHarness::agent(int i, const std::string& method, const json& params) {
+  TRY_ASSIGN(auto c,
+             rpc::Client::connect(machines_.at(static_cast<size_t>(i)).dir + "/agent.sock"));
+  return c->call(method, params, 10000);
+}
+
+json ClusterHarness::wait_cp(const std::string& method, const json& params,
+                             const std::function<bool(const json&)>& pred, int timeout_ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < until) {
+    auto r = cp(method, params);
+    if (r.ok() && pred(*r)) return *r;
+    sleep_ms(20);
+  }
+  return json();
+}
+
+bool ClusterHarness::wait_all_ready(int timeout_ms) {
+  json r = wait_cp(
+      "machine.ls", json::object(),
+      [this](const json& j) {
+        int ready = 0;
+        for (const auto& m : j["machines"])
+          ready += m["state"] == "ok" && m["connected"] == true && m["sidekick_connected"] == true;
+        return ready == machines();
+      },
+      timeout_ms);
+  return !r.is_null();
+}
+
+int ClusterHarness::machine_index(const std::string& id) const {
+  for (int i = 0; i < machines(); ++i)
+    if (machine_id(i) == id) return i;
+  return -1;
+}
+
+std::string ClusterHarness::logs() const {
+  std::string out = "--- cp.log\n" + read_file(dir_ + "/cp.log").value_or("") + "\n";
+  for (size_t i = 0; i < machines_.size(); ++i)
+    for (const char* d : {"agent", "sidekick", "hcs"}) {
+      auto text = read_file(machines_[i].dir + "/" + d + ".log").value_or("");
+      if (text.size() > 4000) text = "..." + text.substr(text.size() - 4000);
+      out += "--- m" + std::to_string(i) + " " + d + ".log\n" + text + "\n";
+    }
+  return out;
+}
+
+}  // namespace weft::testing

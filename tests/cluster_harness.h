@@ -1,0 +1,80 @@
+// A whole weft cluster on one host for root tests and benchmarks: weft-controlplane in
+// a "hub" network namespace that holds a bridge, and N machines, each a network
+// namespace with a veth to that bridge, its own cgroup subtree, and its own weft-agent,
+// weft-sidekick and weft-hcs talking TCP to the control plane. Killing a machine kills
+// its daemons and its tasks, as a power loss would. The destructor removes everything
+// (processes, cgroups, namespaces, files) even when a test fails.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace weft::testing {
+
+using json = nlohmann::json;
+
+struct ClusterOptions {
+  int machines = 4;
+  std::string heartbeat = "500ms";  // the control plane's heartbeat interval
+  int missed_heartbeats = 3;
+  std::string hcs_interval = "1s";
+};
+
+class ClusterHarness {
+ public:
+  explicit ClusterHarness(ClusterOptions opts = {});
+  ~ClusterHarness();
+  ClusterHarness(const ClusterHarness&) = delete;
+  ClusterHarness& operator=(const ClusterHarness&) = delete;
+
+  // Namespaces, bridge and cgroups; false (with a test failure) if they cannot be made.
+  bool setup();
+  void start_cp();
+  void kill_cp(int sig = SIGKILL);
+  void start_machine(int i);
+  // Power loss: SIGKILL of the machine's daemons and every task in its cgroup subtree.
+  void kill_machine(int i);
+  void stop_machine(int i);  // SIGTERM to the daemons (tasks keep running)
+  bool machine_running(int i) const;
+
+  // Operator calls on the control plane's Unix socket, and calls to a machine's agent.
+  Result<json> cp(const std::string& method, const json& params = json::object());
+  Result<json> agent(int i, const std::string& method, const json& params = json::object());
+  // Polls until pred(reply of cp(method, params)) holds; the last reply, or null on timeout.
+  json wait_cp(const std::string& method, const json& params,
+               const std::function<bool(const json&)>& pred, int timeout_ms = 30000);
+  // Every machine registered, healthy and connected (agent, sidekick and hcs).
+  bool wait_all_ready(int timeout_ms = 60000);
+
+  int machines() const { return static_cast<int>(machines_.size()); }
+  std::string machine_id(int i) const { return "m" + std::to_string(i); }
+  int machine_index(const std::string& id) const;  // -1 if not one of ours
+  std::string logs() const;                        // every daemon's log, for failure messages
+  const std::string& dir() const { return dir_; }
+
+ private:
+  struct Machine {
+    std::string dir, netns, cgroup_root;
+    pid_t agent = -1, sidekick = -1, hcs = -1;
+  };
+  pid_t spawn(const std::string& netns, const char* bin, const std::string& conf,
+              const std::string& log);
+  void reap(pid_t& pid, int sig);
+
+  ClusterOptions opts_;
+  std::string id_, dir_, hub_, cgroup_parent_, mount_, controllers_before_;
+  std::vector<Machine> machines_;
+  std::vector<std::string> netns_made_;
+  pid_t cp_ = -1;
+  bool cgroup_made_ = false;
+};
+
+}  // namespace weft::testing

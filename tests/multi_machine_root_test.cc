@@ -1,0 +1,243 @@
+// The cluster end to end on this host (issue 6): weft-controlplane and four machines,
+// each a network namespace with its own weft-agent, weft-sidekick and weft-hcs over TCP
+// and its own cgroup subtree. Tasks really run; machines really die.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "tests/agent_harness.h"
+#include "tests/cluster_harness.h"
+
+namespace weft::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+json job_params(const std::string& name, const std::string& ent, int count, int cpu_milli,
+                const std::string& marker = "v1") {
+  return {{"name", name},
+          {"entitlement", ent},
+          {"count", count},
+          {"max_unavailable", 1},
+          {"per_task", {{"cpu_milli", cpu_milli}, {"mem_mb", 16}}},
+          {"task", {{"argv", {"/bin/sh", "-c", "echo " + marker + "; exec sleep 600"}}}}};
+}
+
+// Running tasks of a job by index, from the control plane.
+std::map<int, json> running_by_index(const json& show) {
+  std::map<int, json> out;
+  for (const auto& t : show["tasks"])
+    if (t["state"] == "running") out[t["index"].get<int>()] = t;
+  return out;
+}
+
+class MultiMachine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = root_test_skip_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    ASSERT_TRUE(c_.setup()) << c_.logs();
+    c_.start_cp();
+    for (int i = 0; i < c_.machines(); ++i) c_.start_machine(i);
+    ASSERT_TRUE(c_.wait_all_ready()) << c_.cp("machine.ls")->dump(2) << c_.logs();
+  }
+  // Waits until the job has `count` running tasks (optionally all at generation gen).
+  json wait_running(const std::string& job, size_t count, uint64_t gen = 0, int ms = 30000) {
+    json r = c_.wait_cp(
+        "job.show", {{"name", job}},
+        [&](const json& j) {
+          auto run = running_by_index(j);
+          if (run.size() != count) return false;
+          for (const auto& [i, t] : run)
+            if (gen && t["generation"] != gen) return false;
+          return true;
+        },
+        ms);
+    EXPECT_FALSE(r.is_null()) << job << " never had " << count
+                              << " running tasks: " << c_.cp("job.show", {{"name", job}})->dump(2)
+                              << c_.logs();
+    return r;
+  }
+  // The agent on the task's machine runs it for real.
+  void expect_agent_runs(const json& task) {
+    int m = c_.machine_index(task["machine"]);
+    ASSERT_GE(m, 0);
+    auto t = c_.agent(m, "task.show", {{"id", task["id"]}});
+    ASSERT_TRUE(t.ok()) << t.error().str();
+    EXPECT_EQ((*t)["state"], "running") << t->dump(2);
+  }
+  // Every task id the agents run, with the machine it runs on.
+  std::multimap<std::string, int> agents_running() {
+    std::multimap<std::string, int> out;
+    for (int i = 0; i < c_.machines(); ++i) {
+      if (!c_.machine_running(i)) continue;
+      auto r = c_.agent(i, "task.ls");
+      if (!r.ok()) continue;
+      for (const auto& t : (*r)["tasks"])
+        if (t["state"] == "running") out.emplace(t["name"].get<std::string>(), i);
+    }
+    return out;
+  }
+  ClusterHarness c_;
+};
+
+TEST_F(MultiMachine, DeployKillReplaceDrainAndReturn) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 4}, {"profile", "dev"}}).ok());
+  auto created = c_.cp("job.create", job_params("site", "web", 3, 500));
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  json show = wait_running("site", 3);
+  ASSERT_FALSE(show.is_null());
+  // Spread across fault domains: three racks, three machines.
+  std::set<std::string> hosts;
+  for (const auto& [i, t] : running_by_index(show)) {
+    hosts.insert(t["machine"].get<std::string>());
+    expect_agent_runs(t);
+  }
+  EXPECT_EQ(hosts.size(), 3u);
+  // Machines that joined the entitlement run its profile, applied by their sidekick.
+  for (const auto& m : (*c_.cp("machine.ls"))["machines"])
+    if (m["entitlement"] == "web") {
+      EXPECT_EQ(m["profile"], "dev") << m.dump();
+    }
+
+  // Power loss on the machine running task 0: replaced on another machine.
+  json victim = running_by_index(show)[0];
+  int dead = c_.machine_index(victim["machine"]);
+  auto t0 = Clock::now();
+  c_.kill_machine(dead);
+  json after = c_.wait_cp("job.show", {{"name", "site"}}, [&](const json& j) {
+    auto run = running_by_index(j);
+    return run.size() == 3 && run[0]["machine"] != victim["machine"];
+  });
+  ASSERT_FALSE(after.is_null()) << c_.cp("job.show", {{"name", "site"}})->dump(2) << c_.logs();
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(secs, 10.0) << "failure to replacement running took " << secs << " s";
+  std::cout << "[ failover ] machine m" << dead << " killed; task 0 running again on "
+            << running_by_index(after)[0]["machine"] << " after " << secs << " s\n";
+  expect_agent_runs(running_by_index(after)[0]);
+  json m_dead = c_.wait_cp("machine.show", {{"machine", c_.machine_id(dead)}},
+                           [](const json& j) { return j["state"] == "dead"; });
+  EXPECT_FALSE(m_dead.is_null());
+
+  // The machine comes back (its tasks died with it): no task runs twice, and it serves.
+  c_.start_machine(dead);
+  EXPECT_FALSE(c_.wait_cp("machine.show", {{"machine", c_.machine_id(dead)}}, [](const json& j) {
+                   return j["state"] == "ok" && j["connected"] == true;
+                 }).is_null());
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // a few reports
+  auto running = agents_running();
+  for (const auto& [i, t] : running_by_index(*c_.cp("job.show", {{"name", "site"}})))
+    EXPECT_EQ(running.count(t["id"].get<std::string>()), 1u) << t.dump();
+  EXPECT_EQ(running.size(), 3u);
+
+  // Drain a machine that runs a task: the task moves, the machine takes nothing new.
+  json now = *c_.cp("job.show", {{"name", "site"}});
+  json moving = running_by_index(now)[1];
+  std::string drained = moving["machine"];
+  ASSERT_TRUE(c_.cp("machine.drain", {{"machine", drained}}).ok());
+  json moved = c_.wait_cp("job.show", {{"name", "site"}}, [&](const json& j) {
+    auto run = running_by_index(j);
+    if (run.size() != 3) return false;
+    for (const auto& [i, t] : run)
+      if (t["machine"] == drained) return false;
+    return true;
+  });
+  ASSERT_FALSE(moved.is_null()) << c_.cp("job.show", {{"name", "site"}})->dump(2);
+  // The old copy is stopped on the drained machine.
+  int di = c_.machine_index(drained);
+  json gone = c_.wait_cp("job.show", {{"name", "site"}}, [&](const json&) {
+    auto t = c_.agent(di, "task.show", {{"id", moving["id"]}});
+    return t.ok() && (*t)["state"] != "running";
+  });
+  EXPECT_FALSE(gone.is_null());
+  auto ms = (*c_.cp("machine.show", {{"machine", drained}}));
+  EXPECT_EQ(ms["state"], "drained");
+  EXPECT_EQ(ms["tasks"], 0);
+
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
+  EXPECT_FALSE(c_.wait_cp("job.ls", json::object(), [](const json& j) {
+                   return j["jobs"].empty();
+                 }).is_null());
+  EXPECT_TRUE(agents_running().empty());
+}
+
+// Paper Fig. 7: an entitlement takes free machines as its jobs need them and gives them
+// back when they stop.
+TEST_F(MultiMachine, EntitlementGrowsAndShrinks) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "batch"}, {"quota", 3}, {"profile", "web"}}).ok());
+  auto pool = [&] {
+    auto r = c_.cp("entitlement.show", {{"name", "batch"}});
+    return r.ok() ? (*r)["machines"].size() : size_t{999};
+  };
+  EXPECT_EQ(pool(), 0u);
+  // Machines have 2 cores (or as many as this host has): one whole-machine task each.
+  auto info = c_.agent(0, "agent.info");
+  ASSERT_TRUE(info.ok());
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  ASSERT_TRUE(c_.cp("job.create", job_params("a", "batch", 1, cores * 1000)).ok());
+  wait_running("a", 1);
+  EXPECT_EQ(pool(), 1u);
+  ASSERT_TRUE(c_.cp("job.create", job_params("b", "batch", 2, cores * 1000)).ok());
+  wait_running("b", 2);
+  EXPECT_EQ(pool(), 3u);  // grew to its quota
+  // Over the quota: refused, nothing placed.
+  auto over = c_.cp("job.create", job_params("c", "batch", 1, cores * 1000));
+  EXPECT_FALSE(over.ok());
+  // Every machine of the entitlement switched to its profile before its task started.
+  for (const auto& m : (*c_.cp("entitlement.show", {{"name", "batch"}}))["machines"])
+    EXPECT_EQ(m["profile"], "web") << m.dump();
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "b"}}).ok());
+  json shrunk = c_.wait_cp("entitlement.show", {{"name", "batch"}},
+                           [](const json& j) { return j["machines"].size() == 1; });
+  EXPECT_FALSE(shrunk.is_null()) << c_.cp("entitlement.show", {{"name", "batch"}})->dump(2);
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "a"}}).ok());
+  EXPECT_FALSE(c_.wait_cp("entitlement.show", {{"name", "batch"}}, [](const json& j) {
+                   return j["machines"].empty();
+                 }).is_null());
+}
+
+// SIGKILL of the control plane in the middle of a rolling update: after the restart the
+// update carries on to the end, no task runs twice, and the tasks it had not reached
+// were never restarted.
+TEST_F(MultiMachine, ControlPlaneRestartMidUpdate) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "web"}, {"quota", 4}}).ok());
+  ASSERT_TRUE(c_.cp("job.create", job_params("site", "web", 4, 250)).ok());
+  json v1 = wait_running("site", 4);
+  ASSERT_FALSE(v1.is_null());
+  std::set<std::string> v1_ids;
+  for (const auto& [i, t] : running_by_index(v1)) v1_ids.insert(t["id"].get<std::string>());
+  ASSERT_TRUE(c_.cp("job.update", job_params("site", "web", 4, 250, "v2")).ok());
+  // Wait until the update is under way (one new-generation task running), then kill.
+  json mid = c_.wait_cp("job.show", {{"name", "site"}}, [](const json& j) {
+    for (const auto& t : j["tasks"])
+      if (t["generation"] == 2 && t["state"] == "running") return true;
+    return false;
+  });
+  ASSERT_FALSE(mid.is_null());
+  c_.kill_cp(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  c_.start_cp();
+  json done = wait_running("site", 4, 2, 60000);
+  ASSERT_FALSE(done.is_null());
+  // Exactly one running copy per index on the machines, all of generation 2.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto running = agents_running();
+  EXPECT_EQ(running.size(), 4u);
+  for (const auto& [i, t] : running_by_index(*c_.cp("job.show", {{"name", "site"}}))) {
+    EXPECT_EQ(running.count(t["id"].get<std::string>()), 1u);
+    EXPECT_EQ(v1_ids.count(t["id"].get<std::string>()), 0u);
+    // A new task, started once: no agent restarted it.
+    auto a = c_.agent(c_.machine_index(t["machine"]), "task.show", {{"id", t["id"]}});
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ((*a)["restarts"], 0);
+  }
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
+}
+
+}  // namespace
+}  // namespace weft::testing
