@@ -131,7 +131,8 @@ ClusterHarness::~ClusterHarness() {
   if (cgroup_made_) destroy_cgroup_tree(cgroup_parent_);
   for (const auto& ns : netns_made_)
     (void)std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str());
-  (void)remove_tree(dir_);
+  // WEFT_E2E_KEEP=1 keeps the daemons' logs and state for a post-mortem.
+  if (!std::getenv("WEFT_E2E_KEEP")) (void)remove_tree(dir_);
   // The agents enable their controllers from the cgroup2 mount down; put it back.
   auto now = read_file(mount_ + "/cgroup.subtree_control");
   if (!now.ok()) return;
@@ -197,7 +198,14 @@ void ClusterHarness::kill_machine(int i) {
   reap(m.sidekick, SIGKILL);
   reap(m.agent, SIGKILL);
   // Its tasks die with it: every process of the machine's subtree.
-  if (path_exists(m.cgroup_root)) (void)write_file(m.cgroup_root + "/cgroup.kill", "1");
+  // Each task cgroup is killed, not the machine's root: on this kernel (6.18) a process
+  // cloned (CLONE_INTO_CGROUP) into a cgroup created after cgroup.kill was written on
+  // an ancestor two levels up is killed at once, so a restarted agent could run nothing.
+  auto tasks = list_dir(m.cgroup_root + "/tasks");
+  if (tasks.ok())
+    for (const auto& t : *tasks)
+      if (path_exists(m.cgroup_root + "/tasks/" + t + "/cgroup.kill"))
+        (void)write_file(m.cgroup_root + "/tasks/" + t + "/cgroup.kill", "1");
 }
 
 void ClusterHarness::stop_machine(int i) {
