@@ -149,6 +149,15 @@ Status Manager::run() {
 }
 
 void Manager::update_status() {
+  // A task changed state: the control plane hears of it now, not at the next heartbeat
+  // (a replacement counts as running as soon as it runs). Coalesced over 20 ms.
+  if (cp_ && !cp_soon_.active()) {
+    auto t = loop_->add_timer_in(20'000, [this] {
+      cp_soon_.reset();
+      cp_->report_now();
+    });
+    if (t.ok()) cp_soon_ = std::move(t).value();
+  }
   size_t running = 0;
   for (const auto& [id, t] : tasks_) running += (t->state == "running" || t->state == "stopping");
   sd_notifyf(0, "STATUS=%zu tasks running, %zu known", running, tasks_.size());

@@ -125,6 +125,7 @@ class Manager {
   void cp_start();
   std::unique_ptr<ControlPlaneLink> cp_;
   rpc::Dispatcher cp_methods_;
+  Source cp_soon_;
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
   int weft_gid_ = -1;

@@ -80,9 +80,8 @@ int main(int argc, char** argv) {
   std::printf("%4s %8s %10s %12s\n", "rep", "machine", "dead_s", "running_s");
   std::vector<double> dead_s, run_s;
   for (int rep = 0; rep < reps; ++rep) {
-    json t = c.wait_cp("job.show", {{"name", "bench"}}, [&](const json&) {
-      return !task0(c).is_null();
-    });
+    json t = c.wait_cp("job.show", {{"name", "bench"}},
+                       [&](const json&) { return !task0(c).is_null(); });
     json victim = task0(c);
     if (victim.is_null()) {
       std::fprintf(stderr, "task 0 is not running:\n%s\n", c.logs().c_str());

@@ -42,7 +42,7 @@ struct Unavailability {
 };
 
 struct BrokerConfig {
-  uint64_t heartbeat_interval_us = 5'000'000;
+  uint64_t heartbeat_interval_us = 2'000'000;
   int missed_heartbeats = 3;
 };
 

@@ -231,6 +231,37 @@ if wait_for 20 agent_failed; then pass hcs-liveness-failed; else fail hcs-livene
 systemctl start weft-agent.service
 wait_for 30 active weft-agent.service
 
+# ---- the cluster: weft-controlplane on this machine, the machine's daemons joined to it
+systemctl enable --now weft-controlplane.service >/dev/null 2>&1
+for f in agent sidekick hcs; do
+  sed -i '1i control_plane = "unix:/run/weft/controlplane.sock"' /etc/weft/$f.toml
+done
+systemctl restart weft-agent.service weft-sidekick.service weft-hcs.service
+machine_ok() { weftctl --json machine ls 2>/dev/null | grep -q '"state": "\(ok\|degraded\)"'; }
+cat > /tmp/hello.job.toml <<'TOML'
+name = "hello"
+entitlement = "guest"
+count = 1
+[resources]
+cpu = 0.1
+memory = "16M"
+[task]
+argv = ["/bin/sleep", "3600"]
+TOML
+if wait_for 60 active weft-controlplane.service && wait_for 90 machine_ok &&
+   weftctl entitlement create guest --quota 1 --profile default >/dev/null 2>&1 &&
+   weftctl job create --timeout 90 /tmp/hello.job.toml >/tmp/job.log 2>&1 &&
+   weftctl --json task ls | grep -q '"name": "hello.0.'; then
+  pass cluster-job-runs
+else
+  fail cluster-job-runs "cp=$(systemctl is-active weft-controlplane) $(weftctl machine ls 2>&1 | tr '\n' ' ') $(cat /tmp/job.log 2>&1 | tr '\n' ' ') $(journalctl -u weft-controlplane --no-pager -n 10 | tr '\n' ' ')"
+fi
+# The entitlement's profile was applied by sidekick before the task was placed.
+if weftctl --json machine ls | grep -q '"profile": "default"'; then pass cluster-profile; else fail cluster-profile "$(weftctl --json machine ls | tr '\n' ' ')"; fi
+weftctl job stop hello >/dev/null 2>&1
+no_hello() { ! weftctl --json task ls 2>/dev/null | grep -q '"state": "running"'; }
+if wait_for 60 no_hello; then pass cluster-job-stop; else fail cluster-job-stop "$(weftctl task ls 2>&1 | tr '\n' ' ')"; fi
+
 # ---- removal
 dpkg -r weft >/tmp/dpkg-r.log 2>&1
 if [ -f /var/lib/weft/agent/agent.db ] && [ -f /etc/weft/agent.toml ] && getent group weft >/dev/null && ! active weft-agent.service; then

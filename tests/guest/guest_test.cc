@@ -101,6 +101,9 @@ const char* const kChecks[] = {
     "hcs-liveness-ok",
     "hcs-oom-memcg",
     "hcs-liveness-failed",
+    "cluster-job-runs",
+    "cluster-profile",
+    "cluster-job-stop",
     "remove-keeps-state",
     "purge-removes-everything",
 };
