@@ -9,7 +9,8 @@ build_one() {
   local format=$1 unitdir=$2 dir=build-pkg-${1,,}
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
     -DWEFT_UNITDIR="$unitdir" -DWEFT_PACKAGE_FORMAT="$format" >/dev/null
-  cmake --build "$dir" --target weft-agent weft-init weftctl weft-sidekick weft-hcs weft-package-docs >/dev/null
+  cmake --build "$dir" --target weft-agent weft-init weftctl weft-sidekick weft-hcs weft-controlplane \
+    weft-package-docs >/dev/null
   (cd "$dir" && cpack -G "$format" >/dev/null)
   cp "$dir"/*.${1,,} dist/
 }
