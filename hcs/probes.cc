@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <optional>
@@ -47,7 +48,13 @@ class DiskProbe : public Probe {
         if (f.size() < 6 || f[4] != mp_) continue;
         found = true;  // the last entry for a mount point is the one on top
         ro = false;
-        for (const auto& o : split(f[5], ','))
+        // The filesystem's own (superblock) options, after the " - " separator: what a
+        // remount-ro after errors changes. The per-mount options (field 6) are also "ro"
+        // inside a sandbox such as ProtectSystem=strict, which says nothing about the
+        // machine.
+        auto sep = std::find(f.begin() + 6, f.end(), "-");
+        if (sep == f.end() || sep + 3 >= f.end()) continue;
+        for (const auto& o : split(*(sep + 3), ','))
           if (o == "ro") ro = true;
       }
     }

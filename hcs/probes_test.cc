@@ -74,6 +74,12 @@ TEST_F(FakeTree, DiskSpaceInodesAndReadOnlyRemount) {
   auto s = p->run(0);
   EXPECT_EQ(s.health, Health::kFailed);
   EXPECT_EQ(s.detail, "/data is mounted read-only");
+  // weft-hcs's own sandbox (ProtectSystem=strict) makes every mount read-only for it:
+  // the filesystem is writable, the machine healthy.
+  put("proc/self/mountinfo",
+      "22 1 8:1 / / ro,relatime - ext4 /dev/sda1 rw\n30 22 8:2 / /data ro,nosuid shared:5 - xfs "
+      "/dev/sdb1 rw,attr2\n");
+  EXPECT_EQ(p->run(0).health, Health::kOk);
   EXPECT_EQ(make_disk_probe(host(), "/nope", 10, 5, statfs)->run(0).health, Health::kFailed);
 }
 

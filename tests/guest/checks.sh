@@ -237,7 +237,9 @@ for f in agent sidekick hcs; do
   sed -i '1i control_plane = "unix:/run/weft/controlplane.sock"' /etc/weft/$f.toml
 done
 systemctl restart weft-agent.service weft-sidekick.service weft-hcs.service
-machine_ok() { weftctl --json machine ls 2>/dev/null | grep -q '"state": "\(ok\|degraded\)"'; }
+# The machine's own state (the STATE column), not its probes': ok or degraded once
+# weft-hcs's hysteresis lets the agent's restart above go (hold-down 30 s).
+machine_ok() { weftctl machine ls 2>/dev/null | awk 'NR > 1 { print $2 }' | grep -qx 'ok\|degraded'; }
 cat > /tmp/hello.job.toml <<'TOML'
 name = "hello"
 entitlement = "guest"
