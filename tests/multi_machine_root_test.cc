@@ -99,7 +99,8 @@ TEST_F(MultiMachine, DeployKillReplaceDrainAndReturn) {
   }
   EXPECT_EQ(hosts.size(), 3u);
   // Machines that joined the entitlement run its profile, applied by their sidekick.
-  for (const auto& m : (*c_.cp("machine.ls"))["machines"])
+  json ls = *c_.cp("machine.ls");
+  for (const auto& m : ls["machines"])
     if (m["entitlement"] == "web") {
       EXPECT_EQ(m["profile"], "dev") << m.dump();
     }
@@ -189,7 +190,8 @@ TEST_F(MultiMachine, EntitlementGrowsAndShrinks) {
   auto over = c_.cp("job.create", job_params("c", "batch", 1, cores * 1000));
   EXPECT_FALSE(over.ok());
   // Every machine of the entitlement switched to its profile before its task started.
-  for (const auto& m : (*c_.cp("entitlement.show", {{"name", "batch"}}))["machines"])
+  json batch = *c_.cp("entitlement.show", {{"name", "batch"}});
+  for (const auto& m : batch["machines"])
     EXPECT_EQ(m["profile"], "web") << m.dump();
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "b"}}).ok());
   json shrunk = c_.wait_cp("entitlement.show", {{"name", "batch"}},
