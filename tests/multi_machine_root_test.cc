@@ -191,8 +191,7 @@ TEST_F(MultiMachine, EntitlementGrowsAndShrinks) {
   EXPECT_FALSE(over.ok());
   // Every machine of the entitlement switched to its profile before its task started.
   json batch = *c_.cp("entitlement.show", {{"name", "batch"}});
-  for (const auto& m : batch["machines"])
-    EXPECT_EQ(m["profile"], "web") << m.dump();
+  for (const auto& m : batch["machines"]) EXPECT_EQ(m["profile"], "web") << m.dump();
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "b"}}).ok());
   json shrunk = c_.wait_cp("entitlement.show", {{"name", "batch"}},
                            [](const json& j) { return j["machines"].size() == 1; });
