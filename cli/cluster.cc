@@ -99,7 +99,9 @@ int follow_drain(rpc::Client& c, const std::string& machine, int timeout_s, bool
     int left = 0;
     for (const auto& t : r["task_list"]) {
       std::string st = t.value("state", "");
-      if (st == "running" || st == "starting" || st == "stopping" || st == "pending") left++;
+      if (st == "running" || st == "starting" || st == "stopping" || st == "pending" ||
+          st == "draining")
+        left++;
     }
     std::string line = "drain " + machine + ": " + std::to_string(left) + " task" +
                        (left == 1 ? "" : "s") + " left, state " + str_or(r, "state");

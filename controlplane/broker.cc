@@ -150,7 +150,9 @@ void Broker::refresh(Machine& m) {
   bool now_usable = healthy && ready;
   auto it = was_usable_.find(m.id);
   bool before = it != was_usable_.end() && it->second;
-  if (before && !healthy) failed_.push_back(m.id);
+  // A drain is not a failure: the scheduler moves a drained machine's tasks gracefully
+  // (machine_drain), rather than treating them as lost.
+  if (before && !healthy && !m.drained) failed_.push_back(m.id);
   if (!before && now_usable) ready_.push_back(m.id);
   was_usable_[m.id] = now_usable;
 }

@@ -88,6 +88,10 @@ Status Manager::persist(const std::set<std::string>& jobs, const std::set<Machin
     if (auto s = store_->put_entitlement(id, e); !s.ok()) return fail(s);
   std::set<MachineId> all = machines;
   for (MachineId m : sched_.take_pool_changes()) all.insert(m);
+  // The jobs' machines too: a replacement may have taken a free machine into the
+  // entitlement.
+  for (const auto& name : jobs)
+    for (MachineId m : alloc_.placement(name)) all.insert(m);
   for (MachineId m : all)
     if (auto s = store_->put_machine(m, broker_.persisted(m), alloc_.entitlement_of(m)); !s.ok())
       return fail(s);
@@ -474,7 +478,16 @@ void Manager::register_methods() {
       return field_error("drained", "must be true or false");
     bool drained = p.value("drained", true);
     TRY(broker_.drain(p["machine"].get<std::string>(), drained, now_us()));
-    TRY(persist({}, {m}));
+    std::vector<Command> cmds;
+    if (drained) cmds = sched_.machine_drain(m, now_us());
+    std::set<std::string> jobs;
+    for (const auto& [id, t] : sched_.tasks())
+      if (t.machine == m) jobs.insert(t.job);
+    for (const auto& cmd : cmds)
+      if (auto it = sched_.tasks().find(cmd.task_id); it != sched_.tasks().end())
+        jobs.insert(it->second.job);
+    TRY(persist(jobs, {m}));
+    send(cmds);
     tick();
     return json{{"machine", p["machine"]}, {"drained", drained}};
   });

@@ -10,6 +10,11 @@ namespace {
 bool live(TaskState s) {
   return s == TaskState::kPending || s == TaskState::kStarting || s == TaskState::kRunning;
 }
+// Live, or running on a drained machine until its replacement runs: what a stop or a
+// scale-down must stop, and what keeps a stopping job alive.
+bool running_copy(TaskState s) {
+  return live(s) || s == TaskState::kDraining;
+}
 // A task that has not shown up in its machine's report this long after the start was
 // sent is lost (the start command or the machine went missing).
 constexpr uint64_t kStartGraceUs = 60'000'000;
@@ -29,6 +34,8 @@ const char* task_state_name(TaskState s) {
       return "stopped";
     case TaskState::kFailed:
       return "failed";
+    case TaskState::kDraining:
+      return "draining";
     case TaskState::kLost:
       return "lost";
   }
@@ -153,7 +160,7 @@ Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count
   std::vector<Command> out;
   if (count < j.spec.count) {
     for (auto& [id, t] : tasks_)
-      if (t.job == name && t.index >= count && live(t.state)) {
+      if (t.job == name && t.index >= count && running_copy(t.state)) {
         t.state = TaskState::kStopping;
         t.since_us = now;
         out.push_back(Command{Command::Kind::kStop, t.machine, id, {}});
@@ -217,7 +224,7 @@ Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t n
   it->second.stopping = true;
   std::vector<Command> out;
   for (auto& [id, t] : tasks_)
-    if (t.job == name && live(t.state)) {
+    if (t.job == name && running_copy(t.state)) {
       t.since_us = now;
       if (t.state == TaskState::kPending) {  // never sent: nothing to stop
         t.state = TaskState::kStopped;
@@ -272,7 +279,7 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
     bool running = state == "running" || state == "starting" || state == "frozen" ||
                    state == "restarting" || state == "backoff" || state == "stopping";
     if (it == tasks_.end() || it->second.machine != m ||
-        (!live(it->second.state) && it->second.state != TaskState::kStopping)) {
+        (!running_copy(it->second.state) && it->second.state != TaskState::kStopping)) {
       // Not ours, replaced while this machine was away, or already ended: never twice.
       if (running) out.push_back(Command{Command::Kind::kStop, m, id, {}});
       continue;
@@ -283,11 +290,13 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
         t.state = TaskState::kRunning;
         t.since_us = now;
         rolled_jobs.insert(t.job);
+        stop_drained_sibling(t, now, &out);
       }
       continue;
     }
     // The task ended.
-    if (t.state == TaskState::kStopping) {
+    if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
+      // A draining copy that ended is as good as stopped: its replacement is on its way.
       t.state = TaskState::kStopped;
       t.since_us = now;
       rolled_jobs.insert(t.job);
@@ -305,7 +314,7 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
       t.state = TaskState::kLost;
       t.since_us = now;
       replace_ids.push_back(id);
-    } else if (t.state == TaskState::kStopping) {
+    } else if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
       t.state = TaskState::kStopped;  // gone is stopped
       t.since_us = now;
       rolled_jobs.insert(t.job);
@@ -326,7 +335,8 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
   Job& j = it->second;
   bool any_live = false;
   for (const auto& [id, t] : tasks_)
-    if (t.job == name && (live(t.state) || t.state == TaskState::kStopping)) any_live = true;
+    if (t.job == name && (running_copy(t.state) || t.state == TaskState::kStopping))
+      any_live = true;
   if (j.stopping) {
     if (!any_live) {  // every task stopped: the job and its resources go
       EntitlementId e = j.spec.entitlement;
@@ -358,8 +368,8 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now) {
       t.state = TaskState::kLost;
       t.since_us = now;
       lost.push_back(id);
-    } else if (t.state == TaskState::kStopping) {
-      t.state = TaskState::kStopped;
+    } else if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
+      t.state = TaskState::kStopped;  // a draining copy's replacement exists or waits
       t.since_us = now;
       stopped_jobs.insert(t.job);
     }
@@ -370,6 +380,57 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now) {
     out.insert(out.end(), more.begin(), more.end());
   }
   return out;
+}
+
+std::vector<Command> Scheduler::machine_drain(MachineId m, uint64_t now) {
+  std::vector<Command> out;
+  std::vector<std::string> move;
+  for (auto& [id, t] : tasks_) {
+    if (t.machine != m) continue;
+    if (t.state == TaskState::kPending) {  // never started: just place it elsewhere
+      t.state = TaskState::kStopped;
+      t.since_us = now;
+      move.push_back(id);
+    } else if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
+      t.state = TaskState::kDraining;
+      t.since_us = now;
+      move.push_back(id);
+    }
+  }
+  for (const auto& id : move) replace(id, now, &out);
+  return out;
+}
+
+void Scheduler::stop_drained_sibling(const TaskRecord& t, uint64_t now, std::vector<Command>* out) {
+  for (auto& [id, other] : tasks_) {
+    if (other.state != TaskState::kDraining || other.job != t.job || other.index != t.index ||
+        id == t.id)
+      continue;
+    other.state = TaskState::kStopping;
+    other.since_us = now;
+    out->push_back(Command{Command::Kind::kStop, other.machine, id, {}});
+  }
+}
+
+void Scheduler::finish_restore() {
+  waiting_.clear();
+  std::map<std::pair<std::string, int>, const TaskRecord*> latest;  // by job and index
+  std::set<std::pair<std::string, int>> running;
+  for (const auto& [id, t] : tasks_) {
+    auto key = std::pair{t.job, t.index};
+    if (live(t.state)) running.insert(key);
+    auto it = latest.find(key);
+    if (it == latest.end() || it->second->since_us < t.since_us) latest[key] = &t;
+  }
+  for (const auto& [key, t] : latest) {
+    auto jit = jobs_.find(key.first);
+    if (jit == jobs_.end() || jit->second.stopping || key.second >= jit->second.spec.count ||
+        running.count(key))
+      continue;
+    if (t->state == TaskState::kLost || t->state == TaskState::kFailed ||
+        t->state == TaskState::kDraining)
+      waiting_.push_back(t->id);
+  }
 }
 
 std::vector<Command> Scheduler::tick(uint64_t now) {

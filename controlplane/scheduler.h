@@ -11,6 +11,8 @@
 // destructive and rate-limited (a token bucket), so a flapping rack cannot shuffle the
 // fleet; what is over the limit waits for the next tick. Rolling updates replace at most
 // max_unavailable tasks at a time, a new one starting only once an old one is stopped.
+// A drain is make-before-break: each task on the drained machine is DRAINING (still
+// running) while its replacement starts elsewhere, and is stopped once that runs.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,16 @@ struct JobSpec {
   nlohmann::json task = nlohmann::json::object();  // the agent's task spec, opaque here
 };
 
-enum class TaskState { kPending, kStarting, kRunning, kStopping, kStopped, kFailed, kLost };
+enum class TaskState {
+  kPending,
+  kStarting,
+  kRunning,
+  kStopping,
+  kStopped,
+  kFailed,
+  kLost,
+  kDraining,  // still running on a drained machine until its replacement runs
+};
 const char* task_state_name(TaskState s);
 
 struct TaskRecord {
@@ -85,6 +96,9 @@ class Scheduler {
                               uint64_t now_us);
   // The broker declared a machine dead or failed: its tasks are LOST and replaced.
   std::vector<Command> machine_down(MachineId m, uint64_t now_us);
+  // An operator drained the machine: its tasks are replaced elsewhere first and stopped
+  // once their replacements run (tasks never started are simply moved).
+  std::vector<Command> machine_drain(MachineId m, uint64_t now_us);
   // Continues what waited: rate-limited replacements, rolling updates.
   std::vector<Command> tick(uint64_t now_us);
   // Tasks placed on a machine that is not ready (it just joined the entitlement and its
@@ -106,6 +120,9 @@ class Scheduler {
     jobs_[j.spec.name] = Job{j.spec, j.generation, j.stopping};
   }
   void restore_task(const TaskRecord& t) { tasks_[t.id] = t; }
+  // After the jobs and tasks are back: lost, failed and draining tasks whose index has no
+  // running copy wait for their replacement again.
+  void finish_restore();
   uint64_t task_seq() const { return seq_; }
   void set_task_seq(uint64_t s) { seq_ = s; }
   std::vector<TaskRecord> tasks_of(const std::string& job) const;
@@ -129,6 +146,8 @@ class Scheduler {
   // A task of the job stopped or started running: continue a rolling update or scale
   // down, or finish stopping the job.
   std::vector<Command> after_stopped(const std::string& job, uint64_t now_us);
+  // The task just reported running: a DRAINING copy of its index is stopped now.
+  void stop_drained_sibling(const TaskRecord& t, uint64_t now_us, std::vector<Command>* out);
 
   // Records a new task; sends its start now if its machine is ready.
   void launch(const Job& j, TaskRecord t, std::vector<Command>* out);

@@ -214,6 +214,78 @@ TEST_F(Sched, ScaleAndStop) {
   EXPECT_EQ(sched_.take_pool_changes().size(), 3u);
 }
 
+// A drain is make-before-break: the drained machine's task keeps running until its
+// replacement runs elsewhere, then it is stopped; never two stops, never three copies.
+TEST_F(Sched, DrainStartsTheReplacementBeforeStoppingTheOldCopy) {
+  auto c = sched_.create(spec("web", 2), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  ASSERT_EQ(live("web").size(), 2u);
+  MachineId drained = live("web")[0].machine;
+  std::string old_id = live("web")[0].id;
+  alloc_.set_usable(drained, false, true);  // what the broker does first
+  auto d = sched_.machine_drain(drained, 2);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].kind, Command::Kind::kStart);  // the replacement, not a stop
+  EXPECT_NE(d[0].machine, drained);
+  EXPECT_EQ(sched_.tasks().at(old_id).state, TaskState::kDraining);
+  sent.insert(sent.end(), d.begin(), d.end());
+  // The drained machine still reports its copy running: nothing is stopped yet.
+  EXPECT_TRUE(sched_.report(drained, running_on(drained, sent), 3).empty());
+  EXPECT_EQ(sched_.tasks().at(old_id).state, TaskState::kDraining);
+  // The replacement runs: the old copy is stopped now.
+  auto stop = sched_.report(d[0].machine, running_on(d[0].machine, sent), 4);
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(stop[0].task_id, old_id);
+  EXPECT_EQ(stop[0].machine, drained);
+  sent.insert(sent.end(), stop.begin(), stop.end());
+  EXPECT_TRUE(sched_.report(drained, running_on(drained, sent), 5).empty());
+  EXPECT_EQ(sched_.tasks().at(old_id).state, TaskState::kStopped);
+  EXPECT_EQ(live("web").size(), 2u);
+  for (const auto& t : live("web")) EXPECT_NE(t.machine, drained);
+}
+
+// A draining copy whose machine then dies is stopped, not replaced a second time.
+TEST_F(Sched, DrainedMachineDyingDoesNotReplaceTwice) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  MachineId drained = live("web")[0].machine;
+  alloc_.set_usable(drained, false, true);  // what the broker does first
+  auto d = sched_.machine_drain(drained, 2);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(sched_.machine_down(drained, 3).empty());
+  size_t tasks = 0;
+  for (const auto& t : sched_.tasks_of("web"))
+    tasks += t.state == TaskState::kStarting || t.state == TaskState::kRunning;
+  EXPECT_EQ(tasks, 1u);
+}
+
+// After a restart, a lost task whose replacement had not been placed yet (no budget, no
+// room) waits again; an index that runs is left alone.
+TEST_F(Sched, RestoreRebuildsWhatWaitsForItsReplacement) {
+  Scheduler s2(alloc_);
+  s2.restore_job({spec("web", 3), 1, false});
+  auto task = [](std::string id, int index, TaskState st, uint64_t since) {
+    TaskRecord t;
+    t.id = std::move(id);
+    t.job = "web";
+    t.index = index;
+    t.state = st;
+    t.since_us = since;
+    return t;
+  };
+  s2.restore_task(task("web.0.1", 0, TaskState::kLost, 5));      // waits
+  s2.restore_task(task("web.1.2", 1, TaskState::kLost, 5));      // replaced already:
+  s2.restore_task(task("web.1.4", 1, TaskState::kRunning, 6));   //   runs
+  s2.restore_task(task("web.2.3", 2, TaskState::kDraining, 5));  // waits, still running
+  s2.finish_restore();
+  EXPECT_EQ(s2.waiting_for_budget(), 2u);
+}
+
 TEST_F(Sched, BadRequestsChangeNothing) {
   EXPECT_EQ(sched_.create(spec("", 1), 0).error().field, "name");
   EXPECT_EQ(sched_.create(spec("a.b", 1), 0).error().field, "name");

@@ -36,8 +36,9 @@ Result<std::string> str_field(const json& j, const char* key, bool required) {
 }
 
 TaskState state_from(const std::string& s) {
-  for (auto st : {TaskState::kPending, TaskState::kStarting, TaskState::kRunning,
-                  TaskState::kStopping, TaskState::kStopped, TaskState::kFailed, TaskState::kLost})
+  for (auto st :
+       {TaskState::kPending, TaskState::kStarting, TaskState::kRunning, TaskState::kStopping,
+        TaskState::kStopped, TaskState::kFailed, TaskState::kLost, TaskState::kDraining})
     if (s == task_state_name(st)) return st;
   return TaskState::kLost;
 }
@@ -249,6 +250,7 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
   TRY_ASSIGN(Stmt m, db_->prepare("SELECT value FROM meta WHERE key = 'task_seq'"));
   TRY_ASSIGN(bool row, m.step());
   if (row) sched.set_task_seq(std::strtoull(m.col_text(0).c_str(), nullptr, 10));
+  sched.finish_restore();
   return {};
 }
 

@@ -135,18 +135,25 @@ TEST_F(MultiMachine, DeployKillReplaceDrainAndReturn) {
     EXPECT_EQ(running.count(t["id"].get<std::string>()), 1u) << t.dump();
   EXPECT_EQ(running.size(), 3u);
 
-  // Drain a machine that runs a task: the task moves, the machine takes nothing new.
+  // Drain a machine that runs a task: the task moves, make-before-break (index 1 always
+  // has a copy running or draining), and the machine takes nothing new.
   json now = *c_.cp("job.show", {{"name", "site"}});
   json moving = running_by_index(now)[1];
   std::string drained = moving["machine"];
   ASSERT_TRUE(c_.cp("machine.drain", {{"machine", drained}}).ok());
+  int gaps = 0;
   json moved = c_.wait_cp("job.show", {{"name", "site"}}, [&](const json& j) {
+    int serving = 0;
+    for (const auto& t : j["tasks"])
+      serving += t["index"] == 1 && (t["state"] == "running" || t["state"] == "draining");
+    gaps += serving == 0;
     auto run = running_by_index(j);
     if (run.size() != 3) return false;
     for (const auto& [i, t] : run)
       if (t["machine"] == drained) return false;
     return true;
   });
+  EXPECT_EQ(gaps, 0) << "index 1 had no running copy during the drain";
   ASSERT_FALSE(moved.is_null()) << c_.cp("job.show", {{"name", "site"}})->dump(2);
   // The old copy is stopped on the drained machine.
   int di = c_.machine_index(drained);
