@@ -18,6 +18,9 @@ bool running_copy(TaskState s) {
 // A task that has not shown up in its machine's report this long after the start was
 // sent is lost (the start command or the machine went missing).
 constexpr uint64_t kStartGraceUs = 60'000'000;
+// A start its machine has not reported after this long is sent again (the machine was
+// offline when it was due, or the command was lost); the agent refuses a duplicate name.
+constexpr uint64_t kStartResendUs = 5'000'000;
 }  // namespace
 
 const char* task_state_name(TaskState s) {
@@ -309,6 +312,12 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
   // Tasks this machine should run but did not report.
   for (auto& [id, t] : tasks_) {
     if (t.machine != m || rep.count(id)) continue;
+    if (t.state == TaskState::kStarting && now - t.since_us > kStartResendUs &&
+        now - t.since_us <= kStartGraceUs) {
+      if (auto jit = jobs_.find(t.job); jit != jobs_.end() && !jit->second.stopping)
+        out.push_back(start_cmd(jit->second, t));
+      continue;
+    }
     if (t.state == TaskState::kRunning ||
         (t.state == TaskState::kStarting && now - t.since_us > kStartGraceUs)) {
       t.state = TaskState::kLost;

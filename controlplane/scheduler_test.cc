@@ -286,6 +286,21 @@ TEST_F(Sched, RestoreRebuildsWhatWaitsForItsReplacement) {
   EXPECT_EQ(s2.waiting_for_budget(), 2u);
 }
 
+// A start sent while its machine was away (or lost on the way) is sent again once the
+// machine reports without it, well before the task would count as lost.
+TEST_F(Sched, UnreportedStartIsSentAgain) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 1u);
+  MachineId m = (*c)[0].machine;
+  EXPECT_TRUE(sched_.report(m, {}, 1'000'000).empty());  // in flight: not yet
+  auto again = sched_.report(m, {}, 6'000'000);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].kind, Command::Kind::kStart);
+  EXPECT_EQ(again[0].task_id, (*c)[0].task_id);
+  EXPECT_EQ(sched_.tasks().at((*c)[0].task_id).state, TaskState::kStarting);
+}
+
 TEST_F(Sched, BadRequestsChangeNothing) {
   EXPECT_EQ(sched_.create(spec("", 1), 0).error().field, "name");
   EXPECT_EQ(sched_.create(spec("a.b", 1), 0).error().field, "name");
