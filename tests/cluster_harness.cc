@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,8 +44,49 @@ ClusterHarness::ClusterHarness(ClusterOptions opts) : opts_(opts) {
   controllers_before_ = trim(read_file(mount_ + "/cgroup.subtree_control").value_or(""));
 }
 
+// A harness whose process died without its destructor (a sanitizer abort, SIGKILL)
+// leaves namespaces, cgroups and files; the next harness removes them. Its daemons died
+// with it (PR_SET_PDEATHSIG); tasks in its cgroups are killed here.
+void ClusterHarness::sweep_stale() {
+  auto tmp = std::filesystem::temp_directory_path().string();
+  auto entries = list_dir(tmp);
+  if (!entries.ok()) return;
+  for (const auto& e : *entries) {
+    if (e.rfind("weft-e2e-", 0) != 0) continue;
+    std::string dir = tmp + "/" + e;
+    auto owner = read_file(dir + "/owner");
+    pid_t pid = owner.ok() ? static_cast<pid_t>(std::atoi(owner->c_str())) : 0;
+    // Alive (and not a zombie nobody reaped): another harness's, leave it.
+    auto stat = pid > 0 ? read_file("/proc/" + std::to_string(pid) + "/stat")
+                        : Result<std::string>(make_error("none"));
+    if (stat.ok() && stat->find(") Z ") == std::string::npos) continue;
+    std::string id = e.substr(9);
+    auto ns = list_dir("/run/netns");
+    if (ns.ok())
+      for (const auto& n : *ns)
+        if (n.rfind("weft-" + id + "-", 0) == 0)
+          (void)std::system(("ip netns del " + n + " >/dev/null 2>&1").c_str());
+    destroy_cgroup_tree(mount_ + "/weft-e2e-" + id);
+    // And the cgroup2 root's controllers as that harness found them.
+    auto before = read_file(dir + "/subtree_control_before");
+    auto now = read_file(mount_ + "/cgroup.subtree_control");
+    if (before.ok() && now.ok()) {
+      auto keep = split(trim(*before), ' ');
+      for (const auto& c : split(trim(*now), ' '))
+        if (!c.empty() && std::find(keep.begin(), keep.end(), c) == keep.end())
+          (void)write_file(mount_ + "/cgroup.subtree_control", "-" + c);
+    }
+    (void)remove_tree(dir);
+  }
+}
+
 bool ClusterHarness::setup() {
-  if (!mkdir_p(dir_ + "/profiles").ok()) {
+  sweep_stale();
+  controllers_before_ = trim(read_file(mount_ + "/cgroup.subtree_control").value_or(""));
+  // The owner first: a sweep by another harness must never take a directory being made.
+  if (!mkdir_p(dir_).ok() || !write_file(dir_ + "/owner", std::to_string(::getpid())).ok() ||
+      !write_file(dir_ + "/subtree_control_before", controllers_before_).ok() ||
+      !mkdir_p(dir_ + "/profiles").ok()) {
     ADD_FAILURE() << "cannot create " << dir_;
     return false;
   }
@@ -146,6 +188,8 @@ pid_t ClusterHarness::spawn(const std::string& netns, const char* bin, const std
                             const std::string& log) {
   pid_t p = fork();
   if (p == 0) {
+    // The daemon dies with the test process, even when that is killed or aborts.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     int ns = open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
     if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(126);
     unsetenv("INVOCATION_ID");

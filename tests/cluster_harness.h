@@ -68,6 +68,7 @@ class ClusterHarness {
   pid_t spawn(const std::string& netns, const char* bin, const std::string& conf,
               const std::string& log);
   void reap(pid_t& pid, int sig);
+  void sweep_stale();
 
   ClusterOptions opts_;
   std::string id_, dir_, hub_, cgroup_parent_, mount_, controllers_before_;
