@@ -320,9 +320,13 @@ void Manager::register_methods() {
     TRY_ASSIGN(MachineId m, machine_of(p, c));
     if (!p.contains("verdict") || !p["verdict"].is_string())
       return field_error("verdict", "must be ok, degraded, failed or unknown");
+    std::string before = broker_.state_of(m);
     TRY(broker_.health(p["machine"].get<std::string>(), p["verdict"].get<std::string>(), now_us()));
     health_problems_[m] = p.value("problems", json::array());
-    tick();  // a failed machine's tasks are replaced now, not at the next tick
+    // A machine that failed has its tasks replaced now, and one that became healthy
+    // takes what waited for it, not at the next tick; an unchanged verdict (every
+    // heartbeat) costs nothing more.
+    if (broker_.state_of(m) != before) tick();
     return json::object();
   });
   methods_.add("profile.report", [this](const json& p, const CallContext& c) -> Result<json> {
@@ -331,12 +335,15 @@ void Manager::register_methods() {
       return field_error("profile", "must be the applied profile's name");
     if (p.contains("state") && !p["state"].is_string())
       return field_error("state", "must be the last switch's outcome");
+    bool changed = broker_.persisted(m).applied_profile != p["profile"].get<std::string>();
     TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
     track_session(sidekick_sessions_, m, c.session);
     profile_state_[m] = p.value("state", "");
     pushed_profile_.erase(m);  // the reply carries the desired profile
-    TRY(persist({}, {m}));
-    tick();
+    if (changed) {             // a report every heartbeat writes and schedules nothing
+      TRY(persist({}, {m}));
+      tick();
+    }
     return json{{"desired", broker_.desired_profile(m)}};
   });
 
