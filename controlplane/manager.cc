@@ -308,11 +308,9 @@ void Manager::register_methods() {
     }
     (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
     auto cmds = sched_.report(m, tasks, now_us());
-    TRY(persist_commands(cmds));
-    std::set<std::string> jobs;
-    for (const auto& [id, t] : sched_.tasks())
-      if (t.machine == m) jobs.insert(t.job);
-    TRY(persist(jobs, {m}));
+    auto changed = sched_.take_reported_changes();
+    if (!cmds.empty()) TRY(persist_commands(cmds));
+    if (!changed.empty()) TRY(persist(changed, {m}));
     send(cmds);
     return json{{"commands", cmds.size()}};
   });

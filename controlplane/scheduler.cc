@@ -293,11 +293,13 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
         t.state = TaskState::kRunning;
         t.since_us = now;
         rolled_jobs.insert(t.job);
+        reported_changes_.insert(t.job);
         stop_drained_sibling(t, now, &out);
       }
       continue;
     }
     // The task ended.
+    reported_changes_.insert(t.job);
     if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
       // A draining copy that ended is as good as stopped: its replacement is on its way.
       t.state = TaskState::kStopped;
@@ -330,6 +332,8 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
     }
   }
   for (const auto& id : replace_ids) replace(id, now, &out);
+  for (const auto& id : replace_ids) reported_changes_.insert(tasks_.at(id).job);
+  for (const auto& job : rolled_jobs) reported_changes_.insert(job);
   for (const auto& job : rolled_jobs) {
     auto more = after_stopped(job, now);
     out.insert(out.end(), more.begin(), more.end());

@@ -88,6 +88,9 @@ class Scheduler {
   // Machines that went back to the free pool (their entitlement needs them no more)
   // since the last call: what the daemon must persist.
   std::vector<MachineId> take_pool_changes() { return std::exchange(pool_changes_, {}); }
+  // Jobs whose tasks changed state through report() since the last call: a report that
+  // changed nothing (the common case, every heartbeat) needs no write.
+  std::set<std::string> take_reported_changes() { return std::exchange(reported_changes_, {}); }
 
   // A machine's full report: the task ids it runs and their states ("running",
   // "exited", "failed", ...). Unknown or stale tasks are stopped; tasks missing from a
@@ -161,6 +164,7 @@ class Scheduler {
   std::map<std::string, TaskRecord> tasks_;  // live and recently ended
   std::vector<std::string> waiting_;         // LOST/FAILED tasks whose replacement waits
   std::vector<MachineId> pool_changes_;      // machines shrunk back to the free pool
+  std::set<std::string> reported_changes_;   // jobs whose tasks a report changed
   uint64_t seq_ = 0;                         // task id sequence
 };
 

@@ -301,6 +301,19 @@ TEST_F(Sched, UnreportedStartIsSentAgain) {
   EXPECT_EQ(sched_.tasks().at((*c)[0].task_id).state, TaskState::kStarting);
 }
 
+// The daemon writes after a report only when it changed something.
+TEST_F(Sched, ReportsSayWhichJobsTheyChanged) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  MachineId m = (*c)[0].machine;
+  sched_.report(m, running_on(m, *c), 1);
+  EXPECT_EQ(sched_.take_reported_changes(), std::set<std::string>{"web"});  // now running
+  sched_.report(m, running_on(m, *c), 2);
+  EXPECT_TRUE(sched_.take_reported_changes().empty());  // the same again: nothing to write
+  sched_.report(m, {}, 3);                              // gone from the report: lost
+  EXPECT_EQ(sched_.take_reported_changes(), std::set<std::string>{"web"});
+}
+
 TEST_F(Sched, BadRequestsChangeNothing) {
   EXPECT_EQ(sched_.create(spec("", 1), 0).error().field, "name");
   EXPECT_EQ(sched_.create(spec("a.b", 1), 0).error().field, "name");
