@@ -77,14 +77,16 @@ AgentHarness::~AgentHarness() {
   kill9();
   destroy_cgroup_tree(cgroup_root_);
   (void)remove_tree(dir_);
-  // The agent enables its controllers from the cgroup2 mount down (as systemd's
-  // Delegate= would); put the mount's subtree_control back as it was.
-  auto now = read_file(mount_ + "/cgroup.subtree_control");
+  restore_subtree_control(mount_, controllers_before_);
+}
+
+void restore_subtree_control(const std::string& mount, const std::string& before) {
+  auto now = read_file(mount + "/cgroup.subtree_control");
   if (!now.ok()) return;
-  auto before = split(controllers_before_, ' ');
+  auto keep = split(trim(before), ' ');
   for (const auto& c : split(trim(*now), ' '))
-    if (!c.empty() && std::find(before.begin(), before.end(), c) == before.end())
-      (void)write_file(mount_ + "/cgroup.subtree_control", "-" + c);
+    if (!c.empty() && std::find(keep.begin(), keep.end(), c) == keep.end())
+      (void)write_file(mount + "/cgroup.subtree_control", "-" + c);
 }
 
 void AgentHarness::add_config(const std::string& lines) {

@@ -61,4 +61,9 @@ class AgentHarness {
 // Kills every process in the cgroup subtree and removes it, leaves first.
 void destroy_cgroup_tree(const std::string& dir);
 
+// Agents enable their controllers from the cgroup2 mount down (as systemd's Delegate=
+// would); this disables at `mount` every controller not in `before` (a space-separated
+// cgroup.subtree_control as it was).
+void restore_subtree_control(const std::string& mount, const std::string& before);
+
 }  // namespace weft::testing

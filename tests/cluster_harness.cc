@@ -68,14 +68,8 @@ void ClusterHarness::sweep_stale() {
           (void)std::system(("ip netns del " + n + " >/dev/null 2>&1").c_str());
     destroy_cgroup_tree(mount_ + "/weft-e2e-" + id);
     // And the cgroup2 root's controllers as that harness found them.
-    auto before = read_file(dir + "/subtree_control_before");
-    auto now = read_file(mount_ + "/cgroup.subtree_control");
-    if (before.ok() && now.ok()) {
-      auto keep = split(trim(*before), ' ');
-      for (const auto& c : split(trim(*now), ' '))
-        if (!c.empty() && std::find(keep.begin(), keep.end(), c) == keep.end())
-          (void)write_file(mount_ + "/cgroup.subtree_control", "-" + c);
-    }
+    if (auto before = read_file(dir + "/subtree_control_before"); before.ok())
+      restore_subtree_control(mount_, *before);
     (void)remove_tree(dir);
   }
 }
@@ -175,13 +169,7 @@ ClusterHarness::~ClusterHarness() {
     (void)std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str());
   // WEFT_E2E_KEEP=1 keeps the daemons' logs and state for a post-mortem.
   if (!std::getenv("WEFT_E2E_KEEP")) (void)remove_tree(dir_);
-  // The agents enable their controllers from the cgroup2 mount down; put it back.
-  auto now = read_file(mount_ + "/cgroup.subtree_control");
-  if (!now.ok()) return;
-  auto before = split(controllers_before_, ' ');
-  for (const auto& c : split(trim(*now), ' '))
-    if (!c.empty() && std::find(before.begin(), before.end(), c) == before.end())
-      (void)write_file(mount_ + "/cgroup.subtree_control", "-" + c);
+  restore_subtree_control(mount_, controllers_before_);
 }
 
 pid_t ClusterHarness::spawn(const std::string& netns, const char* bin, const std::string& conf,
