@@ -295,6 +295,11 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
         rolled_jobs.insert(t.job);
         reported_changes_.insert(t.job);
         stop_drained_sibling(t, now, &out);
+      } else if (t.state == TaskState::kStopping && now - t.since_us > kStartResendUs) {
+        // Still running long after its stop was due: the stop was lost (the control
+        // plane restarted between recording it and sending it). Send it again.
+        t.since_us = now;
+        out.push_back(Command{Command::Kind::kStop, m, id, {}});
       }
       continue;
     }

@@ -314,6 +314,22 @@ TEST_F(Sched, ReportsSayWhichJobsTheyChanged) {
   EXPECT_EQ(sched_.take_reported_changes(), std::set<std::string>{"web"});
 }
 
+// A stop recorded but never delivered (the control plane restarted in between) is sent
+// again when the machine still reports the task running.
+TEST_F(Sched, StopStillRunningIsSentAgain) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  MachineId m = (*c)[0].machine;
+  sched_.report(m, running_on(m, *c), 1);
+  auto st = sched_.stop("web", 2);
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->size(), 1u);
+  EXPECT_TRUE(sched_.report(m, running_on(m, *c), 3'000'000).empty());  // in flight
+  auto again = sched_.report(m, running_on(m, *c), 6'000'000);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].kind, Command::Kind::kStop);
+}
+
 TEST_F(Sched, BadRequestsChangeNothing) {
   EXPECT_EQ(sched_.create(spec("", 1), 0).error().field, "name");
   EXPECT_EQ(sched_.create(spec("a.b", 1), 0).error().field, "name");
