@@ -17,9 +17,10 @@ namespace weft::agent {
 Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
-                     "control_plane", "init_path", "host_root", "log_level"}));
+  TRY(doc.only_keys(
+      t, "",
+      {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
+       "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level"}));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
@@ -37,7 +38,9 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY(str("log_level", &c.log_level));
   TRY_ASSIGN(c.labels, doc.get_string_map(t, "labels"));
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
-  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane")));
+  TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
+  c.insecure_control_plane = insecure_cp.value_or(false);
+  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane));
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {
     if (val->empty() || (*val)[0] != '/')
       return field_error(at(key), std::string("'") + key + "' must be an absolute path");
@@ -56,7 +59,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
 }
 
 Result<AgentConfig> load_agent_config(const std::string& path) {
-  TRY_ASSIGN(std::string text, read_file(path));
+  TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
   return parse_agent_config(text, path);
 }
 

@@ -22,7 +22,9 @@ struct AgentConfig {
   bool agent_in_root = true;
   std::string machine_id;  // empty: /etc/machine-id
   std::map<std::string, std::string> labels;
-  std::string control_plane;    // endpoint; used once the control plane exists
+  std::string control_plane;  // endpoint; used once the control plane exists
+  // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
+  bool insecure_control_plane = false;
   std::string init_path;        // empty: weft-init next to weft-agent, else libexec
   std::string host_root = "/";  // tests: a fake /proc and /sys tree
   std::string log_level = "info";

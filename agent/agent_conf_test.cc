@@ -12,7 +12,7 @@ namespace {
 TEST(AgentConfig, ParsesAndDefaults) {
   auto c = parse_agent_config(
       "socket = \"/run/x.sock\"\nstate_dir = \"/var/lib/x\"\ncontrol_plane = \"cp:7000\"\n"
-      "[labels]\ndc = \"ash\"\nrack = \"r12\"\n",
+      "insecure_control_plane = true\n[labels]\ndc = \"ash\"\nrack = \"r12\"\n",
       "agent.toml");
   ASSERT_TRUE(c.ok()) << c.error().str();
   EXPECT_EQ(c->socket, "/run/x.sock");
@@ -23,6 +23,12 @@ TEST(AgentConfig, ParsesAndDefaults) {
   ASSERT_TRUE(sd.ok()) << sd.error().str();
   auto packaged = load_agent_config(WEFT_SOURCE_DIR "/packaging/agent.toml");
   ASSERT_TRUE(packaged.ok()) << packaged.error().str();  // the shipped file is valid
+  // A TCP control plane is unauthenticated: refused unless the operator says so.
+  auto tcp = parse_agent_config("control_plane = \"cp:7000\"\n", "agent.toml");
+  ASSERT_FALSE(tcp.ok());
+  EXPECT_NE(tcp.error().str().find("insecure_control_plane"), std::string::npos);
+  EXPECT_TRUE(
+      parse_agent_config("control_plane = \"unix:/run/weft/cp.sock\"\n", "agent.toml").ok());
   auto d = parse_agent_config("", "agent.toml");
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->socket, "/run/weft/agent.sock");

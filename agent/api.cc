@@ -29,8 +29,7 @@ Result<std::string> param_string(const json& p, const char* key) {
 // ---------------------------------------------------------------- API
 
 Status Manager::check_privileged(const rpc::Peer& peer) const {
-  return rpc::require_privileged(peer, weft_gid_, cfg_.socket_group, HostPaths(cfg_.host_root),
-                                 "changing tasks");
+  return rpc::require_privileged(peer, weft_gid_, cfg_.socket_group, "changing tasks");
 }
 
 Result<Task*> Manager::find_task(const json& params) {

@@ -620,7 +620,7 @@ void Manager::cp_start() {
            });
   };
   cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-agent", &cp_methods_,
-                                           hello, report);
+                                           hello, report, cfg_.insecure_control_plane);
   cp_->start();
 }
 

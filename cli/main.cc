@@ -14,7 +14,9 @@
 
 #include "cli/cluster.h"
 #include "cli/util.h"
+#include "common/config.h"
 #include "common/fs.h"
+#include "common/json_bounded.h"
 #include "common/rpc.h"
 
 using json = nlohmann::json;
@@ -54,9 +56,11 @@ struct RunOptions {
 json build_spec(const RunOptions& o) {
   json s = json::object();
   if (!o.spec_file.empty()) {
-    auto text = read_file(o.spec_file);
+    auto text = read_file_bounded(o.spec_file, kMaxTomlBytes);
     if (!text.ok()) die(text.error().str(), 2);
-    s = json::parse(*text, nullptr, false);
+    auto parsed = parse_json_bounded(*text);
+    if (!parsed.ok()) die(o.spec_file + ": " + parsed.error().str(), 2);
+    s = std::move(parsed).value();
     if (!s.is_object()) die(o.spec_file + ": not a JSON object", 2);
   }
   if (!o.argv.empty()) s["argv"] = o.argv;
@@ -471,7 +475,7 @@ int main(int argc, char** argv) {
     } else if (p_import->parsed()) {
       std::string file = tuned_path;
       if (path_exists(file + "/tuned.conf")) file += "/tuned.conf";
-      auto text = read_file(file);
+      auto text = read_file_bounded(file, kMaxTomlBytes);
       if (!text.ok()) die(text.error().str(), 1);
       std::string name = tuned_path;
       while (name.size() > 1 && name.back() == '/') name.pop_back();

@@ -8,7 +8,7 @@
 namespace weft {
 
 Result<TomlDoc> TomlDoc::load(const std::string& path) {
-  TRY_ASSIGN(std::string text, read_file(path));
+  TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
   return parse(text, path);
 }
 

@@ -18,6 +18,9 @@
 
 namespace weft {
 
+// Configs, job files and profiles are small; anything larger is refused unread.
+inline constexpr size_t kMaxTomlBytes = 4u << 20;
+
 class TomlDoc {
  public:
   static Result<TomlDoc> load(const std::string& path);

@@ -1,5 +1,6 @@
 #include "common/cp_link.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,25 +12,40 @@
 namespace weft {
 
 ControlPlaneLink::ControlPlaneLink(EventLoop& loop, std::string endpoint, std::string who,
-                                   const rpc::Dispatcher* commands, Hello hello, Report report)
+                                   const rpc::Dispatcher* commands, Hello hello, Report report,
+                                   bool insecure_tcp)
     : loop_(loop),
       endpoint_(std::move(endpoint)),
       who_(std::move(who)),
       commands_(commands),
       hello_(std::move(hello)),
-      report_(std::move(report)) {}
+      report_(std::move(report)),
+      insecure_tcp_(insecure_tcp) {}
 
 ControlPlaneLink::~ControlPlaneLink() {
   report_timer_.reset();
   retry_timer_.reset();
   reaper_.reset();
+  attempt_.reset();
   session_.reset();
 }
 
 void ControlPlaneLink::connect() {
   retry_timer_.reset();
   auto ep = rpc::parse_endpoint(endpoint_);
-  auto fd = ep.ok() ? rpc::connect_endpoint(*ep) : Result<Fd>(ep.error());
+  if (!ep.ok()) return connected(ep.error());
+  if (!ep->is_unix && !insecure_tcp_)
+    return connected(make_error("a TCP control plane needs insecure_control_plane = true"));
+  // Never a blocking connect here: with SYNs dropped it would hold the loop for minutes.
+  attempt_ = rpc::ConnectAttempt::start(loop_, *ep, kControlPlaneConnectTimeoutUs,
+                                        [this](Result<Fd> fd) { connected(std::move(fd)); });
+}
+
+void ControlPlaneLink::connected(Result<Fd> fd) {
+  attempt_.reset();  // finished; ConnectAttempt allows its callback to destroy it
+  if (fd.ok() && rpc::parse_endpoint(endpoint_)->is_unix) {
+    if (auto s = check_control_plane_peer(fd->get()); !s.ok()) fd = std::move(s).error();
+  }
   if (!fd.ok()) {
     log_debug("control plane not reachable",
               {{"ENDPOINT", endpoint_}, {"ERROR", fd.error().str()}});
@@ -90,9 +106,30 @@ void ControlPlaneLink::lost() {
   backoff_us_ = std::min<uint64_t>(backoff_us_ * 2, 30'000'000);
 }
 
-Status check_control_plane_endpoint(const std::string& value, const std::string& where) {
-  if (value.empty() || rpc::parse_endpoint(value).ok()) return {};
-  return field_error(where, "'control_plane' must be unix:/path, /path or host:port");
+Status check_control_plane_endpoint(const std::string& value, const std::string& where,
+                                    bool insecure) {
+  if (value.empty()) return {};
+  auto ep = rpc::parse_endpoint(value);
+  if (!ep.ok()) return field_error(where, "'control_plane' must be unix:/path, /path or host:port");
+  if (!ep->is_unix && !insecure)
+    return field_error(where,
+                       "a TCP control_plane is not authenticated (no TLS yet): anyone who can "
+                       "bind that port could run tasks as root here; use unix:/path, or set "
+                       "insecure_control_plane = true to accept that");
+  return {};
+}
+
+Status check_control_plane_peer(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+    return sys_error("read the control plane's credentials");
+  if (cred.uid == 0 || cred.uid == ::getuid()) return {};
+  log_warn("refusing a control plane socket served by an unprivileged user",
+           {{"PEER_UID", std::to_string(cred.uid)}, {"PEER_PID", std::to_string(cred.pid)}});
+  return make_error("the control plane socket is served by uid " + std::to_string(cred.uid) +
+                    ", not root")
+      .with_code(rpc::kPermissionDenied);
 }
 
 std::string resolve_machine_id(const std::string& configured, const std::string& host_root) {

@@ -28,8 +28,12 @@ class ControlPlaneLink {
   using Hello = std::function<void(rpc::Session&, Done)>;
   using Report = std::function<void(rpc::Session&)>;
 
+  // `insecure_tcp` allows a plain TCP endpoint (unauthenticated: anyone who can bind
+  // that port can command this machine); without it only a Unix-socket control plane
+  // owned by root or by this daemon's user is accepted.
   ControlPlaneLink(EventLoop& loop, std::string endpoint, std::string who,
-                   const rpc::Dispatcher* commands, Hello hello, Report report);
+                   const rpc::Dispatcher* commands, Hello hello, Report report,
+                   bool insecure_tcp = false);
   ~ControlPlaneLink();
   ControlPlaneLink(const ControlPlaneLink&) = delete;
   ControlPlaneLink& operator=(const ControlPlaneLink&) = delete;
@@ -43,6 +47,7 @@ class ControlPlaneLink {
 
  private:
   void connect();
+  void connected(Result<Fd> fd);
   void lost();
   void schedule_report();
 
@@ -52,6 +57,8 @@ class ControlPlaneLink {
   Hello hello_;
   Report report_;
   std::unique_ptr<rpc::Session> session_;
+  std::unique_ptr<rpc::ConnectAttempt> attempt_;
+  bool insecure_tcp_ = false;
   bool accepted_ = false;
   Source report_timer_, retry_timer_, reaper_;
   uint64_t backoff_us_ = 500'000;
@@ -59,8 +66,17 @@ class ControlPlaneLink {
   uint64_t generation_ = 0;  // which session a late hello reply belongs to
 };
 
-// Checks a configured control_plane endpoint ("" = none); the error names `where`.
-Status check_control_plane_endpoint(const std::string& value, const std::string& where);
+// How long one connect (name resolution included) may take before the link retries.
+inline constexpr uint64_t kControlPlaneConnectTimeoutUs = 5'000'000;
+
+// Checks a configured control_plane endpoint ("" = none); the error names `where`. A TCP
+// endpoint needs `insecure` (insecure_control_plane = true) until sessions use TLS.
+Status check_control_plane_endpoint(const std::string& value, const std::string& where,
+                                    bool insecure);
+
+// The control plane at the other end of a Unix socket must be root or this process's
+// own user: an unprivileged user who binds the socket path must not command the machine.
+Status check_control_plane_peer(int fd);
 
 // The machine's id as every weft daemon reports it: the configured one, else
 // /etc/machine-id under host_root, else the host name.

@@ -39,6 +39,30 @@ Result<std::string> read_file(const std::string& path) {
   return read_file_at(AT_FDCWD, path);
 }
 
+Result<std::string> read_file_bounded(const std::string& path, size_t max_bytes) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) return sys_error("open " + path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) < 0) return sys_error("stat " + path);
+  if (!S_ISREG(st.st_mode)) return make_error(path + " is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return make_error(path + " is larger than " + std::to_string(max_bytes) + " bytes");
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return sys_error("read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes)
+      return make_error(path + " is larger than " + std::to_string(max_bytes) + " bytes");
+  }
+  return out;
+}
+
 Result<std::string> read_file_at(int dirfd, const std::string& name) {
   Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return sys_error("open " + name);
@@ -80,10 +104,25 @@ Status write_file_atomic(const std::string& path, std::string_view data) {
 }
 
 Status mkdir_p(const std::string& path, mode_t mode) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return errno_error(ec.value(), "mkdir " + path);
-  ::chmod(path.c_str(), mode);
+  // Creates each missing component with `mode` (less the umask) and leaves every
+  // directory that already exists as it is: a socket under /tmp must not strip /tmp's
+  // sticky bit, nor a state dir under /var widen /var.
+  if (path.empty()) return make_error("mkdir: empty path");
+  std::string prefix;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string::npos) slash = path.size();
+    prefix = path.substr(0, slash);
+    pos = slash + 1;
+    if (prefix.empty() || prefix == "." || prefix == "..") continue;
+    if (::mkdir(prefix.c_str(), mode) == 0) continue;
+    if (errno != EEXIST) return sys_error("mkdir " + prefix);
+    struct stat st {};
+    if (::stat(prefix.c_str(), &st) < 0) return sys_error("stat " + prefix);
+    if (!S_ISDIR(st.st_mode))
+      return make_error("mkdir " + path + ": " + prefix + " is not a directory");
+  }
   return {};
 }
 

@@ -41,6 +41,9 @@ class Fd {
 };
 
 Result<std::string> read_file(const std::string& path);
+// For input files (configs, job files, profiles): a regular file of at most max_bytes,
+// else an error naming the path; never reads without bound (`-c /dev/zero`).
+Result<std::string> read_file_bounded(const std::string& path, size_t max_bytes);
 Result<std::string> read_file_at(int dirfd, const std::string& name);
 // Writes the whole string in one write(2) (cgroup and sysfs files need that).
 Status write_file(const std::string& path, std::string_view data);

@@ -122,7 +122,7 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
 }
 
 Result<json> load_job_file(const std::string& path) {
-  TRY_ASSIGN(std::string text, read_file(path));
+  TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
   return parse_job_file(text, path);
 }
 

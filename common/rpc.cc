@@ -12,8 +12,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <sys/resource.h>
 
+#include <cstring>
+#include <thread>
+
+#include "common/json_bounded.h"
 #include "common/log.h"
 
 namespace weft::rpc {
@@ -92,15 +96,18 @@ LineReader::Kind LineReader::next(std::string* line) {
 
 // ---- Session ----
 
-Session::Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher, size_t max_line)
+Session::Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher, size_t max_line,
+                 std::shared_ptr<BufferBudget> budget)
     : loop_(loop),
       fd_(std::move(fd)),
       peer_(std::move(peer)),
       dispatcher_(dispatcher),
-      reader_(max_line) {}
+      reader_(max_line),
+      budget_(std::move(budget)) {}
 
 Session::~Session() {
   io_.reset();
+  if (budget_) budget_->used -= accounted_;
   // Fail calls still waiting for a reply, without running on_close again.
   auto pending = std::move(pending_);
   for (auto& [id, fn] : pending) fn(make_error("session closed").with_code(kUnavailable));
@@ -115,6 +122,10 @@ void Session::close() {
   if (closed_) return;
   closed_ = true;
   io_.reset();
+  if (budget_) {
+    budget_->used -= accounted_;
+    accounted_ = 0;
+  }
   ::shutdown(fd_.get(), SHUT_RDWR);
   auto pending = std::move(pending_);
   pending_.clear();
@@ -156,8 +167,23 @@ void Session::on_io(uint32_t revents) {
         handle_line(line);
         if (closed_) return;
       }
+      account_buffered();
+      if (closed_) return;
       if (static_cast<size_t>(n) < sizeof buf) break;
     }
+  }
+}
+
+void Session::account_buffered() {
+  if (!budget_) return;
+  size_t now = reader_.buffered();
+  budget_->used = budget_->used - accounted_ + now;
+  accounted_ = now;
+  if (now > 0 && budget_->used > budget_->limit) {
+    log_warn("closing session: unfinished input lines of all sessions exceed the limit",
+             {{"PEER", peer_.address}, {"BUFFERED", std::to_string(now)}});
+    reply_error(nullptr, {kUnavailable, "server busy: too much unfinished input", {}});
+    close();
   }
 }
 
@@ -165,49 +191,110 @@ void Session::reply_error(const json& id, const RpcError& e) {
   send_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"error", error_object(e)}});
 }
 
+namespace {
+
+// Reads an "error" member of a reply without trusting its shape.
+RpcError error_from_json(const json& e) {
+  RpcError re;
+  if (!e.is_object()) {
+    re.message = "malformed error reply";
+    return re;
+  }
+  auto code = e.find("code");
+  if (code != e.end() && code->is_number_integer()) {
+    int64_t c = code->get<int64_t>();
+    if (c >= INT32_MIN && c <= INT32_MAX) re.code = static_cast<int>(c);
+  }
+  auto msg = e.find("message");
+  if (msg != e.end() && msg->is_string()) re.message = msg->get<std::string>();
+  auto data = e.find("data");
+  if (data != e.end()) re.data = *data;
+  return re;
+}
+
+json error_reply(const json& id, const RpcError& e) {
+  return json{{"jsonrpc", "2.0"}, {"id", id}, {"error", error_object(e)}};
+}
+
+}  // namespace
+
 void Session::handle_line(const std::string& line) {
   if (line.find_first_not_of(" \t") == std::string::npos) return;  // blank lines are ignored
-  json msg = json::parse(line, nullptr, false);
-  if (msg.is_discarded()) {
-    reply_error(nullptr, {kParseError, "parse error: not valid JSON", {}});
-    return;
+  // No exception may reach the event loop: every access below checks types, and this is
+  // the last line of defence for a bug in that.
+  try {
+    auto parsed = parse_json_bounded(line);
+    if (!parsed.ok()) {
+      reply_error(nullptr, {kParseError, "parse error: " + parsed.error().str(), {}});
+      return;
+    }
+    const json& msg = *parsed;
+    if (msg.is_array()) {
+      if (msg.empty()) {
+        reply_error(nullptr, {kInvalidRequest, "a batch must not be empty", {}});
+        return;
+      }
+      if (msg.size() > kMaxBatch) {
+        reply_error(nullptr, {kInvalidRequest,
+                              "a batch holds at most " + std::to_string(kMaxBatch) + " requests",
+                              {}});
+        return;
+      }
+      json replies = json::array();
+      for (const auto& one : msg) {
+        auto r = handle_message(one);
+        if (closed_) return;
+        if (r) replies.push_back(std::move(*r));
+      }
+      if (!replies.empty()) send_json(replies);
+      return;
+    }
+    auto r = handle_message(msg);
+    if (r && !closed_) send_json(*r);
+  } catch (const std::exception& e) {
+    log_error("request failed unexpectedly", {{"PEER", peer_.address}, {"WHAT", e.what()}});
+    reply_error(nullptr, {kInternalError, "internal error", {}});
   }
-  if (!msg.is_object()) {
-    reply_error(nullptr, {kInvalidRequest, "a message must be a JSON object", {}});
-    return;
-  }
-  if (!msg.contains("method") && (msg.contains("result") || msg.contains("error"))) {
+}
+
+std::optional<json> Session::handle_message(const json& msg) {
+  if (!msg.is_object())
+    return error_reply(nullptr, {kInvalidRequest, "a message must be a JSON object", {}});
+  auto method_it = msg.find("method");
+  if (method_it == msg.end() && (msg.contains("result") || msg.contains("error"))) {
     handle_response(msg);
-    return;
+    return std::nullopt;
   }
-  json id = msg.contains("id") ? msg["id"] : json();
-  bool is_notification = !msg.contains("id");
-  if (msg.contains("id") && !(id.is_string() || id.is_number_integer() || id.is_null())) {
-    reply_error(nullptr,
-                {kInvalidRequest, "id must be a string or an integer", json{{"field", "id"}}});
-    return;
+  auto id_it = msg.find("id");
+  bool is_notification = id_it == msg.end();
+  json id = is_notification ? json() : *id_it;
+  if (!is_notification && !(id.is_string() || id.is_number_integer() || id.is_null()))
+    return error_reply(
+        nullptr, {kInvalidRequest, "id must be a string or an integer", json{{"field", "id"}}});
+  auto version = msg.find("jsonrpc");
+  if (version == msg.end() || !version->is_string() ||
+      version->get_ref<const std::string&>() != "2.0") {
+    if (is_notification) return std::nullopt;
+    return error_reply(id,
+                       {kInvalidRequest, "jsonrpc must be \"2.0\"", json{{"field", "jsonrpc"}}});
   }
-  if (msg.value("jsonrpc", "") != "2.0") {
-    if (!is_notification)
-      reply_error(id, {kInvalidRequest, "jsonrpc must be \"2.0\"", json{{"field", "jsonrpc"}}});
-    return;
+  if (method_it == msg.end() || !method_it->is_string()) {
+    if (is_notification) return std::nullopt;
+    return error_reply(id, {kInvalidRequest, "method must be a string", json{{"field", "method"}}});
   }
-  if (!msg.contains("method") || !msg["method"].is_string()) {
-    if (!is_notification)
-      reply_error(id, {kInvalidRequest, "method must be a string", json{{"field", "method"}}});
-    return;
-  }
-  std::string method = msg["method"];
-  json params = msg.contains("params") && !msg["params"].is_null() ? msg["params"] : json::object();
+  const std::string& method = method_it->get_ref<const std::string&>();
+  auto params_it = msg.find("params");
+  json params = params_it != msg.end() && !params_it->is_null() ? *params_it : json::object();
   if (!params.is_object() && !params.is_array()) {
-    if (!is_notification)
-      reply_error(id, {kInvalidRequest, "params must be an object", json{{"field", "params"}}});
-    return;
+    if (is_notification) return std::nullopt;
+    return error_reply(id,
+                       {kInvalidRequest, "params must be an object", json{{"field", "params"}}});
   }
   const Handler* h = dispatcher_ ? dispatcher_->find(method) : nullptr;
   if (!h) {
-    if (!is_notification) reply_error(id, {kMethodNotFound, "unknown method '" + method + "'", {}});
-    return;
+    if (is_notification) return std::nullopt;
+    std::string shown = method.size() > 64 ? method.substr(0, 64) + "..." : method;
+    return error_reply(id, {kMethodNotFound, "unknown method '" + shown + "'", {}});
   }
   Result<json> result = make_error("internal error");
   try {
@@ -218,27 +305,25 @@ void Session::handle_line(const std::string& line) {
     log_error("handler threw", {{"METHOD", method}, {"WHAT", e.what()}});
     result = make_error(std::string("internal error: ") + e.what()).with_code(kInternalError);
   }
-  if (is_notification || closed_) return;
-  if (result.ok()) {
-    send_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result).value()}});
-  } else {
-    reply_error(id, to_rpc_error(result.error()));
-  }
+  if (is_notification || closed_) return std::nullopt;
+  if (result.ok())
+    return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result).value()}};
+  return error_reply(id, to_rpc_error(result.error()));
 }
 
 void Session::handle_response(const json& msg) {
-  if (!msg.contains("id") || !msg["id"].is_number_integer()) return;  // not ours
-  auto it = pending_.find(msg["id"].get<int64_t>());
+  auto id_it = msg.find("id");
+  if (id_it == msg.end() || !id_it->is_number_integer()) return;  // not ours
+  auto it = pending_.find(id_it->get<int64_t>());
   if (it == pending_.end()) return;
   ReplyFn fn = std::move(it->second);
   pending_.erase(it);
-  if (msg.contains("error") && msg["error"].is_object()) {
-    const json& e = msg["error"];
-    RpcError re{e.value("code", static_cast<int>(kInternalError)), e.value("message", ""),
-                e.contains("data") ? e["data"] : json()};
-    fn(from_rpc_error(re));
+  auto err = msg.find("error");
+  if (err != msg.end() && !err->is_null()) {
+    fn(from_rpc_error(error_from_json(*err)));
   } else {
-    fn(msg.contains("result") ? msg["result"] : json());
+    auto res = msg.find("result");
+    fn(res != msg.end() ? *res : json());
   }
 }
 
@@ -292,19 +377,13 @@ void Session::flush() {
 // ---- Access ----
 
 Status require_privileged(const Peer& peer, int gid, const std::string& group_name,
-                          const HostPaths& host, const std::string& action) {
+                          const std::string& action) {
   if (!peer.is_unix) return make_error("permission denied").with_code(kPermissionDenied);
   if (peer.uid == 0 || peer.uid == ::getuid()) return {};
   if (gid >= 0) {
     if (peer.gid == static_cast<gid_t>(gid)) return {};
-    auto status = read_file(host.proc(std::to_string(peer.pid) + "/status"));
-    if (status.ok()) {
-      for (const auto& line : split(*status, '\n')) {
-        if (line.rfind("Groups:", 0) != 0) continue;
-        for (const auto& g : split(trim(line.substr(7)), ' '))
-          if (!g.empty() && std::atoi(g.c_str()) == gid) return {};
-      }
-    }
+    for (gid_t g : peer.groups)
+      if (g == static_cast<gid_t>(gid)) return {};
   }
   return make_error("permission denied: " + action + " needs root or membership in group '" +
                     group_name + "'")
@@ -342,50 +421,239 @@ Result<Endpoint> parse_endpoint(const std::string& s) {
   return ep;
 }
 
-static Status set_nonblock_cloexec(int fd) {
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return sys_error("fcntl");
-  fcntl(fd, F_SETFD, FD_CLOEXEC);
-  return {};
+namespace {
+
+Result<std::vector<char>> unix_address(const std::string& path) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return make_error("socket path too long: " + path);
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  const char* p = reinterpret_cast<const char*>(&sa);
+  return std::vector<char>(p, p + sizeof sa);
 }
 
-Result<Fd> connect_endpoint(const Endpoint& ep) {
-  if (ep.is_unix) {
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    if (ep.path.size() >= sizeof sa.sun_path) return make_error("socket path too long: " + ep.path);
-    std::memcpy(sa.sun_path, ep.path.c_str(), ep.path.size() + 1);
-    Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd.valid()) return sys_error("socket");
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0)
-      return sys_error("connect to " + ep.path);
-    TRY(set_nonblock_cloexec(fd.get()));
-    return fd;
+// A numeric address needs no resolver.
+std::optional<std::vector<char>> numeric_address(const std::string& host, uint16_t port) {
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  in.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &in.sin_addr) == 1) {
+    const char* p = reinterpret_cast<const char*>(&in);
+    return std::vector<char>(p, p + sizeof in);
   }
+  sockaddr_in6 in6{};
+  in6.sin6_family = AF_INET6;
+  in6.sin6_port = htons(port);
+  if (inet_pton(AF_INET6, host.c_str(), &in6.sin6_addr) == 1) {
+    const char* p = reinterpret_cast<const char*>(&in6);
+    return std::vector<char>(p, p + sizeof in6);
+  }
+  return std::nullopt;
+}
+
+Result<std::vector<std::vector<char>>> resolve_blocking(const std::string& host, uint16_t port) {
+  if (auto n = numeric_address(host, port)) return std::vector<std::vector<char>>{*n};
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  std::string port = std::to_string(ep.port);
-  int r = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res);
-  if (r != 0) return make_error("resolve " + ep.host + ": " + gai_strerror(r));
-  Error last = make_error("no address for " + ep.host);
+  std::string ps = std::to_string(port);
+  int r = ::getaddrinfo(host.c_str(), ps.c_str(), &hints, &res);
+  if (r != 0) return make_error("resolve " + host + ": " + gai_strerror(r));
+  std::vector<std::vector<char>> out;
   for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd.valid()) continue;
-    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
-      ::freeaddrinfo(res);
-      int one = 1;
-      setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      TRY(set_nonblock_cloexec(fd.get()));
-      return fd;
-    }
-    last = sys_error("connect to " + ep.host + ":" + port);
+    const char* p = reinterpret_cast<const char*>(ai->ai_addr);
+    out.emplace_back(p, p + ai->ai_addrlen);
   }
   ::freeaddrinfo(res);
+  if (out.empty()) return make_error("no address for " + host);
+  return out;
+}
+
+// Starts a non-blocking connect; the fd is connected or connecting (EINPROGRESS).
+Result<Fd> start_connect(const std::vector<char>& addr, bool* in_progress) {
+  auto* sa = reinterpret_cast<const sockaddr*>(addr.data());
+  Fd fd(::socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return sys_error("socket");
+  *in_progress = false;
+  if (::connect(fd.get(), sa, static_cast<socklen_t>(addr.size())) < 0) {
+    if (errno != EINPROGRESS) return sys_error("connect");
+    *in_progress = true;
+  }
+  if (sa->sa_family != AF_UNIX) {
+    int one = 1;
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return fd;
+}
+
+std::string endpoint_name(const Endpoint& ep) {
+  return ep.is_unix ? ep.path : ep.host + ":" + std::to_string(ep.port);
+}
+
+}  // namespace
+
+Result<Fd> connect_endpoint(const Endpoint& ep, int timeout_ms) {
+  std::vector<std::vector<char>> addrs;
+  if (ep.is_unix) {
+    TRY_ASSIGN(auto a, unix_address(ep.path));
+    addrs.push_back(std::move(a));
+  } else {
+    TRY_ASSIGN(addrs, resolve_blocking(ep.host, ep.port));
+  }
+  Error last = make_error("no address for " + endpoint_name(ep));
+  uint64_t deadline = now_monotonic_us() + static_cast<uint64_t>(timeout_ms) * 1000;
+  for (const auto& a : addrs) {
+    bool in_progress = false;
+    auto fd = start_connect(a, &in_progress);
+    if (!fd.ok()) {
+      last = std::move(fd).error().wrap("connect to " + endpoint_name(ep));
+      continue;
+    }
+    if (!in_progress) return fd;
+    for (;;) {
+      uint64_t now = now_monotonic_us();
+      if (now >= deadline)
+        return make_error("connect to " + endpoint_name(ep) + " timed out").with_code(kTimeout);
+      pollfd p{fd->get(), POLLOUT, 0};
+      int r = ::poll(&p, 1, static_cast<int>((deadline - now) / 1000) + 1);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) continue;
+      break;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(fd->get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err == 0) return fd;
+    last = errno_error(err, "connect to " + endpoint_name(ep));
+  }
   return last;
 }
 
+// ---- ConnectAttempt ----
+
+struct ConnectAttempt::Resolve {
+  Fd wake_r, wake_w;  // the thread writes one byte when `result` is set
+  std::optional<Result<std::vector<std::vector<char>>>> result;
+};
+
+std::unique_ptr<ConnectAttempt> ConnectAttempt::start(EventLoop& loop, const Endpoint& ep,
+                                                      uint64_t timeout_us, Done done) {
+  std::unique_ptr<ConnectAttempt> a(new ConnectAttempt(loop, ep, std::move(done)));
+  a->begin(timeout_us);
+  return a;
+}
+
+ConnectAttempt::~ConnectAttempt() {
+  io_.reset();
+  timer_.reset();
+  resolve_io_.reset();
+  defer_.reset();
+}
+
+void ConnectAttempt::begin(uint64_t timeout_us) {
+  auto t = loop_.add_timer_in(timeout_us, [this] {
+    finish(make_error("connect to " + endpoint_name(ep_) + " timed out").with_code(kTimeout));
+  });
+  if (t.ok()) timer_ = std::move(t).value();
+  if (ep_.is_unix) {
+    auto a = unix_address(ep_.path);
+    if (!a.ok()) return finish(std::move(a).error());
+    addrs_.push_back(std::move(a).value());
+  } else if (auto n = numeric_address(ep_.host, ep_.port)) {
+    addrs_.push_back(std::move(*n));
+  } else {
+    // getaddrinfo blocks (DNS can take seconds): a helper thread does it.
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) return finish(sys_error("pipe"));
+    resolve_ = std::make_shared<Resolve>();
+    resolve_->wake_r.reset(p[0]);
+    resolve_->wake_w.reset(p[1]);
+    auto io = loop_.add_io(p[0], EPOLLIN, [this](uint32_t) { resolved(); });
+    if (!io.ok()) return finish(std::move(io).error());
+    resolve_io_ = std::move(io).value();
+    try {
+      std::thread([r = resolve_, host = ep_.host, port = ep_.port] {
+        r->result = resolve_blocking(host, port);
+        char one = 1;
+        (void)!::write(r->wake_w.get(), &one, 1);
+      }).detach();
+    } catch (const std::system_error& e) {
+      return finish(make_error(std::string("cannot start resolver thread: ") + e.what()));
+    }
+    return;
+  }
+  try_next();
+}
+
+void ConnectAttempt::resolved() {
+  resolve_io_.reset();
+  auto r = std::move(resolve_->result);
+  resolve_.reset();
+  if (!r || !r->ok()) return finish(r ? std::move(*r).error() : make_error("resolver failed"));
+  addrs_ = std::move(**r);
+  try_next();
+}
+
+void ConnectAttempt::try_next() {
+  io_.reset();
+  fd_.reset();
+  while (next_ < addrs_.size()) {
+    bool in_progress = false;
+    auto fd = start_connect(addrs_[next_++], &in_progress);
+    if (!fd.ok()) {
+      last_ = std::move(fd).error().wrap("connect to " + endpoint_name(ep_));
+      continue;
+    }
+    fd_ = std::move(fd).value();
+    if (!in_progress) {
+      // Connected at once (Unix sockets): report from the loop, not from start().
+      auto d = loop_.add_defer([this] { finish(std::move(fd_)); });
+      if (d.ok()) defer_ = std::move(d).value();
+      return;
+    }
+    auto io = loop_.add_io(fd_.get(), EPOLLOUT, [this](uint32_t) { on_writable(); });
+    if (!io.ok()) return finish(std::move(io).error());
+    io_ = std::move(io).value();
+    return;
+  }
+  finish(last_);
+}
+
+void ConnectAttempt::on_writable() {
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err == 0) return finish(std::move(fd_));
+  last_ = errno_error(err, "connect to " + endpoint_name(ep_));
+  try_next();
+}
+
+void ConnectAttempt::finish(Result<Fd> r) {
+  if (!done_) return;
+  io_.reset();
+  timer_.reset();
+  resolve_io_.reset();
+  auto done = std::move(done_);
+  done_ = nullptr;
+  done(std::move(r));  // may destroy this
+}
+
 // ---- Server ----
+
+Server::Server(EventLoop& loop, const Dispatcher* dispatcher, size_t max_line, ServerLimits limits)
+    : loop_(loop),
+      dispatcher_(dispatcher),
+      max_line_(max_line),
+      limits_(limits),
+      budget_(std::make_shared<BufferBudget>()),
+      spare_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {
+  budget_->limit = limits_.max_buffered_bytes;
+  if (limits_.max_sessions == 0) {
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    limits_.max_sessions = rl.rlim_cur > 128 ? static_cast<size_t>(rl.rlim_cur) - 64 : 64;
+  }
+}
 
 Server::~Server() {
   sessions_.clear();
@@ -458,8 +726,14 @@ void Server::accept_on(int lfd, bool is_unix) {
     socklen_t sl = sizeof ss;
     int c = ::accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN) log_warn(std::string("accept failed: ") + std::strerror(errno));
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        size_t index = 0;
+        while (index < listeners_.size() && listeners_[index].first.get() != lfd) ++index;
+        shed_connection(lfd, index);
+      } else if (errno != EAGAIN) {
+        log_warn(std::string("accept failed: ") + std::strerror(errno));
+      }
       return;
     }
     Fd fd(c);
@@ -473,6 +747,10 @@ void Server::accept_on(int lfd, bool is_unix) {
         peer.uid = cred.uid;
         peer.gid = cred.gid;
       }
+      gid_t groups[256];
+      socklen_t gl = sizeof groups;
+      if (getsockopt(c, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0)
+        peer.groups.assign(groups, groups + gl / sizeof(gid_t));
       peer.address = "unix";
     } else {
       char host[INET6_ADDRSTRLEN] = "?";
@@ -486,11 +764,29 @@ void Server::accept_on(int lfd, bool is_unix) {
         inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
         port = ntohs(in6->sin6_port);
       }
+      peer.host = host;
       peer.address = std::string(host) + ":" + std::to_string(port);
       int one = 1;
       setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    auto s = std::make_unique<Session>(loop_, std::move(fd), peer, dispatcher_, max_line_);
+    const char* refused = nullptr;
+    if (sessions_.size() >= limits_.max_sessions)
+      refused = "too many sessions";
+    else if (!is_unix && per_address_[peer.host] >= limits_.max_sessions_per_address)
+      refused = "too many sessions from one address";
+    if (refused) {
+      // Closing at once is the answer: the peer sees the connection end.
+      uint64_t now = now_monotonic_us();
+      ++shed_since_log_;
+      if (now - last_shed_log_us_ > 5'000'000) {
+        log_warn(std::string("refusing connections: ") + refused,
+                 {{"PEER", peer.address}, {"REFUSED", std::to_string(shed_since_log_)}});
+        last_shed_log_us_ = now;
+        shed_since_log_ = 0;
+      }
+      continue;
+    }
+    auto s = std::make_unique<Session>(loop_, std::move(fd), peer, dispatcher_, max_line_, budget_);
     Session* raw = s.get();
     raw->set_on_close([this] {
       // Free closed sessions outside of their own callbacks.
@@ -500,17 +796,53 @@ void Server::accept_on(int lfd, bool is_unix) {
       }
     });
     if (!raw->start().ok()) continue;
+    if (!is_unix) ++per_address_[peer.host];
     sessions_[raw] = std::move(s);
     if (on_session) on_session(*raw);
   }
 }
 
+void Server::shed_connection(int lfd, size_t listener_index) {
+  uint64_t now = now_monotonic_us();
+  ++shed_since_log_;
+  if (now - last_shed_log_us_ > 5'000'000) {
+    log_warn("out of file descriptors: refusing connections (raise LimitNOFILE)",
+             {{"REFUSED", std::to_string(shed_since_log_)}});
+    last_shed_log_us_ = now;
+    shed_since_log_ = 0;
+  }
+  if (spare_fd_.valid()) {
+    // Free one descriptor, take the waiting connection and close it, then hold the
+    // spare again: the queue drains instead of waking the loop forever.
+    spare_fd_.reset();
+    int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) ::close(c);
+    spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (spare_fd_.valid()) return;
+  }
+  // No spare either: stop watching the listener for a moment.
+  if (listener_index >= listeners_.size() || resume_timer_.active()) return;
+  (void)listeners_[listener_index].second.set_io_events(0);
+  auto t = loop_.add_timer_in(200'000, [this, listener_index] {
+    resume_timer_.reset();
+    if (!spare_fd_.valid()) spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (listener_index < listeners_.size())
+      (void)listeners_[listener_index].second.set_io_events(EPOLLIN);
+  });
+  if (t.ok()) resume_timer_ = std::move(t).value();
+}
+
 void Server::reap() {
   reaper_.reset();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (it->first->closed())
+    if (it->first->closed()) {
+      const Peer& p = it->first->peer();
+      if (!p.is_unix) {
+        auto pa = per_address_.find(p.host);
+        if (pa != per_address_.end() && --pa->second == 0) per_address_.erase(pa);
+      }
       it = sessions_.erase(it);
-    else
+    } else
       ++it;
   }
 }
@@ -554,8 +886,9 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
       if (kind == LineReader::Kind::kNone) break;
       if (kind == LineReader::Kind::kOverflow)
         return make_error("reply exceeds the maximum line length");
-      json msg = json::parse(line, nullptr, false);
-      if (!msg.is_object()) continue;
+      auto parsed = parse_json_bounded(line);
+      if (!parsed.ok() || !parsed->is_object()) continue;
+      const json& msg = *parsed;
       if (msg.contains("method")) {
         // A request from the server while we wait: answer it.
         if (!msg.contains("id")) continue;
@@ -566,7 +899,14 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
         if (!h) {
           reply["error"] = error_object({kMethodNotFound, "unknown method", {}});
         } else {
-          auto r = (*h)(msg.value("params", json::object()), CallContext{nullptr, server_peer_});
+          auto pit = msg.find("params");
+          json call_params = pit != msg.end() && pit->is_object() ? *pit : json::object();
+          Result<json> r = make_error("internal error");
+          try {
+            r = (*h)(call_params, CallContext{nullptr, server_peer_});
+          } catch (const std::exception& e) {
+            r = make_error(std::string("internal error: ") + e.what()).with_code(kInternalError);
+          }
           if (r.ok())
             reply["result"] = *r;
           else
@@ -576,13 +916,10 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
         continue;
       }
       if (!msg.contains("id") || msg["id"] != id) continue;
-      if (msg.contains("error")) {
-        const json& e = msg["error"];
-        RpcError re{e.value("code", static_cast<int>(kInternalError)), e.value("message", ""),
-                    e.contains("data") ? e["data"] : json()};
-        return from_rpc_error(re);
-      }
-      return msg.contains("result") ? msg["result"] : json();
+      auto err = msg.find("error");
+      if (err != msg.end() && !err->is_null()) return from_rpc_error(error_from_json(*err));
+      auto res = msg.find("result");
+      return res != msg.end() ? *res : json();
     }
     uint64_t now = now_monotonic_us();
     if (now >= deadline)

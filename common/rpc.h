@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,15 @@ enum RpcCode : int {
 };
 
 inline constexpr size_t kDefaultMaxLine = 1 << 20;  // 1 MiB
+// Requests in one JSON-RPC batch (an array of request objects).
+inline constexpr size_t kMaxBatch = 1000;
+
+// What all sessions of one Server (or one daemon) may hold in unfinished input lines.
+// A session whose partial line would take the total past the cap is closed.
+struct BufferBudget {
+  size_t limit = 128u << 20;
+  size_t used = 0;
+};
 
 struct RpcError {
   int code = kInternalError;
@@ -79,7 +89,12 @@ struct Peer {
   pid_t pid = -1;
   uid_t uid = static_cast<uid_t>(-1);
   gid_t gid = static_cast<gid_t>(-1);
+  // Supplementary groups of the peer when it connected (SO_PEERGROUPS): taken from the
+  // socket, not from /proc/<pid>, so a pid reused after the peer exited cannot lend
+  // its groups.
+  std::vector<gid_t> groups;
   std::string address;  // "unix" or "ip:port"
+  std::string host;     // TCP: the source address without the port
 };
 
 class Session;
@@ -111,7 +126,7 @@ class Dispatcher {
 class Session {
  public:
   Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher,
-          size_t max_line = kDefaultMaxLine);
+          size_t max_line = kDefaultMaxLine, std::shared_ptr<BufferBudget> budget = nullptr);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -129,7 +144,10 @@ class Session {
  private:
   void on_io(uint32_t revents);
   void handle_line(const std::string& line);
+  // One request, notification or response; the reply to send, if any.
+  std::optional<json> handle_message(const json& msg);
   void handle_response(const json& msg);
+  void account_buffered();
   void send_json(const json& msg);
   void flush();
   void reply_error(const json& id, const RpcError& e);
@@ -145,6 +163,8 @@ class Session {
   bool want_out_ = false;
   int64_t next_id_ = 1;
   std::map<int64_t, ReplyFn> pending_;
+  std::shared_ptr<BufferBudget> budget_;
+  size_t accounted_ = 0;  // this session's share of budget_->used
   std::function<void()> on_close_;
   std::vector<std::function<void()>> close_watchers_;
 };
@@ -160,10 +180,19 @@ Result<Endpoint> parse_endpoint(const std::string& s);
 
 // Accepts sessions on Unix and TCP listeners. Owns its sessions and frees each one after
 // it closes.
+struct ServerLimits {
+  // Sessions at once; 0 = the descriptor limit (RLIMIT_NOFILE) less a reserve of 64.
+  size_t max_sessions = 0;
+  // TCP sessions from one source address at once.
+  size_t max_sessions_per_address = 256;
+  // Bytes of unfinished input lines held across all sessions.
+  size_t max_buffered_bytes = 128u << 20;
+};
+
 class Server {
  public:
-  Server(EventLoop& loop, const Dispatcher* dispatcher, size_t max_line = kDefaultMaxLine)
-      : loop_(loop), dispatcher_(dispatcher), max_line_(max_line) {}
+  Server(EventLoop& loop, const Dispatcher* dispatcher, size_t max_line = kDefaultMaxLine,
+         ServerLimits limits = {});
   ~Server();
   // Binds a Unix socket (replacing a stale one), chmods it to `mode` and, when
   // group_gid >= 0, chowns it to that group.
@@ -176,10 +205,20 @@ class Server {
 
  private:
   void accept_on(int lfd, bool is_unix);
+  // Out of descriptors: refuse the connection at the head of the queue with the spare
+  // descriptor, or pause the listener briefly when even that is gone.
+  void shed_connection(int lfd, size_t listener_index);
   void reap();
   EventLoop& loop_;
   const Dispatcher* dispatcher_;
   size_t max_line_;
+  ServerLimits limits_;
+  std::shared_ptr<BufferBudget> budget_;
+  Fd spare_fd_;
+  std::map<std::string, size_t> per_address_;
+  Source resume_timer_;
+  uint64_t last_shed_log_us_ = 0;
+  uint64_t shed_since_log_ = 0;
   std::vector<std::pair<Fd, Source>> listeners_;
   std::vector<std::string> unix_paths_;
   std::map<Session*, std::unique_ptr<Session>> sessions_;
@@ -188,14 +227,50 @@ class Server {
 };
 
 // The local-socket access rule of every weft daemon: a Unix peer that is root, the
-// daemon's own user, or a member (primary or supplementary, read from
-// /proc/<pid>/status) of `gid`. Errors carry kPermissionDenied and say what `action`
-// needed.
+// daemon's own user, or a member (primary or supplementary, from the socket's
+// SO_PEERGROUPS) of `gid`. Errors carry kPermissionDenied and say what `action` needed.
 Status require_privileged(const Peer& peer, int gid, const std::string& group_name,
-                          const HostPaths& host, const std::string& action);
+                          const std::string& action);
 
 // Connects a stream socket to an endpoint (blocking connect, then O_NONBLOCK|CLOEXEC).
-Result<Fd> connect_endpoint(const Endpoint& ep);
+// For CLIs and tests only: daemons use ConnectAttempt, which never blocks their loop.
+Result<Fd> connect_endpoint(const Endpoint& ep, int timeout_ms = 10000);
+
+// A non-blocking connect on an EventLoop: the name is resolved on a helper thread when
+// it is not a numeric address, each address is tried with a non-blocking connect, and
+// the whole attempt ends by `timeout_us`. `done` runs once, on the loop, unless the
+// attempt is destroyed first (which cancels it; a resolver thread still running
+// finishes on its own and its answer is dropped).
+class ConnectAttempt {
+ public:
+  using Done = std::function<void(Result<Fd>)>;
+  static std::unique_ptr<ConnectAttempt> start(EventLoop& loop, const Endpoint& ep,
+                                               uint64_t timeout_us, Done done);
+  ~ConnectAttempt();
+  ConnectAttempt(const ConnectAttempt&) = delete;
+  ConnectAttempt& operator=(const ConnectAttempt&) = delete;
+
+  struct Resolve;  // shared with the resolver thread
+
+ private:
+  ConnectAttempt(EventLoop& loop, Endpoint ep, Done done)
+      : loop_(loop), ep_(std::move(ep)), done_(std::move(done)) {}
+  void begin(uint64_t timeout_us);
+  void resolved();
+  void try_next();
+  void on_writable();
+  void finish(Result<Fd> r);
+
+  EventLoop& loop_;
+  Endpoint ep_;
+  Done done_;
+  std::shared_ptr<Resolve> resolve_;
+  std::vector<std::vector<char>> addrs_;  // sockaddr bytes, in resolver order
+  size_t next_ = 0;
+  Fd fd_;
+  Error last_ = make_error("no address");
+  Source io_, timer_, resolve_io_, defer_;
+};
 
 // A blocking client for CLIs and tests: one call at a time. Requests the server sends
 // meanwhile are answered by `dispatcher` (method-not-found when null).

@@ -1,11 +1,17 @@
 #include "common/rpc.h"
 
+#include "common/json_bounded.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <atomic>
 #include <filesystem>
 #include <thread>
@@ -126,8 +132,11 @@ TEST_F(ServerTest, UnixSocketErrorsKeepSessionUsable) {
   fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
   auto e1 = json::parse(raw_exchange(f, "{not json\n"));
   EXPECT_EQ(e1["error"]["code"], kParseError);
+  // A batch of two non-requests: two Invalid Request errors (JSON-RPC 2.0, section 6).
   auto e2 = json::parse(raw_exchange(f, "[1,2]\n"));
-  EXPECT_EQ(e2["error"]["code"], kInvalidRequest);
+  ASSERT_TRUE(e2.is_array());
+  ASSERT_EQ(e2.size(), 2u);
+  EXPECT_EQ(e2[0]["error"]["code"], kInvalidRequest);
   auto e3 = json::parse(raw_exchange(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"nope\"}\n"));
   EXPECT_EQ(e3["error"]["code"], kMethodNotFound);
   EXPECT_EQ(e3["id"], 1);
@@ -139,6 +148,271 @@ TEST_F(ServerTest, UnixSocketErrorsKeepSessionUsable) {
   EXPECT_EQ(ok["result"]["params"]["k"], 1);
   EXPECT_EQ(ok["result"]["unix"], true);
   EXPECT_EQ(ok["result"]["uid"], getuid());
+}
+
+// Each of these once aborted a daemon or exhausted its stack (issue 11, findings 2 and 8):
+// every one gets an error reply and the session keeps serving.
+TEST_F(ServerTest, HostileLinesGetErrorsAndTheDaemonKeepsServing) {
+  std::string path = dir_ + "/s.sock";
+  server_ = std::make_unique<Server>(*loop_, &methods_);  // the real 1 MiB line limit
+  ASSERT_TRUE(server_->listen_unix(path, 0660).ok());
+  serve();
+  auto fd = connect_endpoint(*parse_endpoint(path));
+  ASSERT_TRUE(fd.ok());
+  int f = fd->get();
+  fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK);
+  auto code_of = [&](const std::string& line) {
+    auto reply = json::parse(raw_exchange(f, line + "\n"), nullptr, false);
+    return reply.is_object() && reply.contains("error") ? reply["error"].value("code", 0) : 0;
+  };
+  EXPECT_EQ(code_of(R"({"jsonrpc":2,"id":1,"method":"echo"})"), kInvalidRequest);
+  EXPECT_EQ(code_of(R"({"jsonrpc":null,"id":1,"method":"echo"})"), kInvalidRequest);
+  EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1,"method":7})"), kInvalidRequest);
+  EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1.5,"method":"echo"})"), kInvalidRequest);
+  EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":[1],"method":"echo"})"), kInvalidRequest);
+  EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1,"method":"echo","params":"x"})"), kInvalidRequest);
+  EXPECT_EQ(code_of("[]"), kInvalidRequest);
+  // Deep nesting in params, id and an unknown method's params, well under 1 MiB.
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1,"method":"echo","params":)" + deep + "}"),
+            kParseError);
+  EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","method":"nope","id":)" + deep + "}"), kParseError);
+  EXPECT_EQ(code_of(deep), kParseError);
+  std::string deep_obj;
+  for (int i = 0; i < 50000; ++i) deep_obj += "{\"a\":";
+  deep_obj += "1" + std::string(50000, '}');
+  EXPECT_EQ(code_of(R"({"jsonrpc":"2.0","id":1,"method":"echo","params":)" + deep_obj + "}"),
+            kParseError);
+  // Replies with a malformed error member are not trusted either (the session is both
+  // server and client): this one is simply not ours, and nothing breaks.
+  std::string bogus_reply = R"({"jsonrpc":"2.0","id":1,"error":{"code":"x","message":5}})";
+  ASSERT_EQ(::write(f, (bogus_reply + "\n").data(), bogus_reply.size() + 1),
+            static_cast<ssize_t>(bogus_reply.size() + 1));
+  auto ok = json::parse(raw_exchange(f, R"({"jsonrpc":"2.0","id":9,"method":"echo"})"
+                                        "\n"));
+  EXPECT_EQ(ok["id"], 9);
+  EXPECT_TRUE(ok.contains("result"));
+}
+
+TEST_F(ServerTest, BatchesAnswerEveryRequestAndNoNotification) {
+  std::string path = dir_ + "/s.sock";
+  ASSERT_TRUE(server_->listen_unix(path, 0660).ok());
+  serve();
+  auto fd = connect_endpoint(*parse_endpoint(path));
+  ASSERT_TRUE(fd.ok());
+  int f = fd->get();
+  fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK);
+  auto r =
+      json::parse(raw_exchange(f, R"([{"jsonrpc":"2.0","id":1,"method":"echo","params":{"n":1}},)"
+                                  R"({"jsonrpc":"2.0","method":"echo"},)"
+                                  R"({"jsonrpc":"2.0","id":2,"method":"nope"},)"
+                                  R"({"jsonrpc":"2.0","id":3,"method":"echo","params":{"n":3}}])"
+                                  "\n"));
+  ASSERT_TRUE(r.is_array());
+  ASSERT_EQ(r.size(), 3u);  // the notification gets no reply
+  EXPECT_EQ(r[0]["id"], 1);
+  EXPECT_EQ(r[0]["result"]["params"]["n"], 1);
+  EXPECT_EQ(r[1]["error"]["code"], kMethodNotFound);
+  EXPECT_EQ(r[2]["result"]["params"]["n"], 3);
+  // A batch of notifications only: nothing comes back; the next request still works.
+  std::string notes = R"([{"jsonrpc":"2.0","method":"echo"}])"
+                      "\n";
+  ASSERT_EQ(::write(f, notes.data(), notes.size()), static_cast<ssize_t>(notes.size()));
+  auto next = json::parse(raw_exchange(f, R"({"jsonrpc":"2.0","id":4,"method":"echo"})"
+                                          "\n"));
+  EXPECT_EQ(next["id"], 4);
+}
+
+TEST(JsonBounded, DepthIgnoresBracketsInStrings) {
+  EXPECT_EQ(json_nesting_depth(R"({"a":[1,{"b":"[[[[{{{{"}]})"), 3u);
+  EXPECT_EQ(json_nesting_depth(R"(["\"[[[["])"), 1u);
+  EXPECT_EQ(json_nesting_depth(std::string(1000, '['), 64), 65u);
+  EXPECT_TRUE(parse_json_bounded(std::string(64, '[') + std::string(64, ']')).ok());
+  EXPECT_FALSE(parse_json_bounded(std::string(65, '[') + std::string(65, ']')).ok());
+  EXPECT_FALSE(parse_json_bounded("{\"a\":").ok());
+}
+
+// Unfinished lines held by many sessions are bounded in total (finding 13): past the
+// budget the session that grows is closed, and others keep working.
+TEST_F(ServerTest, UnfinishedLinesAreBoundedAcrossSessions) {
+  ServerLimits limits;
+  limits.max_buffered_bytes = 256 * 1024;
+  server_ = std::make_unique<Server>(*loop_, &methods_, 1 << 20, limits);
+  std::string path = dir_ + "/s.sock";
+  ASSERT_TRUE(server_->listen_unix(path, 0660).ok());
+  serve();
+  std::vector<Fd> hogs;
+  std::string chunk(100 * 1024, 'x');
+  int closed = 0;
+  for (int i = 0; i < 6; ++i) {
+    auto fd = connect_endpoint(*parse_endpoint(path));
+    ASSERT_TRUE(fd.ok());
+    int f = fd->get();
+    fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK);
+    ASSERT_EQ(::write(f, chunk.data(), chunk.size()), static_cast<ssize_t>(chunk.size()));
+    hogs.push_back(std::move(fd).value());
+  }
+  // The server closes the sessions past 256 KiB: their reads end.
+  for (auto& h : hogs) {
+    pollfd p{h.get(), POLLIN, 0};
+    if (::poll(&p, 1, 2000) > 0) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(h.get(), buf, sizeof buf)) > 0) {
+      }
+      if (n <= 0) ++closed;  // EOF, or ECONNRESET when our unread bytes were dropped
+    }
+  }
+  EXPECT_GE(closed, 3);
+  EXPECT_LE(closed, 5);  // the first ones fit
+  auto c = Client::connect(path);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->call("echo", {}).ok());
+}
+
+// Descriptor exhaustion (finding 11): with a low RLIMIT_NOFILE and more idle clients
+// than it allows, the server neither spins nor floods its log, and serves again as soon
+// as clients leave. The server runs in a child so the limit is its own.
+TEST(ServerLimitsTest, DescriptorExhaustionNeitherSpinsNorFloods) {
+  int port_pipe[2], log_pipe[2];
+  ASSERT_EQ(pipe(port_pipe), 0);
+  ASSERT_EQ(pipe(log_pipe), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(log_pipe[1], 2);
+    rlimit rl{48, 48};
+    setrlimit(RLIMIT_NOFILE, &rl);
+    auto loop = std::move(EventLoop::create()).value();
+    Dispatcher d;
+    d.add("echo", [](const json& p, const CallContext&) -> Result<json> { return p; });
+    ServerLimits limits;
+    limits.max_sessions = 1000;  // let the descriptor limit be what bites
+    limits.max_sessions_per_address = 1000;
+    Server srv(*loop, &d, kDefaultMaxLine, limits);
+    if (!srv.listen_tcp("127.0.0.1", 0).ok()) _exit(3);
+    uint16_t port = srv.tcp_port();
+    (void)!write(port_pipe[1], &port, sizeof port);
+    uint64_t end = now_monotonic_us() + 4'000'000;
+    while (now_monotonic_us() < end) (void)loop->run_once(50'000);
+    _exit(0);
+  }
+  close(port_pipe[1]);
+  close(log_pipe[1]);
+  uint16_t port = 0;
+  ASSERT_EQ(read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  std::string ep = "127.0.0.1:" + std::to_string(port);
+  std::vector<Fd> idle;
+  for (int i = 0; i < 120; ++i) {
+    auto fd = connect_endpoint(*parse_endpoint(ep), 2000);
+    if (fd.ok()) idle.push_back(std::move(fd).value());
+  }
+  usleep(1'000'000);
+  idle.clear();  // the clients leave
+  usleep(300'000);
+  auto c = Client::connect(ep);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  auto r = (*c)->call("echo", {{"x", 1}}, 3000);
+  EXPECT_TRUE(r.ok()) << r.error().str();
+  c->reset();
+  int status = 0;
+  rusage ru{};
+  ASSERT_EQ(wait4(child, &status, 0, &ru), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string log;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(log_pipe[0], buf, sizeof buf)) > 0) log.append(buf, static_cast<size_t>(n));
+  close(port_pipe[0]);
+  close(log_pipe[0]);
+  EXPECT_LT(log.size(), 4096u) << log.substr(0, 500);
+  // Four seconds of wall time; a busy accept loop would burn nearly all of it.
+  double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  EXPECT_LT(cpu, 1.5);
+}
+
+TEST_F(ServerTest, CapsSessionsPerAddress) {
+  ServerLimits limits;
+  limits.max_sessions_per_address = 3;
+  server_ = std::make_unique<Server>(*loop_, &methods_, 4096, limits);
+  ASSERT_TRUE(server_->listen_tcp("127.0.0.1", 0).ok());
+  serve();
+  std::string ep = "127.0.0.1:" + std::to_string(server_->tcp_port());
+  std::vector<std::unique_ptr<Client>> clients;
+  int served = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto c = Client::connect(ep);
+    ASSERT_TRUE(c.ok());
+    if ((*c)->call("echo", {}, 2000).ok()) ++served;
+    clients.push_back(std::move(c).value());
+  }
+  EXPECT_EQ(served, 3);
+  clients.clear();
+  usleep(200'000);
+  auto again = Client::connect(ep);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)->call("echo", {}, 2000).ok());
+}
+
+// A connect to a peer that never answers (its accept queue is full, so the kernel drops
+// the SYNs) ends by its timeout, and the loop runs other work meanwhile (finding 3).
+TEST(ConnectAttemptTest, NeverBlocksTheLoopAndTimesOut) {
+  auto loop = std::move(EventLoop::create()).value();
+  Fd lfd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(lfd.get(), 0), 0);
+  socklen_t sl = sizeof sa;
+  getsockname(lfd.get(), reinterpret_cast<sockaddr*>(&sa), &sl);
+  Endpoint ep{false, "", "127.0.0.1", ntohs(sa.sin_port)};
+  // Fill the accept queue.
+  std::vector<Fd> fillers;
+  for (int i = 0; i < 4; ++i) {
+    Fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    (void)::connect(f.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    fillers.push_back(std::move(f));
+  }
+  usleep(100'000);
+  std::optional<Result<Fd>> got;
+  int ticks = 0;
+  auto tick = std::move(loop->add_timer_in(10'000, [] {})).value();
+  std::function<void()> rearm;
+  rearm = [&] {
+    ++ticks;
+    tick = std::move(loop->add_timer_in(10'000, rearm)).value();
+  };
+  tick = std::move(loop->add_timer_in(10'000, rearm)).value();
+  uint64_t start = now_monotonic_us();
+  auto attempt =
+      ConnectAttempt::start(*loop, ep, 500'000, [&](Result<Fd> r) { got = std::move(r); });
+  while (!got && now_monotonic_us() - start < 5'000'000) ASSERT_TRUE(loop->run_once(50'000).ok());
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(got->ok());
+  EXPECT_EQ(got->error().code, kTimeout) << got->error().str();
+  EXPECT_GE(ticks, 10);  // the loop kept running while the connect waited
+}
+
+TEST(ConnectAttemptTest, ResolvesNamesOffTheLoopAndConnects) {
+  auto loop = std::move(EventLoop::create()).value();
+  Dispatcher d;
+  Server srv(*loop, &d);
+  ASSERT_TRUE(srv.listen_tcp("127.0.0.1", 0).ok());
+  std::optional<Result<Fd>> got;
+  auto attempt = ConnectAttempt::start(*loop, Endpoint{false, "", "localhost", srv.tcp_port()},
+                                       5'000'000, [&](Result<Fd> r) { got = std::move(r); });
+  for (int i = 0; i < 200 && !got; ++i) ASSERT_TRUE(loop->run_once(20'000).ok());
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->ok()) << got->error().str();
+  // Cancelled by destruction: the callback never runs.
+  bool called = false;
+  auto cancelled = ConnectAttempt::start(*loop, Endpoint{false, "", "localhost", srv.tcp_port()},
+                                         5'000'000, [&](Result<Fd>) { called = true; });
+  cancelled.reset();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(loop->run_once(10'000).ok());
+  EXPECT_FALSE(called);
 }
 
 TEST_F(ServerTest, TcpClient) {

@@ -72,7 +72,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
 }
 
 Result<CpConfig> load_cp_config(const std::string& path) {
-  TRY_ASSIGN(std::string text, read_file(path));
+  TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
   return parse_cp_config(text, path);
 }
 

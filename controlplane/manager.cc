@@ -72,8 +72,7 @@ Status Manager::start() {
 
 Status Manager::check_operator(const CallContext& c) const {
   if (c.peer.is_unix)
-    return rpc::require_privileged(c.peer, weft_gid_, cfg_.socket_group, HostPaths("/"),
-                                   "changing the cluster");
+    return rpc::require_privileged(c.peer, weft_gid_, cfg_.socket_group, "changing the cluster");
   return make_error("operator calls are accepted on the Unix socket only")
       .with_code(rpc::kPermissionDenied);
 }

@@ -38,11 +38,27 @@ Result<double> percent(const TomlDoc& doc, const toml::table& t, const char* key
 Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"socket", "socket_group", "state_dir", "host_root", "interval", "kmsg", "psi_degraded_pct",
-       "psi_failed_pct", "disk", "link", "exec", "hysteresis", "log_level", "confirm_interval",
-       "psi_triggers", "kernel", "liveness", "control_plane", "machine_id"}));
+  TRY(doc.only_keys(t, "",
+                    {"socket",
+                     "socket_group",
+                     "state_dir",
+                     "host_root",
+                     "interval",
+                     "kmsg",
+                     "psi_degraded_pct",
+                     "psi_failed_pct",
+                     "disk",
+                     "link",
+                     "exec",
+                     "hysteresis",
+                     "log_level",
+                     "confirm_interval",
+                     "psi_triggers",
+                     "kernel",
+                     "liveness",
+                     "control_plane",
+                     "insecure_control_plane",
+                     "machine_id"}));
   HcsConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -54,8 +70,11 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) *out = *v;
   }
+  TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
+  c.insecure_control_plane = insecure_cp.value_or(false);
   TRY(check_control_plane_endpoint(
-      c.control_plane, t.get("control_plane") ? doc.where(*t.get("control_plane")) : name));
+      c.control_plane, t.get("control_plane") ? doc.where(*t.get("control_plane")) : name,
+      c.insecure_control_plane));
   TRY_ASSIGN(c.interval_us, duration(doc, t, "interval", c.interval_us, 100'000));
   TRY_ASSIGN(c.confirm_interval_us,
              duration(doc, t, "confirm_interval", c.confirm_interval_us, 100'000));
@@ -192,7 +211,7 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
 }
 
 Result<HcsConfig> load_hcs_config(const std::string& path) {
-  TRY_ASSIGN(std::string text, read_file(path));
+  TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
   return parse_hcs_config(text, path);
 }
 

@@ -46,6 +46,8 @@ struct HcsConfig {
   // weft-controlplane's endpoint ("" = none): the machine verdict is reported there on
   // every change and every heartbeat interval.
   std::string control_plane;
+  // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
+  bool insecure_control_plane = false;
   std::string machine_id;  // empty: /etc/machine-id (as weft-agent)
 };
 

@@ -306,7 +306,7 @@ void Manager::cp_start() {
     });
   };
   cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-hcs", nullptr, hello,
-                                           report);
+                                           report, cfg_.insecure_control_plane);
   cp_->start();
 }
 

@@ -23,8 +23,7 @@ Manager::~Manager() {
 }
 
 Status Manager::check_privileged(const rpc::Peer& peer) const {
-  return rpc::require_privileged(peer, weft_gid_, cfg_.socket_group, HostPaths(cfg_.host_root),
-                                 "changing the host profile");
+  return rpc::require_privileged(peer, weft_gid_, cfg_.socket_group, "changing the host profile");
 }
 
 void Manager::update_status() {
@@ -126,8 +125,9 @@ void Manager::cp_start() {
   auto report = [report_params, on_reply](rpc::Session& s) {
     s.call("profile.report", report_params(), on_reply);
   };
-  cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-sidekick",
-                                           &cp_methods_, hello, report);
+  cp_ =
+      std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-sidekick", &cp_methods_,
+                                         hello, report, cfg_.insecure_control_plane);
   cp_->start();
 }
 

@@ -14,7 +14,7 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
   TRY(doc.only_keys(t, "",
                     {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup",
                      "host_root", "verify_interval", "drift_policy", "apply_on_start", "log_level",
-                     "control_plane", "machine_id"}));
+                     "control_plane", "insecure_control_plane", "machine_id"}));
   SidekickConfig c;
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -53,7 +53,9 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
       return field_error(at("drift_policy"), "'drift_policy' must be \"report\" or \"enforce\"");
     c.enforce_drift = *policy == "enforce";
   }
-  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane")));
+  TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
+  c.insecure_control_plane = insecure_cp.value_or(false);
+  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane));
   TRY_ASSIGN(auto aos, doc.get_bool(t, "apply_on_start"));
   if (aos) c.apply_on_start = *aos;
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {
@@ -70,7 +72,7 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
 }
 
 Result<SidekickConfig> load_sidekick_config(const std::string& path) {
-  TRY_ASSIGN(std::string text, read_file(path));
+  TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
   return parse_sidekick_config(text, path);
 }
 

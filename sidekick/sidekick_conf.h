@@ -27,6 +27,8 @@ struct SidekickConfig {
   // weft-controlplane's endpoint ("" = none): the machine's desired profile comes from
   // there, and the applied one is reported there.
   std::string control_plane;
+  // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
+  bool insecure_control_plane = false;
   std::string machine_id;  // empty: /etc/machine-id (as weft-agent)
 };
 

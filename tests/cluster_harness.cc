@@ -121,7 +121,8 @@ bool ClusterHarness::setup() {
         !sh("ip -n " + hub_ + " link set " + peer + " master br0 up"))
       return false;
     std::string cp = std::string(kHubAddr) + ":" + std::to_string(kCpPort);
-    std::string common = "machine_id = \"" + machine_id(i) + "\"\ncontrol_plane = \"" + cp + "\"\n";
+    std::string common = "machine_id = \"" + machine_id(i) + "\"\ncontrol_plane = \"" + cp +
+                         "\"\ninsecure_control_plane = true\n";
     bool ok =
         write_file(m.dir + "/agent.toml", common + "socket = \"" + m.dir +
                                               "/agent.sock\"\nstate_dir = \"" + m.dir +

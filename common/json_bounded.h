@@ -1,0 +1,27 @@
+// Parsing JSON that arrives from outside (request lines, files given to the CLI, rows
+// written by an older build) with the nesting bounded *before* a DOM is built: a deep
+// document costs stack in the parser, in every copy and in the destructor, so one
+// well-formed 200 KB line of '[' could otherwise exhaust a daemon's stack.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace weft {
+
+// Deeper than any weft message needs (a task spec nests four levels).
+inline constexpr size_t kMaxJsonDepth = 64;
+
+// The deepest nesting of arrays and objects in `text`, counting only brackets outside
+// strings, or kMaxJsonDepth + 1 as soon as it is exceeded (the scan stops there).
+size_t json_nesting_depth(std::string_view text, size_t limit = kMaxJsonDepth);
+
+// Parses `text`; an error (never an exception) when it is not JSON or nests deeper than
+// `max_depth`.
+Result<nlohmann::json> parse_json_bounded(std::string_view text, size_t max_depth = kMaxJsonDepth);
+
+}  // namespace weft
