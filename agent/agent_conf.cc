@@ -20,7 +20,8 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY(doc.only_keys(
       t, "",
       {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
-       "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level"}));
+       "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level", "default_task_user", "allow_root_tasks",
+                     "allow_unconfined_tasks"}));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
@@ -36,6 +37,11 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY(str("init_path", &c.init_path));
   TRY(str("host_root", &c.host_root));
   TRY(str("log_level", &c.log_level));
+  TRY(str("default_task_user", &c.default_task_user));
+  TRY_ASSIGN(auto allow_root, doc.get_bool(t, "allow_root_tasks"));
+  c.allow_root_tasks = allow_root.value_or(false);
+  TRY_ASSIGN(auto allow_unconfined, doc.get_bool(t, "allow_unconfined_tasks"));
+  c.allow_unconfined_tasks = allow_unconfined.value_or(false);
   TRY_ASSIGN(c.labels, doc.get_string_map(t, "labels"));
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));

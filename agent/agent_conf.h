@@ -25,6 +25,14 @@ struct AgentConfig {
   std::string control_plane;  // endpoint; used once the control plane exists
   // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
   bool insecure_control_plane = false;
+  // The user a task runs as when its spec names none. Empty: the agent's own user.
+  std::string default_task_user = "nobody";
+  // Whether a task may run as uid 0 or with gid 0 (its spec's user/group, or the
+  // default). Root in a task is still confined (capabilities, seccomp, masked /proc),
+  // but whoever may run tasks then holds root-equivalent power over the task's files.
+  bool allow_root_tasks = false;
+  // Whether a spec may ask for seccomp = "unconfined".
+  bool allow_unconfined_tasks = false;
   std::string init_path;        // empty: weft-init next to weft-agent, else libexec
   std::string host_root = "/";  // tests: a fake /proc and /sys tree
   std::string log_level = "info";

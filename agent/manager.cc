@@ -340,7 +340,10 @@ void Manager::recover() {
 
 Result<Task*> Manager::create_task(TaskSpec spec) {
   // Validate everything that can be known before anything is created.
-  TRY(resolve_identity(spec.user, spec.group));
+  TRY(task_identity(spec.user, spec.group, cfg_.default_task_user, cfg_.allow_root_tasks));
+  if (spec.seccomp_unconfined && !cfg_.allow_unconfined_tasks)
+    return field_error("seccomp", "unconfined tasks are not allowed on this machine (agent.toml: "
+                                  "allow_unconfined_tasks = false)");
   if (!spec.rootfs.empty()) {
     struct stat st;
     if (::stat(spec.rootfs.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
@@ -383,7 +386,8 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
 Status Manager::start_incarnation(Task& t) {
   TRY_ASSIGN(LimitPlan plan,
              plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
-  TRY_ASSIGN(Identity ident, resolve_identity(t.spec.user, t.spec.group));
+  TRY_ASSIGN(Identity ident, task_identity(t.spec.user, t.spec.group, cfg_.default_task_user,
+                                           cfg_.allow_root_tasks));
   t.incarnation++;
   t.state = "starting";
   t.pid = -1;

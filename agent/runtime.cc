@@ -104,6 +104,23 @@ Result<Identity> resolve_identity(const std::string& user, const std::string& gr
   return id;
 }
 
+Result<Identity> task_identity(const std::string& user, const std::string& group,
+                               const std::string& default_user, bool allow_root) {
+  std::string u = user.empty() ? default_user : user;
+  TRY_ASSIGN(Identity id, resolve_identity(u, group));
+  if (allow_root) return id;
+  bool root_uid = !id.set || id.uid == 0 || (id.uid < 0 && ::getuid() == 0);
+  bool root_gid = id.gid == 0;
+  for (gid_t g : id.groups) root_gid = root_gid || g == 0;
+  if (root_uid)
+    return field_error("user", "tasks may not run as root on this machine (agent.toml: "
+                               "allow_root_tasks = false)");
+  if (root_gid)
+    return field_error("group", "tasks may not run with group root on this machine (agent.toml: "
+                                "allow_root_tasks = false)");
+  return id;
+}
+
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
                                          uint64_t incarnation) {
   std::vector<std::string> a = {"weft-init", "--task-dir-fd", "3", "--incarnation",
@@ -121,6 +138,8 @@ std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& i
     a.insert(a.end(), {"--rootfs", spec.rootfs});
   else if (spec.ns.pid && spec.ns.mount)
     a.push_back("--proc");
+  if (spec.rootfs.empty() && spec.ns.mount) a.push_back("--private-mounts");
+  if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
   if (spec.ns.network == NetworkMode::kPrivate) a.push_back("--lo");
   a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",
                      std::to_string(spec.logs.max_files)});

@@ -42,6 +42,12 @@ struct Identity {
 };
 Result<Identity> resolve_identity(const std::string& user, const std::string& group);
 
+// The identity a task runs as under the machine's policy: the spec's user, else
+// `default_user`; uid 0 or gid 0 (primary or supplementary) only when `allow_root`.
+// Errors name the spec field.
+Result<Identity> task_identity(const std::string& user, const std::string& group,
+                               const std::string& default_user, bool allow_root);
+
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
                                          uint64_t incarnation);
 Result<Spawned> spawn_init(const SpawnRequest& req);

@@ -218,7 +218,7 @@ Result<TaskSpec> parse_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
   TRY(r.only({"name", "argv", "env", "cwd", "user", "group", "resources", "rootfs", "namespaces",
-              "hostname", "restart", "stop_signal", "stop_grace", "logs", "owner"}));
+              "hostname", "restart", "stop_signal", "stop_grace", "logs", "owner", "seccomp"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
@@ -271,6 +271,10 @@ Result<TaskSpec> parse_spec(const json& j) {
   }
   if (!s.rootfs.empty() && !s.ns.mount)
     return field_error("rootfs", "needs namespaces.mount = true");
+  TRY_ASSIGN(std::string seccomp, r.str("seccomp"));
+  if (!seccomp.empty() && seccomp != "default" && seccomp != "unconfined")
+    return field_error("seccomp", "must be \"default\" or \"unconfined\"");
+  s.seccomp_unconfined = seccomp == "unconfined";
   TRY_ASSIGN(s.hostname, r.str("hostname"));
   if (!s.hostname.empty()) {
     if (!s.ns.uts) return field_error("hostname", "needs namespaces.uts = true");
@@ -332,6 +336,7 @@ json to_json(const TaskSpec& s) {
   if (!s.user.empty()) j["user"] = s.user;
   if (!s.group.empty()) j["group"] = s.group;
   if (!s.owner.empty()) j["owner"] = s.owner;
+  if (s.seccomp_unconfined) j["seccomp"] = "unconfined";
   json res = json::object();
   const Resources& r = s.resources;
   if (r.cpu) res["cpu"] = *r.cpu;

@@ -63,12 +63,15 @@ struct TaskSpec {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::string cwd = "/";
-  std::string user;   // name or numeric; empty = agent's user
+  std::string user;   // name or numeric; empty = the agent's default_task_user
   std::string group;  // name or numeric; empty = user's primary group
   Resources resources;
   std::string rootfs;  // empty = host root
   Namespaces ns;
   std::string hostname;
+  // The default seccomp filter is off only when the spec says "unconfined" and the
+  // agent's configuration allows it.
+  bool seccomp_unconfined = false;
   RestartSpec restart;
   int stop_signal = 15;
   uint64_t stop_grace_us = 10'000'000;

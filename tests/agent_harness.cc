@@ -57,7 +57,7 @@ void destroy_cgroup_tree(const std::string& dir) {
   ADD_FAILURE() << "could not remove cgroup " << dir << ": " << strerror(errno);
 }
 
-AgentHarness::AgentHarness() {
+AgentHarness::AgentHarness(bool root_tasks) {
   dir_ = std::filesystem::temp_directory_path() / ("weft-agent-test-" + random_hex(5));
   EXPECT_TRUE(mkdir_p(dir_).ok());
   socket_ = dir_ + "/agent.sock";
@@ -69,7 +69,9 @@ AgentHarness::AgentHarness() {
   std::string conf = "socket = \"" + socket_ + "\"\n" + "state_dir = \"" + dir_ + "/state\"\n" +
                      "cgroup_root = \"" + cgroup_root_ + "\"\n" +
                      "init_path = \"" WEFT_INIT_BIN "\"\n" +
-                     "log_level = \"debug\"\n[labels]\ntest = \"yes\"\n";
+                     "log_level = \"debug\"\n" +
+                     (root_tasks ? "allow_root_tasks = true\ndefault_task_user = \"\"\n" : "") +
+                     "[labels]\ntest = \"yes\"\n";
   EXPECT_TRUE(write_file(config_, conf).ok());
 }
 

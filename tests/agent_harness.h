@@ -23,7 +23,9 @@ std::string root_test_skip_reason();
 
 class AgentHarness {
  public:
-  AgentHarness();
+  // root_tasks: tasks run as the agent's user (root) by default, as they did before
+  // the non-root default; false keeps the shipped policy (nobody, root refused).
+  explicit AgentHarness(bool root_tasks = true);
   ~AgentHarness();
 
   // Starts weft-agent and waits until its socket answers. With crash_at, the agent is

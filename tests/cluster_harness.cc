@@ -129,6 +129,7 @@ bool ClusterHarness::setup() {
                                               "/agent\"\ncgroup_root = \"" + m.cgroup_root +
                                               "\"\ninit_path = \"" WEFT_INIT_BIN
                                               "\"\nlog_level = \"debug\"\n"
+                                              "allow_root_tasks = true\ndefault_task_user = \"\"\n"
                                               "[labels]\ndc = \"e2e\"\nrack = \"rack" +
                                               std::to_string(i) + "\"\n")
             .ok() &&

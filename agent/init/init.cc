@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/init/confine.h"
 #include "agent/logfiles.h"
 
 namespace {
@@ -50,6 +51,8 @@ struct Options {
   const char* hostname = nullptr;
   const char* rootfs = nullptr;
   bool mount_proc = false;
+  bool private_mounts = false;  // a mount namespace of its own: /sys and /proc/sys go read-only
+  bool seccomp = true;
   bool lo_up = false;
   unsigned long long log_max_bytes = 10ull << 20;
   unsigned log_max_files = 5;
@@ -68,7 +71,7 @@ void note_setup_error(const char* what) {
 
 // ---- durable exit record ----
 
-enum { kStageCredentials = 1, kStageChdir = 2, kStageExec = 3 };
+enum { kStageCredentials = 1, kStageChdir = 2, kStageExec = 3, kStageConfine = 4 };
 
 const char* stage_name(int stage) {
   switch (stage) {
@@ -76,6 +79,8 @@ const char* stage_name(int stage) {
       return "credentials";
     case kStageChdir:
       return "chdir";
+    case kStageConfine:
+      return "confine";
     default:
       return "exec";
   }
@@ -83,7 +88,12 @@ const char* stage_name(int stage) {
 
 int exec_stage = 0;
 
-void write_exit_record(bool have_status, int status, int exec_errno) {
+void init_say(const char* msg);
+
+// Returns false when the record could not be made durable (full or read-only disk):
+// the agent then learns the status from the process itself when it is up, and the
+// failure is in the task's stderr log.
+bool write_exit_record(bool have_status, int status, int exec_errno) {
   char buf[1024];
   int n = snprintf(buf, sizeof buf, "incarnation=%lu\n", opt.incarnation);
   if (have_status) n += snprintf(buf + n, sizeof buf - n, "status=%d\n", status);
@@ -91,14 +101,32 @@ void write_exit_record(bool have_status, int status, int exec_errno) {
     n += snprintf(buf + n, sizeof buf - n, "exec_errno=%d\nexec_stage=%s\n", exec_errno,
                   stage_name(exec_stage));
   if (setup_error[0]) n += snprintf(buf + n, sizeof buf - n, "setup_error=%s\n", setup_error);
+  if (n > static_cast<int>(sizeof buf) - 1) n = sizeof buf - 1;
+  const char* failed = nullptr;
   int fd = openat(opt.task_dir_fd, "exit.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  ssize_t w = write(fd, buf, n);
-  (void)w;
-  fsync(fd);
-  close(fd);
-  renameat(opt.task_dir_fd, "exit.tmp", opt.task_dir_fd, "exit");
-  fsync(opt.task_dir_fd);
+  if (fd < 0) {
+    failed = "open";
+  } else {
+    ssize_t w;
+    do {
+      w = write(fd, buf, static_cast<size_t>(n));
+    } while (w < 0 && errno == EINTR);
+    if (w != n)
+      failed = "write";
+    else if (fsync(fd) < 0)
+      failed = "fsync";
+    close(fd);
+    if (!failed && renameat(opt.task_dir_fd, "exit.tmp", opt.task_dir_fd, "exit") < 0)
+      failed = "rename";
+    if (!failed && fsync(opt.task_dir_fd) < 0) failed = "fsync directory";
+  }
+  if (failed) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "cannot record the exit status (%s): %s", failed, strerror(errno));
+    init_say(msg);
+    return false;
+  }
+  return true;
 }
 
 // ---- logs: one growing sequence of files per stream ----
@@ -231,6 +259,48 @@ int bind_dev(const char* dev, const char* target_dir) {
   return mount(src, target, nullptr, MS_BIND, nullptr);
 }
 
+// Kernel interfaces a task must not write or read even as root (the OCI runtimes'
+// masked and read-only paths): /proc/sys and friends become read-only, the rest are
+// covered by an empty read-only file. `proc` is where the task's /proc is mounted.
+bool harden_proc(const char* proc) {
+  const char* readonly[] = {"sys", "sysrq-trigger", "irq", "bus", "fs"};
+  char path[600];
+  for (const char* r : readonly) {
+    snprintf(path, sizeof path, "%s/%s", proc, r);
+    if (mount(path, path, nullptr, MS_BIND | MS_REC, nullptr) < 0) {
+      if (errno == ENOENT) continue;
+      return note_setup_error("protect /proc"), false;
+    }
+    if (mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              nullptr) < 0)
+      return note_setup_error("make /proc read-only"), false;
+  }
+  const char* masked[] = {"kcore", "keys", "timer_list", "sched_debug", "kallsyms", "kmsg"};
+  for (const char* m : masked) {
+    snprintf(path, sizeof path, "%s/%s", proc, m);
+    if (access(path, F_OK) != 0) continue;
+    if (mount("/dev/null", path, nullptr, MS_BIND, nullptr) < 0)
+      return note_setup_error("mask /proc file"), false;
+  }
+  return true;
+}
+
+// Recursively read-only (every submount too, e.g. the cgroup trees under /sys).
+bool bind_readonly_recursive(const char* path) {
+  if (mount(path, path, nullptr, MS_BIND | MS_REC, nullptr) < 0)
+    return note_setup_error("bind read-only"), false;
+  struct {
+    unsigned long long attr_set, attr_clr, propagation, userns_fd;
+  } attr = {0x1 /* MOUNT_ATTR_RDONLY */, 0, 0, 0};
+  if (syscall(442 /* mount_setattr */, -1, path, 0x8000 /* AT_RECURSIVE */, &attr, sizeof attr) <
+      0) {
+    // Older kernels: the top mount at least.
+    if (mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) < 0)
+      return note_setup_error("make read-only"), false;
+  }
+  return true;
+}
+
 bool setup_rootfs() {
   const char* root = opt.rootfs;
   if (mount(root, root, nullptr, MS_BIND | MS_REC, nullptr) < 0)
@@ -240,6 +310,7 @@ bool setup_rootfs() {
   mkdir(path, 0555);
   if (mount("proc", path, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0)
     return note_setup_error("mount /proc"), false;
+  if (!harden_proc(path)) return false;
   snprintf(path, sizeof path, "%s/dev", root);
   mkdir(path, 0755);
   if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=65536k") < 0)
@@ -277,9 +348,18 @@ bool setup_namespaces() {
   }
   if (opt.rootfs) {
     if (!setup_rootfs()) return false;
-  } else if (opt.mount_proc) {
-    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0)
-      return note_setup_error("mount /proc"), false;
+  } else {
+    if (opt.mount_proc) {
+      if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0)
+        return note_setup_error("mount /proc"), false;
+    }
+    if (opt.private_mounts) {
+      // The host's root is the task's root here: its /sys and /proc/sys at least are
+      // not the task's to change.
+      if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0)
+        return note_setup_error("make mounts private"), false;
+      if (!bind_readonly_recursive("/sys") || !harden_proc("/proc")) return false;
+    }
   }
   if (opt.hostname && sethostname(opt.hostname, strlen(opt.hostname)) < 0)
     return note_setup_error("sethostname"), false;
@@ -310,13 +390,28 @@ bool setup_namespaces() {
   if (null_fd >= 0) dup2(null_fd, 0);
   dup2(out_w, 1);
   dup2(err_w, 2);
+  // No descriptor of weft-init's reaches the task: the status pipe moves to fd 3
+  // (close-on-exec, replacing the task directory) and everything above it is closed.
+  // An inherited directory fd is a way out of any rootfs (runc CVE-2024-21626).
+  if (dup3(status_w, 3, O_CLOEXEC) < 0) _exit(127);
+  status_w = 3;
+  syscall(SYS_close_range, 4u, ~0u, 0u);
+  weft_init::Confinement conf;
+  conf.seccomp = opt.seccomp;
+  conf.as_root = opt.uid >= 0 ? opt.uid == 0 : getuid() == 0;
   // Reports {stage, errno} to weft-init when something fails before exec.
   int report[2] = {0, 0};
+  int cerr = 0;
   if ((opt.ngroups >= 0 && setgroups(static_cast<size_t>(opt.ngroups), opt.groups) < 0) ||
       (opt.gid >= 0 && setgid(static_cast<gid_t>(opt.gid)) < 0) ||
+      (errno = weft_init::drop_bounding_set(conf)) != 0 ||
       (opt.uid >= 0 && setuid(static_cast<uid_t>(opt.uid)) < 0)) {
     report[0] = kStageCredentials;
   } else if (chdir(opt.cwd) < 0) {
+    report[0] = kStageChdir;
+  } else if ((cerr = weft_init::confine_after_credentials(conf)) != 0) {
+    errno = cerr;
+    report[0] = kStageConfine;
     report[0] = kStageChdir;
   } else {
     opt.env[opt.nenv] = nullptr;
@@ -343,6 +438,14 @@ bool parse_args(int argc, char** argv) {
     }
     if (!strcmp(a, "--lo")) {
       opt.lo_up = true;
+      continue;
+    }
+    if (!strcmp(a, "--private-mounts")) {
+      opt.private_mounts = true;
+      continue;
+    }
+    if (!strcmp(a, "--seccomp-unconfined")) {
+      opt.seccomp = false;
       continue;
     }
     if (!v) return false;
@@ -390,7 +493,11 @@ int main(int argc, char** argv) {
     return 125;
   }
   setsid();
-  prctl(PR_SET_CHILD_SUBREAPER, 1);  // matters when there is no pid namespace
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // weft-init holds the task's host directory for its logs and exit record: not
+  // dumpable, so no process of the task (even root, without CAP_SYS_PTRACE) can open
+  // /proc/1/fd/N or ptrace it.
+  prctl(PR_SET_DUMPABLE, 0);  // matters when there is no pid namespace
   if (opt.log_max_files < 1) opt.log_max_files = 1;
 
   sigset_t all;
@@ -436,6 +543,9 @@ int main(int argc, char** argv) {
       snprintf(msg, sizeof msg, "cannot change to %s: %s", opt.cwd, strerror(exec_errno));
     else if (exec_stage == kStageCredentials)
       snprintf(msg, sizeof msg, "cannot switch user/group: %s", strerror(exec_errno));
+    else if (exec_stage == kStageConfine)
+      snprintf(msg, sizeof msg, "cannot confine the task (capabilities, seccomp): %s",
+               strerror(exec_errno));
     else
       snprintf(msg, sizeof msg, "cannot execute %s: %s", opt.argv[0], strerror(exec_errno));
     init_say(msg);
