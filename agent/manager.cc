@@ -342,8 +342,9 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   // Validate everything that can be known before anything is created.
   TRY(task_identity(spec.user, spec.group, cfg_.default_task_user, cfg_.allow_root_tasks));
   if (spec.seccomp_unconfined && !cfg_.allow_unconfined_tasks)
-    return field_error("seccomp", "unconfined tasks are not allowed on this machine (agent.toml: "
-                                  "allow_unconfined_tasks = false)");
+    return field_error("seccomp",
+                       "unconfined tasks are not allowed on this machine (agent.toml: "
+                       "allow_unconfined_tasks = false)");
   if (!spec.rootfs.empty()) {
     struct stat st;
     if (::stat(spec.rootfs.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
@@ -619,13 +620,38 @@ void Manager::cp_start() {
     for (const auto& [id, t] : tasks_)
       if (t->spec.owner == "controlplane") tasks[t->spec.name] = t->state;
     s.call("machine.report", {{"machine", cfg_.machine_id}, {"tasks", tasks}},
-           [](Result<nlohmann::json> r) {
-             if (!r.ok()) log_debug("report failed", {{"ERROR", r.error().str()}});
+           [this](Result<nlohmann::json> r) {
+             if (!r.ok()) {
+               log_debug("report failed", {{"ERROR", r.error().str()}});
+               return;
+             }
+             if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array())
+               forget_ended((*r)["forget"]);
            });
   };
   cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-agent", &cp_methods_,
                                            hello, report, cfg_.insecure_control_plane);
   cp_->start();
+}
+
+void Manager::forget_ended(const nlohmann::json& names) {
+  // The control plane has recorded these tasks' ends: drop them (row, state directory,
+  // logs) so that neither reports nor the agent's own state grow with every task ever run.
+  std::set<std::string> wanted;
+  for (const auto& n : names)
+    if (n.is_string()) wanted.insert(n.get<std::string>());
+  std::vector<std::string> ids;
+  for (const auto& [id, t] : tasks_)
+    if (t->spec.owner == "controlplane" && t->terminal() && wanted.count(t->spec.name))
+      ids.push_back(id);
+  for (const auto& id : ids) {
+    if (auto s = erase(id); !s.ok()) {
+      log_warn("cannot forget an ended task", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
+      continue;
+    }
+    (void)remove_tree(task_state_dir(id));
+    tasks_.erase(id);
+  }
 }
 
 }  // namespace weft::agent

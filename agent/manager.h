@@ -118,6 +118,8 @@ class Manager {
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
 
+  // Drops the ended control-plane tasks named in a machine.report reply's "forget".
+  void forget_ended(const nlohmann::json& names);
   // The session to the control plane (cfg_.control_plane, when set): register, then a
   // full report of the tasks it placed every heartbeat interval; task.run and task.stop
   // arrive on it. Reconnects with exponential backoff (0.5 s to 30 s); tasks keep

@@ -100,6 +100,11 @@ Result<EntitlementId> Broker::create_entitlement(const EntitlementSpec& spec) {
   return id;
 }
 
+void Broker::forget_entitlement(EntitlementId id) {
+  ents_.erase(id);
+  alloc_.set_quota(id, 0);
+}
+
 void Broker::restore_entitlement(EntitlementId id, const EntitlementSpec& spec) {
   ents_[id] = spec;
   alloc_.set_quota(id, spec.quota);

@@ -60,6 +60,8 @@ class Broker {
   Status drain(const std::string& machine, bool drained, uint64_t now_us);
 
   Result<EntitlementId> create_entitlement(const EntitlementSpec& spec);
+  // Undoes a create whose write failed (nothing can use it yet).
+  void forget_entitlement(EntitlementId id);
   // After a restart: the entitlement as it was stored, with its id.
   void restore_entitlement(EntitlementId id, const EntitlementSpec& spec);
   const std::map<EntitlementId, EntitlementSpec>& entitlements() const { return ents_; }

@@ -13,6 +13,9 @@ using json = nlohmann::json;
 using rpc::CallContext;
 
 namespace {
+// Ended tasks stay listed (job show, task ls --cluster) this long after they ended.
+constexpr uint64_t kRetainEndedTasksUs = 10ull * 60 * 1'000'000;
+
 uint64_t now_us() {
   return now_monotonic_us();  // the scheduler and broker need a steady clock
 }
@@ -165,6 +168,11 @@ void Manager::tick() {
   }
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
+  auto pruned = sched_.prune(now, kRetainEndedTasksUs);
+  if (!pruned.empty()) {
+    if (auto s = store_->delete_tasks(pruned); !s.ok())
+      log_error("cannot forget ended tasks: " + s.error().str());
+  }
   std::set<std::string> jobs;
   for (const auto& [id, t] : sched_.tasks())
     if (touched.count(t.machine)) jobs.insert(t.job);
@@ -306,12 +314,15 @@ void Manager::register_methods() {
       tasks[id] = st.get<std::string>();
     }
     (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
-    auto cmds = sched_.report(m, tasks, now_us());
+    std::vector<std::string> forget;
+    auto cmds = sched_.report(m, tasks, now_us(), &forget);
     auto changed = sched_.take_reported_changes();
     if (!cmds.empty()) TRY(persist_commands(cmds));
     if (!changed.empty()) TRY(persist(changed, {m}));
     send(cmds);
-    return json{{"commands", cmds.size()}};
+    // Ended tasks whose end is now durable here: the machine stops reporting them, so a
+    // report stays the size of what the machine runs.
+    return json{{"commands", cmds.size()}, {"forget", forget}};
   });
   methods_.add("health.report", [this](const json& p, const CallContext& c) -> Result<json> {
     TRY_ASSIGN(MachineId m, machine_of(p, c));
@@ -358,7 +369,10 @@ void Manager::register_methods() {
       if (p.contains(key)) *out = p[key].get<std::string>();
     }
     TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(e));
-    TRY(persist({}, {}));
+    if (auto s = persist({}, {}); !s.ok()) {
+      broker_.forget_entitlement(id);  // not durable: not created
+      return std::move(s).error();
+    }
     return json{{"id", id}, {"name", e.name}};
   });
   methods_.add("entitlement.ls", [this](const json&, const CallContext&) -> Result<json> {
@@ -392,7 +406,11 @@ void Manager::register_methods() {
     TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
     auto placed = alloc_.placement(spec.name);
     std::set<MachineId> ms(placed.begin(), placed.end());
-    TRY(persist({spec.name}, ms));
+    if (auto s = persist({spec.name}, ms); !s.ok()) {
+      sched_.abandon(spec.name);  // not durable: not created, nothing was sent
+      (void)sched_.take_pool_changes();
+      return std::move(s).error();
+    }
     send(cmds);
     return json{{"job", spec.name}, {"tasks", cmds.size()}};
   });

@@ -103,6 +103,12 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   for (const auto& [id, t] : tasks_)
     if (t.job == j.spec.name && (live(t.state) || t.state == TaskState::kStopping))
       have.insert(t.index);
+  // An index whose task failed or was lost is replace()'s, which takes a token from the
+  // destructive-operation budget: converging must not start it for free (that path
+  // once replaced a failing job's tasks ~950 times in 25 s).
+  for (const auto& id : waiting_)
+    if (auto w = tasks_.find(id); w != tasks_.end() && w->second.job == j.spec.name)
+      have.insert(w->second.index);
   std::vector<Command> out;
   for (int i = 0; i < j.spec.count; ++i) {
     if (have.count(i)) continue;
@@ -244,6 +250,20 @@ Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t n
   return out;
 }
 
+void Scheduler::abandon(const std::string& name) {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return;
+  EntitlementId e = it->second.spec.entitlement;
+  for (auto t = tasks_.begin(); t != tasks_.end();)
+    t = t->second.job == name ? tasks_.erase(t) : std::next(t);
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                [&](const std::string& id) { return !tasks_.count(id); }),
+                 waiting_.end());
+  jobs_.erase(it);
+  alloc_.release(name);
+  (void)alloc_.shrink(e);
+}
+
 void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Command>* out) {
   TaskRecord old = tasks_.at(task_id);
   auto jit = jobs_.find(old.job);
@@ -272,7 +292,7 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
 }
 
 std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, std::string>& rep,
-                                       uint64_t now) {
+                                       uint64_t now, std::vector<std::string>* forget) {
   std::vector<Command> out;
   std::vector<std::string> replace_ids;
   std::set<std::string> rolled_jobs;
@@ -284,7 +304,10 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
     if (it == tasks_.end() || it->second.machine != m ||
         (!running_copy(it->second.state) && it->second.state != TaskState::kStopping)) {
       // Not ours, replaced while this machine was away, or already ended: never twice.
-      if (running) out.push_back(Command{Command::Kind::kStop, m, id, {}});
+      if (running)
+        out.push_back(Command{Command::Kind::kStop, m, id, {}});
+      else if (forget)
+        forget->push_back(id);  // its end is on record (or it was never ours)
       continue;
     }
     TaskRecord& t = it->second;
@@ -315,6 +338,7 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
       t.since_us = now;
       replace_ids.push_back(id);
     }
+    if (forget) forget->push_back(id);  // recorded (and persisted before the reply)
   }
   // Tasks this machine should run but did not report.
   for (auto& [id, t] : tasks_) {
@@ -449,6 +473,31 @@ void Scheduler::finish_restore() {
         t->state == TaskState::kDraining)
       waiting_.push_back(t->id);
   }
+}
+
+std::vector<std::string> Scheduler::prune(uint64_t now, uint64_t retain_us) {
+  std::set<std::string> waiting(waiting_.begin(), waiting_.end());
+  // The newest task of each (job, index): kept, so a restart still knows what ran last.
+  std::map<std::pair<std::string, int>, const TaskRecord*> latest;
+  for (const auto& [id, t] : tasks_) {
+    auto key = std::pair{t.job, t.index};
+    auto it = latest.find(key);
+    if (it == latest.end() || it->second->since_us < t.since_us) latest[key] = &t;
+  }
+  std::vector<std::string> gone;
+  for (const auto& [id, t] : tasks_) {
+    bool ended = t.state == TaskState::kStopped || t.state == TaskState::kFailed ||
+                 t.state == TaskState::kLost;
+    if (!ended || waiting.count(id)) continue;
+    auto jit = jobs_.find(t.job);
+    bool job_gone = jit == jobs_.end();
+    bool old = now > t.since_us && now - t.since_us >= retain_us;
+    bool superseded =
+        job_gone || t.index >= jit->second.spec.count || latest[std::pair{t.job, t.index}] != &t;
+    if (job_gone || (old && superseded)) gone.push_back(id);
+  }
+  for (const auto& id : gone) tasks_.erase(id);
+  return gone;
 }
 
 std::vector<Command> Scheduler::tick(uint64_t now) {

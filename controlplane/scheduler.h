@@ -84,6 +84,9 @@ class Scheduler {
   // A new spec for a running job: tasks are replaced max_unavailable at a time.
   Result<std::vector<Command>> update(const JobSpec& spec, uint64_t now_us);
   Result<std::vector<Command>> stop(const std::string& job, uint64_t now_us);
+  // Undoes a create() whose write failed, before any of its commands was sent: the job,
+  // its tasks and its placement go, and machines it took return to the free pool.
+  void abandon(const std::string& job);
 
   // Machines that went back to the free pool (their entitlement needs them no more)
   // since the last call: what the daemon must persist.
@@ -95,8 +98,10 @@ class Scheduler {
   // A machine's full report: the task ids it runs and their states ("running",
   // "exited", "failed", ...). Unknown or stale tasks are stopped; tasks missing from a
   // report after they started are LOST and replaced.
+  // `forget` (optional) receives the reported tasks that ended and whose end this
+  // scheduler has recorded (or never knew): the machine may drop them from its reports.
   std::vector<Command> report(MachineId m, const std::map<std::string, std::string>& tasks,
-                              uint64_t now_us);
+                              uint64_t now_us, std::vector<std::string>* forget = nullptr);
   // The broker declared a machine dead or failed: its tasks are LOST and replaced.
   std::vector<Command> machine_down(MachineId m, uint64_t now_us);
   // An operator drained the machine: its tasks are replaced elsewhere first and stopped
@@ -104,6 +109,11 @@ class Scheduler {
   std::vector<Command> machine_drain(MachineId m, uint64_t now_us);
   // Continues what waited: rate-limited replacements, rolling updates.
   std::vector<Command> tick(uint64_t now_us);
+  // Forgets ended tasks (stopped, failed, lost) that nothing waits on any more: those of
+  // jobs that are gone at once, others once they ended `retain_us` ago and a newer task
+  // has their index (or the index no longer exists). Returns their ids, for the store.
+  // Keeps the task table, and every scan of it, bounded by the jobs' sizes.
+  std::vector<std::string> prune(uint64_t now_us, uint64_t retain_us);
   // Tasks placed on a machine that is not ready (it just joined the entitlement and its
   // host profile is not applied yet) stay PENDING; the broker's word that it is ready
   // starts them.
@@ -161,7 +171,7 @@ class Scheduler {
   double tokens_ = -1;
   uint64_t tokens_at_ = 0;
   std::map<std::string, Job> jobs_;
-  std::map<std::string, TaskRecord> tasks_;  // live and recently ended
+  std::map<std::string, TaskRecord> tasks_;  // live and recently ended (see prune)
   std::vector<std::string> waiting_;         // LOST/FAILED tasks whose replacement waits
   std::vector<MachineId> pool_changes_;      // machines shrunk back to the free pool
   std::set<std::string> reported_changes_;   // jobs whose tasks a report changed

@@ -347,3 +347,96 @@ TEST_F(Sched, BadRequestsChangeNothing) {
 
 }  // namespace
 }  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+// Finding 10: a job whose tasks keep failing is replaced only as the destructive budget
+// allows, whatever path asks (converge after a confirmed stop included).
+TEST_F(Sched, ReplacementsNeverBypassTheBudget) {
+  Scheduler sched(alloc_, SchedulerLimits{0.0001, 1});
+  auto c = sched.create(spec("web", 2), 0);
+  ASSERT_TRUE(c.ok());
+  std::map<std::string, MachineId> where;
+  for (const auto& cmd : *c) where[cmd.task_id] = cmd.machine;
+  for (const auto& [id, m] : where) sched.report(m, {{id, "running"}}, 1);
+  // Index 0 fails: the one token replaces it.
+  std::string first = c->at(0).task_id;
+  int idx0 = sched.tasks().at(first).index;
+  auto r1 = sched.report(where[first], {{first, "failed"}}, 2);
+  ASSERT_EQ(count_kind(r1, Command::Kind::kStart), 1);
+  std::string second = r1[0].task_id;
+  sched.report(r1[0].machine, {{second, "failed"}}, 3);  // fails again: no token left
+  // An update's stop of index 1 is confirmed: converge runs for the job.
+  JobSpec updated = spec("web", 2);
+  updated.task = {{"argv", {"/bin/sleep", "1000"}}};
+  auto u = sched.update(updated, 4);
+  ASSERT_TRUE(u.ok());
+  std::vector<Command> all = *u;
+  for (const auto& cmd : *u)
+    if (cmd.kind == Command::Kind::kStop) {
+      auto more = sched.report(cmd.machine, {{cmd.task_id, "stopped"}}, 5);
+      all.insert(all.end(), more.begin(), more.end());
+    }
+  for (int i = 0; i < 50; ++i) {
+    auto more = sched.tick(6 + static_cast<uint64_t>(i));
+    all.insert(all.end(), more.begin(), more.end());
+  }
+  for (const auto& cmd : all)
+    if (cmd.kind == Command::Kind::kStart)
+      EXPECT_NE(sched.tasks().at(cmd.task_id).index, idx0) << "index 0 restarted without a token";
+  EXPECT_EQ(sched.waiting_for_budget(), 1u);
+}
+
+// Finding 4: ended tasks are forgotten once reported and old, so the task table (and
+// each machine's report) stays the size of the job, however many tasks ever ran.
+TEST_F(Sched, EndedTasksAreForgottenAndTheTableStaysBounded) {
+  Scheduler sched(alloc_, SchedulerLimits{1e9, 1e9});
+  auto c = sched.create(spec("churn", 2), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> current = *c;
+  uint64_t now = 1;
+  size_t biggest = 0;
+  for (int round = 0; round < 2000; ++round) {
+    std::vector<Command> next;
+    for (const auto& cmd : current) {
+      if (cmd.kind != Command::Kind::kStart) continue;
+      sched.report(cmd.machine, {{cmd.task_id, "running"}}, now++);
+      std::vector<std::string> forget;
+      auto r = sched.report(cmd.machine, {{cmd.task_id, "failed"}}, now++, &forget);
+      EXPECT_EQ(forget, std::vector<std::string>{cmd.task_id});
+      next.insert(next.end(), r.begin(), r.end());
+    }
+    current = next;
+    sched.prune(now, 100);
+    biggest = std::max(biggest, sched.tasks().size());
+  }
+  // 4,000 tasks ran; the table holds the live two plus what ended in the last 100 us
+  // (4 us a round, two tasks each).
+  EXPECT_LE(biggest, 2u + 2 * (100 / 4) + 2);
+  // A machine reporting an ended task the scheduler already forgot is told to forget it.
+  std::vector<std::string> forget;
+  sched.report(ids_[0], {{"churn.0.1", "failed"}}, now, &forget);
+  EXPECT_EQ(forget, std::vector<std::string>{"churn.0.1"});
+  // A stopped job's tasks go at once.
+  ASSERT_TRUE(sched.stop("churn", now).ok());
+  for (const auto& [id, t] : std::map<std::string, TaskRecord>(sched.tasks()))
+    sched.report(t.machine, {{id, "stopped"}}, now + 1);
+  sched.prune(now + 2, 1'000'000'000);
+  EXPECT_TRUE(sched.tasks().empty());
+}
+
+// Finding 12: a create whose write failed is undone in memory.
+TEST_F(Sched, AbandonedCreateLeavesNothingBehind) {
+  auto free_before = alloc_.free(ids_[0]);
+  ASSERT_TRUE(sched_.create(spec("web", 3), 0).ok());
+  sched_.abandon("web");
+  EXPECT_TRUE(sched_.tasks().empty());
+  EXPECT_FALSE(sched_.job("web").has_value());
+  EXPECT_TRUE(alloc_.placement("web").empty());
+  EXPECT_EQ(alloc_.free(ids_[0]), free_before);
+  EXPECT_TRUE(sched_.create(spec("web", 3), 1).ok());  // not "already exists"
+}
+
+}  // namespace
+}  // namespace weft::cp

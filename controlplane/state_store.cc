@@ -17,6 +17,9 @@ const std::vector<std::string> kMigrations = {
                            state TEXT NOT NULL, since_us INTEGER NOT NULL);
        CREATE INDEX tasks_job ON tasks (job);
        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);)",
+    // since_us held the monotonic clock, which restarts at boot: the wall-clock time
+    // goes beside it (0 in older rows: their age is unknown and counts from the restore).
+    R"(ALTER TABLE tasks ADD COLUMN since_wall_us INTEGER NOT NULL DEFAULT 0;)",
 };
 
 Result<int64_t> int_field(const json& j, const char* key, int64_t dflt, int64_t min) {
@@ -165,12 +168,33 @@ Status StateStore::delete_job(const std::string& name) {
 }
 
 Status StateStore::put_task(const TaskRecord& t) {
-  TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, "
-                                  "machine, state, since_us) VALUES (?1,?2,?3,?4,?5,?6,?7)"));
+  TRY_ASSIGN(Stmt s,
+             db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, machine, state, "
+                          "since_us, since_wall_us) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"));
+  uint64_t mono = mono_(), wall = wall_();
+  uint64_t age = mono > t.since_us ? mono - t.since_us : 0;
   s.bind(1, t.id).bind(2, t.job).bind(3, int64_t{t.index});
   s.bind(4, static_cast<int64_t>(t.generation)).bind(5, int64_t{t.machine});
   s.bind(6, std::string(task_state_name(t.state))).bind(7, static_cast<int64_t>(t.since_us));
+  s.bind(8, static_cast<int64_t>(wall > age ? wall - age : 1));
   return s.run();
+}
+
+Status StateStore::delete_tasks(const std::vector<std::string>& ids) {
+  TRY(db_->begin());
+  for (const auto& id : ids) {
+    auto st = db_->prepare("DELETE FROM tasks WHERE id = ?1");
+    if (!st.ok()) {
+      db_->rollback();
+      return st.error();
+    }
+    st->bind(1, id);
+    if (auto r = st->run(); !r.ok()) {
+      db_->rollback();
+      return r;
+    }
+  }
+  return db_->commit();
 }
 
 Status StateStore::put_task_seq(uint64_t seq) {
@@ -231,8 +255,9 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
     }
   }
   {
-    TRY_ASSIGN(Stmt s, db_->prepare(
-                           "SELECT id, job, idx, generation, machine, state, since_us FROM tasks"));
+    TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, job, idx, generation, machine, state, since_us, "
+                                    "since_wall_us FROM tasks"));
+    uint64_t wall_now = wall_();
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
@@ -243,7 +268,11 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
       t.generation = static_cast<uint64_t>(s.col_int(3));
       t.machine = static_cast<MachineId>(s.col_int(4));
       t.state = state_from(s.col_text(5));
-      t.since_us = static_cast<uint64_t>(s.col_int(6));
+      // The age from the wall clock, applied to this boot's monotonic clock; a wall
+      // clock stepped back (or an old row) counts as age 0, never as a negative age.
+      uint64_t since_wall = static_cast<uint64_t>(s.col_int(7));
+      uint64_t age = since_wall > 0 && wall_now > since_wall ? wall_now - since_wall : 0;
+      t.since_us = now > age ? now - age : 0;
       sched.restore_task(t);
     }
   }

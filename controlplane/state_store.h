@@ -5,12 +5,14 @@
 // Machines come back "unknown" until they report again (their sessions reconnect).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/fs.h"
 #include "common/result.h"
 #include "common/store.h"
 #include "controlplane/allocator.h"
@@ -28,6 +30,11 @@ Result<Request> request_from_json(const nlohmann::json& j);
 class StateStore {
  public:
   static Result<std::unique_ptr<StateStore>> open(const std::string& path);
+  // Clocks in microseconds; tests move them to simulate a reboot or a clock step.
+  void set_clocks(std::function<uint64_t()> monotonic, std::function<uint64_t()> wall) {
+    mono_ = std::move(monotonic);
+    wall_ = std::move(wall);
+  }
 
   Status begin() { return db_->begin(); }
   Status commit() { return db_->commit(); }
@@ -39,7 +46,11 @@ class StateStore {
   Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
                  const std::vector<MachineId>& placement);
   Status delete_job(const std::string& name);  // and its tasks
+  // A task's since_us is the scheduler's monotonic time; the row keeps the wall-clock
+  // time it stands for, so a restart (or a reboot, which resets the monotonic clock)
+  // sees the right age.
   Status put_task(const TaskRecord& t);
+  Status delete_tasks(const std::vector<std::string>& ids);  // in one transaction
   Status put_task_seq(uint64_t seq);
 
   // Everything, back into fresh modules (in this order: machines, entitlements,
@@ -49,6 +60,8 @@ class StateStore {
  private:
   explicit StateStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
   std::unique_ptr<Db> db_;
+  std::function<uint64_t()> mono_ = now_monotonic_us;
+  std::function<uint64_t()> wall_ = now_realtime_us;
 };
 
 }  // namespace weft::cp

@@ -46,8 +46,10 @@ class HostileTask : public ::testing::Test {
       std::string s = j.value("state", "");
       return s == "exited" || s == "failed" || s == "stopped";
     });
-    std::string out = agent_->call("task.logs", {{"id", id}, {"stream", "stdout"}}).value("data", "");
-    std::string err = agent_->call("task.logs", {{"id", id}, {"stream", "stderr"}}).value("data", "");
+    std::string out =
+        agent_->call("task.logs", {{"id", id}, {"stream", "stdout"}}).value("data", "");
+    std::string err =
+        agent_->call("task.logs", {{"id", id}, {"stream", "stderr"}}).value("data", "");
     EXPECT_NE(out.find(" done escaped=0"), std::string::npos) << out << err;
     EXPECT_EQ(t.value("exit_code", -1), 0) << out << err;
     std::istringstream lines(out);
@@ -100,8 +102,8 @@ TEST_F(HostileTask, RootAndUnconfinedNeedTheOperatorsConsent) {
   auto root = agent_->try_call("task.run", {{"name", "r"}, {"user", "root"}, {"argv", {"true"}}});
   ASSERT_FALSE(root.ok());
   EXPECT_NE(root.error().str().find("allow_root_tasks"), std::string::npos) << root.error().str();
-  auto gid0 = agent_->try_call("task.run",
-                               {{"name", "g"}, {"user", "nobody"}, {"group", "0"}, {"argv", {"true"}}});
+  auto gid0 = agent_->try_call(
+      "task.run", {{"name", "g"}, {"user", "nobody"}, {"group", "0"}, {"argv", {"true"}}});
   ASSERT_FALSE(gid0.ok());
   auto unconfined =
       agent_->try_call("task.run", {{"name", "u"}, {"seccomp", "unconfined"}, {"argv", {"true"}}});

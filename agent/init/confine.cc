@@ -12,9 +12,9 @@
 namespace weft_init {
 
 const int kDefaultCapabilities[] = {
-    CAP_CHOWN,  CAP_DAC_OVERRIDE,     CAP_FSETID,      CAP_FOWNER, CAP_SETGID,
-    CAP_SETUID, CAP_NET_BIND_SERVICE, CAP_KILL,        CAP_SETFCAP, CAP_SETPCAP,
-    CAP_AUDIT_WRITE, CAP_SYS_CHROOT,
+    CAP_CHOWN,   CAP_DAC_OVERRIDE, CAP_FSETID,           CAP_FOWNER,
+    CAP_SETGID,  CAP_SETUID,       CAP_NET_BIND_SERVICE, CAP_KILL,
+    CAP_SETFCAP, CAP_SETPCAP,      CAP_AUDIT_WRITE,      CAP_SYS_CHROOT,
 };
 const int kDefaultCapabilityCount = sizeof kDefaultCapabilities / sizeof kDefaultCapabilities[0];
 
@@ -24,21 +24,66 @@ const int kDefaultCapabilityCount = sizeof kDefaultCapabilities / sizeof kDefaul
 // cross-process memory access, clocks, swap, reboot, quotas, file handles (the
 // "shocker" escape), userfaultfd, io_uring and obsolete calls.
 const char* const kDeniedSyscalls[] = {
-    "acct",          "add_key",           "bpf",             "clock_adjtime",
-    "clock_settime", "create_module",     "delete_module",   "finit_module",
-    "fsconfig",      "fsmount",           "fsopen",          "fspick",
-    "get_kernel_syms", "init_module",     "io_uring_enter",  "io_uring_register",
-    "io_uring_setup", "ioperm",           "iopl",            "kcmp",
-    "kexec_file_load", "kexec_load",      "keyctl",          "lookup_dcookie",
-    "mount",         "mount_setattr",     "move_mount",      "name_to_handle_at",
-    "nfsservctl",    "open_by_handle_at", "open_tree",       "perf_event_open",
-    "pivot_root",    "process_vm_readv",  "process_vm_writev", "ptrace",
-    "query_module",  "quotactl",          "quotactl_fd",     "reboot",
-    "request_key",   "setdomainname",     "sethostname",     "setns",
-    "settimeofday",  "swapoff",           "swapon",          "syslog",
-    "sysfs",         "_sysctl",           "umount2",         "unshare",
-    "uselib",        "userfaultfd",       "ustat",           "vhangup",
-    "vm86",          "vm86old",           "stime",           "adjtimex",
+    "acct",
+    "add_key",
+    "bpf",
+    "clock_adjtime",
+    "clock_settime",
+    "create_module",
+    "delete_module",
+    "finit_module",
+    "fsconfig",
+    "fsmount",
+    "fsopen",
+    "fspick",
+    "get_kernel_syms",
+    "init_module",
+    "io_uring_enter",
+    "io_uring_register",
+    "io_uring_setup",
+    "ioperm",
+    "iopl",
+    "kcmp",
+    "kexec_file_load",
+    "kexec_load",
+    "keyctl",
+    "lookup_dcookie",
+    "mount",
+    "mount_setattr",
+    "move_mount",
+    "name_to_handle_at",
+    "nfsservctl",
+    "open_by_handle_at",
+    "open_tree",
+    "perf_event_open",
+    "pivot_root",
+    "process_vm_readv",
+    "process_vm_writev",
+    "ptrace",
+    "query_module",
+    "quotactl",
+    "quotactl_fd",
+    "reboot",
+    "request_key",
+    "setdomainname",
+    "sethostname",
+    "setns",
+    "settimeofday",
+    "swapoff",
+    "swapon",
+    "syslog",
+    "sysfs",
+    "_sysctl",
+    "umount2",
+    "unshare",
+    "uselib",
+    "userfaultfd",
+    "ustat",
+    "vhangup",
+    "vm86",
+    "vm86old",
+    "stime",
+    "adjtimex",
     "fanotify_init",
 };
 const int kDeniedSyscallCount = sizeof kDeniedSyscalls / sizeof kDeniedSyscalls[0];
@@ -98,8 +143,7 @@ int drop_bounding_set(const Confinement& c) {
 }
 
 int confine_after_credentials(const Confinement& c) {
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-    return errno;
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) return errno;
   struct __user_cap_header_struct hdr;
   struct __user_cap_data_struct data[2];
   memset(&hdr, 0, sizeof hdr);

@@ -87,8 +87,9 @@ static void host_path(const char* marker) {
 
 static void kernel_interfaces(void) {
   result("mount-tmpfs", mount("tmpfs", "/tmp", "tmpfs", 0, NULL) < 0, "mounted a tmpfs");
-  result("mount-cgroup2", mount("none", "/mnt", "cgroup2", 0, NULL) < 0 &&
-                              mount("none", "/tmp", "cgroup2", 0, NULL) < 0,
+  result("mount-cgroup2",
+         mount("none", "/mnt", "cgroup2", 0, NULL) < 0 &&
+             mount("none", "/tmp", "cgroup2", 0, NULL) < 0,
          "mounted cgroup2");
   result("unshare-user", unshare(CLONE_NEWUSER) < 0, "new user namespace");
   result("unshare-mount", unshare(CLONE_NEWNS) < 0, "new mount namespace");
