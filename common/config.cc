@@ -12,7 +12,71 @@ Result<TomlDoc> TomlDoc::load(const std::string& path) {
   return parse(text, path);
 }
 
+namespace {
+
+// toml++ builds (and later destroys) one nested table per dotted-key part, recursively:
+// a 400 KB key "a.a.a...." exhausts any stack. Keys nest only through dots on one line
+// (headers are absolute, inline tables cannot span lines, and toml++ caps nested
+// values at 256), so bounding the dots outside strings and comments on each line bounds
+// the depth. The line of the first offence is returned, 0 when there is none.
+size_t line_with_too_many_dots(const std::string& text, size_t max_dots) {
+  size_t line = 1, dots = 0;
+  enum { kNone, kBasic, kLiteral, kMultiBasic, kMultiLiteral } str = kNone;
+  bool comment = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+      dots = 0;
+      comment = false;
+      if (str == kBasic || str == kLiteral) str = kNone;  // unterminated: toml++ reports it
+      continue;
+    }
+    if (comment) continue;
+    auto triple = [&](char q) { return text.compare(i, 3, std::string(3, q)) == 0; };
+    switch (str) {
+      case kNone:
+        if (c == '#') {
+          comment = true;
+        } else if (c == '"') {
+          str = triple('"') ? kMultiBasic : kBasic;
+          if (str == kMultiBasic) i += 2;
+        } else if (c == '\'') {
+          str = triple('\'') ? kMultiLiteral : kLiteral;
+          if (str == kMultiLiteral) i += 2;
+        } else if (c == '.' && ++dots > max_dots) {
+          return line;
+        }
+        break;
+      case kBasic:
+        if (c == '\\')
+          ++i;
+        else if (c == '"')
+          str = kNone;
+        break;
+      case kLiteral:
+        if (c == '\'') str = kNone;
+        break;
+      case kMultiBasic:
+        if (c == '\\')
+          ++i;
+        else if (triple('"'))
+          str = kNone, i += 2;
+        break;
+      case kMultiLiteral:
+        if (triple('\'')) str = kNone, i += 2;
+        break;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 Result<TomlDoc> TomlDoc::parse(const std::string& text, const std::string& name) {
+  if (size_t bad = line_with_too_many_dots(text, 64))
+    return field_error(name + ":" + std::to_string(bad),
+                       "more than 64 '.' outside strings on one line (keys nest too deep)");
   try {
     return TomlDoc(toml::parse(text, name), name);
   } catch (const toml::parse_error& e) {
@@ -31,8 +95,9 @@ std::string TomlDoc::where(const toml::node& n) const {
 Status TomlDoc::only_keys(const toml::table& t, const std::string& prefix,
                           std::initializer_list<const char*> allowed) const {
   for (const auto& [k, v] : t) {
+    std::string_view key = k.str();
     bool ok =
-        std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return k.str() == a; });
+        std::any_of(allowed.begin(), allowed.end(), [key](const char* a) { return key == a; });
     if (!ok) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;

@@ -14,6 +14,23 @@ TEST(TomlDoc, UnknownKeyNamesFileAndLine) {
   EXPECT_NE(s.error().message.find("sockte"), std::string::npos);
 }
 
+// A line of dotted keys once overflowed the stack in toml++ (fuzz_job found it).
+TEST(TomlDoc, DeeplyDottedKeysAreRefusedBeforeParsing) {
+  std::string deep;
+  for (int i = 0; i < 200000; ++i) deep += i ? ".a" : "a";
+  auto r = TomlDoc::parse("x = 1\n" + deep + " = 1\n", "job.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("job.toml:2"), std::string::npos) << r.error().str();
+  auto header = TomlDoc::parse("[" + deep + "]\n", "p.toml");
+  EXPECT_FALSE(header.ok());
+  // Dots in strings, comments and multi-line strings are not keys.
+  std::string many(200, '.');
+  auto fine = TomlDoc::parse("a = \"" + many + "\" # " + many + "\nb = \"\"\"\n" + many +
+                                 "\n\"\"\"\nc = '" + many + "'\nd.e.f = 1.5\n",
+                             "ok.toml");
+  EXPECT_TRUE(fine.ok()) << fine.error().str();
+}
+
 TEST(TomlDoc, SyntaxErrorHasLine) {
   auto doc = TomlDoc::parse("a = 1\nb = = 2\n", "f.toml");
   ASSERT_FALSE(doc.ok());

@@ -7,8 +7,13 @@
 #   WEFT_HOST_WIDE_TESTS=0   skip the tests that change host-wide settings (huge page
 #                            pool); by default they run and restore what they change
 #   WEFT_SKIP_GUEST=1        skip the QEMU system-test guest (quick local runs)
+#   WEFT_SKIP_FUZZ=1         skip the fuzzers (quick local runs); WEFT_FUZZ_SECONDS=N
+#                            sets each harness's time (default 30)
 set -euo pipefail
 if [ "${WEFT_HOST_WIDE_TESTS:-1}" = "1" ]; then export WEFT_HOST_WIDE_TESTS=1; else unset WEFT_HOST_WIDE_TESTS; fi
+# As root this is the suite CI runs: a root test that cannot run is a failure, not a
+# silent skip. Without root the root tests skip, and ctest lists them as skipped.
+if [ "$(id -u)" -eq 0 ]; then export WEFT_REQUIRE_ROOT_TESTS="${WEFT_REQUIRE_ROOT_TESTS:-1}"; fi
 cd "$(dirname "$0")/.."
 
 ./scripts/setup.sh
@@ -37,5 +42,10 @@ if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_tests build-asan
+fi
+# Every parser's libFuzzer harness, bounded (WEFT_FUZZ_SECONDS per harness; a crash
+# fails the suite). WEFT_SKIP_FUZZ=1 skips it for quick local runs.
+if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
+  ./scripts/fuzz.sh
 fi
 echo "== all tests passed"

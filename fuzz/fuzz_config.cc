@@ -1,0 +1,30 @@
+// Every daemon's configuration file; the first byte picks the daemon.
+#include <cstdint>
+#include <string>
+
+#include "agent/agent_conf.h"
+#include "controlplane/cp_conf.h"
+#include "hcs/hcs_conf.h"
+#include "sidekick/sidekick_conf.h"
+
+using namespace weft;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 4) {
+    case 0:
+      (void)agent::parse_agent_config(text, "agent.toml");
+      break;
+    case 1:
+      (void)sidekick::parse_sidekick_config(text, "sidekick.toml");
+      break;
+    case 2:
+      (void)hcs::parse_hcs_config(text, "hcs.toml");
+      break;
+    default:
+      (void)cp::parse_cp_config(text, "controlplane.toml");
+      break;
+  }
+  return 0;
+}

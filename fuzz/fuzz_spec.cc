@@ -1,0 +1,24 @@
+// Task specs (task.run params) and the control plane's job specs: JSON from the
+// network into plain structs, every error an Error, and what parses round-trips.
+#include <cstdint>
+#include <string_view>
+
+#include "agent/spec.h"
+#include "common/json_bounded.h"
+#include "controlplane/state_store.h"
+
+using namespace weft;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto j = parse_json_bounded(std::string_view(reinterpret_cast<const char*>(data), size));
+  if (!j.ok()) return 0;
+  auto spec = agent::parse_spec(*j);
+  if (spec.ok()) {
+    auto again = agent::parse_spec(agent::to_json(*spec));
+    if (!again.ok()) __builtin_trap();  // the canonical form must parse
+  }
+  auto job = cp::job_spec_from_json(*j);
+  if (job.ok()) (void)cp::job_spec_to_json(*job);
+  (void)cp::request_from_json(*j);
+  return 0;
+}
