@@ -2,7 +2,11 @@
 
 #include "common/cp_link.h"
 
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "common/config.h"
 #include "common/fs.h"
@@ -20,8 +24,8 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY(doc.only_keys(
       t, "",
       {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
-       "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level", "default_task_user", "allow_root_tasks",
-                     "allow_unconfined_tasks"}));
+       "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level",
+       "default_task_user", "allow_root_tasks", "allow_unconfined_tasks"}));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
@@ -67,6 +71,22 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
 Result<AgentConfig> load_agent_config(const std::string& path) {
   TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
   return parse_agent_config(text, path);
+}
+
+Status check_cgroup2_dir(const std::string& path) {
+  std::string p = path;
+  struct statfs fs {};
+  // The root may not exist yet (the agent creates it): its nearest existing ancestor
+  // tells the filesystem.
+  while (::statfs(p.c_str(), &fs) < 0) {
+    if (errno != ENOENT || p == "/" || p.empty())
+      return field_error("cgroup_root", "cannot inspect " + p + ": " + std::strerror(errno));
+    p = dirname_of(p);
+  }
+  if (fs.f_type != CGROUP2_SUPER_MAGIC)
+    return field_error("cgroup_root",
+                       "'" + path + "' is not on a cgroup2 filesystem (see docs/configuration.md)");
+  return {};
 }
 
 Status resolve_agent_config(AgentConfig* cfg, bool under_systemd) {

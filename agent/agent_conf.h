@@ -45,4 +45,8 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
 // Fills in defaults that depend on the machine (cgroup root, machine id, init path).
 Status resolve_agent_config(AgentConfig* cfg, bool under_systemd);
 
+// The cgroup root must be (or be created) on a cgroup2 filesystem: `cgroup_root =
+// "/etc"` would otherwise have the agent write cgroup.procs files into /etc.
+Status check_cgroup2_dir(const std::string& path);
+
 }  // namespace weft::agent

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/fs.h"
+#include "common/paths.h"
 
 namespace weft::agent {
 namespace {
@@ -103,6 +104,19 @@ TEST_F(ResolveConfig, MissingInitIsAnError) {
   auto s = resolve_agent_config(&cfg_, false);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().str().find("weft-init"), std::string::npos);
+}
+
+// Finding 13: a plain directory is not a cgroup root.
+TEST(AgentConfig, CgroupRootMustBeOnCgroup2) {
+  auto etc = check_cgroup2_dir("/etc");
+  ASSERT_FALSE(etc.ok());
+  EXPECT_EQ(etc.error().field, "cgroup_root");
+  EXPECT_FALSE(check_cgroup2_dir("/etc/weft-does-not-exist/x").ok());
+  auto mount = HostPaths().cgroup2_mount();
+  if (mount.ok()) {
+    EXPECT_TRUE(check_cgroup2_dir(*mount).ok());
+    EXPECT_TRUE(check_cgroup2_dir(*mount + "/weft-not-yet-made/tasks").ok());
+  }
 }
 
 }  // namespace

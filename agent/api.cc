@@ -147,9 +147,11 @@ void Manager::register_methods() {
     std::optional<uint64_t> grace;
     if (p.contains("grace")) {
       const json& g = p["grace"];
-      if (g.is_number() && g.get<double>() >= 0)
-        grace = static_cast<uint64_t>(g.get<double>() * 1e6);
-      else if (g.is_string()) {
+      if (g.is_number()) {
+        auto us = seconds_to_us(g.get<double>());
+        if (!us.ok()) return field_error("grace", us.error().message);
+        grace = *us;
+      } else if (g.is_string()) {
         auto d = parse_duration_us(g.get<std::string>());
         if (!d.ok()) return field_error("grace", d.error().message);
         grace = *d;

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
 
   bool under_systemd = std::getenv("INVOCATION_ID") != nullptr;
   auto resolved = agent::resolve_agent_config(&cfg, under_systemd);
+  if (resolved.ok() && cfg.host_root == "/") resolved = agent::check_cgroup2_dir(cfg.cgroup_root);
   if (!resolved.ok()) {
     std::cerr << "weft-agent: " << resolved.error().str() << "\n";
     return 2;

@@ -83,7 +83,10 @@ Status Manager::start() {
   }
   TRY(mkdir_p(cfg_.state_dir, 0750));
   TRY(mkdir_p(cfg_.state_dir + "/tasks", 0750));
-  TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/agent.db"));
+  // Process-crash durability: a task record lost with the power is harmless (the agent
+  // kills and removes cgroups it has no record of, and the control plane sends its
+  // start again), and an fsync per start would sit on every task's start path.
+  TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/agent.db", Db::Durability::kProcessCrash));
   TRY_CTX(db_->migrate(kMigrations), "agent database");
 
   HostPaths host(cfg_.host_root);

@@ -69,8 +69,11 @@ class Reader {
   Result<std::optional<uint64_t>> duration(const char* k) const {
     if (!has(k)) return std::optional<uint64_t>();
     const json& v = obj_[k];
-    if (v.is_number() && v.get<double>() >= 0)
-      return std::optional<uint64_t>(static_cast<uint64_t>(v.get<double>() * 1e6));
+    if (v.is_number()) {
+      auto us = seconds_to_us(v.get<double>());
+      if (!us.ok()) return field_error(name(k), us.error().message);
+      return std::optional<uint64_t>(*us);
+    }
     if (v.is_string()) {
       auto r = parse_duration_us(v.get<std::string>());
       if (!r.ok()) return field_error(name(k), r.error().message);

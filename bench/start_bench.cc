@@ -9,9 +9,14 @@
 //  - wall time of the CLI that starts a container: `weftctl task run` vs `crun run -d`
 //    of an equivalent minimal container (busybox rootfs, pid/mount/uts/ipc/net
 //    namespaces, one cgroup each), sequential and N at once, with ratios;
+//  - like for like, until the task's own program runs (it writes to a fifo the
+//    benchmark waits on): `weftctl task run` vs `crun run -d`, each through the same
+//    mount-namespace wrapper, the same static program in the same rootfs, the same
+//    namespaces, user (nobody), masked/read-only paths and seccomp deny list;
 //  - with R resident tasks: agent RSS, agent CPU while idle, per-task weft-init RSS/PSS.
 // Needs root. Cleans up every task, cgroup and file it makes.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -29,6 +34,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "agent/init/confine.h"
 #include "common/fs.h"
 #include "common/paths.h"
 #include "common/rpc.h"
@@ -135,6 +141,8 @@ class Bench {
       die("needs /bin/busybox (busybox-static)");
     symlink("busybox", (dir_ + "/rootfs/bin/sleep").c_str());
     symlink("busybox", (dir_ + "/rootfs/bin/sh").c_str());
+    if (system(("cp " START_MARKER_BIN " " + dir_ + "/rootfs/bin/start_marker").c_str()) != 0)
+      die("cannot copy start_marker");
     cg_root_ =
         HostPaths().cgroup2_mount().value_or("/sys/fs/cgroup") + "/weft-bench-" + random_hex(4);
     sock_ = dir_ + "/agent.sock";
@@ -284,10 +292,18 @@ class Bench {
     cfg["process"].erase("rlimits");
     cfg["root"] = {{"path", dir_ + "/rootfs"}, {"readonly", false}};
     // Equivalent to weft's task: no device-cgroup eBPF program (needs CAP_SYS_RESOURCE
-    // here), no masked/readonly paths, the same mounts weft makes.
+    // here); user nobody, no_new_privs, masked/read-only paths (crun's defaults, as
+    // weft's) and weft's seccomp deny list; the same mounts weft makes.
     cfg["linux"].erase("resources");
-    cfg["linux"].erase("maskedPaths");
-    cfg["linux"].erase("readonlyPaths");
+    cfg["process"]["user"] = {{"uid", 65534}, {"gid", 65534}};
+    cfg["process"]["noNewPrivileges"] = true;
+    json denied = json::array();
+    for (int i = 0; i < weft_init::kDeniedSyscallCount; ++i)
+      denied.push_back(weft_init::kDeniedSyscalls[i]);
+    cfg["linux"]["seccomp"] = {
+        {"defaultAction", "SCMP_ACT_ALLOW"},
+        {"architectures", {"SCMP_ARCH_X86_64"}},
+        {"syscalls", {{{"names", denied}, {"action", "SCMP_ACT_ERRNO"}, {"errnoRet", 1}}}}};
     json mounts = json::array();
     for (const auto& m : cfg["mounts"]) {
       std::string d = m["destination"];
@@ -296,6 +312,111 @@ class Bench {
     cfg["mounts"] = mounts;
     cfg["linux"].erase("cgroupsPath");  // crun makes one cgroup per container id
     (void)write_file(b + "/config.json", cfg.dump(1));
+    crun_config_ = cfg;
+  }
+
+  // ---- until the task's own program runs ----
+
+  // Starts `cmd` (a CLI that returns once its container is started) and returns the ms
+  // until the task's program wrote to `fifo` (inside the rootfs), or -1.
+  double until_running(const std::vector<std::string>& cmd, const std::string& fifo) {
+    std::string host_fifo = dir_ + "/rootfs" + fifo;
+    ::unlink(host_fifo.c_str());
+    if (mkfifo(host_fifo.c_str(), 0666) < 0) return -1;
+    chmod(host_fifo.c_str(), 0666);
+    int rd = open(host_fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    std::vector<char*> a;
+    for (const auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
+    a.push_back(nullptr);
+    uint64_t t0 = now_monotonic_us();
+    pid_t p = fork();
+    if (p == 0) {
+      int fd = open("/dev/null", O_WRONLY);
+      dup2(fd, 1);
+      execvp(a[0], a.data());
+      _exit(127);
+    }
+    pollfd pf{rd, POLLIN, 0};
+    double ms = -1;
+    while (now_monotonic_us() - t0 < 20'000'000) {
+      if (poll(&pf, 1, 100) > 0 && (pf.revents & POLLIN)) {
+        ms = ms_since(t0);
+        break;
+      }
+    }
+    int status = 0;
+    waitpid(p, &status, 0);
+    close(rd);
+    ::unlink(host_fifo.c_str());
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    return ms;
+  }
+  std::vector<std::string> wrapped(std::vector<std::string> cmd) {
+    cmd.insert(cmd.begin(), {"unshare", "-m", dir_ + "/crun-ns.sh"});
+    return cmd;
+  }
+  std::vector<std::string> weft_ready_cmd(const std::string& name, const std::string& fifo) {
+    return wrapped({WEFTCTL_BIN, "--agent", sock_, "task", "run", "--name", name, "--rootfs",
+                    dir_ + "/rootfs", "--net", "private", "--", "/bin/start_marker", fifo});
+  }
+  std::vector<std::string> crun_ready_cmd(const std::string& id, const std::string& fifo) {
+    std::string b = dir_ + "/bundles/" + id;
+    (void)mkdir_p(b);
+    json cfg = crun_config_;
+    cfg["process"]["args"] = {"/bin/start_marker", fifo};
+    (void)write_file(b + "/config.json", cfg.dump());
+    return wrapped({"crun", "--root", dir_ + "/crun-state", "run", "-d", "--bundle", b, id});
+  }
+  // One at a time, then `conc` at once; each side cleaned up after its own run.
+  void ready_side_by_side(int seq, int conc) {
+    std::vector<double> wseq, cseq, wb, cb;
+    std::vector<std::string> ids;
+    for (int i = 0; i < seq; ++i) {
+      double t = until_running(weft_ready_cmd("ready-" + std::to_string(i), "/ready"), "/ready");
+      if (t < 0) die("weft: the task's program did not run");
+      wseq.push_back(t);
+      std::string id = "rdy-" + std::to_string(i);
+      double c = until_running(crun_ready_cmd(id, "/ready"), "/ready");
+      if (c < 0) die("crun: the task's program did not run");
+      cseq.push_back(c);
+      ids.push_back(id);
+    }
+    clear_tasks();
+    crun_delete_all(ids);
+    ids.clear();
+    auto burst_of = [&](bool weft) {
+      std::vector<double> out(static_cast<size_t>(conc));
+      std::vector<std::thread> th;
+      std::barrier sync(conc);
+      for (int i = 0; i < conc; ++i)
+        th.emplace_back([&, i] {
+          std::string n = (weft ? "wb-" : "cb-") + std::to_string(i), fifo = "/" + n;
+          auto cmd = weft ? weft_ready_cmd(n, fifo) : crun_ready_cmd(n, fifo);
+          sync.arrive_and_wait();
+          out[static_cast<size_t>(i)] = until_running(cmd, fifo);
+        });
+      for (auto& t : th) t.join();
+      for (int i = 0; i < conc && !weft; ++i) ids.push_back("cb-" + std::to_string(i));
+      for (double t : out)
+        if (t < 0) die(std::string(weft ? "weft" : "crun") + ": a task's program did not run");
+      return out;
+    };
+    wb = burst_of(true);
+    clear_tasks();
+    cb = burst_of(false);
+    crun_delete_all(ids);
+    Stats ws = stats_of(wseq), cs = stats_of(cseq), wbs = stats_of(wb), cbs = stats_of(cb);
+    std::printf(
+        "\nuntil the task's own program runs (same wrapper, program, rootfs, user, "
+        "namespaces, masks, seccomp):\n");
+    row("weftctl task run, 1 at a time", ws);
+    row("crun run -d, 1 at a time", cs);
+    row(("weftctl task run, " + std::to_string(conc) + " at once").c_str(), wbs);
+    row(("crun run -d, " + std::to_string(conc) + " at once").c_str(), cbs);
+    std::printf("  weft/crun, 1 at a time:   p50 %.2fx  p99 %.2fx\n", ws.p50 / cs.p50,
+                ws.p99 / cs.p99);
+    std::printf("  weft/crun, %d at once:   p50 %.2fx  p99 %.2fx\n", conc, wbs.p50 / cbs.p50,
+                wbs.p99 / cbs.p99);
   }
   std::vector<std::string> crun_cmd(const std::vector<std::string>& args) {
     std::vector<std::string> a = {"unshare", "-m",     dir_ + "/crun-ns.sh",
@@ -312,6 +433,7 @@ class Bench {
 
   pid_t agent() const { return agent_; }
   std::string sock_, dir_, cg_root_;
+  json crun_config_;
 
  private:
   pid_t agent_ = -1;
@@ -329,11 +451,19 @@ int main(int argc, char** argv) {
   app.add_option("--resident", resident, "resident tasks for the footprint phase");
   app.add_option("--idle-seconds", idle_s, "idle CPU measurement window");
   app.add_flag("--no-crun", no_crun, "skip the crun comparison");
+  bool ready_only = false;
+  app.add_flag("--ready-only", ready_only,
+               "only the like-for-like comparison until the task's program runs");
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) Bench::die("needs root");
 
   Bench b;
   b.start_agent();
+  if (ready_only) {
+    b.crun_setup();
+    b.ready_side_by_side(std::min(seq, 50), conc);
+    return 0;
+  }
   std::printf("weft start_bench: %d sequential, %d concurrent x %d rounds, %d resident\n", seq,
               conc, rounds, resident);
   std::printf("machine: %ld CPUs, kernel ", sysconf(_SC_NPROCESSORS_ONLN));
@@ -392,6 +522,7 @@ int main(int argc, char** argv) {
                 cs.p50 / weft_cli.p50, (cs.p50 - w.p50) / weft_cli.p50);
     std::printf("  ratio crun/weft p50, %d at once:      %.1fx\n", conc, cb.p50 / weft_cli_b.p50);
     std::printf("  ratio crun/weft p99, %d at once:      %.1fx\n", conc, cb.p99 / weft_cli_b.p99);
+    b.ready_side_by_side(std::min(seq, 50), conc);
   }
 
   // Footprint with many resident tasks.

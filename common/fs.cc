@@ -236,7 +236,15 @@ Result<uint64_t> parse_duration_us(std::string_view s) {
   else
     return make_error("unknown duration unit '" + unit + "' in '" + std::string(s) + "'");
   double v = n * mult;
-  if (v >= 1.8e19) return make_error("duration '" + std::string(s) + "' is too large");
+  if (v > static_cast<double>(kMaxDurationUs))
+    return make_error("duration '" + std::string(s) + "' is longer than 100 years");
+  return static_cast<uint64_t>(v);
+}
+
+Result<uint64_t> seconds_to_us(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return make_error("must be a non-negative number");
+  double v = seconds * 1e6;
+  if (v > static_cast<double>(kMaxDurationUs)) return make_error("is longer than 100 years");
   return static_cast<uint64_t>(v);
 }
 

@@ -1,6 +1,9 @@
 #include "common/fs.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <filesystem>
+#include <limits>
 
 namespace weft {
 namespace {
@@ -41,4 +44,45 @@ TEST(ErrorChain, ContextOrder) {
 }
 
 }  // namespace
+// Finding 6: mkdir_p creates what is missing and leaves what exists as it is (a socket
+// under /tmp once stripped /tmp's sticky bit).
+TEST(Fs, MkdirPLeavesExistingDirectoriesAlone) {
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-fs-" + random_hex(5));
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);
+  ASSERT_TRUE(mkdir_p(dir + "/a/b", 0750).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 01777u);
+  ASSERT_EQ(::stat((dir + "/a/b").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  ASSERT_TRUE(write_file(dir + "/f", "x").ok());
+  EXPECT_FALSE(mkdir_p(dir + "/f/g").ok());  // a file in the way is an error
+  EXPECT_TRUE(mkdir_p(dir + "/a/b").ok());   // again: nothing to do
+  (void)remove_tree(dir);
+}
+
+// Finding 13: input files are read bounded; a device or a huge file is refused.
+TEST(Fs, ReadFileBoundedRefusesDevicesAndHugeFiles) {
+  EXPECT_FALSE(read_file_bounded("/dev/zero", 1 << 20).ok());
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-fs-" + random_hex(5));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  ASSERT_TRUE(write_file(dir + "/big", std::string(5000, 'x')).ok());
+  EXPECT_FALSE(read_file_bounded(dir + "/big", 4096).ok());
+  auto ok = read_file_bounded(dir + "/big", 5000);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->size(), 5000u);
+  (void)remove_tree(dir);
+}
+
+TEST(Fs, DurationsAreCapped) {
+  EXPECT_FALSE(parse_duration_us("1e300h").ok());
+  EXPECT_FALSE(parse_duration_us("200000000h").ok());
+  EXPECT_TRUE(parse_duration_us("87600h").ok());
+  EXPECT_FALSE(seconds_to_us(-1).ok());
+  EXPECT_FALSE(seconds_to_us(1e300).ok());
+  EXPECT_FALSE(seconds_to_us(std::numeric_limits<double>::quiet_NaN()).ok());
+  EXPECT_EQ(*seconds_to_us(1.5), 1'500'000u);
+}
+
 }  // namespace weft

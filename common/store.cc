@@ -62,7 +62,7 @@ std::optional<int64_t> Stmt::col_opt_int(int i) const {
   return col_int(i);
 }
 
-Result<std::unique_ptr<Db>> Db::open(const std::string& path) {
+Result<std::unique_ptr<Db>> Db::open(const std::string& path, Durability d) {
   sqlite3* raw = nullptr;
   int r =
       sqlite3_open_v2(path.c_str(), &raw,
@@ -74,8 +74,11 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& path) {
   }
   std::unique_ptr<Db> db(new Db(raw));
   sqlite3_busy_timeout(raw, 5000);
-  TRY_CTX(db->exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"),
-          "configure database " + path);
+  TRY_CTX(
+      db->exec(d == Durability::kPowerLoss
+                   ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
+                   : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"),
+      "configure database " + path);
   return db;
 }
 

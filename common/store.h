@@ -50,9 +50,15 @@ class Stmt {
 
 class Db {
  public:
-  // Opens (creating if needed) with journal_mode=WAL, synchronous=NORMAL (durable
-  // against process death, which is the crash weft recovers from), foreign keys on.
-  static Result<std::unique_ptr<Db>> open(const std::string& path);
+  // Opens (creating if needed) with journal_mode=WAL and foreign keys on.
+  // Durability::kPowerLoss runs synchronous=FULL: a committed transaction survives a
+  // power cut (each commit waits for fsync). kProcessCrash runs synchronous=NORMAL:
+  // a commit survives the process being killed at any instant, but the last
+  // transactions may be lost with the machine's power. Each store says which it needs
+  // and why (docs/decisions.md).
+  enum class Durability { kPowerLoss, kProcessCrash };
+  static Result<std::unique_ptr<Db>> open(const std::string& path,
+                                          Durability d = Durability::kPowerLoss);
   ~Db();
 
   Status exec(const std::string& sql);

@@ -421,9 +421,13 @@ void Manager::register_methods() {
       std::string name = p["name"].get<std::string>();
       Result<std::vector<Command>> cmds = make_error("unknown operation");
       if (op == "scale") {
-        if (!p.contains("count") || !p["count"].is_number_integer())
-          return field_error("count", "must be an integer");
-        cmds = sched_.scale(name, p["count"].get<int>(), now_us());
+        const json& count = p.contains("count") ? p["count"] : json();
+        if (!count.is_number_integer() || count.get<int64_t>() < 1 ||
+            count.get<int64_t>() > kMaxTasksPerJob ||
+            (count.is_number_unsigned() && count.get<uint64_t>() > kMaxTasksPerJob))
+          return field_error("count",
+                             "must be an integer from 1 to " + std::to_string(kMaxTasksPerJob));
+        cmds = sched_.scale(name, static_cast<int>(count.get<int64_t>()), now_us());
       } else if (op == "update") {
         TRY_ASSIGN(JobSpec spec, job_from_params(p));
         cmds = sched_.update(spec, now_us());

@@ -31,6 +31,9 @@
 
 namespace weft::cp {
 
+// The most tasks one job may have (job files and the operator API say the same).
+inline constexpr int kMaxTasksPerJob = 100000;
+
 struct JobSpec {
   std::string name;
   EntitlementId entitlement = 1;

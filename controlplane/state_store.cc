@@ -22,11 +22,17 @@ const std::vector<std::string> kMigrations = {
     R"(ALTER TABLE tasks ADD COLUMN since_wall_us INTEGER NOT NULL DEFAULT 0;)",
 };
 
-Result<int64_t> int_field(const json& j, const char* key, int64_t dflt, int64_t min) {
+// An integer in [min, max]: a value that does not fit (4294967297 as a count) is an
+// error, never truncated.
+Result<int64_t> int_field(const json& j, const char* key, int64_t dflt, int64_t min,
+                          int64_t max = INT32_MAX) {
   if (!j.contains(key)) return dflt;
-  if (!j[key].is_number_integer() || j[key].get<int64_t>() < min)
-    return field_error(key, std::string("must be an integer of at least ") + std::to_string(min));
-  return j[key].get<int64_t>();
+  const json& v = j[key];
+  bool fits = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX);
+  if (!fits || v.get<int64_t>() < min || v.get<int64_t>() > max)
+    return field_error(
+        key, "must be an integer from " + std::to_string(min) + " to " + std::to_string(max));
+  return v.get<int64_t>();
 }
 
 Result<std::string> str_field(const json& j, const char* key, bool required) {
@@ -64,7 +70,7 @@ Result<JobSpec> job_spec_from_json(const json& j) {
   TRY_ASSIGN(s.name, str_field(j, "name", true));
   TRY_ASSIGN(auto ent, int_field(j, "entitlement", 1, 1));
   s.entitlement = static_cast<EntitlementId>(ent);
-  TRY_ASSIGN(auto count, int_field(j, "count", 1, 1));
+  TRY_ASSIGN(auto count, int_field(j, "count", 1, 1, kMaxTasksPerJob));
   s.count = static_cast<int>(count);
   if (j.contains("per_task")) {
     const json& r = j["per_task"];
@@ -76,7 +82,7 @@ Result<JobSpec> job_spec_from_json(const json& j) {
     s.per_task = {*cpu, *mem};
   }
   TRY_ASSIGN(s.machine_type, str_field(j, "machine_type", false));
-  TRY_ASSIGN(auto mu, int_field(j, "max_unavailable", 1, 1));
+  TRY_ASSIGN(auto mu, int_field(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
   s.max_unavailable = static_cast<int>(mu);
   if (j.contains("task")) {
     if (!j["task"].is_object()) return field_error("task", "must be an object (the task spec)");

@@ -110,6 +110,11 @@ TEST(StateStore, JobSpecErrorsNameTheField) {
       {json{{"name", "a"}, {"per_task", {{"mem_mb", "lots"}}}}, "per_task.mem_mb"},
       {json{{"name", "a"}, {"max_unavailable", 0}}, "max_unavailable"},
       {json{{"name", "a"}, {"task", "sleep"}}, "task"},
+      // Finding 13: too large for an int is an error, not 1.
+      {json{{"name", "a"}, {"count", 4294967297ull}}, "count"},
+      {json{{"name", "a"}, {"count", 18446744073709551615ull}}, "count"},
+      {json{{"name", "a"}, {"count", 100001}}, "count"},
+      {json{{"name", "a"}, {"per_task", {{"cpu_milli", 4294967297000ll}}}}, "per_task.cpu_milli"},
   };
   for (const auto& c : cases) {
     auto r = job_spec_from_json(c.j);

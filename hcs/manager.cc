@@ -39,7 +39,8 @@ Manager::~Manager() {
 
 Status Manager::start() {
   TRY(mkdir_p(cfg_.state_dir, 0750));
-  TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/hcs.db"));
+  // Health history: losing the last entries with the power is harmless.
+  TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/hcs.db", Db::Durability::kProcessCrash));
   TRY_CTX(db_->migrate(kMigrations), "hcs database");
   HostPaths host(cfg_.host_root);
   for (const char* res : {"cpu", "memory", "io"}) {
