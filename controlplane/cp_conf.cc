@@ -10,10 +10,10 @@ namespace weft::cp {
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"socket", "socket_group", "listen", "insecure_listen", "state_dir", "heartbeat_interval",
-       "missed_heartbeats", "destructive_per_min", "destructive_burst", "log_level"}));
+  TRY(doc.only_keys(t, "",
+                    {"socket", "socket_group", "listen", "insecure_listen", "state_dir",
+                     "heartbeat_interval", "missed_heartbeats", "destructive_per_min",
+                     "destructive_burst", "log_level", "ended_task_retention"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -32,6 +32,14 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
       return field_error(doc.where(*t.get("heartbeat_interval")),
                          "'heartbeat_interval' must be a duration of at least 100ms");
     c.broker.heartbeat_interval_us = *us;
+  }
+  TRY_ASSIGN(auto retention, doc.get_string(t, "ended_task_retention"));
+  if (retention) {
+    auto us = parse_duration_us(*retention);
+    if (!us.ok())
+      return field_error(doc.where(*t.get("ended_task_retention")),
+                         "'ended_task_retention' must be a duration such as \"10m\"");
+    c.ended_task_retention_us = *us;
   }
   TRY_ASSIGN(auto missed, doc.get_int(t, "missed_heartbeats"));
   if (missed) {

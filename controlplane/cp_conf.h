@@ -18,6 +18,8 @@ struct CpConfig {
   std::string state_dir = "/var/lib/weft/controlplane";
   BrokerConfig broker;
   SchedulerLimits limits;
+  // Ended tasks stay listed (job show) this long, then are forgotten for good.
+  uint64_t ended_task_retention_us = 10ull * 60 * 1'000'000;
   std::string log_level = "info";
 };
 

@@ -13,9 +13,6 @@ using json = nlohmann::json;
 using rpc::CallContext;
 
 namespace {
-// Ended tasks stay listed (job show, task ls --cluster) this long after they ended.
-constexpr uint64_t kRetainEndedTasksUs = 10ull * 60 * 1'000'000;
-
 uint64_t now_us() {
   return now_monotonic_us();  // the scheduler and broker need a steady clock
 }
@@ -168,7 +165,7 @@ void Manager::tick() {
   }
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
-  auto pruned = sched_.prune(now, kRetainEndedTasksUs);
+  auto pruned = sched_.prune(now, cfg_.ended_task_retention_us);
   if (!pruned.empty()) {
     if (auto s = store_->delete_tasks(pruned); !s.ok())
       log_error("cannot forget ended tasks: " + s.error().str());

@@ -2,12 +2,20 @@
 // registers, the control plane places a job on it and the agent runs it in its cgroup,
 // reports keep it running, a task an operator started locally is neither reported nor
 // touched, and the agent reconnects after the control plane restarts.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <iostream>
 #include <thread>
 
 #include "common/fs.h"
@@ -48,7 +56,7 @@ class Cluster : public ::testing::Test {
     cp_pid_ = -1;
   }
   Result<json> cp(const std::string& m, const json& p = json::object()) {
-    TRY_ASSIGN(auto c, rpc::Client::connect(cp_dir_ + "/cp.sock"));
+    TRY_ASSIGN(auto c, rpc::Client::connect(cp_sock_.empty() ? cp_dir_ + "/cp.sock" : cp_sock_));
     return c->call(m, p, 5000);
   }
   // Waits until the control plane lists the machine as connected (and healthy enough).
@@ -63,6 +71,7 @@ class Cluster : public ::testing::Test {
   }
   AgentHarness agent_;
   std::string cp_dir_;
+  std::string cp_sock_;  // when not cp_dir_/cp.sock
   pid_t cp_pid_ = -1;
 };
 
@@ -119,6 +128,190 @@ TEST_F(Cluster, AgentRunsWhatTheControlPlanePlaces) {
   agent_.wait_state(task, "stopped");
   agent_.call("task.stop", {{"id", "local"}, {"grace", 0}});
   agent_.wait_state("local", "stopped");
+}
+
+// Finding 3: a control plane that never answers (SYNs dropped: its accept queue is
+// full) must not stall the agent's loop; the local API answers throughout.
+TEST_F(Cluster, AControlPlaneThatNeverAnswersDoesNotStallTheAgent) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  Fd lfd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(lfd.get(), 0), 0);
+  socklen_t sl = sizeof sa;
+  getsockname(lfd.get(), reinterpret_cast<sockaddr*>(&sa), &sl);
+  std::vector<Fd> fillers;
+  for (int i = 0; i < 4; ++i) {
+    Fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    (void)::connect(f.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    fillers.push_back(std::move(f));
+  }
+  agent_.add_config("control_plane = \"127.0.0.1:" + std::to_string(ntohs(sa.sin_port)) +
+                    "\"\ninsecure_control_plane = true\nmachine_id = \"testhost\"");
+  agent_.start();
+  if (HasFatalFailure()) return;
+  // Twelve seconds: more than two connect timeouts and their retries.
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+  int calls = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    auto c = rpc::Client::connect(agent_.socket());
+    ASSERT_TRUE(c.ok());
+    auto r = (*c)->call("agent.info", json::object(), 2000);
+    ASSERT_TRUE(r.ok()) << "the agent stalled: " << r.error().str();
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_GT(calls, 20);
+  json t = agent_.call("task.run", {{"name", "still"}, {"argv", {"/bin/true"}}});
+  agent_.wait_state(t.value("id", ""), "exited");
+}
+
+// Finding 9: a control-plane socket served by an unprivileged user (who bound it while
+// the real one was down) gets no hello and sends no command; the real one, as root, does.
+TEST_F(Cluster, AnUnprivilegedControlPlaneSocketIsRefused) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  std::string dir = agent_.dir() + "/impostor";
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(agent_.dir().c_str(), 0755), 0);
+  std::string path = dir + "/cp.sock";
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t impostor = fork();
+  ASSERT_GE(impostor, 0);
+  if (impostor == 0) {
+    close(pipefd[0]);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    int l = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un un{};
+    un.sun_family = AF_UNIX;
+    std::snprintf(un.sun_path, sizeof un.sun_path, "%s", path.c_str());
+    if (::bind(l, reinterpret_cast<sockaddr*>(&un), sizeof un) != 0 || ::listen(l, 16) != 0)
+      _exit(4);
+    (void)!write(pipefd[1], "L", 1);  // listening
+    for (;;) {
+      int c = ::accept(l, nullptr, nullptr);
+      if (c < 0) continue;
+      (void)!write(pipefd[1], "C", 1);  // a connection
+      char buf[4096];
+      pollfd p{c, POLLIN, 0};
+      while (poll(&p, 1, 2000) > 0) {
+        ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        (void)!write(pipefd[1], buf, static_cast<size_t>(n));  // what the agent said
+      }
+      ::close(c);
+    }
+  }
+  close(pipefd[1]);
+  char ready = 0;
+  ASSERT_EQ(read(pipefd[0], &ready, 1), 1);
+  ASSERT_EQ(ready, 'L');
+  agent_.add_config("control_plane = \"unix:" + path + "\"\nmachine_id = \"testhost\"");
+  agent_.start();
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  kill(impostor, SIGKILL);
+  waitpid(impostor, nullptr, 0);
+  std::string seen;
+  char buf[4096];
+  fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+  ssize_t n;
+  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) seen.append(buf, static_cast<size_t>(n));
+  close(pipefd[0]);
+  EXPECT_NE(seen.find('C'), std::string::npos) << "the agent never tried: " << seen;
+  EXPECT_EQ(seen.find("machine.register"), std::string::npos) << "the agent spoke to it: " << seen;
+  // The real control plane, as root, on the same path: the agent registers.
+  ::unlink(path.c_str());
+  ASSERT_TRUE(write_file(cp_dir_ + "/cp.toml", "socket = \"" + path + "\"\nstate_dir = \"" +
+                                                   cp_dir_ + "/state\"\nlisten = \"\"\n")
+                  .ok());
+  cp_sock_ = path;
+  start_cp();
+  EXPECT_TRUE(wait_connected()) << read_file(cp_dir_ + "/cp.log").value_or("");
+}
+
+// Resident set size of a process, in KiB.
+uint64_t rss_kb(pid_t pid) {
+  auto s = read_file("/proc/" + std::to_string(pid) + "/status");
+  if (!s.ok()) return 0;
+  auto at = s->find("VmRSS:");
+  return at == std::string::npos ? 0 : std::strtoull(s->c_str() + at + 6, nullptr, 10);
+}
+
+// Finding 4, the week-long soak in small: a job whose tasks end at once is replaced over
+// and over (WEFT_SOAK_TASKS tasks, 1,500 by default; 100,000 for the long run). The
+// agent's task list (what it reports), the control plane's task table and both
+// daemons' memory stay flat.
+TEST_F(Cluster, ChurnOfControlPlaneTasksKeepsStateAndReportsFlat) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  uint64_t target = 1500;
+  if (const char* env = std::getenv("WEFT_SOAK_TASKS")) target = std::strtoull(env, nullptr, 10);
+  ASSERT_TRUE(write_file(cp_dir_ + "/cp.toml",
+                         "socket = \"" + cp_dir_ + "/cp.sock\"\nstate_dir = \"" + cp_dir_ +
+                             "/state\"\nlisten = \"\"\nheartbeat_interval = \"200ms\"\n"
+                             "destructive_per_min = 1000000\ndestructive_burst = 1000000\n"
+                             "ended_task_retention = \"1s\"\n")
+                  .ok());
+  start_cp();
+  agent_.add_config("control_plane = \"unix:" + cp_dir_ + "/cp.sock\"\nmachine_id = \"testhost\"");
+  agent_.start();
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(wait_connected());
+  ASSERT_TRUE(cp("health.report", {{"machine", "testhost"}, {"verdict", "ok"}}).ok());
+  ASSERT_TRUE(cp("entitlement.create", {{"name", "soak"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(cp("job.create", {{"name", "churn"},
+                                {"entitlement", 1},
+                                {"count", 4},
+                                {"per_task", {{"cpu_milli", 10}, {"mem_mb", 1}}},
+                                {"task", {{"argv", {"/bin/true"}}}}})
+                  .ok());
+  // Tasks made so far: the highest sequence number in the job's task ids.
+  auto progress = [&](size_t* cp_tasks) -> uint64_t {
+    auto s = cp("job.show", {{"name", "churn"}});
+    if (!s.ok()) return 0;
+    *cp_tasks = (*s)["tasks"].size();
+    uint64_t seq = 0;
+    for (const auto& t : (*s)["tasks"]) {
+      std::string id = t["id"];
+      seq =
+          std::max<uint64_t>(seq, std::strtoull(id.substr(id.rfind('.') + 1).c_str(), nullptr, 10));
+    }
+    return seq;
+  };
+  struct Sample {
+    uint64_t tasks = 0, agent_rss = 0, cp_rss = 0;
+    size_t agent_listed = 0, cp_listed = 0;
+  };
+  auto sample = [&](uint64_t at_least) {
+    Sample s;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30 + at_least / 20);
+    while ((s.tasks = progress(&s.cp_listed)) < at_least &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    s.agent_listed = agent_.call("task.ls", json::object())["tasks"].size();
+    s.agent_rss = rss_kb(agent_.pid());
+    s.cp_rss = rss_kb(cp_pid_);
+    return s;
+  };
+  Sample warm = sample(target / 3);
+  Sample end = sample(target);
+  std::cerr << "soak: " << warm.tasks << " tasks: agent lists " << warm.agent_listed << ", RSS "
+            << warm.agent_rss << " KiB; control plane lists " << warm.cp_listed << ", RSS "
+            << warm.cp_rss << " KiB\nsoak: " << end.tasks << " tasks: agent lists "
+            << end.agent_listed << ", RSS " << end.agent_rss << " KiB; control plane lists "
+            << end.cp_listed << ", RSS " << end.cp_rss << " KiB\n";
+  ASSERT_GE(end.tasks, target) << "the churn was too slow";
+  // What the agent reports: the job's four tasks and the few not yet acknowledged.
+  EXPECT_LE(end.agent_listed, 40u);
+  EXPECT_LE(end.cp_listed, warm.cp_listed * 2 + 100);
+  EXPECT_LT(end.agent_rss, warm.agent_rss + 4096);
+  EXPECT_LT(end.cp_rss, warm.cp_rss + 8192);
+  ASSERT_TRUE(cp("job.stop", {{"name", "churn"}}).ok());
 }
 
 }  // namespace
