@@ -47,7 +47,7 @@ inline constexpr size_t kMaxBatch = 1000;
 // What all sessions of one Server (or one daemon) may hold in unfinished input lines.
 // A session whose partial line would take the total past the cap is closed.
 struct BufferBudget {
-  size_t limit = 128u << 20;
+  size_t limit = 64u << 20;
   size_t used = 0;
 };
 
@@ -186,7 +186,7 @@ struct ServerLimits {
   // TCP sessions from one source address at once.
   size_t max_sessions_per_address = 256;
   // Bytes of unfinished input lines held across all sessions.
-  size_t max_buffered_bytes = 128u << 20;
+  size_t max_buffered_bytes = 64u << 20;
 };
 
 class Server {

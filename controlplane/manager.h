@@ -25,6 +25,8 @@ class Manager {
   ~Manager();
   Status start();
   Status run() { return loop_->run(); }
+  // For harnesses that drive the loop themselves (fuzz/fuzz_cp_dispatch.cc).
+  EventLoop& loop() { return *loop_; }
 
  private:
   Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop);

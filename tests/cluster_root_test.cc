@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <thread>
 
@@ -312,6 +314,69 @@ TEST_F(Cluster, ChurnOfControlPlaneTasksKeepsStateAndReportsFlat) {
   EXPECT_LT(end.agent_rss, warm.agent_rss + 4096);
   EXPECT_LT(end.cp_rss, warm.cp_rss + 8192);
   ASSERT_TRUE(cp("job.stop", {{"name", "churn"}}).ok());
+}
+
+// Finding 12: with the state disk full, a create that cannot be written is not created:
+// not listed, not "already exists" on retry, nothing placed; once there is room the same
+// request succeeds and survives a restart.
+TEST_F(Cluster, ACreateThatCannotBeWrittenIsNotCreated) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  std::string state = cp_dir_ + "/state";
+  ASSERT_TRUE(mkdir_p(state).ok());
+  ASSERT_EQ(::mount("tmpfs", state.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=4m"), 0)
+      << std::strerror(errno);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{state};
+  start_cp();
+  agent_.add_config("control_plane = \"unix:" + cp_dir_ + "/cp.sock\"\nmachine_id = \"testhost\"");
+  agent_.start();
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(wait_connected());
+  ASSERT_TRUE(cp("health.report", {{"machine", "testhost"}, {"verdict", "ok"}}).ok());
+  ASSERT_TRUE(cp("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  // Fill the disk.
+  std::string filler = state + "/filler";
+  {
+    Fd f(::open(filler.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    ASSERT_TRUE(f.valid());
+    std::string chunk(64 * 1024, 'x');
+    while (::write(f.get(), chunk.data(), chunk.size()) > 0) {
+    }
+    ::fsync(f.get());
+  }
+  json job{{"name", "site"},
+           {"entitlement", 1},
+           {"count", 1},
+           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+           {"task", {{"argv", {"/bin/sleep", "600"}}}}};
+  auto full_ent = cp("entitlement.create", {{"name", "b"}, {"quota", 1}});
+  EXPECT_FALSE(full_ent.ok());
+  auto full_job = cp("job.create", job);
+  EXPECT_FALSE(full_job.ok());
+  auto ents = cp("entitlement.ls");
+  ASSERT_TRUE(ents.ok());
+  EXPECT_EQ((*ents)["entitlements"].size(), 1u) << ents->dump();
+  auto jobs = cp("job.ls");
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_TRUE((*jobs)["jobs"].empty()) << jobs->dump();
+  // Room again: the same requests succeed (nothing half-made says "exists").
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  auto ent = cp("entitlement.create", {{"name", "b"}, {"quota", 1}});
+  EXPECT_TRUE(ent.ok()) << ent.error().str();
+  auto created = cp("job.create", job);
+  EXPECT_TRUE(created.ok()) << created.error().str();
+  stop_cp(SIGKILL);
+  start_cp();
+  ents = cp("entitlement.ls");
+  ASSERT_TRUE(ents.ok());
+  EXPECT_EQ((*ents)["entitlements"].size(), 2u);
+  jobs = cp("job.ls");
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ((*jobs)["jobs"].size(), 1u);
+  stop_cp(SIGTERM);
 }
 
 }  // namespace
