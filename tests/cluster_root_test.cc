@@ -61,6 +61,15 @@ class Cluster : public ::testing::Test {
     TRY_ASSIGN(auto c, rpc::Client::connect(cp_sock_.empty() ? cp_dir_ + "/cp.sock" : cp_sock_));
     return c->call(m, p, 5000);
   }
+  // Starts the agent as machine "testhost" of the control plane, reported healthy.
+  void join_healthy_agent() {
+    agent_.add_config("control_plane = \"unix:" + cp_dir_ +
+                      "/cp.sock\"\nmachine_id = \"testhost\"");
+    agent_.start();
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(wait_connected());
+    ASSERT_TRUE(cp("health.report", {{"machine", "testhost"}, {"verdict", "ok"}}).ok());
+  }
   // Waits until the control plane lists the machine as connected (and healthy enough).
   bool wait_connected() {
     for (int i = 0; i < 200; ++i) {
@@ -260,11 +269,8 @@ TEST_F(Cluster, ChurnOfControlPlaneTasksKeepsStateAndReportsFlat) {
                              "ended_task_retention = \"1s\"\n")
                   .ok());
   start_cp();
-  agent_.add_config("control_plane = \"unix:" + cp_dir_ + "/cp.sock\"\nmachine_id = \"testhost\"");
-  agent_.start();
+  join_healthy_agent();
   if (HasFatalFailure()) return;
-  ASSERT_TRUE(wait_connected());
-  ASSERT_TRUE(cp("health.report", {{"machine", "testhost"}, {"verdict", "ok"}}).ok());
   ASSERT_TRUE(cp("entitlement.create", {{"name", "soak"}, {"quota", 1}}).ok());
   ASSERT_TRUE(cp("job.create", {{"name", "churn"},
                                 {"entitlement", 1},
@@ -331,11 +337,8 @@ TEST_F(Cluster, ACreateThatCannotBeWrittenIsNotCreated) {
     ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
   } unmount{state};
   start_cp();
-  agent_.add_config("control_plane = \"unix:" + cp_dir_ + "/cp.sock\"\nmachine_id = \"testhost\"");
-  agent_.start();
+  join_healthy_agent();
   if (HasFatalFailure()) return;
-  ASSERT_TRUE(wait_connected());
-  ASSERT_TRUE(cp("health.report", {{"machine", "testhost"}, {"verdict", "ok"}}).ok());
   ASSERT_TRUE(cp("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
   // Fill the disk.
   std::string filler = state + "/filler";
