@@ -113,11 +113,13 @@ Result<Identity> task_identity(const std::string& user, const std::string& group
   bool root_gid = id.gid == 0;
   for (gid_t g : id.groups) root_gid = root_gid || g == 0;
   if (root_uid)
-    return field_error("user", "tasks may not run as root on this machine (agent.toml: "
-                               "allow_root_tasks = false)");
+    return field_error("user",
+                       "tasks may not run as root on this machine (agent.toml: "
+                       "allow_root_tasks = false)");
   if (root_gid)
-    return field_error("group", "tasks may not run with group root on this machine (agent.toml: "
-                                "allow_root_tasks = false)");
+    return field_error("group",
+                       "tasks may not run with group root on this machine (agent.toml: "
+                       "allow_root_tasks = false)");
   return id;
 }
 

@@ -68,8 +68,7 @@ AgentHarness::AgentHarness(bool root_tasks) {
   config_ = dir_ + "/agent.toml";
   std::string conf = "socket = \"" + socket_ + "\"\n" + "state_dir = \"" + dir_ + "/state\"\n" +
                      "cgroup_root = \"" + cgroup_root_ + "\"\n" +
-                     "init_path = \"" WEFT_INIT_BIN "\"\n" +
-                     "log_level = \"debug\"\n" +
+                     "init_path = \"" WEFT_INIT_BIN "\"\n" + "log_level = \"debug\"\n" +
                      (root_tasks ? "allow_root_tasks = true\ndefault_task_user = \"\"\n" : "") +
                      "[labels]\ntest = \"yes\"\n";
   EXPECT_TRUE(write_file(config_, conf).ok());
