@@ -317,8 +317,14 @@ TEST_F(Cluster, ChurnOfControlPlaneTasksKeepsStateAndReportsFlat) {
   // What the agent reports: the job's four tasks and the few not yet acknowledged.
   EXPECT_LE(end.agent_listed, 40u);
   EXPECT_LE(end.cp_listed, warm.cp_listed * 2 + 100);
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's quarantine holds freed memory back (up to 256 MiB), so resident
+  // size says nothing about leaks here: memory is asserted in the normal build.
+  std::cerr << "soak: RSS not asserted under AddressSanitizer\n";
+#else
   EXPECT_LT(end.agent_rss, warm.agent_rss + 4096);
   EXPECT_LT(end.cp_rss, warm.cp_rss + 8192);
+#endif
   ASSERT_TRUE(cp("job.stop", {{"name", "churn"}}).ok());
 }
 
