@@ -14,7 +14,7 @@ PACKAGES=(
   qemu-system-x86 mmdebstrap e2fsprogs
   clang-format
   clang bpftool libbpf-dev
-  libseccomp-dev libfuzzer-14-dev
+  libseccomp-dev libfuzzer-14-dev libclang-rt-14-dev
 )
 
 SUDO=""
