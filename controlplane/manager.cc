@@ -48,6 +48,10 @@ Status Manager::start() {
   TRY_CTX(store_->restore(alloc_, broker_, sched_, now_us()), "restoring the control plane state");
   sched_.set_ready_check(
       [this](MachineId m) { return broker_.usable(m) && broker_.state_of(m) != "preparing"; });
+  sched_.set_entitlement_dc([this](EntitlementId e) {
+    auto it = broker_.entitlements().find(e);
+    return it == broker_.entitlements().end() ? std::string() : it->second.dc;
+  });
   weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);

@@ -98,6 +98,7 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   r.tasks = j.spec.count;
   r.per_task = j.spec.per_task;
   r.machine_type = j.spec.machine_type;
+  if (dc_of_) r.dc = dc_of_(j.spec.entitlement);
   TRY_ASSIGN(Placement p, alloc_.allocate(r));
   std::set<int> have;
   for (const auto& [id, t] : tasks_)
@@ -206,15 +207,17 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
 
 std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   std::vector<Command> out;
-  // In flight: old tasks stopping for this update, new ones not yet running.
-  int in_flight = 0;
+  // Unavailable, whatever the reason (Twine §2.4): every index of the job with no task
+  // running now: stopping for this update, starting, pending, lost, failed or draining.
+  std::set<int> running_idx;
   std::vector<TaskRecord*> old;
   for (auto& [id, t] : tasks_) {
     if (t.job != j.spec.name) continue;
-    if (t.generation < j.generation && t.state == TaskState::kStopping) ++in_flight;
-    if (t.generation == j.generation && (t.state == TaskState::kStarting)) ++in_flight;
+    if (t.state == TaskState::kRunning) running_idx.insert(t.index);
     if (t.generation < j.generation && live(t.state)) old.push_back(&t);
   }
+  int in_flight = 0;
+  for (int i = 0; i < j.spec.count; ++i) in_flight += running_idx.count(i) ? 0 : 1;
   std::sort(old.begin(), old.end(),
             [](const TaskRecord* a, const TaskRecord* b) { return a->index < b->index; });
   for (TaskRecord* t : old) {

@@ -121,6 +121,9 @@ class Scheduler {
   // host profile is not applied yet) stay PENDING; the broker's word that it is ready
   // starts them.
   void set_ready_check(std::function<bool(MachineId)> ready) { ready_ = std::move(ready); }
+  // The data centre an entitlement is pinned to ("" = any): a hard constraint on every
+  // placement of its jobs.
+  void set_entitlement_dc(std::function<std::string(EntitlementId)> dc) { dc_of_ = std::move(dc); }
   std::vector<Command> machine_ready(MachineId m, uint64_t now_us);
 
   const std::map<std::string, TaskRecord>& tasks() const { return tasks_; }
@@ -171,6 +174,7 @@ class Scheduler {
   Allocator& alloc_;
   SchedulerLimits limits_;
   std::function<bool(MachineId)> ready_;
+  std::function<std::string(EntitlementId)> dc_of_;
   double tokens_ = -1;
   uint64_t tokens_at_ = 0;
   std::map<std::string, Job> jobs_;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 namespace weft::cp {
@@ -436,6 +437,55 @@ TEST_F(Sched, AbandonedCreateLeavesNothingBehind) {
   EXPECT_TRUE(alloc_.placement("web").empty());
   EXPECT_EQ(alloc_.free(ids_[0]), free_before);
   EXPECT_TRUE(sched_.create(spec("web", 3), 1).ok());  // not "already exists"
+}
+
+}  // namespace
+}  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+// Issue 12: an entitlement pinned to a data centre gets machines of that DC only.
+TEST(SchedDc, AnEntitlementsDcPinIsAHardConstraint) {
+  Allocator alloc;
+  std::vector<MachineId> dc1, dc2;
+  for (int i = 0; i < 3; ++i) {
+    dc1.push_back(alloc.add_machine(
+        {"a" + std::to_string(i), "dc1", "r" + std::to_string(i), "x", {4000, 8192}}));
+    dc2.push_back(alloc.add_machine(
+        {"b" + std::to_string(i), "dc2", "s" + std::to_string(i), "x", {4000, 8192}}));
+  }
+  alloc.set_quota(1, 3);
+  Scheduler sched(alloc);
+  sched.set_entitlement_dc([](EntitlementId e) { return e == 1 ? "dc2" : ""; });
+  JobSpec s;
+  s.name = "pinned";
+  s.count = 3;
+  s.per_task = {1000, 1024};
+  auto c = sched.create(s, 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  for (const auto& cmd : *c)
+    EXPECT_NE(std::find(dc2.begin(), dc2.end(), cmd.machine), dc2.end())
+        << "task on a machine outside dc2";
+}
+
+// Issue 12: a rolling update counts every unavailable task, whatever the reason: with
+// one task already lost (and its replacement waiting for the budget) and
+// max_unavailable = 1, the update stops nothing until that index runs again.
+TEST_F(Sched, RollingUpdateCountsTasksDownForAnyReason) {
+  Scheduler sched(alloc_, SchedulerLimits{0.0001, 0});  // no budget: the lost one waits
+  JobSpec s = spec("web", 4);
+  s.max_unavailable = 1;
+  auto c = sched.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched.report(m, running_on(m, sent), 1);
+  MachineId victim = c->at(0).machine;
+  sched.machine_down(victim, 2);  // its task is lost; no token to replace it
+  s.task["argv"] = {"/bin/sleep", "1000"};
+  auto u = sched.update(s, 3);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(count_kind(*u, Command::Kind::kStop), 0) << "a second task would be down";
 }
 
 }  // namespace
