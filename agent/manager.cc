@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -75,12 +74,8 @@ Result<std::unique_ptr<Manager>> Manager::create(AgentConfig cfg, std::unique_pt
 
 Status Manager::start() {
   started_at_us_ = now_monotonic_us();
-  // One pidfd per running task: make room for many thousands.
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
+  // One pidfd per running task: weft-agent's main raised RLIMIT_NOFILE to the hard
+  // limit already (raise_fd_limit, common/daemon.h).
   TRY(mkdir_p(cfg_.state_dir, 0750));
   TRY(mkdir_p(cfg_.state_dir + "/tasks", 0750));
   // Process-crash durability: a task record lost with the power is harmless (the agent

@@ -187,10 +187,6 @@ void Session::account_buffered() {
   }
 }
 
-void Session::reply_error(const json& id, const RpcError& e) {
-  send_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"error", error_object(e)}});
-}
-
 namespace {
 
 // Reads an "error" member of a reply without trusting its shape.
@@ -217,6 +213,10 @@ json error_reply(const json& id, const RpcError& e) {
 }
 
 }  // namespace
+
+void Session::reply_error(const json& id, const RpcError& e) {
+  send_json(error_reply(id, e));
+}
 
 void Session::handle_line(const std::string& line) {
   if (line.find_first_not_of(" \t") == std::string::npos) return;  // blank lines are ignored

@@ -378,7 +378,7 @@ TEST(ConnectAttemptTest, NeverBlocksTheLoopAndTimesOut) {
   usleep(100'000);
   std::optional<Result<Fd>> got;
   int ticks = 0;
-  auto tick = std::move(loop->add_timer_in(10'000, [] {})).value();
+  Source tick;
   std::function<void()> rearm;
   rearm = [&] {
     ++ticks;
