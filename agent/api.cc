@@ -58,23 +58,23 @@ Result<Task*> Manager::find_task(const json& params) {
 }
 
 json Manager::summary(const Task& t) const {
-  json j{
-      {"id", t.id},
-      {"name", t.name},
-      {"state", t.state},
-      {"pid", t.pid > 0 ? json(t.pid) : json()},
-      {"exit_code", t.exit_code ? json(*t.exit_code) : json()},
-      {"signal", t.signal ? json(signal_name(*t.signal)) : json()},
-      {"core_dumped", t.core_dumped},
-      {"oom_killed", t.oom_killed},
-      {"restarts", t.restarts},
-      {"incarnation", t.incarnation},
-      {"cgroup", cgroup_rel(t.id)},
-      {"reason", t.reason},
-      {"created_at", format_rfc3339(t.created_us)},
-      {"started_at", format_rfc3339(t.started_us)},
-      {"finished_at", t.terminal() || t.state == "backoff" ? format_rfc3339(t.finished_us) : ""}};
-  if (t.state == "backoff") j["next_start_at"] = format_rfc3339(t.next_start_us);
+  json j{{"id", t.id},
+         {"name", t.name},
+         {"state", task_state_name(t.state)},
+         {"pid", t.pid > 0 ? json(t.pid) : json()},
+         {"exit_code", t.exit_code ? json(*t.exit_code) : json()},
+         {"signal", t.signal ? json(signal_name(*t.signal)) : json()},
+         {"core_dumped", t.core_dumped},
+         {"oom_killed", t.oom_killed},
+         {"restarts", t.restarts},
+         {"incarnation", t.incarnation},
+         {"cgroup", cgroup_rel(t.id)},
+         {"reason", t.reason},
+         {"created_at", format_rfc3339(t.created_us)},
+         {"started_at", format_rfc3339(t.started_us)},
+         {"finished_at",
+          t.terminal() || t.state == TaskState::kBackoff ? format_rfc3339(t.finished_us) : ""}};
+  if (t.state == TaskState::kBackoff) j["next_start_at"] = format_rfc3339(t.next_start_us);
   return j;
 }
 
@@ -82,12 +82,12 @@ json Manager::detail(Task& t) {
   json j = summary(t);
   j["spec"] = to_json(t.spec);
   j["warnings"] = t.warnings;
-  if (t.state == "running" || t.state == "stopping") {
+  if (t.state == TaskState::kRunning || t.state == TaskState::kStopping) {
     j["stats"] = cgroups_->stats(t.id).to_json();
     auto fr = cgroups_->frozen(t.id);
     j["frozen"] = fr.ok() && *fr;
   }
-  if (t.state == "stopping") j["stop_deadline_at"] = format_rfc3339(t.stop_deadline_us);
+  if (t.state == TaskState::kStopping) j["stop_deadline_at"] = format_rfc3339(t.stop_deadline_us);
   json logs = json::object();
   for (const char* stream : {"stdout", "stderr"}) {
     LogStats li = log_stats(task_state_dir(t.id) + "/logs", stream);
@@ -102,7 +102,7 @@ void Manager::register_methods() {
   methods_.add("agent.info", [this](const json&, const CallContext&) -> Result<json> {
     json labels = cfg_.labels;
     size_t running = 0;
-    for (const auto& [id, t] : tasks_) running += !t->terminal() && t->state != "backoff";
+    for (const auto& [id, t] : tasks_) running += !t->terminal() && t->state != TaskState::kBackoff;
     return json{{"machine_id", cfg_.machine_id},
                 {"labels", labels},
                 {"cgroup_root", cfg_.cgroup_root},
@@ -117,7 +117,7 @@ void Manager::register_methods() {
   methods_.add("task.run", [this](const json& p, const CallContext& c) -> Result<json> {
     uint64_t accepted = now_monotonic_us();
     TRY(check_privileged(c.peer));
-    TRY_ASSIGN(TaskSpec spec, parse_spec(p));
+    TRY_ASSIGN(TaskSpec spec, parse_task_spec(p));
     TRY_ASSIGN(Task * t, create_task(std::move(spec)));
     json j = summary(*t);
     j["warnings"] = t->warnings;
@@ -175,8 +175,9 @@ void Manager::register_methods() {
       if (!s.ok()) return field_error("signal", s.error().message);
       sig = *s;
     }
-    if (t->state != "running" && t->state != "stopping" && t->state != "starting")
-      return make_error("task " + t->id + " is " + t->state + ", not running")
+    if (t->state != TaskState::kRunning && t->state != TaskState::kStopping &&
+        t->state != TaskState::kStarting)
+      return make_error("task " + t->id + " is " + task_state_name(t->state) + ", not running")
           .with_code(RpcCode::kConflict);
     if (sig == SIGKILL) {
       t->kill_sent = true;
@@ -191,8 +192,8 @@ void Manager::register_methods() {
     return [this, freeze](const json& p, const CallContext& c) -> Result<json> {
       TRY(check_privileged(c.peer));
       TRY_ASSIGN(Task * t, find_task(p));
-      if (t->state != "running")
-        return make_error("task " + t->id + " is " + t->state + ", not running")
+      if (t->state != TaskState::kRunning)
+        return make_error("task " + t->id + " is " + task_state_name(t->state) + ", not running")
             .with_code(RpcCode::kConflict);
       TRY(cgroups_->freeze_task(t->id, freeze));
       // cgroup.events reports frozen once every member has stopped; wait briefly.
@@ -242,14 +243,14 @@ void Manager::register_methods() {
     return json{{"data", chunk.data},
                 {"cursor", {{"seq", chunk.next.seq}, {"offset", chunk.next.offset}}},
                 {"skipped", chunk.skipped > 0},
-                {"state", t->state}};
+                {"state", task_state_name(t->state)}};
   });
 
   methods_.add("task.remove", [this](const json& p, const CallContext& c) -> Result<json> {
     TRY(check_privileged(c.peer));
     TRY_ASSIGN(Task * t, find_task(p));
     if (!t->terminal())
-      return make_error("task " + t->id + " is " + t->state + "; stop it first")
+      return make_error("task " + t->id + " is " + task_state_name(t->state) + "; stop it first")
           .with_code(RpcCode::kConflict);
     std::string id = t->id;
     TRY(erase(id));

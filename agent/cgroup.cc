@@ -118,7 +118,7 @@ std::unique_ptr<CgroupFs> make_fake_cgroupfs() {
   return std::make_unique<FakeCgroupFs>();
 }
 
-std::vector<CgroupWrite> limit_writes(const Resources& r) {
+std::vector<CgroupWrite> limit_writes(const TaskResources& r) {
   std::vector<CgroupWrite> w;
   if (r.cpu) {
     const uint64_t period = 100000;
@@ -153,7 +153,7 @@ std::vector<CgroupWrite> limit_writes(const Resources& r) {
   return w;
 }
 
-Result<LimitPlan> plan_limits(const Resources& r, const std::set<std::string>& controllers,
+Result<LimitPlan> plan_limits(const TaskResources& r, const std::set<std::string>& controllers,
                               const std::set<std::string>& hugepage_sizes) {
   LimitPlan plan;
   for (auto& w : limit_writes(r)) {

@@ -25,9 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/spec.h"
 #include "common/paths.h"
 #include "common/result.h"
+#include "common/task_spec.h"
 
 namespace weft::agent {
 
@@ -56,7 +56,7 @@ struct CgroupWrite {
 };
 
 // The interface-file writes that implement `r`. Pure.
-std::vector<CgroupWrite> limit_writes(const Resources& r);
+std::vector<CgroupWrite> limit_writes(const TaskResources& r);
 
 // Splits writes into those this machine can apply and the rest. A missing controller
 // is an error naming the field unless r.best_effort, in which case a warning is
@@ -65,7 +65,7 @@ struct LimitPlan {
   std::vector<CgroupWrite> apply;
   std::vector<std::string> warnings;
 };
-Result<LimitPlan> plan_limits(const Resources& r, const std::set<std::string>& controllers,
+Result<LimitPlan> plan_limits(const TaskResources& r, const std::set<std::string>& controllers,
                               const std::set<std::string>& hugepage_sizes);
 
 struct CgroupStats {

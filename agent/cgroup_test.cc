@@ -65,19 +65,19 @@ TEST_F(FakeTree, AllLimitsWrittenBeforeStart) {
   give_controllers("cpuset cpu io memory hugetlb pids");
   CgroupTree t(*fs_, root_, HostPaths(base_ + "/host"));
   ASSERT_TRUE(t.setup(0).ok());
-  auto spec = parse_spec({{"name", "t"},
-                          {"argv", {"true"}},
-                          {"resources",
-                           {{"cpu", 0.5},
-                            {"cpu_weight", 300},
-                            {"memory_max", "256M"},
-                            {"memory_high", "192M"},
-                            {"memory_swap_max", 0},
-                            {"pids_max", 64},
-                            {"io_max", {{{"device", "8:0"}, {"rbps", "1M"}, {"wiops", 50}}}},
-                            {"hugetlb", {{"2M", "64M"}}},
-                            {"cpuset_cpus", "0-1"},
-                            {"cpuset_mems", "0"}}}});
+  auto spec = parse_task_spec({{"name", "t"},
+                               {"argv", {"true"}},
+                               {"resources",
+                                {{"cpu", 0.5},
+                                 {"cpu_weight", 300},
+                                 {"memory_max", "256M"},
+                                 {"memory_high", "192M"},
+                                 {"memory_swap_max", 0},
+                                 {"pids_max", 64},
+                                 {"io_max", {{{"device", "8:0"}, {"rbps", "1M"}, {"wiops", 50}}}},
+                                 {"hugetlb", {{"2M", "64M"}}},
+                                 {"cpuset_cpus", "0-1"},
+                                 {"cpuset_mems", "0"}}}});
   ASSERT_TRUE(spec.ok());
   auto plan = plan_limits(spec->resources, t.controllers(), t.hugepage_sizes());
   ASSERT_TRUE(plan.ok()) << plan.error().str();
@@ -106,9 +106,9 @@ TEST_F(FakeTree, MissingControllerIsAnErrorNamingTheField) {
   give_controllers("hugetlb");
   CgroupTree t(*fs_, root_, HostPaths(base_ + "/host"));
   ASSERT_TRUE(t.setup(0).ok());
-  auto spec = parse_spec({{"name", "t"},
-                          {"argv", {"true"}},
-                          {"resources", {{"memory_max", "64M"}, {"pids_max", 10}}}});
+  auto spec = parse_task_spec({{"name", "t"},
+                               {"argv", {"true"}},
+                               {"resources", {{"memory_max", "64M"}, {"pids_max", 10}}}});
   ASSERT_TRUE(spec.ok());
   auto plan = plan_limits(spec->resources, t.controllers(), t.hugepage_sizes());
   ASSERT_FALSE(plan.ok());
@@ -128,8 +128,8 @@ TEST_F(FakeTree, UnsupportedHugepageSize) {
   give_controllers("hugetlb");
   CgroupTree t(*fs_, root_, HostPaths(base_ + "/host"));
   ASSERT_TRUE(t.setup(0).ok());
-  auto spec =
-      parse_spec({{"name", "t"}, {"argv", {"true"}}, {"resources", {{"hugetlb", {{"1G", "1G"}}}}}});
+  auto spec = parse_task_spec(
+      {{"name", "t"}, {"argv", {"true"}}, {"resources", {{"hugetlb", {{"1G", "1G"}}}}}});
   ASSERT_TRUE(spec.ok());
   auto plan = plan_limits(spec->resources, t.controllers(), t.hugepage_sizes());
   ASSERT_FALSE(plan.ok());
@@ -188,7 +188,7 @@ TEST_F(FakeTree, FreezeKillAndStats) {
 }
 
 TEST(LimitWrites, OrderHighBeforeMax) {
-  Resources r;
+  TaskResources r;
   r.memory_max = 100;
   r.memory_high = 50;
   auto w = limit_writes(r);

@@ -84,9 +84,9 @@ ExitOutcome decide_exit(const ExitFacts& f, const TaskSpec& spec) {
   }
 
   if (f.stop_requested)
-    o.state = "stopped";
+    o.state = TaskState::kStopped;
   else
-    o.state = success ? "exited" : "failed";
+    o.state = success ? TaskState::kExited : TaskState::kFailed;
 
   const auto& rs = spec.restart;
   o.restart =
@@ -102,7 +102,7 @@ ExitOutcome decide_exit(const ExitFacts& f, const TaskSpec& spec) {
     } else {
       o.backoff_us = std::min<int64_t>(f.backoff_us * 2, static_cast<int64_t>(rs.max_delay_us));
     }
-    o.state = "backoff";
+    o.state = TaskState::kBackoff;
   }
   return o;
 }

@@ -7,7 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "agent/spec.h"
+#include "common/task_spec.h"
+#include "common/task_state.h"
 
 namespace weft::agent {
 
@@ -38,7 +39,7 @@ struct ExitOutcome {
   std::optional<int> exit_code, signal;
   bool core_dumped = false;
   bool oom_killed = false;
-  std::string state;  // exited, failed, stopped, or backoff when a restart follows
+  TaskState state = TaskState::kExited;  // exited, failed, stopped, or backoff (a restart follows)
   std::string reason;
   bool restart = false;
   int64_t backoff_us = 0;  // delay before the restart

@@ -32,7 +32,7 @@ ExitFacts killed(int sig, bool core = false) {
 
 TEST(DecideExit, CleanExit) {
   auto o = decide_exit(exited(0), spec_with(RestartPolicy::kOnFailure));
-  EXPECT_EQ(o.state, "exited");
+  EXPECT_EQ(o.state, TaskState::kExited);
   EXPECT_EQ(*o.exit_code, 0);
   EXPECT_FALSE(o.restart);
   EXPECT_EQ(o.reason, "");
@@ -41,7 +41,7 @@ TEST(DecideExit, CleanExit) {
 TEST(DecideExit, FailureRestartsWithBackoff) {
   auto f = exited(3);
   auto o = decide_exit(f, spec_with(RestartPolicy::kOnFailure));
-  EXPECT_EQ(o.state, "backoff");
+  EXPECT_EQ(o.state, TaskState::kBackoff);
   EXPECT_EQ(o.reason, "exited with code 3");
   EXPECT_TRUE(o.restart);
   EXPECT_EQ(o.backoff_us, 1'000'000);
@@ -55,10 +55,10 @@ TEST(DecideExit, FailureRestartsWithBackoff) {
 }
 
 TEST(DecideExit, PolicyNeverAndAlways) {
-  EXPECT_EQ(decide_exit(exited(1), spec_with(RestartPolicy::kNever)).state, "failed");
+  EXPECT_EQ(decide_exit(exited(1), spec_with(RestartPolicy::kNever)).state, TaskState::kFailed);
   auto a = decide_exit(exited(0), spec_with(RestartPolicy::kAlways));
   EXPECT_TRUE(a.restart);
-  EXPECT_EQ(a.state, "backoff");
+  EXPECT_EQ(a.state, TaskState::kBackoff);
 }
 
 TEST(DecideExit, RestartLimit) {
@@ -66,7 +66,7 @@ TEST(DecideExit, RestartLimit) {
   f.restarts = 3;
   auto o = decide_exit(f, spec_with(RestartPolicy::kAlways, 3));
   EXPECT_FALSE(o.restart);
-  EXPECT_EQ(o.state, "failed");
+  EXPECT_EQ(o.state, TaskState::kFailed);
   EXPECT_EQ(o.reason, "exited with code 1; restart limit reached");
 }
 
@@ -87,14 +87,14 @@ TEST(DecideExit, OomKillIsAFailureWhateverTheStatus) {
   EXPECT_TRUE(o.restart);
   auto g = exited(0);
   g.oom_killed = true;  // a child was OOM-killed, main still exited 0
-  EXPECT_EQ(decide_exit(g, spec_with(RestartPolicy::kNever)).state, "failed");
+  EXPECT_EQ(decide_exit(g, spec_with(RestartPolicy::kNever)).state, TaskState::kFailed);
 }
 
 TEST(DecideExit, ExecFailuresAreNotRestarted) {
   ExitFacts f;
   f.record = ExitRecord{1, 127 << 8, ENOENT, "exec", ""};
   auto o = decide_exit(f, spec_with(RestartPolicy::kAlways));
-  EXPECT_EQ(o.state, "failed");
+  EXPECT_EQ(o.state, TaskState::kFailed);
   EXPECT_FALSE(o.restart);
   EXPECT_EQ(o.reason, "cannot execute /bin/app: No such file or directory");
   f.record->exec_stage = "chdir";
@@ -111,7 +111,7 @@ TEST(DecideExit, StopRequestedWins) {
   auto f = killed(SIGTERM);
   f.stop_requested = true;
   auto o = decide_exit(f, spec_with(RestartPolicy::kAlways));
-  EXPECT_EQ(o.state, "stopped");
+  EXPECT_EQ(o.state, TaskState::kStopped);
   EXPECT_FALSE(o.restart);
   EXPECT_EQ(*o.signal, SIGTERM);
 }
@@ -128,7 +128,7 @@ TEST(DecideExit, NoRecord) {
   ExitFacts h;
   h.prior_reason = "agent restarted while starting the task";
   auto oh = decide_exit(h, spec_with(RestartPolicy::kNever));
-  EXPECT_EQ(oh.state, "failed");
+  EXPECT_EQ(oh.state, TaskState::kFailed);
   EXPECT_EQ(oh.reason, "agent restarted while starting the task");
   ExitFacts u;
   EXPECT_EQ(decide_exit(u, spec_with(RestartPolicy::kNever)).reason,

@@ -157,7 +157,8 @@ void Manager::update_status() {
     if (t.ok()) cp_soon_ = std::move(t).value();
   }
   size_t running = 0;
-  for (const auto& [id, t] : tasks_) running += (t->state == "running" || t->state == "stopping");
+  for (const auto& [id, t] : tasks_)
+    running += (t->state == TaskState::kRunning || t->state == TaskState::kStopping);
   sd_notifyf(0, "STATUS=%zu tasks running, %zu known", running, tasks_.size());
 }
 
@@ -182,7 +183,10 @@ Status Manager::save(const Task& t) {
           "next_start_us, "
           "backoff_us, created_us, started_us, finished_us, warnings) "
           "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"));
-  st.bind(1, t.id).bind(2, t.name).bind(3, to_json(t.spec).dump()).bind(4, t.state);
+  st.bind(1, t.id)
+      .bind(2, t.name)
+      .bind(3, to_json(t.spec).dump())
+      .bind(4, task_state_name(t.state));
   st.bind(5, static_cast<int64_t>(t.incarnation));
   st.bind_opt(6, t.pid > 0 ? std::optional<int64_t>(t.pid) : std::nullopt);
   st.bind_opt(7, t.exit_code ? std::optional<int64_t>(*t.exit_code) : std::nullopt);
@@ -213,15 +217,17 @@ Status Manager::load_tasks() {
     t->id = st.col_text(0);
     t->name = st.col_text(1);
     json spec = json::parse(st.col_text(2), nullptr, false);
-    auto parsed = parse_spec(spec);
+    auto parsed = parse_task_spec(spec);
     if (!parsed.ok()) {
       log_error("stored task spec no longer parses; the task is kept as failed",
                 {{"TASK_ID", t->id}, {"ERROR", parsed.error().str()}});
-      t->state = "failed";
+      t->state = TaskState::kFailed;
       t->reason = "stored spec invalid: " + parsed.error().str();
     } else {
       t->spec = std::move(parsed).value();
-      t->state = st.col_text(3);
+      auto state = parse_task_state(st.col_text(3));
+      t->state = state.value_or(TaskState::kFailed);
+      if (!state) t->reason = "stored state '" + st.col_text(3) + "' unknown";
     }
     t->incarnation = static_cast<uint64_t>(st.col_int(4));
     t->pid = st.col_null(5) ? -1 : static_cast<int>(st.col_int(5));
@@ -281,13 +287,13 @@ void Manager::adopt_or_collect(Task& t) {
       t.pidfd = Fd(fd);
       t.pid = pid;
       t.is_child = false;
-      if (t.state == "starting") {
-        t.state = "running";
+      if (t.state == TaskState::kStarting) {
+        t.state = TaskState::kRunning;
         if (t.started_us == 0) t.started_us = now_us();
       }
       (void)save(t);
       watch_init(t);
-      if (t.state == "stopping") arm_stop_timer(t);
+      if (t.state == TaskState::kStopping) arm_stop_timer(t);
       log_info("adopted running task", {{"TASK_ID", t.id}, {"PID", std::to_string(pid)}});
       return;
     }
@@ -299,7 +305,7 @@ void Manager::adopt_or_collect(Task& t) {
     if (rec && rec->incarnation != t.incarnation) rec.reset();
   }
   if (!rec && t.reason.empty()) {
-    t.reason = t.state == "starting"
+    t.reason = t.state == TaskState::kStarting
                    ? "agent restarted while starting the task"
                    : "task ended while the agent was down, without an exit record";
   }
@@ -312,9 +318,10 @@ void Manager::recover() {
   for (const auto& [id, t] : tasks_) ids.push_back(id);
   for (const auto& id : ids) {
     Task& t = *tasks_[id];
-    if (t.state == "starting" || t.state == "running" || t.state == "stopping") {
+    if (t.state == TaskState::kStarting || t.state == TaskState::kRunning ||
+        t.state == TaskState::kStopping) {
       adopt_or_collect(t);
-    } else if (t.state == "backoff") {
+    } else if (t.state == TaskState::kBackoff) {
       schedule_restart(t);  // re-arms the timer from the stored next_start_us
     }
   }
@@ -323,9 +330,9 @@ void Manager::recover() {
   if (dirs.ok()) {
     for (const auto& d : *dirs) {
       auto it = tasks_.find(d);
-      bool owned = it != tasks_.end() &&
-                   (it->second->state == "running" || it->second->state == "stopping" ||
-                    it->second->state == "starting");
+      bool owned = it != tasks_.end() && (it->second->state == TaskState::kRunning ||
+                                          it->second->state == TaskState::kStopping ||
+                                          it->second->state == TaskState::kStarting);
       if (owned) continue;
       log_warn("removing unknown task cgroup", {{"CGROUP", cgroups_->task_dir(d)}});
       if (auto s = cgroups_->remove_task(d); !s.ok())
@@ -352,8 +359,9 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
              plan_limits(spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
   for (const auto& [id, t] : tasks_) {
     if (t->name == spec.name && !t->terminal()) {
-      Error e = field_error(
-          "name", "a task named '" + spec.name + "' is already " + t->state + " (id " + id + ")");
+      Error e =
+          field_error("name", "a task named '" + spec.name + "' is already " +
+                                  std::string(task_state_name(t->state)) + " (id " + id + ")");
       e.code = RpcCode::kConflict;
       return e;
     }
@@ -362,7 +370,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   t->id = random_hex(8);
   t->name = spec.name;
   t->spec = std::move(spec);
-  t->state = "starting";
+  t->state = TaskState::kStarting;
   t->created_us = now_us();
   t->warnings = plan.warnings;
   TRY_CTX(save(*t), "record task");
@@ -388,7 +396,7 @@ Status Manager::start_incarnation(Task& t) {
   TRY_ASSIGN(Identity ident, task_identity(t.spec.user, t.spec.group, cfg_.default_task_user,
                                            cfg_.allow_root_tasks));
   t.incarnation++;
-  t.state = "starting";
+  t.state = TaskState::kStarting;
   t.pid = -1;
   TRY_CTX(save(t), "record task");
   std::string dir = task_state_dir(t.id);
@@ -422,7 +430,7 @@ Status Manager::start_incarnation(Task& t) {
   t.pidfd = std::move(spawned->pidfd);
   t.is_child = true;
   t.kill_sent = false;
-  t.state = "running";
+  t.state = TaskState::kRunning;
   t.started_us = now_us();
   t.exit_code.reset();
   t.signal.reset();
@@ -512,13 +520,14 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
     t.next_start_us = t.finished_us + out.backoff_us;
     t.restarts++;
   }
-  log_info("task ended", {{"TASK_ID", t.id}, {"STATE", t.state}, {"REASON", t.reason}});
+  log_info("task ended",
+           {{"TASK_ID", t.id}, {"STATE", task_state_name(t.state)}, {"REASON", t.reason}});
   if (auto s = save(t); !s.ok())
     log_error("could not record task exit", {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
   crash_point("exit.recorded");
   // The exit record has served its purpose only once the database holds it.
   ::unlink((task_state_dir(t.id) + "/exit").c_str());
-  if (t.state == "backoff") schedule_restart(t);
+  if (t.state == TaskState::kBackoff) schedule_restart(t);
   update_status();
 }
 
@@ -527,12 +536,12 @@ void Manager::schedule_restart(Task& t) {
   int64_t delay = std::max<int64_t>(0, t.next_start_us - now_us());
   auto src = loop_->add_timer_in(static_cast<uint64_t>(delay), [this, id] {
     auto it = tasks_.find(id);
-    if (it == tasks_.end() || it->second->state != "backoff") return;
+    if (it == tasks_.end() || it->second->state != TaskState::kBackoff) return;
     Task& task = *it->second;
     task.timer.reset();
     Status s = start_incarnation(task);
     if (!s.ok()) {
-      task.state = "failed";
+      task.state = TaskState::kFailed;
       task.reason = "restart failed: " + s.error().str();
       task.finished_us = now_us();
       (void)save(task);
@@ -552,7 +561,7 @@ void Manager::arm_stop_timer(Task& t) {
 
 void Manager::on_stop_deadline(const std::string& id) {
   auto it = tasks_.find(id);
-  if (it == tasks_.end() || it->second->state != "stopping") return;
+  if (it == tasks_.end() || it->second->state != TaskState::kStopping) return;
   log_info("grace period over; killing the task's cgroup", {{"TASK_ID", id}});
   it->second->kill_sent = true;
   if (auto s = cgroups_->kill_task(id); !s.ok())
@@ -561,18 +570,19 @@ void Manager::on_stop_deadline(const std::string& id) {
 
 Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
   if (t.terminal()) return {};
-  if (t.state == "backoff") {
+  if (t.state == TaskState::kBackoff) {
     t.timer.reset();
     t.stop_requested = true;
-    t.state = "stopped";
+    t.state = TaskState::kStopped;
     t.finished_us = now_us();
     return save(t);
   }
   uint64_t grace = grace_us.value_or(t.spec.stop_grace_us);
   int64_t deadline = now_us() + static_cast<int64_t>(grace);
-  if (t.state == "stopping" && deadline >= t.stop_deadline_us) return {};  // already on its way
+  if (t.state == TaskState::kStopping && deadline >= t.stop_deadline_us)
+    return {};  // already on its way
   t.stop_requested = true;
-  t.state = "stopping";
+  t.state = TaskState::kStopping;
   t.stop_deadline_us = deadline;
   TRY(save(t));
   (void)cgroups_->freeze_task(t.id, false);  // a frozen task cannot act on its stop signal
@@ -616,7 +626,7 @@ void Manager::cp_start() {
   auto report = [this](rpc::Session& s) {
     nlohmann::json tasks = nlohmann::json::object();
     for (const auto& [id, t] : tasks_)
-      if (t->spec.owner == "controlplane") tasks[t->spec.name] = t->state;
+      if (t->spec.owner == "controlplane") tasks[t->spec.name] = task_state_name(t->state);
     s.call("machine.report", {{"machine", cfg_.machine_id}, {"tasks", tasks}},
            [this](Result<nlohmann::json> r) {
              if (!r.ok()) {

@@ -23,12 +23,12 @@
 #include "agent/agent_conf.h"
 #include "agent/cgroup.h"
 #include "agent/lifecycle.h"
-#include "agent/spec.h"
 #include "common/cp_link.h"
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/rpc.h"
 #include "common/store.h"
+#include "common/task_spec.h"
 
 namespace weft::agent {
 
@@ -36,7 +36,7 @@ struct Task {
   std::string id;
   std::string name;
   TaskSpec spec;
-  std::string state;  // starting running stopping backoff exited failed stopped
+  TaskState state = TaskState::kStarting;  // common/task_state.h
   uint64_t incarnation = 0;
   int pid = -1;  // host pid of weft-init
   std::optional<int> exit_code, signal;
@@ -57,7 +57,7 @@ struct Task {
   bool is_child = false;
   bool kill_sent = false;  // this agent wrote cgroup.kill for the current incarnation
 
-  bool terminal() const { return state == "exited" || state == "failed" || state == "stopped"; }
+  bool terminal() const { return task_ended(state); }
 };
 
 class Manager {

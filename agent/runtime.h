@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "agent/spec.h"
 #include "common/fs.h"
 #include "common/result.h"
+#include "common/task_spec.h"
 
 namespace weft::agent {
 

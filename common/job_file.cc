@@ -4,6 +4,7 @@
 
 #include "common/config.h"
 #include "common/fs.h"
+#include "common/job_spec.h"
 
 namespace weft {
 
@@ -30,11 +31,37 @@ json to_json(const toml::node& n) {
   return n.is_value() ? json(std::string(n.value_or<std::string_view>(""))) : json();
 }
 
-bool valid_job_name(const std::string& s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
-  return true;
+// The TOML node an error's field names ("task.resources.memory_max", "task.argv[1]",
+// "per_task.cpu_milli"), or the deepest table on its path that exists.
+const toml::node* locate(const toml::table& root, const std::string& field) {
+  std::string f = field;
+  if (f.rfind("per_task.cpu_milli", 0) == 0) f = "resources.cpu";
+  if (f.rfind("per_task.mem_mb", 0) == 0) f = "resources.memory";
+  if (f.rfind("per_task", 0) == 0) f = "resources";
+  const toml::node* at = &root;
+  size_t i = 0;
+  while (i < f.size() && at) {
+    size_t j = f.find_first_of(".[", i);
+    std::string key = f.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    const toml::node* next = nullptr;
+    if (!key.empty() && at->is_table()) next = at->as_table()->get(key);
+    if (!next) break;
+    at = next;
+    if (j == std::string::npos) break;
+    i = j + 1;
+    while (f[j] == '[' && at->is_array()) {  // "argv[1]"
+      size_t close = f.find(']', j);
+      if (close == std::string::npos) break;
+      size_t idx = std::strtoul(f.c_str() + j + 1, nullptr, 10);
+      const toml::node* elem = at->as_array()->get(idx);
+      if (!elem) break;
+      at = elem;
+      j = close + 1;
+      i = j + 1;
+      if (j >= f.size() || f[j] != '.') break;
+    }
+  }
+  return at == &root ? nullptr : at;
 }
 
 }  // namespace
@@ -42,31 +69,21 @@ bool valid_job_name(const std::string& s) {
 Result<json> parse_job_file(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"name", "entitlement", "count", "max_unavailable", "machine_type", "resources", "task"}));
-  auto at = [&](const toml::table& tab, const char* key) {
-    return tab.get(key) ? doc.where(*tab.get(key)) : name;
-  };
+  TRY(doc.only_keys(t, "",
+                    {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement",
+                     "resources", "task"}));
+  // The file's own forms first (its tables and their types), then the one job
+  // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
+  // at the file's line.
   json j = json::object();
-  TRY_ASSIGN(auto job, doc.get_string(t, "name"));
-  if (!job || !valid_job_name(*job))
-    return field_error(at(t, "name"), "'name' is required: 1-64 letters, digits, '-' or '_'");
-  j["name"] = *job;
-  TRY_ASSIGN(auto ent, doc.get_string(t, "entitlement"));
-  if (!ent || ent->empty())
-    return field_error(at(t, "entitlement"), "'entitlement' is required: an entitlement's name");
-  j["entitlement"] = *ent;
-  for (auto [key, min] : {std::pair{"count", 0}, {"max_unavailable", 1}}) {
-    TRY_ASSIGN(auto v, doc.get_int(t, key));
-    if (!v) continue;
-    if (*v < min || *v > 100000)
-      return field_error(at(t, key),
-                         std::string("'") + key + "' must be " + std::to_string(min) + "..100000");
-    j[key] = *v;
+  for (const char* key : {"name", "entitlement", "machine_type", "placement"}) {
+    TRY_ASSIGN(auto v, doc.get_string(t, key));
+    if (v) j[key] = *v;
   }
-  TRY_ASSIGN(auto type, doc.get_string(t, "machine_type"));
-  if (type) j["machine_type"] = *type;
+  for (const char* key : {"count", "max_unavailable"}) {
+    TRY_ASSIGN(auto v, doc.get_int(t, key));
+    if (v) j[key] = *v;
+  }
 
   TRY_ASSIGN(const toml::table* res, doc.get_table(t, "resources"));
   json per_task = {{"cpu_milli", 0}, {"mem_mb", 0}};
@@ -93,8 +110,11 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
       int64_t mb = -1;
       if (const auto* s = mem->as_string()) {
         auto bytes = parse_size(s->get());
-        if (bytes.ok()) mb = static_cast<int64_t>((*bytes + (1 << 20) - 1) >> 20);
+        if (bytes.ok() && *bytes <= (uint64_t{1} << 62))
+          mb = static_cast<int64_t>((*bytes + (1 << 20) - 1) >> 20);
       }
+      if (mem->is_integer() && mem->as_integer()->get() >= 0)
+        mb = (mem->as_integer()->get() + (1 << 20) - 1) >> 20;
       if (mb < 0)
         return field_error(doc.where(*mem), "'resources.memory' must be a size, e.g. \"256M\"");
       per_task["mem_mb"] = mb;
@@ -103,21 +123,14 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   j["per_task"] = per_task;
 
   TRY_ASSIGN(const toml::table* task, doc.get_table(t, "task"));
-  if (!task) return field_error(name, "a [task] table is required (the task to run)");
-  for (const char* forbidden : {"name", "owner"})
-    if (task->get(forbidden))
-      return field_error(at(*task, forbidden), std::string("'task.") + forbidden +
-                                                   "' is set by the control plane (each task "
-                                                   "gets its own id)");
-  const toml::node* argv = task->get("argv");
-  const toml::array* arr = argv ? argv->as_array() : nullptr;
-  bool ok = arr && !arr->empty();
-  if (ok)
-    for (const auto& a : *arr) ok = ok && a.is_string();
-  if (!ok)
-    return field_error(argv ? doc.where(*argv) : at(t, "task"),
-                       "'task.argv' must be a non-empty list of strings");
-  j["task"] = to_json(*task);
+  if (task) j["task"] = to_json(*task);
+
+  auto spec = parse_job_spec(j);
+  if (!spec.ok()) {
+    const Error& e = spec.error();
+    const toml::node* n = locate(t, e.field);
+    return field_error(n ? doc.where(*n) : name, "'" + e.field + "' " + e.message);
+  }
   return j;
 }
 

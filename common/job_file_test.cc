@@ -19,8 +19,9 @@ memory = "256M"
 [task]
 argv = ["/usr/bin/web", "--port", "8080"]
 env = { MODE = "prod" }
-[task.limits]
-pids = 100
+[task.resources]
+pids_max = 100
+memory_max = "512M"
 )",
                           "web.toml");
   ASSERT_TRUE(j.ok()) << j.error().str();
@@ -33,7 +34,7 @@ pids = 100
   EXPECT_EQ((*j)["per_task"]["mem_mb"], 256);
   EXPECT_EQ((*j)["task"]["argv"][2], "8080");
   EXPECT_EQ((*j)["task"]["env"]["MODE"], "prod");
-  EXPECT_EQ((*j)["task"]["limits"]["pids"], 100);
+  EXPECT_EQ((*j)["task"]["resources"]["pids_max"], 100);
 }
 
 TEST(JobFile, MillicoresAndDefaults) {
@@ -52,7 +53,7 @@ TEST(JobFile, ErrorsNameTheLine) {
     const char* expect;
   } cases[] = {
       {"name = \"a b\"\nentitlement = \"e\"\n[task]\nargv=[\"x\"]\n", "j.toml:1"},
-      {"entitlement = \"e\"\n[task]\nargv=[\"x\"]\n", "'name' is required"},
+      {"entitlement = \"e\"\n[task]\nargv=[\"x\"]\n", "'name' must be 1-32"},
       {"name = \"a\"\n[task]\nargv=[\"x\"]\n", "'entitlement' is required"},
       {"name = \"a\"\nentitlement = \"e\"\ncount = -1\n[task]\nargv=[\"x\"]\n", "j.toml:3"},
       {"name = \"a\"\nentitlement = \"e\"\ncuont = 1\n[task]\nargv=[\"x\"]\n", "cuont"},
@@ -61,7 +62,22 @@ TEST(JobFile, ErrorsNameTheLine) {
       {"name = \"a\"\nentitlement = \"e\"\n[resources]\nmemory = \"big\"\n[task]\nargv=[\"x\"]\n",
        "resources.memory"},
       {"name = \"a\"\nentitlement = \"e\"\n[resources]\ngpu = 1\n[task]\nargv=[\"x\"]\n", "gpu"},
-      {"name = \"a\"\nentitlement = \"e\"\n", "[task]"},
+      {"name = \"a\"\nentitlement = \"e\"\n", "'task' is required"},
+      // What the agent would refuse is refused here, at its line (the example of an
+      // older docs/jobs.md: `limits` is not a task field).
+      {"name = \"a\"\nentitlement = \"e\"\n[task]\nargv = [\"x\"]\nlimits = { pids = 1 }\n",
+       "j.toml:5: 'task.limits' unknown field"},
+      {"name = \"a\"\nentitlement = \"e\"\n[task]\nargv = [\"x\"]\n[task.resources]\n"
+       "memory_max = \"lots\"\n",
+       "j.toml:6: 'task.resources.memory_max'"},
+      {"name = \"a\"\nentitlement = \"e\"\n[task]\nargv = [\"x\", \"\"]\ncwd = \"rel\"\n",
+       "j.toml:5"},
+      {"name = \"a\"\nentitlement = \"e\"\ncount = 0\n[task]\nargv = [\"x\"]\n", "j.toml:3"},
+      {"name = \"abcdefghijklmnopqrstuvwxyz0123456\"\nentitlement = \"e\"\n[task]\nargv = "
+       "[\"x\"]\n",
+       "j.toml:1"},
+      {"name = \"a\"\nentitlement = \"e\"\nplacement = \"heap\"\n[task]\nargv = [\"x\"]\n",
+       "j.toml:3"},
       {"name = \"a\"\nentitlement = \"e\"\n[task]\nargv = []\n", "j.toml:4"},
       {"name = \"a\"\nentitlement = \"e\"\n[task]\nargv = [1]\n", "task.argv"},
       {"name = \"a\"\nentitlement = \"e\"\n[task]\nname = \"x\"\nargv = [\"x\"]\n", "task.name"},

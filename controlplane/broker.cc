@@ -24,7 +24,7 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
     m->last_heartbeat = now;
     if (m->dead) {
       m->dead = false;
-      events_.push_back({now, info.id, "back", "registered again"});
+      record({now, info.id, "back", "registered again"});
     }
     refresh(*m);
     return m->id;
@@ -47,7 +47,7 @@ Status Broker::heartbeat(const std::string& machine, uint64_t now) {
   m->last_heartbeat = now;
   if (m->dead) {
     m->dead = false;
-    events_.push_back({now, machine, "back", "heartbeats resumed"});
+    record({now, machine, "back", "heartbeats resumed"});
   }
   refresh(*m);
   return {};
@@ -59,7 +59,7 @@ Status Broker::health(const std::string& machine, const std::string& verdict, ui
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine);
   if (verdict == "failed" && m->verdict != "failed")
-    events_.push_back({now, machine, "failed", "HCS verdict failed"});
+    record({now, machine, "failed", "HCS verdict failed"});
   m->verdict = verdict;
   refresh(*m);
   return {};
@@ -83,8 +83,7 @@ Status Broker::drain(const std::string& machine, bool drained, uint64_t now) {
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine);
   if (m->drained != drained)
-    events_.push_back(
-        {now, machine, drained ? "drain" : "back", drained ? "drained" : "undrained"});
+    record({now, machine, drained ? "drain" : "back", drained ? "drained" : "undrained"});
   m->drained = drained;
   refresh(*m);
   return {};
@@ -168,8 +167,7 @@ std::vector<MachineId> Broker::check(uint64_t now) {
   for (auto& [id, m] : machines_) {
     if (m.dead || now < m.last_heartbeat || now - m.last_heartbeat <= limit) continue;
     m.dead = true;
-    events_.push_back(
-        {now, id, "dead", std::to_string(cfg_.missed_heartbeats) + " heartbeats missed"});
+    record({now, id, "dead", std::to_string(cfg_.missed_heartbeats) + " heartbeats missed"});
     dead.push_back(m.id);
     refresh(m);
   }
@@ -191,6 +189,25 @@ std::vector<MachineId> Broker::take_ready() {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+void Broker::record(Unavailability e) {
+  events_.push_back(std::move(e));
+  unsaved_ = std::min(unsaved_ + 1, kMaxEvents);
+  if (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+std::vector<Unavailability> Broker::take_new_events() {
+  std::vector<Unavailability> out(events_.end() - static_cast<std::ptrdiff_t>(unsaved_),
+                                  events_.end());
+  unsaved_ = 0;
+  return out;
+}
+
+void Broker::restore_events(std::vector<Unavailability> events) {
+  events_.assign(events.begin(), events.end());
+  while (events_.size() > kMaxEvents) events_.pop_front();
+  unsaved_ = 0;
 }
 
 }  // namespace weft::cp

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -89,7 +90,13 @@ class Broker {
 
   std::optional<MachineId> find(const std::string& machine) const;
   bool usable(MachineId m) const;
-  const std::vector<Unavailability>& events() const { return events_; }
+  // The latest unavailability events, oldest first (at most kMaxEvents).
+  const std::deque<Unavailability>& events() const { return events_; }
+  static constexpr size_t kMaxEvents = 10000;
+  // Events recorded since the last call: what the daemon must persist.
+  std::vector<Unavailability> take_new_events();
+  // After a restart: the stored events, oldest first, instead of any the restore made.
+  void restore_events(std::vector<Unavailability> events);
   std::string state_of(
       MachineId m) const;  // "ok", "degraded", "failed", "dead", "drained", "preparing"
 
@@ -114,7 +121,9 @@ class Broker {
   std::map<EntitlementId, EntitlementSpec> ents_;
   std::map<MachineId, bool> was_usable_;
   std::vector<MachineId> failed_, ready_;
-  std::vector<Unavailability> events_;
+  void record(Unavailability e);
+  std::deque<Unavailability> events_;
+  size_t unsaved_ = 0;  // events at the end of events_ not yet taken
 };
 
 }  // namespace weft::cp

@@ -77,7 +77,7 @@ TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
   s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
   JobSpec j;
   j.name = "site";
-  j.entitlement = *e;
+  j.entitlement_id = *e;
   j.count = 2;
   j.per_task = {4000, 1024};  // a whole machine each
   auto c = s.create(j, 0);
@@ -118,7 +118,7 @@ TEST(Broker, ProfileReportedBeforeAnyRefreshStillWakesTasks) {
   s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
   JobSpec j;
   j.name = "site";
-  j.entitlement = *e;
+  j.entitlement_id = *e;
   j.count = 1;
   ASSERT_TRUE(s.create(j, 0).ok());
   EXPECT_EQ(s.tasks_of("site")[0].state, TaskState::kPending);

@@ -23,7 +23,8 @@ json task_json(const TaskRecord& t, const Allocator& a) {
           {"index", t.index},
           {"generation", t.generation},
           {"machine", a.spec(t.machine).name},
-          {"state", task_state_name(t.state)}};
+          {"state", task_state_name(t.state)},
+          {"message", t.message}};
 }
 }  // namespace
 
@@ -114,6 +115,7 @@ Status Manager::persist(const std::set<std::string>& jobs, const std::set<Machin
       if (auto s = store_->put_task(t); !s.ok()) return fail(s);
   }
   if (auto s = store_->put_task_seq(sched_.task_seq()); !s.ok()) return fail(s);
+  if (auto s = store_->put_events(broker_.take_new_events()); !s.ok()) return fail(s);
   return store_->commit();
 }
 
@@ -134,9 +136,15 @@ void Manager::send(const std::vector<Command>& cmds) {
     if (it == sessions_.end()) continue;  // offline: reconciled when it reports again
     std::string task = c.task_id;
     if (c.kind == Command::Kind::kStart) {
-      it->second->call("task.run", c.spec, [task](Result<json> r) {
-        if (!r.ok())
-          log_warn("task.run failed on the machine", {{"TASK", task}, {"ERROR", r.error().str()}});
+      it->second->call("task.run", c.spec, [this, task](Result<json> r) {
+        if (r.ok()) return;
+        const Error& e = r.error();
+        // The session went away or timed out: the start is resent when the machine
+        // reports again. A duplicate name: that task runs already (a resend).
+        if (e.code == rpc::kUnavailable || e.code == rpc::kTimeout || e.code == rpc::kConflict)
+          return;
+        log_warn("the machine refused to start a task", {{"TASK", task}, {"ERROR", e.str()}});
+        start_refused(task, e, e.code == rpc::kInvalidParams);
       });
     } else {
       it->second->call("task.stop", {{"id", task}}, [task](Result<json> r) {
@@ -147,6 +155,19 @@ void Manager::send(const std::vector<Command>& cmds) {
     }
   }
   push_profiles();
+}
+
+void Manager::start_refused(const std::string& task, const Error& e, bool bad_spec) {
+  // The agent's words, with the field it named: what job.show and weftctl print.
+  std::string message = e.field.empty() ? e.message : e.field + ": " + e.message;
+  auto cmds = sched_.start_refused(task, message, bad_spec, now_us());
+  auto changed = sched_.take_reported_changes();
+  if (changed.empty()) return;  // not awaited any more
+  std::set<MachineId> machines;
+  for (const auto& c : cmds) machines.insert(c.machine);
+  if (auto s = persist(changed, machines); !s.ok())
+    log_error("cannot write state: " + s.error().str());
+  send(cmds);
 }
 
 void Manager::tick() {
@@ -215,26 +236,14 @@ void Manager::push_profiles() {
 }
 
 Result<JobSpec> Manager::job_from_params(const json& p) const {
-  json q = p;
-  if (p.is_object() && p.contains("entitlement") && p["entitlement"].is_string()) {
-    auto id = broker_.entitlement(p["entitlement"].get<std::string>());
-    if (!id)
-      return field_error("entitlement",
-                         "no entitlement named " + p["entitlement"].get<std::string>())
-          .with_code(rpc::kNotFound);
-    q["entitlement"] = *id;
-  }
-  TRY_ASSIGN(JobSpec spec, job_spec_from_json(q));
-  const json& argv = spec.task.value("argv", json());
-  bool argv_ok = argv.is_array() && !argv.empty();
-  for (const auto& a : argv) argv_ok = argv_ok && a.is_string();
-  if (!argv_ok) return field_error("task.argv", "must be a non-empty list of strings");
-  for (const char* key : {"name", "owner"})
-    if (spec.task.contains(key))
-      return field_error(std::string("task.") + key, "is set by the control plane");
-  if (!broker_.entitlements().count(spec.entitlement))
-    return field_error("entitlement", "no entitlement with id " + std::to_string(spec.entitlement))
+  TRY_ASSIGN(weft::JobSpec base, weft::parse_job_spec(p));  // the one job validator
+  auto id = broker_.entitlement(base.entitlement);
+  if (!id)
+    return field_error("entitlement", "no entitlement named " + base.entitlement)
         .with_code(rpc::kNotFound);
+  JobSpec spec;
+  static_cast<weft::JobSpec&>(spec) = std::move(base);
+  spec.entitlement_id = *id;
   return spec;
 }
 
@@ -309,10 +318,11 @@ void Manager::register_methods() {
     TRY_ASSIGN(MachineId m, machine_of(p, c));
     if (!p.contains("tasks") || !p["tasks"].is_object())
       return field_error("tasks", "must be an object of task id -> state");
-    std::map<std::string, std::string> tasks;
+    std::map<std::string, TaskState> tasks;
     for (const auto& [id, st] : p["tasks"].items()) {
-      if (!st.is_string()) return field_error("tasks." + id, "must be a state string");
-      tasks[id] = st.get<std::string>();
+      auto state = st.is_string() ? weft::parse_task_state(st.get<std::string>()) : std::nullopt;
+      if (!state) return field_error("tasks." + id, "must be a task state (common/task_state.h)");
+      tasks[id] = *state;
     }
     (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
     std::vector<std::string> forget;
@@ -397,7 +407,7 @@ void Manager::register_methods() {
     for (MachineId m = 0; m < alloc_.machine_count(); ++m)
       if (alloc_.entitlement_of(m) == *id) machines.push_back(machine_json(m));
     for (const auto& j : sched_.persisted_jobs())
-      if (j.spec.entitlement == *id) jobs.push_back(j.spec.name);
+      if (j.spec.entitlement_id == *id) jobs.push_back(j.spec.name);
     return json{{"id", *id},  {"name", e.name},       {"quota", e.quota}, {"profile", e.profile},
                 {"dc", e.dc}, {"machines", machines}, {"jobs", jobs}};
   });
@@ -455,9 +465,7 @@ void Manager::register_methods() {
                      {"count", j.spec.count},
                      {"running", running},
                      {"generation", j.generation},
-                     {"entitlement", broker_.entitlements().count(j.spec.entitlement)
-                                         ? broker_.entitlement_spec(j.spec.entitlement).name
-                                         : ""},
+                     {"entitlement", j.spec.entitlement},
                      {"stopping", j.stopping}});
     }
     return json{{"jobs", arr}};
@@ -468,9 +476,8 @@ void Manager::register_methods() {
     if (!spec) return field_error("name", "no such job").with_code(rpc::kNotFound);
     json tasks = json::array();
     for (const auto& t : sched_.tasks_of(spec->name)) tasks.push_back(task_json(t, alloc_));
-    auto ent = broker_.entitlements().find(spec->entitlement);
-    return json{{"spec", job_spec_to_json(*spec)},
-                {"entitlement", ent == broker_.entitlements().end() ? "" : ent->second.name},
+    return json{{"spec", weft::to_json(*spec)},
+                {"entitlement", spec->entitlement},
                 {"generation", sched_.generation(spec->name)},
                 {"tasks", tasks}};
   });

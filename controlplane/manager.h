@@ -33,6 +33,8 @@ class Manager {
   void register_methods();
   void send(const std::vector<Command>& cmds);
   void tick();
+  // A machine refused a task.run: the task fails now, with the machine's message.
+  void start_refused(const std::string& task, const Error& e, bool bad_spec);
   // Writes what changed for these jobs and machines (and everything else small).
   Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);
   Status persist_commands(const std::vector<Command>& cmds);

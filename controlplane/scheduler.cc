@@ -23,26 +23,8 @@ constexpr uint64_t kStartGraceUs = 60'000'000;
 constexpr uint64_t kStartResendUs = 5'000'000;
 }  // namespace
 
-const char* task_state_name(TaskState s) {
-  switch (s) {
-    case TaskState::kPending:
-      return "pending";
-    case TaskState::kStarting:
-      return "starting";
-    case TaskState::kRunning:
-      return "running";
-    case TaskState::kStopping:
-      return "stopping";
-    case TaskState::kStopped:
-      return "stopped";
-    case TaskState::kFailed:
-      return "failed";
-    case TaskState::kDraining:
-      return "draining";
-    case TaskState::kLost:
-      return "lost";
-  }
-  return "unknown";
+bool Scheduler::refused(const TaskRecord& t, const Job& j) {
+  return t.state == TaskState::kFailed && t.held && t.generation == j.generation;
 }
 
 bool Scheduler::take_token(uint64_t now) {
@@ -61,9 +43,7 @@ bool Scheduler::take_token(uint64_t now) {
 }
 
 Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
-  json spec = j.spec.task.is_object() ? j.spec.task : json::object();
-  spec["name"] = t.id;  // the agent refuses a second live task of that name: idempotent
-  return Command{Command::Kind::kStart, t.machine, t.id, spec};
+  return Command{Command::Kind::kStart, t.machine, t.id, weft::task_run_params(j.spec, t.id)};
 }
 
 std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
@@ -94,11 +74,12 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   Request r;
   r.job = j.spec.name;
   r.generation = 1;  // placement slots outlive spec generations (see update)
-  r.entitlement = j.spec.entitlement;
+  r.entitlement = j.spec.entitlement_id;
   r.tasks = j.spec.count;
-  r.per_task = j.spec.per_task;
+  r.per_task = {j.spec.per_task.cpu_milli, j.spec.per_task.mem_mb};
   r.machine_type = j.spec.machine_type;
-  if (dc_of_) r.dc = dc_of_(j.spec.entitlement);
+  r.spread = j.spec.placement == weft::PlacementPolicy::kSpread;
+  if (dc_of_) r.dc = dc_of_(j.spec.entitlement_id);
   TRY_ASSIGN(Placement p, alloc_.allocate(r));
   std::set<int> have;
   for (const auto& [id, t] : tasks_)
@@ -110,6 +91,10 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   for (const auto& id : waiting_)
     if (auto w = tasks_.find(id); w != tasks_.end() && w->second.job == j.spec.name)
       have.insert(w->second.index);
+  // An index whose start this generation's spec had refused waits for an update: the
+  // same spec would be refused again.
+  for (const auto& [id, t] : tasks_)
+    if (t.job == j.spec.name && refused(t, j)) have.insert(t.index);
   std::vector<Command> out;
   for (int i = 0; i < j.spec.count; ++i) {
     if (have.count(i)) continue;
@@ -118,7 +103,7 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
     t.index = i;
     t.generation = j.generation;
     t.machine = p.machines[static_cast<size_t>(i)];
-    t.id = j.spec.name + "." + std::to_string(i) + "." + std::to_string(++seq_);
+    t.id = weft::make_task_id(j.spec.name, i, ++seq_);
     t.since_us = now;
     launch(j, t, &out);
   }
@@ -149,9 +134,9 @@ std::vector<Command> Scheduler::machine_ready(MachineId m, uint64_t now) {
 }
 
 Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now) {
-  if (spec.name.empty() || spec.name.find_first_of(". /") != std::string::npos)
-    return field_error("name", "a job needs a name without '.', '/' or spaces");
-  if (spec.count < 1) return field_error("count", "must be at least 1");
+  // The spec passed weft::parse_job_spec; these guard what the scheduler relies on.
+  if (!weft::valid_job_name(spec.name)) return field_error("name", "is not a valid job name");
+  if (spec.count < 1 || spec.count > kMaxTasksPerJob) return field_error("count", "out of range");
   if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
   if (jobs_.count(spec.name)) return field_error("name", "job " + spec.name + " exists");
   Job j;
@@ -194,15 +179,22 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
     return field_error("name", "no such job " + spec.name);
   Job& j = it->second;
   if (!(spec.per_task == j.spec.per_task) || spec.machine_type != j.spec.machine_type ||
-      spec.entitlement != j.spec.entitlement || spec.count != j.spec.count)
+      spec.entitlement_id != j.spec.entitlement_id || spec.count != j.spec.count ||
+      spec.placement != j.spec.placement)
     return field_error("resources",
                        "an update changes the task spec and max_unavailable; resources, "
-                       "machine type, entitlement and count are changed by scale or a new job");
+                       "machine type, entitlement, placement and count are changed by scale "
+                       "or a new job");
   if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
   j.spec.task = spec.task;
   j.spec.max_unavailable = spec.max_unavailable;
   ++j.generation;
-  return roll(j, now);
+  // Indices with nothing live (their start was refused, say) get the new spec at once;
+  // the others roll, max_unavailable at a time.
+  TRY_ASSIGN(auto out, converge(j, now));
+  auto rolled = roll(j, now);
+  out.insert(out.end(), rolled.begin(), rolled.end());
+  return out;
 }
 
 std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
@@ -256,7 +248,7 @@ Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t n
 void Scheduler::abandon(const std::string& name) {
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return;
-  EntitlementId e = it->second.spec.entitlement;
+  EntitlementId e = it->second.spec.entitlement_id;
   for (auto t = tasks_.begin(); t != tasks_.end();)
     t = t->second.job == name ? tasks_.erase(t) : std::next(t);
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
@@ -288,13 +280,13 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
   t.index = old.index;
   t.generation = j.generation;
   t.machine = p->machines[static_cast<size_t>(old.index)];
-  t.id = old.job + "." + std::to_string(old.index) + "." + std::to_string(++seq_);
+  t.id = weft::make_task_id(old.job, old.index, ++seq_);
   t.since_us = now;
   launch(j, t, out);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
 }
 
-std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, std::string>& rep,
+std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, TaskState>& rep,
                                        uint64_t now, std::vector<std::string>* forget) {
   std::vector<Command> out;
   std::vector<std::string> replace_ids;
@@ -302,8 +294,7 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
   for (const auto& [id, state] : rep) {
     auto it = tasks_.find(id);
     // The agent's states: the task exists (and may run again) unless it ended.
-    bool running = state == "running" || state == "starting" || state == "frozen" ||
-                   state == "restarting" || state == "backoff" || state == "stopping";
+    bool running = weft::task_present_on_machine(state);
     if (it == tasks_.end() || it->second.machine != m ||
         (!running_copy(it->second.state) && it->second.state != TaskState::kStopping)) {
       // Not ours, replaced while this machine was away, or already ended: never twice.
@@ -384,7 +375,7 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
       any_live = true;
   if (j.stopping) {
     if (!any_live) {  // every task stopped: the job and its resources go
-      EntitlementId e = j.spec.entitlement;
+      EntitlementId e = j.spec.entitlement_id;
       alloc_.release(name);
       jobs_.erase(it);
       auto back = alloc_.shrink(e);  // the entitlement gives its empty machines back
@@ -393,13 +384,33 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
     return out;
   }
   // A scale-down's stops are confirmed: machines it emptied go back too.
-  auto back = alloc_.shrink(j.spec.entitlement);
+  auto back = alloc_.shrink(j.spec.entitlement_id);
   pool_changes_.insert(pool_changes_.end(), back.begin(), back.end());
   // Rolling update or scale-down: start the new generation in freed slots, then roll on.
   auto more = converge(j, now);
   if (more.ok()) out.insert(out.end(), more->begin(), more->end());
   auto rolled = roll(j, now);
   out.insert(out.end(), rolled.begin(), rolled.end());
+  return out;
+}
+
+std::vector<Command> Scheduler::start_refused(const std::string& task_id,
+                                              const std::string& message, bool bad_spec,
+                                              uint64_t now) {
+  std::vector<Command> out;
+  auto it = tasks_.find(task_id);
+  // Only a start still awaited: a task that ran meanwhile (a resend refused as a
+  // duplicate, say) or was stopped is not failed by a late reply.
+  if (it == tasks_.end() || it->second.state != TaskState::kStarting) return out;
+  TaskRecord& t = it->second;
+  t.state = TaskState::kFailed;
+  t.since_us = now;
+  t.message = message;
+  t.held = bad_spec;
+  reported_changes_.insert(t.job);
+  if (!bad_spec) replace(task_id, now, &out);
+  auto more = after_stopped(t.job, now);  // a rolling update goes on past a refused task
+  out.insert(out.end(), more.begin(), more.end());
   return out;
 }
 
@@ -470,7 +481,7 @@ void Scheduler::finish_restore() {
   for (const auto& [key, t] : latest) {
     auto jit = jobs_.find(key.first);
     if (jit == jobs_.end() || jit->second.stopping || key.second >= jit->second.spec.count ||
-        running.count(key))
+        running.count(key) || refused(*t, jit->second))
       continue;
     if (t->state == TaskState::kLost || t->state == TaskState::kFailed ||
         t->state == TaskState::kDraining)

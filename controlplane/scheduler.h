@@ -26,35 +26,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/job_spec.h"
 #include "common/result.h"
+#include "common/task_state.h"
 #include "controlplane/allocator.h"
 
 namespace weft::cp {
 
-// The most tasks one job may have (job files and the operator API say the same).
-inline constexpr int kMaxTasksPerJob = 100000;
+using weft::kMaxTasksPerJob;
+using weft::task_state_name;
+using weft::TaskState;
 
-struct JobSpec {
-  std::string name;
-  EntitlementId entitlement = 1;
-  int count = 1;
-  Resources per_task;
-  std::string machine_type;
-  int max_unavailable = 1;
-  nlohmann::json task = nlohmann::json::object();  // the agent's task spec, opaque here
+// The scheduler's form of a job (common/job_spec.h): the operator's spec with its
+// entitlement resolved to the entitlement's id.
+struct JobSpec : weft::JobSpec {
+  EntitlementId entitlement_id = 1;
 };
-
-enum class TaskState {
-  kPending,
-  kStarting,
-  kRunning,
-  kStopping,
-  kStopped,
-  kFailed,
-  kLost,
-  kDraining,  // still running on a drained machine until its replacement runs
-};
-const char* task_state_name(TaskState s);
 
 struct TaskRecord {
   std::string id;  // "<job>.<index>.<generation>": unique across replacements
@@ -64,6 +51,11 @@ struct TaskRecord {
   MachineId machine = 0;
   TaskState state = TaskState::kPending;
   uint64_t since_us = 0;
+  // Why it failed when the machine said so: the agent's refusal of its start
+  // ("task.resources.hugetlb: ..."), shown by job.show.
+  std::string message;
+  // Its spec was refused: no replacement until the job's spec changes.
+  bool held = false;
 };
 
 struct Command {
@@ -103,8 +95,15 @@ class Scheduler {
   // report after they started are LOST and replaced.
   // `forget` (optional) receives the reported tasks that ended and whose end this
   // scheduler has recorded (or never knew): the machine may drop them from its reports.
-  std::vector<Command> report(MachineId m, const std::map<std::string, std::string>& tasks,
+  std::vector<Command> report(MachineId m, const std::map<std::string, TaskState>& tasks,
                               uint64_t now_us, std::vector<std::string>* forget = nullptr);
+  // The machine refused to start the task (its spec, or something this machine lacks):
+  // the task is FAILED with the machine's message, at once rather than after the start
+  // grace. A refusal of the spec itself (`bad_spec`) is not retried: the same spec
+  // would be refused again anywhere; the job's next update replaces it. Any other
+  // refusal is replaced like a failure (rate-limited).
+  std::vector<Command> start_refused(const std::string& task_id, const std::string& message,
+                                     bool bad_spec, uint64_t now_us);
   // The broker declared a machine dead or failed: its tasks are LOST and replaced.
   std::vector<Command> machine_down(MachineId m, uint64_t now_us);
   // An operator drained the machine: its tasks are replaced elsewhere first and stopped
@@ -156,6 +155,8 @@ class Scheduler {
     bool stopping = false;
   };
   bool take_token(uint64_t now_us);
+  // The task's start was refused under the job's current spec (see start_refused).
+  static bool refused(const TaskRecord& t, const Job& j);
   Command start_cmd(const Job& j, const TaskRecord& t) const;
   // Places the job's current layout with the allocator and creates tasks for indices
   // that have none live.

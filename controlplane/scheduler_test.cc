@@ -30,12 +30,12 @@ class Sched : public ::testing::Test {
     return s;
   }
   // What machine m would report: every task the scheduler sent it and did not stop.
-  std::map<std::string, std::string> running_on(MachineId m, const std::vector<Command>& sent) {
-    std::map<std::string, std::string> r;
+  std::map<std::string, TaskState> running_on(MachineId m, const std::vector<Command>& sent) {
+    std::map<std::string, TaskState> r;
     for (const auto& c : sent)
       if (c.machine == m) {
         if (c.kind == Command::Kind::kStart)
-          r[c.task_id] = "running";
+          r[c.task_id] = TaskState::kRunning;
         else
           r.erase(c.task_id);
       }
@@ -89,13 +89,13 @@ TEST_F(Sched, LostMachineIsReplacedAndNeverRunsTwice) {
   EXPECT_EQ(live("web").size(), 3u);
   // The machine comes back still running the old task: it is told to stop it.
   alloc_.set_usable(dead, true, true);
-  auto back = sched_.report(dead, {{lost_id, "running"}}, 3);
+  auto back = sched_.report(dead, {{lost_id, TaskState::kRunning}}, 3);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].kind, Command::Kind::kStop);
   EXPECT_EQ(back[0].task_id, lost_id);
   EXPECT_EQ(live("web").size(), 3u);
   // A task nobody knows about is stopped too.
-  auto stray = sched_.report(dead, {{"other.0.99", "running"}}, 4);
+  auto stray = sched_.report(dead, {{"other.0.99", TaskState::kRunning}}, 4);
   ASSERT_EQ(stray.size(), 1u);
   EXPECT_EQ(stray[0].kind, Command::Kind::kStop);
 }
@@ -111,7 +111,7 @@ TEST_F(Sched, MissingFromReportIsLostAndFailedIsReplaced) {
   EXPECT_EQ(sched_.tasks().at((*c)[0].task_id).state, TaskState::kLost);
   // A task that exited on its own is replaced as well.
   MachineId m1 = (*c)[1].machine;
-  auto f = sched_.report(m1, {{(*c)[1].task_id, "failed"}}, 3);
+  auto f = sched_.report(m1, {{(*c)[1].task_id, TaskState::kFailed}}, 3);
   EXPECT_EQ(count_kind(f, Command::Kind::kStart), 1);
   EXPECT_EQ(sched_.tasks().at((*c)[1].task_id).state, TaskState::kFailed);
   // A start that never shows up is lost after the grace period, not before.
@@ -360,14 +360,14 @@ TEST_F(Sched, ReplacementsNeverBypassTheBudget) {
   ASSERT_TRUE(c.ok());
   std::map<std::string, MachineId> where;
   for (const auto& cmd : *c) where[cmd.task_id] = cmd.machine;
-  for (const auto& [id, m] : where) sched.report(m, {{id, "running"}}, 1);
+  for (const auto& [id, m] : where) sched.report(m, {{id, TaskState::kRunning}}, 1);
   // Index 0 fails: the one token replaces it.
   std::string first = c->at(0).task_id;
   int idx0 = sched.tasks().at(first).index;
-  auto r1 = sched.report(where[first], {{first, "failed"}}, 2);
+  auto r1 = sched.report(where[first], {{first, TaskState::kFailed}}, 2);
   ASSERT_EQ(count_kind(r1, Command::Kind::kStart), 1);
   std::string second = r1[0].task_id;
-  sched.report(r1[0].machine, {{second, "failed"}}, 3);  // fails again: no token left
+  sched.report(r1[0].machine, {{second, TaskState::kFailed}}, 3);  // fails again: no token left
   // An update's stop of index 1 is confirmed: converge runs for the job.
   JobSpec updated = spec("web", 2);
   updated.task = {{"argv", {"/bin/sleep", "1000"}}};
@@ -376,7 +376,7 @@ TEST_F(Sched, ReplacementsNeverBypassTheBudget) {
   std::vector<Command> all = *u;
   for (const auto& cmd : *u)
     if (cmd.kind == Command::Kind::kStop) {
-      auto more = sched.report(cmd.machine, {{cmd.task_id, "stopped"}}, 5);
+      auto more = sched.report(cmd.machine, {{cmd.task_id, TaskState::kStopped}}, 5);
       all.insert(all.end(), more.begin(), more.end());
     }
   for (int i = 0; i < 50; ++i) {
@@ -402,9 +402,9 @@ TEST_F(Sched, EndedTasksAreForgottenAndTheTableStaysBounded) {
     std::vector<Command> next;
     for (const auto& cmd : current) {
       if (cmd.kind != Command::Kind::kStart) continue;
-      sched.report(cmd.machine, {{cmd.task_id, "running"}}, now++);
+      sched.report(cmd.machine, {{cmd.task_id, TaskState::kRunning}}, now++);
       std::vector<std::string> forget;
-      auto r = sched.report(cmd.machine, {{cmd.task_id, "failed"}}, now++, &forget);
+      auto r = sched.report(cmd.machine, {{cmd.task_id, TaskState::kFailed}}, now++, &forget);
       EXPECT_EQ(forget, std::vector<std::string>{cmd.task_id});
       next.insert(next.end(), r.begin(), r.end());
     }
@@ -417,12 +417,12 @@ TEST_F(Sched, EndedTasksAreForgottenAndTheTableStaysBounded) {
   EXPECT_LE(biggest, 2u + 2 * (100 / 4) + 2);
   // A machine reporting an ended task the scheduler already forgot is told to forget it.
   std::vector<std::string> forget;
-  sched.report(ids_[0], {{"churn.0.1", "failed"}}, now, &forget);
+  sched.report(ids_[0], {{"churn.0.1", TaskState::kFailed}}, now, &forget);
   EXPECT_EQ(forget, std::vector<std::string>{"churn.0.1"});
   // A stopped job's tasks go at once.
   ASSERT_TRUE(sched.stop("churn", now).ok());
   for (const auto& [id, t] : std::map<std::string, TaskRecord>(sched.tasks()))
-    sched.report(t.machine, {{id, "stopped"}}, now + 1);
+    sched.report(t.machine, {{id, TaskState::kStopped}}, now + 1);
   sched.prune(now + 2, 1'000'000'000);
   EXPECT_TRUE(sched.tasks().empty());
 }

@@ -1,5 +1,7 @@
 #include "controlplane/state_store.h"
 
+#include "common/log.h"
+
 namespace weft::cp {
 
 using json = nlohmann::json;
@@ -20,6 +22,12 @@ const std::vector<std::string> kMigrations = {
     // since_us held the monotonic clock, which restarts at boot: the wall-clock time
     // goes beside it (0 in older rows: their age is unknown and counts from the restore).
     R"(ALTER TABLE tasks ADD COLUMN since_wall_us INTEGER NOT NULL DEFAULT 0;)",
+    // Why a task failed when its machine refused it, and whether it waits for an update;
+    // unavailability events (machines dead, failed, drained, back), bounded.
+    R"(ALTER TABLE tasks ADD COLUMN message TEXT NOT NULL DEFAULT '';
+       ALTER TABLE tasks ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+       CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, at_wall_us INTEGER NOT NULL,
+                            machine TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);)",
 };
 
 // An integer in [min, max]: a value that does not fit (4294967297 as a count) is an
@@ -45,50 +53,64 @@ Result<std::string> str_field(const json& j, const char* key, bool required) {
 }
 
 TaskState state_from(const std::string& s) {
-  for (auto st :
-       {TaskState::kPending, TaskState::kStarting, TaskState::kRunning, TaskState::kStopping,
-        TaskState::kStopped, TaskState::kFailed, TaskState::kLost, TaskState::kDraining})
-    if (s == task_state_name(st)) return st;
-  return TaskState::kLost;
+  return weft::parse_task_state(s).value_or(TaskState::kLost);
 }
 
 }  // namespace
 
 json job_spec_to_json(const JobSpec& s) {
-  return {{"name", s.name},
-          {"entitlement", s.entitlement},
-          {"count", s.count},
-          {"per_task", {{"cpu_milli", s.per_task.cpu_milli}, {"mem_mb", s.per_task.mem_mb}}},
-          {"machine_type", s.machine_type},
-          {"max_unavailable", s.max_unavailable},
-          {"task", s.task}};
+  json j = weft::to_json(s);
+  j["entitlement_id"] = s.entitlement_id;
+  return j;
 }
 
 Result<JobSpec> job_spec_from_json(const json& j) {
   if (!j.is_object()) return field_error("job", "must be an object");
+  json q = j;
+  q.erase("entitlement_id");
+  TRY_ASSIGN(weft::JobSpec base, weft::parse_job_spec(q));
   JobSpec s;
-  TRY_ASSIGN(s.name, str_field(j, "name", true));
-  TRY_ASSIGN(auto ent, int_field(j, "entitlement", 1, 1));
-  s.entitlement = static_cast<EntitlementId>(ent);
-  TRY_ASSIGN(auto count, int_field(j, "count", 1, 1, kMaxTasksPerJob));
-  s.count = static_cast<int>(count);
-  if (j.contains("per_task")) {
-    const json& r = j["per_task"];
-    if (!r.is_object()) return field_error("per_task", "must be an object");
-    auto cpu = int_field(r, "cpu_milli", 0, 0);
-    if (!cpu.ok()) return field_error("per_task.cpu_milli", "must be a non-negative integer");
-    auto mem = int_field(r, "mem_mb", 0, 0);
-    if (!mem.ok()) return field_error("per_task.mem_mb", "must be a non-negative integer");
-    s.per_task = {*cpu, *mem};
-  }
-  TRY_ASSIGN(s.machine_type, str_field(j, "machine_type", false));
-  TRY_ASSIGN(auto mu, int_field(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
-  s.max_unavailable = static_cast<int>(mu);
-  if (j.contains("task")) {
-    if (!j["task"].is_object()) return field_error("task", "must be an object (the task spec)");
-    s.task = j["task"];
-  }
+  static_cast<weft::JobSpec&>(s) = std::move(base);
+  TRY_ASSIGN(auto id, int_field(j, "entitlement_id", 0, 1));
+  if (id == 0) return field_error("entitlement_id", "is required");
+  s.entitlement_id = static_cast<EntitlementId>(id);
   return s;
+}
+
+Result<JobSpec> stored_job_spec(json j, const std::function<std::string(EntitlementId)>& name_of) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
+    return make_error("corrupt job row");
+  // Rows written before the shared job schema named the entitlement by its id.
+  if (j.contains("entitlement") && j["entitlement"].is_number_integer()) {
+    j["entitlement_id"] = j["entitlement"];
+    j["entitlement"] = name_of(j["entitlement"].get<EntitlementId>());
+  }
+  auto s = job_spec_from_json(j);
+  if (s.ok()) return s;
+  // A job stored under older, looser rules (a longer name, a task field the agent
+  // never knew): kept as it was, so that the operator can still see, update or stop it.
+  log_error(
+      "a stored job does not pass today's job schema; it is kept as stored (update or "
+      "stop it)",
+      {{"JOB", j["name"].get<std::string>()}, {"ERROR", s.error().str()}});
+  JobSpec legacy;
+  legacy.name = j["name"].get<std::string>();
+  legacy.entitlement = j.value("entitlement", std::string());
+  TRY_ASSIGN(auto id, int_field(j, "entitlement_id", 1, 1));
+  legacy.entitlement_id = static_cast<EntitlementId>(id);
+  TRY_ASSIGN(auto count, int_field(j, "count", 1, 1, kMaxTasksPerJob));
+  legacy.count = static_cast<int>(count);
+  TRY_ASSIGN(auto mu, int_field(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
+  legacy.max_unavailable = static_cast<int>(mu);
+  if (j.contains("per_task") && j["per_task"].is_object()) {
+    TRY_ASSIGN(legacy.per_task.cpu_milli, int_field(j["per_task"], "cpu_milli", 0, 0, INT64_MAX));
+    TRY_ASSIGN(legacy.per_task.mem_mb, int_field(j["per_task"], "mem_mb", 0, 0, INT64_MAX));
+  }
+  if (j.contains("machine_type") && j["machine_type"].is_string())
+    legacy.machine_type = j["machine_type"].get<std::string>();
+  if (j.value("placement", json()) == "pack") legacy.placement = weft::PlacementPolicy::kPack;
+  if (j.contains("task") && j["task"].is_object()) legacy.task = j["task"];
+  return legacy;
 }
 
 json request_to_json(const Request& r) {
@@ -176,14 +198,33 @@ Status StateStore::delete_job(const std::string& name) {
 Status StateStore::put_task(const TaskRecord& t) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, machine, state, "
-                          "since_us, since_wall_us) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"));
+                          "since_us, since_wall_us, message, held) "
+                          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"));
   uint64_t mono = mono_(), wall = wall_();
   uint64_t age = mono > t.since_us ? mono - t.since_us : 0;
   s.bind(1, t.id).bind(2, t.job).bind(3, int64_t{t.index});
   s.bind(4, static_cast<int64_t>(t.generation)).bind(5, int64_t{t.machine});
   s.bind(6, std::string(task_state_name(t.state))).bind(7, static_cast<int64_t>(t.since_us));
   s.bind(8, static_cast<int64_t>(wall > age ? wall - age : 1));
+  s.bind(9, t.message).bind(10, int64_t{t.held});
   return s.run();
+}
+
+Status StateStore::put_events(const std::vector<Unavailability>& events) {
+  if (events.empty()) return {};
+  uint64_t mono = mono_(), wall = wall_();
+  for (const auto& e : events) {
+    TRY_ASSIGN(Stmt s, db_->prepare("INSERT INTO events (at_wall_us, machine, kind, detail) "
+                                    "VALUES (?1, ?2, ?3, ?4)"));
+    uint64_t age = mono > e.at_us ? mono - e.at_us : 0;
+    s.bind(1, static_cast<int64_t>(wall > age ? wall - age : 1));
+    s.bind(2, e.machine).bind(3, e.kind).bind(4, e.detail);
+    TRY(s.run());
+  }
+  TRY_ASSIGN(Stmt trim, db_->prepare("DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM "
+                                     "events) - ?1"));
+  trim.bind(1, static_cast<int64_t>(Broker::kMaxEvents));
+  return trim.run();
 }
 
 Status StateStore::delete_tasks(const std::vector<std::string>& ids) {
@@ -250,7 +291,12 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
-      TRY_ASSIGN(JobSpec spec, job_spec_from_json(json::parse(s.col_text(0), nullptr, false)));
+      TRY_ASSIGN(JobSpec spec, stored_job_spec(json::parse(s.col_text(0), nullptr, false),
+                                               [&broker](EntitlementId id) {
+                                                 return broker.entitlements().count(id)
+                                                            ? broker.entitlement_spec(id).name
+                                                            : std::string();
+                                               }));
       if (!s.col_null(3)) {
         TRY_ASSIGN(Request r, request_from_json(json::parse(s.col_text(3), nullptr, false)));
         json p = json::parse(s.col_text(4), nullptr, false);
@@ -262,7 +308,7 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
   }
   {
     TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, job, idx, generation, machine, state, since_us, "
-                                    "since_wall_us FROM tasks"));
+                                    "since_wall_us, message, held FROM tasks"));
     uint64_t wall_now = wall_();
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
@@ -279,8 +325,24 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
       uint64_t since_wall = static_cast<uint64_t>(s.col_int(7));
       uint64_t age = since_wall > 0 && wall_now > since_wall ? wall_now - since_wall : 0;
       t.since_us = now > age ? now - age : 0;
+      t.message = s.col_text(8);
+      t.held = s.col_int(9) != 0;
       sched.restore_task(t);
     }
+  }
+  {
+    TRY_ASSIGN(Stmt s, db_->prepare("SELECT at_wall_us, machine, kind, detail FROM events "
+                                    "ORDER BY seq"));
+    uint64_t wall_now = wall_();
+    std::vector<Unavailability> events;
+    for (;;) {
+      TRY_ASSIGN(bool row, s.step());
+      if (!row) break;
+      auto at_wall = static_cast<uint64_t>(s.col_int(0));
+      uint64_t age = wall_now > at_wall ? wall_now - at_wall : 0;
+      events.push_back({now > age ? now - age : 0, s.col_text(1), s.col_text(2), s.col_text(3)});
+    }
+    broker.restore_events(std::move(events));
   }
   TRY_ASSIGN(Stmt m, db_->prepare("SELECT value FROM meta WHERE key = 'task_seq'"));
   TRY_ASSIGN(bool row, m.step());

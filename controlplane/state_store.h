@@ -24,6 +24,10 @@ namespace weft::cp {
 nlohmann::json job_spec_to_json(const JobSpec& s);
 // Errors name the field ("count", "per_task.cpu_milli", ...).
 Result<JobSpec> job_spec_from_json(const nlohmann::json& j);
+// A job row as stored, by this or an older version (whose rows named the entitlement by
+// id, and whose rules were looser: such a job is kept as it was, with an error logged).
+Result<JobSpec> stored_job_spec(nlohmann::json j,
+                                const std::function<std::string(EntitlementId)>& name_of);
 nlohmann::json request_to_json(const Request& r);
 Result<Request> request_from_json(const nlohmann::json& j);
 
@@ -52,6 +56,9 @@ class StateStore {
   Status put_task(const TaskRecord& t);
   Status delete_tasks(const std::vector<std::string>& ids);  // in one transaction
   Status put_task_seq(uint64_t seq);
+  // Unavailability events (their at_us is the monotonic clock, stored as wall-clock
+  // time); the table keeps the latest Broker::kMaxEvents.
+  Status put_events(const std::vector<Unavailability>& events);
 
   // Everything, back into fresh modules (in this order: machines, entitlements,
   // placements, jobs, tasks). The broker must be new: machines get their old ids.

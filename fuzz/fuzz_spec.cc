@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "agent/spec.h"
 #include "common/json_bounded.h"
+#include "common/task_spec.h"
 #include "controlplane/state_store.h"
 
 using namespace weft;
@@ -12,9 +12,9 @@ using namespace weft;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto j = parse_json_bounded(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!j.ok()) return 0;
-  auto spec = agent::parse_spec(*j);
+  auto spec = parse_task_spec(*j);
   if (spec.ok()) {
-    auto again = agent::parse_spec(agent::to_json(*spec));
+    auto again = parse_task_spec(to_json(*spec));
     if (!again.ok()) __builtin_trap();  // the canonical form must parse
   }
   auto job = cp::job_spec_from_json(*j);

@@ -36,8 +36,8 @@ class SpawnTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(SpawnTest, ChildIsInCgroupBeforeItRuns) {
-  auto spec =
-      parse_spec({{"name", "t"}, {"argv", {"sh", "-c", "grep ^0:: /proc/self/cgroup; exit 4"}}});
+  auto spec = parse_task_spec(
+      {{"name", "t"}, {"argv", {"sh", "-c", "grep ^0:: /proc/self/cgroup; exit 4"}}});
   ASSERT_TRUE(spec.ok());
   Fd dirfd(open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   SpawnRequest req;

@@ -1,21 +1,19 @@
-#include "agent/spec.h"
+#include "common/task_spec.h"
 
 #include <gtest/gtest.h>
 
-#include "agent/runtime.h"
-
-namespace weft::agent {
+namespace weft {
 namespace {
 
 using json = nlohmann::json;
 
 std::string field_of(const json& j) {
-  auto r = parse_spec(j);
+  auto r = parse_task_spec(j);
   return r.ok() ? "<ok>" : r.error().field;
 }
 
 TEST(Spec, MinimalDefaults) {
-  auto s = parse_spec({{"name", "web"}, {"argv", {"sleep", "1"}}});
+  auto s = parse_task_spec({{"name", "web"}, {"argv", {"sleep", "1"}}});
   ASSERT_TRUE(s.ok()) << s.error().str();
   EXPECT_EQ(s->cwd, "/");
   EXPECT_TRUE(s->ns.pid);
@@ -46,14 +44,14 @@ TEST(Spec, FullRoundTrip) {
       {"stop_signal", "SIGINT"},
       {"stop_grace", 3},
       {"logs", {{"max_file_size", "1M"}, {"max_files", 3}}}};
-  auto s = parse_spec(j);
+  auto s = parse_task_spec(j);
   ASSERT_TRUE(s.ok()) << s.error().str();
   EXPECT_EQ(*s->resources.memory_max, 256u << 20);
   EXPECT_EQ(s->resources.hugetlb.at("2MB"), 64u << 20);
   EXPECT_EQ(s->restart.delay_us, 500000u);
   EXPECT_EQ(s->stop_signal, 2);
   EXPECT_EQ(s->stop_grace_us, 3'000'000u);
-  auto again = parse_spec(to_json(*s));
+  auto again = parse_task_spec(to_json(*s));
   ASSERT_TRUE(again.ok()) << again.error().str();
   EXPECT_EQ(to_json(*again), to_json(*s));
 }
@@ -93,14 +91,14 @@ TEST(Spec, ErrorsNameTheField) {
 }
 
 TEST(Spec, OwnerIsControlPlaneOrAbsent) {
-  auto s = parse_spec({{"name", "w.0.1"}, {"argv", {"true"}}, {"owner", "controlplane"}});
+  auto s = parse_task_spec({{"name", "w.0.1"}, {"argv", {"true"}}, {"owner", "controlplane"}});
   ASSERT_TRUE(s.ok()) << s.error().str();
   EXPECT_EQ(s->owner, "controlplane");
-  EXPECT_EQ(parse_spec(to_json(*s))->owner, "controlplane");
-  auto plain = parse_spec({{"name", "w"}, {"argv", {"true"}}});
+  EXPECT_EQ(parse_task_spec(to_json(*s))->owner, "controlplane");
+  auto plain = parse_task_spec({{"name", "w"}, {"argv", {"true"}}});
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(to_json(*plain).contains("owner"));
-  auto bad = parse_spec({{"name", "w"}, {"argv", {"true"}}, {"owner", "me"}});
+  auto bad = parse_task_spec({{"name", "w"}, {"argv", {"true"}}, {"owner", "me"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().field, "owner");
 }
@@ -121,43 +119,5 @@ TEST(Spec, HugepageSizeNames) {
   EXPECT_EQ(normalize_hugepage_size("junk"), "");
 }
 
-TEST(InitArgv, CarriesSpec) {
-  auto s = parse_spec({{"name", "t"},
-                       {"argv", {"echo", "hi"}},
-                       {"env", {{"X", "1"}}},
-                       {"hostname", "box"},
-                       {"namespaces", {{"network", "private"}}}});
-  ASSERT_TRUE(s.ok());
-  Identity id;
-  auto a = build_init_argv(*s, id, 4);
-  auto has = [&](const std::string& x) { return std::find(a.begin(), a.end(), x) != a.end(); };
-  EXPECT_TRUE(has("--proc"));
-  EXPECT_TRUE(has("--lo"));
-  EXPECT_TRUE(has("X=1"));
-  EXPECT_TRUE(has("box"));
-  EXPECT_FALSE(has("--uid"));
-  auto dd = std::find(a.begin(), a.end(), "--");
-  ASSERT_NE(dd, a.end());
-  EXPECT_EQ(*(dd + 1), "echo");
-  EXPECT_EQ(*(dd + 2), "hi");
-}
-
-TEST(Identity, ResolvesUsersAndRejectsUnknown) {
-  auto root = resolve_identity("root", "");
-  ASSERT_TRUE(root.ok());
-  EXPECT_EQ(root->uid, 0);
-  EXPECT_EQ(root->gid, 0);
-  auto bad = resolve_identity("no-such-user-weft", "");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().field, "user");
-  auto badg = resolve_identity("", "no-such-group-weft");
-  ASSERT_FALSE(badg.ok());
-  EXPECT_EQ(badg.error().field, "group");
-  auto num = resolve_identity("65534", "65534");
-  ASSERT_TRUE(num.ok());
-  EXPECT_EQ(num->uid, 65534);
-  EXPECT_EQ(num->gid, 65534);
-}
-
 }  // namespace
-}  // namespace weft::agent
+}  // namespace weft

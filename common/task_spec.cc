@@ -1,11 +1,11 @@
-#include "agent/spec.h"
+#include "common/task_spec.h"
 
 #include <csignal>
 #include <cstring>
 
 #include "common/fs.h"
 
-namespace weft::agent {
+namespace weft {
 
 using json = nlohmann::json;
 
@@ -109,7 +109,7 @@ bool valid_cpulist(const std::string& s) {
   return true;
 }
 
-Status parse_resources(const Reader& r, Resources* out) {
+Status parse_resources(const Reader& r, TaskResources* out) {
   TRY(r.only({"cpu", "cpu_weight", "memory_max", "memory_high", "memory_swap_max", "pids_max",
               "io_max", "hugetlb", "cpuset_cpus", "cpuset_mems", "best_effort"}));
   if (r.has("cpu")) {
@@ -217,7 +217,7 @@ const char* policy_name(RestartPolicy p) {
   return "never";
 }
 
-Result<TaskSpec> parse_spec(const json& j) {
+Result<TaskSpec> parse_task_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
   TRY(r.only({"name", "argv", "env", "cwd", "user", "group", "resources", "rootfs", "namespaces",
@@ -341,7 +341,7 @@ json to_json(const TaskSpec& s) {
   if (!s.owner.empty()) j["owner"] = s.owner;
   if (s.seccomp_unconfined) j["seccomp"] = "unconfined";
   json res = json::object();
-  const Resources& r = s.resources;
+  const TaskResources& r = s.resources;
   if (r.cpu) res["cpu"] = *r.cpu;
   if (r.cpu_weight) res["cpu_weight"] = *r.cpu_weight;
   if (r.memory_max) res["memory_max"] = *r.memory_max;
@@ -383,4 +383,4 @@ json to_json(const TaskSpec& s) {
   return j;
 }
 
-}  // namespace weft::agent
+}  // namespace weft

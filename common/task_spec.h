@@ -14,7 +14,7 @@
 
 #include "common/result.h"
 
-namespace weft::agent {
+namespace weft {
 
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
 enum class NetworkMode { kHost, kPrivate };
@@ -24,7 +24,7 @@ struct IoLimit {
   std::optional<uint64_t> rbps, wbps, riops, wiops;
 };
 
-struct Resources {
+struct TaskResources {
   std::optional<double> cpu;            // cores, e.g. 0.5 -> cpu.max "50000 100000"
   std::optional<uint64_t> cpu_weight;   // 1..10000
   std::optional<uint64_t> memory_max;   // bytes
@@ -65,7 +65,7 @@ struct TaskSpec {
   std::string cwd = "/";
   std::string user;   // name or numeric; empty = the agent's default_task_user
   std::string group;  // name or numeric; empty = user's primary group
-  Resources resources;
+  TaskResources resources;
   std::string rootfs;  // empty = host root
   Namespaces ns;
   std::string hostname;
@@ -82,8 +82,8 @@ struct TaskSpec {
 };
 
 // Parses and validates. Errors carry `field` ("resources.memory_max").
-Result<TaskSpec> parse_spec(const nlohmann::json& j);
-// The canonical form stored in the database; parse_spec(to_json(s)) == s.
+Result<TaskSpec> parse_task_spec(const nlohmann::json& j);
+// The canonical form stored in the database; parse_task_spec(to_json(s)) == s.
 nlohmann::json to_json(const TaskSpec& s);
 
 Result<int> parse_signal(const std::string& s);  // "SIGTERM", "TERM", "15"
@@ -92,4 +92,4 @@ const char* policy_name(RestartPolicy p);
 // "2M" / "2MB" / "2048kB" -> "2MB" (the cgroup file name form); empty on bad input.
 std::string normalize_hugepage_size(const std::string& s);
 
-}  // namespace weft::agent
+}  // namespace weft

@@ -1,0 +1,126 @@
+#include "common/job_spec.h"
+
+#include <cctype>
+#include <climits>
+
+#include "common/task_spec.h"
+
+namespace weft {
+
+using json = nlohmann::json;
+
+namespace {
+
+// An integer in [min, max]: a value that does not fit (4294967297 as a count) is an
+// error, never truncated.
+Result<int64_t> int_field(const json& j, const std::string& prefix, const char* key, int64_t dflt,
+                          int64_t min, int64_t max) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  const json& v = j[key];
+  bool fits = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX);
+  if (!fits || v.get<int64_t>() < min || v.get<int64_t>() > max)
+    return field_error(prefix + key, "must be an integer from " + std::to_string(min) + " to " +
+                                         std::to_string(max));
+  return v.get<int64_t>();
+}
+
+Result<std::string> str_field(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::string();
+  if (!j[key].is_string()) return field_error(key, "must be a string");
+  return j[key].get<std::string>();
+}
+
+}  // namespace
+
+const char* placement_name(PlacementPolicy p) {
+  return p == PlacementPolicy::kPack ? "pack" : "spread";
+}
+
+bool valid_job_name(std::string_view s) {
+  if (s.empty() || s.size() > kMaxJobNameLength) return false;
+  if (!std::isalnum(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  return true;
+}
+
+std::string make_task_id(const std::string& job, int index, uint64_t seq) {
+  return job + "." + std::to_string(index) + "." + std::to_string(seq);
+}
+
+json task_run_params(const JobSpec& s, const std::string& task_id) {
+  json t = s.task.is_object() ? s.task : json::object();
+  t["name"] = task_id;  // the agent refuses a second live task of that name: idempotent
+  t["owner"] = "controlplane";
+  return t;
+}
+
+Result<JobSpec> parse_job_spec(const json& j) {
+  if (!j.is_object()) return field_error("job", "must be an object");
+  for (const auto& [k, v] : j.items()) {
+    static const char* kKeys[] = {"name",         "entitlement",     "count",     "per_task",
+                                  "machine_type", "max_unavailable", "placement", "task"};
+    bool known = false;
+    for (const char* key : kKeys) known |= k == key;
+    if (!known) return field_error(k, "unknown field");
+  }
+  JobSpec s;
+  TRY_ASSIGN(s.name, str_field(j, "name"));
+  if (!valid_job_name(s.name))
+    return field_error("name", "must be 1-" + std::to_string(kMaxJobNameLength) +
+                                   " letters, digits, '-' or '_', starting with a letter or "
+                                   "digit");
+  TRY_ASSIGN(s.entitlement, str_field(j, "entitlement"));
+  if (s.entitlement.empty())
+    return field_error("entitlement", "is required: an entitlement's name");
+  TRY_ASSIGN(auto count, int_field(j, "", "count", 1, 1, kMaxTasksPerJob));
+  s.count = static_cast<int>(count);
+  TRY_ASSIGN(auto mu, int_field(j, "", "max_unavailable", 1, 1, kMaxTasksPerJob));
+  s.max_unavailable = static_cast<int>(mu);
+  if (j.contains("per_task") && !j["per_task"].is_null()) {
+    const json& r = j["per_task"];
+    if (!r.is_object()) return field_error("per_task", "must be an object");
+    for (const auto& [k, v] : r.items())
+      if (k != "cpu_milli" && k != "mem_mb") return field_error("per_task." + k, "unknown field");
+    // 100,000 cores and 1 PiB: far above any machine, far below an overflow when summed.
+    TRY_ASSIGN(s.per_task.cpu_milli, int_field(r, "per_task.", "cpu_milli", 0, 0, 100'000'000));
+    TRY_ASSIGN(s.per_task.mem_mb, int_field(r, "per_task.", "mem_mb", 0, 0, int64_t{1} << 30));
+  }
+  TRY_ASSIGN(s.machine_type, str_field(j, "machine_type"));
+  TRY_ASSIGN(std::string placement, str_field(j, "placement"));
+  if (placement == "pack")
+    s.placement = PlacementPolicy::kPack;
+  else if (!placement.empty() && placement != "spread")
+    return field_error("placement", "must be \"spread\" (the default) or \"pack\"");
+
+  if (!j.contains("task") || !j["task"].is_object())
+    return field_error("task", "is required: the task spec to run (an object)");
+  s.task = j["task"];
+  for (const char* key : {"name", "owner"})
+    if (s.task.contains(key))
+      return field_error(std::string("task.") + key,
+                         "is set by the control plane (each task gets its own id)");
+  // The agent's own validator, on the task exactly as an agent will receive it (with the
+  // longest id this job's tasks can have).
+  auto task =
+      parse_task_spec(task_run_params(s, make_task_id(s.name, kMaxTasksPerJob - 1, UINT64_MAX)));
+  if (!task.ok()) {
+    Error e = std::move(task).error();
+    e.field = e.field.empty() ? "task" : "task." + e.field;
+    return e;
+  }
+  return s;
+}
+
+json to_json(const JobSpec& s) {
+  return {{"name", s.name},
+          {"entitlement", s.entitlement},
+          {"count", s.count},
+          {"per_task", {{"cpu_milli", s.per_task.cpu_milli}, {"mem_mb", s.per_task.mem_mb}}},
+          {"machine_type", s.machine_type},
+          {"max_unavailable", s.max_unavailable},
+          {"placement", placement_name(s.placement)},
+          {"task", s.task}};
+}
+
+}  // namespace weft

@@ -1,0 +1,67 @@
+// JobSpec: what an operator asks the control plane to run — N copies of one task spec
+// in an entitlement. The one definition and the one validator, used by weftctl (on a
+// job file, before sending), by the control plane (before accepting, and on what it
+// reads back from its store) and, through the task spec it embeds, by weft-agent (before
+// starting): what weftctl accepts, the control plane accepts, and the agent can start on
+// any machine that has the cgroup controllers the limits need.
+//
+// The protocol form (job.create / job.update params, docs/protocol.md):
+//   {"name": "web", "entitlement": "frontend", "count": 6, "max_unavailable": 2,
+//    "machine_type": "T1", "placement": "spread",
+//    "per_task": {"cpu_milli": 500, "mem_mb": 256},
+//    "task": {<a task spec without name and owner: common/task_spec.h>}}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace weft {
+
+inline constexpr int kMaxTasksPerJob = 100000;
+// Task ids are "<job>.<index>.<sequence>" and a task name on a machine has at most 63
+// characters: 32 + 1 + 5 (index < 100000) + 1 + 20 (a uint64) = 59.
+inline constexpr size_t kMaxJobNameLength = 32;
+
+// How a job's tasks are placed: spread over fault domains and machines first (the
+// default: a rack or a machine lost takes as few of the job's tasks as possible), or
+// packed onto the fewest machines, the entitlement's own first.
+enum class PlacementPolicy { kSpread, kPack };
+const char* placement_name(PlacementPolicy p);
+
+struct JobResources {  // reserved per task on its machine
+  int64_t cpu_milli = 0;
+  int64_t mem_mb = 0;
+  bool operator==(const JobResources&) const = default;
+};
+
+struct JobSpec {
+  std::string name;
+  std::string entitlement;  // the entitlement's name
+  int count = 1;
+  JobResources per_task;
+  std::string machine_type;  // "" = any
+  int max_unavailable = 1;
+  PlacementPolicy placement = PlacementPolicy::kSpread;
+  // The task spec as the operator wrote it (validated; no name or owner: each task gets
+  // its own id, and the control plane marks what it starts).
+  nlohmann::json task = nlohmann::json::object();
+};
+
+bool valid_job_name(std::string_view name);
+
+// Parses and validates. Errors name the field: "count", "per_task.mem_mb",
+// "task.resources.memory_max", "task.argv[0]".
+Result<JobSpec> parse_job_spec(const nlohmann::json& j);
+// The protocol form; parse_job_spec(to_json(s)) gives s back.
+nlohmann::json to_json(const JobSpec& s);
+
+std::string make_task_id(const std::string& job, int index, uint64_t seq);
+// The task.run params for one task of the job.
+nlohmann::json task_run_params(const JobSpec& s, const std::string& task_id);
+
+}  // namespace weft

@@ -1,0 +1,100 @@
+#include "common/job_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "common/task_spec.h"
+
+namespace weft {
+namespace {
+
+using json = nlohmann::json;
+
+json valid() {
+  return {{"name", "web"},
+          {"entitlement", "frontend"},
+          {"count", 3},
+          {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+}
+
+TEST(JobSpec, ErrorsNameTheField) {
+  auto with = [](std::initializer_list<std::pair<const char*, json>> changes) {
+    json j = valid();
+    for (const auto& [k, v] : changes) {
+      if (v.is_null())
+        j.erase(k);
+      else
+        j[k] = v;
+    }
+    return j;
+  };
+  struct Case {
+    json j;
+    std::string field;
+  } cases[] = {
+      {json::array(), "job"},
+      {with({{"name", nullptr}}), "name"},
+      {with({{"name", "a.b"}}), "name"},
+      {with({{"name", "-a"}}), "name"},
+      // Task ids "<job>.<index>.<n>" must fit the agent's 63-character task names.
+      {with({{"name", std::string(33, 'a')}}), "name"},
+      {with({{"entitlement", nullptr}}), "entitlement"},
+      {with({{"entitlement", 1}}), "entitlement"},
+      {with({{"count", 0}}), "count"},
+      {with({{"count", "x"}}), "count"},
+      {with({{"count", 4294967297ull}}), "count"},
+      {with({{"count", 18446744073709551615ull}}), "count"},
+      {with({{"count", 100001}}), "count"},
+      {with({{"per_task", {{"cpu_milli", -1}}}}), "per_task.cpu_milli"},
+      {with({{"per_task", {{"mem_mb", "lots"}}}}), "per_task.mem_mb"},
+      {with({{"per_task", {{"cpu_milli", 4294967297000ll}}}}), "per_task.cpu_milli"},
+      {with({{"per_task", {{"disk", 1}}}}), "per_task.disk"},
+      {with({{"max_unavailable", 0}}), "max_unavailable"},
+      {with({{"placement", "random"}}), "placement"},
+      {with({{"colour", "blue"}}), "colour"},
+      {with({{"task", "sleep"}}), "task"},
+      {with({{"task", nullptr}}), "task"},
+      // What the agent would refuse is refused here, with the agent's field.
+      {with({{"task", {{"argv", {"x"}}, {"limits", {{"memory", "1G"}}}}}}), "task.limits"},
+      {with({{"task", {{"argv", json::array()}}}}), "task.argv"},
+      {with({{"task", {{"argv", {"x"}}, {"resources", {{"memory_max", "lots"}}}}}}),
+       "task.resources.memory_max"},
+      {with({{"task", {{"argv", {"x"}}, {"name", "mine"}}}}), "task.name"},
+      {with({{"task", {{"argv", {"x"}}, {"owner", "controlplane"}}}}), "task.owner"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_job_spec(c.j);
+    ASSERT_FALSE(r.ok()) << c.j.dump();
+    EXPECT_EQ(r.error().field, c.field) << c.j.dump() << " -> " << r.error().str();
+  }
+}
+
+TEST(JobSpec, RoundTripsAndDefaults) {
+  auto s = parse_job_spec(valid());
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_EQ(s->max_unavailable, 1);
+  EXPECT_EQ(s->placement, PlacementPolicy::kSpread);
+  s->per_task = {250, 64};
+  s->placement = PlacementPolicy::kPack;
+  auto back = parse_job_spec(to_json(*s));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->count, 3);
+  EXPECT_EQ(back->per_task, s->per_task);
+  EXPECT_EQ(back->placement, PlacementPolicy::kPack);
+  EXPECT_EQ(back->task, s->task);
+}
+
+TEST(JobSpec, EveryTaskIdFitsTheAgentsTaskNames) {
+  json j = valid();
+  j["name"] = std::string(kMaxJobNameLength, 'j');
+  j["count"] = kMaxTasksPerJob;
+  auto s = parse_job_spec(j);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  std::string id = make_task_id(s->name, kMaxTasksPerJob - 1, UINT64_MAX);
+  auto t = parse_task_spec(task_run_params(*s, id));
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(t->name, id);
+  EXPECT_EQ(t->owner, "controlplane");
+}
+
+}  // namespace
+}  // namespace weft
