@@ -36,6 +36,7 @@ void Allocator::pool_insert(MachineId id) {
   m.slot = static_cast<uint32_t>(bucket.size());
   bucket.push_back(id);
   ++p.size;
+  if (!m.healthy) ++p.unhealthy;
 }
 
 void Allocator::pool_erase(MachineId id) {
@@ -47,6 +48,7 @@ void Allocator::pool_erase(MachineId id) {
   machines_[last].slot = m.slot;
   bucket.pop_back();
   --p.size;
+  if (!m.healthy) --p.unhealthy;
   if (bucket.empty()) {
     p.by_domain.erase(m.domain);
     p.order.erase(std::find(p.order.begin(), p.order.end(), m.domain));
@@ -54,9 +56,16 @@ void Allocator::pool_erase(MachineId id) {
   }
 }
 
-void Allocator::set_usable(MachineId m, bool healthy, bool profile_ready) {
-  machines_.at(m).healthy = healthy;
-  machines_.at(m).ready = profile_ready;
+void Allocator::set_usable(MachineId id, bool healthy, bool profile_ready) {
+  Machine& m = machines_.at(id);
+  if (m.healthy != healthy) pools_[m.ent].unhealthy += healthy ? -1 : 1;
+  m.healthy = healthy;
+  m.ready = profile_ready;
+}
+
+size_t Allocator::quota_members(EntitlementId e) const {
+  auto it = pools_.find(e);
+  return it == pools_.end() ? 0 : it->second.size - it->second.unhealthy;
 }
 
 Status Allocator::assign(MachineId id, EntitlementId e) {
@@ -81,7 +90,7 @@ bool Allocator::usable_for(const Machine& m, const Request&, uint32_t dc, uint32
   return m.healthy && m.ready && (dc == kAny || m.dc == dc) && (type == kAny || m.type == type);
 }
 
-void Allocator::place(const Request& r, size_t count, std::unordered_map<uint32_t, int> in_domain,
+void Allocator::place(const Request& r, size_t count, const std::vector<MachineId>& staying,
                       std::vector<MachineId>* out_p, std::vector<MachineId>* joined_p) {
   auto lookup = [&](const std::string& s) {
     if (s.empty()) return kAny;
@@ -93,7 +102,13 @@ void Allocator::place(const Request& r, size_t count, std::unordered_map<uint32_
   std::vector<MachineId>& out = *out_p;
   std::vector<MachineId>& joined = *joined_p;
   const size_t tasks = out.size() + count;
-  std::unordered_map<MachineId, int> taken;  // tentative tasks per machine
+  // This job's tasks per domain and per machine: those that stay, and those placed now.
+  std::unordered_map<uint32_t, int> in_domain;
+  std::unordered_map<MachineId, int> on_machine, taken;  // taken: placed by this call
+  for (MachineId id : staying) {
+    ++in_domain[machines_[id].domain];
+    ++on_machine[id];
+  }
   size_t quota = SIZE_MAX;
   if (auto q = quotas_.find(r.entitlement); q != quotas_.end()) quota = q->second;
   auto fits = [&](MachineId id) {
@@ -107,13 +122,13 @@ void Allocator::place(const Request& r, size_t count, std::unordered_map<uint32_
     return avail.fits(r.per_task);
   };
   // One pass over a pool's domains (from its cursor), placing up to `per_domain` of
-  // this job's tasks in each. `capped` says whether some domain stopped at the limit
-  // (so a higher limit could place more there).
+  // this job's tasks in each and up to `per_machine` on each machine. `capped` says
+  // whether some domain stopped at its limit, `machine_capped` whether a machine that
+  // had room was passed over for its limit (so higher limits could place more).
   struct PassResult {
-    size_t placed = 0;
-    bool capped = false;
+    bool capped = false, machine_capped = false;
   };
-  auto pass = [&](EntitlementId e, int per_domain) -> PassResult {
+  auto pass = [&](EntitlementId e, int per_domain, int per_machine) -> PassResult {
     PassResult res;
     auto pit = pools_.find(e);
     if (pit == pools_.end()) return res;
@@ -129,35 +144,51 @@ void Allocator::place(const Request& r, size_t count, std::unordered_map<uint32_
           res.capped = true;
           break;
         }
-        while (k < bucket.size() && !fits(bucket[k])) ++k;
+        for (; k < bucket.size(); ++k) {
+          if (!fits(bucket[k])) continue;
+          if (on_machine[bucket[k]] >= per_machine) {
+            res.machine_capped = true;
+            continue;
+          }
+          break;
+        }
         if (k == bucket.size()) break;  // nothing more fits in this domain
         MachineId id = bucket[k];
         if (e == kFreePool && taken[id] == 0) {
-          if (pool_size(r.entitlement) + joined.size() >= quota) return res;  // at quota
+          if (quota_members(r.entitlement) + joined.size() >= quota) return res;  // at quota
           joined.push_back(id);
         }
         ++taken[id];
+        ++on_machine[id];
         ++c;
-        ++res.placed;
-        out.push_back(id);  // the same machine may take another task if it still fits
+        out.push_back(id);
+        // Spreading, the next task goes to the next machine; packing, to the same one
+        // while it fits.
+        if (r.spread) ++k;
       }
     }
     if (n) pool.cursor = (pool.cursor + 1) % n;
     return res;
   };
-  // Fill from one pool: one task per domain, then two, ... until placed or nothing more
-  // fits anywhere in the pool.
-  auto fill = [&](EntitlementId e) {
-    int limit = r.spread ? 1 : INT_MAX;
-    while (out.size() < tasks) {
-      PassResult p = pass(e, limit);
-      if (!p.capped) break;  // every domain is out of room: a higher limit cannot help
-      ++limit;
+  if (!r.spread) {
+    // Packing: stack on the entitlement's machines; take free machines for the rest.
+    pass(r.entitlement, INT_MAX, INT_MAX);
+    if (out.size() < tasks) pass(kFreePool, INT_MAX, INT_MAX);
+    return;
+  }
+  // Spreading: one task per domain and per machine, over the entitlement's machines and
+  // the free ones it may take (within its quota) alike; then two per domain, and so on;
+  // a machine takes a second task of the job only when no machine without one fits.
+  for (int per_machine = 1; out.size() < tasks; ++per_machine) {
+    bool machine_capped = false;
+    for (int per_domain = 1; out.size() < tasks; ++per_domain) {
+      PassResult own = pass(r.entitlement, per_domain, per_machine);
+      PassResult free = pass(kFreePool, per_domain, per_machine);
+      machine_capped |= own.machine_capped || free.machine_capped;
+      if (!own.capped && !free.capped) break;  // every domain is out of room at this cap
     }
-  };
-  // Stack on the entitlement's machines first; take free machines only for the rest.
-  fill(r.entitlement);
-  if (out.size() < tasks) fill(kFreePool);
+    if (!machine_capped) break;  // a higher per-machine cap cannot help
+  }
 }
 
 Result<Placement> Allocator::allocate(const Request& r) {
@@ -206,20 +237,20 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
   }
   // Free the moving tasks' resources, then place that many again, spread against the
   // tasks that stay. Machines the broker marked unusable are not candidates.
-  std::unordered_map<uint32_t, int> in_domain;
+  std::vector<MachineId> staying;
   for (size_t i = 0; i < h.machines.size(); ++i) {
     Machine& m = machines_[h.machines[i]];
     if (moving[i]) {
       m.free += h.req.per_task;
       --m.tasks;
     } else {
-      ++in_domain[m.domain];
+      staying.push_back(h.machines[i]);
     }
   }
   size_t count = 0;
   for (bool mv : moving) count += mv;
   std::vector<MachineId> out, joined;
-  place(h.req, count, std::move(in_domain), &out, &joined);
+  place(h.req, count, staying, &out, &joined);
   if (out.size() < count) {
     for (size_t i = 0; i < h.machines.size(); ++i)  // all or nothing: take them back
       if (moving[i]) {
@@ -255,11 +286,9 @@ Result<Placement> Allocator::resize(const std::string& job, int tasks) {
     }
     h.machines.resize(want);
   } else if (want > h.machines.size()) {
-    std::unordered_map<uint32_t, int> in_domain;
-    for (MachineId id : h.machines) ++in_domain[machines_[id].domain];
     std::vector<MachineId> out, joined;
     size_t count = want - h.machines.size();
-    place(h.req, count, std::move(in_domain), &out, &joined);
+    place(h.req, count, h.machines, &out, &joined);
     if (out.size() < count)
       return make_error("job " + job + ": " + std::to_string(out.size()) + " of " +
                         std::to_string(count) + " more tasks fit")

@@ -1,11 +1,14 @@
 // The allocator (Twine §3.2): an in-memory index of machines and their free resources,
 // and the placement of a job's tasks onto them.
 //
-// Machines are either in the free pool or assigned to one entitlement. A placement
-// stacks tasks on the entitlement's machines first, takes machines from the free pool
-// (which then join the entitlement) only when the entitlement's own cannot fit the job,
-// and spreads the job's tasks across fault domains: it places one task per domain, then
-// two, and so on, so a domain holds more than its share only when nothing else fits.
+// Machines are either in the free pool or assigned to one entitlement (up to its quota,
+// which counts only its healthy machines: a dead or failed machine's slot goes to its
+// replacement). A placement spreads by default: one task of the job per fault domain
+// and per machine, over the entitlement's machines and the free machines it may take
+// alike (the entitlement's first at each step), then two per domain, and so on; a
+// domain or a machine holds more than its share only when nothing else fits. A job
+// that asks to be packed stacks on the entitlement's machines and takes free machines
+// (which then join the entitlement) only for what does not fit there.
 // Hard constraints (resources, machine type, DC pin, health, profile applied) filter.
 // All or nothing: a job that does not fit changes nothing. A job-level cache answers an
 // unchanged request (same job, same generation, placement still held) without work.
@@ -65,7 +68,7 @@ struct Request {
   Resources per_task;
   std::string machine_type;  // "" = any
   std::string dc;            // "" = any
-  bool spread = true;        // spread across fault domains (default)
+  bool spread = true;        // spread over fault domains and machines (default), or pack
 };
 
 struct Placement {
@@ -112,6 +115,8 @@ class Allocator {
   // Returns empty machines of an entitlement to the free pool; returns them.
   std::vector<MachineId> shrink(EntitlementId e);
   size_t pool_size(EntitlementId e) const;
+  // The machines that count against an entitlement's quota: its healthy ones.
+  size_t quota_members(EntitlementId e) const;
   // An entitlement's quota in machines: placement takes free machines only up to it.
   void set_quota(EntitlementId e, size_t machines) { quotas_[e] = machines; }
 
@@ -133,15 +138,16 @@ class Allocator {
     std::vector<uint32_t> order;
     size_t cursor = 0;
     size_t size = 0;
+    size_t unhealthy = 0;
   };
   struct Held {
     Request req;
     std::vector<MachineId> machines;
   };
-  // Places `count` more tasks of `r` into *out (which may hold some already),
-  // spreading against `in_domain` (this job's tasks per domain so far). Places as many
-  // as fit; the caller checks that all did.
-  void place(const Request& r, size_t count, std::unordered_map<uint32_t, int> in_domain,
+  // Places `count` more tasks of `r` into *out, spreading against `staying` (the
+  // machines of the job's tasks that stay where they are). Places as many as fit; the
+  // caller checks that all did.
+  void place(const Request& r, size_t count, const std::vector<MachineId>& staying,
              std::vector<MachineId>* out, std::vector<MachineId>* joined);
   uint32_t intern(const std::string& s);
   void pool_insert(MachineId m);

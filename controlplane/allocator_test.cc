@@ -1,4 +1,5 @@
-// The allocator on plain structs: spreading, stacking before taking free machines,
+// The allocator on plain structs: spreading (over domains and machines, the free ones
+// included), packing, quotas,
 // constraints, all-or-nothing, the job cache, release and shrink.
 #include "controlplane/allocator.h"
 
@@ -56,22 +57,89 @@ TEST(Allocator, SpreadsAcrossFaultDomains) {
   for (const auto& [d, n] : per) EXPECT_EQ(n, 2) << d;
 }
 
-TEST(Allocator, StacksInTheEntitlementBeforeTakingFreeMachines) {
+TEST(Allocator, PackedJobsStackInTheEntitlementBeforeTakingFreeMachines) {
   std::vector<MachineId> ids;
   Allocator a = fleet(4, 2, &ids);
   ASSERT_TRUE(a.assign(ids[0], 1).ok());  // the entitlement owns one 4-core machine
-  auto p = a.allocate(job("w", 3));       // 3 x 1 core: fits on it
+  Request w = job("w", 3);                // 3 x 1 core: fits on it
+  w.spread = false;
+  auto p = a.allocate(w);
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->joined.empty());
   for (MachineId m : p->machines) EXPECT_EQ(m, ids[0]);
   EXPECT_EQ(a.free(ids[0]).cpu_milli, 1000);
   // Two more tasks: one still fits there, the other brings a free machine in.
-  auto q = a.allocate(job("x", 2));
+  Request x = job("x", 2);
+  x.spread = false;
+  auto q = a.allocate(x);
   ASSERT_TRUE(q.ok());
   ASSERT_EQ(q->joined.size(), 1u);
   EXPECT_EQ(a.entitlement_of(q->joined[0]), 1u);
   EXPECT_EQ(a.pool_size(1), 2u);
   EXPECT_EQ(a.pool_size(kFreePool), 6u);
+}
+
+// The entitlement starts small, as it does in a real fleet: a spread job does not stack
+// on its one machine while free machines wait in other domains (it did until issue 12).
+TEST(Allocator, SpreadsBeforeStackingWhenTheEntitlementIsSmall) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(4, 2, &ids);
+  ASSERT_TRUE(a.assign(ids[0], 1).ok());
+  auto p = a.allocate(job("w", 3));
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  EXPECT_EQ(domains_of(a, p->machines).size(), 3u);
+  EXPECT_EQ(std::set<MachineId>(p->machines.begin(), p->machines.end()).size(), 3u);
+  EXPECT_EQ(p->machines[0], ids[0]) << "the entitlement's own machine is used first";
+  EXPECT_EQ(p->joined.size(), 2u);
+  // One domain, three machines: one task per machine before two on any.
+  Allocator b = fleet(1, 3, &ids);
+  auto q = b.allocate(job("w", 3));
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(std::set<MachineId>(q->machines.begin(), q->machines.end()).size(), 3u);
+  // More tasks than machines: evenly, two each.
+  auto r = b.allocate(job("x", 6, 100, 10));
+  ASSERT_TRUE(r.ok());
+  std::map<MachineId, int> per;
+  for (MachineId m : r->machines) per[m]++;
+  for (const auto& [m, n] : per) EXPECT_EQ(n, 2);
+}
+
+TEST(Allocator, AReplacementDoesNotLandBesideItsSiblings) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(1, 4, &ids);  // one domain: only machines tell siblings apart
+  ASSERT_TRUE(a.assign(ids[0], 1).ok());
+  auto p = a.allocate(job("w", 3));
+  ASSERT_TRUE(p.ok());
+  MachineId failed = p->machines[2];
+  a.set_usable(failed, false, true);
+  auto q = a.move_tasks("w", {2});
+  ASSERT_TRUE(q.ok()) << q.error().str();
+  EXPECT_NE(q->machines[2], q->machines[0]);
+  EXPECT_NE(q->machines[2], q->machines[1]);
+  EXPECT_NE(q->machines[2], failed);
+}
+
+// A dead machine gives its quota slot to its replacement: with the quota fully used,
+// its tasks can still move (before issue 12: "0 of 1 tasks could be moved").
+TEST(Allocator, ADeadMachineDoesNotHoldItsQuotaSlot) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(3, 1, &ids);
+  a.set_quota(1, 2);
+  auto p = a.allocate(job("w", 2, 4000));  // two whole machines: the quota
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  EXPECT_EQ(a.quota_members(1), 2u);
+  MachineId dead = p->machines[0];
+  a.set_usable(dead, /*healthy=*/false, true);
+  EXPECT_EQ(a.quota_members(1), 1u);
+  auto q = a.move_tasks("w", {0});
+  ASSERT_TRUE(q.ok()) << q.error().str();
+  EXPECT_NE(q->machines[0], dead);
+  EXPECT_EQ(a.quota_members(1), 2u);
+  // Healthy again and empty: the entitlement has one machine over its quota, and
+  // shrink gives it back.
+  a.set_usable(dead, true, true);
+  EXPECT_EQ(a.shrink(1), std::vector<MachineId>{dead});
+  EXPECT_EQ(a.quota_members(1), 2u);
 }
 
 TEST(Allocator, HardConstraintsFilter) {
