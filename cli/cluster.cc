@@ -1,10 +1,13 @@
 #include "cli/cluster.h"
 
 #include <chrono>
+#include <functional>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "common/job_file.h"
+#include "common/task_state.h"
 
 namespace weft::cli {
 
@@ -35,92 +38,115 @@ void machine_table(const json& machines) {
 
 void task_table(const json& tasks) {
   std::vector<std::vector<std::string>> rows = {
-      {"TASK", "JOB", "INDEX", "GENERATION", "MACHINE", "STATE"}};
+      {"TASK", "JOB", "INDEX", "GENERATION", "MACHINE", "STATE", "MESSAGE"}};
   for (const auto& t : tasks)
     rows.push_back({str_or(t, "id"), str_or(t, "job"), str_or(t, "index"), str_or(t, "generation"),
-                    str_or(t, "machine"), str_or(t, "state")});
+                    str_or(t, "machine"), str_or(t, "state"), str_or(t, "message")});
   print_table(rows);
 }
 
-// Follows a job until every task runs its current generation (create, scale, update),
-// printing a line whenever the picture changes. 0 when done, 1 on timeout.
-int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json_out) {
+// What one poll of a follow found: a line for the operator (printed when it changes),
+// its JSON form, and whether the operation is over.
+struct Progress {
+  std::string line;
+  json j;
+  enum class Verdict { kGoing, kDone, kFailed } verdict = Verdict::kGoing;
+};
+
+// Polls `poll` every 500 ms, printing each new picture, until it is done (0), failed
+// (1) or the timeout passes (1; the control plane carries on).
+int follow(const std::function<Progress()>& poll, int timeout_s, bool json_out,
+           const std::string& then) {
   auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
   std::string last;
   for (;;) {
-    json r = call_or_die(c, "job.show", {{"name", name}});
-    int want = r["spec"].value("count", 0);
-    uint64_t gen = r.value("generation", uint64_t{0});
-    std::map<std::string, int> at_gen, old;
-    int ready = 0, old_live = 0;
-    for (const auto& t : r["tasks"]) {
-      std::string st = t.value("state", "");
-      bool current = t.value("generation", uint64_t{0}) == gen;
-      (current ? at_gen : old)[st]++;
-      if (current && st == "running") ready++;
-      if (!current && (st == "running" || st == "starting" || st == "stopping" || st == "pending"))
-        old_live++;
-    }
-    std::string line = "job " + name + " generation " + std::to_string(gen) + ": " +
-                       std::to_string(ready) + "/" + std::to_string(want) + " running";
-    for (const auto& [st, n] : at_gen)
-      if (st != "running") line += ", " + std::to_string(n) + " " + st;
-    if (old_live) line += "; " + std::to_string(old_live) + " of the previous generation left";
-    if (line != last) {
-      if (json_out)
-        std::cout << json{{"job", name},
-                          {"generation", gen},
-                          {"running", ready},
-                          {"count", want},
-                          {"previous_left", old_live}}
-                         .dump()
-                  << "\n";
-      else
-        std::cout << line << "\n";
+    Progress p = poll();
+    if (p.line != last) {
+      std::cout << (json_out ? p.j.dump() : p.line) << "\n";
       std::cout.flush();
-      last = line;
+      last = p.line;
     }
-    if (ready == want && old_live == 0) return 0;
+    if (p.verdict == Progress::Verdict::kDone) return 0;
+    if (p.verdict == Progress::Verdict::kFailed) return 1;
     if (Clock::now() > deadline) {
       std::cerr << "weftctl: gave up waiting after " << timeout_s
-                << "s; the control plane carries on (weftctl job show " << name << ")\n";
+                << "s; the control plane carries on (" << then << ")\n";
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+}
+
+TaskState state_of(const json& task) {
+  return parse_task_state(task.value("state", "")).value_or(TaskState::kLost);
+}
+
+// Follows a job until every task runs its current generation (create, scale, update).
+// Tasks whose start their machine refused are printed with the machine's message; when
+// nothing else is in flight the follow ends there, failed.
+int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json_out) {
+  std::set<std::string> told;  // refusals already printed
+  auto poll = [&]() -> Progress {
+    json r = call_or_die(c, "job.show", {{"name", name}});
+    int want = r["spec"].value("count", 0);
+    uint64_t gen = r.value("generation", uint64_t{0});
+    std::map<std::string, int> at_gen;
+    int ready = 0, old_live = 0, refused = 0;
+    json messages = json::array();
+    for (const auto& t : r["tasks"]) {
+      TaskState st = state_of(t);
+      bool current = t.value("generation", uint64_t{0}) == gen;
+      if (current) at_gen[task_state_name(st)]++;
+      if (current && st == TaskState::kRunning) ready++;
+      std::string msg = t.value("message", "");
+      if (current && st == TaskState::kFailed && !msg.empty()) {
+        refused++;
+        messages.push_back({{"task", t.value("id", "")}, {"message", msg}});
+        if (told.insert(t.value("id", "")).second && !json_out)
+          std::cerr << "weftctl: task " << t.value("id", "") << " failed on "
+                    << t.value("machine", "?") << ": " << msg << "\n";
+      }
+      if (!current && (st == TaskState::kRunning || st == TaskState::kStarting ||
+                       st == TaskState::kStopping || st == TaskState::kPending))
+        old_live++;
+    }
+    Progress p;
+    p.line = "job " + name + " generation " + std::to_string(gen) + ": " + std::to_string(ready) +
+             "/" + std::to_string(want) + " running";
+    for (const auto& [st, n] : at_gen)
+      if (st != "running") p.line += ", " + std::to_string(n) + " " + st;
+    if (old_live) p.line += "; " + std::to_string(old_live) + " of the previous generation left";
+    p.j = {{"job", name},     {"generation", gen},          {"running", ready},
+           {"count", want},   {"previous_left", old_live}, {"refused", messages}};
+    if (ready == want && old_live == 0) p.verdict = Progress::Verdict::kDone;
+    // Every index runs or was refused, and nothing of the old generation is left: the
+    // refused ones wait for a fixed spec (weftctl job update).
+    if (refused > 0 && ready + refused >= want && old_live == 0)
+      p.verdict = Progress::Verdict::kFailed;
+    return p;
+  };
+  return follow(poll, timeout_s, json_out, "weftctl job show " + name);
 }
 
 // Follows a drain until the machine runs no task of the cluster's.
 int follow_drain(rpc::Client& c, const std::string& machine, int timeout_s, bool json_out) {
-  auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  std::string last;
-  for (;;) {
+  auto poll = [&]() -> Progress {
     json r = call_or_die(c, "machine.show", {{"machine", machine}});
     int left = 0;
     for (const auto& t : r["task_list"]) {
-      std::string st = t.value("state", "");
-      if (st == "running" || st == "starting" || st == "stopping" || st == "pending" ||
-          st == "draining")
-        left++;
+      TaskState st = state_of(t);
+      left += st == TaskState::kRunning || st == TaskState::kStarting ||
+              st == TaskState::kStopping || st == TaskState::kPending ||
+              st == TaskState::kDraining;
     }
-    std::string line = "drain " + machine + ": " + std::to_string(left) + " task" +
-                       (left == 1 ? "" : "s") + " left, state " + str_or(r, "state");
-    if (line != last) {
-      if (json_out)
-        std::cout << json{{"machine", machine}, {"tasks_left", left}, {"state", r["state"]}}.dump()
-                  << "\n";
-      else
-        std::cout << line << "\n";
-      std::cout.flush();
-      last = line;
-    }
-    if (left == 0) return 0;
-    if (Clock::now() > deadline) {
-      std::cerr << "weftctl: gave up waiting after " << timeout_s << "s\n";
-      return 1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+    Progress p;
+    p.line = "drain " + machine + ": " + std::to_string(left) + " task" + (left == 1 ? "" : "s") +
+             " left, state " + str_or(r, "state");
+    p.j = {{"machine", machine}, {"tasks_left", left}, {"state", r["state"]}};
+    if (left == 0) p.verdict = Progress::Verdict::kDone;
+    return p;
+  };
+  return follow(poll, timeout_s, json_out, "weftctl machine show " + machine);
 }
 
 json job_file_or_die(const std::string& path) {

@@ -488,5 +488,56 @@ TEST_F(Sched, RollingUpdateCountsTasksDownForAnyReason) {
   EXPECT_EQ(count_kind(*u, Command::Kind::kStop), 0) << "a second task would be down";
 }
 
+// Issue 12: a start the machine refuses fails the task at once, with the machine's
+// message, instead of sitting in "starting" for the start grace and being "replaced"
+// with the same spec in a loop. A refused spec waits for an update.
+TEST_F(Sched, ARefusedSpecFailsAtOnceAndWaitsForAnUpdate) {
+  auto c = sched_.create(spec("web", 2), 0);
+  ASSERT_TRUE(c.ok());
+  std::string refused = (*c)[0].task_id;
+  std::string fine = (*c)[1].task_id;
+  sched_.report((*c)[1].machine, {{fine, TaskState::kRunning}}, 1);
+  (void)sched_.take_reported_changes();
+  auto r = sched_.start_refused(refused, "user: no such user 'svc'", /*bad_spec=*/true, 2);
+  EXPECT_EQ(count_kind(r, Command::Kind::kStart), 0) << "a refused spec is not retried";
+  const TaskRecord& t = sched_.tasks().at(refused);
+  EXPECT_EQ(t.state, TaskState::kFailed);
+  EXPECT_EQ(t.message, "user: no such user 'svc'");
+  EXPECT_EQ(sched_.take_reported_changes(), std::set<std::string>{"web"});
+  // Nothing restarts it: not the ticks, not the reports, not the start grace.
+  for (uint64_t now = 3; now < 5 * kMin; now += kMin / 4) {
+    auto more = sched_.tick(now);
+    auto rep = sched_.report((*c)[1].machine, {{fine, TaskState::kRunning}}, now);
+    more.insert(more.end(), rep.begin(), rep.end());
+    EXPECT_EQ(count_kind(more, Command::Kind::kStart), 0) << now;
+  }
+  EXPECT_EQ(sched_.tasks_of("web").size(), 2u);
+  // A late refusal (a resend refused as a duplicate) of a running task changes nothing.
+  EXPECT_TRUE(sched_.start_refused(fine, "name: exists", true, 6 * kMin).empty());
+  EXPECT_EQ(sched_.tasks().at(fine).state, TaskState::kRunning);
+  // An update brings a new spec: the refused index starts at once under it.
+  JobSpec fixed = spec("web", 2);
+  fixed.task = {{"argv", {"/bin/sleep", "1000"}}, {"user", "nobody"}};
+  auto u = sched_.update(fixed, 6 * kMin);
+  ASSERT_TRUE(u.ok());
+  int starts_for_0 = 0;
+  for (const auto& cmd : *u)
+    if (cmd.kind == Command::Kind::kStart && sched_.tasks().at(cmd.task_id).index == 0) {
+      ++starts_for_0;
+      EXPECT_EQ(cmd.spec["user"], "nobody");
+    }
+  EXPECT_EQ(starts_for_0, 1);
+}
+
+TEST_F(Sched, ARefusalThatIsNotTheSpecsIsReplacedLikeAFailure) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  std::string id = (*c)[0].task_id;
+  auto r = sched_.start_refused(id, "create cgroup: Device or resource busy", false, 1);
+  ASSERT_EQ(count_kind(r, Command::Kind::kStart), 1);
+  EXPECT_EQ(sched_.tasks().at(id).state, TaskState::kFailed);
+  EXPECT_EQ(sched_.tasks().at(r[0].task_id).index, 0);
+}
+
 }  // namespace
 }  // namespace weft::cp

@@ -19,7 +19,7 @@ struct Plane {
 };
 
 // What the daemon does after each operation, done for everything at once.
-void persist_all(const Plane& p, StateStore& st) {
+void persist_all(Plane& p, StateStore& st) {
   ASSERT_TRUE(st.begin().ok());
   for (const auto& [id, e] : p.broker.entitlements()) ASSERT_TRUE(st.put_entitlement(id, e).ok());
   for (MachineId m = 0; m < p.alloc.machine_count(); ++m)
@@ -28,6 +28,7 @@ void persist_all(const Plane& p, StateStore& st) {
     ASSERT_TRUE(st.put_job(j, p.alloc.request(j.spec.name), p.alloc.placement(j.spec.name)).ok());
   for (const auto& [id, t] : p.sched.tasks()) ASSERT_TRUE(st.put_task(t).ok());
   ASSERT_TRUE(st.put_task_seq(p.sched.task_seq()).ok());
+  ASSERT_TRUE(st.put_events(p.broker.take_new_events()).ok());
   ASSERT_TRUE(st.commit().ok());
 }
 
@@ -51,14 +52,17 @@ TEST(StateStore, RestartRestoresEverything) {
   ASSERT_TRUE(before.broker.drain("h3", true, 0).ok());
   JobSpec j;
   j.name = "site";
+  j.entitlement = "web";
   j.entitlement_id = *e;
   j.count = 3;
   j.per_task = {1500, 1024};
   j.task = {{"argv", {"/bin/sleep", "infinity"}}};
   auto c = before.sched.create(j, 0);
   ASSERT_TRUE(c.ok()) << c.error().str();
-  for (const auto& cmd : *c)
-    before.sched.report(cmd.machine, {{cmd.task_id, TaskState::kRunning}}, 1);
+  for (size_t i = 1; i < c->size(); ++i)
+    before.sched.report((*c)[i].machine, {{(*c)[i].task_id, TaskState::kRunning}}, 1);
+  // The first start was refused: its message, and that it waits for an update, survive.
+  before.sched.start_refused((*c)[0].task_id, "user: no such user", true, 1);
   {
     auto st = StateStore::open(dir + "/cp.db");
     ASSERT_TRUE(st.ok()) << st.error().str();
@@ -82,6 +86,13 @@ TEST(StateStore, RestartRestoresEverything) {
     EXPECT_EQ(after.broker.persisted(m).drained, before.broker.persisted(m).drained);
   }
   EXPECT_EQ(after.alloc.placement("site"), before.alloc.placement("site"));
+  EXPECT_EQ(after.sched.tasks().at((*c)[0].task_id).message, "user: no such user");
+  EXPECT_TRUE(after.sched.tasks().at((*c)[0].task_id).held);
+  EXPECT_EQ(after.sched.waiting_for_budget(), 0u) << "a refused spec is not replaced";
+  // Unavailability events survive too (issue 12), once each: the drain of h3.
+  ASSERT_EQ(after.broker.events().size(), 1u);
+  EXPECT_EQ(after.broker.events()[0].machine, "h3");
+  EXPECT_EQ(after.broker.events()[0].kind, "drain");
   EXPECT_EQ(after.broker.entitlement("web"), e.value());
   EXPECT_EQ(after.sched.generation("site"), 1u);
   // Machines are unknown until they report again: nothing is placed on them meanwhile.
@@ -90,7 +101,7 @@ TEST(StateStore, RestartRestoresEverything) {
   // gets a fresh task id (the sequence was restored).
   for (int i = 0; i < 3; ++i)
     ASSERT_TRUE(after.broker.health("h" + std::to_string(i), "ok", 6).ok());
-  MachineId victim = after.sched.tasks().begin()->second.machine;
+  MachineId victim = after.sched.tasks().at((*c)[1].task_id).machine;
   after.alloc.set_usable(victim, false, true);
   auto r = after.sched.machine_down(victim, 7);
   ASSERT_EQ(r.size(), 1u);
@@ -157,6 +168,7 @@ TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
   ASSERT_TRUE(e.ok());
   JobSpec j;
   j.name = "site";
+  j.entitlement = "web";
   j.entitlement_id = *e;
   j.per_task = {500, 256};
   j.task = {{"argv", {"/bin/true"}}};

@@ -247,5 +247,43 @@ TEST_F(MultiMachine, ControlPlaneRestartMidUpdate) {
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
 }
 
+// Issue 12: a start the agent refuses (here: a user the machine does not have, a rule
+// only the machine can check) shows as failed with the agent's message within a
+// heartbeat, and is not retried in a loop; an update with a fixed spec runs.
+TEST_F(MultiMachine, ARefusedStartFailsWithTheAgentsMessage) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "web"}, {"quota", 4}}).ok());
+  json bad = job_params("site", "web", 2, 250);
+  bad["task"]["user"] = "no-such-user-weft";
+  auto t0 = Clock::now();
+  auto created = c_.cp("job.create", bad);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  json failed = c_.wait_cp(
+      "job.show", {{"name", "site"}},
+      [](const json& j) {
+        int n = 0;
+        for (const auto& t : j["tasks"])
+          n += t["state"] == "failed" && t["message"].get<std::string>().find(
+                                             "no-such-user-weft") != std::string::npos;
+        return n == 2;
+      },
+      10000);
+  ASSERT_FALSE(failed.is_null()) << c_.cp("job.show", {{"name", "site"}})->dump(2) << c_.logs();
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::cout << "[ refused ] both starts failed with the agent's message after " << secs << " s\n";
+  EXPECT_LT(secs, 0.5) << "a refusal must show within one heartbeat (500 ms here)";
+  for (const auto& t : failed["tasks"])
+    EXPECT_NE(t["message"].get<std::string>().find("user"), std::string::npos) << t.dump();
+  // Six heartbeats later: still the same two tasks, nothing retried anywhere.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  json later = *c_.cp("job.show", {{"name", "site"}});
+  EXPECT_EQ(later["tasks"].size(), 2u) << later.dump(2);
+  for (const auto& t : later["tasks"]) EXPECT_EQ(t["state"], "failed") << t.dump();
+  EXPECT_TRUE(agents_running().empty());
+  // The fix is an update: both indices start under the new spec at once.
+  ASSERT_TRUE(c_.cp("job.update", job_params("site", "web", 2, 250, "v2")).ok());
+  EXPECT_FALSE(wait_running("site", 2, 2).is_null());
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
+}
+
 }  // namespace
 }  // namespace weft::testing
