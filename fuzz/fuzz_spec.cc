@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/job_spec.h"
 #include "common/json_bounded.h"
 #include "common/task_spec.h"
 #include "controlplane/state_store.h"
@@ -16,6 +17,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (spec.ok()) {
     auto again = parse_task_spec(to_json(*spec));
     if (!again.ok()) __builtin_trap();  // the canonical form must parse
+  }
+  // The one job validator: what it accepts round-trips, and every task it would start
+  // passes the agent's validator.
+  auto spec = parse_job_spec(*j);
+  if (spec.ok()) {
+    if (!parse_job_spec(to_json(*spec)).ok()) __builtin_trap();
+    if (!parse_task_spec(task_run_params(*spec, make_task_id(spec->name, 0, 1))).ok())
+      __builtin_trap();
   }
   auto job = cp::job_spec_from_json(*j);
   if (job.ok()) (void)cp::job_spec_to_json(*job);

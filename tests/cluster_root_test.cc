@@ -100,7 +100,7 @@ TEST_F(Cluster, AgentRunsWhatTheControlPlanePlaces) {
   json local = agent_.call("task.run", {{"name", "local"}, {"argv", {"/bin/sleep", "600"}}});
   ASSERT_TRUE(cp("entitlement.create", {{"name", "web"}, {"quota", 1}}).ok());
   auto job = cp("job.create", {{"name", "site"},
-                               {"entitlement", 1},
+                               {"entitlement", "web"},
                                {"count", 1},
                                {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
                                {"task", {{"argv", {"/bin/sleep", "600"}}}}});
@@ -273,7 +273,7 @@ TEST_F(Cluster, ChurnOfControlPlaneTasksKeepsStateAndReportsFlat) {
   if (HasFatalFailure()) return;
   ASSERT_TRUE(cp("entitlement.create", {{"name", "soak"}, {"quota", 1}}).ok());
   ASSERT_TRUE(cp("job.create", {{"name", "churn"},
-                                {"entitlement", 1},
+                                {"entitlement", "soak"},
                                 {"count", 4},
                                 {"per_task", {{"cpu_milli", 10}, {"mem_mb", 1}}},
                                 {"task", {{"argv", {"/bin/true"}}}}})
@@ -357,7 +357,7 @@ TEST_F(Cluster, ACreateThatCannotBeWrittenIsNotCreated) {
     ::fsync(f.get());
   }
   json job{{"name", "site"},
-           {"entitlement", 1},
+           {"entitlement", "a"},
            {"count", 1},
            {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
            {"task", {{"argv", {"/bin/sleep", "600"}}}}};

@@ -8,6 +8,8 @@
 #include <set>
 #include <thread>
 
+#include "common/fs.h"
+#include "common/job_file.h"
 #include "tests/agent_harness.h"
 #include "tests/cluster_harness.h"
 
@@ -262,8 +264,8 @@ TEST_F(MultiMachine, ARefusedStartFailsWithTheAgentsMessage) {
       [](const json& j) {
         int n = 0;
         for (const auto& t : j["tasks"])
-          n += t["state"] == "failed" && t["message"].get<std::string>().find(
-                                             "no-such-user-weft") != std::string::npos;
+          n += t["state"] == "failed" &&
+               t["message"].get<std::string>().find("no-such-user-weft") != std::string::npos;
         return n == 2;
       },
       10000);
@@ -283,6 +285,36 @@ TEST_F(MultiMachine, ARefusedStartFailsWithTheAgentsMessage) {
   ASSERT_TRUE(c_.cp("job.update", job_params("site", "web", 2, 250, "v2")).ok());
   EXPECT_FALSE(wait_running("site", 2, 2).is_null());
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
+}
+
+// docs/jobs.md's example job, taken from the page itself, runs on the cluster: the
+// guide cannot show a job that fails (the old one's `limits` was refused by every agent).
+TEST_F(MultiMachine, TheJobsGuideExampleRuns) {
+  std::string doc = read_file(std::string(WEFT_SOURCE_DIR) + "/docs/jobs.md").value_or("");
+  size_t open = doc.find("```toml\n");
+  ASSERT_NE(open, std::string::npos) << "docs/jobs.md shows no job";
+  open += 8;
+  size_t close = doc.find("```", open);
+  ASSERT_NE(close, std::string::npos);
+  auto job = parse_job_file(doc.substr(open, close - open), "docs/jobs.md");
+  ASSERT_TRUE(job.ok()) << job.error().str();
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", (*job)["entitlement"]}, {"quota", c_.machines()}})
+          .ok());
+  auto created = c_.cp("job.create", *job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  size_t count = (*job)["count"].get<size_t>();
+  json show = wait_running((*job)["name"], count);
+  ASSERT_FALSE(show.is_null());
+  // Spread: every machine runs some of it before any runs a third.
+  std::map<std::string, int> per;
+  for (const auto& [i, t] : running_by_index(show)) {
+    per[t["machine"].get<std::string>()]++;
+    expect_agent_runs(t);
+  }
+  EXPECT_EQ(per.size(), std::min<size_t>(count, static_cast<size_t>(c_.machines())));
+  for (const auto& [m, n] : per) EXPECT_LE(n, 2) << m;
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", (*job)["name"]}}).ok());
 }
 
 }  // namespace
