@@ -97,6 +97,39 @@ json Manager::detail(Task& t) {
   return j;
 }
 
+Result<json> Manager::run_task(json p, bool for_control_plane) {
+  uint64_t accepted = now_monotonic_us();
+  if (for_control_plane && p.is_object()) p["owner"] = "controlplane";
+  TRY_ASSIGN(TaskSpec spec, parse_task_spec(p));
+  TRY_ASSIGN(Task * t, create_task(std::move(spec)));
+  json j = summary(*t);
+  j["warnings"] = t->warnings;
+  // Request accepted to weft-init running in the task's cgroup (and recorded).
+  j["start_latency_us"] = now_monotonic_us() - accepted;
+  return j;
+}
+
+Result<json> Manager::stop_task(const json& p) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  std::optional<uint64_t> grace;
+  if (p.contains("grace")) {
+    const json& g = p["grace"];
+    if (g.is_number()) {
+      auto us = seconds_to_us(g.get<double>());
+      if (!us.ok()) return field_error("grace", us.error().message);
+      grace = *us;
+    } else if (g.is_string()) {
+      auto d = parse_duration_us(g.get<std::string>());
+      if (!d.ok()) return field_error("grace", d.error().message);
+      grace = *d;
+    } else {
+      return field_error("grace", "must be seconds or a duration such as \"5s\"");
+    }
+  }
+  TRY(request_stop(*t, grace));
+  return summary(*t);
+}
+
 void Manager::register_methods() {
   using rpc::CallContext;
   methods_.add("agent.info", [this](const json&, const CallContext&) -> Result<json> {
@@ -115,15 +148,8 @@ void Manager::register_methods() {
   });
 
   methods_.add("task.run", [this](const json& p, const CallContext& c) -> Result<json> {
-    uint64_t accepted = now_monotonic_us();
     TRY(check_privileged(c.peer));
-    TRY_ASSIGN(TaskSpec spec, parse_task_spec(p));
-    TRY_ASSIGN(Task * t, create_task(std::move(spec)));
-    json j = summary(*t);
-    j["warnings"] = t->warnings;
-    // Request accepted to weft-init running in the task's cgroup (and recorded).
-    j["start_latency_us"] = now_monotonic_us() - accepted;
-    return j;
+    return run_task(p, /*for_control_plane=*/false);
   });
 
   methods_.add("task.ls", [this](const json&, const CallContext&) -> Result<json> {
@@ -143,24 +169,7 @@ void Manager::register_methods() {
 
   methods_.add("task.stop", [this](const json& p, const CallContext& c) -> Result<json> {
     TRY(check_privileged(c.peer));
-    TRY_ASSIGN(Task * t, find_task(p));
-    std::optional<uint64_t> grace;
-    if (p.contains("grace")) {
-      const json& g = p["grace"];
-      if (g.is_number()) {
-        auto us = seconds_to_us(g.get<double>());
-        if (!us.ok()) return field_error("grace", us.error().message);
-        grace = *us;
-      } else if (g.is_string()) {
-        auto d = parse_duration_us(g.get<std::string>());
-        if (!d.ok()) return field_error("grace", d.error().message);
-        grace = *d;
-      } else {
-        return field_error("grace", "must be seconds or a duration such as \"5s\"");
-      }
-    }
-    TRY(request_stop(*t, grace));
-    return summary(*t);
+    return stop_task(p);
   });
 
   methods_.add("task.kill", [this](const json& p, const CallContext& c) -> Result<json> {

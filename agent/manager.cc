@@ -116,25 +116,14 @@ Status Manager::start() {
                            {"CONTROLLERS", ctrls.empty() ? "none" : ctrls},
                            {"TASKS", std::to_string(tasks_.size())}});
   if (!cfg_.control_plane.empty()) {
-    // The control plane's commands go through the same handlers as the local API, as
-    // the agent itself; tasks it starts are marked as its own.
-    for (const char* m : {"task.run", "task.stop"}) {
-      std::string method = m;
-      cp_methods_.add(method,
-                      [this, method](const nlohmann::json& p,
-                                     const rpc::CallContext&) -> Result<nlohmann::json> {
-                        rpc::Peer self;
-                        self.is_unix = true;
-                        self.pid = ::getpid();
-                        self.uid = ::geteuid();
-                        self.gid = ::getegid();
-                        nlohmann::json params = p;
-                        if (method == "task.run" && params.is_object())
-                          params["owner"] = "controlplane";
-                        const rpc::Handler* h = methods_.find(method);
-                        return (*h)(params, rpc::CallContext{nullptr, self});
-                      });
-    }
+    // The control plane's commands reach the task logic directly; the session was
+    // authenticated when it connected (check_control_plane_peer).
+    cp_methods_.add("task.run", [this](const nlohmann::json& p, const rpc::CallContext&) {
+      return run_task(p, /*for_control_plane=*/true);
+    });
+    cp_methods_.add("task.stop", [this](const nlohmann::json& p, const rpc::CallContext&) {
+      return stop_task(p);
+    });
     cp_start();
   }
   sd_notify(0, "READY=1");

@@ -77,6 +77,10 @@ class Manager {
   Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<EventLoop> loop);
 
   void register_methods();
+  // task.run and task.stop: from the local API (after its privilege check) and from the
+  // control plane's session (authenticated when it connected), which marks its tasks.
+  Result<nlohmann::json> run_task(nlohmann::json params, bool for_control_plane);
+  Result<nlohmann::json> stop_task(const nlohmann::json& params);
   Status check_privileged(const rpc::Peer& peer) const;
   Result<Task*> find_task(const nlohmann::json& params);
 

@@ -12,7 +12,6 @@ namespace weft::cp {
 using json = nlohmann::json;
 using rpc::CallContext;
 
-namespace {
 uint64_t now_us() {
   return now_monotonic_us();  // the scheduler and broker need a steady clock
 }
@@ -26,7 +25,6 @@ json task_json(const TaskRecord& t, const Allocator& a) {
           {"state", task_state_name(t.state)},
           {"message", t.message}};
 }
-}  // namespace
 
 Manager::Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop)
     : cfg_(std::move(cfg)),
@@ -207,7 +205,6 @@ void Manager::tick() {
   if (t.ok()) timer_ = std::move(t).value();
 }
 
-namespace {
 // Remembers `s` as machine m's session in `table` until it closes.
 void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::Session* s) {
   if (!s) return;
@@ -218,7 +215,6 @@ void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::
     if (auto cur = table.find(m); cur != table.end() && cur->second == s) table.erase(cur);
   });
 }
-}  // namespace
 
 void Manager::push_profiles() {
   for (const auto& [m, s] : sidekick_sessions_) {
@@ -279,252 +275,6 @@ Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
   auto m = broker_.find(p["machine"].get<std::string>());
   if (!m) return field_error("machine", "unknown machine; call machine.register first");
   return *m;
-}
-
-void Manager::register_methods() {
-  // ---- machines (sessions from weft-agent, weft-hcs, weft-sidekick)
-  methods_.add("machine.register", [this](const json& p, const CallContext& c) -> Result<json> {
-    if (!p.is_object()) return field_error("params", "must be an object");
-    MachineInfo info;
-    for (auto [key, out] : {std::pair{"machine", &info.id},
-                            {"dc", &info.dc},
-                            {"domain", &info.domain},
-                            {"type", &info.type}}) {
-      if (p.contains(key) && !p[key].is_string()) return field_error(key, "must be a string");
-      if (p.contains(key)) *out = p[key].get<std::string>();
-    }
-    for (auto [key, out] :
-         {std::pair{"cpu_milli", &info.capacity.cpu_milli}, {"mem_mb", &info.capacity.mem_mb}}) {
-      if (!p.contains(key) || !p[key].is_number_integer())
-        return field_error(key, "must be an integer");
-      *out = p[key].get<int64_t>();
-    }
-    if (p.contains("controllers") && !p["controllers"].is_array())
-      return field_error("controllers", "must be a list of cgroup controller names");
-    TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
-    track_session(sessions_, m, c.session);
-    if (p.contains("controllers")) controllers_[m] = p["controllers"];
-    TRY(persist({}, {m}));
-    return json{{"machine", info.id},
-                {"profile", broker_.desired_profile(m)},
-                {"heartbeat_interval_ms", cfg_.broker.heartbeat_interval_us / 1000}};
-  });
-  methods_.add("machine.heartbeat", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY_ASSIGN(MachineId m, machine_of(p, c));
-    TRY(broker_.heartbeat(p["machine"].get<std::string>(), now_us()));
-    return json{{"profile", broker_.desired_profile(m)}};
-  });
-  methods_.add("machine.report", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY_ASSIGN(MachineId m, machine_of(p, c));
-    if (!p.contains("tasks") || !p["tasks"].is_object())
-      return field_error("tasks", "must be an object of task id -> state");
-    std::map<std::string, TaskState> tasks;
-    for (const auto& [id, st] : p["tasks"].items()) {
-      auto state = st.is_string() ? weft::parse_task_state(st.get<std::string>()) : std::nullopt;
-      if (!state) return field_error("tasks." + id, "must be a task state (common/task_state.h)");
-      tasks[id] = *state;
-    }
-    (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
-    std::vector<std::string> forget;
-    auto cmds = sched_.report(m, tasks, now_us(), &forget);
-    auto changed = sched_.take_reported_changes();
-    if (!cmds.empty()) TRY(persist_commands(cmds));
-    if (!changed.empty()) TRY(persist(changed, {m}));
-    send(cmds);
-    // Ended tasks whose end is now durable here: the machine stops reporting them, so a
-    // report stays the size of what the machine runs.
-    return json{{"commands", cmds.size()}, {"forget", forget}};
-  });
-  methods_.add("health.report", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY_ASSIGN(MachineId m, machine_of(p, c));
-    if (!p.contains("verdict") || !p["verdict"].is_string())
-      return field_error("verdict", "must be ok, degraded, failed or unknown");
-    std::string before = broker_.state_of(m);
-    TRY(broker_.health(p["machine"].get<std::string>(), p["verdict"].get<std::string>(), now_us()));
-    health_problems_[m] = p.value("problems", json::array());
-    // A machine that failed has its tasks replaced now, and one that became healthy
-    // takes what waited for it, not at the next tick; an unchanged verdict (every
-    // heartbeat) costs nothing more.
-    if (broker_.state_of(m) != before) tick();
-    return json::object();
-  });
-  methods_.add("profile.report", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY_ASSIGN(MachineId m, machine_of(p, c));
-    if (!p.contains("profile") || !p["profile"].is_string())
-      return field_error("profile", "must be the applied profile's name");
-    if (p.contains("state") && !p["state"].is_string())
-      return field_error("state", "must be the last switch's outcome");
-    bool changed = broker_.persisted(m).applied_profile != p["profile"].get<std::string>();
-    TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
-    track_session(sidekick_sessions_, m, c.session);
-    profile_state_[m] = p.value("state", "");
-    pushed_profile_.erase(m);  // the reply carries the desired profile
-    if (changed) {             // a report every heartbeat writes and schedules nothing
-      TRY(persist({}, {m}));
-      tick();
-    }
-    return json{{"desired", broker_.desired_profile(m)}};
-  });
-
-  // ---- operators
-  methods_.add("entitlement.create", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY(check_operator(c));
-    EntitlementSpec e;
-    if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
-    e.name = p["name"].get<std::string>();
-    if (!p.contains("quota") || !p["quota"].is_number_unsigned())
-      return field_error("quota", "must be a number of machines");
-    e.quota = p["quota"].get<size_t>();
-    for (auto [key, out] : {std::pair{"profile", &e.profile}, {"dc", &e.dc}}) {
-      if (p.contains(key) && !p[key].is_string()) return field_error(key, "must be a string");
-      if (p.contains(key)) *out = p[key].get<std::string>();
-    }
-    TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(e));
-    if (auto s = persist({}, {}); !s.ok()) {
-      broker_.forget_entitlement(id);  // not durable: not created
-      return std::move(s).error();
-    }
-    return json{{"id", id}, {"name", e.name}};
-  });
-  methods_.add("entitlement.ls", [this](const json&, const CallContext&) -> Result<json> {
-    json arr = json::array();
-    for (const auto& [id, e] : broker_.entitlements())
-      arr.push_back({{"id", id},
-                     {"name", e.name},
-                     {"quota", e.quota},
-                     {"profile", e.profile},
-                     {"dc", e.dc},
-                     {"machines", alloc_.pool_size(id)}});
-    return json{{"entitlements", arr}};
-  });
-  methods_.add("entitlement.show", [this](const json& p, const CallContext&) -> Result<json> {
-    if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
-      return field_error("name", "is required");
-    auto id = broker_.entitlement(p["name"].get<std::string>());
-    if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
-    const auto& e = broker_.entitlement_spec(*id);
-    json machines = json::array(), jobs = json::array();
-    for (MachineId m = 0; m < alloc_.machine_count(); ++m)
-      if (alloc_.entitlement_of(m) == *id) machines.push_back(machine_json(m));
-    for (const auto& j : sched_.persisted_jobs())
-      if (j.spec.entitlement_id == *id) jobs.push_back(j.spec.name);
-    return json{{"id", *id},  {"name", e.name},       {"quota", e.quota}, {"profile", e.profile},
-                {"dc", e.dc}, {"machines", machines}, {"jobs", jobs}};
-  });
-  methods_.add("job.create", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY(check_operator(c));
-    TRY_ASSIGN(JobSpec spec, job_from_params(p));
-    TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
-    auto placed = alloc_.placement(spec.name);
-    std::set<MachineId> ms(placed.begin(), placed.end());
-    if (auto s = persist({spec.name}, ms); !s.ok()) {
-      sched_.abandon(spec.name);  // not durable: not created, nothing was sent
-      (void)sched_.take_pool_changes();
-      return std::move(s).error();
-    }
-    send(cmds);
-    return json{{"job", spec.name}, {"tasks", cmds.size()}};
-  });
-  auto job_op = [this](const std::string& op) {
-    return [this, op](const json& p, const CallContext& c) -> Result<json> {
-      TRY(check_operator(c));
-      if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
-      std::string name = p["name"].get<std::string>();
-      Result<std::vector<Command>> cmds = make_error("unknown operation");
-      if (op == "scale") {
-        const json& count = p.contains("count") ? p["count"] : json();
-        if (!count.is_number_integer() || count.get<int64_t>() < 1 ||
-            count.get<int64_t>() > kMaxTasksPerJob ||
-            (count.is_number_unsigned() && count.get<uint64_t>() > kMaxTasksPerJob))
-          return field_error("count",
-                             "must be an integer from 1 to " + std::to_string(kMaxTasksPerJob));
-        cmds = sched_.scale(name, static_cast<int>(count.get<int64_t>()), now_us());
-      } else if (op == "update") {
-        TRY_ASSIGN(JobSpec spec, job_from_params(p));
-        cmds = sched_.update(spec, now_us());
-      } else {
-        cmds = sched_.stop(name, now_us());
-      }
-      if (!cmds.ok()) return cmds.error();
-      auto placed = alloc_.placement(name);
-      std::set<MachineId> ms(placed.begin(), placed.end());
-      TRY(persist({name}, ms));
-      send(*cmds);
-      return json{{"job", name}, {"commands", cmds->size()}};
-    };
-  };
-  methods_.add("job.scale", job_op("scale"));
-  methods_.add("job.update", job_op("update"));
-  methods_.add("job.stop", job_op("stop"));
-  methods_.add("job.ls", [this](const json&, const CallContext&) -> Result<json> {
-    json arr = json::array();
-    for (const auto& j : sched_.persisted_jobs()) {
-      int running = 0;
-      for (const auto& t : sched_.tasks_of(j.spec.name)) running += t.state == TaskState::kRunning;
-      arr.push_back({{"name", j.spec.name},
-                     {"count", j.spec.count},
-                     {"running", running},
-                     {"generation", j.generation},
-                     {"entitlement", j.spec.entitlement},
-                     {"stopping", j.stopping}});
-    }
-    return json{{"jobs", arr}};
-  });
-  methods_.add("job.show", [this](const json& p, const CallContext&) -> Result<json> {
-    if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
-    auto spec = sched_.job(p["name"].get<std::string>());
-    if (!spec) return field_error("name", "no such job").with_code(rpc::kNotFound);
-    json tasks = json::array();
-    for (const auto& t : sched_.tasks_of(spec->name)) tasks.push_back(task_json(t, alloc_));
-    return json{{"spec", weft::to_json(*spec)},
-                {"entitlement", spec->entitlement},
-                {"generation", sched_.generation(spec->name)},
-                {"tasks", tasks}};
-  });
-  methods_.add("task.ls", [this](const json&, const CallContext&) -> Result<json> {
-    json arr = json::array();
-    for (const auto& [id, t] : sched_.tasks()) arr.push_back(task_json(t, alloc_));
-    return json{{"tasks", arr}};
-  });
-  methods_.add("machine.ls", [this](const json&, const CallContext&) -> Result<json> {
-    json arr = json::array();
-    for (MachineId m = 0; m < alloc_.machine_count(); ++m) arr.push_back(machine_json(m));
-    return json{{"machines", arr}};
-  });
-  methods_.add("machine.show", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY_ASSIGN(MachineId m, machine_of(p, c));
-    json j = machine_json(m);
-    json tasks = json::array();
-    for (const auto& [id, t] : sched_.tasks())
-      if (t.machine == m) tasks.push_back(task_json(t, alloc_));
-    j["task_list"] = tasks;
-    json events = json::array();
-    for (const auto& e : broker_.events())
-      if (e.machine == j["machine"])
-        events.push_back({{"at_us", e.at_us}, {"kind", e.kind}, {"detail", e.detail}});
-    j["events"] = events;
-    return j;
-  });
-  methods_.add("machine.drain", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY(check_operator(c));
-    TRY_ASSIGN(MachineId m, machine_of(p, c));
-    if (p.contains("drained") && !p["drained"].is_boolean())
-      return field_error("drained", "must be true or false");
-    bool drained = p.value("drained", true);
-    TRY(broker_.drain(p["machine"].get<std::string>(), drained, now_us()));
-    std::vector<Command> cmds;
-    if (drained) cmds = sched_.machine_drain(m, now_us());
-    std::set<std::string> jobs;
-    for (const auto& [id, t] : sched_.tasks())
-      if (t.machine == m) jobs.insert(t.job);
-    for (const auto& cmd : cmds)
-      if (auto it = sched_.tasks().find(cmd.task_id); it != sched_.tasks().end())
-        jobs.insert(it->second.job);
-    TRY(persist(jobs, {m}));
-    send(cmds);
-    tick();
-    return json{{"machine", p["machine"]}, {"drained", drained}};
-  });
 }
 
 }  // namespace weft::cp

@@ -19,6 +19,12 @@
 
 namespace weft::cp {
 
+// Shared by manager.cc and api.cc.
+uint64_t now_us();  // the scheduler's and broker's steady clock
+nlohmann::json task_json(const TaskRecord& t, const Allocator& a);
+// Remembers `s` as machine m's session in `table` until it closes.
+void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::Session* s);
+
 class Manager {
  public:
   static Result<std::unique_ptr<Manager>> create(CpConfig cfg);
@@ -31,6 +37,27 @@ class Manager {
  private:
   Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop);
   void register_methods();
+  // The API (api.cc): one handler per method.
+  Result<nlohmann::json> api_machine_register(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_heartbeat(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_report(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_health_report(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_report(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_entitlement_create(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_entitlement_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_entitlement_show(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_create(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_scale(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_update(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_stop(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_show(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_show(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_drain(const nlohmann::json& p, const rpc::CallContext& c);
+  // job.scale, job.update and job.stop: the operation, persisted, then sent.
+  Result<nlohmann::json> job_op(const std::string& op, const nlohmann::json& p);
   void send(const std::vector<Command>& cmds);
   void tick();
   // A machine refused a task.run: the task fails now, with the machine's message.
