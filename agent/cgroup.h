@@ -42,11 +42,18 @@ class CgroupFs {
   virtual Result<std::vector<std::string>> subdirs(const std::string& dir) = 0;
 };
 
+// The kernel's cgroupfs (agent/fake_cgroupfs.h fakes it for unit tests).
+class RealCgroupFs : public CgroupFs {
+ public:
+  Status mkdir(const std::string& dir) override;
+  Status rmdir(const std::string& dir) override;
+  Result<std::string> read(const std::string& file) override;
+  Status write(const std::string& file, const std::string& value) override;
+  bool exists(const std::string& path) override;
+  Result<std::vector<std::string>> subdirs(const std::string& dir) override;
+};
+
 std::unique_ptr<CgroupFs> make_real_cgroupfs();
-// A fake tree for tests. Directories made by mkdir get cgroup.procs, cgroup.events,
-// cgroup.controllers (the parent's subtree_control), cgroup.subtree_control,
-// cgroup.freeze and cgroup.kill.
-std::unique_ptr<CgroupFs> make_fake_cgroupfs();
 
 struct CgroupWrite {
   std::string file;        // e.g. "memory.max"
