@@ -23,6 +23,7 @@
 #include "agent/agent_conf.h"
 #include "agent/cgroup.h"
 #include "agent/lifecycle.h"
+#include "agent/task_store.h"
 #include "common/cp_link.h"
 #include "common/event.h"
 #include "common/fs.h"
@@ -32,32 +33,13 @@
 
 namespace weft::agent {
 
-struct Task {
-  std::string id;
-  std::string name;
-  TaskSpec spec;
-  TaskState state = TaskState::kStarting;  // common/task_state.h
-  uint64_t incarnation = 0;
-  int pid = -1;  // host pid of weft-init
-  std::optional<int> exit_code, signal;
-  bool core_dumped = false, oom_killed = false;
-  int64_t restarts = 0;
-  std::string reason;
-  bool stop_requested = false;
-  int64_t stop_deadline_us = 0;  // realtime
-  int64_t next_start_us = 0;     // realtime, in backoff
-  int64_t backoff_us = 0;
-  int64_t created_us = 0, started_us = 0, finished_us = 0;
-  std::vector<std::string> warnings;
-
-  // Not persisted.
+// A task: its durable record (agent/task_store.h) and what only this process holds.
+struct Task : TaskRecord {
   Fd pidfd;
   Source watch;
   Source timer;
   bool is_child = false;
   bool kill_sent = false;  // this agent wrote cgroup.kill for the current incarnation
-
-  bool terminal() const { return task_ended(state); }
 };
 
 class Manager {
@@ -118,7 +100,7 @@ class Manager {
   std::unique_ptr<CgroupFs> fs_;
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<CgroupTree> cgroups_;
-  std::unique_ptr<Db> db_;
+  std::unique_ptr<TaskStore> store_;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
 

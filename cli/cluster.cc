@@ -116,8 +116,8 @@ int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json
     for (const auto& [st, n] : at_gen)
       if (st != "running") p.line += ", " + std::to_string(n) + " " + st;
     if (old_live) p.line += "; " + std::to_string(old_live) + " of the previous generation left";
-    p.j = {{"job", name},     {"generation", gen},          {"running", ready},
-           {"count", want},   {"previous_left", old_live}, {"refused", messages}};
+    p.j = {{"job", name},   {"generation", gen},         {"running", ready},
+           {"count", want}, {"previous_left", old_live}, {"refused", messages}};
     if (ready == want && old_live == 0) p.verdict = Progress::Verdict::kDone;
     // Every index runs or was refused, and nothing of the old generation is left: the
     // refused ones wait for a fixed spec (weftctl job update).
@@ -136,8 +136,7 @@ int follow_drain(rpc::Client& c, const std::string& machine, int timeout_s, bool
     for (const auto& t : r["task_list"]) {
       TaskState st = state_of(t);
       left += st == TaskState::kRunning || st == TaskState::kStarting ||
-              st == TaskState::kStopping || st == TaskState::kPending ||
-              st == TaskState::kDraining;
+              st == TaskState::kStopping || st == TaskState::kPending || st == TaskState::kDraining;
     }
     Progress p;
     p.line = "drain " + machine + ": " + std::to_string(left) + " task" + (left == 1 ? "" : "s") +

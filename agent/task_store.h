@@ -1,0 +1,53 @@
+// The agent's durable task records, in sqlite (agent.db, WAL): what a task is (its
+// spec) and where its lifecycle stands, written before each side effect that depends on
+// it, so that recovery after a crash can rebuild the task table (agent/manager.h).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/store.h"
+#include "common/task_spec.h"
+#include "common/task_state.h"
+
+namespace weft::agent {
+
+struct TaskRecord {
+  std::string id;
+  std::string name;
+  TaskSpec spec;
+  TaskState state = TaskState::kStarting;  // common/task_state.h
+  uint64_t incarnation = 0;
+  int pid = -1;  // host pid of weft-init
+  std::optional<int> exit_code, signal;
+  bool core_dumped = false, oom_killed = false;
+  int64_t restarts = 0;
+  std::string reason;
+  bool stop_requested = false;
+  int64_t stop_deadline_us = 0;  // realtime
+  int64_t next_start_us = 0;     // realtime, in backoff
+  int64_t backoff_us = 0;
+  int64_t created_us = 0, started_us = 0, finished_us = 0;
+  std::vector<std::string> warnings;
+
+  bool terminal() const { return task_ended(state); }
+};
+
+class TaskStore {
+ public:
+  static Result<std::unique_ptr<TaskStore>> open(const std::string& path);
+  Status save(const TaskRecord& t);  // insert or replace
+  Status erase(const std::string& id);
+  // Every record. A stored spec that no longer parses (written by another version)
+  // comes back as a failed task with the reason, never as an error that stops the agent.
+  Result<std::vector<TaskRecord>> load();
+
+ private:
+  explicit TaskStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  std::unique_ptr<Db> db_;
+};
+
+}  // namespace weft::agent
