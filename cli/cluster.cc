@@ -19,13 +19,6 @@ std::unique_ptr<rpc::Client> cp_client(const Globals& g) {
   return connect_or_die(g.controlplane, "weft-controlplane", "--controlplane");
 }
 
-void print_json_or(const Globals& g, const json& j, const std::function<void()>& human) {
-  if (g.json_out)
-    std::cout << j.dump(2) << "\n";
-  else
-    human();
-}
-
 void machine_table(const json& machines) {
   std::vector<std::vector<std::string>> rows = {
       {"MACHINE", "STATE", "ENTITLEMENT", "DOMAIN", "TASKS", "PROFILE", "CONNECTED"}};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -40,6 +41,14 @@ inline json call_or_die(rpc::Client& c, const std::string& method, const json& p
   auto r = c.call(method, params);
   if (!r.ok()) die(r.error().str());
   return std::move(r).value();
+}
+
+// The one printer: the reply as JSON with --json, else the human form.
+inline void print_json_or(const Globals& g, const json& j, const std::function<void()>& human) {
+  if (g.json_out)
+    std::cout << j.dump(2) << "\n";
+  else
+    human();
 }
 
 inline std::string str_or(const json& j, const char* key, const std::string& dflt = "-") {

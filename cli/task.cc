@@ -1,0 +1,293 @@
+#include "cli/task.h"
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "cli/cluster.h"
+#include "common/config.h"
+#include "common/fs.h"
+#include "common/json_bounded.h"
+#include "common/task_state.h"
+
+namespace weft::cli {
+
+namespace {
+
+// Builds the task.run params from flags; a --spec file is the base and flags override.
+json build_spec(const RunOptions& o) {
+  json s = json::object();
+  if (!o.spec_file.empty()) {
+    auto text = read_file_bounded(o.spec_file, kMaxTomlBytes);
+    if (!text.ok()) die(text.error().str(), 2);
+    auto parsed = parse_json_bounded(*text);
+    if (!parsed.ok()) die(o.spec_file + ": " + parsed.error().str(), 2);
+    s = std::move(parsed).value();
+    if (!s.is_object()) die(o.spec_file + ": not a JSON object", 2);
+  }
+  if (!o.argv.empty()) s["argv"] = o.argv;
+  if (!o.name.empty()) s["name"] = o.name;
+  if (!s.contains("name") && s.contains("argv") && s["argv"].is_array() && !s["argv"].empty() &&
+      s["argv"][0].is_string()) {
+    std::string b = s["argv"][0].get<std::string>();
+    b = b.substr(b.rfind('/') + 1);
+    std::string clean;
+    for (char c : b)
+      clean += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
+    s["name"] = (clean.empty() ? "task" : clean) + "-" + random_hex(3);
+  }
+  for (const auto& e : o.env) {
+    auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) die("--env " + e + ": expected NAME=VALUE", 2);
+    s["env"][e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  if (!o.cwd.empty()) s["cwd"] = o.cwd;
+  if (!o.user.empty()) s["user"] = o.user;
+  if (!o.group.empty()) s["group"] = o.group;
+  if (!o.rootfs.empty()) s["rootfs"] = o.rootfs;
+  if (!o.hostname.empty()) s["hostname"] = o.hostname;
+  json& r = s["resources"];
+  if (!r.is_object()) r = json::object();
+  if (!o.cpu.empty()) {
+    char* end = nullptr;
+    double v = std::strtod(o.cpu.c_str(), &end);
+    if (*end) die("--cpu " + o.cpu + ": expected a number of cores such as 0.5", 2);
+    r["cpu"] = v;
+  }
+  if (o.cpu_weight) r["cpu_weight"] = o.cpu_weight;
+  if (!o.memory.empty()) r["memory_max"] = o.memory;
+  if (!o.memory_high.empty()) r["memory_high"] = o.memory_high;
+  if (!o.swap.empty()) r["memory_swap_max"] = o.swap;
+  if (o.pids) r["pids_max"] = o.pids;
+  for (const auto& io : o.io_max) {  // "8:0 rbps=1M wbps=2M"
+    auto parts = split(io, ' ');
+    json l{{"device", parts[0]}};
+    for (size_t i = 1; i < parts.size(); ++i) {
+      auto eq = parts[i].find('=');
+      if (eq == std::string::npos) die("--io-max " + io + ": expected 'MAJ:MIN key=value...'", 2);
+      std::string k = parts[i].substr(0, eq), v = parts[i].substr(eq + 1);
+      if (k == "riops" || k == "wiops")
+        l[k] = std::strtoull(v.c_str(), nullptr, 10);
+      else
+        l[k] = v;
+    }
+    r["io_max"].push_back(l);
+  }
+  for (const auto& h : o.hugetlb) {
+    auto eq = h.find('=');
+    if (eq == std::string::npos) die("--hugetlb " + h + ": expected SIZE=LIMIT, e.g. 2M=64M", 2);
+    r["hugetlb"][h.substr(0, eq)] = h.substr(eq + 1);
+  }
+  if (!o.cpuset_cpus.empty()) r["cpuset_cpus"] = o.cpuset_cpus;
+  if (!o.cpuset_mems.empty()) r["cpuset_mems"] = o.cpuset_mems;
+  if (o.best_effort) r["best_effort"] = true;
+  if (o.net != "host" || !o.share.empty()) {
+    json& ns = s["namespaces"];
+    ns["network"] = o.net;
+    for (const auto& sh : o.share) {
+      if (sh != "pid" && sh != "mount" && sh != "uts" && sh != "ipc")
+        die("--share " + sh + ": expected pid, mount, uts or ipc", 2);
+      ns[sh] = false;
+    }
+  }
+  json& rs = s["restart"];
+  if (!rs.is_object()) rs = json::object();
+  if (o.restart != "never" || !rs.contains("policy")) rs["policy"] = o.restart;
+  if (!o.restart_delay.empty()) rs["delay"] = o.restart_delay;
+  if (!o.restart_max_delay.empty()) rs["max_delay"] = o.restart_max_delay;
+  if (!o.restart_reset.empty()) rs["reset_after"] = o.restart_reset;
+  if (o.max_restarts != -2) rs["max_restarts"] = o.max_restarts;
+  if (!o.stop_signal.empty()) s["stop_signal"] = o.stop_signal;
+  if (!o.stop_grace.empty()) s["stop_grace"] = o.stop_grace;
+  if (!o.log_max_size.empty()) s["logs"]["max_file_size"] = o.log_max_size;
+  if (o.log_max_files) s["logs"]["max_files"] = o.log_max_files;
+  return s;
+}
+
+void print_task_line(const json& t) {
+  print_table(
+      {{"ID", "NAME", "STATE", "PID", "EXIT", "SIGNAL", "OOM", "RESTARTS", "CGROUP"},
+       {str_or(t, "id"), str_or(t, "name"), str_or(t, "state"), str_or(t, "pid"),
+        str_or(t, "exit_code"), str_or(t, "signal"), t.value("oom_killed", false) ? "yes" : "no",
+        str_or(t, "restarts"), str_or(t, "cgroup")}});
+}
+
+// Streams logs; with follow, keeps polling until the task has ended and everything is out.
+// With --json, prints one JSON object per chunk: {"stream", "data", "cursor", ...}.
+int logs_command(rpc::Client& c, const std::string& id, const std::string& stream, bool follow,
+                 int64_t tail, bool as_json) {
+  std::vector<std::string> streams = stream == "all" ? std::vector<std::string>{"stdout", "stderr"}
+                                                     : std::vector<std::string>{stream};
+  std::map<std::string, json> cursors;
+  for (;;) {
+    bool got = false, ended = false;
+    for (const auto& s : streams) {
+      json p{{"id", id}, {"stream", s}, {"max_bytes", 262144}};
+      if (cursors.count(s))
+        p["cursor"] = cursors[s];
+      else if (tail >= 0)
+        p["tail"] = tail;
+      json r = call_or_die(c, "task.logs", p);
+      std::string data = r.value("data", "");
+      if (r.value("skipped", false))
+        std::cerr << "weftctl: [some " << s << " output was rotated away]\n";
+      if (!data.empty()) {
+        got = true;
+        if (as_json) {
+          r["stream"] = s;
+          std::cout << r.dump() << "\n";
+        } else {
+          std::fwrite(data.data(), 1, data.size(), s == "stderr" ? stderr : stdout);
+        }
+      }
+      cursors[s] = r["cursor"];
+      auto st = parse_task_state(r.value("state", ""));
+      ended = st && task_ended(*st);
+    }
+    std::fflush(stdout);
+    if (!follow) return 0;
+    if (!got) {
+      if (ended) return 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+}
+
+}  // namespace
+
+void add_task_commands(CLI::App& app, TaskCommands& c) {
+  c.task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
+  c.task->require_subcommand(1);
+  c.agent = app.add_subcommand("agent", "the local agent");
+  c.agent->require_subcommand(1);
+  c.agent_info = c.agent->add_subcommand("info", "machine id, labels, cgroup controllers");
+  c.run = c.task->add_subcommand("run", "start a task; prints its id");
+  c.run->add_option("--name", c.ro.name, "task name (default: from the command)");
+  c.run->add_option("--spec", c.ro.spec_file, "JSON task spec file (flags override it)");
+  c.run->add_option("--cpu", c.ro.cpu, "CPU limit in cores, e.g. 0.5");
+  c.run->add_option("--cpu-weight", c.ro.cpu_weight, "cpu.weight 1..10000");
+  c.run->add_option("--memory", c.ro.memory, "memory.max, e.g. 256M");
+  c.run->add_option("--memory-high", c.ro.memory_high, "memory.high");
+  c.run->add_option("--swap", c.ro.swap, "memory.swap.max");
+  c.run->add_option("--pids", c.ro.pids, "pids.max");
+  c.run->add_option("--io-max", c.ro.io_max,
+                    "io.max line, e.g. '8:0 rbps=10M wiops=100' (repeatable)");
+  c.run->add_option("--hugetlb", c.ro.hugetlb,
+                    "huge page limit SIZE=LIMIT, e.g. 2M=64M (repeatable)");
+  c.run->add_option("--cpuset-cpus", c.ro.cpuset_cpus, "cpuset.cpus, e.g. 0-1");
+  c.run->add_option("--cpuset-mems", c.ro.cpuset_mems, "cpuset.mems");
+  c.run->add_flag("--best-effort", c.ro.best_effort,
+                  "skip limits whose controller is missing instead of failing");
+  c.run->add_option("-e,--env", c.ro.env, "environment NAME=VALUE (repeatable)");
+  c.run->add_option("--cwd", c.ro.cwd, "working directory");
+  c.run->add_option("--user", c.ro.user, "user name or uid");
+  c.run->add_option("--group", c.ro.group, "group name or gid");
+  c.run->add_option("--rootfs", c.ro.rootfs, "root filesystem directory (pivot_root)");
+  c.run->add_option("--hostname", c.ro.hostname, "hostname in the task's UTS namespace");
+  c.run->add_option("--net", c.ro.net, "network: host or private")
+      ->check(CLI::IsMember({"host", "private"}));
+  c.run->add_option("--share", c.ro.share,
+                    "share a host namespace: pid, mount, uts, ipc (repeatable)");
+  c.run->add_option("--restart", c.ro.restart, "never, on-failure or always")
+      ->check(CLI::IsMember({"never", "on-failure", "always"}));
+  c.run->add_option("--restart-delay", c.ro.restart_delay, "first restart delay, e.g. 1s");
+  c.run->add_option("--restart-max-delay", c.ro.restart_max_delay, "backoff cap, e.g. 1m");
+  c.run->add_option("--restart-reset", c.ro.restart_reset, "a run this long resets the backoff");
+  c.run->add_option("--max-restarts", c.ro.max_restarts, "restart limit (-1 = unlimited)");
+  c.run->add_option("--stop-signal", c.ro.stop_signal, "signal sent by stop (default SIGTERM)");
+  c.run->add_option("--stop-grace", c.ro.stop_grace,
+                    "time between stop signal and kill (default 10s)");
+  c.run->add_option("--log-max-size", c.ro.log_max_size,
+                    "size of one log file before a new one starts");
+  c.run->add_option("--log-max-files", c.ro.log_max_files, "log files kept per stream");
+  c.run->add_option("command", c.ro.argv, "the command and its arguments (after --)");
+
+  c.ls = c.task->add_subcommand("ls", "list tasks");
+  c.ls->add_flag("--running{false},-r{false}", c.ls_all, "only tasks that are not finished");
+  c.ls->add_flag("--cluster", c.ls_cluster, "every task of the cluster (weft-controlplane)");
+  c.show = c.task->add_subcommand("show", "show one task with stats");
+  c.show->add_option("id", c.id, "task id or name")->required();
+  c.stop = c.task->add_subcommand("stop", "stop signal, grace period, then kill");
+  c.stop->add_option("id", c.id, "task id or name")->required();
+  c.stop->add_option("--grace", c.grace, "override the task's grace period, e.g. 2s");
+  c.kill = c.task->add_subcommand("kill", "send a signal (default SIGKILL: the whole cgroup)");
+  c.kill->add_option("id", c.id, "task id or name")->required();
+  c.kill->add_option("-s,--signal", c.sig, "signal name or number");
+  c.freeze = c.task->add_subcommand("freeze", "freeze every process of a task (cgroup.freeze)");
+  c.freeze->add_option("id", c.id, "task id or name")->required();
+  c.thaw = c.task->add_subcommand("thaw", "thaw a frozen task");
+  c.thaw->add_option("id", c.id, "task id or name")->required();
+  c.rm = c.task->add_subcommand("rm", "forget a finished task and delete its logs");
+  c.rm->add_option("id", c.id, "task id or name")->required();
+  c.logs = c.task->add_subcommand("logs", "print a task's output");
+  c.logs->add_option("id", c.id, "task id or name")->required();
+  c.logs->add_flag("-f,--follow", c.follow, "keep printing new output until the task ends");
+  c.logs->add_option("--stream", c.stream, "stdout, stderr or all")
+      ->check(CLI::IsMember({"stdout", "stderr", "all"}));
+  c.logs->add_option("--tail", c.tail, "start this many lines before the end");
+}
+
+int run_task_commands(const TaskCommands& c, const Globals& g) {
+  if (!c.task->parsed() && !c.agent->parsed()) return -1;
+  if (c.ls->parsed() && c.ls_cluster) return cluster_task_ls(g);
+  auto client = connect_or_die(g.agent, "weft-agent", "--agent");
+  auto out = [&](const json& j, const std::function<void()>& human) { print_json_or(g, j, human); };
+
+  if (c.agent_info->parsed()) {
+    json r = call_or_die(*client, "agent.info", json::object());
+    out(r, [&] { print_kv(r); });
+  } else if (c.run->parsed()) {
+    if (c.ro.argv.empty() && c.ro.spec_file.empty())
+      die("task run needs a command: weftctl task run [options] -- CMD ARGS", 2);
+    json r = call_or_die(*client, "task.run", build_spec(c.ro));
+    out(r, [&] {
+      std::cout << r["id"].get<std::string>() << "\n";
+      for (const auto& w : r.value("warnings", json::array()))
+        std::cerr << "weftctl: warning: " << w.get<std::string>() << "\n";
+    });
+  } else if (c.ls->parsed()) {
+    json r = call_or_die(*client, "task.ls", json::object());
+    json tasks = json::array();
+    for (const auto& t : r["tasks"]) {
+      auto st = parse_task_state(t.value("state", ""));
+      if (!c.ls_all && st && task_ended(*st)) continue;
+      tasks.push_back(t);
+    }
+    out(tasks, [&] {
+      std::vector<std::vector<std::string>> rows = {
+          {"ID", "NAME", "STATE", "PID", "EXIT", "SIGNAL", "OOM", "RESTARTS", "CGROUP"}};
+      for (const auto& t : tasks)
+        rows.push_back({str_or(t, "id"), str_or(t, "name"), str_or(t, "state"), str_or(t, "pid"),
+                        str_or(t, "exit_code"), str_or(t, "signal"),
+                        t.value("oom_killed", false) ? "yes" : "no", str_or(t, "restarts"),
+                        str_or(t, "cgroup")});
+      print_table(rows);
+    });
+  } else if (c.show->parsed()) {
+    json r = call_or_die(*client, "task.show", {{"id", c.id}});
+    out(r, [&] { print_kv(r); });
+  } else if (c.stop->parsed()) {
+    json p{{"id", c.id}};
+    if (!c.grace.empty()) p["grace"] = c.grace;
+    json r = call_or_die(*client, "task.stop", p);
+    out(r, [&] { print_task_line(r); });
+  } else if (c.kill->parsed()) {
+    json r = call_or_die(*client, "task.kill", {{"id", c.id}, {"signal", c.sig}});
+    out(r, [&] { print_task_line(r); });
+  } else if (c.freeze->parsed() || c.thaw->parsed()) {
+    json r = call_or_die(*client, c.freeze->parsed() ? "task.freeze" : "task.thaw", {{"id", c.id}});
+    out(r, [&] {
+      std::cout << r["id"].get<std::string>() << (r.value("frozen", false) ? " frozen" : " thawed")
+                << "\n";
+    });
+  } else if (c.rm->parsed()) {
+    json r = call_or_die(*client, "task.remove", {{"id", c.id}});
+    out(r, [&] { std::cout << r["id"].get<std::string>() << " removed\n"; });
+  } else if (c.logs->parsed()) {
+    return logs_command(*client, c.id, c.stream, c.follow, c.tail, g.json_out);
+  }
+  return 0;
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,39 @@
+// weftctl task and agent: tasks on this machine's weft-agent (run, ls, show, stop, kill,
+// freeze, thaw, rm, logs) and `agent info`. `task ls --cluster` asks the control plane.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/util.h"
+
+namespace weft::cli {
+
+// `task run`'s flags, turned into a task spec (common/task_spec.h).
+struct RunOptions {
+  std::string name, cpu, memory, memory_high, swap, cwd, user, group, rootfs, hostname;
+  std::string net = "host", restart = "never", restart_delay, restart_max_delay, restart_reset;
+  std::string stop_signal, stop_grace, log_max_size, cpuset_cpus, cpuset_mems, spec_file;
+  int64_t cpu_weight = 0, pids = 0, max_restarts = -2, log_max_files = 0;
+  std::vector<std::string> env, io_max, hugetlb, share, argv;
+  bool best_effort = false;
+};
+
+struct TaskCommands {
+  CLI::App *task = nullptr, *agent = nullptr, *agent_info = nullptr;
+  CLI::App *run = nullptr, *ls = nullptr, *show = nullptr, *stop = nullptr, *kill = nullptr,
+           *freeze = nullptr, *thaw = nullptr, *rm = nullptr, *logs = nullptr;
+  RunOptions ro;
+  std::string id, grace, sig = "SIGKILL", stream = "all";
+  bool ls_all = true, ls_cluster = false, follow = false;
+  int64_t tail = -1;
+};
+
+void add_task_commands(CLI::App& app, TaskCommands& c);
+// Runs the parsed task or agent command and returns its exit code, or -1 when none was
+// given.
+int run_task_commands(const TaskCommands& c, const Globals& g);
+
+}  // namespace weft::cli
