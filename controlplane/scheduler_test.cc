@@ -383,9 +383,11 @@ TEST_F(Sched, ReplacementsNeverBypassTheBudget) {
     auto more = sched.tick(6 + static_cast<uint64_t>(i));
     all.insert(all.end(), more.begin(), more.end());
   }
-  for (const auto& cmd : all)
-    if (cmd.kind == Command::Kind::kStart)
+  for (const auto& cmd : all) {
+    if (cmd.kind == Command::Kind::kStart) {
       EXPECT_NE(sched.tasks().at(cmd.task_id).index, idx0) << "index 0 restarted without a token";
+    }
+  }
   EXPECT_EQ(sched.waiting_for_budget(), 1u);
 }
 
@@ -537,6 +539,33 @@ TEST_F(Sched, ARefusalThatIsNotTheSpecsIsReplacedLikeAFailure) {
   ASSERT_EQ(count_kind(r, Command::Kind::kStart), 1);
   EXPECT_EQ(sched_.tasks().at(id).state, TaskState::kFailed);
   EXPECT_EQ(sched_.tasks().at(r[0].task_id).index, 0);
+}
+
+// Issue 12: with the entitlement's quota fully used, a dead machine's tasks still move
+// (its slot goes to the replacement; before: "0 of 1 tasks could be moved").
+TEST(SchedQuota, ADeadMachinesTasksMoveWhenTheQuotaIsFull) {
+  Allocator alloc;
+  std::vector<MachineId> ids;
+  for (int d = 0; d < 3; ++d)
+    ids.push_back(alloc.add_machine(
+        {"q" + std::to_string(d), "dc1", "rack" + std::to_string(d), "a", {4000, 8192}}));
+  alloc.set_quota(1, 2);
+  Scheduler sched(alloc, SchedulerLimits{60, 5});
+  JobSpec s;
+  s.name = "full";
+  s.count = 2;
+  s.per_task = {4000, 1024};  // a whole machine each: the quota is used up
+  s.task = {{"argv", {"/bin/true"}}};
+  auto c = sched.create(s, 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  for (const auto& cmd : *c) sched.report(cmd.machine, {{cmd.task_id, TaskState::kRunning}}, 1);
+  MachineId dead = (*c)[0].machine;
+  alloc.set_usable(dead, /*healthy=*/false, true);
+  auto r = sched.machine_down(dead, 2);
+  ASSERT_EQ(r.size(), 1u) << "the lost task was not replaced";
+  EXPECT_EQ(r[0].kind, Command::Kind::kStart);
+  EXPECT_NE(r[0].machine, dead);
+  EXPECT_NE(r[0].machine, (*c)[1].machine);
 }
 
 }  // namespace
