@@ -36,7 +36,7 @@ void Allocator::pool_insert(MachineId id) {
   m.slot = static_cast<uint32_t>(bucket.size());
   bucket.push_back(id);
   ++p.size;
-  if (!m.healthy) ++p.unhealthy;
+  if (!m.holds_slot) ++p.slotless;
 }
 
 void Allocator::pool_erase(MachineId id) {
@@ -48,7 +48,7 @@ void Allocator::pool_erase(MachineId id) {
   machines_[last].slot = m.slot;
   bucket.pop_back();
   --p.size;
-  if (!m.healthy) --p.unhealthy;
+  if (!m.holds_slot) --p.slotless;
   if (bucket.empty()) {
     p.by_domain.erase(m.domain);
     p.order.erase(std::find(p.order.begin(), p.order.end(), m.domain));
@@ -56,16 +56,19 @@ void Allocator::pool_erase(MachineId id) {
   }
 }
 
-void Allocator::set_usable(MachineId id, bool healthy, bool profile_ready) {
+void Allocator::set_usable(MachineId id, bool healthy, bool profile_ready,
+                           std::optional<bool> holds_quota_slot) {
   Machine& m = machines_.at(id);
-  if (m.healthy != healthy) pools_[m.ent].unhealthy += healthy ? -1 : 1;
+  bool slot = holds_quota_slot.value_or(healthy);
+  if (m.holds_slot != slot) pools_[m.ent].slotless += slot ? -1 : 1;
+  m.holds_slot = slot;
   m.healthy = healthy;
   m.ready = profile_ready;
 }
 
 size_t Allocator::quota_members(EntitlementId e) const {
   auto it = pools_.find(e);
-  return it == pools_.end() ? 0 : it->second.size - it->second.unhealthy;
+  return it == pools_.end() ? 0 : it->second.size - it->second.slotless;
 }
 
 Status Allocator::assign(MachineId id, EntitlementId e) {

@@ -2,8 +2,8 @@
 // and the placement of a job's tasks onto them.
 //
 // Machines are either in the free pool or assigned to one entitlement (up to its quota,
-// which counts only its healthy machines: a dead or failed machine's slot goes to its
-// replacement). A placement spreads by default: one task of the job per fault domain
+// which does not count its dead, failed or drained machines: their slots go to their
+// replacements). A placement spreads by default: one task of the job per fault domain
 // and per machine, over the entitlement's machines and the free machines it may take
 // alike (the entitlement's first at each step), then two per domain, and so on; a
 // domain or a machine holds more than its share only when nothing else fits. A job
@@ -85,8 +85,11 @@ class Allocator {
   size_t machine_count() const { return machines_.size(); }
 
   // A machine that is unhealthy (HCS verdict, missed heartbeats) or whose entitlement
-  // profile is not applied yet gets no new tasks.
-  void set_usable(MachineId m, bool healthy, bool profile_ready);
+  // profile is not applied yet gets no new tasks. One that does not hold a quota slot
+  // (dead, failed, drained: its tasks must go elsewhere) is not counted against its
+  // entitlement's quota; by default, that is every unhealthy machine.
+  void set_usable(MachineId m, bool healthy, bool profile_ready,
+                  std::optional<bool> holds_quota_slot = std::nullopt);
   // Moves an empty machine between pools (returning it to the free pool, or an
   // operator's assignment). Fails if it still runs tasks of another entitlement.
   Status assign(MachineId m, EntitlementId e);
@@ -115,7 +118,7 @@ class Allocator {
   // Returns empty machines of an entitlement to the free pool; returns them.
   std::vector<MachineId> shrink(EntitlementId e);
   size_t pool_size(EntitlementId e) const;
-  // The machines that count against an entitlement's quota: its healthy ones.
+  // The machines that count against an entitlement's quota: those holding a slot.
   size_t quota_members(EntitlementId e) const;
   // An entitlement's quota in machines: placement takes free machines only up to it.
   void set_quota(EntitlementId e, size_t machines) { quotas_[e] = machines; }
@@ -128,7 +131,7 @@ class Allocator {
     uint32_t domain = 0, dc = 0, type = 0;  // interned
     uint32_t slot = 0;                      // position in its pool's domain bucket
     int tasks = 0;
-    bool healthy = true, ready = true;
+    bool healthy = true, ready = true, holds_slot = true;
   };
   struct Pool {
     // Per fault domain, the machines of this pool there; `order` lists the domains that
@@ -138,7 +141,7 @@ class Allocator {
     std::vector<uint32_t> order;
     size_t cursor = 0;
     size_t size = 0;
-    size_t unhealthy = 0;
+    size_t slotless = 0;  // machines that do not count against the quota
   };
   struct Held {
     Request req;

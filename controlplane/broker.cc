@@ -150,7 +150,10 @@ void Broker::refresh(Machine& m) {
   // Free machines take any profile when they join; a machine in an entitlement takes
   // tasks once it runs that entitlement's profile.
   bool ready = alloc_.entitlement_of(m.id) == kFreePool || profile_ready(m);
-  alloc_.set_usable(m.id, healthy, ready);
+  // A machine whose health is merely not known yet (the control plane just restarted)
+  // keeps its quota slot; a dead, failed or drained one gives it to its replacement.
+  bool holds_slot = !m.dead && !m.drained && m.verdict != "failed";
+  alloc_.set_usable(m.id, healthy, ready, holds_slot);
   bool now_usable = healthy && ready;
   auto it = was_usable_.find(m.id);
   bool before = it != was_usable_.end() && it->second;

@@ -43,15 +43,6 @@ Result<int64_t> int_field(const json& j, const char* key, int64_t dflt, int64_t 
   return v.get<int64_t>();
 }
 
-Result<std::string> str_field(const json& j, const char* key, bool required) {
-  if (!j.contains(key)) {
-    if (required) return field_error(key, "is required");
-    return std::string();
-  }
-  if (!j[key].is_string()) return field_error(key, "must be a string");
-  return j[key].get<std::string>();
-}
-
 TaskState state_from(const std::string& s) {
   return weft::parse_task_state(s).value_or(TaskState::kLost);
 }
