@@ -132,141 +132,163 @@ Result<json> Manager::stop_task(const json& p) {
 
 void Manager::register_methods() {
   using rpc::CallContext;
-  methods_.add("agent.info", [this](const json&, const CallContext&) -> Result<json> {
-    json labels = cfg_.labels;
-    size_t running = 0;
-    for (const auto& [id, t] : tasks_) running += !t->terminal() && t->state != TaskState::kBackoff;
-    return json{{"machine_id", cfg_.machine_id},
-                {"labels", labels},
-                {"cgroup_root", cfg_.cgroup_root},
-                {"controllers", cgroups_->controllers()},
-                {"hugepage_sizes", cgroups_->hugepage_sizes()},
-                {"tasks", tasks_.size()},
-                {"tasks_running", running},
-                {"uptime_seconds", (now_monotonic_us() - started_at_us_) / 1000000},
-                {"version", "0.1.0"}};
-  });
-
-  methods_.add("task.run", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY(check_privileged(c.peer));
-    return run_task(p, /*for_control_plane=*/false);
-  });
-
-  methods_.add("task.ls", [this](const json&, const CallContext&) -> Result<json> {
-    std::vector<const Task*> list;
-    for (const auto& [id, t] : tasks_) list.push_back(t.get());
-    std::sort(list.begin(), list.end(),
-              [](const Task* a, const Task* b) { return a->created_us < b->created_us; });
-    json arr = json::array();
-    for (const Task* t : list) arr.push_back(summary(*t));
-    return json{{"tasks", arr}};
-  });
-
-  methods_.add("task.show", [this](const json& p, const CallContext&) -> Result<json> {
-    TRY_ASSIGN(Task * t, find_task(p));
-    return detail(*t);
-  });
-
-  methods_.add("task.stop", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY(check_privileged(c.peer));
-    return stop_task(p);
-  });
-
-  methods_.add("task.kill", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY(check_privileged(c.peer));
-    TRY_ASSIGN(Task * t, find_task(p));
-    int sig = SIGKILL;
-    if (p.contains("signal")) {
-      if (!p["signal"].is_string() && !p["signal"].is_number_integer())
-        return field_error("signal", "must be a signal name or number");
-      auto s = parse_signal(p["signal"].is_string() ? p["signal"].get<std::string>()
-                                                    : std::to_string(p["signal"].get<int>()));
-      if (!s.ok()) return field_error("signal", s.error().message);
-      sig = *s;
-    }
-    if (t->state != TaskState::kRunning && t->state != TaskState::kStopping &&
-        t->state != TaskState::kStarting)
-      return make_error("task " + t->id + " is " + task_state_name(t->state) + ", not running")
-          .with_code(RpcCode::kConflict);
-    if (sig == SIGKILL) {
-      t->kill_sent = true;
-      TRY(cgroups_->kill_task(t->id));
-    } else if (!signal_pidfd(t->pidfd.get(), sig).ok()) {
-      return sys_error("signal task " + t->id);
-    }
-    return summary(*t);
-  });
-
-  auto freezer = [this](bool freeze) {
-    return [this, freeze](const json& p, const CallContext& c) -> Result<json> {
-      TRY(check_privileged(c.peer));
-      TRY_ASSIGN(Task * t, find_task(p));
-      if (t->state != TaskState::kRunning)
-        return make_error("task " + t->id + " is " + task_state_name(t->state) + ", not running")
-            .with_code(RpcCode::kConflict);
-      TRY(cgroups_->freeze_task(t->id, freeze));
-      // cgroup.events reports frozen once every member has stopped; wait briefly.
-      bool done = false;
-      for (int i = 0; i < 1000 && !done; ++i) {
-        auto f = cgroups_->frozen(t->id);
-        done = f.ok() && *f == freeze;
-        if (!done) ::usleep(1000);
-      }
-      json j = summary(*t);
-      j["frozen"] = freeze ? done : !done;
-      return j;
-    };
+  struct Method {
+    const char* name;
+    Result<json> (Manager::*handler)(const json&, const rpc::CallContext&);
+    bool privileged;  // changes tasks: root or the socket group only (check_privileged)
   };
-  methods_.add("task.freeze", freezer(true));
-  methods_.add("task.thaw", freezer(false));
+  static const Method kMethods[] = {
+      {"agent.info", &Manager::api_agent_info, false},
+      {"task.run", &Manager::api_task_run, true},
+      {"task.ls", &Manager::api_task_ls, false},
+      {"task.show", &Manager::api_task_show, false},
+      {"task.stop", &Manager::api_task_stop, true},
+      {"task.kill", &Manager::api_task_kill, true},
+      {"task.freeze", &Manager::api_task_freeze, true},
+      {"task.thaw", &Manager::api_task_thaw, true},
+      {"task.logs", &Manager::api_task_logs, false},
+      {"task.remove", &Manager::api_task_remove, true},
+  };
+  for (const Method& m : kMethods)
+    methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
+      if (m.privileged) TRY(check_privileged(c.peer));
+      return (this->*m.handler)(p, c);
+    });
+}
 
-  methods_.add("task.logs", [this](const json& p, const CallContext&) -> Result<json> {
-    TRY_ASSIGN(Task * t, find_task(p));
-    std::string stream = "stdout";
-    if (p.contains("stream")) {
-      if (!p["stream"].is_string() || (p["stream"] != "stdout" && p["stream"] != "stderr"))
-        return field_error("stream", "must be \"stdout\" or \"stderr\"");
-      stream = p["stream"];
-    }
-    size_t max_bytes = 65536;
-    if (p.contains("max_bytes")) {
-      if (!p["max_bytes"].is_number_unsigned() || p["max_bytes"].get<uint64_t>() == 0)
-        return field_error("max_bytes", "must be a positive integer");
-      max_bytes = std::min<size_t>(p["max_bytes"].get<uint64_t>(), 512 * 1024);
-    }
-    std::optional<LogCursor> cursor;
-    if (p.contains("cursor") && !p["cursor"].is_null()) {
-      const json& c = p["cursor"];
-      if (!c.is_object() || !c.contains("seq") || !c["seq"].is_number_unsigned() ||
-          !c.contains("offset") || !c["offset"].is_number_unsigned())
-        return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
-      cursor = LogCursor{c["seq"].get<unsigned>(), c["offset"].get<uint64_t>()};
-    }
-    std::optional<size_t> tail;
-    if (p.contains("tail")) {
-      if (!p["tail"].is_number_unsigned()) return field_error("tail", "must be a number of lines");
-      tail = p["tail"].get<size_t>();
-    }
-    TRY_ASSIGN(LogChunk chunk,
-               read_log(task_state_dir(t->id) + "/logs", stream, cursor, max_bytes, tail));
-    return json{{"data", chunk.data},
-                {"cursor", {{"seq", chunk.next.seq}, {"offset", chunk.next.offset}}},
-                {"skipped", chunk.skipped > 0},
-                {"state", task_state_name(t->state)}};
-  });
+Result<json> Manager::api_agent_info(const json&, const rpc::CallContext&) {
+  json labels = cfg_.labels;
+  size_t running = 0;
+  for (const auto& [id, t] : tasks_) running += !t->terminal() && t->state != TaskState::kBackoff;
+  return json{{"machine_id", cfg_.machine_id},
+              {"labels", labels},
+              {"cgroup_root", cfg_.cgroup_root},
+              {"controllers", cgroups_->controllers()},
+              {"hugepage_sizes", cgroups_->hugepage_sizes()},
+              {"tasks", tasks_.size()},
+              {"tasks_running", running},
+              {"uptime_seconds", (now_monotonic_us() - started_at_us_) / 1000000},
+              {"version", "0.1.0"}};
+}
 
-  methods_.add("task.remove", [this](const json& p, const CallContext& c) -> Result<json> {
-    TRY(check_privileged(c.peer));
-    TRY_ASSIGN(Task * t, find_task(p));
-    if (!t->terminal())
-      return make_error("task " + t->id + " is " + task_state_name(t->state) + "; stop it first")
-          .with_code(RpcCode::kConflict);
-    std::string id = t->id;
-    TRY(erase(id));
-    (void)remove_tree(task_state_dir(id));
-    tasks_.erase(id);
-    return json{{"id", id}, {"removed", true}};
-  });
+Result<json> Manager::api_task_run(const json& p, const rpc::CallContext&) {
+  return run_task(p, /*for_control_plane=*/false);
+}
+
+Result<json> Manager::api_task_ls(const json&, const rpc::CallContext&) {
+  std::vector<const Task*> list;
+  for (const auto& [id, t] : tasks_) list.push_back(t.get());
+  std::sort(list.begin(), list.end(),
+            [](const Task* a, const Task* b) { return a->created_us < b->created_us; });
+  json arr = json::array();
+  for (const Task* t : list) arr.push_back(summary(*t));
+  return json{{"tasks", arr}};
+}
+
+Result<json> Manager::api_task_show(const json& p, const rpc::CallContext&) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  return detail(*t);
+}
+
+Result<json> Manager::api_task_stop(const json& p, const rpc::CallContext&) {
+  return stop_task(p);
+}
+
+Result<json> Manager::api_task_kill(const json& p, const rpc::CallContext&) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  int sig = SIGKILL;
+  if (p.contains("signal")) {
+    if (!p["signal"].is_string() && !p["signal"].is_number_integer())
+      return field_error("signal", "must be a signal name or number");
+    auto s = parse_signal(p["signal"].is_string() ? p["signal"].get<std::string>()
+                                                  : std::to_string(p["signal"].get<int>()));
+    if (!s.ok()) return field_error("signal", s.error().message);
+    sig = *s;
+  }
+  if (t->state != TaskState::kRunning && t->state != TaskState::kStopping &&
+      t->state != TaskState::kStarting)
+    return make_error("task " + t->id + " is " + task_state_name(t->state) + ", not running")
+        .with_code(RpcCode::kConflict);
+  if (sig == SIGKILL) {
+    t->kill_sent = true;
+    TRY(cgroups_->kill_task(t->id));
+  } else if (!signal_pidfd(t->pidfd.get(), sig).ok()) {
+    return sys_error("signal task " + t->id);
+  }
+  return summary(*t);
+}
+
+Result<json> Manager::freeze_task(const json& p, bool freeze) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  if (t->state != TaskState::kRunning)
+    return make_error("task " + t->id + " is " + task_state_name(t->state) + ", not running")
+        .with_code(RpcCode::kConflict);
+  TRY(cgroups_->freeze_task(t->id, freeze));
+  // cgroup.events reports frozen once every member has stopped; wait briefly.
+  bool done = false;
+  for (int i = 0; i < 1000 && !done; ++i) {
+    auto f = cgroups_->frozen(t->id);
+    done = f.ok() && *f == freeze;
+    if (!done) ::usleep(1000);
+  }
+  json j = summary(*t);
+  j["frozen"] = freeze ? done : !done;
+  return j;
+}
+
+Result<json> Manager::api_task_freeze(const json& p, const rpc::CallContext&) {
+  return freeze_task(p, true);
+}
+
+Result<json> Manager::api_task_thaw(const json& p, const rpc::CallContext&) {
+  return freeze_task(p, false);
+}
+
+Result<json> Manager::api_task_logs(const json& p, const rpc::CallContext&) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  std::string stream = "stdout";
+  if (p.contains("stream")) {
+    if (!p["stream"].is_string() || (p["stream"] != "stdout" && p["stream"] != "stderr"))
+      return field_error("stream", "must be \"stdout\" or \"stderr\"");
+    stream = p["stream"];
+  }
+  size_t max_bytes = 65536;
+  if (p.contains("max_bytes")) {
+    if (!p["max_bytes"].is_number_unsigned() || p["max_bytes"].get<uint64_t>() == 0)
+      return field_error("max_bytes", "must be a positive integer");
+    max_bytes = std::min<size_t>(p["max_bytes"].get<uint64_t>(), 512 * 1024);
+  }
+  std::optional<LogCursor> cursor;
+  if (p.contains("cursor") && !p["cursor"].is_null()) {
+    const json& c = p["cursor"];
+    if (!c.is_object() || !c.contains("seq") || !c["seq"].is_number_unsigned() ||
+        !c.contains("offset") || !c["offset"].is_number_unsigned())
+      return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
+    cursor = LogCursor{c["seq"].get<unsigned>(), c["offset"].get<uint64_t>()};
+  }
+  std::optional<size_t> tail;
+  if (p.contains("tail")) {
+    if (!p["tail"].is_number_unsigned()) return field_error("tail", "must be a number of lines");
+    tail = p["tail"].get<size_t>();
+  }
+  TRY_ASSIGN(LogChunk chunk,
+             read_log(task_state_dir(t->id) + "/logs", stream, cursor, max_bytes, tail));
+  return json{{"data", chunk.data},
+              {"cursor", {{"seq", chunk.next.seq}, {"offset", chunk.next.offset}}},
+              {"skipped", chunk.skipped > 0},
+              {"state", task_state_name(t->state)}};
+}
+
+Result<json> Manager::api_task_remove(const json& p, const rpc::CallContext&) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  if (!t->terminal())
+    return make_error("task " + t->id + " is " + task_state_name(t->state) + "; stop it first")
+        .with_code(RpcCode::kConflict);
+  std::string id = t->id;
+  TRY(erase(id));
+  (void)remove_tree(task_state_dir(id));
+  tasks_.erase(id);
+  return json{{"id", id}, {"removed", true}};
 }
 
 }  // namespace weft::agent

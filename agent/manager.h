@@ -59,6 +59,18 @@ class Manager {
   Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<EventLoop> loop);
 
   void register_methods();
+  // The API (api.cc): one handler per method, listed in register_methods' table.
+  Result<nlohmann::json> api_agent_info(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_run(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_show(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_stop(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_kill(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_freeze(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_thaw(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_remove(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> freeze_task(const nlohmann::json& p, bool freeze);
   // task.run and task.stop: from the local API (after its privilege check) and from the
   // control plane's session (authenticated when it connected), which marks its tasks.
   Result<nlohmann::json> run_task(nlohmann::json params, bool for_control_plane);

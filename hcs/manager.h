@@ -47,6 +47,10 @@ class Manager {
   void record_transition(const std::string& probe, Health from, Health to,
                          const std::string& detail);
   void register_methods();
+  // The API (api.cc): one handler per method, listed in register_methods' table.
+  Result<nlohmann::json> api_health_verdict(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_health_probes(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_health_history(const nlohmann::json& p, const rpc::CallContext& c);
   nlohmann::json verdict_json() const;
   // The session to weft-controlplane (cfg_.control_plane): health.report with the
   // machine verdict on connect, on every change and every heartbeat interval.

@@ -31,6 +31,18 @@ class Manager {
   Manager(SidekickConfig cfg, std::unique_ptr<EventLoop> loop)
       : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
   void register_methods();
+  // The API (api.cc): one handler per method, listed in register_methods' table.
+  Result<Profile> load_named(const nlohmann::json& p);  // params {"name": ...}
+  Result<nlohmann::json> api_profile_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_show(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_active(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_plan(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_switch(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_verify(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_off(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_import_tuned(const nlohmann::json& p,
+                                                  const rpc::CallContext& c);
+  Result<nlohmann::json> api_profile_history(const nlohmann::json& p, const rpc::CallContext& c);
   void schedule_verify();
   // rtnetlink link events: a link that appears (or re-appears) is checked against the
   // active profile soon after, and fixed when drift_policy = "enforce".
