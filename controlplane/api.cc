@@ -80,6 +80,9 @@ Result<json> Manager::api_machine_heartbeat(const json& p, const CallContext& c)
 
 Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
+  // The machine is alive whatever its report says: a report refused below (a state this
+  // version does not know, from a newer agent) must not get its tasks declared lost.
+  (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
   if (!p.contains("tasks") || !p["tasks"].is_object())
     return field_error("tasks", "must be an object of task id -> state");
   std::map<std::string, TaskState> tasks;
@@ -88,7 +91,6 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
     if (!state) return field_error("tasks." + id, "must be a task state (common/task_state.h)");
     tasks[id] = *state;
   }
-  (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
   std::vector<std::string> forget;
   auto cmds = sched_.report(m, tasks, now_us(), &forget);
   auto changed = sched_.take_reported_changes();
