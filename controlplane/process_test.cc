@@ -71,6 +71,9 @@ class FakeMachine {
     (void)client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}});
   }
   void disconnect() { client_.reset(); }
+  Result<json> call(const std::string& method, const json& params) {
+    return client_->call(method, params);
+  }
   const std::set<std::string>& running() const { return running_; }
   int starts() const { return starts_; }
   int stops() const { return stops_; }
@@ -225,6 +228,24 @@ TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
   auto machines = call("machine.ls");
   ASSERT_TRUE(machines.ok());
   EXPECT_EQ((*machines)["machines"].size(), 3u);
+}
+
+// A report with a state this version does not know is refused, naming the task, but
+// still counts as a heartbeat: the machine is not declared dead.
+TEST_F(ControlPlane, AnUnknownStateIsRefusedButTheMachineStaysAlive) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m("odd", "r0");
+  ASSERT_TRUE(m.connect(sock()));
+  for (int i = 0; i < 12; ++i) {  // 1.2 s: twice the 3 x 200 ms after which it is dead
+    auto r = m.call("machine.report", {{"machine", "odd"}, {"tasks", {{"x.0.1", "zombie"}}}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().str().find("tasks.x.0.1"), std::string::npos) << r.error().str();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto show = call("machine.show", {{"machine", "odd"}});
+  ASSERT_TRUE(show.ok());
+  EXPECT_NE((*show)["state"], "dead") << show->dump();
 }
 
 // ---- the three validators agree (issue 12)
