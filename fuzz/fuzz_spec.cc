@@ -20,10 +20,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The one job validator: what it accepts round-trips, and every task it would start
   // passes the agent's validator.
-  auto spec = parse_job_spec(*j);
-  if (spec.ok()) {
-    if (!parse_job_spec(to_json(*spec)).ok()) __builtin_trap();
-    if (!parse_task_spec(task_run_params(*spec, make_task_id(spec->name, 0, 1))).ok())
+  auto job_spec = parse_job_spec(*j);
+  if (job_spec.ok()) {
+    if (!parse_job_spec(to_json(*job_spec)).ok()) __builtin_trap();
+    if (!parse_task_spec(task_run_params(*job_spec, make_task_id(job_spec->name, 0, 1))).ok())
       __builtin_trap();
   }
   auto job = cp::job_spec_from_json(*j);
