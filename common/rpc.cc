@@ -107,25 +107,85 @@ Session::Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher
 
 Session::~Session() {
   io_.reset();
+  if (ssl_ && established_ && !closed_) tls::shutdown(ssl_.get());
   if (budget_) budget_->used -= accounted_;
   // Fail calls still waiting for a reply, without running on_close again.
   auto pending = std::move(pending_);
   for (auto& [id, fn] : pending) fn(make_error("session closed").with_code(kUnavailable));
 }
 
+void Session::use_tls(SSL* ssl, uint64_t handshake_timeout_us) {
+  ssl_.reset(ssl);
+  handshake_timeout_us_ = handshake_timeout_us;
+}
+
 Status Session::start() {
   TRY_ASSIGN(io_, loop_.add_io(fd_.get(), EPOLLIN, [this](uint32_t ev) { on_io(ev); }));
+  if (ssl_) {
+    TRY_ASSIGN(handshake_timer_, loop_.add_timer_in(handshake_timeout_us_, [this] {
+      if (established_ || closed_) return;
+      log_warn("closing session: TLS handshake not finished in time", {{"PEER", peer_.address}});
+      close();
+    }));
+    // A client speaks first: start the handshake now rather than on the first event.
+    if (handshake() || !closed_) update_events();
+  }
   return {};
+}
+
+bool Session::handshake() {
+  if (established_) return true;
+  std::string why;
+  switch (tls::handshake(ssl_.get(), &why)) {
+    case tls::Want::kDone:
+      established_ = true;
+      tls_wants_write_ = false;
+      handshake_timer_.reset();
+      peer_.tls = true;
+      peer_.identity = tls::peer_identity(ssl_.get());
+      if (on_established_) {
+        auto fn = std::move(on_established_);
+        fn();
+      }
+      if (closed_) return false;
+      flush();  // what was queued before
+      return !closed_;
+    case tls::Want::kRead:
+      tls_wants_write_ = false;
+      return false;
+    case tls::Want::kWrite:
+      tls_wants_write_ = true;
+      return false;
+    case tls::Want::kClosed:
+    case tls::Want::kError:
+      log_warn("TLS handshake failed",
+               {{"PEER", peer_.address}, {"ERROR", why.empty() ? "connection closed" : why}});
+      close();
+      return false;
+  }
+  return false;
+}
+
+void Session::update_events() {
+  if (closed_ || !io_.active()) return;
+  bool want_out = !out_.empty() || tls_wants_write_;
+  if (ssl_ && !established_) want_out = tls_wants_write_;
+  if (want_out != want_out_) {
+    want_out_ = want_out;
+    (void)io_.set_io_events(want_out ? (EPOLLIN | EPOLLOUT) : EPOLLIN);
+  }
 }
 
 void Session::close() {
   if (closed_) return;
   closed_ = true;
   io_.reset();
+  handshake_timer_.reset();
   if (budget_) {
     budget_->used -= accounted_;
     accounted_ = 0;
   }
+  if (ssl_ && established_) tls::shutdown(ssl_.get());
   ::shutdown(fd_.get(), SHUT_RDWR);
   auto pending = std::move(pending_);
   pending_.clear();
@@ -139,37 +199,83 @@ void Session::close() {
 }
 
 void Session::on_io(uint32_t revents) {
+  if (ssl_ && !established_) {
+    if (!handshake()) {
+      update_events();
+      return;
+    }
+  }
   if (revents & EPOLLOUT) flush();
   if (closed_) return;
   if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-    char buf[65536];
-    for (;;) {
-      ssize_t n = ::read(fd_.get(), buf, sizeof buf);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) break;
-        close();
-        return;
-      }
-      if (n == 0) {
-        close();
-        return;
-      }
-      reader_.feed(buf, static_cast<size_t>(n));
-      std::string line;
-      for (;;) {
-        auto kind = reader_.next(&line);
-        if (kind == LineReader::Kind::kNone) break;
-        if (kind == LineReader::Kind::kOverflow) {
-          reply_error(nullptr, {kLineTooLong, "line exceeds the maximum length", {}});
-          continue;
-        }
-        handle_line(line);
+    if (ssl_)
+      read_tls();
+    else
+      read_plain();
+  }
+  if (closed_) return;
+  if (ssl_ && !out_.empty()) flush();  // a write that waited for the peer's data
+  update_events();
+}
+
+void Session::feed(const char* data, size_t n) {
+  reader_.feed(data, n);
+  std::string line;
+  for (;;) {
+    auto kind = reader_.next(&line);
+    if (kind == LineReader::Kind::kNone) break;
+    if (kind == LineReader::Kind::kOverflow) {
+      reply_error(nullptr, {kLineTooLong, "line exceeds the maximum length", {}});
+      continue;
+    }
+    handle_line(line);
+    if (closed_) return;
+  }
+  account_buffered();
+}
+
+void Session::read_plain() {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd_.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) break;
+      close();
+      return;
+    }
+    if (n == 0) {
+      close();
+      return;
+    }
+    feed(buf, static_cast<size_t>(n));
+    if (closed_) return;
+    if (static_cast<size_t>(n) < sizeof buf) break;
+  }
+}
+
+void Session::read_tls() {
+  char buf[65536];
+  for (;;) {
+    size_t got = 0;
+    std::string why;
+    switch (tls::read(ssl_.get(), buf, sizeof buf, &got, &why)) {
+      case tls::Want::kDone:
+        feed(buf, got);
         if (closed_) return;
-      }
-      account_buffered();
-      if (closed_) return;
-      if (static_cast<size_t>(n) < sizeof buf) break;
+        continue;  // the record layer may hold more than one read's worth
+      case tls::Want::kRead:
+        return;
+      case tls::Want::kWrite:
+        tls_wants_write_ = true;
+        return;
+      case tls::Want::kClosed:
+        close();
+        return;
+      case tls::Want::kError:
+        log_warn("closing session: TLS error", {{"PEER", peer_.address}, {"ERROR", why}});
+        close();
+        return;
     }
   }
 }
@@ -352,7 +458,28 @@ void Session::send_json(const json& msg) {
 }
 
 void Session::flush() {
+  if (closed_) return;
+  if (ssl_ && !established_) return;  // queued until the handshake completes
+  tls_wants_write_ = false;
   while (!out_.empty()) {
+    if (ssl_) {
+      size_t put = 0;
+      std::string why;
+      tls::Want w = tls::write(ssl_.get(), out_.data(), out_.size(), &put, &why);
+      if (w == tls::Want::kDone) {
+        out_.erase(0, put);
+        continue;
+      }
+      if (w == tls::Want::kWrite) {
+        tls_wants_write_ = true;
+        break;
+      }
+      if (w == tls::Want::kRead) break;  // EPOLLIN is always on
+      if (w == tls::Want::kError)
+        log_warn("closing session: TLS error", {{"PEER", peer_.address}, {"ERROR", why}});
+      close();
+      return;
+    }
     ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -367,11 +494,7 @@ void Session::flush() {
     close();
     return;
   }
-  bool want_out = !out_.empty();
-  if (!closed_ && io_.active() && want_out != want_out_) {
-    want_out_ = want_out;
-    (void)io_.set_io_events(want_out ? (EPOLLIN | EPOLLOUT) : EPOLLIN);
-  }
+  update_events();
 }
 
 // ---- Access ----
@@ -770,10 +893,13 @@ void Server::accept_on(int lfd, bool is_unix) {
       setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
     const char* refused = nullptr;
+    bool tls = !is_unix && tls_;
     if (sessions_.size() >= limits_.max_sessions)
       refused = "too many sessions";
     else if (!is_unix && per_address_[peer.host] >= limits_.max_sessions_per_address)
       refused = "too many sessions from one address";
+    else if (tls && handshaking_ >= limits_.max_handshaking)
+      refused = "too many unfinished TLS handshakes";
     if (refused) {
       // Closing at once is the answer: the peer sees the connection end.
       uint64_t now = now_monotonic_us();
@@ -786,8 +912,29 @@ void Server::accept_on(int lfd, bool is_unix) {
       }
       continue;
     }
+    SSL* ssl = nullptr;
+    if (tls) {
+      auto r = tls_->new_ssl(fd.get(), "");
+      if (!r.ok()) {
+        log_warn("refusing a connection: " + r.error().str(), {{"PEER", peer.address}});
+        continue;
+      }
+      ssl = *r;
+    }
     auto s = std::make_unique<Session>(loop_, std::move(fd), peer, dispatcher_, max_line_, budget_);
     Session* raw = s.get();
+    if (ssl) {
+      // No state for the peer beyond the handshake until it is authenticated.
+      raw->use_tls(ssl, limits_.handshake_timeout_us);
+      ++handshaking_;
+      auto counted = std::make_shared<bool>(true);
+      raw->set_on_established([this, counted] {
+        if (std::exchange(*counted, false)) --handshaking_;
+      });
+      raw->watch_close([this, counted] {
+        if (std::exchange(*counted, false)) --handshaking_;
+      });
+    }
     raw->set_on_close([this] {
       // Free closed sessions outside of their own callbacks.
       if (!reaper_.active()) {

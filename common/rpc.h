@@ -19,6 +19,7 @@
 #include "common/fs.h"
 #include "common/paths.h"
 #include "common/result.h"
+#include "common/tls.h"
 
 namespace weft::rpc {
 
@@ -95,6 +96,10 @@ struct Peer {
   std::vector<gid_t> groups;
   std::string address;  // "unix" or "ip:port"
   std::string host;     // TCP: the source address without the port
+  // TLS sessions: the peer's certificate verified against the CA bundle (and CRL), and
+  // who it says the peer is. Set once the handshake is done.
+  bool tls = false;
+  tls::Identity identity;
 };
 
 class Session;
@@ -131,6 +136,13 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
+  // TLS on this session (before start()): it owns `ssl`. Nothing is read or written
+  // in the clear; lines queued before the handshake completes go after it. A handshake
+  // not finished within `handshake_timeout_us` closes the session.
+  void use_tls(SSL* ssl, uint64_t handshake_timeout_us = 10'000'000);
+  bool established() const { return !ssl_ || established_; }
+  // Runs once when the TLS handshake has completed (the peer's identity is known).
+  void set_on_established(std::function<void()> fn) { on_established_ = std::move(fn); }
   Status start();
   void call(const std::string& method, json params, ReplyFn on_reply);
   void notify(const std::string& method, json params);
@@ -143,6 +155,12 @@ class Session {
 
  private:
   void on_io(uint32_t revents);
+  // TLS: drives the handshake; false when the session is not (yet) established.
+  bool handshake();
+  void read_plain();
+  void read_tls();
+  void feed(const char* data, size_t n);
+  void update_events();
   void handle_line(const std::string& line);
   // One request, notification or response; the reply to send, if any.
   std::optional<json> handle_message(const json& msg);
@@ -167,6 +185,16 @@ class Session {
   size_t accounted_ = 0;  // this session's share of budget_->used
   std::function<void()> on_close_;
   std::vector<std::function<void()>> close_watchers_;
+  // TLS state.
+  struct SslFree {
+    void operator()(SSL* s) const { tls::free_ssl(s); }
+  };
+  std::unique_ptr<SSL, SslFree> ssl_;
+  bool established_ = false;
+  bool tls_wants_write_ = false;  // the TLS engine needs the socket writable
+  uint64_t handshake_timeout_us_ = 0;
+  Source handshake_timer_;
+  std::function<void()> on_established_;
 };
 
 // Endpoints: "unix:/path", "/path" (Unix), "tcp:host:port" or "host:port" (TCP).
@@ -187,6 +215,10 @@ struct ServerLimits {
   size_t max_sessions_per_address = 256;
   // Bytes of unfinished input lines held across all sessions.
   size_t max_buffered_bytes = 64u << 20;
+  // TLS: connections whose handshake is not finished, at once (more are refused), and
+  // how long one may take.
+  size_t max_handshaking = 256;
+  uint64_t handshake_timeout_us = 10'000'000;
 };
 
 class Server {
@@ -199,6 +231,8 @@ class Server {
   Status listen_unix(const std::string& path, mode_t mode, int group_gid = -1);
   // Binds TCP; port 0 picks a free port (see tcp_port()).
   Status listen_tcp(const std::string& host, uint16_t port);
+  // TLS on every TCP session from now on (Unix sessions keep their peer credentials).
+  void set_tls(std::shared_ptr<tls::Context> ctx) { tls_ = std::move(ctx); }
   uint16_t tcp_port() const { return tcp_port_; }
   size_t session_count() const { return sessions_.size(); }
   std::function<void(Session&)> on_session;  // optional: runs for each new session
@@ -224,6 +258,8 @@ class Server {
   std::map<Session*, std::unique_ptr<Session>> sessions_;
   Source reaper_;
   uint16_t tcp_port_ = 0;
+  std::shared_ptr<tls::Context> tls_;
+  size_t handshaking_ = 0;
 };
 
 // The local-socket access rule of every weft daemon: a Unix peer that is root, the

@@ -15,6 +15,7 @@ PACKAGES=(
   clang-format
   clang bpftool libbpf-dev
   libseccomp-dev libfuzzer-14-dev libclang-rt-14-dev
+  libssl-dev openssl
 )
 
 SUDO=""

@@ -1,0 +1,80 @@
+// TLS for weft's TCP sessions (OpenSSL 3; docs/decisions.md): TLS 1.3 only, both sides
+// present certificates, both verify them against the configured CA bundle (and CRL).
+// A TlsContext is built once from the daemon's configuration and shared by its
+// sessions; reload() swaps in re-read files for new handshakes while existing sessions
+// continue.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
+
+namespace weft::tls {
+
+struct Config {
+  std::string ca_file;    // PEM bundle of the CAs whose certificates are accepted
+  std::string cert_file;  // this side's certificate (chain), PEM
+  std::string key_file;   // its private key, PEM
+  std::string crl_file;   // optional: PEM CRLs of the CA(s); revoked peers are refused
+  bool enabled() const { return !cert_file.empty(); }
+};
+// Every file of a configuration exists and is readable (what a daemon checks at start,
+// naming the key whose file is wrong).
+Status check_config(const Config& c, const std::string& prefix);
+
+// Who the peer's verified certificate says it is.
+struct Identity {
+  std::string subject;             // "CN=m17,OU=machine,O=example"
+  std::string common_name;         // CN
+  std::vector<std::string> units;  // OU values
+  std::vector<std::string> dns;    // subjectAltName DNS entries
+  std::vector<std::string> uris;   // subjectAltName URI entries
+  std::vector<std::string> ips;    // subjectAltName IP entries, as text
+  std::string serial;              // hex
+};
+
+enum class Role { kServer, kClient };
+
+class Context {
+ public:
+  static Result<std::shared_ptr<Context>> create(const Config& c, Role role);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  // Re-reads the files: new handshakes use them, sessions already up are unaffected. On
+  // error the old files stay in use.
+  Status reload();
+  Role role() const { return role_; }
+  // A new connection's TLS state on `fd`. A client names the server it expects: its
+  // certificate must carry that DNS name or IP address.
+  Result<SSL*> new_ssl(int fd, const std::string& expected_server) const;
+
+ private:
+  Context(Config c, Role role) : config_(std::move(c)), role_(role) {}
+  Config config_;
+  Role role_;
+  SSL_CTX* ctx_ = nullptr;
+};
+
+// The outcome of one step of a non-blocking handshake, read or write.
+enum class Want { kDone, kRead, kWrite, kClosed, kError };
+
+// Drives the handshake; on kError, *why says what failed ("certificate verify failed:
+// certificate has expired").
+Want handshake(SSL* ssl, std::string* why);
+// Reads up to n bytes into buf; *got = bytes read (when kDone).
+Want read(SSL* ssl, char* buf, size_t n, size_t* got, std::string* why);
+// Writes up to n bytes; *put = bytes written (when kDone).
+Want write(SSL* ssl, const char* buf, size_t n, size_t* put, std::string* why);
+// The verified peer's identity (after the handshake).
+Identity peer_identity(SSL* ssl);
+// Sends close_notify (best effort, never blocks), so the peer sees a clean end.
+void shutdown(SSL* ssl);
+void free_ssl(SSL* ssl);
+
+}  // namespace weft::tls
