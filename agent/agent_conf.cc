@@ -25,7 +25,8 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
       t, "",
       {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
        "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level",
-       "default_task_user", "allow_root_tasks", "allow_unconfined_tasks"}));
+       "default_task_user", "allow_root_tasks", "allow_unconfined_tasks"},
+      kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
@@ -50,7 +51,9 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
-  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane));
+  TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));
+  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane,
+                                   c.control_plane_tls.files.enabled()));
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {
     if (val->empty() || (*val)[0] != '/')
       return field_error(at(key), std::string("'") + key + "' must be an absolute path");

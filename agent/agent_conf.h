@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "common/cp_link.h"
 #include "common/paths.h"
 #include "common/result.h"
 
@@ -25,6 +26,7 @@ struct AgentConfig {
   std::string control_plane;  // endpoint; used once the control plane exists
   // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
   bool insecure_control_plane = false;
+  ControlPlaneTls control_plane_tls;  // control_plane_tls_* and control_plane_name
   // The user a task runs as when its spec names none. Empty: the agent's own user.
   std::string default_task_user = "nobody";
   // Whether a task may run as uid 0 or with gid 0 (its spec's user/group, or the

@@ -98,7 +98,7 @@ Status Manager::start() {
     cp_methods_.add("task.stop", [this](const nlohmann::json& p, const rpc::CallContext&) {
       return stop_task(p);
     });
-    cp_start();
+    TRY(cp_start());
   }
   sd_notify(0, "READY=1");
   update_status();
@@ -501,7 +501,7 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
 
 namespace weft::agent {
 
-void Manager::cp_start() {
+Status Manager::cp_start() {
   auto hello = [this](rpc::Session& s, ControlPlaneLink::Done done) {
     long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
     int64_t mem_mb = 0;
@@ -539,9 +539,11 @@ void Manager::cp_start() {
                forget_ended((*r)["forget"]);
            });
   };
-  cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-agent", &cp_methods_,
-                                           hello, report, cfg_.insecure_control_plane);
+  TRY_ASSIGN(cp_,
+             make_control_plane_link(*loop_, cfg_.control_plane, "weft-agent", &cp_methods_, hello,
+                                     report, cfg_.insecure_control_plane, cfg_.control_plane_tls));
   cp_->start();
+  return {};
 }
 
 void Manager::forget_ended(const nlohmann::json& names) {

@@ -122,7 +122,7 @@ class Manager {
   // full report of the tasks it placed every heartbeat interval; task.run and task.stop
   // arrive on it. Reconnects with exponential backoff (0.5 s to 30 s); tasks keep
   // running while it is away.
-  void cp_start();
+  Status cp_start();
   std::unique_ptr<ControlPlaneLink> cp_;
   rpc::Dispatcher cp_methods_;
   Source cp_soon_;

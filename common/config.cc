@@ -93,14 +93,17 @@ std::string TomlDoc::where(const toml::node& n) const {
 }
 
 Status TomlDoc::only_keys(const toml::table& t, const std::string& prefix,
-                          std::initializer_list<const char*> allowed) const {
+                          std::initializer_list<const char*> allowed,
+                          const std::vector<std::string>& more) const {
   for (const auto& [k, v] : t) {
     std::string_view key = k.str();
     bool ok =
-        std::any_of(allowed.begin(), allowed.end(), [key](const char* a) { return key == a; });
+        std::any_of(allowed.begin(), allowed.end(), [key](const char* a) { return key == a; }) ||
+        std::any_of(more.begin(), more.end(), [key](const std::string& a) { return key == a; });
     if (!ok) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+      for (const auto& a : more) list += ", " + a;
       return field_error(
           where(v), "unknown key '" + prefix + std::string(k.str()) + "' (known: " + list + ")");
     }

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -32,8 +33,10 @@ class TomlDoc {
   std::string where(const toml::node& n) const;
 
   // Fails on the first key of `t` not in `allowed`, naming it and its line.
+  // `more`: further allowed keys shared by several files (e.g. kControlPlaneTlsKeys).
   Status only_keys(const toml::table& t, const std::string& prefix,
-                   std::initializer_list<const char*> allowed) const;
+                   std::initializer_list<const char*> allowed,
+                   const std::vector<std::string>& more = {}) const;
   Result<std::optional<std::string>> get_string(const toml::table& t, const char* key) const;
   Result<std::optional<int64_t>> get_int(const toml::table& t, const char* key) const;
   Result<std::optional<bool>> get_bool(const toml::table& t, const char* key) const;

@@ -34,8 +34,8 @@ void ControlPlaneLink::connect() {
   retry_timer_.reset();
   auto ep = rpc::parse_endpoint(endpoint_);
   if (!ep.ok()) return connected(ep.error());
-  if (!ep->is_unix && !insecure_tcp_)
-    return connected(make_error("a TCP control plane needs insecure_control_plane = true"));
+  if (!ep->is_unix && !insecure_tcp_ && !tls_)
+    return connected(make_error("a TCP control plane needs TLS (control_plane_tls_*)"));
   // Never a blocking connect here: with SYNs dropped it would hold the loop for minutes.
   attempt_ = rpc::ConnectAttempt::start(loop_, *ep, kControlPlaneConnectTimeoutUs,
                                         [this](Result<Fd> fd) { connected(std::move(fd)); });
@@ -52,7 +52,20 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
     lost();
     return;
   }
+  SSL* ssl = nullptr;
+  auto ep = rpc::parse_endpoint(endpoint_);
+  if (tls_ && !ep->is_unix) {
+    auto r = tls_->new_ssl(fd->get(), server_name_.empty() ? ep->host : server_name_);
+    if (!r.ok()) {
+      log_warn("cannot start TLS to the control plane", {{"ERROR", r.error().str()}});
+      lost();
+      return;
+    }
+    ssl = *r;
+  }
   session_ = std::make_unique<rpc::Session>(loop_, std::move(fd).value(), rpc::Peer{}, commands_);
+  // The hello is queued until the handshake has verified the control plane.
+  if (ssl) session_->use_tls(ssl, kControlPlaneConnectTimeoutUs);
   if (!session_->start().ok()) {
     lost();
     return;
@@ -107,16 +120,51 @@ void ControlPlaneLink::lost() {
 }
 
 Status check_control_plane_endpoint(const std::string& value, const std::string& where,
-                                    bool insecure) {
+                                    bool insecure, bool tls) {
   if (value.empty()) return {};
   auto ep = rpc::parse_endpoint(value);
   if (!ep.ok()) return field_error(where, "'control_plane' must be unix:/path, /path or host:port");
-  if (!ep->is_unix && !insecure)
+  if (!ep->is_unix && !insecure && !tls)
     return field_error(where,
-                       "a TCP control_plane is not authenticated (no TLS yet): anyone who can "
-                       "bind that port could run tasks as root here; use unix:/path, or set "
-                       "insecure_control_plane = true to accept that");
+                       "a TCP control_plane needs TLS (control_plane_tls_ca, _cert, _key): "
+                       "without it anyone who can bind that port could run tasks as root "
+                       "here; use unix:/path, or set insecure_control_plane = true (tests)");
   return {};
+}
+
+Status read_control_plane_tls(const TomlDoc& doc, const toml::table& t, ControlPlaneTls* out) {
+  for (auto [key, dst] : {std::pair{"control_plane_tls_ca", &out->files.ca_file},
+                          {"control_plane_tls_cert", &out->files.cert_file},
+                          {"control_plane_tls_key", &out->files.key_file},
+                          {"control_plane_tls_crl", &out->files.crl_file},
+                          {"control_plane_name", &out->server_name}}) {
+    TRY_ASSIGN(auto v, doc.get_string(t, key));
+    if (v) *dst = *v;
+  }
+  bool any =
+      !out->files.ca_file.empty() || !out->files.cert_file.empty() || !out->files.key_file.empty();
+  if (!any) return {};
+  auto where = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : doc.where(t); };
+  for (auto [key, v] : {std::pair{"control_plane_tls_ca", &out->files.ca_file},
+                        {"control_plane_tls_cert", &out->files.cert_file},
+                        {"control_plane_tls_key", &out->files.key_file}})
+    if (v->empty())
+      return field_error(where(key), std::string("'") + key +
+                                         "' is required with the other control_plane_tls keys");
+  return {};
+}
+
+Result<std::unique_ptr<ControlPlaneLink>> make_control_plane_link(
+    EventLoop& loop, const std::string& endpoint, const std::string& who,
+    const rpc::Dispatcher* commands, ControlPlaneLink::Hello hello, ControlPlaneLink::Report report,
+    bool insecure_tcp, const ControlPlaneTls& tls) {
+  auto link = std::make_unique<ControlPlaneLink>(loop, endpoint, who, commands, std::move(hello),
+                                                 std::move(report), insecure_tcp);
+  if (tls.files.enabled()) {
+    TRY_ASSIGN(auto ctx, tls::Context::create(tls.files, tls::Role::kClient));
+    link->use_tls(std::move(ctx), tls.server_name);
+  }
+  return link;
 }
 
 Status check_control_plane_peer(int fd) {

@@ -11,9 +11,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/config.h"
 #include "common/event.h"
 #include "common/rpc.h"
 
@@ -38,6 +40,13 @@ class ControlPlaneLink {
   ControlPlaneLink(const ControlPlaneLink&) = delete;
   ControlPlaneLink& operator=(const ControlPlaneLink&) = delete;
 
+  // Mutual TLS to a TCP control plane (before start()): the control plane's certificate
+  // must carry `server_name` (default: the endpoint's host); nothing is sent to it, and
+  // no command from it runs, before the handshake has verified it.
+  void use_tls(std::shared_ptr<tls::Context> ctx, std::string server_name) {
+    tls_ = std::move(ctx);
+    server_name_ = std::move(server_name);
+  }
   void start() { connect(); }
   // The session once its hello was accepted, else null.
   rpc::Session* session() { return accepted_ ? session_.get() : nullptr; }
@@ -59,6 +68,8 @@ class ControlPlaneLink {
   std::unique_ptr<rpc::Session> session_;
   std::unique_ptr<rpc::ConnectAttempt> attempt_;
   bool insecure_tcp_ = false;
+  std::shared_ptr<tls::Context> tls_;
+  std::string server_name_;
   bool accepted_ = false;
   Source report_timer_, retry_timer_, reaper_;
   uint64_t backoff_us_ = 500'000;
@@ -70,9 +81,29 @@ class ControlPlaneLink {
 inline constexpr uint64_t kControlPlaneConnectTimeoutUs = 5'000'000;
 
 // Checks a configured control_plane endpoint ("" = none); the error names `where`. A TCP
-// endpoint needs `insecure` (insecure_control_plane = true) until sessions use TLS.
+// endpoint needs TLS (`tls`), or `insecure` (insecure_control_plane = true, for tests).
 Status check_control_plane_endpoint(const std::string& value, const std::string& where,
-                                    bool insecure);
+                                    bool insecure, bool tls = false);
+
+// The TLS keys of a machine daemon's control-plane session, the same in agent.toml,
+// sidekick.toml and hcs.toml: control_plane_tls_ca, control_plane_tls_cert,
+// control_plane_tls_key, control_plane_tls_crl (optional) and control_plane_name (the
+// name the control plane's certificate must carry; default: the endpoint's host).
+struct ControlPlaneTls {
+  tls::Config files;
+  std::string server_name;
+};
+inline const std::vector<std::string> kControlPlaneTlsKeys = {
+    "control_plane_tls_ca", "control_plane_tls_cert", "control_plane_tls_key",
+    "control_plane_tls_crl", "control_plane_name"};
+// Reads them from a daemon's configuration table; errors name the file and line.
+Status read_control_plane_tls(const TomlDoc& doc, const toml::table& t, ControlPlaneTls* out);
+// The link of a machine daemon: with TLS when configured (files read now, so a bad file
+// fails the daemon's start rather than each connect).
+Result<std::unique_ptr<ControlPlaneLink>> make_control_plane_link(
+    EventLoop& loop, const std::string& endpoint, const std::string& who,
+    const rpc::Dispatcher* commands, ControlPlaneLink::Hello hello, ControlPlaneLink::Report report,
+    bool insecure_tcp, const ControlPlaneTls& tls);
 
 // The control plane at the other end of a Unix socket must be root or this process's
 // own user: an unprivileged user who binds the socket path must not command the machine.

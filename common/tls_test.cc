@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "common/cp_link.h"
 #include "common/fs.h"
 #include "common/rpc.h"
 
@@ -146,6 +147,47 @@ TEST_F(Tls, UnfinishedHandshakesTimeOutAndAreCapped) {
   EXPECT_TRUE(closed_by_server(a.get(), 2000));
   EXPECT_TRUE(closed_by_server(b.get(), 2000));
   EXPECT_TRUE(whoami(conf(dir_, "m1")).ok());
+}
+
+// A machine daemon's link verifies the control plane before it says anything: with the
+// right name it registers; a server whose certificate does not carry the configured name
+// (an impostor on the port, say) never sees its hello.
+TEST_F(Tls, TheLinkAuthenticatesTheControlPlane) {
+  int hellos = 0;
+  methods_.add("machine.register", [&](const json&, const CallContext& c) -> Result<json> {
+    ++hellos;
+    EXPECT_TRUE(c.peer.tls);
+    EXPECT_EQ(c.peer.identity.common_name, "m1");
+    return json{{"heartbeat_interval_ms", 100}};
+  });
+  serve();
+  auto run = [&](const std::string& name) {
+    ControlPlaneTls t{conf(dir_, "m1"), name};
+    bool accepted = false;
+    auto link = make_control_plane_link(
+        *loop_, "127.0.0.1:" + std::to_string(server_->tcp_port()), "test", nullptr,
+        [&](Session& s, ControlPlaneLink::Done done) {
+          s.call("machine.register", json::object(), [&, done](Result<json> r) {
+            accepted = r.ok();
+            done(std::move(r));
+          });
+        },
+        [](Session&) {}, false, t);
+    EXPECT_TRUE(link.ok()) << link.error().str();
+    if (!link.ok()) return false;
+    (*link)->start();
+    for (int i = 0; i < 100 && !accepted; ++i) (void)loop_->run_once(10000);
+    return accepted;
+  };
+  EXPECT_TRUE(run("cp.test"));
+  EXPECT_EQ(hellos, 1);
+  EXPECT_FALSE(run("other.test"));
+  EXPECT_EQ(hellos, 1) << "the control plane got a hello from a link that did not trust it";
+  // Plain TCP without TLS is refused by the configuration check, naming the key.
+  auto s = check_control_plane_endpoint("10.0.0.1:7070", "agent.toml:3", false, false);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().str().find("control_plane_tls"), std::string::npos);
+  EXPECT_TRUE(check_control_plane_endpoint("10.0.0.1:7070", "agent.toml:3", false, true).ok());
 }
 
 TEST_F(Tls, ConfigErrorsNameTheKey) {

@@ -10,19 +10,30 @@ namespace weft::cp {
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"socket", "socket_group", "listen", "insecure_listen", "state_dir",
-                     "heartbeat_interval", "missed_heartbeats", "destructive_per_min",
-                     "destructive_burst", "log_level", "ended_task_retention"}));
+  TRY(doc.only_keys(
+      t, "",
+      {"socket", "socket_group", "listen", "insecure_listen", "state_dir", "heartbeat_interval",
+       "missed_heartbeats", "destructive_per_min", "destructive_burst", "log_level",
+       "ended_task_retention", "tls_ca", "tls_cert", "tls_key", "tls_crl"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
                           {"listen", &c.listen},
                           {"state_dir", &c.state_dir},
-                          {"log_level", &c.log_level}}) {
+                          {"log_level", &c.log_level},
+                          {"tls_ca", &c.tls.ca_file},
+                          {"tls_cert", &c.tls.cert_file},
+                          {"tls_key", &c.tls.key_file},
+                          {"tls_crl", &c.tls.crl_file}}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) *out = *v;
   }
+  if (!c.tls.ca_file.empty() || !c.tls.cert_file.empty() || !c.tls.key_file.empty())
+    for (auto [key, v] : {std::pair{"tls_ca", &c.tls.ca_file},
+                          {"tls_cert", &c.tls.cert_file},
+                          {"tls_key", &c.tls.key_file}})
+      if (v->empty())
+        return field_error(name, std::string("'") + key + "' is required with the other tls_ keys");
   TRY_ASSIGN(auto insecure, doc.get_bool(t, "insecure_listen"));
   c.insecure_listen = insecure.value_or(false);
   TRY_ASSIGN(auto hb, doc.get_string(t, "heartbeat_interval"));
@@ -68,10 +79,11 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
       return field_error(t.get("listen") ? doc.where(*t.get("listen")) : name,
                          "'listen' must be host:port");
     bool loopback = ep->host == "127.0.0.1" || ep->host == "::1" || ep->host == "localhost";
-    if (!loopback && !c.insecure_listen)
+    if (!loopback && !c.insecure_listen && !c.tls.enabled())
       return field_error(doc.where(*t.get("listen")),
-                         "'listen' is not a loopback address: sessions are not encrypted or "
-                         "authenticated yet; set insecure_listen = true to accept that");
+                         "'listen' is not a loopback address: configure TLS (tls_ca, tls_cert, "
+                         "tls_key) so that sessions are encrypted and machines authenticated, "
+                         "or set insecure_listen = true (tests only)");
   }
   if (!log_level_name_valid(c.log_level))
     return field_error(t.get("log_level") ? doc.where(*t.get("log_level")) : name,

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "common/tls.h"
 #include "controlplane/broker.h"
 #include "controlplane/scheduler.h"
 
@@ -14,7 +15,10 @@ struct CpConfig {
   std::string socket = "/run/weft/controlplane.sock";  // operators (weftctl) and local machines
   std::string socket_group = "weft";
   std::string listen = "127.0.0.1:7070";  // machines' sessions ("" = Unix socket only)
-  bool insecure_listen = false;           // needed to listen anywhere but loopback (no TLS yet)
+  bool insecure_listen = false;           // plaintext off loopback (tests only)
+  // Mutual TLS on `listen` (tls_ca, tls_cert, tls_key, tls_crl): every machine and
+  // operator session presents a certificate from the CA bundle.
+  tls::Config tls;
   std::string state_dir = "/var/lib/weft/controlplane";
   BrokerConfig broker;
   SchedulerLimits limits;

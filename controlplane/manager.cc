@@ -56,10 +56,28 @@ Status Manager::start() {
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
   if (!cfg_.listen.empty()) {
+    if (cfg_.tls.enabled()) {
+      TRY_ASSIGN(tls_, tls::Context::create(cfg_.tls, tls::Role::kServer));
+      server_->set_tls(tls_);
+    }
     TRY_ASSIGN(auto ep, rpc::parse_endpoint(cfg_.listen));
     TRY(server_->listen_tcp(ep.host, ep.port));
   }
   TRY(loop_->exit_on_termination());
+  // SIGHUP (systemctl reload): certificates, key and CRL are read again; new handshakes
+  // use them, sessions already up carry on.
+  TRY_ASSIGN(Source hup, loop_->add_signal(SIGHUP, [this] {
+    if (!tls_) {
+      log_info("SIGHUP: nothing to reload");
+      return;
+    }
+    if (auto s = tls_->reload(); !s.ok())
+      log_error("SIGHUP: TLS files not reloaded; the previous ones stay in use: " +
+                s.error().str());
+    else
+      log_info("SIGHUP: TLS certificates, key and CRL reloaded");
+  }));
+  sighup_ = std::move(hup);
   loop_->enable_watchdog();
   auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { tick(); });
   if (t.ok()) timer_ = std::move(t).value();
@@ -67,6 +85,7 @@ Status Manager::start() {
            {{"SOCKET", cfg_.socket},
             {"LISTEN",
              cfg_.listen.empty() ? "-" : cfg_.listen + ":" + std::to_string(server_->tcp_port())},
+            {"TLS", tls_ ? "mutual" : "off"},
             {"MACHINES", std::to_string(alloc_.machine_count())},
             {"TASKS", std::to_string(sched_.tasks().size())}});
   sd_notify(0, "READY=1");

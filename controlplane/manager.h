@@ -87,7 +87,8 @@ class Manager {
   std::map<MachineId, std::string> pushed_profile_;       // what sidekick was last told
   // Not persisted: what the machine's daemons said last (shown by machine.show).
   std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
-  Source timer_;
+  Source timer_, sighup_;
+  std::shared_ptr<tls::Context> tls_;
   int weft_gid_ = -1;
 };
 

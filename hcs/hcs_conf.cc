@@ -58,7 +58,8 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
                      "liveness",
                      "control_plane",
                      "insecure_control_plane",
-                     "machine_id"}));
+                     "machine_id"},
+                    kControlPlaneTlsKeys));
   HcsConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -72,9 +73,10 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
   }
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
+  TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));
   TRY(check_control_plane_endpoint(
       c.control_plane, t.get("control_plane") ? doc.where(*t.get("control_plane")) : name,
-      c.insecure_control_plane));
+      c.insecure_control_plane, c.control_plane_tls.files.enabled()));
   TRY_ASSIGN(c.interval_us, duration(doc, t, "interval", c.interval_us, 100'000));
   TRY_ASSIGN(c.confirm_interval_us,
              duration(doc, t, "confirm_interval", c.confirm_interval_us, 100'000));

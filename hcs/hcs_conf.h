@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cp_link.h"
 #include "common/result.h"
 #include "hcs/kernel_probes.h"
 #include "hcs/verdict.h"
@@ -48,7 +49,8 @@ struct HcsConfig {
   std::string control_plane;
   // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
   bool insecure_control_plane = false;
-  std::string machine_id;  // empty: /etc/machine-id (as weft-agent)
+  ControlPlaneTls control_plane_tls;  // control_plane_tls_* and control_plane_name
+  std::string machine_id;             // empty: /etc/machine-id (as weft-agent)
 };
 
 Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name);

@@ -141,7 +141,7 @@ Status Manager::start() {
   TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
   log_info("hcs ready", {{"SOCKET", cfg_.socket}, {"PROBES", std::to_string(probes_.size())}});
   sd_notify(0, "READY=1\nSTATUS=first probe cycle running");
-  if (!cfg_.control_plane.empty()) cp_start();
+  if (!cfg_.control_plane.empty()) TRY(cp_start());
   return {};
 }
 
@@ -290,7 +290,7 @@ json Manager::verdict_json() const {
           {"problems", failing}};
 }
 
-void Manager::cp_start() {
+Status Manager::cp_start() {
   cfg_.machine_id = resolve_machine_id(cfg_.machine_id, cfg_.host_root);
   auto params = [this] {
     json v = verdict_json();
@@ -306,9 +306,11 @@ void Manager::cp_start() {
       if (!r.ok()) log_debug("health report failed", {{"ERROR", r.error().str()}});
     });
   };
-  cp_ = std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-hcs", nullptr, hello,
-                                           report, cfg_.insecure_control_plane);
+  TRY_ASSIGN(cp_,
+             make_control_plane_link(*loop_, cfg_.control_plane, "weft-hcs", nullptr, hello, report,
+                                     cfg_.insecure_control_plane, cfg_.control_plane_tls));
   cp_->start();
+  return {};
 }
 
 void Manager::cp_check_verdict() {

@@ -54,7 +54,7 @@ class Manager {
   nlohmann::json verdict_json() const;
   // The session to weft-controlplane (cfg_.control_plane): health.report with the
   // machine verdict on connect, on every change and every heartbeat interval.
-  void cp_start();
+  Status cp_start();
   void cp_check_verdict();
 
   HcsConfig cfg_;

@@ -76,7 +76,7 @@ Status Manager::start() {
   }
   schedule_verify();
   schedule_converge();  // huge pages still converging from before a restart
-  if (!cfg_.control_plane.empty()) cp_start();
+  if (!cfg_.control_plane.empty()) TRY(cp_start());
   log_info("sidekick ready",
            {{"SOCKET", cfg_.socket}, {"PROFILE", engine_->active_profile().value_or("none")}});
   sd_notify(0, "READY=1");
@@ -99,7 +99,7 @@ SwitchReport Manager::switch_to(const Profile& prof) {
   return rep;
 }
 
-void Manager::cp_start() {
+Status Manager::cp_start() {
   cp_methods_.add("profile.apply", [this](const json& p, const rpc::CallContext&) -> Result<json> {
     if (!p.is_object() || !p.contains("profile") || !p["profile"].is_string())
       return field_error("profile", "must be a profile name");
@@ -125,10 +125,11 @@ void Manager::cp_start() {
   auto report = [report_params, on_reply](rpc::Session& s) {
     s.call("profile.report", report_params(), on_reply);
   };
-  cp_ =
-      std::make_unique<ControlPlaneLink>(*loop_, cfg_.control_plane, "weft-sidekick", &cp_methods_,
-                                         hello, report, cfg_.insecure_control_plane);
+  TRY_ASSIGN(
+      cp_, make_control_plane_link(*loop_, cfg_.control_plane, "weft-sidekick", &cp_methods_, hello,
+                                   report, cfg_.insecure_control_plane, cfg_.control_plane_tls));
   cp_->start();
+  return {};
 }
 
 void Manager::cp_desired(const std::string& name) {

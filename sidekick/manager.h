@@ -63,7 +63,7 @@ class Manager {
   // The session to weft-controlplane (cfg_.control_plane): profile.report with the
   // active profile on connect and every heartbeat; the reply (or a profile.apply
   // pushed down the session) names the desired profile, applied when it differs.
-  void cp_start();
+  Status cp_start();
   void cp_desired(const std::string& profile);
 
   SidekickConfig cfg_;

@@ -14,7 +14,8 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
   TRY(doc.only_keys(t, "",
                     {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup",
                      "host_root", "verify_interval", "drift_policy", "apply_on_start", "log_level",
-                     "control_plane", "insecure_control_plane", "machine_id"}));
+                     "control_plane", "insecure_control_plane", "machine_id"},
+                    kControlPlaneTlsKeys));
   SidekickConfig c;
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -55,7 +56,9 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
   }
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
-  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane));
+  TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));
+  TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane,
+                                   c.control_plane_tls.files.enabled()));
   TRY_ASSIGN(auto aos, doc.get_bool(t, "apply_on_start"));
   if (aos) c.apply_on_start = *aos;
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {

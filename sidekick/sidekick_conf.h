@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cp_link.h"
 #include "common/result.h"
 
 namespace weft::sidekick {
@@ -29,7 +30,8 @@ struct SidekickConfig {
   std::string control_plane;
   // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
   bool insecure_control_plane = false;
-  std::string machine_id;  // empty: /etc/machine-id (as weft-agent)
+  ControlPlaneTls control_plane_tls;  // control_plane_tls_* and control_plane_name
+  std::string machine_id;             // empty: /etc/machine-id (as weft-agent)
 };
 
 Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std::string& name);
