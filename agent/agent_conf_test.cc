@@ -27,7 +27,21 @@ TEST(AgentConfig, ParsesAndDefaults) {
   // A TCP control plane is unauthenticated: refused unless the operator says so.
   auto tcp = parse_agent_config("control_plane = \"cp:7000\"\n", "agent.toml");
   ASSERT_FALSE(tcp.ok());
-  EXPECT_NE(tcp.error().str().find("insecure_control_plane"), std::string::npos);
+  EXPECT_NE(tcp.error().str().find("control_plane_tls"), std::string::npos);
+  // With the TLS keys a TCP control plane is fine; one key alone names the missing one.
+  auto tls = parse_agent_config(
+      "control_plane = \"cp.example:7070\"\ncontrol_plane_tls_ca = \"/etc/weft/ca.pem\"\n"
+      "control_plane_tls_cert = \"/etc/weft/m1.pem\"\ncontrol_plane_tls_key = "
+      "\"/etc/weft/m1.key\"\ncontrol_plane_name = \"cp.example\"\n",
+      "agent.toml");
+  ASSERT_TRUE(tls.ok()) << tls.error().str();
+  EXPECT_EQ(tls->control_plane_tls.server_name, "cp.example");
+  EXPECT_EQ(tls->control_plane_tls.files.key_file, "/etc/weft/m1.key");
+  auto half = parse_agent_config(
+      "control_plane = \"cp:7070\"\ncontrol_plane_tls_ca = \"/etc/weft/ca.pem\"\n", "agent.toml");
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.error().str().find("control_plane_tls_cert"), std::string::npos)
+      << half.error().str();
   EXPECT_TRUE(
       parse_agent_config("control_plane = \"unix:/run/weft/cp.sock\"\n", "agent.toml").ok());
   auto d = parse_agent_config("", "agent.toml");
