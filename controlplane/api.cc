@@ -63,6 +63,7 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   }
   if (p.contains("controllers") && !p["controllers"].is_array())
     return field_error("controllers", "must be a list of cgroup controller names");
+  TRY(check_machine_identity(c.peer, info.id));
   TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
   track_session(sessions_, m, c.session);
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
@@ -74,12 +75,14 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
 
 Result<json> Manager::api_machine_heartbeat(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
+  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
   TRY(broker_.heartbeat(p["machine"].get<std::string>(), now_us()));
   return json{{"profile", broker_.desired_profile(m)}};
 }
 
 Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
+  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
   // The machine is alive whatever its report says: a report refused below (a state this
   // version does not know, from a newer agent) must not get its tasks declared lost.
   (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
@@ -104,6 +107,7 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
 
 Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
+  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
   if (!p.contains("verdict") || !p["verdict"].is_string())
     return field_error("verdict", "must be ok, degraded, failed or unknown");
   std::string before = broker_.state_of(m);
@@ -118,6 +122,7 @@ Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
 
 Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
+  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
   if (!p.contains("profile") || !p["profile"].is_string())
     return field_error("profile", "must be the applied profile's name");
   if (p.contains("state") && !p["state"].is_string())

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "controlplane/manager.h"
 #include "controlplane/scheduler.h"
 
 namespace weft::cp {
@@ -127,6 +128,24 @@ TEST(Broker, ProfileReportedBeforeAnyRefreshStillWakesTasks) {
   ASSERT_FALSE(ready.empty());
   EXPECT_EQ(s.machine_ready(ready[0], 1).size(), 1u);
   EXPECT_EQ(s.tasks_of("site")[0].state, TaskState::kStarting);
+}
+
+// Issue 13: over TLS a machine's session speaks for the machine its certificate names.
+TEST(MachineIdentity, TheCertificateNamesTheMachine) {
+  rpc::Peer unix_peer;
+  unix_peer.is_unix = true;
+  EXPECT_TRUE(check_machine_identity(unix_peer, "m1").ok());  // local: not bound
+  rpc::Peer p;
+  p.tls = true;
+  p.identity.common_name = "m1";
+  p.identity.subject = "CN=m1,OU=machine";
+  p.identity.dns = {"m1", "m1.rack7.example"};
+  EXPECT_TRUE(check_machine_identity(p, "m1").ok());
+  EXPECT_TRUE(check_machine_identity(p, "m1.rack7.example").ok());
+  auto other = check_machine_identity(p, "m2");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().code, rpc::kPermissionDenied);
+  EXPECT_NE(other.error().str().find("CN=m1"), std::string::npos);
 }
 
 }  // namespace

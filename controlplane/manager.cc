@@ -2,6 +2,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <set>
 
 #include "common/fs.h"
@@ -90,6 +91,18 @@ Status Manager::start() {
             {"TASKS", std::to_string(sched_.tasks().size())}});
   sd_notify(0, "READY=1");
   return {};
+}
+
+Status check_machine_identity(const rpc::Peer& peer, const std::string& machine) {
+  if (!peer.tls) return {};
+  const auto& id = peer.identity;
+  if (id.common_name == machine || std::find(id.dns.begin(), id.dns.end(), machine) != id.dns.end())
+    return {};
+  log_warn("refusing a machine call for another machine",
+           {{"PEER", peer.address}, {"CERTIFICATE", id.subject}, {"MACHINE", machine}});
+  return make_error("this session's certificate (" + id.subject + ") does not name machine '" +
+                    machine + "'")
+      .with_code(rpc::kPermissionDenied);
 }
 
 Status Manager::check_operator(const CallContext& c) const {

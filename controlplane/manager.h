@@ -19,6 +19,11 @@
 
 namespace weft::cp {
 
+// A machine's daemons speak for their own machine only: over TLS the certificate must
+// name `machine` (a SAN DNS entry or the CN); otherwise kPermissionDenied, logged. Unix
+// and plaintext sessions (tests, insecure_listen) are not bound.
+Status check_machine_identity(const rpc::Peer& peer, const std::string& machine);
+
 // Shared by manager.cc and api.cc.
 uint64_t now_us();  // the scheduler's and broker's steady clock
 nlohmann::json task_json(const TaskRecord& t, const Allocator& a);
