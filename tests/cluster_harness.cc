@@ -104,6 +104,17 @@ bool ClusterHarness::setup() {
       !sh("ip -n " + hub_ + " addr add " + kHubAddr + "/24 dev br0") ||
       !sh("ip -n " + hub_ + " link set br0 up"))
     return false;
+  // Mutual TLS on every machine session: a CA for this cluster, the control plane's
+  // certificate for its address, one certificate per machine naming its id.
+  std::string pki = dir_ + "/pki";
+  if (opts_.tls) {
+    std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
+    std::string cmds = tool + " ca " + pki + " && " + tool + " issue " + pki +
+                       " controlplane --dns controlplane --ip " + kHubAddr;
+    for (int i = 0; i < opts_.machines; ++i)
+      cmds += " && " + tool + " issue " + pki + " " + machine_id(i) + " --ou machine";
+    if (!sh("(" + cmds + ") >/dev/null")) return false;
+  }
   for (int i = 0; i < opts_.machines; ++i) {
     Machine m;
     m.dir = dir_ + "/m" + std::to_string(i);
@@ -121,8 +132,13 @@ bool ClusterHarness::setup() {
         !sh("ip -n " + hub_ + " link set " + peer + " master br0 up"))
       return false;
     std::string cp = std::string(kHubAddr) + ":" + std::to_string(kCpPort);
-    std::string common = "machine_id = \"" + machine_id(i) + "\"\ncontrol_plane = \"" + cp +
-                         "\"\ninsecure_control_plane = true\n";
+    std::string common = "machine_id = \"" + machine_id(i) + "\"\ncontrol_plane = \"" + cp + "\"\n";
+    if (opts_.tls)
+      common += "control_plane_tls_ca = \"" + pki + "/ca.pem\"\ncontrol_plane_tls_cert = \"" + pki +
+                "/" + machine_id(i) + ".pem\"\ncontrol_plane_tls_key = \"" + pki + "/" +
+                machine_id(i) + ".key\"\ncontrol_plane_tls_crl = \"" + pki + "/crl.pem\"\n";
+    else
+      common += "insecure_control_plane = true\n";
     bool ok =
         write_file(m.dir + "/agent.toml", common + "socket = \"" + m.dir +
                                               "/agent.sock\"\nstate_dir = \"" + m.dir +
@@ -156,8 +172,12 @@ bool ClusterHarness::setup() {
   }
   return write_file(dir_ + "/cp.toml",
                     "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
-                        "/cp\"\nlisten = \"" + kHubAddr + ":" + std::to_string(kCpPort) +
-                        "\"\ninsecure_listen = true\nheartbeat_interval = \"" + opts_.heartbeat +
+                        "/cp\"\nlisten = \"" + kHubAddr + ":" + std::to_string(kCpPort) + "\"\n" +
+                        (opts_.tls ? "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki +
+                                         "/controlplane.pem\"\ntls_key = \"" + pki +
+                                         "/controlplane.key\"\ntls_crl = \"" + pki + "/crl.pem\"\n"
+                                   : std::string("insecure_listen = true\n")) +
+                        "heartbeat_interval = \"" + opts_.heartbeat +
                         "\"\nmissed_heartbeats = " + std::to_string(opts_.missed_heartbeats) +
                         "\ndestructive_per_min = 600\ndestructive_burst = 50\n")
       .ok();

@@ -26,6 +26,9 @@ struct ClusterOptions {
   std::string heartbeat = "500ms";  // the control plane's heartbeat interval
   int missed_heartbeats = 3;
   std::string hcs_interval = "1s";
+  // Every machine session over mutual TLS (certificates from scripts/weft-pki), as a
+  // fleet runs; false: plaintext TCP with insecure_listen / insecure_control_plane.
+  bool tls = true;
 };
 
 class ClusterHarness {

@@ -86,6 +86,19 @@ class MultiMachine : public ::testing::Test {
   ClusterHarness c_;
 };
 
+// Issue 13: the harness runs every machine session over mutual TLS; the machines are
+// ready (SetUp), so their agents, sidekicks and hcs authenticated the control plane and
+// it them (it accepts nothing else on its TCP port).
+TEST_F(MultiMachine, EveryMachineSessionIsMutualTls) {
+  EXPECT_NE(c_.logs().find("tls=mutual"), std::string::npos) << c_.logs();
+  json ls = *c_.cp("machine.ls");
+  ASSERT_EQ(ls["machines"].size(), static_cast<size_t>(c_.machines()));
+  for (const auto& m : ls["machines"]) {
+    EXPECT_EQ(m["connected"], true) << m.dump();
+    EXPECT_EQ(m["sidekick_connected"], true) << m.dump();
+  }
+}
+
 TEST_F(MultiMachine, DeployKillReplaceDrainAndReturn) {
   ASSERT_TRUE(
       c_.cp("entitlement.create", {{"name", "web"}, {"quota", 4}, {"profile", "dev"}}).ok());
