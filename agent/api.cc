@@ -131,29 +131,21 @@ Result<json> Manager::stop_task(const json& p) {
 }
 
 void Manager::register_methods() {
-  using rpc::CallContext;
-  struct Method {
-    const char* name;
-    Result<json> (Manager::*handler)(const json&, const rpc::CallContext&);
-    bool privileged;  // changes tasks: root or the socket group only (check_privileged)
-  };
-  static const Method kMethods[] = {
-      {"agent.info", &Manager::api_agent_info, false},
+  // Guarded: changes tasks, root or the socket group only (check_privileged).
+  static const rpc::Method<Manager> kMethods[] = {
+      {"agent.info", &Manager::api_agent_info},
       {"task.run", &Manager::api_task_run, true},
-      {"task.ls", &Manager::api_task_ls, false},
-      {"task.show", &Manager::api_task_show, false},
+      {"task.ls", &Manager::api_task_ls},
+      {"task.show", &Manager::api_task_show},
       {"task.stop", &Manager::api_task_stop, true},
       {"task.kill", &Manager::api_task_kill, true},
       {"task.freeze", &Manager::api_task_freeze, true},
       {"task.thaw", &Manager::api_task_thaw, true},
-      {"task.logs", &Manager::api_task_logs, false},
+      {"task.logs", &Manager::api_task_logs},
       {"task.remove", &Manager::api_task_remove, true},
   };
-  for (const Method& m : kMethods)
-    methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
-      if (m.privileged) TRY(check_privileged(c.peer));
-      return (this->*m.handler)(p, c);
-    });
+  rpc::add_methods(methods_, this, kMethods,
+                   [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
 }
 
 Result<json> Manager::api_agent_info(const json&, const rpc::CallContext&) {

@@ -43,7 +43,9 @@ void ControlPlaneLink::connect() {
 
 void ControlPlaneLink::connected(Result<Fd> fd) {
   attempt_.reset();  // finished; ConnectAttempt allows its callback to destroy it
-  if (fd.ok() && rpc::parse_endpoint(endpoint_)->is_unix) {
+  // Parsed before the connect; an unparsable endpoint arrives here as `fd`'s error.
+  auto ep = rpc::parse_endpoint(endpoint_);
+  if (fd.ok() && ep->is_unix) {
     if (auto s = check_control_plane_peer(fd->get()); !s.ok()) fd = std::move(s).error();
   }
   if (!fd.ok()) {
@@ -53,7 +55,6 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
     return;
   }
   SSL* ssl = nullptr;
-  auto ep = rpc::parse_endpoint(endpoint_);
   if (tls_ && !ep->is_unix) {
     auto r = tls_->new_ssl(fd->get(), server_name_.empty() ? ep->host : server_name_);
     if (!r.ok()) {
@@ -161,6 +162,7 @@ Result<std::unique_ptr<ControlPlaneLink>> make_control_plane_link(
   auto link = std::make_unique<ControlPlaneLink>(loop, endpoint, who, commands, std::move(hello),
                                                  std::move(report), insecure_tcp);
   if (tls.files.enabled()) {
+    TRY(tls::check_config(tls.files, "control_plane_"));  // errors name this file's keys
     TRY_ASSIGN(auto ctx, tls::Context::create(tls.files, tls::Role::kClient));
     link->use_tls(std::move(ctx), tls.server_name);
   }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <climits>
 
+#include "common/json_bounded.h"
 #include "common/task_spec.h"
 
 namespace weft {
@@ -10,19 +11,6 @@ namespace weft {
 using json = nlohmann::json;
 
 namespace {
-
-// An integer in [min, max]: a value that does not fit (4294967297 as a count) is an
-// error, never truncated.
-Result<int64_t> int_field(const json& j, const std::string& prefix, const char* key, int64_t dflt,
-                          int64_t min, int64_t max) {
-  if (!j.contains(key) || j[key].is_null()) return dflt;
-  const json& v = j[key];
-  bool fits = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX);
-  if (!fits || v.get<int64_t>() < min || v.get<int64_t>() > max)
-    return field_error(prefix + key, "must be an integer from " + std::to_string(min) + " to " +
-                                         std::to_string(max));
-  return v.get<int64_t>();
-}
 
 Result<std::string> str_field(const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return std::string();
@@ -73,9 +61,9 @@ Result<JobSpec> parse_job_spec(const json& j) {
   TRY_ASSIGN(s.entitlement, str_field(j, "entitlement"));
   if (s.entitlement.empty())
     return field_error("entitlement", "is required: an entitlement's name");
-  TRY_ASSIGN(auto count, int_field(j, "", "count", 1, 1, kMaxTasksPerJob));
+  TRY_ASSIGN(auto count, int_member(j, "count", 1, 1, kMaxTasksPerJob));
   s.count = static_cast<int>(count);
-  TRY_ASSIGN(auto mu, int_field(j, "", "max_unavailable", 1, 1, kMaxTasksPerJob));
+  TRY_ASSIGN(auto mu, int_member(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
   s.max_unavailable = static_cast<int>(mu);
   if (j.contains("per_task") && !j["per_task"].is_null()) {
     const json& r = j["per_task"];
@@ -83,8 +71,8 @@ Result<JobSpec> parse_job_spec(const json& j) {
     for (const auto& [k, v] : r.items())
       if (k != "cpu_milli" && k != "mem_mb") return field_error("per_task." + k, "unknown field");
     // 100,000 cores and 1 PiB: far above any machine, far below an overflow when summed.
-    TRY_ASSIGN(s.per_task.cpu_milli, int_field(r, "per_task.", "cpu_milli", 0, 0, 100'000'000));
-    TRY_ASSIGN(s.per_task.mem_mb, int_field(r, "per_task.", "mem_mb", 0, 0, int64_t{1} << 30));
+    TRY_ASSIGN(s.per_task.cpu_milli, int_member(r, "cpu_milli", 0, 0, 100'000'000, "per_task."));
+    TRY_ASSIGN(s.per_task.mem_mb, int_member(r, "mem_mb", 0, 0, int64_t{1} << 30, "per_task."));
   }
   TRY_ASSIGN(s.machine_type, str_field(j, "machine_type"));
   TRY_ASSIGN(std::string placement, str_field(j, "placement"));

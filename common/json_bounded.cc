@@ -45,4 +45,15 @@ Result<nlohmann::json> parse_json_bounded(std::string_view text, size_t max_dept
   return j;
 }
 
+Result<int64_t> int_member(const nlohmann::json& j, const char* key, int64_t dflt, int64_t min,
+                           int64_t max, const std::string& prefix) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  const nlohmann::json& v = j[key];
+  bool fits = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX);
+  if (!fits || v.get<int64_t>() < min || v.get<int64_t>() > max)
+    return field_error(prefix + key, "must be an integer from " + std::to_string(min) + " to " +
+                                         std::to_string(max));
+  return v.get<int64_t>();
+}
+
 }  // namespace weft

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -23,5 +24,11 @@ size_t json_nesting_depth(std::string_view text, size_t limit = kMaxJsonDepth);
 // Parses `text`; an error (never an exception) when it is not JSON or nests deeper than
 // `max_depth`.
 Result<nlohmann::json> parse_json_bounded(std::string_view text, size_t max_depth = kMaxJsonDepth);
+
+// The integer member `key` of object `j`, within [min, max]; `dflt` when it is absent or
+// null. A value that does not fit (4294967297 as a count) is an error naming
+// `prefix + key`, never truncated.
+Result<int64_t> int_member(const nlohmann::json& j, const char* key, int64_t dflt, int64_t min,
+                           int64_t max, const std::string& prefix = "");
 
 }  // namespace weft

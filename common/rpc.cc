@@ -128,7 +128,8 @@ Status Session::start() {
       close();
     }));
     // A client speaks first: start the handshake now rather than on the first event.
-    if (handshake() || !closed_) update_events();
+    handshake();
+    update_events();
   }
   return {};
 }

@@ -125,6 +125,25 @@ class Dispatcher {
   std::map<std::string, Handler> handlers_;
 };
 
+// A daemon's methods as one table of member functions (named handlers apart from the
+// logic, like systemd's bus vtables). A method marked `guarded` runs only after
+// `guard` accepted the caller (an operator or privilege check).
+template <class T>
+struct Method {
+  const char* name;
+  Result<json> (T::*handler)(const json& params, const CallContext& ctx);
+  bool guarded = false;
+};
+template <class T, size_t N>
+void add_methods(Dispatcher& d, T* self, const Method<T> (&table)[N],
+                 std::function<Status(const CallContext&)> guard = {}) {
+  for (const Method<T>& m : table)
+    d.add(m.name, [self, m, guard](const json& p, const CallContext& c) -> Result<json> {
+      if (m.guarded) TRY(guard(c));
+      return (self->*m.handler)(p, c);
+    });
+}
+
 // One connected peer on an EventLoop. Owns the socket. Requests the peer sends are
 // answered through the Dispatcher; requests this side sends get their reply through a
 // callback. When the peer goes away, on_close runs once (pending calls fail first).

@@ -13,36 +13,29 @@ using json = nlohmann::json;
 using rpc::CallContext;
 
 void Manager::register_methods() {
-  struct Method {
-    const char* name;
-    Result<json> (Manager::*handler)(const json&, const CallContext&);
-    bool op;  // mutates the cluster: operators only (check_operator)
-  };
-  static const Method kMethods[] = {
-      {"machine.register", &Manager::api_machine_register, false},
-      {"machine.heartbeat", &Manager::api_machine_heartbeat, false},
-      {"machine.report", &Manager::api_machine_report, false},
-      {"health.report", &Manager::api_health_report, false},
-      {"profile.report", &Manager::api_profile_report, false},
+  // Guarded: changes the cluster, operators only (check_operator).
+  static const rpc::Method<Manager> kMethods[] = {
+      {"machine.register", &Manager::api_machine_register},
+      {"machine.heartbeat", &Manager::api_machine_heartbeat},
+      {"machine.report", &Manager::api_machine_report},
+      {"health.report", &Manager::api_health_report},
+      {"profile.report", &Manager::api_profile_report},
       {"entitlement.create", &Manager::api_entitlement_create, true},
-      {"entitlement.ls", &Manager::api_entitlement_ls, false},
-      {"entitlement.show", &Manager::api_entitlement_show, false},
+      {"entitlement.ls", &Manager::api_entitlement_ls},
+      {"entitlement.show", &Manager::api_entitlement_show},
       {"job.create", &Manager::api_job_create, true},
       {"job.scale", &Manager::api_job_scale, true},
       {"job.update", &Manager::api_job_update, true},
       {"job.stop", &Manager::api_job_stop, true},
-      {"job.ls", &Manager::api_job_ls, false},
-      {"job.show", &Manager::api_job_show, false},
-      {"task.ls", &Manager::api_task_ls, false},
-      {"machine.ls", &Manager::api_machine_ls, false},
-      {"machine.show", &Manager::api_machine_show, false},
+      {"job.ls", &Manager::api_job_ls},
+      {"job.show", &Manager::api_job_show},
+      {"task.ls", &Manager::api_task_ls},
+      {"machine.ls", &Manager::api_machine_ls},
+      {"machine.show", &Manager::api_machine_show},
       {"machine.drain", &Manager::api_machine_drain, true},
   };
-  for (const Method& m : kMethods)
-    methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
-      if (m.op) TRY(check_operator(c));
-      return (this->*m.handler)(p, c);
-    });
+  rpc::add_methods(methods_, this, kMethods,
+                   [this](const rpc::CallContext& c) { return check_operator(c); });
 }
 
 Result<json> Manager::api_machine_register(const json& p, const CallContext& c) {
@@ -74,15 +67,13 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
 }
 
 Result<json> Manager::api_machine_heartbeat(const json& p, const CallContext& c) {
-  TRY_ASSIGN(MachineId m, machine_of(p, c));
-  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
+  TRY_ASSIGN(MachineId m, own_machine(p, c));
   TRY(broker_.heartbeat(p["machine"].get<std::string>(), now_us()));
   return json{{"profile", broker_.desired_profile(m)}};
 }
 
 Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
-  TRY_ASSIGN(MachineId m, machine_of(p, c));
-  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
+  TRY_ASSIGN(MachineId m, own_machine(p, c));
   // The machine is alive whatever its report says: a report refused below (a state this
   // version does not know, from a newer agent) must not get its tasks declared lost.
   (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
@@ -106,8 +97,7 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
 }
 
 Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
-  TRY_ASSIGN(MachineId m, machine_of(p, c));
-  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
+  TRY_ASSIGN(MachineId m, own_machine(p, c));
   if (!p.contains("verdict") || !p["verdict"].is_string())
     return field_error("verdict", "must be ok, degraded, failed or unknown");
   std::string before = broker_.state_of(m);
@@ -121,8 +111,7 @@ Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
 }
 
 Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
-  TRY_ASSIGN(MachineId m, machine_of(p, c));
-  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
+  TRY_ASSIGN(MachineId m, own_machine(p, c));
   if (!p.contains("profile") || !p["profile"].is_string())
     return field_error("profile", "must be the applied profile's name");
   if (p.contains("state") && !p["state"].is_string())

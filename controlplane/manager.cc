@@ -309,4 +309,10 @@ Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
   return *m;
 }
 
+Result<MachineId> Manager::own_machine(const json& p, const CallContext& c) {
+  TRY_ASSIGN(MachineId m, machine_of(p, c));
+  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
+  return m;
+}
+
 }  // namespace weft::cp

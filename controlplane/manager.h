@@ -72,6 +72,9 @@ class Manager {
   Status persist_commands(const std::vector<Command>& cmds);
   Status check_operator(const rpc::CallContext& c) const;
   Result<MachineId> machine_of(const nlohmann::json& p, const rpc::CallContext& c);
+  // machine_of for a machine's own calls (register aside): the session must be allowed to
+  // speak for it (check_machine_identity).
+  Result<MachineId> own_machine(const nlohmann::json& p, const rpc::CallContext& c);
   // A job file's JSON with its entitlement named: the spec with the entitlement's id.
   Result<JobSpec> job_from_params(const nlohmann::json& p) const;
   nlohmann::json machine_json(MachineId m) const;

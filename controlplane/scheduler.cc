@@ -81,9 +81,12 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   r.spread = j.spec.placement == weft::PlacementPolicy::kSpread;
   if (dc_of_) r.dc = dc_of_(j.spec.entitlement_id);
   TRY_ASSIGN(Placement p, alloc_.allocate(r));
+  // An index is taken while a task of it is live or stopping, or its start was refused
+  // under this generation's spec (the same spec would be refused again: it waits for an
+  // update).
   std::set<int> have;
   for (const auto& [id, t] : tasks_)
-    if (t.job == j.spec.name && (live(t.state) || t.state == TaskState::kStopping))
+    if (t.job == j.spec.name && (live(t.state) || t.state == TaskState::kStopping || refused(t, j)))
       have.insert(t.index);
   // An index whose task failed or was lost is replace()'s, which takes a token from the
   // destructive-operation budget: converging must not start it for free (that path
@@ -91,10 +94,6 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   for (const auto& id : waiting_)
     if (auto w = tasks_.find(id); w != tasks_.end() && w->second.job == j.spec.name)
       have.insert(w->second.index);
-  // An index whose start this generation's spec had refused waits for an update: the
-  // same spec would be refused again.
-  for (const auto& [id, t] : tasks_)
-    if (t.job == j.spec.name && refused(t, j)) have.insert(t.index);
   std::vector<Command> out;
   for (int i = 0; i < j.spec.count; ++i) {
     if (have.count(i)) continue;

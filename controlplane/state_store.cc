@@ -1,5 +1,6 @@
 #include "controlplane/state_store.h"
 
+#include "common/json_bounded.h"
 #include "common/log.h"
 
 namespace weft::cp {
@@ -30,19 +31,6 @@ const std::vector<std::string> kMigrations = {
                             machine TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);)",
 };
 
-// An integer in [min, max]: a value that does not fit (4294967297 as a count) is an
-// error, never truncated.
-Result<int64_t> int_field(const json& j, const char* key, int64_t dflt, int64_t min,
-                          int64_t max = INT32_MAX) {
-  if (!j.contains(key)) return dflt;
-  const json& v = j[key];
-  bool fits = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX);
-  if (!fits || v.get<int64_t>() < min || v.get<int64_t>() > max)
-    return field_error(
-        key, "must be an integer from " + std::to_string(min) + " to " + std::to_string(max));
-  return v.get<int64_t>();
-}
-
 TaskState state_from(const std::string& s) {
   return weft::parse_task_state(s).value_or(TaskState::kLost);
 }
@@ -62,7 +50,7 @@ Result<JobSpec> job_spec_from_json(const json& j) {
   TRY_ASSIGN(weft::JobSpec base, weft::parse_job_spec(q));
   JobSpec s;
   static_cast<weft::JobSpec&>(s) = std::move(base);
-  TRY_ASSIGN(auto id, int_field(j, "entitlement_id", 0, 1));
+  TRY_ASSIGN(auto id, int_member(j, "entitlement_id", 0, 1, INT32_MAX));
   if (id == 0) return field_error("entitlement_id", "is required");
   s.entitlement_id = static_cast<EntitlementId>(id);
   return s;
@@ -87,15 +75,15 @@ Result<JobSpec> stored_job_spec(json j, const std::function<std::string(Entitlem
   JobSpec legacy;
   legacy.name = j["name"].get<std::string>();
   legacy.entitlement = j.value("entitlement", std::string());
-  TRY_ASSIGN(auto id, int_field(j, "entitlement_id", 1, 1));
+  TRY_ASSIGN(auto id, int_member(j, "entitlement_id", 1, 1, INT32_MAX));
   legacy.entitlement_id = static_cast<EntitlementId>(id);
-  TRY_ASSIGN(auto count, int_field(j, "count", 1, 1, kMaxTasksPerJob));
+  TRY_ASSIGN(auto count, int_member(j, "count", 1, 1, kMaxTasksPerJob));
   legacy.count = static_cast<int>(count);
-  TRY_ASSIGN(auto mu, int_field(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
+  TRY_ASSIGN(auto mu, int_member(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
   legacy.max_unavailable = static_cast<int>(mu);
   if (j.contains("per_task") && j["per_task"].is_object()) {
-    TRY_ASSIGN(legacy.per_task.cpu_milli, int_field(j["per_task"], "cpu_milli", 0, 0, INT64_MAX));
-    TRY_ASSIGN(legacy.per_task.mem_mb, int_field(j["per_task"], "mem_mb", 0, 0, INT64_MAX));
+    TRY_ASSIGN(legacy.per_task.cpu_milli, int_member(j["per_task"], "cpu_milli", 0, 0, INT64_MAX));
+    TRY_ASSIGN(legacy.per_task.mem_mb, int_member(j["per_task"], "mem_mb", 0, 0, INT64_MAX));
   }
   if (j.contains("machine_type") && j["machine_type"].is_string())
     legacy.machine_type = j["machine_type"].get<std::string>();
@@ -186,29 +174,38 @@ Status StateStore::delete_job(const std::string& name) {
   return {};
 }
 
+int64_t StateStore::wall_of(uint64_t mono_us) const {
+  uint64_t mono = mono_(), wall = wall_();
+  uint64_t age = mono > mono_us ? mono - mono_us : 0;
+  return static_cast<int64_t>(wall > age ? wall - age : 1);
+}
+
+uint64_t StateStore::mono_of(uint64_t wall_us, uint64_t wall_now, uint64_t mono_now) {
+  // The age from the wall clock, applied to this boot's monotonic clock; a wall clock
+  // stepped back (or an old row's 0) counts as age 0, never as a negative age.
+  uint64_t age = wall_us > 0 && wall_now > wall_us ? wall_now - wall_us : 0;
+  return mono_now > age ? mono_now - age : 0;
+}
+
 Status StateStore::put_task(const TaskRecord& t) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, machine, state, "
                           "since_us, since_wall_us, message, held) "
                           "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"));
-  uint64_t mono = mono_(), wall = wall_();
-  uint64_t age = mono > t.since_us ? mono - t.since_us : 0;
   s.bind(1, t.id).bind(2, t.job).bind(3, int64_t{t.index});
   s.bind(4, static_cast<int64_t>(t.generation)).bind(5, int64_t{t.machine});
   s.bind(6, std::string(task_state_name(t.state))).bind(7, static_cast<int64_t>(t.since_us));
-  s.bind(8, static_cast<int64_t>(wall > age ? wall - age : 1));
+  s.bind(8, wall_of(t.since_us));
   s.bind(9, t.message).bind(10, int64_t{t.held});
   return s.run();
 }
 
 Status StateStore::put_events(const std::vector<Unavailability>& events) {
   if (events.empty()) return {};
-  uint64_t mono = mono_(), wall = wall_();
   for (const auto& e : events) {
     TRY_ASSIGN(Stmt s, db_->prepare("INSERT INTO events (at_wall_us, machine, kind, detail) "
                                     "VALUES (?1, ?2, ?3, ?4)"));
-    uint64_t age = mono > e.at_us ? mono - e.at_us : 0;
-    s.bind(1, static_cast<int64_t>(wall > age ? wall - age : 1));
+    s.bind(1, wall_of(e.at_us));
     s.bind(2, e.machine).bind(3, e.kind).bind(4, e.detail);
     TRY(s.run());
   }
@@ -311,11 +308,7 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
       t.generation = static_cast<uint64_t>(s.col_int(3));
       t.machine = static_cast<MachineId>(s.col_int(4));
       t.state = state_from(s.col_text(5));
-      // The age from the wall clock, applied to this boot's monotonic clock; a wall
-      // clock stepped back (or an old row) counts as age 0, never as a negative age.
-      uint64_t since_wall = static_cast<uint64_t>(s.col_int(7));
-      uint64_t age = since_wall > 0 && wall_now > since_wall ? wall_now - since_wall : 0;
-      t.since_us = now > age ? now - age : 0;
+      t.since_us = mono_of(static_cast<uint64_t>(s.col_int(7)), wall_now, now);
       t.message = s.col_text(8);
       t.held = s.col_int(9) != 0;
       sched.restore_task(t);
@@ -329,9 +322,8 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
-      auto at_wall = static_cast<uint64_t>(s.col_int(0));
-      uint64_t age = wall_now > at_wall ? wall_now - at_wall : 0;
-      events.push_back({now > age ? now - age : 0, s.col_text(1), s.col_text(2), s.col_text(3)});
+      events.push_back({mono_of(static_cast<uint64_t>(s.col_int(0)), wall_now, now), s.col_text(1),
+                        s.col_text(2), s.col_text(3)});
     }
     broker.restore_events(std::move(events));
   }

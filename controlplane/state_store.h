@@ -66,6 +66,11 @@ class StateStore {
 
  private:
   explicit StateStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  // A monotonic time of this process as the wall-clock time it stands for (never 0).
+  int64_t wall_of(uint64_t mono_us) const;
+  // A stored wall-clock time as this boot's monotonic time (`wall_now`, `mono_now`: the
+  // clocks now).
+  static uint64_t mono_of(uint64_t wall_us, uint64_t wall_now, uint64_t mono_now);
   std::unique_ptr<Db> db_;
   std::function<uint64_t()> mono_ = now_monotonic_us;
   std::function<uint64_t()> wall_ = now_realtime_us;

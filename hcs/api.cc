@@ -7,20 +7,13 @@ namespace weft::hcs {
 using json = nlohmann::json;
 
 void Manager::register_methods() {
-  using rpc::CallContext;
-  struct Method {
-    const char* name;
-    Result<json> (Manager::*handler)(const json&, const rpc::CallContext&);
-  };
-  static const Method kMethods[] = {
+  // Every method only reads.
+  static const rpc::Method<Manager> kMethods[] = {
       {"health.verdict", &Manager::api_health_verdict},
       {"health.probes", &Manager::api_health_probes},
       {"health.history", &Manager::api_health_history},
   };
-  for (const Method& m : kMethods)
-    methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
-      return (this->*m.handler)(p, c);
-    });
+  rpc::add_methods(methods_, this, kMethods);
 }
 
 Result<json> Manager::api_health_verdict(const json&, const rpc::CallContext&) {

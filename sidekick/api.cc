@@ -26,28 +26,20 @@ Result<Profile> Manager::load_named(const json& p) {
 }
 
 void Manager::register_methods() {
-  using rpc::CallContext;
-  struct Method {
-    const char* name;
-    Result<json> (Manager::*handler)(const json&, const rpc::CallContext&);
-    bool privileged;  // changes the host: root or the socket group only
-  };
-  static const Method kMethods[] = {
-      {"profile.ls", &Manager::api_profile_ls, false},
-      {"profile.show", &Manager::api_profile_show, false},
-      {"profile.active", &Manager::api_profile_active, false},
-      {"profile.plan", &Manager::api_profile_plan, false},
+  // Guarded: changes the host, root or the socket group only (check_privileged).
+  static const rpc::Method<Manager> kMethods[] = {
+      {"profile.ls", &Manager::api_profile_ls},
+      {"profile.show", &Manager::api_profile_show},
+      {"profile.active", &Manager::api_profile_active},
+      {"profile.plan", &Manager::api_profile_plan},
       {"profile.switch", &Manager::api_profile_switch, true},
-      {"profile.verify", &Manager::api_profile_verify, false},
+      {"profile.verify", &Manager::api_profile_verify},
       {"profile.off", &Manager::api_profile_off, true},
-      {"profile.import_tuned", &Manager::api_profile_import_tuned, false},
-      {"profile.history", &Manager::api_profile_history, false},
+      {"profile.import_tuned", &Manager::api_profile_import_tuned},
+      {"profile.history", &Manager::api_profile_history},
   };
-  for (const Method& m : kMethods)
-    methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
-      if (m.privileged) TRY(check_privileged(c.peer));
-      return (this->*m.handler)(p, c);
-    });
+  rpc::add_methods(methods_, this, kMethods,
+                   [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
 }
 
 Result<json> Manager::api_profile_ls(const json&, const rpc::CallContext&) {

@@ -50,32 +50,26 @@ std::vector<Block> toml_blocks(const std::string& path) {
 // What a TOML example shows, by where it is.
 enum class Kind { kJob, kProfile, kAgent, kControlPlane, kSidekick, kHcs, kUnknown };
 
+// Only whether it parsed, and the error.
+template <class T>
+Status status_of(const Result<T>& r) {
+  return r.ok() ? Status{} : Status{r.error()};
+}
+
 Status check(Kind k, const std::string& text, const std::string& name) {
   switch (k) {
-    case Kind::kJob: {
-      auto r = parse_job_file(text, name);
-      return r.ok() ? Status{} : Status{r.error()};
-    }
-    case Kind::kProfile: {
-      auto r = sidekick::parse_profile_text(text, name);
-      return r.ok() ? Status{} : Status{r.error()};
-    }
-    case Kind::kAgent: {
-      auto r = agent::parse_agent_config(text, name);
-      return r.ok() ? Status{} : Status{r.error()};
-    }
-    case Kind::kControlPlane: {
-      auto r = cp::parse_cp_config(text, name);
-      return r.ok() ? Status{} : Status{r.error()};
-    }
-    case Kind::kSidekick: {
-      auto r = sidekick::parse_sidekick_config(text, name);
-      return r.ok() ? Status{} : Status{r.error()};
-    }
-    case Kind::kHcs: {
-      auto r = hcs::parse_hcs_config(text, name);
-      return r.ok() ? Status{} : Status{r.error()};
-    }
+    case Kind::kJob:
+      return status_of(parse_job_file(text, name));
+    case Kind::kProfile:
+      return status_of(sidekick::parse_profile_text(text, name));
+    case Kind::kAgent:
+      return status_of(agent::parse_agent_config(text, name));
+    case Kind::kControlPlane:
+      return status_of(cp::parse_cp_config(text, name));
+    case Kind::kSidekick:
+      return status_of(sidekick::parse_sidekick_config(text, name));
+    case Kind::kHcs:
+      return status_of(hcs::parse_hcs_config(text, name));
     case Kind::kUnknown:
       break;
   }
