@@ -134,18 +134,20 @@ void Manager::register_methods() {
   // Guarded: changes tasks, root or the socket group only (check_privileged).
   static const rpc::Method<Manager> kMethods[] = {
       {"agent.info", &Manager::api_agent_info},
-      {"task.run", &Manager::api_task_run, true},
+      {"task.run", &Manager::api_task_run, rpc::kPrivileged},
       {"task.ls", &Manager::api_task_ls},
       {"task.show", &Manager::api_task_show},
-      {"task.stop", &Manager::api_task_stop, true},
-      {"task.kill", &Manager::api_task_kill, true},
-      {"task.freeze", &Manager::api_task_freeze, true},
-      {"task.thaw", &Manager::api_task_thaw, true},
+      {"task.stop", &Manager::api_task_stop, rpc::kPrivileged},
+      {"task.kill", &Manager::api_task_kill, rpc::kPrivileged},
+      {"task.freeze", &Manager::api_task_freeze, rpc::kPrivileged},
+      {"task.thaw", &Manager::api_task_thaw, rpc::kPrivileged},
       {"task.logs", &Manager::api_task_logs},
-      {"task.remove", &Manager::api_task_remove, true},
+      {"task.remove", &Manager::api_task_remove, rpc::kPrivileged},
   };
   rpc::add_methods(methods_, this, kMethods,
-                   [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
+                   [this](const rpc::CallContext& c, int, const std::string&) {
+                     return check_privileged(c.peer);
+                   });
 }
 
 Result<json> Manager::api_agent_info(const json&, const rpc::CallContext&) {

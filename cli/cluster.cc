@@ -6,6 +6,9 @@
 #include <set>
 #include <thread>
 
+#include <time.h>
+
+#include "common/fs.h"
 #include "common/job_file.h"
 #include "common/task_state.h"
 
@@ -16,7 +19,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::unique_ptr<rpc::Client> cp_client(const Globals& g) {
-  return connect_or_die(g.controlplane, "weft-controlplane", "--controlplane");
+  return connect_controlplane(g);
 }
 
 void machine_table(const json& machines) {
@@ -172,6 +175,20 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.e_create->add_option("--quota", c.quota, "most machines it may hold")->required();
   c.e_create->add_option("--profile", c.profile, "host profile its machines run (default: any)");
   c.e_create->add_option("--dc", c.dc, "only machines of this datacenter");
+  c.e_create->add_option("--owner", c.owners,
+                         "who may run jobs in it besides admins: CN=, OU=, O= or DNS= of their "
+                         "certificate (repeatable)");
+  c.e_owners = c.ent->add_subcommand("owners", "set who may run jobs in an entitlement (admin)");
+  c.e_owners->add_option("name", c.name, "entitlement name")->required();
+  c.e_owners->add_option("--owner", c.owners,
+                         "CN=, OU=, O= or DNS= (repeatable; none: admins only)");
+
+  c.audit = app.add_subcommand("audit", "the control plane's audit log");
+  c.audit->require_subcommand(1);
+  c.a_ls = c.audit->add_subcommand("ls", "operator calls that changed the cluster or were refused");
+  c.a_ls->add_option("--since", c.since, "only entries this recent (e.g. 30m, 2h, 7d)");
+  c.a_ls->add_option("--limit", c.limit, "at most this many, the latest (default 1000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   c.e_ls = c.ent->add_subcommand("ls", "list entitlements");
   c.e_show = c.ent->add_subcommand("show", "one entitlement with its machines and jobs");
   c.e_show->add_option("name", c.name, "entitlement name")->required();
@@ -203,7 +220,7 @@ int cluster_task_ls(const Globals& g) {
 }
 
 int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
-  if (!c.machine->parsed() && !c.ent->parsed() && !c.job->parsed()) return -1;
+  if (!c.machine->parsed() && !c.ent->parsed() && !c.job->parsed() && !c.audit->parsed()) return -1;
   auto cp = cp_client(g);
   if (c.m_ls->parsed()) {
     json r = call_or_die(*cp, "machine.ls", json::object());
@@ -243,15 +260,51 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
     if (c.quota < 1) die("--quota must be at least 1", 2);
     if (!c.profile.empty()) p["profile"] = c.profile;
     if (!c.dc.empty()) p["dc"] = c.dc;
+    if (!c.owners.empty()) p["owners"] = c.owners;
     json r = call_or_die(*cp, "entitlement.create", p);
     print_json_or(g, r, [&] { std::cout << "entitlement " << c.name << " created\n"; });
+  } else if (c.e_owners->parsed()) {
+    json r = call_or_die(*cp, "entitlement.update", {{"name", c.name}, {"owners", c.owners}});
+    print_json_or(g, r, [&] {
+      std::string list;
+      for (const auto& o : c.owners) list += " " + o;
+      std::cout << "entitlement " << c.name
+                << " owners:" << (list.empty() ? " (admins only)" : list) << "\n";
+    });
+  } else if (c.a_ls->parsed()) {
+    json p{{"limit", c.limit}};
+    if (!c.since.empty()) {
+      auto us = parse_duration_us(c.since);
+      if (!us.ok()) die("--since: " + us.error().str(), 2);
+      int64_t now = static_cast<int64_t>(now_realtime_us());
+      p["since_wall_us"] = std::max<int64_t>(0, now - static_cast<int64_t>(*us));
+    }
+    json r = call_or_die(*cp, "audit.ls", p);
+    print_json_or(g, r, [&] {
+      std::vector<std::vector<std::string>> rows = {
+          {"TIME", "WHO", "ROLE", "METHOD", "TARGET", "RESULT"}};
+      for (const auto& e : r["entries"]) {
+        time_t t = static_cast<time_t>(e.value("at_wall_us", int64_t{0}) / 1'000'000);
+        char when[32] = "-";
+        struct tm tmv;
+        if (gmtime_r(&t, &tmv)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+        rows.push_back({when, str_or(e, "who"), str_or(e, "role"), str_or(e, "method"),
+                        str_or(e, "target"), str_or(e, "result")});
+      }
+      print_table(rows);
+    });
   } else if (c.e_ls->parsed()) {
     json r = call_or_die(*cp, "entitlement.ls", json::object());
     print_json_or(g, r, [&] {
-      std::vector<std::vector<std::string>> rows = {{"NAME", "QUOTA", "MACHINES", "PROFILE", "DC"}};
-      for (const auto& e : r["entitlements"])
+      std::vector<std::vector<std::string>> rows = {
+          {"NAME", "QUOTA", "MACHINES", "PROFILE", "DC", "OWNERS"}};
+      for (const auto& e : r["entitlements"]) {
+        std::string owners;
+        for (const auto& o : e.value("owners", json::array()))
+          if (o.is_string()) owners += (owners.empty() ? "" : ",") + o.get<std::string>();
         rows.push_back({str_or(e, "name"), str_or(e, "quota"), str_or(e, "machines"),
-                        str_or(e, "profile"), str_or(e, "dc")});
+                        str_or(e, "profile"), str_or(e, "dc"), owners.empty() ? "-" : owners});
+      }
       print_table(rows);
     });
   } else if (c.e_show->parsed()) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -12,7 +13,12 @@ namespace weft::cli {
 
 struct ClusterCommands {
   CLI::App *machine = nullptr, *m_ls = nullptr, *m_show = nullptr, *m_drain = nullptr;
-  CLI::App *ent = nullptr, *e_create = nullptr, *e_ls = nullptr, *e_show = nullptr;
+  CLI::App *ent = nullptr, *e_create = nullptr, *e_ls = nullptr, *e_show = nullptr,
+           *e_owners = nullptr;
+  CLI::App *audit = nullptr, *a_ls = nullptr;
+  std::vector<std::string> owners;
+  std::string since;
+  int64_t limit = 1000;
   CLI::App *job = nullptr, *j_create = nullptr, *j_ls = nullptr, *j_show = nullptr,
            *j_scale = nullptr, *j_update = nullptr, *j_stop = nullptr;
   std::string name, file, profile, dc;

@@ -39,10 +39,17 @@ int main(int argc, char** argv) {
                  "weft-sidekick socket (default /run/weft/sidekick.sock, $WEFT_SIDEKICK)");
   if (const char* e = std::getenv("WEFT_HCS")) g.hcs = e;
   app.add_option("--hcs", g.hcs, "weft-hcs socket (default /run/weft/hcs.sock, $WEFT_HCS)");
-  if (const char* e = std::getenv("WEFT_CONTROLPLANE")) g.controlplane = e;
+  if (auto s = load_cli_config(g); !s.ok()) die(s.error().str(), 2);
   app.add_option("--controlplane", g.controlplane,
-                 "weft-controlplane socket (default /run/weft/controlplane.sock, "
-                 "$WEFT_CONTROLPLANE)");
+                 "weft-controlplane: its socket (default /run/weft/controlplane.sock) or "
+                 "tls://host:port ($WEFT_CONTROLPLANE, weftctl.toml)");
+  app.add_option("--tls-cert", g.tls_cert, "your certificate for tls:// ($WEFT_TLS_CERT)");
+  app.add_option("--tls-key", g.tls_key, "its private key ($WEFT_TLS_KEY)");
+  app.add_option("--tls-ca", g.tls_ca,
+                 "CA bundle the control plane's certificate is checked "
+                 "against ($WEFT_TLS_CA)");
+  app.add_option("--tls-server-name", g.tls_server_name,
+                 "name the control plane's certificate must carry (default: the host given)");
   app.add_flag("--json", g.json_out, "print replies as JSON");
   ClusterCommands cluster;
   add_cluster_commands(app, cluster);

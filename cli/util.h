@@ -22,8 +22,18 @@ struct Globals {
   std::string sidekick = "/run/weft/sidekick.sock";
   std::string hcs = "/run/weft/hcs.sock";
   std::string controlplane = "/run/weft/controlplane.sock";
+  // The control plane over TCP: "tls://host:port" with this certificate, key and CA
+  // (flags > WEFT_TLS_* > weftctl.toml, the way kubeconfig and NOMAD_CLIENT_CERT work).
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
   bool json_out = false;
 };
+
+// weftctl.toml ($WEFTCTL_CONFIG, else ~/.config/weft/weftctl.toml, else
+// /etc/weft/weftctl.toml; none is fine), then the environment, into `g`; flags are
+// parsed after and win. Errors name the file and line.
+Status load_cli_config(Globals& g);
+// The control plane's session: its Unix socket, or TCP with mutual TLS.
+std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g);
 
 [[noreturn]] inline void die(const std::string& msg, int code = 1) {
   std::cerr << "weftctl: " << msg << "\n";

@@ -137,6 +137,19 @@ Result<std::optional<bool>> TomlDoc::get_bool(const toml::table& t, const char* 
   return type_error(*n, key, "true or false");
 }
 
+Result<std::optional<std::vector<std::string>>> TomlDoc::get_string_list(const toml::table& t,
+                                                                         const char* key) const {
+  const toml::node* n = t.get(key);
+  if (!n) return std::optional<std::vector<std::string>>();
+  if (!n->is_array()) return type_error(*n, key, "a list of strings");
+  std::vector<std::string> out;
+  for (const auto& v : *n->as_array()) {
+    if (!v.is_string()) return type_error(v, key, "a list of strings");
+    out.push_back(v.as_string()->get());
+  }
+  return std::optional(std::move(out));
+}
+
 Result<const toml::table*> TomlDoc::get_table(const toml::table& t, const char* key) const {
   const toml::node* n = t.get(key);
   if (!n) return static_cast<const toml::table*>(nullptr);

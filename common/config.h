@@ -40,6 +40,9 @@ class TomlDoc {
   Result<std::optional<std::string>> get_string(const toml::table& t, const char* key) const;
   Result<std::optional<int64_t>> get_int(const toml::table& t, const char* key) const;
   Result<std::optional<bool>> get_bool(const toml::table& t, const char* key) const;
+  // An array of strings, or nullopt when absent.
+  Result<std::optional<std::vector<std::string>>> get_string_list(const toml::table& t,
+                                                                  const char* key) const;
   // A sub-table, or nullptr when absent; an error if the key is not a table.
   Result<const toml::table*> get_table(const toml::table& t, const char* key) const;
   // A table of string values (labels and the like).

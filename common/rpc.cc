@@ -997,21 +997,118 @@ void Server::reap() {
 
 // ---- Client ----
 
-Result<std::unique_ptr<Client>> Client::connect(const std::string& endpoint, size_t max_line) {
-  TRY_ASSIGN(Endpoint ep, parse_endpoint(endpoint));
-  TRY_ASSIGN(Fd fd, connect_endpoint(ep));
-  return std::unique_ptr<Client>(new Client(std::move(fd), max_line));
+Result<std::unique_ptr<Client>> Client::connect(const std::string& endpoint, size_t max_line,
+                                                const ClientTls* tls, int timeout_ms) {
+  std::string rest = endpoint;
+  bool want_tls = rest.rfind("tls://", 0) == 0;
+  if (want_tls) rest = rest.substr(6);
+  TRY_ASSIGN(Endpoint ep, parse_endpoint(rest));
+  if (want_tls && (ep.is_unix || !tls || !tls->context))
+    return make_error("'" + endpoint +
+                      "' needs a TLS certificate, key and CA bundle (a tls:// endpoint is TCP)");
+  TRY_ASSIGN(Fd fd, connect_endpoint(ep, timeout_ms));
+  std::unique_ptr<Client> c(new Client(std::move(fd), max_line));
+  if (!ep.is_unix && tls && tls->context) {
+    TRY_ASSIGN(c->ssl_, tls->context->new_ssl(
+                            c->fd_.get(), tls->server_name.empty() ? ep.host : tls->server_name));
+    TRY_CTX(c->handshake(rest, timeout_ms), "TLS with " + rest);
+  }
+  return c;
+}
+
+Client::~Client() {
+  if (ssl_) {
+    tls::shutdown(ssl_);
+    tls::free_ssl(ssl_);
+  }
+}
+
+namespace {
+
+// Waits for the socket as a TLS step asked; false once `deadline` passed.
+bool wait_for(int fd, tls::Want w, uint64_t deadline) {
+  uint64_t now = now_monotonic_us();
+  if (now >= deadline) return false;
+  pollfd p{fd, static_cast<short>(w == tls::Want::kWrite ? POLLOUT : POLLIN), 0};
+  int r = ::poll(&p, 1, static_cast<int>((deadline - now) / 1000) + 1);
+  return r >= 0 || errno == EINTR;
+}
+
+}  // namespace
+
+Status Client::handshake(const std::string& server, int timeout_ms) {
+  uint64_t deadline = now_monotonic_us() + static_cast<uint64_t>(timeout_ms) * 1000;
+  for (;;) {
+    std::string why;
+    tls::Want w = tls::handshake(ssl_, &why);
+    if (w == tls::Want::kDone) break;
+    if (w == tls::Want::kClosed)
+      return make_error(
+                 "the server closed the connection during the handshake (does it "
+                 "accept this certificate?)")
+          .with_code(kUnavailable);
+    if (w == tls::Want::kError) return make_error(why).with_code(kUnavailable);
+    if (!wait_for(fd_.get(), w, deadline))
+      return make_error("handshake timed out after " + std::to_string(timeout_ms) + " ms")
+          .with_code(kTimeout);
+  }
+  server_peer_.tls = true;
+  server_peer_.address = server;
+  server_peer_.identity = tls::peer_identity(ssl_);
+  return {};
+}
+
+Result<size_t> Client::read_some(char* buf, size_t n) {
+  if (!ssl_) {
+    ssize_t r = ::read(fd_.get(), buf, n);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) return size_t{0};
+      return sys_error("read");
+    }
+    if (r == 0) return make_error("connection closed by server").with_code(kUnavailable);
+    return static_cast<size_t>(r);
+  }
+  size_t got = 0;
+  std::string why;
+  switch (tls::read(ssl_, buf, n, &got, &why)) {
+    case tls::Want::kDone:
+      return got;
+    case tls::Want::kRead:
+    case tls::Want::kWrite:
+      return size_t{0};
+    case tls::Want::kClosed:
+      return make_error("connection closed by server").with_code(kUnavailable);
+    case tls::Want::kError:
+      break;
+  }
+  return make_error("TLS: " + why).with_code(kUnavailable);
 }
 
 Status Client::send_line(const std::string& line) {
   size_t off = 0;
+  uint64_t deadline = now_monotonic_us() + 30'000'000;
   while (off < line.size()) {
+    if (ssl_) {
+      size_t put = 0;
+      std::string why;
+      tls::Want w = tls::write(ssl_, line.data() + off, line.size() - off, &put, &why);
+      if (w == tls::Want::kDone) {
+        off += put;
+        continue;
+      }
+      if (w == tls::Want::kClosed)
+        return make_error("connection closed by server").with_code(kUnavailable);
+      if (w == tls::Want::kError) return make_error("TLS: " + why).with_code(kUnavailable);
+      if (!wait_for(fd_.get(), w, deadline))
+        return make_error("send timed out").with_code(kTimeout);
+      continue;
+    }
     ssize_t n = ::send(fd_.get(), line.data() + off, line.size() - off, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
-        pollfd p{fd_.get(), POLLOUT, 0};
-        ::poll(&p, 1, 1000);
+        if (!wait_for(fd_.get(), tls::Want::kWrite, deadline))
+          return make_error("send timed out").with_code(kTimeout);
         continue;
       }
       return sys_error("send");
@@ -1069,21 +1166,18 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
       auto res = msg.find("result");
       return res != msg.end() ? *res : json();
     }
+    char buf[65536];
+    TRY_ASSIGN(size_t n, read_some(buf, sizeof buf));
+    if (n > 0) {
+      reader_.feed(buf, n);
+      continue;
+    }
     uint64_t now = now_monotonic_us();
     if (now >= deadline)
       return make_error("timed out waiting for reply to " + method).with_code(kTimeout);
     pollfd p{fd_.get(), POLLIN, 0};
     int r = ::poll(&p, 1, static_cast<int>((deadline - now) / 1000) + 1);
     if (r < 0 && errno != EINTR) return sys_error("poll");
-    if (r <= 0) continue;
-    char buf[65536];
-    ssize_t n = ::read(fd_.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return sys_error("read");
-    }
-    if (n == 0) return make_error("connection closed by server").with_code(kUnavailable);
-    reader_.feed(buf, static_cast<size_t>(n));
   }
 }
 

@@ -126,20 +126,23 @@ class Dispatcher {
 };
 
 // A daemon's methods as one table of member functions (named handlers apart from the
-// logic, like systemd's bus vtables). A method marked `guarded` runs only after
-// `guard` accepted the caller (an operator or privilege check).
+// logic, like systemd's bus vtables). A method with a nonzero `access` runs only after
+// `guard(ctx, access)` accepted the caller; what the levels mean is the daemon's (1 =
+// privileged for the machine daemons; the control plane's roles in controlplane/access.h).
 template <class T>
 struct Method {
   const char* name;
   Result<json> (T::*handler)(const json& params, const CallContext& ctx);
-  bool guarded = false;
+  int access = 0;
 };
+// The machine daemons' one level: root, the daemon's user or the weft group.
+inline constexpr int kPrivileged = 1;
+using Guard = std::function<Status(const CallContext&, int access, const std::string& method)>;
 template <class T, size_t N>
-void add_methods(Dispatcher& d, T* self, const Method<T> (&table)[N],
-                 std::function<Status(const CallContext&)> guard = {}) {
+void add_methods(Dispatcher& d, T* self, const Method<T> (&table)[N], Guard guard = {}) {
   for (const Method<T>& m : table)
     d.add(m.name, [self, m, guard](const json& p, const CallContext& c) -> Result<json> {
-      if (m.guarded) TRY(guard(c));
+      if (m.access != 0) TRY(guard(c, m.access, m.name));
       return (self->*m.handler)(p, c);
     });
 }
@@ -327,20 +330,38 @@ class ConnectAttempt {
   Source io_, timer_, resolve_io_, defer_;
 };
 
+// TLS for a blocking client: the context (certificate, key, CA) and the name the
+// server's certificate must carry (default: the endpoint's host).
+struct ClientTls {
+  std::shared_ptr<tls::Context> context;
+  std::string server_name;
+};
+
 // A blocking client for CLIs and tests: one call at a time. Requests the server sends
-// meanwhile are answered by `dispatcher` (method-not-found when null).
+// meanwhile are answered by `dispatcher` (method-not-found when null). An endpoint
+// "tls://host:port" (or any TCP endpoint when `tls` is given) is a mutual-TLS session;
+// the handshake completes (or fails, saying why) in connect().
 class Client {
  public:
   static Result<std::unique_ptr<Client>> connect(const std::string& endpoint,
-                                                 size_t max_line = kDefaultMaxLine);
+                                                 size_t max_line = kDefaultMaxLine,
+                                                 const ClientTls* tls = nullptr,
+                                                 int timeout_ms = 10000);
+  ~Client();
   Result<json> call(const std::string& method, json params, int timeout_ms = 30000);
   void set_dispatcher(const Dispatcher* d) { dispatcher_ = d; }
   int fd() const { return fd_.get(); }
+  // The server's certificate (TLS sessions).
+  const tls::Identity& server_identity() const { return server_peer_.identity; }
 
  private:
   explicit Client(Fd fd, size_t max_line) : fd_(std::move(fd)), reader_(max_line) {}
+  Status handshake(const std::string& server, int timeout_ms);
   Status send_line(const std::string& line);
+  // Bytes available now (0: none yet, wait for the socket); an error when closed.
+  Result<size_t> read_some(char* buf, size_t n);
   Fd fd_;
+  SSL* ssl_ = nullptr;
   LineReader reader_;
   int64_t next_id_ = 1;
   const Dispatcher* dispatcher_ = nullptr;

@@ -77,4 +77,7 @@ Identity peer_identity(SSL* ssl);
 void shutdown(SSL* ssl);
 void free_ssl(SSL* ssl);
 
+// SHA-256 of `data`, as 64 hex digits (the audit log's parameter digests).
+std::string sha256_hex(const std::string& data);
+
 }  // namespace weft::tls

@@ -27,9 +27,9 @@ class Tls : public ::testing::Test {
     std::string cmds = pki + " ca " + dir_ + " && " + pki + " issue " + dir_ +
                        " cp --dns cp.test --ip 127.0.0.1 && " + pki + " issue " + dir_ +
                        " m1 --ou machine && " + pki + " issue " + dir_ + " gone --ou machine && " +
-                       pki + " issue " + dir_ + " old --expired && " + pki + " revoke " + dir_ +
-                       " gone && " + pki + " ca " + other_ + " && " + pki + " issue " + other_ +
-                       " m1 --ou machine";
+                       pki + " issue " + dir_ + " old --expired && " + pki + " issue " + dir_ +
+                       " early --not-yet-valid && " + pki + " revoke " + dir_ + " gone && " + pki +
+                       " ca " + other_ + " && " + pki + " issue " + other_ + " m1 --ou machine";
     ASSERT_EQ(std::system(("(" + cmds + ") >/dev/null").c_str()), 0) << cmds;
   }
   static void TearDownTestSuite() { (void)remove_tree(dir_); }
@@ -109,8 +109,9 @@ TEST_F(Tls, RefusedPeers) {
   serve();
   // A client certificate from another CA: the server refuses the handshake.
   EXPECT_FALSE(whoami(conf(other_, "m1")).ok());
-  // Expired, and revoked (the server has the CRL).
+  // Expired, not yet valid, and revoked (the server has the CRL).
   EXPECT_FALSE(whoami(conf(dir_, "old")).ok());
+  EXPECT_FALSE(whoami(conf(dir_, "early")).ok());
   EXPECT_FALSE(whoami(conf(dir_, "gone")).ok());
   // The client expects another server name: it refuses the server.
   EXPECT_FALSE(whoami(conf(dir_, "m1"), "impostor.test").ok());

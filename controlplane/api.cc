@@ -4,6 +4,9 @@
 // allocator); what they change is written before they answer.
 #include <set>
 
+#include "common/json_bounded.h"
+#include "common/tls.h"
+
 #include "common/log.h"
 #include "controlplane/manager.h"
 
@@ -12,30 +15,70 @@ namespace weft::cp {
 using json = nlohmann::json;
 using rpc::CallContext;
 
+namespace {
+
+constexpr size_t kMaxOwners = 64;
+
+Result<std::vector<std::string>> owners_from(const json& j) {
+  if (!j.is_array() || j.size() > kMaxOwners)
+    return field_error("owners", "must be a list of at most 64 principals (CN=, OU=, O=, DNS=)");
+  std::vector<std::string> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_string()) return field_error("owners", "must be a list of strings");
+    if (auto s = check_principal_pattern(j[i].get<std::string>()); !s.ok())
+      return field_error("owners[" + std::to_string(i) + "]", s.error().message);
+    out.push_back(j[i].get<std::string>());
+  }
+  return out;
+}
+
+// A job spec as shown to a viewer: environment values replaced.
+void hide_secrets(json& spec) {
+  auto task = spec.find("task");
+  if (task == spec.end() || !task->is_object()) return;
+  auto env = task->find("env");
+  if (env == task->end() || !env->is_object()) return;
+  for (auto& [k, v] : env->items()) v = "(hidden)";
+}
+
+}  // namespace
+
 void Manager::register_methods() {
-  // Guarded: changes the cluster, operators only (check_operator).
+  // Each method with what its caller needs (access.h, Access in manager.h). Operator and
+  // admin calls change the cluster and are audited, refusals included.
   static const rpc::Method<Manager> kMethods[] = {
-      {"machine.register", &Manager::api_machine_register},
-      {"machine.heartbeat", &Manager::api_machine_heartbeat},
-      {"machine.report", &Manager::api_machine_report},
-      {"health.report", &Manager::api_health_report},
-      {"profile.report", &Manager::api_profile_report},
-      {"entitlement.create", &Manager::api_entitlement_create, true},
-      {"entitlement.ls", &Manager::api_entitlement_ls},
-      {"entitlement.show", &Manager::api_entitlement_show},
-      {"job.create", &Manager::api_job_create, true},
-      {"job.scale", &Manager::api_job_scale, true},
-      {"job.update", &Manager::api_job_update, true},
-      {"job.stop", &Manager::api_job_stop, true},
-      {"job.ls", &Manager::api_job_ls},
-      {"job.show", &Manager::api_job_show},
-      {"task.ls", &Manager::api_task_ls},
-      {"machine.ls", &Manager::api_machine_ls},
-      {"machine.show", &Manager::api_machine_show},
-      {"machine.drain", &Manager::api_machine_drain, true},
+      {"machine.register", &Manager::api_machine_register, kMachineCall},
+      {"machine.heartbeat", &Manager::api_machine_heartbeat, kMachineCall},
+      {"machine.report", &Manager::api_machine_report, kMachineCall},
+      {"health.report", &Manager::api_health_report, kMachineCall},
+      {"profile.report", &Manager::api_profile_report, kMachineCall},
+      {"entitlement.create", &Manager::api_entitlement_create, kAdminCall},
+      {"entitlement.update", &Manager::api_entitlement_update, kAdminCall},
+      {"entitlement.ls", &Manager::api_entitlement_ls, kViewerCall},
+      {"entitlement.show", &Manager::api_entitlement_show, kViewerCall},
+      {"job.create", &Manager::api_job_create, kOperatorCall},
+      {"job.scale", &Manager::api_job_scale, kOperatorCall},
+      {"job.update", &Manager::api_job_update, kOperatorCall},
+      {"job.stop", &Manager::api_job_stop, kOperatorCall},
+      {"job.ls", &Manager::api_job_ls, kViewerCall},
+      {"job.show", &Manager::api_job_show, kViewerCall},
+      {"task.ls", &Manager::api_task_ls, kViewerCall},
+      {"machine.ls", &Manager::api_machine_ls, kViewerCall},
+      {"machine.show", &Manager::api_machine_show, kViewerCall},
+      {"machine.drain", &Manager::api_machine_drain, kAdminCall},
+      {"audit.ls", &Manager::api_audit_ls, kViewerCall},
   };
-  rpc::add_methods(methods_, this, kMethods,
-                   [this](const rpc::CallContext& c) { return check_operator(c); });
+  for (const auto& m : kMethods)
+    methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
+      Caller who = caller(c);
+      Result<json> r = json();
+      if (auto s = permit(who, m.access, m.name); !s.ok())
+        r = std::move(s).error();
+      else
+        r = (this->*m.handler)(p, c);
+      if (m.access >= kOperatorCall) audit(who, m.name, p, r);
+      return r;
+    });
 }
 
 Result<json> Manager::api_machine_register(const json& p, const CallContext& c) {
@@ -57,8 +100,9 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   if (p.contains("controllers") && !p["controllers"].is_array())
     return field_error("controllers", "must be a list of cgroup controller names");
   TRY(check_machine_identity(c.peer, info.id));
+  if (auto known = broker_.find(info.id)) TRY(claim_session(sessions_, *known, c, "agent"));
   TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
-  track_session(sessions_, m, c.session);
+  TRY(claim_session(sessions_, m, c, "agent"));
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
   TRY(persist({}, {m}));
   return json{{"machine", info.id},
@@ -68,12 +112,14 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
 
 Result<json> Manager::api_machine_heartbeat(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, own_machine(p, c));
+  TRY(claim_session(sessions_, m, c, "agent"));
   TRY(broker_.heartbeat(p["machine"].get<std::string>(), now_us()));
   return json{{"profile", broker_.desired_profile(m)}};
 }
 
 Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, own_machine(p, c));
+  TRY(claim_session(sessions_, m, c, "agent"));
   // The machine is alive whatever its report says: a report refused below (a state this
   // version does not know, from a newer agent) must not get its tasks declared lost.
   (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
@@ -116,9 +162,9 @@ Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
     return field_error("profile", "must be the applied profile's name");
   if (p.contains("state") && !p["state"].is_string())
     return field_error("state", "must be the last switch's outcome");
+  TRY(claim_session(sidekick_sessions_, m, c, "sidekick"));
   bool changed = broker_.persisted(m).applied_profile != p["profile"].get<std::string>();
   TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
-  track_session(sidekick_sessions_, m, c.session);
   profile_state_[m] = p.value("state", "");
   pushed_profile_.erase(m);  // the reply carries the desired profile
   if (changed) {             // a report every heartbeat writes and schedules nothing
@@ -139,12 +185,47 @@ Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) 
     if (p.contains(key) && !p[key].is_string()) return field_error(key, "must be a string");
     if (p.contains(key)) *out = p[key].get<std::string>();
   }
+  if (p.contains("owners")) {
+    TRY_ASSIGN(e.owners, owners_from(p["owners"]));
+  }
   TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(e));
   if (auto s = persist({}, {}); !s.ok()) {
     broker_.forget_entitlement(id);  // not durable: not created
     return std::move(s).error();
   }
   return json{{"id", id}, {"name", e.name}};
+}
+
+Result<json> Manager::api_entitlement_update(const json& p, const CallContext&) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required");
+  auto id = broker_.entitlement(p["name"].get<std::string>());
+  if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
+  if (!p.contains("owners")) return field_error("owners", "is required (a list, may be empty)");
+  TRY_ASSIGN(auto owners, owners_from(p["owners"]));
+  auto before = broker_.set_owners(*id, owners);
+  if (auto s = persist({}, {}); !s.ok()) {
+    broker_.set_owners(*id, std::move(before));  // not durable: not changed
+    return std::move(s).error();
+  }
+  return json{{"name", p["name"]}, {"owners", owners}};
+}
+
+Result<json> Manager::api_audit_ls(const json& p, const CallContext&) {
+  TRY_ASSIGN(int64_t since, int_member(p, "since_wall_us", 0, 0, INT64_MAX));
+  TRY_ASSIGN(int64_t limit, int_member(p, "limit", 1000, 1, 100'000));
+  TRY_ASSIGN(auto rows, store_->audit(since, static_cast<size_t>(limit)));
+  json arr = json::array();
+  for (const auto& a : rows)
+    arr.push_back({{"seq", a.seq},
+                   {"at_wall_us", a.at_wall_us},
+                   {"who", a.who},
+                   {"role", a.role},
+                   {"method", a.method},
+                   {"target", a.target},
+                   {"params_sha256", a.digest},
+                   {"result", a.result}});
+  return json{{"entries", arr}};
 }
 
 Result<json> Manager::api_entitlement_ls(const json&, const CallContext&) {
@@ -155,6 +236,7 @@ Result<json> Manager::api_entitlement_ls(const json&, const CallContext&) {
                    {"quota", e.quota},
                    {"profile", e.profile},
                    {"dc", e.dc},
+                   {"owners", e.owners},
                    {"machines", alloc_.pool_size(id)}});
   return json{{"entitlements", arr}};
 }
@@ -170,12 +252,13 @@ Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {
     if (alloc_.entitlement_of(m) == *id) machines.push_back(machine_json(m));
   for (const auto& j : sched_.persisted_jobs())
     if (j.spec.entitlement_id == *id) jobs.push_back(j.spec.name);
-  return json{{"id", *id},  {"name", e.name},       {"quota", e.quota}, {"profile", e.profile},
-              {"dc", e.dc}, {"machines", machines}, {"jobs", jobs}};
+  return json{{"id", *id},  {"name", e.name},     {"quota", e.quota},     {"profile", e.profile},
+              {"dc", e.dc}, {"owners", e.owners}, {"machines", machines}, {"jobs", jobs}};
 }
 
-Result<json> Manager::api_job_create(const json& p, const CallContext&) {
+Result<json> Manager::api_job_create(const json& p, const CallContext& c) {
   TRY_ASSIGN(JobSpec spec, job_from_params(p));
+  TRY(may_change_jobs(caller(c), spec.entitlement_id));
   TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
   auto placed = alloc_.placement(spec.name);
   std::set<MachineId> ms(placed.begin(), placed.end());
@@ -188,9 +271,11 @@ Result<json> Manager::api_job_create(const json& p, const CallContext&) {
   return json{{"job", spec.name}, {"tasks", cmds.size()}};
 }
 
-Result<json> Manager::job_op(const std::string& op, const json& p) {
+Result<json> Manager::job_op(const std::string& op, const json& p, const CallContext& c) {
   if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
   std::string name = p["name"].get<std::string>();
+  Caller who = caller(c);
+  if (auto current = sched_.job(name)) TRY(may_change_jobs(who, current->entitlement_id));
   Result<std::vector<Command>> cmds = make_error("unknown operation");
   if (op == "scale") {
     const json& count = p.contains("count") ? p["count"] : json();
@@ -202,6 +287,7 @@ Result<json> Manager::job_op(const std::string& op, const json& p) {
     cmds = sched_.scale(name, static_cast<int>(count.get<int64_t>()), now_us());
   } else if (op == "update") {
     TRY_ASSIGN(JobSpec spec, job_from_params(p));
+    TRY(may_change_jobs(who, spec.entitlement_id));  // the entitlement it moves to, too
     cmds = sched_.update(spec, now_us());
   } else {
     cmds = sched_.stop(name, now_us());
@@ -214,16 +300,16 @@ Result<json> Manager::job_op(const std::string& op, const json& p) {
   return json{{"job", name}, {"commands", cmds->size()}};
 }
 
-Result<json> Manager::api_job_scale(const json& p, const CallContext&) {
-  return job_op("scale", p);
+Result<json> Manager::api_job_scale(const json& p, const CallContext& c) {
+  return job_op("scale", p, c);
 }
 
-Result<json> Manager::api_job_update(const json& p, const CallContext&) {
-  return job_op("update", p);
+Result<json> Manager::api_job_update(const json& p, const CallContext& c) {
+  return job_op("update", p, c);
 }
 
-Result<json> Manager::api_job_stop(const json& p, const CallContext&) {
-  return job_op("stop", p);
+Result<json> Manager::api_job_stop(const json& p, const CallContext& c) {
+  return job_op("stop", p, c);
 }
 
 Result<json> Manager::api_job_ls(const json&, const CallContext&) {
@@ -241,13 +327,16 @@ Result<json> Manager::api_job_ls(const json&, const CallContext&) {
   return json{{"jobs", arr}};
 }
 
-Result<json> Manager::api_job_show(const json& p, const CallContext&) {
+Result<json> Manager::api_job_show(const json& p, const CallContext& c) {
   if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
   auto spec = sched_.job(p["name"].get<std::string>());
   if (!spec) return field_error("name", "no such job").with_code(rpc::kNotFound);
   json tasks = json::array();
   for (const auto& t : sched_.tasks_of(spec->name)) tasks.push_back(task_json(t, alloc_));
-  return json{{"spec", weft::to_json(*spec)},
+  json shown = weft::to_json(*spec);
+  // The environment carries secrets: shown to those who may change the job only.
+  if (!may_change_jobs(caller(c), spec->entitlement_id).ok()) hide_secrets(shown);
+  return json{{"spec", shown},
               {"entitlement", spec->entitlement},
               {"generation", sched_.generation(spec->name)},
               {"tasks", tasks}};

@@ -104,6 +104,11 @@ void Broker::forget_entitlement(EntitlementId id) {
   alloc_.set_quota(id, 0);
 }
 
+std::vector<std::string> Broker::set_owners(EntitlementId id, std::vector<std::string> owners) {
+  std::swap(ents_.at(id).owners, owners);
+  return owners;
+}
+
 void Broker::restore_entitlement(EntitlementId id, const EntitlementSpec& spec) {
   ents_[id] = spec;
   alloc_.set_quota(id, spec.quota);

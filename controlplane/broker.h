@@ -33,6 +33,8 @@ struct EntitlementSpec {
   size_t quota = 0;     // machines
   std::string profile;  // host profile its machines run ("" = the default)
   std::string dc;       // "" = any
+  // Who may change its jobs besides admins: principal patterns (controlplane/access.h).
+  std::vector<std::string> owners;
 };
 
 struct Unavailability {
@@ -63,6 +65,8 @@ class Broker {
   Result<EntitlementId> create_entitlement(const EntitlementSpec& spec);
   // Undoes a create whose write failed (nothing can use it yet).
   void forget_entitlement(EntitlementId id);
+  // Replaces an entitlement's owners; returns the previous ones (to undo a failed write).
+  std::vector<std::string> set_owners(EntitlementId id, std::vector<std::string> owners);
   // After a restart: the entitlement as it was stored, with its id.
   void restore_entitlement(EntitlementId id, const EntitlementSpec& spec);
   const std::map<EntitlementId, EntitlementSpec>& entitlements() const { return ents_; }

@@ -14,7 +14,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
       t, "",
       {"socket", "socket_group", "listen", "insecure_listen", "state_dir", "heartbeat_interval",
        "missed_heartbeats", "destructive_per_min", "destructive_burst", "log_level",
-       "ended_task_retention", "tls_ca", "tls_cert", "tls_key", "tls_crl"}));
+       "ended_task_retention", "tls_ca", "tls_cert", "tls_key", "tls_crl", "access"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -34,6 +34,8 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                           {"tls_key", &c.tls.key_file}})
       if (v->empty())
         return field_error(name, std::string("'") + key + "' is required with the other tls_ keys");
+  TRY_ASSIGN(const toml::table* access, doc.get_table(t, "access"));
+  TRY_ASSIGN(c.access, parse_access(doc, access));
   TRY_ASSIGN(auto insecure, doc.get_bool(t, "insecure_listen"));
   c.insecure_listen = insecure.value_or(false);
   TRY_ASSIGN(auto hb, doc.get_string(t, "heartbeat_interval"));

@@ -6,6 +6,7 @@
 
 #include "common/result.h"
 #include "common/tls.h"
+#include "controlplane/access.h"
 #include "controlplane/broker.h"
 #include "controlplane/scheduler.h"
 
@@ -19,6 +20,8 @@ struct CpConfig {
   // Mutual TLS on `listen` (tls_ca, tls_cert, tls_key, tls_crl): every machine and
   // operator session presents a certificate from the CA bundle.
   tls::Config tls;
+  // Which certificates are machines, viewers, operators and admins ([access]).
+  AccessConfig access;
   std::string state_dir = "/var/lib/weft/controlplane";
   BrokerConfig broker;
   SchedulerLimits limits;

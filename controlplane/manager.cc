@@ -105,11 +105,129 @@ Status check_machine_identity(const rpc::Peer& peer, const std::string& machine)
       .with_code(rpc::kPermissionDenied);
 }
 
-Status Manager::check_operator(const CallContext& c) const {
-  if (c.peer.is_unix)
-    return rpc::require_privileged(c.peer, weft_gid_, cfg_.socket_group, "changing the cluster");
-  return make_error("operator calls are accepted on the Unix socket only")
+Caller Manager::caller(const CallContext& c) const {
+  Caller w;
+  const rpc::Peer& p = c.peer;
+  if (p.is_unix) {
+    w.unix_socket = true;
+    w.who = "uid " + std::to_string(p.uid) + " (pid " + std::to_string(p.pid) + ")";
+    if (rpc::require_privileged(p, weft_gid_, cfg_.socket_group, "calling the control plane")
+            .ok()) {
+      w.role = Role::kAdmin;
+      w.machine = true;
+    }
+    return w;
+  }
+  if (!p.tls) {  // plaintext TCP: loopback tests or insecure_listen; machines only
+    w.who = p.address;
+    w.machine = true;
+    return w;
+  }
+  w.id = &p.identity;
+  w.who = p.identity.subject;
+  w.role = cfg_.access.role_of(p.identity);
+  w.machine = cfg_.access.is_machine(p.identity);
+  return w;
+}
+
+Status Manager::permit(const Caller& who, int access, const std::string& method) const {
+  static const Role kNeeds[] = {Role::kNone, Role::kNone, Role::kViewer, Role::kOperator,
+                                Role::kAdmin};
+  bool ok = access == kMachineCall ? who.machine : who.role >= kNeeds[access];
+  if (ok) return {};
+  std::string why;
+  if (who.unix_socket)
+    why = "on the Unix socket only root and the '" + cfg_.socket_group + "' group are served";
+  else if (!who.id)
+    why = "over plaintext TCP only machine calls are served; " + method +
+          " needs a TLS client certificate";
+  else if (access == kMachineCall)
+    why = method + " is a machine call: the certificate must match access.machine";
+  else
+    why = method + " needs the " + role_name(kNeeds[access]) + " role; the certificate's role is " +
+          role_name(who.role);
+  log_warn("call refused", {{"PEER", who.who}, {"METHOD", method}, {"WHY", why}});
+  return make_error(who.who + ": " + why).with_code(rpc::kPermissionDenied);
+}
+
+Status Manager::may_change_jobs(const Caller& who, EntitlementId e) const {
+  auto it = broker_.entitlements().find(e);
+  if (it == broker_.entitlements().end()) return {};  // the operation reports it
+  if (may_operate(who, it->second.owners)) return {};
+  std::string owners;
+  for (const auto& o : it->second.owners) owners += (owners.empty() ? "" : ", ") + o;
+  return make_error(who.who + " may not change jobs in entitlement '" + it->second.name +
+                    "' (owners: " + (owners.empty() ? "none" : owners) + "; and admins)")
       .with_code(rpc::kPermissionDenied);
+}
+
+void Manager::audit(const Caller& who, const std::string& method, const json& p,
+                    const Result<json>& r) {
+  AuditRecord a;
+  a.who = who.who;
+  a.role = role_name(who.role);
+  a.method = method;
+  for (const char* key : {"name", "machine"})
+    if (p.is_object() && p.contains(key) && p[key].is_string()) {
+      a.target = p[key].get<std::string>().substr(0, 256);
+      break;
+    }
+  a.digest = tls::sha256_hex(p.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (r.ok())
+    a.result = "ok";
+  else
+    a.result = std::string(r.error().code == rpc::kPermissionDenied ? "denied: " : "error: ") +
+               r.error().str().substr(0, 512);
+  log_info("audit: " + a.who + " " + method + " " + a.target + ": " + a.result,
+           {{"AUDIT_WHO", a.who},
+            {"AUDIT_ROLE", a.role},
+            {"AUDIT_METHOD", method},
+            {"AUDIT_TARGET", a.target},
+            {"AUDIT_PARAMS_SHA256", a.digest},
+            {"AUDIT_RESULT", a.result}});
+  if (auto s = store_->put_audit(a); !s.ok())
+    log_error("audit entry not written to the store (the journal has it): " + s.error().str());
+}
+
+Status Manager::claim_session(std::map<MachineId, rpc::Session*>& table, MachineId m,
+                              const CallContext& c, const char* daemon) {
+  if (!c.session) return {};
+  uint64_t now = now_us();
+  auto it = table.find(m);
+  if (it != table.end() && it->second != c.session) {
+    rpc::Session* old = it->second;
+    auto h = heard_.find(old);
+    uint64_t heard = h == heard_.end() ? 0 : h->second;
+    uint64_t dead_after =
+        cfg_.broker.heartbeat_interval_us * static_cast<uint64_t>(cfg_.broker.missed_heartbeats);
+    const std::string& name = alloc_.spec(m).name;
+    if (now - heard < dead_after) {
+      log_warn("second session for a connected machine refused",
+               {{"MACHINE", name},
+                {"DAEMON", daemon},
+                {"CONNECTED", old->peer().address},
+                {"REFUSED", c.peer.address}});
+      return make_error("machine " + name + " already has a " + daemon + " session (from " +
+                        old->peer().address + ", heard from " +
+                        std::to_string((now - heard) / 1000) +
+                        " ms ago); a second one is refused until that one closes or falls silent")
+          .with_code(rpc::kConflict);
+    }
+    log_warn("a silent session replaced by a new one", {{"MACHINE", name},
+                                                        {"DAEMON", daemon},
+                                                        {"SILENT", old->peer().address},
+                                                        {"NEW", c.peer.address}});
+    table.erase(it);
+    old->close();
+  }
+  track_session(table, m, c.session);
+  if (heard_.emplace(c.session, now).second) {
+    rpc::Session* s = c.session;
+    s->watch_close([this, s] { heard_.erase(s); });
+  } else {
+    heard_[c.session] = now;
+  }
+  return {};
 }
 
 Status Manager::persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
@@ -312,6 +430,7 @@ Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
 Result<MachineId> Manager::own_machine(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
   TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
+  if (auto h = heard_.find(c.session); h != heard_.end()) h->second = now_us();
   return m;
 }
 

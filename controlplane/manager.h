@@ -24,6 +24,14 @@ namespace weft::cp {
 // and plaintext sessions (tests, insecure_listen) are not bound.
 Status check_machine_identity(const rpc::Peer& peer, const std::string& machine);
 
+// What each method needs (the `access` column of the method table, api.cc).
+enum Access : int {
+  kMachineCall = 1,  // a machine's daemons: Unix, plaintext TCP, or a machine certificate
+  kViewerCall,       // ls/show: viewer or above
+  kOperatorCall,     // job changes: operator or above (and an owner of the entitlement)
+  kAdminCall,        // entitlements, machines, drains: admin
+};
+
 // Shared by manager.cc and api.cc.
 uint64_t now_us();  // the scheduler's and broker's steady clock
 nlohmann::json task_json(const TaskRecord& t, const Allocator& a);
@@ -49,6 +57,8 @@ class Manager {
   Result<nlohmann::json> api_health_report(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_profile_report(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_entitlement_create(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_entitlement_update(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_audit_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_entitlement_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_entitlement_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_job_create(const nlohmann::json& p, const rpc::CallContext& c);
@@ -62,7 +72,8 @@ class Manager {
   Result<nlohmann::json> api_machine_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_drain(const nlohmann::json& p, const rpc::CallContext& c);
   // job.scale, job.update and job.stop: the operation, persisted, then sent.
-  Result<nlohmann::json> job_op(const std::string& op, const nlohmann::json& p);
+  Result<nlohmann::json> job_op(const std::string& op, const nlohmann::json& p,
+                                const rpc::CallContext& c);
   void send(const std::vector<Command>& cmds);
   void tick();
   // A machine refused a task.run: the task fails now, with the machine's message.
@@ -70,7 +81,19 @@ class Manager {
   // Writes what changed for these jobs and machines (and everything else small).
   Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);
   Status persist_commands(const std::vector<Command>& cmds);
-  Status check_operator(const rpc::CallContext& c) const;
+  // Who called (access.h), and whether that caller may make a call of this level.
+  Caller caller(const rpc::CallContext& c) const;
+  Status permit(const Caller& who, int access, const std::string& method) const;
+  // Job operations in entitlement `e`: its owners and admins (kPermissionDenied).
+  Status may_change_jobs(const Caller& who, EntitlementId e) const;
+  // The audit log: the table and the journal (one entry per operator call).
+  void audit(const Caller& who, const std::string& method, const nlohmann::json& p,
+             const Result<nlohmann::json>& r);
+  // A machine's agent or sidekick session: a second session for a machine whose session
+  // is alive and heard from within the dead-machine timeout is refused (kConflict), so it
+  // cannot take the machine's command channel; a silent one is replaced (and closed).
+  Status claim_session(std::map<MachineId, rpc::Session*>& table, MachineId m,
+                       const rpc::CallContext& c, const char* daemon);
   Result<MachineId> machine_of(const nlohmann::json& p, const rpc::CallContext& c);
   // machine_of for a machine's own calls (register aside): the session must be allowed to
   // speak for it (check_machine_identity).
@@ -93,6 +116,7 @@ class Manager {
   std::map<MachineId, rpc::Session*> sessions_;           // weft-agent's, for task commands
   std::map<MachineId, rpc::Session*> sidekick_sessions_;  // for profile.apply
   std::map<MachineId, std::string> pushed_profile_;       // what sidekick was last told
+  std::map<rpc::Session*, uint64_t> heard_;               // machine sessions: when last heard from
   // Not persisted: what the machine's daemons said last (shown by machine.show).
   std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
   Source timer_, sighup_;

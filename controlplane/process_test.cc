@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -23,6 +25,7 @@
 #include "common/job_spec.h"
 #include "common/rpc.h"
 #include "common/task_spec.h"
+#include "common/tls.h"
 
 namespace weft {
 namespace {
@@ -51,9 +54,12 @@ class FakeMachine {
       return json::object();
     });
   }
-  bool connect(const std::string& sock) {
-    auto c = rpc::Client::connect(sock);
-    if (!c.ok()) return false;
+  bool connect(const std::string& sock, const rpc::ClientTls* tls = nullptr) {
+    auto c = rpc::Client::connect(sock, rpc::kDefaultMaxLine, tls);
+    if (!c.ok()) {
+      error_ = c.error();
+      return false;
+    }
     client_ = std::move(c).value();
     client_->set_dispatcher(&methods_);
     auto r = client_->call("machine.register", {{"machine", id_},
@@ -62,9 +68,11 @@ class FakeMachine {
                                                 {"type", "std"},
                                                 {"cpu_milli", 4000},
                                                 {"mem_mb", 8192}});
-    if (!r.ok()) return false;
-    return client_->call("health.report", {{"machine", id_}, {"verdict", "ok"}}).ok();
+    if (r.ok()) r = client_->call("health.report", {{"machine", id_}, {"verdict", "ok"}});
+    if (!r.ok()) error_ = r.error();
+    return r.ok();
   }
+  const Error& error() const { return error_; }
   void report() {
     json tasks = json::object();
     for (const auto& t : running_) tasks[t] = "running";
@@ -86,6 +94,7 @@ class FakeMachine {
   std::set<std::string> running_;
   std::vector<std::string> refusals_;
   int starts_ = 0, stops_ = 0;
+  Error error_;
 };
 
 class ControlPlane : public ::testing::Test {
@@ -417,6 +426,324 @@ TEST_F(ControlPlane, TheThreeValidatorsAgreeOnRandomJobs) {
   EXPECT_GT(accepted, cases / 10);
   EXPECT_GT(refused, cases / 10);
   EXPECT_GT(starts, 0);
+}
+
+// ---- over the network: mutual TLS, identities, roles, audit (issue 13)
+
+// A free TCP port on 127.0.0.1 (bound, read, released: the daemon takes it next).
+uint16_t free_port() {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return 0;
+  return ntohs(a.sin_port);
+}
+
+// The control plane listening with mutual TLS on 127.0.0.1, a CA from scripts/weft-pki,
+// and certificates for machines, each role, and nobody in particular.
+class ControlPlaneTls : public ControlPlane {
+ protected:
+  void SetUp() override {
+    ControlPlane::SetUp();
+    pki_ = dir_ + "/pki";
+    std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
+    std::string cmds = tool + " ca " + pki_ + " && " + tool + " issue " + pki_ +
+                       " cp --dns cp.test --ip 127.0.0.1";
+    for (const char* spec :
+         {"m1 --ou machine", "m2 --ou machine", "viewer --ou viewer", "alice --ou operator",
+          "bob --ou operator", "root --ou admin", "stranger", "leaver --ou operator"})
+      cmds += " && " + tool + " issue " + pki_ + " " + spec;
+    ASSERT_EQ(std::system(("(" + cmds + ") >/dev/null").c_str()), 0) << cmds;
+    port_ = free_port();
+    ASSERT_NE(port_, 0);
+    ASSERT_TRUE(write_file(dir_ + "/cp.toml",
+                           "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
+                               "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
+                               "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 3\n"
+                               "log_level = \"debug\"\ntls_ca = \"" +
+                               pki_ + "/ca.pem\"\ntls_cert = \"" + pki_ +
+                               "/cp.pem\"\ntls_key = \"" + pki_ + "/cp.key\"\ntls_crl = \"" + pki_ +
+                               "/crl.pem\"\n")
+                    .ok());
+  }
+  rpc::ClientTls tls_as(const std::string& who) {
+    auto ctx = tls::Context::create(
+        {pki_ + "/ca.pem", pki_ + "/" + who + ".pem", pki_ + "/" + who + ".key", ""},
+        tls::Role::kClient);
+    EXPECT_TRUE(ctx.ok()) << ctx.error().str();
+    return {ctx.ok() ? *ctx : nullptr, ""};
+  }
+  std::string tcp() const { return "tls://127.0.0.1:" + std::to_string(port_); }
+  // One call over TLS with `who`'s certificate.
+  Result<json> call_as(const std::string& who, const std::string& m, const json& p = {}) {
+    auto t = tls_as(who);
+    TRY_ASSIGN(auto c, rpc::Client::connect(tcp(), rpc::kDefaultMaxLine, &t));
+    return c->call(m, p.is_null() ? json::object() : p, 5000);
+  }
+  static json job(const std::string& name, const std::string& ent) {
+    return {{"name", name},
+            {"entitlement", ent},
+            {"count", 1},
+            {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+            {"task", {{"argv", {"/bin/sleep", "infinity"}}, {"env", {{"TOKEN", "hunter2"}}}}}};
+  }
+  std::string pki_;
+  uint16_t port_ = 0;
+};
+
+bool denied(const Result<json>& r) {
+  return !r.ok() && r.error().code == rpc::kPermissionDenied;
+}
+
+TEST_F(ControlPlaneTls, EachCertificateMayDoWhatItsRoleAllows) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m1("m1", "r1"), m2("m2", "r2");
+  auto t1 = tls_as("m1"), t2 = tls_as("m2");
+  ASSERT_TRUE(m1.connect(tcp(), &t1)) << m1.error().str();
+  ASSERT_TRUE(m2.connect(tcp(), &t2)) << m2.error().str();
+  // A machine certificate speaks for its own machine only, and reads nothing.
+  FakeMachine impostor("m2", "r1");
+  EXPECT_FALSE(impostor.connect(tcp(), &t1));
+  EXPECT_EQ(impostor.error().code, rpc::kPermissionDenied) << impostor.error().str();
+  EXPECT_TRUE(denied(m1.call("machine.report", {{"machine", "m2"}, {"tasks", json::object()}})));
+  EXPECT_TRUE(denied(m1.call("health.report", {{"machine", "m2"}, {"verdict", "failed"}})));
+  EXPECT_TRUE(denied(m1.call("job.ls", json::object())));
+  // Operators, viewers and strangers make no machine calls.
+  EXPECT_TRUE(denied(call_as("alice", "machine.heartbeat", {{"machine", "m1"}})));
+  EXPECT_TRUE(denied(call_as("stranger", "job.ls")));
+
+  // The admin creates two entitlements, each with its owner; only admins may.
+  EXPECT_TRUE(denied(call_as("alice", "entitlement.create",
+                             {{"name", "a"}, {"quota", 1}, {"owners", {"CN=alice"}}})));
+  ASSERT_TRUE(
+      call_as("root", "entitlement.create", {{"name", "a"}, {"quota", 1}, {"owners", {"CN=alice"}}})
+          .ok());
+  ASSERT_TRUE(call("entitlement.create", {{"name", "b"}, {"quota", 1}, {"owners", {"CN=bob"}}})
+                  .ok());  // the Unix socket is admin
+  auto bad_owner = call("entitlement.create", {{"name", "c"}, {"quota", 1}, {"owners", {"x"}}});
+  EXPECT_FALSE(bad_owner.ok());
+  EXPECT_NE(bad_owner.error().str().find("owners[0]"), std::string::npos)
+      << bad_owner.error().str();
+
+  // Operators run jobs in the entitlements they own, and only there.
+  auto made = call_as("alice", "job.create", job("web", "a"));
+  ASSERT_TRUE(made.ok()) << made.error().str();
+  EXPECT_TRUE(denied(call_as("alice", "job.create", job("api", "b"))));
+  EXPECT_TRUE(call_as("bob", "job.create", job("api", "b")).ok());
+  EXPECT_TRUE(denied(call_as("bob", "job.stop", {{"name", "web"}})));
+  EXPECT_TRUE(denied(call_as("bob", "job.scale", {{"name", "web"}, {"count", 2}})));
+  EXPECT_TRUE(denied(call_as("viewer", "job.create", job("x", "a"))));
+  EXPECT_TRUE(denied(call_as("viewer", "job.stop", {{"name", "web"}})));
+  EXPECT_TRUE(denied(call_as("viewer", "machine.drain", {{"machine", "m1"}})));
+  EXPECT_TRUE(denied(call_as("alice", "machine.drain", {{"machine", "m1"}})));
+
+  // Reads: viewers and non-owners see the job without its secrets.
+  for (const char* who : {"viewer", "bob"}) {
+    auto shown = call_as(who, "job.show", {{"name", "web"}});
+    ASSERT_TRUE(shown.ok()) << who << ": " << shown.error().str();
+    EXPECT_EQ((*shown)["spec"]["task"]["env"]["TOKEN"], "(hidden)") << who;
+    EXPECT_EQ(shown->dump().find("hunter2"), std::string::npos) << who;
+  }
+  for (const char* who : {"alice", "root"}) {
+    auto shown = call_as(who, "job.show", {{"name", "web"}});
+    ASSERT_TRUE(shown.ok()) << who;
+    EXPECT_EQ((*shown)["spec"]["task"]["env"]["TOKEN"], "hunter2") << who;
+  }
+  for (const char* m : {"job.ls", "task.ls", "machine.ls", "entitlement.ls", "audit.ls"})
+    EXPECT_TRUE(call_as("viewer", m).ok()) << m;
+
+  // Owners change with entitlement.update (admins): bob now owns a as well.
+  EXPECT_TRUE(
+      denied(call_as("bob", "entitlement.update", {{"name", "a"}, {"owners", {"CN=bob"}}})));
+  ASSERT_TRUE(
+      call_as("root", "entitlement.update", {{"name", "a"}, {"owners", {"OU=operator"}}}).ok());
+  EXPECT_TRUE(call_as("bob", "job.scale", {{"name", "web"}, {"count", 1}}).ok());
+
+  // Plaintext to the TLS port gets nothing.
+  auto plain = rpc::Client::connect("127.0.0.1:" + std::to_string(port_));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE((*plain)->call("job.ls", json::object(), 2000).ok());
+
+  // The audit log has every change and every refusal, with who and a digest.
+  auto audit = call_as("viewer", "audit.ls");
+  ASSERT_TRUE(audit.ok());
+  auto has = [&](const std::string& who, const std::string& method, const std::string& target,
+                 const std::string& result) {
+    for (const auto& e : (*audit)["entries"])
+      if (e["who"].get<std::string>().find(who) != std::string::npos && e["method"] == method &&
+          e["target"] == target && e["result"].get<std::string>().rfind(result, 0) == 0 &&
+          e["params_sha256"].get<std::string>().size() == 64)
+        return true;
+    return false;
+  };
+  EXPECT_TRUE(has("CN=alice", "job.create", "web", "ok")) << audit->dump(1);
+  EXPECT_TRUE(has("CN=alice", "job.create", "api", "denied"));
+  EXPECT_TRUE(has("CN=bob", "job.stop", "web", "denied"));
+  EXPECT_TRUE(has("CN=viewer", "machine.drain", "m1", "denied"));
+  EXPECT_TRUE(has("uid ", "entitlement.create", "b", "ok"));
+  EXPECT_TRUE(has("CN=root", "entitlement.update", "a", "ok"));
+  EXPECT_TRUE(has("uid ", "entitlement.create", "c", "error"));
+  // Reads and machine calls are not audited.
+  for (const auto& e : (*audit)["entries"]) {
+    EXPECT_NE(e["method"], "job.show");
+    EXPECT_NE(e["method"], "machine.register");
+  }
+  // And it survives a restart; --since filters by time.
+  stop(SIGKILL);
+  start();
+  if (HasFatalFailure()) return;
+  auto again = call("audit.ls", {{"since_wall_us", 1}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)["entries"].size(), (*audit)["entries"].size());
+  auto none = call("audit.ls", {{"since_wall_us", int64_t{4'000'000'000'000'000}}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE((*none)["entries"].empty());
+}
+
+TEST_F(ControlPlaneTls, ASecondSessionDoesNotTakeAConnectedMachine) {
+  start();
+  if (HasFatalFailure()) return;
+  auto t1 = tls_as("m1");
+  FakeMachine real("m1", "r1"), second("m1", "r1");
+  ASSERT_TRUE(real.connect(tcp(), &t1)) << real.error().str();
+  real.report();
+  // A second session with the same certificate while the first one talks: refused.
+  EXPECT_FALSE(second.connect(tcp(), &t1));
+  EXPECT_EQ(second.error().code, rpc::kConflict) << second.error().str();
+  real.report();
+  auto shown = call("machine.show", {{"machine", "m1"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ((*shown)["connected"], true);
+  // The real machine still gets its commands: a job lands on it.
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(call("job.create", job("web", "a")).ok());
+  for (int i = 0; i < 50 && real.running().empty(); ++i) {
+    real.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(real.running().size(), 1u);
+  // A session that closed leaves at once: the next one registers.
+  real.disconnect();
+  FakeMachine back("m1", "r1");
+  for (int i = 0; i < 50 && !back.connect(tcp(), &t1); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(back.error().code, 0) << back.error().str();
+  // One that fell silent (no FIN: a machine that lost power) is replaced after the
+  // dead-machine timeout (3 x 200 ms here), and closed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  FakeMachine after("m1", "r1");
+  ASSERT_TRUE(after.connect(tcp(), &t1)) << after.error().str();
+  EXPECT_FALSE(back.call("machine.heartbeat", {{"machine", "m1"}}).ok());
+}
+
+TEST_F(ControlPlaneTls, CertificatesRotateAndRevokeOnReloadWithoutRestartingTasks) {
+  start();
+  if (HasFatalFailure()) return;
+  auto t1 = tls_as("m1");
+  FakeMachine m1("m1", "r1");
+  ASSERT_TRUE(m1.connect(tcp(), &t1)) << m1.error().str();
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(call("job.create", job("web", "a")).ok());
+  for (int i = 0; i < 50 && m1.running().empty(); ++i) {
+    m1.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(m1.starts(), 1);
+  auto before = rpc::Client::connect(tcp(), rpc::kDefaultMaxLine, &t1);
+  ASSERT_TRUE(before.ok());
+  std::string old_serial = (*before)->server_identity().serial;
+  // A new control-plane certificate, and the leaver's revoked; then SIGHUP.
+  std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
+  ASSERT_EQ(std::system(("(" + tool + " issue " + pki_ + " cp --dns cp.test --ip 127.0.0.1 && " +
+                         tool + " revoke " + pki_ + " leaver) >/dev/null")
+                            .c_str()),
+            0);
+  EXPECT_TRUE(call_as("leaver", "job.ls").ok());  // not yet: the old CRL is loaded
+  kill(pid_, SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The machine's session carries on; its task was never restarted.
+  for (int i = 0; i < 5; ++i) {
+    m1.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(m1.call("machine.heartbeat", {{"machine", "m1"}}).ok());
+  EXPECT_EQ(m1.starts(), 1);
+  EXPECT_EQ(m1.stops(), 0);
+  // New handshakes get the new certificate; the revoked one is refused, logged why.
+  auto after = rpc::Client::connect(tcp(), rpc::kDefaultMaxLine, &t1);
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE((*after)->server_identity().serial, old_serial);
+  EXPECT_FALSE(call_as("leaver", "job.ls").ok());
+  std::string log = read_file(dir_ + "/cp.log").value_or("");
+  EXPECT_NE(log.find("revoked"), std::string::npos)
+      << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
+}
+
+TEST_F(ControlPlaneTls, WeftctlOverTlsTakesFlagsEnvironmentOrItsConfigFile) {
+  start();
+  if (HasFatalFailure()) return;
+  auto t1 = tls_as("m1");
+  FakeMachine m1("m1", "r1");
+  ASSERT_TRUE(m1.connect(tcp(), &t1)) << m1.error().str();
+  ASSERT_TRUE(
+      call("entitlement.create", {{"name", "a"}, {"quota", 1}, {"owners", {"CN=alice"}}}).ok());
+  ASSERT_TRUE(call("job.create", job("web", "a")).ok());
+  auto run = [&](const std::string& env, const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    int rc = std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " + env +
+                          " " WEFTCTL_BIN " " + args + " >" + out + " 2>&1")
+                             .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  };
+  auto id = [&](const std::string& who) {
+    return "--tls-ca " + pki_ + "/ca.pem --tls-cert " + pki_ + "/" + who + ".pem --tls-key " +
+           pki_ + "/" + who + ".key";
+  };
+  // Flags.
+  auto [rc1, out1] = run("", "--controlplane " + tcp() + " " + id("viewer") + " job ls");
+  EXPECT_EQ(rc1, 0) << out1;
+  EXPECT_NE(out1.find("web"), std::string::npos) << out1;
+  auto [rc2, out2] = run("", "--controlplane " + tcp() + " " + id("viewer") + " job stop web");
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_NE(out2.find("needs the operator role"), std::string::npos) << out2;
+  // No certificate for a tls:// endpoint: a clear error naming what to give.
+  auto [rc3, out3] = run("", "--controlplane " + tcp() + " job ls");
+  EXPECT_NE(rc3, 0);
+  EXPECT_NE(out3.find("--tls-cert"), std::string::npos) << out3;
+  // The environment.
+  std::string env = "WEFT_CONTROLPLANE=" + tcp() + " WEFT_TLS_CA=" + pki_ +
+                    "/ca.pem WEFT_TLS_CERT=" + pki_ + "/alice.pem WEFT_TLS_KEY=" + pki_ +
+                    "/alice.key";
+  auto [rc4, out4] = run(env, "job show web --json");
+  EXPECT_EQ(rc4, 0) << out4;
+  EXPECT_NE(out4.find("hunter2"), std::string::npos) << out4;  // alice owns it
+  // The config file (~/.config/weft/weftctl.toml), overridden by a flag.
+  ASSERT_TRUE(mkdir_p(dir_ + "/.config/weft").ok());
+  ASSERT_TRUE(write_file(dir_ + "/.config/weft/weftctl.toml",
+                         "controlplane = \"" + tcp() + "\"\ntls_ca = \"" + pki_ +
+                             "/ca.pem\"\ntls_cert = \"" + pki_ + "/root.pem\"\ntls_key = \"" +
+                             pki_ + "/root.key\"\n")
+                  .ok());
+  auto [rc5, out5] = run("", "machine drain nosuch");
+  EXPECT_NE(out5.find("unknown machine"), std::string::npos) << out5;  // admin: allowed
+  auto [rc6, out6] = run("", "audit ls --since 1h");
+  EXPECT_EQ(rc6, 0) << out6;
+  EXPECT_NE(out6.find("CN=viewer"), std::string::npos) << out6;
+  EXPECT_NE(out6.find("denied"), std::string::npos) << out6;
+  auto [rc7, out7] = run("", "--tls-cert " + pki_ + "/viewer.pem --tls-key " + pki_ +
+                                 "/viewer.key job show web --json");
+  EXPECT_EQ(rc7, 0) << out7;
+  EXPECT_EQ(out7.find("hunter2"), std::string::npos) << out7;
+  // A config file with a mistake names its line.
+  ASSERT_TRUE(write_file(dir_ + "/.config/weft/weftctl.toml", "controlplane = 1\n").ok());
+  auto [rc8, out8] = run("", "job ls");
+  EXPECT_EQ(rc8, 2);
+  EXPECT_NE(out8.find("weftctl.toml:1"), std::string::npos) << out8;
 }
 
 }  // namespace

@@ -29,6 +29,10 @@ const std::vector<std::string> kMigrations = {
        ALTER TABLE tasks ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
        CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, at_wall_us INTEGER NOT NULL,
                             machine TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL);)",
+    // The audit log: every operator call that changes the cluster (or was refused).
+    R"(CREATE TABLE audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, at_wall_us INTEGER NOT NULL,
+                           who TEXT NOT NULL, role TEXT NOT NULL, method TEXT NOT NULL,
+                           target TEXT NOT NULL, digest TEXT NOT NULL, result TEXT NOT NULL);)",
 };
 
 TaskState state_from(const std::string& s) {
@@ -130,7 +134,11 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) {
 Status StateStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO entitlements (id, spec) VALUES (?1, ?2)"));
-  json j{{"name", e.name}, {"quota", e.quota}, {"profile", e.profile}, {"dc", e.dc}};
+  json j{{"name", e.name},
+         {"quota", e.quota},
+         {"profile", e.profile},
+         {"dc", e.dc},
+         {"owners", e.owners}};
   s.bind(1, int64_t{id}).bind(2, j.dump());
   return s.run();
 }
@@ -239,6 +247,43 @@ Status StateStore::put_task_seq(uint64_t seq) {
   return s.run();
 }
 
+Status StateStore::put_audit(const AuditRecord& r) {
+  TRY_ASSIGN(Stmt s, db_->prepare("INSERT INTO audit (at_wall_us, who, role, method, target, "
+                                  "digest, result) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+  s.bind(1, r.at_wall_us ? r.at_wall_us : static_cast<int64_t>(wall_()))
+      .bind(2, r.who)
+      .bind(3, r.role)
+      .bind(4, r.method)
+      .bind(5, r.target)
+      .bind(6, r.digest)
+      .bind(7, r.result);
+  TRY(s.run());
+  // Bounded: the oldest rows go once the table holds more than kMaxAudit (checked every
+  // 1,000 rows, so the table never exceeds it by more than that).
+  if (++audit_writes_ % 1000 == 0) {
+    TRY_ASSIGN(Stmt d, db_->prepare("DELETE FROM audit WHERE seq <= (SELECT MAX(seq) FROM audit) "
+                                    "- ?1"));
+    d.bind(1, static_cast<int64_t>(kMaxAudit));
+    TRY(d.run());
+  }
+  return {};
+}
+
+Result<std::vector<AuditRecord>> StateStore::audit(int64_t since_wall_us, size_t limit) {
+  TRY_ASSIGN(Stmt s, db_->prepare("SELECT seq, at_wall_us, who, role, method, target, digest, "
+                                  "result FROM (SELECT * FROM audit WHERE at_wall_us >= ?1 "
+                                  "ORDER BY seq DESC LIMIT ?2) ORDER BY seq"));
+  s.bind(1, since_wall_us).bind(2, static_cast<int64_t>(limit));
+  std::vector<AuditRecord> out;
+  for (;;) {
+    TRY_ASSIGN(bool row, s.step());
+    if (!row) break;
+    out.push_back({s.col_int(0), s.col_int(1), s.col_text(2), s.col_text(3), s.col_text(4),
+                   s.col_text(5), s.col_text(6), s.col_text(7)});
+  }
+  return out;
+}
+
 Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now) {
   {
     TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, spec FROM entitlements ORDER BY id"));
@@ -247,9 +292,15 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
       if (!row) break;
       json j = json::parse(s.col_text(1), nullptr, false);
       if (!j.is_object()) return make_error("corrupt entitlement row");
-      broker.restore_entitlement(static_cast<EntitlementId>(s.col_int(0)),
-                                 {j.value("name", ""), j.value("quota", size_t{0}),
-                                  j.value("profile", ""), j.value("dc", "")});
+      EntitlementSpec e{j.value("name", ""),
+                        j.value("quota", size_t{0}),
+                        j.value("profile", ""),
+                        j.value("dc", ""),
+                        {}};
+      if (auto o = j.find("owners"); o != j.end() && o->is_array())
+        for (const auto& v : *o)
+          if (v.is_string()) e.owners.push_back(v.get<std::string>());
+      broker.restore_entitlement(static_cast<EntitlementId>(s.col_int(0)), e);
     }
   }
   {

@@ -31,6 +31,18 @@ Result<JobSpec> stored_job_spec(nlohmann::json j,
 nlohmann::json request_to_json(const Request& r);
 Result<Request> request_from_json(const nlohmann::json& j);
 
+// One audit log entry: an operator call that changes the cluster, or was refused.
+struct AuditRecord {
+  int64_t seq = 0;
+  int64_t at_wall_us = 0;  // 0 when writing: now
+  std::string who;         // certificate subject, or "uid N" on the Unix socket
+  std::string role;        // viewer, operator, admin, none
+  std::string method;
+  std::string target;  // the job, entitlement or machine named
+  std::string digest;  // sha256 of the call's parameters as received
+  std::string result;  // "ok", "denied: ...", "error: ..."
+};
+
 class StateStore {
  public:
   static Result<std::unique_ptr<StateStore>> open(const std::string& path);
@@ -60,6 +72,12 @@ class StateStore {
   // time); the table keeps the latest Broker::kMaxEvents.
   Status put_events(const std::vector<Unavailability>& events);
 
+  // Appended in its own transaction; the table keeps the latest kMaxAudit rows.
+  static constexpr size_t kMaxAudit = 100'000;
+  Status put_audit(const AuditRecord& r);
+  // Up to `limit` latest entries at or after `since_wall_us`, oldest first.
+  Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit);
+
   // Everything, back into fresh modules (in this order: machines, entitlements,
   // placements, jobs, tasks). The broker must be new: machines get their old ids.
   Status restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now_us);
@@ -74,6 +92,7 @@ class StateStore {
   std::unique_ptr<Db> db_;
   std::function<uint64_t()> mono_ = now_monotonic_us;
   std::function<uint64_t()> wall_ = now_realtime_us;
+  uint64_t audit_writes_ = 0;
 };
 
 }  // namespace weft::cp

@@ -32,14 +32,16 @@ void Manager::register_methods() {
       {"profile.show", &Manager::api_profile_show},
       {"profile.active", &Manager::api_profile_active},
       {"profile.plan", &Manager::api_profile_plan},
-      {"profile.switch", &Manager::api_profile_switch, true},
+      {"profile.switch", &Manager::api_profile_switch, rpc::kPrivileged},
       {"profile.verify", &Manager::api_profile_verify},
-      {"profile.off", &Manager::api_profile_off, true},
+      {"profile.off", &Manager::api_profile_off, rpc::kPrivileged},
       {"profile.import_tuned", &Manager::api_profile_import_tuned},
       {"profile.history", &Manager::api_profile_history},
   };
   rpc::add_methods(methods_, this, kMethods,
-                   [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
+                   [this](const rpc::CallContext& c, int, const std::string&) {
+                     return check_privileged(c.peer);
+                   });
 }
 
 Result<json> Manager::api_profile_ls(const json&, const rpc::CallContext&) {

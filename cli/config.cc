@@ -1,0 +1,66 @@
+// weftctl's own configuration: where the control plane is and which certificate speaks
+// for the operator.
+#include <cstdlib>
+
+#include "cli/util.h"
+#include "common/config.h"
+#include "common/fs.h"
+#include "common/tls.h"
+
+namespace weft::cli {
+
+Status load_cli_config(Globals& g) {
+  std::string path;
+  bool must_exist = false;
+  if (const char* e = std::getenv("WEFTCTL_CONFIG"); e && *e) {
+    path = e;
+    must_exist = true;
+  } else if (const char* home = std::getenv("HOME");
+             home && *home && path_exists(std::string(home) + "/.config/weft/weftctl.toml")) {
+    path = std::string(home) + "/.config/weft/weftctl.toml";
+  } else if (path_exists("/etc/weft/weftctl.toml")) {
+    path = "/etc/weft/weftctl.toml";
+  }
+  if (!path.empty() && (must_exist || path_exists(path))) {
+    TRY_ASSIGN(TomlDoc doc, TomlDoc::load(path));
+    const auto& t = doc.root();
+    TRY(doc.only_keys(t, "", {"controlplane", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}));
+    for (auto [key, out] : {std::pair{"controlplane", &g.controlplane},
+                            {"tls_ca", &g.tls_ca},
+                            {"tls_cert", &g.tls_cert},
+                            {"tls_key", &g.tls_key},
+                            {"tls_server_name", &g.tls_server_name}}) {
+      TRY_ASSIGN(auto v, doc.get_string(t, key));
+      if (v) *out = *v;
+    }
+  }
+  for (auto [var, out] : {std::pair{"WEFT_CONTROLPLANE", &g.controlplane},
+                          {"WEFT_TLS_CA", &g.tls_ca},
+                          {"WEFT_TLS_CERT", &g.tls_cert},
+                          {"WEFT_TLS_KEY", &g.tls_key},
+                          {"WEFT_TLS_SERVER_NAME", &g.tls_server_name}})
+    if (const char* e = std::getenv(var); e && *e) *out = e;
+  return {};
+}
+
+std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g) {
+  bool tcp = g.controlplane.rfind("tls://", 0) == 0;
+  if (!tcp) {
+    auto ep = rpc::parse_endpoint(g.controlplane);
+    tcp = ep.ok() && !ep->is_unix;
+  }
+  if (!tcp) return connect_or_die(g.controlplane, "weft-controlplane", "--controlplane");
+  if (g.tls_cert.empty() || g.tls_key.empty() || g.tls_ca.empty())
+    die("the control plane at " + g.controlplane +
+        " is TCP: give a certificate, key and CA bundle (--tls-cert, --tls-key, --tls-ca; "
+        "WEFT_TLS_CERT, WEFT_TLS_KEY, WEFT_TLS_CA; or weftctl.toml)");
+  tls::Config cfg{g.tls_ca, g.tls_cert, g.tls_key, ""};
+  auto ctx = tls::Context::create(cfg, tls::Role::kClient);
+  if (!ctx.ok()) die(ctx.error().str());
+  rpc::ClientTls t{*ctx, g.tls_server_name};
+  auto c = rpc::Client::connect(g.controlplane, rpc::kDefaultMaxLine, &t);
+  if (!c.ok()) die(c.error().str() + " (is weft-controlplane listening there? --controlplane)");
+  return std::move(c).value();
+}
+
+}  // namespace weft::cli

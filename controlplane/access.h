@@ -1,0 +1,56 @@
+// Who may do what on the control plane (docs/security.md). A caller is one of:
+//  - a Unix-socket peer that is root, the daemon's user or in the weft group: admin;
+//  - a TLS peer: its verified certificate is matched against the [access] patterns of
+//    controlplane.toml; the highest role matched wins, and a certificate matching the
+//    `machine` patterns may speak for the machine its SAN DNS entry (or CN) names;
+//  - a plaintext TCP peer (loopback tests, insecure_listen): machine calls only.
+// Roles: viewer (ls/show, secrets hidden), operator (jobs in the entitlements it owns),
+// admin (everything: entitlements, machines, drains, any job).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/result.h"
+#include "common/tls.h"
+
+namespace weft::cp {
+
+enum class Role { kNone, kViewer, kOperator, kAdmin };
+const char* role_name(Role r);
+
+// A pattern naming certificates: "CN=<name>", "OU=<unit>", "O=<organisation>",
+// "DNS=<SAN entry>", or a whole subject as OpenSSL prints it in RFC 2253 order
+// ("CN=bob,OU=team-web,O=example"). Also used for an entitlement's owners.
+Status check_principal_pattern(const std::string& pattern);
+bool principal_matches(const std::string& pattern, const tls::Identity& id);
+bool any_matches(const std::vector<std::string>& patterns, const tls::Identity& id);
+
+struct AccessConfig {
+  std::vector<std::string> machine{"OU=machine"};
+  std::vector<std::string> viewer{"OU=viewer"};
+  std::vector<std::string> op{"OU=operator"};
+  std::vector<std::string> admin{"OU=admin"};
+
+  Role role_of(const tls::Identity& id) const;
+  bool is_machine(const tls::Identity& id) const { return any_matches(machine, id); }
+};
+
+// The [access] table of controlplane.toml (absent keys keep their defaults).
+Result<AccessConfig> parse_access(const TomlDoc& doc, const toml::table* t);
+
+// Who called, for permission checks and the audit log.
+struct Caller {
+  Role role = Role::kNone;
+  bool machine = false;               // may make machine calls (for the machine it names)
+  bool unix_socket = false;           // local: root or the weft group
+  std::string who;                    // certificate subject, "uid 0 (pid 12)", or the address
+  const tls::Identity* id = nullptr;  // TLS callers
+};
+
+// Whether `c` may change jobs of an entitlement owned by `owners`: admins always,
+// operators whose certificate matches an owner pattern.
+bool may_operate(const Caller& c, const std::vector<std::string>& owners);
+
+}  // namespace weft::cp
