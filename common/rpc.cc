@@ -831,7 +831,9 @@ Status Server::listen_tcp(const std::string& host, uint16_t port) {
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd.get(), res->ai_addr, res->ai_addrlen) < 0)
     return sys_error("bind " + host + ":" + ps);
-  if (::listen(fd.get(), 512) < 0) return sys_error("listen");
+  // A deep queue: after a control-plane restart every machine connects at once, and
+  // connections wait here (no state in the daemon) while handshakes are capped.
+  if (::listen(fd.get(), 4096) < 0) return sys_error("listen");
   sockaddr_storage ss{};
   socklen_t sl = sizeof ss;
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &sl);
@@ -841,11 +843,30 @@ Status Server::listen_tcp(const std::string& host, uint16_t port) {
   TRY_ASSIGN(Source src,
              loop_.add_io(lfd, EPOLLIN, [this, lfd](uint32_t) { accept_on(lfd, false); }));
   listeners_.emplace_back(std::move(fd), std::move(src));
+  tcp_listeners_.push_back(listeners_.size() - 1);
   return {};
+}
+
+void Server::set_tcp_accepting(bool on) {
+  if (accepting_tcp_ == on) return;
+  accepting_tcp_ = on;
+  for (size_t i : tcp_listeners_)
+    (void)listeners_[i].second.set_io_events(on ? uint32_t{EPOLLIN} : 0u);
+}
+
+void Server::handshake_done() {
+  --handshaking_;
+  if (!accepting_tcp_ && handshaking_ < limits_.max_handshaking) set_tcp_accepting(true);
 }
 
 void Server::accept_on(int lfd, bool is_unix) {
   for (;;) {
+    if (!is_unix && tls_ && handshaking_ >= limits_.max_handshaking) {
+      // Enough unfinished handshakes: the rest wait in the kernel's queue (nothing held
+      // for them here) until one finishes or times out.
+      set_tcp_accepting(false);
+      return;
+    }
     sockaddr_storage ss{};
     socklen_t sl = sizeof ss;
     int c = ::accept4(lfd, reinterpret_cast<sockaddr*>(&ss), &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -899,8 +920,6 @@ void Server::accept_on(int lfd, bool is_unix) {
       refused = "too many sessions";
     else if (!is_unix && per_address_[peer.host] >= limits_.max_sessions_per_address)
       refused = "too many sessions from one address";
-    else if (tls && handshaking_ >= limits_.max_handshaking)
-      refused = "too many unfinished TLS handshakes";
     if (refused) {
       // Closing at once is the answer: the peer sees the connection end.
       uint64_t now = now_monotonic_us();
@@ -930,10 +949,10 @@ void Server::accept_on(int lfd, bool is_unix) {
       ++handshaking_;
       auto counted = std::make_shared<bool>(true);
       raw->set_on_established([this, counted] {
-        if (std::exchange(*counted, false)) --handshaking_;
+        if (std::exchange(*counted, false)) handshake_done();
       });
       raw->watch_close([this, counted] {
-        if (std::exchange(*counted, false)) --handshaking_;
+        if (std::exchange(*counted, false)) handshake_done();
       });
     }
     raw->set_on_close([this] {
@@ -974,7 +993,9 @@ void Server::shed_connection(int lfd, size_t listener_index) {
   auto t = loop_.add_timer_in(200'000, [this, listener_index] {
     resume_timer_.reset();
     if (!spare_fd_.valid()) spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (listener_index < listeners_.size())
+    bool tcp = std::find(tcp_listeners_.begin(), tcp_listeners_.end(), listener_index) !=
+               tcp_listeners_.end();
+    if (listener_index < listeners_.size() && (accepting_tcp_ || !tcp))
       (void)listeners_[listener_index].second.set_io_events(EPOLLIN);
   });
   if (t.ok()) resume_timer_ = std::move(t).value();

@@ -237,8 +237,8 @@ struct ServerLimits {
   size_t max_sessions_per_address = 256;
   // Bytes of unfinished input lines held across all sessions.
   size_t max_buffered_bytes = 64u << 20;
-  // TLS: connections whose handshake is not finished, at once (more are refused), and
-  // how long one may take.
+  // TLS: connections whose handshake is not finished, at once (more wait unaccepted in
+  // the listen queue), and how long one may take.
   size_t max_handshaking = 256;
   uint64_t handshake_timeout_us = 10'000'000;
 };
@@ -264,6 +264,9 @@ class Server {
   // Out of descriptors: refuse the connection at the head of the queue with the spare
   // descriptor, or pause the listener briefly when even that is gone.
   void shed_connection(int lfd, size_t listener_index);
+  // Pauses or resumes accepting on the TCP listeners (the handshake cap).
+  void set_tcp_accepting(bool on);
+  void handshake_done();
   void reap();
   EventLoop& loop_;
   const Dispatcher* dispatcher_;
@@ -276,6 +279,8 @@ class Server {
   uint64_t last_shed_log_us_ = 0;
   uint64_t shed_since_log_ = 0;
   std::vector<std::pair<Fd, Source>> listeners_;
+  std::vector<size_t> tcp_listeners_;  // indices into listeners_
+  bool accepting_tcp_ = true;
   std::vector<std::string> unix_paths_;
   std::map<Session*, std::unique_ptr<Session>> sessions_;
   Source reaper_;

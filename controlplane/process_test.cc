@@ -622,7 +622,7 @@ TEST_F(ControlPlaneTls, ASecondSessionDoesNotTakeAConnectedMachine) {
   // The real machine still gets its commands: a job lands on it.
   ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
   ASSERT_TRUE(call("job.create", job("web", "a")).ok());
-  for (int i = 0; i < 50 && real.running().empty(); ++i) {
+  for (int i = 0; i < 250 && real.running().empty(); ++i) {
     real.report();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -649,11 +649,11 @@ TEST_F(ControlPlaneTls, CertificatesRotateAndRevokeOnReloadWithoutRestartingTask
   ASSERT_TRUE(m1.connect(tcp(), &t1)) << m1.error().str();
   ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
   ASSERT_TRUE(call("job.create", job("web", "a")).ok());
-  for (int i = 0; i < 50 && m1.running().empty(); ++i) {
+  for (int i = 0; i < 250 && m1.running().empty(); ++i) {
     m1.report();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_EQ(m1.starts(), 1);
+  ASSERT_EQ(m1.starts(), 1) << read_file(dir_ + "/cp.log").value_or("");
   auto before = rpc::Client::connect(tcp(), rpc::kDefaultMaxLine, &t1);
   ASSERT_TRUE(before.ok());
   std::string old_serial = (*before)->server_identity().serial;
