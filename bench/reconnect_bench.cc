@@ -127,7 +127,6 @@ struct Machine {
   std::string id;
   in_addr source{};
   std::shared_ptr<tls::Context> ctx;
-  SSL_SESSION* saved = nullptr;
   Fd connecting;
   Source io, retry, report;
   std::unique_ptr<rpc::Session> session;
@@ -141,10 +140,7 @@ class Simulator {
   Simulator(EventLoop& loop, Mode mode, uint16_t port, uint64_t heartbeat_us)
       : loop_(loop), mode_(mode), port_(port), heartbeat_us_(heartbeat_us) {}
   ~Simulator() {
-    for (auto& m : machines_) {
-      m->session.reset();
-      if (m->saved) SSL_SESSION_free(m->saved);
-    }
+    for (auto& m : machines_) m->session.reset();
   }
   bool add(const std::string& id, const std::string& pki, int index) {
     auto m = std::make_unique<Machine>();
@@ -220,7 +216,6 @@ class Simulator {
         return;
       }
       m.ssl = *ssl;
-      if (mode_ == Mode::kResume && m.saved) SSL_set_session(m.ssl, m.saved);
       m.session->use_tls(m.ssl, 10'000'000);
     }
     m.session->set_on_close([this, &m] {
@@ -247,10 +242,6 @@ class Simulator {
                       if (m.ssl) {
                         ++handshakes_;
                         if (SSL_session_reused(m.ssl)) ++resumed_;
-                        if (mode_ == Mode::kResume) {
-                          if (m.saved) SSL_SESSION_free(m.saved);
-                          m.saved = SSL_get1_session(m.ssl);
-                        }
                       }
                       schedule_report(m);
                     });
@@ -356,7 +347,7 @@ int main(int argc, char** argv) {
     if (mode != Mode::kPlain)
       conf += "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki + "/cp.pem\"\ntls_key = \"" +
               pki + "/cp.key\"\n";
-    if (mode == Mode::kResume) conf += "tls_ticket_keys = true\n";
+    if (mode == Mode::kTls) conf += "tls_resumption = false\n";
     (void)write_file(run + "/cp.toml", conf);
     auto loop = std::move(EventLoop::create()).value();
     Simulator sim(*loop, mode, port, static_cast<uint64_t>(heartbeat_s * 1e6));

@@ -1,5 +1,7 @@
 #include "common/rpc.h"
 
+#include <openssl/ssl.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -1076,6 +1078,7 @@ Status Client::handshake(const std::string& server, int timeout_ms) {
   server_peer_.tls = true;
   server_peer_.address = server;
   server_peer_.identity = tls::peer_identity(ssl_);
+  resumed_ = SSL_session_reused(ssl_) == 1;
   return {};
 }
 

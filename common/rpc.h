@@ -358,6 +358,8 @@ class Client {
   int fd() const { return fd_.get(); }
   // The server's certificate (TLS sessions).
   const tls::Identity& server_identity() const { return server_peer_.identity; }
+  // Whether the TLS session was resumed from a ticket (no certificate exchange).
+  bool resumed() const { return resumed_; }
 
  private:
   explicit Client(Fd fd, size_t max_line) : fd_(std::move(fd)), reader_(max_line) {}
@@ -367,6 +369,7 @@ class Client {
   Result<size_t> read_some(char* buf, size_t n);
   Fd fd_;
   SSL* ssl_ = nullptr;
+  bool resumed_ = false;
   LineReader reader_;
   int64_t next_id_ = 1;
   const Dispatcher* dispatcher_ = nullptr;

@@ -1,8 +1,11 @@
 #include "common/tls.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <signal.h>
@@ -77,7 +80,63 @@ Want step(SSL* ssl, int rc, std::string* why) {
   }
 }
 
+// Seals and opens session tickets with the context's key (RFC 5077 layout: key name,
+// AES-256-CBC, HMAC-SHA256). An unknown key name means a full handshake.
+int ticket_callback(SSL* ssl, unsigned char key_name[16], unsigned char* iv, EVP_CIPHER_CTX* cipher,
+                    EVP_MAC_CTX* mac, int enc) {
+  auto* c = static_cast<const Context*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+  const Context::TicketKey* k = c ? c->ticket_key() : nullptr;
+  if (!k) return 0;
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, const_cast<unsigned char*>(k->hmac),
+                                        sizeof k->hmac),
+      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_end()};
+  if (enc) {
+    std::memcpy(key_name, k->name, sizeof k->name);
+    if (RAND_bytes(iv, 16) != 1 ||
+        EVP_EncryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k->aes, iv) != 1 ||
+        EVP_MAC_CTX_set_params(mac, params) != 1)
+      return -1;
+    return 1;
+  }
+  if (std::memcmp(key_name, k->name, sizeof k->name) != 0) return 0;
+  if (EVP_MAC_CTX_set_params(mac, params) != 1 ||
+      EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, k->aes, iv) != 1)
+    return -1;
+  return 1;
+}
+
+int new_session_callback(SSL* ssl, SSL_SESSION* session) {
+  auto* c = static_cast<Context*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+  if (!c) return 0;
+  // A copy: OpenSSL marks the connection's own session unresumable when that connection
+  // ends without close_notify (a control plane that was killed), and that is exactly
+  // when the ticket is wanted.
+  if (SSL_SESSION* copy = SSL_SESSION_dup(session)) c->remember(copy);
+  return 0;
+}
+
 }  // namespace
+
+Status write_ticket_key(const std::string& path) {
+  unsigned char key[sizeof(Context::TicketKey)];
+  if (RAND_bytes(key, sizeof key) != 1) return make_error("TLS: no random bytes for a ticket key");
+  std::string tmp = path + ".new";
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return sys_error("open " + tmp);
+  if (::write(fd.get(), key, sizeof key) != static_cast<ssize_t>(sizeof key) ||
+      ::fsync(fd.get()) != 0)
+    return sys_error("write " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
+  return {};
+}
+
+void Context::remember(SSL_SESSION* s) {
+  if (last_session_) SSL_SESSION_free(last_session_);
+  last_session_ = s;
+}
 
 Status check_config(const Config& c, const std::string& prefix) {
   for (auto [key, path] : {std::pair{"tls_ca", &c.ca_file},
@@ -105,6 +164,7 @@ Result<std::shared_ptr<Context>> Context::create(const Config& c, Role role) {
 
 Context::~Context() {
   SSL_CTX_free(ctx_);
+  if (last_session_) SSL_SESSION_free(last_session_);
 }
 
 Status Context::reload() {
@@ -136,8 +196,39 @@ Status Context::reload() {
   }
   // Both sides present certificates and verify the other's.
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_app_data(ctx, this);
+  TicketKey key{};
+  bool has_key = false;
+  if (role_ == Role::kServer) {
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);  // stateless tickets only
+    if (config_.ticket_key_file.empty()) {
+      SSL_CTX_set_num_tickets(ctx, 0);
+      SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+    } else {
+      auto bytes = read_file_bounded(config_.ticket_key_file, 4096);
+      if (!bytes.ok() || bytes->size() != sizeof key) {
+        SSL_CTX_free(ctx);
+        return make_error("TLS: ticket key " + config_.ticket_key_file + " must hold " +
+                          std::to_string(sizeof key) + " bytes");
+      }
+      std::memcpy(&key, bytes->data(), sizeof key);
+      has_key = true;
+      // A resumed session skips the certificate check, so a ticket lives an hour at most;
+      // a reload with a new key (and CRL) ends every ticket at once.
+      SSL_CTX_set_timeout(ctx, 3600);
+      SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, ticket_callback);
+      // Resuming a session whose client certificate was verified needs a context id.
+      static const unsigned char kSessionContext[] = "weft";
+      SSL_CTX_set_session_id_context(ctx, kSessionContext, sizeof kSessionContext - 1);
+    }
+  } else {
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, new_session_callback);
+  }
   SSL_CTX_free(ctx_);
   ctx_ = ctx;
+  ticket_key_ = key;
+  has_ticket_key_ = has_key;
   return {};
 }
 
@@ -153,6 +244,7 @@ Result<SSL*> Context::new_ssl(int fd, const std::string& expected_server) const 
     return ssl;
   }
   SSL_set_connect_state(ssl);
+  if (last_session_) SSL_set_session(ssl, last_session_);
   if (expected_server.empty()) {
     SSL_free(ssl);
     return make_error("TLS: a client must name the server it expects");
@@ -171,7 +263,17 @@ Result<SSL*> Context::new_ssl(int fd, const std::string& expected_server) const 
 Want handshake(SSL* ssl, std::string* why) {
   ERR_clear_error();
   errno = 0;
-  return step(ssl, SSL_do_handshake(ssl), why);
+  Want w = step(ssl, SSL_do_handshake(ssl), why);
+  if (w == Want::kDone && SSL_session_reused(ssl)) {
+    // A resumed session was verified when its ticket was issued: its certificate must
+    // still be within its validity.
+    X509* cert = SSL_get0_peer_certificate(ssl);
+    if (!cert || X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0) {
+      if (why) *why = "resumed session: certificate has expired";
+      return Want::kError;
+    }
+  }
+  return w;
 }
 
 Want read(SSL* ssl, char* buf, size_t n, size_t* got, std::string* why) {

@@ -13,6 +13,7 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+typedef struct ssl_session_st SSL_SESSION;
 
 namespace weft::tls {
 
@@ -21,8 +22,15 @@ struct Config {
   std::string cert_file;  // this side's certificate (chain), PEM
   std::string key_file;   // its private key, PEM
   std::string crl_file;   // optional: PEM CRLs of the CA(s); revoked peers are refused
+  // Servers: session resumption (TLS 1.3 tickets) with the key in this file (80 random
+  // bytes, made by write_ticket_key), so that tickets outlive a restart. Empty: no
+  // tickets, every handshake is a full one. Clients resume whenever they hold a ticket.
+  std::string ticket_key_file;
   bool enabled() const { return !cert_file.empty(); }
 };
+// A new random ticket key in `path` (mode 0600, replaced atomically): tickets sealed
+// with the previous key are refused from the next reload on.
+Status write_ticket_key(const std::string& path);
 // Every file of a configuration exists and is readable (what a daemon checks at start,
 // naming the key whose file is wrong).
 Status check_config(const Config& c, const std::string& prefix);
@@ -52,13 +60,24 @@ class Context {
   Role role() const { return role_; }
   // A new connection's TLS state on `fd`. A client names the server it expects: its
   // certificate must carry that DNS name or IP address.
+  // A client resumes the last session it was given a ticket for, if any.
   Result<SSL*> new_ssl(int fd, const std::string& expected_server) const;
+
+  struct TicketKey {
+    unsigned char name[16], aes[32], hmac[32];
+  };
+  const TicketKey* ticket_key() const { return has_ticket_key_ ? &ticket_key_ : nullptr; }
+  // Clients: the newest session ticket (called by OpenSSL when one arrives).
+  void remember(SSL_SESSION* s);
 
  private:
   Context(Config c, Role role) : config_(std::move(c)), role_(role) {}
   Config config_;
   Role role_;
   SSL_CTX* ctx_ = nullptr;
+  TicketKey ticket_key_{};
+  bool has_ticket_key_ = false;
+  SSL_SESSION* last_session_ = nullptr;
 };
 
 // The outcome of one step of a non-blocking handshake, read or write.

@@ -10,11 +10,11 @@ namespace weft::cp {
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"socket", "socket_group", "listen", "insecure_listen", "state_dir", "heartbeat_interval",
-       "missed_heartbeats", "destructive_per_min", "destructive_burst", "log_level",
-       "ended_task_retention", "tls_ca", "tls_cert", "tls_key", "tls_crl", "access"}));
+  TRY(doc.only_keys(t, "",
+                    {"socket", "socket_group", "listen", "insecure_listen", "state_dir",
+                     "heartbeat_interval", "missed_heartbeats", "destructive_per_min",
+                     "destructive_burst", "log_level", "ended_task_retention", "tls_ca", "tls_cert",
+                     "tls_key", "tls_crl", "tls_resumption", "access"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -36,6 +36,8 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
         return field_error(name, std::string("'") + key + "' is required with the other tls_ keys");
   TRY_ASSIGN(const toml::table* access, doc.get_table(t, "access"));
   TRY_ASSIGN(c.access, parse_access(doc, access));
+  TRY_ASSIGN(auto resumption, doc.get_bool(t, "tls_resumption"));
+  c.tls_resumption = resumption.value_or(true);
   TRY_ASSIGN(auto insecure, doc.get_bool(t, "insecure_listen"));
   c.insecure_listen = insecure.value_or(false);
   TRY_ASSIGN(auto hb, doc.get_string(t, "heartbeat_interval"));

@@ -20,6 +20,9 @@ struct CpConfig {
   // Mutual TLS on `listen` (tls_ca, tls_cert, tls_key, tls_crl): every machine and
   // operator session presents a certificate from the CA bundle.
   tls::Config tls;
+  // TLS session resumption for reconnecting machines (a ticket key in state_dir, new at
+  // every reload so that a revocation ends every ticket).
+  bool tls_resumption = true;
   // Which certificates are machines, viewers, operators and admins ([access]).
   AccessConfig access;
   std::string state_dir = "/var/lib/weft/controlplane";

@@ -58,6 +58,11 @@ Status Manager::start() {
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
   if (!cfg_.listen.empty()) {
     if (cfg_.tls.enabled()) {
+      if (cfg_.tls_resumption) {
+        cfg_.tls.ticket_key_file = cfg_.state_dir + "/tls-ticket.key";
+        if (!path_exists(cfg_.tls.ticket_key_file))
+          TRY(tls::write_ticket_key(cfg_.tls.ticket_key_file));
+      }
       TRY_ASSIGN(tls_, tls::Context::create(cfg_.tls, tls::Role::kServer));
       server_->set_tls(tls_);
     }
@@ -72,6 +77,11 @@ Status Manager::start() {
       log_info("SIGHUP: nothing to reload");
       return;
     }
+    // A new ticket key first: sessions resumed from now on were verified under the
+    // files read now (a certificate revoked by the new CRL cannot resume).
+    if (!cfg_.tls.ticket_key_file.empty())
+      if (auto s = tls::write_ticket_key(cfg_.tls.ticket_key_file); !s.ok())
+        log_error("SIGHUP: no new TLS ticket key: " + s.error().str());
     if (auto s = tls_->reload(); !s.ok())
       log_error("SIGHUP: TLS files not reloaded; the previous ones stay in use: " +
                 s.error().str());

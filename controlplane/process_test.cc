@@ -664,6 +664,14 @@ TEST_F(ControlPlaneTls, CertificatesRotateAndRevokeOnReloadWithoutRestartingTask
                             .c_str()),
             0);
   EXPECT_TRUE(call_as("leaver", "job.ls").ok());  // not yet: the old CRL is loaded
+  // A client that keeps its context resumes its session from a ticket...
+  auto keeper = tls_as("leaver");
+  for (bool expect_resumed : {false, true}) {
+    auto c = rpc::Client::connect(tcp(), rpc::kDefaultMaxLine, &keeper);
+    ASSERT_TRUE(c.ok()) << c.error().str();
+    EXPECT_TRUE((*c)->call("job.ls", json::object()).ok());  // the ticket arrives meanwhile
+    EXPECT_EQ((*c)->resumed(), expect_resumed);
+  }
   kill(pid_, SIGHUP);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // The machine's session carries on; its task was never restarted.
@@ -679,6 +687,9 @@ TEST_F(ControlPlaneTls, CertificatesRotateAndRevokeOnReloadWithoutRestartingTask
   ASSERT_TRUE(after.ok());
   EXPECT_NE((*after)->server_identity().serial, old_serial);
   EXPECT_FALSE(call_as("leaver", "job.ls").ok());
+  // ...but not past a reload: the ticket key is new, the revoked certificate is checked.
+  auto resumed = rpc::Client::connect(tcp(), rpc::kDefaultMaxLine, &keeper);
+  EXPECT_FALSE(resumed.ok() && (*resumed)->call("job.ls", json::object()).ok());
   std::string log = read_file(dir_ + "/cp.log").value_or("");
   EXPECT_NE(log.find("revoked"), std::string::npos)
       << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
