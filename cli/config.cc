@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cli/util.h"
+#include "common/cli_config.h"
 #include "common/config.h"
 #include "common/fs.h"
 #include "common/tls.h"
@@ -22,17 +23,14 @@ Status load_cli_config(Globals& g) {
     path = "/etc/weft/weftctl.toml";
   }
   if (!path.empty() && (must_exist || path_exists(path))) {
-    TRY_ASSIGN(TomlDoc doc, TomlDoc::load(path));
-    const auto& t = doc.root();
-    TRY(doc.only_keys(t, "", {"controlplane", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}));
-    for (auto [key, out] : {std::pair{"controlplane", &g.controlplane},
-                            {"tls_ca", &g.tls_ca},
-                            {"tls_cert", &g.tls_cert},
-                            {"tls_key", &g.tls_key},
-                            {"tls_server_name", &g.tls_server_name}}) {
-      TRY_ASSIGN(auto v, doc.get_string(t, key));
-      if (v) *out = *v;
-    }
+    TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
+    TRY_ASSIGN(CliConfig file, parse_cli_config(text, path));
+    for (auto [from, to] : {std::pair{&file.controlplane, &g.controlplane},
+                            {&file.tls_ca, &g.tls_ca},
+                            {&file.tls_cert, &g.tls_cert},
+                            {&file.tls_key, &g.tls_key},
+                            {&file.tls_server_name, &g.tls_server_name}})
+      if (!from->empty()) *to = *from;
   }
   for (auto [var, out] : {std::pair{"WEFT_CONTROLPLANE", &g.controlplane},
                           {"WEFT_TLS_CA", &g.tls_ca},

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "agent/agent_conf.h"
+#include "common/cli_config.h"
 #include "common/fs.h"
 #include "common/job_file.h"
 #include "controlplane/cp_conf.h"
@@ -48,7 +49,7 @@ std::vector<Block> toml_blocks(const std::string& path) {
 }
 
 // What a TOML example shows, by where it is.
-enum class Kind { kJob, kProfile, kAgent, kControlPlane, kSidekick, kHcs, kUnknown };
+enum class Kind { kJob, kProfile, kAgent, kControlPlane, kSidekick, kHcs, kWeftctl, kUnknown };
 
 // Only whether it parsed, and the error.
 template <class T>
@@ -70,6 +71,8 @@ Status check(Kind k, const std::string& text, const std::string& name) {
       return status_of(sidekick::parse_sidekick_config(text, name));
     case Kind::kHcs:
       return status_of(hcs::parse_hcs_config(text, name));
+    case Kind::kWeftctl:
+      return status_of(parse_cli_config(text, name));
     case Kind::kUnknown:
       break;
   }
@@ -83,6 +86,20 @@ Kind kind_of_doc(const std::string& file) {
   return Kind::kUnknown;
 }
 
+// A block whose first line is a comment naming the file it belongs in ("# in
+// controlplane.toml") is checked as that file; others by the document they are in.
+Kind kind_of_block(const std::string& file, const std::string& text) {
+  std::string first = text.substr(0, text.find('\n'));
+  if (first.rfind("#", 0) == 0)
+    for (auto [name, kind] : {std::pair{"controlplane.toml", Kind::kControlPlane},
+                              {"weftctl.toml", Kind::kWeftctl},
+                              {"agent.toml", Kind::kAgent},
+                              {"sidekick.toml", Kind::kSidekick},
+                              {"hcs.toml", Kind::kHcs}})
+      if (first.find(name) != std::string::npos) return kind;
+  return kind_of_doc(file);
+}
+
 const std::string kSrc = WEFT_SOURCE_DIR;
 
 TEST(DocsExamples, EveryTomlBlockInTheDocsParses) {
@@ -92,7 +109,7 @@ TEST(DocsExamples, EveryTomlBlockInTheDocsParses) {
   int checked = 0;
   for (const auto& doc : docs) {
     for (const auto& b : toml_blocks(doc)) {
-      Status s = check(kind_of_doc(fs::path(doc).filename()), b.text, b.where);
+      Status s = check(kind_of_block(fs::path(doc).filename(), b.text), b.text, b.where);
       EXPECT_TRUE(s.ok()) << b.where << ": " << s.error().str() << "\n" << b.text;
       ++checked;
     }

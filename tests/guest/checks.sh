@@ -232,11 +232,28 @@ systemctl start weft-agent.service
 wait_for 30 active weft-agent.service
 
 # ---- the cluster: weft-controlplane on this machine, the machine's daemons joined to it
-systemctl enable --now weft-controlplane.service >/dev/null 2>&1
-for f in agent sidekick hcs; do
-  sed -i '1i control_plane = "unix:/run/weft/controlplane.sock"' /etc/weft/$f.toml
+# over TCP with mutual TLS (certificates made on the host: run-guest.sh), weftctl too.
+if [ "$(stat -c %a:%U /etc/weft/pki 2>&1)" = 700:root ]; then pass pki-dir-private; else fail pki-dir-private "$(stat -c %a:%U /etc/weft/pki 2>&1)"; fi
+cp $P/pki/ca.pem $P/pki/crl.pem $P/pki/controlplane.pem $P/pki/controlplane.key \
+   $P/pki/guest.pem $P/pki/guest.key /etc/weft/pki/
+chmod 0600 /etc/weft/pki/*.key
+K=/etc/weft/pki
+for line in "tls_crl = \"$K/crl.pem\"" "tls_key = \"$K/controlplane.key\"" \
+            "tls_cert = \"$K/controlplane.pem\"" "tls_ca = \"$K/ca.pem\"" \
+            'listen = "127.0.0.1:7070"'; do
+  sed -i "1i $line" /etc/weft/controlplane.toml
 done
+for f in agent sidekick hcs; do
+  for line in "control_plane_tls_crl = \"$K/crl.pem\"" "control_plane_tls_key = \"$K/guest.key\"" \
+              "control_plane_tls_cert = \"$K/guest.pem\"" "control_plane_tls_ca = \"$K/ca.pem\"" \
+              'machine_id = "guest"' 'control_plane = "127.0.0.1:7070"'; do
+    sed -i "1i $line" /etc/weft/$f.toml
+  done
+done
+systemctl enable --now weft-controlplane.service >/dev/null 2>&1
 systemctl restart weft-agent.service weft-sidekick.service weft-hcs.service
+export WEFT_CONTROLPLANE=tls://127.0.0.1:7070 WEFT_TLS_CA=$P/pki/ca.pem \
+       WEFT_TLS_CERT=$P/pki/admin.pem WEFT_TLS_KEY=$P/pki/admin.key
 # The machine's own state (the STATE column), not its probes': ok or degraded once
 # weft-hcs's hysteresis lets the agent's restart above go (hold-down 30 s).
 machine_ok() { weftctl machine ls 2>/dev/null | awk 'NR > 1 { print $2 }' | grep -qx 'ok\|degraded'; }
@@ -257,6 +274,17 @@ if wait_for 60 active weft-controlplane.service && wait_for 90 machine_ok &&
   pass cluster-job-runs
 else
   fail cluster-job-runs "cp=$(systemctl is-active weft-controlplane) $(weftctl machine ls 2>&1 | tr '\n' ' ') $(cat /tmp/job.log 2>&1 | tr '\n' ' ') $(journalctl -u weft-controlplane --no-pager -n 10 | tr '\n' ' ')"
+fi
+# Every session of the machine is TLS, bound to the certificate's machine id; an operator
+# certificate reads and changes the cluster over TLS (above); the reload keeps sessions.
+if weftctl --json machine ls | grep -q '"machine": "guest"' &&
+   journalctl -u weft-controlplane --no-pager -o verbose | grep -q 'TLS=mutual' &&
+   systemctl reload weft-controlplane.service && sleep 2 &&
+   weftctl --json machine ls | grep -q '"connected": true' &&
+   weftctl audit ls | grep -q 'CN=admin.*job.create.*hello.*ok'; then
+  pass cluster-tls
+else
+  fail cluster-tls "$(weftctl machine ls 2>&1 | tr '\n' ' ') $(weftctl audit ls 2>&1 | tr '\n' ' ') $(journalctl -u weft-controlplane --no-pager -n 10 | tr '\n' ' ')"
 fi
 # The entitlement's profile was applied by sidekick before the task was placed.
 if weftctl --json machine ls | grep -q '"profile": "default"'; then pass cluster-profile; else fail cluster-profile "$(weftctl --json machine ls | tr '\n' ' ')"; fi

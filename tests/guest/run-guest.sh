@@ -14,6 +14,13 @@ trap 'rm -rf "$run"' EXIT
 cp --sparse=always "$cache/root.img" "$run/root.img"
 mkdir "$run/payload"
 cp "$deb" "$here/checks.sh" "$run/payload/"
+# Certificates for the cluster checks (mutual TLS between the packaged units): a CA, the
+# control plane's for 127.0.0.1, the guest machine's (machine id "guest"), an admin's.
+pki="$here/../../scripts/weft-pki"
+{ "$pki" ca "$run/payload/pki" && "$pki" issue "$run/payload/pki" controlplane --ip 127.0.0.1 &&
+  "$pki" issue "$run/payload/pki" guest --ou machine &&
+  "$pki" issue "$run/payload/pki" admin --ou admin; } >/dev/null
+rm -f "$run/payload/pki/ca.key"
 mkfs.ext4 -q -F -L payload -d "$run/payload" "$run/payload.img" 64M >/dev/null
 
 # KVM does not work on the development and CI machines; WEFT_GUEST_KVM=1 uses it elsewhere.
