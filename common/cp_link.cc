@@ -191,4 +191,16 @@ std::string resolve_machine_id(const std::string& configured, const std::string&
   return h;
 }
 
+void reload_control_plane_tls(ControlPlaneLink* link) {
+  if (!link) {
+    log_info("SIGHUP: no control plane configured; nothing to reload");
+    return;
+  }
+  if (auto s = link->reload_tls(); !s.ok())
+    log_error("SIGHUP: control-plane TLS files not reloaded; the previous ones stay in use: " +
+              s.error().str());
+  else
+    log_info("SIGHUP: control-plane TLS files reloaded; the next connection uses them");
+}
+
 }  // namespace weft

@@ -48,6 +48,9 @@ class ControlPlaneLink {
     server_name_ = std::move(server_name);
   }
   void start() { connect(); }
+  // SIGHUP: re-reads this machine's certificate, key, CA bundle and CRL; the next
+  // connection uses them, the session up now carries on. On error the old files stay.
+  Status reload_tls() { return tls_ ? tls_->reload() : Status{}; }
   // The session once its hello was accepted, else null.
   rpc::Session* session() { return accepted_ ? session_.get() : nullptr; }
   // Sends the periodic report now (and restarts the interval), e.g. on a change.
@@ -84,6 +87,10 @@ inline constexpr uint64_t kControlPlaneConnectTimeoutUs = 5'000'000;
 // endpoint needs TLS (`tls`), or `insecure` (insecure_control_plane = true, for tests).
 Status check_control_plane_endpoint(const std::string& value, const std::string& where,
                                     bool insecure, bool tls = false);
+
+// A machine daemon's SIGHUP (systemctl reload): the link's TLS files are read again,
+// logged either way (`link` may be null: no control plane configured).
+void reload_control_plane_tls(ControlPlaneLink* link);
 
 // The TLS keys of a machine daemon's control-plane session, the same in agent.toml,
 // sidekick.toml and hcs.toml: control_plane_tls_ca, control_plane_tls_cert,

@@ -154,6 +154,42 @@ TEST_F(Tls, UnfinishedHandshakesTimeOutAndAreCapped) {
   EXPECT_TRUE(whoami(conf(dir_, "m1")).ok());
 }
 
+// Rotation on the client side (a machine daemon's SIGHUP): the context reads its files
+// again and the next handshake presents the new certificate; a broken file leaves the
+// old one in use.
+TEST_F(Tls, AReloadedClientContextPresentsItsNewCertificate) {
+  serve();
+  std::string d = dir_ + "/rotating";
+  ASSERT_TRUE(mkdir_p(d).ok());
+  auto copy = [&](const std::string& from) {
+    for (const char* ext : {".pem", ".key"})
+      ASSERT_TRUE(write_file(d + "/me" + ext, read_file(dir_ + "/" + from + ext).value()).ok());
+  };
+  copy("m1");
+  tls::Config c{dir_ + "/ca.pem", d + "/me.pem", d + "/me.key", ""};
+  auto ctx = tls::Context::create(c, tls::Role::kClient);
+  ASSERT_TRUE(ctx.ok()) << ctx.error().str();
+  auto ask = [&]() -> std::string {
+    Fd fd = raw_connect();
+    auto ssl = (*ctx)->new_ssl(fd.get(), "127.0.0.1");
+    if (!ssl.ok()) return "no ssl";
+    Session client(*loop_, std::move(fd), Peer{}, nullptr);
+    client.use_tls(*ssl, 2'000'000);
+    if (!client.start().ok()) return "no start";
+    std::optional<Result<json>> r;
+    client.call("whoami", json::object(), [&](Result<json> x) { r = std::move(x); });
+    for (int i = 0; i < 300 && !r; ++i) (void)loop_->run_once(10000);
+    return r && r->ok() ? (**r)["cn"].get<std::string>() : "failed";
+  };
+  EXPECT_EQ(ask(), "m1");
+  copy("cp");
+  ASSERT_TRUE((*ctx)->reload().ok());
+  EXPECT_EQ(ask(), "cp");
+  ASSERT_TRUE(write_file(d + "/me.pem", "not a certificate\n").ok());
+  EXPECT_FALSE((*ctx)->reload().ok());
+  EXPECT_EQ(ask(), "cp");
+}
+
 // A machine daemon's link verifies the control plane before it says anything: with the
 // right name it registers; a server whose certificate does not carry the configured name
 // (an impostor on the port, say) never sees its hello.

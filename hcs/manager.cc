@@ -137,6 +137,7 @@ Status Manager::start() {
   // that memory back to the system rather than keep it in the heap.
   ::malloc_trim(0);
   TRY(loop_->exit_on_termination());
+  TRY_ASSIGN(sighup_, loop_->add_signal(SIGHUP, [this] { reload_control_plane_tls(cp_.get()); }));
   loop_->enable_watchdog();
   TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
   log_info("hcs ready", {{"SOCKET", cfg_.socket}, {"PROBES", std::to_string(probes_.size())}});

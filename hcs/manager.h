@@ -75,6 +75,7 @@ class Manager {
   bool cycled_ = false;  // the first cycle has started every probe
   Fd kmsg_fd_;
   Source kmsg_src_, timer_;
+  Source sighup_;  // re-reads the control-plane TLS files
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
   uint64_t last_kmsg_seq_ = 0;

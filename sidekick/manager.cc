@@ -68,6 +68,7 @@ Status Manager::start() {
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
   TRY(loop_->exit_on_termination());
+  TRY_ASSIGN(sighup_, loop_->add_signal(SIGHUP, [this] { reload_control_plane_tls(cp_.get()); }));
   loop_->enable_watchdog();
   if (cfg_.host_root == "/") {
     if (auto s = watch_links(); !s.ok())

@@ -75,6 +75,7 @@ class Manager {
   Source converge_timer_;
   std::unique_ptr<LinkWatch> link_watch_;
   Source link_debounce_;
+  Source sighup_;  // re-reads the control-plane TLS files
   nlohmann::json convergence_ = nlohmann::json::array();
   int weft_gid_ = -1;
   nlohmann::json last_verify_;
