@@ -79,7 +79,8 @@ Status Manager::start() {
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
 
   TRY(loop_->exit_on_termination([] { log_info("shutting down; tasks keep running"); }));
-  TRY_ASSIGN(Source hup, loop_->add_signal(SIGHUP, [this] { reload_control_plane_tls(cp_.get()); }));
+  TRY_ASSIGN(Source hup,
+             loop_->add_signal(SIGHUP, [this] { reload_control_plane_tls(cp_.get()); }));
   signals_.push_back(std::move(hup));
   loop_->enable_watchdog();
 
