@@ -1032,6 +1032,7 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& endpoint, siz
   TRY_ASSIGN(Fd fd, connect_endpoint(ep, timeout_ms));
   std::unique_ptr<Client> c(new Client(std::move(fd), max_line));
   if (!ep.is_unix && tls && tls->context) {
+    c->tls_ = tls->context;
     TRY_ASSIGN(c->ssl_, tls->context->new_ssl(
                             c->fd_.get(), tls->server_name.empty() ? ep.host : tls->server_name));
     TRY_CTX(c->handshake(rest, timeout_ms), "TLS with " + rest);

@@ -369,6 +369,7 @@ class Client {
   Result<size_t> read_some(char* buf, size_t n);
   Fd fd_;
   SSL* ssl_ = nullptr;
+  std::shared_ptr<tls::Context> tls_;  // kept while ssl_ lives (its callbacks use it)
   bool resumed_ = false;
   LineReader reader_;
   int64_t next_id_ = 1;

@@ -163,6 +163,9 @@ Result<std::shared_ptr<Context>> Context::create(const Config& c, Role role) {
 }
 
 Context::~Context() {
+  // Connections may outlive this object (they hold the SSL_CTX): their callbacks must
+  // not find it any more.
+  if (ctx_) SSL_CTX_set_app_data(ctx_, nullptr);
   SSL_CTX_free(ctx_);
   if (last_session_) SSL_SESSION_free(last_session_);
 }
@@ -225,6 +228,7 @@ Status Context::reload() {
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(ctx, new_session_callback);
   }
+  if (ctx_) SSL_CTX_set_app_data(ctx_, nullptr);  // connections on the old files, as above
   SSL_CTX_free(ctx_);
   ctx_ = ctx;
   ticket_key_ = key;
