@@ -145,9 +145,7 @@ void Manager::register_methods() {
       {"task.remove", &Manager::api_task_remove, rpc::kPrivileged},
   };
   rpc::add_methods(methods_, this, kMethods,
-                   [this](const rpc::CallContext& c, int, const std::string&) {
-                     return check_privileged(c.peer);
-                   });
+                   [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
 }
 
 Result<json> Manager::api_agent_info(const json&, const rpc::CallContext&) {

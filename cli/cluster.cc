@@ -183,12 +183,6 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.e_owners->add_option("--owner", c.owners,
                          "CN=, OU=, O= or DNS= (repeatable; none: admins only)");
 
-  c.audit = app.add_subcommand("audit", "the control plane's audit log");
-  c.audit->require_subcommand(1);
-  c.a_ls = c.audit->add_subcommand("ls", "operator calls that changed the cluster or were refused");
-  c.a_ls->add_option("--since", c.since, "only entries this recent (e.g. 30m, 2h, 7d)");
-  c.a_ls->add_option("--limit", c.limit, "at most this many, the latest (default 1000)")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   c.e_ls = c.ent->add_subcommand("ls", "list entitlements");
   c.e_show = c.ent->add_subcommand("show", "one entitlement with its machines and jobs");
   c.e_show->add_option("name", c.name, "entitlement name")->required();
@@ -210,6 +204,13 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   wait_opts(c.j_update);
   c.j_stop = c.job->add_subcommand("stop", "stop every task of a job and forget it");
   c.j_stop->add_option("name", c.name, "job name")->required();
+
+  c.audit = app.add_subcommand("audit", "the control plane's audit log");
+  c.audit->require_subcommand(1);
+  c.a_ls = c.audit->add_subcommand("ls", "operator calls that changed the cluster or were refused");
+  c.a_ls->add_option("--since", c.since, "only entries this recent (e.g. 30m, 2h, 7d)");
+  c.a_ls->add_option("--limit", c.limit, "at most this many, the latest (default 1000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
 }
 
 int cluster_task_ls(const Globals& g) {

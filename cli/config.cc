@@ -11,18 +11,16 @@
 namespace weft::cli {
 
 Status load_cli_config(Globals& g) {
-  std::string path;
-  bool must_exist = false;
+  std::string path;  // the file to read ($WEFTCTL_CONFIG must exist; the others may not)
   if (const char* e = std::getenv("WEFTCTL_CONFIG"); e && *e) {
     path = e;
-    must_exist = true;
   } else if (const char* home = std::getenv("HOME");
              home && *home && path_exists(std::string(home) + "/.config/weft/weftctl.toml")) {
     path = std::string(home) + "/.config/weft/weftctl.toml";
   } else if (path_exists("/etc/weft/weftctl.toml")) {
     path = "/etc/weft/weftctl.toml";
   }
-  if (!path.empty() && (must_exist || path_exists(path))) {
+  if (!path.empty()) {
     TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxTomlBytes));
     TRY_ASSIGN(CliConfig file, parse_cli_config(text, path));
     for (auto [from, to] : {std::pair{&file.controlplane, &g.controlplane},

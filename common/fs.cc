@@ -85,9 +85,11 @@ Status write_file_at(int dirfd, const std::string& name, std::string_view data) 
   return {};
 }
 
-Status write_file_atomic(const std::string& path, std::string_view data) {
+Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode) {
   std::string tmp = path + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // A leftover temporary file would keep its own mode: start from a new one.
+  (void)::unlink(tmp.c_str());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd.valid()) return sys_error("open " + tmp);
   size_t off = 0;
   while (off < data.size()) {

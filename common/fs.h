@@ -48,8 +48,9 @@ Result<std::string> read_file_at(int dirfd, const std::string& name);
 // Writes the whole string in one write(2) (cgroup and sysfs files need that).
 Status write_file(const std::string& path, std::string_view data);
 Status write_file_at(int dirfd, const std::string& name, std::string_view data);
-// Writes to a temporary file, fsyncs it and renames it over `path`.
-Status write_file_atomic(const std::string& path, std::string_view data);
+// Writes to a temporary file (created afresh with `mode`, less the umask), fsyncs it and
+// renames it over `path`.
+Status write_file_atomic(const std::string& path, std::string_view data, mode_t mode = 0644);
 Status mkdir_p(const std::string& path, mode_t mode = 0755);
 Status remove_tree(const std::string& path);
 bool path_exists(const std::string& path);

@@ -127,8 +127,8 @@ class Dispatcher {
 
 // A daemon's methods as one table of member functions (named handlers apart from the
 // logic, like systemd's bus vtables). A method with a nonzero `access` runs only after
-// `guard(ctx, access)` accepted the caller; what the levels mean is the daemon's (1 =
-// privileged for the machine daemons; the control plane's roles in controlplane/access.h).
+// `guard(ctx)` accepted the caller (kPrivileged for the machine daemons; the control
+// plane reads the levels itself: Access in controlplane/manager.h).
 template <class T>
 struct Method {
   const char* name;
@@ -137,12 +137,12 @@ struct Method {
 };
 // The machine daemons' one level: root, the daemon's user or the weft group.
 inline constexpr int kPrivileged = 1;
-using Guard = std::function<Status(const CallContext&, int access, const std::string& method)>;
+using Guard = std::function<Status(const CallContext&)>;
 template <class T, size_t N>
 void add_methods(Dispatcher& d, T* self, const Method<T> (&table)[N], Guard guard = {}) {
   for (const Method<T>& m : table)
     d.add(m.name, [self, m, guard](const json& p, const CallContext& c) -> Result<json> {
-      if (m.access != 0) TRY(guard(c, m.access, m.name));
+      if (m.access != 0) TRY(guard(c));
       return (self->*m.handler)(p, c);
     });
 }

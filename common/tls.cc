@@ -123,14 +123,7 @@ int new_session_callback(SSL* ssl, SSL_SESSION* session) {
 Status write_ticket_key(const std::string& path) {
   unsigned char key[sizeof(Context::TicketKey)];
   if (RAND_bytes(key, sizeof key) != 1) return make_error("TLS: no random bytes for a ticket key");
-  std::string tmp = path + ".new";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd.valid()) return sys_error("open " + tmp);
-  if (::write(fd.get(), key, sizeof key) != static_cast<ssize_t>(sizeof key) ||
-      ::fsync(fd.get()) != 0)
-    return sys_error("write " + tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return sys_error("rename " + tmp);
-  return {};
+  return write_file_atomic(path, std::string_view(reinterpret_cast<char*>(key), sizeof key), 0600);
 }
 
 void Context::remember(SSL_SESSION* s) {

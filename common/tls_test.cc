@@ -64,8 +64,12 @@ class Tls : public ::testing::Test {
   Result<json> whoami(const tls::Config& cfg, const std::string& expect = "127.0.0.1") {
     auto ctx = tls::Context::create(cfg, tls::Role::kClient);
     if (!ctx.ok()) return ctx.error();
+    return whoami_with(**ctx, expect);
+  }
+  // The same with a context the caller keeps (and may reload).
+  Result<json> whoami_with(const tls::Context& ctx, const std::string& expect = "127.0.0.1") {
     Fd fd = raw_connect();
-    auto ssl = (*ctx)->new_ssl(fd.get(), expect);
+    auto ssl = ctx.new_ssl(fd.get(), expect);
     if (!ssl.ok()) return ssl.error();
     Session client(*loop_, std::move(fd), Peer{}, nullptr);
     client.use_tls(*ssl, 2'000'000);
@@ -170,16 +174,8 @@ TEST_F(Tls, AReloadedClientContextPresentsItsNewCertificate) {
   auto ctx = tls::Context::create(c, tls::Role::kClient);
   ASSERT_TRUE(ctx.ok()) << ctx.error().str();
   auto ask = [&]() -> std::string {
-    Fd fd = raw_connect();
-    auto ssl = (*ctx)->new_ssl(fd.get(), "127.0.0.1");
-    if (!ssl.ok()) return "no ssl";
-    Session client(*loop_, std::move(fd), Peer{}, nullptr);
-    client.use_tls(*ssl, 2'000'000);
-    if (!client.start().ok()) return "no start";
-    std::optional<Result<json>> r;
-    client.call("whoami", json::object(), [&](Result<json> x) { r = std::move(x); });
-    for (int i = 0; i < 300 && !r; ++i) (void)loop_->run_once(10000);
-    return r && r->ok() ? (**r)["cn"].get<std::string>() : "failed";
+    auto r = whoami_with(**ctx);
+    return r.ok() ? (*r)["cn"].get<std::string>() : "failed: " + r.error().str();
   };
   EXPECT_EQ(ask(), "m1");
   copy("cp");

@@ -148,5 +148,36 @@ TEST(MachineIdentity, TheCertificateNamesTheMachine) {
   EXPECT_NE(other.error().str().find("CN=m1"), std::string::npos);
 }
 
+// [access] patterns: what each kind matches, the highest role wins, and a bad pattern in
+// controlplane.toml is refused naming its key and line.
+TEST(Access, PatternsRolesAndConfigErrors) {
+  tls::Identity id;
+  id.subject = "CN=alice,OU=team-web,OU=operator,O=example";
+  id.common_name = "alice";
+  id.units = {"team-web", "operator"};
+  id.dns = {"alice.example"};
+  for (const char* yes : {"CN=alice", "OU=team-web", "O=example", "DNS=alice.example",
+                          "CN=alice,OU=team-web,OU=operator,O=example"})
+    EXPECT_TRUE(principal_matches(yes, id)) << yes;
+  for (const char* no : {"CN=bob", "OU=admin", "O=exam", "DNS=bob.example", "CN=alice,O=example"})
+    EXPECT_FALSE(principal_matches(no, id)) << no;
+  AccessConfig a;
+  EXPECT_EQ(a.role_of(id), Role::kOperator);
+  EXPECT_FALSE(a.is_machine(id));
+  a.admin = {"O=example"};
+  EXPECT_EQ(a.role_of(id), Role::kAdmin);
+  for (const char* bad : {"", "alice", "=x", "CN=", "SN=alice", "CN=a\nb"})
+    EXPECT_FALSE(check_principal_pattern(bad).ok()) << bad;
+  auto conf = parse_cp_config("[access]\nviewer = [\"OU=ok\", \"nope\"]\n", "cp.toml");
+  ASSERT_FALSE(conf.ok());
+  EXPECT_NE(conf.error().str().find("cp.toml:2"), std::string::npos) << conf.error().str();
+  EXPECT_NE(conf.error().str().find("access.viewer"), std::string::npos) << conf.error().str();
+  EXPECT_FALSE(parse_cp_config("[access]\nroot = [\"OU=x\"]\n", "cp.toml").ok());
+  auto ok = parse_cp_config("[access]\nadmin = [\"CN=root\"]\n", "cp.toml");
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->access.admin, std::vector<std::string>{"CN=root"});
+  EXPECT_EQ(ok->access.machine, std::vector<std::string>{"OU=machine"});  // default kept
+}
+
 }  // namespace
 }  // namespace weft::cp

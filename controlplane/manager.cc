@@ -440,7 +440,6 @@ Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
 Result<MachineId> Manager::own_machine(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
   TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
-  if (auto h = heard_.find(c.session); h != heard_.end()) h->second = now_us();
   return m;
 }
 

@@ -39,9 +39,7 @@ void Manager::register_methods() {
       {"profile.history", &Manager::api_profile_history},
   };
   rpc::add_methods(methods_, this, kMethods,
-                   [this](const rpc::CallContext& c, int, const std::string&) {
-                     return check_privileged(c.peer);
-                   });
+                   [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
 }
 
 Result<json> Manager::api_profile_ls(const json&, const rpc::CallContext&) {
