@@ -13,6 +13,7 @@
 
 #include "agent/runtime.h"
 #include "common/log.h"
+#include "common/task_report.h"
 
 namespace weft::agent {
 
@@ -524,21 +525,34 @@ Status Manager::cp_start() {
         {"mem_mb", mem_mb > 0 ? mem_mb : 1},
         {"controllers",
          split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')}};
+    cp_acked_digest_.clear();  // a new session: the whole list first
     s.call("machine.register", reg, std::move(done));
   };
   auto report = [this](rpc::Session& s) {
-    nlohmann::json tasks = nlohmann::json::object();
+    std::map<std::string, std::string> states;
     for (const auto& [id, t] : tasks_)
-      if (t->spec.owner == "controlplane") tasks[t->spec.name] = task_state_name(t->state);
-    s.call("machine.report", {{"machine", cfg_.machine_id}, {"tasks", tasks}},
-           [this](Result<nlohmann::json> r) {
-             if (!r.ok()) {
-               log_debug("report failed", {{"ERROR", r.error().str()}});
-               return;
-             }
-             if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array())
-               forget_ended((*r)["forget"]);
-           });
+      if (t->spec.owner == "controlplane") states[t->spec.name] = task_state_name(t->state);
+    std::string digest = tasks_digest(states);
+    nlohmann::json params{{"machine", cfg_.machine_id}};
+    if (digest == cp_acked_digest_)
+      params["digest"] = digest;  // unchanged: a heartbeat's cost, whatever runs here
+    else
+      params["tasks"] = states;
+    s.call("machine.report", std::move(params), [this, digest](Result<nlohmann::json> r) {
+      if (!r.ok()) {
+        cp_acked_digest_.clear();  // the whole list next time (an older control plane, say)
+        log_debug("report failed", {{"ERROR", r.error().str()}});
+        return;
+      }
+      if (r->is_object() && r->value("resend", false)) {
+        cp_acked_digest_.clear();  // it does not hold our list: send it now
+        if (cp_) cp_->report_now();
+        return;
+      }
+      cp_acked_digest_ = digest;
+      if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array())
+        forget_ended((*r)["forget"]);
+    });
   };
   TRY_ASSIGN(cp_,
              make_control_plane_link(*loop_, cfg_.control_plane, "weft-agent", &cp_methods_, hello,

@@ -124,6 +124,9 @@ class Manager {
   // running while it is away.
   Status cp_start();
   std::unique_ptr<ControlPlaneLink> cp_;
+  // The digest of the last task list the control plane acknowledged: while the list is
+  // unchanged, a report carries only this (common/task_report.h).
+  std::string cp_acked_digest_;
   rpc::Dispatcher cp_methods_;
   Source cp_soon_;
   std::map<std::string, std::unique_ptr<Task>> tasks_;

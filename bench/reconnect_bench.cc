@@ -32,6 +32,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/sim_util.h"
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -39,84 +40,10 @@
 #include "common/tls.h"
 
 using namespace weft;
+using namespace weft::bench;
 using json = nlohmann::json;
 
 namespace {
-
-// Machine certificates signed by the CA in `pki` (its ca.pem and ca.key).
-bool issue_machine_certs(const std::string& pki, int n) {
-  FILE* f = std::fopen((pki + "/ca.key").c_str(), "r");
-  if (!f) return false;
-  EVP_PKEY* ca_key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
-  std::fclose(f);
-  f = std::fopen((pki + "/ca.pem").c_str(), "r");
-  if (!f) return false;
-  X509* ca = PEM_read_X509(f, nullptr, nullptr, nullptr);
-  std::fclose(f);
-  if (!ca_key || !ca) return false;
-  bool ok = true;
-  for (int i = 0; i < n && ok; ++i) {
-    char id[16];
-    std::snprintf(id, sizeof id, "m%05d", i);
-    EVP_PKEY* key = EVP_EC_gen("P-256");
-    X509* x = X509_new();
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 500000 + i);
-    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(x), 7 * 86400);
-    X509_set_pubkey(x, key);
-    X509_NAME* name = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<unsigned char*>(id), -1,
-                               -1, 0);
-    X509_NAME_add_entry_by_txt(name, "OU", MBSTRING_ASC,
-                               reinterpret_cast<const unsigned char*>("machine"), -1, -1, 0);
-    X509_set_issuer_name(x, X509_get_subject_name(ca));
-    X509V3_CTX ctx;
-    X509V3_set_ctx(&ctx, ca, x, nullptr, nullptr, 0);
-    std::string san = std::string("DNS:") + id;
-    for (auto [nid, value] : {std::pair{NID_subject_alt_name, san.c_str()},
-                              {NID_ext_key_usage, "serverAuth,clientAuth"}}) {
-      X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
-      ok = ok && ext && X509_add_ext(x, ext, -1) == 1;
-      X509_EXTENSION_free(ext);
-    }
-    ok = ok && X509_sign(x, ca_key, EVP_sha256()) > 0;
-    std::string base = pki + "/" + id;
-    FILE* c = std::fopen((base + ".pem").c_str(), "w");
-    FILE* k = std::fopen((base + ".key").c_str(), "w");
-    ok = ok && c && k && PEM_write_X509(c, x) == 1 &&
-         PEM_write_PrivateKey(k, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
-    if (c) std::fclose(c);
-    if (k) std::fclose(k);
-    X509_free(x);
-    EVP_PKEY_free(key);
-  }
-  X509_free(ca);
-  EVP_PKEY_free(ca_key);
-  return ok;
-}
-
-// utime + stime of a process, in seconds.
-double cpu_seconds(pid_t pid) {
-  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat.ok()) return 0;
-  auto close = stat->rfind(')');
-  std::istringstream in(stat->substr(close + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && in >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-long rss_kib(pid_t pid) {
-  auto status = read_file("/proc/" + std::to_string(pid) + "/status");
-  if (!status.ok()) return 0;
-  auto at = status->find("VmRSS:");
-  return at == std::string::npos ? 0 : std::strtol(status->c_str() + at + 6, nullptr, 10);
-}
 
 enum class Mode { kPlain, kTls, kResume };
 const char* mode_name(Mode m) {
@@ -180,6 +107,8 @@ class Simulator {
     dst.sin_family = AF_INET;
     dst.sin_port = htons(port_);
     dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int one = 1;  // the port is chosen at connect(), without a scan of the ports in use
+    (void)::setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0 ||
         (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
          errno != EINPROGRESS)) {
@@ -191,6 +120,9 @@ class Simulator {
       int err = 0;
       socklen_t len = sizeof err;
       ::getsockopt(m.connecting.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      // Ready once: no more wake-ups for this socket until its session takes it (a
+      // writable socket left in the epoll set would be returned by every wait).
+      (void)m.io.set_io_events(0);
       auto d = loop_.add_defer([this, &m, err] {
         m.io.reset();
         if (err != 0) {
@@ -269,29 +201,6 @@ class Simulator {
   size_t registered_ = 0, handshakes_ = 0, resumed_ = 0, refused_ = 0;
 };
 
-pid_t start_cp(const std::string& conf, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(WEFT_CONTROLPLANE_BIN, "weft-controlplane", "-c", conf.c_str(), nullptr);
-    _exit(127);
-  }
-  return pid;
-}
-
-// Runs the loop until pred() or the timeout; the seconds it took (or -1).
-template <class Pred>
-double run_until(EventLoop& loop, Pred pred, double timeout_s) {
-  uint64_t start = now_monotonic_us();
-  while (!pred()) {
-    if (now_monotonic_us() - start > static_cast<uint64_t>(timeout_s * 1e6)) return -1;
-    (void)loop.run_once(20'000);
-  }
-  return static_cast<double>(now_monotonic_us() - start) / 1e6;
-}
-
 struct Figures {
   double first_s = 0, first_cpu = 0, rest_cpu_pct = 0, storm_s = 0, storm_cpu = 0;
   long rss_kib = 0;
@@ -312,13 +221,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   log_set_level(LogLevel::kError);  // the simulated machines' own handshake warnings
-  rlimit rl{};
-  getrlimit(RLIMIT_NOFILE, &rl);
-  rl.rlim_cur = rl.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &rl);
-  if (rl.rlim_cur < static_cast<rlim_t>(machines) + 64) {
-    std::fprintf(stderr, "reconnect_bench: RLIMIT_NOFILE %llu is too low for %d machines\n",
-                 static_cast<unsigned long long>(rl.rlim_cur), machines);
+  if (!raise_nofile(static_cast<uint64_t>(machines) + 64)) {
+    std::fprintf(stderr, "reconnect_bench: RLIMIT_NOFILE is too low for %d machines\n", machines);
     return 2;
   }
   std::string dir = std::filesystem::temp_directory_path() / ("weft-reconnect-" + random_hex(5));
@@ -352,18 +256,11 @@ int main(int argc, char** argv) {
     auto loop = std::move(EventLoop::create()).value();
     Simulator sim(*loop, mode, port, static_cast<uint64_t>(heartbeat_s * 1e6));
     for (int i = 0; i < machines; ++i) {
-      char id[16];
-      std::snprintf(id, sizeof id, "m%05d", i);
-      if (!sim.add(id, pki, i)) return 1;
+      if (!sim.add(machine_name(i), pki, i)) return 1;
     }
     Figures f;
-    pid_t cp = start_cp(run + "/cp.toml", run + "/cp.log");
-    // Ready once its Unix socket answers.
-    for (int i = 0; i < 500; ++i) {
-      auto c = rpc::Client::connect(run + "/cp.sock");
-      if (c.ok() && (*c)->call("machine.ls", json::object(), 2000).ok()) break;
-      usleep(10'000);
-    }
+    pid_t cp = start_controlplane(run + "/cp.toml", run + "/cp.log");
+    (void)wait_controlplane(run + "/cp.sock");
     double cpu0 = cpu_seconds(cp);
     sim.connect_all();
     f.first_s = run_until(
@@ -382,7 +279,7 @@ int main(int argc, char** argv) {
     // Let every simulated session see its end before the new process listens.
     run_until(
         *loop, [&] { return sim.registered() == 0; }, 10);
-    cp = start_cp(run + "/cp.toml", run + "/cp.log");
+    cp = start_controlplane(run + "/cp.toml", run + "/cp.log");
     f.storm_s = run_until(
         *loop, [&] { return sim.registered() == static_cast<size_t>(machines); }, 120);
     f.storm_cpu = cpu_seconds(cp);

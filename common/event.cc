@@ -16,6 +16,13 @@ struct Source::Impl {
 Source::Source(std::unique_ptr<Impl> impl) : impl_(impl.release()) {}
 Source::~Source() = default;
 
+Status Source::set_priority(int64_t priority) {
+  if (!impl_) return make_error("no event source");
+  int r = sd_event_source_set_priority(impl_->src, priority);
+  if (r < 0) return errno_error(-r, "sd_event_source_set_priority");
+  return {};
+}
+
 Status Source::set_io_events(uint32_t events) {
   if (!impl_) return make_error("inactive event source");
   int r = sd_event_source_set_io_events(impl_->src, events);

@@ -26,6 +26,9 @@ class Source {
   // For io sources: changes the epoll events watched (e.g. add EPOLLOUT while output
   // is queued).
   Status set_io_events(uint32_t events);
+  // sd-event priority: lower runs first (0 by default); SD_EVENT_PRIORITY_IDLE runs only
+  // when nothing else is pending.
+  Status set_priority(int64_t priority);
   void reset() { impl_.reset(); }
 
   struct Impl;

@@ -107,7 +107,17 @@ Session::Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher
       reader_(max_line),
       budget_(std::move(budget)) {}
 
+void OutputGate::release() {
+  held_ = false;
+  auto waiting = std::exchange(waiting_, {});
+  for (Session* s : waiting) {
+    s->gate_waiting_ = false;
+    s->flush();
+  }
+}
+
 Session::~Session() {
+  if (gate_waiting_) std::erase(gate_->waiting_, this);
   io_.reset();
   if (ssl_ && established_ && !closed_) tls::shutdown(ssl_.get());
   if (budget_) budget_->used -= accounted_;
@@ -122,7 +132,10 @@ void Session::use_tls(SSL* ssl, uint64_t handshake_timeout_us) {
 }
 
 Status Session::start() {
-  TRY_ASSIGN(io_, loop_.add_io(fd_.get(), EPOLLIN, [this](uint32_t ev) { on_io(ev); }));
+  // Edge-triggered: every handler reads until the socket is drained and writes until it
+  // is full, so a ready socket is reported once, not by every wait of the loop (with
+  // thousands of sessions, level-triggered waits cost O(ready sessions) per dispatch).
+  TRY_ASSIGN(io_, loop_.add_io(fd_.get(), EPOLLIN | EPOLLET, [this](uint32_t ev) { on_io(ev); }));
   if (ssl_) {
     TRY_ASSIGN(handshake_timer_, loop_.add_timer_in(handshake_timeout_us_, [this] {
       if (established_ || closed_) return;
@@ -171,11 +184,14 @@ bool Session::handshake() {
 
 void Session::update_events() {
   if (closed_ || !io_.active()) return;
-  bool want_out = !out_.empty() || tls_wants_write_;
+  // Output held by the gate is not wanted out yet: no EPOLLOUT (a writable socket would
+  // wake the loop for nothing, again and again).
+  bool gated = gate_ && gate_->held();
+  bool want_out = (!out_.empty() && !gated) || tls_wants_write_;
   if (ssl_ && !established_) want_out = tls_wants_write_;
   if (want_out != want_out_) {
     want_out_ = want_out;
-    (void)io_.set_io_events(want_out ? (EPOLLIN | EPOLLOUT) : EPOLLIN);
+    (void)io_.set_io_events(want_out ? (EPOLLIN | EPOLLOUT | EPOLLET) : (EPOLLIN | EPOLLET));
   }
 }
 
@@ -463,6 +479,16 @@ void Session::send_json(const json& msg) {
 void Session::flush() {
   if (closed_) return;
   if (ssl_ && !established_) return;  // queued until the handshake completes
+  if (gate_ && gate_->held()) {       // not yet durable: sent at the gate's release
+    if (!std::exchange(gate_waiting_, true)) gate_->waiting_.push_back(this);
+    if (out_.size() > (64u << 20)) {
+      log_warn("closing session: peer is not reading", {{"PEER", peer_.address}});
+      close();
+      return;
+    }
+    update_events();
+    return;
+  }
   tls_wants_write_ = false;
   while (!out_.empty()) {
     if (ssl_) {
@@ -945,6 +971,7 @@ void Server::accept_on(int lfd, bool is_unix) {
     }
     auto s = std::make_unique<Session>(loop_, std::move(fd), peer, dispatcher_, max_line_, budget_);
     Session* raw = s.get();
+    if (gate_) raw->set_output_gate(gate_);
     if (ssl) {
       // No state for the peer beyond the handshake until it is authenticated.
       raw->use_tls(ssl, limits_.handshake_timeout_us);

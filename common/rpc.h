@@ -104,6 +104,22 @@ struct Peer {
 
 class Session;
 
+// Group commit (the control plane): while a gate is held, the sessions that share it
+// keep what they would send (replies, requests) until release(): a daemon writes many
+// calls' changes in one transaction and answers none of them before it is durable.
+class OutputGate {
+ public:
+  void hold() { held_ = true; }
+  bool held() const { return held_; }
+  // Sends what waited, session by session.
+  void release();
+
+ private:
+  friend class Session;
+  bool held_ = false;
+  std::vector<Session*> waiting_;
+};
+
 struct CallContext {
   Session* session;  // null when the call arrived on a blocking Client
   const Peer& peer;
@@ -165,6 +181,8 @@ class Session {
   bool established() const { return !ssl_ || established_; }
   // Runs once when the TLS handshake has completed (the peer's identity is known).
   void set_on_established(std::function<void()> fn) { on_established_ = std::move(fn); }
+  // Output waits while `gate` is held (before start()).
+  void set_output_gate(std::shared_ptr<OutputGate> gate) { gate_ = std::move(gate); }
   Status start();
   void call(const std::string& method, json params, ReplyFn on_reply);
   void notify(const std::string& method, json params);
@@ -217,6 +235,9 @@ class Session {
   uint64_t handshake_timeout_us_ = 0;
   Source handshake_timer_;
   std::function<void()> on_established_;
+  std::shared_ptr<OutputGate> gate_;
+  bool gate_waiting_ = false;  // listed in gate_->waiting_
+  friend class OutputGate;
 };
 
 // Endpoints: "unix:/path", "/path" (Unix), "tcp:host:port" or "host:port" (TCP).
@@ -255,6 +276,8 @@ class Server {
   Status listen_tcp(const std::string& host, uint16_t port);
   // TLS on every TCP session from now on (Unix sessions keep their peer credentials).
   void set_tls(std::shared_ptr<tls::Context> ctx) { tls_ = std::move(ctx); }
+  // Every session from now on shares this output gate (OutputGate).
+  void set_output_gate(std::shared_ptr<OutputGate> gate) { gate_ = std::move(gate); }
   uint16_t tcp_port() const { return tcp_port_; }
   size_t session_count() const { return sessions_.size(); }
   std::function<void(Session&)> on_session;  // optional: runs for each new session
@@ -272,6 +295,7 @@ class Server {
   const Dispatcher* dispatcher_;
   size_t max_line_;
   ServerLimits limits_;
+  std::shared_ptr<OutputGate> gate_;
   std::shared_ptr<BufferBudget> budget_;
   Fd spare_fd_;
   std::map<std::string, size_t> per_address_;

@@ -7,7 +7,17 @@ static Error sqlite_error(sqlite3* db, const std::string& what) {
 }
 
 Stmt::~Stmt() {
-  if (st_) sqlite3_finalize(st_);
+  if (!st_) return;
+  if (auto cache = cache_.lock()) {
+    auto& idle = cache->idle[sql_];
+    if (idle.size() < 4) {
+      sqlite3_reset(st_);
+      sqlite3_clear_bindings(st_);
+      idle.push_back(st_);
+      return;
+    }
+  }
+  sqlite3_finalize(st_);
 }
 
 Stmt& Stmt::bind(int i, int64_t v) {
@@ -83,6 +93,9 @@ Result<std::unique_ptr<Db>> Db::open(const std::string& path, Durability d) {
 }
 
 Db::~Db() {
+  for (auto& [sql, idle] : cache_->idle)
+    for (sqlite3_stmt* st : idle) sqlite3_finalize(st);
+  cache_.reset();
   sqlite3_close(db_);
 }
 
@@ -97,11 +110,17 @@ Status Db::exec(const std::string& sql) {
 }
 
 Result<Stmt> Db::prepare(const std::string& sql) {
+  if (auto it = cache_->idle.find(sql); it != cache_->idle.end() && !it->second.empty()) {
+    sqlite3_stmt* st = it->second.back();
+    it->second.pop_back();
+    return Stmt(db_, st, cache_, sql);
+  }
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) !=
+      SQLITE_OK) {
     return sqlite_error(db_, "prepare '" + sql.substr(0, 60) + "'");
   }
-  return Stmt(db_, st);
+  return Stmt(db_, st, cache_, sql);
 }
 
 Result<int> Db::schema_version() {

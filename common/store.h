@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -20,10 +21,21 @@
 
 namespace weft {
 
+// Prepared statements a Db keeps for reuse (Db::prepare): compiling a statement costs
+// more than running it, on every write of a busy daemon.
+struct StmtCache {
+  std::unordered_map<std::string, std::vector<sqlite3_stmt*>> idle;
+};
+
 class Stmt {
  public:
   Stmt(sqlite3* db, sqlite3_stmt* st) : db_(db), st_(st) {}
-  Stmt(Stmt&& o) noexcept : db_(o.db_), st_(o.st_) { o.st_ = nullptr; }
+  Stmt(sqlite3* db, sqlite3_stmt* st, std::weak_ptr<StmtCache> cache, std::string sql)
+      : db_(db), st_(st), cache_(std::move(cache)), sql_(std::move(sql)) {}
+  Stmt(Stmt&& o) noexcept
+      : db_(o.db_), st_(o.st_), cache_(std::move(o.cache_)), sql_(std::move(o.sql_)) {
+    o.st_ = nullptr;
+  }
   Stmt(const Stmt&) = delete;
   ~Stmt();
 
@@ -46,6 +58,8 @@ class Stmt {
  private:
   sqlite3* db_;
   sqlite3_stmt* st_;
+  std::weak_ptr<StmtCache> cache_;  // returned there (reset) rather than finalized
+  std::string sql_;
 };
 
 class Db {
@@ -74,6 +88,7 @@ class Db {
  private:
   explicit Db(sqlite3* db) : db_(db) {}
   sqlite3* db_;
+  std::shared_ptr<StmtCache> cache_ = std::make_shared<StmtCache>();
 };
 
 }  // namespace weft

@@ -81,6 +81,7 @@ Status Allocator::assign(MachineId id, EntitlementId e) {
   pool_erase(id);
   m.ent = e;
   pool_insert(id);
+  moved_.push_back(id);
   return {};
 }
 

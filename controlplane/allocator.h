@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -93,6 +94,8 @@ class Allocator {
   // Moves an empty machine between pools (returning it to the free pool, or an
   // operator's assignment). Fails if it still runs tasks of another entitlement.
   Status assign(MachineId m, EntitlementId e);
+  // Machines that changed pools since the last call (what the daemon must persist).
+  std::vector<MachineId> take_moved() { return std::exchange(moved_, {}); }
   EntitlementId entitlement_of(MachineId m) const { return machines_.at(m).ent; }
   Resources free(MachineId m) const { return machines_.at(m).free; }
   int tasks_on(MachineId m) const { return machines_.at(m).tasks; }
@@ -124,6 +127,7 @@ class Allocator {
   void set_quota(EntitlementId e, size_t machines) { quotas_[e] = machines; }
 
  private:
+  std::vector<MachineId> moved_;
   struct Machine {
     MachineSpec spec;
     Resources free;

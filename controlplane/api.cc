@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/json_bounded.h"
+#include "common/task_report.h"
 #include "common/tls.h"
 
 #include "common/log.h"
@@ -103,6 +104,7 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   if (auto known = broker_.find(info.id)) TRY(claim_session(sessions_, *known, c, "agent"));
   TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
   TRY(claim_session(sessions_, m, c, "agent"));
+  last_report_.erase(m);  // a (re)started agent sends its whole list first
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
   TRY(persist({}, {m}));
   return json{{"machine", info.id},
@@ -123,19 +125,19 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   // The machine is alive whatever its report says: a report refused below (a state this
   // version does not know, from a newer agent) must not get its tasks declared lost.
   (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
-  if (!p.contains("tasks") || !p["tasks"].is_object())
-    return field_error("tasks", "must be an object of task id -> state");
-  std::map<std::string, TaskState> tasks;
-  for (const auto& [id, st] : p["tasks"].items()) {
-    auto state = st.is_string() ? weft::parse_task_state(st.get<std::string>()) : std::nullopt;
-    if (!state) return field_error("tasks." + id, "must be a task state (common/task_state.h)");
-    tasks[id] = *state;
+  TRY_ASSIGN(weft::TaskReport report, weft::parse_task_report(p));
+  LastReport& last = last_report_[m];
+  if (report.tasks) {
+    last.tasks = std::move(*report.tasks);
+    last.digest = std::move(report.digest);
+  } else if (last.digest.empty() || report.digest != last.digest) {
+    // Unchanged since a list this process does not hold (it restarted, or they differ).
+    return json{{"resend", true}};
   }
   std::vector<std::string> forget;
-  auto cmds = sched_.report(m, tasks, now_us(), &forget);
+  auto cmds = sched_.report_list(m, last.tasks, now_us(), &forget);
   auto changed = sched_.take_reported_changes();
-  if (!cmds.empty()) TRY(persist_commands(cmds));
-  if (!changed.empty()) TRY(persist(changed, {m}));
+  if (!cmds.empty() || !changed.empty()) TRY(persist(changed, {m}));
   send(cmds);
   // Ended tasks whose end is now durable here: the machine stops reporting them, so a
   // report stays the size of what the machine runs.
@@ -152,8 +154,9 @@ Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
   // A machine that failed has its tasks replaced now, and one that became healthy
   // takes what waited for it, not at the next tick; an unchanged verdict (every
   // heartbeat) costs nothing more.
-  if (broker_.state_of(m) != before) tick();
-  return json::object();
+  if (broker_.state_of(m) != before) kick();
+  // hcs reports a changed verdict at once; otherwise a keepalive at this interval.
+  return json{{"heartbeat_interval_ms", keepalive_us() / 1000}};
 }
 
 Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
@@ -162,16 +165,18 @@ Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
     return field_error("profile", "must be the applied profile's name");
   if (p.contains("state") && !p["state"].is_string())
     return field_error("state", "must be the last switch's outcome");
-  TRY(claim_session(sidekick_sessions_, m, c, "sidekick"));
+  TRY(claim_session(sidekick_sessions_, m, c, "sidekick", keepalive_us()));
   bool changed = broker_.persisted(m).applied_profile != p["profile"].get<std::string>();
   TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
   profile_state_[m] = p.value("state", "");
   pushed_profile_.erase(m);  // the reply carries the desired profile
   if (changed) {             // a report every heartbeat writes and schedules nothing
     TRY(persist({}, {m}));
-    tick();
+    kick();
   }
-  return json{{"desired", broker_.desired_profile(m)}};
+  // Sidekick reports a switch at once; otherwise a keepalive at this interval.
+  return json{{"desired", broker_.desired_profile(m)},
+              {"heartbeat_interval_ms", keepalive_us() / 1000}};
 }
 
 Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) {
@@ -358,8 +363,7 @@ Result<json> Manager::api_machine_show(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
   json j = machine_json(m);
   json tasks = json::array();
-  for (const auto& [id, t] : sched_.tasks())
-    if (t.machine == m) tasks.push_back(task_json(t, alloc_));
+  for (const auto& t : sched_.tasks_on(m)) tasks.push_back(task_json(t, alloc_));
   j["task_list"] = tasks;
   json events = json::array();
   for (const auto& e : broker_.events())
@@ -377,15 +381,9 @@ Result<json> Manager::api_machine_drain(const json& p, const CallContext& c) {
   TRY(broker_.drain(p["machine"].get<std::string>(), drained, now_us()));
   std::vector<Command> cmds;
   if (drained) cmds = sched_.machine_drain(m, now_us());
-  std::set<std::string> jobs;
-  for (const auto& [id, t] : sched_.tasks())
-    if (t.machine == m) jobs.insert(t.job);
-  for (const auto& cmd : cmds)
-    if (auto it = sched_.tasks().find(cmd.task_id); it != sched_.tasks().end())
-      jobs.insert(it->second.job);
-  TRY(persist(jobs, {m}));
+  TRY(persist({}, {m}));  // with the tasks the drain changed and their jobs
   send(cmds);
-  tick();
+  kick();
   return json{{"machine", p["machine"]}, {"drained", drained}};
 }
 

@@ -21,7 +21,7 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
   if (info.capacity.cpu_milli <= 0 || info.capacity.mem_mb <= 0)
     return field_error("capacity", "cpu and memory must be positive");
   if (Machine* m = get(info.id)) {
-    m->last_heartbeat = now;
+    beat(*m, now);
     if (m->dead) {
       m->dead = false;
       record({now, info.id, "back", "registered again"});
@@ -31,8 +31,8 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
   }
   Machine m;
   m.info = info;
-  m.last_heartbeat = now;
   m.id = alloc_.add_machine({info.id, info.dc, info.domain, info.type, info.capacity});
+  beat(m, now);
   by_index_.resize(m.id + 1);
   by_index_[m.id] = info.id;
   auto [it, added] = machines_.emplace(info.id, std::move(m));
@@ -44,7 +44,7 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
 Status Broker::heartbeat(const std::string& machine, uint64_t now) {
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine + "; register first");
-  m->last_heartbeat = now;
+  beat(*m, now);
   if (m->dead) {
     m->dead = false;
     record({now, machine, "back", "heartbeats resumed"});
@@ -169,19 +169,32 @@ void Broker::refresh(Machine& m) {
   was_usable_[m.id] = now_usable;
 }
 
+void Broker::beat(Machine& m, uint64_t now) {
+  m.last_heartbeat = now;
+  beats_.emplace_back(now, m.id);
+}
+
 std::vector<MachineId> Broker::check(uint64_t now) {
   std::vector<MachineId> dead;
   uint64_t limit = cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
-  for (auto& [id, m] : machines_) {
-    if (m.dead || now < m.last_heartbeat || now - m.last_heartbeat <= limit) continue;
+  // Heartbeats in the order they came: only those older than the limit are looked at,
+  // and a machine is dead when the oldest of them was its last. The cost follows the
+  // heartbeats, not the fleet.
+  while (!beats_.empty() && now > beats_.front().first && now - beats_.front().first > limit) {
+    auto [at, id] = beats_.front();
+    beats_.pop_front();
+    Machine& m = machines_.at(by_index_.at(id));
+    if (m.dead || m.last_heartbeat != at) continue;  // heard from since, or dead already
     m.dead = true;
-    record({now, id, "dead", std::to_string(cfg_.missed_heartbeats) + " heartbeats missed"});
+    record({now, m.info.id, "dead", std::to_string(cfg_.missed_heartbeats) + " heartbeats missed"});
     dead.push_back(m.id);
     refresh(m);
   }
   // refresh() also queued them as failed; they are reported here once.
-  std::erase_if(failed_,
-                [&](MachineId x) { return std::find(dead.begin(), dead.end(), x) != dead.end(); });
+  if (!dead.empty()) {
+    std::set<MachineId> d(dead.begin(), dead.end());
+    std::erase_if(failed_, [&](MachineId x) { return d.count(x) > 0; });
+  }
   return dead;
 }
 
@@ -193,6 +206,16 @@ std::vector<MachineId> Broker::take_ready() {
   // A machine that joined an entitlement after the last refresh is re-evaluated: it is
   // ready once its profile matches.
   for (auto& [id, m] : machines_) refresh(m);
+  return take_ready_only();
+}
+
+std::vector<MachineId> Broker::take_ready(const std::set<MachineId>& moved) {
+  for (MachineId id : moved)
+    if (id < by_index_.size()) refresh(machines_.at(by_index_[id]));
+  return take_ready_only();
+}
+
+std::vector<MachineId> Broker::take_ready_only() {
   auto out = std::exchange(ready_, {});
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

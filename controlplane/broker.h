@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,9 @@ class Broker {
   // Machines that became usable again (profile applied, back alive) since the last call:
   // the scheduler may start what waited for them.
   std::vector<MachineId> take_ready();
+  // The same when only `moved` (machines whose entitlement changed) and machines whose
+  // own reports changed them need a look: no scan of the fleet.
+  std::vector<MachineId> take_ready(const std::set<MachineId>& moved);
 
   std::optional<MachineId> find(const std::string& machine) const;
   bool usable(MachineId m) const;
@@ -114,6 +118,8 @@ class Broker {
     bool dead = false, drained = false;
   };
   void refresh(Machine& m);
+  void beat(Machine& m, uint64_t now);  // a heartbeat (or registration) at `now`
+  std::vector<MachineId> take_ready_only();
   bool profile_ready(
       const Machine& m) const;  // pushes usability to the allocator, notes transitions
   Machine* get(const std::string& machine);
@@ -124,6 +130,7 @@ class Broker {
   std::vector<std::string> by_index_;        // MachineId -> machine id
   std::map<EntitlementId, EntitlementSpec> ents_;
   std::map<MachineId, bool> was_usable_;
+  std::deque<std::pair<uint64_t, MachineId>> beats_;  // heartbeats, oldest first
   std::vector<MachineId> failed_, ready_;
   void record(Unavailability e);
   std::deque<Unavailability> events_;

@@ -11,10 +11,26 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
   TRY(doc.only_keys(t, "",
-                    {"socket", "socket_group", "listen", "insecure_listen", "state_dir",
-                     "heartbeat_interval", "missed_heartbeats", "destructive_per_min",
-                     "destructive_burst", "log_level", "ended_task_retention", "tls_ca", "tls_cert",
-                     "tls_key", "tls_crl", "tls_resumption", "access"}));
+                    {"socket",
+                     "socket_group",
+                     "listen",
+                     "insecure_listen",
+                     "state_dir",
+                     "heartbeat_interval",
+                     "missed_heartbeats",
+                     "destructive_per_min",
+                     "destructive_burst",
+                     "machine_failures_per_min",
+                     "machine_failures_burst",
+                     "failure_breaker",
+                     "log_level",
+                     "ended_task_retention",
+                     "tls_ca",
+                     "tls_cert",
+                     "tls_key",
+                     "tls_crl",
+                     "tls_resumption",
+                     "access"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -72,6 +88,27 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                                         : -1;
     if (v < 1) return field_error(doc.where(*n), std::string("'") + key + "' must be at least 1");
     *out = v;
+  }
+  struct Bounded {
+    const char* key;
+    double* out;
+    double lo, hi;
+    const char* what;
+  };
+  for (const Bounded& b : {Bounded{"machine_failures_per_min", &c.machine_failures_per_min, 0.01,
+                                   1e6, "machines per minute, more than 0"},
+                           Bounded{"machine_failures_burst", &c.machine_failures_burst, 0, 1,
+                                   "a share of the fleet from 0 to 1"},
+                           Bounded{"failure_breaker", &c.failure_breaker, 0.01, 1,
+                                   "a share of the fleet from 0.01 to 1"}}) {
+    const toml::node* n = t.get(b.key);
+    if (!n) continue;
+    double v = n->is_integer()          ? static_cast<double>(n->as_integer()->get())
+               : n->is_floating_point() ? n->as_floating_point()->get()
+                                        : -1;
+    if (!(v >= b.lo && v <= b.hi))
+      return field_error(doc.where(*n), std::string("'") + b.key + "' must be " + b.what);
+    *b.out = v;
   }
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}})
     if (val->empty() || (*val)[0] != '/')

@@ -28,6 +28,17 @@ struct CpConfig {
   std::string state_dir = "/var/lib/weft/controlplane";
   BrokerConfig broker;
   SchedulerLimits limits;
+  // Machines going down (dead or failed): their tasks are replaced at once while this
+  // budget lasts, counted in fault domains (the machines of one domain that go down in
+  // the same tick take one token) rather than in tasks. The burst is a share of the
+  // fleet (at least 20 domains); then `machine_failures_per_min`. Beyond it, what is
+  // left waits in order.
+  double machine_failures_per_min = 60;
+  double machine_failures_burst = 0.01;  // of the registered machines
+  // The circuit breaker: when more than this share of the fleet is down at once, the
+  // control plane's own view is suspect (its network, its host) and nothing is
+  // replaced for machines that go down until the share drops again (logged each tick).
+  double failure_breaker = 0.3;
   // Ended tasks stay listed (job show) this long, then are forgotten for good.
   uint64_t ended_task_retention_us = 10ull * 60 * 1'000'000;
   std::string log_level = "info";

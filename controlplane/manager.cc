@@ -39,7 +39,41 @@ Result<std::unique_ptr<Manager>> Manager::create(CpConfig cfg) {
 }
 
 Manager::~Manager() {
+  commit_batch();
   server_.reset();
+}
+
+Status Manager::run() {
+  Status s = loop_->run();
+  commit_batch();  // what the last iteration wrote (its replies are not sent: no loop)
+  return s;
+}
+
+Status Manager::begin_batch() {
+  if (store_->in_batch()) return {};
+  TRY(store_->open_batch());
+  gate_->hold();
+  batch_started_us_ = now_us();
+  // Idle priority: after every session with input pending has been read, so one
+  // commit covers all of them.
+  auto d = loop_->add_defer([this] { commit_batch(); });
+  if (d.ok()) {
+    commit_ = std::move(d).value();
+    (void)commit_.set_priority(SD_EVENT_PRIORITY_IDLE);
+  }
+  return {};
+}
+
+void Manager::commit_batch() {
+  if (!store_ || !store_->in_batch()) return;
+  if (auto s = store_->commit_batch(); !s.ok()) {
+    log_error(
+        "cannot commit the control plane's state: exiting before anything of it is "
+        "answered or sent; systemd restarts the control plane from its last commit",
+        {{"ERROR", s.error().str()}});
+    std::_Exit(1);
+  }
+  gate_->release();
 }
 
 Status Manager::start() {
@@ -55,6 +89,7 @@ Status Manager::start() {
   weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
+  server_->set_output_gate(gate_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
   if (!cfg_.listen.empty()) {
     if (cfg_.tls.enabled()) {
@@ -90,7 +125,7 @@ Status Manager::start() {
   }));
   sighup_ = std::move(hup);
   loop_->enable_watchdog();
-  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { tick(); });
+  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
   log_info("control plane ready",
            {{"SOCKET", cfg_.socket},
@@ -195,12 +230,15 @@ void Manager::audit(const Caller& who, const std::string& method, const json& p,
             {"AUDIT_TARGET", a.target},
             {"AUDIT_PARAMS_SHA256", a.digest},
             {"AUDIT_RESULT", a.result}});
-  if (auto s = store_->put_audit(a); !s.ok())
-    log_error("audit entry not written to the store (the journal has it): " + s.error().str());
+  Status written = begin_batch();
+  if (written.ok()) written = store_->put_audit(a);
+  if (!written.ok())
+    log_error("audit entry not written to the store (the journal has it): " +
+              written.error().str());
 }
 
 Status Manager::claim_session(std::map<MachineId, rpc::Session*>& table, MachineId m,
-                              const CallContext& c, const char* daemon) {
+                              const CallContext& c, const char* daemon, uint64_t interval_us) {
   if (!c.session) return {};
   uint64_t now = now_us();
   auto it = table.find(m);
@@ -208,8 +246,8 @@ Status Manager::claim_session(std::map<MachineId, rpc::Session*>& table, Machine
     rpc::Session* old = it->second;
     auto h = heard_.find(old);
     uint64_t heard = h == heard_.end() ? 0 : h->second;
-    uint64_t dead_after =
-        cfg_.broker.heartbeat_interval_us * static_cast<uint64_t>(cfg_.broker.missed_heartbeats);
+    uint64_t dead_after = (interval_us ? interval_us : cfg_.broker.heartbeat_interval_us) *
+                          static_cast<uint64_t>(cfg_.broker.missed_heartbeats);
     const std::string& name = alloc_.spec(m).name;
     if (now - heard < dead_after) {
       log_warn("second session for a connected machine refused",
@@ -240,7 +278,18 @@ Status Manager::claim_session(std::map<MachineId, rpc::Session*>& table, Machine
   return {};
 }
 
-Status Manager::persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
+Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<MachineId>& machines) {
+  // What changed since the last write: machines that moved between pools, tasks created
+  // or changed (kept across a failed write, for the next one). A write costs what
+  // changed, not the size of the jobs or of the fleet.
+  for (MachineId m : alloc_.take_moved()) unsaved_machines_.insert(m);
+  (void)sched_.take_pool_changes();  // the allocator's moves include these
+  for (auto& id : sched_.take_dirty_tasks()) unsaved_tasks_.insert(std::move(id));
+  unsaved_machines_.insert(machines.begin(), machines.end());
+  std::set<std::string> jobs = jobs_in;
+  for (const auto& id : unsaved_tasks_)
+    if (auto it = sched_.tasks().find(id); it != sched_.tasks().end()) jobs.insert(it->second.job);
+  TRY(begin_batch());
   TRY(store_->begin());
   auto fail = [this](Status s) {
     store_->rollback();
@@ -248,44 +297,28 @@ Status Manager::persist(const std::set<std::string>& jobs, const std::set<Machin
   };
   for (const auto& [id, e] : broker_.entitlements())
     if (auto s = store_->put_entitlement(id, e); !s.ok()) return fail(s);
-  std::set<MachineId> all = machines;
-  for (MachineId m : sched_.take_pool_changes()) all.insert(m);
-  // The jobs' machines too: a replacement may have taken a free machine into the
-  // entitlement.
-  for (const auto& name : jobs)
-    for (MachineId m : alloc_.placement(name)) all.insert(m);
-  for (MachineId m : all)
+  for (MachineId m : unsaved_machines_)
     if (auto s = store_->put_machine(m, broker_.persisted(m), alloc_.entitlement_of(m)); !s.ok())
       return fail(s);
   for (const auto& name : jobs) {
-    bool found = false;
-    for (const auto& j : sched_.persisted_jobs())
-      if (j.spec.name == name) {
-        found = true;
-        if (auto s = store_->put_job(j, alloc_.request(name), alloc_.placement(name)); !s.ok())
-          return fail(s);
-      }
-    if (!found) {
-      if (auto s = store_->delete_job(name); !s.ok()) return fail(s);
-      continue;
-    }
-    for (const auto& t : sched_.tasks_of(name))
-      if (auto s = store_->put_task(t); !s.ok()) return fail(s);
+    auto j = sched_.persisted_job(name);
+    auto s = j ? store_->put_job(*j, alloc_.request(name), alloc_.placement(name))
+               : store_->delete_job(name);
+    if (!s.ok()) return fail(s);
   }
+  for (const auto& id : unsaved_tasks_)
+    if (auto it = sched_.tasks().find(id); it != sched_.tasks().end())
+      if (auto s = store_->put_task(it->second); !s.ok()) return fail(s);
   if (auto s = store_->put_task_seq(sched_.task_seq()); !s.ok()) return fail(s);
   if (auto s = store_->put_events(broker_.take_new_events()); !s.ok()) return fail(s);
-  return store_->commit();
-}
-
-Status Manager::persist_commands(const std::vector<Command>& cmds) {
-  std::set<std::string> jobs;
-  std::set<MachineId> machines;
-  for (const auto& c : cmds) {
-    auto it = sched_.tasks().find(c.task_id);
-    if (it != sched_.tasks().end()) jobs.insert(it->second.job);
-    machines.insert(c.machine);
-  }
-  return persist(jobs, machines);
+  TRY(store_->commit());
+  if (now_us() - batch_started_us_ > kMaxBatchUs) commit_batch();  // under constant load
+  // Machines whose pool changed may have a new desired profile (push_profiles).
+  profile_dirty_.insert(unsaved_machines_.begin(), unsaved_machines_.end());
+  ready_dirty_.insert(unsaved_machines_.begin(), unsaved_machines_.end());
+  unsaved_machines_.clear();
+  unsaved_tasks_.clear();
+  return {};
 }
 
 void Manager::send(const std::vector<Command>& cmds) {
@@ -332,37 +365,105 @@ void Manager::tick() {
   uint64_t now = now_us();
   std::vector<Command> cmds;
   std::set<MachineId> touched;
-  for (MachineId m : broker_.check(now)) {
-    auto c = sched_.machine_down(m, now);
-    cmds.insert(cmds.end(), c.begin(), c.end());
-    touched.insert(m);
-  }
-  for (MachineId m : broker_.take_failed()) {
-    auto c = sched_.machine_down(m, now);
-    cmds.insert(cmds.end(), c.begin(), c.end());
-    touched.insert(m);
-  }
-  for (MachineId m : broker_.take_ready()) {
+  for (MachineId m : broker_.check(now)) machines_down_.push_back(m);
+  for (MachineId m : broker_.take_failed()) machines_down_.push_back(m);
+  for (MachineId m : machines_down_) down_.insert(m);
+  for (MachineId m : broker_.take_ready(std::exchange(ready_dirty_, {}))) {
+    down_.erase(m);
     auto c = sched_.machine_ready(m, now);
     cmds.insert(cmds.end(), c.begin(), c.end());
   }
+  replace_down_machines(now, &cmds, &touched);
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
-  auto pruned = sched_.prune(now, cfg_.ended_task_retention_us);
+  auto pruned = sched_.prune(now, cfg_.ended_task_retention_us, kPruneBudget);
   if (!pruned.empty()) {
-    if (auto s = store_->delete_tasks(pruned); !s.ok())
-      log_error("cannot forget ended tasks: " + s.error().str());
+    Status deleted = begin_batch();
+    if (deleted.ok()) deleted = store_->delete_tasks(pruned);
+    if (!deleted.ok()) log_error("cannot forget ended tasks: " + deleted.error().str());
   }
-  std::set<std::string> jobs;
-  for (const auto& [id, t] : sched_.tasks())
-    if (touched.count(t.machine)) jobs.insert(t.job);
-  for (const auto& cmd : cmds)
-    if (auto it = sched_.tasks().find(cmd.task_id); it != sched_.tasks().end())
-      jobs.insert(it->second.job);
-  if (auto s = persist(jobs, touched); !s.ok()) log_error("cannot write state: " + s.error().str());
+  // The jobs of the commands and of the changed tasks are written with them (persist).
+  if (auto s = persist({}, touched); !s.ok()) log_error("cannot write state: " + s.error().str());
   send(cmds);
-  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { tick(); });
+}
+
+void Manager::periodic() {
+  tick();
+  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
+}
+
+void Manager::kick() {
+  if (kick_.active() && kicked_) return;  // one tick for every change of this iteration
+  kicked_ = true;
+  auto d = loop_->add_defer([this] {
+    kicked_ = false;
+    tick();
+  });
+  if (d.ok()) kick_ = std::move(d).value();
+}
+
+bool Manager::take_failure_token(uint64_t now) {
+  double fleet = static_cast<double>(alloc_.machine_count());
+  double burst = std::max(20.0, cfg_.machine_failures_burst * fleet);
+  if (failure_tokens_ < 0) {
+    failure_tokens_ = burst;
+    failure_tokens_at_ = now;
+  }
+  double rate = cfg_.machine_failures_per_min / 60e6;  // per µs
+  if (now > failure_tokens_at_)
+    failure_tokens_ =
+        std::min(burst, failure_tokens_ + rate * static_cast<double>(now - failure_tokens_at_));
+  failure_tokens_at_ = now;
+  if (failure_tokens_ < 1) return false;
+  failure_tokens_ -= 1;
+  return true;
+}
+
+void Manager::replace_down_machines(uint64_t now, std::vector<Command>* cmds,
+                                    std::set<MachineId>* touched) {
+  if (machines_down_.empty()) return;
+  std::erase_if(down_, [this](MachineId m) {  // back since (not yet usable, say)
+    std::string state = broker_.state_of(m);
+    return state != "dead" && state != "failed";
+  });
+  size_t fleet = alloc_.machine_count();
+  if (fleet >= 10 &&
+      static_cast<double>(down_.size()) > cfg_.failure_breaker * static_cast<double>(fleet)) {
+    // Too much of the fleet at once: more likely this process's network than the fleet.
+    if (!breaker_open_ || now - breaker_logged_us_ > 30'000'000) {
+      log_error("circuit breaker open: machines down, their tasks are not replaced",
+                {{"DOWN", std::to_string(down_.size())},
+                 {"MACHINES", std::to_string(fleet)},
+                 {"WAITING", std::to_string(machines_down_.size())},
+                 {"BREAKER", std::to_string(cfg_.failure_breaker)}});
+      breaker_logged_us_ = now;
+    }
+    breaker_open_ = true;
+    return;
+  }
+  if (std::exchange(breaker_open_, false))
+    log_warn("circuit breaker closed: replacing the tasks of machines that went down",
+             {{"DOWN", std::to_string(down_.size())}, {"MACHINES", std::to_string(fleet)}});
+  // Oldest first; the machines of one fault domain that went down together take one
+  // token between them.
+  std::deque<MachineId> left;
+  std::map<std::string, bool> paid;  // domain -> token taken (true) or refused (false)
+  for (MachineId m : machines_down_) {
+    std::string state = broker_.state_of(m);
+    if (state != "dead" && state != "failed") continue;  // back meanwhile
+    const std::string& domain = alloc_.spec(m).domain;
+    auto it = paid.find(domain);
+    if (it == paid.end()) it = paid.emplace(domain, take_failure_token(now)).first;
+    if (!it->second) {
+      left.push_back(m);
+      continue;
+    }
+    auto c = sched_.machine_down(m, now, true);
+    cmds->insert(cmds->end(), c.begin(), c.end());
+    touched->insert(m);
+  }
+  machines_down_ = std::move(left);
 }
 
 // Remembers `s` as machine m's session in `table` until it closes.
@@ -377,7 +478,12 @@ void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::
 }
 
 void Manager::push_profiles() {
-  for (const auto& [m, s] : sidekick_sessions_) {
+  // Only machines whose pool changed since the last push: the work follows the changes,
+  // not the fleet.
+  for (MachineId m : std::exchange(profile_dirty_, {})) {
+    auto it = sidekick_sessions_.find(m);
+    if (it == sidekick_sessions_.end()) continue;
+    rpc::Session* s = it->second;
     std::string want = broker_.desired_profile(m);
     auto& pushed = pushed_profile_[m];
     if (want.empty() || want == pushed || broker_.persisted(m).applied_profile == want) continue;

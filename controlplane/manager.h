@@ -6,8 +6,12 @@
 // state comes back and no task is restarted.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "common/event.h"
 #include "common/rpc.h"
@@ -43,7 +47,7 @@ class Manager {
   static Result<std::unique_ptr<Manager>> create(CpConfig cfg);
   ~Manager();
   Status start();
-  Status run() { return loop_->run(); }
+  Status run();
   // For harnesses that drive the loop themselves (fuzz/fuzz_cp_dispatch.cc).
   EventLoop& loop() { return *loop_; }
 
@@ -76,11 +80,27 @@ class Manager {
                                 const rpc::CallContext& c);
   void send(const std::vector<Command>& cmds);
   void tick();
+  void periodic();  // tick() every heartbeat interval
+  // A tick soon (next loop iteration), once however many changes ask for it: what a
+  // machine's new verdict or profile needs, without a tick per report.
+  void kick();
+  // Hands machines that went down to the scheduler within the failure budget (in fault
+  // domains) unless the circuit breaker is open (cp_conf.h).
+  void replace_down_machines(uint64_t now, std::vector<Command>* cmds,
+                             std::set<MachineId>* touched);
+  bool take_failure_token(uint64_t now);
   // A machine refused a task.run: the task fails now, with the machine's message.
   void start_refused(const std::string& task, const Error& e, bool bad_spec);
   // Writes what changed for these jobs and machines (and everything else small).
   Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);
-  Status persist_commands(const std::vector<Command>& cmds);
+  // Group commit (state_store.h, rpc::OutputGate): the first write opens a batch and
+  // holds every session's output; the batch commits when the loop has nothing else
+  // pending (or is kMaxBatchUs old) and only then is anything sent. A commit that fails
+  // ends the process: nothing of the batch was answered or sent, and the restart
+  // resumes from the last commit.
+  Status begin_batch();
+  void commit_batch();
+  static constexpr uint64_t kMaxBatchUs = 20'000;
   // Who called (access.h), and whether that caller may make a call of this level.
   Caller caller(const rpc::CallContext& c) const;
   Status permit(const Caller& who, int access, const std::string& method) const;
@@ -92,8 +112,11 @@ class Manager {
   // A machine's agent or sidekick session: a second session for a machine whose session
   // is alive and heard from within the dead-machine timeout is refused (kConflict), so it
   // cannot take the machine's command channel; a silent one is replaced (and closed).
+  // `interval_us`: how often that daemon speaks when nothing changes (0 = heartbeat).
   Status claim_session(std::map<MachineId, rpc::Session*>& table, MachineId m,
-                       const rpc::CallContext& c, const char* daemon);
+                       const rpc::CallContext& c, const char* daemon, uint64_t interval_us = 0);
+  // Sidekick and hcs report on change, and otherwise every keepalive (5 heartbeats).
+  uint64_t keepalive_us() const { return 5 * cfg_.broker.heartbeat_interval_us; }
   Result<MachineId> machine_of(const nlohmann::json& p, const rpc::CallContext& c);
   // machine_of for a machine's own calls (register aside): the session must be allowed to
   // speak for it (check_machine_identity).
@@ -117,9 +140,35 @@ class Manager {
   std::map<MachineId, rpc::Session*> sidekick_sessions_;  // for profile.apply
   std::map<MachineId, std::string> pushed_profile_;       // what sidekick was last told
   std::map<rpc::Session*, uint64_t> heard_;               // machine sessions: when last heard from
+  // Written by the next persist(): kept across a failed write.
+  std::set<MachineId> unsaved_machines_;
+  std::unordered_set<std::string> unsaved_tasks_;
+  std::set<MachineId> profile_dirty_;  // pool changed: sidekick may need a new profile
+  std::set<MachineId> ready_dirty_;    // pool changed: the broker looks at its readiness
+  // Machines that went down and whose tasks wait for the failure budget (oldest first),
+  // and every machine down now (for the circuit breaker).
+  std::deque<MachineId> machines_down_;
+  std::set<MachineId> down_;
+  double failure_tokens_ = -1;
+  bool breaker_open_ = false;
+  uint64_t breaker_logged_us_ = 0;
+  Source kick_;
+  bool kicked_ = false;
+  uint64_t failure_tokens_at_ = 0;
+  // Each machine's last full task list and its digest (common/task_report.h).
+  struct LastReport {
+    weft::TaskList tasks;
+    std::string digest;
+  };
+  std::unordered_map<MachineId, LastReport> last_report_;
+  // Ended tasks prune() looks at per tick.
+  static constexpr size_t kPruneBudget = 20000;
   // Not persisted: what the machine's daemons said last (shown by machine.show).
   std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
   Source timer_, sighup_;
+  std::shared_ptr<rpc::OutputGate> gate_ = std::make_shared<rpc::OutputGate>();
+  Source commit_;
+  uint64_t batch_started_us_ = 0;
   std::shared_ptr<tls::Context> tls_;
   int weft_gid_ = -1;
 };

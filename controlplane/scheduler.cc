@@ -27,6 +27,12 @@ bool Scheduler::refused(const TaskRecord& t, const Job& j) {
   return t.state == TaskState::kFailed && t.held && t.generation == j.generation;
 }
 
+bool Scheduler::has_token(uint64_t now) {
+  if (!take_token(now)) return false;
+  tokens_ += 1;  // only looked
+  return true;
+}
+
 bool Scheduler::take_token(uint64_t now) {
   double rate = limits_.destructive_per_min / 60e6;  // tokens per µs
   if (tokens_ < 0) {
@@ -48,9 +54,49 @@ Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
 
 std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
   std::vector<TaskRecord> out;
-  for (const auto& [id, t] : tasks_)
-    if (t.job == job) out.push_back(t);
+  if (auto j = job_tasks_.find(job); j != job_tasks_.end())
+    for (const auto& [index, id] : j->second) out.push_back(tasks_.at(id));
   return out;
+}
+
+std::vector<TaskRecord> Scheduler::tasks_on(MachineId m) const {
+  std::vector<TaskRecord> out;
+  if (auto it = machine_tasks_.find(m); it != machine_tasks_.end())
+    for (const auto& id : it->second) out.push_back(tasks_.at(id));
+  return out;
+}
+
+void Scheduler::put_task(const TaskRecord& t) {
+  auto [it, fresh] = tasks_.insert_or_assign(t.id, t);
+  dirty_.insert(t.id);
+  if (!fresh) return;  // ids are unique; a task's job, index and machine never change
+  job_tasks_[t.job].emplace(t.index, t.id);
+  machine_tasks_[t.machine].insert(t.id);
+}
+
+void Scheduler::erase_task(const std::string& id) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return;
+  const TaskRecord& t = it->second;
+  if (auto j = job_tasks_.find(t.job); j != job_tasks_.end()) {
+    j->second.erase({t.index, id});
+    if (j->second.empty()) job_tasks_.erase(j);
+  }
+  if (auto m = machine_tasks_.find(t.machine); m != machine_tasks_.end()) {
+    m->second.erase(id);
+    if (m->second.empty()) machine_tasks_.erase(m);
+  }
+  tasks_.erase(it);
+}
+
+void Scheduler::restore_task(const TaskRecord& t) {
+  put_task(t);
+}
+
+std::optional<Scheduler::PersistedJob> Scheduler::persisted_job(const std::string& name) const {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return std::nullopt;
+  return PersistedJob{it->second.spec, it->second.generation, it->second.stopping};
 }
 
 std::vector<Scheduler::PersistedJob> Scheduler::persisted_jobs() const {
@@ -85,9 +131,9 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   // under this generation's spec (the same spec would be refused again: it waits for an
   // update).
   std::set<int> have;
-  for (const auto& [id, t] : tasks_)
-    if (t.job == j.spec.name && (live(t.state) || t.state == TaskState::kStopping || refused(t, j)))
-      have.insert(t.index);
+  for_job(j.spec.name, [&](TaskRecord& t) {
+    if (live(t.state) || t.state == TaskState::kStopping || refused(t, j)) have.insert(t.index);
+  });
   // An index whose task failed or was lost is replace()'s, which takes a token from the
   // destructive-operation budget: converging must not start it for free (that path
   // once replaced a failing job's tasks ~950 times in 25 s).
@@ -111,24 +157,24 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
 
 void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
   if (!ready_ || ready_(t.machine)) {
-    t.state = TaskState::kStarting;
+    set_state(t, TaskState::kStarting);
     out->push_back(start_cmd(j, t));
   } else {
-    t.state = TaskState::kPending;
+    set_state(t, TaskState::kPending);
   }
-  tasks_[t.id] = t;
+  put_task(t);
 }
 
 std::vector<Command> Scheduler::machine_ready(MachineId m, uint64_t now) {
   std::vector<Command> out;
-  for (auto& [id, t] : tasks_) {
-    if (t.machine != m || t.state != TaskState::kPending) continue;
+  for_machine(m, [&](TaskRecord& t) {
+    if (t.state != TaskState::kPending) return;
     auto jit = jobs_.find(t.job);
-    if (jit == jobs_.end()) continue;
-    t.state = TaskState::kStarting;
+    if (jit == jobs_.end()) return;
+    set_state(t, TaskState::kStarting);
     t.since_us = now;
     out.push_back(start_cmd(jit->second, t));
-  }
+  });
   return out;
 }
 
@@ -153,17 +199,18 @@ Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count
   Job& j = it->second;
   std::vector<Command> out;
   if (count < j.spec.count) {
-    for (auto& [id, t] : tasks_)
-      if (t.job == name && t.index >= count && running_copy(t.state)) {
-        t.state = TaskState::kStopping;
+    for_job(name, [&](TaskRecord& t) {
+      if (t.index >= count && running_copy(t.state)) {
+        set_state(t, TaskState::kStopping);
         t.since_us = now;
-        out.push_back(Command{Command::Kind::kStop, t.machine, id, {}});
+        out.push_back(Command{Command::Kind::kStop, t.machine, t.id, {}});
       }
+    });
   }
   if (auto r = alloc_.resize(name, count); !r.ok()) {
-    for (auto& [id, t] : tasks_)  // nothing fits: the scale-down stops stand, nothing else
-      if (t.job == name && t.index >= count && t.state == TaskState::kStopping)
-        t.state = TaskState::kRunning;
+    for_job(name, [&](TaskRecord& t) {  // nothing fits: nothing changes
+      if (t.index >= count && t.state == TaskState::kStopping) set_state(t, TaskState::kRunning);
+    });
     return r.error();
   }
   j.spec.count = count;
@@ -202,18 +249,17 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   // running now: stopping for this update, starting, pending, lost, failed or draining.
   std::set<int> running_idx;
   std::vector<TaskRecord*> old;
-  for (auto& [id, t] : tasks_) {
-    if (t.job != j.spec.name) continue;
+  for_job(j.spec.name, [&](TaskRecord& t) {
     if (t.state == TaskState::kRunning) running_idx.insert(t.index);
     if (t.generation < j.generation && live(t.state)) old.push_back(&t);
-  }
+  });
   int in_flight = 0;
   for (int i = 0; i < j.spec.count; ++i) in_flight += running_idx.count(i) ? 0 : 1;
   std::sort(old.begin(), old.end(),
             [](const TaskRecord* a, const TaskRecord* b) { return a->index < b->index; });
   for (TaskRecord* t : old) {
     if (in_flight >= j.spec.max_unavailable) break;
-    t->state = TaskState::kStopping;
+    set_state(*t, TaskState::kStopping);
     t->since_us = now;
     out.push_back(Command{Command::Kind::kStop, t->machine, t->id, {}});
     ++in_flight;
@@ -226,21 +272,22 @@ Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t n
   if (it == jobs_.end()) return field_error("job", "no such job " + name);
   it->second.stopping = true;
   std::vector<Command> out;
-  for (auto& [id, t] : tasks_)
-    if (t.job == name && running_copy(t.state)) {
-      t.since_us = now;
-      if (t.state == TaskState::kPending) {  // never sent: nothing to stop
-        t.state = TaskState::kStopped;
-        continue;
-      }
-      t.state = TaskState::kStopping;
-      out.push_back(Command{Command::Kind::kStop, t.machine, id, {}});
+  for_job(name, [&](TaskRecord& t) {
+    if (!running_copy(t.state)) return;
+    t.since_us = now;
+    if (t.state == TaskState::kPending) {  // never sent: nothing to stop
+      set_state(t, TaskState::kStopped);
+      return;
     }
+    set_state(t, TaskState::kStopping);
+    out.push_back(Command{Command::Kind::kStop, t.machine, t.id, {}});
+  });
   auto done = after_stopped(name, now);  // a job with nothing running ends here
   out.insert(out.end(), done.begin(), done.end());
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
-                                [&](const std::string& id) { return tasks_[id].job == name; }),
-                 waiting_.end());
+  unwait_if([&](const std::string& id) {
+    auto t = tasks_.find(id);
+    return t == tasks_.end() || t->second.job == name;
+  });
   return out;
 }
 
@@ -248,29 +295,25 @@ void Scheduler::abandon(const std::string& name) {
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return;
   EntitlementId e = it->second.spec.entitlement_id;
-  for (auto t = tasks_.begin(); t != tasks_.end();)
-    t = t->second.job == name ? tasks_.erase(t) : std::next(t);
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
-                                [&](const std::string& id) { return !tasks_.count(id); }),
-                 waiting_.end());
+  for (const auto& t : tasks_of(name)) erase_task(t.id);
+  unwait_if([&](const std::string& id) { return !tasks_.count(id); });
   jobs_.erase(it);
   alloc_.release(name);
   (void)alloc_.shrink(e);
 }
 
-void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Command>* out) {
+void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Command>* out,
+                        bool prepaid) {
   TaskRecord old = tasks_.at(task_id);
   auto jit = jobs_.find(old.job);
   if (jit == jobs_.end() || jit->second.stopping || old.index >= jit->second.spec.count) return;
-  if (!take_token(now)) {
-    if (std::find(waiting_.begin(), waiting_.end(), task_id) == waiting_.end())
-      waiting_.push_back(task_id);
+  if (!prepaid && !take_token(now)) {
+    wait(task_id);
     return;
   }
   auto p = alloc_.move_tasks(old.job, {old.index});
   if (!p.ok()) {  // no room now: try again at the next tick
-    if (std::find(waiting_.begin(), waiting_.end(), task_id) == waiting_.end())
-      waiting_.push_back(task_id);
+    wait(task_id);
     return;
   }
   Job& j = jit->second;
@@ -282,11 +325,17 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
   t.id = weft::make_task_id(old.job, old.index, ++seq_);
   t.since_us = now;
   launch(j, t, out);
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
+  if (waiting_set_.erase(task_id))
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
 }
 
 std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, TaskState>& rep,
                                        uint64_t now, std::vector<std::string>* forget) {
+  return report_list(m, weft::TaskList(rep.begin(), rep.end()), now, forget);
+}
+
+std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& rep, uint64_t now,
+                                            std::vector<std::string>* forget) {
   std::vector<Command> out;
   std::vector<std::string> replace_ids;
   std::set<std::string> rolled_jobs;
@@ -306,7 +355,7 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
     TaskRecord& t = it->second;
     if (running) {
       if (t.state == TaskState::kStarting || t.state == TaskState::kPending) {
-        t.state = TaskState::kRunning;
+        set_state(t, TaskState::kRunning);
         t.since_us = now;
         rolled_jobs.insert(t.job);
         reported_changes_.insert(t.job);
@@ -323,36 +372,38 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
     reported_changes_.insert(t.job);
     if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
       // A draining copy that ended is as good as stopped: its replacement is on its way.
-      t.state = TaskState::kStopped;
+      set_state(t, TaskState::kStopped);
       t.since_us = now;
       rolled_jobs.insert(t.job);
     } else {
-      t.state = TaskState::kFailed;
+      set_state(t, TaskState::kFailed);
       t.since_us = now;
       replace_ids.push_back(id);
     }
     if (forget) forget->push_back(id);  // recorded (and persisted before the reply)
   }
   // Tasks this machine should run but did not report.
-  for (auto& [id, t] : tasks_) {
-    if (t.machine != m || rep.count(id)) continue;
+  for_machine(m, [&](TaskRecord& t) {
+    if (std::binary_search(rep.begin(), rep.end(), std::pair{t.id, TaskState::kPending},
+                           [](const auto& a, const auto& b) { return a.first < b.first; }))
+      return;
     if (t.state == TaskState::kStarting && now - t.since_us > kStartResendUs &&
         now - t.since_us <= kStartGraceUs) {
       if (auto jit = jobs_.find(t.job); jit != jobs_.end() && !jit->second.stopping)
         out.push_back(start_cmd(jit->second, t));
-      continue;
+      return;
     }
     if (t.state == TaskState::kRunning ||
         (t.state == TaskState::kStarting && now - t.since_us > kStartGraceUs)) {
-      t.state = TaskState::kLost;
+      set_state(t, TaskState::kLost);
       t.since_us = now;
-      replace_ids.push_back(id);
+      replace_ids.push_back(t.id);
     } else if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
-      t.state = TaskState::kStopped;  // gone is stopped
+      set_state(t, TaskState::kStopped);  // gone is stopped
       t.since_us = now;
       rolled_jobs.insert(t.job);
     }
-  }
+  });
   for (const auto& id : replace_ids) replace(id, now, &out);
   for (const auto& id : replace_ids) reported_changes_.insert(tasks_.at(id).job);
   for (const auto& job : rolled_jobs) reported_changes_.insert(job);
@@ -369,9 +420,9 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
   if (it == jobs_.end()) return out;
   Job& j = it->second;
   bool any_live = false;
-  for (const auto& [id, t] : tasks_)
-    if (t.job == name && (running_copy(t.state) || t.state == TaskState::kStopping))
-      any_live = true;
+  for_job(name, [&](TaskRecord& t) {
+    any_live = any_live || running_copy(t.state) || t.state == TaskState::kStopping;
+  });
   if (j.stopping) {
     if (!any_live) {  // every task stopped: the job and its resources go
       EntitlementId e = j.spec.entitlement_id;
@@ -402,7 +453,7 @@ std::vector<Command> Scheduler::start_refused(const std::string& task_id,
   // duplicate, say) or was stopped is not failed by a late reply.
   if (it == tasks_.end() || it->second.state != TaskState::kStarting) return out;
   TaskRecord& t = it->second;
-  t.state = TaskState::kFailed;
+  set_state(t, TaskState::kFailed);
   t.since_us = now;
   t.message = message;
   t.held = bad_spec;
@@ -413,23 +464,22 @@ std::vector<Command> Scheduler::start_refused(const std::string& task_id,
   return out;
 }
 
-std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now) {
+std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool prepaid) {
   std::vector<Command> out;
   std::vector<std::string> lost;
   std::set<std::string> stopped_jobs;
-  for (auto& [id, t] : tasks_) {
-    if (t.machine != m) continue;
+  for_machine(m, [&](TaskRecord& t) {
     if (live(t.state)) {
-      t.state = TaskState::kLost;
+      set_state(t, TaskState::kLost);
       t.since_us = now;
-      lost.push_back(id);
+      lost.push_back(t.id);
     } else if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
-      t.state = TaskState::kStopped;  // a draining copy's replacement exists or waits
+      set_state(t, TaskState::kStopped);  // a draining copy's replacement exists or waits
       t.since_us = now;
       stopped_jobs.insert(t.job);
     }
-  }
-  for (const auto& id : lost) replace(id, now, &out);
+  });
+  for (const auto& id : lost) replace(id, now, &out, prepaid);
   for (const auto& job : stopped_jobs) {
     auto more = after_stopped(job, now);
     out.insert(out.end(), more.begin(), more.end());
@@ -440,35 +490,37 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now) {
 std::vector<Command> Scheduler::machine_drain(MachineId m, uint64_t now) {
   std::vector<Command> out;
   std::vector<std::string> move;
-  for (auto& [id, t] : tasks_) {
-    if (t.machine != m) continue;
+  for_machine(m, [&](TaskRecord& t) {
     if (t.state == TaskState::kPending) {  // never started: just place it elsewhere
-      t.state = TaskState::kStopped;
+      set_state(t, TaskState::kStopped);
       t.since_us = now;
-      move.push_back(id);
+      move.push_back(t.id);
     } else if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
-      t.state = TaskState::kDraining;
+      set_state(t, TaskState::kDraining);
       t.since_us = now;
-      move.push_back(id);
+      move.push_back(t.id);
     }
-  }
+  });
   for (const auto& id : move) replace(id, now, &out);
   return out;
 }
 
 void Scheduler::stop_drained_sibling(const TaskRecord& t, uint64_t now, std::vector<Command>* out) {
-  for (auto& [id, other] : tasks_) {
-    if (other.state != TaskState::kDraining || other.job != t.job || other.index != t.index ||
-        id == t.id)
-      continue;
-    other.state = TaskState::kStopping;
+  auto j = job_tasks_.find(t.job);
+  if (j == job_tasks_.end()) return;
+  for (auto it = j->second.lower_bound({t.index, std::string()});
+       it != j->second.end() && it->first == t.index; ++it) {
+    TaskRecord& other = tasks_.at(it->second);
+    if (other.state != TaskState::kDraining || other.id == t.id) continue;
+    set_state(other, TaskState::kStopping);
     other.since_us = now;
-    out->push_back(Command{Command::Kind::kStop, other.machine, id, {}});
+    out->push_back(Command{Command::Kind::kStop, other.machine, other.id, {}});
   }
 }
 
 void Scheduler::finish_restore() {
   waiting_.clear();
+  waiting_set_.clear();
   std::map<std::pair<std::string, int>, const TaskRecord*> latest;  // by job and index
   std::set<std::pair<std::string, int>> running;
   for (const auto& [id, t] : tasks_) {
@@ -484,39 +536,62 @@ void Scheduler::finish_restore() {
       continue;
     if (t->state == TaskState::kLost || t->state == TaskState::kFailed ||
         t->state == TaskState::kDraining)
-      waiting_.push_back(t->id);
+      wait(t->id);
   }
 }
 
-std::vector<std::string> Scheduler::prune(uint64_t now, uint64_t retain_us) {
-  std::set<std::string> waiting(waiting_.begin(), waiting_.end());
-  // The newest task of each (job, index): kept, so a restart still knows what ran last.
-  std::map<std::pair<std::string, int>, const TaskRecord*> latest;
-  for (const auto& [id, t] : tasks_) {
-    auto key = std::pair{t.job, t.index};
-    auto it = latest.find(key);
-    if (it == latest.end() || it->second->since_us < t.since_us) latest[key] = &t;
-  }
+std::vector<std::string> Scheduler::prune(uint64_t now, uint64_t retain_us, size_t budget) {
   std::vector<std::string> gone;
-  for (const auto& [id, t] : tasks_) {
-    bool ended = t.state == TaskState::kStopped || t.state == TaskState::kFailed ||
-                 t.state == TaskState::kLost;
-    if (!ended || waiting.count(id)) continue;
-    auto jit = jobs_.find(t.job);
+  size_t examined = 0, seen = 0, jobs = job_tasks_.size();
+  auto it = job_tasks_.lower_bound(prune_cursor_);
+  for (; seen < jobs && examined < budget; ++seen) {
+    if (it == job_tasks_.end()) it = job_tasks_.begin();
+    auto jit = jobs_.find(it->first);
     bool job_gone = jit == jobs_.end();
-    bool old = now > t.since_us && now - t.since_us >= retain_us;
-    bool superseded =
-        job_gone || t.index >= jit->second.spec.count || latest[std::pair{t.job, t.index}] != &t;
-    if (job_gone || (old && superseded)) gone.push_back(id);
+    const auto& ids = it->second;  // by (index, id)
+    for (auto first = ids.begin(); first != ids.end();) {
+      // The newest task of each index is kept, so a restart still knows what ran last.
+      int index = first->first;
+      auto end = first;
+      const TaskRecord* newest = nullptr;
+      for (; end != ids.end() && end->first == index; ++end, ++examined) {
+        const TaskRecord& t = tasks_.at(end->second);
+        if (!newest || newest->since_us < t.since_us) newest = &t;
+      }
+      for (auto c = first; c != end; ++c) {
+        const TaskRecord& t = tasks_.at(c->second);
+        bool ended = t.state == TaskState::kStopped || t.state == TaskState::kFailed ||
+                     t.state == TaskState::kLost;
+        if (!ended || waiting_set_.count(t.id)) continue;
+        bool old = now > t.since_us && now - t.since_us >= retain_us;
+        bool superseded = job_gone || index >= jit->second.spec.count || newest != &t;
+        if (job_gone || (old && superseded)) gone.push_back(t.id);
+      }
+      first = end;
+    }
+    ++it;
+    prune_cursor_ = it == job_tasks_.end() ? std::string() : it->first;
   }
-  for (const auto& id : gone) tasks_.erase(id);
+  for (const auto& id : gone) erase_task(id);
   return gone;
+}
+
+void Scheduler::wait(const std::string& task_id) {
+  if (waiting_set_.insert(task_id).second) waiting_.push_back(task_id);
 }
 
 std::vector<Command> Scheduler::tick(uint64_t now) {
   std::vector<Command> out;
-  std::vector<std::string> waiting = waiting_;
-  for (const auto& id : waiting) replace(id, now, &out);
+  // Oldest first, while the budget lasts: what is left keeps its place in the queue.
+  std::vector<std::string> waiting = std::exchange(waiting_, {});
+  waiting_set_.clear();
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    if (!has_token(now)) {
+      for (size_t j = i; j < waiting.size(); ++j) wait(waiting[j]);
+      break;
+    }
+    if (tasks_.count(waiting[i])) replace(waiting[i], now, &out);
+  }
   return out;
 }
 

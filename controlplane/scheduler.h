@@ -21,6 +21,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,7 @@
 
 #include "common/job_spec.h"
 #include "common/result.h"
+#include "common/task_report.h"
 #include "common/task_state.h"
 #include "controlplane/allocator.h"
 
@@ -89,12 +92,19 @@ class Scheduler {
   // Jobs whose tasks changed state through report() since the last call: a report that
   // changed nothing (the common case, every heartbeat) needs no write.
   std::set<std::string> take_reported_changes() { return std::exchange(reported_changes_, {}); }
+  // Tasks created or changed since the last call: what the daemon writes (it need not
+  // rewrite a job's other tasks).
+  std::unordered_set<std::string> take_dirty_tasks() { return std::exchange(dirty_, {}); }
 
   // A machine's full report: the task ids it runs and their states ("running",
   // "exited", "failed", ...). Unknown or stale tasks are stopped; tasks missing from a
   // report after they started are LOST and replaced.
   // `forget` (optional) receives the reported tasks that ended and whose end this
   // scheduler has recorded (or never knew): the machine may drop them from its reports.
+  // `tasks` in id order (weft::parse_task_report's form).
+  std::vector<Command> report_list(MachineId m, const weft::TaskList& tasks, uint64_t now_us,
+                                   std::vector<std::string>* forget = nullptr);
+  // The same from a map.
   std::vector<Command> report(MachineId m, const std::map<std::string, TaskState>& tasks,
                               uint64_t now_us, std::vector<std::string>* forget = nullptr);
   // The machine refused to start the task (its spec, or something this machine lacks):
@@ -105,7 +115,9 @@ class Scheduler {
   std::vector<Command> start_refused(const std::string& task_id, const std::string& message,
                                      bool bad_spec, uint64_t now_us);
   // The broker declared a machine dead or failed: its tasks are LOST and replaced.
-  std::vector<Command> machine_down(MachineId m, uint64_t now_us);
+  // `prepaid`: the daemon's machine-failure budget paid for this machine; its tasks do
+  // not take tokens from the per-task bucket.
+  std::vector<Command> machine_down(MachineId m, uint64_t now_us, bool prepaid = false);
   // An operator drained the machine: its tasks are replaced elsewhere first and stopped
   // once their replacements run (tasks never started are simply moved).
   std::vector<Command> machine_drain(MachineId m, uint64_t now_us);
@@ -114,8 +126,10 @@ class Scheduler {
   // Forgets ended tasks (stopped, failed, lost) that nothing waits on any more: those of
   // jobs that are gone at once, others once they ended `retain_us` ago and a newer task
   // has their index (or the index no longer exists). Returns their ids, for the store.
-  // Keeps the task table, and every scan of it, bounded by the jobs' sizes.
-  std::vector<std::string> prune(uint64_t now_us, uint64_t retain_us);
+  // Keeps the task table bounded by the jobs' sizes. Looks at about `budget` tasks, job
+  // by job, carrying on where the last call stopped: the daemon's tick stays short at
+  // any fleet size, and every job is visited in turn.
+  std::vector<std::string> prune(uint64_t now_us, uint64_t retain_us, size_t budget = SIZE_MAX);
   // Tasks placed on a machine that is not ready (it just joined the entitlement and its
   // host profile is not applied yet) stay PENDING; the broker's word that it is ready
   // starts them.
@@ -137,13 +151,15 @@ class Scheduler {
   void restore_job(const PersistedJob& j) {
     jobs_[j.spec.name] = Job{j.spec, j.generation, j.stopping};
   }
-  void restore_task(const TaskRecord& t) { tasks_[t.id] = t; }
+  void restore_task(const TaskRecord& t);
   // After the jobs and tasks are back: lost, failed and draining tasks whose index has no
   // running copy wait for their replacement again.
   void finish_restore();
   uint64_t task_seq() const { return seq_; }
   void set_task_seq(uint64_t s) { seq_ = s; }
   std::vector<TaskRecord> tasks_of(const std::string& job) const;
+  std::vector<TaskRecord> tasks_on(MachineId m) const;
+  std::optional<PersistedJob> persisted_job(const std::string& name) const;
   std::optional<JobSpec> job(const std::string& name) const;
   uint64_t generation(const std::string& job) const;
   size_t waiting_for_budget() const { return waiting_.size(); }
@@ -155,13 +171,42 @@ class Scheduler {
     bool stopping = false;
   };
   bool take_token(uint64_t now_us);
+  bool has_token(uint64_t now_us);
+  // The task tables, with their indexes by job (and index) and by machine.
+  void put_task(const TaskRecord& t);
+  void set_state(TaskRecord& t, TaskState s) {
+    t.state = s;
+    dirty_.insert(t.id);
+  }
+  void erase_task(const std::string& id);
+  template <class F>
+  void for_job(const std::string& job, F&& f) {
+    if (auto j = job_tasks_.find(job); j != job_tasks_.end())
+      for (const auto& entry : j->second) f(tasks_.at(entry.second));
+  }
+  template <class F>
+  void for_machine(MachineId m, F&& f) {
+    if (auto it = machine_tasks_.find(m); it != machine_tasks_.end())
+      for (const auto& id : it->second) f(tasks_.at(id));
+  }
+  void wait(const std::string& task_id);  // queues a replacement for the budget
+  template <class Pred>
+  void unwait_if(Pred pred) {
+    auto keep = std::remove_if(waiting_.begin(), waiting_.end(), [&](const std::string& id) {
+      if (!pred(id)) return false;
+      waiting_set_.erase(id);
+      return true;
+    });
+    waiting_.erase(keep, waiting_.end());
+  }
   // The task's start was refused under the job's current spec (see start_refused).
   static bool refused(const TaskRecord& t, const Job& j);
   Command start_cmd(const Job& j, const TaskRecord& t) const;
   // Places the job's current layout with the allocator and creates tasks for indices
   // that have none live.
   Result<std::vector<Command>> converge(Job& j, uint64_t now_us);
-  void replace(const std::string& task_id, uint64_t now_us, std::vector<Command>* out);
+  void replace(const std::string& task_id, uint64_t now_us, std::vector<Command>* out,
+               bool prepaid = false);
   std::vector<Command> roll(Job& j, uint64_t now_us);
   // A task of the job stopped or started running: continue a rolling update or scale
   // down, or finish stopping the job.
@@ -180,10 +225,15 @@ class Scheduler {
   uint64_t tokens_at_ = 0;
   std::map<std::string, Job> jobs_;
   std::map<std::string, TaskRecord> tasks_;  // live and recently ended (see prune)
-  std::vector<std::string> waiting_;         // LOST/FAILED tasks whose replacement waits
-  std::vector<MachineId> pool_changes_;      // machines shrunk back to the free pool
-  std::set<std::string> reported_changes_;   // jobs whose tasks a report changed
-  uint64_t seq_ = 0;                         // task id sequence
+  std::map<std::string, std::set<std::pair<int, std::string>>> job_tasks_;  // (index, id)
+  std::unordered_map<MachineId, std::set<std::string>> machine_tasks_;
+  std::string prune_cursor_;          // the job prune() looks at next
+  std::vector<std::string> waiting_;  // LOST/FAILED tasks whose replacement waits
+  std::unordered_set<std::string> waiting_set_;
+  std::unordered_set<std::string> dirty_;
+  std::vector<MachineId> pool_changes_;     // machines shrunk back to the free pool
+  std::set<std::string> reported_changes_;  // jobs whose tasks a report changed
+  uint64_t seq_ = 0;                        // task id sequence
 };
 
 }  // namespace weft::cp

@@ -224,20 +224,20 @@ Status StateStore::put_events(const std::vector<Unavailability>& events) {
 }
 
 Status StateStore::delete_tasks(const std::vector<std::string>& ids) {
-  TRY(db_->begin());
+  TRY(begin());
   for (const auto& id : ids) {
     auto st = db_->prepare("DELETE FROM tasks WHERE id = ?1");
     if (!st.ok()) {
-      db_->rollback();
+      rollback();
       return st.error();
     }
     st->bind(1, id);
     if (auto r = st->run(); !r.ok()) {
-      db_->rollback();
+      rollback();
       return r;
     }
   }
-  return db_->commit();
+  return commit();
 }
 
 Status StateStore::put_task_seq(uint64_t seq) {

@@ -52,9 +52,29 @@ class StateStore {
     wall_ = std::move(wall);
   }
 
-  Status begin() { return db_->begin(); }
-  Status commit() { return db_->commit(); }
-  void rollback() { db_->rollback(); }
+  // Group commit: open_batch() starts one transaction that the writes after it join,
+  // each as a savepoint (begin/commit/rollback below), so a failing write undoes only
+  // itself; commit_batch() makes them all durable with one fsync. Without a batch each
+  // begin/commit is a transaction of its own.
+  Status begin() { return batch_ ? db_->exec("SAVEPOINT w") : db_->begin(); }
+  Status commit() { return batch_ ? db_->exec("RELEASE w") : db_->commit(); }
+  void rollback() {
+    if (!batch_) return db_->rollback();
+    (void)db_->exec("ROLLBACK TO w");
+    (void)db_->exec("RELEASE w");
+  }
+  Status open_batch() {
+    if (batch_) return {};
+    TRY(db_->begin());
+    batch_ = true;
+    return {};
+  }
+  Status commit_batch() {
+    if (!batch_) return {};
+    batch_ = false;
+    return db_->commit();
+  }
+  bool in_batch() const { return batch_; }
 
   Status put_entitlement(EntitlementId id, const EntitlementSpec& e);
   Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent);
@@ -84,6 +104,7 @@ class StateStore {
 
  private:
   explicit StateStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  bool batch_ = false;
   // A monotonic time of this process as the wall-clock time it stands for (never 0).
   int64_t wall_of(uint64_t mono_us) const;
   // A stored wall-clock time as this boot's monotonic time (`wall_now`, `mono_now`: the

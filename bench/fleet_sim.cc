@@ -1,0 +1,768 @@
+// The fleet simulator (issue 14): thousands of simulated machines, each with the three
+// sessions of its daemons (agent, sidekick, hcs), over real TCP (or mutual TLS) to a real
+// weft-controlplane started by the simulator, all on one event loop. The machines
+// register with the shapes and fault domains of Alibaba's 2018 machine list
+// (../shared/data), report as the daemons do, answer task.run / task.stop /
+// profile.apply (with a configurable delay and failure rate), and die on command.
+//
+// Phases, each printed with the control plane's CPU and RSS, the messages the fleet sent
+// per second and the report round trip (p50/p99):
+//   register  every machine connects and registers (at most --connect-window at once)
+//   rest      steady state for --rest seconds
+//   create    --jobs jobs of --tasks tasks through the Unix socket (--clients at once):
+//             job.create rate and latency, then the time until every task runs
+//   rest      steady state with the tasks
+//   fail      --fail-percent of the machines with tasks die at once (sessions closed,
+//             never back): time from death until each lost task runs elsewhere
+//
+//   build/bench/fleet_sim --machines 5000 --jobs 200 --tasks 36
+//   build/bench/fleet_sim --machines 5000 --jobs 1000 --tasks 1000 --phases register,create
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/sim_util.h"
+#include "common/event.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "common/task_report.h"
+#include "common/tls.h"
+
+using namespace weft;
+using namespace weft::bench;
+using json = nlohmann::json;
+
+namespace {
+
+struct Options {
+  int machines = 1000;
+  double heartbeat_s = 2;
+  double rest_s = 20;
+  int jobs = 200, tasks = 36, clients = 4;
+  // Each task's request: 2 cores and 4 GiB by default, so that a 96-core machine of the
+  // list runs tens of tasks, as a fleet's machines do, not a thousand.
+  int64_t task_cpu_milli = 2000, task_mem_mb = 4096;
+  double fail_percent = 1;
+  double run_delay_ms = 0, run_fail = 0;
+  int connect_window = 2000;
+  int daemons = 3;  // sessions per machine: agent, sidekick, hcs (1 = the agent only)
+  bool tls = false;
+  bool full_reports = false;  // the pre-issue-14 agent: the whole task list every time
+  std::string phases = "register,rest,create,rest,fail";
+  std::string cp_extra;  // more controlplane.toml lines
+  std::string data =
+      std::string(WEFT_SOURCE_DIR) + "/../shared/data/alibaba-v2018-machine_meta.csv";
+  double timeout_s = 300;
+  unsigned seed = 1;
+  bool keep = false;
+};
+
+struct Shape {
+  int64_t cpu_milli = 0, mem_mb = 0;
+  std::string domain, dc;
+};
+
+// Alibaba's machine list: the last row of each machine (its latest shape and domains).
+// cpu_num cores; mem_size is normalised 0-100, taken as a share of 512 GiB (a synthesis).
+std::vector<Shape> read_shapes(const std::string& path) {
+  std::map<std::string, Shape> by_id;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto f = split(line, ',');
+    if (f.size() < 7) continue;
+    Shape s;
+    s.domain = "fd" + f[2];
+    s.dc = "dc" + f[3];
+    s.cpu_milli = std::strtoll(f[4].c_str(), nullptr, 10) * 1000;
+    s.mem_mb = std::strtoll(f[5].c_str(), nullptr, 10) * 512 * 1024 / 100;
+    if (s.cpu_milli > 0 && s.mem_mb > 0) by_id[f[0]] = s;
+  }
+  std::vector<Shape> out;
+  for (auto& [id, s] : by_id) out.push_back(std::move(s));
+  return out;
+}
+
+enum Kind { kAgent, kSidekick, kHcs };
+constexpr const char* kKindName[] = {"agent", "sidekick", "hcs"};
+
+struct Machine;
+struct Daemon {
+  Machine* m = nullptr;
+  Kind kind = kAgent;
+  Fd connecting;
+  Source io, retry, report;
+  std::unique_ptr<rpc::Session> session;
+  bool up = false;
+  uint64_t interval_us = 0;
+  uint64_t backoff_us = 500'000;
+};
+
+struct SimTask {
+  std::string state;  // "running" or "stopped"
+  Source start;       // the delayed start
+};
+
+struct Machine {
+  int index = 0;
+  std::string id;
+  Shape shape;
+  in_addr source{};
+  std::shared_ptr<tls::Context> ctx;
+  Daemon d[3];
+  std::map<std::string, SimTask> tasks;
+  std::string profile;
+  std::string acked_digest;  // the digest the control plane holds for this machine
+  bool dead = false;
+};
+
+// "<job>.<index>.<seq>" -> (job, index)
+std::pair<std::string, int> job_index(const std::string& task) {
+  auto last = task.rfind('.');
+  auto mid = last == std::string::npos ? last : task.rfind('.', last - 1);
+  if (mid == std::string::npos) return {task, -1};
+  return {task.substr(0, mid), std::atoi(task.c_str() + mid + 1)};
+}
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100 * static_cast<double>(v.size())));
+  return v[i];
+}
+
+class Fleet {
+ public:
+  Fleet(EventLoop& loop, const Options& o, uint16_t port) : loop_(loop), o_(o), port_(port) {
+    agent_methods_.add("task.run",
+                       [this](const json& p, const rpc::CallContext& c) { return task_run(p, c); });
+    agent_methods_.add(
+        "task.stop", [this](const json& p, const rpc::CallContext& c) { return task_stop(p, c); });
+    sidekick_methods_.add("profile.apply", [this](const json& p, const rpc::CallContext& c) {
+      return profile_apply(p, c);
+    });
+  }
+  size_t sessions_wanted() const { return machines_.size() * static_cast<size_t>(o_.daemons); }
+  ~Fleet() {
+    for (auto& m : machines_)
+      for (auto& d : m->d) d.session.reset();
+  }
+
+  Status add(int index, const Shape& shape, const std::string& pki) {
+    auto m = std::make_unique<Machine>();
+    m->index = index;
+    m->id = machine_name(index);
+    m->shape = shape;
+    // 80 machines (240 sessions) per source address: under the control plane's cap of
+    // 256 sessions per address.
+    m->source.s_addr = htonl((127u << 24) | (1u << 16) | static_cast<uint32_t>(index / 80 + 1));
+    if (o_.tls) {
+      TRY_ASSIGN(m->ctx, tls::Context::create({pki + "/ca.pem", pki + "/" + m->id + ".pem",
+                                               pki + "/" + m->id + ".key", ""},
+                                              tls::Role::kClient));
+    }
+    for (int k = 0; k < o_.daemons; ++k) {
+      m->d[k].m = m.get();
+      m->d[k].kind = static_cast<Kind>(k);
+      m->d[k].interval_us = static_cast<uint64_t>(o_.heartbeat_s * 1e6);
+      queue_.push_back(&m->d[k]);
+    }
+    machines_.push_back(std::move(m));
+    return {};
+  }
+
+  // Starts queued connections while fewer than the window are in flight.
+  void pump() {
+    while (!queue_.empty() && connecting_ < static_cast<size_t>(o_.connect_window)) {
+      Daemon* d = queue_.front();
+      queue_.pop_front();
+      connect(*d);
+    }
+  }
+
+  size_t daemons_up() const { return up_; }
+  size_t running() const { return running_; }
+  size_t machines() const { return machines_.size(); }
+  uint64_t messages() const { return messages_; }
+  std::vector<double> take_rtts() { return std::exchange(rtt_ms_, {}); }
+  size_t report_errors() const { return report_errors_; }
+  size_t full_reports() const { return full_reports_; }
+  size_t digest_reports() const { return digest_reports_; }
+
+  // Kills `share` of the machines that run tasks: their sessions close, they never come
+  // back. Returns how many died; from now on each lost (job, index) is timed until a
+  // copy runs on a live machine.
+  size_t kill(double share, std::mt19937& rng) {
+    std::vector<Machine*> with_tasks;
+    for (auto& m : machines_)
+      if (!m->dead && std::any_of(m->tasks.begin(), m->tasks.end(),
+                                  [](const auto& t) { return t.second.state == "running"; }))
+        with_tasks.push_back(m.get());
+    std::shuffle(with_tasks.begin(), with_tasks.end(), rng);
+    size_t n = std::min(with_tasks.size(),
+                        static_cast<size_t>(share * static_cast<double>(machines_.size()) + 0.5));
+    killed_at_us_ = now_monotonic_us();
+    lost_.clear();
+    replaced_ms_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      Machine* m = with_tasks[i];
+      m->dead = true;
+      for (auto& [id, t] : m->tasks)
+        if (t.state == "running") {
+          lost_.insert(job_index(id));
+          --running_;
+        }
+      m->tasks.clear();
+      for (auto& d : m->d) {
+        d.report.reset();
+        d.retry.reset();
+        d.io.reset();
+        if (d.session) d.session->close();
+      }
+    }
+    lost_total_ = lost_.size();
+    return n;
+  }
+  size_t lost_waiting() const { return lost_.size(); }
+  size_t lost_total() const { return lost_total_; }
+  std::vector<double> replaced_ms() const { return replaced_ms_; }
+
+ private:
+  Machine* machine_of(const rpc::CallContext& c) {
+    auto it = by_session_.find(c.session);
+    return it == by_session_.end() ? nullptr : it->second;
+  }
+
+  Result<json> task_run(const json& p, const rpc::CallContext& c) {
+    Machine* m = machine_of(c);
+    if (!m || !p.is_object() || !p.contains("name") || !p["name"].is_string())
+      return field_error("name", "is required");
+    std::string name = p["name"].get<std::string>();
+    auto it = m->tasks.find(name);
+    if (it != m->tasks.end() && it->second.state == "running")
+      return make_error("task " + name + " exists").with_code(rpc::kConflict);
+    if (o_.run_fail > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < o_.run_fail)
+      return make_error("simulated start failure");
+    SimTask& t = m->tasks[name];
+    t.state = "starting";
+    auto started = [this, m, name] {
+      auto at = m->tasks.find(name);
+      if (at == m->tasks.end() || at->second.state != "starting") return;
+      at->second.state = "running";
+      ++running_;
+      if (!lost_.empty() && lost_.erase(job_index(name)))
+        replaced_ms_.push_back(static_cast<double>(now_monotonic_us() - killed_at_us_) / 1e3);
+      report_soon(m->d[kAgent]);
+    };
+    if (o_.run_delay_ms > 0) {
+      auto s = loop_.add_timer_in(static_cast<uint64_t>(o_.run_delay_ms * 1000), started);
+      if (s.ok()) t.start = std::move(s).value();
+    } else {
+      started();
+    }
+    return json{{"name", name}};
+  }
+
+  Result<json> task_stop(const json& p, const rpc::CallContext& c) {
+    Machine* m = machine_of(c);
+    if (!m || !p.is_object() || !p.contains("id") || !p["id"].is_string())
+      return field_error("id", "is required");
+    auto it = m->tasks.find(p["id"].get<std::string>());
+    if (it == m->tasks.end()) return make_error("no such task").with_code(rpc::kNotFound);
+    if (it->second.state == "running") --running_;
+    it->second.state = "stopped";
+    it->second.start.reset();
+    report_soon(m->d[kAgent]);
+    return json::object();
+  }
+
+  Result<json> profile_apply(const json& p, const rpc::CallContext& c) {
+    Machine* m = machine_of(c);
+    if (!m || !p.is_object() || !p.contains("profile") || !p["profile"].is_string())
+      return field_error("profile", "is required");
+    m->profile = p["profile"].get<std::string>();
+    report_soon(m->d[kSidekick]);
+    return json{{"profile", m->profile}, {"state", "applied"}};
+  }
+
+  // The daemons report a change at once (the agent on a task's start or end, sidekick on
+  // a switch), batched to the next loop iteration.
+  void report_soon(Daemon& d) {
+    if (!d.up) return;
+    auto s = loop_.add_timer_in(1, [this, &d] { report(d); });
+    if (s.ok()) d.report = std::move(s).value();
+  }
+
+  void connect(Daemon& d) {
+    d.retry.reset();
+    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr = d.m->source;
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(port_);
+    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    // The port is chosen at connect() (by the 4-tuple), not at bind(): binding thousands
+    // of sockets to one address first makes every bind scan the ports in use.
+    int one = 1;
+    (void)::setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0 ||
+        (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
+         errno != EINPROGRESS)) {
+      retry_later(d);
+      return;
+    }
+    ++connecting_;
+    d.connecting = std::move(fd);
+    auto io = loop_.add_io(d.connecting.get(), EPOLLOUT, [this, &d](uint32_t) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(d.connecting.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      // Ready once: no more wake-ups for this socket until its session takes it (a
+      // writable socket left in the epoll set would be returned by every wait).
+      (void)d.io.set_io_events(0);
+      --connecting_;
+      auto later = loop_.add_defer([this, &d, err] {
+        d.io.reset();
+        if (err != 0) {
+          d.connecting = Fd();
+          retry_later(d);
+          return;
+        }
+        start_session(d, std::move(d.connecting));
+      });
+      if (later.ok()) d.retry = std::move(later).value();
+    });
+    if (io.ok()) d.io = std::move(io).value();
+  }
+
+  void start_session(Daemon& d, Fd fd) {
+    Machine& m = *d.m;
+    int fdnum = fd.get();
+    const rpc::Dispatcher* methods = d.kind == kAgent      ? &agent_methods_
+                                     : d.kind == kSidekick ? &sidekick_methods_
+                                                           : nullptr;
+    d.session = std::make_unique<rpc::Session>(loop_, std::move(fd), rpc::Peer{}, methods);
+    if (m.ctx) {
+      auto ssl = m.ctx->new_ssl(fdnum, "127.0.0.1");
+      if (!ssl.ok()) {
+        d.session.reset();
+        retry_later(d);
+        return;
+      }
+      d.session->use_tls(*ssl, 30'000'000);
+    }
+    by_session_[d.session.get()] = &m;
+    d.session->set_on_close([this, &d] {
+      by_session_.erase(d.session.get());
+      if (d.up) --up_;
+      d.up = false;
+      d.report.reset();
+      if (d.kind == kAgent) d.m->acked_digest.clear();
+      auto later = loop_.add_defer([this, &d] {
+        d.session.reset();
+        if (!d.m->dead) retry_later(d);
+      });
+      if (later.ok()) d.retry = std::move(later).value();
+    });
+    (void)d.session->start();
+    ++messages_;
+    d.session->call(hello_method(d.kind), hello(d), [this, &d](Result<json> r) {
+      if (!r.ok()) {
+        ++hello_refused_;
+        if (d.session) d.session->close();
+        return;
+      }
+      d.up = true;
+      ++up_;
+      d.backoff_us = 500'000;
+      take_interval(d, *r);
+      schedule(d);
+    });
+  }
+
+  static const char* hello_method(Kind k) {
+    return k == kAgent ? "machine.register" : k == kSidekick ? "profile.report" : "health.report";
+  }
+  json hello(const Daemon& d) const {
+    const Machine& m = *d.m;
+    if (d.kind == kAgent)
+      return {{"machine", m.id},          {"dc", m.shape.dc},
+              {"domain", m.shape.domain}, {"cpu_milli", m.shape.cpu_milli},
+              {"mem_mb", m.shape.mem_mb}, {"controllers", {"cpu", "memory", "io", "pids"}}};
+    return report_params(d);
+  }
+  json report_params(const Daemon& d) const {
+    const Machine& m = *d.m;
+    if (d.kind == kSidekick) return {{"machine", m.id}, {"profile", m.profile}, {"state", "ok"}};
+    return {{"machine", m.id}, {"verdict", "ok"}, {"problems", json::array()}};
+  }
+  void take_interval(Daemon& d, const json& r) {
+    if (r.is_object() && r.contains("heartbeat_interval_ms") &&
+        r["heartbeat_interval_ms"].is_number_unsigned())
+      d.interval_us =
+          std::max<uint64_t>(r["heartbeat_interval_ms"].get<uint64_t>() * 1000, 100'000);
+  }
+  void schedule(Daemon& d) {
+    auto t = loop_.add_timer_in(d.interval_us, [this, &d] { report(d); });
+    if (t.ok()) d.report = std::move(t).value();
+  }
+
+  void report(Daemon& d) {
+    if (!d.session || !d.up) return;
+    schedule(d);
+    ++messages_;
+    if (d.kind != kAgent) {
+      d.session->call(hello_method(d.kind), report_params(d), [this, &d](Result<json> r) {
+        if (r.ok()) take_interval(d, *r);
+      });
+      return;
+    }
+    Machine& m = *d.m;
+    std::map<std::string, std::string> states;
+    for (const auto& [id, t] : m.tasks) states[id] = t.state == "starting" ? "running" : t.state;
+    json p{{"machine", m.id}};
+    std::string digest = tasks_digest(states);
+    if (!o_.full_reports && !m.acked_digest.empty() && digest == m.acked_digest) {
+      p["digest"] = digest;
+      ++digest_reports_;
+    } else {
+      p["tasks"] = states;
+      if (!o_.full_reports) p["digest"] = digest;
+      ++full_reports_;
+    }
+    uint64_t t0 = now_monotonic_us();
+    d.session->call("machine.report", std::move(p), [this, &m, &d, t0, digest](Result<json> r) {
+      rtt_ms_.push_back(static_cast<double>(now_monotonic_us() - t0) / 1e3);
+      if (!r.ok()) {
+        ++report_errors_;
+        return;
+      }
+      if (r->is_object() && r->value("resend", false)) {
+        m.acked_digest.clear();  // the control plane wants the whole list
+        report_soon(d);
+        return;
+      }
+      m.acked_digest = digest;
+      if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array()) {
+        bool dropped = false;
+        for (const auto& id : (*r)["forget"])
+          if (id.is_string()) {
+            auto it = m.tasks.find(id.get<std::string>());
+            if (it != m.tasks.end() && it->second.state != "running" &&
+                it->second.state != "starting") {
+              m.tasks.erase(it);
+              dropped = true;
+            }
+          }
+        if (dropped) m.acked_digest.clear();
+      }
+    });
+  }
+
+  void retry_later(Daemon& d) {
+    auto t = loop_.add_timer_in(d.backoff_us, [this, &d] { queue_.push_back(&d); });
+    if (t.ok()) d.retry = std::move(t).value();
+    d.backoff_us = std::min<uint64_t>(d.backoff_us * 2, 30'000'000);
+  }
+
+  EventLoop& loop_;
+  const Options& o_;
+  uint16_t port_;
+  rpc::Dispatcher agent_methods_, sidekick_methods_;
+  std::vector<std::unique_ptr<Machine>> machines_;
+  std::deque<Daemon*> queue_;
+  std::unordered_map<rpc::Session*, Machine*> by_session_;
+  size_t connecting_ = 0, up_ = 0, running_ = 0, hello_refused_ = 0;
+  size_t report_errors_ = 0, full_reports_ = 0, digest_reports_ = 0;
+  uint64_t messages_ = 0;
+  std::vector<double> rtt_ms_;
+  std::mt19937 rng_{7};
+  // The failure phase.
+  uint64_t killed_at_us_ = 0;
+  std::set<std::pair<std::string, int>> lost_;
+  size_t lost_total_ = 0;
+  std::vector<double> replaced_ms_;
+};
+
+// job.create from other threads, over the Unix socket, as operators would.
+struct Creator {
+  std::atomic<int> done{0}, failed{0};
+  std::mutex mu;
+  std::vector<double> latency_ms;
+  std::string first_error;
+  std::vector<std::thread> threads;
+
+  void start(const std::string& socket, const Options& o) {
+    for (int c = 0; c < o.clients; ++c)
+      threads.emplace_back([this, socket, &o, c] {
+        auto client = rpc::Client::connect(socket);
+        if (!client.ok()) {
+          failed += o.jobs;
+          return;
+        }
+        for (int j = c; j < o.jobs; j += o.clients) {
+          json spec{{"name", "job" + std::to_string(j)},
+                    {"entitlement", "fleet"},
+                    {"count", o.tasks},
+                    {"per_task", {{"cpu_milli", o.task_cpu_milli}, {"mem_mb", o.task_mem_mb}}},
+                    {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+          uint64_t t0 = now_monotonic_us();
+          auto r = (*client)->call("job.create", spec, 120'000);
+          double ms = static_cast<double>(now_monotonic_us() - t0) / 1e3;
+          std::lock_guard<std::mutex> lock(mu);
+          latency_ms.push_back(ms);
+          if (r.ok()) {
+            ++done;
+          } else {
+            ++failed;
+            if (first_error.empty()) first_error = r.error().str();
+          }
+        }
+      });
+  }
+  void join() {
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+};
+
+struct Phase {
+  const char* name;
+  double seconds = 0;
+  double cp_cpu = 0;
+  long rss_mib = 0;
+  double msgs_per_s = 0;
+  std::vector<double> rtt;
+};
+
+void print_phase(const Phase& p, const std::string& extra) {
+  std::printf(
+      "%-9s %7.2f s | cp CPU %5.1f%% of a core, RSS %5ld MiB | fleet sent %7.0f msg/s | "
+      "report rtt p50 %6.1f ms p99 %7.1f ms%s%s\n",
+      p.name, p.seconds, p.seconds > 0 ? 100 * p.cp_cpu / p.seconds : 0, p.rss_mib, p.msgs_per_s,
+      pct(p.rtt, 50), pct(p.rtt, 99), extra.empty() ? "" : " | ", extra.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fleet_sim: simulated machines against a real weft-controlplane"};
+  Options o;
+  app.add_option("--machines", o.machines, "simulated machines (3 sessions each)");
+  app.add_option("--heartbeat", o.heartbeat_s, "heartbeat interval, seconds");
+  app.add_option("--rest", o.rest_s, "seconds of each rest phase");
+  app.add_option("--jobs", o.jobs, "jobs to create");
+  app.add_option("--tasks", o.tasks, "tasks per job");
+  app.add_option("--clients", o.clients, "job.create callers at once");
+  app.add_option("--task-cpu-milli", o.task_cpu_milli, "each task's CPU request");
+  app.add_option("--task-mem-mb", o.task_mem_mb, "each task's memory request");
+  app.add_option("--fail-percent", o.fail_percent, "share of machines that die in 'fail'");
+  app.add_option("--run-delay-ms", o.run_delay_ms, "a task runs this long after task.run");
+  app.add_option("--run-fail", o.run_fail, "share of task.run calls refused");
+  app.add_option("--connect-window", o.connect_window, "connections in flight at once");
+  app.add_option("--daemons", o.daemons, "sessions per machine: 3 (agent, sidekick, hcs) or 1")
+      ->check(CLI::Range(1, 3));
+  app.add_flag("--tls", o.tls, "mutual TLS (a certificate per machine)");
+  app.add_flag("--full-reports", o.full_reports,
+               "report the whole task list every heartbeat (agents before issue 14)");
+  app.add_option("--phases", o.phases, "register,rest,create,rest,fail (in order)");
+  app.add_option("--cp-config", o.cp_extra, "extra controlplane.toml lines");
+  app.add_option("--machine-data", o.data, "Alibaba machine_meta.csv");
+  app.add_option("--timeout", o.timeout_s, "seconds each phase may take");
+  app.add_option("--seed", o.seed, "random seed (the failing machines)");
+  app.add_flag("--keep", o.keep, "keep the control plane's directory (log, state)");
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  log_set_level(LogLevel::kError);
+  // The simulator's sessions and the control plane's (which inherits the limit).
+  uint64_t want_fds = static_cast<uint64_t>(o.machines) * static_cast<uint64_t>(o.daemons) + 512;
+  if (!raise_nofile(want_fds)) {
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    std::fprintf(stderr,
+                 "fleet_sim: %d machines x %d sessions need %llu descriptors per process; this "
+                 "process may have %llu (raising the hard limit needs CAP_SYS_RESOURCE)\n",
+                 o.machines, o.daemons, static_cast<unsigned long long>(want_fds),
+                 static_cast<unsigned long long>(rl.rlim_max));
+    return 2;
+  }
+  auto shapes = read_shapes(o.data);
+  if (shapes.empty()) {
+    std::fprintf(stderr, "fleet_sim: no machine shapes in %s\n", o.data.c_str());
+    return 2;
+  }
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-fleet-" + random_hex(5));
+  std::string pki = dir + "/pki";
+  (void)mkdir_p(dir);
+  if (o.tls) {
+    std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
+    if (std::system(("(" + tool + " ca " + pki + " && " + tool + " issue " + pki +
+                     " cp --ip 127.0.0.1) >/dev/null")
+                        .c_str()) != 0 ||
+        !issue_machine_certs(pki, o.machines)) {
+      std::fprintf(stderr, "fleet_sim: could not make certificates in %s\n", pki.c_str());
+      return 1;
+    }
+  }
+  uint16_t port = static_cast<uint16_t>(20000 + (getpid() % 20000));
+  std::string conf = "socket = \"" + dir + "/cp.sock\"\nstate_dir = \"" + dir +
+                     "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port) +
+                     "\"\nheartbeat_interval = \"" +
+                     std::to_string(static_cast<int>(o.heartbeat_s * 1000)) +
+                     "ms\"\nlog_level = \"warning\"\n" + o.cp_extra + "\n";
+  if (o.tls)
+    conf += "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki + "/cp.pem\"\ntls_key = \"" +
+            pki + "/cp.key\"\n";
+  (void)write_file(dir + "/cp.toml", conf);
+  pid_t cp = start_controlplane(dir + "/cp.toml", dir + "/cp.log");
+  if (!wait_controlplane(dir + "/cp.sock")) {
+    std::fprintf(stderr, "fleet_sim: the control plane did not start; see %s/cp.log\n",
+                 dir.c_str());
+    return 1;
+  }
+  std::printf(
+      "fleet_sim: %d machines (%zu Alibaba shapes), heartbeat %.1f s, %s, %s reports, "
+      "%ld CPUs\n",
+      o.machines, shapes.size(), o.heartbeat_s, o.tls ? "mutual TLS" : "plaintext TCP",
+      o.full_reports ? "full" : "digest", sysconf(_SC_NPROCESSORS_ONLN));
+  auto loop = std::move(EventLoop::create()).value();
+  Fleet fleet(*loop, o, port);
+  for (int i = 0; i < o.machines; ++i) {
+    Shape s = shapes[static_cast<size_t>(i) % shapes.size()];
+    // Copies of the list beyond its 4,034 machines get their own racks.
+    if (static_cast<size_t>(i) >= shapes.size())
+      s.domain += "-" + std::to_string(static_cast<size_t>(i) / shapes.size());
+    if (auto st = fleet.add(i, s, pki); !st.ok()) {
+      std::fprintf(stderr, "fleet_sim: %s\n", st.error().str().c_str());
+      return 1;
+    }
+  }
+  auto pump = [&] { fleet.pump(); };
+  std::mt19937 rng(o.seed);
+  int status = 0;
+  size_t want_running = 0;
+  auto measure = [&](const char* name, auto&& body) {
+    Phase p{name};
+    double cpu0 = cpu_seconds(cp);
+    uint64_t msgs0 = fleet.messages();
+    (void)fleet.take_rtts();
+    uint64_t t0 = now_monotonic_us();
+    std::string extra = body();
+    p.seconds = static_cast<double>(now_monotonic_us() - t0) / 1e6;
+    p.cp_cpu = cpu_seconds(cp) - cpu0;
+    p.rss_mib = rss_kib(cp) / 1024;
+    p.msgs_per_s = p.seconds > 0 ? static_cast<double>(fleet.messages() - msgs0) / p.seconds : 0;
+    p.rtt = fleet.take_rtts();
+    print_phase(p, extra);
+  };
+  for (const auto& phase : split(o.phases, ',')) {
+    if (phase == "register") {
+      measure("register", [&] {
+        double s = run_until(
+            *loop, [&] { return fleet.daemons_up() == fleet.sessions_wanted(); }, o.timeout_s,
+            pump);
+        if (s < 0) status = 1;
+        return std::to_string(fleet.daemons_up()) + " of " +
+               std::to_string(fleet.sessions_wanted()) + " daemon sessions up" +
+               (s < 0 ? " (TIMEOUT)" : "");
+      });
+    } else if (phase == "rest") {
+      measure("rest", [&] {
+        run_until(
+            *loop, [] { return false; }, o.rest_s, pump);
+        return std::to_string(fleet.full_reports()) + " full and " +
+               std::to_string(fleet.digest_reports()) + " digest reports so far, " +
+               std::to_string(fleet.report_errors()) + " errors";
+      });
+    } else if (phase == "create") {
+      auto admin = rpc::Client::connect(dir + "/cp.sock");
+      if (!admin.ok() ||
+          !(*admin)->call("entitlement.create", {{"name", "fleet"}, {"quota", o.machines}}).ok()) {
+        std::fprintf(stderr, "fleet_sim: entitlement.create failed\n");
+        status = 1;
+        break;
+      }
+      want_running += static_cast<size_t>(o.jobs) * static_cast<size_t>(o.tasks);
+      Creator creator;
+      double created_s = 0;
+      measure("create", [&] {
+        uint64_t t0 = now_monotonic_us();
+        creator.start(dir + "/cp.sock", o);
+        run_until(
+            *loop, [&] { return creator.done + creator.failed == o.jobs; }, o.timeout_s, pump);
+        created_s = static_cast<double>(now_monotonic_us() - t0) / 1e6;
+        double all = run_until(
+            *loop, [&] { return fleet.running() >= want_running; }, o.timeout_s, pump);
+        creator.join();
+        if (creator.failed > 0 || all < 0) status = 1;
+        char buf[512];
+        std::snprintf(
+            buf, sizeof buf,
+            "%d jobs x %d tasks in %.2f s = %.0f jobs/s (%.0f tasks/s), job.create "
+            "p50 %.1f ms p99 %.1f ms, %d failed%s%s; all %zu tasks running %s%.2f s "
+            "after the last job",
+            creator.done.load(), o.tasks, created_s, created_s > 0 ? creator.done / created_s : 0,
+            created_s > 0 ? creator.done * o.tasks / created_s : 0, pct(creator.latency_ms, 50),
+            pct(creator.latency_ms, 99), creator.failed.load(),
+            creator.first_error.empty() ? "" : ": ", creator.first_error.substr(0, 120).c_str(),
+            want_running, all < 0 ? "NOT " : "", all < 0 ? o.timeout_s : all);
+        return std::string(buf);
+      });
+    } else if (phase == "fail") {
+      measure("fail", [&] {
+        size_t n = fleet.kill(o.fail_percent / 100, rng);
+        size_t lost = fleet.lost_total();
+        double s = run_until(
+            *loop, [&] { return fleet.lost_waiting() == 0; }, o.timeout_s, pump);
+        auto r = fleet.replaced_ms();
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "%zu machines died with %zu tasks; replaced %zu: after death p50 %.2f s "
+                      "p99 %.2f s max %.2f s%s",
+                      n, lost, r.size(), pct(r, 50) / 1e3, pct(r, 99) / 1e3, pct(r, 100) / 1e3,
+                      s < 0 ? " (NOT ALL within the timeout)" : "");
+        if (s < 0) status = 1;
+        return std::string(buf);
+      });
+      want_running = fleet.running();
+    } else {
+      std::fprintf(stderr, "fleet_sim: unknown phase '%s'\n", phase.c_str());
+      status = 2;
+      break;
+    }
+  }
+  kill(cp, SIGTERM);
+  int ws = 0;
+  waitpid(cp, &ws, 0);
+  if (status != 0 || o.keep)
+    std::printf("fleet_sim: control plane log kept in %s/cp.log\n", dir.c_str());
+  else
+    (void)remove_tree(dir);
+  return status;
+}
