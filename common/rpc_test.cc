@@ -47,6 +47,47 @@ TEST(Endpoint, Parse) {
 }
 
 // Two sessions on one loop joined by a socketpair: each side calls the other.
+TEST(Session, AHeldOutputGateSendsNothingUntilReleased) {
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  Dispatcher methods;
+  methods.add("echo", [](const json& p, const CallContext&) -> Result<json> { return p; });
+  auto gate = std::make_shared<OutputGate>();
+  Session server(**loop, Fd(sv[0]), Peer{}, &methods);
+  server.set_output_gate(gate);
+  Session client(**loop, Fd(sv[1]), Peer{}, nullptr);
+  ASSERT_TRUE(server.start().ok());
+  ASSERT_TRUE(client.start().ok());
+  gate->hold();  // as the control plane does while a write is not yet committed
+  std::optional<Result<json>> got;
+  client.call("echo", {{"n", 1}}, [&](Result<json> r) { got = std::move(r); });
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  EXPECT_FALSE(got) << "a reply left while the gate was held";
+  gate->release();
+  for (int i = 0; i < 100 && !got; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  ASSERT_TRUE(got && got->ok());
+  EXPECT_EQ((**got)["n"], 1);
+  // Released, the gate no longer holds anything back.
+  got.reset();
+  client.call("echo", {{"n", 2}}, [&](Result<json> r) { got = std::move(r); });
+  for (int i = 0; i < 100 && !got; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  ASSERT_TRUE(got && got->ok());
+  // A session that goes away while its output waits leaves the gate usable.
+  gate->hold();
+  {
+    int sv2[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv2), 0);
+    Session gone(**loop, Fd(sv2[0]), Peer{}, nullptr);
+    gone.set_output_gate(gate);
+    ASSERT_TRUE(gone.start().ok());
+    gone.notify("x", json::object());
+    ::close(sv2[1]);
+  }
+  gate->release();
+}
+
 TEST(Session, RequestsInBothDirections) {
   auto loop = EventLoop::create();
   ASSERT_TRUE(loop.ok());

@@ -24,6 +24,7 @@
 #include "common/job_file.h"
 #include "common/job_spec.h"
 #include "common/rpc.h"
+#include "common/task_report.h"
 #include "common/task_spec.h"
 #include "common/tls.h"
 
@@ -146,6 +147,148 @@ class ControlPlane : public ::testing::Test {
   std::string dir_;
   pid_t pid_ = -1;
 };
+
+// Ten machines on ten racks, a job of six tasks spread over them, four of its machines
+// lost at once: with the breaker at `breaker`, are the four tasks replaced?
+class Failures : public ControlPlane {
+ protected:
+  void configure(const std::string& lines) {
+    ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value() + lines).ok());
+  }
+  void connect_ten() {
+    for (int i = 0; i < 10; ++i) {
+      owned_.push_back(
+          std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+      ms_[i] = owned_.back().get();
+      ASSERT_TRUE(ms_[i]->connect(sock()));
+    }
+  }
+  void lose_four_of_ten(int* replaced);
+  std::vector<std::unique_ptr<FakeMachine>> owned_;
+  FakeMachine* ms_[10] = {};
+};
+
+void Failures::lose_four_of_ten(int* replaced) {
+  FakeMachine** ms = ms_;
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 10}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "a"},
+                                  {"count", 6},
+                                  {"per_task", {{"cpu_milli", 1000}, {"mem_mb", 512}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  auto running = [&] {
+    size_t n = 0;
+    for (int i = 0; i < 10; ++i) n += ms[i]->running().size();
+    return n;
+  };
+  for (int i = 0; i < 200 && running() < 6; ++i) {
+    for (int k = 0; k < 10; ++k) ms[k]->report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(running(), 6u);
+  std::vector<int> victims, survivors;
+  for (int k = 0; k < 10; ++k)
+    (ms[k]->running().empty() || victims.size() == 4 ? survivors : victims).push_back(k);
+  int starts_before = 0;
+  for (int k : survivors) starts_before += ms[k]->starts();
+  // The victims fall silent; the others keep reporting for 3 s (dead after 600 ms).
+  for (int i = 0; i < 60; ++i) {
+    for (int k : survivors) ms[k]->report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  int starts_after = 0;
+  for (int k : survivors) starts_after += ms[k]->starts();
+  *replaced = starts_after - starts_before;
+}
+
+TEST_F(Failures, LosingMuchOfTheFleetAtOnceOpensTheCircuitBreaker) {
+  configure("failure_breaker = 0.3\n");
+  start();
+  if (HasFatalFailure()) return;
+  connect_ten();
+  int replaced = -1;
+  lose_four_of_ten(&replaced);
+  if (HasFatalFailure()) return;
+  // 40% of the fleet down at once is over the breaker's 30%: nothing is replaced, and
+  // the log says why.
+  EXPECT_EQ(replaced, 0);
+  std::string log = read_file(dir_ + "/cp.log").value_or("");
+  EXPECT_NE(log.find("circuit breaker open"), std::string::npos) << log;
+}
+
+TEST_F(Failures, MachinesLostTogetherAreReplacedAtOnceUnderTheBreaker) {
+  configure("failure_breaker = 0.5\ndestructive_per_min = 1\ndestructive_burst = 1\n");
+  start();
+  if (HasFatalFailure()) return;
+  connect_ten();
+  int replaced = -1;
+  lose_four_of_ten(&replaced);
+  if (HasFatalFailure()) return;
+  // Under the breaker, lost machines are paid for by the machine-failure budget (in
+  // fault domains), not task by task: all four tasks are replaced at once although the
+  // per-task bucket holds one token.
+  EXPECT_EQ(replaced, 4) << read_file(dir_ + "/cp.log").value_or("");
+  std::string log = read_file(dir_ + "/cp.log").value_or("");
+  EXPECT_EQ(log.find("circuit breaker open"), std::string::npos);
+}
+
+TEST_F(ControlPlane, AnUnchangedTaskListIsReportedByItsDigest) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m("h0", "r0");
+  ASSERT_TRUE(m.connect(sock()));
+  auto report = [&](const json& extra) {
+    json p{{"machine", "h0"}};
+    p.update(extra);
+    return m.call("machine.report", p);
+  };
+  std::string empty = tasks_digest(std::map<std::string, std::string>{});
+  // Before any whole list, a digest is not enough: the control plane asks for the list.
+  auto r = report({{"digest", empty}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->value("resend", false), true);
+  ASSERT_TRUE(report({{"tasks", json::object()}}).ok());
+  r = report({{"digest", empty}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->value("resend", false));
+  // A task starts: the agent's next digest differs, and is refused until the list is sent.
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "a"},
+                                  {"count", 1},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  for (int i = 0; i < 100 && m.running().empty(); ++i) {
+    (void)report({{"digest", empty}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(m.running().size(), 1u);
+  std::string id = *m.running().begin();
+  std::string now = tasks_digest(std::map<std::string, std::string>{{id, "running"}});
+  r = report({{"digest", now}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->value("resend", false));
+  ASSERT_TRUE(report({{"tasks", {{id, "running"}}}}).ok());
+  // From now on the digest stands for the list: the task stays running, the machine alive,
+  // well past the dead-machine timeout (3 x 200 ms).
+  for (int i = 0; i < 20; ++i) {
+    r = report({{"digest", now}});
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(r->value("resend", false));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto shown = call("job.show", {{"name", "web"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ((*shown)["tasks"][0]["state"], "running") << shown->dump();
+  EXPECT_EQ(m.starts(), 1);
+  // A malformed digest is refused, naming the field; the session carries on.
+  r = report({{"digest", "not-a-digest"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, rpc::kInvalidParams);
+  EXPECT_NE(r.error().message.find("digest"), std::string::npos) << r.error().str();
+  EXPECT_TRUE(report({{"digest", now}}).ok());
+}
 
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
   start();

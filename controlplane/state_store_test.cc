@@ -209,3 +209,69 @@ TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
 
 }  // namespace
 }  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+TEST(StateStore, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { (void)remove_tree(dir); }
+  } cleanup{dir};
+  {
+    auto st = StateStore::open(dir + "/cp.db");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE((*st)->open_batch().ok());
+    ASSERT_TRUE((*st)->in_batch());
+    // Three calls' writes in one batch, each as the daemon makes them: the second one
+    // fails half-way and is undone alone.
+    for (int call = 0; call < 3; ++call) {
+      ASSERT_TRUE((*st)->begin().ok());
+      ASSERT_TRUE((*st)
+                      ->put_entitlement(static_cast<EntitlementId>(10 + call),
+                                        {"ent" + std::to_string(call), 1, "", "", {}})
+                      .ok());
+      if (call == 1) {
+        (*st)->rollback();
+        continue;
+      }
+      ASSERT_TRUE((*st)->commit().ok());
+    }
+    ASSERT_TRUE((*st)->commit_batch().ok());
+    EXPECT_FALSE((*st)->in_batch());
+  }
+  Plane after;
+  auto st = StateStore::open(dir + "/cp.db");
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
+  EXPECT_TRUE(after.broker.entitlement("ent0"));
+  EXPECT_FALSE(after.broker.entitlement("ent1"));
+  EXPECT_TRUE(after.broker.entitlement("ent2"));
+}
+
+TEST(StateStore, AnUncommittedBatchIsLostWhole) {
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { (void)remove_tree(dir); }
+  } cleanup{dir};
+  {
+    auto st = StateStore::open(dir + "/cp.db");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE((*st)->open_batch().ok());
+    ASSERT_TRUE((*st)->begin().ok());
+    ASSERT_TRUE((*st)->put_entitlement(10, {"lost", 1, "", "", {}}).ok());
+    ASSERT_TRUE((*st)->commit().ok());  // a savepoint released, not a commit
+  }  // the process ends before commit_batch (a crash): nothing of the batch is kept
+  Plane after;
+  auto st = StateStore::open(dir + "/cp.db");
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
+  EXPECT_FALSE(after.broker.entitlement("lost"));
+}
+
+}  // namespace
+}  // namespace weft::cp
