@@ -73,11 +73,21 @@ void Manager::register_methods() {
     methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
       Caller who = caller(c);
       Result<json> r = json();
+      // Operator and admin calls are rare and must hear whether their change was
+      // written (a full disk refuses the create, nothing half-made): they commit on
+      // their own, after the machines' batch so far, not in the next group commit.
+      bool own_commit = m.access >= kOperatorCall;
+      if (own_commit) {
+        commit_batch();
+        sync_writes_ = true;
+      }
       if (auto s = permit(who, m.access, m.name); !s.ok())
         r = std::move(s).error();
       else
         r = (this->*m.handler)(p, c);
-      if (m.access >= kOperatorCall) audit(who, m.name, p, r);
+      // The audit entry joins the next group commit; the reply waits for it.
+      sync_writes_ = false;
+      if (own_commit) audit(who, m.name, p, r);
       return r;
     });
 }

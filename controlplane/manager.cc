@@ -50,7 +50,7 @@ Status Manager::run() {
 }
 
 Status Manager::begin_batch() {
-  if (store_->in_batch()) return {};
+  if (sync_writes_ || store_->in_batch()) return {};
   TRY(store_->open_batch());
   gate_->hold();
   batch_started_us_ = now_us();
@@ -127,6 +127,7 @@ Status Manager::start() {
   loop_->enable_watchdog();
   auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
+  watch_heartbeats();
   log_info("control plane ready",
            {{"SOCKET", cfg_.socket},
             {"LISTEN",
@@ -385,6 +386,20 @@ void Manager::tick() {
   // The jobs of the commands and of the changed tasks are written with them (persist).
   if (auto s = persist({}, touched); !s.ok()) log_error("cannot write state: " + s.error().str());
   send(cmds);
+}
+
+void Manager::watch_heartbeats() {
+  // Between ticks: a machine is declared dead within a quarter of a heartbeat interval
+  // of its deadline, not up to a whole interval later. Cheap: the broker looks only at
+  // the heartbeats that have expired (Broker::check).
+  auto dead = broker_.check(now_us());
+  if (!dead.empty()) {
+    machines_down_.insert(machines_down_.end(), dead.begin(), dead.end());
+    kick();
+  }
+  auto t =
+      loop_->add_timer_in(cfg_.broker.heartbeat_interval_us / 4, [this] { watch_heartbeats(); });
+  if (t.ok()) watch_ = std::move(t).value();
 }
 
 void Manager::periodic() {

@@ -80,7 +80,8 @@ class Manager {
                                 const rpc::CallContext& c);
   void send(const std::vector<Command>& cmds);
   void tick();
-  void periodic();  // tick() every heartbeat interval
+  void periodic();          // tick() every heartbeat interval
+  void watch_heartbeats();  // the dead-machine check, every quarter interval
   // A tick soon (next loop iteration), once however many changes ask for it: what a
   // machine's new verdict or profile needs, without a tick per report.
   void kick();
@@ -152,7 +153,7 @@ class Manager {
   double failure_tokens_ = -1;
   bool breaker_open_ = false;
   uint64_t breaker_logged_us_ = 0;
-  Source kick_;
+  Source kick_, watch_;
   bool kicked_ = false;
   uint64_t failure_tokens_at_ = 0;
   // Each machine's last full task list and its digest (common/task_report.h).
@@ -169,6 +170,7 @@ class Manager {
   std::shared_ptr<rpc::OutputGate> gate_ = std::make_shared<rpc::OutputGate>();
   Source commit_;
   uint64_t batch_started_us_ = 0;
+  bool sync_writes_ = false;  // an operator call: its own transaction (api.cc)
   std::shared_ptr<tls::Context> tls_;
   int weft_gid_ = -1;
 };
