@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/metrics.h"
 
 #ifndef WEFT_LIBEXECDIR
 #define WEFT_LIBEXECDIR "/usr/libexec/weft"
@@ -25,7 +26,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
       t, "",
       {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
        "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level",
-       "default_task_user", "allow_root_tasks", "allow_unconfined_tasks"},
+       "default_task_user", "allow_root_tasks", "allow_unconfined_tasks", "metrics_listen"},
       kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
@@ -43,6 +44,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY(str("host_root", &c.host_root));
   TRY(str("log_level", &c.log_level));
   TRY(str("default_task_user", &c.default_task_user));
+  TRY(metrics::read_listen(doc, t, &c.metrics_listen));
   TRY_ASSIGN(auto allow_root, doc.get_bool(t, "allow_root_tasks"));
   c.allow_root_tasks = allow_root.value_or(false);
   TRY_ASSIGN(auto allow_unconfined, doc.get_bool(t, "allow_unconfined_tasks"));

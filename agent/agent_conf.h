@@ -38,6 +38,8 @@ struct AgentConfig {
   std::string init_path;        // empty: weft-init next to weft-agent, else libexec
   std::string host_root = "/";  // tests: a fake /proc and /sys tree
   std::string log_level = "info";
+  // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
+  std::string metrics_listen = "127.0.0.1:9471";
 };
 
 // Reads and validates a config file; every error names file:line.

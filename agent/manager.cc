@@ -102,6 +102,8 @@ Status Manager::start() {
     });
     TRY(cp_start());
   }
+  register_metrics();
+  metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
   sd_notify(0, "READY=1");
   update_status();
   return {};
@@ -295,6 +297,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
 }
 
 Status Manager::start_incarnation(Task& t) {
+  uint64_t began_us = now_us();
   TRY_ASSIGN(LimitPlan plan,
              plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
   TRY_ASSIGN(Identity ident, task_identity(t.spec.user, t.spec.group, cfg_.default_task_user,
@@ -348,6 +351,8 @@ Status Manager::start_incarnation(Task& t) {
                             {"TASK_NAME", t.name},
                             {"PID", std::to_string(t.pid)},
                             {"INCARNATION", std::to_string(t.incarnation)}});
+  start_seconds_.observe(static_cast<double>(now_us() - began_us) / 1e6);
+  ++starts_;
   update_status();
   return {};
 }
@@ -419,7 +424,9 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   t.oom_killed = out.oom_killed;
   t.reason = out.reason;
   t.state = out.state;
+  if (out.oom_killed) ++oom_kills_;
   if (out.restart) {
+    ++restarts_;
     t.backoff_us = out.backoff_us;
     t.next_start_us = t.finished_us + out.backoff_us;
     t.restarts++;
@@ -502,6 +509,29 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
 }  // namespace weft::agent
 
 namespace weft::agent {
+
+void Manager::register_metrics() {
+  metrics_.add([this](metrics::Writer& w) {
+    std::map<std::string, size_t> by_state;
+    for (const auto& [id, t] : tasks_) ++by_state[task_state_name(t->state)];
+    w.family("weft_agent_tasks", "gauge", "Tasks on this machine, by state.");
+    for (const auto& [state, n] : by_state)
+      w.sample("weft_agent_tasks", static_cast<double>(n), {{"state", state}});
+    w.family("weft_agent_task_starts_total", "counter", "Task incarnations started.");
+    w.sample("weft_agent_task_starts_total", static_cast<double>(starts_));
+    w.family("weft_agent_task_start_seconds", "histogram",
+             "From a start's beginning to the task's init running (cgroup, namespaces, "
+             "mounts, exec).");
+    start_seconds_.write(w, "weft_agent_task_start_seconds");
+    w.family("weft_agent_task_restarts_total", "counter", "Restarts after a task ended.");
+    w.sample("weft_agent_task_restarts_total", static_cast<double>(restarts_));
+    w.family("weft_agent_oom_kills_total", "counter", "Task incarnations ended by the OOM killer.");
+    w.sample("weft_agent_oom_kills_total", static_cast<double>(oom_kills_));
+    w.family("weft_agent_control_plane_connected", "gauge",
+             "1 while the session to the control plane is up and registered.");
+    w.sample("weft_agent_control_plane_connected", cp_ && cp_->session() ? 1 : 0);
+  });
+}
 
 Status Manager::cp_start() {
   auto hello = [this](rpc::Session& s, ControlPlaneLink::Done done) {

@@ -27,6 +27,7 @@
 #include "common/cp_link.h"
 #include "common/event.h"
 #include "common/fs.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "common/store.h"
 #include "common/task_spec.h"
@@ -127,6 +128,12 @@ class Manager {
   // The digest of the last task list the control plane acknowledged: while the list is
   // unchanged, a report carries only this (common/task_report.h).
   std::string cp_acked_digest_;
+  // Prometheus /metrics (docs/metrics.md).
+  void register_metrics();
+  metrics::Registry metrics_;
+  std::unique_ptr<metrics::HttpServer> metrics_http_;
+  metrics::Histogram start_seconds_;
+  uint64_t starts_ = 0, restarts_ = 0, oom_kills_ = 0;
   rpc::Dispatcher cp_methods_;
   Source cp_soon_;
   std::map<std::string, std::unique_ptr<Task>> tasks_;

@@ -638,11 +638,11 @@ int main(int argc, char** argv) {
     }
   }
   uint16_t port = static_cast<uint16_t>(20000 + (getpid() % 20000));
-  std::string conf = "socket = \"" + dir + "/cp.sock\"\nstate_dir = \"" + dir +
-                     "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port) +
-                     "\"\nheartbeat_interval = \"" +
-                     std::to_string(static_cast<int>(o.heartbeat_s * 1000)) +
-                     "ms\"\nlog_level = \"warning\"\n" + o.cp_extra + "\n";
+  std::string conf =
+      "socket = \"" + dir + "/cp.sock\"\nstate_dir = \"" + dir +
+      "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port) + "\"\nheartbeat_interval = \"" +
+      std::to_string(static_cast<int>(o.heartbeat_s * 1000)) +
+      "ms\"\nlog_level = \"warning\"\nmetrics_listen = \"127.0.0.1:0\"\n" + o.cp_extra + "\n";
   if (o.tls)
     conf += "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki + "/cp.pem\"\ntls_key = \"" +
             pki + "/cp.key\"\n";

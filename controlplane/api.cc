@@ -81,10 +81,13 @@ void Manager::register_methods() {
         commit_batch();
         sync_writes_ = true;
       }
+      uint64_t t0 = now_us();
       if (auto s = permit(who, m.access, m.name); !s.ok())
         r = std::move(s).error();
       else
         r = (this->*m.handler)(p, c);
+      request_seconds_.observe(m.name, static_cast<double>(now_us() - t0) / 1e6);
+      if (!r.ok()) ++request_errors_[m.name];
       // The audit entry joins the next group commit; the reply waits for it.
       sync_writes_ = false;
       if (own_commit) audit(who, m.name, p, r);

@@ -3,6 +3,7 @@
 #include "common/config.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 
 namespace weft::cp {
@@ -30,6 +31,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "tls_key",
                      "tls_crl",
                      "tls_resumption",
+                     "metrics_listen",
                      "access"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -44,6 +46,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) *out = *v;
   }
+  TRY(metrics::read_listen(doc, t, &c.metrics_listen));
   if (!c.tls.ca_file.empty() || !c.tls.cert_file.empty() || !c.tls.key_file.empty())
     for (auto [key, v] : {std::pair{"tls_ca", &c.tls.ca_file},
                           {"tls_cert", &c.tls.cert_file},
@@ -122,8 +125,10 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
     bool loopback = ep->host == "127.0.0.1" || ep->host == "::1" || ep->host == "localhost";
     if (!loopback && !c.insecure_listen && !c.tls.enabled())
       return field_error(doc.where(*t.get("listen")),
-                         "'listen' is not a loopback address: configure TLS (tls_ca, tls_cert, "
-                         "tls_key) so that sessions are encrypted and machines authenticated, "
+                         "'listen' is not a loopback address: configure TLS "
+                         "(tls_ca, tls_cert, "
+                         "tls_key) so that sessions are encrypted and "
+                         "machines authenticated, "
                          "or set insecure_listen = true (tests only)");
   }
   if (!log_level_name_valid(c.log_level))

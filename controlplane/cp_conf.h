@@ -42,6 +42,8 @@ struct CpConfig {
   // Ended tasks stay listed (job show) this long, then are forgotten for good.
   uint64_t ended_task_retention_us = 10ull * 60 * 1'000'000;
   std::string log_level = "info";
+  // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
+  std::string metrics_listen = "127.0.0.1:9470";
 };
 
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name);

@@ -66,7 +66,10 @@ Status Manager::begin_batch() {
 
 void Manager::commit_batch() {
   if (!store_ || !store_->in_batch()) return;
-  if (auto s = store_->commit_batch(); !s.ok()) {
+  uint64_t t0 = now_us();
+  Status committed = store_->commit_batch();
+  commit_seconds_.observe(static_cast<double>(now_us() - t0) / 1e6);
+  if (auto& s = committed; !s.ok()) {
     log_error(
         "cannot commit the control plane's state: exiting before anything of it is "
         "answered or sent; systemd restarts the control plane from its last commit",
@@ -104,6 +107,8 @@ Status Manager::start() {
     TRY_ASSIGN(auto ep, rpc::parse_endpoint(cfg_.listen));
     TRY(server_->listen_tcp(ep.host, ep.port));
   }
+  register_metrics();
+  metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
   TRY(loop_->exit_on_termination());
   // SIGHUP (systemctl reload): certificates, key and CRL are read again; new handshakes
   // use them, sessions already up carry on.
@@ -133,6 +138,7 @@ Status Manager::start() {
             {"LISTEN",
              cfg_.listen.empty() ? "-" : cfg_.listen + ":" + std::to_string(server_->tcp_port())},
             {"TLS", tls_ ? "mutual" : "off"},
+            {"METRICS", metrics_http_ ? metrics_http_->address() : "-"},
             {"MACHINES", std::to_string(alloc_.machine_count())},
             {"TASKS", std::to_string(sched_.tasks().size())}});
   sd_notify(0, "READY=1");
@@ -403,7 +409,9 @@ void Manager::watch_heartbeats() {
 }
 
 void Manager::periodic() {
+  uint64_t t0 = now_us();
   tick();
+  tick_seconds_.observe(static_cast<double>(now_us() - t0) / 1e6);
   auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
 }
@@ -416,6 +424,50 @@ void Manager::kick() {
     tick();
   });
   if (d.ok()) kick_ = std::move(d).value();
+}
+
+void Manager::register_metrics() {
+  metrics_.add([this](metrics::Writer& w) {
+    w.family("weft_cp_sessions", "gauge", "Sessions open (machines' daemons and operators).");
+    w.sample("weft_cp_sessions", static_cast<double>(server_ ? server_->session_count() : 0));
+    w.family("weft_cp_machine_sessions", "gauge", "Machines with a session, by daemon.");
+    w.sample("weft_cp_machine_sessions", static_cast<double>(sessions_.size()),
+             {{"daemon", "agent"}});
+    w.sample("weft_cp_machine_sessions", static_cast<double>(sidekick_sessions_.size()),
+             {{"daemon", "sidekick"}});
+    w.family("weft_cp_request_seconds", "histogram",
+             "Time to handle a request, by method (before its group commit).");
+    request_seconds_.write(w, "weft_cp_request_seconds");
+    w.family("weft_cp_request_errors_total", "counter", "Requests answered with an error.");
+    for (const auto& [method, n] : request_errors_)
+      w.sample("weft_cp_request_errors_total", static_cast<double>(n), {{"method", method}});
+    w.family("weft_cp_commit_seconds", "histogram", "Group commits of the state store.");
+    commit_seconds_.write(w, "weft_cp_commit_seconds");
+    w.family("weft_cp_tick_seconds", "histogram", "The periodic tick (failures, budgets, prune).");
+    tick_seconds_.write(w, "weft_cp_tick_seconds");
+    std::map<std::string, size_t> tasks;
+    for (const auto& [id, t] : sched_.tasks()) ++tasks[task_state_name(t.state)];
+    w.family("weft_cp_tasks", "gauge", "Tasks the scheduler knows, by state.");
+    for (const auto& [state, n] : tasks)
+      w.sample("weft_cp_tasks", static_cast<double>(n), {{"state", state}});
+    std::map<std::string, size_t> machines;
+    for (MachineId m = 0; m < alloc_.machine_count(); ++m) ++machines[broker_.state_of(m)];
+    w.family("weft_cp_machines", "gauge", "Machines, by state.");
+    for (const auto& [state, n] : machines)
+      w.sample("weft_cp_machines", static_cast<double>(n), {{"state", state}});
+    w.family("weft_cp_jobs", "gauge", "Jobs.");
+    w.sample("weft_cp_jobs", static_cast<double>(sched_.persisted_jobs().size()));
+    w.family("weft_cp_replacements_waiting", "gauge",
+             "Machines down whose tasks wait for the failure budget, and tasks waiting for "
+             "the per-task budget.");
+    w.sample("weft_cp_replacements_waiting", static_cast<double>(machines_down_.size()),
+             {{"kind", "machines"}});
+    w.sample("weft_cp_replacements_waiting", static_cast<double>(sched_.waiting_for_budget()),
+             {{"kind", "tasks"}});
+    w.family("weft_cp_circuit_breaker_open", "gauge",
+             "1 while too much of the fleet is down to replace anything (failure_breaker).");
+    w.sample("weft_cp_circuit_breaker_open", breaker_open_ ? 1 : 0);
+  });
 }
 
 bool Manager::take_failure_token(uint64_t now) {

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "common/event.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
@@ -154,6 +155,14 @@ class Manager {
   bool breaker_open_ = false;
   uint64_t breaker_logged_us_ = 0;
   Source kick_, watch_;
+  // Prometheus /metrics (docs/metrics.md).
+  void register_metrics();
+  metrics::Registry metrics_;
+  std::unique_ptr<metrics::HttpServer> metrics_http_;
+  metrics::HistogramVec request_seconds_{"method"};
+  std::map<std::string, uint64_t> request_errors_;
+  metrics::Histogram commit_seconds_, tick_seconds_;
+  uint64_t commits_failed_ = 0;
   bool kicked_ = false;
   uint64_t failure_tokens_at_ = 0;
   // Each machine's last full task list and its digest (common/task_report.h).

@@ -107,7 +107,8 @@ class ControlPlane : public ::testing::Test {
                                                   dir_ +
                                                   "/state\"\nlisten = \"\"\n"
                                                   "heartbeat_interval = \"200ms\"\n"
-                                                  "missed_heartbeats = 3\nlog_level = \"debug\"\n")
+                                                  "missed_heartbeats = 3\nlog_level = \"debug\"\n"
+                                                  "metrics_listen = \"127.0.0.1:0\"\n")
                     .ok());
   }
   void TearDown() override {
@@ -231,6 +232,56 @@ TEST_F(Failures, MachinesLostTogetherAreReplacedAtOnceUnderTheBreaker) {
   EXPECT_EQ(replaced, 4) << read_file(dir_ + "/cp.log").value_or("");
   std::string log = read_file(dir_ + "/cp.log").value_or("");
   EXPECT_EQ(log.find("circuit breaker open"), std::string::npos);
+}
+
+// A blocking HTTP/1.0 GET on 127.0.0.1.
+std::string http_get(uint16_t port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    (void)!::write(fd, req.data(), req.size());
+    char buf[8192];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) response.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return response;
+}
+
+TEST_F(ControlPlane, MetricsDescribeTheFleetOnLoopback) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m("h0", "r0");
+  ASSERT_TRUE(m.connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "a"},
+                                  {"count", 1},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  for (int i = 0; i < 100 && m.running().empty(); ++i) {
+    m.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  m.report();
+  // The port it took (metrics_listen = 127.0.0.1:0) is in its "ready" line.
+  std::string log = read_file(dir_ + "/cp.log").value_or("");
+  auto at = log.find("metrics=127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << log;
+  uint16_t port = static_cast<uint16_t>(std::atoi(log.c_str() + at + 18));
+  std::string text = http_get(port, "/metrics");
+  for (const char* want :
+       {"weft_cp_sessions ", "weft_cp_machine_sessions{daemon=\"agent\"} 1",
+        "weft_cp_tasks{state=\"running\"} 1", "weft_cp_machines{state=\"ok\"} 1", "weft_cp_jobs 1",
+        "weft_cp_request_seconds_count{method=\"job.create\"} 1", "weft_cp_commit_seconds_count ",
+        "weft_cp_circuit_breaker_open 0"})
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
+  EXPECT_NE(http_get(port, "/").find("404"), std::string::npos);
 }
 
 TEST_F(ControlPlane, AnUnchangedTaskListIsReportedByItsDigest) {

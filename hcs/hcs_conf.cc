@@ -4,6 +4,7 @@
 #include "common/cp_link.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/metrics.h"
 
 namespace weft::hcs {
 
@@ -38,27 +39,27 @@ Result<double> percent(const TomlDoc& doc, const toml::table& t, const char* key
 Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"socket",
-                     "socket_group",
-                     "state_dir",
-                     "host_root",
-                     "interval",
-                     "kmsg",
-                     "psi_degraded_pct",
-                     "psi_failed_pct",
-                     "disk",
-                     "link",
-                     "exec",
-                     "hysteresis",
-                     "log_level",
-                     "confirm_interval",
-                     "psi_triggers",
-                     "kernel",
-                     "liveness",
-                     "control_plane",
-                     "insecure_control_plane",
-                     "machine_id"},
+  TRY(doc.only_keys(t, "", {"socket",
+                            "socket_group",
+                            "state_dir",
+                            "host_root",
+                            "interval",
+                            "kmsg",
+                            "psi_degraded_pct",
+                            "psi_failed_pct",
+                            "disk",
+                            "link",
+                            "exec",
+                            "hysteresis",
+                            "log_level",
+                            "metrics_listen",
+                            "confirm_interval",
+                            "psi_triggers",
+                            "kernel",
+                            "liveness",
+                            "control_plane",
+                            "insecure_control_plane",
+                            "machine_id"},
                     kControlPlaneTlsKeys));
   HcsConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -71,6 +72,7 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) *out = *v;
   }
+  TRY(metrics::read_listen(doc, t, &c.metrics_listen));
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
   TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));

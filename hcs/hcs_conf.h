@@ -44,6 +44,8 @@ struct HcsConfig {
   std::vector<ExecCheck> execs;
   Hysteresis hysteresis;
   std::string log_level = "info";
+  // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
+  std::string metrics_listen = "127.0.0.1:9473";
   // weft-controlplane's endpoint ("" = none): the machine verdict is reported there on
   // every change and every heartbeat interval.
   std::string control_plane;

@@ -140,6 +140,8 @@ Status Manager::start() {
   TRY_ASSIGN(sighup_, loop_->add_signal(SIGHUP, [this] { reload_control_plane_tls(cp_.get()); }));
   loop_->enable_watchdog();
   TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
+  register_metrics();
+  metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
   log_info("hcs ready", {{"SOCKET", cfg_.socket}, {"PROBES", std::to_string(probes_.size())}});
   sd_notify(0, "READY=1\nSTATUS=first probe cycle running");
   if (!cfg_.control_plane.empty()) TRY(cp_start());
@@ -217,7 +219,29 @@ void Manager::sample(Probe& p, uint64_t now) {
     return;
   }
   last_event_sample_us_[p.name()] = now;
-  p.start(*loop_, now, [this, &p](Sample s) { feed(p, std::move(s), now_us()); });
+  p.start(*loop_, now, [this, &p, now](Sample s) {
+    uint64_t done = now_us();
+    probe_seconds_.observe(p.name(), static_cast<double>(done - now) / 1e6);
+    ++samples_[{p.name(), health_name(s.health)}];
+    feed(p, std::move(s), done);
+  });
+}
+
+void Manager::register_metrics() {
+  metrics_.add([this](metrics::Writer& w) {
+    w.family("weft_hcs_probe_state", "gauge", "Each probe's state after hysteresis (1).");
+    for (const auto& [name, st] : states_)
+      w.sample("weft_hcs_probe_state", 1, {{"probe", name}, {"state", health_name(st.state())}});
+    w.family("weft_hcs_probe_samples_total", "counter", "Probe results, by probe and result.");
+    for (const auto& [key, n] : samples_)
+      w.sample("weft_hcs_probe_samples_total", static_cast<double>(n),
+               {{"probe", key.first}, {"result", key.second}});
+    w.family("weft_hcs_probe_seconds", "histogram", "How long each probe took.");
+    probe_seconds_.write(w, "weft_hcs_probe_seconds");
+    w.family("weft_hcs_verdict", "gauge", "The machine verdict published (1).");
+    w.sample("weft_hcs_verdict", 1,
+             {{"verdict", published_ ? health_name(machine_verdict(states_)) : "unknown"}});
+  });
 }
 
 void Manager::feed(Probe& p, Sample s, uint64_t now) {

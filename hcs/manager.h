@@ -16,6 +16,7 @@
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/link_watch.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "common/store.h"
 #include "hcs/hcs_conf.h"
@@ -82,6 +83,12 @@ class Manager {
   int weft_gid_ = -1;
   std::unique_ptr<ControlPlaneLink> cp_;
   std::string cp_reported_;  // the verdict last sent
+  // Prometheus /metrics (docs/metrics.md).
+  void register_metrics();
+  metrics::Registry metrics_;
+  std::unique_ptr<metrics::HttpServer> metrics_http_;
+  metrics::HistogramVec probe_seconds_{"probe"};
+  std::map<std::pair<std::string, std::string>, uint64_t> samples_;
 };
 
 }  // namespace weft::hcs

@@ -80,14 +80,35 @@ Status Manager::start() {
   if (!cfg_.control_plane.empty()) TRY(cp_start());
   log_info("sidekick ready",
            {{"SOCKET", cfg_.socket}, {"PROFILE", engine_->active_profile().value_or("none")}});
+  register_metrics();
+  metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
   sd_notify(0, "READY=1");
   update_status();
   return {};
 }
 
+void Manager::register_metrics() {
+  metrics_.add([this](metrics::Writer& w) {
+    w.family("weft_sidekick_switches_total", "counter", "Profile switches, by outcome.");
+    for (const auto& [outcome, n] : switches_)
+      w.sample("weft_sidekick_switches_total", static_cast<double>(n), {{"outcome", outcome}});
+    w.family("weft_sidekick_knob_failures_total", "counter",
+             "Knobs a switch could not set (required or best effort).");
+    w.sample("weft_sidekick_knob_failures_total", static_cast<double>(knob_failures_));
+    w.family("weft_sidekick_drift_total", "counter",
+             "Verifications that found a knob changed behind sidekick's back.");
+    w.sample("weft_sidekick_drift_total", static_cast<double>(drift_));
+    w.family("weft_sidekick_active_profile", "gauge", "The active host profile (1).");
+    w.sample("weft_sidekick_active_profile", 1,
+             {{"profile", engine_->active_profile().value_or("")}});
+  });
+}
+
 SwitchReport Manager::switch_to(const Profile& prof) {
   SwitchReport rep = engine_->apply(prof);
   last_outcome_ = outcome_name(rep.outcome);
+  ++switches_[last_outcome_];
+  for (const auto& k : rep.knobs) knob_failures_ += k.status == "failed";
   update_status();
   log_msg(rep.outcome == Outcome::kFailed ? LogLevel::kError : LogLevel::kInfo, "profile switch",
           {{"PROFILE", prof.name}, {"OUTCOME", last_outcome_}, {"ERROR", rep.error}});
@@ -233,6 +254,7 @@ void Manager::check_now(bool replan) {
   last_verify_ = rep.to_json();
   last_verify_["at"] = format_rfc3339(static_cast<int64_t>(now_realtime_us()));
   if (rep.outcome == Outcome::kDrift) {
+    ++drift_;
     for (const auto& k : rep.knobs)
       if (k.status == "drift")
         log_warn("drift", {{"KNOB", k.id}, {"WANT", k.to}, {"HAVE", k.from}});

@@ -14,6 +14,7 @@
 #include "common/cp_link.h"
 #include "common/event.h"
 #include "common/link_watch.h"
+#include "common/metrics.h"
 #include "common/rpc.h"
 #include "sidekick/engine.h"
 #include "sidekick/sidekick_conf.h"
@@ -85,6 +86,12 @@ class Manager {
   // A desired profile that failed to apply is retried after a minute, not every report.
   std::string cp_failed_;
   uint64_t cp_failed_at_us_ = 0;
+  // Prometheus /metrics (docs/metrics.md).
+  void register_metrics();
+  metrics::Registry metrics_;
+  std::unique_ptr<metrics::HttpServer> metrics_http_;
+  std::map<std::string, uint64_t> switches_;
+  uint64_t knob_failures_ = 0, drift_ = 0;
 };
 
 }  // namespace weft::sidekick

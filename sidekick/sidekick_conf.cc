@@ -4,6 +4,7 @@
 #include "common/cp_link.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/paths.h"
 
 namespace weft::sidekick {
@@ -14,7 +15,7 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
   TRY(doc.only_keys(t, "",
                     {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup",
                      "host_root", "verify_interval", "drift_policy", "apply_on_start", "log_level",
-                     "control_plane", "insecure_control_plane", "machine_id"},
+                     "metrics_listen", "control_plane", "insecure_control_plane", "machine_id"},
                     kControlPlaneTlsKeys));
   SidekickConfig c;
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
@@ -29,6 +30,8 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) *out = *v;
   }
+  TRY(metrics::read_listen(doc, t, &c.metrics_listen));
+
   if (const toml::node* n = t.get("profile_dirs")) {
     const toml::array* arr = n->as_array();
     if (!arr || arr->empty())

@@ -25,6 +25,8 @@ struct SidekickConfig {
   bool enforce_drift = false;  // drift_policy = "enforce" re-applies; "report" only reports
   bool apply_on_start = true;  // re-apply the last committed profile at start (boot)
   std::string log_level = "info";
+  // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
+  std::string metrics_listen = "127.0.0.1:9472";
   // weft-controlplane's endpoint ("" = none): the machine's desired profile comes from
   // there, and the applied one is reported there.
   std::string control_plane;

@@ -288,6 +288,19 @@ else
 fi
 # The entitlement's profile was applied by sidekick before the task was placed.
 if weftctl --json machine ls | grep -q '"profile": "default"'; then pass cluster-profile; else fail cluster-profile "$(weftctl --json machine ls | tr '\n' ' ')"; fi
+# Every daemon's Prometheus endpoint on loopback, from the packaged units (docs/metrics.md).
+scrape() { bash -c "exec 3<>/dev/tcp/127.0.0.1/$1 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3" 2>/dev/null; }
+metrics_ok() {
+  scrape 9470 | grep -q '^weft_cp_tasks{state="running"} 1' &&
+    scrape 9471 | grep -q '^weft_agent_control_plane_connected 1' &&
+    scrape 9472 | grep -q '^weft_sidekick_active_profile{profile="default"} 1' &&
+    scrape 9473 | grep -q '^weft_hcs_verdict{verdict='
+}
+if wait_for 10 metrics_ok; then
+  pass metrics-endpoints
+else
+  fail metrics-endpoints "$(for p in 9470 9471 9472 9473; do scrape $p | grep -v '^#' | head -5; done | tr '\n' ' ')"
+fi
 weftctl job stop hello >/dev/null 2>&1
 no_hello() { ! weftctl --json task ls 2>/dev/null | grep -q '"state": "running"'; }
 if wait_for 60 no_hello; then pass cluster-job-stop; else fail cluster-job-stop "$(weftctl task ls 2>&1 | tr '\n' ' ')"; fi

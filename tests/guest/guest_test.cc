@@ -105,6 +105,7 @@ const char* const kChecks[] = {
     "cluster-job-runs",
     "cluster-tls",
     "cluster-profile",
+    "metrics-endpoints",
     "cluster-job-stop",
     "remove-keeps-state",
     "purge-removes-everything",

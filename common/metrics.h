@@ -1,0 +1,111 @@
+// Metrics of a weft daemon in the Prometheus text exposition format (version 0.0.4),
+// served over HTTP on `/metrics` by libmicrohttpd driven from the daemon's own sd-event
+// loop (no thread, nothing blocks). Each daemon registers collectors that write its
+// samples from its own state when scraped; counters and histograms it keeps itself.
+// docs/metrics.md lists the metric names.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "common/event.h"
+#include "common/result.h"
+
+namespace weft::metrics {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// Builds one exposition: a family's HELP and TYPE, then its samples.
+class Writer {
+ public:
+  void family(const std::string& name, const char* type, const std::string& help);
+  void sample(const std::string& name, double value, const Labels& labels = {});
+  const std::string& text() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// A histogram of seconds (or any unit) with fixed upper bounds.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds = default_bounds());
+  void observe(double value);
+  // The _bucket, _sum and _count samples of `name` (its family written by the caller).
+  void write(Writer& w, const std::string& name, const Labels& labels = {}) const;
+  uint64_t count() const { return count_; }
+  // 100 µs to 10 s.
+  static std::vector<double> default_bounds();
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> buckets_;  // not cumulative; summed when written
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Histograms by one label value (e.g. by method), created on first use.
+class HistogramVec {
+ public:
+  explicit HistogramVec(std::string label) : label_(std::move(label)) {}
+  void observe(const std::string& value, double v) { by_[value].observe(v); }
+  void write(Writer& w, const std::string& name) const;
+
+ private:
+  std::string label_;
+  std::map<std::string, Histogram> by_;
+};
+
+using Collector = std::function<void(Writer&)>;
+
+class Registry {
+ public:
+  void add(Collector c) { collectors_.push_back(std::move(c)); }
+  std::string render() const;
+
+ private:
+  std::vector<Collector> collectors_;
+};
+
+// "host:port" with a numeric IPv4 or [IPv6] address; "" means no endpoint.
+Status check_listen(const std::string& listen);
+// A daemon configuration's `metrics_listen` key (the one reader, for every daemon):
+// `*out` keeps its default when the key is absent; errors name file and line.
+Status read_listen(const TomlDoc& doc, const toml::table& t, std::string* out);
+
+// The HTTP endpoint: GET /metrics (404 elsewhere, 405 for other methods), at most 32
+// connections, each closed after 10 s idle.
+class HttpServer {
+ public:
+  static Result<std::unique_ptr<HttpServer>> start(EventLoop& loop, const std::string& listen,
+                                                   const Registry* registry);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+  uint16_t port() const { return port_; }
+  // For a daemon's start: the endpoint, or null (logged) when it cannot listen: a
+  // daemon serves without metrics rather than not at all. "" = none.
+  static std::unique_ptr<HttpServer> serve(EventLoop& loop, const std::string& listen,
+                                           const Registry* registry);
+  // "host:port" actually bound (the port resolved when it was 0).
+  std::string address() const { return address_; }
+
+ private:
+  HttpServer(EventLoop& loop, const Registry* registry) : loop_(loop), registry_(registry) {}
+  void run();  // MHD's work, then its next timeout
+  struct Daemon;
+  EventLoop& loop_;
+  const Registry* registry_;
+  Daemon* daemon_ = nullptr;
+  Source io_, timer_;
+  uint16_t port_ = 0;
+  std::string address_;
+};
+
+}  // namespace weft::metrics

@@ -1,0 +1,110 @@
+#include "common/metrics.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "common/fs.h"
+
+namespace weft::metrics {
+namespace {
+
+TEST(Metrics, TextExpositionOfSamplesAndHistograms) {
+  Histogram h({0.01, 0.1});
+  h.observe(0.005);
+  h.observe(0.05);
+  h.observe(3);
+  Writer w;
+  w.family("weft_test_seconds", "histogram", "How long.");
+  h.write(w, "weft_test_seconds", {{"method", "job.create"}});
+  w.family("weft_test_tasks", "gauge", "Tasks by state.");
+  w.sample("weft_test_tasks", 7, {{"state", "run\"ning\\\n"}});
+  EXPECT_EQ(w.text(),
+            "# HELP weft_test_seconds How long.\n"
+            "# TYPE weft_test_seconds histogram\n"
+            "weft_test_seconds_bucket{method=\"job.create\",le=\"0.01\"} 1\n"
+            "weft_test_seconds_bucket{method=\"job.create\",le=\"0.1\"} 2\n"
+            "weft_test_seconds_bucket{method=\"job.create\",le=\"+Inf\"} 3\n"
+            "weft_test_seconds_sum{method=\"job.create\"} 3.055\n"
+            "weft_test_seconds_count{method=\"job.create\"} 3\n"
+            "# HELP weft_test_tasks Tasks by state.\n"
+            "# TYPE weft_test_tasks gauge\n"
+            "weft_test_tasks{state=\"run\\\"ning\\\\\\n\"} 7\n");
+}
+
+TEST(Metrics, ListenAddressesAreNumeric) {
+  EXPECT_TRUE(check_listen("").ok());
+  EXPECT_TRUE(check_listen("127.0.0.1:9470").ok());
+  EXPECT_TRUE(check_listen("[::1]:9470").ok());
+  EXPECT_FALSE(check_listen("localhost:9470").ok());  // no DNS on the loop
+  EXPECT_FALSE(check_listen("127.0.0.1").ok());
+  EXPECT_FALSE(check_listen("127.0.0.1:99999").ok());
+  EXPECT_FALSE(check_listen("127.0.0.1:9x").ok());
+}
+
+// One HTTP/1.0 exchange from another thread while the loop serves.
+std::string http(EventLoop& loop, uint16_t port, const std::string& request) {
+  std::atomic<bool> done{false};
+  std::string response;
+  std::thread client([&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      (void)!::write(fd, request.data(), request.size());
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) response.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    done = true;
+  });
+  uint64_t start = now_monotonic_us();
+  while (!done && now_monotonic_us() - start < 5'000'000) (void)loop.run_once(10'000);
+  client.join();
+  return response;
+}
+
+TEST(Metrics, ServedOverHttpFromTheDaemonsLoop) {
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  Registry registry;
+  int scrapes = 0;
+  registry.add([&](Writer& w) {
+    ++scrapes;
+    w.family("weft_test_up", "gauge", "Always 1.");
+    w.sample("weft_test_up", 1);
+  });
+  auto server = HttpServer::start(**loop, "127.0.0.1:0", &registry);
+  ASSERT_TRUE(server.ok()) << server.error().str();
+  uint16_t port = (*server)->port();
+  ASSERT_NE(port, 0);
+  std::string ok = http(**loop, port, "GET /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_NE(ok.find("200 OK"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("text/plain; version=0.0.4"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("\nweft_test_up 1\n"), std::string::npos) << ok;
+  EXPECT_EQ(scrapes, 1);
+  std::string missing = http(**loop, port, "GET /other HTTP/1.0\r\n\r\n");
+  EXPECT_NE(missing.find("404"), std::string::npos) << missing;
+  std::string post = http(**loop, port, "POST /metrics HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc");
+  EXPECT_NE(post.find("405"), std::string::npos) << post;
+  std::string junk = http(**loop, port, "\x01\x02 garbage\r\n\r\n");
+  EXPECT_EQ(junk.find("200 OK"), std::string::npos);
+  // Still serving after all of that.
+  EXPECT_NE(http(**loop, port, "GET /metrics HTTP/1.0\r\n\r\n").find("weft_test_up 1"),
+            std::string::npos);
+  // The port is taken: a second server there fails with the address named.
+  auto twice = HttpServer::start(**loop, "127.0.0.1:" + std::to_string(port), &registry);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().str().find("127.0.0.1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::metrics
