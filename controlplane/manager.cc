@@ -69,12 +69,36 @@ void Manager::commit_batch() {
   uint64_t t0 = now_us();
   Status committed = store_->commit_batch();
   commit_seconds_.observe(static_cast<double>(now_us() - t0) / 1e6);
-  if (auto& s = committed; !s.ok()) {
-    log_error(
-        "cannot commit the control plane's state: exiting before anything of it is "
-        "answered or sent; systemd restarts the control plane from its last commit",
-        {{"ERROR", s.error().str()}});
-    std::_Exit(1);
+  if (committed.ok()) {
+    batch_ = {};
+  } else {
+    // The disk refused the group (full, failing). Nothing of it is lost from memory: all
+    // of it is written again by the next write, and a retry comes within a second. The
+    // held replies go out (the machines' calls are answered from memory); operators'
+    // calls, which commit on their own, are refused while the disk refuses.
+    ++commits_failed_;
+    store_->abandon_batch();
+    unsaved_machines_.insert(batch_.machines.begin(), batch_.machines.end());
+    unsaved_tasks_.insert(batch_.tasks.begin(), batch_.tasks.end());
+    unsaved_jobs_.insert(batch_.jobs.begin(), batch_.jobs.end());
+    unsaved_events_.insert(unsaved_events_.begin(), batch_.events.begin(), batch_.events.end());
+    batch_ = {};
+    if (now_us() - commit_failure_logged_us_ > 10'000'000) {
+      log_error(
+          "cannot commit the control plane's state; kept in memory, written again when "
+          "the disk takes it",
+          {{"ERROR", committed.error().str()}});
+      commit_failure_logged_us_ = now_us();
+    }
+    if (!retry_.active() || !retry_armed_) {
+      retry_armed_ = true;
+      auto t = loop_->add_timer_in(1'000'000, [this] {
+        retry_armed_ = false;
+        if (auto s = persist({}, {}); !s.ok()) return;
+        commit_batch();
+      });
+      if (t.ok()) retry_ = std::move(t).value();
+    }
   }
   gate_->release();
 }
@@ -294,6 +318,8 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
   for (auto& id : sched_.take_dirty_tasks()) unsaved_tasks_.insert(std::move(id));
   unsaved_machines_.insert(machines.begin(), machines.end());
   std::set<std::string> jobs = jobs_in;
+  jobs.insert(unsaved_jobs_.begin(), unsaved_jobs_.end());
+  unsaved_jobs_.clear();
   for (const auto& id : unsaved_tasks_)
     if (auto it = sched_.tasks().find(id); it != sched_.tasks().end()) jobs.insert(it->second.job);
   TRY(begin_batch());
@@ -317,14 +343,23 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
     if (auto it = sched_.tasks().find(id); it != sched_.tasks().end())
       if (auto s = store_->put_task(it->second); !s.ok()) return fail(s);
   if (auto s = store_->put_task_seq(sched_.task_seq()); !s.ok()) return fail(s);
-  if (auto s = store_->put_events(broker_.take_new_events()); !s.ok()) return fail(s);
+  for (auto& e : broker_.take_new_events()) unsaved_events_.push_back(std::move(e));
+  if (auto s = store_->put_events(unsaved_events_); !s.ok()) return fail(s);
   TRY(store_->commit());
-  if (now_us() - batch_started_us_ > kMaxBatchUs) commit_batch();  // under constant load
   // Machines whose pool changed may have a new desired profile (push_profiles).
   profile_dirty_.insert(unsaved_machines_.begin(), unsaved_machines_.end());
   ready_dirty_.insert(unsaved_machines_.begin(), unsaved_machines_.end());
+  if (store_->in_batch()) {  // written, not yet durable: kept until the group commits
+    batch_.machines.insert(unsaved_machines_.begin(), unsaved_machines_.end());
+    batch_.tasks.insert(unsaved_tasks_.begin(), unsaved_tasks_.end());
+    batch_.jobs.insert(jobs.begin(), jobs.end());
+    batch_.events.insert(batch_.events.end(), unsaved_events_.begin(), unsaved_events_.end());
+  }
   unsaved_machines_.clear();
   unsaved_tasks_.clear();
+  unsaved_events_.clear();
+  if (store_->in_batch() && now_us() - batch_started_us_ > kMaxBatchUs)
+    commit_batch();  // under constant load
   return {};
 }
 

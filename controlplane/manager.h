@@ -97,9 +97,8 @@ class Manager {
   Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);
   // Group commit (state_store.h, rpc::OutputGate): the first write opens a batch and
   // holds every session's output; the batch commits when the loop has nothing else
-  // pending (or is kMaxBatchUs old) and only then is anything sent. A commit that fails
-  // ends the process: nothing of the batch was answered or sent, and the restart
-  // resumes from the last commit.
+  // pending (or is kMaxBatchUs old) and only then is anything sent. A group the disk
+  // refuses is rolled back, kept in memory and written again (retried every second).
   Status begin_batch();
   void commit_batch();
   static constexpr uint64_t kMaxBatchUs = 20'000;
@@ -145,6 +144,18 @@ class Manager {
   // Written by the next persist(): kept across a failed write.
   std::set<MachineId> unsaved_machines_;
   std::unordered_set<std::string> unsaved_tasks_;
+  std::set<std::string> unsaved_jobs_;
+  std::vector<Unavailability> unsaved_events_;
+  // What the open group has written: written again if the group fails to commit.
+  struct Batch {
+    std::set<MachineId> machines;
+    std::unordered_set<std::string> tasks;
+    std::set<std::string> jobs;
+    std::vector<Unavailability> events;
+  } batch_;
+  Source retry_;
+  bool retry_armed_ = false;
+  uint64_t commit_failure_logged_us_ = 0;
   std::set<MachineId> profile_dirty_;  // pool changed: sidekick may need a new profile
   std::set<MachineId> ready_dirty_;    // pool changed: the broker looks at its readiness
   // Machines that went down and whose tasks wait for the failure budget (oldest first),

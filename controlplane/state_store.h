@@ -72,9 +72,18 @@ class StateStore {
   Status commit_batch() {
     if (!batch_) return {};
     batch_ = false;
+    // sqlite may have rolled the whole transaction back itself (a full disk, an I/O
+    // error inside a savepoint): then nothing of the group is there to commit.
+    if (sqlite3_get_autocommit(db_->raw()))
+      return make_error("sqlite rolled the group's transaction back");
     return db_->commit();
   }
   bool in_batch() const { return batch_; }
+  // After a failed commit_batch: nothing of the group stays (rolled back if open).
+  void abandon_batch() {
+    batch_ = false;
+    db_->rollback();
+  }
 
   Status put_entitlement(EntitlementId id, const EntitlementSpec& e);
   Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent);
