@@ -113,8 +113,8 @@ struct Machine;
 struct Daemon {
   Machine* m = nullptr;
   Kind kind = kAgent;
-  Fd connecting;
-  Source io, retry, report;
+  Dialer dialer;
+  Source retry, report;
   std::unique_ptr<rpc::Session> session;
   bool up = false;
   uint64_t interval_us = 0;
@@ -239,7 +239,8 @@ class Fleet {
       for (auto& d : m->d) {
         d.report.reset();
         d.retry.reset();
-        d.io.reset();
+        if (d.dialer.dialing()) --connecting_;
+        d.dialer.cancel();
         if (d.session) d.session->close();
       }
     }
@@ -318,46 +319,15 @@ class Fleet {
 
   void connect(Daemon& d) {
     d.retry.reset();
-    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    sockaddr_in src{};
-    src.sin_family = AF_INET;
-    src.sin_addr = d.m->source;
-    sockaddr_in dst{};
-    dst.sin_family = AF_INET;
-    dst.sin_port = htons(port_);
-    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    // The port is chosen at connect() (by the 4-tuple), not at bind(): binding thousands
-    // of sockets to one address first makes every bind scan the ports in use.
-    int one = 1;
-    (void)::setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-    if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0 ||
-        (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
-         errno != EINPROGRESS)) {
-      retry_later(d);
-      return;
-    }
     ++connecting_;
-    d.connecting = std::move(fd);
-    auto io = loop_.add_io(d.connecting.get(), EPOLLOUT, [this, &d](uint32_t) {
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(d.connecting.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      // Ready once: no more wake-ups for this socket until its session takes it (a
-      // writable socket left in the epoll set would be returned by every wait).
-      (void)d.io.set_io_events(0);
+    d.dialer.dial(loop_, d.m->source, port_, [this, &d](Fd fd) {
       --connecting_;
-      auto later = loop_.add_defer([this, &d, err] {
-        d.io.reset();
-        if (err != 0) {
-          d.connecting = Fd();
-          retry_later(d);
-          return;
-        }
-        start_session(d, std::move(d.connecting));
-      });
-      if (later.ok()) d.retry = std::move(later).value();
+      if (!fd.valid()) {
+        retry_later(d);
+        return;
+      }
+      start_session(d, std::move(fd));
     });
-    if (io.ok()) d.io = std::move(io).value();
   }
 
   void start_session(Daemon& d, Fd fd) {

@@ -54,8 +54,8 @@ struct Machine {
   std::string id;
   in_addr source{};
   std::shared_ptr<tls::Context> ctx;
-  Fd connecting;
-  Source io, retry, report;
+  Dialer dialer;
+  Source retry, report;
   std::unique_ptr<rpc::Session> session;
   SSL* ssl = nullptr;  // owned by session
   bool registered = false;
@@ -99,42 +99,13 @@ class Simulator {
  private:
   void connect(Machine& m) {
     m.retry.reset();
-    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    sockaddr_in src{};
-    src.sin_family = AF_INET;
-    src.sin_addr = m.source;
-    sockaddr_in dst{};
-    dst.sin_family = AF_INET;
-    dst.sin_port = htons(port_);
-    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int one = 1;  // the port is chosen at connect(), without a scan of the ports in use
-    (void)::setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-    if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0 ||
-        (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
-         errno != EINPROGRESS)) {
-      retry_later(m);
-      return;
-    }
-    m.connecting = std::move(fd);
-    auto io = loop_.add_io(m.connecting.get(), EPOLLOUT, [this, &m](uint32_t) {
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(m.connecting.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      // Ready once: no more wake-ups for this socket until its session takes it (a
-      // writable socket left in the epoll set would be returned by every wait).
-      (void)m.io.set_io_events(0);
-      auto d = loop_.add_defer([this, &m, err] {
-        m.io.reset();
-        if (err != 0) {
-          m.connecting = Fd();
-          retry_later(m);
-          return;
-        }
-        start_session(m, std::move(m.connecting));
-      });
-      if (d.ok()) m.retry = std::move(d).value();
+    m.dialer.dial(loop_, m.source, port_, [this, &m](Fd fd) {
+      if (!fd.valid()) {
+        retry_later(m);
+        return;
+      }
+      start_session(m, std::move(fd));
     });
-    if (io.ok()) m.io = std::move(io).value();
   }
   void start_session(Machine& m, Fd fd) {
     int fdnum = fd.get();

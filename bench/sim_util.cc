@@ -1,9 +1,12 @@
 #include "bench/sim_util.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +15,67 @@
 #include "common/rpc.h"
 
 namespace weft::bench {
+
+void Dialer::dial(EventLoop& loop, in_addr source, uint16_t port, std::function<void(Fd)> done) {
+  cancel();
+  done_ = std::move(done);
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  sockaddr_in src{};
+  src.sin_family = AF_INET;
+  src.sin_addr = source;
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(port);
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // The port is chosen at connect() (by the 4-tuple), not at bind(): binding thousands of
+  // sockets to one address first makes every bind scan the ports in use.
+  int one = 1;
+  (void)::setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) != 0 ||
+      (::connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0 &&
+       errno != EINPROGRESS)) {
+    finish(loop, Fd());
+    return;
+  }
+  fd_ = std::move(fd);
+  auto io = loop.add_io(fd_.get(), EPOLLOUT, [this, &loop](uint32_t) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    // Ready once: no more wake-ups for this socket until its session takes it (a
+    // writable socket left in the epoll set would be returned by every wait).
+    (void)io_.set_io_events(0);
+    finish(loop, err == 0 ? std::move(fd_) : Fd());
+  });
+  if (!io.ok()) {
+    finish(loop, Fd());
+    return;
+  }
+  io_ = std::move(io).value();
+}
+
+void Dialer::finish(EventLoop& loop, Fd fd) {
+  auto later = loop.add_defer([this, fd = std::make_shared<Fd>(std::move(fd))] {
+    io_.reset();
+    fd_ = Fd();
+    auto done = std::exchange(done_, nullptr);
+    if (done) done(std::move(*fd));
+  });
+  if (later.ok()) {
+    later_ = std::move(later).value();
+  } else {
+    io_.reset();
+    fd_ = Fd();
+    done_ = nullptr;
+  }
+}
+
+void Dialer::cancel() {
+  io_.reset();
+  later_.reset();
+  fd_ = Fd();
+  done_ = nullptr;
+}
 
 std::string machine_name(int index) {
   char id[16];

@@ -3,9 +3,11 @@
 // plane's CPU and memory from /proc, starting it, and running a loop until a condition.
 #pragma once
 
+#include <netinet/in.h>
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/event.h"
@@ -28,6 +30,26 @@ pid_t start_controlplane(const std::string& conf, const std::string& log);
 bool wait_controlplane(const std::string& socket);
 // Raises RLIMIT_NOFILE (soft and, as root, hard) to at least `want`; false if it cannot.
 bool raise_nofile(uint64_t want);
+
+// A simulated daemon's connection to the control plane: a non-blocking TCP connect from
+// its machine's own source address to 127.0.0.1:port. `done` runs once, from a later
+// loop iteration, with the connected socket, or with an invalid Fd when the connect
+// failed. Dropping the Dialer (or cancel()) abandons the attempt; done is not called.
+class Dialer {
+ public:
+  Dialer() = default;
+  Dialer(const Dialer&) = delete;  // its callbacks hold its address
+  Dialer& operator=(const Dialer&) = delete;
+  void dial(EventLoop& loop, in_addr source, uint16_t port, std::function<void(Fd)> done);
+  void cancel();
+  bool dialing() const { return done_ != nullptr; }
+
+ private:
+  void finish(EventLoop& loop, Fd fd);
+  Fd fd_;
+  Source io_, later_;
+  std::function<void(Fd)> done_;
+};
 
 // Runs the loop until pred() or the timeout; the seconds it took (or -1 on timeout).
 // `each` (optional) runs after every loop iteration.

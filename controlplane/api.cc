@@ -282,7 +282,6 @@ Result<json> Manager::api_job_create(const json& p, const CallContext& c) {
   std::set<MachineId> ms(placed.begin(), placed.end());
   if (auto s = persist({spec.name}, ms); !s.ok()) {
     sched_.abandon(spec.name);  // not durable: not created, nothing was sent
-    (void)sched_.take_pool_changes();
     return std::move(s).error();
   }
   send(cmds);

@@ -61,6 +61,13 @@ Status Manager::begin_batch() {
     commit_ = std::move(d).value();
     (void)commit_.set_priority(SD_EVENT_PRIORITY_IDLE);
   }
+  // And at the latest kMaxBatchUs later, however busy the loop stays (a stream of reads
+  // that never lets it go idle would otherwise hold the group's replies).
+  auto t = loop_->add_timer_in(kMaxBatchUs, [this] { commit_batch(); });
+  if (t.ok()) {
+    commit_deadline_ = std::move(t).value();
+    (void)commit_deadline_.set_priority(SD_EVENT_PRIORITY_IMPORTANT);
+  }
   return {};
 }
 
@@ -314,7 +321,6 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
   // or changed (kept across a failed write, for the next one). A write costs what
   // changed, not the size of the jobs or of the fleet.
   for (MachineId m : alloc_.take_moved()) unsaved_machines_.insert(m);
-  (void)sched_.take_pool_changes();  // the allocator's moves include these
   for (auto& id : sched_.take_dirty_tasks()) unsaved_tasks_.insert(std::move(id));
   unsaved_machines_.insert(machines.begin(), machines.end());
   std::set<std::string> jobs = jobs_in;
@@ -480,18 +486,17 @@ void Manager::register_metrics() {
     commit_seconds_.write(w, "weft_cp_commit_seconds");
     w.family("weft_cp_tick_seconds", "histogram", "The periodic tick (failures, budgets, prune).");
     tick_seconds_.write(w, "weft_cp_tick_seconds");
-    std::map<std::string, size_t> tasks;
-    for (const auto& [id, t] : sched_.tasks()) ++tasks[task_state_name(t.state)];
     w.family("weft_cp_tasks", "gauge", "Tasks the scheduler knows, by state.");
-    for (const auto& [state, n] : tasks)
-      w.sample("weft_cp_tasks", static_cast<double>(n), {{"state", state}});
+    for (TaskState s : kAllTaskStates)
+      if (size_t n = sched_.count_in(s); n > 0)
+        w.sample("weft_cp_tasks", static_cast<double>(n), {{"state", task_state_name(s)}});
     std::map<std::string, size_t> machines;
     for (MachineId m = 0; m < alloc_.machine_count(); ++m) ++machines[broker_.state_of(m)];
     w.family("weft_cp_machines", "gauge", "Machines, by state.");
     for (const auto& [state, n] : machines)
       w.sample("weft_cp_machines", static_cast<double>(n), {{"state", state}});
     w.family("weft_cp_jobs", "gauge", "Jobs.");
-    w.sample("weft_cp_jobs", static_cast<double>(sched_.persisted_jobs().size()));
+    w.sample("weft_cp_jobs", static_cast<double>(sched_.job_count()));
     w.family("weft_cp_replacements_waiting", "gauge",
              "Machines down whose tasks wait for the failure budget, and tasks waiting for "
              "the per-task budget.");

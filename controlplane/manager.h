@@ -188,7 +188,7 @@ class Manager {
   std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
   Source timer_, sighup_;
   std::shared_ptr<rpc::OutputGate> gate_ = std::make_shared<rpc::OutputGate>();
-  Source commit_;
+  Source commit_, commit_deadline_;
   uint64_t batch_started_us_ = 0;
   bool sync_writes_ = false;  // an operator call: its own transaction (api.cc)
   std::shared_ptr<tls::Context> tls_;

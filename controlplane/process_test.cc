@@ -153,23 +153,24 @@ class ControlPlane : public ::testing::Test {
 // lost at once: with the breaker at `breaker`, are the four tasks replaced?
 class Failures : public ControlPlane {
  protected:
-  void configure(const std::string& lines) {
-    ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value() + lines).ok());
-  }
-  void connect_ten() {
-    for (int i = 0; i < 10; ++i) {
-      owned_.push_back(
-          std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
-      ms_[i] = owned_.back().get();
-      ASSERT_TRUE(ms_[i]->connect(sock()));
-    }
-  }
-  void lose_four_of_ten(int* replaced);
+  // A control plane with these extra controlplane.toml lines and ten machines, four of
+  // which (running tasks of a 6-task job) fall silent together: how many tasks the six
+  // others were given in the next 3 s, in *replaced (left -1 on a fatal failure).
+  void lose_four_of_ten(const std::string& conf, int* replaced);
   std::vector<std::unique_ptr<FakeMachine>> owned_;
   FakeMachine* ms_[10] = {};
 };
 
-void Failures::lose_four_of_ten(int* replaced) {
+void Failures::lose_four_of_ten(const std::string& conf, int* replaced) {
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value() + conf).ok());
+  start();
+  if (HasFatalFailure()) return;
+  for (int i = 0; i < 10; ++i) {
+    owned_.push_back(
+        std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+    ms_[i] = owned_.back().get();
+    ASSERT_TRUE(ms_[i]->connect(sock()));
+  }
   FakeMachine** ms = ms_;
   ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 10}}).ok());
   ASSERT_TRUE(call("job.create", {{"name", "web"},
@@ -204,12 +205,8 @@ void Failures::lose_four_of_ten(int* replaced) {
 }
 
 TEST_F(Failures, LosingMuchOfTheFleetAtOnceOpensTheCircuitBreaker) {
-  configure("failure_breaker = 0.3\n");
-  start();
-  if (HasFatalFailure()) return;
-  connect_ten();
   int replaced = -1;
-  lose_four_of_ten(&replaced);
+  lose_four_of_ten("failure_breaker = 0.3\n", &replaced);
   if (HasFatalFailure()) return;
   // 40% of the fleet down at once is over the breaker's 30%: nothing is replaced, and
   // the log says why.
@@ -219,12 +216,9 @@ TEST_F(Failures, LosingMuchOfTheFleetAtOnceOpensTheCircuitBreaker) {
 }
 
 TEST_F(Failures, MachinesLostTogetherAreReplacedAtOnceUnderTheBreaker) {
-  configure("failure_breaker = 0.5\ndestructive_per_min = 1\ndestructive_burst = 1\n");
-  start();
-  if (HasFatalFailure()) return;
-  connect_ten();
   int replaced = -1;
-  lose_four_of_ten(&replaced);
+  lose_four_of_ten("failure_breaker = 0.5\ndestructive_per_min = 1\ndestructive_burst = 1\n",
+                   &replaced);
   if (HasFatalFailure()) return;
   // Under the breaker, lost machines are paid for by the machine-failure budget (in
   // fault domains), not task by task: all four tasks are replaced at once although the

@@ -67,9 +67,14 @@ std::vector<TaskRecord> Scheduler::tasks_on(MachineId m) const {
 }
 
 void Scheduler::put_task(const TaskRecord& t) {
-  auto [it, fresh] = tasks_.insert_or_assign(t.id, t);
   dirty_.insert(t.id);
-  if (!fresh) return;  // ids are unique; a task's job, index and machine never change
+  ++by_state_[static_cast<size_t>(t.state)];
+  if (auto it = tasks_.find(t.id); it != tasks_.end()) {
+    --by_state_[static_cast<size_t>(it->second.state)];
+    it->second = t;  // ids are unique; a task's job, index and machine never change
+    return;
+  }
+  tasks_.emplace(t.id, t);
   job_tasks_[t.job].emplace(t.index, t.id);
   machine_tasks_[t.machine].insert(t.id);
 }
@@ -86,6 +91,7 @@ void Scheduler::erase_task(const std::string& id) {
     m->second.erase(id);
     if (m->second.empty()) machine_tasks_.erase(m);
   }
+  --by_state_[static_cast<size_t>(t.state)];
   tasks_.erase(it);
 }
 
@@ -157,10 +163,10 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
 
 void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
   if (!ready_ || ready_(t.machine)) {
-    set_state(t, TaskState::kStarting);
+    t.state = TaskState::kStarting;  // a new record: put_task counts and marks it
     out->push_back(start_cmd(j, t));
   } else {
-    set_state(t, TaskState::kPending);
+    t.state = TaskState::kPending;
   }
   put_task(t);
 }
@@ -428,14 +434,12 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
       EntitlementId e = j.spec.entitlement_id;
       alloc_.release(name);
       jobs_.erase(it);
-      auto back = alloc_.shrink(e);  // the entitlement gives its empty machines back
-      pool_changes_.insert(pool_changes_.end(), back.begin(), back.end());
+      (void)alloc_.shrink(e);  // the entitlement gives its empty machines back (take_moved)
     }
     return out;
   }
   // A scale-down's stops are confirmed: machines it emptied go back too.
-  auto back = alloc_.shrink(j.spec.entitlement_id);
-  pool_changes_.insert(pool_changes_.end(), back.begin(), back.end());
+  (void)alloc_.shrink(j.spec.entitlement_id);
   // Rolling update or scale-down: start the new generation in freed slots, then roll on.
   auto more = converge(j, now);
   if (more.ok()) out.insert(out.end(), more->begin(), more->end());

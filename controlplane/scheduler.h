@@ -15,6 +15,7 @@
 // running) while its replacement starts elsewhere, and is stopped once that runs.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -86,9 +87,6 @@ class Scheduler {
   // its tasks and its placement go, and machines it took return to the free pool.
   void abandon(const std::string& job);
 
-  // Machines that went back to the free pool (their entitlement needs them no more)
-  // since the last call: what the daemon must persist.
-  std::vector<MachineId> take_pool_changes() { return std::exchange(pool_changes_, {}); }
   // Jobs whose tasks changed state through report() since the last call: a report that
   // changed nothing (the common case, every heartbeat) needs no write.
   std::set<std::string> take_reported_changes() { return std::exchange(reported_changes_, {}); }
@@ -140,6 +138,9 @@ class Scheduler {
   std::vector<Command> machine_ready(MachineId m, uint64_t now_us);
 
   const std::map<std::string, TaskRecord>& tasks() const { return tasks_; }
+  // How many tasks are in state s, and how many jobs there are (for metrics: no walk).
+  size_t count_in(TaskState s) const { return by_state_[static_cast<size_t>(s)]; }
+  size_t job_count() const { return jobs_.size(); }
   // What the store keeps, and puts back after a restart (the allocator's placement is
   // restored separately, before).
   struct PersistedJob {
@@ -175,6 +176,8 @@ class Scheduler {
   // The task tables, with their indexes by job (and index) and by machine.
   void put_task(const TaskRecord& t);
   void set_state(TaskRecord& t, TaskState s) {
+    --by_state_[static_cast<size_t>(t.state)];
+    ++by_state_[static_cast<size_t>(s)];
     t.state = s;
     dirty_.insert(t.id);
   }
@@ -227,11 +230,11 @@ class Scheduler {
   std::map<std::string, TaskRecord> tasks_;  // live and recently ended (see prune)
   std::map<std::string, std::set<std::pair<int, std::string>>> job_tasks_;  // (index, id)
   std::unordered_map<MachineId, std::set<std::string>> machine_tasks_;
+  std::array<size_t, static_cast<size_t>(TaskState::kDraining) + 1> by_state_{};
   std::string prune_cursor_;          // the job prune() looks at next
   std::vector<std::string> waiting_;  // LOST/FAILED tasks whose replacement waits
   std::unordered_set<std::string> waiting_set_;
   std::unordered_set<std::string> dirty_;
-  std::vector<MachineId> pool_changes_;     // machines shrunk back to the free pool
   std::set<std::string> reported_changes_;  // jobs whose tasks a report changed
   uint64_t seq_ = 0;                        // task id sequence
 };

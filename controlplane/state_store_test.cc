@@ -12,6 +12,13 @@
 namespace weft::cp {
 namespace {
 
+// The test's database directory, removed even when an assertion ends the test early.
+struct TempDir {
+  std::string path = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
+  TempDir() { EXPECT_TRUE(mkdir_p(path).ok()); }
+  ~TempDir() { (void)remove_tree(path); }
+};
+
 struct Plane {
   Allocator alloc;
   Broker broker{alloc};
@@ -33,12 +40,8 @@ void persist_all(Plane& p, StateStore& st) {
 }
 
 TEST(StateStore, RestartRestoresEverything) {
-  std::string dir = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
-  ASSERT_TRUE(mkdir_p(dir).ok());
-  struct Cleanup {  // even when an assertion ends the test early
-    std::string dir;
-    ~Cleanup() { (void)remove_tree(dir); }
-  } cleanup{dir};
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   Plane before;
   for (int i = 0; i < 4; ++i) {
     std::string id = "h" + std::to_string(i);
@@ -144,22 +147,12 @@ TEST(StateStore, StoredJobRowsOldAndNew) {
   EXPECT_FALSE(stored_job_spec(json::array(), names).ok());
 }
 
-}  // namespace
-}  // namespace weft::cp
-
-namespace weft::cp {
-namespace {
-
 // The host rebooted (monotonic clock back near zero) or the wall clock stepped: a task
 // that was starting a moment before the restart is still starting after it, not lost
 // at once (finding 5), and no age underflows.
 TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
-  std::string dir = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
-  ASSERT_TRUE(mkdir_p(dir).ok());
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { (void)remove_tree(dir); }
-  } cleanup{dir};
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   constexpr uint64_t kSec = 1'000'000;
   Plane before;
   ASSERT_TRUE(before.broker.register_machine({"h0", "dc1", "r0", "a", {4000, 8192}}, 0).ok());
@@ -207,19 +200,9 @@ TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
   EXPECT_EQ(after.sched.tasks().begin()->second.state, TaskState::kStarting);
 }
 
-}  // namespace
-}  // namespace weft::cp
-
-namespace weft::cp {
-namespace {
-
 TEST(StateStore, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
-  std::string dir = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
-  ASSERT_TRUE(mkdir_p(dir).ok());
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { (void)remove_tree(dir); }
-  } cleanup{dir};
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   {
     auto st = StateStore::open(dir + "/cp.db");
     ASSERT_TRUE(st.ok());
@@ -252,12 +235,8 @@ TEST(StateStore, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
 }
 
 TEST(StateStore, AnUncommittedBatchIsLostWhole) {
-  std::string dir = std::filesystem::temp_directory_path() / ("weft-cp-" + random_hex(5));
-  ASSERT_TRUE(mkdir_p(dir).ok());
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { (void)remove_tree(dir); }
-  } cleanup{dir};
+  TempDir tmp;
+  const std::string& dir = tmp.path;
   {
     auto st = StateStore::open(dir + "/cp.db");
     ASSERT_TRUE(st.ok());
