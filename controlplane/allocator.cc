@@ -226,6 +226,7 @@ Result<Placement> Allocator::allocate(const Request& r) {
     ++machines_[id].tasks;
   }
   jobs_[r.job] = Held{r, out};
+  changed_.insert(r.job);
   return Placement{std::move(out), std::move(joined), false};
 }
 
@@ -274,6 +275,7 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
     ++machines_[id].tasks;
     h.machines[i] = id;
   }
+  changed_.insert(job);
   return Placement{h.machines, std::move(joined), false};
 }
 
@@ -283,6 +285,7 @@ Result<Placement> Allocator::resize(const std::string& job, int tasks) {
   if (tasks < 1) return field_error("tasks", "must be at least 1");
   Held& h = it->second;
   auto want = static_cast<size_t>(tasks);
+  changed_.insert(job);  // (on failure too: a job marked changed is written as it is)
   if (want < h.machines.size()) {
     for (size_t i = want; i < h.machines.size(); ++i) {
       machines_[h.machines[i]].free += h.req.per_task;
@@ -343,6 +346,7 @@ std::vector<MachineId> Allocator::release(const std::string& job) {
     if (--m.tasks == 0) empty.push_back(id);
   }
   jobs_.erase(it);
+  changed_.insert(job);
   return empty;
 }
 

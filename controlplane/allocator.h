@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -96,6 +97,8 @@ class Allocator {
   Status assign(MachineId m, EntitlementId e);
   // Machines that changed pools since the last call (what the daemon must persist).
   std::vector<MachineId> take_moved() { return std::exchange(moved_, {}); }
+  // Jobs whose placement was made, changed or released since the last call.
+  std::set<std::string> take_changed_jobs() { return std::exchange(changed_, {}); }
   EntitlementId entitlement_of(MachineId m) const { return machines_.at(m).ent; }
   Resources free(MachineId m) const { return machines_.at(m).free; }
   int tasks_on(MachineId m) const { return machines_.at(m).tasks; }
@@ -128,6 +131,7 @@ class Allocator {
 
  private:
   std::vector<MachineId> moved_;
+  std::set<std::string> changed_;
   struct Machine {
     MachineSpec spec;
     Resources free;

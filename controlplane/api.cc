@@ -2,6 +2,7 @@
 // listed in one table with whether it is an operator call (Unix socket, weft group).
 // The handlers translate between the protocol and the modules (broker, scheduler,
 // allocator); what they change is written before they answer.
+#include <algorithm>
 #include <set>
 
 #include "common/json_bounded.h"
@@ -150,7 +151,7 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   std::vector<std::string> forget;
   auto cmds = sched_.report_list(m, last.tasks, now_us(), &forget);
   auto changed = sched_.take_reported_changes();
-  if (!cmds.empty() || !changed.empty()) TRY(persist(changed, {m}));
+  if (!cmds.empty() || !changed.empty()) TRY(persist({}, {}));  // tasks; the machine row is as it was
   send(cmds);
   // Ended tasks whose end is now durable here: the machine stops reporting them, so a
   // report stays the size of what the machine runs.
@@ -360,8 +361,12 @@ Result<json> Manager::api_job_show(const json& p, const CallContext& c) {
 }
 
 Result<json> Manager::api_task_ls(const json&, const CallContext&) {
+  std::vector<const TaskRecord*> all;
+  all.reserve(sched_.tasks().size());
+  for (const auto& [id, t] : sched_.tasks()) all.push_back(&t);
+  std::sort(all.begin(), all.end(), [](auto* a, auto* b) { return a->id < b->id; });
   json arr = json::array();
-  for (const auto& [id, t] : sched_.tasks()) arr.push_back(task_json(t, alloc_));
+  for (const TaskRecord* t : all) arr.push_back(task_json(*t, alloc_));
   return json{{"tasks", arr}};
 }
 

@@ -323,11 +323,13 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
   for (MachineId m : alloc_.take_moved()) unsaved_machines_.insert(m);
   for (auto& id : sched_.take_dirty_tasks()) unsaved_tasks_.insert(std::move(id));
   unsaved_machines_.insert(machines.begin(), machines.end());
+  // A job's row (spec, placement) is written when it changed, not when one of its tasks
+  // did: a 1,000-task job starting is 1,000 task rows, not 1,000 copies of its placement.
   std::set<std::string> jobs = jobs_in;
-  jobs.insert(unsaved_jobs_.begin(), unsaved_jobs_.end());
+  jobs.merge(unsaved_jobs_);
+  jobs.merge(sched_.take_changed_jobs());
+  jobs.merge(alloc_.take_changed_jobs());
   unsaved_jobs_.clear();
-  for (const auto& id : unsaved_tasks_)
-    if (auto it = sched_.tasks().find(id); it != sched_.tasks().end()) jobs.insert(it->second.job);
   TRY(begin_batch());
   TRY(store_->begin());
   auto fail = [this](Status s) {
@@ -404,7 +406,7 @@ void Manager::start_refused(const std::string& task, const Error& e, bool bad_sp
   if (changed.empty()) return;  // not awaited any more
   std::set<MachineId> machines;
   for (const auto& c : cmds) machines.insert(c.machine);
-  if (auto s = persist(changed, machines); !s.ok())
+  if (auto s = persist({}, machines); !s.ok())
     log_error("cannot write state: " + s.error().str());
   send(cmds);
 }

@@ -55,14 +55,14 @@ Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
 std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
   std::vector<TaskRecord> out;
   if (auto j = job_tasks_.find(job); j != job_tasks_.end())
-    for (const auto& [index, id] : j->second) out.push_back(tasks_.at(id));
+    for (const auto& entry : j->second) out.push_back(*entry.second);
   return out;
 }
 
 std::vector<TaskRecord> Scheduler::tasks_on(MachineId m) const {
   std::vector<TaskRecord> out;
   if (auto it = machine_tasks_.find(m); it != machine_tasks_.end())
-    for (const auto& id : it->second) out.push_back(tasks_.at(id));
+    for (const auto& entry : it->second) out.push_back(*entry.second);
   return out;
 }
 
@@ -74,9 +74,9 @@ void Scheduler::put_task(const TaskRecord& t) {
     it->second = t;  // ids are unique; a task's job, index and machine never change
     return;
   }
-  tasks_.emplace(t.id, t);
-  job_tasks_[t.job].emplace(t.index, t.id);
-  machine_tasks_[t.machine].insert(t.id);
+  TaskRecord* stored = &tasks_.emplace(t.id, t).first->second;
+  job_tasks_[t.job].emplace(std::pair{t.index, t.id}, stored);
+  machine_tasks_[t.machine].emplace(t.id, stored);
 }
 
 void Scheduler::erase_task(const std::string& id) {
@@ -84,7 +84,7 @@ void Scheduler::erase_task(const std::string& id) {
   if (it == tasks_.end()) return;
   const TaskRecord& t = it->second;
   if (auto j = job_tasks_.find(t.job); j != job_tasks_.end()) {
-    j->second.erase({t.index, id});
+    j->second.erase(std::pair{t.index, id});
     if (j->second.empty()) job_tasks_.erase(j);
   }
   if (auto m = machine_tasks_.find(t.machine); m != machine_tasks_.end()) {
@@ -195,6 +195,7 @@ Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now
   auto cmds = converge(j, now);
   if (!cmds.ok()) return cmds.error();  // nothing placed, nothing recorded
   jobs_[spec.name] = j;
+  changed_jobs_.insert(spec.name);
   return cmds;
 }
 
@@ -220,6 +221,7 @@ Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count
     return r.error();
   }
   j.spec.count = count;
+  changed_jobs_.insert(name);
   TRY_ASSIGN(auto more, converge(j, now));  // new indices get tasks; others are live
   out.insert(out.end(), more.begin(), more.end());
   return out;
@@ -241,6 +243,8 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   j.spec.task = spec.task;
   j.spec.max_unavailable = spec.max_unavailable;
   ++j.generation;
+  j.rolling = true;
+  changed_jobs_.insert(j.spec.name);
   // Indices with nothing live (their start was refused, say) get the new spec at once;
   // the others roll, max_unavailable at a time.
   TRY_ASSIGN(auto out, converge(j, now));
@@ -259,6 +263,7 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
     if (t.state == TaskState::kRunning) running_idx.insert(t.index);
     if (t.generation < j.generation && live(t.state)) old.push_back(&t);
   });
+  j.rolling = !old.empty();
   int in_flight = 0;
   for (int i = 0; i < j.spec.count; ++i) in_flight += running_idx.count(i) ? 0 : 1;
   std::sort(old.begin(), old.end(),
@@ -277,6 +282,7 @@ Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t n
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return field_error("job", "no such job " + name);
   it->second.stopping = true;
+  changed_jobs_.insert(name);
   std::vector<Command> out;
   for_job(name, [&](TaskRecord& t) {
     if (!running_copy(t.state)) return;
@@ -304,6 +310,7 @@ void Scheduler::abandon(const std::string& name) {
   for (const auto& t : tasks_of(name)) erase_task(t.id);
   unwait_if([&](const std::string& id) { return !tasks_.count(id); });
   jobs_.erase(it);
+  changed_jobs_.insert(name);
   alloc_.release(name);
   (void)alloc_.shrink(e);
 }
@@ -344,7 +351,8 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
                                             std::vector<std::string>* forget) {
   std::vector<Command> out;
   std::vector<std::string> replace_ids;
-  std::set<std::string> rolled_jobs;
+  std::set<std::string> rolled_jobs;   // a task stopped: the job may converge and roll
+  std::set<std::string> started_jobs;  // a task started: an update may roll on
   for (const auto& [id, state] : rep) {
     auto it = tasks_.find(id);
     // The agent's states: the task exists (and may run again) unless it ended.
@@ -363,7 +371,7 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
       if (t.state == TaskState::kStarting || t.state == TaskState::kPending) {
         set_state(t, TaskState::kRunning);
         t.since_us = now;
-        rolled_jobs.insert(t.job);
+        started_jobs.insert(t.job);
         reported_changes_.insert(t.job);
         stop_drained_sibling(t, now, &out);
       } else if (t.state == TaskState::kStopping && now - t.since_us > kStartResendUs) {
@@ -417,6 +425,15 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
     auto more = after_stopped(job, now);
     out.insert(out.end(), more.begin(), more.end());
   }
+  // A start frees no slot and adds no index: only an update in progress moves on (a
+  // job's every start would otherwise walk the whole job).
+  for (const auto& job : started_jobs) {
+    if (rolled_jobs.count(job)) continue;
+    if (auto jit = jobs_.find(job); jit != jobs_.end() && jit->second.rolling) {
+      auto more = roll(jit->second, now);
+      out.insert(out.end(), more.begin(), more.end());
+    }
+  }
   return out;
 }
 
@@ -434,6 +451,7 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
       EntitlementId e = j.spec.entitlement_id;
       alloc_.release(name);
       jobs_.erase(it);
+      changed_jobs_.insert(name);
       (void)alloc_.shrink(e);  // the entitlement gives its empty machines back (take_moved)
     }
     return out;
@@ -513,8 +531,8 @@ void Scheduler::stop_drained_sibling(const TaskRecord& t, uint64_t now, std::vec
   auto j = job_tasks_.find(t.job);
   if (j == job_tasks_.end()) return;
   for (auto it = j->second.lower_bound({t.index, std::string()});
-       it != j->second.end() && it->first == t.index; ++it) {
-    TaskRecord& other = tasks_.at(it->second);
+       it != j->second.end() && it->first.first == t.index; ++it) {
+    TaskRecord& other = *it->second;
     if (other.state != TaskState::kDraining || other.id == t.id) continue;
     set_state(other, TaskState::kStopping);
     other.since_us = now;
@@ -555,15 +573,15 @@ std::vector<std::string> Scheduler::prune(uint64_t now, uint64_t retain_us, size
     const auto& ids = it->second;  // by (index, id)
     for (auto first = ids.begin(); first != ids.end();) {
       // The newest task of each index is kept, so a restart still knows what ran last.
-      int index = first->first;
+      int index = first->first.first;
       auto end = first;
       const TaskRecord* newest = nullptr;
-      for (; end != ids.end() && end->first == index; ++end, ++examined) {
-        const TaskRecord& t = tasks_.at(end->second);
+      for (; end != ids.end() && end->first.first == index; ++end, ++examined) {
+        const TaskRecord& t = *end->second;
         if (!newest || newest->since_us < t.since_us) newest = &t;
       }
       for (auto c = first; c != end; ++c) {
-        const TaskRecord& t = tasks_.at(c->second);
+        const TaskRecord& t = *c->second;
         bool ended = t.state == TaskState::kStopped || t.state == TaskState::kFailed ||
                      t.state == TaskState::kLost;
         if (!ended || waiting_set_.count(t.id)) continue;

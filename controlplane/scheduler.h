@@ -90,6 +90,9 @@ class Scheduler {
   // Jobs whose tasks changed state through report() since the last call: a report that
   // changed nothing (the common case, every heartbeat) needs no write.
   std::set<std::string> take_reported_changes() { return std::exchange(reported_changes_, {}); }
+  // Jobs whose own record (spec, generation, stopping, existence) changed since the last
+  // call: with the allocator's changed placements, the job rows the daemon writes.
+  std::set<std::string> take_changed_jobs() { return std::exchange(changed_jobs_, {}); }
   // Tasks created or changed since the last call: what the daemon writes (it need not
   // rewrite a job's other tasks).
   std::unordered_set<std::string> take_dirty_tasks() { return std::exchange(dirty_, {}); }
@@ -137,7 +140,9 @@ class Scheduler {
   void set_entitlement_dc(std::function<std::string(EntitlementId)> dc) { dc_of_ = std::move(dc); }
   std::vector<Command> machine_ready(MachineId m, uint64_t now_us);
 
-  const std::map<std::string, TaskRecord>& tasks() const { return tasks_; }
+  // Unordered (a report looks up each of its tasks: hashing, not a tree walk of string
+  // compares); tasks_of and tasks_on are in (index, id) and id order.
+  const std::unordered_map<std::string, TaskRecord>& tasks() const { return tasks_; }
   // How many tasks are in state s, and how many jobs there are (for metrics: no walk).
   size_t count_in(TaskState s) const { return by_state_[static_cast<size_t>(s)]; }
   size_t job_count() const { return jobs_.size(); }
@@ -150,7 +155,7 @@ class Scheduler {
   };
   std::vector<PersistedJob> persisted_jobs() const;
   void restore_job(const PersistedJob& j) {
-    jobs_[j.spec.name] = Job{j.spec, j.generation, j.stopping};
+    jobs_[j.spec.name] = Job{j.spec, j.generation, j.stopping, true};
   }
   void restore_task(const TaskRecord& t);
   // After the jobs and tasks are back: lost, failed and draining tasks whose index has no
@@ -170,6 +175,9 @@ class Scheduler {
     JobSpec spec;
     uint64_t generation = 1;
     bool stopping = false;
+    // An update may have live tasks of an older generation left to roll (cleared by
+    // roll() once none is left): a task that starts running only matters to roll().
+    bool rolling = false;
   };
   bool take_token(uint64_t now_us);
   bool has_token(uint64_t now_us);
@@ -185,12 +193,12 @@ class Scheduler {
   template <class F>
   void for_job(const std::string& job, F&& f) {
     if (auto j = job_tasks_.find(job); j != job_tasks_.end())
-      for (const auto& entry : j->second) f(tasks_.at(entry.second));
+      for (const auto& entry : j->second) f(*entry.second);
   }
   template <class F>
   void for_machine(MachineId m, F&& f) {
     if (auto it = machine_tasks_.find(m); it != machine_tasks_.end())
-      for (const auto& id : it->second) f(tasks_.at(id));
+      for (const auto& entry : it->second) f(*entry.second);
   }
   void wait(const std::string& task_id);  // queues a replacement for the budget
   template <class Pred>
@@ -227,15 +235,17 @@ class Scheduler {
   double tokens_ = -1;
   uint64_t tokens_at_ = 0;
   std::map<std::string, Job> jobs_;
-  std::map<std::string, TaskRecord> tasks_;  // live and recently ended (see prune)
-  std::map<std::string, std::set<std::pair<int, std::string>>> job_tasks_;  // (index, id)
-  std::unordered_map<MachineId, std::set<std::string>> machine_tasks_;
+  std::unordered_map<std::string, TaskRecord> tasks_;  // live and recently ended (see prune)
+  // Indexes into tasks_ (its nodes do not move): by job and (index, id), by machine and id.
+  std::map<std::string, std::map<std::pair<int, std::string>, TaskRecord*>> job_tasks_;
+  std::unordered_map<MachineId, std::map<std::string, TaskRecord*>> machine_tasks_;
   std::array<size_t, static_cast<size_t>(TaskState::kDraining) + 1> by_state_{};
   std::string prune_cursor_;          // the job prune() looks at next
   std::vector<std::string> waiting_;  // LOST/FAILED tasks whose replacement waits
   std::unordered_set<std::string> waiting_set_;
   std::unordered_set<std::string> dirty_;
   std::set<std::string> reported_changes_;  // jobs whose tasks a report changed
+  std::set<std::string> changed_jobs_;
   uint64_t seq_ = 0;                        // task id sequence
 };
 

@@ -428,7 +428,7 @@ TEST_F(Sched, EndedTasksAreForgottenAndTheTableStaysBounded) {
   EXPECT_EQ(forget, std::vector<std::string>{"churn.0.1"});
   // A stopped job's tasks go at once.
   ASSERT_TRUE(sched.stop("churn", now).ok());
-  for (const auto& [id, t] : std::map<std::string, TaskRecord>(sched.tasks()))
+  for (const auto& [id, t] : std::map<std::string, TaskRecord>(sched.tasks().begin(), sched.tasks().end()))
     sched.report(t.machine, {{id, TaskState::kStopped}}, now + 1);
   sched.prune(now + 2, 1'000'000'000);
   EXPECT_TRUE(sched.tasks().empty());
@@ -571,6 +571,92 @@ TEST(SchedQuota, ADeadMachinesTasksMoveWhenTheQuotaIsFull) {
   EXPECT_EQ(r[0].kind, Command::Kind::kStart);
   EXPECT_NE(r[0].machine, dead);
   EXPECT_NE(r[0].machine, (*c)[1].machine);
+}
+
+// The daemon writes a job's row (record and placement) only when the scheduler or the
+// allocator says it changed, not whenever one of its tasks does: every change to a row,
+// through every kind of operation, must be announced.
+TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
+  auto rows = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& j : sched_.persisted_jobs()) {
+      std::string row = std::to_string(j.generation) + (j.stopping ? " stopping " : " ") +
+                        std::to_string(j.spec.count) + " " + j.spec.task.dump() + " |";
+      for (MachineId m : alloc_.placement(j.spec.name)) row += " " + std::to_string(m);
+      out[j.spec.name] = row;
+    }
+    return out;
+  };
+  auto before = rows();
+  int steps = 0;
+  auto check = [&](const char* step) {
+    ++steps;
+    std::set<std::string> announced = sched_.take_changed_jobs();
+    announced.merge(alloc_.take_changed_jobs());
+    auto after = rows();
+    std::set<std::string> names;
+    for (const auto& [n, r] : before) names.insert(n);
+    for (const auto& [n, r] : after) names.insert(n);
+    for (const auto& n : names)
+      if (before[n] != after[n]) {
+        EXPECT_TRUE(announced.count(n)) << step << ": " << n;
+      }
+    before = std::move(after);
+  };
+  std::vector<Command> sent;
+  auto report_all = [&](uint64_t now) {
+    for (int round = 0; round < 10; ++round) {
+      std::vector<Command> next;
+      for (MachineId m : ids_) {
+        auto r = sched_.report(m, running_on(m, sent), now);
+        next.insert(next.end(), r.begin(), r.end());
+      }
+      sent.insert(sent.end(), next.begin(), next.end());
+      if (next.empty()) break;
+    }
+  };
+  JobSpec web = spec("web", 4), db = spec("db", 2);
+  auto c = sched_.create(web, 0);
+  ASSERT_TRUE(c.ok());
+  sent = *c;
+  c = sched_.create(db, 0);
+  ASSERT_TRUE(c.ok());
+  sent.insert(sent.end(), c->begin(), c->end());
+  check("create");
+  report_all(1);
+  check("running");
+  web.task["argv"] = {"/bin/sleep", "1000"};
+  auto u = sched_.update(web, 2);
+  ASSERT_TRUE(u.ok());
+  sent.insert(sent.end(), u->begin(), u->end());
+  check("update");
+  report_all(3);
+  check("rolled");
+  auto up = sched_.scale("db", 3, 4);
+  ASSERT_TRUE(up.ok());
+  sent.insert(sent.end(), up->begin(), up->end());
+  check("scale up");
+  auto down = sched_.scale("web", 2, 5);
+  ASSERT_TRUE(down.ok());
+  sent.insert(sent.end(), down->begin(), down->end());
+  report_all(6);
+  check("scale down");
+  MachineId dead = sched_.tasks_of("db").front().machine;
+  alloc_.set_usable(dead, false, true);
+  auto r = sched_.machine_down(dead, 7);
+  sent.insert(sent.end(), r.begin(), r.end());
+  std::erase_if(sent, [&](const Command& cmd) { return cmd.machine == dead; });
+  check("machine down");
+  report_all(8);
+  check("replaced");
+  auto st = sched_.stop("db", 9);
+  ASSERT_TRUE(st.ok());
+  sent.insert(sent.end(), st->begin(), st->end());
+  check("stop");
+  report_all(10);
+  EXPECT_FALSE(sched_.job("db"));
+  check("stopped");
+  EXPECT_EQ(steps, 10);
 }
 
 }  // namespace
