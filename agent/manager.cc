@@ -556,19 +556,40 @@ Status Manager::cp_start() {
         {"controllers",
          split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')}};
     cp_acked_digest_.clear();  // a new session: the whole list first
+    report_in_flight_ = report_again_ = false;
     s.call("machine.register", reg, std::move(done));
   };
   auto report = [this](rpc::Session& s) {
+    // One report at a time: a change while one is unanswered is sent when it is (against
+    // the list that one makes the control plane hold), not against a stale base.
+    if (report_in_flight_) {
+      report_again_ = true;
+      return;
+    }
     std::map<std::string, std::string> states;
     for (const auto& [id, t] : tasks_)
       if (t->spec.owner == "controlplane") states[t->spec.name] = task_state_name(t->state);
     std::string digest = tasks_digest(states);
     nlohmann::json params{{"machine", cfg_.machine_id}};
-    if (digest == cp_acked_digest_)
+    if (digest == cp_acked_digest_) {
       params["digest"] = digest;  // unchanged: a heartbeat's cost, whatever runs here
-    else
+    } else if (!cp_acked_digest_.empty()) {
+      // What changed since the list the control plane holds: one entry per change.
+      params["changes"] = task_changes_json(cp_acked_, states);
+      params["base"] = cp_acked_digest_;
+      params["digest"] = digest;
+    } else {
       params["tasks"] = states;
-    s.call("machine.report", std::move(params), [this, digest](Result<nlohmann::json> r) {
+    }
+    report_in_flight_ = true;
+    s.call("machine.report", std::move(params), [this, digest, states](Result<nlohmann::json> r) {
+      report_in_flight_ = false;
+      if (std::exchange(report_again_, false) && cp_) {
+        auto later = loop_->add_defer([this] {
+          if (cp_) cp_->report_now();
+        });
+        if (later.ok()) report_later_ = std::move(later).value();
+      }
       if (!r.ok()) {
         cp_acked_digest_.clear();  // the whole list next time (an older control plane, say)
         log_debug("report failed", {{"ERROR", r.error().str()}});
@@ -580,6 +601,7 @@ Status Manager::cp_start() {
         return;
       }
       cp_acked_digest_ = digest;
+      cp_acked_ = states;
       if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array())
         forget_ended((*r)["forget"]);
     });

@@ -127,7 +127,12 @@ class Manager {
   std::unique_ptr<ControlPlaneLink> cp_;
   // The digest of the last task list the control plane acknowledged: while the list is
   // unchanged, a report carries only this (common/task_report.h).
+  // The task list the control plane acknowledged last, and its digest ("" = none: the
+  // whole list next).
+  std::map<std::string, std::string> cp_acked_;
   std::string cp_acked_digest_;
+  bool report_in_flight_ = false, report_again_ = false;
+  Source report_later_;
   // Prometheus /metrics (docs/metrics.md).
   void register_metrics();
   metrics::Registry metrics_;

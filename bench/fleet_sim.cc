@@ -135,7 +135,9 @@ struct Machine {
   Daemon d[3];
   std::map<std::string, SimTask> tasks;
   std::string profile;
-  std::string acked_digest;  // the digest the control plane holds for this machine
+  std::string acked_digest;                  // the digest the control plane holds for this machine
+  std::map<std::string, std::string> acked;  // and the list it stands for
+  bool reporting = false, report_again = false;
   bool dead = false;
 };
 
@@ -211,6 +213,7 @@ class Fleet {
   size_t report_errors() const { return report_errors_; }
   size_t full_reports() const { return full_reports_; }
   size_t digest_reports() const { return digest_reports_; }
+  size_t change_reports() const { return change_reports_; }
 
   // Kills `share` of the machines that run tasks: their sessions close, they never come
   // back. Returns how many died; from now on each lost (job, index) is timed until a
@@ -352,7 +355,10 @@ class Fleet {
       if (d.up) --up_;
       d.up = false;
       d.report.reset();
-      if (d.kind == kAgent) d.m->acked_digest.clear();
+      if (d.kind == kAgent) {
+        d.m->acked_digest.clear();
+        d.m->reporting = d.m->report_again = false;
+      }
       auto later = loop_.add_defer([this, &d] {
         d.session.reset();
         if (!d.m->dead) retry_later(d);
@@ -420,6 +426,10 @@ class Fleet {
       return;
     }
     Machine& m = *d.m;
+    if (m.reporting) {  // one report at a time, as weft-agent
+      m.report_again = true;
+      return;
+    }
     std::map<std::string, std::string> states;
     for (const auto& [id, t] : m.tasks) states[id] = t.state == "starting" ? "running" : t.state;
     json p{{"machine", m.id}};
@@ -427,38 +437,42 @@ class Fleet {
     if (!o_.full_reports && !m.acked_digest.empty() && digest == m.acked_digest) {
       p["digest"] = digest;
       ++digest_reports_;
+    } else if (!o_.full_reports && !m.acked_digest.empty()) {  // as weft-agent does
+      p["changes"] = task_changes_json(m.acked, states);
+      p["base"] = m.acked_digest;
+      p["digest"] = digest;
+      ++change_reports_;
     } else {
       p["tasks"] = states;
-      if (!o_.full_reports) p["digest"] = digest;
       ++full_reports_;
     }
     uint64_t t0 = now_monotonic_us();
-    d.session->call("machine.report", std::move(p), [this, &m, &d, t0, digest](Result<json> r) {
-      rtt_ms_.push_back(static_cast<double>(now_monotonic_us() - t0) / 1e3);
-      if (!r.ok()) {
-        ++report_errors_;
-        return;
-      }
-      if (r->is_object() && r->value("resend", false)) {
-        m.acked_digest.clear();  // the control plane wants the whole list
-        report_soon(d);
-        return;
-      }
-      m.acked_digest = digest;
-      if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array()) {
-        bool dropped = false;
-        for (const auto& id : (*r)["forget"])
-          if (id.is_string()) {
-            auto it = m.tasks.find(id.get<std::string>());
-            if (it != m.tasks.end() && it->second.state != "running" &&
-                it->second.state != "starting") {
-              m.tasks.erase(it);
-              dropped = true;
-            }
-          }
-        if (dropped) m.acked_digest.clear();
-      }
-    });
+    m.reporting = true;
+    d.session->call("machine.report", std::move(p),
+                    [this, &m, &d, t0, digest, states](Result<json> r) {
+                      m.reporting = false;
+                      if (std::exchange(m.report_again, false)) report_soon(d);
+                      rtt_ms_.push_back(static_cast<double>(now_monotonic_us() - t0) / 1e3);
+                      if (!r.ok()) {
+                        ++report_errors_;
+                        return;
+                      }
+                      if (r->is_object() && r->value("resend", false)) {
+                        m.acked_digest.clear();  // the control plane wants the whole list
+                        report_soon(d);
+                        return;
+                      }
+                      m.acked_digest = digest;
+                      m.acked = states;
+                      if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array())
+                        for (const auto& id : (*r)["forget"])
+                          if (id.is_string()) {
+                            auto it = m.tasks.find(id.get<std::string>());
+                            if (it != m.tasks.end() && it->second.state != "running" &&
+                                it->second.state != "starting")
+                              m.tasks.erase(it);  // gone from the next report's changes
+                          }
+                    });
   }
 
   void retry_later(Daemon& d) {
@@ -475,7 +489,7 @@ class Fleet {
   std::deque<Daemon*> queue_;
   std::unordered_map<rpc::Session*, Machine*> by_session_;
   size_t connecting_ = 0, up_ = 0, running_ = 0, hello_refused_ = 0;
-  size_t report_errors_ = 0, full_reports_ = 0, digest_reports_ = 0;
+  size_t report_errors_ = 0, full_reports_ = 0, digest_reports_ = 0, change_reports_ = 0;
   uint64_t messages_ = 0;
   std::vector<double> rtt_ms_;
   std::mt19937 rng_{7};
@@ -627,7 +641,7 @@ int main(int argc, char** argv) {
       "fleet_sim: %d machines (%zu Alibaba shapes), heartbeat %.1f s, %s, %s reports, "
       "%ld CPUs\n",
       o.machines, shapes.size(), o.heartbeat_s, o.tls ? "mutual TLS" : "plaintext TCP",
-      o.full_reports ? "full" : "digest", sysconf(_SC_NPROCESSORS_ONLN));
+      o.full_reports ? "full" : "change and digest", sysconf(_SC_NPROCESSORS_ONLN));
   auto loop = std::move(EventLoop::create()).value();
   Fleet fleet(*loop, o, port);
   for (int i = 0; i < o.machines; ++i) {
@@ -673,7 +687,8 @@ int main(int argc, char** argv) {
       measure("rest", [&] {
         run_until(
             *loop, [] { return false; }, o.rest_s, pump);
-        return std::to_string(fleet.full_reports()) + " full and " +
+        return std::to_string(fleet.full_reports()) + " full, " +
+               std::to_string(fleet.change_reports()) + " change and " +
                std::to_string(fleet.digest_reports()) + " digest reports so far, " +
                std::to_string(fleet.report_errors()) + " errors";
       });

@@ -1,16 +1,22 @@
 // An agent's task report (machine.report, docs/protocol.md), shared by weft-agent, which
 // sends it, and weft-controlplane, which reads it.
 //
-// A report carries either the machine's whole task list, {"tasks": {id: state}}, or,
-// when nothing changed since the last list the control plane acknowledged, only the
-// list's digest, {"digest": "..."}: a heartbeat then costs the same whatever the machine
-// runs. A control plane that does not hold that digest (it restarted, or the lists
+// A report carries one of:
+// - the machine's whole task list, {"tasks": {id: state}};
+// - what changed since the list the control plane acknowledged, {"base": <that list's
+//   digest>, "changes": {id: state or null (gone)}, "digest": <the new list's digest>}:
+//   a task starting on a machine that runs 200 costs one entry, not 200;
+// - when nothing changed, only the list's digest, {"digest": "..."}: a heartbeat then
+//   costs the same whatever the machine runs.
+// A control plane that does not hold the base or digest (it restarted, or the lists
 // disagree) answers {"resend": true} and the agent sends the whole list at once.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,21 +29,46 @@ namespace weft {
 
 // Task ids and states as sent, in id order.
 using TaskList = std::vector<std::pair<std::string, TaskState>>;
+// Changes to a task list, in id order: a new state, or nullopt for a task gone from it.
+using TaskChanges = std::vector<std::pair<std::string, std::optional<TaskState>>>;
 
-// The digest of a task list: SHA-256 over "id state\n" lines in id order, first 128 bits
-// in hex (32 characters).
+// The digest of a task list: for each entry the first 128 bits of SHA-256("<id> <state>"),
+// as two little-endian 64-bit words, summed word by word (mod 2^64) over the list; as 32
+// lowercase hex digits. A sum, so that it is kept up to date entry by entry.
+class TaskDigest {
+ public:
+  void add(std::string_view id, std::string_view state);
+  void remove(std::string_view id, std::string_view state);
+  std::string hex() const;
+
+ private:
+  uint64_t a_ = 0, b_ = 0;
+};
 std::string tasks_digest(const std::map<std::string, std::string>& states);
 std::string tasks_digest(const TaskList& tasks);
 
 struct TaskReport {
-  std::optional<TaskList> tasks;  // the whole list, when sent
-  std::string digest;             // of `tasks` when sent (computed here), else as claimed
+  std::optional<TaskList> tasks;       // the whole list, when sent
+  std::optional<TaskChanges> changes;  // or the changes since the list digested `base`
+  std::string base;
+  std::string digest;  // of `tasks` when sent (computed here), else as claimed
 };
 
 // The one reader of a report's params: "tasks" (an object of at most kMaxReportedTasks
-// task id -> state names of common/task_state.h) or "digest" (32 hex digits); errors
-// name the field.
+// task id -> state names of common/task_state.h), or "changes" (at most as many; a state
+// or null) with "base" and "digest", or "digest" alone (32 hex digits); errors name the
+// field.
 inline constexpr size_t kMaxReportedTasks = 100000;
 Result<TaskReport> parse_task_report(const nlohmann::json& params);
+
+// Applies changes to a list (kept in id order) and its digest. Removing a task the list
+// does not hold changes nothing (the digests then disagree, and the list is sent again).
+// The entries applied (a state set or a task removed) are returned, in id order.
+TaskChanges apply_task_changes(TaskList& list, TaskDigest& digest, const TaskChanges& changes);
+
+// What an agent sends: the changes from `acked` (the list the control plane holds) to
+// `now`, both id -> state name.
+nlohmann::json task_changes_json(const std::map<std::string, std::string>& acked,
+                                 const std::map<std::string, std::string>& now);
 
 }  // namespace weft

@@ -57,5 +57,71 @@ TEST(TaskReport, ADigestAloneIsCheckedAndErrorsNameTheField) {
   EXPECT_EQ(big.error().field, "tasks");
 }
 
+TEST(TaskReport, TheDigestIsKeptUpToDateEntryByEntry) {
+  using States = std::map<std::string, std::string>;
+  States a{{"a.0.1", "running"}, {"b.1.2", "exited"}, {"c.0.3", "running"}};
+  TaskDigest d;
+  d.add("c.0.3", "running");  // in any order
+  d.add("a.0.1", "running");
+  d.add("b.1.2", "exited");
+  EXPECT_EQ(d.hex(), tasks_digest(a));
+  d.remove("b.1.2", "exited");
+  a.erase("b.1.2");
+  EXPECT_EQ(d.hex(), tasks_digest(a));
+  d.remove("a.0.1", "running");
+  d.remove("c.0.3", "running");
+  EXPECT_EQ(d.hex(), tasks_digest(States{}));
+  EXPECT_EQ(d.hex(), std::string(32, '0'));
+  // Entries do not cancel: a state moved from one task to another changes the digest.
+  EXPECT_NE(tasks_digest(States{{"a", "running"}, {"b", "exited"}}),
+            tasks_digest(States{{"a", "exited"}, {"b", "running"}}));
+}
+
+TEST(TaskReport, ChangesApplyToTheHeldListAndItsDigest) {
+  using States = std::map<std::string, std::string>;
+  States acked{{"a.0.1", "running"}, {"b.0.1", "running"}, {"c.0.1", "exited"}};
+  States now{{"a.0.1", "running"}, {"b.0.1", "failed"}, {"d.0.1", "running"}};
+  json changes = task_changes_json(acked, now);
+  EXPECT_EQ(changes, (json{{"b.0.1", "failed"}, {"c.0.1", nullptr}, {"d.0.1", "running"}}));
+  auto r = parse_task_report(
+      {{"base", tasks_digest(acked)}, {"changes", changes}, {"digest", tasks_digest(now)}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  ASSERT_TRUE(r->changes);
+  EXPECT_FALSE(r->tasks);
+  EXPECT_EQ(r->base, tasks_digest(acked));
+  TaskList held{{"a.0.1", TaskState::kRunning},
+                {"b.0.1", TaskState::kRunning},
+                {"c.0.1", TaskState::kExited}};
+  TaskDigest sum;
+  for (const auto& [id, st] : held) sum.add(id, task_state_name(st));
+  auto applied = apply_task_changes(held, sum, *r->changes);
+  EXPECT_EQ(applied.size(), 3u);
+  EXPECT_EQ(held, (TaskList{{"a.0.1", TaskState::kRunning},
+                            {"b.0.1", TaskState::kFailed},
+                            {"d.0.1", TaskState::kRunning}}));
+  EXPECT_EQ(sum.hex(), r->digest);
+  // Removing what the list does not hold changes nothing (and is not reported applied).
+  applied = apply_task_changes(held, sum, {{"zz.0.1", std::nullopt}});
+  EXPECT_TRUE(applied.empty());
+  EXPECT_EQ(sum.hex(), r->digest);
+  // Errors name the field.
+  struct Bad {
+    json params;
+    const char* field;
+  };
+  std::string d = tasks_digest(now);
+  for (const auto& b : std::vector<Bad>{
+           {json{{"changes", json::object()}, {"digest", d}}, "base"},
+           {json{{"changes", json::object()}, {"base", d}}, "digest"},
+           {json{{"changes", json::array()}, {"base", d}, {"digest", d}}, "changes"},
+           {json{{"changes", {{"a.0.1", "dozing"}}}, {"base", d}, {"digest", d}}, "changes.a.0.1"},
+           {json{{"changes", {{"a.0.1", 1}}}, {"base", d}, {"digest", d}}, "changes.a.0.1"},
+       }) {
+    auto e = parse_task_report(b.params);
+    ASSERT_FALSE(e.ok()) << b.params.dump();
+    EXPECT_EQ(e.error().field, b.field) << b.params.dump();
+  }
+}
+
 }  // namespace
 }  // namespace weft

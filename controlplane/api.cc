@@ -141,17 +141,38 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
   TRY_ASSIGN(weft::TaskReport report, weft::parse_task_report(p));
   LastReport& last = last_report_[m];
+  uint64_t now = now_us();
+  weft::TaskChanges applied;
+  bool whole = true;
   if (report.tasks) {
     last.tasks = std::move(*report.tasks);
+    last.sum = {};
+    for (const auto& [id, state] : last.tasks) last.sum.add(id, task_state_name(state));
     last.digest = std::move(report.digest);
   } else if (last.digest.empty() || report.digest != last.digest) {
-    // Unchanged since a list this process does not hold (it restarted, or they differ).
-    return json{{"resend", true}};
+    if (!report.changes || report.base != last.digest || last.digest.empty())
+      // Changes from, or a digest of, a list this process does not hold (it restarted,
+      // or the lists differ).
+      return json{{"resend", true}};
+    applied = weft::apply_task_changes(last.tasks, last.sum, *report.changes);
+    last.digest = last.sum.hex();
+    if (last.digest != report.digest || last.tasks.size() > weft::kMaxReportedTasks) {
+      last.digest.clear();  // the lists differ (or grew past the bound): the whole list next
+      last.tasks.clear();
+      return json{{"resend", true}};
+    }
+    // The changed tasks alone, unless a whole-list check is due (a machine that changes
+    // all the time sends no digest-only heartbeat; tasks it should run but lacks are
+    // found by the whole list's walk).
+    whole = now - last.reconciled_us >= cfg_.broker.heartbeat_interval_us;
   }
   std::vector<std::string> forget;
-  auto cmds = sched_.report_list(m, last.tasks, now_us(), &forget);
+  if (whole) last.reconciled_us = now;
+  auto cmds = whole ? sched_.report_list(m, last.tasks, now, &forget)
+                    : sched_.report_changes(m, applied, now, &forget);
   auto changed = sched_.take_reported_changes();
-  if (!cmds.empty() || !changed.empty()) TRY(persist({}, {}));  // tasks; the machine row is as it was
+  if (!cmds.empty() || !changed.empty())
+    TRY(persist({}, {}));  // tasks; the machine row is as it was
   send(cmds);
   // Ended tasks whose end is now durable here: the machine stops reporting them, so a
   // report stays the size of what the machine runs.

@@ -406,8 +406,7 @@ void Manager::start_refused(const std::string& task, const Error& e, bool bad_sp
   if (changed.empty()) return;  // not awaited any more
   std::set<MachineId> machines;
   for (const auto& c : cmds) machines.insert(c.machine);
-  if (auto s = persist({}, machines); !s.ok())
-    log_error("cannot write state: " + s.error().str());
+  if (auto s = persist({}, machines); !s.ok()) log_error("cannot write state: " + s.error().str());
   send(cmds);
 }
 

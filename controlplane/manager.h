@@ -179,7 +179,9 @@ class Manager {
   // Each machine's last full task list and its digest (common/task_report.h).
   struct LastReport {
     weft::TaskList tasks;
-    std::string digest;
+    weft::TaskDigest sum;        // of tasks, kept up to date by changes
+    std::string digest;          // sum.hex(), "" until a whole list came
+    uint64_t reconciled_us = 0;  // last report_list of the whole list
   };
   std::unordered_map<MachineId, LastReport> last_report_;
   // Ended tasks prune() looks at per tick.

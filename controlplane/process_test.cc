@@ -335,6 +335,100 @@ TEST_F(ControlPlane, AnUnchangedTaskListIsReportedByItsDigest) {
   EXPECT_TRUE(report({{"digest", now}}).ok());
 }
 
+// A machine that runs many tasks reports only what changed, against the list the
+// control plane acknowledged; a base or a result the control plane does not hold gets
+// `resend`, and the whole list puts them back in step.
+TEST_F(ControlPlane, ChangesAreReportedAgainstTheAcknowledgedList) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m("h0", "r0");
+  ASSERT_TRUE(m.connect(sock()));
+  auto report = [&](const json& extra) {
+    json p{{"machine", "h0"}};
+    p.update(extra);
+    return m.call("machine.report", p);
+  };
+  using States = std::map<std::string, std::string>;
+  std::string empty = tasks_digest(States{});
+  // Changes against a list never sent: refused until the whole list comes.
+  auto r = report({{"base", empty}, {"changes", json::object()}, {"digest", empty}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_TRUE(r->value("resend", false));
+  ASSERT_TRUE(report({{"tasks", json::object()}}).ok());
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "a"},
+                                  {"count", 3},
+                                  {"per_task", {{"cpu_milli", 500}, {"mem_mb", 256}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  for (int i = 0; i < 100 && m.running().size() < 3; ++i) {
+    (void)report({{"digest", empty}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(m.running().size(), 3u);
+  States now;
+  for (const auto& id : m.running()) now[id] = "running";
+  std::string all = tasks_digest(now);
+  // The three starts as changes from the empty list.
+  r = report({{"base", empty}, {"changes", task_changes_json({}, now)}, {"digest", all}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_FALSE(r->value("resend", false)) << r->dump();
+  auto running = [&] {
+    auto shown = call("job.show", {{"name", "web"}});
+    int n = 0;
+    if (shown.ok())
+      for (const auto& t : (*shown)["tasks"]) n += t["state"] == "running";
+    return n;
+  };
+  EXPECT_EQ(running(), 3);
+  // The digest alone now stands for the three.
+  r = report({{"digest", all}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->value("resend", false));
+  // One task exits: one entry, against the acknowledged list.
+  std::string gone = now.begin()->first;
+  States after = now;
+  after[gone] = "exited";
+  std::string after_digest = tasks_digest(after);
+  // A stale base (the empty list) or a result that does not follow: resend, nothing applied.
+  r = report({{"base", empty}, {"changes", {{gone, "exited"}}}, {"digest", after_digest}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->value("resend", false));
+  r = report({{"base", all}, {"changes", {{gone, "exited"}}}, {"digest", empty}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->value("resend", false));
+  EXPECT_EQ(running(), 3);  // the task ended nowhere but in the refused reports
+  // The lists disagreed: only the whole list is taken now, then changes again.
+  r = report({{"base", all}, {"changes", {{gone, "exited"}}}, {"digest", after_digest}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->value("resend", false));
+  ASSERT_TRUE(report({{"tasks", now}}).ok());
+  r = report({{"base", all}, {"changes", {{gone, "exited"}}}, {"digest", after_digest}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->value("resend", false)) << r->dump();
+  // The exit was taken (the task failed and is replaced) and its end is to be forgotten.
+  ASSERT_TRUE(r->contains("forget"));
+  EXPECT_EQ((*r)["forget"], json::array({gone}));
+  EXPECT_LE(running(), 2);
+  // The agent drops it: a removal.
+  States dropped = now;
+  dropped.erase(gone);
+  r = report(
+      {{"base", after_digest}, {"changes", {{gone, nullptr}}}, {"digest", tasks_digest(dropped)}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->value("resend", false)) << r->dump();
+  // Malformed changes are refused naming the field; the session carries on.
+  r = report({{"base", "xyz"}, {"changes", json::object()}, {"digest", all}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, rpc::kInvalidParams);
+  EXPECT_NE(r.error().message.find("base"), std::string::npos) << r.error().str();
+  r = report({{"base", all}, {"changes", {{"a.0.1", "asleep"}}}, {"digest", all}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("changes.a.0.1"), std::string::npos) << r.error().str();
+  EXPECT_TRUE(report({{"digest", tasks_digest(dropped)}}).ok());
+}
+
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
   start();
   if (HasFatalFailure()) return;

@@ -347,55 +347,56 @@ std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, 
   return report_list(m, weft::TaskList(rep.begin(), rep.end()), now, forget);
 }
 
+void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uint64_t now,
+                        Observed* o, std::vector<std::string>* forget) {
+  std::vector<Command>& out = o->out;
+  auto it = tasks_.find(id);
+  // The agent's states: the task exists (and may run again) unless it ended.
+  bool running = weft::task_present_on_machine(state);
+  if (it == tasks_.end() || it->second.machine != m ||
+      (!running_copy(it->second.state) && it->second.state != TaskState::kStopping)) {
+    // Not ours, replaced while this machine was away, or already ended: never twice.
+    if (running)
+      out.push_back(Command{Command::Kind::kStop, m, id, {}});
+    else if (forget)
+      forget->push_back(id);  // its end is on record (or it was never ours)
+    return;
+  }
+  TaskRecord& t = it->second;
+  if (running) {
+    if (t.state == TaskState::kStarting || t.state == TaskState::kPending) {
+      set_state(t, TaskState::kRunning);
+      t.since_us = now;
+      o->started.insert(t.job);
+      reported_changes_.insert(t.job);
+      stop_drained_sibling(t, now, &out);
+    } else if (t.state == TaskState::kStopping && now - t.since_us > kStartResendUs) {
+      // Still running long after its stop was due: the stop was lost (the control
+      // plane restarted between recording it and sending it). Send it again.
+      t.since_us = now;
+      out.push_back(Command{Command::Kind::kStop, m, id, {}});
+    }
+    return;
+  }
+  // The task ended.
+  reported_changes_.insert(t.job);
+  if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
+    // A draining copy that ended is as good as stopped: its replacement is on its way.
+    set_state(t, TaskState::kStopped);
+    t.since_us = now;
+    o->rolled.insert(t.job);
+  } else {
+    set_state(t, TaskState::kFailed);
+    t.since_us = now;
+    o->replace_ids.push_back(id);
+  }
+  if (forget) forget->push_back(id);  // recorded (and persisted before the reply)
+}
+
 std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& rep, uint64_t now,
                                             std::vector<std::string>* forget) {
-  std::vector<Command> out;
-  std::vector<std::string> replace_ids;
-  std::set<std::string> rolled_jobs;   // a task stopped: the job may converge and roll
-  std::set<std::string> started_jobs;  // a task started: an update may roll on
-  for (const auto& [id, state] : rep) {
-    auto it = tasks_.find(id);
-    // The agent's states: the task exists (and may run again) unless it ended.
-    bool running = weft::task_present_on_machine(state);
-    if (it == tasks_.end() || it->second.machine != m ||
-        (!running_copy(it->second.state) && it->second.state != TaskState::kStopping)) {
-      // Not ours, replaced while this machine was away, or already ended: never twice.
-      if (running)
-        out.push_back(Command{Command::Kind::kStop, m, id, {}});
-      else if (forget)
-        forget->push_back(id);  // its end is on record (or it was never ours)
-      continue;
-    }
-    TaskRecord& t = it->second;
-    if (running) {
-      if (t.state == TaskState::kStarting || t.state == TaskState::kPending) {
-        set_state(t, TaskState::kRunning);
-        t.since_us = now;
-        started_jobs.insert(t.job);
-        reported_changes_.insert(t.job);
-        stop_drained_sibling(t, now, &out);
-      } else if (t.state == TaskState::kStopping && now - t.since_us > kStartResendUs) {
-        // Still running long after its stop was due: the stop was lost (the control
-        // plane restarted between recording it and sending it). Send it again.
-        t.since_us = now;
-        out.push_back(Command{Command::Kind::kStop, m, id, {}});
-      }
-      continue;
-    }
-    // The task ended.
-    reported_changes_.insert(t.job);
-    if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
-      // A draining copy that ended is as good as stopped: its replacement is on its way.
-      set_state(t, TaskState::kStopped);
-      t.since_us = now;
-      rolled_jobs.insert(t.job);
-    } else {
-      set_state(t, TaskState::kFailed);
-      t.since_us = now;
-      replace_ids.push_back(id);
-    }
-    if (forget) forget->push_back(id);  // recorded (and persisted before the reply)
-  }
+  Observed o;
+  for (const auto& [id, state] : rep) observe(m, id, state, now, &o, forget);
   // Tasks this machine should run but did not report.
   for_machine(m, [&](TaskRecord& t) {
     if (std::binary_search(rep.begin(), rep.end(), std::pair{t.id, TaskState::kPending},
@@ -404,31 +405,44 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
     if (t.state == TaskState::kStarting && now - t.since_us > kStartResendUs &&
         now - t.since_us <= kStartGraceUs) {
       if (auto jit = jobs_.find(t.job); jit != jobs_.end() && !jit->second.stopping)
-        out.push_back(start_cmd(jit->second, t));
+        o.out.push_back(start_cmd(jit->second, t));
       return;
     }
     if (t.state == TaskState::kRunning ||
         (t.state == TaskState::kStarting && now - t.since_us > kStartGraceUs)) {
       set_state(t, TaskState::kLost);
       t.since_us = now;
-      replace_ids.push_back(t.id);
+      o.replace_ids.push_back(t.id);
     } else if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
       set_state(t, TaskState::kStopped);  // gone is stopped
       t.since_us = now;
-      rolled_jobs.insert(t.job);
+      o.rolled.insert(t.job);
     }
   });
-  for (const auto& id : replace_ids) replace(id, now, &out);
-  for (const auto& id : replace_ids) reported_changes_.insert(tasks_.at(id).job);
-  for (const auto& job : rolled_jobs) reported_changes_.insert(job);
-  for (const auto& job : rolled_jobs) {
+  return finish_report(o, now);
+}
+
+std::vector<Command> Scheduler::report_changes(MachineId m, const weft::TaskChanges& changes,
+                                               uint64_t now, std::vector<std::string>* forget) {
+  Observed o;
+  for (const auto& [id, state] : changes)
+    if (state) observe(m, id, *state, now, &o, forget);
+  return finish_report(o, now);
+}
+
+std::vector<Command> Scheduler::finish_report(Observed& o, uint64_t now) {
+  std::vector<Command> out = std::move(o.out);
+  for (const auto& id : o.replace_ids) replace(id, now, &out);
+  for (const auto& id : o.replace_ids) reported_changes_.insert(tasks_.at(id).job);
+  for (const auto& job : o.rolled) reported_changes_.insert(job);
+  for (const auto& job : o.rolled) {
     auto more = after_stopped(job, now);
     out.insert(out.end(), more.begin(), more.end());
   }
   // A start frees no slot and adds no index: only an update in progress moves on (a
   // job's every start would otherwise walk the whole job).
-  for (const auto& job : started_jobs) {
-    if (rolled_jobs.count(job)) continue;
+  for (const auto& job : o.started) {
+    if (o.rolled.count(job)) continue;
     if (auto jit = jobs_.find(job); jit != jobs_.end() && jit->second.rolling) {
       auto more = roll(jit->second, now);
       out.insert(out.end(), more.begin(), more.end());

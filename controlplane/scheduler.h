@@ -105,6 +105,11 @@ class Scheduler {
   // `tasks` in id order (weft::parse_task_report's form).
   std::vector<Command> report_list(MachineId m, const weft::TaskList& tasks, uint64_t now_us,
                                    std::vector<std::string>* forget = nullptr);
+  // A machine's changes since its last report (weft::apply_task_changes's result): the
+  // tasks named are handled as in report_list; tasks not named are as they were, and a
+  // task that should run here but is missing is found by the next full report.
+  std::vector<Command> report_changes(MachineId m, const weft::TaskChanges& changes,
+                                      uint64_t now_us, std::vector<std::string>* forget = nullptr);
   // The same from a map.
   std::vector<Command> report(MachineId m, const std::map<std::string, TaskState>& tasks,
                               uint64_t now_us, std::vector<std::string>* forget = nullptr);
@@ -179,6 +184,16 @@ class Scheduler {
     // roll() once none is left): a task that starts running only matters to roll().
     bool rolling = false;
   };
+  // One reported task (report_list, report_changes), and what the report led to.
+  struct Observed {
+    std::vector<Command> out;
+    std::vector<std::string> replace_ids;
+    std::set<std::string> rolled;   // a task stopped: the job may converge and roll
+    std::set<std::string> started;  // a task started: an update may roll on
+  };
+  void observe(MachineId m, const std::string& id, TaskState state, uint64_t now_us, Observed* o,
+               std::vector<std::string>* forget);
+  std::vector<Command> finish_report(Observed& o, uint64_t now_us);
   bool take_token(uint64_t now_us);
   bool has_token(uint64_t now_us);
   // The task tables, with their indexes by job (and index) and by machine.
@@ -246,7 +261,7 @@ class Scheduler {
   std::unordered_set<std::string> dirty_;
   std::set<std::string> reported_changes_;  // jobs whose tasks a report changed
   std::set<std::string> changed_jobs_;
-  uint64_t seq_ = 0;                        // task id sequence
+  uint64_t seq_ = 0;  // task id sequence
 };
 
 }  // namespace weft::cp

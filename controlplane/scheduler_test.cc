@@ -428,7 +428,8 @@ TEST_F(Sched, EndedTasksAreForgottenAndTheTableStaysBounded) {
   EXPECT_EQ(forget, std::vector<std::string>{"churn.0.1"});
   // A stopped job's tasks go at once.
   ASSERT_TRUE(sched.stop("churn", now).ok());
-  for (const auto& [id, t] : std::map<std::string, TaskRecord>(sched.tasks().begin(), sched.tasks().end()))
+  for (const auto& [id, t] :
+       std::map<std::string, TaskRecord>(sched.tasks().begin(), sched.tasks().end()))
     sched.report(t.machine, {{id, TaskState::kStopped}}, now + 1);
   sched.prune(now + 2, 1'000'000'000);
   EXPECT_TRUE(sched.tasks().empty());
