@@ -71,7 +71,7 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   const auto& t = doc.root();
   TRY(doc.only_keys(t, "",
                     {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement",
-                     "resources", "task"}));
+                     "resources", "task_controller", "task"}));
   // The file's own forms first (its tables and their types), then the one job
   // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
   // at the file's line.
@@ -122,6 +122,10 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   }
   j["per_task"] = per_task;
 
+  // [task_controller]: its fields as they are (address, timeout_ms, when_unreachable),
+  // checked by the job validator below.
+  TRY_ASSIGN(const toml::table* controller, doc.get_table(t, "task_controller"));
+  if (controller) j["task_controller"] = to_json(*controller);
   TRY_ASSIGN(const toml::table* task, doc.get_table(t, "task"));
   if (task) j["task"] = to_json(*task);
 

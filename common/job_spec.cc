@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "common/json_bounded.h"
+#include "common/rpc.h"
 #include "common/task_spec.h"
 
 namespace weft {
@@ -12,9 +13,9 @@ using json = nlohmann::json;
 
 namespace {
 
-Result<std::string> str_field(const json& j, const char* key) {
+Result<std::string> str_field(const json& j, const char* key, const std::string& prefix = "") {
   if (!j.contains(key) || j[key].is_null()) return std::string();
-  if (!j[key].is_string()) return field_error(key, "must be a string");
+  if (!j[key].is_string()) return field_error(prefix + key, "must be a string");
   return j[key].get<std::string>();
 }
 
@@ -46,8 +47,9 @@ json task_run_params(const JobSpec& s, const std::string& task_id) {
 Result<JobSpec> parse_job_spec(const json& j) {
   if (!j.is_object()) return field_error("job", "must be an object");
   for (const auto& [k, v] : j.items()) {
-    static const char* kKeys[] = {"name",         "entitlement",     "count",     "per_task",
-                                  "machine_type", "max_unavailable", "placement", "task"};
+    static const char* kKeys[] = {"name",      "entitlement",     "count",
+                                  "per_task",  "machine_type",    "max_unavailable",
+                                  "placement", "task_controller", "task"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");
@@ -81,6 +83,29 @@ Result<JobSpec> parse_job_spec(const json& j) {
   else if (!placement.empty() && placement != "spread")
     return field_error("placement", "must be \"spread\" (the default) or \"pack\"");
 
+  if (j.contains("task_controller") && !j["task_controller"].is_null()) {
+    const json& c = j["task_controller"];
+    if (!c.is_object()) return field_error("task_controller", "must be an object");
+    for (const auto& [k, v] : c.items())
+      if (k != "address" && k != "timeout_ms" && k != "when_unreachable")
+        return field_error("task_controller." + k, "unknown field");
+    TaskControllerSpec tc;
+    TRY_ASSIGN(tc.address, str_field(c, "address", "task_controller."));
+    if (tc.address.empty())
+      return field_error("task_controller.address", "is required: \"host:port\" or \"unix:/path\"");
+    if (auto ep = rpc::parse_endpoint(tc.address); !ep.ok())
+      return field_error("task_controller.address", ep.error().message);
+    TRY_ASSIGN(auto t, int_member(c, "timeout_ms", 10'000, 100, 3'600'000, "task_controller."));
+    tc.timeout_ms = static_cast<uint64_t>(t);
+    TRY_ASSIGN(std::string when, str_field(c, "when_unreachable", "task_controller."));
+    if (when == "wait")
+      tc.wait_when_unreachable = true;
+    else if (!when.empty() && when != "proceed")
+      return field_error("task_controller.when_unreachable",
+                         "must be \"proceed\" (the default: max_unavailable pacing) or \"wait\"");
+    s.controller = std::move(tc);
+  }
+
   if (!j.contains("task") || !j["task"].is_object())
     return field_error("task", "is required: the task spec to run (an object)");
   s.task = j["task"];
@@ -101,14 +126,20 @@ Result<JobSpec> parse_job_spec(const json& j) {
 }
 
 json to_json(const JobSpec& s) {
-  return {{"name", s.name},
-          {"entitlement", s.entitlement},
-          {"count", s.count},
-          {"per_task", {{"cpu_milli", s.per_task.cpu_milli}, {"mem_mb", s.per_task.mem_mb}}},
-          {"machine_type", s.machine_type},
-          {"max_unavailable", s.max_unavailable},
-          {"placement", placement_name(s.placement)},
-          {"task", s.task}};
+  json out{{"name", s.name},
+           {"entitlement", s.entitlement},
+           {"count", s.count},
+           {"per_task", {{"cpu_milli", s.per_task.cpu_milli}, {"mem_mb", s.per_task.mem_mb}}},
+           {"machine_type", s.machine_type},
+           {"max_unavailable", s.max_unavailable},
+           {"placement", placement_name(s.placement)},
+           {"task", s.task}};
+  if (s.controller)
+    out["task_controller"] = {
+        {"address", s.controller->address},
+        {"timeout_ms", s.controller->timeout_ms},
+        {"when_unreachable", s.controller->wait_when_unreachable ? "wait" : "proceed"}};
+  return out;
 }
 
 }  // namespace weft

@@ -9,10 +9,13 @@
 //   {"name": "web", "entitlement": "frontend", "count": 6, "max_unavailable": 2,
 //    "machine_type": "T1", "placement": "spread",
 //    "per_task": {"cpu_milli": 500, "mem_mb": 256},
+//    "task_controller": {"address": "10.1.2.3:7400", "timeout_ms": 10000,
+//                        "when_unreachable": "proceed"},
 //    "task": {<a task spec without name and owner: common/task_spec.h>}}
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -39,6 +42,16 @@ struct JobResources {  // reserved per task on its machine
   bool operator==(const JobResources&) const = default;
 };
 
+// The job's TaskController (docs/taskcontrol.md): the endpoint the control plane asks
+// before it restarts, moves or stops the job's tasks; what happens when it does not
+// answer within the timeout: proceed at max_unavailable pacing, or wait for it.
+struct TaskControllerSpec {
+  std::string address;  // "host:port" or "unix:/path"
+  uint64_t timeout_ms = 10'000;
+  bool wait_when_unreachable = false;
+  bool operator==(const TaskControllerSpec&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   std::string entitlement;  // the entitlement's name
@@ -47,6 +60,7 @@ struct JobSpec {
   std::string machine_type;  // "" = any
   int max_unavailable = 1;
   PlacementPolicy placement = PlacementPolicy::kSpread;
+  std::optional<TaskControllerSpec> controller;  // "task_controller"
   // The task spec as the operator wrote it (validated; no name or owner: each task gets
   // its own id, and the control plane marks what it starts).
   nlohmann::json task = nlohmann::json::object();

@@ -242,6 +242,7 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
   j.spec.task = spec.task;
   j.spec.max_unavailable = spec.max_unavailable;
+  j.spec.controller = spec.controller;
   ++j.generation;
   j.rolling = true;
   changed_jobs_.insert(j.spec.name);
@@ -264,6 +265,18 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
     if (t.generation < j.generation && live(t.state)) old.push_back(&t);
   });
   j.rolling = !old.empty();
+  if (j.controlled()) {
+    // The controller decides: only acknowledged restarts go, however many at once.
+    for (TaskRecord* t : old) {
+      std::string op = "restart/" + t->id;
+      if (!j.granted.erase(op)) continue;
+      set_state(*t, TaskState::kStopping);
+      t->since_us = now;
+      out.push_back(Command{Command::Kind::kStop, t->machine, t->id, {}});
+      j.in_progress[t->index] = op;
+    }
+    return out;
+  }
   int in_flight = 0;
   for (int i = 0; i < j.spec.count; ++i) in_flight += running_idx.count(i) ? 0 : 1;
   std::sort(old.begin(), old.end(),
@@ -629,6 +642,98 @@ std::vector<Command> Scheduler::tick(uint64_t now) {
     if (tasks_.count(waiting[i])) replace(waiting[i], now, &out);
   }
   return out;
+}
+
+}  // namespace weft::cp
+
+namespace weft::cp {
+
+std::vector<std::string> Scheduler::controlled_jobs() const {
+  std::vector<std::string> out;
+  for (const auto& [name, j] : jobs_)
+    if (j.spec.controller && !j.stopping) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<Operation> Scheduler::pending_operations(const std::string& job) const {
+  std::vector<Operation> out;
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || !it->second.spec.controller || it->second.stopping) return out;
+  const Job& j = it->second;
+  if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())
+    for (const auto& [key, t] : jt->second)
+      if (t->generation < j.generation && live(t->state))
+        out.push_back(Operation{"restart/" + t->id, "restart", t->id, t->index,
+                                "update to generation " + std::to_string(j.generation)});
+  return out;
+}
+
+std::vector<ControlledTask> Scheduler::controlled_tasks(const std::string& job) const {
+  std::map<int, const TaskRecord*> newest;
+  if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())
+    for (const auto& [key, t] : jt->second) {
+      const TaskRecord*& n = newest[t->index];
+      // A running copy wins over a newer one that is not running (a drain's replacement
+      // starting, say); otherwise the newest.
+      bool better = !n || (running_copy(t->state) && !running_copy(n->state)) ||
+                    (running_copy(t->state) == running_copy(n->state) && n->since_us < t->since_us);
+      if (better) n = t;
+    }
+  std::vector<ControlledTask> out;
+  for (const auto& [index, t] : newest)
+    out.push_back(ControlledTask{t->id, index, "", t->machine, t->state, t->message});
+  return out;
+}
+
+std::vector<std::string> Scheduler::take_completed(const std::string& job) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return {};
+  Job& j = it->second;
+  for (auto op = j.in_progress.begin(); op != j.in_progress.end();) {
+    bool back = false;
+    for_job(job, [&](TaskRecord& t) {
+      back = back || (t.index == op->first && t.generation == j.generation &&
+                      t.state == TaskState::kRunning);
+    });
+    if (back) {
+      j.completed.push_back(op->second);
+      op = j.in_progress.erase(op);
+    } else {
+      ++op;
+    }
+  }
+  return std::exchange(j.completed, {});
+}
+
+std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<std::string>& ids,
+                                      uint64_t now) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.stopping) return {};
+  Job& j = it->second;
+  std::set<std::string> pending;
+  for (const auto& op : pending_operations(job)) pending.insert(op.id);
+  std::erase_if(j.granted, [&](const std::string& id) { return !pending.count(id); });
+  bool any = false;
+  for (const auto& id : ids)
+    if (pending.count(id)) any |= j.granted.insert(id).second;
+  if (!any) return {};
+  return roll(j, now);
+}
+
+std::vector<Command> Scheduler::set_control_fallback(const std::string& job, bool on,
+                                                     uint64_t now) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.fallback == on) return {};
+  Job& j = it->second;
+  j.fallback = on;
+  j.granted.clear();  // an answer from before is not a permission for later
+  return on && !j.stopping ? roll(j, now) : std::vector<Command>{};
+}
+
+bool Scheduler::control_fallback(const std::string& job) const {
+  auto it = jobs_.find(job);
+  return it != jobs_.end() && it->second.fallback;
 }
 
 }  // namespace weft::cp

@@ -69,6 +69,27 @@ struct Command {
   nlohmann::json spec;  // for kStart: the agent task spec, its name set to the task id
 };
 
+// TaskControl (docs/taskcontrol.md): an operation the scheduler wants to perform on a
+// task of a job that names a TaskController, and performs only once the controller
+// acknowledged it (or, the controller unreachable, at max_unavailable pacing).
+struct Operation {
+  std::string id;    // "<kind>/<task id>": the same operation keeps its id across asks
+  std::string kind;  // "restart" (a rolling update)
+  std::string task;
+  int index = 0;
+  std::string reason;
+};
+
+// A job's task as its controller sees it: the newest task of each index.
+struct ControlledTask {
+  std::string task;
+  int index = 0;
+  std::string machine;  // filled in by the caller (the scheduler knows machine ids)
+  MachineId machine_id = 0;
+  TaskState state = TaskState::kPending;
+  std::string message;
+};
+
 struct SchedulerLimits {
   double destructive_per_min = 60;  // replacements + stops caused by failures
   double destructive_burst = 20;
@@ -83,6 +104,25 @@ class Scheduler {
   // A new spec for a running job: tasks are replaced max_unavailable at a time.
   Result<std::vector<Command>> update(const JobSpec& spec, uint64_t now_us);
   Result<std::vector<Command>> stop(const std::string& job, uint64_t now_us);
+  // TaskControl. Jobs that name a TaskController, in name order.
+  std::vector<std::string> controlled_jobs() const;
+  // What the scheduler wants to do to the job's tasks and waits to be acknowledged for,
+  // in task index order.
+  std::vector<Operation> pending_operations(const std::string& job) const;
+  // The newest task of each index of the job.
+  std::vector<ControlledTask> controlled_tasks(const std::string& job) const;
+  // Operations performed since the last call whose task index runs again (a restart is
+  // complete when the index's new task runs).
+  std::vector<std::string> take_completed(const std::string& job);
+  // The controller acknowledged these operations: performed now (unknown or no longer
+  // pending ids are ignored). The commands to send.
+  std::vector<Command> grant(const std::string& job, const std::vector<std::string>& op_ids,
+                             uint64_t now_us);
+  // The controller is unreachable past its timeout and the job says "proceed" (true):
+  // the job moves at max_unavailable pacing until it answers again (false).
+  std::vector<Command> set_control_fallback(const std::string& job, bool on, uint64_t now_us);
+  bool control_fallback(const std::string& job) const;
+
   // Undoes a create() whose write failed, before any of its commands was sent: the job,
   // its tasks and its placement go, and machines it took return to the free pool.
   void abandon(const std::string& job);
@@ -183,6 +223,13 @@ class Scheduler {
     // An update may have live tasks of an older generation left to roll (cleared by
     // roll() once none is left): a task that starts running only matters to roll().
     bool rolling = false;
+    // TaskControl: operations acknowledged and not performed yet; performed ones by
+    // index until that index runs again; the controller unreachable (fallback pacing).
+    std::set<std::string> granted;
+    std::map<int, std::string> in_progress;
+    std::vector<std::string> completed;
+    bool fallback = false;
+    bool controlled() const { return spec.controller.has_value() && !fallback; }
   };
   // One reported task (report_list, report_changes), and what the report led to.
   struct Observed {

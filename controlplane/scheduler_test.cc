@@ -660,5 +660,106 @@ TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
   EXPECT_EQ(steps, 10);
 }
 
+// TaskControl: a job that names a controller restarts only what the controller acked,
+// as many at once as it acked (not max_unavailable); acks of unknown or finished
+// operations change nothing; a restart completes when its index runs again.
+TEST_F(Sched, AControlledUpdateRestartsOnlyWhatTheControllerAcked) {
+  JobSpec s = spec("web", 4);
+  s.max_unavailable = 1;
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  EXPECT_EQ(sched_.controlled_jobs(), std::vector<std::string>{"web"});
+  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  s.task["argv"] = {"/bin/sleep", "1000"};
+  auto u = sched_.update(s, 2);
+  ASSERT_TRUE(u.ok());
+  EXPECT_TRUE(u->empty());  // nothing moves before an ack
+  auto ops = sched_.pending_operations("web");
+  ASSERT_EQ(ops.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ops[static_cast<size_t>(i)].kind, "restart");
+    EXPECT_EQ(ops[static_cast<size_t>(i)].index, i);
+    EXPECT_EQ(ops[static_cast<size_t>(i)].id, "restart/" + ops[static_cast<size_t>(i)].task);
+  }
+  // A partial ack of two (more than max_unavailable: the controller decides), with an
+  // id nobody asked for.
+  auto g = sched_.grant("web", {ops[0].id, ops[2].id, "restart/web.9.99"}, 3);
+  ASSERT_EQ(count_kind(g, Command::Kind::kStop), 2);
+  sent.insert(sent.end(), g.begin(), g.end());
+  EXPECT_EQ(sched_.pending_operations("web").size(), 2u);    // the other two still wait
+  EXPECT_TRUE(sched_.grant("web", {ops[0].id}, 4).empty());  // already performed
+  // The stops are confirmed: the new generation starts in those two slots only.
+  std::vector<Command> next;
+  for (MachineId m : ids_) {
+    auto r = sched_.report(m, running_on(m, sent), 5);
+    next.insert(next.end(), r.begin(), r.end());
+  }
+  EXPECT_EQ(count_kind(next, Command::Kind::kStart), 2);
+  EXPECT_EQ(count_kind(next, Command::Kind::kStop), 0);
+  EXPECT_TRUE(sched_.take_completed("web").empty());  // not running yet
+  sent.insert(sent.end(), next.begin(), next.end());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 6);
+  auto done = sched_.take_completed("web");
+  std::sort(done.begin(), done.end());
+  std::vector<std::string> want{ops[0].id, ops[2].id};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(done, want);
+  EXPECT_TRUE(sched_.take_completed("web").empty());  // told once
+  auto tasks = sched_.controlled_tasks("web");
+  ASSERT_EQ(tasks.size(), 4u);
+  for (const auto& t : tasks) EXPECT_EQ(t.state, TaskState::kRunning) << t.task;
+  // A job without a controller has no operations to ask about.
+  ASSERT_TRUE(sched_.create(spec("plain", 1), 7).ok());
+  EXPECT_TRUE(sched_.pending_operations("plain").empty());
+  EXPECT_EQ(sched_.controlled_jobs(), std::vector<std::string>{"web"});
+}
+
+// The controller unreachable past its timeout ("proceed"): the update goes on at
+// max_unavailable pacing; when it answers again, only its acks move the job.
+TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
+  JobSpec s = spec("web", 4);
+  s.max_unavailable = 1;
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  s.task["argv"] = {"/bin/sleep", "1000"};
+  ASSERT_TRUE(sched_.update(s, 2).ok());
+  auto ops = sched_.pending_operations("web");
+  auto g = sched_.grant("web", {ops[3].id}, 2);  // acked, then silence
+  ASSERT_EQ(g.size(), 1u);
+  sent.insert(sent.end(), g.begin(), g.end());
+  auto f = sched_.set_control_fallback("web", true, 3);
+  EXPECT_TRUE(sched_.control_fallback("web"));
+  // One already down (index 3, acked): max_unavailable 1 allows no more now.
+  sent.insert(sent.end(), f.begin(), f.end());
+  std::vector<Command> all;
+  uint64_t now = 4;
+  for (int step = 0; step < 20; ++step) {
+    std::vector<Command> next;
+    for (MachineId m : ids_) {
+      auto r = sched_.report(m, running_on(m, sent), now++);
+      next.insert(next.end(), r.begin(), r.end());
+    }
+    if (next.empty()) break;
+    EXPECT_LE(count_kind(next, Command::Kind::kStop), 1);
+    sent.insert(sent.end(), next.begin(), next.end());
+    all.insert(all.end(), next.begin(), next.end());
+  }
+  EXPECT_TRUE(sched_.pending_operations("web").empty());  // the whole update went
+  for (const auto& t : sched_.controlled_tasks("web")) EXPECT_EQ(t.state, TaskState::kRunning);
+  // Back: a new update waits for acks again.
+  EXPECT_TRUE(sched_.set_control_fallback("web", false, now).empty());
+  s.task["argv"] = {"/bin/sleep", "2000"};
+  auto u = sched_.update(s, now + 1);
+  ASSERT_TRUE(u.ok());
+  EXPECT_TRUE(u->empty());
+  EXPECT_EQ(sched_.pending_operations("web").size(), 4u);
+}
+
 }  // namespace
 }  // namespace weft::cp
