@@ -60,6 +60,16 @@ TEST(JobSpec, ErrorsNameTheField) {
        "task.resources.memory_max"},
       {with({{"task", {{"argv", {"x"}}, {"name", "mine"}}}}), "task.name"},
       {with({{"task", {{"argv", {"x"}}, {"owner", "controlplane"}}}}), "task.owner"},
+      {with({{"task_controller", "127.0.0.1:7400"}}), "task_controller"},
+      {with({{"task_controller", json::object()}}), "task_controller.address"},
+      {with({{"task_controller", {{"address", 7400}}}}), "task_controller.address"},
+      {with({{"task_controller", {{"address", "no port"}}}}), "task_controller.address"},
+      {with({{"task_controller", {{"address", "h:1"}, {"timeout_ms", 5}}}}),
+       "task_controller.timeout_ms"},
+      {with({{"task_controller", {{"address", "h:1"}, {"when_unreachable", "panic"}}}}),
+       "task_controller.when_unreachable"},
+      {with({{"task_controller", {{"address", "h:1"}, {"shards", 3}}}}),
+       "task_controller.shards"},
   };
   for (const auto& c : cases) {
     auto r = parse_job_spec(c.j);
@@ -81,6 +91,19 @@ TEST(JobSpec, RoundTripsAndDefaults) {
   EXPECT_EQ(back->per_task, s->per_task);
   EXPECT_EQ(back->placement, PlacementPolicy::kPack);
   EXPECT_EQ(back->task, s->task);
+  EXPECT_FALSE(back->controller);
+  // A TaskController, with its defaults, and back.
+  json j = valid();
+  j["task_controller"] = {{"address", "10.0.0.5:7400"}};
+  auto c = parse_job_spec(j);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  ASSERT_TRUE(c->controller);
+  EXPECT_EQ(c->controller->timeout_ms, 10000u);
+  EXPECT_FALSE(c->controller->wait_when_unreachable);
+  c->controller->wait_when_unreachable = true;
+  auto again = parse_job_spec(to_json(*c));
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ(again->controller, c->controller);
 }
 
 TEST(JobSpec, EveryTaskIdFitsTheAgentsTaskNames) {

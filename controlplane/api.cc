@@ -174,6 +174,8 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   if (!cmds.empty() || !changed.empty())
     TRY(persist({}, {}));  // tasks; the machine row is as it was
   send(cmds);
+  for (const auto& job : changed)  // controllers hear of their tasks' changes at once
+    if (control_ && control_->has(job)) ask_controller(job);
   // Ended tasks whose end is now durable here: the machine stops reporting them, so a
   // report stays the size of what the machine runs.
   return json{{"commands", cmds.size()}, {"forget", forget}};
@@ -336,6 +338,9 @@ Result<json> Manager::job_op(const std::string& op, const json& p, const CallCon
   std::set<MachineId> ms(placed.begin(), placed.end());
   TRY(persist({name}, ms));
   send(*cmds);
+  if (op == "update") {
+    control_round();  // a new controller, or new operations to ask it about: at once
+  }
   return json{{"job", name}, {"commands", cmds->size()}};
 }
 

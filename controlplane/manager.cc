@@ -164,6 +164,7 @@ Status Manager::start() {
   auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
   watch_heartbeats();
+  start_task_control();
   log_info("control plane ready",
            {{"SOCKET", cfg_.socket},
             {"LISTEN",
@@ -655,6 +656,85 @@ Result<MachineId> Manager::own_machine(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, machine_of(p, c));
   TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
   return m;
+}
+
+void Manager::apply_commands(const std::vector<Command>& cmds) {
+  if (cmds.empty()) return;
+  if (auto s = persist({}, {}); !s.ok()) {
+    log_error("cannot write state: " + s.error().str());
+    return;  // what changed is written again by the next write; commands are resent
+  }
+  send(cmds);
+}
+
+void Manager::start_task_control() {
+  control_ = std::make_unique<TaskControlLinks>(
+      *loop_, TaskControlLinks::Hooks{
+                  [this](const std::string& job) { return control_plan(job); },
+                  [this](const std::string& job, const std::vector<std::string>& acks) {
+                    control_acked(job, acks);
+                  },
+                  [this](const std::string& job, bool unreachable) {
+                    control_reachability(job, unreachable);
+                  }});
+  control_round();
+}
+
+void Manager::control_round() {
+  std::map<std::string, TaskControllerSpec> jobs;
+  for (const auto& name : sched_.controlled_jobs())
+    if (auto j = sched_.job(name); j && j->controller) jobs[name] = *j->controller;
+  control_->sync(jobs);
+  std::erase_if(control_completed_, [&](const auto& e) { return !jobs.count(e.first); });
+  uint64_t now = now_us();
+  control_->check(now);
+  for (const auto& [name, spec] : jobs) control_->ask(name, now);
+  auto t = loop_->add_timer_in(1'000'000, [this] { control_round(); });
+  if (t.ok()) control_timer_ = std::move(t).value();
+}
+
+void Manager::ask_controller(const std::string& job) {
+  if (control_) control_->ask(job, now_us());
+}
+
+json Manager::control_plan(const std::string& job) {
+  auto spec = sched_.job(job);
+  json tasks = json::array();
+  for (const auto& t : sched_.controlled_tasks(job)) {
+    json e{{"task", t.task},
+           {"index", t.index},
+           {"machine", alloc_.spec(t.machine_id).name},
+           {"state", task_state_name(t.state)}};
+    if (!t.message.empty()) e["message"] = t.message;
+    tasks.push_back(std::move(e));
+  }
+  json pending = json::array();
+  for (const auto& op : sched_.pending_operations(job))
+    pending.push_back({{"op", op.id},
+                       {"kind", op.kind},
+                       {"task", op.task},
+                       {"index", op.index},
+                       {"reason", op.reason}});
+  auto& completed = control_completed_[job];
+  for (auto& id : sched_.take_completed(job)) completed.push_back(std::move(id));
+  return json{{"job", job},
+              {"generation", sched_.generation(job)},
+              {"count", spec ? spec->count : 0},
+              {"max_unavailable", spec ? spec->max_unavailable : 0},
+              {"tasks", std::move(tasks)},
+              {"pending", std::move(pending)},
+              {"completed", completed}};
+}
+
+void Manager::control_acked(const std::string& job, const std::vector<std::string>& acks) {
+  control_completed_.erase(job);  // the controller has been told
+  apply_commands(sched_.grant(job, acks, now_us()));
+}
+
+void Manager::control_reachability(const std::string& job, bool unreachable) {
+  auto spec = sched_.job(job);
+  if (!spec || !spec->controller || spec->controller->wait_when_unreachable) return;
+  apply_commands(sched_.set_control_fallback(job, unreachable, now_us()));
 }
 
 }  // namespace weft::cp

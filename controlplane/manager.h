@@ -21,6 +21,7 @@
 #include "controlplane/cp_conf.h"
 #include "controlplane/scheduler.h"
 #include "controlplane/state_store.h"
+#include "controlplane/task_control.h"
 
 namespace weft::cp {
 
@@ -125,6 +126,19 @@ class Manager {
   // A job file's JSON with its entitlement named: the spec with the entitlement's id.
   Result<JobSpec> job_from_params(const nlohmann::json& p) const;
   nlohmann::json machine_json(MachineId m) const;
+  // TaskControl (docs/taskcontrol.md): links to the jobs' controllers, kept in step with
+  // the jobs every second; each controlled job's plan asked every second and on change.
+  void start_task_control();
+  void control_round();
+  void ask_controller(const std::string& job);
+  nlohmann::json control_plan(const std::string& job);
+  void control_acked(const std::string& job, const std::vector<std::string>& acks);
+  void control_reachability(const std::string& job, bool unreachable);
+  // Writes and sends what a scheduler call outside a request produced.
+  void apply_commands(const std::vector<Command>& cmds);
+  std::unique_ptr<TaskControlLinks> control_;
+  std::map<std::string, std::vector<std::string>> control_completed_;  // not yet told
+  Source control_timer_;
   // Tells each connected sidekick whose machine's desired profile changed (a machine
   // joined or left an entitlement) to apply it now, rather than at its next report.
   void push_profiles();

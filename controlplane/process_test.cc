@@ -11,7 +11,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -427,6 +434,211 @@ TEST_F(ControlPlane, ChangesAreReportedAgainstTheAcknowledgedList) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().str().find("changes.a.0.1"), std::string::npos) << r.error().str();
   EXPECT_TRUE(report({{"digest", tasks_digest(dropped)}}).ok());
+}
+
+// A TaskController on loopback TCP, in a thread of the test: answers every
+// taskcontrol.plan with the ids its policy picks, and keeps the plans it was sent.
+class FakeController {
+ public:
+  using Policy = std::function<json(const json& plan)>;  // -> the "ack" list
+  FakeController() {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listen_, 8) != 0 ||
+        ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      return;
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeController() { stop(); }
+  uint16_t port() const { return port_; }
+  void set_policy(Policy p) {
+    std::lock_guard<std::mutex> g(mu_);
+    policy_ = std::move(p);
+  }
+  std::vector<json> plans() {
+    std::lock_guard<std::mutex> g(mu_);
+    return plans_;
+  }
+  // Gone: the listener and every session closed (connects are refused from now on).
+  void stop() {
+    if (stopping_.exchange(true)) return;
+    if (thread_.joinable()) thread_.join();
+    if (listen_ >= 0) ::close(listen_);
+    listen_ = -1;
+  }
+
+ private:
+  void serve() {
+    std::vector<pollfd> fds{{listen_, POLLIN, 0}};
+    std::map<int, std::string> buf;
+    while (!stopping_) {
+      if (::poll(fds.data(), fds.size(), 50) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0) fds.push_back({c, POLLIN, 0});
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        char chunk[65536];
+        ssize_t n = ::read(fds[i].fd, chunk, sizeof chunk);
+        if (n <= 0) {
+          ::close(fds[i].fd);
+          buf.erase(fds[i].fd);
+          fds[i].fd = -1;
+          continue;
+        }
+        std::string& b = buf[fds[i].fd];
+        b.append(chunk, static_cast<size_t>(n));
+        for (size_t nl; (nl = b.find('\n')) != std::string::npos;) {
+          json msg = json::parse(b.substr(0, nl), nullptr, false);
+          b.erase(0, nl + 1);
+          if (!msg.is_object() || msg.value("method", "") != "taskcontrol.plan") continue;
+          json ack = json::array();
+          {
+            std::lock_guard<std::mutex> g(mu_);
+            plans_.push_back(msg["params"]);
+            if (policy_) ack = policy_(msg["params"]);
+          }
+          std::string out =
+              json{{"jsonrpc", "2.0"},
+                   {"id", msg["id"]},
+                   {"result", {{"seq", msg["params"]["seq"]}, {"ack", ack}}}}
+                  .dump() +
+              "\n";
+          (void)!::write(fds[i].fd, out.data(), out.size());
+        }
+      }
+      std::erase_if(fds, [](const pollfd& p) { return p.fd < 0; });
+    }
+    for (size_t i = 1; i < fds.size(); ++i) ::close(fds[i].fd);
+  }
+  int listen_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  Policy policy_;
+  std::vector<json> plans_;
+};
+
+// TaskControl through the daemon: a rolling update of a job with a controller restarts
+// only what the controller acknowledges, tells it what completed, and, when the
+// controller is gone past its timeout, goes on at max_unavailable pacing.
+TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
+  start();
+  if (HasFatalFailure()) return;
+  std::vector<std::unique_ptr<FakeMachine>> ms;
+  for (int i = 0; i < 3; ++i) {
+    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(sock()));
+  }
+  FakeController ctl;
+  ASSERT_NE(ctl.port(), 0);
+  ctl.set_policy([](const json&) { return json::array(); });  // nothing may go
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 3}}).ok());
+  json job{{"name", "kv"},
+           {"entitlement", "a"},
+           {"count", 3},
+           {"max_unavailable", 1},
+           {"per_task", {{"cpu_milli", 1000}, {"mem_mb", 512}}},
+           {"task_controller",
+            {{"address", "127.0.0.1:" + std::to_string(ctl.port())}, {"timeout_ms", 1500}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  ASSERT_TRUE(call("job.create", job).ok());
+  // The job's tasks by index: generation and state, as job.show has them.
+  auto shown = [&] {
+    std::map<int, std::pair<uint64_t, std::string>> out;  // live ones, newest generation
+    auto r = call("job.show", {{"name", "kv"}});
+    if (r.ok())
+      for (const auto& t : (*r)["tasks"])
+        if (t["state"] == "running" || t["state"] == "starting") {
+          auto& e = out[t["index"].get<int>()];
+          if (t["generation"].get<uint64_t>() >= e.first)
+            e = {t["generation"].get<uint64_t>(), t["state"].get<std::string>()};
+        }
+    return out;
+  };
+  auto all_at = [&](uint64_t gen) {
+    auto s = shown();
+    if (s.size() != 3) return false;
+    for (const auto& [i, e] : s)
+      if (e.first != gen || e.second != "running") return false;
+    return true;
+  };
+  auto pump_until = [&](auto pred, int ms_total) {
+    for (int i = 0; i < ms_total / 50 && !pred(); ++i) {
+      for (auto& m : ms) m->report();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return pred();
+  };
+  ASSERT_TRUE(pump_until([&] { return all_at(1); }, 5000));
+  int stops = 0;
+  for (auto& m : ms) stops += m->stops();
+  ASSERT_EQ(stops, 0);
+  // An update: the controller acks nothing, nothing is stopped; it is told of three
+  // pending restarts and of the three tasks.
+  job["task"]["argv"] = {"/bin/sleep", "1000"};
+  ASSERT_TRUE(call("job.update", job).ok());
+  auto last_plan = [&] {
+    auto p = ctl.plans();
+    return p.empty() ? json() : p.back();
+  };
+  ASSERT_TRUE(pump_until([&] { return last_plan().value("pending", json::array()).size() == 3; },
+                         3000))
+      << last_plan().dump();
+  pump_until([] { return false; }, 1500);
+  for (auto& m : ms) stops += m->stops();
+  EXPECT_EQ(stops, 0);
+  json plan = last_plan();
+  EXPECT_EQ(plan["job"], "kv");
+  EXPECT_EQ(plan["generation"], 2);
+  EXPECT_EQ(plan["tasks"].size(), 3u);
+  EXPECT_EQ(plan["tasks"][0]["state"], "running");
+  EXPECT_TRUE(plan["seq"].is_number_unsigned());
+  // It acks index 0's restart only: that one restarts, and completes.
+  std::string op0;
+  for (const auto& op : plan["pending"])
+    if (op["index"] == 0) op0 = op["op"];
+  ASSERT_FALSE(op0.empty());
+  ctl.set_policy([op0](const json&) { return json::array({op0}); });
+  ASSERT_TRUE(pump_until(
+      [&] {
+        auto s = shown();
+        return s.count(0) && s[0].first == 2 && s[0].second == "running";
+      },
+      5000));
+  ASSERT_TRUE(pump_until(
+      [&] {
+        for (const auto& p : ctl.plans())
+          for (const auto& c : p["completed"])
+            if (c == op0) return true;
+        return false;
+      },
+      3000));
+  auto s = shown();
+  EXPECT_EQ(s[1].first, 1u);  // the others wait
+  EXPECT_EQ(s[2].first, 1u);
+  // It acks everything: the update completes.
+  ctl.set_policy([](const json& p) {
+    json ack = json::array();
+    for (const auto& op : p["pending"]) ack.push_back(op["op"]);
+    return ack;
+  });
+  EXPECT_TRUE(pump_until([&] { return all_at(2); }, 8000)) << shown().size();
+  // The controller goes away; another update proceeds once its 1.5 s timeout passed,
+  // one task at a time (max_unavailable 1).
+  ctl.stop();
+  job["task"]["argv"] = {"/bin/sleep", "2000"};
+  ASSERT_TRUE(call("job.update", job).ok());
+  EXPECT_TRUE(pump_until([&] { return all_at(3); }, 15000));
+  std::string log = read_file(dir_ + "/cp.log").value_or("");
+  EXPECT_NE(log.find("task controller unreachable"), std::string::npos);
 }
 
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
