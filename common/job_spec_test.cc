@@ -68,8 +68,7 @@ TEST(JobSpec, ErrorsNameTheField) {
        "task_controller.timeout_ms"},
       {with({{"task_controller", {{"address", "h:1"}, {"when_unreachable", "panic"}}}}),
        "task_controller.when_unreachable"},
-      {with({{"task_controller", {{"address", "h:1"}, {"shards", 3}}}}),
-       "task_controller.shards"},
+      {with({{"task_controller", {{"address", "h:1"}, {"shards", 3}}}}), "task_controller.shards"},
   };
   for (const auto& c : cases) {
     auto r = parse_job_spec(c.j);

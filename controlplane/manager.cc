@@ -669,14 +669,14 @@ void Manager::apply_commands(const std::vector<Command>& cmds) {
 
 void Manager::start_task_control() {
   control_ = std::make_unique<TaskControlLinks>(
-      *loop_, TaskControlLinks::Hooks{
-                  [this](const std::string& job) { return control_plan(job); },
-                  [this](const std::string& job, const std::vector<std::string>& acks) {
-                    control_acked(job, acks);
-                  },
-                  [this](const std::string& job, bool unreachable) {
-                    control_reachability(job, unreachable);
-                  }});
+      *loop_,
+      TaskControlLinks::Hooks{[this](const std::string& job) { return control_plan(job); },
+                              [this](const std::string& job, const std::vector<std::string>& acks) {
+                                control_acked(job, acks);
+                              },
+                              [this](const std::string& job, bool unreachable) {
+                                control_reachability(job, unreachable);
+                              }});
   control_round();
 }
 
@@ -703,6 +703,7 @@ json Manager::control_plan(const std::string& job) {
   for (const auto& t : sched_.controlled_tasks(job)) {
     json e{{"task", t.task},
            {"index", t.index},
+           {"generation", t.generation},
            {"machine", alloc_.spec(t.machine_id).name},
            {"state", task_state_name(t.state)}};
     if (!t.message.empty()) e["message"] = t.message;

@@ -34,6 +34,7 @@
 #include "common/task_report.h"
 #include "common/task_spec.h"
 #include "common/tls.h"
+#include "examples/shard_controller/shard_manager.h"
 
 namespace weft {
 namespace {
@@ -504,12 +505,11 @@ class FakeController {
             plans_.push_back(msg["params"]);
             if (policy_) ack = policy_(msg["params"]);
           }
-          std::string out =
-              json{{"jsonrpc", "2.0"},
-                   {"id", msg["id"]},
-                   {"result", {{"seq", msg["params"]["seq"]}, {"ack", ack}}}}
-                  .dump() +
-              "\n";
+          std::string out = json{{"jsonrpc", "2.0"},
+                                 {"id", msg["id"]},
+                                 {"result", {{"seq", msg["params"]["seq"]}, {"ack", ack}}}}
+                                .dump() +
+                            "\n";
           (void)!::write(fds[i].fd, out.data(), out.size());
         }
       }
@@ -589,8 +589,8 @@ TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
     auto p = ctl.plans();
     return p.empty() ? json() : p.back();
   };
-  ASSERT_TRUE(pump_until([&] { return last_plan().value("pending", json::array()).size() == 3; },
-                         3000))
+  ASSERT_TRUE(
+      pump_until([&] { return last_plan().value("pending", json::array()).size() == 3; }, 3000))
       << last_plan().dump();
   pump_until([] { return false; }, 1500);
   for (auto& m : ms) stops += m->stops();
@@ -639,6 +639,87 @@ TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   EXPECT_TRUE(pump_until([&] { return all_at(3); }, 15000));
   std::string log = read_file(dir_ + "/cp.log").value_or("");
   EXPECT_NE(log.find("task controller unreachable"), std::string::npos);
+}
+
+// The reference controller (examples/shard_controller) over a rolling update: 6 tasks
+// hold 6 shards x 3 replicas (indices 0-2 and 3-5), floor 2. No shard ever has fewer
+// than 2 replicas running, and the controller lets two restarts go at once where that is
+// safe (one in each group), although max_unavailable is 1.
+TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
+  start();
+  if (HasFatalFailure()) return;
+  std::string ctl_sock = dir_ + "/ctl.sock";
+  pid_t ctl = fork();
+  if (ctl == 0) {
+    int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(SHARD_CONTROLLER_BIN, "shard_controller", "--listen", ("unix:" + ctl_sock).c_str(),
+          "--shards", "6", "--replicas", "3", "--floor", "2", nullptr);
+    _exit(127);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{ctl};
+  std::vector<std::unique_ptr<FakeMachine>> ms;
+  for (int i = 0; i < 6; ++i) {
+    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(sock()));
+  }
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 6}}).ok());
+  json job{{"name", "kv"},
+           {"entitlement", "a"},
+           {"count", 6},
+           {"max_unavailable", 1},
+           {"per_task", {{"cpu_milli", 3000}, {"mem_mb", 512}}},  // one per machine
+           {"task_controller", {{"address", "unix:" + ctl_sock}, {"timeout_ms", 5000}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  ASSERT_TRUE(call("job.create", job).ok());
+  weft::example::ShardManager shards(6, 3, 2);
+  auto running = [&](uint64_t* newest_gen_everywhere) {
+    std::set<int> up;
+    std::map<int, uint64_t> gen;
+    auto r = call("job.show", {{"name", "kv"}});
+    if (r.ok())
+      for (const auto& t : (*r)["tasks"])
+        if (t["state"] == "running") {
+          up.insert(t["index"].get<int>());
+          gen[t["index"].get<int>()] = t["generation"].get<uint64_t>();
+        }
+    if (newest_gen_everywhere) {
+      uint64_t g = up.size() == 6 ? UINT64_MAX : 0;
+      for (const auto& [i, v] : gen) g = std::min(g, v);
+      *newest_gen_everywhere = g;
+    }
+    return up;
+  };
+  auto pump = [&] {
+    for (auto& m : ms) m->report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  uint64_t gen = 0;
+  for (int i = 0; i < 250 && gen != 1; ++i) {
+    pump();
+    running(&gen);
+  }
+  ASSERT_EQ(gen, 1u);
+  job["task"]["argv"] = {"/bin/sleep", "1000"};
+  ASSERT_TRUE(call("job.update", job).ok());
+  size_t most_down = 0;
+  int below = 0;
+  for (int i = 0; i < 600 && gen != 2; ++i) {
+    pump();
+    auto up = running(&gen);
+    most_down = std::max(most_down, 6 - up.size());
+    below = std::max(below, shards.shards_below_floor(6, up, {}));
+  }
+  EXPECT_EQ(gen, 2u) << read_file(dir_ + "/ctl.log").value_or("");
+  EXPECT_EQ(below, 0);
+  EXPECT_EQ(most_down, 2u);
 }
 
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {

@@ -682,7 +682,8 @@ std::vector<ControlledTask> Scheduler::controlled_tasks(const std::string& job) 
     }
   std::vector<ControlledTask> out;
   for (const auto& [index, t] : newest)
-    out.push_back(ControlledTask{t->id, index, "", t->machine, t->state, t->message});
+    out.push_back(
+        ControlledTask{t->id, index, "", t->machine, t->generation, t->state, t->message});
   return out;
 }
 

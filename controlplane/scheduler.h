@@ -86,6 +86,7 @@ struct ControlledTask {
   int index = 0;
   std::string machine;  // filled in by the caller (the scheduler knows machine ids)
   MachineId machine_id = 0;
+  uint64_t generation = 0;
   TaskState state = TaskState::kPending;
   std::string message;
 };

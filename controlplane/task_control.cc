@@ -87,8 +87,8 @@ void TaskControlLinks::connect(Link& l) {
           retry_later(me);
           return;
         }
-        me.session = std::make_unique<rpc::Session>(loop_, std::move(fd).value(), rpc::Peer{},
-                                                   nullptr);
+        me.session =
+            std::make_unique<rpc::Session>(loop_, std::move(fd).value(), rpc::Peer{}, nullptr);
         me.session->set_on_close([this, alive, link] {
           if (alive.expired()) return;
           drop_session(*link);
@@ -134,11 +134,10 @@ void TaskControlLinks::send(Link& l, uint64_t now) {
   l.sent_us = now;
   std::weak_ptr<Token> alive = l.token;
   Link* link = &l;
-  l.session->call("taskcontrol.plan", std::move(params),
-                  [this, alive, link, seq](Result<json> r) {
-                    if (alive.expired()) return;
-                    answered(*link, std::move(r), seq);
-                  });
+  l.session->call("taskcontrol.plan", std::move(params), [this, alive, link, seq](Result<json> r) {
+    if (alive.expired()) return;
+    answered(*link, std::move(r), seq);
+  });
 }
 
 void TaskControlLinks::answered(Link& l, Result<json> r, uint64_t seq) {
@@ -162,8 +161,7 @@ void TaskControlLinks::answered(Link& l, Result<json> r, uint64_t seq) {
   hooks_.acked(job, *acks);
   // The hooks may have synced links away; look the job up again.
   auto it = links_.find(job);
-  if (it != links_.end() && it->second->again && it->second->session &&
-      !it->second->in_flight)
+  if (it != links_.end() && it->second->again && it->second->session && !it->second->in_flight)
     send(*it->second, now_monotonic_us());
 }
 

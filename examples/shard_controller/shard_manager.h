@@ -1,0 +1,107 @@
+// A shard manager's decisions, as a TaskController makes them (docs/taskcontrol.md):
+// `shards` shards of `replicas` replicas each, spread over the job's task indices
+// (replica r of shard s on index (s * replicas + r) % count), and a restart allowed only
+// when every shard keeps at least `floor` replicas on tasks that run and are not being
+// restarted. An example for controller writers; the control plane does not link it.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace weft::example {
+
+class ShardManager {
+ public:
+  ShardManager(int shards, int replicas, int floor)
+      : shards_(shards), replicas_(replicas), floor_(floor) {}
+
+  // The task indices holding shard s's replicas, for a job of `count` tasks.
+  std::vector<int> replicas_of(int shard, int count) const {
+    std::vector<int> out;
+    for (int r = 0; r < replicas_; ++r) out.push_back((shard * replicas_ + r) % count);
+    return out;
+  }
+
+  // Answers one taskcontrol.plan: the ids of the pending operations that may go now.
+  nlohmann::json decide(const nlohmann::json& plan) {
+    int count = plan.value("count", 0);
+    if (count < 1) return nlohmann::json::array();
+    // Operations done are no longer in flight.
+    for (const auto& id : plan.value("completed", nlohmann::json::array()))
+      if (id.is_string()) in_flight_.erase(id.get<std::string>());
+    std::set<std::string> pending_ids;
+    for (const auto& op : plan.value("pending", nlohmann::json::array()))
+      if (op.contains("op") && op["op"].is_string()) pending_ids.insert(op["op"]);
+    std::set<int> down;         // indices that do not count as serving now
+    std::set<int> up, current;  // running; running the job's current generation
+    uint64_t generation = plan.value("generation", uint64_t{0});
+    for (const auto& t : plan.value("tasks", nlohmann::json::array()))
+      if (t.value("state", "") == "running" && t.contains("index") && t["index"].is_number()) {
+        up.insert(t["index"].get<int>());
+        if (t.value("generation", uint64_t{0}) == generation) current.insert(t["index"].get<int>());
+      }
+    // A completion this controller did not hear of (its answer was lost): an operation
+    // no longer pending whose index runs the current generation is done.
+    std::erase_if(in_flight_, [&](const auto& e) {
+      return !pending_ids.count(e.first) && current.count(e.second);
+    });
+    for (const auto& [id, index] : in_flight_) down.insert(index);
+    nlohmann::json ack = nlohmann::json::array();
+    for (const auto& op : plan.value("pending", nlohmann::json::array())) {
+      if (!op.contains("op") || !op["op"].is_string() || !op.contains("index") ||
+          !op["index"].is_number())
+        continue;
+      std::string id = op["op"];
+      int index = op["index"];
+      if (in_flight_.count(id)) {  // acknowledged already: again (the answer may be lost)
+        ack.push_back(id);
+        continue;
+      }
+      down.insert(index);
+      if (all_shards_keep_floor(count, up, down)) {
+        in_flight_[id] = index;
+        ack.push_back(id);
+      } else {
+        down.erase(index);
+      }
+    }
+    return ack;
+  }
+
+  // Shards whose replicas on running tasks (not being restarted) are below the floor.
+  int shards_below_floor(int count, const std::set<int>& up, const std::set<int>& down) const {
+    int n = 0;
+    for (int s = 0; s < shards_; ++s) {
+      int serving = 0;
+      for (int i : replicas_of(s, count)) serving += up.count(i) && !down.count(i);
+      n += serving < floor_;
+    }
+    return n;
+  }
+
+ private:
+  bool all_shards_keep_floor(int count, const std::set<int>& up, const std::set<int>& down) const {
+    for (int s = 0; s < shards_; ++s) {
+      auto rs = replicas_of(s, count);
+      int serving = 0;
+      bool touched = false;
+      for (int i : rs) {
+        serving += up.count(i) && !down.count(i);
+        touched |= down.count(i) > 0;
+      }
+      // A shard already below its floor (a failure) must not lose more; shards the
+      // operation does not touch are not this operation's to judge.
+      if (touched && serving < floor_) return false;
+    }
+    return true;
+  }
+
+  int shards_, replicas_, floor_;
+  std::map<std::string, int> in_flight_;  // op id -> task index, acked and not completed
+};
+
+}  // namespace weft::example
