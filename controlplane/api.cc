@@ -423,7 +423,10 @@ Result<json> Manager::api_machine_drain(const json& p, const CallContext& c) {
   bool drained = p.value("drained", true);
   TRY(broker_.drain(p["machine"].get<std::string>(), drained, now_us()));
   std::vector<Command> cmds;
-  if (drained) cmds = sched_.machine_drain(m, now_us());
+  if (drained)
+    cmds = sched_.machine_drain(m, now_us());
+  else
+    sched_.machine_undrained(m);
   TRY(persist({}, {m}));  // with the tasks the drain changed and their jobs
   send(cmds);
   kick();

@@ -121,6 +121,18 @@ Status Manager::start() {
     return it == broker_.entitlements().end() ? std::string() : it->second.dc;
   });
   weft_gid_ = group_gid(cfg_.socket_group);
+  // Drains in progress: tasks of jobs with a TaskController that were waiting for its
+  // consent to move are wanted again (that wish is not stored); others moved already.
+  std::vector<Command> redrain;
+  for (MachineId m = 0; m < alloc_.machine_count(); ++m)
+    if (broker_.persisted(m).drained) {
+      auto c = sched_.machine_drain(m, now_us());
+      redrain.insert(redrain.end(), c.begin(), c.end());
+    }
+  if (!redrain.empty()) {
+    TRY(persist({}, {}));
+    commit_batch();  // no session yet: the starts are resent when the machines report
+  }
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   server_->set_output_gate(gate_);

@@ -641,10 +641,11 @@ TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   EXPECT_NE(log.find("task controller unreachable"), std::string::npos);
 }
 
-// The reference controller (examples/shard_controller) over a rolling update: 6 tasks
-// hold 6 shards x 3 replicas (indices 0-2 and 3-5), floor 2. No shard ever has fewer
-// than 2 replicas running, and the controller lets two restarts go at once where that is
-// safe (one in each group), although max_unavailable is 1.
+// The reference controller (examples/shard_controller) over a rolling update and a drain
+// overlapping: 6 tasks hold 6 shards x 3 replicas (indices 0-2 and 3-5), floor 2. No
+// shard ever has fewer than 2 replicas running, the controller lets two restarts go at
+// once where that is safe (one in each group) although max_unavailable is 1, and the
+// drained machine's task moves to the spare machine.
 TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
   start();
   if (HasFatalFailure()) return;
@@ -666,11 +667,11 @@ TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
     }
   } reap{ctl};
   std::vector<std::unique_ptr<FakeMachine>> ms;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 7; ++i) {  // six for the tasks, one spare for the drain
     ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
     ASSERT_TRUE(ms.back()->connect(sock()));
   }
-  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 6}}).ok());
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 7}}).ok());
   json job{{"name", "kv"},
            {"entitlement", "a"},
            {"count", 6},
@@ -707,17 +708,25 @@ TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
     running(&gen);
   }
   ASSERT_EQ(gen, 1u);
+  int busy = -1;  // a machine with a task, to drain
+  for (int i = 0; i < 7 && busy < 0; ++i)
+    if (!ms[static_cast<size_t>(i)]->running().empty()) busy = i;
+  ASSERT_GE(busy, 0);
   job["task"]["argv"] = {"/bin/sleep", "1000"};
   ASSERT_TRUE(call("job.update", job).ok());
+  ASSERT_TRUE(call("machine.drain", {{"machine", "h" + std::to_string(busy)}}).ok());
   size_t most_down = 0;
   int below = 0;
-  for (int i = 0; i < 600 && gen != 2; ++i) {
+  auto drained = [&] { return ms[static_cast<size_t>(busy)]->running().empty(); };
+  for (int i = 0; i < 600 && !(gen == 2 && drained()); ++i) {
     pump();
     auto up = running(&gen);
     most_down = std::max(most_down, 6 - up.size());
     below = std::max(below, shards.shards_below_floor(6, up, {}));
   }
-  EXPECT_EQ(gen, 2u) << read_file(dir_ + "/ctl.log").value_or("");
+  EXPECT_EQ(gen, 2u) << read_file(dir_ + "/ctl.log").value_or("")
+                     << call("job.show", {{"name", "kv"}})->dump();
+  EXPECT_TRUE(drained());
   EXPECT_EQ(below, 0);
   EXPECT_EQ(most_down, 2u);
 }

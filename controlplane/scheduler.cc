@@ -539,19 +539,55 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool pre
 std::vector<Command> Scheduler::machine_drain(MachineId m, uint64_t now) {
   std::vector<Command> out;
   std::vector<std::string> move;
+  std::vector<std::pair<std::string, int>> slots;
   for_machine(m, [&](TaskRecord& t) {
+    if (t.state == TaskState::kStopping) {
+      // Being stopped for an update or a scale-down: what starts in its slot next must
+      // not start here (it would wait for this machine forever).
+      auto jit = jobs_.find(t.job);
+      if (jit != jobs_.end() && !jit->second.stopping && t.index < jit->second.spec.count)
+        slots.emplace_back(t.job, t.index);
+      return;
+    }
     if (t.state == TaskState::kPending) {  // never started: just place it elsewhere
       set_state(t, TaskState::kStopped);
       t.since_us = now;
       move.push_back(t.id);
     } else if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
+      if (auto jit = jobs_.find(t.job); jit != jobs_.end() && jit->second.controlled()) {
+        jit->second.moves.insert(t.id);  // its controller says when (pending_operations)
+        return;
+      }
       set_state(t, TaskState::kDraining);
       t.since_us = now;
       move.push_back(t.id);
     }
   });
   for (const auto& id : move) replace(id, now, &out);
+  for (const auto& [job, index] : slots) {
+    auto placed = alloc_.placement(job);
+    if (static_cast<size_t>(index) < placed.size() && placed[static_cast<size_t>(index)] == m)
+      (void)alloc_.move_tasks(job, {index});  // no room: it waits for the machine
+  }
   return out;
+}
+
+void Scheduler::machine_undrained(MachineId m) {
+  for_machine(m, [&](TaskRecord& t) {
+    if (auto jit = jobs_.find(t.job); jit != jobs_.end()) jit->second.moves.erase(t.id);
+  });
+}
+
+bool Scheduler::move_now(Job& j, const std::string& id, uint64_t now, std::vector<Command>* out) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end() || !live(it->second.state) || it->second.state == TaskState::kPending)
+    return false;
+  TaskRecord& t = it->second;
+  set_state(t, TaskState::kDraining);  // make before break: it stops once its copy runs
+  t.since_us = now;
+  j.in_progress[t.index] = "move/" + id;
+  replace(id, now, out);
+  return true;
 }
 
 void Scheduler::stop_drained_sibling(const TaskRecord& t, uint64_t now, std::vector<Command>* out) {
@@ -666,6 +702,11 @@ std::vector<Operation> Scheduler::pending_operations(const std::string& job) con
       if (t->generation < j.generation && live(t->state))
         out.push_back(Operation{"restart/" + t->id, "restart", t->id, t->index,
                                 "update to generation " + std::to_string(j.generation)});
+  for (const auto& id : j.moves)
+    if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state))
+      out.push_back(Operation{"move/" + id, "move", id, t->second.index, "its machine is drained"});
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Operation& a, const Operation& b) { return a.index < b.index; });
   return out;
 }
 
@@ -715,11 +756,23 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
   std::set<std::string> pending;
   for (const auto& op : pending_operations(job)) pending.insert(op.id);
   std::erase_if(j.granted, [&](const std::string& id) { return !pending.count(id); });
+  std::erase_if(j.moves, [&](const std::string& id) { return !pending.count("move/" + id); });
+  std::vector<Command> out;
   bool any = false;
-  for (const auto& id : ids)
-    if (pending.count(id)) any |= j.granted.insert(id).second;
-  if (!any) return {};
-  return roll(j, now);
+  for (const auto& id : ids) {
+    if (!pending.count(id)) continue;
+    if (id.rfind("move/", 0) == 0) {
+      std::string task = id.substr(5);
+      if (j.moves.erase(task)) move_now(j, task, now, &out);
+      continue;
+    }
+    any |= j.granted.insert(id).second;
+  }
+  if (any) {
+    auto rolled = roll(j, now);
+    out.insert(out.end(), rolled.begin(), rolled.end());
+  }
+  return out;
 }
 
 std::vector<Command> Scheduler::set_control_fallback(const std::string& job, bool on,
@@ -729,7 +782,14 @@ std::vector<Command> Scheduler::set_control_fallback(const std::string& job, boo
   Job& j = it->second;
   j.fallback = on;
   j.granted.clear();  // an answer from before is not a permission for later
-  return on && !j.stopping ? roll(j, now) : std::vector<Command>{};
+  if (!on || j.stopping) return {};
+  // As for a job without a controller: drained machines' tasks move now, the update
+  // rolls at max_unavailable pacing.
+  std::vector<Command> out;
+  for (const auto& id : std::exchange(j.moves, {})) move_now(j, id, now, &out);
+  auto rolled = roll(j, now);
+  out.insert(out.end(), rolled.begin(), rolled.end());
+  return out;
 }
 
 bool Scheduler::control_fallback(const std::string& job) const {

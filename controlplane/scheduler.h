@@ -168,6 +168,9 @@ class Scheduler {
   // An operator drained the machine: its tasks are replaced elsewhere first and stopped
   // once their replacements run (tasks never started are simply moved).
   std::vector<Command> machine_drain(MachineId m, uint64_t now_us);
+  // The machine is back in service: moves its drain wanted and a controller has not
+  // acknowledged yet are not wanted any more.
+  void machine_undrained(MachineId m);
   // Continues what waited: rate-limited replacements, rolling updates.
   std::vector<Command> tick(uint64_t now_us);
   // Forgets ended tasks (stopped, failed, lost) that nothing waits on any more: those of
@@ -227,6 +230,7 @@ class Scheduler {
     // TaskControl: operations acknowledged and not performed yet; performed ones by
     // index until that index runs again; the controller unreachable (fallback pacing).
     std::set<std::string> granted;
+    std::set<std::string> moves;  // tasks a drain wants moved, waiting for an ack
     std::map<int, std::string> in_progress;
     std::vector<std::string> completed;
     bool fallback = false;
@@ -242,6 +246,9 @@ class Scheduler {
   void observe(MachineId m, const std::string& id, TaskState state, uint64_t now_us, Observed* o,
                std::vector<std::string>* forget);
   std::vector<Command> finish_report(Observed& o, uint64_t now_us);
+  // A controlled job's task moved off its drained machine (make before break); false
+  // when it is not live any more.
+  bool move_now(Job& j, const std::string& task_id, uint64_t now_us, std::vector<Command>* out);
   bool take_token(uint64_t now_us);
   bool has_token(uint64_t now_us);
   // The task tables, with their indexes by job (and index) and by machine.

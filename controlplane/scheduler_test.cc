@@ -761,5 +761,86 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
   EXPECT_EQ(sched_.pending_operations("web").size(), 4u);
 }
 
+// A drain of a machine running a controlled job's task waits for the controller's ack
+// of the move; acked, the move is make-before-break as for any job; undrained before the
+// ack, nothing moves; the controller unreachable, the move goes at once.
+TEST_F(Sched, AControlledJobsTaskLeavesADrainedMachineWhenAcked) {
+  JobSpec s = spec("web", 2);
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  MachineId drained = (*c)[0].machine;
+  std::string task = (*c)[0].task_id;
+  alloc_.set_usable(drained, false, true, true);  // what the broker does on a drain
+  EXPECT_TRUE(sched_.machine_drain(drained, 2).empty());
+  auto ops = sched_.pending_operations("web");
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].id, "move/" + task);
+  EXPECT_EQ(ops[0].kind, "move");
+  EXPECT_EQ(sched_.tasks().at(task).state, TaskState::kRunning);
+  // Undrained before any ack: not wanted any more.
+  sched_.machine_undrained(drained);
+  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  EXPECT_TRUE(sched_.grant("web", {"move/" + task}, 3).empty());
+  // Drained again, acked: a copy starts elsewhere; the old one stops once it runs.
+  EXPECT_TRUE(sched_.machine_drain(drained, 4).empty());
+  auto g = sched_.grant("web", {"move/" + task}, 5);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].kind, Command::Kind::kStart);
+  EXPECT_NE(g[0].machine, drained);
+  EXPECT_EQ(sched_.tasks().at(task).state, TaskState::kDraining);
+  sent.insert(sent.end(), g.begin(), g.end());
+  std::vector<Command> stops;
+  for (MachineId m : ids_) {
+    auto r = sched_.report(m, running_on(m, sent), 6);
+    stops.insert(stops.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(count_kind(stops, Command::Kind::kStop), 1);
+  EXPECT_EQ(stops[0].task_id, task);
+  sent.insert(sent.end(), stops.begin(), stops.end());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 7);
+  EXPECT_EQ(sched_.take_completed("web"), std::vector<std::string>{"move/" + task});
+  // The other task's machine drained while the controller is unreachable: moved at once.
+  MachineId other = (*c)[1].machine;
+  alloc_.set_usable(other, false, true, true);
+  EXPECT_TRUE(sched_.machine_drain(other, 8).empty());
+  auto f = sched_.set_control_fallback("web", true, 9);
+  EXPECT_EQ(count_kind(f, Command::Kind::kStart), 1);
+  EXPECT_TRUE(sched_.pending_operations("web").empty());
+}
+
+// A machine drained while the task on it is being stopped by an update: the new
+// generation of that index starts on another machine, not on the drained one (where it
+// would wait forever).
+TEST_F(Sched, AnUpdateOverlappingADrainStartsTheNewTaskElsewhere) {
+  JobSpec s = spec("web", 2);
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  s.task["argv"] = {"/bin/sleep", "1000"};
+  auto u = sched_.update(s, 2);
+  ASSERT_TRUE(u.ok());
+  ASSERT_EQ(u->size(), 1u);  // index 0 stops first
+  MachineId m0 = (*u)[0].machine;
+  sent.insert(sent.end(), u->begin(), u->end());
+  alloc_.set_usable(m0, false, true, true);
+  sched_.set_ready_check([&](MachineId m) { return m != m0; });
+  EXPECT_TRUE(sched_.machine_drain(m0, 3).empty());  // stopping: nothing to move now
+  std::vector<Command> next;
+  for (MachineId m : ids_) {
+    auto r = sched_.report(m, running_on(m, sent), 4);
+    next.insert(next.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(count_kind(next, Command::Kind::kStart), 1);
+  for (const auto& cmd : next) {
+    if (cmd.kind == Command::Kind::kStart) {
+      EXPECT_NE(cmd.machine, m0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft::cp
