@@ -348,7 +348,15 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
                 << "\ncount: " << str_or(s, "count") << "\ngeneration: " << str_or(r, "generation")
                 << "\nmax_unavailable: " << str_or(s, "max_unavailable")
                 << "\nper task: " << str_or(s["per_task"], "cpu_milli") << " millicores, "
-                << str_or(s["per_task"], "mem_mb") << " MiB\ncommand:";
+                << str_or(s["per_task"], "mem_mb") << " MiB\n";
+      if (r.contains("task_controller") && r["task_controller"].is_object()) {
+        const json& tc = r["task_controller"];
+        std::cout << "task controller: " << str_or(tc, "address")
+                  << (tc.value("unreachable", false) ? " (unreachable" : " (answering")
+                  << (tc.value("fallback", false) ? ", max_unavailable pacing)" : ")") << ", "
+                  << tc.value("pending", json::array()).size() << " operations waiting\n";
+      }
+      std::cout << "command:";
       for (const auto& a : s["task"].value("argv", json::array()))
         std::cout << " " << a.get<std::string>();
       std::cout << "\n\n";

@@ -380,10 +380,19 @@ Result<json> Manager::api_job_show(const json& p, const CallContext& c) {
   json shown = weft::to_json(*spec);
   // The environment carries secrets: shown to those who may change the job only.
   if (!may_change_jobs(caller(c), spec->entitlement_id).ok()) hide_secrets(shown);
-  return json{{"spec", shown},
-              {"entitlement", spec->entitlement},
-              {"generation", sched_.generation(spec->name)},
-              {"tasks", tasks}};
+  json out{{"spec", shown},
+           {"entitlement", spec->entitlement},
+           {"generation", sched_.generation(spec->name)},
+           {"tasks", tasks}};
+  if (spec->controller) {
+    json ops = json::array();
+    for (const auto& op : sched_.pending_operations(spec->name)) ops.push_back(op.id);
+    out["task_controller"] = {{"address", spec->controller->address},
+                              {"unreachable", control_ && control_->unreachable(spec->name)},
+                              {"fallback", sched_.control_fallback(spec->name)},
+                              {"pending", ops}};
+  }
+  return out;
 }
 
 Result<json> Manager::api_task_ls(const json&, const CallContext&) {

@@ -596,6 +596,10 @@ TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   for (auto& m : ms) stops += m->stops();
   EXPECT_EQ(stops, 0);
   json plan = last_plan();
+  auto tc = call("job.show", {{"name", "kv"}});
+  ASSERT_TRUE(tc.ok());
+  EXPECT_EQ((*tc)["task_controller"]["pending"].size(), 3u) << tc->dump();
+  EXPECT_EQ((*tc)["task_controller"]["unreachable"], false);
   EXPECT_EQ(plan["job"], "kv");
   EXPECT_EQ(plan["generation"], 2);
   EXPECT_EQ(plan["tasks"].size(), 3u);
@@ -637,6 +641,10 @@ TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   job["task"]["argv"] = {"/bin/sleep", "2000"};
   ASSERT_TRUE(call("job.update", job).ok());
   EXPECT_TRUE(pump_until([&] { return all_at(3); }, 15000));
+  tc = call("job.show", {{"name", "kv"}});
+  ASSERT_TRUE(tc.ok());
+  EXPECT_EQ((*tc)["task_controller"]["unreachable"], true);
+  EXPECT_EQ((*tc)["task_controller"]["fallback"], true);
   std::string log = read_file(dir_ + "/cp.log").value_or("");
   EXPECT_NE(log.find("task controller unreachable"), std::string::npos);
 }

@@ -5,6 +5,7 @@
 // restarted. An example for controller writers; the control plane does not link it.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -26,24 +27,45 @@ class ShardManager {
     return out;
   }
 
+  // A plan comes from the network: members are read only when they have the expected
+  // type and range, anything else counts as absent.
+  static int64_t int_of(const nlohmann::json& j, const char* key, int64_t dflt, int64_t max) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return dflt;
+    if (j[key].is_number_unsigned())
+      return j[key].get<uint64_t>() > static_cast<uint64_t>(max) ? dflt : j[key].get<int64_t>();
+    int64_t v = j[key].get<int64_t>();
+    return v < 0 || v > max ? dflt : v;
+  }
+  static const nlohmann::json& list_of(const nlohmann::json& j, const char* key) {
+    static const nlohmann::json empty = nlohmann::json::array();
+    return j.is_object() && j.contains(key) && j[key].is_array() ? j[key] : empty;
+  }
+  static std::string str_of(const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
+                                                                  : std::string();
+  }
+
   // Answers one taskcontrol.plan: the ids of the pending operations that may go now.
   nlohmann::json decide(const nlohmann::json& plan) {
-    int count = plan.value("count", 0);
+    int count = static_cast<int>(int_of(plan, "count", 0, 100000));
     if (count < 1) return nlohmann::json::array();
+    if (in_flight_.size() > 100000) in_flight_.clear();  // a peer feeding garbage
     // Operations done are no longer in flight.
-    for (const auto& id : plan.value("completed", nlohmann::json::array()))
+    for (const auto& id : list_of(plan, "completed"))
       if (id.is_string()) in_flight_.erase(id.get<std::string>());
     std::set<std::string> pending_ids;
-    for (const auto& op : plan.value("pending", nlohmann::json::array()))
-      if (op.contains("op") && op["op"].is_string()) pending_ids.insert(op["op"]);
+    for (const auto& op : list_of(plan, "pending"))
+      if (!str_of(op, "op").empty()) pending_ids.insert(str_of(op, "op"));
     std::set<int> down;         // indices that do not count as serving now
     std::set<int> up, current;  // running; running the job's current generation
-    uint64_t generation = plan.value("generation", uint64_t{0});
-    for (const auto& t : plan.value("tasks", nlohmann::json::array()))
-      if (t.value("state", "") == "running" && t.contains("index") && t["index"].is_number()) {
-        up.insert(t["index"].get<int>());
-        if (t.value("generation", uint64_t{0}) == generation) current.insert(t["index"].get<int>());
-      }
+    int64_t generation = int_of(plan, "generation", 0, INT64_MAX);
+    for (const auto& t : list_of(plan, "tasks")) {
+      int64_t index = int_of(t, "index", -1, count - 1);
+      if (index < 0 || str_of(t, "state") != "running") continue;
+      up.insert(static_cast<int>(index));
+      if (int_of(t, "generation", -1, INT64_MAX) == generation)
+        current.insert(static_cast<int>(index));
+    }
     // A completion this controller did not hear of (its answer was lost): an operation
     // no longer pending whose index runs the current generation is done.
     std::erase_if(in_flight_, [&](const auto& e) {
@@ -51,12 +73,11 @@ class ShardManager {
     });
     for (const auto& [id, index] : in_flight_) down.insert(index);
     nlohmann::json ack = nlohmann::json::array();
-    for (const auto& op : plan.value("pending", nlohmann::json::array())) {
-      if (!op.contains("op") || !op["op"].is_string() || !op.contains("index") ||
-          !op["index"].is_number())
-        continue;
-      std::string id = op["op"];
-      int index = op["index"];
+    for (const auto& op : list_of(plan, "pending")) {
+      std::string id = str_of(op, "op");
+      int64_t at = int_of(op, "index", -1, count - 1);
+      if (id.empty() || at < 0) continue;
+      int index = static_cast<int>(at);
       if (in_flight_.count(id)) {  // acknowledged already: again (the answer may be lost)
         ack.push_back(id);
         continue;
