@@ -87,6 +87,12 @@ class FakeMachine {
     for (const auto& t : running_) tasks[t] = "running";
     (void)client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}});
   }
+  // A machine.report of this machine with these fields (a digest, changes, ...).
+  Result<json> report_with(const json& fields) {
+    json p{{"machine", id_}};
+    p.update(fields);
+    return client_->call("machine.report", p);
+  }
   void disconnect() { client_.reset(); }
   Result<json> call(const std::string& method, const json& params) {
     return client_->call(method, params);
@@ -291,11 +297,7 @@ TEST_F(ControlPlane, AnUnchangedTaskListIsReportedByItsDigest) {
   if (HasFatalFailure()) return;
   FakeMachine m("h0", "r0");
   ASSERT_TRUE(m.connect(sock()));
-  auto report = [&](const json& extra) {
-    json p{{"machine", "h0"}};
-    p.update(extra);
-    return m.call("machine.report", p);
-  };
+  auto report = [&](const json& extra) { return m.report_with(extra); };
   std::string empty = tasks_digest(std::map<std::string, std::string>{});
   // Before any whole list, a digest is not enough: the control plane asks for the list.
   auto r = report({{"digest", empty}});
@@ -351,11 +353,7 @@ TEST_F(ControlPlane, ChangesAreReportedAgainstTheAcknowledgedList) {
   if (HasFatalFailure()) return;
   FakeMachine m("h0", "r0");
   ASSERT_TRUE(m.connect(sock()));
-  auto report = [&](const json& extra) {
-    json p{{"machine", "h0"}};
-    p.update(extra);
-    return m.call("machine.report", p);
-  };
+  auto report = [&](const json& extra) { return m.report_with(extra); };
   using States = std::map<std::string, std::string>;
   std::string empty = tasks_digest(States{});
   // Changes against a list never sent: refused until the whole list comes.

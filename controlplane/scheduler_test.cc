@@ -48,6 +48,15 @@ class Sched : public ::testing::Test {
       }
     return r;
   }
+  // Every machine reports what it was sent (at `now`): the commands the reports caused.
+  std::vector<Command> report_all(const std::vector<Command>& sent, uint64_t now) {
+    std::vector<Command> next;
+    for (MachineId m : ids_) {
+      auto r = sched_.report(m, running_on(m, sent), now);
+      next.insert(next.end(), r.begin(), r.end());
+    }
+    return next;
+  }
   int count_kind(const std::vector<Command>& cmds, Command::Kind k) {
     int n = 0;
     for (const auto& c : cmds) n += c.kind == k;
@@ -605,13 +614,9 @@ TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
     before = std::move(after);
   };
   std::vector<Command> sent;
-  auto report_all = [&](uint64_t now) {
+  auto settle = [&](uint64_t now) {  // reports until they cause nothing more
     for (int round = 0; round < 10; ++round) {
-      std::vector<Command> next;
-      for (MachineId m : ids_) {
-        auto r = sched_.report(m, running_on(m, sent), now);
-        next.insert(next.end(), r.begin(), r.end());
-      }
+      std::vector<Command> next = report_all(sent, now);
       sent.insert(sent.end(), next.begin(), next.end());
       if (next.empty()) break;
     }
@@ -624,14 +629,14 @@ TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
   ASSERT_TRUE(c.ok());
   sent.insert(sent.end(), c->begin(), c->end());
   check("create");
-  report_all(1);
+  settle(1);
   check("running");
   web.task["argv"] = {"/bin/sleep", "1000"};
   auto u = sched_.update(web, 2);
   ASSERT_TRUE(u.ok());
   sent.insert(sent.end(), u->begin(), u->end());
   check("update");
-  report_all(3);
+  settle(3);
   check("rolled");
   auto up = sched_.scale("db", 3, 4);
   ASSERT_TRUE(up.ok());
@@ -640,7 +645,7 @@ TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
   auto down = sched_.scale("web", 2, 5);
   ASSERT_TRUE(down.ok());
   sent.insert(sent.end(), down->begin(), down->end());
-  report_all(6);
+  settle(6);
   check("scale down");
   MachineId dead = sched_.tasks_of("db").front().machine;
   alloc_.set_usable(dead, false, true);
@@ -648,13 +653,13 @@ TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
   sent.insert(sent.end(), r.begin(), r.end());
   std::erase_if(sent, [&](const Command& cmd) { return cmd.machine == dead; });
   check("machine down");
-  report_all(8);
+  settle(8);
   check("replaced");
   auto st = sched_.stop("db", 9);
   ASSERT_TRUE(st.ok());
   sent.insert(sent.end(), st->begin(), st->end());
   check("stop");
-  report_all(10);
+  settle(10);
   EXPECT_FALSE(sched_.job("db"));
   check("stopped");
   EXPECT_EQ(steps, 10);
@@ -692,11 +697,7 @@ TEST_F(Sched, AControlledUpdateRestartsOnlyWhatTheControllerAcked) {
   EXPECT_EQ(sched_.pending_operations("web").size(), 2u);    // the other two still wait
   EXPECT_TRUE(sched_.grant("web", {ops[0].id}, 4).empty());  // already performed
   // The stops are confirmed: the new generation starts in those two slots only.
-  std::vector<Command> next;
-  for (MachineId m : ids_) {
-    auto r = sched_.report(m, running_on(m, sent), 5);
-    next.insert(next.end(), r.begin(), r.end());
-  }
+  std::vector<Command> next = report_all(sent, 5);
   EXPECT_EQ(count_kind(next, Command::Kind::kStart), 2);
   EXPECT_EQ(count_kind(next, Command::Kind::kStop), 0);
   EXPECT_TRUE(sched_.take_completed("web").empty());  // not running yet
@@ -740,11 +741,7 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
   std::vector<Command> all;
   uint64_t now = 4;
   for (int step = 0; step < 20; ++step) {
-    std::vector<Command> next;
-    for (MachineId m : ids_) {
-      auto r = sched_.report(m, running_on(m, sent), now++);
-      next.insert(next.end(), r.begin(), r.end());
-    }
+    std::vector<Command> next = report_all(sent, now++);
     if (next.empty()) break;
     EXPECT_LE(count_kind(next, Command::Kind::kStop), 1);
     sent.insert(sent.end(), next.begin(), next.end());
@@ -792,11 +789,7 @@ TEST_F(Sched, AControlledJobsTaskLeavesADrainedMachineWhenAcked) {
   EXPECT_NE(g[0].machine, drained);
   EXPECT_EQ(sched_.tasks().at(task).state, TaskState::kDraining);
   sent.insert(sent.end(), g.begin(), g.end());
-  std::vector<Command> stops;
-  for (MachineId m : ids_) {
-    auto r = sched_.report(m, running_on(m, sent), 6);
-    stops.insert(stops.end(), r.begin(), r.end());
-  }
+  std::vector<Command> stops = report_all(sent, 6);
   ASSERT_EQ(count_kind(stops, Command::Kind::kStop), 1);
   EXPECT_EQ(stops[0].task_id, task);
   sent.insert(sent.end(), stops.begin(), stops.end());
@@ -829,11 +822,7 @@ TEST_F(Sched, AnUpdateOverlappingADrainStartsTheNewTaskElsewhere) {
   alloc_.set_usable(m0, false, true, true);
   sched_.set_ready_check([&](MachineId m) { return m != m0; });
   EXPECT_TRUE(sched_.machine_drain(m0, 3).empty());  // stopping: nothing to move now
-  std::vector<Command> next;
-  for (MachineId m : ids_) {
-    auto r = sched_.report(m, running_on(m, sent), 4);
-    next.insert(next.end(), r.begin(), r.end());
-  }
+  std::vector<Command> next = report_all(sent, 4);
   ASSERT_EQ(count_kind(next, Command::Kind::kStart), 1);
   for (const auto& cmd : next) {
     if (cmd.kind == Command::Kind::kStart) {
