@@ -217,11 +217,113 @@ const char* policy_name(RestartPolicy p) {
   return "never";
 }
 
+namespace {
+
+Status parse_readiness(const Reader& r, ReadinessCheck* c) {
+  TRY(r.only({"type", "port", "path", "command", "interval", "timeout", "initial_delay",
+              "success_threshold", "failure_threshold"}));
+  TRY_ASSIGN(std::string type, r.str("type"));
+  if (type == "tcp")
+    c->kind = ReadinessKind::kTcp;
+  else if (type == "http")
+    c->kind = ReadinessKind::kHttp;
+  else if (type == "exec")
+    c->kind = ReadinessKind::kExec;
+  else
+    return field_error(r.name("type"), "must be \"tcp\", \"http\" or \"exec\"");
+  TRY_ASSIGN(auto port, r.uint("port", 1, 65535));
+  if (c->kind != ReadinessKind::kExec) {
+    if (!port) return field_error(r.name("port"), "is required for a " + type + " check");
+    c->port = static_cast<uint16_t>(*port);
+  } else if (port) {
+    return field_error(r.name("port"), "is for tcp and http checks");
+  }
+  if (r.has("path")) {
+    if (c->kind != ReadinessKind::kHttp) return field_error(r.name("path"), "is for http checks");
+    TRY_ASSIGN(c->path, r.str("path"));
+    // It goes into the request line: no space, control character or non-ASCII byte.
+    bool ok = !c->path.empty() && c->path[0] == '/' && c->path.size() <= 1024;
+    for (unsigned char ch : c->path) ok = ok && ch > 0x20 && ch < 0x7f;
+    if (!ok)
+      return field_error(r.name("path"),
+                         "must start with '/' and be at most 1024 printable ASCII characters "
+                         "without spaces");
+  }
+  if (r.has("command")) {
+    if (c->kind != ReadinessKind::kExec)
+      return field_error(r.name("command"), "is for exec checks");
+    const json& cmd = r.at("command");
+    if (!cmd.is_array() || cmd.empty() || cmd.size() > 64)
+      return field_error(r.name("command"), "must be a list of 1 to 64 strings");
+    for (size_t i = 0; i < cmd.size(); ++i) {
+      std::string f = r.name("command") + "[" + std::to_string(i) + "]";
+      if (!cmd[i].is_string()) return field_error(f, "must be a string");
+      std::string a = cmd[i].get<std::string>();
+      if (a.find('\0') != std::string::npos || a.size() > 4096)
+        return field_error(f, "must be at most 4096 characters without NUL");
+      c->command.push_back(a);
+    }
+    if (c->command[0].empty() || c->command[0][0] != '/')
+      return field_error(r.name("command") + "[0]", "must be an absolute path");
+  } else if (c->kind == ReadinessKind::kExec) {
+    return field_error(r.name("command"), "is required for an exec check");
+  }
+  TRY_ASSIGN(auto interval, r.duration("interval"));
+  TRY_ASSIGN(auto timeout, r.duration("timeout"));
+  TRY_ASSIGN(auto delay, r.duration("initial_delay"));
+  if (interval) c->interval_us = *interval;
+  if (timeout) c->timeout_us = *timeout;
+  if (delay) c->initial_delay_us = *delay;
+  if (c->interval_us < 100'000 || c->interval_us > 3'600'000'000)
+    return field_error(r.name("interval"), "must be between 100ms and 1h");
+  if (c->timeout_us < 10'000 || c->timeout_us > 60'000'000)
+    return field_error(r.name("timeout"), "must be between 10ms and 60s");
+  if (c->initial_delay_us > 3'600'000'000)
+    return field_error(r.name("initial_delay"), "must be at most 1h");
+  TRY_ASSIGN(auto st, r.uint("success_threshold", 1, 100));
+  TRY_ASSIGN(auto ft, r.uint("failure_threshold", 1, 100));
+  if (st) c->success_threshold = *st;
+  if (ft) c->failure_threshold = *ft;
+  return {};
+}
+
+}  // namespace
+
+const char* readiness_kind_name(ReadinessKind k) {
+  switch (k) {
+    case ReadinessKind::kTcp:
+      return "tcp";
+    case ReadinessKind::kHttp:
+      return "http";
+    case ReadinessKind::kExec:
+      return "exec";
+  }
+  return "tcp";
+}
+
+namespace {
+
+json readiness_json(const ReadinessCheck& c) {
+  json j{{"type", readiness_kind_name(c.kind)},
+         {"interval", std::to_string(c.interval_us) + "us"},
+         {"timeout", std::to_string(c.timeout_us) + "us"},
+         {"initial_delay", std::to_string(c.initial_delay_us) + "us"},
+         {"success_threshold", c.success_threshold},
+         {"failure_threshold", c.failure_threshold}};
+  if (c.kind != ReadinessKind::kExec) j["port"] = c.port;
+  if (c.kind == ReadinessKind::kHttp) j["path"] = c.path;
+  if (c.kind == ReadinessKind::kExec) j["command"] = c.command;
+  return j;
+}
+
+}  // namespace
+
 Result<TaskSpec> parse_task_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
   TRY(r.only({"name", "argv", "env", "cwd", "user", "group", "resources", "rootfs", "namespaces",
-              "hostname", "restart", "stop_signal", "stop_grace", "logs", "owner", "seccomp"}));
+              "hostname", "restart", "stop_signal", "stop_grace", "logs", "owner", "seccomp",
+              "readiness"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
@@ -327,6 +429,11 @@ Result<TaskSpec> parse_task_spec(const json& j) {
     }
     if (mf) s.logs.max_files = *mf;
   }
+  if (r.has("readiness")) {
+    ReadinessCheck c;
+    TRY(parse_readiness(Reader(r.at("readiness"), "readiness"), &c));
+    s.readiness = std::move(c);
+  }
   return s;
 }
 
@@ -380,6 +487,7 @@ json to_json(const TaskSpec& s) {
   j["stop_signal"] = signal_name(s.stop_signal);
   j["stop_grace"] = std::to_string(s.stop_grace_us) + "us";
   j["logs"] = {{"max_file_size", s.logs.max_file_bytes}, {"max_files", s.logs.max_files}};
+  if (s.readiness) j["readiness"] = readiness_json(*s.readiness);
   return j;
 }
 

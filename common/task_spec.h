@@ -58,6 +58,26 @@ struct LogSpec {
   uint64_t max_files = 5;  // per stream; total bound = max_file_bytes * max_files * 2
 };
 
+// A readiness check the agent runs against a running task (docs/jobs.md): the task is
+// "ready" (available to rolling updates, drains and its TaskController) once
+// `success_threshold` checks in a row passed, and not ready again after
+// `failure_threshold` failures in a row. TCP and HTTP connect to 127.0.0.1:port in the
+// task's network namespace; exec runs `command` inside the task's namespaces, cgroup,
+// credentials and confinement.
+enum class ReadinessKind { kTcp, kHttp, kExec };
+struct ReadinessCheck {
+  ReadinessKind kind = ReadinessKind::kTcp;
+  uint16_t port = 0;                 // tcp, http
+  std::string path = "/";            // http: 2xx and 3xx answers pass
+  std::vector<std::string> command;  // exec: exit status 0 passes
+  uint64_t interval_us = 1'000'000;
+  uint64_t timeout_us = 1'000'000;
+  uint64_t initial_delay_us = 0;
+  uint64_t success_threshold = 1;
+  uint64_t failure_threshold = 3;
+};
+const char* readiness_kind_name(ReadinessKind k);
+
 struct TaskSpec {
   std::string name;
   std::vector<std::string> argv;
@@ -76,6 +96,7 @@ struct TaskSpec {
   int stop_signal = 15;
   uint64_t stop_grace_us = 10'000'000;
   LogSpec logs;
+  std::optional<ReadinessCheck> readiness;
   // Who started the task: empty for operators, "controlplane" for tasks the control
   // plane placed (only those are in the agent's reports to it).
   std::string owner;

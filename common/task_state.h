@@ -2,13 +2,16 @@
 // enum and its names (the strings on the wire, in sqlite rows and in the CLI's output).
 //
 // On a machine (weft-agent): starting -> running -> stopping -> stopped, or exited /
-// failed when the program ends; backoff between a failure and its restart.
+// failed when the program ends; backoff between a failure and its restart. In its
+// reports to the control plane a running task that is available (its readiness check
+// passes, or it declares none) is "ready".
 // In the control plane (scheduler), per placed task: pending (placed, start not sent) ->
 // starting (sent) -> running (reported) -> stopping -> stopped, or failed (it ended, or
 // the machine refused to start it), lost (its machine died or stopped reporting it),
 // draining (still running on a drained machine until its replacement runs).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string_view>
 
@@ -25,7 +28,11 @@ enum class TaskState {
   kFailed,
   kLost,
   kDraining,
+  // Reported by an agent for a running task that is available: its readiness check
+  // passes, or it has none. The control plane records it as running and ready.
+  kReady,
 };
+inline constexpr size_t kTaskStateCount = 11;
 
 constexpr const char* task_state_name(TaskState s) {
   switch (s) {
@@ -49,6 +56,8 @@ constexpr const char* task_state_name(TaskState s) {
       return "lost";
     case TaskState::kDraining:
       return "draining";
+    case TaskState::kReady:
+      return "ready";
   }
   return "unknown";
 }
@@ -56,7 +65,9 @@ constexpr const char* task_state_name(TaskState s) {
 inline constexpr TaskState kAllTaskStates[] = {
     TaskState::kPending,  TaskState::kStarting, TaskState::kRunning, TaskState::kBackoff,
     TaskState::kStopping, TaskState::kStopped,  TaskState::kExited,  TaskState::kFailed,
-    TaskState::kLost,     TaskState::kDraining};
+    TaskState::kLost,     TaskState::kDraining, TaskState::kReady};
+
+static_assert(sizeof(kAllTaskStates) / sizeof(kAllTaskStates[0]) == kTaskStateCount);
 
 // nullopt for a name that is not a state.
 constexpr std::optional<TaskState> parse_task_state(std::string_view name) {
@@ -74,8 +85,8 @@ constexpr bool task_ended(TaskState s) {
 // What a machine's report means for the control plane: the task exists on the machine
 // and may run (again): starting, running, backoff, stopping.
 constexpr bool task_present_on_machine(TaskState s) {
-  return s == TaskState::kStarting || s == TaskState::kRunning || s == TaskState::kBackoff ||
-         s == TaskState::kStopping;
+  return s == TaskState::kStarting || s == TaskState::kRunning || s == TaskState::kReady ||
+         s == TaskState::kBackoff || s == TaskState::kStopping;
 }
 
 }  // namespace weft

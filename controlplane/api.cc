@@ -114,12 +114,19 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   }
   if (p.contains("controllers") && !p["controllers"].is_array())
     return field_error("controllers", "must be a list of cgroup controller names");
+  if (p.contains("reports_ready") && !p["reports_ready"].is_boolean())
+    return field_error("reports_ready", "must be true or false");
   TRY(check_machine_identity(c.peer, info.id));
   if (auto known = broker_.find(info.id)) TRY(claim_session(sessions_, *known, c, "agent"));
   TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
   TRY(claim_session(sessions_, m, c, "agent"));
   last_report_.erase(m);  // a (re)started agent sends its whole list first
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
+  // An agent older than readiness checks reports "running" for what is available.
+  if (p.value("reports_ready", false))
+    running_means_ready_.erase(m);
+  else
+    running_means_ready_.insert(m);
   TRY(persist({}, {m}));
   return json{{"machine", info.id},
               {"profile", broker_.desired_profile(m)},
@@ -168,8 +175,22 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   }
   std::vector<std::string> forget;
   if (whole) last.reconciled_us = now;
-  auto cmds = whole ? sched_.report_list(m, last.tasks, now, &forget)
-                    : sched_.report_changes(m, applied, now, &forget);
+  std::vector<Command> cmds;
+  if (running_means_ready_.count(m)) {
+    auto ready = [](TaskState s) { return s == TaskState::kRunning ? TaskState::kReady : s; };
+    if (whole) {
+      weft::TaskList list = last.tasks;
+      for (auto& e : list) e.second = ready(e.second);
+      cmds = sched_.report_list(m, list, now, &forget);
+    } else {
+      for (auto& e : applied)
+        if (e.second) e.second = ready(*e.second);
+      cmds = sched_.report_changes(m, applied, now, &forget);
+    }
+  } else {
+    cmds = whole ? sched_.report_list(m, last.tasks, now, &forget)
+                 : sched_.report_changes(m, applied, now, &forget);
+  }
   auto changed = sched_.take_reported_changes();
   if (!cmds.empty() || !changed.empty())
     TRY(persist({}, {}));  // tasks; the machine row is as it was
@@ -359,11 +380,15 @@ Result<json> Manager::api_job_stop(const json& p, const CallContext& c) {
 Result<json> Manager::api_job_ls(const json&, const CallContext&) {
   json arr = json::array();
   for (const auto& j : sched_.persisted_jobs()) {
-    int running = 0;
-    for (const auto& t : sched_.tasks_of(j.spec.name)) running += t.state == TaskState::kRunning;
+    int running = 0, ready = 0;
+    for (const auto& t : sched_.tasks_of(j.spec.name)) {
+      running += t.state == TaskState::kRunning;
+      ready += available(t);
+    }
     arr.push_back({{"name", j.spec.name},
                    {"count", j.spec.count},
                    {"running", running},
+                   {"ready", ready},
                    {"generation", j.generation},
                    {"entitlement", j.spec.entitlement},
                    {"stopping", j.stopping}});

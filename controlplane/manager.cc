@@ -24,6 +24,7 @@ json task_json(const TaskRecord& t, const Allocator& a) {
           {"generation", t.generation},
           {"machine", a.spec(t.machine).name},
           {"state", task_state_name(t.state)},
+          {"ready", available(t)},
           {"message", t.message}};
 }
 
@@ -717,7 +718,8 @@ json Manager::control_plan(const std::string& job) {
            {"index", t.index},
            {"generation", t.generation},
            {"machine", alloc_.spec(t.machine_id).name},
-           {"state", task_state_name(t.state)}};
+           {"state", task_state_name(t.state)},
+           {"ready", t.ready}};
     if (!t.message.empty()) e["message"] = t.message;
     tasks.push_back(std::move(e));
   }

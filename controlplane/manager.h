@@ -202,6 +202,9 @@ class Manager {
   static constexpr size_t kPruneBudget = 20000;
   // Not persisted: what the machine's daemons said last (shown by machine.show).
   std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
+  // Machines whose agent does not report "ready" (older than readiness checks): their
+  // "running" tasks count as ready.
+  std::unordered_set<MachineId> running_means_ready_;
   Source timer_, sighup_;
   std::shared_ptr<rpc::OutputGate> gate_ = std::make_shared<rpc::OutputGate>();
   Source commit_, commit_deadline_;

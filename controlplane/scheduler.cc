@@ -261,7 +261,7 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   std::set<int> running_idx;
   std::vector<TaskRecord*> old;
   for_job(j.spec.name, [&](TaskRecord& t) {
-    if (t.state == TaskState::kRunning) running_idx.insert(t.index);
+    if (available(t)) running_idx.insert(t.index);
     if (t.generation < j.generation && live(t.state)) old.push_back(&t);
   });
   j.rolling = !old.empty();
@@ -377,12 +377,21 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
   }
   TaskRecord& t = it->second;
   if (running) {
+    bool ready = state == TaskState::kReady;
     if (t.state == TaskState::kStarting || t.state == TaskState::kPending) {
       set_state(t, TaskState::kRunning);
       t.since_us = now;
-      o->started.insert(t.job);
+      t.ready = false;
       reported_changes_.insert(t.job);
-      stop_drained_sibling(t, now, &out);
+    }
+    if (t.state == TaskState::kRunning && t.ready != ready) {
+      // Available or not any more: what a rolling update, a drain and a controller count.
+      t.ready = ready;
+      reported_changes_.insert(t.job);
+      if (ready) {
+        o->started.insert(t.job);
+        stop_drained_sibling(t, now, &out);
+      }
     } else if (t.state == TaskState::kStopping && now - t.since_us > kStartResendUs) {
       // Still running long after its stop was due: the stop was lost (the control
       // plane restarted between recording it and sending it). Send it again.
@@ -723,8 +732,8 @@ std::vector<ControlledTask> Scheduler::controlled_tasks(const std::string& job) 
     }
   std::vector<ControlledTask> out;
   for (const auto& [index, t] : newest)
-    out.push_back(
-        ControlledTask{t->id, index, "", t->machine, t->generation, t->state, t->message});
+    out.push_back(ControlledTask{t->id, index, "", t->machine, t->generation, t->state, t->message,
+                                 t->ready});
   return out;
 }
 
@@ -735,8 +744,7 @@ std::vector<std::string> Scheduler::take_completed(const std::string& job) {
   for (auto op = j.in_progress.begin(); op != j.in_progress.end();) {
     bool back = false;
     for_job(job, [&](TaskRecord& t) {
-      back = back || (t.index == op->first && t.generation == j.generation &&
-                      t.state == TaskState::kRunning);
+      back = back || (t.index == op->first && t.generation == j.generation && available(t));
     });
     if (back) {
       j.completed.push_back(op->second);

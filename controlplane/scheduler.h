@@ -60,7 +60,14 @@ struct TaskRecord {
   std::string message;
   // Its spec was refused: no replacement until the job's spec changes.
   bool held = false;
+  // Running and its readiness check passes (or it has none): its machine reports it
+  // "ready". Not stored: a restarted control plane learns it from the next report.
+  bool ready = false;
 };
+// Counted as available by rolling updates, drains and TaskControllers.
+inline bool available(const TaskRecord& t) {
+  return t.state == TaskState::kRunning && t.ready;
+}
 
 struct Command {
   enum class Kind { kStart, kStop } kind;
@@ -89,6 +96,7 @@ struct ControlledTask {
   uint64_t generation = 0;
   TaskState state = TaskState::kPending;
   std::string message;
+  bool ready = false;
 };
 
 struct SchedulerLimits {
@@ -309,7 +317,7 @@ class Scheduler {
   // Indexes into tasks_ (its nodes do not move): by job and (index, id), by machine and id.
   std::map<std::string, std::map<std::pair<int, std::string>, TaskRecord*>> job_tasks_;
   std::unordered_map<MachineId, std::map<std::string, TaskRecord*>> machine_tasks_;
-  std::array<size_t, static_cast<size_t>(TaskState::kDraining) + 1> by_state_{};
+  std::array<size_t, weft::kTaskStateCount> by_state_{};
   std::string prune_cursor_;          // the job prune() looks at next
   std::vector<std::string> waiting_;  // LOST/FAILED tasks whose replacement waits
   std::unordered_set<std::string> waiting_set_;

@@ -42,7 +42,7 @@ class Sched : public ::testing::Test {
     for (const auto& c : sent)
       if (c.machine == m) {
         if (c.kind == Command::Kind::kStart)
-          r[c.task_id] = TaskState::kRunning;
+          r[c.task_id] = TaskState::kReady;
         else
           r.erase(c.task_id);
       }
@@ -105,13 +105,13 @@ TEST_F(Sched, LostMachineIsReplacedAndNeverRunsTwice) {
   EXPECT_EQ(live("web").size(), 3u);
   // The machine comes back still running the old task: it is told to stop it.
   alloc_.set_usable(dead, true, true);
-  auto back = sched_.report(dead, {{lost_id, TaskState::kRunning}}, 3);
+  auto back = sched_.report(dead, {{lost_id, TaskState::kReady}}, 3);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].kind, Command::Kind::kStop);
   EXPECT_EQ(back[0].task_id, lost_id);
   EXPECT_EQ(live("web").size(), 3u);
   // A task nobody knows about is stopped too.
-  auto stray = sched_.report(dead, {{"other.0.99", TaskState::kRunning}}, 4);
+  auto stray = sched_.report(dead, {{"other.0.99", TaskState::kReady}}, 4);
   ASSERT_EQ(stray.size(), 1u);
   EXPECT_EQ(stray[0].kind, Command::Kind::kStop);
 }
@@ -197,6 +197,82 @@ TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
   JobSpec bigger = s;
   bigger.per_task.cpu_milli = 2000;
   EXPECT_EQ(sched_.update(bigger, now).error().field, "resources");
+}
+
+// Readiness: a task that runs but is not ready is unavailable. A rolling update goes on
+// only as new tasks become ready, and a task that stops being ready counts as down.
+TEST_F(Sched, ARollingUpdateWaitsForTheNewTaskToBeReady) {
+  JobSpec s = spec("web", 3);
+  s.max_unavailable = 1;
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  s.task["argv"] = {"/bin/sleep", "1000"};
+  auto u = sched_.update(s, 2);
+  ASSERT_TRUE(u.ok());
+  ASSERT_EQ(u->size(), 1u);
+  sent.insert(sent.end(), u->begin(), u->end());
+  // The stopped task is gone from its machine's report: its new task starts.
+  std::vector<Command> starts;
+  for (MachineId m : ids_) {
+    auto r = sched_.report(m, running_on(m, sent), 3);
+    starts.insert(starts.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(starts.size(), 1u);
+  ASSERT_EQ(starts[0].kind, Command::Kind::kStart);
+  sent.push_back(starts[0]);
+  // Running, not ready: nothing else of the job is stopped, however long it takes.
+  for (uint64_t now = 4; now < 10; ++now) {
+    auto rep = running_on(starts[0].machine, sent);
+    rep[starts[0].task_id] = TaskState::kRunning;
+    EXPECT_TRUE(sched_.report(starts[0].machine, rep, now).empty());
+  }
+  EXPECT_EQ(sched_.tasks().at(starts[0].task_id).state, TaskState::kRunning);
+  EXPECT_FALSE(sched_.tasks().at(starts[0].task_id).ready);
+  // Ready: the next old task is stopped.
+  auto next = sched_.report(starts[0].machine, running_on(starts[0].machine, sent), 10);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].kind, Command::Kind::kStop);
+  EXPECT_TRUE(sched_.tasks().at(starts[0].task_id).ready);
+  sent.insert(sent.end(), next.begin(), next.end());
+  // A ready task of the new generation that stops being ready is down again: after the
+  // second new task starts, the third old one waits while the first is not ready.
+  std::vector<Command> second;
+  for (MachineId m : ids_) {
+    auto r = sched_.report(m, running_on(m, sent), 11);
+    second.insert(second.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_EQ(second[0].kind, Command::Kind::kStart);
+  sent.push_back(second[0]);
+  auto flipped = running_on(starts[0].machine, sent);
+  flipped[starts[0].task_id] = TaskState::kRunning;
+  EXPECT_TRUE(sched_.report(starts[0].machine, flipped, 12).empty());
+  EXPECT_FALSE(sched_.tasks().at(starts[0].task_id).ready);
+  // The second becomes ready, but with the first down the limit is still reached.
+  EXPECT_TRUE(sched_.report(second[0].machine, running_on(second[0].machine, sent), 13).empty());
+  EXPECT_EQ(sched_.report(starts[0].machine, running_on(starts[0].machine, sent), 14).size(), 1u);
+}
+
+TEST_F(Sched, ADrainedCopyStopsOnlyOnceItsReplacementIsReady) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  MachineId drained = live("web")[0].machine;
+  std::string old_id = live("web")[0].id;
+  alloc_.set_usable(drained, false, true);
+  auto d = sched_.machine_drain(drained, 2);
+  ASSERT_EQ(d.size(), 1u);
+  sent.insert(sent.end(), d.begin(), d.end());
+  auto rep = running_on(d[0].machine, sent);
+  rep[d[0].task_id] = TaskState::kRunning;  // runs, not ready yet
+  EXPECT_TRUE(sched_.report(d[0].machine, rep, 3).empty());
+  EXPECT_EQ(sched_.tasks().at(old_id).state, TaskState::kDraining);
+  auto stop = sched_.report(d[0].machine, running_on(d[0].machine, sent), 4);
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].task_id, old_id);
 }
 
 TEST_F(Sched, ScaleAndStop) {
@@ -374,7 +450,7 @@ TEST_F(Sched, ReplacementsNeverBypassTheBudget) {
   ASSERT_TRUE(c.ok());
   std::map<std::string, MachineId> where;
   for (const auto& cmd : *c) where[cmd.task_id] = cmd.machine;
-  for (const auto& [id, m] : where) sched.report(m, {{id, TaskState::kRunning}}, 1);
+  for (const auto& [id, m] : where) sched.report(m, {{id, TaskState::kReady}}, 1);
   // Index 0 fails: the one token replaces it.
   std::string first = c->at(0).task_id;
   int idx0 = sched.tasks().at(first).index;
@@ -418,7 +494,7 @@ TEST_F(Sched, EndedTasksAreForgottenAndTheTableStaysBounded) {
     std::vector<Command> next;
     for (const auto& cmd : current) {
       if (cmd.kind != Command::Kind::kStart) continue;
-      sched.report(cmd.machine, {{cmd.task_id, TaskState::kRunning}}, now++);
+      sched.report(cmd.machine, {{cmd.task_id, TaskState::kReady}}, now++);
       std::vector<std::string> forget;
       auto r = sched.report(cmd.machine, {{cmd.task_id, TaskState::kFailed}}, now++, &forget);
       EXPECT_EQ(forget, std::vector<std::string>{cmd.task_id});
@@ -513,7 +589,7 @@ TEST_F(Sched, ARefusedSpecFailsAtOnceAndWaitsForAnUpdate) {
   ASSERT_TRUE(c.ok());
   std::string refused = (*c)[0].task_id;
   std::string fine = (*c)[1].task_id;
-  sched_.report((*c)[1].machine, {{fine, TaskState::kRunning}}, 1);
+  sched_.report((*c)[1].machine, {{fine, TaskState::kReady}}, 1);
   (void)sched_.take_reported_changes();
   auto r = sched_.start_refused(refused, "user: no such user 'svc'", /*bad_spec=*/true, 2);
   EXPECT_EQ(count_kind(r, Command::Kind::kStart), 0) << "a refused spec is not retried";
@@ -524,7 +600,7 @@ TEST_F(Sched, ARefusedSpecFailsAtOnceAndWaitsForAnUpdate) {
   // Nothing restarts it: not the ticks, not the reports, not the start grace.
   for (uint64_t now = 3; now < 5 * kMin; now += kMin / 4) {
     auto more = sched_.tick(now);
-    auto rep = sched_.report((*c)[1].machine, {{fine, TaskState::kRunning}}, now);
+    auto rep = sched_.report((*c)[1].machine, {{fine, TaskState::kReady}}, now);
     more.insert(more.end(), rep.begin(), rep.end());
     EXPECT_EQ(count_kind(more, Command::Kind::kStart), 0) << now;
   }
@@ -573,7 +649,7 @@ TEST(SchedQuota, ADeadMachinesTasksMoveWhenTheQuotaIsFull) {
   s.task = {{"argv", {"/bin/true"}}};
   auto c = sched.create(s, 0);
   ASSERT_TRUE(c.ok()) << c.error().str();
-  for (const auto& cmd : *c) sched.report(cmd.machine, {{cmd.task_id, TaskState::kRunning}}, 1);
+  for (const auto& cmd : *c) sched.report(cmd.machine, {{cmd.task_id, TaskState::kReady}}, 1);
   MachineId dead = (*c)[0].machine;
   alloc.set_usable(dead, /*healthy=*/false, true);
   auto r = sched.machine_down(dead, 2);

@@ -16,7 +16,7 @@ PACKAGES=(
   clang bpftool libbpf-dev
   libseccomp-dev libfuzzer-14-dev libclang-rt-14-dev
   libssl-dev openssl
-  libmicrohttpd-dev
+  libmicrohttpd-dev libcurl4-openssl-dev
 )
 
 SUDO=""

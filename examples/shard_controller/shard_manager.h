@@ -57,11 +57,13 @@ class ShardManager {
     for (const auto& op : list_of(plan, "pending"))
       if (!str_of(op, "op").empty()) pending_ids.insert(str_of(op, "op"));
     std::set<int> down;         // indices that do not count as serving now
-    std::set<int> up, current;  // running; running the job's current generation
+    std::set<int> up, current;  // serving (running and ready); of the current generation
     int64_t generation = int_of(plan, "generation", 0, INT64_MAX);
     for (const auto& t : list_of(plan, "tasks")) {
       int64_t index = int_of(t, "index", -1, count - 1);
-      if (index < 0 || str_of(t, "state") != "running") continue;
+      bool ready =
+          t.is_object() && t.contains("ready") && t["ready"].is_boolean() && t["ready"].get<bool>();
+      if (index < 0 || str_of(t, "state") != "running" || !ready) continue;
       up.insert(static_cast<int>(index));
       if (int_of(t, "generation", -1, INT64_MAX) == generation)
         current.insert(static_cast<int>(index));
