@@ -61,6 +61,7 @@ json Manager::summary(const Task& t) const {
   json j{{"id", t.id},
          {"name", t.name},
          {"state", task_state_name(t.state)},
+         {"ready", t.state == TaskState::kRunning && t.ready},
          {"pid", t.pid > 0 ? json(t.pid) : json()},
          {"exit_code", t.exit_code ? json(*t.exit_code) : json()},
          {"signal", t.signal ? json(signal_name(*t.signal)) : json()},
@@ -82,6 +83,11 @@ json Manager::detail(Task& t) {
   json j = summary(t);
   j["spec"] = to_json(t.spec);
   j["warnings"] = t.warnings;
+  if (t.spec.readiness)
+    j["readiness"] = {{"type", readiness_kind_name(t.spec.readiness->kind)},
+                      {"passes_in_a_row", t.check_passes},
+                      {"failures_in_a_row", t.check_failures},
+                      {"last_failure", t.check_detail}};
   if (t.state == TaskState::kRunning || t.state == TaskState::kStopping) {
     j["stats"] = cgroups_->stats(t.id).to_json();
     auto fr = cgroups_->frozen(t.id);

@@ -50,6 +50,8 @@ Result<std::unique_ptr<Manager>> Manager::create(AgentConfig cfg, std::unique_pt
 
 Status Manager::start() {
   started_at_us_ = now_monotonic_us();
+  TRY_ASSIGN(http_, HttpClient::create(*loop_));
+  reaper_ = std::make_unique<Reaper>(*loop_);
   // One pidfd per running task: weft-agent's main raised RLIMIT_NOFILE to the hard
   // limit already (raise_fd_limit, common/daemon.h).
   TRY(mkdir_p(cfg_.state_dir, 0750));
@@ -200,6 +202,7 @@ void Manager::adopt_or_collect(Task& t) {
       (void)save(t);
       watch_init(t);
       if (t.state == TaskState::kStopping) arm_stop_timer(t);
+      if (t.state == TaskState::kRunning) start_readiness(t);
       log_info("adopted running task", {{"TASK_ID", t.id}, {"PID", std::to_string(pid)}});
       return;
     }
@@ -345,6 +348,7 @@ Status Manager::start_incarnation(Task& t) {
   if (!t.stop_requested) t.reason.clear();
   Status saved = save(t);
   watch_init(t);
+  start_readiness(t);
   if (!saved.ok())
     log_error("could not record running task", {{"TASK_ID", t.id}, {"ERROR", saved.error().str()}});
   log_info("task started", {{"TASK_ID", t.id},
@@ -355,6 +359,86 @@ Status Manager::start_incarnation(Task& t) {
   ++starts_;
   update_status();
   return {};
+}
+
+// ---------------------------------------------------------------- readiness
+
+void Manager::start_readiness(Task& t) {
+  stop_readiness(t);
+  if (!t.spec.readiness) return set_ready(t, true);  // no check: ready once running
+  schedule_check(t, t.spec.readiness->initial_delay_us);
+}
+
+void Manager::stop_readiness(Task& t) {
+  t.check.reset();
+  t.check_timer.reset();
+  t.check_passes = t.check_failures = 0;
+  t.check_detail.clear();
+  t.ready = false;  // what is not running is not ready; reported with the new state
+}
+
+void Manager::schedule_check(Task& t, uint64_t after_us) {
+  std::string id = t.id;
+  auto timer = loop_->add_timer_in(after_us, [this, id] { run_check(id); });
+  if (timer.ok())
+    t.check_timer = std::move(timer).value();
+  else
+    log_error("cannot schedule a readiness check", {{"TASK_ID", id}});
+}
+
+void Manager::run_check(const std::string& id) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end() || it->second->state != TaskState::kRunning || !it->second->spec.readiness)
+    return;
+  Task& t = *it->second;
+  t.check_timer.reset();
+  CheckTarget target;
+  target.pid = t.pid;
+  target.pidfd = t.pidfd.get();
+  target.own_network = t.spec.ns.network == NetworkMode::kPrivate;
+  if (t.spec.readiness->kind == ReadinessKind::kExec) {
+    auto ident =
+        task_identity(t.spec.user, t.spec.group, cfg_.default_task_user, cfg_.allow_root_tasks);
+    if (!ident.ok()) return on_check(id, false, ident.error().message);
+    target.init_path = cfg_.init_path;
+    target.cgroup_dir = cgroups_->task_dir(t.id);
+    target.join_argv = build_join_argv(t.spec, *ident, t.pid);
+  }
+  t.check = start_check(
+      *loop_, *http_, *reaper_, *t.spec.readiness, target,
+      [this, id](bool passed, std::string detail) { on_check(id, passed, std::move(detail)); });
+}
+
+void Manager::on_check(const std::string& id, bool passed, std::string detail) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return;
+  Task& t = *it->second;
+  t.check.reset();
+  if (t.state != TaskState::kRunning || !t.spec.readiness) return;
+  const ReadinessCheck& c = *t.spec.readiness;
+  if (passed) {
+    ++t.check_passes;
+    t.check_failures = 0;
+    t.check_detail.clear();
+    if (t.check_passes >= c.success_threshold) set_ready(t, true);
+  } else {
+    ++t.check_failures;
+    t.check_passes = 0;
+    t.check_detail = std::move(detail);
+    if (t.check_failures >= c.failure_threshold && t.ready) {
+      log_warn("task not ready: readiness check failing",
+               {{"TASK_ID", t.id}, {"TASK_NAME", t.name}, {"REASON", t.check_detail}});
+      set_ready(t, false);
+    }
+  }
+  schedule_check(t, c.interval_us);
+}
+
+void Manager::set_ready(Task& t, bool ready) {
+  if (t.ready == ready) return;
+  t.ready = ready;
+  if (ready && t.spec.readiness) log_info("task ready", {{"TASK_ID", t.id}, {"TASK_NAME", t.name}});
+  if (cp_ && t.spec.owner == "controlplane") cp_->report_now();
 }
 
 void Manager::watch_init(Task& t) {
@@ -397,6 +481,7 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
                                  std::optional<int> init_status) {
   t.watch.reset();
   t.timer.reset();
+  stop_readiness(t);
   // A fresh cgroup per incarnation: any oom_kill count is this incarnation's delta.
   bool oom = cgroups_->oom_kills(t.id).value_or(0) > 0;
   if (auto s = cgroups_->remove_task(t.id); !s.ok())
@@ -494,6 +579,7 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
     return {};  // already on its way
   t.stop_requested = true;
   t.state = TaskState::kStopping;
+  stop_readiness(t);
   t.stop_deadline_us = deadline;
   TRY(save(t));
   (void)cgroups_->freeze_task(t.id, false);  // a frozen task cannot act on its stop signal
@@ -554,7 +640,8 @@ Status Manager::cp_start() {
         {"cpu_milli", static_cast<int64_t>(cpus > 0 ? cpus : 1) * 1000},
         {"mem_mb", mem_mb > 0 ? mem_mb : 1},
         {"controllers",
-         split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')}};
+         split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')},
+        {"reports_ready", true}};
     cp_acked_digest_.clear();  // a new session: the whole list first
     report_in_flight_ = report_again_ = false;
     s.call("machine.register", reg, std::move(done));
@@ -568,7 +655,10 @@ Status Manager::cp_start() {
     }
     std::map<std::string, std::string> states;
     for (const auto& [id, t] : tasks_)
-      if (t->spec.owner == "controlplane") states[t->spec.name] = task_state_name(t->state);
+      if (t->spec.owner == "controlplane")
+        states[t->spec.name] = t->state == TaskState::kRunning && t->ready
+                                   ? task_state_name(TaskState::kReady)
+                                   : task_state_name(t->state);
     std::string digest = tasks_digest(states);
     nlohmann::json params{{"machine", cfg_.machine_id}};
     if (digest == cp_acked_digest_) {

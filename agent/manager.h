@@ -23,10 +23,12 @@
 #include "agent/agent_conf.h"
 #include "agent/cgroup.h"
 #include "agent/lifecycle.h"
+#include "agent/readiness.h"
 #include "agent/task_store.h"
 #include "common/cp_link.h"
 #include "common/event.h"
 #include "common/fs.h"
+#include "common/http_client.h"
 #include "common/metrics.h"
 #include "common/rpc.h"
 #include "common/store.h"
@@ -41,6 +43,13 @@ struct Task : TaskRecord {
   Source timer;
   bool is_child = false;
   bool kill_sent = false;  // this agent wrote cgroup.kill for the current incarnation
+  // Readiness (agent/readiness.h): reported "ready" while running and available. Not
+  // stored: a restarted agent checks again before it says ready.
+  bool ready = false;
+  uint64_t check_passes = 0, check_failures = 0;  // in a row
+  std::string check_detail;                       // why the last check failed
+  Source check_timer;
+  std::unique_ptr<CheckRun> check;
 };
 
 class Manager {
@@ -90,6 +99,14 @@ class Manager {
   void arm_stop_timer(Task& t);
   void on_stop_deadline(const std::string& id);
   Status request_stop(Task& t, std::optional<uint64_t> grace_us);
+  // Readiness: checks start when the task runs (after the check's initial delay) and
+  // stop when it stops running; a change of readiness is reported at once.
+  void start_readiness(Task& t);
+  void stop_readiness(Task& t);
+  void schedule_check(Task& t, uint64_t after_us);
+  void run_check(const std::string& id);
+  void on_check(const std::string& id, bool passed, std::string detail);
+  void set_ready(Task& t, bool ready);
 
   // Recovery.
   Status load_tasks();
@@ -125,6 +142,8 @@ class Manager {
   // running while it is away.
   Status cp_start();
   std::unique_ptr<ControlPlaneLink> cp_;
+  std::unique_ptr<HttpClient> http_;  // readiness checks over HTTP
+  std::unique_ptr<Reaper> reaper_;    // exec checks abandoned mid-run
   // The digest of the last task list the control plane acknowledged: while the list is
   // unchanged, a report carries only this (common/task_report.h).
   // The task list the control plane acknowledged last, and its digest ("" = none: the

@@ -87,13 +87,16 @@ int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json
     int want = r["spec"].value("count", 0);
     uint64_t gen = r.value("generation", uint64_t{0});
     std::map<std::string, int> at_gen;
-    int ready = 0, old_live = 0, refused = 0;
+    int ready = 0, running = 0, old_live = 0, refused = 0;
     json messages = json::array();
     for (const auto& t : r["tasks"]) {
       TaskState st = state_of(t);
       bool current = t.value("generation", uint64_t{0}) == gen;
       if (current) at_gen[task_state_name(st)]++;
-      if (current && st == TaskState::kRunning) ready++;
+      if (current && st == TaskState::kRunning) running++;
+      // Available: running and its readiness check passes (a control plane older than
+      // readiness checks does not say: running then counts).
+      if (current && st == TaskState::kRunning && t.value("ready", true)) ready++;
       std::string msg = t.value("message", "");
       if (current && st == TaskState::kFailed && !msg.empty()) {
         refused++;
@@ -108,11 +111,12 @@ int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json
     }
     Progress p;
     p.line = "job " + name + " generation " + std::to_string(gen) + ": " + std::to_string(ready) +
-             "/" + std::to_string(want) + " running";
+             "/" + std::to_string(want) + " ready";
+    if (running > ready) p.line += ", " + std::to_string(running - ready) + " running not ready";
     for (const auto& [st, n] : at_gen)
       if (st != "running") p.line += ", " + std::to_string(n) + " " + st;
     if (old_live) p.line += "; " + std::to_string(old_live) + " of the previous generation left";
-    p.j = {{"job", name},   {"generation", gen},         {"running", ready},
+    p.j = {{"job", name},   {"generation", gen},         {"running", running}, {"ready", ready},
            {"count", want}, {"previous_left", old_live}, {"refused", messages}};
     if (ready == want && old_live == 0) p.verdict = Progress::Verdict::kDone;
     // Every index runs or was refused, and nothing of the old generation is left: the

@@ -103,6 +103,72 @@ TEST(Spec, OwnerIsControlPlaneOrAbsent) {
   EXPECT_EQ(bad.error().field, "owner");
 }
 
+TEST(Spec, ReadinessChecks) {
+  auto with = [](json check) {
+    return parse_task_spec({{"name", "w"}, {"argv", {"true"}}, {"readiness", check}});
+  };
+  auto http = with({{"type", "http"},
+                    {"port", 8080},
+                    {"path", "/ready?x=1"},
+                    {"interval", "250ms"},
+                    {"timeout", 2},
+                    {"failure_threshold", 5}});
+  ASSERT_TRUE(http.ok()) << http.error().str();
+  ASSERT_TRUE(http->readiness.has_value());
+  EXPECT_EQ(http->readiness->kind, ReadinessKind::kHttp);
+  EXPECT_EQ(http->readiness->port, 8080);
+  EXPECT_EQ(http->readiness->path, "/ready?x=1");
+  EXPECT_EQ(http->readiness->interval_us, 250'000u);
+  EXPECT_EQ(http->readiness->timeout_us, 2'000'000u);
+  EXPECT_EQ(http->readiness->failure_threshold, 5u);
+  EXPECT_EQ(http->readiness->success_threshold, 1u);
+  auto again = parse_task_spec(to_json(*http));  // the stored form reads back the same
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ(to_json(*again), to_json(*http));
+  auto exec = with({{"type", "exec"}, {"command", {"/bin/check", "--quick"}}});
+  ASSERT_TRUE(exec.ok()) << exec.error().str();
+  EXPECT_EQ(exec->readiness->command.size(), 2u);
+  EXPECT_EQ(to_json(*parse_task_spec(to_json(*exec))), to_json(*exec));
+  EXPECT_TRUE(with({{"type", "tcp"}, {"port", 1}}).ok());
+  EXPECT_FALSE(parse_task_spec({{"name", "w"}, {"argv", {"true"}}})->readiness.has_value());
+
+  struct Bad {
+    json check;
+    const char* field;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{{"type", "grpc"}, {"port", 1}}, "readiness.type"},
+           {{{"port", 1}}, "readiness.type"},
+           {{{"type", "tcp"}}, "readiness.port"},
+           {{{"type", "tcp"}, {"port", 0}}, "readiness.port"},
+           {{{"type", "tcp"}, {"port", 70000}}, "readiness.port"},
+           {{{"type", "tcp"}, {"port", 1}, {"path", "/"}}, "readiness.path"},
+           {{{"type", "http"}, {"port", 1}, {"path", "/a b"}}, "readiness.path"},
+           {{{"type", "http"}, {"port", 1}, {"path", "/a\r\nHost: x"}}, "readiness.path"},
+           {{{"type", "http"}, {"port", 1}, {"path", "ready"}}, "readiness.path"},
+           {{{"type", "exec"}}, "readiness.command"},
+           {{{"type", "exec"}, {"command", {"check"}}}, "readiness.command[0]"},
+           {{{"type", "exec"}, {"command", json::array()}}, "readiness.command"},
+           {{{"type", "exec"}, {"command", {"/bin/x", 3}}}, "readiness.command[1]"},
+           {{{"type", "exec"}, {"command", {"/bin/x"}}, {"port", 2}}, "readiness.port"},
+           {{{"type", "tcp"}, {"port", 1}, {"command", {"/bin/x"}}}, "readiness.command"},
+           {{{"type", "tcp"}, {"port", 1}, {"interval", "10ms"}}, "readiness.interval"},
+           {{{"type", "tcp"}, {"port", 1}, {"timeout", "2m"}}, "readiness.timeout"},
+           {{{"type", "tcp"}, {"port", 1}, {"success_threshold", 0}},
+            "readiness.success_threshold"},
+           {{{"type", "tcp"}, {"port", 1}, {"failure_threshold", 101}},
+            "readiness.failure_threshold"},
+           {{{"type", "tcp"}, {"port", 1}, {"probe", 1}}, "readiness.probe"},
+       }) {
+    auto r = with(b.check);
+    ASSERT_FALSE(r.ok()) << b.check.dump();
+    EXPECT_EQ(r.error().field, b.field) << b.check.dump() << ": " << r.error().str();
+  }
+  auto not_object = parse_task_spec({{"name", "w"}, {"argv", {"true"}}, {"readiness", "tcp"}});
+  ASSERT_FALSE(not_object.ok());
+  EXPECT_EQ(not_object.error().field, "readiness");
+}
+
 TEST(Spec, Signals) {
   EXPECT_EQ(*parse_signal("SIGTERM"), 15);
   EXPECT_EQ(*parse_signal("kill"), 9);

@@ -1,8 +1,10 @@
 // Root tests of weft-agent on this machine's real cgroup2 tree: processes, namespaces,
 // pivot_root, freeze, cgroup.kill, hugetlb limits, logs, restarts, bad input and crash
 // recovery. Each test owns a uniquely named cgroup root and removes it (AgentHarness).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -540,6 +542,118 @@ TEST_F(AgentRoot, CrashDuringStopStillStops) {
   json t = agent_->wait_state(id, "stopped");
   EXPECT_EQ(t["signal"], "SIGKILL");  // the grace deadline survived the crash
   EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+
+// Readiness checks. The task has a network namespace of its own: the check's socket is
+// made in it (nothing answers on the host's loopback port).
+TEST_F(AgentRoot, HttpAndTcpReadinessFollowTheTasksListener) {
+  if (!path_exists("/bin/busybox")) GTEST_FAIL() << "busybox-static is needed (scripts/setup.sh)";
+  std::string www = agent_->dir() + "/www";
+  ASSERT_TRUE(mkdir_p(www).ok());
+  auto task = [&](const std::string& name, json check) {
+    return run({{"name", name},
+                {"namespaces", {{"network", "private"}}},
+                {"readiness", check},
+                {"argv",
+                 {"/bin/busybox", "sh", "-c",
+                  "sleep 1; exec /bin/busybox httpd -f -p 127.0.0.1:8123 -h " + www}}});
+  };
+  std::string http = task("http-ready", {{"type", "http"},
+                                         {"port", 8123},
+                                         {"path", "/ready"},
+                                         {"interval", "200ms"},
+                                         {"timeout", "500ms"},
+                                         {"failure_threshold", 2}});
+  std::string tcp = task("tcp-ready", {{"type", "tcp"}, {"port", 8123}, {"interval", "200ms"}});
+  json t = agent_->wait_state(http, "running");
+  EXPECT_FALSE(t["ready"]) << t.dump();
+  // The server listens after a second: tcp passes; http gets 404 until the file exists.
+  json tt = agent_->wait_task(tcp, [](const json& j) { return j.value("ready", false); });
+  EXPECT_TRUE(tt["ready"]) << tt.dump();
+  t = agent_->wait_task(
+      http, [](const json& j) { return j["readiness"].value("last_failure", "") == "HTTP 404"; });
+  EXPECT_FALSE(t["ready"]) << t.dump();
+  ASSERT_TRUE(write_file(www + "/ready", "yes\n").ok());
+  t = agent_->wait_task(http, [](const json& j) { return j.value("ready", false); });
+  EXPECT_TRUE(t["ready"]) << t.dump();
+  // The host's loopback has no such server: the checks ran in the task's namespace.
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(8123);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_NE(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::close(s);
+  // Failing twice in a row: not ready any more.
+  ASSERT_EQ(::unlink((www + "/ready").c_str()), 0);
+  t = agent_->wait_task(http, [](const json& j) { return !j.value("ready", true); });
+  EXPECT_FALSE(t["ready"]) << t.dump();
+  EXPECT_EQ(t["readiness"]["last_failure"], "HTTP 404") << t.dump();
+  EXPECT_EQ(t["state"], "running");
+  agent_->call("task.stop", {{"id", http}});
+  agent_->call("task.stop", {{"id", tcp}});
+  t = agent_->wait_state(http, "stopped");
+  EXPECT_FALSE(t["ready"]);
+}
+
+// An exec check runs inside the task: its root, its user, its cgroup; a check that
+// hangs is killed at its timeout and leaves nothing behind.
+TEST_F(AgentRoot, ExecReadinessRunsInsideTheTask) {
+  if (!path_exists("/bin/busybox")) GTEST_FAIL() << "busybox-static is needed (scripts/setup.sh)";
+  std::string rootfs = agent_->dir() + "/rootfs";
+  ASSERT_TRUE(mkdir_p(rootfs + "/bin").ok());
+  ASSERT_EQ(system(("cp /bin/busybox " + rootfs + "/bin/busybox").c_str()), 0);
+  ASSERT_EQ(symlink("busybox", (rootfs + "/bin/sh").c_str()), 0);
+  ASSERT_TRUE(write_file(rootfs + "/marker", "inside\n").ok());
+  std::string id = run({{"name", "exec-ready"},
+                        {"rootfs", rootfs},
+                        {"user", "65534"},
+                        {"group", "65534"},
+                        {"readiness",
+                         {{"type", "exec"},
+                          {"command",
+                           {"/bin/busybox", "sh", "-c",
+                            "test -f /marker && test \"$(/bin/busybox id -u)\" = 65534 && "
+                            "test \"$(/bin/busybox cat /proc/1/comm)\" = weft-init"}},
+                          {"interval", "200ms"},
+                          {"failure_threshold", 1}}},
+                        {"argv", {"/bin/busybox", "sleep", "1000"}}});
+  json t = agent_->wait_task(id, [](const json& j) { return j.value("ready", false); });
+  ASSERT_TRUE(t["ready"]) << t.dump();
+  // The marker exists only in the task's root: removed there, the check fails.
+  ASSERT_EQ(::unlink((rootfs + "/marker").c_str()), 0);
+  t = agent_->wait_task(id, [](const json& j) { return !j.value("ready", true); });
+  EXPECT_EQ(t["readiness"]["last_failure"], "exit status 1") << t.dump();
+  agent_->call("task.stop", {{"id", id}});
+  agent_->wait_state(id, "stopped");
+
+  std::string hang = run({{"name", "exec-hangs"},
+                          {"readiness",
+                           {{"type", "exec"},
+                            {"command", {"/bin/sleep", "60"}},
+                            {"interval", "100ms"},
+                            {"timeout", "200ms"}}},
+                          {"argv", {"sleep", "1000"}}});
+  t = agent_->wait_task(hang, [](const json& j) {
+    return j["readiness"].value("last_failure", "").find("timed out") == 0;
+  });
+  EXPECT_FALSE(t["ready"]) << t.dump();
+  // Between checks only the task is in its cgroup (weft-init and sleep): every check was
+  // killed with its command.
+  bool only_task = false;
+  for (int i = 0; i < 50 && !only_task; ++i) {
+    auto procs = read_file(agent_->task_cgroup(hang) + "/cgroup.procs");
+    ASSERT_TRUE(procs.ok());
+    size_t n = 0;
+    for (const auto& l : split(trim(*procs), '\n')) n += !l.empty();
+    only_task = n == 2;
+    if (!only_task) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(only_task);
+  agent_->call("task.stop", {{"id", hang}});
+  agent_->wait_state(hang, "stopped");
+  // No sleep 60 left anywhere.
+  EXPECT_NE(system("pgrep -x -f '/bin/sleep 60' >/dev/null"), 0);
 }
 
 }  // namespace

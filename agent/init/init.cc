@@ -15,12 +15,15 @@
 //   weft-init --task-dir-fd N --incarnation N [--uid U --gid G --groups a,b]
 //             [--cwd D] [--hostname H] [--rootfs DIR] [--proc] [--lo]
 //             [--log-max-bytes N] [--log-max-files N] [--env K=V]... -- argv...
+//   weft-init --join-pid PID [--uid U --gid G --groups a,b] [--cwd D]
+//             [--seccomp-unconfined] [--env K=V]... -- /abs/argv...   (fd 3: PID's pidfd)
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +62,7 @@ struct Options {
   char* env[1024];
   int nenv = 0;
   char** argv = nullptr;
+  long join_pid = -1;  // --join-pid: run argv inside that task (fd 3: its pidfd)
 };
 
 Options opt;
@@ -412,7 +416,6 @@ bool setup_namespaces() {
   } else if ((cerr = weft_init::confine_after_credentials(conf)) != 0) {
     errno = cerr;
     report[0] = kStageConfine;
-    report[0] = kStageChdir;
   } else {
     opt.env[opt.nenv] = nullptr;
     execvpe(opt.argv[0], opt.argv, opt.env);
@@ -452,6 +455,8 @@ bool parse_args(int argc, char** argv) {
     ++i;
     if (!strcmp(a, "--task-dir-fd"))
       opt.task_dir_fd = atoi(v);
+    else if (!strcmp(a, "--join-pid"))
+      opt.join_pid = atol(v);
     else if (!strcmp(a, "--incarnation"))
       opt.incarnation = strtoul(v, nullptr, 10);
     else if (!strcmp(a, "--uid"))
@@ -485,9 +490,84 @@ bool parse_args(int argc, char** argv) {
   return false;
 }
 
+// ---- --join-pid: a command inside a running task (readiness checks) ----
+//
+// Started by the agent inside the task's cgroup, with the pidfd of the task's weft-init
+// as fd 3. Enters the task's mount, pid, network, UTS and IPC namespaces and its root,
+// then forks the command (in the task's pid namespace) with the task's credentials and
+// confinement, the same steps as the task's own main process; exits with its status.
+// Killed (the agent's timeout), it takes the command with it (parent-death signal).
+[[noreturn]] void exec_joined(int parent_alive) {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
+  }
+  weft_init::Confinement conf;
+  conf.seccomp = opt.seccomp;
+  conf.as_root = opt.uid >= 0 ? opt.uid == 0 : getuid() == 0;
+  if ((opt.ngroups >= 0 && setgroups(static_cast<size_t>(opt.ngroups), opt.groups) < 0) ||
+      (opt.gid >= 0 && setgid(static_cast<gid_t>(opt.gid)) < 0) ||
+      weft_init::drop_bounding_set(conf) != 0 ||
+      (opt.uid >= 0 && setuid(static_cast<uid_t>(opt.uid)) < 0))
+    _exit(126);
+  // After the credential change (which clears it): dies with its parent. The parent is
+  // outside this pid namespace (getppid() says 0): a pipe whose other end only it holds
+  // tells whether it still lives.
+  struct pollfd alive = {parent_alive, POLLIN, 0};
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || poll(&alive, 1, 0) != 0) _exit(126);
+  close(parent_alive);
+  if (chdir(opt.cwd) < 0 || weft_init::confine_after_credentials(conf) != 0) _exit(126);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  opt.env[opt.nenv] = nullptr;
+  execve(opt.argv[0], opt.argv, opt.env);
+  _exit(127);
+}
+
+int run_joined() {
+  prctl(PR_SET_DUMPABLE, 0);  // root in the task's namespaces: nothing may ptrace it
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/root", opt.join_pid);
+  // The task's root, opened before entering its mount namespace (as nsenter does), and
+  // the pidfd checked after: the pid was not reused in between.
+  int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0 || syscall(SYS_pidfd_send_signal, 3, 0, nullptr, 0) < 0) return 125;
+  if (setns(3, CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC) < 0)
+    return 125;
+  close(3);
+  if (fchdir(root) < 0 || chroot(".") < 0 || chdir("/") < 0) return 125;
+  close(root);
+  syscall(SYS_close_range, 3u, ~0u, 0u);
+  int alive[2];
+  if (pipe2(alive, O_CLOEXEC) < 0) return 125;
+  pid_t child = fork();  // in the task's pid namespace
+  if (child < 0) return 125;
+  if (child == 0) {
+    close(alive[1]);
+    exec_joined(alive[0]);
+  }
+  close(alive[0]);  // alive[1] stays open until this process ends
+  for (;;) {
+    int status;
+    pid_t r = waitpid(child, &status, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return 125;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (opt.join_pid == -1 && argc > 2 && !strcmp(argv[1], "--join-pid")) {
+    if (!parse_args(argc, argv) || opt.join_pid <= 0 || fcntl(3, F_GETFD) < 0 ||
+        opt.argv[0][0] != '/') {
+      fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");
+      return 125;
+    }
+    return run_joined();
+  }
   if (!parse_args(argc, argv) || opt.task_dir_fd < 0 || fcntl(opt.task_dir_fd, F_GETFD) < 0) {
     fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");
     return 125;
