@@ -45,7 +45,10 @@ using json = nlohmann::json;
 // and runs/stops what it is told.
 class FakeMachine {
  public:
-  FakeMachine(std::string id, std::string rack) : id_(std::move(id)), rack_(std::move(rack)) {
+  // reports_ready: registers as an agent that reports "ready" (readiness checks); an
+  // older agent's "running" counts as ready.
+  FakeMachine(std::string id, std::string rack, bool reports_ready = false)
+      : id_(std::move(id)), rack_(std::move(rack)), reports_ready_(reports_ready) {
     methods_.add("task.run", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       // The agent's own validator on what the control plane sends.
       auto spec = parse_task_spec(p);
@@ -76,7 +79,8 @@ class FakeMachine {
                                                 {"domain", rack_},
                                                 {"type", "std"},
                                                 {"cpu_milli", 4000},
-                                                {"mem_mb", 8192}});
+                                                {"mem_mb", 8192},
+                                                {"reports_ready", reports_ready_}});
     if (r.ok()) r = client_->call("health.report", {{"machine", id_}, {"verdict", "ok"}});
     if (!r.ok()) error_ = r.error();
     return r.ok();
@@ -104,6 +108,7 @@ class FakeMachine {
 
  private:
   std::string id_, rack_;
+  bool reports_ready_ = false;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
   std::set<std::string> running_;
@@ -290,6 +295,62 @@ TEST_F(ControlPlane, MetricsDescribeTheFleetOnLoopback) {
         "weft_cp_circuit_breaker_open 0"})
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
   EXPECT_NE(http_get(port, "/").find("404"), std::string::npos);
+}
+
+// Readiness on the wire: an agent that reports readiness says "ready" for an available
+// task and "running" for one whose check does not pass; an older agent's "running"
+// counts as ready. job.show and job.ls tell them apart.
+TEST_F(ControlPlane, RunningAndReadyAreSeenApart) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine modern("h0", "r0", /*reports_ready=*/true), older("h1", "r1");
+  ASSERT_TRUE(modern.connect(sock()));
+  ASSERT_TRUE(older.connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 2}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "a"},
+                                  {"count", 2},
+                                  {"per_task", {{"cpu_milli", 3000}, {"mem_mb", 1024}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  for (int i = 0; i < 200 && (modern.running().empty() || older.running().empty()); ++i) {
+    modern.report();  // heartbeats: alive
+    older.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(modern.running().size(), 1u);
+  ASSERT_EQ(older.running().size(), 1u);
+  std::string on_modern = *modern.running().begin(), on_older = *older.running().begin();
+  auto ready_of = [&](const std::string& id) {
+    auto shown = call("job.show", {{"name", "web"}});
+    EXPECT_TRUE(shown.ok());
+    for (const auto& t : (*shown)["tasks"])
+      if (t["id"] == id) return std::pair{t["state"].get<std::string>(), t["ready"].get<bool>()};
+    return std::pair{std::string("absent"), false};
+  };
+  ASSERT_TRUE(modern.report_with({{"tasks", {{on_modern, "running"}}}}).ok());
+  ASSERT_TRUE(older.report_with({{"tasks", {{on_older, "running"}}}}).ok());
+  EXPECT_EQ(ready_of(on_modern), (std::pair{std::string("running"), false}));
+  EXPECT_EQ(ready_of(on_older), (std::pair{std::string("running"), true}));
+  auto ls = call("job.ls", json::object());
+  ASSERT_TRUE(ls.ok());
+  EXPECT_EQ((*ls)["jobs"][0]["running"], 2);
+  EXPECT_EQ((*ls)["jobs"][0]["ready"], 1);
+  // Ready, then not ready again (its check failing): the task keeps running throughout.
+  ASSERT_TRUE(modern.report_with({{"tasks", {{on_modern, "ready"}}}}).ok());
+  EXPECT_EQ(ready_of(on_modern), (std::pair{std::string("running"), true}));
+  ASSERT_TRUE(modern.report_with({{"tasks", {{on_modern, "running"}}}}).ok());
+  EXPECT_EQ(ready_of(on_modern), (std::pair{std::string("running"), false}));
+  EXPECT_EQ(modern.stops(), 0);
+  // A malformed flag is refused, naming it.
+  FakeMachine bad("h2", "r2");
+  auto c = rpc::Client::connect(sock());
+  ASSERT_TRUE(c.ok());
+  auto r = (*c)->call(
+      "machine.register",
+      {{"machine", "h2"}, {"cpu_milli", 1000}, {"mem_mb", 1024}, {"reports_ready", "yes"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("reports_ready"), std::string::npos) << r.error().str();
 }
 
 TEST_F(ControlPlane, AnUnchangedTaskListIsReportedByItsDigest) {
