@@ -641,7 +641,8 @@ Status Manager::cp_start() {
         {"mem_mb", mem_mb > 0 ? mem_mb : 1},
         {"controllers",
          split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')},
-        {"reports_ready", true}};
+        {"reports_ready", true},
+        {"boot_id", trim(read_file("/proc/sys/kernel/random/boot_id").value_or(""))}};
     cp_acked_digest_.clear();  // a new session: the whole list first
     report_in_flight_ = report_again_ = false;
     s.call("machine.register", reg, std::move(done));

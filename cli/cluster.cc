@@ -209,6 +209,29 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.j_stop = c.job->add_subcommand("stop", "stop every task of a job and forget it");
   c.j_stop->add_option("name", c.name, "job name")->required();
 
+  c.maint = app.add_subcommand("maintenance",
+                               "planned maintenance: machines drained with notice, stopped at "
+                               "the start, back in service after (docs/maintenance.md)");
+  c.maint->require_subcommand(1);
+  c.mt_schedule = c.maint->add_subcommand("schedule", "announce a maintenance window (admin)");
+  c.mt_schedule->add_option("--machine", c.mt_machine, "one machine");
+  c.mt_schedule->add_option("--domain", c.mt_domain, "every machine of a rack or MSB");
+  c.mt_schedule->add_option("--dc", c.mt_dc, "every machine of a datacenter");
+  c.mt_schedule
+      ->add_option("--start", c.mt_start,
+                   "when the machines go down: 2026-11-23T14:00:00Z (UTC), or +30m from now")
+      ->required();
+  c.mt_schedule->add_option("--duration", c.mt_duration, "how long (e.g. 30m, 2h)")->required();
+  c.mt_schedule->add_option("--notice", c.mt_notice,
+                            "drain and tell TaskControllers this long before (default 15m)");
+  c.mt_schedule->add_option("--reason", c.mt_reason, "what is done (kernel upgrade, ...)");
+  c.mt_schedule->add_flag("--reboot", c.mt_reboot,
+                          "reboot each machine once it runs nothing (sidekick allow_reboot)");
+  c.mt_ls = c.maint->add_subcommand("ls", "maintenance events not yet ended");
+  c.mt_ls->add_flag("--all", c.mt_all, "ended ones too");
+  c.mt_cancel = c.maint->add_subcommand("cancel", "end an event now: its machines return (admin)");
+  c.mt_cancel->add_option("id", c.mt_id, "event id")->required();
+
   c.audit = app.add_subcommand("audit", "the control plane's audit log");
   c.audit->require_subcommand(1);
   c.a_ls = c.audit->add_subcommand("ls", "operator calls that changed the cluster or were refused");
@@ -225,7 +248,9 @@ int cluster_task_ls(const Globals& g) {
 }
 
 int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
-  if (!c.machine->parsed() && !c.ent->parsed() && !c.job->parsed() && !c.audit->parsed()) return -1;
+  if (!c.machine->parsed() && !c.ent->parsed() && !c.job->parsed() && !c.audit->parsed() &&
+      !c.maint->parsed())
+    return -1;
   auto cp = cp_client(g);
   if (c.m_ls->parsed()) {
     json r = call_or_die(*cp, "machine.ls", json::object());
@@ -276,6 +301,41 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
       std::cout << "entitlement " << c.name
                 << " owners:" << (list.empty() ? " (admins only)" : list) << "\n";
     });
+  } else if (c.mt_schedule->parsed()) {
+    json p{{"start", c.mt_start}, {"duration", c.mt_duration}, {"reboot", c.mt_reboot}};
+    int targets = 0;
+    for (auto [key, v] :
+         {std::pair{"machine", &c.mt_machine}, {"domain", &c.mt_domain}, {"dc", &c.mt_dc}})
+      if (!v->empty()) {
+        p[key] = *v;
+        ++targets;
+      }
+    if (targets != 1) die("give exactly one of --machine, --domain or --dc", 2);
+    if (!c.mt_notice.empty()) p["notice"] = c.mt_notice;
+    if (!c.mt_reason.empty()) p["reason"] = c.mt_reason;
+    json r = call_or_die(*cp, "maintenance.schedule", p);
+    print_json_or(g, r, [&] {
+      std::cout << "maintenance " << r.value("id", uint64_t{0})
+                << " scheduled: " << str_or(r, "target_kind") << " " << str_or(r, "target")
+                << " from " << str_or(r, "start") << " to " << str_or(r, "end") << "\n";
+    });
+  } else if (c.mt_ls->parsed()) {
+    json r = call_or_die(*cp, "maintenance.ls", {{"all", c.mt_all}});
+    print_json_or(g, r, [&] {
+      std::vector<std::vector<std::string>> rows = {
+          {"ID", "TARGET", "START", "END", "STATE", "MACHINES", "REBOOT", "REASON", "WAITING"}};
+      for (const auto& e : r["events"])
+        rows.push_back({std::to_string(e.value("id", uint64_t{0})),
+                        str_or(e, "target_kind") + " " + str_or(e, "target"), str_or(e, "start"),
+                        str_or(e, "end"), str_or(e, "state"),
+                        std::to_string(e.value("machines", json::array()).size()),
+                        e.value("reboot", false) ? "yes" : "no", str_or(e, "reason"),
+                        str_or(e, "message")});
+      print_table(rows);
+    });
+  } else if (c.mt_cancel->parsed()) {
+    json r = call_or_die(*cp, "maintenance.cancel", {{"id", c.mt_id}});
+    print_json_or(g, r, [&] { std::cout << "maintenance " << c.mt_id << " cancelled\n"; });
   } else if (c.a_ls->parsed()) {
     json p{{"limit", c.limit}};
     if (!c.since.empty()) {

@@ -69,6 +69,9 @@ void Manager::register_methods() {
       {"machine.show", &Manager::api_machine_show, kViewerCall},
       {"machine.drain", &Manager::api_machine_drain, kAdminCall},
       {"audit.ls", &Manager::api_audit_ls, kViewerCall},
+      {"maintenance.schedule", &Manager::api_maintenance_schedule, kAdminCall},
+      {"maintenance.ls", &Manager::api_maintenance_ls, kViewerCall},
+      {"maintenance.cancel", &Manager::api_maintenance_cancel, kAdminCall},
   };
   for (const auto& m : kMethods)
     methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
@@ -116,11 +119,19 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
     return field_error("controllers", "must be a list of cgroup controller names");
   if (p.contains("reports_ready") && !p["reports_ready"].is_boolean())
     return field_error("reports_ready", "must be true or false");
+  if (p.contains("boot_id") &&
+      (!p["boot_id"].is_string() || p["boot_id"].get<std::string>().size() > 64))
+    return field_error("boot_id", "must be a string of at most 64 characters");
   TRY(check_machine_identity(c.peer, info.id));
   if (auto known = broker_.find(info.id)) TRY(claim_session(sessions_, *known, c, "agent"));
   TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
   TRY(claim_session(sessions_, m, c, "agent"));
   last_report_.erase(m);  // a (re)started agent sends its whole list first
+  // Back from a maintenance reboot: the boot id changed.
+  std::string boot = p.value("boot_id", std::string());
+  boot_ids_[m] = boot;
+  for (uint64_t id : maintenance_.registered(info.id, boot, now_realtime_us()))
+    unsaved_maintenance_.insert(id);
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
   // An agent older than readiness checks reports "running" for what is available.
   if (p.value("reports_ready", false))

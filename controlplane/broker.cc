@@ -140,6 +140,11 @@ bool Broker::usable(MachineId id) const {
   return !m.dead && !m.drained && (m.verdict == "ok" || m.verdict == "degraded");
 }
 
+bool Broker::healthy(MachineId id) const {
+  const Machine& m = machines_.at(by_index_.at(id));
+  return !m.dead && (m.verdict == "ok" || m.verdict == "degraded");
+}
+
 std::string Broker::state_of(MachineId id) const {
   const Machine& m = machines_.at(by_index_.at(id));
   if (m.dead) return "dead";

@@ -97,6 +97,9 @@ class Broker {
   std::vector<MachineId> take_ready(const std::set<MachineId>& moved);
 
   std::optional<MachineId> find(const std::string& machine) const;
+  // Alive and its HCS verdict ok or degraded, drained or not (what planned maintenance
+  // waits for before it returns a machine to service).
+  bool healthy(MachineId m) const;
   bool usable(MachineId m) const;
   // The latest unavailability events, oldest first (at most kMaxEvents).
   const std::deque<Unavailability>& events() const { return events_; }

@@ -90,6 +90,7 @@ void Manager::commit_batch() {
     unsaved_tasks_.insert(batch_.tasks.begin(), batch_.tasks.end());
     unsaved_jobs_.insert(batch_.jobs.begin(), batch_.jobs.end());
     unsaved_events_.insert(unsaved_events_.begin(), batch_.events.begin(), batch_.events.end());
+    unsaved_maintenance_.insert(batch_.maintenance.begin(), batch_.maintenance.end());
     batch_ = {};
     if (now_us() - commit_failure_logged_us_ > 10'000'000) {
       log_error(
@@ -115,6 +116,8 @@ Status Manager::start() {
   TRY(mkdir_p(cfg_.state_dir, 0750));
   TRY_ASSIGN(store_, StateStore::open(cfg_.state_dir + "/controlplane.db"));
   TRY_CTX(store_->restore(alloc_, broker_, sched_, now_us()), "restoring the control plane state");
+  TRY_ASSIGN(auto events, store_->maintenance());
+  for (const auto& e : events) maintenance_.restore(e);
   sched_.set_ready_check(
       [this](MachineId m) { return broker_.usable(m) && broker_.state_of(m) != "preparing"; });
   sched_.set_entitlement_dc([this](EntitlementId e) {
@@ -178,6 +181,7 @@ Status Manager::start() {
   if (t.ok()) timer_ = std::move(t).value();
   watch_heartbeats();
   start_task_control();
+  maintenance_round();
   log_info("control plane ready",
            {{"SOCKET", cfg_.socket},
             {"LISTEN",
@@ -365,6 +369,13 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
     if (auto it = sched_.tasks().find(id); it != sched_.tasks().end())
       if (auto s = store_->put_task(it->second); !s.ok()) return fail(s);
   if (auto s = store_->put_task_seq(sched_.task_seq()); !s.ok()) return fail(s);
+  for (uint64_t id : maintenance_.take_dropped()) unsaved_maintenance_.insert(id);
+  for (uint64_t id : unsaved_maintenance_) {
+    auto it = maintenance_.events().find(id);
+    auto s = it != maintenance_.events().end() ? store_->put_maintenance(it->second)
+                                               : store_->delete_maintenance(id);
+    if (!s.ok()) return fail(s);
+  }
   for (auto& e : broker_.take_new_events()) unsaved_events_.push_back(std::move(e));
   if (auto s = store_->put_events(unsaved_events_); !s.ok()) return fail(s);
   TRY(store_->commit());
@@ -376,7 +387,9 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
     batch_.tasks.insert(unsaved_tasks_.begin(), unsaved_tasks_.end());
     batch_.jobs.insert(jobs.begin(), jobs.end());
     batch_.events.insert(batch_.events.end(), unsaved_events_.begin(), unsaved_events_.end());
+    batch_.maintenance.insert(unsaved_maintenance_.begin(), unsaved_maintenance_.end());
   }
+  unsaved_maintenance_.clear();
   unsaved_machines_.clear();
   unsaved_tasks_.clear();
   unsaved_events_.clear();
@@ -723,13 +736,48 @@ json Manager::control_plan(const std::string& job) {
     if (!t.message.empty()) e["message"] = t.message;
     tasks.push_back(std::move(e));
   }
+  // Planned maintenance of the machines the job's tasks run on (docs/maintenance.md):
+  // the controller hears of it from the notice on, with the deadline.
+  std::map<uint64_t, std::set<std::string>> notices;        // event -> the job's machines in it
+  std::map<std::string, const MaintenanceEvent*> first_of;  // machine -> earliest event
+  for (const auto& t : sched_.controlled_tasks(job)) {
+    std::string name = alloc_.spec(t.machine_id).name;
+    for (const auto* e : maintenance_.affecting(name)) {
+      notices[e->id].insert(name);
+      auto& f = first_of[name];
+      if (!f || e->start_us < f->start_us) f = e;
+    }
+  }
   json pending = json::array();
-  for (const auto& op : sched_.pending_operations(job))
-    pending.push_back({{"op", op.id},
-                       {"kind", op.kind},
-                       {"task", op.task},
-                       {"index", op.index},
-                       {"reason", op.reason}});
+  for (const auto& op : sched_.pending_operations(job)) {
+    json o{{"op", op.id},
+           {"kind", op.kind},
+           {"task", op.task},
+           {"index", op.index},
+           {"reason", op.reason}};
+    auto t = sched_.tasks().find(op.task);
+    if (t != sched_.tasks().end()) {
+      auto f = first_of.find(alloc_.spec(t->second.machine).name);
+      if (f != first_of.end()) {
+        o["reason"] = "maintenance " + std::to_string(f->second->id) +
+                      (f->second->reason.empty() ? "" : ": " + f->second->reason);
+        o["maintenance"] = f->second->id;
+        o["deadline"] = format_rfc3339(f->second->start_us);
+      }
+    }
+    pending.push_back(std::move(o));
+  }
+  json maintenance = json::array();
+  for (const auto& [id, machines] : notices) {
+    const MaintenanceEvent& e = maintenance_.events().at(id);
+    maintenance.push_back({{"id", id},
+                           {"machines", machines},
+                           {"start", format_rfc3339(e.start_us)},
+                           {"end", format_rfc3339(e.end_us())},
+                           {"reason", e.reason},
+                           {"reboot", e.reboot},
+                           {"state", e.state}});
+  }
   auto& completed = control_completed_[job];
   for (auto& id : sched_.take_completed(job)) completed.push_back(std::move(id));
   return json{{"job", job},
@@ -738,6 +786,7 @@ json Manager::control_plan(const std::string& job) {
               {"max_unavailable", spec ? spec->max_unavailable : 0},
               {"tasks", std::move(tasks)},
               {"pending", std::move(pending)},
+              {"maintenance", std::move(maintenance)},
               {"completed", completed}};
 }
 

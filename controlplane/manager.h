@@ -19,6 +19,7 @@
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
 #include "controlplane/cp_conf.h"
+#include "controlplane/maintenance.h"
 #include "controlplane/scheduler.h"
 #include "controlplane/state_store.h"
 #include "controlplane/task_control.h"
@@ -77,6 +78,19 @@ class Manager {
   Result<nlohmann::json> api_machine_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_drain(const nlohmann::json& p, const rpc::CallContext& c);
+  // Planned maintenance (controlplane/maintenance.h, docs/maintenance.md).
+  Result<nlohmann::json> api_maintenance_schedule(const nlohmann::json& p,
+                                                  const rpc::CallContext& c);
+  Result<nlohmann::json> api_maintenance_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_maintenance_cancel(const nlohmann::json& p, const rpc::CallContext& c);
+  // Moves the events on (every second, and at once after a change); what they drain,
+  // stop and undrain is written and sent like any other change.
+  void maintenance_round();
+  Maintenance::World maintenance_world(std::vector<Command>* cmds, std::set<MachineId>* touched);
+  Maintenance maintenance_;
+  std::set<uint64_t> unsaved_maintenance_;
+  std::map<MachineId, std::string> boot_ids_;  // what each agent registered with
+  Source maintenance_timer_;
   // job.scale, job.update and job.stop: the operation, persisted, then sent.
   Result<nlohmann::json> job_op(const std::string& op, const nlohmann::json& p,
                                 const rpc::CallContext& c);
@@ -166,6 +180,7 @@ class Manager {
     std::unordered_set<std::string> tasks;
     std::set<std::string> jobs;
     std::vector<Unavailability> events;
+    std::set<uint64_t> maintenance;
   } batch_;
   Source retry_;
   bool retry_armed_ = false;

@@ -587,6 +587,33 @@ void Scheduler::machine_undrained(MachineId m) {
   });
 }
 
+std::vector<Command> Scheduler::machine_evict(MachineId m, uint64_t now) {
+  std::vector<Command> out;
+  std::vector<std::string> ids;
+  for_machine(m, [&](TaskRecord& t) { ids.push_back(t.id); });
+  for (const auto& id : ids) {
+    TaskRecord& t = tasks_.at(id);
+    auto jit = jobs_.find(t.job);
+    if (t.state == TaskState::kPending) {  // never started: placed elsewhere
+      set_state(t, TaskState::kStopped);
+      t.since_us = now;
+      replace(id, now, &out);
+      continue;
+    }
+    if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
+      if (jit != jobs_.end()) jit->second.moves.erase(id);
+      if (jit == jobs_.end() || !move_now(jit->second, id, now, &out)) continue;
+    }
+    if (t.state == TaskState::kDraining) {
+      set_state(t, TaskState::kStopping);
+      t.since_us = now;
+      out.push_back(Command{Command::Kind::kStop, m, id, {}});
+      reported_changes_.insert(t.job);
+    }
+  }
+  return out;
+}
+
 bool Scheduler::move_now(Job& j, const std::string& id, uint64_t now, std::vector<Command>* out) {
   auto it = tasks_.find(id);
   if (it == tasks_.end() || !live(it->second.state) || it->second.state == TaskState::kPending)

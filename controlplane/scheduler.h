@@ -179,6 +179,11 @@ class Scheduler {
   // The machine is back in service: moves its drain wanted and a controller has not
   // acknowledged yet are not wanted any more.
   void machine_undrained(MachineId m);
+  // A drained machine's deadline (planned maintenance starts): what still runs there is
+  // stopped now; a move a controller has not acknowledged is performed without it (the
+  // index is replaced elsewhere), and a draining copy stops whether or not its
+  // replacement is ready.
+  std::vector<Command> machine_evict(MachineId m, uint64_t now_us);
   // Continues what waited: rate-limited replacements, rolling updates.
   std::vector<Command> tick(uint64_t now_us);
   // Forgets ended tasks (stopped, failed, lost) that nothing waits on any more: those of

@@ -33,6 +33,8 @@ const std::vector<std::string> kMigrations = {
     R"(CREATE TABLE audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, at_wall_us INTEGER NOT NULL,
                            who TEXT NOT NULL, role TEXT NOT NULL, method TEXT NOT NULL,
                            target TEXT NOT NULL, digest TEXT NOT NULL, result TEXT NOT NULL);)",
+    // Planned maintenance events (controlplane/maintenance.h), one JSON row each.
+    R"(CREATE TABLE maintenance (id INTEGER PRIMARY KEY, event TEXT NOT NULL);)",
 };
 
 TaskState state_from(const std::string& s) {
@@ -221,6 +223,32 @@ Status StateStore::put_events(const std::vector<Unavailability>& events) {
                                      "events) - ?1"));
   trim.bind(1, static_cast<int64_t>(Broker::kMaxEvents));
   return trim.run();
+}
+
+Status StateStore::put_maintenance(const MaintenanceEvent& e) {
+  TRY_ASSIGN(Stmt s,
+             db_->prepare("INSERT OR REPLACE INTO maintenance (id, event) VALUES (?1, ?2)"));
+  s.bind(1, static_cast<int64_t>(e.id)).bind(2, to_json(e).dump());
+  return s.run();
+}
+
+Status StateStore::delete_maintenance(uint64_t id) {
+  TRY_ASSIGN(Stmt s, db_->prepare("DELETE FROM maintenance WHERE id = ?1"));
+  s.bind(1, static_cast<int64_t>(id));
+  return s.run();
+}
+
+Result<std::vector<MaintenanceEvent>> StateStore::maintenance() {
+  std::vector<MaintenanceEvent> out;
+  TRY_ASSIGN(Stmt s, db_->prepare("SELECT event FROM maintenance ORDER BY id"));
+  for (;;) {
+    TRY_ASSIGN(bool row, s.step());
+    if (!row) break;
+    auto e = maintenance_from_json(json::parse(s.col_text(0), nullptr, false));
+    if (!e.ok()) return e.error();
+    out.push_back(std::move(e).value());
+  }
+  return out;
 }
 
 Status StateStore::delete_tasks(const std::vector<std::string>& ids) {

@@ -17,6 +17,7 @@
 #include "common/store.h"
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
+#include "controlplane/maintenance.h"
 #include "controlplane/scheduler.h"
 
 namespace weft::cp {
@@ -100,6 +101,11 @@ class StateStore {
   // Unavailability events (their at_us is the monotonic clock, stored as wall-clock
   // time); the table keeps the latest Broker::kMaxEvents.
   Status put_events(const std::vector<Unavailability>& events);
+
+  // Planned maintenance events (written whole; the daemon restores them).
+  Status put_maintenance(const MaintenanceEvent& e);
+  Status delete_maintenance(uint64_t id);
+  Result<std::vector<MaintenanceEvent>> maintenance();
 
   // Appended in its own transaction; the table keeps the latest kMaxAudit rows.
   static constexpr size_t kMaxAudit = 100'000;

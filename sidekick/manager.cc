@@ -20,6 +20,8 @@ Result<std::unique_ptr<Manager>> Manager::create(SidekickConfig cfg) {
 
 Manager::~Manager() {
   server_.reset();
+  if (reboot_slot_) sd_bus_slot_unref(reboot_slot_);
+  if (bus_) sd_bus_flush_close_unref(bus_);
 }
 
 Status Manager::check_privileged(const rpc::Peer& peer) const {
@@ -128,6 +130,12 @@ Status Manager::cp_start() {
     cp_failed_.clear();  // an explicit push is tried now
     cp_desired(p["profile"].get<std::string>());
     return json{{"profile", engine_->active_profile().value_or("")}, {"state", last_outcome_}};
+  });
+  cp_methods_.add("machine.reboot", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+    std::string reason = p.is_object() && p.contains("reason") && p["reason"].is_string()
+                             ? p["reason"].get<std::string>().substr(0, 512)
+                             : "";
+    return reboot(reason);
   });
   auto report_params = [this] {
     return json{{"machine", cfg_.machine_id},
@@ -276,6 +284,44 @@ nlohmann::json Manager::conflicts_json(const Profile& p) const {
   for (const auto& c : detect_conflicts(p.knobs, HostPaths(cfg_.host_root)))
     out.push_back({{"knob", c.knob}, {"owner", c.owner}, {"detail", c.detail}});
   return out;
+}
+
+Result<json> Manager::reboot(const std::string& reason) {
+  if (!cfg_.allow_reboot)
+    return make_error(
+               "reboots are not allowed on this machine (sidekick.toml: allow_reboot = false)")
+        .with_code(rpc::kPermissionDenied);
+  if (reboot_slot_) return json{{"rebooting", true}};  // asked already
+  // systemctl reboot's request, asynchronously: StartUnit("reboot.target") on systemd's
+  // bus, answered by the loop.
+  if (!bus_) {
+    sd_bus* bus = nullptr;
+    int r = sd_bus_open_system(&bus);
+    if (r < 0) return errno_error(-r, "connect to the system bus");
+    if ((r = sd_bus_attach_event(bus, loop_->get(), 0)) < 0) {
+      sd_bus_unref(bus);
+      return errno_error(-r, "attach the system bus");
+    }
+    bus_ = bus;
+  }
+  log_warn("rebooting for planned maintenance", {{"REASON", reason}});
+  int r = sd_bus_call_method_async(
+      bus_, &reboot_slot_, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+      "org.freedesktop.systemd1.Manager", "StartUnit",
+      [](sd_bus_message* m, void* self, sd_bus_error*) -> int {
+        auto* mgr = static_cast<Manager*>(self);
+        if (sd_bus_message_is_method_error(m, nullptr)) {
+          log_error(
+              "systemd refused the reboot",
+              {{"ERROR", sd_bus_message_get_error(m)->message ? sd_bus_message_get_error(m)->message
+                                                              : "unknown"}});
+          mgr->reboot_slot_ = sd_bus_slot_unref(mgr->reboot_slot_);  // may be asked again
+        }
+        return 0;
+      },
+      this, "ss", "reboot.target", "replace-irreversibly");
+  if (r < 0) return errno_error(-r, "ask systemd to reboot");
+  return json{{"rebooting", true}};
 }
 
 }  // namespace weft::sidekick

@@ -5,6 +5,8 @@
 // drift.
 #pragma once
 
+#include <systemd/sd-bus.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +86,11 @@ class Manager {
   std::unique_ptr<ControlPlaneLink> cp_;
   rpc::Dispatcher cp_methods_;
   // A desired profile that failed to apply is retried after a minute, not every report.
+  // machine.reboot (planned maintenance, sidekick.toml allow_reboot): reboot.target
+  // started through systemd's bus, asynchronously.
+  Result<nlohmann::json> reboot(const std::string& reason);
+  sd_bus* bus_ = nullptr;
+  sd_bus_slot* reboot_slot_ = nullptr;
   std::string cp_failed_;
   uint64_t cp_failed_at_us_ = 0;
   // Prometheus /metrics (docs/metrics.md).

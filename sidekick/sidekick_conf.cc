@@ -12,11 +12,12 @@ namespace weft::sidekick {
 Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup",
-                     "host_root", "verify_interval", "drift_policy", "apply_on_start", "log_level",
-                     "metrics_listen", "control_plane", "insecure_control_plane", "machine_id"},
-                    kControlPlaneTlsKeys));
+  TRY(doc.only_keys(
+      t, "",
+      {"socket", "socket_group", "state_dir", "profile_dirs", "workload_cgroup", "host_root",
+       "verify_interval", "drift_policy", "apply_on_start", "log_level", "metrics_listen",
+       "control_plane", "insecure_control_plane", "machine_id", "allow_reboot"},
+      kControlPlaneTlsKeys));
   SidekickConfig c;
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -57,6 +58,8 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
       return field_error(at("drift_policy"), "'drift_policy' must be \"report\" or \"enforce\"");
     c.enforce_drift = *policy == "enforce";
   }
+  TRY_ASSIGN(auto allow_reboot, doc.get_bool(t, "allow_reboot"));
+  if (allow_reboot) c.allow_reboot = *allow_reboot;
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
   TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));

@@ -34,6 +34,9 @@ struct SidekickConfig {
   bool insecure_control_plane = false;
   ControlPlaneTls control_plane_tls;  // control_plane_tls_* and control_plane_name
   std::string machine_id;             // empty: /etc/machine-id (as weft-agent)
+  // Planned maintenance may reboot this machine (machine.reboot from the control plane,
+  // through systemd's reboot.target). Off by default: the operator opts a fleet in.
+  bool allow_reboot = false;
 };
 
 Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std::string& name);
