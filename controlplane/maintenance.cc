@@ -91,7 +91,7 @@ Result<MaintenanceEvent> parse_maintenance_request(const json& p, int64_t now) {
   } else {
     return field_error("start", "must be a UTC time, unix seconds or \"+<duration>\"");
   }
-  TRY_ASSIGN(e.duration_us, duration_field(p, "duration", 0, kMinute, kWeek));
+  TRY_ASSIGN(e.duration_us, duration_field(p, "duration", 0, 1'000'000, kWeek));
   if (!p.contains("duration")) return field_error("duration", "is required");
   TRY_ASSIGN(e.notice_us, duration_field(p, "notice", 15 * kMinute, 0, kWeek));
   if (e.end_us() <= now) return field_error("start", "the window is over already");

@@ -58,7 +58,7 @@ Result<MaintenanceEvent> maintenance_from_json(const nlohmann::json& j);
 
 // The one reader of maintenance.schedule's params (errors name the field): `machine`,
 // `domain` or `dc` (exactly one), `start` (RFC 3339 UTC "2026-11-23T14:00:00Z", unix
-// seconds, or "+10m" from now), `duration` (1m-7d), `notice` (0-7d, default 15m; from
+// seconds, or "+10m" from now), `duration` (1s-7d), `notice` (0-7d, default 15m; from
 // now at the latest), `reason` (at most 256 characters), `reboot` (default false).
 Result<MaintenanceEvent> parse_maintenance_request(const nlohmann::json& p, int64_t now_us);
 // "2026-11-23T14:00:00Z" -> microseconds since the epoch.

@@ -80,13 +80,21 @@ class FakeMachine {
                                                 {"type", "std"},
                                                 {"cpu_milli", 4000},
                                                 {"mem_mb", 8192},
-                                                {"reports_ready", reports_ready_}});
+                                                {"reports_ready", reports_ready_},
+                                                {"boot_id", boot_id_}});
     if (r.ok()) r = client_->call("health.report", {{"machine", id_}, {"verdict", "ok"}});
     if (!r.ok()) error_ = r.error();
     return r.ok();
   }
   const Error& error() const { return error_; }
+  // A reboot: a new boot id, nothing running, the next connect() registers again.
+  void reboot() {
+    client_.reset();
+    running_.clear();
+    boot_id_ = random_hex(8);
+  }
   void report() {
+    if (!client_) return;  // down (rebooting)
     json tasks = json::object();
     for (const auto& t : running_) tasks[t] = "running";
     (void)client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}});
@@ -109,6 +117,7 @@ class FakeMachine {
  private:
   std::string id_, rack_;
   bool reports_ready_ = false;
+  std::string boot_id_ = random_hex(8);
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
   std::set<std::string> running_;
@@ -796,6 +805,158 @@ TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
   EXPECT_TRUE(drained());
   EXPECT_EQ(below, 0);
   EXPECT_EQ(most_down, 2u);
+}
+
+// Planned maintenance of one machine of a controlled job: at the notice the machine is
+// drained and the shard controller moves its task (it hears of the event and its
+// deadline); at the start the machine, empty, is told to reboot by its sidekick session;
+// it comes back with a new boot id and is back in service once healthy.
+TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
+  start();
+  if (HasFatalFailure()) return;
+  std::string ctl_sock = dir_ + "/ctl.sock";
+  pid_t ctl = fork();
+  if (ctl == 0) {
+    int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(SHARD_CONTROLLER_BIN, "shard_controller", "--listen", ("unix:" + ctl_sock).c_str(),
+          "--shards", "4", "--replicas", "2", "--floor", "1", nullptr);
+    _exit(127);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{ctl};
+  std::vector<std::unique_ptr<FakeMachine>> ms;
+  for (int i = 0; i < 4; ++i) {  // three for the tasks, one spare
+    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(sock()));
+  }
+  // The sidekick sessions: they report their profile and take machine.reboot.
+  std::map<std::string, int> reboots;
+  std::vector<std::unique_ptr<rpc::Client>> sidekicks(4);
+  auto sidekick = [&](int i) {
+    auto c = rpc::Client::connect(sock());
+    EXPECT_TRUE(c.ok());
+    sidekicks[static_cast<size_t>(i)] = std::move(c).value();
+    auto& cl = *sidekicks[static_cast<size_t>(i)];
+    std::string name = "h" + std::to_string(i);
+    rpc::Dispatcher* d = new rpc::Dispatcher();  // per machine: it records which one
+    d->add("machine.reboot",
+           [&reboots, name](const json& p, const rpc::CallContext&) -> Result<json> {
+             EXPECT_NE(p.value("reason", "").find("kernel"), std::string::npos) << p.dump();
+             ++reboots[name];
+             return json{{"rebooting", true}};
+           });
+    cl.set_dispatcher(d);
+    static std::vector<std::unique_ptr<rpc::Dispatcher>> keep;
+    keep.emplace_back(d);
+    EXPECT_TRUE(
+        cl.call("profile.report", {{"machine", name}, {"profile", ""}, {"state", "ok"}}).ok());
+  };
+  for (int i = 0; i < 4; ++i) sidekick(i);
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 4}}).ok());
+  json job{{"name", "kv"},
+           {"entitlement", "a"},
+           {"count", 3},
+           {"per_task", {{"cpu_milli", 3000}, {"mem_mb", 512}}},  // one per machine
+           {"task_controller", {{"address", "unix:" + ctl_sock}, {"timeout_ms", 5000}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  ASSERT_TRUE(call("job.create", job).ok());
+  auto pump = [&] {
+    for (size_t i = 0; i < ms.size(); ++i) {
+      ms[i]->report();
+      if (sidekicks[i])
+        (void)sidekicks[i]->call("machine.heartbeat", {{"machine", "h" + std::to_string(i)}});
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  auto up = [&] {
+    int n = 0;
+    for (auto& m : ms) n += static_cast<int>(m->running().size());
+    return n;
+  };
+  for (int i = 0; i < 250 && up() != 3; ++i) pump();
+  ASSERT_EQ(up(), 3);
+  int busy = -1;
+  for (int i = 0; i < 4 && busy < 0; ++i)
+    if (!ms[static_cast<size_t>(i)]->running().empty()) busy = i;
+  std::string target = "h" + std::to_string(busy);
+  // A bad request is refused, naming the field; an unknown machine too.
+  auto bad = call("maintenance.schedule", {{"machine", target}, {"start", "+1s"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().str().find("duration"), std::string::npos) << bad.error().str();
+  EXPECT_FALSE(
+      call("maintenance.schedule", {{"machine", "nope"}, {"start", "+1s"}, {"duration", "1m"}})
+          .ok());
+  // Notice now, start in 3 s, a 4-second window.
+  auto ev = call("maintenance.schedule", {{"machine", target},
+                                          {"start", "+3s"},
+                                          {"duration", "4s"},
+                                          {"notice", "10m"},
+                                          {"reason", "kernel 6.19"},
+                                          {"reboot", true}});
+  ASSERT_TRUE(ev.ok()) << ev.error().str();
+  uint64_t id = (*ev)["id"].get<uint64_t>();
+  // The controller moves the task off before the deadline: the machine empties and three
+  // tasks run elsewhere, none stopped by the deadline.
+  bool moved = false;
+  for (int i = 0; i < 150 && !moved; ++i) {
+    pump();
+    moved = ms[static_cast<size_t>(busy)]->running().empty() && up() == 3;
+  }
+  EXPECT_TRUE(moved) << read_file(dir_ + "/ctl.log").value_or("")
+                     << call("job.show", {{"name", "kv"}})->dump();
+  auto ls = call("maintenance.ls", json::object());
+  ASSERT_TRUE(ls.ok());
+  ASSERT_EQ((*ls)["events"].size(), 1u);
+  EXPECT_EQ((*ls)["events"][0]["state"], "notified") << ls->dump();
+  auto shown = call("machine.show", {{"machine", target}});
+  EXPECT_EQ((*shown)["state"], "drained");
+  // The deadline passes: the empty machine is told to reboot, once.
+  for (int i = 0; i < 250 && reboots[target] == 0; ++i) pump();
+  EXPECT_EQ(reboots[target], 1);
+  ls = call("maintenance.ls", json::object());
+  EXPECT_EQ((*ls)["events"][0]["state"], "in_progress") << ls->dump();
+  // It reboots: its sessions go, it comes back with a new boot id.
+  ms[static_cast<size_t>(busy)]->reboot();
+  sidekicks[static_cast<size_t>(busy)].reset();
+  for (int i = 0; i < 10; ++i) pump();
+  ASSERT_TRUE(ms[static_cast<size_t>(busy)]->connect(sock()));
+  sidekick(busy);
+  // After the window, back (new boot id) and healthy: in service again, the event done.
+  json last;
+  for (int i = 0; i < 400; ++i) {
+    pump();
+    auto all = call("maintenance.ls", {{"all", true}});
+    ASSERT_TRUE(all.ok());
+    last = (*all)["events"][0];
+    if (last["state"] == "done") break;
+  }
+  EXPECT_EQ(last["state"], "done") << last.dump();
+  EXPECT_NE(last["rebooted"].dump().find(target), std::string::npos) << last.dump();
+  shown = call("machine.show", {{"machine", target}});
+  EXPECT_NE((*shown)["state"], "drained") << shown->dump();
+  EXPECT_EQ(up(), 3);
+  EXPECT_EQ(reboots[target], 1);
+  EXPECT_TRUE((*call("maintenance.ls", json::object()))["events"].empty());
+  EXPECT_FALSE(call("maintenance.cancel", {{"id", id}}).ok());  // ended already
+  // A second event, cancelled while notified: the machine returns at once.
+  auto next = call("maintenance.schedule",
+                   {{"machine", target}, {"start", "+1h"}, {"duration", "1h"}, {"notice", "2h"}});
+  ASSERT_TRUE(next.ok()) << next.error().str();
+  for (int i = 0; i < 100; ++i) {
+    pump();
+    if ((*call("machine.show", {{"machine", target}}))["state"] == "drained") break;
+  }
+  EXPECT_EQ((*call("machine.show", {{"machine", target}}))["state"], "drained");
+  auto cancelled = call("maintenance.cancel", {{"id", (*next)["id"]}});
+  ASSERT_TRUE(cancelled.ok()) << cancelled.error().str();
+  EXPECT_NE((*call("machine.show", {{"machine", target}}))["state"], "drained");
 }
 
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
