@@ -23,6 +23,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,6 +79,15 @@ struct Options {
   double timeout_s = 300;
   unsigned seed = 1;
   bool keep = false;
+  // Every machine's shape and fault domain, instead of Alibaba's (0: the list's).
+  int64_t machine_cpu_milli = 0, machine_mem_mb = 0;
+  int domain_size = 0;  // machines per fault domain (an MSB)
+  // The fig14 phase (docs/benchmarks.md, Twine's Fig. 14).
+  int max_unavailable = 1;
+  int shards = 15000, replicas = 3, floor = 2, max_in_flight = 0;
+  std::string controller;  // the shard_controller binary; "" = no TaskController
+  double scale = 1;        // the timeline (failure at 120 s, back at 415 s) times this
+  std::string out;         // per-second CSV
 };
 
 struct Shape {
@@ -249,6 +259,50 @@ class Fleet {
     }
     lost_total_ = lost_.size();
     return n;
+  }
+  // An MSB fails: every machine of the domain dies (sessions closed, tasks gone). Returns
+  // their names.
+  std::vector<std::string> kill_domain(const std::string& domain) {
+    std::vector<std::string> names;
+    for (auto& m : machines_) {
+      if (m->dead || m->shape.domain != domain) continue;
+      names.push_back(m->id);
+      m->dead = true;
+      for (auto& [id, t] : m->tasks)
+        if (t.state == "running") --running_;
+      m->tasks.clear();
+      for (auto& d : m->d) {
+        d.report.reset();
+        d.retry.reset();
+        if (d.dialer.dialing()) --connecting_;
+        d.dialer.cancel();
+        if (d.session) d.session->close();
+      }
+    }
+    return names;
+  }
+  // And comes back: its machines register again, with nothing running.
+  void revive_domain(const std::string& domain) {
+    for (auto& m : machines_) {
+      if (!m->dead || m->shape.domain != domain) continue;
+      m->dead = false;
+      m->acked_digest.clear();
+      for (int k = 0; k < o_.daemons; ++k) {
+        m->d[k].backoff_us = 500'000;
+        queue_.push_back(&m->d[k]);
+      }
+    }
+  }
+  // The domain whose machines run the most tasks.
+  std::string busiest_domain() const {
+    std::map<std::string, int> n;
+    for (const auto& m : machines_)
+      if (!m->dead)
+        for (const auto& [id, t] : m->tasks) n[m->shape.domain] += t.state == "running";
+    std::string best;
+    for (const auto& [d, c] : n)
+      if (best.empty() || c > n.at(best)) best = d;
+    return best;
   }
   size_t lost_waiting() const { return lost_.size(); }
   size_t lost_total() const { return lost_total_; }
@@ -542,6 +596,92 @@ struct Creator {
   }
 };
 
+// Twine's Fig. 14: what a rolling update of a sharded job looks like second by second,
+// read from job.show on another thread (the fleet's loop keeps serving).
+struct Fig14Sampler {
+  struct Row {
+    double t = 0;  // seconds since the update began, on the paper's timeline (/ scale)
+    int updating = 0, blocked = 0, waiting = 0, failed_down = 0, one_down = 0, two_down = 0;
+    int two_down_by_update = 0;  // shards with 2+ replicas down, not counting the failure's
+  };
+  std::vector<Row> rows;
+  std::mutex mu;
+  std::set<std::string> failed_machines;  // the MSB's, from its failure to its return
+  std::set<int> failed_indices;           // indices that were on them when they failed
+  std::atomic<bool> stop{false}, settled{false};
+  std::thread thread;
+
+  void start(const std::string& socket, const Options& o, uint64_t t0) {
+    thread = std::thread([this, socket, &o, t0] {
+      auto c = rpc::Client::connect(socket);
+      if (!c.ok()) return;
+      uint64_t next = now_monotonic_us();
+      while (!stop) {
+        next += static_cast<uint64_t>(1e6 * o.scale);
+        auto r = (*c)->call("job.show", {{"name", "shards"}}, 30'000);
+        if (r.ok()) sample(*r, o, t0);
+        uint64_t now = now_monotonic_us();
+        if (next > now) std::this_thread::sleep_for(std::chrono::microseconds(next - now));
+      }
+    });
+  }
+  void join() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+  void sample(const json& show, const Options& o, uint64_t t0) {
+    uint64_t gen = show.value("generation", uint64_t{0});
+    int count = show["spec"].value("count", 0);
+    std::vector<int> up(static_cast<size_t>(count), 0), updating(static_cast<size_t>(count), 0),
+        old_live(static_cast<size_t>(count), 0);
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& t : show["tasks"]) {
+      int i = t.value("index", -1);
+      if (i < 0 || i >= count) continue;
+      std::string st = t.value("state", "");
+      bool ready = st == "running" && t.value("ready", false);
+      bool current = t.value("generation", uint64_t{0}) == gen;
+      if (ready) up[static_cast<size_t>(i)] = 1;
+      if (!current && (st == "running" || st == "draining")) old_live[static_cast<size_t>(i)] = 1;
+      if ((!current && st == "stopping") ||
+          (current && (st == "pending" || st == "starting" || (st == "running" && !ready))))
+        updating[static_cast<size_t>(i)] = 1;
+    }
+    Row row;
+    row.t = static_cast<double>(now_monotonic_us() - t0) / 1e6 / o.scale;
+    for (int i = 0; i < count; ++i) {
+      bool down = !up[static_cast<size_t>(i)];
+      bool failure = failed_indices.count(i) > 0 && down;
+      row.failed_down += failure;
+      row.updating += updating[static_cast<size_t>(i)] && !failure;
+      row.waiting += old_live[static_cast<size_t>(i)] && up[static_cast<size_t>(i)] &&
+                     !updating[static_cast<size_t>(i)];
+    }
+    if (show.contains("task_controller"))
+      row.blocked = static_cast<int>(show["task_controller"].value("pending", json::array()).size());
+    for (int sh = 0; sh < o.shards; ++sh) {
+      int down = 0, by_update = 0;
+      for (int r = 0; r < o.replicas; ++r) {
+        int i = (sh * o.replicas + r) % count;
+        if (up[static_cast<size_t>(i)]) continue;
+        ++down;
+        by_update += !failed_indices.count(i);
+      }
+      row.one_down += down == 1;
+      row.two_down += down >= 2;
+      row.two_down_by_update += by_update >= 2;
+    }
+    bool done = true;
+    for (int i = 0; i < count; ++i) done = done && up[static_cast<size_t>(i)];
+    for (const auto& t : show["tasks"])
+      if (t.value("generation", uint64_t{0}) != gen &&
+          (t.value("state", "") == "running" || t.value("state", "") == "stopping"))
+        done = false;
+    settled = done && show["tasks"].size() >= static_cast<size_t>(count);
+    rows.push_back(row);
+  }
+};
+
 struct Phase {
   const char* name;
   double seconds = 0;
@@ -558,6 +698,153 @@ void print_phase(const Phase& p, const std::string& extra) {
       p.name, p.seconds, p.seconds > 0 ? 100 * p.cp_cpu / p.seconds : 0, p.rss_mib, p.msgs_per_s,
       pct(p.rtt, 50), pct(p.rtt, 99), extra.empty() ? "" : " | ", extra.c_str());
   std::fflush(stdout);
+}
+
+// Twine's Fig. 14 (docs/benchmarks.md): one job of --tasks tasks holding --shards shards x
+// --replicas replicas; a rolling update at T0; at T120 the fault domain running the most
+// tasks fails, and comes back at T415 (both times --scale). With --controller the job
+// names a shard_controller (floor --floor); without, max_unavailable paces the update.
+template <class Pump>
+int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& dir, Pump pump) {
+  auto admin = rpc::Client::connect(dir + "/cp.sock");
+  if (!admin.ok()) return 1;
+  auto& a = **admin;
+  (void)a.call("entitlement.create", {{"name", "fleet"}, {"quota", o.machines}});
+  pid_t ctl = -1;
+  std::string ctl_sock = dir + "/ctl.sock";
+  if (!o.controller.empty()) {
+    ctl = fork();
+    if (ctl == 0) {
+      int fd = ::open((dir + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::string shards = std::to_string(o.shards), replicas = std::to_string(o.replicas),
+                  floor = std::to_string(o.floor), in_flight = std::to_string(o.max_in_flight);
+      execl(o.controller.c_str(), "shard_controller", "--listen", ("unix:" + ctl_sock).c_str(),
+            "--shards", shards.c_str(), "--replicas", replicas.c_str(), "--floor", floor.c_str(),
+            "--max-in-flight", in_flight.c_str(), nullptr);
+      _exit(127);
+    }
+    run_until(loop, [&] { return path_exists(ctl_sock); }, 10, pump);
+  }
+  json job{{"name", "shards"},
+           {"entitlement", "fleet"},
+           {"count", o.tasks},
+           {"max_unavailable", o.max_unavailable},
+           {"per_task", {{"cpu_milli", o.task_cpu_milli}, {"mem_mb", o.task_mem_mb}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  if (ctl > 0)
+    job["task_controller"] = {{"address", "unix:" + ctl_sock}, {"timeout_ms", 10000}};
+  auto created = a.call("job.create", job, 120'000);
+  int status = 0;
+  if (!created.ok()) {
+    std::fprintf(stderr, "fig14: job.create: %s\n", created.error().str().c_str());
+    status = 1;
+  }
+  if (status == 0 &&
+      run_until(loop, [&] { return fleet.running() >= static_cast<size_t>(o.tasks); }, o.timeout_s,
+                pump) < 0) {
+    std::fprintf(stderr, "fig14: the job's tasks did not all start\n");
+    status = 1;
+  }
+  // Every task ready as the control plane sees it (its reports may lag the fleet's).
+  if (status == 0 && run_until(
+                         loop,
+                         [&, last = uint64_t{0}]() mutable {
+                           if (now_monotonic_us() - last < 500'000) return false;
+                           last = now_monotonic_us();
+                           auto show = a.call("job.show", {{"name", "shards"}});
+                           int ready = 0;
+                           if (show.ok())
+                             for (const auto& t : (*show)["tasks"])
+                               ready += t.value("state", "") == "running" && t.value("ready", false);
+                           return ready == o.tasks;
+                         },
+                         o.timeout_s, pump) < 0)
+    status = 1;
+  Fig14Sampler sampler;
+  if (status == 0) {
+    uint64_t t0 = now_monotonic_us();
+    job["task"]["argv"] = {"/bin/sleep", "1000000"};
+    auto updated = a.call("job.update", job, 120'000);
+    if (!updated.ok()) status = 1;
+    sampler.start(dir + "/cp.sock", o, t0);
+    auto at = [&](double paper_s) {
+      double left = paper_s * o.scale - static_cast<double>(now_monotonic_us() - t0) / 1e6;
+      if (left > 0) run_until(loop, [] { return false; }, left, pump);
+    };
+    at(120);
+    std::string domain = fleet.busiest_domain();
+    {
+      // The indices that were on the domain's machines, from the control plane's view.
+      auto show = a.call("job.show", {{"name", "shards"}});
+      std::set<std::string> names;
+      for (int i = 0; i < o.machines; ++i)
+        if (o.domain_size > 0 && "msb" + std::to_string(i / o.domain_size) == domain)
+          names.insert(machine_name(i));
+      std::lock_guard<std::mutex> lock(sampler.mu);
+      sampler.failed_machines = names;
+      if (show.ok())
+        for (const auto& t : (*show)["tasks"])
+          if (names.count(t.value("machine", "")) && t.value("state", "") == "running")
+            sampler.failed_indices.insert(t.value("index", -1));
+    }
+    auto killed = fleet.kill_domain(domain);
+    std::printf("fig14: T120 fault domain %s failed: %zu machines, %zu task indices\n",
+                domain.c_str(), killed.size(), sampler.failed_indices.size());
+    at(415);
+    fleet.revive_domain(domain);
+    std::printf("fig14: T415 fault domain %s back\n", domain.c_str());
+    std::fflush(stdout);
+    double s = run_until(loop, [&] { return sampler.settled.load(); }, o.timeout_s, pump);
+    if (s < 0) {
+      std::fprintf(stderr, "fig14: the update did not finish within --timeout\n");
+      status = 1;
+    }
+    at(sampler.rows.empty() ? 0 : sampler.rows.back().t + 5);  // a few samples at rest
+  }
+  sampler.join();
+  if (ctl > 0) {
+    kill(ctl, SIGTERM);
+    waitpid(ctl, nullptr, 0);
+  }
+  (void)a.call("job.stop", {{"name", "shards"}});
+  // The failure window: from the failure until every index it took down is up again.
+  double fail_start = 120, fail_end = 415;
+  for (const auto& r : sampler.rows)
+    if (r.t >= 415 && r.failed_down == 0) {
+      fail_end = r.t;
+      break;
+    }
+  int most_two = 0, most_two_outside = 0, most_two_by_update = 0, most_one = 0;
+  double shard_s_two_outside = 0, end_t = 0;
+  for (const auto& r : sampler.rows) {
+    most_two = std::max(most_two, r.two_down);
+    most_one = std::max(most_one, r.one_down);
+    most_two_by_update = std::max(most_two_by_update, r.two_down_by_update);
+    bool outside = r.t < fail_start || r.t > fail_end;
+    if (outside) {
+      most_two_outside = std::max(most_two_outside, r.two_down);
+      shard_s_two_outside += r.two_down;
+    }
+    if (r.updating > 0 || r.waiting > 0) end_t = r.t;
+  }
+  std::printf(
+      "fig14 %s: update of %d tasks done at T%.0f; shards with one replica down at most %d; "
+      "with two or more down at most %d (%d outside the failure window T%.0f-T%.0f, %.0f "
+      "shard-seconds outside it; %d by the update alone)\n",
+      o.controller.empty() ? "without TaskController" : "with TaskController", o.tasks, end_t,
+      most_one, most_two, most_two_outside, fail_start, fail_end, shard_s_two_outside,
+      most_two_by_update);
+  if (!o.out.empty()) {
+    std::ofstream csv(o.out);
+    csv << "t,updating,blocked,waiting,failed_down,one_down,two_down,two_down_by_update\n";
+    for (const auto& r : sampler.rows)
+      csv << r.t << ',' << r.updating << ',' << r.blocked << ',' << r.waiting << ','
+          << r.failed_down << ',' << r.one_down << ',' << r.two_down << ','
+          << r.two_down_by_update << '\n';
+  }
+  return status;
 }
 
 }  // namespace
@@ -588,6 +875,18 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", o.timeout_s, "seconds each phase may take");
   app.add_option("--seed", o.seed, "random seed (the failing machines)");
   app.add_flag("--keep", o.keep, "keep the control plane's directory (log, state)");
+  app.add_option("--machine-cpu-milli", o.machine_cpu_milli, "every machine's CPU (0: the list's)");
+  app.add_option("--machine-mem-mb", o.machine_mem_mb, "every machine's memory (0: the list's)");
+  app.add_option("--domain-size", o.domain_size, "machines per fault domain (0: the list's)");
+  app.add_option("--max-unavailable", o.max_unavailable, "fig14: the job's max_unavailable");
+  app.add_option("--shards", o.shards, "fig14: shards over the job's tasks");
+  app.add_option("--replicas", o.replicas, "fig14: replicas per shard");
+  app.add_option("--floor", o.floor, "fig14: replicas a shard keeps (the controller's floor)");
+  app.add_option("--max-in-flight", o.max_in_flight, "fig14: the controller's own pacing");
+  app.add_option("--controller", o.controller,
+                 "fig14: shard_controller binary (none: max_unavailable pacing only)");
+  app.add_option("--scale", o.scale, "fig14: the timeline (T120, T415) times this");
+  app.add_option("--out", o.out, "fig14: per-second CSV");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   log_set_level(LogLevel::kError);
@@ -649,6 +948,9 @@ int main(int argc, char** argv) {
     // Copies of the list beyond its 4,034 machines get their own racks.
     if (static_cast<size_t>(i) >= shapes.size())
       s.domain += "-" + std::to_string(static_cast<size_t>(i) / shapes.size());
+    if (o.machine_cpu_milli > 0) s.cpu_milli = o.machine_cpu_milli;
+    if (o.machine_mem_mb > 0) s.mem_mb = o.machine_mem_mb;
+    if (o.domain_size > 0) s.domain = "msb" + std::to_string(i / o.domain_size);
     if (auto st = fleet.add(i, s, pki); !st.ok()) {
       std::fprintf(stderr, "fleet_sim: %s\n", st.error().str().c_str());
       return 1;
@@ -743,6 +1045,8 @@ int main(int argc, char** argv) {
         return std::string(buf);
       });
       want_running = fleet.running();
+    } else if (phase == "fig14") {
+      if (fig14(*loop, fleet, o, dir, pump) != 0) status = 1;
     } else {
       std::fprintf(stderr, "fleet_sim: unknown phase '%s'\n", phase.c_str());
       status = 2;

@@ -17,6 +17,7 @@ PACKAGES=(
   libseccomp-dev libfuzzer-14-dev libclang-rt-14-dev
   libssl-dev openssl
   libmicrohttpd-dev libcurl4-openssl-dev
+  gnuplot-nox
 )
 
 SUDO=""

@@ -23,6 +23,10 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", replicas, "replicas per shard")->check(CLI::Range(1, 100));
   app.add_option("--floor", floor, "replicas of a shard that must keep serving")
       ->check(CLI::Range(0, 100));
+  int max_in_flight = 0;
+  app.add_option("--max-in-flight", max_in_flight,
+                 "operations acknowledged and not yet complete at most (0: only the floor)")
+      ->check(CLI::Range(0, 1'000'000));
   CLI11_PARSE(app, argc, argv);
 
   auto loop = EventLoop::create();
@@ -39,7 +43,7 @@ int main(int argc, char** argv) {
         if (!p.is_object() || !p.contains("job") || !p["job"].is_string() || !p.contains("seq"))
           return field_error("job", "a plan names its job and seq");
         auto [it, fresh] =
-            managers.try_emplace(p["job"].get<std::string>(), shards, replicas, floor);
+            managers.try_emplace(p["job"].get<std::string>(), shards, replicas, floor, max_in_flight);
         nlohmann::json ack = it->second.decide(p);
         if (!ack.empty()) log_info("acknowledged", {{"JOB", it->first}, {"OPS", ack.dump()}});
         return nlohmann::json{{"seq", p["seq"]}, {"ack", ack}};

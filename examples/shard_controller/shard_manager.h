@@ -17,8 +17,10 @@ namespace weft::example {
 
 class ShardManager {
  public:
-  ShardManager(int shards, int replicas, int floor)
-      : shards_(shards), replicas_(replicas), floor_(floor) {}
+  // max_in_flight: at most this many acknowledged operations not yet complete (0: no
+  // limit but the floors), the controller's own pacing.
+  ShardManager(int shards, int replicas, int floor, int max_in_flight = 0)
+      : shards_(shards), replicas_(replicas), floor_(floor), max_in_flight_(max_in_flight) {}
 
   // The task indices holding shard s's replicas, for a job of `count` tasks.
   std::vector<int> replicas_of(int shard, int count) const {
@@ -84,6 +86,8 @@ class ShardManager {
         ack.push_back(id);
         continue;
       }
+      if (max_in_flight_ > 0 && in_flight_.size() >= static_cast<size_t>(max_in_flight_))
+        continue;
       down.insert(index);
       if (all_shards_keep_floor(count, up, down)) {
         in_flight_[id] = index;
@@ -123,7 +127,7 @@ class ShardManager {
     return true;
   }
 
-  int shards_, replicas_, floor_;
+  int shards_, replicas_, floor_, max_in_flight_;
   std::map<std::string, int> in_flight_;  // op id -> task index, acked and not completed
 };
 
