@@ -88,6 +88,7 @@ struct Options {
   std::string controller;  // the shard_controller binary; "" = no TaskController
   double scale = 1;        // the timeline (failure at 120 s, back at 415 s) times this
   std::string out;         // per-second CSV
+  bool expect_floor = false;  // fail unless no shard lost two replicas outside the failure
 };
 
 struct Shape {
@@ -836,6 +837,11 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
       o.controller.empty() ? "without TaskController" : "with TaskController", o.tasks, end_t,
       most_one, most_two, most_two_outside, fail_start, fail_end, shard_s_two_outside,
       most_two_by_update);
+  if (o.expect_floor && (most_two_outside > 0 || sampler.rows.empty())) {
+    std::fprintf(stderr, "fig14: %d shards had two or more replicas down outside the failure\n",
+                 most_two_outside);
+    status = 1;
+  }
   if (!o.out.empty()) {
     std::ofstream csv(o.out);
     csv << "t,updating,blocked,waiting,failed_down,one_down,two_down,two_down_by_update\n";
@@ -887,6 +893,9 @@ int main(int argc, char** argv) {
                  "fig14: shard_controller binary (none: max_unavailable pacing only)");
   app.add_option("--scale", o.scale, "fig14: the timeline (T120, T415) times this");
   app.add_option("--out", o.out, "fig14: per-second CSV");
+  app.add_flag("--expect-floor", o.expect_floor,
+               "fig14: exit 1 if a shard had two or more replicas down outside the failure "
+               "window (the test of TaskControl)");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   log_set_level(LogLevel::kError);
