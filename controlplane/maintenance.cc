@@ -112,6 +112,8 @@ json to_json(const MaintenanceEvent& e) {
   for (const auto& [m, at] : e.reboot_sent) rs[m] = at;
   json boots = json::object();
   for (const auto& [m, b] : e.boot_before) boots[m] = b;
+  json refused = json::object();
+  for (const auto& [m, at] : e.reboot_refused) refused[m] = at;
   return json{{"id", e.id},
               {"target_kind", e.target_kind},
               {"target", e.target},
@@ -127,6 +129,7 @@ json to_json(const MaintenanceEvent& e) {
               {"drained", e.drained},
               {"reboot_sent", rs},
               {"boot_before", boots},
+              {"reboot_refused", refused},
               {"rebooted", e.rebooted},
               {"message", e.message}};
 }
@@ -146,6 +149,9 @@ Result<MaintenanceEvent> maintenance_from_json(const json& j) {
     e.machines = j.at("machines").get<std::set<std::string>>();
     e.drained = j.at("drained").get<std::set<std::string>>();
     for (const auto& [m, at] : j.at("reboot_sent").items()) e.reboot_sent[m] = at.get<int64_t>();
+    if (j.contains("reboot_refused"))
+      for (const auto& [m, at] : j.at("reboot_refused").items())
+        e.reboot_refused[m] = at.get<int64_t>();
     if (j.contains("boot_before"))
       for (const auto& [m, b] : j.at("boot_before").items())
         e.boot_before[m] = b.get<std::string>();
@@ -220,6 +226,20 @@ std::set<uint64_t> Maintenance::registered(const std::string& machine, const std
   return changed;
 }
 
+std::set<uint64_t> Maintenance::reboot_refused(const std::string& machine, const std::string& why,
+                                               int64_t now) {
+  std::set<uint64_t> changed;
+  for (auto& [id, e] : events_) {
+    if (!e.active() || !e.reboot_sent.count(machine) || e.rebooted.count(machine)) continue;
+    e.reboot_sent.erase(machine);
+    e.boot_before.erase(machine);
+    e.reboot_refused[machine] = now;
+    e.message = machine + " refused to reboot: " + why;
+    changed.insert(id);
+  }
+  return changed;
+}
+
 std::vector<const MaintenanceEvent*> Maintenance::affecting(const std::string& machine) const {
   std::vector<const MaintenanceEvent*> out;
   for (const auto& [id, e] : events_)
@@ -259,10 +279,17 @@ bool Maintenance::step_one(MaintenanceEvent& e, World& w, int64_t now) {
     for (const auto& m : e.machines) w.evict(m);
     e.state = "in_progress";
   }
-  if (e.state == "in_progress") {
+  bool refused_recently = false;
+  for (const auto& [m, at] : e.reboot_refused)
+    refused_recently = refused_recently || (now - at < kRebootRetryUs && !e.reboot_sent.count(m));
+  if (e.state == "in_progress" || e.state == "completing") {
+    // Reboots: asked of each machine once it runs nothing (until it came back).
     std::vector<std::string> busy;
     for (const auto& m : e.machines) {
       if (!e.reboot || e.reboot_sent.count(m)) continue;
+      if (auto r = e.reboot_refused.find(m);
+          r != e.reboot_refused.end() && now - r->second < kRebootRetryUs)
+        continue;  // refused a moment ago: the message says why
       if (!w.empty(m)) {
         busy.push_back(m);
         continue;
@@ -274,18 +301,21 @@ bool Maintenance::step_one(MaintenanceEvent& e, World& w, int64_t now) {
       } else
         busy.push_back(m);
     }
-    e.message =
-        busy.empty()
-            ? ""
-            : "waiting to reboot " + busy.front() +
-                  (busy.size() > 1 ? " and " + std::to_string(busy.size() - 1) + " more" : "");
-    if (now >= e.end_us()) e.state = "completing";
+    if (!refused_recently)
+      e.message =
+          busy.empty()
+              ? ""
+              : "waiting to reboot " + busy.front() +
+                    (busy.size() > 1 ? " and " + std::to_string(busy.size() - 1) + " more" : "");
+    if (e.state == "in_progress" && now >= e.end_us()) e.state = "completing";
   }
   if (e.state == "completing") {
     std::vector<std::string> waiting;
     for (auto it = e.drained.begin(); it != e.drained.end();) {
       const std::string& m = *it;
-      bool back = !e.reboot || !e.reboot_sent.count(m) || e.rebooted.count(m);
+      // Asked to reboot: back only once it did (a refusal keeps it out, the message says
+      // why, and the request is repeated).
+      bool back = !e.reboot || e.rebooted.count(m);
       if (back && w.healthy(m)) {
         bool held = false;
         for (const auto& [oid, o] : events_)
@@ -300,7 +330,7 @@ bool Maintenance::step_one(MaintenanceEvent& e, World& w, int64_t now) {
     if (waiting.empty()) {
       e.state = "done";
       e.message.clear();
-    } else {
+    } else if (!refused_recently) {
       e.message =
           "waiting for " + waiting.front() +
           (waiting.size() > 1 ? " and " + std::to_string(waiting.size() - 1) + " more" : "") +

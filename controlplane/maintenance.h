@@ -48,6 +48,7 @@ struct MaintenanceEvent {
   std::map<std::string, int64_t> reboot_sent;      // machine -> when told to reboot
   std::map<std::string, std::string> boot_before;  // machine -> its boot id then
   std::set<std::string> rebooted;                  // came back (registered again) after that
+  std::map<std::string, int64_t> reboot_refused;   // machine -> when it refused (asked again later)
   std::string message;                             // what it waits for, when it waits
   int64_t end_us() const { return start_us + static_cast<int64_t>(duration_us); }
   bool active() const { return state != "done" && state != "cancelled"; }
@@ -91,6 +92,11 @@ class Maintenance {
                                 int64_t now_us);
   // Moves every event on. Returns the events that changed (to persist).
   std::set<uint64_t> step(World& w, int64_t now_us);
+  // The machine's sidekick refused the reboot (allow_reboot off, systemd refused): asked
+  // again kRebootRetryUs later; the reason is the event's message meanwhile.
+  static constexpr int64_t kRebootRetryUs = 10'000'000;
+  std::set<uint64_t> reboot_refused(const std::string& machine, const std::string& why,
+                                    int64_t now_us);
   // Active events that include the machine (notified or later), for TaskControllers.
   std::vector<const MaintenanceEvent*> affecting(const std::string& machine) const;
   const std::map<uint64_t, MaintenanceEvent>& events() const { return events_; }

@@ -73,10 +73,12 @@ Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
       reasons += (reasons.empty() ? "" : "; ") + ("maintenance " + std::to_string(e->id) +
                                                   (e->reason.empty() ? "" : ": " + e->reason));
     log_info("maintenance: asking the machine to reboot", {{"MACHINE", name}});
-    it->second->call("machine.reboot", {{"reason", reasons}}, [name](Result<json> r) {
-      if (!r.ok())
-        log_warn("maintenance: the machine did not accept the reboot",
-                 {{"MACHINE", name}, {"ERROR", r.error().str()}});
+    it->second->call("machine.reboot", {{"reason", reasons}}, [this, name](Result<json> r) {
+      if (r.ok()) return;
+      log_warn("maintenance: the machine did not accept the reboot",
+               {{"MACHINE", name}, {"ERROR", r.error().str()}});
+      for (uint64_t id : maintenance_.reboot_refused(name, r.error().message, now_realtime_us()))
+        unsaved_maintenance_.insert(id);  // written by the next round
     });
     return true;
   };

@@ -837,7 +837,7 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
     ASSERT_TRUE(ms.back()->connect(sock()));
   }
   // The sidekick sessions: they report their profile and take machine.reboot.
-  std::map<std::string, int> reboots;
+  std::map<std::string, int> reboots, refusals;
   std::vector<std::unique_ptr<rpc::Client>> sidekicks(4);
   auto sidekick = [&](int i) {
     auto c = rpc::Client::connect(sock());
@@ -847,8 +847,11 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
     std::string name = "h" + std::to_string(i);
     rpc::Dispatcher* d = new rpc::Dispatcher();  // per machine: it records which one
     d->add("machine.reboot",
-           [&reboots, name](const json& p, const rpc::CallContext&) -> Result<json> {
+           [&reboots, &refusals, name](const json& p, const rpc::CallContext&) -> Result<json> {
              EXPECT_NE(p.value("reason", "").find("kernel"), std::string::npos) << p.dump();
+             if (refusals[name]-- > 0)  // as a sidekick without allow_reboot answers
+               return make_error("reboots are not allowed on this machine")
+                   .with_code(rpc::kPermissionDenied);
              ++reboots[name];
              return json{{"rebooting", true}};
            });
@@ -893,10 +896,10 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
   EXPECT_FALSE(
       call("maintenance.schedule", {{"machine", "nope"}, {"start", "+1s"}, {"duration", "1m"}})
           .ok());
-  // Notice now, start in 3 s, a 4-second window.
+  // Notice now, start in 3 s, a 20-second window.
   auto ev = call("maintenance.schedule", {{"machine", target},
                                           {"start", "+3s"},
-                                          {"duration", "4s"},
+                                          {"duration", "20s"},
                                           {"notice", "10m"},
                                           {"reason", "kernel 6.19"},
                                           {"reboot", true}});
@@ -917,8 +920,21 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
   EXPECT_EQ((*ls)["events"][0]["state"], "notified") << ls->dump();
   auto shown = call("machine.show", {{"machine", target}});
   EXPECT_EQ((*shown)["state"], "drained");
-  // The deadline passes: the empty machine is told to reboot, once.
-  for (int i = 0; i < 250 && reboots[target] == 0; ++i) pump();
+  // The deadline passes: the empty machine is told to reboot. Its sidekick refuses the
+  // first time: the event says so, and asks again 10 s later.
+  refusals[target] = 1;
+  json refused;
+  for (int i = 0; i < 300 && refused.is_null(); ++i) {
+    pump();
+    auto l = call("maintenance.ls", json::object());
+    if (l.ok() &&
+        (*l)["events"][0].value("message", "").find("refused to reboot") != std::string::npos)
+      refused = (*l)["events"][0];
+  }
+  ASSERT_FALSE(refused.is_null());
+  EXPECT_NE(refused["message"].get<std::string>().find("not allowed"), std::string::npos)
+      << refused.dump();
+  for (int i = 0; i < 700 && reboots[target] == 0; ++i) pump();
   EXPECT_EQ(reboots[target], 1);
   ls = call("maintenance.ls", json::object());
   EXPECT_EQ((*ls)["events"][0]["state"], "in_progress") << ls->dump();
@@ -930,7 +946,7 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
   sidekick(busy);
   // After the window, back (new boot id) and healthy: in service again, the event done.
   json last;
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 1500; ++i) {
     pump();
     auto all = call("maintenance.ls", {{"all", true}});
     ASSERT_TRUE(all.ok());

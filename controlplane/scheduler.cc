@@ -149,6 +149,10 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   std::vector<Command> out;
   for (int i = 0; i < j.spec.count; ++i) {
     if (have.count(i)) continue;
+    // Its slot is on a drained machine (an update's restart performed there after the
+    // drain began): the new task starts elsewhere, or waits there if nothing has room.
+    if (drained_.count(p.machines[static_cast<size_t>(i)]))
+      if (auto moved = alloc_.move_tasks(j.spec.name, {i}); moved.ok()) p = std::move(moved).value();
     TaskRecord t;
     t.job = j.spec.name;
     t.index = i;
@@ -546,6 +550,7 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool pre
 }
 
 std::vector<Command> Scheduler::machine_drain(MachineId m, uint64_t now) {
+  drained_.insert(m);
   std::vector<Command> out;
   std::vector<std::string> move;
   std::vector<std::pair<std::string, int>> slots;
@@ -582,6 +587,7 @@ std::vector<Command> Scheduler::machine_drain(MachineId m, uint64_t now) {
 }
 
 void Scheduler::machine_undrained(MachineId m) {
+  drained_.erase(m);
   for_machine(m, [&](TaskRecord& t) {
     if (auto jit = jobs_.find(t.job); jit != jobs_.end()) jit->second.moves.erase(t.id);
   });

@@ -907,5 +907,37 @@ TEST_F(Sched, AnUpdateOverlappingADrainStartsTheNewTaskElsewhere) {
   }
 }
 
+// The other order, for a job with a controller: the drain comes first (its move waits for
+// the controller), then the controller acknowledges the update's restart of that task:
+// the new task starts on another machine, not on the drained one.
+TEST_F(Sched, AControlledRestartOnADrainedMachineStartsTheNewTaskElsewhere) {
+  JobSpec s = spec("web", 2);
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  MachineId m0 = live("web")[0].machine;
+  std::string t0 = live("web")[0].id;
+  alloc_.set_usable(m0, false, true, true);
+  sched_.set_ready_check([&](MachineId m) { return m != m0; });
+  EXPECT_TRUE(sched_.machine_drain(m0, 2).empty());  // the move waits for the controller
+  s.task["argv"] = {"/bin/sleep", "1000"};
+  auto u = sched_.update(s, 3);
+  ASSERT_TRUE(u.ok());
+  EXPECT_TRUE(u->empty());  // restarts wait for the controller too
+  auto g = sched_.grant("web", {"restart/" + t0}, 4);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].kind, Command::Kind::kStop);
+  sent.insert(sent.end(), g.begin(), g.end());
+  std::vector<Command> next = report_all(sent, 5);
+  ASSERT_EQ(count_kind(next, Command::Kind::kStart), 1);
+  for (const auto& cmd : next) {
+    if (cmd.kind == Command::Kind::kStart) {
+      EXPECT_NE(cmd.machine, m0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft::cp
