@@ -18,12 +18,12 @@
 //   build/bench/fleet_sim --machines 5000 --jobs 200 --tasks 36
 //   build/bench/fleet_sim --machines 5000 --jobs 1000 --tasks 1000 --phases register,create
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,9 +85,9 @@ struct Options {
   // The fig14 phase (docs/benchmarks.md, Twine's Fig. 14).
   int max_unavailable = 1;
   int shards = 15000, replicas = 3, floor = 2, max_in_flight = 0;
-  std::string controller;  // the shard_controller binary; "" = no TaskController
-  double scale = 1;        // the timeline (failure at 120 s, back at 415 s) times this
-  std::string out;         // per-second CSV
+  std::string controller;     // the shard_controller binary; "" = no TaskController
+  double scale = 1;           // the timeline (failure at 120 s, back at 415 s) times this
+  std::string out;            // per-second CSV
   bool expect_floor = false;  // fail unless no shard lost two replicas outside the failure
 };
 
@@ -659,7 +659,8 @@ struct Fig14Sampler {
                      !updating[static_cast<size_t>(i)];
     }
     if (show.contains("task_controller"))
-      row.blocked = static_cast<int>(show["task_controller"].value("pending", json::array()).size());
+      row.blocked =
+          static_cast<int>(show["task_controller"].value("pending", json::array()).size());
     for (int sh = 0; sh < o.shards; ++sh) {
       int down = 0, by_update = 0;
       for (int r = 0; r < o.replicas; ++r) {
@@ -726,7 +727,8 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
             "--max-in-flight", in_flight.c_str(), nullptr);
       _exit(127);
     }
-    run_until(loop, [&] { return path_exists(ctl_sock); }, 10, pump);
+    run_until(
+        loop, [&] { return path_exists(ctl_sock); }, 10, pump);
   }
   json job{{"name", "shards"},
            {"entitlement", "fleet"},
@@ -734,17 +736,16 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
            {"max_unavailable", o.max_unavailable},
            {"per_task", {{"cpu_milli", o.task_cpu_milli}, {"mem_mb", o.task_mem_mb}}},
            {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
-  if (ctl > 0)
-    job["task_controller"] = {{"address", "unix:" + ctl_sock}, {"timeout_ms", 10000}};
+  if (ctl > 0) job["task_controller"] = {{"address", "unix:" + ctl_sock}, {"timeout_ms", 10000}};
   auto created = a.call("job.create", job, 120'000);
   int status = 0;
   if (!created.ok()) {
     std::fprintf(stderr, "fig14: job.create: %s\n", created.error().str().c_str());
     status = 1;
   }
-  if (status == 0 &&
-      run_until(loop, [&] { return fleet.running() >= static_cast<size_t>(o.tasks); }, o.timeout_s,
-                pump) < 0) {
+  if (status == 0 && run_until(
+                         loop, [&] { return fleet.running() >= static_cast<size_t>(o.tasks); },
+                         o.timeout_s, pump) < 0) {
     std::fprintf(stderr, "fig14: the job's tasks did not all start\n");
     status = 1;
   }
@@ -758,7 +759,8 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
                            int ready = 0;
                            if (show.ok())
                              for (const auto& t : (*show)["tasks"])
-                               ready += t.value("state", "") == "running" && t.value("ready", false);
+                               ready +=
+                                   t.value("state", "") == "running" && t.value("ready", false);
                            return ready == o.tasks;
                          },
                          o.timeout_s, pump) < 0)
@@ -772,7 +774,9 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
     sampler.start(dir + "/cp.sock", o, t0);
     auto at = [&](double paper_s) {
       double left = paper_s * o.scale - static_cast<double>(now_monotonic_us() - t0) / 1e6;
-      if (left > 0) run_until(loop, [] { return false; }, left, pump);
+      if (left > 0)
+        run_until(
+            loop, [] { return false; }, left, pump);
     };
     at(120);
     std::string domain = fleet.busiest_domain();
@@ -797,7 +801,8 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
     fleet.revive_domain(domain);
     std::printf("fig14: T415 fault domain %s back\n", domain.c_str());
     std::fflush(stdout);
-    double s = run_until(loop, [&] { return sampler.settled.load(); }, o.timeout_s, pump);
+    double s = run_until(
+        loop, [&] { return sampler.settled.load(); }, o.timeout_s, pump);
     if (s < 0) {
       std::fprintf(stderr, "fig14: the update did not finish within --timeout\n");
       status = 1;
@@ -847,8 +852,8 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
     csv << "t,updating,blocked,waiting,failed_down,one_down,two_down,two_down_by_update\n";
     for (const auto& r : sampler.rows)
       csv << r.t << ',' << r.updating << ',' << r.blocked << ',' << r.waiting << ','
-          << r.failed_down << ',' << r.one_down << ',' << r.two_down << ','
-          << r.two_down_by_update << '\n';
+          << r.failed_down << ',' << r.one_down << ',' << r.two_down << ',' << r.two_down_by_update
+          << '\n';
   }
   return status;
 }

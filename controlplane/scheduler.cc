@@ -152,7 +152,8 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
     // Its slot is on a drained machine (an update's restart performed there after the
     // drain began): the new task starts elsewhere, or waits there if nothing has room.
     if (drained_.count(p.machines[static_cast<size_t>(i)]))
-      if (auto moved = alloc_.move_tasks(j.spec.name, {i}); moved.ok()) p = std::move(moved).value();
+      if (auto moved = alloc_.move_tasks(j.spec.name, {i}); moved.ok())
+        p = std::move(moved).value();
     TaskRecord t;
     t.job = j.spec.name;
     t.index = i;

@@ -330,7 +330,7 @@ class Scheduler {
   std::set<std::string> reported_changes_;  // jobs whose tasks a report changed
   std::set<std::string> changed_jobs_;
   std::unordered_set<MachineId> drained_;  // machine_drain'ed and not undrained
-  uint64_t seq_ = 0;  // task id sequence
+  uint64_t seq_ = 0;                       // task id sequence
 };
 
 }  // namespace weft::cp

@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
       [&](const nlohmann::json& p, const rpc::CallContext&) -> Result<nlohmann::json> {
         if (!p.is_object() || !p.contains("job") || !p["job"].is_string() || !p.contains("seq"))
           return field_error("job", "a plan names its job and seq");
-        auto [it, fresh] =
-            managers.try_emplace(p["job"].get<std::string>(), shards, replicas, floor, max_in_flight);
+        auto [it, fresh] = managers.try_emplace(p["job"].get<std::string>(), shards, replicas,
+                                                floor, max_in_flight);
         nlohmann::json ack = it->second.decide(p);
         if (!ack.empty()) log_info("acknowledged", {{"JOB", it->first}, {"OPS", ack.dump()}});
         return nlohmann::json{{"seq", p["seq"]}, {"ack", ack}};

@@ -86,8 +86,7 @@ class ShardManager {
         ack.push_back(id);
         continue;
       }
-      if (max_in_flight_ > 0 && in_flight_.size() >= static_cast<size_t>(max_in_flight_))
-        continue;
+      if (max_in_flight_ > 0 && in_flight_.size() >= static_cast<size_t>(max_in_flight_)) continue;
       down.insert(index);
       if (all_shards_keep_floor(count, up, down)) {
         in_flight_[id] = index;
