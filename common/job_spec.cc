@@ -87,14 +87,28 @@ Result<JobSpec> parse_job_spec(const json& j) {
     const json& c = j["task_controller"];
     if (!c.is_object()) return field_error("task_controller", "must be an object");
     for (const auto& [k, v] : c.items())
-      if (k != "address" && k != "timeout_ms" && k != "when_unreachable")
+      if (k != "address" && k != "job" && k != "port" && k != "timeout_ms" &&
+          k != "when_unreachable")
         return field_error("task_controller." + k, "unknown field");
     TaskControllerSpec tc;
     TRY_ASSIGN(tc.address, str_field(c, "address", "task_controller."));
-    if (tc.address.empty())
-      return field_error("task_controller.address", "is required: \"host:port\" or \"unix:/path\"");
-    if (auto ep = rpc::parse_endpoint(tc.address); !ep.ok())
-      return field_error("task_controller.address", ep.error().message);
+    TRY_ASSIGN(tc.job, str_field(c, "job", "task_controller."));
+    if (tc.address.empty() == tc.job.empty())
+      return field_error("task_controller.address",
+                         "give either address (\"host:port\" or \"unix:/path\") or job and port");
+    if (!tc.address.empty()) {
+      if (c.contains("port"))
+        return field_error("task_controller.port", "goes with job, not with address");
+      if (auto ep = rpc::parse_endpoint(tc.address); !ep.ok())
+        return field_error("task_controller.address", ep.error().message);
+    } else {
+      if (!valid_job_name(tc.job)) return field_error("task_controller.job", "is not a job name");
+      if (tc.job == s.name)
+        return field_error("task_controller.job", "a job cannot be its own controller");
+      if (!c.contains("port")) return field_error("task_controller.port", "is required with job");
+      TRY_ASSIGN(auto port, int_member(c, "port", 0, 1, 65535, "task_controller."));
+      tc.port = static_cast<uint16_t>(port);
+    }
     TRY_ASSIGN(auto t, int_member(c, "timeout_ms", 10'000, 100, 3'600'000, "task_controller."));
     tc.timeout_ms = static_cast<uint64_t>(t);
     TRY_ASSIGN(std::string when, str_field(c, "when_unreachable", "task_controller."));
@@ -134,11 +148,17 @@ json to_json(const JobSpec& s) {
            {"max_unavailable", s.max_unavailable},
            {"placement", placement_name(s.placement)},
            {"task", s.task}};
-  if (s.controller)
+  if (s.controller) {
     out["task_controller"] = {
-        {"address", s.controller->address},
         {"timeout_ms", s.controller->timeout_ms},
         {"when_unreachable", s.controller->wait_when_unreachable ? "wait" : "proceed"}};
+    if (s.controller->job.empty()) {
+      out["task_controller"]["address"] = s.controller->address;
+    } else {
+      out["task_controller"]["job"] = s.controller->job;
+      out["task_controller"]["port"] = s.controller->port;
+    }
+  }
   return out;
 }
 

@@ -46,7 +46,9 @@ struct JobResources {  // reserved per task on its machine
 // before it restarts, moves or stops the job's tasks; what happens when it does not
 // answer within the timeout: proceed at max_unavailable pacing, or wait for it.
 struct TaskControllerSpec {
-  std::string address;  // "host:port" or "unix:/path"
+  std::string address;  // "host:port" or "unix:/path"; or, instead:
+  std::string job;      // a job whose ready task (the lowest index) is the controller,
+  uint16_t port = 0;    // listening on this port of its machine's address
   uint64_t timeout_ms = 10'000;
   bool wait_when_unreachable = false;
   bool operator==(const TaskControllerSpec&) const = default;

@@ -69,6 +69,13 @@ TEST(JobSpec, ErrorsNameTheField) {
       {with({{"task_controller", {{"address", "h:1"}, {"when_unreachable", "panic"}}}}),
        "task_controller.when_unreachable"},
       {with({{"task_controller", {{"address", "h:1"}, {"shards", 3}}}}), "task_controller.shards"},
+      {with({{"task_controller", {{"address", "h:1"}, {"job", "ctl"}, {"port", 1}}}}),
+       "task_controller.address"},
+      {with({{"task_controller", {{"address", "h:1"}, {"port", 1}}}}), "task_controller.port"},
+      {with({{"task_controller", {{"job", "ctl"}}}}), "task_controller.port"},
+      {with({{"task_controller", {{"job", "ctl"}, {"port", 0}}}}), "task_controller.port"},
+      {with({{"task_controller", {{"job", "ctl"}, {"port", 70000}}}}), "task_controller.port"},
+      {with({{"task_controller", {{"job", "no such/name"}, {"port", 1}}}}), "task_controller.job"},
   };
   for (const auto& c : cases) {
     auto r = parse_job_spec(c.j);
@@ -103,6 +110,20 @@ TEST(JobSpec, RoundTripsAndDefaults) {
   auto again = parse_job_spec(to_json(*c));
   ASSERT_TRUE(again.ok()) << again.error().str();
   EXPECT_EQ(again->controller, c->controller);
+  // A controller that is a task of another job, and back; never the job itself.
+  j["task_controller"] = {{"job", "shard-ctl"}, {"port", 7400}};
+  auto by_job = parse_job_spec(j);
+  ASSERT_TRUE(by_job.ok()) << by_job.error().str();
+  EXPECT_EQ(by_job->controller->job, "shard-ctl");
+  EXPECT_EQ(by_job->controller->port, 7400);
+  EXPECT_TRUE(by_job->controller->address.empty());
+  auto back_by_job = parse_job_spec(to_json(*by_job));
+  ASSERT_TRUE(back_by_job.ok()) << back_by_job.error().str();
+  EXPECT_EQ(back_by_job->controller, by_job->controller);
+  j["task_controller"] = {{"job", j["name"]}, {"port", 7400}};
+  auto itself = parse_job_spec(j);
+  ASSERT_FALSE(itself.ok());
+  EXPECT_EQ(itself.error().field, "task_controller.job");
 }
 
 TEST(JobSpec, EveryTaskIdFitsTheAgentsTaskNames) {

@@ -423,10 +423,16 @@ Result<json> Manager::api_job_show(const json& p, const CallContext& c) {
   if (spec->controller) {
     json ops = json::array();
     for (const auto& op : sched_.pending_operations(spec->name)) ops.push_back(op.id);
-    out["task_controller"] = {{"address", spec->controller->address},
-                              {"unreachable", control_ && control_->unreachable(spec->name)},
-                              {"fallback", sched_.control_fallback(spec->name)},
-                              {"pending", ops}};
+    out["task_controller"] = {
+        {"address", spec->controller->job.empty() ? spec->controller->address
+                                                  : controller_address(*spec->controller)},
+        {"unreachable", control_ && control_->unreachable(spec->name)},
+        {"fallback", sched_.control_fallback(spec->name)},
+        {"pending", ops}};
+    if (!spec->controller->job.empty()) {
+      out["task_controller"]["job"] = spec->controller->job;
+      out["task_controller"]["port"] = spec->controller->port;
+    }
   }
   return out;
 }

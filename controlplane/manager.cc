@@ -709,7 +709,12 @@ void Manager::start_task_control() {
 void Manager::control_round() {
   std::map<std::string, TaskControllerSpec> jobs;
   for (const auto& name : sched_.controlled_jobs())
-    if (auto j = sched_.job(name); j && j->controller) jobs[name] = *j->controller;
+    if (auto j = sched_.job(name); j && j->controller) {
+      jobs[name] = *j->controller;
+      // A controller that is a task of another job: where that job's first ready task
+      // runs now (a new address when it moves: a new link).
+      if (!j->controller->job.empty()) jobs[name].address = controller_address(*j->controller);
+    }
   control_->sync(jobs);
   std::erase_if(control_completed_, [&](const auto& e) { return !jobs.count(e.first); });
   uint64_t now = now_us();
@@ -717,6 +722,20 @@ void Manager::control_round() {
   for (const auto& [name, spec] : jobs) control_->ask(name, now);
   auto t = loop_->add_timer_in(1'000'000, [this] { control_round(); });
   if (t.ok()) control_timer_ = std::move(t).value();
+}
+
+std::string Manager::controller_address(const TaskControllerSpec& c) const {
+  for (const auto& t : sched_.tasks_of(c.job)) {
+    if (!available(t)) continue;
+    auto s = sessions_.find(t.machine);
+    if (s == sessions_.end()) continue;
+    const rpc::Peer& peer = s->second->peer();
+    // An agent on this host (a Unix socket) serves on loopback.
+    std::string host = peer.is_unix || peer.host.empty() ? "127.0.0.1" : peer.host;
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    return host + ":" + std::to_string(c.port);
+  }
+  return "";  // none ready: unreachable until one is
 }
 
 void Manager::ask_controller(const std::string& job) {

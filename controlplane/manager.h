@@ -144,6 +144,9 @@ class Manager {
   // the jobs every second; each controlled job's plan asked every second and on change.
   void start_task_control();
   void control_round();
+  // The address of a controller named by its job (task_controller.job): its first ready
+  // task's machine (the agent session's address) and the port; "" when none is ready.
+  std::string controller_address(const TaskControllerSpec& c) const;
   void ask_controller(const std::string& job);
   nlohmann::json control_plan(const std::string& job);
   void control_acked(const std::string& job, const std::vector<std::string>& acks);

@@ -975,6 +975,84 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
   EXPECT_NE((*call("machine.show", {{"machine", target}}))["state"], "drained");
 }
 
+// A TaskController that is a task of another job: the control plane finds it where
+// that job's ready task runs (here, a machine on this host: loopback) and asks it there.
+TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
+  start();
+  if (HasFatalFailure()) return;
+  // The controller job's process (what its task runs), on loopback.
+  int port = 30000 + static_cast<int>(getpid() % 20000);
+  pid_t ctl = fork();
+  if (ctl == 0) {
+    int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(SHARD_CONTROLLER_BIN, "shard_controller", "--listen",
+          ("127.0.0.1:" + std::to_string(port)).c_str(), "--shards", "3", "--replicas", "2",
+          "--floor", "1", nullptr);
+    _exit(127);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{ctl};
+  std::vector<std::unique_ptr<FakeMachine>> ms;
+  for (int i = 0; i < 4; ++i) {
+    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(sock()));
+  }
+  auto pump = [&] {
+    for (auto& m : ms) m->report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 4}}).ok());
+  json job{{"name", "kv"},
+           {"entitlement", "a"},
+           {"count", 3},
+           {"per_task", {{"cpu_milli", 3000}, {"mem_mb", 512}}},
+           {"task_controller", {{"job", "ctl"}, {"port", port}, {"timeout_ms", 5000}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  ASSERT_TRUE(call("job.create", job).ok());
+  // No controller job yet: nowhere to ask.
+  auto shown = call("job.show", {{"name", "kv"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ((*shown)["task_controller"]["address"], "") << shown->dump();
+  EXPECT_EQ((*shown)["task_controller"]["job"], "ctl");
+  ASSERT_TRUE(call("job.create", {{"name", "ctl"},
+                                  {"entitlement", "a"},
+                                  {"count", 1},
+                                  {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+                                  {"task", {{"argv", {"/usr/bin/shard_controller"}}}}})
+                  .ok());
+  std::string address;
+  for (int i = 0; i < 300 && address.empty(); ++i) {
+    pump();
+    auto r = call("job.show", {{"name", "kv"}});
+    if (r.ok() && !(*r)["task_controller"]["unreachable"].get<bool>())
+      address = (*r)["task_controller"]["address"].get<std::string>();
+  }
+  EXPECT_EQ(address, "127.0.0.1:" + std::to_string(port));
+  // An update goes through the controller found there.
+  job["task"]["argv"] = {"/bin/sleep", "1000"};
+  ASSERT_TRUE(call("job.update", job).ok());
+  bool updated = false;
+  for (int i = 0; i < 500 && !updated; ++i) {
+    pump();
+    auto r = call("job.show", {{"name", "kv"}});
+    int current = 0;
+    if (r.ok())
+      for (const auto& t : (*r)["tasks"])
+        current += t["state"] == "running" && t["generation"] == 2;
+    updated = current == 3;
+  }
+  EXPECT_TRUE(updated) << read_file(dir_ + "/ctl.log").value_or("");
+  EXPECT_NE(read_file(dir_ + "/ctl.log").value_or("").find("acknowledged job=kv"),
+            std::string::npos);
+}
+
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
   start();
   if (HasFatalFailure()) return;

@@ -73,7 +73,9 @@ void TaskControlLinks::ask(const std::string& job, uint64_t now) {
 
 void TaskControlLinks::connect(Link& l) {
   auto ep = rpc::parse_endpoint(l.spec.address);
-  if (!ep.ok()) return;  // validated with the job; not reached
+  // No address: a controller job with no ready task yet. Its asks time out (unreachable)
+  // until one is ready, which is a new address and so a new link.
+  if (!ep.ok()) return;
   std::weak_ptr<Token> alive = l.token;
   Link* link = &l;
   l.attempt = rpc::ConnectAttempt::start(
