@@ -917,6 +917,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto shapes = read_shapes(o.data);
+  if (shapes.empty() && o.machine_cpu_milli > 0 && o.machine_mem_mb > 0 && o.domain_size > 0)
+    shapes.push_back(Shape{o.machine_cpu_milli, o.machine_mem_mb, "fd0", "dc1"});  // all given
   if (shapes.empty()) {
     std::fprintf(stderr, "fleet_sim: no machine shapes in %s\n", o.data.c_str());
     return 2;
