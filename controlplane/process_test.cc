@@ -5,6 +5,7 @@
 // is told to stop its stale copy.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,6 +147,7 @@ class ControlPlane : public ::testing::Test {
   void start() {
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a crashed test leaves no daemon behind
       int fd = open((dir_ + "/cp.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
@@ -728,6 +730,7 @@ TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
   std::string ctl_sock = dir_ + "/ctl.sock";
   pid_t ctl = fork();
   if (ctl == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
@@ -817,6 +820,7 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
   std::string ctl_sock = dir_ + "/ctl.sock";
   pid_t ctl = fork();
   if (ctl == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
@@ -984,6 +988,7 @@ TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
   int port = 30000 + static_cast<int>(getpid() % 20000);
   pid_t ctl = fork();
   if (ctl == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
