@@ -41,6 +41,60 @@ TaskState state_from(const std::string& s) {
   return weft::parse_task_state(s).value_or(TaskState::kLost);
 }
 
+// The sqlite store (WAL): one file on the control plane's disk.
+class SqliteStore final : public StateStore {
+ public:
+  explicit SqliteStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  std::string kind() const override { return "sqlite"; }
+  Status begin() override { return batch_ ? db_->exec("SAVEPOINT w") : db_->begin(); }
+  Status commit() override { return batch_ ? db_->exec("RELEASE w") : db_->commit(); }
+  void rollback() override {
+    if (!batch_) return db_->rollback();
+    (void)db_->exec("ROLLBACK TO w");
+    (void)db_->exec("RELEASE w");
+  }
+  Status open_batch() override {
+    if (batch_) return {};
+    TRY(db_->begin());
+    batch_ = true;
+    return {};
+  }
+  Status commit_batch() override {
+    if (!batch_) return {};
+    batch_ = false;
+    // sqlite may have rolled the whole transaction back itself (a full disk, an I/O
+    // error inside a savepoint): then nothing of the group is there to commit.
+    if (sqlite3_get_autocommit(db_->raw()))
+      return make_error("sqlite rolled the group's transaction back");
+    return db_->commit();
+  }
+  bool in_batch() const override { return batch_; }
+  void abandon_batch() override {
+    batch_ = false;
+    db_->rollback();
+  }
+  Status put_entitlement(EntitlementId id, const EntitlementSpec& e) override;
+  Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) override;
+  Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
+                 const std::vector<MachineId>& placement) override;
+  Status delete_job(const std::string& name) override;
+  Status put_task(const TaskRecord& t) override;
+  Status delete_tasks(const std::vector<std::string>& ids) override;
+  Status put_task_seq(uint64_t seq) override;
+  Status put_events(const std::vector<Unavailability>& events) override;
+  Status put_maintenance(const MaintenanceEvent& e) override;
+  Status delete_maintenance(uint64_t id) override;
+  Result<std::vector<MaintenanceEvent>> maintenance() override;
+  Status put_audit(const AuditRecord& r) override;
+  Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit) override;
+  Result<StoredState> load() override;
+
+ private:
+  bool batch_ = false;
+  std::unique_ptr<Db> db_;
+  uint64_t audit_writes_ = 0;
+};
+
 }  // namespace
 
 json job_spec_to_json(const JobSpec& s) {
@@ -130,37 +184,43 @@ Result<Request> request_from_json(const json& j) {
 Result<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) {
   TRY_ASSIGN(auto db, Db::open(path));
   TRY_CTX(db->migrate(kMigrations), "control plane database");
-  return std::unique_ptr<StateStore>(new StateStore(std::move(db)));
+  return std::unique_ptr<StateStore>(new SqliteStore(std::move(db)));
 }
 
-Status StateStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
+json StateStore::entitlement_row(const EntitlementSpec& e) {
+  return {{"name", e.name},
+          {"quota", e.quota},
+          {"profile", e.profile},
+          {"dc", e.dc},
+          {"owners", e.owners}};
+}
+
+json StateStore::machine_row(const Broker::Persisted& m) {
+  return {{"dc", m.info.dc},
+          {"domain", m.info.domain},
+          {"type", m.info.type},
+          {"cpu_milli", m.info.capacity.cpu_milli},
+          {"mem_mb", m.info.capacity.mem_mb},
+          {"drained", m.drained},
+          {"applied_profile", m.applied_profile}};
+}
+
+Status SqliteStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO entitlements (id, spec) VALUES (?1, ?2)"));
-  json j{{"name", e.name},
-         {"quota", e.quota},
-         {"profile", e.profile},
-         {"dc", e.dc},
-         {"owners", e.owners}};
-  s.bind(1, int64_t{id}).bind(2, j.dump());
+  s.bind(1, int64_t{id}).bind(2, entitlement_row(e).dump());
   return s.run();
 }
 
-Status StateStore::put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) {
+Status SqliteStore::put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) {
   TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO machines (idx, machine, entitlement, "
                                   "state) VALUES (?1, ?2, ?3, ?4)"));
-  json j{{"dc", m.info.dc},
-         {"domain", m.info.domain},
-         {"type", m.info.type},
-         {"cpu_milli", m.info.capacity.cpu_milli},
-         {"mem_mb", m.info.capacity.mem_mb},
-         {"drained", m.drained},
-         {"applied_profile", m.applied_profile}};
-  s.bind(1, int64_t{idx}).bind(2, m.info.id).bind(3, int64_t{ent}).bind(4, j.dump());
+  s.bind(1, int64_t{idx}).bind(2, m.info.id).bind(3, int64_t{ent}).bind(4, machine_row(m).dump());
   return s.run();
 }
 
-Status StateStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
-                           const std::vector<MachineId>& placement) {
+Status SqliteStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
+                            const std::vector<MachineId>& placement) {
   TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO jobs (name, spec, generation, "
                                   "stopping, request, placement) VALUES (?1,?2,?3,?4,?5,?6)"));
   s.bind(1, j.spec.name)
@@ -175,7 +235,7 @@ Status StateStore::put_job(const Scheduler::PersistedJob& j, const std::optional
   return s.run();
 }
 
-Status StateStore::delete_job(const std::string& name) {
+Status SqliteStore::delete_job(const std::string& name) {
   for (const char* sql : {"DELETE FROM jobs WHERE name = ?1", "DELETE FROM tasks WHERE job = ?1"}) {
     TRY_ASSIGN(Stmt s, db_->prepare(sql));
     s.bind(1, name);
@@ -197,7 +257,7 @@ uint64_t StateStore::mono_of(uint64_t wall_us, uint64_t wall_now, uint64_t mono_
   return mono_now > age ? mono_now - age : 0;
 }
 
-Status StateStore::put_task(const TaskRecord& t) {
+Status SqliteStore::put_task(const TaskRecord& t) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, machine, state, "
                           "since_us, since_wall_us, message, held) "
@@ -210,7 +270,7 @@ Status StateStore::put_task(const TaskRecord& t) {
   return s.run();
 }
 
-Status StateStore::put_events(const std::vector<Unavailability>& events) {
+Status SqliteStore::put_events(const std::vector<Unavailability>& events) {
   if (events.empty()) return {};
   for (const auto& e : events) {
     TRY_ASSIGN(Stmt s, db_->prepare("INSERT INTO events (at_wall_us, machine, kind, detail) "
@@ -225,20 +285,20 @@ Status StateStore::put_events(const std::vector<Unavailability>& events) {
   return trim.run();
 }
 
-Status StateStore::put_maintenance(const MaintenanceEvent& e) {
+Status SqliteStore::put_maintenance(const MaintenanceEvent& e) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO maintenance (id, event) VALUES (?1, ?2)"));
   s.bind(1, static_cast<int64_t>(e.id)).bind(2, to_json(e).dump());
   return s.run();
 }
 
-Status StateStore::delete_maintenance(uint64_t id) {
+Status SqliteStore::delete_maintenance(uint64_t id) {
   TRY_ASSIGN(Stmt s, db_->prepare("DELETE FROM maintenance WHERE id = ?1"));
   s.bind(1, static_cast<int64_t>(id));
   return s.run();
 }
 
-Result<std::vector<MaintenanceEvent>> StateStore::maintenance() {
+Result<std::vector<MaintenanceEvent>> SqliteStore::maintenance() {
   std::vector<MaintenanceEvent> out;
   TRY_ASSIGN(Stmt s, db_->prepare("SELECT event FROM maintenance ORDER BY id"));
   for (;;) {
@@ -251,7 +311,7 @@ Result<std::vector<MaintenanceEvent>> StateStore::maintenance() {
   return out;
 }
 
-Status StateStore::delete_tasks(const std::vector<std::string>& ids) {
+Status SqliteStore::delete_tasks(const std::vector<std::string>& ids) {
   TRY(begin());
   for (const auto& id : ids) {
     auto st = db_->prepare("DELETE FROM tasks WHERE id = ?1");
@@ -268,17 +328,17 @@ Status StateStore::delete_tasks(const std::vector<std::string>& ids) {
   return commit();
 }
 
-Status StateStore::put_task_seq(uint64_t seq) {
+Status SqliteStore::put_task_seq(uint64_t seq) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('task_seq', ?1)"));
   s.bind(1, std::to_string(seq));
   return s.run();
 }
 
-Status StateStore::put_audit(const AuditRecord& r) {
+Status SqliteStore::put_audit(const AuditRecord& r) {
   TRY_ASSIGN(Stmt s, db_->prepare("INSERT INTO audit (at_wall_us, who, role, method, target, "
                                   "digest, result) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
-  s.bind(1, r.at_wall_us ? r.at_wall_us : static_cast<int64_t>(wall_()))
+  s.bind(1, r.at_wall_us ? r.at_wall_us : static_cast<int64_t>(wall_now()))
       .bind(2, r.who)
       .bind(3, r.role)
       .bind(4, r.method)
@@ -297,7 +357,7 @@ Status StateStore::put_audit(const AuditRecord& r) {
   return {};
 }
 
-Result<std::vector<AuditRecord>> StateStore::audit(int64_t since_wall_us, size_t limit) {
+Result<std::vector<AuditRecord>> SqliteStore::audit(int64_t since_wall_us, size_t limit) {
   TRY_ASSIGN(Stmt s, db_->prepare("SELECT seq, at_wall_us, who, role, method, target, digest, "
                                   "result FROM (SELECT * FROM audit WHERE at_wall_us >= ?1 "
                                   "ORDER BY seq DESC LIMIT ?2) ORDER BY seq"));
@@ -312,23 +372,15 @@ Result<std::vector<AuditRecord>> StateStore::audit(int64_t since_wall_us, size_t
   return out;
 }
 
-Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now) {
+Result<StoredState> SqliteStore::load() {
+  StoredState st;
   {
     TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, spec FROM entitlements ORDER BY id"));
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
-      json j = json::parse(s.col_text(1), nullptr, false);
-      if (!j.is_object()) return make_error("corrupt entitlement row");
-      EntitlementSpec e{j.value("name", ""),
-                        j.value("quota", size_t{0}),
-                        j.value("profile", ""),
-                        j.value("dc", ""),
-                        {}};
-      if (auto o = j.find("owners"); o != j.end() && o->is_array())
-        for (const auto& v : *o)
-          if (v.is_string()) e.owners.push_back(v.get<std::string>());
-      broker.restore_entitlement(static_cast<EntitlementId>(s.col_int(0)), e);
+      st.entitlements.emplace_back(static_cast<EntitlementId>(s.col_int(0)),
+                                   json::parse(s.col_text(1), nullptr, false));
     }
   }
   {
@@ -337,19 +389,9 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
-      json j = json::parse(s.col_text(3), nullptr, false);
-      if (!j.is_object()) return make_error("corrupt machine row");
-      MachineInfo info{s.col_text(1),
-                       j.value("dc", ""),
-                       j.value("domain", ""),
-                       j.value("type", ""),
-                       {j.value("cpu_milli", int64_t{0}), j.value("mem_mb", int64_t{0})}};
-      TRY_ASSIGN(MachineId id, broker.register_machine(info, now));
-      if (id != static_cast<MachineId>(s.col_int(0)))
-        return make_error("machine " + info.id + " came back with another index");
-      TRY(alloc.assign(id, static_cast<EntitlementId>(s.col_int(2))));
-      TRY(broker.drain(info.id, j.value("drained", false), now));
-      TRY(broker.profile_applied(info.id, j.value("applied_profile", "")));
+      st.machines.push_back({static_cast<MachineId>(s.col_int(0)), s.col_text(1),
+                             static_cast<EntitlementId>(s.col_int(2)),
+                             json::parse(s.col_text(3), nullptr, false)});
     }
   }
   {
@@ -358,58 +400,147 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
-      TRY_ASSIGN(JobSpec spec, stored_job_spec(json::parse(s.col_text(0), nullptr, false),
-                                               [&broker](EntitlementId id) {
-                                                 return broker.entitlements().count(id)
-                                                            ? broker.entitlement_spec(id).name
-                                                            : std::string();
-                                               }));
-      if (!s.col_null(3)) {
-        TRY_ASSIGN(Request r, request_from_json(json::parse(s.col_text(3), nullptr, false)));
-        json p = json::parse(s.col_text(4), nullptr, false);
-        if (!p.is_array()) return make_error("corrupt placement of job " + spec.name);
-        TRY(alloc.restore(r, p.get<std::vector<MachineId>>()));
-      }
-      sched.restore_job({spec, static_cast<uint64_t>(s.col_int(1)), s.col_int(2) != 0});
+      StoredState::Job j;
+      j.spec = json::parse(s.col_text(0), nullptr, false);
+      j.generation = static_cast<uint64_t>(s.col_int(1));
+      j.stopping = s.col_int(2) != 0;
+      if (!s.col_null(3)) j.request = json::parse(s.col_text(3), nullptr, false);
+      j.placement = json::parse(s.col_text(4), nullptr, false);
+      st.jobs.push_back(std::move(j));
     }
   }
   {
     TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, job, idx, generation, machine, state, since_us, "
                                     "since_wall_us, message, held FROM tasks"));
-    uint64_t wall_now = wall_();
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
-      TaskRecord t;
-      t.id = s.col_text(0);
-      t.job = s.col_text(1);
-      t.index = static_cast<int>(s.col_int(2));
-      t.generation = static_cast<uint64_t>(s.col_int(3));
-      t.machine = static_cast<MachineId>(s.col_int(4));
-      t.state = state_from(s.col_text(5));
-      t.since_us = mono_of(static_cast<uint64_t>(s.col_int(7)), wall_now, now);
-      t.message = s.col_text(8);
-      t.held = s.col_int(9) != 0;
-      sched.restore_task(t);
+      StoredState::Task t;
+      t.record.id = s.col_text(0);
+      t.record.job = s.col_text(1);
+      t.record.index = static_cast<int>(s.col_int(2));
+      t.record.generation = static_cast<uint64_t>(s.col_int(3));
+      t.record.machine = static_cast<MachineId>(s.col_int(4));
+      t.record.state = state_from(s.col_text(5));
+      t.since_wall_us = s.col_int(7);
+      t.record.message = s.col_text(8);
+      t.record.held = s.col_int(9) != 0;
+      st.tasks.push_back(std::move(t));
     }
   }
   {
     TRY_ASSIGN(Stmt s, db_->prepare("SELECT at_wall_us, machine, kind, detail FROM events "
                                     "ORDER BY seq"));
-    uint64_t wall_now = wall_();
-    std::vector<Unavailability> events;
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
-      events.push_back({mono_of(static_cast<uint64_t>(s.col_int(0)), wall_now, now), s.col_text(1),
-                        s.col_text(2), s.col_text(3)});
+      st.events.push_back({s.col_int(0), s.col_text(1), s.col_text(2), s.col_text(3)});
     }
-    broker.restore_events(std::move(events));
   }
   TRY_ASSIGN(Stmt m, db_->prepare("SELECT value FROM meta WHERE key = 'task_seq'"));
   TRY_ASSIGN(bool row, m.step());
-  if (row) sched.set_task_seq(std::strtoull(m.col_text(0).c_str(), nullptr, 10));
+  if (row) st.task_seq = std::strtoull(m.col_text(0).c_str(), nullptr, 10);
+  return st;
+}
+
+Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now) {
+  TRY_ASSIGN(StoredState st, load());
+  for (const auto& [id, j] : st.entitlements) {
+    if (!j.is_object()) return make_error("corrupt entitlement row");
+    EntitlementSpec e{j.value("name", ""),
+                      j.value("quota", size_t{0}),
+                      j.value("profile", ""),
+                      j.value("dc", ""),
+                      {}};
+    if (auto o = j.find("owners"); o != j.end() && o->is_array())
+      for (const auto& v : *o)
+        if (v.is_string()) e.owners.push_back(v.get<std::string>());
+    broker.restore_entitlement(id, e);
+  }
+  for (const auto& m : st.machines) {
+    const json& j = m.state;
+    if (!j.is_object()) return make_error("corrupt machine row");
+    MachineInfo info{m.machine,
+                     j.value("dc", ""),
+                     j.value("domain", ""),
+                     j.value("type", ""),
+                     {j.value("cpu_milli", int64_t{0}), j.value("mem_mb", int64_t{0})}};
+    TRY_ASSIGN(MachineId id, broker.register_machine(info, now));
+    if (id != m.idx) return make_error("machine " + info.id + " came back with another index");
+    TRY(alloc.assign(id, m.entitlement));
+    TRY(broker.drain(info.id, j.value("drained", false), now));
+    TRY(broker.profile_applied(info.id, j.value("applied_profile", "")));
+  }
+  for (const auto& j : st.jobs) {
+    TRY_ASSIGN(JobSpec spec, stored_job_spec(j.spec, [&broker](EntitlementId id) {
+                 return broker.entitlements().count(id) ? broker.entitlement_spec(id).name
+                                                        : std::string();
+               }));
+    if (j.request) {
+      TRY_ASSIGN(Request r, request_from_json(*j.request));
+      if (!j.placement.is_array()) return make_error("corrupt placement of job " + spec.name);
+      std::vector<MachineId> placement;
+      for (const auto& v : j.placement) {
+        if (!v.is_number_unsigned()) return make_error("corrupt placement of job " + spec.name);
+        placement.push_back(v.get<MachineId>());
+      }
+      TRY(alloc.restore(r, placement));
+    }
+    sched.restore_job({spec, j.generation, j.stopping});
+  }
+  uint64_t wall = wall_now();
+  for (auto& t : st.tasks) {
+    TaskRecord r = std::move(t.record);
+    r.since_us = mono_of(static_cast<uint64_t>(t.since_wall_us), wall, now);
+    sched.restore_task(r);
+  }
+  std::vector<Unavailability> events;
+  for (auto& e : st.events)
+    events.push_back({mono_of(static_cast<uint64_t>(e.at_wall_us), wall, now), std::move(e.machine),
+                      std::move(e.kind), std::move(e.detail)});
+  broker.restore_events(std::move(events));
+  if (st.task_seq) sched.set_task_seq(*st.task_seq);
   sched.finish_restore();
+  return {};
+}
+
+Status copy_state(StateStore& from, StateStore& to) {
+  Allocator alloc;
+  Broker broker{alloc};
+  Scheduler sched{alloc};
+  uint64_t now = now_monotonic_us();
+  TRY_CTX(from.restore(alloc, broker, sched, now), "reading the " + from.kind() + " state");
+  TRY_ASSIGN(StoredState rows, from.load());
+  TRY(to.begin());
+  auto fail = [&to](Status s) {
+    to.rollback();
+    return s;
+  };
+  for (const auto& [id, e] : broker.entitlements())
+    if (auto s = to.put_entitlement(id, e); !s.ok()) return fail(s);
+  for (MachineId m = 0; m < alloc.machine_count(); ++m)
+    if (auto s = to.put_machine(m, broker.persisted(m), alloc.entitlement_of(m)); !s.ok())
+      return fail(s);
+  for (const auto& j : sched.persisted_jobs())
+    if (auto s = to.put_job(j, alloc.request(j.spec.name), alloc.placement(j.spec.name)); !s.ok())
+      return fail(s);
+  for (const auto& [id, t] : sched.tasks())
+    if (auto s = to.put_task(t); !s.ok()) return fail(s);
+  if (auto s = to.put_task_seq(sched.task_seq()); !s.ok()) return fail(s);
+  std::vector<Unavailability> events;
+  uint64_t wall = now_realtime_us();
+  for (auto& e : rows.events) {
+    uint64_t at = static_cast<uint64_t>(e.at_wall_us);
+    uint64_t age = at > 0 && wall > at ? wall - at : 0;
+    events.push_back({now > age ? now - age : 0, e.machine, e.kind, e.detail});
+  }
+  if (auto s = to.put_events(events); !s.ok()) return fail(s);
+  TRY_ASSIGN(auto maint, from.maintenance());
+  for (const auto& m : maint)
+    if (auto s = to.put_maintenance(m); !s.ok()) return fail(s);
+  TRY(to.commit());
+  TRY_ASSIGN(auto audit, from.audit(0, StateStore::kMaxAudit));
+  for (const auto& a : audit) TRY(to.put_audit(a));
   return {};
 }
 

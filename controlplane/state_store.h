@@ -1,12 +1,13 @@
-// The control plane's durable state in sqlite (WAL): entitlements, machines, jobs with
-// their placements, and tasks. The daemon writes what an operation touched inside one
-// transaction; after a restart (or SIGKILL) load() and restore() rebuild the allocator,
+// The control plane's durable state (sqlite, or etcd for replicas: etcd_store.h): entitlements,
+// machines, jobs with their placements, and tasks. The daemon writes what an operation touched
+// inside one transaction; after a restart (or SIGKILL) load() and restore() rebuild the allocator,
 // broker and scheduler exactly as they were, so nothing is lost and no task restarts.
 // Machines come back "unknown" until they report again (their sessions reconnect).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,91 +45,116 @@ struct AuditRecord {
   std::string result;  // "ok", "denied: ...", "error: ..."
 };
 
+// What a store holds, as read back by load() for restore(): rows in the stored form.
+struct StoredState {
+  struct Machine {
+    MachineId idx = 0;
+    std::string machine;
+    EntitlementId entitlement = 0;
+    nlohmann::json state;
+  };
+  struct Job {
+    nlohmann::json spec;
+    uint64_t generation = 0;
+    bool stopping = false;
+    std::optional<nlohmann::json> request;
+    nlohmann::json placement;
+  };
+  struct Task {
+    TaskRecord record;  // since_us unset
+    int64_t since_wall_us = 0;
+  };
+  struct Event {
+    int64_t at_wall_us = 0;
+    std::string machine, kind, detail;
+  };
+  std::vector<std::pair<EntitlementId, nlohmann::json>> entitlements;
+  std::vector<Machine> machines;
+  std::vector<Job> jobs;
+  std::vector<Task> tasks;
+  std::vector<Event> events;
+  std::optional<uint64_t> task_seq;
+};
+
+// The seam between the control plane and where its state lives: sqlite on the control
+// plane's own disk (one host, the default) or etcd (replicated; several control planes,
+// one leading). Both keep the same promise: a write is durable when commit() (or, in a
+// group, commit_batch()) returns ok, and nothing of a failed write or group stays.
 class StateStore {
  public:
+  virtual ~StateStore() = default;
+  // The sqlite store at `path` (created on first use).
   static Result<std::unique_ptr<StateStore>> open(const std::string& path);
   // Clocks in microseconds; tests move them to simulate a reboot or a clock step.
   void set_clocks(std::function<uint64_t()> monotonic, std::function<uint64_t()> wall) {
     mono_ = std::move(monotonic);
     wall_ = std::move(wall);
   }
+  virtual std::string kind() const = 0;
 
   // Group commit: open_batch() starts one transaction that the writes after it join,
   // each as a savepoint (begin/commit/rollback below), so a failing write undoes only
-  // itself; commit_batch() makes them all durable with one fsync. Without a batch each
-  // begin/commit is a transaction of its own.
-  Status begin() { return batch_ ? db_->exec("SAVEPOINT w") : db_->begin(); }
-  Status commit() { return batch_ ? db_->exec("RELEASE w") : db_->commit(); }
-  void rollback() {
-    if (!batch_) return db_->rollback();
-    (void)db_->exec("ROLLBACK TO w");
-    (void)db_->exec("RELEASE w");
-  }
-  Status open_batch() {
-    if (batch_) return {};
-    TRY(db_->begin());
-    batch_ = true;
-    return {};
-  }
-  Status commit_batch() {
-    if (!batch_) return {};
-    batch_ = false;
-    // sqlite may have rolled the whole transaction back itself (a full disk, an I/O
-    // error inside a savepoint): then nothing of the group is there to commit.
-    if (sqlite3_get_autocommit(db_->raw()))
-      return make_error("sqlite rolled the group's transaction back");
-    return db_->commit();
-  }
-  bool in_batch() const { return batch_; }
+  // itself; commit_batch() makes them all durable at once. Without a batch each
+  // begin/commit is a transaction of its own; a write outside begin/commit is one too.
+  virtual Status begin() = 0;
+  virtual Status commit() = 0;
+  virtual void rollback() = 0;
+  virtual Status open_batch() = 0;
+  virtual Status commit_batch() = 0;
+  virtual bool in_batch() const = 0;
   // After a failed commit_batch: nothing of the group stays (rolled back if open).
-  void abandon_batch() {
-    batch_ = false;
-    db_->rollback();
-  }
+  virtual void abandon_batch() = 0;
 
-  Status put_entitlement(EntitlementId id, const EntitlementSpec& e);
-  Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent);
+  virtual Status put_entitlement(EntitlementId id, const EntitlementSpec& e) = 0;
+  virtual Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) = 0;
   // A job, its spec generation and its placement (allocator request and machines).
-  Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
-                 const std::vector<MachineId>& placement);
-  Status delete_job(const std::string& name);  // and its tasks
+  virtual Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
+                         const std::vector<MachineId>& placement) = 0;
+  virtual Status delete_job(const std::string& name) = 0;  // and its tasks
   // A task's since_us is the scheduler's monotonic time; the row keeps the wall-clock
   // time it stands for, so a restart (or a reboot, which resets the monotonic clock)
   // sees the right age.
-  Status put_task(const TaskRecord& t);
-  Status delete_tasks(const std::vector<std::string>& ids);  // in one transaction
-  Status put_task_seq(uint64_t seq);
+  virtual Status put_task(const TaskRecord& t) = 0;
+  virtual Status delete_tasks(const std::vector<std::string>& ids) = 0;  // in one transaction
+  virtual Status put_task_seq(uint64_t seq) = 0;
   // Unavailability events (their at_us is the monotonic clock, stored as wall-clock
-  // time); the table keeps the latest Broker::kMaxEvents.
-  Status put_events(const std::vector<Unavailability>& events);
+  // time); the store keeps the latest Broker::kMaxEvents.
+  virtual Status put_events(const std::vector<Unavailability>& events) = 0;
 
   // Planned maintenance events (written whole; the daemon restores them).
-  Status put_maintenance(const MaintenanceEvent& e);
-  Status delete_maintenance(uint64_t id);
-  Result<std::vector<MaintenanceEvent>> maintenance();
+  virtual Status put_maintenance(const MaintenanceEvent& e) = 0;
+  virtual Status delete_maintenance(uint64_t id) = 0;
+  virtual Result<std::vector<MaintenanceEvent>> maintenance() = 0;
 
-  // Appended in its own transaction; the table keeps the latest kMaxAudit rows.
+  // Appended in its own transaction; the store keeps the latest kMaxAudit entries.
   static constexpr size_t kMaxAudit = 100'000;
-  Status put_audit(const AuditRecord& r);
+  virtual Status put_audit(const AuditRecord& r) = 0;
   // Up to `limit` latest entries at or after `since_wall_us`, oldest first.
-  Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit);
+  virtual Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit) = 0;
 
+  // Everything, as stored.
+  virtual Result<StoredState> load() = 0;
   // Everything, back into fresh modules (in this order: machines, entitlements,
   // placements, jobs, tasks). The broker must be new: machines get their old ids.
   Status restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now_us);
 
- private:
-  explicit StateStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
-  bool batch_ = false;
+ protected:
   // A monotonic time of this process as the wall-clock time it stands for (never 0).
   int64_t wall_of(uint64_t mono_us) const;
   // A stored wall-clock time as this boot's monotonic time (`wall_now`, `mono_now`: the
   // clocks now).
   static uint64_t mono_of(uint64_t wall_us, uint64_t wall_now, uint64_t mono_now);
-  std::unique_ptr<Db> db_;
+  uint64_t wall_now() const { return wall_(); }
+  static nlohmann::json entitlement_row(const EntitlementSpec& e);
+  static nlohmann::json machine_row(const Broker::Persisted& m);
+
+ private:
   std::function<uint64_t()> mono_ = now_monotonic_us;
   std::function<uint64_t()> wall_ = now_realtime_us;
-  uint64_t audit_writes_ = 0;
 };
+
+// Copies everything `from` holds into `to` (migration from sqlite to etcd): one
+// transaction per kind of row; audit entries are copied too.
+Status copy_state(StateStore& from, StateStore& to);
 
 }  // namespace weft::cp

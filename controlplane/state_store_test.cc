@@ -7,7 +7,9 @@
 
 #include <filesystem>
 
+#include "common/etcd_test_server.h"
 #include "common/fs.h"
+#include "controlplane/etcd_store.h"
 
 namespace weft::cp {
 namespace {
@@ -39,9 +41,33 @@ void persist_all(Plane& p, StateStore& st) {
   ASSERT_TRUE(st.commit().ok());
 }
 
-TEST(StateStore, RestartRestoresEverything) {
-  TempDir tmp;
-  const std::string& dir = tmp.path;
+// Every store test runs against both stores (sqlite and etcd): the same promises.
+class Stores : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() { etcd_ = new weft::testing::EtcdServer; }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+  // The store, opened afresh on what earlier opens wrote (a restart of the daemon).
+  Result<std::unique_ptr<StateStore>> open(size_t max_txn_ops = 128) {
+    if (GetParam() == "sqlite") return StateStore::open(tmp_.path + "/cp.db");
+    if (!etcd_->error().empty()) return make_error(etcd_->error());
+    EtcdStoreConfig c;
+    c.etcd.endpoints = {etcd_->endpoint()};
+    c.prefix = prefix_;
+    c.max_txn_ops = max_txn_ops;
+    TRY_ASSIGN(auto s, EtcdStore::open(c));
+    return std::unique_ptr<StateStore>(std::move(s));
+  }
+  TempDir tmp_;
+  std::string prefix_ = "/test-" + random_hex(4) + "/";
+  static inline weft::testing::EtcdServer* etcd_ = nullptr;
+};
+INSTANTIATE_TEST_SUITE_P(Both, Stores, ::testing::Values("sqlite", "etcd"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(Stores, RestartRestoresEverything) {
   Plane before;
   for (int i = 0; i < 4; ++i) {
     std::string id = "h" + std::to_string(i);
@@ -67,13 +93,13 @@ TEST(StateStore, RestartRestoresEverything) {
   // The first start was refused: its message, and that it waits for an update, survive.
   before.sched.start_refused((*c)[0].task_id, "user: no such user", true, 1);
   {
-    auto st = StateStore::open(dir + "/cp.db");
+    auto st = open();
     ASSERT_TRUE(st.ok()) << st.error().str();
     persist_all(before, **st);
   }
 
   Plane after;
-  auto st = StateStore::open(dir + "/cp.db");
+  auto st = open();
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
   ASSERT_EQ(after.sched.tasks().size(), before.sched.tasks().size());
@@ -150,9 +176,7 @@ TEST(StateStore, StoredJobRowsOldAndNew) {
 // The host rebooted (monotonic clock back near zero) or the wall clock stepped: a task
 // that was starting a moment before the restart is still starting after it, not lost
 // at once (finding 5), and no age underflows.
-TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
-  TempDir tmp;
-  const std::string& dir = tmp.path;
+TEST_P(Stores, TaskAgesSurviveARebootAndAClockStep) {
   constexpr uint64_t kSec = 1'000'000;
   Plane before;
   ASSERT_TRUE(before.broker.register_machine({"h0", "dc1", "r0", "a", {4000, 8192}}, 0).ok());
@@ -169,14 +193,14 @@ TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
   uint64_t mono = 1'000'000 * kSec, wall = 1'700'000'000 * kSec;
   ASSERT_TRUE(before.sched.create(j, mono).ok());
   {
-    auto st = StateStore::open(dir + "/cp.db");
+    auto st = open();
     ASSERT_TRUE(st.ok());
     (*st)->set_clocks([&] { return mono + 2 * kSec; }, [&] { return wall + 2 * kSec; });
     persist_all(before, **st);
   }
   auto restored_since = [&](uint64_t now_mono, uint64_t now_wall) {
     Plane after;
-    auto st = StateStore::open(dir + "/cp.db");
+    auto st = open();
     EXPECT_TRUE(st.ok());
     (*st)->set_clocks([=] { return now_mono; }, [=] { return now_wall; });
     EXPECT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, now_mono).ok());
@@ -191,7 +215,7 @@ TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
   EXPECT_EQ(restored_since(40 * kSec, wall - 3600 * kSec), 40 * kSec);
   // And the scheduler sees the task as recently started: not lost at the next report.
   Plane after;
-  auto st = StateStore::open(dir + "/cp.db");
+  auto st = open();
   ASSERT_TRUE(st.ok());
   (*st)->set_clocks([] { return 30 * kSec; }, [&] { return wall + 12 * kSec; });
   ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 30 * kSec).ok());
@@ -200,11 +224,9 @@ TEST(StateStore, TaskAgesSurviveARebootAndAClockStep) {
   EXPECT_EQ(after.sched.tasks().begin()->second.state, TaskState::kStarting);
 }
 
-TEST(StateStore, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
-  TempDir tmp;
-  const std::string& dir = tmp.path;
+TEST_P(Stores, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
   {
-    auto st = StateStore::open(dir + "/cp.db");
+    auto st = open();
     ASSERT_TRUE(st.ok());
     ASSERT_TRUE((*st)->open_batch().ok());
     ASSERT_TRUE((*st)->in_batch());
@@ -226,7 +248,7 @@ TEST(StateStore, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
     EXPECT_FALSE((*st)->in_batch());
   }
   Plane after;
-  auto st = StateStore::open(dir + "/cp.db");
+  auto st = open();
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
   EXPECT_TRUE(after.broker.entitlement("ent0"));
@@ -234,11 +256,9 @@ TEST(StateStore, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
   EXPECT_TRUE(after.broker.entitlement("ent2"));
 }
 
-TEST(StateStore, AnUncommittedBatchIsLostWhole) {
-  TempDir tmp;
-  const std::string& dir = tmp.path;
+TEST_P(Stores, AnUncommittedBatchIsLostWhole) {
   {
-    auto st = StateStore::open(dir + "/cp.db");
+    auto st = open();
     ASSERT_TRUE(st.ok());
     ASSERT_TRUE((*st)->open_batch().ok());
     ASSERT_TRUE((*st)->begin().ok());
@@ -246,10 +266,170 @@ TEST(StateStore, AnUncommittedBatchIsLostWhole) {
     ASSERT_TRUE((*st)->commit().ok());  // a savepoint released, not a commit
   }  // the process ends before commit_batch (a crash): nothing of the batch is kept
   Plane after;
-  auto st = StateStore::open(dir + "/cp.db");
+  auto st = open();
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
   EXPECT_FALSE(after.broker.entitlement("lost"));
+}
+
+// A group that etcd cannot take as one transaction (more operations than
+// --max-txn-ops, a key written twice, a put into a range deleted earlier in the group)
+// is stored whole and in order; sqlite takes it as it comes.
+TEST_P(Stores, LargeGroupsAndKeysWrittenTwiceEndAsWritten) {
+  {
+    auto st = open(8);
+    ASSERT_TRUE(st.ok()) << st.error().str();
+    ASSERT_TRUE((*st)->open_batch().ok());
+    ASSERT_TRUE((*st)->begin().ok());
+    for (int i = 0; i < 30; ++i)
+      ASSERT_TRUE((*st)
+                      ->put_entitlement(static_cast<EntitlementId>(i + 1),
+                                        {"e" + std::to_string(i), 1, "", "", {}})
+                      .ok());
+    ASSERT_TRUE((*st)->put_entitlement(3, {"renamed", 2, "", "", {}}).ok());  // twice
+    TaskRecord t;
+    t.id = "gone.0.1";
+    t.job = "gone";
+    t.state = TaskState::kRunning;
+    ASSERT_TRUE((*st)->put_task(t).ok());
+    ASSERT_TRUE((*st)->delete_job("gone").ok());  // deletes the task just written
+    t.id = "gone.0.2";
+    ASSERT_TRUE((*st)->put_task(t).ok());  // a put inside the range just deleted
+    ASSERT_TRUE((*st)->put_task_seq(2).ok());
+    ASSERT_TRUE((*st)->commit().ok());
+    ASSERT_TRUE((*st)->commit_batch().ok());
+  }
+  auto st = open();
+  ASSERT_TRUE(st.ok());
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  ASSERT_EQ(rows->entitlements.size(), 30u);
+  EXPECT_EQ(rows->entitlements[2].second.value("name", ""), "renamed");
+  ASSERT_EQ(rows->tasks.size(), 1u);
+  EXPECT_EQ(rows->tasks[0].record.id, "gone.0.2");
+  EXPECT_EQ(rows->task_seq, std::optional<uint64_t>(2));
+}
+
+TEST_P(Stores, MaintenanceAndAuditAreKept) {
+  {
+    auto st = open();
+    ASSERT_TRUE(st.ok()) << st.error().str();
+    MaintenanceEvent e;
+    e.id = 7;
+    e.target_kind = "machine";
+    e.target = "h1";
+    e.start_us = 1'700'000'000'000'000;
+    e.duration_us = 60'000'000;
+    e.notice_us = 30'000'000;
+    e.reason = "bios";
+    e.machines = {"h1"};
+    ASSERT_TRUE((*st)->put_maintenance(e).ok());
+    e.id = 8;
+    ASSERT_TRUE((*st)->put_maintenance(e).ok());
+    ASSERT_TRUE((*st)->delete_maintenance(7).ok());
+    for (int i = 0; i < 5; ++i)
+      ASSERT_TRUE((*st)
+                      ->put_audit({0, 1000 + i, "uid 0", "admin", "job.create",
+                                   "j" + std::to_string(i), "d", "ok"})
+                      .ok());
+  }
+  auto st = open();
+  ASSERT_TRUE(st.ok());
+  auto m = (*st)->maintenance();
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  ASSERT_EQ(m->size(), 1u);
+  EXPECT_EQ((*m)[0].id, 8u);
+  EXPECT_EQ((*m)[0].reason, "bios");
+  auto a = (*st)->audit(1002, 2);  // the latest two at or after 1002, oldest first
+  ASSERT_TRUE(a.ok()) << a.error().str();
+  ASSERT_EQ(a->size(), 2u);
+  EXPECT_EQ((*a)[0].target, "j3");
+  EXPECT_EQ((*a)[1].target, "j4");
+  EXPECT_LT((*a)[0].seq, (*a)[1].seq);
+}
+
+// Fencing: once the leader key this store was fenced on is gone (its lease expired, a
+// new leader holds a new key), a write changes nothing and says so, and every later
+// write is refused without reaching etcd.
+TEST(EtcdStore, AWriteAfterLeadershipMovedChangesNothing) {
+  weft::testing::EtcdServer server;
+  ASSERT_EQ(server.error(), "");
+  EtcdStoreConfig c;
+  c.etcd.endpoints = {server.endpoint()};
+  c.prefix = "/fence/";
+  auto st = EtcdStore::open(c);
+  ASSERT_TRUE(st.ok()) << st.error().str();
+  auto client = etcd::Client::create(c.etcd);
+  ASSERT_TRUE(client.ok());
+  auto won = (*client)->txn({{etcd::Compare::Target::kCreate, "/fence/leader", 0, {}}},
+                            {{etcd::Op::Kind::kPut, "/fence/leader", "me", {}, 0}});
+  ASSERT_TRUE(won.ok() && won->succeeded);
+  (*st)->fence("/fence/leader", won->revision);
+  ASSERT_TRUE((*st)->put_entitlement(1, {"before", 1, "", "", {}}).ok());
+  // Leadership moves: the key is deleted and made again by another process.
+  ASSERT_TRUE((*client)->txn({}, {{etcd::Op::Kind::kDelete, "/fence/leader", {}, {}, 0}}).ok());
+  ASSERT_TRUE((*client)->txn({}, {{etcd::Op::Kind::kPut, "/fence/leader", "other", {}, 0}}).ok());
+  ASSERT_TRUE((*st)->open_batch().ok());
+  ASSERT_TRUE((*st)->put_entitlement(2, {"after", 1, "", "", {}}).ok());
+  EXPECT_FALSE((*st)->commit_batch().ok());
+  EXPECT_TRUE((*st)->fenced_out());
+  EXPECT_FALSE((*st)->put_entitlement(3, {"later", 1, "", "", {}}).ok());
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->entitlements.size(), 1u);
+  EXPECT_EQ(rows->entitlements[0].second.value("name", ""), "before");
+}
+
+// weft-controlplane migrate: a sqlite state copied into etcd restores the same.
+TEST(EtcdStore, ASqliteStateMigratesWhole) {
+  weft::testing::EtcdServer server;
+  ASSERT_EQ(server.error(), "");
+  TempDir tmp;
+  Plane before;
+  for (int i = 0; i < 3; ++i) {
+    std::string id = "h" + std::to_string(i);
+    ASSERT_TRUE(
+        before.broker.register_machine({id, "dc1", "r" + std::to_string(i), "a", {4000, 8192}}, 0)
+            .ok());
+    ASSERT_TRUE(before.broker.health(id, "ok", 0).ok());
+  }
+  auto e = before.broker.create_entitlement({"web", 3, "", ""});
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(before.broker.drain("h2", true, 0).ok());
+  JobSpec j;
+  j.name = "site";
+  j.entitlement = "web";
+  j.entitlement_id = *e;
+  j.count = 2;
+  j.per_task = {500, 256};
+  j.task = {{"argv", {"/bin/sleep", "infinity"}}};
+  ASSERT_TRUE(before.sched.create(j, 0).ok());
+  auto sq = StateStore::open(tmp.path + "/cp.db");
+  ASSERT_TRUE(sq.ok());
+  persist_all(before, **sq);
+  ASSERT_TRUE((*sq)->put_audit({0, 0, "uid 0", "admin", "job.create", "site", "d", "ok"}).ok());
+  EtcdStoreConfig c;
+  c.etcd.endpoints = {server.endpoint()};
+  auto et = EtcdStore::open(c);
+  ASSERT_TRUE(et.ok());
+  ASSERT_TRUE((*et)->empty().value_or(false));
+  auto copied = copy_state(**sq, **et);
+  ASSERT_TRUE(copied.ok()) << copied.error().str();
+  EXPECT_FALSE((*et)->empty().value_or(true));
+  Plane after;
+  ASSERT_TRUE((*et)->restore(after.alloc, after.broker, after.sched, 5).ok());
+  ASSERT_EQ(after.sched.tasks().size(), 2u);
+  for (const auto& [id, t] : before.sched.tasks()) {
+    ASSERT_TRUE(after.sched.tasks().count(id)) << id;
+    EXPECT_EQ(after.sched.tasks().at(id).machine, t.machine);
+  }
+  EXPECT_EQ(after.alloc.placement("site"), before.alloc.placement("site"));
+  EXPECT_TRUE(after.broker.persisted(2).drained);
+  EXPECT_EQ(after.sched.task_seq(), before.sched.task_seq());
+  auto audit = (*et)->audit(0, 10);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ(audit->front().target, "site");
 }
 
 }  // namespace

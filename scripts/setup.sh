@@ -18,6 +18,7 @@ PACKAGES=(
   libssl-dev openssl
   libmicrohttpd-dev libcurl4-openssl-dev
   gnuplot-nox
+  etcd-server etcd-client
 )
 
 SUDO=""

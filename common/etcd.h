@@ -1,0 +1,94 @@
+// A client of etcd's v3 API through its JSON gateway (POST /v3/kv/range, /v3/kv/txn,
+// /v3/lease/...), over libcurl: plain HTTP on loopback for tests, HTTPS with the
+// member's CA and this client's certificate and key in production. docs/decisions.md
+// says why the gateway and not gRPC.
+//
+// Calls are synchronous and bounded by `timeout_ms` each: the control plane makes them
+// when it starts, when it commits a group (as it waits for sqlite's fsync), and from its
+// lease-keeping thread. A call that cannot reach a member tries the next endpoint once
+// around the list; an answer from etcd (an error included) ends the call.
+//
+// One client is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace weft::etcd {
+
+struct Config {
+  std::vector<std::string> endpoints;  // "http://127.0.0.1:2379", "https://etcd1:2379"
+  std::string ca, cert, key;           // TLS files (cert and key: client authentication)
+  uint64_t timeout_ms = 2000;
+};
+
+struct Kv {
+  std::string key, value;
+  int64_t create_revision = 0, mod_revision = 0, lease = 0;
+};
+
+struct Op {
+  enum class Kind { kPut, kDelete, kDeleteRange } kind = Kind::kPut;
+  std::string key, value;
+  std::string range_end;  // kDeleteRange: [key, range_end)
+  int64_t lease = 0;      // kPut: the key goes with this lease
+};
+
+// Equality only: "the key's create revision is N" (0: the key does not exist) or "its
+// value is V".
+struct Compare {
+  enum class Target { kCreate, kValue } target = Target::kCreate;
+  std::string key;
+  int64_t create_revision = 0;
+  std::string value;
+};
+
+struct TxnResult {
+  bool succeeded = false;
+  int64_t revision = 0;  // the store's revision after the transaction
+};
+
+// The end of the range of every key starting with `prefix` (etcd's "prefix end").
+std::string prefix_end(const std::string& prefix);
+
+std::string base64_encode(const std::string& in);
+Result<std::string> base64_decode(const std::string& in);
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> create(Config cfg);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Every key with this prefix, in key order (read in pages).
+  Result<std::vector<Kv>> range_prefix(const std::string& prefix);
+  // The last `limit` keys with this prefix, newest key first.
+  Result<std::vector<Kv>> last(const std::string& prefix, size_t limit);
+  Result<std::optional<Kv>> get(const std::string& key);
+  Result<TxnResult> txn(const std::vector<Compare>& compares, const std::vector<Op>& success);
+  Result<int64_t> lease_grant(int64_t ttl_s);
+  // The lease's remaining TTL in seconds; 0 when it has expired (or never existed).
+  Result<int64_t> lease_keepalive(int64_t id);
+  Status lease_revoke(int64_t id);
+  // Reachable and serving (a linearizable read of one key).
+  Status ping();
+
+  const Config& config() const { return cfg_; }
+
+ private:
+  explicit Client(Config cfg);
+  Result<std::string> post(const std::string& path, const std::string& body);
+  Result<std::vector<Kv>> range(const std::string& key, const std::string& end, size_t limit,
+                                bool descend);
+  Config cfg_;
+  size_t current_ = 0;  // the endpoint that answered last
+  void* curl_ = nullptr;
+};
+
+}  // namespace weft::etcd

@@ -1,0 +1,351 @@
+#include "controlplane/etcd_store.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "common/log.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+using etcd::Op;
+
+namespace {
+
+std::string padded(uint64_t n) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%020llu", static_cast<unsigned long long>(n));
+  return buf;
+}
+
+// "<job>.<index>.<seq>": the job is what comes before the last two dots.
+std::string job_of_task(const std::string& id) {
+  size_t last = id.rfind('.');
+  if (last == std::string::npos || last == 0) return {};
+  size_t before = id.rfind('.', last - 1);
+  return before == std::string::npos ? std::string() : id.substr(0, before);
+}
+
+uint64_t seq_after(const std::vector<etcd::Kv>& newest_first, const std::string& prefix) {
+  if (newest_first.empty()) return 0;
+  const std::string& k = newest_first.front().key;
+  return std::strtoull(k.c_str() + std::min(prefix.size(), k.size()), nullptr, 10);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<EtcdStore>> EtcdStore::open(EtcdStoreConfig cfg) {
+  if (cfg.prefix.empty() || cfg.prefix.back() != '/')
+    return field_error("etcd_prefix", "must end with /");
+  if (cfg.max_txn_ops < 2) return field_error("etcd_max_txn_ops", "must be at least 2");
+  TRY_ASSIGN(auto client, etcd::Client::create(cfg.etcd));
+  std::unique_ptr<EtcdStore> s(new EtcdStore(std::move(cfg), std::move(client)));
+  TRY_ASSIGN(auto ev, s->client_->last(s->key("state/events/"), 1));
+  s->event_seq_ = seq_after(ev, s->key("state/events/"));
+  TRY_ASSIGN(auto au, s->client_->last(s->key("audit/"), 1));
+  s->audit_seq_ = seq_after(au, s->key("audit/"));
+  return s;
+}
+
+Result<bool> EtcdStore::empty() {
+  TRY_ASSIGN(auto any, client_->last(key("state/"), 1));
+  return any.empty();
+}
+
+Status EtcdStore::begin() {
+  if (!batch_) ops_.clear();
+  mark_ = ops_.size();
+  open_ = true;
+  return {};
+}
+
+Status EtcdStore::commit() {
+  open_ = false;
+  return batch_ ? Status{} : flush();
+}
+
+void EtcdStore::rollback() {
+  ops_.resize(mark_);
+  open_ = false;
+}
+
+Status EtcdStore::open_batch() {
+  if (batch_) return {};
+  ops_.clear();
+  batch_ = true;
+  return {};
+}
+
+Status EtcdStore::commit_batch() {
+  if (!batch_) return {};
+  batch_ = false;
+  return flush();
+}
+
+void EtcdStore::abandon_batch() {
+  batch_ = false;
+  open_ = false;
+  ops_.clear();
+}
+
+Status EtcdStore::add(Op op) {
+  ops_.push_back(std::move(op));
+  return batch_ || open_ ? Status{} : flush();
+}
+
+Status EtcdStore::flush() {
+  std::vector<Op> ops = std::exchange(ops_, {});
+  mark_ = 0;
+  if (ops.empty()) return {};
+  // etcd refuses a transaction that names a key twice (a put and a put, or a put inside
+  // a deleted range) or has more than --max-txn-ops operations: such a group goes as
+  // several transactions, in order. A second put of a key in the same transaction just
+  // replaces the first one's value (the same end state).
+  std::vector<Op> chunk;
+  std::map<std::string, size_t> puts;  // key -> position in chunk
+  std::vector<std::pair<std::string, std::string>> deleted;
+  size_t limit = cfg_.max_txn_ops - (fence_key_.empty() ? 0 : 1);
+  auto in_deleted = [&deleted](const std::string& k) {
+    for (const auto& [from, to] : deleted)
+      if (k >= from && (to.empty() ? k == from : k < to)) return true;
+    return false;
+  };
+  for (auto& op : ops) {
+    bool conflict = false;
+    if (op.kind == Op::Kind::kPut) {
+      if (auto it = puts.find(op.key); it != puts.end()) {
+        chunk[it->second].value = std::move(op.value);
+        continue;
+      }
+      conflict = in_deleted(op.key);
+    } else {
+      std::string to = op.kind == Op::Kind::kDeleteRange ? op.range_end : std::string();
+      for (const auto& [k, pos] : puts)
+        if (k >= op.key && (to.empty() ? k == op.key : k < to)) conflict = true;
+      if (in_deleted(op.key)) conflict = true;
+    }
+    if (conflict || chunk.size() >= limit) {
+      TRY(send(chunk));
+      chunk.clear();
+      puts.clear();
+      deleted.clear();
+    }
+    if (op.kind == Op::Kind::kPut)
+      puts[op.key] = chunk.size();
+    else
+      deleted.emplace_back(op.key, op.kind == Op::Kind::kDeleteRange ? op.range_end : "");
+    chunk.push_back(std::move(op));
+  }
+  return send(chunk);
+}
+
+Status EtcdStore::send(const std::vector<Op>& ops) {
+  if (ops.empty()) return {};
+  if (fenced_out_) return make_error("this control plane no longer leads");
+  std::vector<etcd::Compare> cmp;
+  if (!fence_key_.empty())
+    cmp.push_back({etcd::Compare::Target::kCreate, fence_key_, fence_rev_, {}});
+  TRY_ASSIGN(etcd::TxnResult r, client_->txn(cmp, ops));
+  if (!r.succeeded) {
+    fenced_out_ = true;
+    return make_error("this control plane no longer leads (its leader key is gone)");
+  }
+  return {};
+}
+
+Status EtcdStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
+  return add(
+      {Op::Kind::kPut, key("state/entitlements/" + padded(id)), entitlement_row(e).dump(), {}, 0});
+}
+
+Status EtcdStore::put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) {
+  json row{{"machine", m.info.id}, {"entitlement", ent}, {"state", machine_row(m)}};
+  return add({Op::Kind::kPut, key("state/machines/" + padded(idx)), row.dump(), {}, 0});
+}
+
+Status EtcdStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
+                          const std::vector<MachineId>& placement) {
+  json row{{"spec", job_spec_to_json(j.spec)},
+           {"generation", j.generation},
+           {"stopping", j.stopping},
+           {"request", req ? request_to_json(*req) : json()},
+           {"placement", placement}};
+  return add({Op::Kind::kPut, key("state/jobs/" + j.spec.name), row.dump(), {}, 0});
+}
+
+Status EtcdStore::delete_job(const std::string& name) {
+  TRY(add({Op::Kind::kDelete, key("state/jobs/" + name), {}, {}, 0}));
+  std::string tasks = key("state/tasks/" + name + "/");
+  return add({Op::Kind::kDeleteRange, tasks, {}, etcd::prefix_end(tasks), 0});
+}
+
+Status EtcdStore::put_task(const TaskRecord& t) {
+  json row{{"index", t.index},
+           {"generation", t.generation},
+           {"machine", t.machine},
+           {"state", task_state_name(t.state)},
+           {"since_wall_us", wall_of(t.since_us)},
+           {"message", t.message},
+           {"held", t.held}};
+  return add({Op::Kind::kPut, key("state/tasks/" + t.job + "/" + t.id), row.dump(), {}, 0});
+}
+
+Status EtcdStore::delete_tasks(const std::vector<std::string>& ids) {
+  TRY(begin());
+  for (const auto& id : ids) {
+    std::string job = job_of_task(id);
+    if (job.empty()) continue;
+    (void)add({Op::Kind::kDelete, key("state/tasks/" + job + "/" + id), {}, {}, 0});
+  }
+  return commit();
+}
+
+Status EtcdStore::put_task_seq(uint64_t seq) {
+  return add({Op::Kind::kPut, key("state/meta/task_seq"), std::to_string(seq), {}, 0});
+}
+
+Status EtcdStore::put_events(const std::vector<Unavailability>& events) {
+  if (events.empty()) return {};
+  for (const auto& e : events) {
+    json row{{"at_wall_us", wall_of(e.at_us)},
+             {"machine", e.machine},
+             {"kind", e.kind},
+             {"detail", e.detail}};
+    TRY(add({Op::Kind::kPut, key("state/events/" + padded(++event_seq_)), row.dump(), {}, 0}));
+  }
+  if (event_seq_ <= Broker::kMaxEvents) return {};
+  return add({Op::Kind::kDeleteRange,
+              key("state/events/"),
+              {},
+              key("state/events/" + padded(event_seq_ - Broker::kMaxEvents + 1)),
+              0});
+}
+
+Status EtcdStore::put_maintenance(const MaintenanceEvent& e) {
+  return add({Op::Kind::kPut, key("state/maintenance/" + padded(e.id)), to_json(e).dump(), {}, 0});
+}
+
+Status EtcdStore::delete_maintenance(uint64_t id) {
+  return add({Op::Kind::kDelete, key("state/maintenance/" + padded(id)), {}, {}, 0});
+}
+
+Result<std::vector<MaintenanceEvent>> EtcdStore::maintenance() {
+  TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/maintenance/")));
+  std::vector<MaintenanceEvent> out;
+  for (const auto& kv : kvs) {
+    auto e = maintenance_from_json(json::parse(kv.value, nullptr, false));
+    if (!e.ok()) return std::move(e).error().wrap(kv.key);
+    out.push_back(std::move(e).value());
+  }
+  return out;
+}
+
+Status EtcdStore::put_audit(const AuditRecord& r) {
+  json row{{"at_wall_us", r.at_wall_us ? r.at_wall_us : static_cast<int64_t>(wall_now())},
+           {"who", r.who},
+           {"role", r.role},
+           {"method", r.method},
+           {"target", r.target},
+           {"digest", r.digest},
+           {"result", r.result}};
+  uint64_t seq = ++audit_seq_;
+  TRY(add({Op::Kind::kPut, key("audit/" + padded(seq)), row.dump(), {}, 0}));
+  if (seq % 1000 == 0 && seq > kMaxAudit)
+    return add(
+        {Op::Kind::kDeleteRange, key("audit/"), {}, key("audit/" + padded(seq - kMaxAudit)), 0});
+  return {};
+}
+
+Result<std::vector<AuditRecord>> EtcdStore::audit(int64_t since_wall_us, size_t limit) {
+  TRY_ASSIGN(auto kvs, client_->last(key("audit/"), limit));
+  std::vector<AuditRecord> out;
+  std::string prefix = key("audit/");
+  for (auto it = kvs.rbegin(); it != kvs.rend(); ++it) {
+    json j = json::parse(it->value, nullptr, false);
+    if (!j.is_object()) return make_error("corrupt audit entry " + it->key);
+    AuditRecord r;
+    r.seq = std::strtoll(it->key.c_str() + std::min(prefix.size(), it->key.size()), nullptr, 10);
+    r.at_wall_us = j.value("at_wall_us", int64_t{0});
+    if (r.at_wall_us < since_wall_us) continue;
+    r.who = j.value("who", "");
+    r.role = j.value("role", "");
+    r.method = j.value("method", "");
+    r.target = j.value("target", "");
+    r.digest = j.value("digest", "");
+    r.result = j.value("result", "");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<StoredState> EtcdStore::load() {
+  TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/")));
+  StoredState st;
+  const std::string base = key("state/");
+  auto number = [](const std::string& s) -> Result<uint64_t> {
+    if (s.empty() || s.size() > 20 || !std::all_of(s.begin(), s.end(), ::isdigit))
+      return make_error("bad number \"" + s + "\"");
+    return std::strtoull(s.c_str(), nullptr, 10);
+  };
+  for (auto& kv : kvs) {
+    std::string rest = kv.key.substr(base.size());
+    size_t slash = rest.find('/');
+    std::string table = rest.substr(0, slash),
+                id = slash == std::string::npos ? std::string() : rest.substr(slash + 1);
+    json j = json::parse(kv.value, nullptr, false);
+    auto corrupt = [&kv](const std::string& why) {
+      return make_error("corrupt etcd key " + kv.key + ": " + why);
+    };
+    try {
+      if (table == "entitlements") {
+        TRY_ASSIGN(uint64_t n, number(id));
+        st.entitlements.emplace_back(static_cast<EntitlementId>(n), std::move(j));
+      } else if (table == "machines") {
+        TRY_ASSIGN(uint64_t n, number(id));
+        if (!j.is_object()) return corrupt("not an object");
+        st.machines.push_back({static_cast<MachineId>(n), j.at("machine").get<std::string>(),
+                               j.at("entitlement").get<EntitlementId>(), j.at("state")});
+      } else if (table == "jobs") {
+        if (!j.is_object()) return corrupt("not an object");
+        StoredState::Job row;
+        row.spec = j.at("spec");
+        row.generation = j.at("generation").get<uint64_t>();
+        row.stopping = j.at("stopping").get<bool>();
+        if (!j.at("request").is_null()) row.request = j.at("request");
+        row.placement = j.at("placement");
+        st.jobs.push_back(std::move(row));
+      } else if (table == "tasks") {
+        size_t s2 = id.find('/');
+        if (s2 == std::string::npos || !j.is_object()) return corrupt("not a task");
+        StoredState::Task t;
+        t.record.job = id.substr(0, s2);
+        t.record.id = id.substr(s2 + 1);
+        t.record.index = j.at("index").get<int>();
+        t.record.generation = j.at("generation").get<uint64_t>();
+        t.record.machine = j.at("machine").get<MachineId>();
+        t.record.state =
+            parse_task_state(j.at("state").get<std::string>()).value_or(TaskState::kLost);
+        t.since_wall_us = j.at("since_wall_us").get<int64_t>();
+        t.record.message = j.at("message").get<std::string>();
+        t.record.held = j.at("held").get<bool>();
+        st.tasks.push_back(std::move(t));
+      } else if (table == "meta") {
+        if (id == "task_seq") {
+          TRY_ASSIGN(uint64_t n, number(kv.value));
+          st.task_seq = n;
+        }
+      } else if (table == "events") {
+        if (!j.is_object()) return corrupt("not an object");
+        st.events.push_back({j.at("at_wall_us").get<int64_t>(), j.at("machine").get<std::string>(),
+                             j.at("kind").get<std::string>(), j.at("detail").get<std::string>()});
+      }
+      // state/maintenance/ is read by maintenance(); other keys belong to a newer version.
+    } catch (const json::exception& e) {
+      return corrupt(e.what());
+    }
+  }
+  return st;
+}
+
+}  // namespace weft::cp

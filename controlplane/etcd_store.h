@@ -1,0 +1,88 @@
+// The control plane's state in etcd, for replicated control planes (docs/replicas.md).
+//
+// Each row is one key under `prefix` ("/weft/" by default), its value JSON:
+//   state/entitlements/<id>, state/machines/<idx>, state/jobs/<name>,
+//   state/tasks/<job>/<task id>, state/meta/task_seq, state/events/<seq>,
+//   state/maintenance/<id>, audit/<seq>  (numbers zero-padded: key order is number order)
+// and `leader`, the election key (controlplane/leader.h).
+//
+// Writes are buffered and sent as etcd transactions: one per write outside a group, one
+// per group at commit_batch() (split, in order, when a group is larger than etcd's
+// --max-txn-ops or would touch a key twice). Every transaction carries the fence, once
+// set: "the leader key still has the create revision it had when this process won". A
+// deposed leader's transaction therefore changes nothing, and fenced_out() turns true:
+// the daemon must stop (it cannot tell what its memory holds that etcd does not).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/etcd.h"
+#include "controlplane/state_store.h"
+
+namespace weft::cp {
+
+struct EtcdStoreConfig {
+  etcd::Config etcd;
+  std::string prefix = "/weft/";
+  size_t max_txn_ops = 128;  // etcd's --max-txn-ops (128 by default)
+};
+
+class EtcdStore final : public StateStore {
+ public:
+  static Result<std::unique_ptr<EtcdStore>> open(EtcdStoreConfig cfg);
+
+  // From now on every transaction requires `key` to exist with this create revision.
+  void fence(std::string key, int64_t create_revision) {
+    fence_key_ = std::move(key);
+    fence_rev_ = create_revision;
+  }
+  bool fenced_out() const { return fenced_out_; }
+  // True when nothing is stored under the prefix's state/ (a fresh cluster).
+  Result<bool> empty();
+
+  std::string kind() const override { return "etcd"; }
+  Status begin() override;
+  Status commit() override;
+  void rollback() override;
+  Status open_batch() override;
+  Status commit_batch() override;
+  bool in_batch() const override { return batch_; }
+  void abandon_batch() override;
+
+  Status put_entitlement(EntitlementId id, const EntitlementSpec& e) override;
+  Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) override;
+  Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
+                 const std::vector<MachineId>& placement) override;
+  Status delete_job(const std::string& name) override;
+  Status put_task(const TaskRecord& t) override;
+  Status delete_tasks(const std::vector<std::string>& ids) override;
+  Status put_task_seq(uint64_t seq) override;
+  Status put_events(const std::vector<Unavailability>& events) override;
+  Status put_maintenance(const MaintenanceEvent& e) override;
+  Status delete_maintenance(uint64_t id) override;
+  Result<std::vector<MaintenanceEvent>> maintenance() override;
+  Status put_audit(const AuditRecord& r) override;
+  Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit) override;
+  Result<StoredState> load() override;
+
+ private:
+  EtcdStore(EtcdStoreConfig cfg, std::unique_ptr<etcd::Client> client)
+      : cfg_(std::move(cfg)), client_(std::move(client)) {}
+  std::string key(const std::string& rest) const { return cfg_.prefix + rest; }
+  Status add(etcd::Op op);
+  Status flush();
+  Status send(const std::vector<etcd::Op>& ops);
+
+  EtcdStoreConfig cfg_;
+  std::unique_ptr<etcd::Client> client_;
+  std::vector<etcd::Op> ops_;
+  size_t mark_ = 0;
+  bool batch_ = false, open_ = false;
+  std::string fence_key_;
+  int64_t fence_rev_ = 0;
+  bool fenced_out_ = false;
+  uint64_t event_seq_ = 0, audit_seq_ = 0;
+};
+
+}  // namespace weft::cp
