@@ -1,10 +1,14 @@
 // weftctl's own configuration: where the control plane is and which certificate speaks
 // for the operator.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "cli/util.h"
 #include "common/cli_config.h"
 #include "common/config.h"
+#include "common/cp_link.h"
 #include "common/fs.h"
 #include "common/tls.h"
 
@@ -39,24 +43,65 @@ Status load_cli_config(Globals& g) {
   return {};
 }
 
-std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g) {
-  bool tcp = g.controlplane.rfind("tls://", 0) == 0;
-  if (!tcp) {
-    auto ep = rpc::parse_endpoint(g.controlplane);
-    tcp = ep.ok() && !ep->is_unix;
-  }
-  if (!tcp) return connect_or_die(g.controlplane, "weft-controlplane", "--controlplane");
+namespace {
+
+bool is_tcp(const std::string& endpoint) {
+  if (endpoint.rfind("tls://", 0) == 0) return true;
+  auto ep = rpc::parse_endpoint(endpoint);
+  return ep.ok() && !ep->is_unix;
+}
+
+Result<std::unique_ptr<rpc::Client>> connect_one(const Globals& g, const std::string& endpoint) {
+  if (!is_tcp(endpoint)) return rpc::Client::connect(endpoint);
   if (g.tls_cert.empty() || g.tls_key.empty() || g.tls_ca.empty())
-    die("the control plane at " + g.controlplane +
+    die("the control plane at " + endpoint +
         " is TCP: give a certificate, key and CA bundle (--tls-cert, --tls-key, --tls-ca; "
         "WEFT_TLS_CERT, WEFT_TLS_KEY, WEFT_TLS_CA; or weftctl.toml)");
   tls::Config cfg{g.tls_ca, g.tls_cert, g.tls_key, ""};
   auto ctx = tls::Context::create(cfg, tls::Role::kClient);
   if (!ctx.ok()) die(ctx.error().str());
   rpc::ClientTls t{*ctx, g.tls_server_name};
-  auto c = rpc::Client::connect(g.controlplane, rpc::kDefaultMaxLine, &t);
-  if (!c.ok()) die(c.error().str() + " (is weft-controlplane listening there? --controlplane)");
-  return std::move(c).value();
+  return rpc::Client::connect(endpoint, rpc::kDefaultMaxLine, &t);
+}
+
+}  // namespace
+
+std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g) {
+  std::vector<std::string> endpoints = split_endpoints(g.controlplane);
+  if (endpoints.size() <= 1) {
+    auto c = connect_one(g, g.controlplane);
+    if (!c.ok()) die(c.error().str() + " (is weft-controlplane running there? --controlplane)");
+    return std::move(c).value();
+  }
+  // Replicas (docs/replicas.md): the one that leads, asked with controlplane.status,
+  // which followers answer too. A follower names the leader; its address is tried next
+  // when it is one of those given. During a failover no replica leads for a few
+  // seconds: the round is repeated for up to 15 s.
+  std::string why;
+  auto deadline = now_monotonic_us() + 15'000'000;
+  size_t i = 0;
+  for (int tries = 0;; ++tries) {
+    const std::string& ep = endpoints[i % endpoints.size()];
+    auto c = connect_one(g, ep);
+    std::string leader;
+    if (!c.ok()) {
+      why = ep + ": " + c.error().str();
+    } else {
+      auto st = (*c)->call("controlplane.status", json::object(), 5000);
+      if (st.ok() && st->value("leading", false)) return std::move(c).value();
+      if (st.ok()) {
+        leader = st->value("leader", std::string());
+        why = ep + ": follows" + (leader.empty() ? "; no leader known" : "; leader " + leader);
+      } else {
+        why = ep + ": " + st.error().str();
+      }
+    }
+    auto it = std::find(endpoints.begin(), endpoints.end(), leader);
+    i = it != endpoints.end() ? static_cast<size_t>(it - endpoints.begin()) : i + 1;
+    if (now_monotonic_us() > deadline)
+      die("no control plane replica leads (last: " + why + "); tried " + g.controlplane);
+    if (tries % endpoints.size() == endpoints.size() - 1) ::usleep(250'000);
+  }
 }
 
 }  // namespace weft::cli

@@ -15,12 +15,28 @@ ControlPlaneLink::ControlPlaneLink(EventLoop& loop, std::string endpoint, std::s
                                    const rpc::Dispatcher* commands, Hello hello, Report report,
                                    bool insecure_tcp)
     : loop_(loop),
-      endpoint_(std::move(endpoint)),
       who_(std::move(who)),
       commands_(commands),
       hello_(std::move(hello)),
       report_(std::move(report)),
-      insecure_tcp_(insecure_tcp) {}
+      insecure_tcp_(insecure_tcp) {
+  endpoints_ = split_endpoints(endpoint);
+  if (endpoints_.empty()) endpoints_.push_back(endpoint);  // refused by connect()
+}
+
+std::vector<std::string> split_endpoints(const std::string& list) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  while (from <= list.size()) {
+    size_t comma = list.find(',', from);
+    std::string one =
+        trim(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (!one.empty()) out.push_back(std::move(one));
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  return out;
+}
 
 ControlPlaneLink::~ControlPlaneLink() {
   report_timer_.reset();
@@ -32,7 +48,7 @@ ControlPlaneLink::~ControlPlaneLink() {
 
 void ControlPlaneLink::connect() {
   retry_timer_.reset();
-  auto ep = rpc::parse_endpoint(endpoint_);
+  auto ep = rpc::parse_endpoint(endpoint());
   if (!ep.ok()) return connected(ep.error());
   if (!ep->is_unix && !insecure_tcp_ && !tls_)
     return connected(make_error("a TCP control plane needs TLS (control_plane_tls_*)"));
@@ -44,13 +60,13 @@ void ControlPlaneLink::connect() {
 void ControlPlaneLink::connected(Result<Fd> fd) {
   attempt_.reset();  // finished; ConnectAttempt allows its callback to destroy it
   // Parsed before the connect; an unparsable endpoint arrives here as `fd`'s error.
-  auto ep = rpc::parse_endpoint(endpoint_);
+  auto ep = rpc::parse_endpoint(endpoint());
   if (fd.ok() && ep->is_unix) {
     if (auto s = check_control_plane_peer(fd->get()); !s.ok()) fd = std::move(s).error();
   }
   if (!fd.ok()) {
     log_debug("control plane not reachable",
-              {{"ENDPOINT", endpoint_}, {"ERROR", fd.error().str()}});
+              {{"ENDPOINT", endpoint()}, {"ERROR", fd.error().str()}});
     lost();
     return;
   }
@@ -80,18 +96,30 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
   hello_(*session_, [this, gen](Result<nlohmann::json> r) {
     if (gen != generation_ || !session_) return;
     if (!r.ok()) {
-      log_warn("the control plane refused " + who_ + "'s hello",
-               {{"ENDPOINT", endpoint_}, {"ERROR", r.error().str()}});
+      if (r.error().code == rpc::kNotLeader) {
+        // A replica that follows: go where it says the leader is, if that is one of ours,
+        // else on to the next endpoint; at once, not after a backoff.
+        auto it = std::find(endpoints_.begin(), endpoints_.end(), r.error().leader);
+        next_ = it != endpoints_.end() ? static_cast<size_t>(it - endpoints_.begin())
+                                       : (current_ + 1) % endpoints_.size();
+        redirected_ = true;
+        log_debug("the control plane follows; trying the leader",
+                  {{"ENDPOINT", endpoint()}, {"LEADER", r.error().leader}});
+      } else {
+        log_warn("the control plane refused " + who_ + "'s hello",
+                 {{"ENDPOINT", endpoint()}, {"ERROR", r.error().str()}});
+      }
       session_->close();
       return;
     }
     accepted_ = true;
     backoff_us_ = 500'000;
+    tried_ = 0;
     if (r->is_object() && r->contains("heartbeat_interval_ms") &&
         (*r)["heartbeat_interval_ms"].is_number_unsigned())
       interval_us_ =
           std::max<uint64_t>((*r)["heartbeat_interval_ms"].get<uint64_t>() * 1000, 100'000);
-    log_info(who_ + " connected to the control plane", {{"ENDPOINT", endpoint_}});
+    log_info(who_ + " connected to the control plane", {{"ENDPOINT", endpoint()}});
     report_now();
   });
 }
@@ -109,27 +137,52 @@ void ControlPlaneLink::schedule_report() {
 }
 
 void ControlPlaneLink::lost() {
-  if (accepted_) log_info(who_ + " lost the control plane; retrying", {{"ENDPOINT", endpoint_}});
+  if (accepted_) log_info(who_ + " lost the control plane; retrying", {{"ENDPOINT", endpoint()}});
   accepted_ = false;
   reaper_.reset();
   report_timer_.reset();
   session_.reset();
   if (retry_timer_.active()) return;
-  auto t = loop_.add_timer_in(backoff_us_, [this] { connect(); });
+  // Several endpoints (control plane replicas): each is tried in turn, quickly, and a
+  // follower's answer sends the link to the leader; only when a whole round found no
+  // leader does the backoff grow. A redirect counts as a try, so two followers that
+  // name each other cannot keep the link spinning.
+  uint64_t delay = backoff_us_;
+  ++tried_;
+  if (redirected_) {
+    current_ = next_;
+    redirected_ = false;
+  } else {
+    current_ = (current_ + 1) % endpoints_.size();
+  }
+  if (endpoints_.size() > 1 && tried_ % (2 * endpoints_.size()) != 0) {
+    delay = 100'000;
+  } else {
+    backoff_us_ = std::min<uint64_t>(backoff_us_ * 2, 30'000'000);
+  }
+  auto t = loop_.add_timer_in(delay, [this] { connect(); });
   if (t.ok()) retry_timer_ = std::move(t).value();
-  backoff_us_ = std::min<uint64_t>(backoff_us_ * 2, 30'000'000);
 }
 
 Status check_control_plane_endpoint(const std::string& value, const std::string& where,
                                     bool insecure, bool tls) {
   if (value.empty()) return {};
-  auto ep = rpc::parse_endpoint(value);
-  if (!ep.ok()) return field_error(where, "'control_plane' must be unix:/path, /path or host:port");
-  if (!ep->is_unix && !insecure && !tls)
-    return field_error(where,
-                       "a TCP control_plane needs TLS (control_plane_tls_ca, _cert, _key): "
-                       "without it anyone who can bind that port could run tasks as root "
-                       "here; use unix:/path, or set insecure_control_plane = true (tests)");
+  auto list = split_endpoints(value);
+  if (list.empty())
+    return field_error(where, "'control_plane' must be unix:/path, /path or host:port");
+  for (const auto& one : list) {
+    auto ep = rpc::parse_endpoint(one);
+    if (!ep.ok())
+      return field_error(where,
+                         "'control_plane' must be unix:/path, /path or host:port (or a "
+                         "comma-separated list of them): \"" +
+                             one + "\" is not");
+    if (!ep->is_unix && !insecure && !tls)
+      return field_error(where,
+                         "a TCP control_plane needs TLS (control_plane_tls_ca, _cert, _key): "
+                         "without it anyone who can bind that port could run tasks as root "
+                         "here; use unix:/path, or set insecure_control_plane = true (tests)");
+  }
   return {};
 }
 

@@ -2,9 +2,10 @@
 // weft-hcs each open one). The link connects, says hello (the daemon's first call, e.g.
 // machine.register), then calls the daemon's periodic report every interval until the
 // session closes; it reconnects with exponential backoff (0.5 s doubling to 30 s, reset
-// by an accepted hello). Requests the control plane sends down the session (commands)
-// are answered through the daemon's dispatcher. While the control plane is away
-// nothing on the machine changes: the daemons keep what they run.
+// by an accepted hello). `endpoint` may list several control plane replicas separated by
+// commas: the link tries them in turn and follows a follower's "not the leader" answer. Requests
+// the control plane sends down the session (commands) are answered through the daemon's dispatcher.
+// While the control plane is away nothing on the machine changes: the daemons keep what they run.
 #pragma once
 
 #include <cstdint>
@@ -58,13 +59,20 @@ class ControlPlaneLink {
   uint64_t interval_us() const { return interval_us_; }
 
  private:
+  const std::string& endpoint() const { return endpoints_[current_]; }
   void connect();
   void connected(Result<Fd> fd);
   void lost();
   void schedule_report();
 
   EventLoop& loop_;
-  std::string endpoint_, who_;
+  // The control plane's endpoints (replicas: docs/replicas.md), the one in use, and
+  // where a follower's redirect points.
+  std::vector<std::string> endpoints_;
+  size_t current_ = 0, next_ = 0;
+  bool redirected_ = false;
+  uint64_t tried_ = 0;  // connections that ended without an accepted hello
+  std::string who_;
   const rpc::Dispatcher* commands_;
   Hello hello_;
   Report report_;
@@ -79,6 +87,9 @@ class ControlPlaneLink {
   uint64_t interval_us_ = 5'000'000;
   uint64_t generation_ = 0;  // which session a late hello reply belongs to
 };
+
+// "a:7070, b:7070" -> {"a:7070", "b:7070"} (blanks around commas dropped).
+std::vector<std::string> split_endpoints(const std::string& list);
 
 // How long one connect (name resolution included) may take before the link retries.
 inline constexpr uint64_t kControlPlaneConnectTimeoutUs = 5'000'000;

@@ -22,6 +22,8 @@ struct Error {
   int code = 0;
   std::string field;                 // offending input field or file:line, if any
   std::vector<std::string> context;  // outermost last
+  // rpc::kNotLeader: where the leading control plane is ("host:port"; empty: unknown).
+  std::string leader;
 
   // "context2: context1: message: strerror" — the form logs and CLIs print.
   std::string str() const;

@@ -29,6 +29,7 @@ RpcError to_rpc_error(const Error& e, int fallback) {
   r.code = e.code != 0 ? e.code : (!e.field.empty() ? kInvalidParams : fallback);
   r.message = e.str();
   if (!e.field.empty()) r.data = json{{"field", e.field}};
+  if (e.code == kNotLeader) r.data = json{{"leader", e.leader}};
   return r;
 }
 
@@ -37,6 +38,9 @@ Error from_rpc_error(const RpcError& e) {
   // empty and str() does not repeat it.
   Error err = make_error(e.message);
   err.code = e.code;
+  if (e.code == kNotLeader && e.data.is_object() && e.data.contains("leader") &&
+      e.data["leader"].is_string() && e.data["leader"].get<std::string>().size() <= 255)
+    err.leader = e.data["leader"].get<std::string>();
   return err;
 }
 

@@ -39,6 +39,9 @@ enum RpcCode : int {
   kLineTooLong = -32005,
   kUnavailable = -32006,
   kTimeout = -32007,
+  // A control plane replica that does not lead (docs/replicas.md); data {"leader":
+  // "host:port"} names the one that does, when known.
+  kNotLeader = -32008,
 };
 
 inline constexpr size_t kDefaultMaxLine = 1 << 20;  // 1 MiB
@@ -132,13 +135,22 @@ using ReplyFn = std::function<void(Result<json> result)>;
 class Dispatcher {
  public:
   void add(const std::string& method, Handler h) { handlers_[method] = std::move(h); }
+  // While set, every call (whatever its method, but `except`) goes to `h`: a control
+  // plane replica that does not lead refuses them all. Unset with an empty function.
+  void set_override(Handler h, std::string except = {}) {
+    override_ = std::move(h);
+    except_ = std::move(except);
+  }
   const Handler* find(const std::string& method) const {
+    if (override_ && method != except_) return &override_;
     auto it = handlers_.find(method);
     return it == handlers_.end() ? nullptr : &it->second;
   }
 
  private:
   std::map<std::string, Handler> handlers_;
+  Handler override_;
+  std::string except_;
 };
 
 // A daemon's methods as one table of member functions (named handlers apart from the

@@ -45,6 +45,16 @@ void hide_secrets(json& spec) {
 
 }  // namespace
 
+Result<json> Manager::api_controlplane_status(const json&, const CallContext&) {
+  // Answered by followers too (the one call they do not refuse): clients find the
+  // leader with it.
+  json j{{"store", store_ ? store_->kind() : "none"},
+         {"leading", !leadership_ || leading_},
+         {"leader", leadership_ ? (leading_ ? advertised() : leader_hint_) : advertised()}};
+  if (leadership_) j["identity"] = advertised();
+  return j;
+}
+
 void Manager::register_methods() {
   // Each method with what its caller needs (access.h, Access in manager.h). Operator and
   // admin calls change the cluster and are audited, refusals included.
@@ -72,6 +82,7 @@ void Manager::register_methods() {
       {"maintenance.schedule", &Manager::api_maintenance_schedule, kAdminCall},
       {"maintenance.ls", &Manager::api_maintenance_ls, kViewerCall},
       {"maintenance.cancel", &Manager::api_maintenance_cancel, kAdminCall},
+      {"controlplane.status", &Manager::api_controlplane_status, kViewerCall},
   };
   for (const auto& m : kMethods)
     methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {

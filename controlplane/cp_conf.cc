@@ -8,6 +8,74 @@
 
 namespace weft::cp {
 
+namespace {
+
+Status parse_store(const TomlDoc& doc, const toml::table& t, const std::string& name, CpConfig* c) {
+  TRY(doc.only_keys(t, "store",
+                    {"kind", "etcd_endpoints", "etcd_prefix", "etcd_ca", "etcd_cert", "etcd_key",
+                     "etcd_timeout", "etcd_max_txn_ops", "lease_ttl", "advertise"}));
+  StoreConfig& s = c->store;
+  auto where = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
+  TRY_ASSIGN(auto kind, doc.get_string(t, "kind"));
+  if (kind) s.kind = *kind;
+  if (s.kind != "sqlite" && s.kind != "etcd")
+    return field_error(where("kind"), "'kind' must be \"sqlite\" or \"etcd\"");
+  for (auto [key, out] : {std::pair{"etcd_prefix", &s.etcd.prefix},
+                          {"etcd_ca", &s.etcd.etcd.ca},
+                          {"etcd_cert", &s.etcd.etcd.cert},
+                          {"etcd_key", &s.etcd.etcd.key},
+                          {"advertise", &s.advertise}}) {
+    TRY_ASSIGN(auto v, doc.get_string(t, key));
+    if (v) *out = *v;
+  }
+  TRY_ASSIGN(auto eps, doc.get_string_list(t, "etcd_endpoints"));
+  if (eps) s.etcd.etcd.endpoints = *eps;
+  if (s.kind == "etcd" && s.etcd.etcd.endpoints.empty())
+    return field_error(where("etcd_endpoints"),
+                       "'etcd_endpoints' must list the etcd members (\"https://host:2379\")");
+  for (const auto& e : s.etcd.etcd.endpoints) {
+    bool https = e.rfind("https://", 0) == 0;
+    if (!https && e.rfind("http://", 0) != 0)
+      return field_error(where("etcd_endpoints"), "'" + e + "' must be an http:// or https:// URL");
+    if (https && s.etcd.etcd.ca.empty())
+      return field_error(where("etcd_endpoints"), "an https:// member needs 'etcd_ca'");
+  }
+  if (s.etcd.etcd.cert.empty() != s.etcd.etcd.key.empty())
+    return field_error(where(s.etcd.etcd.cert.empty() ? "etcd_key" : "etcd_cert"),
+                       "'etcd_cert' and 'etcd_key' go together");
+  if (s.etcd.prefix.empty() || s.etcd.prefix[0] != '/' || s.etcd.prefix.back() != '/')
+    return field_error(where("etcd_prefix"), "'etcd_prefix' must start and end with /");
+  TRY_ASSIGN(auto ttl, doc.get_string(t, "lease_ttl"));
+  if (ttl) {
+    auto us = parse_duration_us(*ttl);
+    if (!us.ok() || *us < 2'000'000 || *us > 60'000'000 || *us % 1'000'000 != 0)
+      return field_error(where("lease_ttl"), "'lease_ttl' must be whole seconds from 2s to 60s");
+    s.lease_ttl_s = static_cast<int64_t>(*us / 1'000'000);
+  }
+  TRY_ASSIGN(auto timeout, doc.get_string(t, "etcd_timeout"));
+  if (timeout) {
+    auto us = parse_duration_us(*timeout);
+    if (!us.ok() || *us < 100'000 || *us > 60'000'000)
+      return field_error(where("etcd_timeout"), "'etcd_timeout' must be 100ms to 60s");
+    s.etcd.etcd.timeout_ms = *us / 1000;
+  }
+  TRY_ASSIGN(auto ops, doc.get_int(t, "etcd_max_txn_ops"));
+  if (ops) {
+    if (*ops < 8 || *ops > 1'000'000)
+      return field_error(where("etcd_max_txn_ops"),
+                         "'etcd_max_txn_ops' must be 8 to 1000000 (etcd's --max-txn-ops)");
+    s.etcd.max_txn_ops = static_cast<size_t>(*ops);
+  }
+  if (!s.advertise.empty()) {
+    auto ep = rpc::parse_endpoint(s.advertise);
+    if (!ep.ok() || ep->is_unix)
+      return field_error(where("advertise"), "'advertise' must be host:port");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
@@ -32,7 +100,8 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "tls_crl",
                      "tls_resumption",
                      "metrics_listen",
-                     "access"}));
+                     "access",
+                     "store"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
                           {"socket_group", &c.socket_group},
@@ -131,6 +200,8 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                          "machines authenticated, "
                          "or set insecure_listen = true (tests only)");
   }
+  TRY_ASSIGN(const toml::table* store, doc.get_table(t, "store"));
+  if (store) TRY(parse_store(doc, *store, name, &c));
   if (!log_level_name_valid(c.log_level))
     return field_error(t.get("log_level") ? doc.where(*t.get("log_level")) : name,
                        "'log_level' must be debug, info, warning or error");

@@ -8,9 +8,19 @@
 #include "common/tls.h"
 #include "controlplane/access.h"
 #include "controlplane/broker.h"
+#include "controlplane/etcd_store.h"
 #include "controlplane/scheduler.h"
 
 namespace weft::cp {
+
+// Where the state lives ([store]): "sqlite" in state_dir (one control plane), or
+// "etcd" (several replicas, one leading: docs/replicas.md).
+struct StoreConfig {
+  std::string kind = "sqlite";
+  EtcdStoreConfig etcd;     // endpoints, TLS files, prefix, max_txn_ops, timeout
+  int64_t lease_ttl_s = 3;  // the leader's lease: a dead leader is replaced within it
+  std::string advertise;    // this replica's address as followers name it (default: listen)
+};
 
 struct CpConfig {
   std::string socket = "/run/weft/controlplane.sock";  // operators (weftctl) and local machines
@@ -44,6 +54,7 @@ struct CpConfig {
   std::string log_level = "info";
   // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
   std::string metrics_listen = "127.0.0.1:9470";
+  StoreConfig store;
 };
 
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name);

@@ -40,15 +40,20 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::open(EtcdStoreConfig cfg) {
     return field_error("etcd_prefix", "must end with /");
   if (cfg.max_txn_ops < 2) return field_error("etcd_max_txn_ops", "must be at least 2");
   TRY_ASSIGN(auto client, etcd::Client::create(cfg.etcd));
-  std::unique_ptr<EtcdStore> s(new EtcdStore(std::move(cfg), std::move(client)));
-  TRY_ASSIGN(auto ev, s->client_->last(s->key("state/events/"), 1));
-  s->event_seq_ = seq_after(ev, s->key("state/events/"));
-  TRY_ASSIGN(auto au, s->client_->last(s->key("audit/"), 1));
-  s->audit_seq_ = seq_after(au, s->key("audit/"));
-  return s;
+  // Nothing is asked of etcd yet: a replica starts (and follows) while etcd is away.
+  return std::unique_ptr<EtcdStore>(new EtcdStore(std::move(cfg), std::move(client)));
+}
+
+Status EtcdStore::read_sequences() {
+  TRY_ASSIGN(auto ev, client_->last(key("state/events/"), 1));
+  event_seq_ = seq_after(ev, key("state/events/"));
+  TRY_ASSIGN(auto au, client_->last(key("audit/"), 1));
+  audit_seq_ = seq_after(au, key("audit/"));
+  return {};
 }
 
 Result<bool> EtcdStore::empty() {
+  TRY(read_sequences());
   TRY_ASSIGN(auto any, client_->last(key("state/"), 1));
   return any.empty();
 }
@@ -280,6 +285,7 @@ Result<std::vector<AuditRecord>> EtcdStore::audit(int64_t since_wall_us, size_t 
 }
 
 Result<StoredState> EtcdStore::load() {
+  TRY(read_sequences());
   TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/")));
   StoredState st;
   const std::string base = key("state/");

@@ -38,6 +38,9 @@ class EtcdStore final : public StateStore {
     fence_rev_ = create_revision;
   }
   bool fenced_out() const { return fenced_out_; }
+  // Where the event and audit sequences stand (load() and empty() read them; writes
+  // before either would start them at 0).
+  Status read_sequences();
   // True when nothing is stored under the prefix's state/ (a fresh cluster).
   Result<bool> empty();
 

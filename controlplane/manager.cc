@@ -40,12 +40,13 @@ Result<std::unique_ptr<Manager>> Manager::create(CpConfig cfg) {
 }
 
 Manager::~Manager() {
-  commit_batch();
+  if (!stepped_down_) commit_batch();
   server_.reset();
 }
 
 Status Manager::run() {
   Status s = loop_->run();
+  if (stepped_down_) return make_error("stopped: this control plane no longer leads");
   commit_batch();  // what the last iteration wrote (its replies are not sent: no loop)
   return s;
 }
@@ -79,6 +80,39 @@ void Manager::commit_batch() {
   commit_seconds_.observe(static_cast<double>(now_us() - t0) / 1e6);
   if (committed.ok()) {
     batch_ = {};
+  } else if (etcd_ && etcd_->fenced_out()) {
+    // Deposed: what this group holds must never be sent (another leader acts now).
+    store_->abandon_batch();
+    batch_ = {};
+    step_down("a write was refused: another control plane leads");
+    return;
+  } else if (etcd_) {
+    // etcd did not take the group (unreachable, no quorum): nothing held is sent, since
+    // a command sent now might not be known to the next leader. Kept and tried again;
+    // if the leadership is lost meanwhile, the process stops with it unsent.
+    ++commits_failed_;
+    store_->abandon_batch();
+    unsaved_machines_.insert(batch_.machines.begin(), batch_.machines.end());
+    unsaved_tasks_.insert(batch_.tasks.begin(), batch_.tasks.end());
+    unsaved_jobs_.insert(batch_.jobs.begin(), batch_.jobs.end());
+    unsaved_events_.insert(unsaved_events_.begin(), batch_.events.begin(), batch_.events.end());
+    unsaved_maintenance_.insert(batch_.maintenance.begin(), batch_.maintenance.end());
+    batch_ = {};
+    if (now_us() - commit_failure_logged_us_ > 10'000'000) {
+      log_error("etcd did not take the control plane's writes; replies and commands wait",
+                {{"ERROR", committed.error().str()}});
+      commit_failure_logged_us_ = now_us();
+    }
+    if (!retry_.active() || !retry_armed_) {
+      retry_armed_ = true;
+      auto t = loop_->add_timer_in(200'000, [this] {
+        retry_armed_ = false;
+        if (auto s = persist({}, {}); !s.ok()) return;
+        commit_batch();
+      });
+      if (t.ok()) retry_ = std::move(t).value();
+    }
+    return;
   } else {
     // The disk refused the group (full, failing). Nothing of it is lost from memory: all
     // of it is written again by the next write, and a retry comes within a second. The
@@ -114,7 +148,84 @@ void Manager::commit_batch() {
 
 Status Manager::start() {
   TRY(mkdir_p(cfg_.state_dir, 0750));
+  if (cfg_.store.kind == "etcd") return start_replica();
   TRY_ASSIGN(store_, StateStore::open(cfg_.state_dir + "/controlplane.db"));
+  TRY(restore_state());
+  TRY(serve());
+  lead();
+  return {};
+}
+
+Status Manager::start_replica() {
+  TRY_ASSIGN(auto store, EtcdStore::open(cfg_.store.etcd));
+  etcd_ = store.get();
+  store_ = std::move(store);
+  LeaderConfig lc;
+  lc.etcd = cfg_.store.etcd.etcd;
+  lc.key = cfg_.store.etcd.prefix + "leader";
+  lc.identity = !cfg_.store.advertise.empty() ? cfg_.store.advertise : cfg_.listen;
+  lc.ttl_s = cfg_.store.lease_ttl_s;
+  // Until this replica leads, every call is answered "not the leader" with where the
+  // leader is: machines and weftctl go there (docs/replicas.md).
+  methods_.set_override(
+      [this](const json&, const CallContext&) -> Result<json> {
+        Error e =
+            make_error(leader_hint_.empty()
+                           ? "this control plane is a follower and no leader is known yet"
+                           : "this control plane is a follower; the leader is " + leader_hint_)
+                .with_code(rpc::kNotLeader);
+        e.leader = leader_hint_;
+        return e;
+      },
+      "controlplane.status");
+  TRY(serve());
+  TRY_ASSIGN(leadership_, Leadership::start(lc));
+  watch_election();
+  log_info("control plane replica up: following until it wins the election",
+           {{"ETCD", cfg_.store.etcd.etcd.endpoints.front()},
+            {"KEY", lc.key},
+            {"ADVERTISE", lc.identity}});
+  sd_notify(0, "READY=1");
+  return {};
+}
+
+void Manager::watch_election() {
+  auto t = loop_->add_timer_in(50'000, [this] {
+    check_leadership();
+    if (!stepped_down_) watch_election();
+  });
+  if (t.ok()) election_timer_ = std::move(t).value();
+}
+
+void Manager::check_leadership() {
+  if (stepped_down_) return;
+  if (leadership_->lost()) return step_down(leadership_->lost_reason());
+  if (etcd_->fenced_out()) return step_down("a write was refused: another control plane leads");
+  if (leading_) return;
+  leader_hint_ = leadership_->leader();
+  if (!leadership_->leading()) return;
+  // Won: the state is read now, not before (the previous leader wrote until its end).
+  etcd_->fence(cfg_.store.etcd.prefix + "leader", leadership_->revision());
+  uint64_t t0 = now_us();
+  if (auto s = restore_state(); !s.ok())
+    return step_down("cannot read the state from etcd: " + s.error().str());
+  leading_ = true;
+  leader_hint_.clear();
+  methods_.set_override({});
+  lead();
+  log_info("this control plane leads now",
+           {{"RESTORE_MS", std::to_string((now_us() - t0) / 1000)}});
+}
+
+void Manager::step_down(const std::string& why) {
+  stepped_down_ = true;
+  // Nothing held is sent (the group was not written): the machines hear it from the
+  // next leader. The process ends; systemd starts it again as a follower.
+  log_error("this control plane no longer leads; stopping", {{"REASON", why}});
+  loop_->exit(3);
+}
+
+Status Manager::restore_state() {
   TRY_CTX(store_->restore(alloc_, broker_, sched_, now_us()), "restoring the control plane state");
   TRY_ASSIGN(auto events, store_->maintenance());
   for (const auto& e : events) maintenance_.restore(e);
@@ -124,7 +235,6 @@ Status Manager::start() {
     auto it = broker_.entitlements().find(e);
     return it == broker_.entitlements().end() ? std::string() : it->second.dc;
   });
-  weft_gid_ = group_gid(cfg_.socket_group);
   // Drains in progress: tasks of jobs with a TaskController that were waiting for its
   // consent to move are wanted again (that wish is not stored); others moved already.
   std::vector<Command> redrain;
@@ -137,6 +247,11 @@ Status Manager::start() {
     TRY(persist({}, {}));
     commit_batch();  // no session yet: the starts are resent when the machines report
   }
+  return {};
+}
+
+Status Manager::serve() {
+  weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   server_->set_output_gate(gate_);
@@ -177,12 +292,16 @@ Status Manager::start() {
   }));
   sighup_ = std::move(hup);
   loop_->enable_watchdog();
+  return {};
+}
+
+void Manager::lead() {
   auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
   watch_heartbeats();
   start_task_control();
   maintenance_round();
-  log_info("control plane ready",
+  log_info(leadership_ ? "control plane ready: leading" : "control plane ready",
            {{"SOCKET", cfg_.socket},
             {"LISTEN",
              cfg_.listen.empty() ? "-" : cfg_.listen + ":" + std::to_string(server_->tcp_port())},
@@ -190,8 +309,7 @@ Status Manager::start() {
             {"METRICS", metrics_http_ ? metrics_http_->address() : "-"},
             {"MACHINES", std::to_string(alloc_.machine_count())},
             {"TASKS", std::to_string(sched_.tasks().size())}});
-  sd_notify(0, "READY=1");
-  return {};
+  if (!leadership_) sd_notify(0, "READY=1");
 }
 
 Status check_machine_identity(const rpc::Peer& peer, const std::string& machine) {

@@ -19,6 +19,8 @@
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
 #include "controlplane/cp_conf.h"
+#include "controlplane/etcd_store.h"
+#include "controlplane/leader.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/scheduler.h"
 #include "controlplane/state_store.h"
@@ -66,6 +68,11 @@ class Manager {
   Result<nlohmann::json> api_entitlement_create(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_entitlement_update(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_audit_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_controlplane_status(const nlohmann::json& p,
+                                                 const rpc::CallContext& c);
+  std::string advertised() const {
+    return !cfg_.store.advertise.empty() ? cfg_.store.advertise : cfg_.listen;
+  }
   Result<nlohmann::json> api_entitlement_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_entitlement_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_job_create(const nlohmann::json& p, const rpc::CallContext& c);
@@ -159,6 +166,23 @@ class Manager {
   // Tells each connected sidekick whose machine's desired profile changed (a machine
   // joined or left an entitlement) to apply it now, rather than at its next report.
   void push_profiles();
+
+  // Start-up pieces: the state read into the modules, the sockets and methods, and the
+  // leader's own work (ticks, heartbeat checks, TaskControl, maintenance).
+  Status restore_state();
+  Status serve();
+  void lead();
+  // Replicas on etcd (docs/replicas.md): follow (refusing calls with the leader's
+  // address) until the election is won, then restore and lead; stop when it is lost.
+  Status start_replica();
+  void check_leadership();
+  void watch_election();  // check_leadership every 50 ms
+  void step_down(const std::string& why);
+  EtcdStore* etcd_ = nullptr;  // store_, when it is etcd
+  std::unique_ptr<Leadership> leadership_;
+  bool leading_ = false, stepped_down_ = false;
+  std::string leader_hint_;
+  Source election_timer_;
 
   CpConfig cfg_;
   std::unique_ptr<EventLoop> loop_;
