@@ -238,6 +238,10 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.a_ls->add_option("--since", c.since, "only entries this recent (e.g. 30m, 2h, 7d)");
   c.a_ls->add_option("--limit", c.limit, "at most this many, the latest (default 1000)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  c.cp = app.add_subcommand("controlplane", "the control plane's replicas (docs/replicas.md)");
+  c.cp->require_subcommand(1);
+  c.cp_status = c.cp->add_subcommand(
+      "status", "each replica given (--controlplane): whether it leads, and which one does");
 }
 
 int cluster_task_ls(const Globals& g) {
@@ -248,6 +252,22 @@ int cluster_task_ls(const Globals& g) {
 }
 
 int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
+  if (c.cp_status->parsed()) {
+    json r = controlplane_statuses(g);
+    int leaders = 0;
+    for (const auto& row : r) leaders += row.value("leading", false);
+    print_json_or(g, r, [&] {
+      std::vector<std::vector<std::string>> rows = {{"ENDPOINT", "STORE", "LEADING", "LEADER"}};
+      for (const auto& row : r)
+        rows.push_back({str_or(row, "endpoint"), str_or(row, "store"),
+                        row.contains("error")         ? "error: " + str_or(row, "error")
+                        : row.value("leading", false) ? "yes"
+                                                      : "no",
+                        str_or(row, "leader")});
+      print_table(rows);
+    });
+    return leaders == 1 ? 0 : 1;  // none (a failover, no etcd) or, never, two
+  }
   if (!c.machine->parsed() && !c.ent->parsed() && !c.job->parsed() && !c.audit->parsed() &&
       !c.maint->parsed())
     return -1;

@@ -16,6 +16,7 @@ struct ClusterCommands {
   CLI::App *ent = nullptr, *e_create = nullptr, *e_ls = nullptr, *e_show = nullptr,
            *e_owners = nullptr;
   CLI::App *audit = nullptr, *a_ls = nullptr;
+  CLI::App *cp = nullptr, *cp_status = nullptr;
   CLI::App *maint = nullptr, *mt_schedule = nullptr, *mt_ls = nullptr, *mt_cancel = nullptr;
   std::string mt_machine, mt_domain, mt_dc, mt_start, mt_duration, mt_notice, mt_reason;
   bool mt_reboot = false, mt_all = false;

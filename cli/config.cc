@@ -66,6 +66,22 @@ Result<std::unique_ptr<rpc::Client>> connect_one(const Globals& g, const std::st
 
 }  // namespace
 
+json controlplane_statuses(const Globals& g) {
+  json out = json::array();
+  for (const auto& ep : split_endpoints(g.controlplane)) {
+    json row{{"endpoint", ep}};
+    auto c = connect_one(g, ep);
+    auto st =
+        c.ok() ? (*c)->call("controlplane.status", json::object(), 5000) : Result<json>(c.error());
+    if (st.ok())
+      row.update(*st);
+    else
+      row["error"] = st.error().str();
+    out.push_back(row);
+  }
+  return out;
+}
+
 std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g) {
   std::vector<std::string> endpoints = split_endpoints(g.controlplane);
   if (endpoints.size() <= 1) {

@@ -34,6 +34,8 @@ struct Globals {
 Status load_cli_config(Globals& g);
 // The control plane's session: its Unix socket, or TCP with mutual TLS.
 std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g);
+// controlplane.status of each endpoint given (replicas), or its error.
+json controlplane_statuses(const Globals& g);
 
 [[noreturn]] inline void die(const std::string& msg, int code = 1) {
   std::cerr << "weftctl: " << msg << "\n";

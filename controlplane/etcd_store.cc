@@ -5,6 +5,9 @@
 #include <set>
 
 #include "common/log.h"
+#include "controlplane/cp_conf.h"
+
+#include <iostream>
 
 namespace weft::cp {
 
@@ -352,6 +355,40 @@ Result<StoredState> EtcdStore::load() {
     }
   }
   return st;
+}
+
+int migrate_to_etcd(const CpConfig& cfg, const std::string& sqlite_path) {
+  auto fail = [](const std::string& why) {
+    std::cerr << "weft-controlplane migrate: " << why << "\n";
+    return 1;
+  };
+  if (cfg.store.kind != "etcd")
+    return fail("the configuration's [store] kind is not \"etcd\": nothing to migrate to");
+  if (!path_exists(sqlite_path)) return fail(sqlite_path + ": no such database");
+  auto from = StateStore::open(sqlite_path);
+  if (!from.ok()) return fail(from.error().str());
+  auto to = EtcdStore::open(cfg.store.etcd);
+  if (!to.ok()) return fail(to.error().str());
+  auto empty = (*to)->empty();
+  if (!empty.ok()) return fail(empty.error().str());
+  if (!*empty)
+    return fail("etcd already holds a control-plane state under " + cfg.store.etcd.prefix +
+                ": refusing to mix two states (use another etcd_prefix, or delete that one)");
+  auto client = etcd::Client::create(cfg.store.etcd.etcd);
+  if (!client.ok()) return fail(client.error().str());
+  auto leader = (*client)->get(cfg.store.etcd.prefix + "leader");
+  if (!leader.ok()) return fail(leader.error().str());
+  if (*leader)
+    return fail("a control plane replica leads (" + (*leader)->value +
+                "): stop every replica before migrating");
+  if (auto s = copy_state(**from, **to); !s.ok()) return fail(s.error().str());
+  auto rows = (*to)->load();
+  if (!rows.ok()) return fail("copied, but cannot read it back: " + rows.error().str());
+  std::cout << "copied " << sqlite_path << " into etcd under " << cfg.store.etcd.prefix << ": "
+            << rows->entitlements.size() << " entitlements, " << rows->machines.size()
+            << " machines, " << rows->jobs.size() << " jobs, " << rows->tasks.size() << " tasks, "
+            << rows->events.size() << " events\n";
+  return 0;
 }
 
 }  // namespace weft::cp

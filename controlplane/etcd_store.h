@@ -88,4 +88,10 @@ class EtcdStore final : public StateStore {
   uint64_t event_seq_ = 0, audit_seq_ = 0;
 };
 
+// weft-controlplane migrate: the sqlite state at `sqlite_path` copied into the etcd store
+// `cfg` names. Refused when cfg's store is not etcd, when the prefix holds state already
+// or a replica leads (stop them all first). Prints what it copied; the exit code.
+struct CpConfig;
+int migrate_to_etcd(const CpConfig& cfg, const std::string& sqlite_path);
+
 }  // namespace weft::cp

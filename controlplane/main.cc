@@ -8,6 +8,7 @@
 
 #include "common/daemon.h"
 #include "common/log.h"
+#include "controlplane/etcd_store.h"
 #include "controlplane/manager.h"
 
 using namespace weft;
@@ -18,6 +19,12 @@ int main(int argc, char** argv) {
   bool check_only = false;
   app.add_option("-c,--config", config_path, "configuration file");
   app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  std::string from;
+  auto* migrate = app.add_subcommand(
+      "migrate",
+      "copy a sqlite control-plane state into the etcd store of the configuration ([store]); "
+      "every replica must be stopped and the etcd prefix empty");
+  migrate->add_option("--from", from, "the sqlite database (default: <state_dir>/controlplane.db)");
   CLI11_PARSE(app, argc, argv);
   log_set_ident("weft-controlplane");
   auto loaded = load_config_or_defaults<cp::CpConfig>(
@@ -29,5 +36,7 @@ int main(int argc, char** argv) {
     std::cout << "configuration ok\n";
     return 0;
   }
+  if (*migrate)
+    return cp::migrate_to_etcd(cfg, from.empty() ? cfg.state_dir + "/controlplane.db" : from);
   return run_daemon(cp::Manager::create(std::move(cfg)));
 }

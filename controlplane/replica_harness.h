@@ -1,0 +1,159 @@
+// For tests and benchmarks of control plane replicas (controlplane/replica_test.cc,
+// bench/cp_failover.cc): weft-controlplane processes on one etcd, and machines as the
+// control plane sees them (blocking sessions that register, report and run what they
+// are told), which look for the leader among the replicas' sockets as a machine
+// daemon's link does.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/etcd_test_server.h"
+#include "common/fs.h"
+#include "common/rpc.h"
+
+namespace weft::testing {
+
+using json = nlohmann::json;
+
+// A machine's session as the control plane sees it (like process_test.cc's, with the
+// replica search a machine daemon's link makes: every socket in turn, a follower's
+// "not the leader" moves on).
+class Machine {
+ public:
+  explicit Machine(std::string id) : id_(std::move(id)) {
+    methods_.add("task.run", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      std::string name = p["name"].get<std::string>();
+      if (running_.count(name)) return make_error("exists").with_code(rpc::kConflict);
+      running_.insert(name);
+      ++starts_;
+      return json{{"id", name}};
+    });
+    methods_.add("task.stop", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      running_.erase(p["id"].get<std::string>());
+      return json::object();
+    });
+  }
+  // Registers with whichever of `socks` leads; false when none does.
+  bool connect(const std::vector<std::string>& socks) {
+    for (const auto& s : socks) {
+      auto c = rpc::Client::connect(s);
+      if (!c.ok()) continue;
+      (*c)->set_dispatcher(&methods_);
+      auto r = (*c)->call("machine.register",
+                          {{"machine", id_},
+                           {"dc", "dc1"},
+                           {"domain", "r-" + id_},
+                           {"type", "std"},
+                           {"cpu_milli", 4000},
+                           {"mem_mb", 8192},
+                           {"boot_id", boot_}},
+                          3000);
+      if (!r.ok()) {
+        last_error_ = r.error();
+        continue;
+      }
+      if (!(*c)->call("health.report", {{"machine", id_}, {"verdict", "ok"}}, 3000).ok()) continue;
+      client_ = std::move(c).value();
+      return true;
+    }
+    return false;
+  }
+  // One report; a lost session is dropped (reconnect with connect()).
+  bool report() {
+    if (!client_) return false;
+    json tasks = json::object();
+    for (const auto& t : running_) tasks[t] = "running";
+    auto r = client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}}, 3000);
+    if (!r.ok()) client_.reset();
+    return r.ok();
+  }
+  bool connected() const { return client_ != nullptr; }
+  void disconnect() { client_.reset(); }  // silent: its tasks run on, unreported
+  const std::set<std::string>& running() const { return running_; }
+  int starts() const { return starts_; }
+  const Error& last_error() const { return last_error_; }
+
+ private:
+  std::string id_, boot_ = random_hex(8);
+  rpc::Dispatcher methods_;
+  std::unique_ptr<rpc::Client> client_;
+  std::set<std::string> running_;
+  int starts_ = 0;
+  Error last_error_;
+};
+
+class Replica {
+ public:
+  Replica(const std::string& bin, const std::string& dir, const std::string& name,
+          const std::string& etcd, const std::string& lease_ttl = "2s")
+      : bin_(bin) {
+    dir_ = dir + "/" + name;
+    (void)(mkdir_p(dir_).ok());
+    port_ = weft::testing::free_tcp_port();
+    (void)(write_file(dir_ + "/cp.toml",
+                      "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
+                          "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
+                          "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
+                          "log_level = \"debug\"\nmetrics_listen = \"\"\n"
+                          "[store]\nkind = \"etcd\"\netcd_endpoints = [\"" +
+                          etcd + "\"]\netcd_prefix = \"/replicas/\"\nlease_ttl = \"" + lease_ttl +
+                          "\"\n")
+               .ok());
+  }
+  ~Replica() { stop(SIGKILL); }
+  void start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int fd = open((dir_ + "/cp.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execl(WEFT_CONTROLPLANE_BIN, "weft-controlplane", "-c", (dir_ + "/cp.toml").c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  // The exit status once it ended by itself (-1 while it runs).
+  pid_t pid() const { return pid_; }
+  int exited() {
+    if (pid_ <= 0) return status_;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) != pid_) return -1;
+    pid_ = -1;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return status_;
+  }
+  void stop(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    if (sig == SIGSTOP || sig == SIGCONT) return;
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  Result<json> call(const std::string& m, const json& p = json::object()) {
+    TRY_ASSIGN(auto c, rpc::Client::connect(sock()));
+    return c->call(m, p, 3000);
+  }
+  bool leading() {
+    auto s = call("controlplane.status");
+    return s.ok() && s->value("leading", false);
+  }
+  std::string sock() const { return dir_ + "/cp.sock"; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::string log() const { return read_file(dir_ + "/cp.log").value_or(""); }
+
+ private:
+  std::string bin_, dir_;
+  uint16_t port_ = 0;
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+}  // namespace weft::testing
