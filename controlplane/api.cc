@@ -91,7 +91,10 @@ void Manager::register_methods() {
       // Operator and admin calls are rare and must hear whether their change was
       // written (a full disk refuses the create, nothing half-made): they commit on
       // their own, after the machines' batch so far, not in the next group commit.
-      bool own_commit = m.access >= kOperatorCall;
+      // With etcd they join the group like the machines' calls: a group etcd did not
+      // take is never answered (commit_batch holds it and writes it again), so the
+      // reply still means "written".
+      bool own_commit = m.access >= kOperatorCall && !etcd_;
       if (own_commit) {
         commit_batch();
         sync_writes_ = true;
@@ -105,7 +108,7 @@ void Manager::register_methods() {
       if (!r.ok()) ++request_errors_[m.name];
       // The audit entry joins the next group commit; the reply waits for it.
       sync_writes_ = false;
-      if (own_commit) audit(who, m.name, p, r);
+      if (m.access >= kOperatorCall) audit(who, m.name, p, r);
       return r;
     });
 }
