@@ -62,8 +62,12 @@ Result<bool> EtcdStore::empty() {
 }
 
 Status EtcdStore::begin() {
-  if (!batch_) ops_.clear();
+  if (!batch_) {
+    ops_.clear();
+    undo_.clear();
+  }
   mark_ = ops_.size();
+  undo_mark_ = undo_.size();
   open_ = true;
   return {};
 }
@@ -75,7 +79,30 @@ Status EtcdStore::commit() {
 
 void EtcdStore::rollback() {
   ops_.resize(mark_);
+  // The task rows this write changed, as they were.
+  while (undo_.size() > undo_mark_) {
+    Undo u = std::move(undo_.back());
+    undo_.pop_back();
+    auto& rows = tasks_[u.job][u.bucket];
+    if (u.old)
+      rows[u.id] = std::move(*u.old);
+    else
+      rows.erase(u.id);
+  }
   open_ = false;
+}
+
+std::string EtcdStore::bucket_value(const std::string& bucket_key) const {
+  // "<prefix>state/tasks/<job>/<bucket>"
+  std::string rest = bucket_key.substr(key("state/tasks/").size());
+  size_t slash = rest.rfind('/');
+  auto jt = tasks_.find(rest.substr(0, slash));
+  if (jt == tasks_.end()) return {};
+  auto bt = jt->second.find(std::atoi(rest.c_str() + slash + 1));
+  if (bt == jt->second.end() || bt->second.empty()) return {};
+  json j = json::object();
+  for (const auto& [id, row] : bt->second) j[id] = row;
+  return j.dump();
 }
 
 Status EtcdStore::open_batch() {
@@ -95,6 +122,7 @@ void EtcdStore::abandon_batch() {
   batch_ = false;
   open_ = false;
   ops_.clear();
+  undo_.clear();  // the daemon writes what it holds again
 }
 
 Status EtcdStore::add(Op op) {
@@ -105,7 +133,20 @@ Status EtcdStore::add(Op op) {
 Status EtcdStore::flush() {
   std::vector<Op> ops = std::exchange(ops_, {});
   mark_ = 0;
+  undo_.clear();
   if (ops.empty()) return {};
+  // A tasks bucket's value is its rows as they are now (the last write of the group
+  // wins anyway); a bucket left empty is deleted.
+  std::map<std::string, std::string> made;
+  for (auto& op : ops) {
+    if (op.kind != Op::Kind::kPut || op.value != kLazy) continue;
+    auto m = made.find(op.key);
+    if (m == made.end()) m = made.emplace(op.key, bucket_value(op.key)).first;
+    if (m->second.empty())
+      op.kind = Op::Kind::kDelete;
+    else
+      op.value = m->second;
+  }
   // etcd refuses a transaction that names a key twice (a put and a put, or a put inside
   // a deleted range) or has more than --max-txn-ops operations: such a group goes as
   // several transactions, in order. A second put of a key in the same transaction just
@@ -183,9 +224,33 @@ Status EtcdStore::put_job(const Scheduler::PersistedJob& j, const std::optional<
 }
 
 Status EtcdStore::delete_job(const std::string& name) {
+  if (auto it = tasks_.find(name); it != tasks_.end()) {
+    for (auto& [bucket, rows] : it->second)
+      for (auto& [id, row] : rows) undo_.push_back({name, bucket, id, std::move(row)});
+    tasks_.erase(it);
+  }
   TRY(add({Op::Kind::kDelete, key("state/jobs/" + name), {}, {}, 0}));
   std::string tasks = key("state/tasks/" + name + "/");
   return add({Op::Kind::kDeleteRange, tasks, {}, etcd::prefix_end(tasks), 0});
+}
+
+std::string EtcdStore::bucket_key(const std::string& job, int bucket) const {
+  char b[16];
+  std::snprintf(b, sizeof b, "%06d", bucket);
+  return key("state/tasks/" + job + "/" + b);
+}
+
+void EtcdStore::set_row(const std::string& job, int bucket, const std::string& id,
+                        std::optional<json> row) {
+  auto& rows = tasks_[job][bucket];
+  auto it = rows.find(id);
+  std::optional<json> old;
+  if (it != rows.end()) old = std::move(it->second);
+  if (row)
+    rows[id] = std::move(*row);
+  else if (it != rows.end())
+    rows.erase(it);
+  undo_.push_back({job, bucket, id, std::move(old)});
 }
 
 Status EtcdStore::put_task(const TaskRecord& t) {
@@ -196,15 +261,25 @@ Status EtcdStore::put_task(const TaskRecord& t) {
            {"since_wall_us", wall_of(t.since_us)},
            {"message", t.message},
            {"held", t.held}};
-  return add({Op::Kind::kPut, key("state/tasks/" + t.job + "/" + t.id), row.dump(), {}, 0});
+  int bucket = t.index / kTasksPerKey;
+  set_row(t.job, bucket, t.id, std::move(row));
+  // The bucket's value is made when the group is sent (flush), from the rows then.
+  return add({Op::Kind::kPut, bucket_key(t.job, bucket), std::string(kLazy), {}, 0});
 }
 
 Status EtcdStore::delete_tasks(const std::vector<std::string>& ids) {
   TRY(begin());
   for (const auto& id : ids) {
     std::string job = job_of_task(id);
-    if (job.empty()) continue;
-    (void)add({Op::Kind::kDelete, key("state/tasks/" + job + "/" + id), {}, {}, 0});
+    auto jt = tasks_.find(job);
+    if (job.empty() || jt == tasks_.end()) continue;
+    for (auto& [bucket, rows] : jt->second)
+      if (rows.count(id)) {
+        int b = bucket;  // set_row may not be called with a reference into the map it edits
+        set_row(job, b, id, std::nullopt);
+        (void)add({Op::Kind::kPut, bucket_key(job, b), std::string(kLazy), {}, 0});
+        break;
+      }
   }
   return commit();
 }
@@ -289,6 +364,8 @@ Result<std::vector<AuditRecord>> EtcdStore::audit(int64_t since_wall_us, size_t 
 
 Result<StoredState> EtcdStore::load() {
   TRY(read_sequences());
+  tasks_.clear();
+  undo_.clear();
   TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/")));
   StoredState st;
   const std::string base = key("state/");
@@ -325,20 +402,25 @@ Result<StoredState> EtcdStore::load() {
         row.placement = j.at("placement");
         st.jobs.push_back(std::move(row));
       } else if (table == "tasks") {
-        size_t s2 = id.find('/');
-        if (s2 == std::string::npos || !j.is_object()) return corrupt("not a task");
-        StoredState::Task t;
-        t.record.job = id.substr(0, s2);
-        t.record.id = id.substr(s2 + 1);
-        t.record.index = j.at("index").get<int>();
-        t.record.generation = j.at("generation").get<uint64_t>();
-        t.record.machine = j.at("machine").get<MachineId>();
-        t.record.state =
-            parse_task_state(j.at("state").get<std::string>()).value_or(TaskState::kLost);
-        t.since_wall_us = j.at("since_wall_us").get<int64_t>();
-        t.record.message = j.at("message").get<std::string>();
-        t.record.held = j.at("held").get<bool>();
-        st.tasks.push_back(std::move(t));
+        size_t s2 = id.rfind('/');
+        if (s2 == std::string::npos || !j.is_object()) return corrupt("not a tasks bucket");
+        std::string job = id.substr(0, s2);
+        int bucket = std::atoi(id.c_str() + s2 + 1);
+        for (auto& [tid, row] : j.items()) {
+          StoredState::Task t;
+          t.record.job = job;
+          t.record.id = tid;
+          t.record.index = row.at("index").get<int>();
+          t.record.generation = row.at("generation").get<uint64_t>();
+          t.record.machine = row.at("machine").get<MachineId>();
+          t.record.state =
+              parse_task_state(row.at("state").get<std::string>()).value_or(TaskState::kLost);
+          t.since_wall_us = row.at("since_wall_us").get<int64_t>();
+          t.record.message = row.at("message").get<std::string>();
+          t.record.held = row.at("held").get<bool>();
+          tasks_[job][bucket][tid] = row;
+          st.tasks.push_back(std::move(t));
+        }
       } else if (table == "meta") {
         if (id == "task_seq") {
           TRY_ASSIGN(uint64_t n, number(kv.value));

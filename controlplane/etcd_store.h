@@ -2,9 +2,12 @@
 //
 // Each row is one key under `prefix` ("/weft/" by default), its value JSON:
 //   state/entitlements/<id>, state/machines/<idx>, state/jobs/<name>,
-//   state/tasks/<job>/<task id>, state/meta/task_seq, state/events/<seq>,
+//   state/tasks/<job>/<bucket>, state/meta/task_seq, state/events/<seq>,
 //   state/maintenance/<id>, audit/<seq>  (numbers zero-padded: key order is number order)
-// and `leader`, the election key (controlplane/leader.h).
+// and `leader`, the election key (controlplane/leader.h). A job's tasks are kept 64
+// indexes to a key (a bucket: {task id: row}): a 36-task job starting is one put, not 36
+// (etcd's cost is per key: docs/benchmarks.md). The store keeps the rows it wrote, to
+// make a bucket's value.
 //
 // Writes are buffered and sent as etcd transactions: one per write outside a group, one
 // per group at commit_batch() (split, in order, when a group is larger than etcd's
@@ -14,7 +17,9 @@
 // the daemon must stop (it cannot tell what its memory holds that etcd does not).
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/etcd.h"
@@ -76,6 +81,23 @@ class EtcdStore final : public StateStore {
   Status add(etcd::Op op);
   Status flush();
   Status send(const std::vector<etcd::Op>& ops);
+
+  static constexpr int kTasksPerKey = 64;
+  static constexpr const char* kLazy = "\x01bucket";  // value made at flush()
+  std::string bucket_key(const std::string& job, int bucket) const;
+  std::string bucket_value(const std::string& bucket_key) const;
+  void set_row(const std::string& job, int bucket, const std::string& id,
+               std::optional<nlohmann::json> row);
+  // Task rows by job and bucket, as written (and the undo log of the open write).
+  std::map<std::string, std::map<int, std::map<std::string, nlohmann::json>>> tasks_;
+  struct Undo {
+    std::string job;
+    int bucket;
+    std::string id;
+    std::optional<nlohmann::json> old;
+  };
+  std::vector<Undo> undo_;
+  size_t undo_mark_ = 0;
 
   EtcdStoreConfig cfg_;
   std::unique_ptr<etcd::Client> client_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "common/etcd_test_server.h"
 #include "common/fs.h"
@@ -308,6 +309,46 @@ TEST_P(Stores, LargeGroupsAndKeysWrittenTwiceEndAsWritten) {
   ASSERT_EQ(rows->tasks.size(), 1u);
   EXPECT_EQ(rows->tasks[0].record.id, "gone.0.2");
   EXPECT_EQ(rows->task_seq, std::optional<uint64_t>(2));
+}
+
+// Task rows in a group: a write undone leaves the rows as they were (the etcd store keeps
+// a job's tasks 64 indexes to a key, so an undone write must not leak into a bucket
+// written later in the group), and forgotten tasks are gone.
+TEST_P(Stores, TaskRowsFollowUndoneWritesAndForgottenTasks) {
+  auto task = [](const std::string& id, int index, TaskState st) {
+    TaskRecord t;
+    t.id = id;
+    t.job = "web";
+    t.index = index;
+    t.state = st;
+    return t;
+  };
+  {
+    auto st = open();
+    ASSERT_TRUE(st.ok()) << st.error().str();
+    ASSERT_TRUE((*st)->open_batch().ok());
+    ASSERT_TRUE((*st)->begin().ok());
+    ASSERT_TRUE((*st)->put_task(task("web.0.1", 0, TaskState::kRunning)).ok());
+    ASSERT_TRUE((*st)->put_task(task("web.100.2", 100, TaskState::kRunning)).ok());
+    ASSERT_TRUE((*st)->commit().ok());
+    ASSERT_TRUE((*st)->begin().ok());  // a write that fails half-way
+    ASSERT_TRUE((*st)->put_task(task("web.1.3", 1, TaskState::kStarting)).ok());
+    ASSERT_TRUE((*st)->put_task(task("web.0.1", 0, TaskState::kFailed)).ok());
+    (*st)->rollback();
+    ASSERT_TRUE((*st)->delete_tasks({"web.100.2"}).ok());
+    ASSERT_TRUE((*st)->begin().ok());
+    ASSERT_TRUE((*st)->put_task(task("web.2.4", 2, TaskState::kStarting)).ok());
+    ASSERT_TRUE((*st)->commit().ok());
+    ASSERT_TRUE((*st)->commit_batch().ok());
+  }
+  auto st = open();
+  ASSERT_TRUE(st.ok());
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  std::map<std::string, TaskState> got;
+  for (const auto& t : rows->tasks) got[t.record.id] = t.record.state;
+  EXPECT_EQ(got, (std::map<std::string, TaskState>{{"web.0.1", TaskState::kRunning},
+                                                   {"web.2.4", TaskState::kStarting}}));
 }
 
 TEST_P(Stores, MaintenanceAndAuditAreKept) {
