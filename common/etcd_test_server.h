@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -34,90 +35,129 @@ inline uint16_t free_tcp_port() {
   return ntohs(a.sin_port);
 }
 
+// One member, or a cluster of `members` on loopback; with `tls_dir` (a weft-pki CA with
+// a certificate "etcd" for 127.0.0.1) clients must present a certificate of that CA.
 class EtcdServer {
  public:
-  EtcdServer() {
+  explicit EtcdServer(int members = 1, std::string tls_dir = "") : tls_dir_(std::move(tls_dir)) {
     dir_ = std::filesystem::temp_directory_path() / ("weft-etcd-" + random_hex(5));
     (void)mkdir_p(dir_);
-    client_port_ = free_tcp_port();
-    peer_port_ = free_tcp_port();
-    start();
+    for (int i = 0; i < members; ++i) members_.push_back({free_tcp_port(), free_tcp_port(), -1});
+    for (size_t i = 0; i < members_.size(); ++i) spawn(i);
+    error_ = wait_serving();
   }
   ~EtcdServer() {
-    kill();
+    for (size_t i = 0; i < members_.size(); ++i) kill(i);
     (void)remove_tree(dir_);
   }
   EtcdServer(const EtcdServer&) = delete;
   EtcdServer& operator=(const EtcdServer&) = delete;
 
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+  std::string endpoint(size_t i = 0) const {
+    return std::string(tls_dir_.empty() ? "http" : "https") +
+           "://127.0.0.1:" + std::to_string(members_[i].client);
+  }
+  std::vector<std::string> endpoints() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < members_.size(); ++i) out.push_back(endpoint(i));
+    return out;
+  }
   // Empty when it serves; else why not.
   const std::string& error() const { return error_; }
-
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+  // The client configuration for this server (TLS files when it has them).
+  etcd::Config client_config(uint64_t timeout_ms = 500) const {
+    etcd::Config c{endpoints(), {}, {}, {}, timeout_ms};
+    if (!tls_dir_.empty()) {
+      c.ca = tls_dir_ + "/ca.pem";
+      c.cert = tls_dir_ + "/client.pem";
+      c.key = tls_dir_ + "/client.key";
+    }
+    return c;
   }
-  // Started again on its data (after kill()).
-  void start() {
-    std::string client = endpoint();
-    std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
-    pid_ = ::fork();
-    if (pid_ == 0) {
+
+  void kill(size_t i = SIZE_MAX) {
+    for (size_t k = 0; k < members_.size(); ++k) {
+      if (i != SIZE_MAX && k != i) continue;
+      if (members_[k].pid <= 0) continue;
+      ::kill(members_[k].pid, SIGKILL);
+      ::waitpid(members_[k].pid, nullptr, 0);
+      members_[k].pid = -1;
+    }
+  }
+  // Started again on its data (after kill()); waits until the cluster serves.
+  void start(size_t i = SIZE_MAX) {
+    for (size_t k = 0; k < members_.size(); ++k)
+      if ((i == SIZE_MAX || k == i) && members_[k].pid <= 0) spawn(k);
+    error_ = wait_serving();
+  }
+
+ private:
+  struct Member {
+    uint16_t client, peer;
+    pid_t pid;
+  };
+  std::string peer_url(size_t i) const {
+    return "http://127.0.0.1:" + std::to_string(members_[i].peer);
+  }
+  void spawn(size_t i) {
+    std::string cluster;
+    for (size_t k = 0; k < members_.size(); ++k)
+      cluster += (k ? "," : "") + std::string("m") + std::to_string(k) + "=" + peer_url(k);
+    std::string client = endpoint(i);
+    pid_t pid = ::fork();
+    if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::string log = dir_ + "/etcd.log";
+      std::string log = dir_ + "/etcd" + std::to_string(i) + ".log";
       FILE* f = std::freopen(log.c_str(), "a", stderr);
       (void)f;
       std::vector<std::string> args = {"/usr/bin/etcd",
-                                       "--name=weft-test",
-                                       "--data-dir=" + dir_ + "/data",
+                                       "--name=m" + std::to_string(i),
+                                       "--data-dir=" + dir_ + "/data" + std::to_string(i),
                                        "--listen-client-urls=" + client,
                                        "--advertise-client-urls=" + client,
-                                       "--listen-peer-urls=" + peer,
-                                       "--initial-advertise-peer-urls=" + peer,
-                                       "--initial-cluster=weft-test=" + peer,
+                                       "--listen-peer-urls=" + peer_url(i),
+                                       "--initial-advertise-peer-urls=" + peer_url(i),
+                                       "--initial-cluster=" + cluster,
                                        "--max-txn-ops=1024",
                                        "--log-level=error",
                                        "--logger=zap"};
+      if (!tls_dir_.empty()) {
+        args.push_back("--cert-file=" + tls_dir_ + "/etcd.pem");
+        args.push_back("--key-file=" + tls_dir_ + "/etcd.key");
+        args.push_back("--client-cert-auth");
+        args.push_back("--trusted-ca-file=" + tls_dir_ + "/ca.pem");
+      }
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
-    auto client_or = etcd::Client::create({{client}, {}, {}, {}, 500});
-    if (!client_or.ok()) {
-      error_ = client_or.error().str();
-      return;
-    }
+    members_[i].pid = pid;
+  }
+  std::string wait_serving() {
+    auto client_or = etcd::Client::create(client_config());
+    if (!client_or.ok()) return client_or.error().str();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     for (;;) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        error_ = "etcd exited at start (is etcd-server installed? scripts/setup.sh); see " + dir_ +
-                 "/etcd.log";
-        return;
+      for (auto& m : members_) {
+        int status = 0;
+        if (m.pid > 0 && ::waitpid(m.pid, &status, WNOHANG) == m.pid) {
+          m.pid = -1;
+          return "etcd exited at start (is etcd-server installed? scripts/setup.sh); see " + dir_ +
+                 "/etcd*.log";
+        }
       }
       auto ping = (*client_or)->ping();
-      if (ping.ok()) {
-        error_.clear();
-        return;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        error_ = "etcd did not serve within 20 s: " + ping.error().str();
-        return;
-      }
+      if (ping.ok()) return {};
+      if (std::chrono::steady_clock::now() > deadline)
+        return "etcd did not serve within 20 s: " + ping.error().str();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
 
- private:
-  std::string dir_;
-  uint16_t client_port_ = 0, peer_port_ = 0;
-  pid_t pid_ = -1;
+  std::string dir_, tls_dir_;
+  std::vector<Member> members_;
   std::string error_;
 };
 

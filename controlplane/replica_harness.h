@@ -93,20 +93,23 @@ class Machine {
 class Replica {
  public:
   Replica(const std::string& bin, const std::string& dir, const std::string& name,
-          const std::string& etcd, const std::string& lease_ttl = "2s")
+          const etcd::Config& etcd, const std::string& lease_ttl = "2s")
       : bin_(bin) {
     dir_ = dir + "/" + name;
-    (void)(mkdir_p(dir_).ok());
+    (void)mkdir_p(dir_);
     port_ = weft::testing::free_tcp_port();
-    (void)(write_file(dir_ + "/cp.toml",
-                      "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
-                          "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
-                          "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
-                          "log_level = \"debug\"\nmetrics_listen = \"\"\n"
-                          "[store]\nkind = \"etcd\"\netcd_endpoints = [\"" +
-                          etcd + "\"]\netcd_prefix = \"/replicas/\"\nlease_ttl = \"" + lease_ttl +
-                          "\"\n")
-               .ok());
+    std::string eps;
+    for (const auto& e : etcd.endpoints) eps += (eps.empty() ? "\"" : ", \"") + e + "\"";
+    std::string conf = "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
+                       "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
+                       "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
+                       "log_level = \"debug\"\nmetrics_listen = \"\"\n"
+                       "[store]\nkind = \"etcd\"\netcd_endpoints = [" +
+                       eps + "]\netcd_prefix = \"/replicas/\"\nlease_ttl = \"" + lease_ttl + "\"\n";
+    if (!etcd.ca.empty())
+      conf += "etcd_ca = \"" + etcd.ca + "\"\netcd_cert = \"" + etcd.cert + "\"\netcd_key = \"" +
+              etcd.key + "\"\n";
+    (void)write_file(dir_ + "/cp.toml", conf);
   }
   ~Replica() { stop(SIGKILL); }
   void start() {
