@@ -39,7 +39,9 @@ inline uint16_t free_tcp_port() {
 // a certificate "etcd" for 127.0.0.1) clients must present a certificate of that CA.
 class EtcdServer {
  public:
-  explicit EtcdServer(int members = 1, std::string tls_dir = "") : tls_dir_(std::move(tls_dir)) {
+  // `host`: the address members listen on (e.g. a veth's, in a test's network namespace).
+  explicit EtcdServer(int members = 1, std::string tls_dir = "", std::string host = "127.0.0.1")
+      : tls_dir_(std::move(tls_dir)), host_(std::move(host)) {
     dir_ = std::filesystem::temp_directory_path() / ("weft-etcd-" + random_hex(5));
     (void)mkdir_p(dir_);
     for (int i = 0; i < members; ++i) members_.push_back({free_tcp_port(), free_tcp_port(), -1});
@@ -54,8 +56,8 @@ class EtcdServer {
   EtcdServer& operator=(const EtcdServer&) = delete;
 
   std::string endpoint(size_t i = 0) const {
-    return std::string(tls_dir_.empty() ? "http" : "https") +
-           "://127.0.0.1:" + std::to_string(members_[i].client);
+    return std::string(tls_dir_.empty() ? "http" : "https") + "://" + host_ + ":" +
+           std::to_string(members_[i].client);
   }
   std::vector<std::string> endpoints() const {
     std::vector<std::string> out;
@@ -97,7 +99,7 @@ class EtcdServer {
     pid_t pid;
   };
   std::string peer_url(size_t i) const {
-    return "http://127.0.0.1:" + std::to_string(members_[i].peer);
+    return "http://" + host_ + ":" + std::to_string(members_[i].peer);
   }
   void spawn(size_t i) {
     std::string cluster;
@@ -156,7 +158,7 @@ class EtcdServer {
     }
   }
 
-  std::string dir_, tls_dir_;
+  std::string dir_, tls_dir_, host_;
   std::vector<Member> members_;
   std::string error_;
 };

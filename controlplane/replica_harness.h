@@ -6,6 +6,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -112,6 +113,8 @@ class Replica {
     (void)write_file(dir_ + "/cp.toml", conf);
   }
   ~Replica() { stop(SIGKILL); }
+  // Runs in this network namespace (/run/netns/NAME; root), e.g. one a test cuts off.
+  void set_netns(std::string name) { netns_ = std::move(name); }
   void start() {
     pid_ = fork();
     if (pid_ == 0) {
@@ -119,7 +122,11 @@ class Replica {
       int fd = open((dir_ + "/cp.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
-      execl(WEFT_CONTROLPLANE_BIN, "weft-controlplane", "-c", (dir_ + "/cp.toml").c_str(), nullptr);
+      if (!netns_.empty()) {
+        int ns = open(("/run/netns/" + netns_).c_str(), O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(126);
+      }
+      execl(bin_.c_str(), "weft-controlplane", "-c", (dir_ + "/cp.toml").c_str(), nullptr);
       _exit(127);
     }
   }
@@ -153,7 +160,7 @@ class Replica {
   std::string log() const { return read_file(dir_ + "/cp.log").value_or(""); }
 
  private:
-  std::string bin_, dir_;
+  std::string bin_, dir_, netns_;
   uint16_t port_ = 0;
   pid_t pid_ = -1;
   int status_ = -1;

@@ -1,0 +1,169 @@
+// A leader partitioned from etcd while its machines still reach it (root: network
+// namespaces). etcd and replica B live in one namespace, replica A in another joined by
+// a veth; the machines talk to both over Unix sockets, which no network partition
+// touches. The veth goes down: A can neither keep its lease nor write, so it stops
+// acting and exits; B leads; the machines move to B; the link comes back, A (restarted,
+// as systemd would) follows B, and no task ever ran twice.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "common/etcd_test_server.h"
+#include "common/fs.h"
+#include "controlplane/replica_harness.h"
+
+namespace weft {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using weft::testing::Machine;
+using weft::testing::Replica;
+
+bool sh(const std::string& cmd) {
+  return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+class ReplicasRoot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      if (std::getenv("WEFT_REQUIRE_ROOT_TESTS")) FAIL() << "needs root (network namespaces)";
+      GTEST_SKIP() << "needs root (network namespaces)";
+    }
+    std::string tag = random_hex(3);
+    etcd_ns_ = "wre-" + tag;
+    cp_ns_ = "wrc-" + tag;
+    ASSERT_TRUE(sh("ip netns add " + etcd_ns_) && sh("ip netns add " + cp_ns_));
+    ASSERT_TRUE(
+        sh("ip -n " + etcd_ns_ + " link set lo up") && sh("ip -n " + cp_ns_ + " link set lo up") &&
+        sh("ip -n " + etcd_ns_ + " link add eth0 type veth peer name eth0 netns " + cp_ns_) &&
+        sh("ip -n " + etcd_ns_ + " addr add 10.77.0.1/24 dev eth0") &&
+        sh("ip -n " + cp_ns_ + " addr add 10.77.0.2/24 dev eth0") &&
+        sh("ip -n " + etcd_ns_ + " link set eth0 up") &&
+        sh("ip -n " + cp_ns_ + " link set eth0 up"));
+    // This thread (and what it forks: etcd, replica B) joins the etcd side.
+    home_ns_ = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    int ns = open(("/run/netns/" + etcd_ns_).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(ns, 0);
+    ASSERT_EQ(setns(ns, CLONE_NEWNET), 0);
+    close(ns);
+    dir_ = std::filesystem::temp_directory_path() / ("weft-replicas-root-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(dir_).ok());
+    etcd_ = std::make_unique<weft::testing::EtcdServer>(1, "", "10.77.0.1");
+    ASSERT_EQ(etcd_->error(), "");
+    a_ = std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir_, "a", etcd_->client_config());
+    a_->set_netns(cp_ns_);
+    b_ = std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir_, "b", etcd_->client_config());
+  }
+  void TearDown() override {
+    a_.reset();
+    b_.reset();
+    etcd_.reset();
+    if (home_ns_ >= 0) {
+      (void)setns(home_ns_, CLONE_NEWNET);
+      close(home_ns_);
+    }
+    if (!etcd_ns_.empty()) (void)sh("ip netns del " + etcd_ns_);
+    if (!cp_ns_.empty()) (void)sh("ip netns del " + cp_ns_);
+    if (!dir_.empty()) (void)remove_tree(dir_);
+  }
+  std::string etcd_ns_, cp_ns_, dir_;
+  int home_ns_ = -1;
+  std::unique_ptr<weft::testing::EtcdServer> etcd_;
+  std::unique_ptr<Replica> a_, b_;
+};
+
+TEST_F(ReplicasRoot, ALeaderCutOffFromEtcdStopsActingAndNothingRunsTwice) {
+  a_->start();
+  for (int i = 0; i < 500 && !a_->leading(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(a_->leading()) << a_->log();
+  struct stat in_a {
+  }, ns_a{};
+  ASSERT_EQ(stat(("/proc/" + std::to_string(a_->pid()) + "/ns/net").c_str(), &in_a), 0);
+  ASSERT_EQ(stat(("/run/netns/" + cp_ns_).c_str(), &ns_a), 0);
+  ASSERT_EQ(in_a.st_ino, ns_a.st_ino) << "replica A is not in its network namespace";
+  b_->start();
+  std::vector<std::string> socks = {a_->sock(), b_->sock()};
+  std::vector<std::unique_ptr<Machine>> ms;
+  for (int i = 0; i < 3; ++i) {
+    ms.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(socks));
+  }
+  ASSERT_TRUE(a_->call("entitlement.create", {{"name", "web"}, {"quota", 3}}).ok());
+  ASSERT_TRUE(a_->call("job.create", {{"name", "site"},
+                                      {"entitlement", "web"},
+                                      {"count", 3},
+                                      {"per_task", {{"cpu_milli", 500}, {"mem_mb", 256}}},
+                                      {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  std::map<std::string, int> seen;  // task id -> machines that ran it at once (max)
+  auto round = [&] {
+    std::map<std::string, int> copies;
+    for (auto& m : ms) {
+      if (!m->connected()) m->connect(socks);
+      m->report();
+      for (const auto& t : m->running()) ++copies[t];
+    }
+    std::map<std::string, int> per_index;
+    for (const auto& [id, n] : copies) {
+      EXPECT_EQ(n, 1) << id << " runs on two machines";
+      ++per_index[id.substr(0, id.rfind('.'))];
+    }
+    for (const auto& [index, n] : per_index) EXPECT_EQ(n, 1) << "two copies of " << index;
+    int running = 0;
+    for (auto& m : ms) running += static_cast<int>(m->running().size());
+    return running;
+  };
+  for (int i = 0; i < 200 && round() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(round(), 3);
+  int starts_before = 0;
+  for (auto& m : ms) starts_before += m->starts();
+
+  // The partition: A still serves its Unix socket, but cannot reach etcd.
+  ASSERT_TRUE(sh("ip -n " + cp_ns_ + " link set eth0 down"));
+  auto cut = Clock::now();
+  int code = -1;
+  while (Clock::now() - cut < std::chrono::seconds(10) && (code = a_->exited()) < 0) {
+    round();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(code, 1) << a_->log();
+  EXPECT_NE(a_->log().find("no longer leads"), std::string::npos) << a_->log();
+  for (int i = 0; i < 500 && !b_->leading(); ++i) {
+    round();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(b_->leading()) << "B:\n" << b_->log() << "\nA:\n" << a_->log();
+  for (int i = 0; i < 50; ++i) round();
+  // Healed: A comes back (systemd) as a follower of B; nothing restarted, nothing twice.
+  ASSERT_TRUE(sh("ip -n " + cp_ns_ + " link set eth0 up"));
+  a_->start();
+  bool follows = false;
+  for (int i = 0; i < 300 && !follows; ++i) {
+    auto st = a_->call("controlplane.status");
+    follows = st.ok() && !st->value("leading", true) && st->value("leader", "") == b_->address();
+    round();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(follows) << a_->log();
+  EXPECT_EQ(round(), 3);
+  int starts_after = 0;
+  for (auto& m : ms) starts_after += m->starts();
+  EXPECT_EQ(starts_after, starts_before) << "a task was started again";
+  auto show = b_->call("job.show", {{"name", "site"}});
+  ASSERT_TRUE(show.ok());
+  EXPECT_EQ((*show)["tasks"].size(), 3u) << show->dump();
+}
+
+}  // namespace
+}  // namespace weft
