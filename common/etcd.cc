@@ -35,6 +35,29 @@ int64_t num(const json& j, const char* name) {
 
 }  // namespace
 
+Result<std::vector<Kv>> parse_range(const std::string& answer) {
+  json j = json::parse(answer, nullptr, false);
+  if (!j.is_object()) return make_error("etcd answered a range with no JSON object");
+  std::vector<Kv> out;
+  if (auto kvs = j.find("kvs"); kvs != j.end() && kvs->is_array())
+    for (const auto& e : *kvs) {
+      if (!e.is_object()) return make_error("etcd answered a malformed key");
+      auto k = e.find("key"), v = e.find("value");
+      if (k == e.end() || !k->is_string()) return make_error("etcd answered a key without a key");
+      Kv kv;
+      TRY_ASSIGN(kv.key, base64_decode(k->get<std::string>()));
+      if (v != e.end()) {
+        if (!v->is_string()) return make_error("etcd answered a malformed value");
+        TRY_ASSIGN(kv.value, base64_decode(v->get<std::string>()));
+      }
+      kv.create_revision = num(e, "create_revision");
+      kv.mod_revision = num(e, "mod_revision");
+      kv.lease = num(e, "lease");
+      out.push_back(std::move(kv));
+    }
+  return out;
+}
+
 std::string prefix_end(const std::string& prefix) {
   std::string end = prefix;
   while (!end.empty()) {
@@ -143,21 +166,7 @@ Result<std::vector<Kv>> Client::range(const std::string& key, const std::string&
     req["sort_target"] = "KEY";
   }
   TRY_ASSIGN(std::string answer, post("/v3/kv/range", req.dump()));
-  json j = json::parse(answer, nullptr, false);
-  if (!j.is_object()) return make_error("etcd answered a range with no JSON object");
-  std::vector<Kv> out;
-  if (auto kvs = j.find("kvs"); kvs != j.end() && kvs->is_array())
-    for (const auto& e : *kvs) {
-      if (!e.is_object()) return make_error("etcd answered a malformed key");
-      Kv kv;
-      TRY_ASSIGN(kv.key, base64_decode(e.value("key", std::string())));
-      TRY_ASSIGN(kv.value, base64_decode(e.value("value", std::string())));
-      kv.create_revision = num(e, "create_revision");
-      kv.mod_revision = num(e, "mod_revision");
-      kv.lease = num(e, "lease");
-      out.push_back(std::move(kv));
-    }
-  return out;
+  return parse_range(answer);
 }
 
 Result<std::vector<Kv>> Client::range_prefix(const std::string& prefix) {
@@ -219,7 +228,8 @@ Result<TxnResult> Client::txn(const std::vector<Compare>& compares, const std::v
   json j = json::parse(answer, nullptr, false);
   if (!j.is_object()) return make_error("etcd answered a transaction with no JSON object");
   TxnResult r;
-  r.succeeded = j.value("succeeded", false);
+  auto ok = j.find("succeeded");
+  r.succeeded = ok != j.end() && ok->is_boolean() && ok->get<bool>();
   if (auto h = j.find("header"); h != j.end() && h->is_object()) r.revision = num(*h, "revision");
   return r;
 }

@@ -368,13 +368,29 @@ Result<StoredState> EtcdStore::load() {
   undo_.clear();
   TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/")));
   StoredState st;
-  const std::string base = key("state/");
+  TRY(parse_rows(kvs, key("state/"), &st, &tasks_));
+  return st;
+}
+
+Status EtcdStore::parse_rows(const std::vector<etcd::Kv>& kvs, const std::string& base,
+                             StoredState* st, TaskRows* tasks) {
   auto number = [](const std::string& s) -> Result<uint64_t> {
-    if (s.empty() || s.size() > 20 || !std::all_of(s.begin(), s.end(), ::isdigit))
+    if (s.empty() || s.size() > 19 ||
+        !std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= '0' && c <= '9'; }))
       return make_error("bad number \"" + s + "\"");
     return std::strtoull(s.c_str(), nullptr, 10);
   };
+  // Integers only where the rows hold integers: a float (or a string) there is corrupt,
+  // and converting it would be undefined.
+  auto integers = [](const json& j, std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      auto it = j.find(n);
+      if (it != j.end() && !it->is_number_integer())
+        throw std::runtime_error(std::string("'") + n + "' is not an integer");
+    }
+  };
   for (auto& kv : kvs) {
+    if (kv.key.size() < base.size() || kv.key.compare(0, base.size(), base) != 0) continue;
     std::string rest = kv.key.substr(base.size());
     size_t slash = rest.find('/');
     std::string table = rest.substr(0, slash),
@@ -386,27 +402,39 @@ Result<StoredState> EtcdStore::load() {
     try {
       if (table == "entitlements") {
         TRY_ASSIGN(uint64_t n, number(id));
-        st.entitlements.emplace_back(static_cast<EntitlementId>(n), std::move(j));
+        if (!j.is_object()) return corrupt("not an object");
+        integers(j, {"quota"});
+        st->entitlements.emplace_back(static_cast<EntitlementId>(n), std::move(j));
       } else if (table == "machines") {
         TRY_ASSIGN(uint64_t n, number(id));
-        if (!j.is_object()) return corrupt("not an object");
-        st.machines.push_back({static_cast<MachineId>(n), j.at("machine").get<std::string>(),
-                               j.at("entitlement").get<EntitlementId>(), j.at("state")});
+        if (!j.is_object() || !j.contains("state") || !j["state"].is_object())
+          return corrupt("not a machine");
+        integers(j, {"entitlement"});
+        integers(j["state"], {"cpu_milli", "mem_mb"});
+        st->machines.push_back({static_cast<MachineId>(n), j.at("machine").get<std::string>(),
+                                j.at("entitlement").get<EntitlementId>(), j.at("state")});
       } else if (table == "jobs") {
         if (!j.is_object()) return corrupt("not an object");
+        integers(j, {"generation"});
         StoredState::Job row;
         row.spec = j.at("spec");
         row.generation = j.at("generation").get<uint64_t>();
         row.stopping = j.at("stopping").get<bool>();
-        if (!j.at("request").is_null()) row.request = j.at("request");
+        if (!j.at("request").is_null()) {
+          if (!j["request"].is_object()) return corrupt("the placement request is not an object");
+          integers(j["request"], {"generation", "entitlement", "tasks", "cpu_milli", "mem_mb"});
+          row.request = j.at("request");
+        }
         row.placement = j.at("placement");
-        st.jobs.push_back(std::move(row));
+        st->jobs.push_back(std::move(row));
       } else if (table == "tasks") {
         size_t s2 = id.rfind('/');
         if (s2 == std::string::npos || !j.is_object()) return corrupt("not a tasks bucket");
         std::string job = id.substr(0, s2);
         int bucket = std::atoi(id.c_str() + s2 + 1);
         for (auto& [tid, row] : j.items()) {
+          if (!row.is_object()) return corrupt("a task row is not an object");
+          integers(row, {"index", "generation", "machine", "since_wall_us"});
           StoredState::Task t;
           t.record.job = job;
           t.record.id = tid;
@@ -418,25 +446,26 @@ Result<StoredState> EtcdStore::load() {
           t.since_wall_us = row.at("since_wall_us").get<int64_t>();
           t.record.message = row.at("message").get<std::string>();
           t.record.held = row.at("held").get<bool>();
-          tasks_[job][bucket][tid] = row;
-          st.tasks.push_back(std::move(t));
+          (*tasks)[job][bucket][tid] = row;
+          st->tasks.push_back(std::move(t));
         }
       } else if (table == "meta") {
         if (id == "task_seq") {
           TRY_ASSIGN(uint64_t n, number(kv.value));
-          st.task_seq = n;
+          st->task_seq = n;
         }
       } else if (table == "events") {
         if (!j.is_object()) return corrupt("not an object");
-        st.events.push_back({j.at("at_wall_us").get<int64_t>(), j.at("machine").get<std::string>(),
-                             j.at("kind").get<std::string>(), j.at("detail").get<std::string>()});
+        integers(j, {"at_wall_us"});
+        st->events.push_back({j.at("at_wall_us").get<int64_t>(), j.at("machine").get<std::string>(),
+                              j.at("kind").get<std::string>(), j.at("detail").get<std::string>()});
       }
       // state/maintenance/ is read by maintenance(); other keys belong to a newer version.
-    } catch (const json::exception& e) {
+    } catch (const std::exception& e) {
       return corrupt(e.what());
     }
   }
-  return st;
+  return {};
 }
 
 int migrate_to_etcd(const CpConfig& cfg, const std::string& sqlite_path) {

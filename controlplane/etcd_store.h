@@ -74,6 +74,13 @@ class EtcdStore final : public StateStore {
   Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit) override;
   Result<StoredState> load() override;
 
+  // Task rows by job and bucket.
+  using TaskRows = std::map<std::string, std::map<int, std::map<std::string, nlohmann::json>>>;
+  // The rows of a range of keys under `base` ("<prefix>state/"): hostile input (a
+  // corrupt or forged etcd), refused with the key named rather than trusted.
+  static Status parse_rows(const std::vector<etcd::Kv>& kvs, const std::string& base,
+                           StoredState* st, TaskRows* tasks);
+
  private:
   EtcdStore(EtcdStoreConfig cfg, std::unique_ptr<etcd::Client> client)
       : cfg_(std::move(cfg)), client_(std::move(client)) {}
@@ -89,7 +96,7 @@ class EtcdStore final : public StateStore {
   void set_row(const std::string& job, int bucket, const std::string& id,
                std::optional<nlohmann::json> row);
   // Task rows by job and bucket, as written (and the undo log of the open write).
-  std::map<std::string, std::map<int, std::map<std::string, nlohmann::json>>> tasks_;
+  TaskRows tasks_;
   struct Undo {
     std::string job;
     int bucket;

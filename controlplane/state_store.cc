@@ -445,6 +445,20 @@ Result<StoredState> SqliteStore::load() {
 
 Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now) {
   TRY_ASSIGN(StoredState st, load());
+  return apply(std::move(st), alloc, broker, sched, now, wall_now());
+}
+
+Status StateStore::apply(StoredState st, Allocator& alloc, Broker& broker, Scheduler& sched,
+                         uint64_t now, uint64_t wall) {
+  try {
+    return apply_rows(std::move(st), alloc, broker, sched, now, wall);
+  } catch (const std::exception& e) {  // a stored row of the wrong type
+    return make_error(std::string("corrupt stored state: ") + e.what());
+  }
+}
+
+Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, Scheduler& sched,
+                              uint64_t now, uint64_t wall) {
   for (const auto& [id, j] : st.entitlements) {
     if (!j.is_object()) return make_error("corrupt entitlement row");
     EntitlementSpec e{j.value("name", ""),
@@ -488,7 +502,6 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
     }
     sched.restore_job({spec, j.generation, j.stopping});
   }
-  uint64_t wall = wall_now();
   for (auto& t : st.tasks) {
     TaskRecord r = std::move(t.record);
     r.since_us = mono_of(static_cast<uint64_t>(t.since_wall_us), wall, now);

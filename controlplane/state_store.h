@@ -137,7 +137,15 @@ class StateStore {
   // Everything, back into fresh modules (in this order: machines, entitlements,
   // placements, jobs, tasks). The broker must be new: machines get their old ids.
   Status restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now_us);
+  // restore() of rows already read (`wall_now_us`: the wall clock now).
+  static Status apply(StoredState st, Allocator& alloc, Broker& broker, Scheduler& sched,
+                      uint64_t now_us, uint64_t wall_now_us);
 
+ private:
+  static Status apply_rows(StoredState st, Allocator& alloc, Broker& broker, Scheduler& sched,
+                           uint64_t now_us, uint64_t wall_now_us);
+
+ public:
  protected:
   // A monotonic time of this process as the wall-clock time it stands for (never 0).
   int64_t wall_of(uint64_t mono_us) const;

@@ -1,0 +1,26 @@
+// What a control plane replica reads from etcd when it wins the election: a range answer
+// as the network delivered it (JSON, base64 keys and values), its rows parsed, and the
+// rows restored into fresh modules. A forged or corrupt etcd must be refused, never crash
+// the new leader.
+#include <cstdint>
+#include <string>
+
+#include "common/etcd.h"
+#include "controlplane/etcd_store.h"
+
+using namespace weft;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string text(reinterpret_cast<const char*>(data), size);
+  auto kvs = etcd::parse_range(text);
+  if (!kvs.ok()) return 0;
+  cp::StoredState st;
+  cp::EtcdStore::TaskRows tasks;
+  if (!cp::EtcdStore::parse_rows(*kvs, "/weft/state/", &st, &tasks).ok()) return 0;
+  cp::Allocator alloc;
+  cp::Broker broker{alloc};
+  cp::Scheduler sched{alloc};
+  (void)cp::StateStore::apply(std::move(st), alloc, broker, sched, 1'000'000,
+                              1'700'000'000'000'000);
+  return 0;
+}
