@@ -375,7 +375,7 @@ Result<StoredState> EtcdStore::load() {
 Status EtcdStore::parse_rows(const std::vector<etcd::Kv>& kvs, const std::string& base,
                              StoredState* st, TaskRows* tasks) {
   auto number = [](const std::string& s) -> Result<uint64_t> {
-    if (s.empty() || s.size() > 19 ||
+    if (s.empty() || s.size() > 20 || (s.size() == 20 && s > "18446744073709551615") ||
         !std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= '0' && c <= '9'; }))
       return make_error("bad number \"" + s + "\"");
     return std::strtoull(s.c_str(), nullptr, 10);

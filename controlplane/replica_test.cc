@@ -318,14 +318,26 @@ TEST_F(Replicas, AThreeMemberEtcdOverTlsLosesOneThenAMajority) {
   ASSERT_TRUE(created.ok()) << created.error().str();
 
   etcd_->kill(1);  // a majority lost: nothing may lead
-  std::this_thread::sleep_for(std::chrono::seconds(4));
-  for (int i = 0; i < 50; ++i) {
+  // The leader stops within its lease (plus a loaded machine's delays)...
+  bool none = false;
+  for (auto end = Clock::now() + std::chrono::seconds(10); !none && Clock::now() < end;) {
+    none = true;
+    for (Replica* r : rs) {
+      if (r->exited() >= 0) r->start();
+      none = none && !r->leading();
+    }
+    round(ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(none) << "a replica still leads without an etcd majority";
+  // ...and none leads after it.
+  for (int i = 0; i < 40; ++i) {
     for (Replica* r : rs) {
       if (r->exited() >= 0) r->start();
       EXPECT_FALSE(r->leading()) << "a replica leads without an etcd majority";
     }
     round(ms);  // the machine keeps its task, whoever answers
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   EXPECT_EQ(ms[0]->running().size(), 1u);
 

@@ -416,7 +416,7 @@ TEST(EtcdStore, AWriteAfterLeadershipMovedChangesNothing) {
   EXPECT_TRUE((*st)->fenced_out());
   EXPECT_FALSE((*st)->put_entitlement(3, {"later", 1, "", "", {}}).ok());
   auto rows = (*st)->load();
-  ASSERT_TRUE(rows.ok());
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
   ASSERT_EQ(rows->entitlements.size(), 1u);
   EXPECT_EQ(rows->entitlements[0].second.value("name", ""), "before");
 }
