@@ -41,6 +41,7 @@ std::vector<std::string> split_endpoints(const std::string& list) {
 ControlPlaneLink::~ControlPlaneLink() {
   report_timer_.reset();
   retry_timer_.reset();
+  watchdog_.reset();
   reaper_.reset();
   attempt_.reset();
   session_.reset();
@@ -93,6 +94,16 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
     auto d = loop_.add_defer([this] { lost(); });
     if (d.ok()) reaper_ = std::move(d).value();
   });
+  // A replica that accepts the connection but never answers (a frozen process: the
+  // kernel still accepts) must not hold the link: on to the next one.
+  auto w = loop_.add_timer_in(kControlPlaneHelloTimeoutUs, [this, gen] {
+    if (gen != generation_ || !session_ || accepted_) return;
+    log_warn("the control plane did not answer " + who_ + "'s hello; trying the next replica",
+             {{"ENDPOINT", endpoint()}});
+    ++generation_;  // the hello's failure is this, already said
+    session_->close();
+  });
+  if (w.ok()) watchdog_ = std::move(w).value();
   hello_(*session_, [this, gen](Result<nlohmann::json> r) {
     if (gen != generation_ || !session_) return;
     if (!r.ok()) {
@@ -103,6 +114,7 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
         next_ = it != endpoints_.end() ? static_cast<size_t>(it - endpoints_.begin())
                                        : (current_ + 1) % endpoints_.size();
         redirected_ = true;
+        follower_answered_ = true;
         log_debug("the control plane follows; trying the leader",
                   {{"ENDPOINT", endpoint()}, {"LEADER", r.error().leader}});
       } else {
@@ -113,6 +125,7 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
       return;
     }
     accepted_ = true;
+    watchdog_.reset();
     backoff_us_ = 500'000;
     tried_ = 0;
     if (r->is_object() && r->contains("heartbeat_interval_ms") &&
@@ -126,6 +139,16 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
 
 void ControlPlaneLink::report_now() {
   if (!accepted_ || !session_ || session_->closed()) return;
+  // Every report is answered; a control plane silent for three intervals is gone even if
+  // its socket is not (frozen, or cut off behind a proxy): the next replica is tried, so
+  // the machine reaches a new leader before that leader counts it dead.
+  uint64_t silent = now_monotonic_us() - session_->last_heard_us();
+  if (silent > silence_limit_us()) {
+    log_warn(who_ + ": the control plane stopped answering; trying the next replica",
+             {{"ENDPOINT", endpoint()}, {"SILENT_MS", std::to_string(silent / 1000)}});
+    session_->close();
+    return;
+  }
   report_(*session_);
   schedule_report();
 }
@@ -141,6 +164,7 @@ void ControlPlaneLink::lost() {
   accepted_ = false;
   reaper_.reset();
   report_timer_.reset();
+  watchdog_.reset();
   session_.reset();
   if (retry_timer_.active()) return;
   // Several endpoints (control plane replicas): each is tried in turn, quickly, and a
@@ -158,7 +182,15 @@ void ControlPlaneLink::lost() {
   if (endpoints_.size() > 1 && tried_ % (2 * endpoints_.size()) != 0) {
     delay = 100'000;
   } else {
-    backoff_us_ = std::min<uint64_t>(backoff_us_ * 2, 30'000'000);
+    // A round that found no leader. If a follower answered, an election is under way (a
+    // leader is a lease TTL away): the backoff stays short, so the machine reaches the
+    // new leader well within its dead-machine timeout. If nothing answered, it grows
+    // to 30 s. Jitter (up to a quarter) keeps a fleet that lost its leader together from
+    // coming back in lockstep.
+    uint64_t cap = std::exchange(follower_answered_, false) ? 2'000'000 : 30'000'000;
+    backoff_us_ = std::min<uint64_t>(backoff_us_ * 2, cap);
+    delay = std::min(delay, cap);
+    delay += static_cast<uint64_t>(jitter_() % (delay / 4 + 1));
   }
   auto t = loop_.add_timer_in(delay, [this] { connect(); });
   if (t.ok()) retry_timer_ = std::move(t).value();

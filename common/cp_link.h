@@ -1,16 +1,21 @@
 // A machine daemon's session to weft-controlplane (weft-agent, weft-sidekick and
 // weft-hcs each open one). The link connects, says hello (the daemon's first call, e.g.
 // machine.register), then calls the daemon's periodic report every interval until the
-// session closes; it reconnects with exponential backoff (0.5 s doubling to 30 s, reset
-// by an accepted hello). `endpoint` may list several control plane replicas separated by
-// commas: the link tries them in turn and follows a follower's "not the leader" answer. Requests
-// the control plane sends down the session (commands) are answered through the daemon's dispatcher.
-// While the control plane is away nothing on the machine changes: the daemons keep what they run.
+// session closes; it reconnects with exponential backoff (0.5 s doubling to 30 s, 2 s
+// while a follower answers, jittered, reset by an accepted hello). A control plane that
+// leaves the hello unanswered for 5 s, or every report for three intervals, counts as
+// gone (a frozen process keeps its socket). `endpoint` may list several control plane replicas
+// separated by commas: the link tries them in turn and follows a follower's "not the leader"
+// answer. Requests the control plane sends down the session (commands) are answered through the
+// daemon's dispatcher. While the control plane is away nothing on the machine changes: the daemons
+// keep what they run.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -64,6 +69,7 @@ class ControlPlaneLink {
   void connected(Result<Fd> fd);
   void lost();
   void schedule_report();
+  uint64_t silence_limit_us() const { return std::max<uint64_t>(3 * interval_us_, 1'000'000); }
 
   EventLoop& loop_;
   // The control plane's endpoints (replicas: docs/replicas.md), the one in use, and
@@ -83,6 +89,9 @@ class ControlPlaneLink {
   std::string server_name_;
   bool accepted_ = false;
   Source report_timer_, retry_timer_, reaper_;
+  Source watchdog_;                 // the hello's deadline
+  bool follower_answered_ = false;  // in this round of endpoints
+  std::minstd_rand jitter_{std::random_device{}()};
   uint64_t backoff_us_ = 500'000;
   uint64_t interval_us_ = 5'000'000;
   uint64_t generation_ = 0;  // which session a late hello reply belongs to
@@ -93,6 +102,8 @@ std::vector<std::string> split_endpoints(const std::string& list);
 
 // How long one connect (name resolution included) may take before the link retries.
 inline constexpr uint64_t kControlPlaneConnectTimeoutUs = 5'000'000;
+// How long a control plane may take to answer the hello before the next one is tried.
+inline constexpr uint64_t kControlPlaneHelloTimeoutUs = 5'000'000;
 
 // Checks a configured control_plane endpoint ("" = none); the error names `where`. A TCP
 // endpoint needs TLS (`tls`), or `insecure` (insecure_control_plane = true, for tests).

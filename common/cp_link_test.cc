@@ -3,7 +3,14 @@
 // replica when the leader goes away.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "common/cp_link.h"
 #include "common/fs.h"
@@ -66,6 +73,101 @@ TEST(ControlPlaneLink, FollowsTheLeaderAmongReplicas) {
   EXPECT_EQ(rs[1].hellos, 1);
   link.reset();
   for (auto& r : rs) r.server.reset();
+  (void)remove_tree(dir);
+}
+
+// A listening Unix socket at `path` (the caller accepts, or never does).
+Fd listen_at(const std::string& path) {
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(fd.get(), 4) != 0)
+    return Fd();
+  return fd;
+}
+
+// Replicas that are there but do not answer (a frozen process: the kernel still
+// accepts its connections) are left for the next: one that never answers the hello
+// (after the hello timeout), one that answers the hello and then no report (after three
+// report intervals), and the link ends at the replica that answers.
+TEST(ControlPlaneLink, AReplicaThatStopsAnsweringIsLeft) {
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-link-" + random_hex(5));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  // 0: accepts nothing.
+  Fd mute = listen_at(dir + "/mute.sock");
+  ASSERT_TRUE(mute.valid());
+  // 1: answers the hello (reports every 100 ms), then reads and never answers.
+  Fd frozen = listen_at(dir + "/frozen.sock");
+  ASSERT_TRUE(frozen.valid());
+  int lines_unanswered = 0;
+  std::thread frozen_side([&] {
+    pollfd p{frozen.get(), POLLIN, 0};
+    if (::poll(&p, 1, 15'000) != 1) return;
+    Fd c(::accept4(frozen.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    std::string in;
+    char buf[4096];
+    bool answered = false;
+    for (;;) {
+      pollfd q{c.get(), POLLIN, 0};
+      if (::poll(&q, 1, 15'000) != 1) return;
+      ssize_t n = ::read(c.get(), buf, sizeof buf);
+      if (n <= 0) return;  // the link left
+      in.append(buf, static_cast<size_t>(n));
+      for (size_t nl; (nl = in.find('\n')) != std::string::npos; in.erase(0, nl + 1)) {
+        if (answered) {
+          ++lines_unanswered;
+          continue;
+        }
+        json hello = json::parse(in.substr(0, nl));
+        std::string reply = json{{"jsonrpc", "2.0"},
+                                 {"id", hello["id"]},
+                                 {"result", {{"heartbeat_interval_ms", 100}}}}
+                                .dump() +
+                            "\n";
+        if (::write(c.get(), reply.data(), reply.size()) != static_cast<ssize_t>(reply.size()))
+          return;
+        answered = true;
+      }
+    }
+  });
+  // 2: leads and answers.
+  Replica live;
+  live.sock = dir + "/live.sock";
+  int reports = 0;
+  live.methods.add("machine.register", [&](const json&, const rpc::CallContext&) -> Result<json> {
+    ++live.hellos;
+    return json{{"heartbeat_interval_ms", 100}};
+  });
+  live.methods.add("machine.report", [&](const json&, const rpc::CallContext&) -> Result<json> {
+    ++reports;
+    return json::object();
+  });
+  live.server = std::make_unique<rpc::Server>(**loop, &live.methods);
+  ASSERT_TRUE(live.server->listen_unix(live.sock, 0600).ok());
+
+  auto link = std::make_unique<ControlPlaneLink>(
+      **loop, dir + "/mute.sock," + dir + "/frozen.sock," + live.sock, "test", nullptr,
+      [](rpc::Session& s, ControlPlaneLink::Done done) {
+        s.call("machine.register", json::object(), std::move(done));
+      },
+      [](rpc::Session& s) { s.call("machine.report", json::object(), [](Result<json>) {}); });
+  auto t0 = std::chrono::steady_clock::now();
+  link->start();
+  for (int i = 0; i < 1500 && reports < 3; ++i) (void)(*loop)->run_once(10'000);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(live.hellos, 1);
+  EXPECT_GE(reports, 3) << "the link never reached the replica that answers";
+  // The hello timeout (5 s) and three intervals (at least 1 s), not much more.
+  EXPECT_GE(took, 6.0);
+  EXPECT_LT(took, 12.0);
+  link.reset();
+  frozen_side.join();
+  EXPECT_GE(lines_unanswered, 3) << "the frozen replica was left before three report intervals";
+  live.server.reset();
   (void)remove_tree(dir);
 }
 

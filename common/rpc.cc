@@ -139,6 +139,7 @@ Status Session::start() {
   // Edge-triggered: every handler reads until the socket is drained and writes until it
   // is full, so a ready socket is reported once, not by every wait of the loop (with
   // thousands of sessions, level-triggered waits cost O(ready sessions) per dispatch).
+  last_heard_us_ = now_monotonic_us();
   TRY_ASSIGN(io_, loop_.add_io(fd_.get(), EPOLLIN | EPOLLET, [this](uint32_t ev) { on_io(ev); }));
   if (ssl_) {
     TRY_ASSIGN(handshake_timer_, loop_.add_timer_in(handshake_timeout_us_, [this] {
@@ -349,6 +350,7 @@ void Session::reply_error(const json& id, const RpcError& e) {
 
 void Session::handle_line(const std::string& line) {
   if (line.find_first_not_of(" \t") == std::string::npos) return;  // blank lines are ignored
+  last_heard_us_ = now_monotonic_us();
   // No exception may reach the event loop: every access below checks types, and this is
   // the last line of defence for a bug in that.
   try {

@@ -204,6 +204,9 @@ class Session {
   void set_on_close(std::function<void()> fn) { on_close_ = std::move(fn); }
   // Further code that must know when the session closes (the owner's on_close stays).
   void watch_close(std::function<void()> fn) { close_watchers_.push_back(std::move(fn)); }
+  // When the peer last sent a whole message (CLOCK_MONOTONIC, microseconds; the start
+  // until then): a peer that stopped answering is told from a slow one by how long ago.
+  uint64_t last_heard_us() const { return last_heard_us_; }
 
  private:
   void on_io(uint32_t revents);
@@ -232,6 +235,7 @@ class Session {
   bool closed_ = false;
   bool want_out_ = false;
   int64_t next_id_ = 1;
+  uint64_t last_heard_us_ = 0;
   std::map<int64_t, ReplyFn> pending_;
   std::shared_ptr<BufferBudget> budget_;
   size_t accounted_ = 0;  // this session's share of budget_->used

@@ -1,8 +1,8 @@
 // For tests and benchmarks of control plane replicas (controlplane/replica_test.cc,
 // bench/cp_failover.cc): weft-controlplane processes on one etcd, and machines as the
-// control plane sees them (blocking sessions that register, report and run what they
-// are told), which look for the leader among the replicas' sockets as a machine
-// daemon's link does.
+// control plane sees them (sessions that register, report and run what they are told,
+// driven by the test or by a thread of their own), which look for the leader among the
+// replicas' sockets as a machine daemon's link does.
 #pragma once
 
 #include <fcntl.h>
@@ -12,8 +12,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/etcd_test_server.h"
@@ -26,25 +30,35 @@ using json = nlohmann::json;
 
 // A machine's session as the control plane sees it (like process_test.cc's, with the
 // replica search a machine daemon's link makes: every socket in turn, a follower's
-// "not the leader" moves on).
+// "not the leader" moves on). Driven by the test (connect, report), or by its own
+// thread (start_reporting) as a machine daemon is: reports every interval, leaves a
+// control plane that does not answer within `timeout_ms` (a frozen one) for the next.
 class Machine {
  public:
   explicit Machine(std::string id) : id_(std::move(id)) {
     methods_.add("task.run", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       std::string name = p["name"].get<std::string>();
+      std::lock_guard<std::recursive_mutex> g(world_mu_);
       if (running_.count(name)) return make_error("exists").with_code(rpc::kConflict);
       running_.insert(name);
       ++starts_;
       return json{{"id", name}};
     });
     methods_.add("task.stop", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      std::lock_guard<std::recursive_mutex> g(world_mu_);
       running_.erase(p["id"].get<std::string>());
       return json::object();
     });
   }
-  // Registers with whichever of `socks` leads; false when none does.
+  ~Machine() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // Registers with whichever of `socks` leads (from the one after the last that failed);
+  // false when none does.
   bool connect(const std::vector<std::string>& socks) {
-    for (const auto& s : socks) {
+    for (size_t i = 0; i < socks.size(); ++i) {
+      const std::string& s = socks[(next_ + i) % socks.size()];
       auto c = rpc::Client::connect(s);
       if (!c.ok()) continue;
       (*c)->set_dispatcher(&methods_);
@@ -56,13 +70,17 @@ class Machine {
                            {"cpu_milli", 4000},
                            {"mem_mb", 8192},
                            {"boot_id", boot_}},
-                          3000);
+                          timeout_ms_);
       if (!r.ok()) {
+        std::lock_guard<std::recursive_mutex> g(world_mu_);
         last_error_ = r.error();
         continue;
       }
-      if (!(*c)->call("health.report", {{"machine", id_}, {"verdict", "ok"}}, 3000).ok()) continue;
+      if (!(*c)->call("health.report", {{"machine", id_}, {"verdict", "ok"}}, timeout_ms_).ok())
+        continue;
       client_ = std::move(c).value();
+      next_ = (next_ + i) % socks.size();
+      connected_ = true;
       return true;
     }
     return false;
@@ -71,21 +89,74 @@ class Machine {
   bool report() {
     if (!client_) return false;
     json tasks = json::object();
-    for (const auto& t : running_) tasks[t] = "running";
-    auto r = client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}}, 3000);
-    if (!r.ok()) client_.reset();
+    for (const auto& t : running()) tasks[t] = "running";
+    auto r = client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}}, timeout_ms_);
+    if (!r.ok()) {
+      client_.reset();
+      connected_ = false;
+      ++next_;  // this one failed: the next connect starts after it
+    }
     return r.ok();
   }
-  bool connected() const { return client_ != nullptr; }
-  void disconnect() { client_.reset(); }  // silent: its tasks run on, unreported
-  const std::set<std::string>& running() const { return running_; }
-  int starts() const { return starts_; }
-  const Error& last_error() const { return last_error_; }
+  // From now on its own thread connects, reports every `interval_ms` and reconnects;
+  // connect()/report() are no longer the test's to call.
+  void start_reporting(std::vector<std::string> socks, int interval_ms = 100,
+                       int timeout_ms = 800) {
+    timeout_ms_ = timeout_ms;
+    thread_ = std::thread([this, socks = std::move(socks), interval_ms] {
+      while (!stop_) {
+        if (drop_.exchange(false)) {
+          client_.reset();
+          connected_ = false;
+        }
+        if (!client_)
+          connect(socks);
+        else
+          report();
+        std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+      }
+    });
+  }
+  bool reporting() const { return thread_.joinable(); }
+  // Holds every machine still while the caller looks at all of them.
+  static std::unique_lock<std::recursive_mutex> snapshot() {
+    return std::unique_lock<std::recursive_mutex>(world_mu_);
+  }
+  bool connected() const { return connected_; }
+  // Silent: its tasks run on, unreported (a daemon restarting).
+  void disconnect() {
+    if (reporting()) {
+      drop_ = true;
+      return;
+    }
+    client_.reset();
+    connected_ = false;
+  }
+  std::set<std::string> running() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    return running_;
+  }
+  int starts() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    return starts_;
+  }
+  Error last_error() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    return last_error_;
+  }
 
  private:
   std::string id_, boot_ = random_hex(8);
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
+  size_t next_ = 0;
+  int timeout_ms_ = 3000;
+  std::atomic<bool> connected_{false}, drop_{false}, stop_{false};
+  std::thread thread_;
+  // What the sessions' threads change and the test reads: one lock for every machine,
+  // so a test sees all of them at one moment (a task moved from one to another is
+  // never seen on both, or on neither, by a check between the two commands).
+  inline static std::recursive_mutex world_mu_;
   std::set<std::string> running_;
   int starts_ = 0;
   Error last_error_;
@@ -116,6 +187,7 @@ class Replica {
   // Runs in this network namespace (/run/netns/NAME; root), e.g. one a test cuts off.
   void set_netns(std::string name) { netns_ = std::move(name); }
   void start() {
+    status_ = -1;
     pid_ = fork();
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -144,8 +216,11 @@ class Replica {
     if (pid_ <= 0) return;
     kill(pid_, sig);
     if (sig == SIGSTOP || sig == SIGCONT) return;
-    waitpid(pid_, nullptr, 0);
+    int st = 0;
+    waitpid(pid_, &st, 0);
     pid_ = -1;
+    // Ended: exited() says so, and the tests that play systemd start it again.
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
   Result<json> call(const std::string& m, const json& p = json::object()) {
     TRY_ASSIGN(auto c, rpc::Client::connect(sock()));

@@ -59,16 +59,20 @@ class Replicas : public ::testing::Test {
     return false;
   }
   std::vector<std::string> socks() const { return {a_->sock(), b_->sock()}; }
-  // One round: every machine reports (reconnecting to the leader if its session is
-  // gone). Fails the test if an index of the job runs twice in one generation or a task
-  // runs on two machines.
+  // One round: every machine the test drives reports (reconnecting to the leader if its
+  // session is gone; those with their own thread report by themselves). Fails the test
+  // if an index of the job runs twice in one generation or a task runs on two machines,
+  // as seen at one moment on every machine.
   void round(std::vector<std::unique_ptr<Machine>>& ms) {
-    std::map<std::string, int> copies;
     for (auto& m : ms) {
+      if (m->reporting()) continue;
       if (!m->connected()) m->connect(socks());
       m->report();
-      for (const auto& t : m->running()) ++copies[t];
     }
+    std::map<std::string, int> copies;
+    auto world = Machine::snapshot();
+    for (auto& m : ms)
+      for (const auto& t : m->running()) ++copies[t];
     std::map<std::string, int> per_index;  // "<index>.<generation>"
     for (const auto& [id, n] : copies) {
       EXPECT_EQ(n, 1) << id << " runs on two machines";
@@ -297,13 +301,17 @@ TEST_F(Replicas, AThreeMemberEtcdOverTlsLosesOneThenAMajority) {
   std::vector<std::unique_ptr<Machine>> ms;
   ms.push_back(std::make_unique<Machine>("m0"));
   ASSERT_TRUE(ms.back()->connect(socks()));
+  ms.back()->start_reporting(socks());
   json job{{"name", "before"},
            {"entitlement", "web"},
            {"count", 1},
            {"per_task", {{"cpu_milli", 100}, {"mem_mb", 64}}},
            {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
   ASSERT_TRUE(l->call("job.create", job).ok());
-  for (int i = 0; i < 100 && ms[0]->running().empty(); ++i) round(ms);
+  for (int i = 0; i < 200 && ms[0]->running().empty(); ++i) {
+    round(ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   ASSERT_EQ(ms[0]->running().size(), 1u);
 
   etcd_->kill(0);  // one of three: the other two are a majority
@@ -377,6 +385,7 @@ TEST_F(Replicas, ChaosKeepsEveryInvariant) {
   for (int i = 0; i < 5; ++i) {
     ms.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
     ASSERT_TRUE(ms.back()->connect(socks()));
+    ms.back()->start_reporting(socks());
   }
   ASSERT_TRUE(a_->call("entitlement.create", {{"name", "web"}, {"quota", 5}}).ok());
   const int kJobs = 3, kCount = 2;
@@ -408,15 +417,31 @@ TEST_F(Replicas, ChaosKeepsEveryInvariant) {
     for (auto& m : ms) running += static_cast<int>(m->running().size());
     return running == kJobs * kCount;
   };
+  // What happened, for a failure's message: each fault and how long healing took.
+  auto begun = Clock::now();
+  std::string history;
+  auto note = [&](const std::string& what) {
+    char at[32];
+    std::snprintf(at, sizeof at, "%8.2f s  ",
+                  std::chrono::duration<double>(Clock::now() - begun).count());
+    history += at + what + "\n";
+  };
   auto settle = [&](const char* after) {
     auto t0 = Clock::now();
     while (Clock::now() - t0 < std::chrono::seconds(10)) {
-      if (tick()) return;
+      if (tick()) {
+        note(std::string("  back at every count after ") +
+             std::to_string(
+                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()) +
+             " ms");
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ADD_FAILURE() << "not back at every job's count 10 s after: " << after << " (seed " << seed
-                  << ")\n"
-                  << a_->log() << "\n"
+                  << ")\nfaults:\n"
+                  << history << "replica a:\n"
+                  << a_->log() << "\nreplica b:\n"
                   << b_->log();
   };
   auto run_for = [&](double s) {
@@ -470,9 +495,13 @@ TEST_F(Replicas, ChaosKeepsEveryInvariant) {
       }
     }
     ++faults;
+    note(std::string(what) + " (healed)");
     settle(what);
   }
   RecordProperty("faults", faults);
+  if (HasFailure())
+    std::fprintf(stderr, "seed %llu, faults:\n%s", static_cast<unsigned long long>(seed),
+                 history.c_str());
   EXPECT_GE(faults, 3);
 }
 
