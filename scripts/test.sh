@@ -22,24 +22,27 @@ echo "== format check"
 mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find common agent cli tests bench -name '*.cc' -o -name '*.h')
 clang-format --dry-run -Werror "${sources[@]}"
 
+started=$SECONDS
+# Each stage's start, with the minutes spent so far (where CI's time goes).
+stage() { echo "== $* (at $(( (SECONDS - started) / 60 )) min)"; }
 build() {
   local dir=$1; shift
-  echo "== build ($dir)"
+  stage "build ($dir)"
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
   cmake --build "$dir"
 }
 run_tests() {
-  echo "== test ($1)"
+  stage "test ($1)"
   ctest --test-dir "$1" --output-on-failure --timeout 1200 -j2
 }
 
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # Packages first: lintian/rpmlint are part of the suite and the guest installs the .deb.
-echo "== packages"
+stage packages
 ./scripts/package.sh
 run_tests build
 if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
-  build build-asan -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON
+  build build-asan -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON -DWEFT_BENCH=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_tests build-asan
 fi
@@ -48,4 +51,4 @@ fi
 if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
   ./scripts/fuzz.sh
 fi
-echo "== all tests passed"
+stage "all tests passed"
