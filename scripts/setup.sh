@@ -16,7 +16,7 @@ PACKAGES=(
   clang bpftool libbpf-dev
   libseccomp-dev libfuzzer-14-dev libclang-rt-14-dev
   libssl-dev openssl
-  libmicrohttpd-dev libcurl4-openssl-dev
+  libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev
   gnuplot-nox
   etcd-server etcd-client
 )

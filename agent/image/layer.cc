@@ -1,0 +1,292 @@
+#include "agent/image/layer.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/fs.h"
+
+namespace weft::image {
+
+namespace {
+
+struct ReadFree {
+  void operator()(archive* a) const { archive_read_free(a); }
+};
+struct WriteFree {
+  void operator()(archive* a) const { archive_write_free(a); }
+};
+
+// "./a//b/" -> "a/b"; empty for the root itself; an error for ".." or an absolute path.
+Result<std::string> clean_path(const char* raw) {
+  if (!raw) return make_error("an entry without a name");
+  std::string_view p(raw);
+  if (p.size() > PATH_MAX) return make_error("an entry name longer than PATH_MAX");
+  if (!p.empty() && p.front() == '/')
+    return make_error("'" + std::string(p.substr(0, 200)) + "' is an absolute path");
+  std::string out;
+  size_t i = 0;
+  while (i <= p.size()) {
+    size_t j = p.find('/', i);
+    if (j == std::string_view::npos) j = p.size();
+    std::string_view c = p.substr(i, j - i);
+    if (c == "..") return make_error("'" + std::string(p.substr(0, 200)) + "' climbs out with ..");
+    if (!c.empty() && c != ".") {
+      if (!out.empty()) out += '/';
+      out += c;
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+// Opens `rel` beneath `root` without following any symlink or leaving `root`.
+int open_beneath(int root, const std::string& rel, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC | O_NOFOLLOW);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(
+      syscall(SYS_openat2, root, rel.empty() ? "." : rel.c_str(), &how, sizeof how));
+}
+
+// The directory `rel` beneath `root`, made (0755) where missing: an fd, or -1 with errno.
+int dir_beneath(int root, const std::string& rel) {
+  int fd = open_beneath(root, "", O_RDONLY | O_DIRECTORY);
+  if (fd < 0 || rel.empty()) return fd;
+  size_t i = 0;
+  while (i < rel.size()) {
+    size_t j = rel.find('/', i);
+    if (j == std::string::npos) j = rel.size();
+    std::string c = rel.substr(i, j - i);
+    if (mkdirat(fd, c.c_str(), 0755) != 0 && errno != EEXIST) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      return -1;
+    }
+    int next = open_beneath(fd, c, O_RDONLY | O_DIRECTORY);
+    int e = errno;
+    close(fd);
+    if (next < 0) {
+      errno = e;
+      return -1;
+    }
+    fd = next;
+    i = j + 1;
+  }
+  return fd;
+}
+
+// Keeps only the extended attributes an image may set: user.* and file capabilities
+// (trusted.* would forge overlayfs's own metadata; security.* beyond capabilities is the
+// host's LSM labelling).
+void filter_xattrs(archive_entry* e) {
+  struct X {
+    std::string name;
+    std::string value;
+  };
+  std::vector<X> keep;
+  archive_entry_xattr_reset(e);
+  const char* name = nullptr;
+  const void* value = nullptr;
+  size_t size = 0;
+  while (archive_entry_xattr_next(e, &name, &value, &size) == ARCHIVE_OK) {
+    if (!name) continue;
+    std::string n(name);
+    if (n.rfind("user.", 0) == 0 || n == "security.capability")
+      keep.push_back({n, std::string(static_cast<const char*>(value), size)});
+  }
+  archive_entry_xattr_clear(e);
+  for (const auto& x : keep)
+    archive_entry_xattr_add_entry(e, x.name.c_str(), x.value.data(), x.value.size());
+}
+
+std::string archive_message(archive* a) {
+  const char* m = archive_error_string(a);
+  return m ? m : "unknown libarchive error";
+}
+
+}  // namespace
+
+Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compression c,
+                                 const UnpackLimits& limits) {
+  char real[PATH_MAX];
+  if (!realpath(dir.c_str(), real)) return sys_error("layer directory " + dir);
+  std::string root = real;
+  std::string prefix = root == "/" ? "/" : root + "/";
+  Fd rootfd(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd.valid()) return sys_error("open " + root);
+
+  std::unique_ptr<archive, ReadFree> in(archive_read_new());
+  std::unique_ptr<archive, WriteFree> out(archive_write_disk_new());
+  if (!in || !out) return make_error("libarchive: out of memory");
+  archive_read_support_format_tar(in.get());
+  switch (c) {
+    case oci::Compression::kNone:
+      archive_read_support_filter_none(in.get());
+      break;
+    case oci::Compression::kGzip:
+      archive_read_support_filter_gzip(in.get());
+      break;
+    case oci::Compression::kZstd:
+      archive_read_support_filter_zstd(in.get());
+      break;
+  }
+  int flags = ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR |
+              ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+              ARCHIVE_EXTRACT_SAFE_WRITES;
+  if (geteuid() == 0) flags |= ARCHIVE_EXTRACT_OWNER;
+  archive_write_disk_set_options(out.get(), flags);
+  if (archive_read_open_fd(in.get(), fd, 1 << 16) != ARCHIVE_OK)
+    return make_error("layer is not a tar stream: " + archive_message(in.get()));
+
+  UnpackStats st;
+  for (;;) {
+    archive_entry* e = nullptr;
+    int r = archive_read_next_header(in.get(), &e);
+    if (r == ARCHIVE_EOF) break;
+    if (r < ARCHIVE_WARN) return make_error("layer: " + archive_message(in.get()));
+    if (++st.entries > limits.max_entries)
+      return make_error("layer has more than " + std::to_string(limits.max_entries) + " entries");
+    auto rel = clean_path(archive_entry_pathname(e));
+    if (!rel.ok()) return make_error("layer entry refused: " + rel.error().message);
+    if (rel->empty()) continue;  // "./": the root, which the layer directory is
+    mode_t type = archive_entry_filetype(e);
+    if (type == AE_IFREG) {
+      int64_t size = archive_entry_size(e);
+      if (size < 0 || static_cast<uint64_t>(size) > limits.max_bytes - st.bytes)
+        return make_error("layer is larger than " + std::to_string(limits.max_bytes) +
+                          " bytes uncompressed");
+      st.bytes += static_cast<uint64_t>(size);
+    }
+    size_t slash = rel->rfind('/');
+    std::string parent = slash == std::string::npos ? "" : rel->substr(0, slash);
+    std::string base = slash == std::string::npos ? *rel : rel->substr(slash + 1);
+    if (base.rfind(".wh.", 0) == 0) {
+      ++st.whiteouts;
+      int pfd = dir_beneath(rootfd.get(), parent);
+      if (pfd < 0) return sys_error("whiteout " + *rel + ": parent directory");
+      Fd p(pfd);
+      if (base == ".wh..wh..opq") {
+        if (fsetxattr(p.get(), "trusted.overlay.opaque", "y", 1, 0) != 0)
+          return sys_error("opaque whiteout " + *rel);
+      } else {
+        std::string name = base.substr(4);
+        if (name.empty() || name == "." || name == "..")
+          return make_error("layer entry refused: whiteout '" + *rel + "' names nothing");
+        (void)unlinkat(p.get(), name.c_str(), 0);
+        if (mknodat(p.get(), name.c_str(), S_IFCHR | 0, makedev(0, 0)) != 0)
+          return sys_error("whiteout " + *rel);
+      }
+      continue;
+    }
+    if (type == AE_IFCHR || type == AE_IFBLK) {
+      ++st.skipped_devices;
+      continue;
+    }
+    std::string full = prefix + *rel;
+    archive_entry_set_pathname(e, full.c_str());
+    if (const char* hl = archive_entry_hardlink(e)) {
+      auto target = clean_path(hl);
+      if (!target.ok() || target->empty())
+        return make_error("layer entry refused: hard link " + *rel + " -> " +
+                          (target.ok() ? std::string("the root") : target.error().message));
+      std::string t = prefix + *target;
+      archive_entry_set_hardlink(e, t.c_str());
+    }
+    filter_xattrs(e);
+    r = archive_write_header(out.get(), e);
+    if (r < ARCHIVE_WARN)
+      return make_error("layer entry " + *rel + ": " + archive_message(out.get()));
+    if (type == AE_IFREG && archive_entry_size(e) > 0) {
+      const void* buf = nullptr;
+      size_t len = 0;
+      la_int64_t off = 0;
+      for (;;) {
+        r = archive_read_data_block(in.get(), &buf, &len, &off);
+        if (r == ARCHIVE_EOF) break;
+        if (r < ARCHIVE_WARN)
+          return make_error("layer entry " + *rel + ": " + archive_message(in.get()));
+        if (archive_write_data_block(out.get(), buf, len, off) < ARCHIVE_WARN)
+          return make_error("layer entry " + *rel + ": " + archive_message(out.get()));
+      }
+    }
+    if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN)
+      return make_error("layer entry " + *rel + ": " + archive_message(out.get()));
+  }
+  // Directory modes and times are set last (a read-only directory still takes entries).
+  if (archive_write_close(out.get()) != ARCHIVE_OK)
+    return make_error("layer: " + archive_message(out.get()));
+  return st;
+}
+
+Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::string& dir,
+                                          oci::Compression c, const UnpackLimits& limits) {
+  Fd in(open(blob.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return sys_error("open " + blob);
+  Fd root(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root.valid()) return sys_error("open " + dir);
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return sys_error("pipe");
+  Fd rd(pipefd[0]), wr(pipefd[1]);
+  pid_t pid = fork();
+  if (pid < 0) return sys_error("fork");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    std::string reply;
+    if (fchdir(root.get()) != 0 || chroot(".") != 0 || chdir("/") != 0) {
+      reply = "E chroot into the layer directory: " + std::string(strerror(errno));
+    } else {
+      auto r = unpack_layer(in.get(), "/", c, limits);
+      if (r.ok())
+        reply = "O " + std::to_string(r->entries) + " " + std::to_string(r->bytes) + " " +
+                std::to_string(r->whiteouts) + " " + std::to_string(r->skipped_devices);
+      else
+        reply = "E " + r.error().str();
+    }
+    (void)!write(wr.get(), reply.data(), reply.size());
+    _exit(0);
+  }
+  wr = Fd();
+  std::string reply;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(rd.get(), buf, sizeof buf);
+    if (n > 0) {
+      reply.append(buf, static_cast<size_t>(n));
+      if (reply.size() > 65536) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return make_error("layer unpack ended abnormally (status " + std::to_string(status) + ")");
+  if (reply.rfind("O ", 0) == 0) {
+    UnpackStats st;
+    if (sscanf(reply.c_str() + 2, "%lu %lu %lu %lu", &st.entries, &st.bytes, &st.whiteouts,
+               &st.skipped_devices) == 4)
+      return st;
+  }
+  if (reply.rfind("E ", 0) == 0) return make_error(reply.substr(2));
+  return make_error("layer unpack gave no answer");
+}
+
+}  // namespace weft::image

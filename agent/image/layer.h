@@ -1,0 +1,51 @@
+// Unpacking an image layer (a tar stream, plain, gzip or zstd) into a directory that
+// becomes one read-only lower layer of a task's overlayfs root.
+//
+// A layer is hostile input. The unpack runs in a child process chrooted into the
+// layer's directory (nothing outside it can be named, whatever libarchive or this code
+// gets wrong), and on top of that refuses entries with ".." or absolute paths and never
+// writes through a symlink (libarchive's secure extraction flags). Symlinks themselves
+// are kept as they are, absolute ones included: they resolve inside the task's root.
+//
+// OCI whiteouts become overlayfs whiteouts: ".wh.<name>" a character device 0:0 named
+// <name>, ".wh..wh..opq" the directory's trusted.overlay.opaque=y. Character and block
+// devices are skipped (a task's /dev is weft's, and the overlay is mounted nodev);
+// setuid and setgid bits are kept as the image has them (the overlay is mounted nosuid
+// and tasks run with no_new_privs, so they grant nothing). Owners are numeric, as OCI
+// layers carry them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/oci.h"
+#include "common/result.h"
+
+namespace weft::image {
+
+struct UnpackLimits {
+  uint64_t max_bytes = uint64_t{32} << 30;  // uncompressed: a decompression bomb stops here
+  uint64_t max_entries = 1'000'000;
+};
+
+struct UnpackStats {
+  uint64_t entries = 0;
+  uint64_t bytes = 0;            // uncompressed file contents
+  uint64_t whiteouts = 0;        // ".wh.<name>" and opaque markers
+  uint64_t skipped_devices = 0;  // character and block devices
+};
+
+// Unpacks the tar stream on `fd` (compressed as `c`) into `dir`, which must exist and is
+// taken as the root: every entry lands beneath it. In this process, relative to `dir`
+// (the caller's working directory is not changed): use unpack_layer_confined from a
+// daemon. An error names the entry.
+Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compression c,
+                                 const UnpackLimits& limits = {});
+
+// The same in a child process chrooted into `dir` (root only), which reads `blob`:
+// blocks until the child ends (run it off the event loop). On error `dir` may hold part
+// of the layer: the caller removes it.
+Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::string& dir,
+                                          oci::Compression c, const UnpackLimits& limits = {});
+
+}  // namespace weft::image

@@ -1,0 +1,236 @@
+// Image layers unpacked for real (root: the unpack is chrooted, whiteouts are device
+// nodes and trusted.* attributes, and the result is mounted as an overlayfs): layers
+// assembled here with libarchive, the hostile ones included. Nothing may land outside a
+// layer's directory; OCI whiteouts hide what lower layers hold once stacked.
+#include <archive.h>
+#include <archive_entry.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "agent/image/layer.h"
+#include "agent/image/store.h"
+#include "common/fs.h"
+#include "tests/agent_harness.h"
+
+namespace weft::image {
+namespace {
+
+struct Entry {
+  std::string path;
+  char type = 'f';   // f file, d dir, l symlink, h hard link, c char device, p fifo
+  std::string data;  // contents, or the link target
+  int mode = 0644;
+  int uid = 0;
+};
+
+// A tar layer of `entries`, compressed as `c`.
+std::string make_layer(const std::vector<Entry>& entries, oci::Compression c) {
+  archive* a = archive_write_new();
+  archive_write_set_format_pax_restricted(a);
+  archive_write_set_bytes_in_last_block(a, 1);  // no zero padding after the stream
+  if (c == oci::Compression::kGzip) archive_write_add_filter_gzip(a);
+  if (c == oci::Compression::kZstd) archive_write_add_filter_zstd(a);
+  std::string out;
+  archive_write_open(
+      a, &out, nullptr,
+      [](archive*, void* ctx, const void* buf, size_t n) -> la_ssize_t {
+        static_cast<std::string*>(ctx)->append(static_cast<const char*>(buf), n);
+        return static_cast<la_ssize_t>(n);
+      },
+      nullptr);
+  for (const auto& e : entries) {
+    archive_entry* en = archive_entry_new();
+    archive_entry_set_pathname(en, e.path.c_str());
+    archive_entry_set_perm(en, static_cast<mode_t>(e.mode));
+    archive_entry_set_uid(en, e.uid);
+    archive_entry_set_gid(en, e.uid);
+    switch (e.type) {
+      case 'f':
+        archive_entry_set_filetype(en, AE_IFREG);
+        archive_entry_set_size(en, static_cast<la_int64_t>(e.data.size()));
+        break;
+      case 'd':
+        archive_entry_set_filetype(en, AE_IFDIR);
+        break;
+      case 'l':
+        archive_entry_set_filetype(en, AE_IFLNK);
+        archive_entry_set_symlink(en, e.data.c_str());
+        break;
+      case 'h':
+        archive_entry_set_filetype(en, AE_IFREG);
+        archive_entry_set_hardlink(en, e.data.c_str());
+        break;
+      case 'c':
+        archive_entry_set_filetype(en, AE_IFCHR);
+        archive_entry_set_rdev(en, makedev(1, 3));
+        break;
+      case 'p':
+        archive_entry_set_filetype(en, AE_IFIFO);
+        break;
+    }
+    archive_write_header(a, en);
+    if (e.type == 'f') archive_write_data(a, e.data.data(), e.data.size());
+    archive_entry_free(en);
+  }
+  archive_write_close(a);
+  archive_write_free(a);
+  return out;
+}
+
+class Layers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = testing::root_test_skip_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    dir_ = std::filesystem::temp_directory_path() / ("weft-layers-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(dir_ + "/outside").ok());
+    auto s = BlobStore::open(dir_ + "/store");
+    ASSERT_TRUE(s.ok()) << s.error().str();
+    store_ = std::move(s).value();
+  }
+  void TearDown() override {
+    if (!mnt_.empty()) ::umount2(mnt_.c_str(), MNT_DETACH);
+    if (!dir_.empty()) (void)remove_tree(dir_);
+  }
+  // Stores the layer as a verified blob and unpacks it through the store.
+  Result<std::string> add(const std::vector<Entry>& entries,
+                          oci::Compression c = oci::Compression::kGzip,
+                          const UnpackLimits& limits = {}) {
+    std::string blob = make_layer(entries, c);
+    oci::Digest d = oci::digest_of(blob);
+    TRY(store_->put(d, blob));
+    return store_->unpack(d, c, limits);
+  }
+  std::string dir_, mnt_;
+  std::unique_ptr<BlobStore> store_;
+};
+
+TEST_F(Layers, FilesDirectoriesLinksAndModesAreKept) {
+  auto layer = add({{"./bin", 'd', "", 0755},
+                    {"./bin/busybox", 'f', "#!/bin/sh\necho hi\n", 04755, 0},
+                    {"./bin/sh", 'l', "/bin/busybox"},
+                    {"./bin/hard", 'h', "bin/busybox"},
+                    {"./home/app/data", 'f', "owned", 0600, 1234},
+                    {"./run/pipe", 'p', "", 0600},
+                    {"./dev/null", 'c', "", 0666}});
+  ASSERT_TRUE(layer.ok()) << layer.error().str();
+  struct stat st {};
+  ASSERT_EQ(::lstat((*layer + "/bin/busybox").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 04755u) << "setuid is kept (the overlay is nosuid)";
+  ino_t ino = st.st_ino;
+  ASSERT_EQ(::lstat((*layer + "/bin/hard").c_str(), &st), 0);
+  EXPECT_EQ(st.st_ino, ino);
+  char target[64] = {};
+  ASSERT_GT(::readlink((*layer + "/bin/sh").c_str(), target, sizeof target - 1), 0);
+  EXPECT_STREQ(target, "/bin/busybox") << "an absolute symlink is kept: it resolves in the task";
+  ASSERT_EQ(::lstat((*layer + "/home/app/data").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(read_file(*layer + "/home/app/data").value_or(""), "owned");
+  ASSERT_EQ(::lstat((*layer + "/run/pipe").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_FALSE(path_exists(*layer + "/dev/null")) << "device nodes are not made";
+  // Unpacked once: asked again, the same directory, nothing unpacked twice.
+  auto layers = list_dir(dir_ + "/store/layers/sha256");
+  ASSERT_TRUE(layers.ok());
+  ASSERT_EQ(layers->size(), 1u);
+  oci::Digest d = *oci::parse_digest("sha256:" + layers->front());
+  auto again = store_->unpack(d, oci::Compression::kGzip);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *layer);
+}
+
+TEST_F(Layers, ZstdAndPlainTarLayers) {
+  auto z = add({{"etc/os-release", 'f', "ID=test\n"}}, oci::Compression::kZstd);
+  ASSERT_TRUE(z.ok()) << z.error().str();
+  EXPECT_EQ(read_file(*z + "/etc/os-release").value_or(""), "ID=test\n");
+  auto t = add({{"etc/hostname", 'f', "h\n"}}, oci::Compression::kNone);
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_EQ(read_file(*t + "/etc/hostname").value_or(""), "h\n");
+  // A gzip layer declared as zstd is not a layer.
+  std::string gz = make_layer({{"x", 'f', "y"}}, oci::Compression::kGzip);
+  oci::Digest d = oci::digest_of(gz);
+  ASSERT_TRUE(store_->put(d, gz).ok());
+  EXPECT_FALSE(store_->unpack(d, oci::Compression::kZstd).ok());
+  EXPECT_FALSE(store_->has_layer(d));
+}
+
+TEST_F(Layers, EscapesAreRefusedAndNothingLandsOutside) {
+  std::string outside = dir_ + "/outside";
+  struct Case {
+    const char* what;
+    std::vector<Entry> entries;
+  };
+  std::vector<Case> cases = {
+      {"dot-dot", {{"../../../../" + outside.substr(1) + "/dotdot", 'f', "x"}}},
+      {"dot-dot inside", {{"a/../../outside/inner", 'f', "x"}}},
+      {"absolute", {{outside + "/absolute", 'f', "x"}}},
+      {"through a symlink", {{"link", 'l', outside}, {"link/through", 'f', "x"}}},
+      {"through a relative symlink", {{"up", 'l', "../../.."}, {"up/rel", 'f', "x"}}},
+      {"hard link out", {{"hl", 'h', "../../../../etc/passwd"}}},
+      {"whiteout through a symlink", {{"wl", 'l', outside}, {"wl/.wh.victim", 'f', ""}}},
+  };
+  ASSERT_TRUE(write_file(outside + "/victim", "still here").ok());
+  for (const auto& c : cases) {
+    auto r = add(c.entries);
+    EXPECT_FALSE(r.ok()) << c.what << ": accepted";
+    if (!r.ok()) {
+      EXPECT_NE(r.error().str().find("layer"), std::string::npos) << r.error().str();
+    }
+  }
+  auto names = list_dir(outside);
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>{"victim"}) << "something was written outside";
+  EXPECT_EQ(read_file(outside + "/victim").value_or(""), "still here");
+  EXPECT_TRUE(list_dir(dir_ + "/store/tmp")->empty()) << "a refused layer left its directory";
+  EXPECT_TRUE(list_dir(dir_ + "/store/layers/sha256")->empty());
+}
+
+TEST_F(Layers, ADecompressionBombStopsAtTheLimit) {
+  std::string big(4 << 20, '\0');
+  UnpackLimits small;
+  small.max_bytes = 1 << 20;
+  auto r = add({{"zeros", 'f', big}}, oci::Compression::kGzip, small);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("larger than"), std::string::npos) << r.error().str();
+  UnpackLimits few;
+  few.max_entries = 3;
+  auto many = add({{"a", 'f', ""}, {"b", 'f', ""}, {"c", 'f', ""}, {"d", 'f', ""}},
+                  oci::Compression::kGzip, few);
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.error().str().find("entries"), std::string::npos) << many.error().str();
+}
+
+TEST_F(Layers, WhiteoutsHideLowerLayersUnderOverlayfs) {
+  auto lower = add({{"a/x", 'f', "x"}, {"a/y", 'f', "y"}, {"b/z", 'f', "z"}, {"c", 'f', "c"}});
+  ASSERT_TRUE(lower.ok()) << lower.error().str();
+  auto upper = add({{"a/.wh.x", 'f', ""},
+                    {"b/.wh..wh..opq", 'f', ""},
+                    {"b/new", 'f', "new"},
+                    {".wh.c", 'f', ""}});
+  ASSERT_TRUE(upper.ok()) << upper.error().str();
+  struct stat st {};
+  ASSERT_EQ(::lstat((*upper + "/a/x").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) << "an overlay whiteout";
+  mnt_ = dir_ + "/mnt";
+  ASSERT_TRUE(mkdir_p(mnt_).ok());
+  std::string opts = "lowerdir=" + *upper + ":" + *lower;
+  ASSERT_EQ(
+      ::mount("overlay", mnt_.c_str(), "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, opts.c_str()),
+      0)
+      << strerror(errno);
+  EXPECT_FALSE(path_exists(mnt_ + "/a/x")) << "whited out";
+  EXPECT_EQ(read_file(mnt_ + "/a/y").value_or(""), "y");
+  EXPECT_FALSE(path_exists(mnt_ + "/b/z")) << "the opaque directory hides the lower one";
+  EXPECT_EQ(read_file(mnt_ + "/b/new").value_or(""), "new");
+  EXPECT_FALSE(path_exists(mnt_ + "/c"));
+  ASSERT_EQ(::umount2(mnt_.c_str(), 0), 0);
+  mnt_.clear();
+}
+
+}  // namespace
+}  // namespace weft::image
