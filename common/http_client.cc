@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <cctype>
 #include <mutex>
 
 namespace weft {
@@ -18,14 +19,50 @@ struct Request {
   HttpRequest req;
   HttpClient::Done done;
   HttpResponse resp;
+  curl_slist* headers = nullptr;
+  size_t header_bytes = 0;
+  bool aborted_by_sink = false;
   char error[CURL_ERROR_SIZE] = {0};
+  ~Request() { curl_slist_free_all(headers); }
 };
 
 size_t on_body(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<Request*>(user);
   size_t len = size * n;
+  if (r->req.on_data) {
+    long status = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200 && status < 300) {
+      if (r->req.on_data(status, std::string_view(data, len))) return len;
+      r->aborted_by_sink = true;
+      return 0;  // curl ends the transfer with a write error
+    }
+  }
   size_t room = r->req.max_body > r->resp.body.size() ? r->req.max_body - r->resp.body.size() : 0;
   r->resp.body.append(data, std::min(len, room));
+  return len;
+}
+
+// Header lines of each response: a status line starts a new response (after a
+// redirect), so only the last one's headers are kept. At most 64 KiB of them.
+size_t on_header(char* data, size_t size, size_t n, void* user) {
+  auto* r = static_cast<Request*>(user);
+  size_t len = size * n;
+  r->header_bytes += len;
+  if (r->header_bytes > (64u << 10)) return 0;
+  std::string_view line(data, len);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  if (line.rfind("HTTP/", 0) == 0) {
+    r->resp.headers.clear();
+    return len;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return len;
+  std::string name(line.substr(0, colon));
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  r->resp.headers[name] = std::string(value);
   return len;
 }
 
@@ -80,6 +117,8 @@ struct HttpClient::Impl {
       if (code == CURLE_OK) {
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->resp.status);
         out = std::move(r->resp);
+      } else if (r->aborted_by_sink) {
+        out = make_error("the transfer was stopped by its receiver");
       } else {
         out = make_error(r->error[0] ? std::string(r->error) : curl_easy_strerror(code));
       }
@@ -162,19 +201,42 @@ Result<uint64_t> HttpClient::get(HttpRequest req, Done done) {
   CURL* e = curl_easy_init();
   if (!e) return make_error("curl_easy_init failed");
   r->easy = e;
-  long timeout_ms = static_cast<long>(std::max<uint64_t>(r->req.timeout_us / 1000, 1));
+  long timeout_ms = r->req.timeout_us == 0
+                        ? 0
+                        : static_cast<long>(std::max<uint64_t>(r->req.timeout_us / 1000, 1));
   curl_easy_setopt(e, CURLOPT_URL, r->req.url.c_str());
   curl_easy_setopt(e, CURLOPT_PRIVATE, r.get());
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->error);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, r.get());
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, r.get());
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms ? timeout_ms : 10'000L);
+  if (r->req.stall_timeout_us) {
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
+                     static_cast<long>(std::max<uint64_t>(r->req.stall_timeout_us / 1'000'000, 1)));
+  }
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, r->req.follow_redirects ? 1L : 0L);
+  curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_NOPROXY, "*");  // a probe never goes through a proxy
-  curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(1) << 30);
+  curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  if (!r->req.use_proxy) curl_easy_setopt(e, CURLOPT_NOPROXY, "*");  // probes: never a proxy
+  if (r->req.head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+  if (!r->req.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, r->req.ca_file.c_str());
+  for (const auto& h : r->req.headers) {
+    curl_slist* l = curl_slist_append(r->headers, h.c_str());
+    if (!l) {
+      curl_easy_cleanup(e);
+      return make_error("out of memory for request headers");
+    }
+    r->headers = l;
+  }
+  if (r->headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+  if (!r->req.on_data)
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(1) << 30);
   curl_easy_setopt(e, CURLOPT_USERAGENT, "weft");
   if (r->req.open_socket) {
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, &on_open_socket);

@@ -12,6 +12,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/event.h"
 #include "common/result.h"
@@ -25,11 +27,29 @@ struct HttpRequest {
   // errno set on failure. Empty: curl's own socket(2).
   std::function<int(int family, int type, int protocol)> open_socket;
   size_t max_body = 4096;  // what is kept of the body (the rest is read and dropped)
+  // For registries and downloads (a probe leaves these as they are):
+  bool head = false;                 // HEAD instead of GET
+  std::vector<std::string> headers;  // "Name: value" lines sent with the request
+  // A 2xx response's body goes here as it arrives (with the status: 200 or 206 for a
+  // Range request) instead of into `body`; returning false aborts the transfer (an
+  // error). Other statuses still fill `body`.
+  std::function<bool(long status, std::string_view)> on_data;
+  // Follows up to five redirects, to http or https only; curl sends no Authorization
+  // header to a host other than the first.
+  bool follow_redirects = false;
+  // With `timeout_us` 0 (no limit on the whole transfer, a large blob): the transfer
+  // fails when it moves less than 1 KiB/s for this long.
+  uint64_t stall_timeout_us = 0;
+  std::string ca_file;     // trusted CAs for https (empty: the system's)
+  bool use_proxy = false;  // the environment's https_proxy/no_proxy (probes never)
 };
 
 struct HttpResponse {
   long status = 0;
   std::string body;
+  // The final response's headers (after redirects), names in lowercase; a repeated
+  // header keeps its last value.
+  std::map<std::string, std::string> headers;
 };
 
 class HttpClient {

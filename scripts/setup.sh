@@ -19,6 +19,7 @@ PACKAGES=(
   libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev
   gnuplot-nox
   etcd-server etcd-client
+  docker-registry
 )
 
 SUDO=""
