@@ -1,6 +1,7 @@
 // What a registry sends and what a job names: the first byte picks the parser (image
 // reference, manifest or index with each media type, image configuration, a registry's
-// WWW-Authenticate challenge, the registry credentials file), the rest is its input. Hostile documents must be refused with an error, never crash or hang.
+// WWW-Authenticate challenge, the registry credentials file), the rest is its input. Hostile
+// documents must be refused with an error, never crash or hang.
 #include <cstdint>
 #include <string>
 
