@@ -657,7 +657,7 @@ TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   ASSERT_TRUE(call("job.update", job).ok());
   auto last_plan = [&] {
     auto p = ctl.plans();
-    return p.empty() ? json() : p.back();
+    return p.empty() ? json::object() : p.back();  // no plan yet: nothing pending
   };
   ASSERT_TRUE(
       pump_until([&] { return last_plan().value("pending", json::array()).size() == 3; }, 3000))
