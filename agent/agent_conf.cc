@@ -22,12 +22,12 @@ namespace weft::agent {
 Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
-       "control_plane", "insecure_control_plane", "init_path", "host_root", "log_level",
-       "default_task_user", "allow_root_tasks", "allow_unconfined_tasks", "metrics_listen"},
-      kControlPlaneTlsKeys));
+  TRY(doc.only_keys(t, "",
+                    {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
+                     "control_plane", "insecure_control_plane", "init_path", "host_root",
+                     "log_level", "default_task_user", "allow_root_tasks", "allow_unconfined_tasks",
+                     "metrics_listen", "images"},
+                    kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
@@ -54,6 +54,21 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
   TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));
+  TRY_ASSIGN(const toml::table* images, doc.get_table(t, "images"));
+  if (images) {
+    std::vector<std::string> keys = registry::kRegistryConfigKeys;
+    keys.push_back("cache_max");
+    TRY(doc.only_keys(*images, "images.", {}, keys));
+    TRY(registry::read_registry_config(doc, *images, &c.registry));
+    TRY_ASSIGN(auto max, doc.get_string(*images, "cache_max"));
+    if (max) {
+      auto n = parse_size(*max);
+      if (!n.ok() || *n < (uint64_t{1} << 20))
+        return field_error(doc.where(*images->get("cache_max")),
+                           "'images.cache_max' must be a size of at least 1M, e.g. \"20G\"");
+      c.image_cache_max = *n;
+    }
+  }
   TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane,
                                    c.control_plane_tls.files.enabled()));
   for (auto [key, val] : {std::pair{"socket", &c.socket}, {"state_dir", &c.state_dir}}) {

@@ -6,6 +6,7 @@
 
 #include "common/cp_link.h"
 #include "common/paths.h"
+#include "common/registry.h"
 #include "common/result.h"
 
 namespace weft::agent {
@@ -40,6 +41,9 @@ struct AgentConfig {
   std::string log_level = "info";
   // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
   std::string metrics_listen = "127.0.0.1:9471";
+  // [images] (docs/images.md): registries, and the image cache's size limit.
+  registry::Config registry;
+  uint64_t image_cache_max = uint64_t{20} << 30;
 };
 
 // Reads and validates a config file; every error names file:line.

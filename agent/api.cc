@@ -76,6 +76,12 @@ json Manager::summary(const Task& t) const {
          {"finished_at",
           t.terminal() || t.state == TaskState::kBackoff ? format_rfc3339(t.finished_us) : ""}};
   if (t.state == TaskState::kBackoff) j["next_start_at"] = format_rfc3339(t.next_start_us);
+  if (!t.spec.image.empty()) {
+    j["image"] = t.spec.image;
+    if (t.image) j["image_manifest"] = t.image->manifest.str();
+  }
+  if (t.state == TaskState::kFetching)
+    j["fetch"] = {{"bytes_done", t.fetch.done}, {"bytes_total", t.fetch.total}};
   return j;
 }
 
@@ -149,6 +155,10 @@ void Manager::register_methods() {
       {"task.thaw", &Manager::api_task_thaw, rpc::kPrivileged},
       {"task.logs", &Manager::api_task_logs},
       {"task.remove", &Manager::api_task_remove, rpc::kPrivileged},
+      {"image.ls", &Manager::api_image_ls},
+      {"image.pull", &Manager::api_image_pull, rpc::kPrivileged},
+      {"image.rm", &Manager::api_image_rm, rpc::kPrivileged},
+      {"image.prune", &Manager::api_image_prune, rpc::kPrivileged},
   };
   rpc::add_methods(methods_, this, kMethods,
                    [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
@@ -287,6 +297,48 @@ Result<json> Manager::api_task_remove(const json& p, const rpc::CallContext&) {
   (void)remove_tree(task_state_dir(id));
   tasks_.erase(id);
   return json{{"id", id}, {"removed", true}};
+}
+
+// ---------------------------------------------------------------- images
+
+Result<json> Manager::api_image_ls(const json&, const rpc::CallContext&) {
+  return json{{"images", images_->list()},
+              {"size", images_->size_bytes()},
+              {"limit", cfg_.image_cache_max},
+              {"blob_downloads", images_->blob_downloads()},
+              {"downloaded_bytes", images_->downloaded_bytes()},
+              {"evictions", images_->evictions()}};
+}
+
+Result<json> Manager::api_image_pull(const json& p, const rpc::CallContext& c) {
+  TRY_ASSIGN(std::string ref, param_string(p, "image"));
+  auto parsed = oci::parse_image_ref(ref);
+  if (!parsed.ok()) return field_error("image", parsed.error().message);
+  bool wait = p.contains("wait") && p["wait"].is_boolean() && p["wait"].get<bool>();
+  std::string canonical = parsed->str();
+  if (!wait || !c.session) {
+    // A prefetch: the image becomes local; nothing holds it until a task does.
+    images_->pull(canonical, {}, [](Result<image::LocalImage>) {});
+    return json{{"image", canonical}, {"started", true}};
+  }
+  rpc::ReplyFn reply = c.session->defer_reply();
+  images_->pull(canonical, {}, [reply, canonical](Result<image::LocalImage> img) {
+    if (!img.ok()) return reply(std::move(img).error());
+    json layers = json::array();
+    for (const auto& l : img->layers) layers.push_back(l.str());
+    reply(json{{"image", canonical}, {"manifest", img->manifest.str()}, {"layers", layers}});
+  });
+  return json();
+}
+
+Result<json> Manager::api_image_rm(const json& p, const rpc::CallContext&) {
+  TRY_ASSIGN(std::string what, param_string(p, "image"));
+  if (auto parsed = oci::parse_image_ref(what); parsed.ok()) what = parsed->str();
+  return images_->remove(what);
+}
+
+Result<json> Manager::api_image_prune(const json&, const rpc::CallContext&) {
+  return images_->prune();
 }
 
 }  // namespace weft::agent

@@ -74,6 +74,11 @@ Status Manager::start() {
              {{"GROUP", cfg_.socket_group}});
   }
 
+  image::ServiceConfig icfg;
+  icfg.registry = cfg_.registry;
+  icfg.cache_max_bytes = cfg_.image_cache_max;
+  TRY_ASSIGN(images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
+
   TRY(load_tasks());
   recover();
 
@@ -225,8 +230,21 @@ void Manager::adopt_or_collect(Task& t) {
 void Manager::recover() {
   std::vector<std::string> ids;
   for (const auto& [id, t] : tasks_) ids.push_back(id);
+  // Images of tasks that may run are held before anything could evict them.
   for (const auto& id : ids) {
     Task& t = *tasks_[id];
+    if (t.spec.image.empty() || t.terminal()) continue;
+    if (auto img = images_->local(t.spec.image)) {
+      t.image = *img;
+      images_->hold(t.id, *img);
+    }
+  }
+  for (const auto& id : ids) {
+    Task& t = *tasks_[id];
+    if (t.state == TaskState::kFetching) {
+      begin_fetch(t);  // the download resumes where it stopped
+      continue;
+    }
     if (t.state == TaskState::kStarting || t.state == TaskState::kRunning ||
         t.state == TaskState::kStopping) {
       adopt_or_collect(t);
@@ -253,8 +271,10 @@ void Manager::recover() {
 // ---------------------------------------------------------------- lifecycle
 
 Result<Task*> Manager::create_task(TaskSpec spec) {
-  // Validate everything that can be known before anything is created.
-  TRY(task_identity(spec.user, spec.group, cfg_.default_task_user, cfg_.allow_root_tasks));
+  // Validate everything that can be known before anything is created (an image task's
+  // user is known once its image is here).
+  if (spec.image.empty())
+    TRY(task_identity(spec.user, spec.group, cfg_.default_task_user, cfg_.allow_root_tasks));
   if (spec.seccomp_unconfined && !cfg_.allow_unconfined_tasks)
     return field_error("seccomp",
                        "unconfined tasks are not allowed on this machine (agent.toml: "
@@ -286,12 +306,23 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   crash_point("run.recorded");
   Task* raw = t.get();
   tasks_[raw->id] = std::move(t);
+  if (!raw->spec.image.empty()) {
+    if (auto img = images_->local(raw->spec.image)) {
+      raw->image = *img;
+      images_->hold(raw->id, *img);
+    } else {
+      // Answered at once: the task is "fetching" until its image is here.
+      begin_fetch(*raw);
+      return raw;
+    }
+  }
   Status s = start_incarnation(*raw);
   if (!s.ok()) {
     // Nothing half-made survives a failed start: no cgroup, no state, no row.
     (void)cgroups_->remove_task(raw->id);
     (void)remove_tree(task_state_dir(raw->id));
     (void)erase(raw->id);
+    images_->release(raw->id);
     tasks_.erase(raw->id);
     return std::move(s).error();
   }
@@ -303,8 +334,45 @@ Status Manager::start_incarnation(Task& t) {
   uint64_t began_us = now_us();
   TRY_ASSIGN(LimitPlan plan,
              plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
-  TRY_ASSIGN(Identity ident, task_identity(t.spec.user, t.spec.group, cfg_.default_task_user,
-                                           cfg_.allow_root_tasks));
+  // An image task runs its image's defaults under its own spec, in an overlay root.
+  std::optional<OverlayRoot> overlay;
+  TaskSpec run_spec = t.spec;
+  std::vector<std::string> image_roots;
+  if (!t.spec.image.empty()) {
+    if (!t.image) {
+      if (auto img = images_->local(t.spec.image)) {
+        t.image = *img;
+      } else {  // evicted while the task was not running (it did not hold it): again
+        begin_fetch(t);
+        return {};
+      }
+    }
+    images_->hold(t.id, *t.image);
+    const auto& c = t.image->config;
+    run_spec = apply_image_defaults(t.spec, c.entrypoint, c.cmd, c.env, c.working_dir, c.user);
+    if (run_spec.argv.empty())
+      return field_error("argv", "the image names no entrypoint or cmd: the spec needs argv");
+    OverlayRoot o;
+    o.layers_root = images_->layers_root();
+    for (auto it = t.image->layers.rbegin(); it != t.image->layers.rend(); ++it) {
+      o.lower.push_back(it->algorithm + "/" + it->hex);
+      image_roots.push_back(images_->layer_dir(*it));
+    }
+    std::string dir = task_state_dir(t.id);
+    o.upper = dir + "/upper";
+    o.work = dir + "/work";
+    o.rootfs = dir + "/rootfs";
+    size_t opts = 30 + o.upper.size() + o.work.size();
+    for (const auto& l : o.lower) opts += l.size() + 1;
+    if (opts >= 4096)
+      return field_error("image", "has too many layers (" + std::to_string(o.lower.size()) +
+                                      ") for one overlay mount on this machine");
+    for (const auto& d : {o.upper, o.work, o.rootfs}) TRY(mkdir_p(d, 0755));
+    overlay = o;
+  }
+  TRY_ASSIGN(Identity ident,
+             task_identity(run_spec.user, run_spec.group, cfg_.default_task_user,
+                           cfg_.allow_root_tasks, overlay ? &image_roots : nullptr));
   t.incarnation++;
   t.state = TaskState::kStarting;
   t.pid = -1;
@@ -324,7 +392,7 @@ Status Manager::start_incarnation(Task& t) {
   req.init_path = cfg_.init_path;
   req.cgroup_dir = cgroups_->task_dir(t.id);
   req.task_dir_fd = dirfd.get();
-  req.init_argv = build_init_argv(t.spec, ident, t.incarnation);
+  req.init_argv = build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr);
   req.new_pid = t.spec.ns.pid;
   req.new_mount = t.spec.ns.mount;
   req.new_uts = t.spec.ns.uts;
@@ -524,6 +592,7 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   // The exit record has served its purpose only once the database holds it.
   ::unlink((task_state_dir(t.id) + "/exit").c_str());
   if (t.state == TaskState::kBackoff) schedule_restart(t);
+  if (t.terminal()) release_image(t);
   update_status();
 }
 
@@ -537,11 +606,8 @@ void Manager::schedule_restart(Task& t) {
     task.timer.reset();
     Status s = start_incarnation(task);
     if (!s.ok()) {
-      task.state = TaskState::kFailed;
-      task.reason = "restart failed: " + s.error().str();
-      task.finished_us = now_us();
-      (void)save(task);
       log_error("task restart failed", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
+      fail_task(task, "restart failed: " + s.error().str());
     }
   });
   if (src.ok()) t.timer = std::move(src).value();
@@ -564,14 +630,68 @@ void Manager::on_stop_deadline(const std::string& id) {
     log_error("cgroup.kill failed", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
 }
 
+void Manager::begin_fetch(Task& t) {
+  t.state = TaskState::kFetching;
+  t.fetch = {};
+  if (auto st = save(t); !st.ok())
+    log_error("could not record task", {{"TASK_ID", t.id}, {"ERROR", st.error().str()}});
+  std::string id = t.id;
+  log_info("fetching the task's image", {{"TASK_ID", id}, {"IMAGE", t.spec.image}});
+  t.fetch_ticket = images_->pull(
+      t.spec.image,
+      [this, id](const image::PullProgress& p) {
+        if (auto it = tasks_.find(id); it != tasks_.end()) it->second->fetch = p;
+      },
+      [this, id](Result<image::LocalImage> img) { on_fetched(id, std::move(img)); });
+  update_status();
+}
+
+void Manager::on_fetched(const std::string& id, Result<image::LocalImage> img) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return;
+  Task& t = *it->second;
+  t.fetch_ticket = 0;
+  if (t.state != TaskState::kFetching) return;
+  if (!img.ok()) return fail_task(t, "image " + t.spec.image + ": " + img.error().str());
+  t.image = *img;
+  images_->hold(t.id, *img);
+  Status s = start_incarnation(t);
+  if (!s.ok()) {
+    (void)cgroups_->remove_task(t.id);
+    fail_task(t, "start failed: " + s.error().str());
+  }
+}
+
+void Manager::fail_task(Task& t, std::string reason) {
+  t.state = TaskState::kFailed;
+  t.reason = std::move(reason);
+  t.finished_us = now_us();
+  t.pid = -1;
+  release_image(t);
+  if (auto st = save(t); !st.ok())
+    log_error("could not record task", {{"TASK_ID", t.id}, {"ERROR", st.error().str()}});
+  log_warn("task failed to start", {{"TASK_ID", t.id}, {"REASON", t.reason}});
+  update_status();
+}
+
+void Manager::release_image(Task& t) {
+  if (t.fetch_ticket) images_->cancel(std::exchange(t.fetch_ticket, 0));
+  images_->release(t.id);
+}
+
 Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
   if (t.terminal()) return {};
-  if (t.state == TaskState::kBackoff) {
+  if (t.state == TaskState::kBackoff || t.state == TaskState::kFetching) {
+    // Nothing runs: stopped at once (a download goes on if another task waits for it).
     t.timer.reset();
+    if (t.fetch_ticket) images_->cancel(std::exchange(t.fetch_ticket, 0));
     t.stop_requested = true;
     t.state = TaskState::kStopped;
     t.finished_us = now_us();
-    return save(t);
+    release_image(t);
+    TRY(save(t));
+    update_status();
+    return {};
   }
   uint64_t grace = grace_us.value_or(t.spec.stop_grace_us);
   int64_t deadline = now_us() + static_cast<int64_t>(grace);

@@ -22,6 +22,7 @@
 
 #include "agent/agent_conf.h"
 #include "agent/cgroup.h"
+#include "agent/image/service.h"
 #include "agent/lifecycle.h"
 #include "agent/readiness.h"
 #include "agent/task_store.h"
@@ -50,6 +51,11 @@ struct Task : TaskRecord {
   std::string check_detail;                       // why the last check failed
   Source check_timer;
   std::unique_ptr<CheckRun> check;
+  // An image task: its pull while fetching, and the image once local (held in the
+  // cache while the task may run).
+  uint64_t fetch_ticket = 0;
+  image::PullProgress fetch;
+  std::optional<image::LocalImage> image;
 };
 
 class Manager {
@@ -81,6 +87,10 @@ class Manager {
   Result<nlohmann::json> api_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_remove(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> freeze_task(const nlohmann::json& p, bool freeze);
+  Result<nlohmann::json> api_image_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_image_rm(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_image_prune(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_image_pull(const nlohmann::json& p, const rpc::CallContext& c);
   // task.run and task.stop: from the local API (after its privilege check) and from the
   // control plane's session (authenticated when it connected), which marks its tasks.
   Result<nlohmann::json> run_task(nlohmann::json params, bool for_control_plane);
@@ -91,6 +101,12 @@ class Manager {
   // Lifecycle.
   Result<Task*> create_task(TaskSpec spec);
   Status start_incarnation(Task& t);
+  // Image tasks: fetching until the image is local, then started (or failed with the
+  // reason); holds the image's layers while the task may run.
+  void begin_fetch(Task& t);
+  void on_fetched(const std::string& id, Result<image::LocalImage> img);
+  void fail_task(Task& t, std::string reason);
+  void release_image(Task& t);
   void watch_init(Task& t);
   void on_init_exit(const std::string& id);
   void finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
@@ -131,6 +147,7 @@ class Manager {
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<CgroupTree> cgroups_;
   std::unique_ptr<TaskStore> store_;
+  std::unique_ptr<image::Service> images_;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
 

@@ -235,7 +235,7 @@ std::vector<std::string> build_join_argv(const TaskSpec& spec, const Identity& i
     for (gid_t x : id.groups) g += (g.empty() ? "" : ",") + std::to_string(x);
     if (!g.empty()) a.insert(a.end(), {"--groups", g});
   }
-  a.insert(a.end(), {"--cwd", spec.cwd});
+  a.insert(a.end(), {"--cwd", spec.cwd.empty() ? std::string("/") : spec.cwd});
   if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
   std::map<std::string, std::string> env = spec.env;
   env.emplace("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,10 +106,137 @@ Result<Identity> resolve_identity(const std::string& user, const std::string& gr
   return id;
 }
 
+namespace {
+
+// The image's copy of etc/<name>: the top-most layer that has it, read inside that
+// layer (RESOLVE_IN_ROOT: a symlink in a hostile layer cannot name a host file). A
+// whiteout in a higher layer hides it.
+std::optional<std::string> image_file(const std::vector<std::string>& roots_top_first,
+                                      const char* name) {
+  for (const auto& root : roots_top_first) {
+    Fd dir(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) continue;
+    std::string rel = std::string("etc/") + name;
+    struct stat st {};
+    if (::fstatat(dir.get(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode) &&
+        st.st_rdev == 0)
+      return std::nullopt;  // deleted by this layer
+    struct open_how how {};
+    how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+    Fd f(static_cast<int>(::syscall(SYS_openat2, dir.get(), rel.c_str(), &how, sizeof how)));
+    if (!f.valid()) continue;
+    if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    std::string text;
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(f.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+      if (text.size() > (4u << 20)) break;  // a passwd file is not this large
+    }
+    return text;
+  }
+  return std::nullopt;
+}
+
+std::optional<long> small_id(const std::string& s) {
+  if (!all_digits(s) || s.size() > 10) return std::nullopt;
+  unsigned long v = std::stoul(s);
+  if (v > 0xfffffffeul) return std::nullopt;
+  return static_cast<long>(v);
+}
+
+}  // namespace
+
+Result<Identity> resolve_identity_in_image(const std::string& user_spec, const std::string& group,
+                                           const std::vector<std::string>& roots_top_first) {
+  Identity id;
+  std::string user = user_spec, grp = group;
+  if (auto colon = user.find(':'); colon != std::string::npos) {  // OCI "user:group"
+    if (grp.empty()) grp = user.substr(colon + 1);
+    user = user.substr(0, colon);
+  }
+  if (user.empty() && grp.empty()) return id;
+  id.set = true;
+  auto passwd = image_file(roots_top_first, "passwd");
+  auto groups = image_file(roots_top_first, "group");
+  std::string user_name;
+  if (!user.empty()) {
+    auto num = small_id(user);
+    bool found = false;
+    if (passwd) {
+      for (const auto& line : split(*passwd, '\n')) {
+        auto f = split(line, ':');
+        if (f.size() < 4) continue;
+        auto uid = small_id(f[2]), gid = small_id(f[3]);
+        if (!uid || !gid) continue;
+        if ((num && *uid == *num) || (!num && f[0] == user)) {
+          id.uid = *uid;
+          id.gid = *gid;
+          user_name = f[0];
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) {
+      if (!num) return field_error("user", "no user '" + user + "' in the image's /etc/passwd");
+      id.uid = *num;
+      id.gid = *num;
+    }
+  }
+  if (!grp.empty()) {
+    auto num = small_id(grp);
+    bool found = false;
+    if (num) {
+      id.gid = *num;
+      found = true;
+    } else if (groups) {
+      for (const auto& line : split(*groups, '\n')) {
+        auto f = split(line, ':');
+        if (f.size() >= 3 && f[0] == grp && small_id(f[2])) {
+          id.gid = *small_id(f[2]);
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) return field_error("group", "no group '" + grp + "' in the image's /etc/group");
+    if (user.empty()) id.uid = -1;
+  }
+  id.groups = {static_cast<gid_t>(id.gid)};
+  // Supplementary groups: those of the image's /etc/group that list the user.
+  if (groups && !user_name.empty() && grp.empty()) {
+    for (const auto& line : split(*groups, '\n')) {
+      auto f = split(line, ':');
+      if (f.size() < 4) continue;
+      auto gid = small_id(f[2]);
+      if (!gid || *gid == id.gid) continue;
+      for (const auto& m : split(f[3], ','))
+        if (m == user_name && id.groups.size() < 64) id.groups.push_back(static_cast<gid_t>(*gid));
+    }
+  }
+  return id;
+}
+
 Result<Identity> task_identity(const std::string& user, const std::string& group,
-                               const std::string& default_user, bool allow_root) {
+                               const std::string& default_user, bool allow_root,
+                               const std::vector<std::string>* image_roots) {
   std::string u = user.empty() ? default_user : user;
-  TRY_ASSIGN(Identity id, resolve_identity(u, group));
+  Identity id;
+  if (image_roots) {
+    auto in_image = resolve_identity_in_image(u, group, *image_roots);
+    // The agent's default user may be absent from the image: then it is the host's.
+    if (!in_image.ok() && user.empty() && u == default_user) {
+      TRY_ASSIGN(id, resolve_identity(u, group));
+    } else {
+      TRY_ASSIGN(id, std::move(in_image));
+    }
+  } else {
+    TRY_ASSIGN(id, resolve_identity(u, group));
+  }
   if (allow_root) return id;
   bool root_uid = !id.set || id.uid == 0 || (id.uid < 0 && ::getuid() == 0);
   bool root_gid = id.gid == 0;
@@ -123,8 +252,27 @@ Result<Identity> task_identity(const std::string& user, const std::string& group
   return id;
 }
 
+TaskSpec apply_image_defaults(const TaskSpec& spec, const std::vector<std::string>& entrypoint,
+                              const std::vector<std::string>& cmd,
+                              const std::vector<std::string>& env, const std::string& workdir,
+                              const std::string& user) {
+  TaskSpec s = spec;
+  if (s.argv.empty()) {
+    s.argv = entrypoint;
+    s.argv.insert(s.argv.end(), cmd.begin(), cmd.end());
+  }
+  for (const auto& kv : env) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    s.env.emplace(kv.substr(0, eq), kv.substr(eq + 1));  // the spec's own win
+  }
+  if (s.cwd.empty() && !workdir.empty() && workdir[0] == '/') s.cwd = workdir;
+  if (s.user.empty() && s.group.empty()) s.user = user;
+  return s;
+}
+
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
-                                         uint64_t incarnation) {
+                                         uint64_t incarnation, const OverlayRoot* overlay) {
   std::vector<std::string> a = {"weft-init", "--task-dir-fd", "3", "--incarnation",
                                 std::to_string(incarnation)};
   if (id.set) {
@@ -134,13 +282,20 @@ std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& i
     for (gid_t x : id.groups) g += (g.empty() ? "" : ",") + std::to_string(x);
     if (!g.empty()) a.insert(a.end(), {"--groups", g});
   }
-  a.insert(a.end(), {"--cwd", spec.cwd});
+  a.insert(a.end(), {"--cwd", spec.cwd.empty() ? std::string("/") : spec.cwd});
   if (!spec.hostname.empty()) a.insert(a.end(), {"--hostname", spec.hostname});
-  if (!spec.rootfs.empty())
+  if (overlay) {
+    std::string lower;
+    for (const auto& l : overlay->lower) lower += (lower.empty() ? "" : ":") + l;
+    a.insert(a.end(), {"--rootfs", overlay->rootfs, "--overlay-layers", overlay->layers_root,
+                       "--overlay-lower", lower, "--overlay-upper", overlay->upper,
+                       "--overlay-work", overlay->work});
+  } else if (!spec.rootfs.empty()) {
     a.insert(a.end(), {"--rootfs", spec.rootfs});
-  else if (spec.ns.pid && spec.ns.mount)
+  } else if (spec.ns.pid && spec.ns.mount) {
     a.push_back("--proc");
-  if (spec.rootfs.empty() && spec.ns.mount) a.push_back("--private-mounts");
+  }
+  if (!overlay && spec.rootfs.empty() && spec.ns.mount) a.push_back("--private-mounts");
   if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
   if (spec.ns.network == NetworkMode::kPrivate) a.push_back("--lo");
   a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",

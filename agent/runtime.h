@@ -45,11 +45,33 @@ Result<Identity> resolve_identity(const std::string& user, const std::string& gr
 // The identity a task runs as under the machine's policy: the spec's user, else
 // `default_user`; uid 0 or gid 0 (primary or supplementary) only when `allow_root`.
 // Errors name the spec field.
+// With `image_roots` (the image's layer directories, top-most first), names resolve in
+// the image's /etc/passwd and /etc/group, and `user` may be OCI's "user[:group]".
 Result<Identity> task_identity(const std::string& user, const std::string& group,
-                               const std::string& default_user, bool allow_root);
+                               const std::string& default_user, bool allow_root,
+                               const std::vector<std::string>* image_roots = nullptr);
+Result<Identity> resolve_identity_in_image(const std::string& user, const std::string& group,
+                                           const std::vector<std::string>& roots_top_first);
+
+// A task's root made from an image: an overlay of `lower` (layer directories relative to
+// `layers_root`, top-most first) with `upper` and `work`, mounted by weft-init on
+// `rootfs` inside the task's mount namespace.
+struct OverlayRoot {
+  std::string layers_root;
+  std::vector<std::string> lower;
+  std::string upper, work, rootfs;
+};
 
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
-                                         uint64_t incarnation);
+                                         uint64_t incarnation,
+                                         const OverlayRoot* overlay = nullptr);
+// The spec a task with an image runs: the image config's entrypoint and cmd (when the
+// spec has no argv), env (under the spec's), working directory (when the spec has no
+// cwd) and user (when the spec has none).
+TaskSpec apply_image_defaults(const TaskSpec& spec, const std::vector<std::string>& entrypoint,
+                              const std::vector<std::string>& cmd,
+                              const std::vector<std::string>& env, const std::string& workdir,
+                              const std::string& user);
 Result<Spawned> spawn_init(const SpawnRequest& req);
 // pidfd_send_signal(2): signals the process behind a pidfd (no pid reuse races).
 Status signal_pidfd(int pidfd, int sig);

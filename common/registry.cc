@@ -439,4 +439,33 @@ void Client::blob(const oci::ImageRef& ref, const oci::Digest& d, BlobSink* sink
   impl_->start(std::move(op));
 }
 
+Status read_registry_config(const TomlDoc& doc, const toml::table& t, Config* out) {
+  auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : doc.name(); };
+  TRY_ASSIGN(auto insecure, doc.get_string_list(t, "insecure_registries"));
+  if (insecure) {
+    for (const auto& r : *insecure) {
+      // A registry as image references name it: host[:port], nothing else.
+      auto ref = oci::parse_image_ref(r + "/x:y");
+      if (r.empty() || !ref.ok() || ref->registry != r)
+        return field_error(at("insecure_registries"), "'" + r + "' is not a registry host[:port]");
+      out->insecure.insert(r);
+    }
+  }
+  TRY_ASSIGN(auto ca, doc.get_string(t, "registry_ca"));
+  if (ca) {
+    if (ca->empty() || (*ca)[0] != '/' || !path_exists(*ca))
+      return field_error(at("registry_ca"), "'registry_ca' must name an existing file");
+    out->ca_file = *ca;
+  }
+  TRY_ASSIGN(auto creds, doc.get_string(t, "registry_credentials"));
+  if (creds) {
+    if (creds->empty() || (*creds)[0] != '/')
+      return field_error(at("registry_credentials"),
+                         "'registry_credentials' must be an absolute path");
+    TRY_ASSIGN(std::string text, read_file_bounded(*creds, 1u << 20));
+    TRY_ASSIGN(out->credentials, parse_credentials(text, *creds));
+  }
+  return {};
+}
+
 }  // namespace weft::registry

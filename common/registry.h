@@ -17,7 +17,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "common/config.h"
 #include "common/event.h"
 #include "common/http_client.h"
 #include "common/oci.h"
@@ -86,6 +88,15 @@ class Client {
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The registry settings of a daemon's [images] table (agent.toml, controlplane.toml):
+//   insecure_registries = ["127.0.0.1:5000"]   # plain HTTP (loopback, test networks)
+//   registry_ca = "/etc/weft/registry-ca.pem"  # extra CAs for HTTPS registries
+//   registry_credentials = "/etc/weft/registry-credentials"  # read now; file:line errors
+// `keys` lists them for the table's only_keys check.
+inline const std::vector<std::string> kRegistryConfigKeys = {"insecure_registries", "registry_ca",
+                                                             "registry_credentials"};
+Status read_registry_config(const TomlDoc& doc, const toml::table& images, Config* out);
 
 // Parses a WWW-Authenticate challenge: scheme ("bearer", "basic", lowercase) and its
 // parameters (realm, service, scope, ...). Exposed for tests and the fuzzer.

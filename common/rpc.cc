@@ -121,6 +121,7 @@ void OutputGate::release() {
 }
 
 Session::~Session() {
+  *self_ = nullptr;
   if (gate_waiting_) std::erase(gate_->waiting_, this);
   io_.reset();
   if (ssl_ && established_ && !closed_) tls::shutdown(ssl_.get());
@@ -428,6 +429,8 @@ std::optional<json> Session::handle_message(const json& msg) {
     return error_reply(id, {kMethodNotFound, "unknown method '" + shown + "'", {}});
   }
   Result<json> result = make_error("internal error");
+  handling_id_ = is_notification ? nullptr : &id;
+  deferred_ = false;
   try {
     result = (*h)(params, CallContext{this, peer_});
   } catch (const std::exception& e) {
@@ -436,10 +439,27 @@ std::optional<json> Session::handle_message(const json& msg) {
     log_error("handler threw", {{"METHOD", method}, {"WHAT", e.what()}});
     result = make_error(std::string("internal error: ") + e.what()).with_code(kInternalError);
   }
-  if (is_notification || closed_) return std::nullopt;
+  handling_id_ = nullptr;
+  if (is_notification || closed_ || deferred_) return std::nullopt;
   if (result.ok())
     return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result).value()}};
   return error_reply(id, to_rpc_error(result.error()));
+}
+
+ReplyFn Session::defer_reply() {
+  if (!handling_id_) return [](Result<json>) {};  // a notification: nothing to send
+  deferred_ = true;
+  json id = *handling_id_;
+  std::weak_ptr<Session*> weak = self_;
+  return [weak, id](Result<json> result) {
+    auto self = weak.lock();
+    if (!self || !*self || (*self)->closed_) return;
+    Session* s = *self;
+    if (result.ok())
+      s->send_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result).value()}});
+    else
+      s->send_json(error_reply(id, to_rpc_error(result.error())));
+  };
 }
 
 void Session::handle_response(const json& msg) {

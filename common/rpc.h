@@ -207,6 +207,11 @@ class Session {
   // When the peer last sent a whole message (CLOCK_MONOTONIC, microseconds; the start
   // until then): a peer that stopped answering is told from a slow one by how long ago.
   uint64_t last_heard_us() const { return last_heard_us_; }
+  // From inside a handler: the reply to the request being handled is sent later,
+  // through the function returned (once; the handler's own result is ignored). The
+  // function may outlive the session: a reply to a closed session is dropped. A
+  // request of a batch answered this way is answered on its own line.
+  ReplyFn defer_reply();
 
  private:
   void on_io(uint32_t revents);
@@ -236,6 +241,10 @@ class Session {
   bool want_out_ = false;
   int64_t next_id_ = 1;
   uint64_t last_heard_us_ = 0;
+  // defer_reply(): the id of the request being handled, and whether it was deferred.
+  const json* handling_id_ = nullptr;
+  bool deferred_ = false;
+  std::shared_ptr<Session*> self_ = std::make_shared<Session*>(this);  // null once gone
   std::map<int64_t, ReplyFn> pending_;
   std::shared_ptr<BufferBudget> budget_;
   size_t accounted_ = 0;  // this session's share of budget_->used

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/fs.h"
+#include "common/oci.h"
 
 namespace weft {
 
@@ -323,16 +324,27 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   Reader r(j, "");
   TRY(r.only({"name", "argv", "env", "cwd", "user", "group", "resources", "rootfs", "namespaces",
               "hostname", "restart", "stop_signal", "stop_grace", "logs", "owner", "seccomp",
-              "readiness"}));
+              "readiness", "image"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
     return field_error("owner", "must be \"controlplane\" or absent");
   if (!valid_name(s.name))
     return field_error("name", "must be 1-63 characters of letters, digits, '-', '_' or '.'");
-  if (!r.has("argv") || !r.at("argv").is_array() || r.at("argv").empty())
-    return field_error("argv", "must be a non-empty list of strings");
-  for (size_t i = 0; i < r.at("argv").size(); ++i) {
+  TRY_ASSIGN(s.image, r.str("image"));
+  if (!s.image.empty()) {
+    auto ref = oci::parse_image_ref(s.image);
+    if (!ref.ok()) return field_error("image", ref.error().message);
+    s.image = ref->str();
+  }
+  bool argv_optional =
+      !s.image.empty() && (!r.has("argv") || (r.at("argv").is_array() && r.at("argv").empty()));
+  if (!argv_optional && (!r.has("argv") || !r.at("argv").is_array() || r.at("argv").empty()))
+    return field_error("argv", s.image.empty() ? "must be a non-empty list of strings"
+                                               : "must be a list of strings");
+  if (r.has("argv") && r.at("argv").size() > 4096)
+    return field_error("argv", "must have at most 4096 arguments");
+  for (size_t i = 0; r.has("argv") && i < r.at("argv").size(); ++i) {
     const json& a = r.at("argv")[i];
     if (!a.is_string()) return field_error("argv[" + std::to_string(i) + "]", "must be a string");
     std::string v = a.get<std::string>();
@@ -340,7 +352,7 @@ Result<TaskSpec> parse_task_spec(const json& j) {
       return field_error("argv[" + std::to_string(i) + "]", "must not contain NUL");
     s.argv.push_back(v);
   }
-  if (s.argv[0].empty()) return field_error("argv[0]", "must not be empty");
+  if (!s.argv.empty() && s.argv[0].empty()) return field_error("argv[0]", "must not be empty");
   if (r.has("env")) {
     if (!r.at("env").is_object()) return field_error("env", "must map names to string values");
     for (const auto& [k, v] : r.at("env").items()) {
@@ -350,8 +362,9 @@ Result<TaskSpec> parse_task_spec(const json& j) {
       s.env[k] = v.get<std::string>();
     }
   }
-  TRY_ASSIGN(s.cwd, r.str("cwd", "/"));
-  if (s.cwd.empty() || s.cwd[0] != '/') return field_error("cwd", "must be an absolute path");
+  TRY_ASSIGN(s.cwd, r.str("cwd"));
+  if (r.has("cwd") && (s.cwd.empty() || s.cwd[0] != '/'))
+    return field_error("cwd", "must be an absolute path");
   TRY_ASSIGN(s.user, r.str("user"));
   TRY_ASSIGN(s.group, r.str("group"));
   if (r.has("resources"))
@@ -376,6 +389,9 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   }
   if (!s.rootfs.empty() && !s.ns.mount)
     return field_error("rootfs", "needs namespaces.mount = true");
+  if (!s.image.empty() && !s.rootfs.empty())
+    return field_error("image", "and rootfs cannot both be given (an image is the root)");
+  if (!s.image.empty() && !s.ns.mount) return field_error("image", "needs namespaces.mount = true");
   TRY_ASSIGN(std::string seccomp, r.str("seccomp"));
   if (!seccomp.empty() && seccomp != "default" && seccomp != "unconfined")
     return field_error("seccomp", "must be \"default\" or \"unconfined\"");
@@ -442,7 +458,8 @@ json to_json(const TaskSpec& s) {
   j["name"] = s.name;
   j["argv"] = s.argv;
   j["env"] = s.env;
-  j["cwd"] = s.cwd;
+  if (!s.cwd.empty()) j["cwd"] = s.cwd;
+  if (!s.image.empty()) j["image"] = s.image;
   if (!s.user.empty()) j["user"] = s.user;
   if (!s.group.empty()) j["group"] = s.group;
   if (!s.owner.empty()) j["owner"] = s.owner;

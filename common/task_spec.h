@@ -80,9 +80,15 @@ const char* readiness_kind_name(ReadinessKind k);
 
 struct TaskSpec {
   std::string name;
+  // The program and its arguments. With an image it may be empty: the image's
+  // entrypoint and cmd are the default (a given argv replaces both).
   std::vector<std::string> argv;
-  std::map<std::string, std::string> env;
-  std::string cwd = "/";
+  std::map<std::string, std::string> env;  // over the image's env, if any
+  std::string cwd;                         // empty: the image's working directory, else "/"
+  // An OCI image ("<registry>/<repository>[:tag][@<digest>]", canonical form) the task's
+  // root is made from (docs/images.md): an overlayfs of its layers with a writable
+  // directory of the task's own. Empty: the host's root (or `rootfs`).
+  std::string image;
   std::string user;   // name or numeric; empty = the agent's default_task_user
   std::string group;  // name or numeric; empty = user's primary group
   TaskResources resources;

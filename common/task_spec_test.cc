@@ -15,7 +15,7 @@ std::string field_of(const json& j) {
 TEST(Spec, MinimalDefaults) {
   auto s = parse_task_spec({{"name", "web"}, {"argv", {"sleep", "1"}}});
   ASSERT_TRUE(s.ok()) << s.error().str();
-  EXPECT_EQ(s->cwd, "/");
+  EXPECT_EQ(s->cwd, "");  // "/" or the image's working directory
   EXPECT_TRUE(s->ns.pid);
   EXPECT_EQ(s->ns.network, NetworkMode::kHost);
   EXPECT_EQ(s->restart.policy, RestartPolicy::kNever);

@@ -1,7 +1,7 @@
 // The task-state vocabulary shared by weft-agent, weft-controlplane and weftctl: one
 // enum and its names (the strings on the wire, in sqlite rows and in the CLI's output).
 //
-// On a machine (weft-agent): starting -> running -> stopping -> stopped, or exited /
+// On a machine (weft-agent): [fetching ->] starting -> running -> stopping -> stopped, or exited /
 // failed when the program ends; backoff between a failure and its restart. In its
 // reports to the control plane a running task that is available (its readiness check
 // passes, or it declares none) is "ready".
@@ -31,8 +31,11 @@ enum class TaskState {
   // Reported by an agent for a running task that is available: its readiness check
   // passes, or it has none. The control plane records it as running and ready.
   kReady,
+  // On a machine: the task's image is being fetched and unpacked; it starts when that is
+  // done (or fails with the reason). The control plane counts it as started, not ready.
+  kFetching,
 };
-inline constexpr size_t kTaskStateCount = 11;
+inline constexpr size_t kTaskStateCount = 12;
 
 constexpr const char* task_state_name(TaskState s) {
   switch (s) {
@@ -58,6 +61,8 @@ constexpr const char* task_state_name(TaskState s) {
       return "draining";
     case TaskState::kReady:
       return "ready";
+    case TaskState::kFetching:
+      return "fetching";
   }
   return "unknown";
 }
@@ -65,7 +70,7 @@ constexpr const char* task_state_name(TaskState s) {
 inline constexpr TaskState kAllTaskStates[] = {
     TaskState::kPending,  TaskState::kStarting, TaskState::kRunning, TaskState::kBackoff,
     TaskState::kStopping, TaskState::kStopped,  TaskState::kExited,  TaskState::kFailed,
-    TaskState::kLost,     TaskState::kDraining, TaskState::kReady};
+    TaskState::kLost,     TaskState::kDraining, TaskState::kReady,   TaskState::kFetching};
 
 static_assert(sizeof(kAllTaskStates) / sizeof(kAllTaskStates[0]) == kTaskStateCount);
 
@@ -86,7 +91,7 @@ constexpr bool task_ended(TaskState s) {
 // and may run (again): starting, running, backoff, stopping.
 constexpr bool task_present_on_machine(TaskState s) {
   return s == TaskState::kStarting || s == TaskState::kRunning || s == TaskState::kReady ||
-         s == TaskState::kBackoff || s == TaskState::kStopping;
+         s == TaskState::kBackoff || s == TaskState::kStopping || s == TaskState::kFetching;
 }
 
 }  // namespace weft

@@ -10,6 +10,7 @@
 #include "common/tls.h"
 
 #include "common/log.h"
+#include "common/oci.h"
 #include "controlplane/manager.h"
 
 namespace weft::cp {
@@ -344,7 +345,55 @@ Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {
               {"dc", e.dc}, {"owners", e.owners}, {"machines", machines}, {"jobs", jobs}};
 }
 
+Result<json> Manager::resolve_image_then(const json& p, const CallContext& c, JobCall next) {
+  // Checked whole first: a bad job or a caller without the right is refused before any
+  // registry is asked.
+  TRY_ASSIGN(JobSpec spec, job_from_params(p));
+  TRY(may_change_jobs(caller(c), spec.entitlement_id));
+  const json& image = p["task"]["image"];
+  TRY_ASSIGN(oci::ImageRef ref, oci::parse_image_ref(image.get<std::string>()));
+  if (!registry_) {
+    TRY_ASSIGN(auto client, registry::Client::create(*loop_, cfg_.registry));
+    registry_ = std::move(client);
+  }
+  if (!c.session) return field_error("task.image", "needs a digest on this connection");
+  rpc::ReplyFn reply = c.session->defer_reply();
+  rpc::Peer peer = c.peer;
+  json params = p;
+  registry_->manifest(ref, [this, reply, peer, params, ref,
+                            next](Result<registry::FetchedManifest> m) mutable {
+    if (!m.ok()) {
+      Error e = field_error("task.image", "cannot resolve " + ref.str() + ": " + m.error().str());
+      return reply(e);
+    }
+    oci::ImageRef pinned = ref;
+    pinned.digest = m->digest;
+    params["task"]["image"] = pinned.str();
+    log_info("image tag resolved", {{"IMAGE", ref.str()}, {"DIGEST", m->digest.str()}});
+    reply((this->*next)(params, CallContext{nullptr, peer}));
+  });
+  return json();
+}
+
+namespace {
+
+// A job's task that names an image by tag only (no digest).
+bool image_needs_resolution(const json& p) {
+  if (!p.is_object() || !p.contains("task") || !p["task"].is_object()) return false;
+  const json& t = p["task"];
+  if (!t.contains("image") || !t["image"].is_string()) return false;
+  auto ref = oci::parse_image_ref(t["image"].get<std::string>());
+  return ref.ok() && !ref->digest;
+}
+
+}  // namespace
+
 Result<json> Manager::api_job_create(const json& p, const CallContext& c) {
+  if (image_needs_resolution(p)) return resolve_image_then(p, c, &Manager::job_create_resolved);
+  return job_create_resolved(p, c);
+}
+
+Result<json> Manager::job_create_resolved(const json& p, const CallContext& c) {
   TRY_ASSIGN(JobSpec spec, job_from_params(p));
   TRY(may_change_jobs(caller(c), spec.entitlement_id));
   TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
@@ -395,6 +444,11 @@ Result<json> Manager::api_job_scale(const json& p, const CallContext& c) {
 }
 
 Result<json> Manager::api_job_update(const json& p, const CallContext& c) {
+  if (image_needs_resolution(p)) return resolve_image_then(p, c, &Manager::job_update_resolved);
+  return job_op("update", p, c);
+}
+
+Result<json> Manager::job_update_resolved(const json& p, const CallContext& c) {
   return job_op("update", p, c);
 }
 

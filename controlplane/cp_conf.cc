@@ -101,6 +101,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "tls_resumption",
                      "metrics_listen",
                      "access",
+                     "images",
                      "store"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -122,6 +123,11 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                           {"tls_key", &c.tls.key_file}})
       if (v->empty())
         return field_error(name, std::string("'") + key + "' is required with the other tls_ keys");
+  TRY_ASSIGN(const toml::table* images, doc.get_table(t, "images"));
+  if (images) {
+    TRY(doc.only_keys(*images, "images.", {}, registry::kRegistryConfigKeys));
+    TRY(registry::read_registry_config(doc, *images, &c.registry));
+  }
   TRY_ASSIGN(const toml::table* access, doc.get_table(t, "access"));
   TRY_ASSIGN(c.access, parse_access(doc, access));
   TRY_ASSIGN(auto resumption, doc.get_bool(t, "tls_resumption"));

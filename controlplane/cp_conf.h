@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/registry.h"
 #include "common/result.h"
 #include "common/tls.h"
 #include "controlplane/access.h"
@@ -55,6 +56,9 @@ struct CpConfig {
   // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
   std::string metrics_listen = "127.0.0.1:9470";
   StoreConfig store;
+  // [images] (docs/images.md): the registries a job's image tag is resolved at, once,
+  // when the job is created or updated.
+  registry::Config registry;
 };
 
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name);

@@ -15,6 +15,7 @@
 
 #include "common/event.h"
 #include "common/metrics.h"
+#include "common/registry.h"
 #include "common/rpc.h"
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
@@ -76,6 +77,17 @@ class Manager {
   Result<nlohmann::json> api_entitlement_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_entitlement_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_job_create(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> job_create_resolved(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> job_update_resolved(const nlohmann::json& p, const rpc::CallContext& c);
+  // A job whose task names its image by tag alone: the tag is resolved to a digest at
+  // the registry first (the call is answered once that is done, without blocking the
+  // loop), so every task of the generation runs the same bytes; then `next` runs with
+  // task.image = "<ref>@<digest>".
+  using JobCall = Result<nlohmann::json> (Manager::*)(const nlohmann::json&,
+                                                      const rpc::CallContext&);
+  Result<nlohmann::json> resolve_image_then(const nlohmann::json& p, const rpc::CallContext& c,
+                                            JobCall next);
+  std::unique_ptr<registry::Client> registry_;
   Result<nlohmann::json> api_job_scale(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_job_update(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_job_stop(const nlohmann::json& p, const rpc::CallContext& c);

@@ -31,6 +31,7 @@
 #include "common/fs.h"
 #include "common/job_file.h"
 #include "common/job_spec.h"
+#include "common/registry_test_server.h"
 #include "common/rpc.h"
 #include "common/task_report.h"
 #include "common/task_spec.h"
@@ -58,6 +59,7 @@ class FakeMachine {
         return spec.error();
       }
       running_.insert(p["name"].get<std::string>());
+      runs_.push_back(p);
       ++starts_;
       return json{{"id", p["name"]}};
     });
@@ -114,6 +116,7 @@ class FakeMachine {
   int starts() const { return starts_; }
   int stops() const { return stops_; }
   const std::vector<std::string>& refusals() const { return refusals_; }
+  const std::vector<json>& runs() const { return runs_; }  // every task.run's params
 
  private:
   std::string id_, rack_;
@@ -123,6 +126,7 @@ class FakeMachine {
   std::unique_ptr<rpc::Client> client_;
   std::set<std::string> running_;
   std::vector<std::string> refusals_;
+  std::vector<json> runs_;
   int starts_ = 0, stops_ = 0;
   Error error_;
 };
@@ -178,6 +182,80 @@ class ControlPlane : public ::testing::Test {
   std::string dir_;
   pid_t pid_ = -1;
 };
+
+// A job that names its image by tag runs the digest the tag named when the job was
+// created; an update resolves the tag again (a new digest is a new generation).
+TEST_F(ControlPlane, AnImageTagIsResolvedToADigestAtCreateAndUpdate) {
+  testing::RegistryServer reg;
+  ASSERT_TRUE(reg.error().empty()) << reg.error();
+  auto push = [&](const std::string& marker) {
+    std::string layer = "not unpacked by this test " + marker;
+    oci::Digest l = reg.push_blob("team/web", layer);
+    std::string cfg = json{{"architecture", oci::host_platform().architecture},
+                           {"os", "linux"},
+                           {"config", json::object()},
+                           {"rootfs", {{"type", "layers"}, {"diff_ids", {l.str()}}}}}
+                          .dump();
+    oci::Digest c = reg.push_blob("team/web", cfg);
+    json m{{"schemaVersion", 2},
+           {"mediaType", oci::kOciManifest},
+           {"config", {{"mediaType", oci::kOciConfig}, {"digest", c.str()}, {"size", cfg.size()}}},
+           {"layers",
+            {{{"mediaType", "application/vnd.oci.image.layer.v1.tar+gzip"},
+              {"digest", l.str()},
+              {"size", layer.size()}}}}};
+    return reg.push_manifest("team/web", "stable", m.dump(), oci::kOciManifest);
+  };
+  oci::Digest first = push("1");
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value() +
+                                                "[images]\ninsecure_registries = [\"" + reg.host() +
+                                                "\"]\n")
+                  .ok());
+  start();
+  FakeMachine m("h1", "r1");
+  ASSERT_TRUE(m.connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 4}}).ok());
+  std::string tag = reg.host() + "/team/web:stable";
+  json job{{"name", "web"},
+           {"entitlement", "a"},
+           {"count", 1},
+           {"per_task", {{"cpu_milli", 1000}, {"mem_mb", 512}}},
+           {"task", {{"image", tag}}}};
+  auto created = call("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  auto shown = call("job.show", {{"name", "web"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ((*shown)["spec"]["task"]["image"], tag + "@" + first.str()) << shown->dump();
+  for (int i = 0; i < 100 && m.runs().empty(); ++i) {
+    m.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(m.runs().size(), 1u);
+  EXPECT_EQ(m.runs()[0]["image"], tag + "@" + first.str());
+  // The tag moves; the running job does not, until an update resolves it again.
+  oci::Digest second = push("2");
+  ASSERT_NE(first, second);
+  shown = call("job.show", {{"name", "web"}});
+  EXPECT_EQ((*shown)["spec"]["task"]["image"], tag + "@" + first.str());
+  auto updated = call("job.update", job);
+  ASSERT_TRUE(updated.ok()) << updated.error().str();
+  shown = call("job.show", {{"name", "web"}});
+  EXPECT_EQ((*shown)["spec"]["task"]["image"], tag + "@" + second.str());
+  for (int i = 0; i < 200 && m.runs().size() < 2; ++i) {
+    m.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(m.runs().size(), 2u);
+  EXPECT_EQ(m.runs()[1]["image"], tag + "@" + second.str());
+  // A tag the registry does not have: refused, naming the field; nothing created.
+  job["name"] = "ghost";
+  job["task"]["image"] = reg.host() + "/team/none:v1";
+  auto refused = call("job.create", job);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message.rfind("task.image: cannot resolve", 0), 0u)
+      << refused.error().str();
+  EXPECT_FALSE(call("job.show", {{"name", "ghost"}}).ok());
+}
 
 // Ten machines on ten racks, a job of six tasks spread over them, four of its machines
 // lost at once: with the breaker at `breaker`, are the four tasks replaced?

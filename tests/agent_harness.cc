@@ -96,6 +96,12 @@ void AgentHarness::add_config(const std::string& lines) {
   ASSERT_TRUE(write_file(config_, lines + "\n" + *text).ok());
 }
 
+void AgentHarness::append_config(const std::string& lines) {
+  auto text = read_file(config_);
+  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(write_file(config_, *text + "\n" + lines + "\n").ok());
+}
+
 void AgentHarness::start(const std::string& crash_at) {
   ASSERT_LT(pid_, 0) << "agent already running";
   pid_t p = fork();

@@ -33,6 +33,8 @@ class AgentHarness {
   void start(const std::string& crash_at = "");
   // More top-level agent.toml lines (before start).
   void add_config(const std::string& lines);
+  // Lines at the end of agent.toml (tables such as [images]).
+  void append_config(const std::string& lines);
   void kill9();
   void terminate();  // SIGTERM and wait
   // Waits for an agent started with crash_at to kill itself; true if it did.

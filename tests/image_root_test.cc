@@ -16,71 +16,13 @@
 #include "agent/image/store.h"
 #include "common/fs.h"
 #include "tests/agent_harness.h"
+#include "tests/oci_test_image.h"
 
 namespace weft::image {
 namespace {
 
-struct Entry {
-  std::string path;
-  char type = 'f';   // f file, d dir, l symlink, h hard link, c char device, p fifo
-  std::string data;  // contents, or the link target
-  int mode = 0644;
-  int uid = 0;
-};
-
-// A tar layer of `entries`, compressed as `c`.
-std::string make_layer(const std::vector<Entry>& entries, oci::Compression c) {
-  archive* a = archive_write_new();
-  archive_write_set_format_pax_restricted(a);
-  archive_write_set_bytes_in_last_block(a, 1);  // no zero padding after the stream
-  if (c == oci::Compression::kGzip) archive_write_add_filter_gzip(a);
-  if (c == oci::Compression::kZstd) archive_write_add_filter_zstd(a);
-  std::string out;
-  archive_write_open(
-      a, &out, nullptr,
-      [](archive*, void* ctx, const void* buf, size_t n) -> la_ssize_t {
-        static_cast<std::string*>(ctx)->append(static_cast<const char*>(buf), n);
-        return static_cast<la_ssize_t>(n);
-      },
-      nullptr);
-  for (const auto& e : entries) {
-    archive_entry* en = archive_entry_new();
-    archive_entry_set_pathname(en, e.path.c_str());
-    archive_entry_set_perm(en, static_cast<mode_t>(e.mode));
-    archive_entry_set_uid(en, e.uid);
-    archive_entry_set_gid(en, e.uid);
-    switch (e.type) {
-      case 'f':
-        archive_entry_set_filetype(en, AE_IFREG);
-        archive_entry_set_size(en, static_cast<la_int64_t>(e.data.size()));
-        break;
-      case 'd':
-        archive_entry_set_filetype(en, AE_IFDIR);
-        break;
-      case 'l':
-        archive_entry_set_filetype(en, AE_IFLNK);
-        archive_entry_set_symlink(en, e.data.c_str());
-        break;
-      case 'h':
-        archive_entry_set_filetype(en, AE_IFREG);
-        archive_entry_set_hardlink(en, e.data.c_str());
-        break;
-      case 'c':
-        archive_entry_set_filetype(en, AE_IFCHR);
-        archive_entry_set_rdev(en, makedev(1, 3));
-        break;
-      case 'p':
-        archive_entry_set_filetype(en, AE_IFIFO);
-        break;
-    }
-    archive_write_header(a, en);
-    if (e.type == 'f') archive_write_data(a, e.data.data(), e.data.size());
-    archive_entry_free(en);
-  }
-  archive_write_close(a);
-  archive_write_free(a);
-  return out;
-}
+using testing::Entry;
+using testing::make_layer;
 
 class Layers : public ::testing::Test {
  protected:

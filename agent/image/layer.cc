@@ -4,6 +4,7 @@
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <linux/sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -234,17 +235,22 @@ Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compressio
   return st;
 }
 
-Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::string& dir,
+Result<UnpackChild> start_unpack_confined(const std::string& blob, const std::string& dir,
                                           oci::Compression c, const UnpackLimits& limits) {
   Fd in(open(blob.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in.valid()) return sys_error("open " + blob);
   Fd root(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root.valid()) return sys_error("open " + dir);
   int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) return sys_error("pipe");
+  if (pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) return sys_error("pipe");
   Fd rd(pipefd[0]), wr(pipefd[1]);
-  pid_t pid = fork();
-  if (pid < 0) return sys_error("fork");
+  int pidfd = -1;
+  struct clone_args ca {};
+  ca.flags = CLONE_PIDFD;
+  ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  ca.exit_signal = SIGCHLD;
+  pid_t pid = static_cast<pid_t>(syscall(SYS_clone3, &ca, sizeof ca));
+  if (pid < 0) return sys_error("clone3");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     std::string reply;
@@ -252,20 +258,38 @@ Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::st
       reply = "E chroot into the layer directory: " + std::string(strerror(errno));
     } else {
       auto r = unpack_layer(in.get(), "/", c, limits);
-      if (r.ok())
+      // Every file of the layer on disk before the caller's rename makes it usable.
+      if (r.ok() && syncfs(root.get()) != 0)
+        reply = "E sync the layer: " + std::string(strerror(errno));
+      else if (r.ok())
         reply = "O " + std::to_string(r->entries) + " " + std::to_string(r->bytes) + " " +
                 std::to_string(r->whiteouts) + " " + std::to_string(r->skipped_devices);
       else
         reply = "E " + r.error().str();
     }
+    if (reply.size() > 4000) reply.resize(4000);  // one atomic pipe write
     (void)!write(wr.get(), reply.data(), reply.size());
     _exit(0);
   }
-  wr = Fd();
+  UnpackChild child;
+  child.pid = pid;
+  child.pidfd = Fd(pidfd);
+  child.reply = std::move(rd);
+  return child;
+}
+
+Result<UnpackStats> finish_unpack_confined(UnpackChild& child, bool wait) {
+  int status = 0;
+  pid_t got;
+  do {
+    got = waitpid(child.pid, &status, wait ? 0 : WNOHANG);
+  } while (got < 0 && errno == EINTR);
+  if (got == 0) return make_error("layer unpack still running");
+  child.pid = -1;
   std::string reply;
   char buf[4096];
   for (;;) {
-    ssize_t n = read(rd.get(), buf, sizeof buf);
+    ssize_t n = read(child.reply.get(), buf, sizeof buf);
     if (n > 0) {
       reply.append(buf, static_cast<size_t>(n));
       if (reply.size() > 65536) break;
@@ -274,10 +298,7 @@ Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::st
     if (n < 0 && errno == EINTR) continue;
     break;
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return make_error("layer unpack ended abnormally (status " + std::to_string(status) + ")");
   if (reply.rfind("O ", 0) == 0) {
     UnpackStats st;
@@ -287,6 +308,21 @@ Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::st
   }
   if (reply.rfind("E ", 0) == 0) return make_error(reply.substr(2));
   return make_error("layer unpack gave no answer");
+}
+
+void UnpackChild::kill_and_reap() {
+  if (pid > 0) {
+    ::kill(pid, SIGKILL);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    pid = -1;
+  }
+}
+
+Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::string& dir,
+                                          oci::Compression c, const UnpackLimits& limits) {
+  TRY_ASSIGN(UnpackChild child, start_unpack_confined(blob, dir, c, limits));
+  return finish_unpack_confined(child, true);
 }
 
 }  // namespace weft::image

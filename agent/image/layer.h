@@ -17,6 +17,9 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "common/fs.h"
 
 #include "common/oci.h"
 #include "common/result.h"
@@ -42,9 +45,34 @@ struct UnpackStats {
 Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compression c,
                                  const UnpackLimits& limits = {});
 
-// The same in a child process chrooted into `dir` (root only), which reads `blob`:
-// blocks until the child ends (run it off the event loop). On error `dir` may hold part
-// of the layer: the caller removes it.
+// The same in a child process chrooted into `dir` (root only), which reads `blob` and
+// syncs the layer's files to disk before it answers. On error `dir` may hold part of the
+// layer: the caller removes it.
+//
+// Without blocking: start_unpack_confined forks the child; when its pidfd is readable
+// (it ended), finish_unpack_confined(child, false) collects the answer. Dropping an
+// unfinished child kills it.
+struct UnpackChild {
+  pid_t pid = -1;
+  Fd pidfd;
+  Fd reply;
+  UnpackChild() = default;
+  UnpackChild(UnpackChild&& o) noexcept
+      : pid(std::exchange(o.pid, -1)), pidfd(std::move(o.pidfd)), reply(std::move(o.reply)) {}
+  UnpackChild& operator=(UnpackChild&& o) noexcept {
+    kill_and_reap();
+    pid = std::exchange(o.pid, -1);
+    pidfd = std::move(o.pidfd);
+    reply = std::move(o.reply);
+    return *this;
+  }
+  ~UnpackChild() { kill_and_reap(); }
+  void kill_and_reap();
+};
+Result<UnpackChild> start_unpack_confined(const std::string& blob, const std::string& dir,
+                                          oci::Compression c, const UnpackLimits& limits = {});
+Result<UnpackStats> finish_unpack_confined(UnpackChild& child, bool wait);
+// Both, blocking until the child ends (tests and tools).
 Result<UnpackStats> unpack_layer_confined(const std::string& blob, const std::string& dir,
                                           oci::Compression c, const UnpackLimits& limits = {});
 

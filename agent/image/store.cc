@@ -94,7 +94,16 @@ Status BlobStore::Ingest::append(const void* data, size_t n) {
     left -= static_cast<size_t>(w);
   }
   hash_->update(data, n);
+  uint64_t before = written_;
   written_ += n;
+  // Writeback starts every 8 MiB without waiting for it, so the fsync at commit has
+  // little left to do (commit runs on the agent's loop).
+  constexpr uint64_t kChunk = 8u << 20;
+  if (before / kChunk != written_ / kChunk) {
+    uint64_t from = (before / kChunk) * kChunk;
+    (void)::sync_file_range(fd_.get(), static_cast<off_t>(from),
+                            static_cast<off_t>(written_ - from), SYNC_FILE_RANGE_WRITE);
+  }
   return {};
 }
 
@@ -129,39 +138,69 @@ Result<std::string> BlobStore::read(const oci::Digest& d, size_t max) {
   return read_file_bounded(blob_path(d), max);
 }
 
-Result<std::string> BlobStore::unpack(const oci::Digest& d, oci::Compression c,
-                                      const UnpackLimits& limits) {
-  std::string dest = layer_path(d);
-  if (path_exists(dest)) return dest;
-  if (!has_blob(d)) return make_error("layer " + d.str() + " is not in the store");
-  std::string tmp = root_ + "/tmp/" + d.hex.substr(0, 16) + "-" + random_hex(4);
-  TRY(mkdir_p(tmp, 0755));
-  auto st = unpack_layer_confined(blob_path(d), tmp, c, limits);
-  if (!st.ok()) {
-    (void)remove_tree(tmp);
-    return std::move(st).error().wrap("unpack layer " + d.str());
+Result<BlobStore::Unpacking> BlobStore::begin_unpack(const oci::Digest& d, oci::Compression c,
+                                                     const UnpackLimits& limits) {
+  Unpacking u;
+  u.digest = d;
+  if (path_exists(layer_path(d))) {
+    u.done = true;
+    return u;
   }
+  if (!has_blob(d)) return make_error("layer " + d.str() + " is not in the store");
+  u.tmp = root_ + "/tmp/" + d.hex.substr(0, 16) + "-" + random_hex(4);
+  TRY(mkdir_p(u.tmp, 0755));
+  auto child = start_unpack_confined(blob_path(d), u.tmp, c, limits);
+  if (!child.ok()) {
+    (void)remove_tree(u.tmp);
+    return std::move(child).error().wrap("unpack layer " + d.str());
+  }
+  u.child = std::move(child).value();
+  return u;
+}
+
+Result<std::string> BlobStore::finish_unpack(Unpacking& u, bool wait) {
+  std::string dest = layer_path(u.digest);
+  if (u.done) return dest;
+  auto st = finish_unpack_confined(u.child, wait);
+  u.done = true;
+  if (!st.ok()) {
+    (void)remove_tree(u.tmp);
+    return std::move(st).error().wrap("unpack layer " + u.digest.str());
+  }
+  u.stats = *st;
   // The layer's root takes the image's mode for "/" if it had one; it must be
   // traversable for tasks that are not root.
   struct stat sb {};
-  if (::stat(tmp.c_str(), &sb) == 0 && (sb.st_mode & 0111) == 0) ::chmod(tmp.c_str(), 0755);
-  // Every file of the layer on disk before the rename makes it usable.
-  {
-    Fd t(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!t.valid() || ::syncfs(t.get()) != 0) {
-      int e = errno;
-      (void)remove_tree(tmp);
-      return errno_error(e, "sync layer " + d.str());
-    }
-  }
-  if (::rename(tmp.c_str(), dest.c_str()) != 0) {
+  if (::stat(u.tmp.c_str(), &sb) == 0 && (sb.st_mode & 0111) == 0) ::chmod(u.tmp.c_str(), 0755);
+  if (::rename(u.tmp.c_str(), dest.c_str()) != 0) {
     int e = errno;
-    (void)remove_tree(tmp);
+    (void)remove_tree(u.tmp);
     if (e == EEXIST || e == ENOTEMPTY) return dest;  // unpacked meanwhile by another
-    return errno_error(e, "rename " + tmp);
+    return errno_error(e, "rename " + u.tmp);
   }
   TRY(fsync_dir(dirname_of(dest)));
   return dest;
+}
+
+Result<std::string> BlobStore::unpack(const oci::Digest& d, oci::Compression c,
+                                      const UnpackLimits& limits) {
+  TRY_ASSIGN(Unpacking u, begin_unpack(d, c, limits));
+  return finish_unpack(u, true);
+}
+
+Status BlobStore::remove_layer(const oci::Digest& d) {
+  std::string dir = layer_path(d);
+  if (!path_exists(dir)) return {};
+  std::string away = root_ + "/tmp/rm-" + d.hex.substr(0, 16) + "-" + random_hex(4);
+  if (::rename(dir.c_str(), away.c_str()) != 0) return sys_error("rename " + dir);
+  (void)fsync_dir(dirname_of(dir));
+  return remove_tree(away);
+}
+
+Status BlobStore::remove_blob(const oci::Digest& d) {
+  if (::unlink(blob_path(d).c_str()) != 0 && errno != ENOENT)
+    return sys_error("remove " + blob_path(d));
+  return {};
 }
 
 }  // namespace weft::image

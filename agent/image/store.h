@@ -71,6 +71,23 @@ class BlobStore {
   // directory; returns the layer directory. Already unpacked: returned at once.
   Result<std::string> unpack(const oci::Digest& d, oci::Compression c,
                              const UnpackLimits& limits = {});
+  // The same without blocking: begin_unpack starts the confined child (nothing to do
+  // when the layer is there: `done` is set); when the child's pidfd is readable,
+  // finish_unpack moves the layer into place.
+  struct Unpacking {
+    oci::Digest digest;
+    std::string tmp;
+    bool done = false;
+    UnpackChild child;
+    UnpackStats stats;  // after finish_unpack (zero when it was there already)
+  };
+  Result<Unpacking> begin_unpack(const oci::Digest& d, oci::Compression c,
+                                 const UnpackLimits& limits = {});
+  Result<std::string> finish_unpack(Unpacking& u, bool wait = false);
+  // Removes a layer directory (the cache's eviction): renamed away first, so a crash
+  // midway never leaves a half-removed layer under its name.
+  Status remove_layer(const oci::Digest& d);
+  Status remove_blob(const oci::Digest& d);
 
   const std::string& root() const { return root_; }
 

@@ -14,6 +14,7 @@
 // size stays well under 1 MiB. Usage (argv is built by the agent, see runtime.cc):
 //   weft-init --task-dir-fd N --incarnation N [--uid U --gid G --groups a,b]
 //             [--cwd D] [--hostname H] [--rootfs DIR] [--proc] [--lo]
+//             [--overlay-layers DIR --overlay-lower A:B --overlay-upper U --overlay-work W]
 //             [--log-max-bytes N] [--log-max-files N] [--env K=V]... -- argv...
 //   weft-init --join-pid PID [--uid U --gid G --groups a,b] [--cwd D]
 //             [--seccomp-unconfined] [--env K=V]... -- /abs/argv...   (fd 3: PID's pidfd)
@@ -53,6 +54,13 @@ struct Options {
   const char* cwd = "/";
   const char* hostname = nullptr;
   const char* rootfs = nullptr;
+  // An image root: an overlayfs of these layers (relative to overlay_layers, top-most
+  // first, ':'-separated) with the task's own upper and work directories, mounted on
+  // `rootfs` (an empty directory) inside the task's mount namespace.
+  const char* overlay_layers = nullptr;
+  const char* overlay_lower = nullptr;
+  const char* overlay_upper = nullptr;
+  const char* overlay_work = nullptr;
   bool mount_proc = false;
   bool private_mounts = false;  // a mount namespace of its own: /sys and /proc/sys go read-only
   bool seccomp = true;
@@ -305,8 +313,26 @@ bool bind_readonly_recursive(const char* path) {
   return true;
 }
 
+bool mount_overlay() {
+  // The lower directories are named relative to the layer store (short names: the
+  // mount options fit in a page for dozens of layers).
+  char data[4096];
+  int n = snprintf(data, sizeof data, "lowerdir=%s,upperdir=%s,workdir=%s", opt.overlay_lower,
+                   opt.overlay_upper, opt.overlay_work);
+  if (n < 0 || n >= static_cast<int>(sizeof data)) {
+    errno = E2BIG;
+    return note_setup_error("overlay options"), false;
+  }
+  if (chdir(opt.overlay_layers) < 0) return note_setup_error("chdir to the layers"), false;
+  // nosuid: a setuid file of the image grants nothing; nodev: no device node works.
+  if (mount("overlay", opt.rootfs, "overlay", MS_NOSUID | MS_NODEV, data) < 0)
+    return note_setup_error("mount the image's overlay"), false;
+  return true;
+}
+
 bool setup_rootfs() {
   const char* root = opt.rootfs;
+  if (opt.overlay_lower && !mount_overlay()) return false;
   if (mount(root, root, nullptr, MS_BIND | MS_REC, nullptr) < 0)
     return note_setup_error("bind rootfs"), false;
   char path[512];
@@ -478,6 +504,14 @@ bool parse_args(int argc, char** argv) {
       opt.hostname = v;
     else if (!strcmp(a, "--rootfs"))
       opt.rootfs = v;
+    else if (!strcmp(a, "--overlay-layers"))
+      opt.overlay_layers = v;
+    else if (!strcmp(a, "--overlay-lower"))
+      opt.overlay_lower = v;
+    else if (!strcmp(a, "--overlay-upper"))
+      opt.overlay_upper = v;
+    else if (!strcmp(a, "--overlay-work"))
+      opt.overlay_work = v;
     else if (!strcmp(a, "--log-max-bytes"))
       opt.log_max_bytes = strtoull(v, nullptr, 10);
     else if (!strcmp(a, "--log-max-files"))
@@ -568,7 +602,9 @@ int main(int argc, char** argv) {
     }
     return run_joined();
   }
-  if (!parse_args(argc, argv) || opt.task_dir_fd < 0 || fcntl(opt.task_dir_fd, F_GETFD) < 0) {
+  if (!parse_args(argc, argv) || opt.task_dir_fd < 0 || fcntl(opt.task_dir_fd, F_GETFD) < 0 ||
+      (opt.overlay_lower &&
+       !(opt.overlay_layers && opt.overlay_upper && opt.overlay_work && opt.rootfs))) {
     fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");
     return 125;
   }

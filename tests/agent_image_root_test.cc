@@ -1,0 +1,262 @@
+// Root tests of tasks that run from OCI images: weft-agent pulls from Debian's
+// docker-registry on loopback (images assembled by the test), unpacks the layers and
+// runs the task in an overlayfs root. Pull by tag and by digest, the image config's
+// defaults, two tasks sharing one download, eviction that spares layers in use, a
+// missing image failing the start with the reason, and an agent SIGKILLed mid-fetch.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/fs.h"
+#include "common/registry_test_server.h"
+#include "tests/agent_harness.h"
+#include "tests/oci_test_image.h"
+
+namespace weft::testing {
+namespace {
+
+using json = nlohmann::json;
+
+class AgentImages : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = root_test_skip_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    ASSERT_TRUE(path_exists("/bin/busybox"))
+        << "busybox-static is not installed (scripts/setup.sh installs it)";
+    reg_ = std::make_unique<RegistryServer>();
+    ASSERT_TRUE(reg_->error().empty()) << reg_->error();
+    busybox_ =
+        make_layer({{"bin", 'd', "", 0755},
+                    {"bin/busybox", 'f', *read_file("/bin/busybox"), 0755},
+                    {"bin/sh", 'l', "busybox"},
+                    {"etc", 'd', "", 0755},
+                    {"etc/passwd", 'f', "root:x:0:0::/:/bin/sh\napp:x:1234:1234::/:/bin/sh\n"},
+                    {"etc/group", 'f', "root:x:0:\napp:x:1234:\nextra:x:777:app\n"}},
+                   oci::Compression::kGzip);
+  }
+  void TearDown() override {
+    agent_.reset();
+    reg_.reset();
+  }
+  void start_agent(const std::string& images_table = "") {
+    agent_ = std::make_unique<AgentHarness>();
+    agent_->append_config("[images]\ninsecure_registries = [\"" + reg_->host() + "\"]\n" +
+                          images_table);
+    agent_->start();
+  }
+  std::string ref(const std::string& repo_tag) const { return reg_->host() + "/" + repo_tag; }
+  // An image: busybox and a layer with /marker holding `marker`.
+  oci::Digest push_app(const std::string& repo, const std::string& tag, const std::string& marker,
+                       const json& config = json::object()) {
+    std::string app = make_layer({{"srv", 'd', "", 0755}, {"marker", 'f', marker + "\n"}},
+                                 oci::Compression::kGzip);
+    return push_image(*reg_, repo, tag, {busybox_, app}, config);
+  }
+  std::string logs(const std::string& id) {
+    return agent_->call("task.logs", {{"id", id}, {"stream", "stdout"}}).value("data", "");
+  }
+  static bool ended(const json& t) {
+    std::string s = t.value("state", "");
+    return s == "exited" || s == "failed" || s == "stopped";
+  }
+
+  std::unique_ptr<RegistryServer> reg_;
+  std::unique_ptr<AgentHarness> agent_;
+  std::string busybox_;
+};
+
+TEST_F(AgentImages, ATaskRunsFromItsImageWithTheConfigsDefaults) {
+  json config{{"Entrypoint", {"/bin/sh", "-c"}},
+              {"Cmd",
+               {"cat /marker; id -u; id -G; echo $FROM_IMAGE $OVERRIDE; pwd; "
+                "touch /written 2>/dev/null || echo read-only"}},
+              {"Env", {"FROM_IMAGE=yes", "OVERRIDE=image", "PATH=/bin"}},
+              {"WorkingDir", "/srv"},
+              {"User", "app"}};
+  oci::Digest m = push_app("team/app", "v1", "version one", config);
+  start_agent();
+  json r = agent_->call(
+      "task.run",
+      {{"name", "img"}, {"image", ref("team/app:v1")}, {"env", {{"OVERRIDE", "spec"}}}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty()) << r.dump();
+  json t = agent_->wait_task(id, ended, 30000);
+  ASSERT_EQ(t["state"], "exited") << t.dump();
+  EXPECT_EQ(logs(id), "version one\n1234\n1234 777\nyes spec\n/srv\nread-only\n");
+  EXPECT_EQ(t["image_manifest"], m.str());
+  // The task's writable layer is its own: the image's layers never change, and it goes
+  // with the task.
+  std::string task_dir = agent_->dir() + "/state/tasks/" + id;
+  EXPECT_TRUE(path_exists(task_dir + "/upper"));
+  agent_->call("task.remove", {{"id", id}});
+  EXPECT_FALSE(path_exists(task_dir));
+
+  // By digest, argv from the spec, as root: the write lands in its upper directory only.
+  std::string by_digest = ref("team/app@" + m.str());
+  r = agent_->call("task.run",
+                   {{"name", "img2"},
+                    {"image", by_digest},
+                    {"user", "0"},
+                    {"argv", {"/bin/sh", "-c", "echo x > /written && cat /written /marker"}}});
+  id = r.value("id", "");
+  t = agent_->wait_task(id, ended, 30000);
+  ASSERT_EQ(t["state"], "exited") << t.dump();
+  EXPECT_EQ(logs(id), "x\nversion one\n");
+  EXPECT_EQ(read_file(agent_->dir() + "/state/tasks/" + id + "/upper/written").value_or(""), "x\n");
+  json ls = agent_->call("image.ls", json::object());
+  ASSERT_EQ(ls["images"].size(), 1u) << ls.dump();
+  EXPECT_EQ(ls["blob_downloads"], 2);  // two layers, fetched once
+  auto layers = list_dir(agent_->dir() + "/state/images/layers/sha256");
+  ASSERT_TRUE(layers.ok());
+  EXPECT_EQ(layers->size(), 2u);
+  for (const auto& l : *layers)
+    EXPECT_FALSE(path_exists(agent_->dir() + "/state/images/layers/sha256/" + l + "/written"));
+}
+
+TEST_F(AgentImages, TwoTasksOfOneImageShareOneDownload) {
+  push_app("team/shared", "v1", "shared");
+  start_agent();
+  std::vector<std::string> ids;
+  for (const char* name : {"a", "b"}) {
+    json r = agent_->call("task.run", {{"name", name},
+                                       {"image", ref("team/shared:v1")},
+                                       {"argv", {"/bin/sh", "-c", "cat /marker; sleep 100"}}});
+    ids.push_back(r.value("id", ""));
+    ASSERT_FALSE(ids.back().empty()) << r.dump();
+  }
+  for (const auto& id : ids) {
+    agent_->wait_task(
+        id, [&](const json&) { return logs(id) == "shared\n"; }, 30000);
+    EXPECT_EQ(logs(id), "shared\n");
+  }
+  json ls = agent_->call("image.ls", json::object());
+  EXPECT_EQ(ls["blob_downloads"], 2) << ls.dump();  // not four
+  ASSERT_EQ(ls["images"].size(), 1u);
+  EXPECT_EQ(ls["images"][0]["used_by"].size(), 2u);
+  // In use: not removable.
+  auto rm = agent_->try_call("image.rm", {{"image", ref("team/shared:v1")}});
+  EXPECT_FALSE(rm.ok());
+  for (const auto& id : ids) {
+    agent_->call("task.stop", {{"id", id}, {"grace", 0}});
+    agent_->wait_state(id, "stopped");
+  }
+  json pruned = agent_->call("image.prune", json::object());
+  EXPECT_EQ(pruned["removed"].size(), 1u) << pruned.dump();
+  EXPECT_EQ(agent_->call("image.ls", json::object())["images"].size(), 0u);
+}
+
+TEST_F(AgentImages, EvictionSparesTheLayersATaskUses) {
+  push_app("team/held", "v1", "held");
+  // A second image with layers of its own (another busybox copy differs by a file).
+  std::string other = make_layer({{"bin", 'd', "", 0755},
+                                  {"bin/busybox", 'f', *read_file("/bin/busybox"), 0755},
+                                  {"bin/sh", 'l', "busybox"},
+                                  {"other", 'f', "other\n"}},
+                                 oci::Compression::kGzip);
+  push_image(*reg_, "team/other", "v1", {other}, json::object());
+  start_agent("cache_max = \"1M\"\n");  // smaller than either image
+  json r = agent_->call("task.run", {{"name", "held"},
+                                     {"image", ref("team/held:v1")},
+                                     {"argv", {"/bin/sh", "-c", "cat /marker; sleep 100"}}});
+  std::string id = r.value("id", "");
+  agent_->wait_task(
+      id, [&](const json&) { return logs(id) == "held\n"; }, 30000);
+  ASSERT_EQ(logs(id), "held\n");
+  // Pulling another image takes the cache over its limit: the unused image goes, the
+  // running task's layers stay.
+  json pulled = agent_->call("image.pull", {{"image", ref("team/other:v1")}, {"wait", true}});
+  ASSERT_TRUE(pulled.contains("manifest")) << pulled.dump();
+  json ls;
+  for (int i = 0; i < 100; ++i) {
+    ls = agent_->call("image.ls", json::object());
+    if (ls["evictions"].get<int>() > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(ls["evictions"].get<int>(), 1) << ls.dump();
+  ASSERT_EQ(ls["images"].size(), 1u) << ls.dump();
+  EXPECT_EQ(ls["images"][0]["refs"][0], ref("team/held:v1"));
+  json t = agent_->call("task.show", {{"id", id}});
+  EXPECT_EQ(t["state"], "running");
+  // Stopped, the task holds nothing: the next pull may evict its image.
+  agent_->call("task.stop", {{"id", id}, {"grace", 0}});
+  agent_->wait_state(id, "stopped");
+  agent_->call("image.pull", {{"image", ref("team/other:v1")}, {"wait", true}});
+  auto held_listed = [&] {
+    for (const auto& img : ls["images"])
+      if (img["refs"][0] == ref("team/held:v1")) return true;
+    return false;
+  };
+  for (int i = 0; i < 100; ++i) {
+    ls = agent_->call("image.ls", json::object());
+    if (!held_listed()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(held_listed()) << ls.dump();
+  EXPECT_LE(ls["size"].get<uint64_t>(), 1u << 20) << ls.dump();  // back under the limit
+}
+
+TEST_F(AgentImages, AnImageThatCannotBeFetchedFailsTheStartWithTheReason) {
+  start_agent();
+  json r = agent_->call("task.run", {{"name", "missing"}, {"image", ref("team/none:v1")}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty());
+  json t = agent_->wait_task(id, ended, 30000);
+  EXPECT_EQ(t["state"], "failed");
+  std::string reason = t.value("reason", "");
+  EXPECT_NE(reason.find("image " + ref("team/none:v1")), std::string::npos) << reason;
+  EXPECT_NE(reason.find("404"), std::string::npos) << reason;
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+
+TEST_F(AgentImages, AnAgentKilledMidFetchResumesAndNeverUsesAPartialBlob) {
+  // A large incompressible layer, so the kill lands mid-download.
+  std::string noise(48u << 20, '\0');
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i + 8 <= noise.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(&noise[i], &x, 8);
+  }
+  std::string big = make_layer({{"noise", 'f', noise}}, oci::Compression::kGzip);
+  std::string app = make_layer({{"marker", 'f', "resumed\n"}}, oci::Compression::kGzip);
+  push_image(*reg_, "team/big", "v1", {busybox_, big, app}, json::object());
+  start_agent();
+  json r = agent_->call(
+      "task.run",
+      {{"name", "big"}, {"image", ref("team/big:v1")}, {"argv", {"/bin/sh", "-c", "cat /marker"}}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty());
+  bool killed_mid = false;
+  for (int i = 0; i < 4000 && !killed_mid; ++i) {
+    auto t = agent_->try_call("task.show", {{"id", id}});
+    if (t.ok() && t->value("state", "") == "fetching" && t->contains("fetch")) {
+      uint64_t done = (*t)["fetch"]["bytes_done"].get<uint64_t>();
+      uint64_t total = (*t)["fetch"]["bytes_total"].get<uint64_t>();
+      if (done > busybox_.size() + (1u << 20) && done < total) {
+        agent_->kill9();
+        killed_mid = true;
+      }
+    }
+    if (t.ok() && t->value("state", "") != "fetching") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(killed_mid) << "the download finished before the agent could be killed";
+  // Nothing partial is content: the big blob is not in blobs/ yet.
+  std::string store = agent_->dir() + "/state/images";
+  oci::Digest big_d = oci::digest_of(big);
+  EXPECT_FALSE(path_exists(store + "/blobs/sha256/" + big_d.hex));
+  agent_->start();
+  json t = agent_->wait_task(id, ended, 60000);
+  ASSERT_EQ(t["state"], "exited") << t.dump();
+  EXPECT_EQ(logs(id), "resumed\n");
+  EXPECT_TRUE(path_exists(store + "/blobs/sha256/" + big_d.hex));
+  EXPECT_FALSE(path_exists(store + "/partial/sha256-" + big_d.hex));
+}
+
+}  // namespace
+}  // namespace weft::testing
