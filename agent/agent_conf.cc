@@ -26,7 +26,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                     {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
                      "control_plane", "insecure_control_plane", "init_path", "host_root",
                      "log_level", "default_task_user", "allow_root_tasks", "allow_unconfined_tasks",
-                     "metrics_listen", "images"},
+                     "metrics_listen", "images", "volumes"},
                     kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
@@ -54,6 +54,19 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
   TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));
+  TRY_ASSIGN(const toml::table* volumes, doc.get_table(t, "volumes"));
+  if (volumes) {
+    TRY(doc.only_keys(*volumes, "volumes.", {"allowed_host_paths"}));
+    TRY_ASSIGN(auto paths, doc.get_string_list(*volumes, "allowed_host_paths"));
+    for (const auto& p : paths.value_or(std::vector<std::string>{})) {
+      if (p.size() < 2 || p[0] != '/' || p.find(':') != std::string::npos)
+        return field_error(doc.where(*volumes->get("allowed_host_paths")),
+                           "'" + p +
+                               "' in volumes.allowed_host_paths must be an absolute path "
+                               "other than / and without ':'");
+      c.volume_host_paths.push_back(p);
+    }
+  }
   TRY_ASSIGN(const toml::table* images, doc.get_table(t, "images"));
   if (images) {
     std::vector<std::string> keys = registry::kRegistryConfigKeys;

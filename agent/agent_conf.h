@@ -44,6 +44,9 @@ struct AgentConfig {
   // [images] (docs/images.md): registries, and the image cache's size limit.
   registry::Config registry;
   uint64_t image_cache_max = uint64_t{20} << 30;
+  // [volumes] allowed_host_paths: the host directories (and what is under them) a task's
+  // bind mounts may name. Empty: none.
+  std::vector<std::string> volume_host_paths;
 };
 
 // Reads and validates a config file; every error names file:line.

@@ -275,6 +275,9 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   // user is known once its image is here).
   if (spec.image.empty())
     TRY(task_identity(spec.user, spec.group, cfg_.default_task_user, cfg_.allow_root_tasks));
+  for (size_t i = 0; i < spec.mounts.size(); ++i)
+    if (spec.mounts[i].kind == MountKind::kBind)
+      TRY(allowed_bind_source(spec.mounts[i].source, cfg_.volume_host_paths, i));
   if (spec.seccomp_unconfined && !cfg_.allow_unconfined_tasks)
     return field_error("seccomp",
                        "unconfined tasks are not allowed on this machine (agent.toml: "
@@ -373,6 +376,19 @@ Status Manager::start_incarnation(Task& t) {
   TRY_ASSIGN(Identity ident,
              task_identity(run_spec.user, run_spec.group, cfg_.default_task_user,
                            cfg_.allow_root_tasks, overlay ? &image_roots : nullptr));
+  // Checked again at every start: the machine's allow-list may have changed since.
+  std::vector<std::string> bind_sources;
+  for (size_t i = 0; i < run_spec.mounts.size(); ++i) {
+    if (run_spec.mounts[i].kind != MountKind::kBind) continue;
+    TRY_ASSIGN(std::string src,
+               allowed_bind_source(run_spec.mounts[i].source, cfg_.volume_host_paths, i));
+    bind_sources.push_back(src);
+  }
+  Fd files;
+  if (!run_spec.files.empty()) {
+    TRY_ASSIGN(Fd made, files_memfd(run_spec));
+    files = std::move(made);
+  }
   t.incarnation++;
   t.state = TaskState::kStarting;
   t.pid = -1;
@@ -392,7 +408,9 @@ Status Manager::start_incarnation(Task& t) {
   req.init_path = cfg_.init_path;
   req.cgroup_dir = cgroups_->task_dir(t.id);
   req.task_dir_fd = dirfd.get();
-  req.init_argv = build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr);
+  req.init_argv =
+      build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr, bind_sources);
+  req.files_fd = files.valid() ? files.get() : -1;
   req.new_pid = t.spec.ns.pid;
   req.new_mount = t.spec.ns.mount;
   req.new_uts = t.spec.ns.uts;

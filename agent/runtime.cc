@@ -7,11 +7,14 @@
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdio>
 #include <cstring>
 
 namespace weft::agent {
@@ -33,6 +36,16 @@ bool all_digits(const std::string& s) {
     int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0 || ::dup2(null_fd, 0) < 0 || ::dup2(null_fd, 1) < 0 || ::dup2(null_fd, 2) < 0)
       err = errno;
+    // fd 4 (the files' contents) goes in place first if the error pipe sits there.
+    if (!err && req.files_fd >= 0 && err_w == 4) {
+      err_w = ::fcntl(err_w, F_DUPFD_CLOEXEC, 5);
+      if (err_w < 0) err = errno;
+    }
+    int files_fd = req.files_fd;
+    if (!err && files_fd >= 0 && files_fd <= 3) {
+      files_fd = ::fcntl(files_fd, F_DUPFD_CLOEXEC, 5);
+      if (files_fd < 0) err = errno;
+    }
     if (!err) {
       // dup2 onto itself would keep close-on-exec set; clear it explicitly then.
       if (req.task_dir_fd == 3) {
@@ -45,6 +58,11 @@ bool all_digits(const std::string& s) {
       // Everything above 3 except the error pipe is the agent's business only; all of it
       // is close-on-exec already, this makes sure.
       ::syscall(SYS_close_range, 4, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+      if (files_fd >= 0) {
+        if (files_fd == 4 ? ::fcntl(4, F_SETFD, 0) < 0 : ::dup2(files_fd, 4) < 0) err = errno;
+      }
+    }
+    if (!err) {
       // weft-init starts with every signal blocked and reads them from a signalfd; a
       // signal that arrived before it was ready would otherwise be dropped, since
       // pid 1 of a namespace ignores signals it has no handler for.
@@ -271,8 +289,47 @@ TaskSpec apply_image_defaults(const TaskSpec& spec, const std::vector<std::strin
   return s;
 }
 
+Result<std::string> allowed_bind_source(const std::string& source,
+                                        const std::vector<std::string>& allowed, size_t index) {
+  std::string field = "mounts[" + std::to_string(index) + "].source";
+  char resolved[PATH_MAX];
+  if (!::realpath(source.c_str(), resolved))
+    return field_error(field, "'" + source + "': " + std::strerror(errno));
+  std::string r = resolved;
+  if (r.find(':') != std::string::npos) return field_error(field, "resolves to a path with ':'");
+  for (const auto& a : allowed) {
+    char ra[PATH_MAX];
+    if (!::realpath(a.c_str(), ra)) continue;
+    std::string root = ra;
+    if (root == "/") continue;
+    if (r == root || r.rfind(root + "/", 0) == 0) return r;
+  }
+  return field_error(field, "'" + source +
+                                "' is not under a host path this machine allows (agent.toml: "
+                                "[volumes] allowed_host_paths)");
+}
+
+Result<Fd> files_memfd(const TaskSpec& spec) {
+  Fd fd(
+      static_cast<int>(::syscall(SYS_memfd_create, "weft-files", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
+  if (!fd.valid()) return sys_error("memfd_create");
+  for (const auto& f : spec.files) {
+    size_t off = 0;
+    while (off < f.content.size()) {
+      ssize_t w = ::write(fd.get(), f.content.data() + off, f.content.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return sys_error("write the task's files");
+      off += static_cast<size_t>(w);
+    }
+  }
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return sys_error("lseek");
+  (void)::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd;
+}
+
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
-                                         uint64_t incarnation, const OverlayRoot* overlay) {
+                                         uint64_t incarnation, const OverlayRoot* overlay,
+                                         const std::vector<std::string>& bind_sources) {
   std::vector<std::string> a = {"weft-init", "--task-dir-fd", "3", "--incarnation",
                                 std::to_string(incarnation)};
   if (id.set) {
@@ -296,6 +353,25 @@ std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& i
     a.push_back("--proc");
   }
   if (!overlay && spec.rootfs.empty() && spec.ns.mount) a.push_back("--private-mounts");
+  size_t b = 0;
+  for (const auto& m : spec.mounts) {
+    if (m.kind == MountKind::kBind) {
+      std::string src = b < bind_sources.size() ? bind_sources[b] : m.source;
+      ++b;
+      a.insert(a.end(), {"--bind", std::string(m.readonly ? "ro:" : "rw:") + src + ":" + m.target});
+    } else {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%o", m.mode);
+      a.insert(a.end(), {"--tmpfs", std::to_string(m.size) + ":" + mode + ":" +
+                                        (m.readonly ? "ro" : "rw") + ":" + m.target});
+    }
+  }
+  for (const auto& f : spec.files) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%o", f.mode);
+    a.insert(a.end(),
+             {"--file", std::string(mode) + ":" + std::to_string(f.content.size()) + ":" + f.path});
+  }
   if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
   if (spec.ns.network == NetworkMode::kPrivate) a.push_back("--lo");
   a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",

@@ -26,6 +26,7 @@ struct SpawnRequest {
   std::vector<std::string> init_argv;  // built by build_init_argv()
   bool new_pid = true, new_mount = true, new_uts = true, new_ipc = true, new_net = false;
   bool force_fallback = false;  // tests: exercise the pre-clone3 path
+  int files_fd = -1;            // the spec's files' contents, passed to init as fd 4
 };
 
 struct Spawned {
@@ -56,15 +57,23 @@ Result<Identity> resolve_identity_in_image(const std::string& user, const std::s
 // A task's root made from an image: an overlay of `lower` (layer directories relative to
 // `layers_root`, top-most first) with `upper` and `work`, mounted by weft-init on
 // `rootfs` inside the task's mount namespace.
+// The host path a bind mount may use: `source` with every symlink resolved, when it
+// is one of `allowed` (resolved too) or under one. Errors name mounts[i].source.
+Result<std::string> allowed_bind_source(const std::string& source,
+                                        const std::vector<std::string>& allowed, size_t index);
+// The spec's files' contents, one after another, in a sealed memfd (never on disk).
+Result<Fd> files_memfd(const TaskSpec& spec);
+
 struct OverlayRoot {
   std::string layers_root;
   std::vector<std::string> lower;
   std::string upper, work, rootfs;
 };
 
+// `bind_sources`: the resolved host path of each bind mount of spec.mounts, in order.
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
-                                         uint64_t incarnation,
-                                         const OverlayRoot* overlay = nullptr);
+                                         uint64_t incarnation, const OverlayRoot* overlay = nullptr,
+                                         const std::vector<std::string>& bind_sources = {});
 // The spec a task with an image runs: the image config's entrypoint and cmd (when the
 // spec has no argv), env (under the spec's), working directory (when the spec has no
 // cwd) and user (when the spec has none).

@@ -46,6 +46,16 @@ json build_spec(const RunOptions& o) {
   if (!o.user.empty()) s["user"] = o.user;
   if (!o.group.empty()) s["group"] = o.group;
   if (!o.rootfs.empty()) s["rootfs"] = o.rootfs;
+  if (!o.image.empty()) s["image"] = o.image;
+  if (!s.contains("name") && s.contains("image") && s["image"].is_string()) {
+    std::string repo = s["image"].get<std::string>();
+    repo = repo.substr(0, repo.find_first_of(":@", repo.find('/')));
+    repo = repo.substr(repo.rfind('/') + 1);
+    std::string clean;
+    for (char ch : repo)
+      clean += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_') ? ch : '-';
+    s["name"] = (clean.empty() ? "task" : clean) + "-" + random_hex(3);
+  }
   if (!o.hostname.empty()) s["hostname"] = o.hostname;
   json& r = s["resources"];
   if (!r.is_object()) r = json::object();
@@ -184,6 +194,9 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.run->add_option("--user", c.ro.user, "user name or uid");
   c.run->add_option("--group", c.ro.group, "group name or gid");
   c.run->add_option("--rootfs", c.ro.rootfs, "root filesystem directory (pivot_root)");
+  c.run->add_option("--image", c.ro.image,
+                    "OCI image <registry>/<repo>[:tag][@digest]: the task's root, and its "
+                    "entrypoint, cmd, env, workdir and user as defaults");
   c.run->add_option("--hostname", c.ro.hostname, "hostname in the task's UTS namespace");
   c.run->add_option("--net", c.ro.net, "network: host or private")
       ->check(CLI::IsMember({"host", "private"}));
@@ -226,9 +239,80 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.logs->add_option("--stream", c.stream, "stdout, stderr or all")
       ->check(CLI::IsMember({"stdout", "stderr", "all"}));
   c.logs->add_option("--tail", c.tail, "start this many lines before the end");
+
+  c.image = app.add_subcommand("image", "the machine's image cache (weft-agent)");
+  c.image->require_subcommand(1);
+  c.image_ls = c.image->add_subcommand("ls", "list cached images, their size and users");
+  c.image_pull = c.image->add_subcommand("pull", "fetch an image into the cache now");
+  c.image_pull->add_option("image", c.image_ref, "<registry>/<repo>[:tag][@digest]")->required();
+  c.image_rm = c.image->add_subcommand("rm", "remove an image no task uses");
+  c.image_rm->add_option("image", c.image_ref, "reference or manifest digest")->required();
+  c.image_prune = c.image->add_subcommand("prune", "remove every image no task uses");
 }
 
+namespace {
+
+std::string human_bytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+int run_image_commands(const TaskCommands& c, const Globals& g) {
+  auto client = connect_or_die(g.agent, "weft-agent", "--agent");
+  auto out = [&](const json& j, const std::function<void()>& human) { print_json_or(g, j, human); };
+  if (c.image_ls->parsed()) {
+    json r = call_or_die(*client, "image.ls", json::object());
+    out(r, [&] {
+      std::vector<std::vector<std::string>> rows = {
+          {"REFERENCE", "DIGEST", "LAYERS", "SIZE", "LAST USED", "USED BY"}};
+      for (const auto& img : r["images"]) {
+        std::string refs, users;
+        for (const auto& x : img["refs"]) refs += (refs.empty() ? "" : ",") + x.get<std::string>();
+        for (const auto& x : img["used_by"])
+          users += (users.empty() ? "" : ",") + x.get<std::string>();
+        std::string d = img.value("digest", "");
+        rows.push_back({refs.empty() ? "-" : refs, d.substr(0, 19), str_or(img, "layers"),
+                        human_bytes(img.value("size", uint64_t{0})), str_or(img, "last_used"),
+                        users.empty() ? "-" : users});
+      }
+      print_table(rows);
+      std::cout << "cache: " << human_bytes(r.value("size", uint64_t{0})) << " of "
+                << human_bytes(r.value("limit", uint64_t{0})) << "\n";
+    });
+  } else if (c.image_pull->parsed()) {
+    // A large image on a slow link takes minutes: wait up to an hour.
+    auto pulled = client->call("image.pull", {{"image", c.image_ref}, {"wait", true}}, 3'600'000);
+    if (!pulled.ok()) die(pulled.error().str());
+    json r = std::move(pulled).value();
+    out(r, [&] { std::cout << r.value("manifest", "") << "\n"; });
+  } else if (c.image_rm->parsed()) {
+    json r = call_or_die(*client, "image.rm", {{"image", c.image_ref}});
+    out(r, [&] {
+      std::cout << "removed " << r.value("removed", "") << " ("
+                << human_bytes(r.value("freed", uint64_t{0})) << " freed)\n";
+    });
+  } else {
+    json r = call_or_die(*client, "image.prune", json::object());
+    out(r, [&] {
+      std::cout << "removed " << r["removed"].size() << " image(s), "
+                << human_bytes(r.value("freed", uint64_t{0})) << " freed\n";
+    });
+  }
+  return 0;
+}
+
+}  // namespace
+
 int run_task_commands(const TaskCommands& c, const Globals& g) {
+  if (c.image->parsed()) return run_image_commands(c, g);
   if (!c.task->parsed() && !c.agent->parsed()) return -1;
   if (c.ls->parsed() && c.ls_cluster) return cluster_task_ls(g);
   auto client = connect_or_die(g.agent, "weft-agent", "--agent");
@@ -238,8 +322,8 @@ int run_task_commands(const TaskCommands& c, const Globals& g) {
     json r = call_or_die(*client, "agent.info", json::object());
     out(r, [&] { print_kv(r); });
   } else if (c.run->parsed()) {
-    if (c.ro.argv.empty() && c.ro.spec_file.empty())
-      die("task run needs a command: weftctl task run [options] -- CMD ARGS", 2);
+    if (c.ro.argv.empty() && c.ro.spec_file.empty() && c.ro.image.empty())
+      die("task run needs a command or an image: weftctl task run [options] -- CMD ARGS", 2);
     json r = call_or_die(*client, "task.run", build_spec(c.ro));
     out(r, [&] {
       std::cout << r["id"].get<std::string>() << "\n";

@@ -13,7 +13,7 @@ namespace weft::cli {
 
 // `task run`'s flags, turned into a task spec (common/task_spec.h).
 struct RunOptions {
-  std::string name, cpu, memory, memory_high, swap, cwd, user, group, rootfs, hostname;
+  std::string name, cpu, memory, memory_high, swap, cwd, user, group, rootfs, hostname, image;
   std::string net = "host", restart = "never", restart_delay, restart_max_delay, restart_reset;
   std::string stop_signal, stop_grace, log_max_size, cpuset_cpus, cpuset_mems, spec_file;
   int64_t cpu_weight = 0, pids = 0, max_restarts = -2, log_max_files = 0;
@@ -25,6 +25,10 @@ struct TaskCommands {
   CLI::App *task = nullptr, *agent = nullptr, *agent_info = nullptr;
   CLI::App *run = nullptr, *ls = nullptr, *show = nullptr, *stop = nullptr, *kill = nullptr,
            *freeze = nullptr, *thaw = nullptr, *rm = nullptr, *logs = nullptr;
+  // weftctl image ls | pull | rm | prune (the agent's image cache).
+  CLI::App *image = nullptr, *image_ls = nullptr, *image_pull = nullptr, *image_rm = nullptr,
+           *image_prune = nullptr;
+  std::string image_ref;
   RunOptions ro;
   std::string id, grace, sig = "SIGKILL", stream = "all";
   bool ls_all = true, ls_cluster = false, follow = false;

@@ -88,6 +88,45 @@ TEST(Session, AHeldOutputGateSendsNothingUntilReleased) {
   gate->release();
 }
 
+TEST(Session, ADeferredReplyArrivesLaterAndOutlivingTheSessionIsHarmless) {
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  Dispatcher methods;
+  std::vector<ReplyFn> later;
+  methods.add("slow", [&](const json& p, const CallContext& c) -> Result<json> {
+    later.push_back(c.session->defer_reply());
+    return json{{"ignored", p}};  // the handler's own result is not sent
+  });
+  methods.add("fast", [](const json& p, const CallContext&) -> Result<json> { return p; });
+  auto server = std::make_unique<Session>(**loop, Fd(sv[0]), Peer{}, &methods);
+  Session client(**loop, Fd(sv[1]), Peer{}, nullptr);
+  ASSERT_TRUE(server->start().ok());
+  ASSERT_TRUE(client.start().ok());
+  std::optional<Result<json>> slow, fast, failed;
+  client.call("slow", {{"n", 1}}, [&](Result<json> r) { slow = std::move(r); });
+  client.call("fast", {{"n", 2}}, [&](Result<json> r) { fast = std::move(r); });
+  client.call("slow", {{"n", 3}}, [&](Result<json> r) { failed = std::move(r); });
+  for (int i = 0; i < 100 && !(fast && later.size() == 2); ++i)
+    ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  ASSERT_TRUE(fast && fast->ok());  // not held up behind the deferred one
+  EXPECT_FALSE(slow);
+  later[0](json{{"done", true}});
+  later[1](field_error("image", "not found"));
+  for (int i = 0; i < 100 && !(slow && failed); ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  ASSERT_TRUE(slow && slow->ok());
+  EXPECT_EQ((**slow)["done"], true);
+  ASSERT_TRUE(failed && !failed->ok());
+  EXPECT_NE(failed->error().str().find("image"), std::string::npos);
+  // A reply after the session went away is dropped.
+  client.call("slow", json::object(), [](Result<json>) {});
+  for (int i = 0; i < 100 && later.size() < 3; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  ASSERT_EQ(later.size(), 3u);
+  server.reset();
+  later[2](json::object());
+}
+
 TEST(Session, RequestsInBothDirections) {
   auto loop = EventLoop::create();
   ASSERT_TRUE(loop.ok());

@@ -1,6 +1,7 @@
 #include "common/task_spec.h"
 
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 
 #include "common/fs.h"
@@ -288,6 +289,113 @@ Status parse_readiness(const Reader& r, ReadinessCheck* c) {
   return {};
 }
 
+// A path inside the task: absolute, plain, not the root, outside the kernel's trees.
+Status check_task_path(const std::string& field, const std::string& p) {
+  if (p.size() < 2 || p[0] != '/' || p.size() > 1024 || p.back() == '/')
+    return field_error(field, "must be an absolute path (not \"/\"), at most 1024 characters");
+  for (unsigned char c : p)
+    if (c < 0x20 || c == 0x7f || c == ':')
+      return field_error(field, "must not contain control characters or ':'");
+  for (const auto& part : split(p.substr(1), '/'))
+    if (part.empty() || part == "." || part == "..")
+      return field_error(field, "must be a plain path (no empty, \".\" or \"..\" parts)");
+  for (const char* reserved : {"/proc", "/dev", "/sys"}) {
+    std::string r = reserved;
+    if (p == r || p.rfind(r + "/", 0) == 0)
+      return field_error(field, "must not be under " + r + " (the task's own, set up by weft)");
+  }
+  return {};
+}
+
+Result<uint32_t> parse_mode(const Reader& r, const char* key, uint32_t def) {
+  if (!r.has(key)) return def;
+  const json& v = r.at(key);
+  std::string text;
+  if (v.is_string()) {
+    text = v.get<std::string>();
+  } else if (v.is_number_unsigned()) {
+    text = std::to_string(v.get<uint64_t>());  // 400 as written means 0400
+  } else {
+    return field_error(r.name(key), "must be an octal mode such as \"0400\"");
+  }
+  if (text.empty() || text.size() > 5 || text.find_first_not_of("01234567") != std::string::npos)
+    return field_error(r.name(key), "must be an octal mode such as \"0400\"");
+  uint32_t m = static_cast<uint32_t>(std::stoul(text, nullptr, 8));
+  if (m > 01777) return field_error(r.name(key), "must be at most 1777");
+  return m;
+}
+
+Status parse_mounts(const json& arr, std::vector<MountSpec>* out) {
+  if (!arr.is_array() || arr.size() > 32)
+    return field_error("mounts", "must be a list of at most 32 mounts");
+  for (size_t i = 0; i < arr.size(); ++i) {
+    Reader m(arr[i], "mounts[" + std::to_string(i) + "]");
+    TRY(m.only({"type", "source", "target", "readonly", "size", "mode"}));
+    MountSpec ms;
+    TRY_ASSIGN(std::string type, m.str("type", "bind"));
+    if (type == "bind")
+      ms.kind = MountKind::kBind;
+    else if (type == "tmpfs")
+      ms.kind = MountKind::kTmpfs;
+    else
+      return field_error(m.name("type"), "must be \"bind\" or \"tmpfs\"");
+    TRY_ASSIGN(ms.target, m.str("target"));
+    TRY(check_task_path(m.name("target"), ms.target));
+    if (ms.kind == MountKind::kBind) {
+      TRY_ASSIGN(ms.source, m.str("source"));
+      if (ms.source.empty() || ms.source[0] != '/' || ms.source.size() > 1024 ||
+          ms.source.find(':') != std::string::npos || ms.source.find('\0') != std::string::npos)
+        return field_error(m.name("source"),
+                           "must be an absolute host path without ':' (at most 1024 characters)");
+      TRY_ASSIGN(ms.readonly, m.boolean("readonly", true));
+      if (m.has("size") || m.has("mode"))
+        return field_error(m.name(m.has("size") ? "size" : "mode"), "is for tmpfs mounts");
+    } else {
+      if (m.has("source")) return field_error(m.name("source"), "is for bind mounts");
+      TRY_ASSIGN(ms.readonly, m.boolean("readonly", false));
+      TRY_ASSIGN(auto size, m.size("size"));
+      if (size) {
+        if (*size < 4096 || *size > (uint64_t{64} << 30))
+          return field_error(m.name("size"), "must be between 4K and 64G");
+        ms.size = *size;
+      }
+      TRY_ASSIGN(ms.mode, parse_mode(m, "mode", 01777));
+    }
+    for (const auto& other : *out)
+      if (other.target == ms.target)
+        return field_error(m.name("target"), "'" + ms.target + "' is mounted twice");
+    out->push_back(std::move(ms));
+  }
+  return {};
+}
+
+Status parse_files(const json& arr, std::vector<FileSpec>* out) {
+  if (!arr.is_array() || arr.size() > 64)
+    return field_error("files", "must be a list of at most 64 files");
+  uint64_t total = 0;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    Reader f(arr[i], "files[" + std::to_string(i) + "]");
+    TRY(f.only({"path", "content", "mode"}));
+    FileSpec fs;
+    TRY_ASSIGN(fs.path, f.str("path"));
+    TRY(check_task_path(f.name("path"), fs.path));
+    if (!f.has("content")) return field_error(f.name("content"), "is required");
+    TRY_ASSIGN(fs.content, f.str("content"));
+    if (fs.content.size() > (1u << 20))
+      return field_error(f.name("content"), "must be at most 1 MiB");
+    total += fs.content.size();
+    if (total > (4u << 20)) return field_error("files", "must hold at most 4 MiB in all");
+    TRY_ASSIGN(fs.mode, parse_mode(f, "mode", 0400));
+    if (fs.mode & 07000)
+      return field_error(f.name("mode"), "must not set setuid, setgid or sticky");
+    for (const auto& other : *out)
+      if (other.path == fs.path)
+        return field_error(f.name("path"), "'" + fs.path + "' is given twice");
+    out->push_back(std::move(fs));
+  }
+  return {};
+}
+
 }  // namespace
 
 const char* readiness_kind_name(ReadinessKind k) {
@@ -322,9 +430,10 @@ json readiness_json(const ReadinessCheck& c) {
 Result<TaskSpec> parse_task_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
-  TRY(r.only({"name", "argv", "env", "cwd", "user", "group", "resources", "rootfs", "namespaces",
-              "hostname", "restart", "stop_signal", "stop_grace", "logs", "owner", "seccomp",
-              "readiness", "image"}));
+  TRY(r.only({"name",    "argv",        "env",        "cwd",        "user",
+              "group",   "resources",   "rootfs",     "namespaces", "hostname",
+              "restart", "stop_signal", "stop_grace", "logs",       "owner",
+              "seccomp", "readiness",   "image",      "mounts",     "files"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
@@ -392,6 +501,17 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   if (!s.image.empty() && !s.rootfs.empty())
     return field_error("image", "and rootfs cannot both be given (an image is the root)");
   if (!s.image.empty() && !s.ns.mount) return field_error("image", "needs namespaces.mount = true");
+  if (r.has("mounts")) TRY(parse_mounts(r.at("mounts"), &s.mounts));
+  if (r.has("files")) TRY(parse_files(r.at("files"), &s.files));
+  bool own_root = !s.image.empty() || !s.rootfs.empty();
+  if (!own_root && !s.mounts.empty())
+    return field_error("mounts", "need an image or a rootfs (a root of the task's own)");
+  if (!own_root && !s.files.empty())
+    return field_error("files", "need an image or a rootfs (a root of the task's own)");
+  for (const auto& f : s.files)
+    for (const auto& m : s.mounts)
+      if (f.path == m.target || f.path.rfind(m.target + "/", 0) == 0)
+        return field_error("files", "'" + f.path + "' is under the mount at " + m.target);
   TRY_ASSIGN(std::string seccomp, r.str("seccomp"));
   if (!seccomp.empty() && seccomp != "default" && seccomp != "unconfined")
     return field_error("seccomp", "must be \"default\" or \"unconfined\"");
@@ -460,6 +580,34 @@ json to_json(const TaskSpec& s) {
   j["env"] = s.env;
   if (!s.cwd.empty()) j["cwd"] = s.cwd;
   if (!s.image.empty()) j["image"] = s.image;
+  if (!s.mounts.empty()) {
+    json arr = json::array();
+    for (const auto& m : s.mounts) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", m.mode);
+      if (m.kind == MountKind::kBind)
+        arr.push_back({{"type", "bind"},
+                       {"source", m.source},
+                       {"target", m.target},
+                       {"readonly", m.readonly}});
+      else
+        arr.push_back({{"type", "tmpfs"},
+                       {"target", m.target},
+                       {"readonly", m.readonly},
+                       {"size", m.size},
+                       {"mode", mode}});
+    }
+    j["mounts"] = arr;
+  }
+  if (!s.files.empty()) {
+    json arr = json::array();
+    for (const auto& f : s.files) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", f.mode);
+      arr.push_back({{"path", f.path}, {"content", f.content}, {"mode", mode}});
+    }
+    j["files"] = arr;
+  }
   if (!s.user.empty()) j["user"] = s.user;
   if (!s.group.empty()) j["group"] = s.group;
   if (!s.owner.empty()) j["owner"] = s.owner;

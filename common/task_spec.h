@@ -78,6 +78,27 @@ struct ReadinessCheck {
 };
 const char* readiness_kind_name(ReadinessKind k);
 
+// What a task with a root of its own (an image or a rootfs) gets mounted beside it
+// (docs/images.md): a host directory the machine allows (agent.toml [volumes]), or a
+// tmpfs. Targets are absolute, plain (no "." or ".."), outside /proc, /dev and /sys.
+enum class MountKind { kBind, kTmpfs };
+struct MountSpec {
+  MountKind kind = MountKind::kBind;
+  std::string source;         // bind: the host path
+  std::string target;         // inside the task
+  bool readonly = true;       // bind: read-only unless the spec says otherwise
+  uint64_t size = 64u << 20;  // tmpfs
+  uint32_t mode = 01777;      // tmpfs: the mount's root directory
+};
+// A file delivered into the task from its spec (a configuration or a secret): written
+// to a tmpfs of the task's own, owned by the task's user with `mode` (0400 by default),
+// mounted read-only at `path`. Never in argv, env or on the machine's disk.
+struct FileSpec {
+  std::string path;
+  std::string content;
+  uint32_t mode = 0400;
+};
+
 struct TaskSpec {
   std::string name;
   // The program and its arguments. With an image it may be empty: the image's
@@ -89,6 +110,8 @@ struct TaskSpec {
   // root is made from (docs/images.md): an overlayfs of its layers with a writable
   // directory of the task's own. Empty: the host's root (or `rootfs`).
   std::string image;
+  std::vector<MountSpec> mounts;
+  std::vector<FileSpec> files;
   std::string user;   // name or numeric; empty = the agent's default_task_user
   std::string group;  // name or numeric; empty = user's primary group
   TaskResources resources;

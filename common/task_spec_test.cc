@@ -56,6 +56,62 @@ TEST(Spec, FullRoundTrip) {
   EXPECT_EQ(to_json(*again), to_json(*s));
 }
 
+TEST(Spec, ImagesMountsAndFiles) {
+  json j = {{"name", "app"},
+            {"image", "registry.example.com:5000/team/app:v1"},
+            {"mounts",
+             {{{"source", "/srv/data"}, {"target", "/data"}},
+              {{"type", "tmpfs"}, {"target", "/tmp"}, {"size", "16M"}, {"mode", "0700"}}}},
+            {"files", {{{"path", "/etc/app.conf"}, {"content", "k=v"}, {"mode", "0440"}}}}};
+  auto s = parse_task_spec(j);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_TRUE(s->argv.empty());  // the image's entrypoint and cmd
+  ASSERT_EQ(s->mounts.size(), 2u);
+  EXPECT_TRUE(s->mounts[0].readonly);  // bind mounts are read-only unless asked
+  EXPECT_EQ(s->mounts[1].size, 16u << 20);
+  EXPECT_EQ(s->mounts[1].mode, 0700u);
+  EXPECT_EQ(s->files[0].mode, 0440u);
+  auto again = parse_task_spec(to_json(*s));
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ(to_json(*again), to_json(*s));
+
+  auto with = [&](const char* k, json v) {
+    json x = j;
+    x[k] = v;
+    return field_of(x);
+  };
+  EXPECT_EQ(with("image", "no-registry"), "image");
+  EXPECT_EQ(with("image", "r.io/a@sha256:nothex"), "image");
+  EXPECT_EQ(with("rootfs", "/srv/root"), "image");  // one root only
+  EXPECT_EQ(with("namespaces", {{"mount", false}}), "image");
+  EXPECT_EQ(with("mounts", {{{"source", "/x"}, {"target", "rel"}}}), "mounts[0].target");
+  EXPECT_EQ(with("mounts", {{{"source", "/x"}, {"target", "/a/../b"}}}), "mounts[0].target");
+  EXPECT_EQ(with("mounts", {{{"source", "/x"}, {"target", "/proc/sys"}}}), "mounts[0].target");
+  EXPECT_EQ(with("mounts", {{{"source", "/x"}, {"target", "/"}}}), "mounts[0].target");
+  EXPECT_EQ(with("mounts", {{{"source", "rel"}, {"target", "/d"}}}), "mounts[0].source");
+  EXPECT_EQ(with("mounts", {{{"source", "/a:b"}, {"target", "/d"}}}), "mounts[0].source");
+  EXPECT_EQ(with("mounts", {{{"type", "tmpfs"}, {"source", "/x"}, {"target", "/d"}}}),
+            "mounts[0].source");
+  EXPECT_EQ(with("mounts", {{{"type", "nfs"}, {"target", "/d"}}}), "mounts[0].type");
+  EXPECT_EQ(with("mounts", {{{"type", "tmpfs"}, {"target", "/d"}, {"size", "1"}}}),
+            "mounts[0].size");
+  EXPECT_EQ(
+      with("mounts", {{{"source", "/x"}, {"target", "/d"}}, {{"source", "/y"}, {"target", "/d"}}}),
+      "mounts[1].target");
+  EXPECT_EQ(with("files", {{{"path", "/etc/x"}}}), "files[0].content");
+  EXPECT_EQ(with("files", {{{"path", "/etc/x"}, {"content", "a"}, {"mode", "4755"}}}),
+            "files[0].mode");
+  EXPECT_EQ(with("files", {{{"path", "/etc/x"}, {"content", "a"}, {"mode", "rw"}}}),
+            "files[0].mode");
+  EXPECT_EQ(with("files", {{{"path", "/etc/x"}, {"content", std::string((1u << 20) + 1, 'a')}}}),
+            "files[0].content");
+  EXPECT_EQ(with("files", {{{"path", "/data/x"}, {"content", "a"}}}), "files");  // under a mount
+  // On the host's root there is nowhere of the task's own to mount.
+  EXPECT_EQ(field_of({{"name", "t"}, {"argv", {"true"}}, {"mounts", j["mounts"]}}), "mounts");
+  EXPECT_EQ(field_of({{"name", "t"}, {"argv", {"true"}}, {"files", j["files"]}}), "files");
+  EXPECT_EQ(field_of({{"name", "t"}, {"argv", json::array()}}), "argv");  // no image
+}
+
 TEST(Spec, ErrorsNameTheField) {
   json base = {{"name", "t"}, {"argv", {"true"}}};
   EXPECT_EQ(field_of({{"argv", {"true"}}}), "name");

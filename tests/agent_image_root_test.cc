@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "common/fs.h"
@@ -42,10 +43,10 @@ class AgentImages : public ::testing::Test {
     agent_.reset();
     reg_.reset();
   }
-  void start_agent(const std::string& images_table = "") {
+  // `more`: further [images] keys, then other tables.
+  void start_agent(const std::string& more = "") {
     agent_ = std::make_unique<AgentHarness>();
-    agent_->append_config("[images]\ninsecure_registries = [\"" + reg_->host() + "\"]\n" +
-                          images_table);
+    agent_->append_config("[images]\ninsecure_registries = [\"" + reg_->host() + "\"]\n" + more);
     agent_->start();
   }
   std::string ref(const std::string& repo_tag) const { return reg_->host() + "/" + repo_tag; }
@@ -197,6 +198,67 @@ TEST_F(AgentImages, EvictionSparesTheLayersATaskUses) {
   }
   EXPECT_FALSE(held_listed()) << ls.dump();
   EXPECT_LE(ls["size"].get<uint64_t>(), 1u << 20) << ls.dump();  // back under the limit
+}
+
+TEST_F(AgentImages, HostPathsTmpfsAndFilesFromTheSpec) {
+  push_app("team/vol", "v1", "vol");
+  std::string data = std::filesystem::temp_directory_path() / ("weft-vol-" + random_hex(4));
+  ASSERT_TRUE(mkdir_p(data + "/allowed").ok());
+  ASSERT_TRUE(mkdir_p(data + "/outside").ok());
+  ASSERT_TRUE(write_file(data + "/allowed/hello", "hello\n").ok());
+  ASSERT_EQ(::symlink((data + "/outside").c_str(), (data + "/allowed/escape").c_str()), 0);
+  start_agent("[volumes]\nallowed_host_paths = [\"" + data + "/allowed\"]\n");
+  json spec{{"name", "vol"},
+            {"image", ref("team/vol:v1")},
+            {"user", "app"},
+            {"mounts",
+             {{{"source", data + "/allowed"}, {"target", "/data"}},
+              {{"type", "tmpfs"}, {"target", "/scratch"}, {"size", "1M"}}}},
+            {"files", {{{"path", "/etc/app/secret"}, {"content", "s3cret"}}}},
+            {"argv",
+             {"/bin/sh", "-c",
+              "cat /data/hello; (echo x > /data/y) 2>/dev/null || echo ro; echo t > /scratch/t && "
+              "cat /scratch/t; cat /etc/app/secret; echo; stat -c '%a %u' /etc/app/secret; "
+              "(echo z > /etc/app/secret) 2>/dev/null || echo ro2; grep -c weft-files "
+              "/proc/self/mountinfo"}}};
+  json r = agent_->call("task.run", spec);
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty()) << r.dump();
+  json t = agent_->wait_task(id, ended, 30000);
+  EXPECT_EQ(logs(id), "hello\nro\nt\ns3cret\n400 1234\nro2\n0\n") << t.dump();
+  EXPECT_FALSE(path_exists(data + "/allowed/y"));
+  // Nothing of the file's content on the machine's disk beside the spec.
+  EXPECT_FALSE(path_exists(agent_->dir() + "/state/tasks/" + id + "/upper/.weft-files"));
+
+  // A path the machine does not allow, and one that leaves the allowed tree by a link.
+  for (const std::string& bad : {data + "/outside", data + "/allowed/escape"}) {
+    json b = spec;
+    b["name"] = "bad";
+    b["mounts"] = {{{"source", bad}, {"target", "/data"}}};
+    auto refused = agent_->try_call("task.run", b);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.error().message.find("mounts[0].source"), std::string::npos)
+        << refused.error().str();
+  }
+  (void)remove_tree(data);
+}
+
+TEST_F(AgentImages, AMountTargetThroughAnImagesSymlinkIsRefused) {
+  // The image points /mnt at the host-looking /etc: a mount there must not follow it.
+  std::string evil = make_layer({{"mnt", 'l', "/etc"}}, oci::Compression::kGzip);
+  push_image(*reg_, "team/evil", "v1", {busybox_, evil}, json::object());
+  start_agent();
+  json r = agent_->call("task.run", {{"name", "evil"},
+                                     {"image", ref("team/evil:v1")},
+                                     {"mounts", {{{"type", "tmpfs"}, {"target", "/mnt/x"}}}},
+                                     {"argv", {"/bin/sh", "-c", "echo ran"}}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty()) << r.dump();
+  json t = agent_->wait_task(id, ended, 30000);
+  EXPECT_EQ(t["state"], "failed") << t.dump();
+  EXPECT_NE(t.value("reason", "").find("symlinks are refused"), std::string::npos) << t.dump();
+  EXPECT_EQ(logs(id), "");
+  EXPECT_FALSE(path_exists("/etc/x"));
 }
 
 TEST_F(AgentImages, AnImageThatCannotBeFetchedFailsTheStartWithTheReason) {

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/openat2.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -61,6 +62,14 @@ struct Options {
   const char* overlay_lower = nullptr;
   const char* overlay_upper = nullptr;
   const char* overlay_work = nullptr;
+  // Mounts beside an own root, in order: "--bind ro|rw:SRC:DST", "--tmpfs
+  // SIZE:MODE:ro|rw:DST", "--file MODE:LEN:DST" (contents on fd 4, in order).
+  const char* binds[32];
+  int nbinds = 0;
+  const char* tmpfs[32];
+  int ntmpfs = 0;
+  const char* files[64];
+  int nfiles = 0;
   bool mount_proc = false;
   bool private_mounts = false;  // a mount namespace of its own: /sys and /proc/sys go read-only
   bool seccomp = true;
@@ -330,6 +339,216 @@ bool mount_overlay() {
   return true;
 }
 
+// ---- mounts beside an own root ----
+
+// A path inside the task's root (after pivot_root), walked one component at a time
+// without following any symlink: a hostile image cannot point a mount target at
+// /proc or anywhere else. Missing directories are made; the last component is made a
+// directory or an empty file. Returns an O_PATH descriptor, or -1.
+int open_target(const char* path, bool dir) {
+  int cur = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (cur < 0) return -1;
+  char buf[1100];
+  snprintf(buf, sizeof buf, "%s", path);
+  char* save = nullptr;
+  char* part = strtok_r(buf, "/", &save);
+  while (part) {
+    char* next = strtok_r(nullptr, "/", &save);
+    bool last = next == nullptr;
+    int fd;
+    if (!last || dir) {
+      fd = openat(cur, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0 && errno == ENOENT) {
+        // The parent was opened O_PATH: mkdirat needs a real directory descriptor.
+        int real = openat(cur, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (real >= 0) {
+          mkdirat(real, part, 0755);
+          close(real);
+        }
+        fd = openat(cur, part, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      }
+    } else {
+      int real = openat(cur, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (real >= 0) {
+        int f = openat(real, part, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+        if (f >= 0) close(f);
+        close(real);
+      }
+      fd = openat(cur, part, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      struct stat st;
+      if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+        errno = ENOTDIR;
+      }
+    }
+    close(cur);
+    if (fd < 0) return -1;
+    cur = fd;
+    part = next;
+  }
+  return cur;
+}
+
+int set_mount_attr(int fd, unsigned long long set, bool recursive) {
+  struct {
+    unsigned long long attr_set, attr_clr, propagation, userns_fd;
+  } attr = {set, 0, 0, 0};
+  return static_cast<int>(syscall(442 /* mount_setattr */, fd, "",
+                                  AT_EMPTY_PATH | (recursive ? 0x8000 /* AT_RECURSIVE */ : 0),
+                                  &attr, sizeof attr));
+}
+
+struct Prepared {
+  int fd;
+  const char* target;
+  bool dir;
+};
+Prepared prepared[64];
+int nprepared = 0;
+
+// Before pivot_root: host directories as detached trees, tmpfs as new detached mounts.
+bool prepare_mounts() {
+  for (int i = 0; i < opt.nbinds; ++i) {
+    const char* v = opt.binds[i];
+    bool ro = strncmp(v, "ro:", 3) == 0;
+    const char* src = v + 3;
+    const char* colon = strchr(src, ':');
+    if (!colon || (!ro && strncmp(v, "rw:", 3) != 0)) {
+      errno = EINVAL;
+      return note_setup_error("bind argument"), false;
+    }
+    char path[1100];
+    snprintf(path, sizeof path, "%.*s", static_cast<int>(colon - src), src);
+    // The agent checked this path against the machine's allow-list: no symlink may
+    // take it elsewhere since.
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    int sfd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how));
+    if (sfd < 0) return note_setup_error("open a bind mount's source"), false;
+    struct stat st;
+    bool is_dir = fstat(sfd, &st) == 0 && S_ISDIR(st.st_mode);
+    int tree =
+        open_tree(sfd, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    close(sfd);
+    if (tree < 0) return note_setup_error("clone a bind mount's source"), false;
+    if (set_mount_attr(tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (ro ? MOUNT_ATTR_RDONLY : 0),
+                       true) < 0)
+      return note_setup_error("bind mount attributes"), false;
+    prepared[nprepared++] = {tree, colon + 1, is_dir};
+  }
+  for (int i = 0; i < opt.ntmpfs; ++i) {
+    char buf[1200];
+    snprintf(buf, sizeof buf, "%s", opt.tmpfs[i]);
+    char* size = buf;
+    char* mode = strchr(size, ':');
+    char* rw = mode ? strchr(mode + 1, ':') : nullptr;
+    char* target = rw ? strchr(rw + 1, ':') : nullptr;
+    if (!target) {
+      errno = EINVAL;
+      return note_setup_error("tmpfs argument"), false;
+    }
+    *mode++ = 0;
+    *rw++ = 0;
+    *target++ = 0;
+    int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) < 0)
+      return note_setup_error("make a tmpfs"), false;
+    int m = fsmount(
+        fs, FSMOUNT_CLOEXEC,
+        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (strcmp(rw, "ro") == 0 ? MOUNT_ATTR_RDONLY : 0));
+    close(fs);
+    if (m < 0) return note_setup_error("mount a tmpfs"), false;
+    prepared[nprepared++] = {m, opt.tmpfs[i] + (target - buf), true};
+  }
+  return true;
+}
+
+// After pivot_root: each prepared mount onto its target; then the files, from a tmpfs
+// of their own (written here, owned by the task's user, then made read-only).
+bool attach_mounts() {
+  for (int i = 0; i < nprepared; ++i) {
+    int t = open_target(prepared[i].target, prepared[i].dir);
+    if (t < 0) return note_setup_error("make a mount target (symlinks are refused)"), false;
+    int r =
+        move_mount(prepared[i].fd, "", t, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+    close(t);
+    close(prepared[i].fd);
+    if (r < 0) return note_setup_error("attach a mount"), false;
+  }
+  if (opt.nfiles == 0) return true;
+  const char* stage = "/.weft-files";
+  mkdir(stage, 0700);
+  if (mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=8m") < 0)
+    return note_setup_error("mount the files' tmpfs"), false;
+  bool ok = true;
+  for (int i = 0; i < opt.nfiles && ok; ++i) {
+    char* end = nullptr;
+    unsigned long mode = strtoul(opt.files[i], &end, 8);
+    unsigned long long len = end && *end == ':' ? strtoull(end + 1, &end, 10) : 0;
+    const char* target = end && *end == ':' ? end + 1 : nullptr;
+    if (!target || len > (1u << 20)) {
+      errno = EINVAL;
+      note_setup_error("file argument");
+      ok = false;
+      break;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%s/f%d", stage, i);
+    int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      ok = false;
+      note_setup_error("write a file");
+      break;
+    }
+    char buf[65536];
+    while (len > 0 && ok) {
+      ssize_t n = read(4, buf, len < sizeof buf ? len : sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 || write(fd, buf, static_cast<size_t>(n)) != n) {
+        if (n == 0) errno = EIO;
+        ok = false;
+        note_setup_error("copy a file's content");
+        break;
+      }
+      len -= static_cast<unsigned long long>(n);
+    }
+    uid_t u = opt.uid >= 0 ? static_cast<uid_t>(opt.uid) : getuid();
+    gid_t g = opt.gid >= 0 ? static_cast<gid_t>(opt.gid) : getgid();
+    if (ok && (fchown(fd, u, g) < 0 || fchmod(fd, static_cast<mode_t>(mode & 0777)) < 0)) {
+      ok = false;
+      note_setup_error("set a file's owner and mode");
+    }
+    close(fd);
+    if (!ok) break;
+    int t = open_target(target, false);
+    if (t < 0) {
+      ok = false;
+      note_setup_error("make a file's mount point (symlinks are refused)");
+      break;
+    }
+    int tree = open_tree(AT_FDCWD, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0 ||
+        set_mount_attr(tree,
+                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                       false) < 0 ||
+        move_mount(tree, "", t, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0) {
+      ok = false;
+      note_setup_error("mount a file");
+    }
+    if (tree >= 0) close(tree);
+    close(t);
+  }
+  umount2(stage, MNT_DETACH);
+  rmdir(stage);
+  close(4);
+  return ok;
+}
+
 bool setup_rootfs() {
   const char* root = opt.rootfs;
   if (opt.overlay_lower && !mount_overlay()) return false;
@@ -364,11 +583,12 @@ bool setup_rootfs() {
     if (symlink(l[0], sub) < 0 && errno != EEXIST) {
     }
   }
+  if (!prepare_mounts()) return false;
   if (chdir(root) < 0) return note_setup_error("chdir rootfs"), false;
   if (syscall(SYS_pivot_root, ".", ".") < 0) return note_setup_error("pivot_root"), false;
   if (umount2(".", MNT_DETACH) < 0) return note_setup_error("detach old root"), false;
   if (chdir("/") < 0) return note_setup_error("chdir /"), false;
-  return true;
+  return attach_mounts();
 }
 
 bool setup_namespaces() {
@@ -512,7 +732,16 @@ bool parse_args(int argc, char** argv) {
       opt.overlay_upper = v;
     else if (!strcmp(a, "--overlay-work"))
       opt.overlay_work = v;
-    else if (!strcmp(a, "--log-max-bytes"))
+    else if (!strcmp(a, "--bind")) {
+      if (opt.nbinds >= 32) return false;
+      opt.binds[opt.nbinds++] = v;
+    } else if (!strcmp(a, "--tmpfs")) {
+      if (opt.ntmpfs >= 32) return false;
+      opt.tmpfs[opt.ntmpfs++] = v;
+    } else if (!strcmp(a, "--file")) {
+      if (opt.nfiles >= 64) return false;
+      opt.files[opt.nfiles++] = v;
+    } else if (!strcmp(a, "--log-max-bytes"))
       opt.log_max_bytes = strtoull(v, nullptr, 10);
     else if (!strcmp(a, "--log-max-files"))
       opt.log_max_files = static_cast<unsigned>(atoi(v));
