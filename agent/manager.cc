@@ -107,6 +107,10 @@ Status Manager::start() {
     cp_methods_.add("task.stop", [this](const nlohmann::json& p, const rpc::CallContext&) {
       return stop_task(p);
     });
+    // A rolling update to a new image asks for it before it stops the old tasks here.
+    cp_methods_.add("image.pull", [this](const nlohmann::json& p, const rpc::CallContext& c) {
+      return api_image_pull(p, c);
+    });
     TRY(cp_start());
   }
   register_metrics();

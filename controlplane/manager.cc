@@ -532,6 +532,16 @@ void Manager::send(const std::vector<Command>& cmds) {
         log_warn("the machine refused to start a task", {{"TASK", task}, {"ERROR", e.str()}});
         start_refused(task, e, e.code == rpc::kInvalidParams);
       });
+    } else if (c.kind == Command::Kind::kPrefetch) {
+      MachineId m = c.machine;
+      uint64_t generation = c.spec.value("generation", uint64_t{0});
+      it->second->call("image.pull", {{"image", c.spec.value("image", "")}, {"wait", true}},
+                       [this, task, m, generation](Result<json> r) {
+                         if (!r.ok())
+                           log_warn("a machine could not prefetch an image",
+                                    {{"JOB", task}, {"ERROR", r.error().str()}});
+                         prefetched(task, generation, m);
+                       });
     } else {
       it->second->call("task.stop", {{"id", task}}, [task](Result<json> r) {
         if (!r.ok())
@@ -541,6 +551,18 @@ void Manager::send(const std::vector<Command>& cmds) {
     }
   }
   push_profiles();
+}
+
+void Manager::prefetched(const std::string& job, uint64_t generation, MachineId m) {
+  auto cmds = sched_.prefetched(job, generation, m, now_us());
+  if (cmds.empty()) return;
+  std::set<MachineId> machines;
+  for (const auto& c : cmds) machines.insert(c.machine);
+  if (auto s = persist({job}, machines); !s.ok()) {
+    log_error("cannot write state: " + s.error().str());
+    return;
+  }
+  send(cmds);
 }
 
 void Manager::start_refused(const std::string& task, const Error& e, bool bad_spec) {

@@ -126,6 +126,8 @@ class Manager {
                              std::set<MachineId>* touched);
   bool take_failure_token(uint64_t now);
   // A machine refused a task.run: the task fails now, with the machine's message.
+  // A machine answered a rolling update's prefetch: its old tasks may roll.
+  void prefetched(const std::string& job, uint64_t generation, MachineId m);
   void start_refused(const std::string& task, const Error& e, bool bad_spec);
   // Writes what changed for these jobs and machines (and everything else small).
   Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);

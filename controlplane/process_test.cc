@@ -60,10 +60,16 @@ class FakeMachine {
       }
       running_.insert(p["name"].get<std::string>());
       runs_.push_back(p);
+      events_.push_back("run");
       ++starts_;
       return json{{"id", p["name"]}};
     });
+    methods_.add("image.pull", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      events_.push_back("pull " + p.value("image", "") + (p.value("wait", false) ? " wait" : ""));
+      return json{{"image", p.value("image", "")}};
+    });
     methods_.add("task.stop", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      events_.push_back("stop");
       running_.erase(p["id"].get<std::string>());
       ++stops_;
       return json::object();
@@ -117,6 +123,8 @@ class FakeMachine {
   int stops() const { return stops_; }
   const std::vector<std::string>& refusals() const { return refusals_; }
   const std::vector<json>& runs() const { return runs_; }  // every task.run's params
+  // "run", "stop", "pull <image>[ wait]" in the order the control plane sent them.
+  const std::vector<std::string>& events() const { return events_; }
 
  private:
   std::string id_, rack_;
@@ -127,6 +135,7 @@ class FakeMachine {
   std::set<std::string> running_;
   std::vector<std::string> refusals_;
   std::vector<json> runs_;
+  std::vector<std::string> events_;
   int starts_ = 0, stops_ = 0;
   Error error_;
 };
@@ -185,7 +194,7 @@ class ControlPlane : public ::testing::Test {
 
 // A job that names its image by tag runs the digest the tag named when the job was
 // created; an update resolves the tag again (a new digest is a new generation).
-TEST_F(ControlPlane, AnImageTagIsResolvedToADigestAtCreateAndUpdate) {
+TEST_F(ControlPlane, AnImageTagIsResolvedAtCreateAndUpdateAndPrefetchedBeforeTheRoll) {
   testing::RegistryServer reg;
   ASSERT_TRUE(reg.error().empty()) << reg.error();
   auto push = [&](const std::string& marker) {
@@ -247,6 +256,11 @@ TEST_F(ControlPlane, AnImageTagIsResolvedToADigestAtCreateAndUpdate) {
   }
   ASSERT_EQ(m.runs().size(), 2u);
   EXPECT_EQ(m.runs()[1]["image"], tag + "@" + second.str());
+  // The machine was asked for the new image before its old task was stopped: the
+  // update's unavailable window is a restart, not a download.
+  std::vector<std::string> want = {"run", "pull " + tag + "@" + second.str() + " wait", "stop",
+                                   "run"};
+  EXPECT_EQ(m.events(), want);
   // A tag the registry does not have: refused, naming the field; nothing created.
   job["name"] = "ghost";
   job["task"]["image"] = reg.host() + "/team/none:v1";

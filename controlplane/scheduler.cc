@@ -245,18 +245,44 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
                        "machine type, entitlement, placement and count are changed by scale "
                        "or a new job");
   if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
+  std::string old_image = j.spec.task.is_object() ? j.spec.task.value("image", "") : "";
   j.spec.task = spec.task;
   j.spec.max_unavailable = spec.max_unavailable;
   j.spec.controller = spec.controller;
   ++j.generation;
   j.rolling = true;
   changed_jobs_.insert(j.spec.name);
+  // A new image: every machine of the job fetches it first, so that replacing a task
+  // there costs a restart, not a download.
+  std::string new_image = j.spec.task.is_object() ? j.spec.task.value("image", "") : "";
+  std::vector<Command> prefetch;
+  j.prefetching.clear();
+  if (!new_image.empty() && new_image != old_image) {
+    for_job(j.spec.name, [&](TaskRecord& t) {
+      if (live(t.state) && t.state != TaskState::kPending) j.prefetching.insert(t.machine);
+    });
+    j.prefetch_deadline_us = now + kPrefetchTimeoutUs;
+    for (MachineId m : j.prefetching)
+      prefetch.push_back(
+          Command{Command::Kind::kPrefetch, m, j.spec.name,
+                  nlohmann::json{{"image", new_image}, {"generation", j.generation}}});
+  }
   // Indices with nothing live (their start was refused, say) get the new spec at once;
   // the others roll, max_unavailable at a time.
   TRY_ASSIGN(auto out, converge(j, now));
   auto rolled = roll(j, now);
   out.insert(out.end(), rolled.begin(), rolled.end());
+  out.insert(out.begin(), prefetch.begin(), prefetch.end());
   return out;
+}
+
+std::vector<Command> Scheduler::prefetched(const std::string& job, uint64_t generation, MachineId m,
+                                           uint64_t now) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.stopping || it->second.generation != generation ||
+      !it->second.prefetching.erase(m))
+    return {};
+  return roll(it->second, now);
 }
 
 std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
@@ -286,8 +312,10 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   for (int i = 0; i < j.spec.count; ++i) in_flight += running_idx.count(i) ? 0 : 1;
   std::sort(old.begin(), old.end(),
             [](const TaskRecord* a, const TaskRecord* b) { return a->index < b->index; });
+  if (!j.prefetching.empty() && now >= j.prefetch_deadline_us) j.prefetching.clear();
   for (TaskRecord* t : old) {
     if (in_flight >= j.spec.max_unavailable) break;
+    if (j.prefetching.count(t->machine)) continue;  // its machine is fetching the image
     set_state(*t, TaskState::kStopping);
     t->since_us = now;
     out.push_back(Command{Command::Kind::kStop, t->machine, t->id, {}});
@@ -719,6 +747,12 @@ std::vector<Command> Scheduler::tick(uint64_t now) {
       break;
     }
     if (tasks_.count(waiting[i])) replace(waiting[i], now, &out);
+  }
+  // Updates whose prefetch deadline passed roll on without the machines still fetching.
+  for (auto& [name, j] : jobs_) {
+    if (j.prefetching.empty() || now < j.prefetch_deadline_us || j.stopping) continue;
+    auto rolled = roll(j, now);
+    out.insert(out.end(), rolled.begin(), rolled.end());
   }
   return out;
 }

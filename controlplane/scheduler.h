@@ -70,11 +70,17 @@ inline bool available(const TaskRecord& t) {
 }
 
 struct Command {
-  enum class Kind { kStart, kStop } kind;
+  // kPrefetch: ask the machine to fetch spec["image"] now (a rolling update to a new
+  // image); task_id is the job's name and spec["generation"] the update's.
+  enum class Kind { kStart, kStop, kPrefetch } kind;
   MachineId machine;
   std::string task_id;
   nlohmann::json spec;  // for kStart: the agent task spec, its name set to the task id
 };
+
+// How long a rolling update waits for a machine to fetch the new image before it stops
+// that machine's old task anyway (the start then waits for the fetch).
+inline constexpr uint64_t kPrefetchTimeoutUs = 10ull * 60 * 1'000'000;
 
 // TaskControl (docs/taskcontrol.md): an operation the scheduler wants to perform on a
 // task of a job that names a TaskController, and performs only once the controller
@@ -112,6 +118,10 @@ class Scheduler {
   Result<std::vector<Command>> scale(const std::string& job, int count, uint64_t now_us);
   // A new spec for a running job: tasks are replaced max_unavailable at a time.
   Result<std::vector<Command>> update(const JobSpec& spec, uint64_t now_us);
+  // Machine `m` answered the prefetch of `job`'s update `generation` (fetched, or
+  // failed: either way its old tasks may roll now).
+  std::vector<Command> prefetched(const std::string& job, uint64_t generation, MachineId m,
+                                  uint64_t now_us);
   Result<std::vector<Command>> stop(const std::string& job, uint64_t now_us);
   // TaskControl. Jobs that name a TaskController, in name order.
   std::vector<std::string> controlled_jobs() const;
@@ -248,6 +258,10 @@ class Scheduler {
     std::vector<std::string> completed;
     bool fallback = false;
     bool controlled() const { return spec.controller.has_value() && !fallback; }
+    // A rolling update to a new image: the machines still fetching it (their old tasks
+    // wait) until the deadline. Not stored: after a restart the update just rolls.
+    std::set<MachineId> prefetching;
+    uint64_t prefetch_deadline_us = 0;
   };
   // One reported task (report_list, report_changes), and what the report led to.
   struct Observed {

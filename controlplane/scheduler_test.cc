@@ -157,6 +157,50 @@ TEST_F(Sched, DestructiveOperationsAreRateLimited) {
   for (const auto& cmd : later) EXPECT_GE(cmd.machine, ids_[4]);  // the survivors
 }
 
+TEST_F(Sched, AnUpdateToANewImageWaitsForEachMachinesPrefetch) {
+  JobSpec s = spec("img", 4);
+  s.max_unavailable = 4;
+  s.task = {{"image", "r.example/app@sha256:" + std::string(64, 'a')}};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::set<MachineId> hosts;
+  for (const auto& t : live("img")) hosts.insert(t.machine);
+  s.task["image"] = "r.example/app@sha256:" + std::string(64, 'b');
+  auto u = sched_.update(s, 2);
+  ASSERT_TRUE(u.ok()) << u.error().str();
+  // Every machine of the job is asked to fetch the new image; nothing stops yet.
+  EXPECT_EQ(count_kind(*u, Command::Kind::kStop), 0);
+  std::set<MachineId> asked;
+  for (const auto& cmd : *u)
+    if (cmd.kind == Command::Kind::kPrefetch) {
+      asked.insert(cmd.machine);
+      EXPECT_EQ(cmd.spec["image"], s.task["image"]);
+      EXPECT_EQ(cmd.spec["generation"], 2);
+    }
+  EXPECT_EQ(asked, hosts);
+  // One machine has it: its old tasks (and only they) stop.
+  MachineId first = *hosts.begin();
+  auto r = sched_.prefetched("img", 2, first, 3);
+  ASSERT_FALSE(r.empty());
+  for (const auto& cmd : r) {
+    EXPECT_EQ(cmd.kind, Command::Kind::kStop);
+    EXPECT_EQ(cmd.machine, first);
+  }
+  EXPECT_TRUE(sched_.prefetched("img", 2, first, 4).empty());            // answered once
+  EXPECT_TRUE(sched_.prefetched("img", 1, *hosts.rbegin(), 4).empty());  // an older update
+  // The others are late: past the deadline the update rolls on without them.
+  EXPECT_EQ(count_kind(sched_.tick(5), Command::Kind::kStop), 0);
+  auto late = sched_.tick(2 + kPrefetchTimeoutUs);
+  EXPECT_EQ(count_kind(late, Command::Kind::kStop), static_cast<int>(4 - r.size()));
+  // The same image again (another argument): nothing to fetch.
+  s.task["argv"] = {"/app", "--v2"};
+  auto again = sched_.update(s, 3 + kPrefetchTimeoutUs);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(count_kind(*again, Command::Kind::kPrefetch), 0);
+}
+
 TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
   JobSpec s = spec("web", 4);
   s.max_unavailable = 1;
