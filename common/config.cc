@@ -103,7 +103,7 @@ Status TomlDoc::only_keys(const toml::table& t, const std::string& prefix,
     if (!ok) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-      for (const auto& a : more) list += ", " + a;
+      for (const auto& a : more) list += (list.empty() ? "" : ", ") + a;
       return field_error(
           where(v), "unknown key '" + prefix + std::string(k.str()) + "' (known: " + list + ")");
     }

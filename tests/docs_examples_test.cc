@@ -87,7 +87,8 @@ Kind kind_of_doc(const std::string& file) {
 }
 
 // A block whose first line is a comment naming the file it belongs in ("# in
-// controlplane.toml") is checked as that file; others by the document they are in.
+// controlplane.toml", "# a job file") is checked as that file; others by the document
+// they are in.
 Kind kind_of_block(const std::string& file, const std::string& text) {
   std::string first = text.substr(0, text.find('\n'));
   if (first.rfind("#", 0) == 0)
@@ -95,7 +96,8 @@ Kind kind_of_block(const std::string& file, const std::string& text) {
                               {"weftctl.toml", Kind::kWeftctl},
                               {"agent.toml", Kind::kAgent},
                               {"sidekick.toml", Kind::kSidekick},
-                              {"hcs.toml", Kind::kHcs}})
+                              {"hcs.toml", Kind::kHcs},
+                              {"a job file", Kind::kJob}})
       if (first.find(name) != std::string::npos) return kind;
   return kind_of_doc(file);
 }
