@@ -14,6 +14,7 @@ PACKAGES=(
   # weft's runtime dependencies, so dpkg -i works offline in the guest
   init-system-helpers libsqlite3-0 libtomlplusplus3 libsystemd0 libstdc++6
   libnl-3-200 libnl-route-3-200 libnl-genl-3-200 libbpf1 libmicrohttpd12 libcurl4
+  libarchive13
 )
 key=$( (printf '%s\n' "${PACKAGES[@]}"; cat "$0" "$here/guest-run") | sha256sum | cut -c1-16)
 cache=${WEFT_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft/guest}/$key
