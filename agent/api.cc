@@ -80,6 +80,7 @@ json Manager::summary(const Task& t) const {
     j["image"] = t.spec.image;
     if (t.image) j["image_manifest"] = t.image->manifest.str();
   }
+  if (t.spec.package) j["package"] = t.spec.package->url;
   if (t.state == TaskState::kFetching)
     j["fetch"] = {{"bytes_done", t.fetch.done}, {"bytes_total", t.fetch.total}};
   return j;
@@ -310,24 +311,76 @@ Result<json> Manager::api_image_ls(const json&, const rpc::CallContext&) {
               {"evictions", images_->evictions()}};
 }
 
+// {"image": ref, "package": {url, sha256}, "wait": bool}: either or both. Without
+// wait (or off a session) the fetch starts and the call answers at once; with it, the
+// answer comes when both are local, or with the first failure.
 Result<json> Manager::api_image_pull(const json& p, const rpc::CallContext& c) {
-  TRY_ASSIGN(std::string ref, param_string(p, "image"));
-  auto parsed = oci::parse_image_ref(ref);
-  if (!parsed.ok()) return field_error("image", parsed.error().message);
-  bool wait = p.contains("wait") && p["wait"].is_boolean() && p["wait"].get<bool>();
-  std::string canonical = parsed->str();
-  if (!wait || !c.session) {
-    // A prefetch: the image becomes local; nothing holds it until a task does.
-    images_->pull(canonical, {}, [](Result<image::LocalImage>) {});
-    return json{{"image", canonical}, {"started", true}};
+  if (!p.is_object()) return field_error("params", "must be an object");
+  std::string canonical;
+  if (p.contains("image")) {
+    TRY_ASSIGN(std::string ref, param_string(p, "image"));
+    auto parsed = oci::parse_image_ref(ref);
+    if (!parsed.ok()) return field_error("image", parsed.error().message);
+    canonical = parsed->str();
   }
-  rpc::ReplyFn reply = c.session->defer_reply();
-  images_->pull(canonical, {}, [reply, canonical](Result<image::LocalImage> img) {
-    if (!img.ok()) return reply(std::move(img).error());
+  std::optional<PackageSpec> pkg;
+  std::optional<oci::Digest> pkg_digest;
+  if (p.contains("package")) {
+    TRY_ASSIGN(PackageSpec parsed, parse_package_spec(p["package"]));
+    auto d = oci::parse_digest("sha256:" + parsed.sha256);
+    if (!d.ok()) return field_error("package.sha256", d.error().message);
+    pkg = std::move(parsed);
+    pkg_digest = *d;
+  }
+  if (canonical.empty() && !pkg) return field_error("image", "is required (or package)");
+  bool wait = p.contains("wait") && p["wait"].is_boolean() && p["wait"].get<bool>();
+  json started{{"started", true}};
+  if (!canonical.empty()) started["image"] = canonical;
+  if (pkg) started["package"] = pkg_digest->str();
+  if (!wait || !c.session) {
+    // A prefetch: local soon; nothing holds it until a task does.
+    if (!canonical.empty()) images_->pull(canonical, {}, [](Result<image::LocalImage>) {});
+    if (pkg) images_->pull_package(pkg->url, *pkg_digest, {}, [](Result<image::LocalImage>) {});
+    return started;
+  }
+  // One answer for both: the first failure, or everything once the last is here.
+  struct Join {
+    int left = 0;
+    bool answered = false;
+    json out = json::object();
+    rpc::ReplyFn reply;
+  };
+  auto join = std::make_shared<Join>();
+  join->reply = c.session->defer_reply();
+  join->left = (canonical.empty() ? 0 : 1) + (pkg ? 1 : 0);
+  auto done = [join](const char* key, Result<image::LocalImage> img) {
+    if (join->answered) return;
+    if (!img.ok()) {
+      join->answered = true;
+      return join->reply(std::move(img).error().wrap(key));
+    }
     json layers = json::array();
     for (const auto& l : img->layers) layers.push_back(l.str());
-    reply(json{{"image", canonical}, {"manifest", img->manifest.str()}, {"layers", layers}});
-  });
+    if (std::string(key) == "image") {
+      join->out["manifest"] = img->manifest.str();
+      join->out["layers"] = layers;
+    } else {
+      join->out["package"] = img->manifest.str();
+    }
+    if (--join->left == 0) {
+      join->answered = true;
+      join->reply(join->out);
+    }
+  };
+  if (!canonical.empty()) {
+    join->out["image"] = canonical;
+    images_->pull(canonical, {},
+                  [done](Result<image::LocalImage> img) { done("image", std::move(img)); });
+  }
+  if (pkg)
+    images_->pull_package(pkg->url, *pkg_digest, {}, [done](Result<image::LocalImage> img) {
+      done("package", std::move(img));
+    });
   return json();
 }
 

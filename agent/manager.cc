@@ -234,14 +234,10 @@ void Manager::adopt_or_collect(Task& t) {
 void Manager::recover() {
   std::vector<std::string> ids;
   for (const auto& [id, t] : tasks_) ids.push_back(id);
-  // Images of tasks that may run are held before anything could evict them.
+  // Images and packages of tasks that may run are held before anything could evict them.
   for (const auto& id : ids) {
     Task& t = *tasks_[id];
-    if (t.spec.image.empty() || t.terminal()) continue;
-    if (auto img = images_->local(t.spec.image)) {
-      t.image = *img;
-      images_->hold(t.id, *img);
-    }
+    if (!t.terminal()) (void)have_local(t);
   }
   for (const auto& id : ids) {
     Task& t = *tasks_[id];
@@ -277,7 +273,8 @@ void Manager::recover() {
 Result<Task*> Manager::create_task(TaskSpec spec) {
   // Validate everything that can be known before anything is created (an image task's
   // user is known once its image is here).
-  if (spec.image.empty())
+  bool package_root = spec.package && spec.package->target == "/";
+  if (spec.image.empty() && !package_root)
     TRY(task_identity(spec.user, spec.group, cfg_.default_task_user, cfg_.allow_root_tasks));
   for (size_t i = 0; i < spec.mounts.size(); ++i)
     if (spec.mounts[i].kind == MountKind::kBind)
@@ -313,15 +310,10 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   crash_point("run.recorded");
   Task* raw = t.get();
   tasks_[raw->id] = std::move(t);
-  if (!raw->spec.image.empty()) {
-    if (auto img = images_->local(raw->spec.image)) {
-      raw->image = *img;
-      images_->hold(raw->id, *img);
-    } else {
-      // Answered at once: the task is "fetching" until its image is here.
-      begin_fetch(*raw);
-      return raw;
-    }
+  if (!have_local(*raw)) {
+    // Answered at once: the task is "fetching" until its image and package are here.
+    begin_fetch(*raw);
+    return raw;
   }
   Status s = start_incarnation(*raw);
   if (!s.ok()) {
@@ -345,23 +337,22 @@ Status Manager::start_incarnation(Task& t) {
   std::optional<OverlayRoot> overlay;
   TaskSpec run_spec = t.spec;
   std::vector<std::string> image_roots;
-  if (!t.spec.image.empty()) {
-    if (!t.image) {
-      if (auto img = images_->local(t.spec.image)) {
-        t.image = *img;
-      } else {  // evicted while the task was not running (it did not hold it): again
-        begin_fetch(t);
-        return {};
-      }
+  if (!have_local(t)) {  // evicted while the task was not running (not held): again
+    begin_fetch(t);
+    return {};
+  }
+  bool package_root = t.package && t.spec.package->target == "/";
+  if (t.image || package_root) {
+    const image::LocalImage& root = t.image ? *t.image : *t.package;
+    if (t.image) {
+      const auto& c = t.image->config;
+      run_spec = apply_image_defaults(t.spec, c.entrypoint, c.cmd, c.env, c.working_dir, c.user);
     }
-    images_->hold(t.id, *t.image);
-    const auto& c = t.image->config;
-    run_spec = apply_image_defaults(t.spec, c.entrypoint, c.cmd, c.env, c.working_dir, c.user);
     if (run_spec.argv.empty())
       return field_error("argv", "the image names no entrypoint or cmd: the spec needs argv");
     OverlayRoot o;
     o.layers_root = images_->layers_root();
-    for (auto it = t.image->layers.rbegin(); it != t.image->layers.rend(); ++it) {
+    for (auto it = root.layers.rbegin(); it != root.layers.rend(); ++it) {
       o.lower.push_back(it->algorithm + "/" + it->hex);
       image_roots.push_back(images_->layer_dir(*it));
     }
@@ -387,6 +378,16 @@ Status Manager::start_incarnation(Task& t) {
     TRY_ASSIGN(std::string src,
                allowed_bind_source(run_spec.mounts[i].source, cfg_.volume_host_paths, i));
     bind_sources.push_back(src);
+  }
+  if (t.package && !package_root) {
+    // A package beside an image or rootfs: its shared layer, read-only, at its target.
+    MountSpec m;
+    m.kind = MountKind::kBind;
+    m.source = images_->layer_dir(t.package->manifest);
+    m.target = t.spec.package->target;
+    m.readonly = true;
+    run_spec.mounts.push_back(m);
+    bind_sources.push_back(m.source);
   }
   Fd files;
   if (!run_spec.files.empty()) {
@@ -652,31 +653,62 @@ void Manager::on_stop_deadline(const std::string& id) {
     log_error("cgroup.kill failed", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
 }
 
+bool Manager::have_local(Task& t) {
+  if (!t.spec.image.empty() && !t.image) {
+    if (auto img = images_->local(t.spec.image)) t.image = *img;
+  }
+  if (t.spec.package && !t.package) {
+    auto d = oci::parse_digest("sha256:" + t.spec.package->sha256);
+    if (d.ok())
+      if (auto pkg = images_->local_package(*d)) t.package = *pkg;
+  }
+  if (t.image) images_->hold(t.id, *t.image);
+  if (t.package) images_->hold(t.id, *t.package);
+  return (t.spec.image.empty() || t.image) && (!t.spec.package || t.package);
+}
+
 void Manager::begin_fetch(Task& t) {
   t.state = TaskState::kFetching;
   t.fetch = {};
   if (auto st = save(t); !st.ok())
     log_error("could not record task", {{"TASK_ID", t.id}, {"ERROR", st.error().str()}});
   std::string id = t.id;
-  log_info("fetching the task's image", {{"TASK_ID", id}, {"IMAGE", t.spec.image}});
-  t.fetch_ticket = images_->pull(
-      t.spec.image,
-      [this, id](const image::PullProgress& p) {
-        if (auto it = tasks_.find(id); it != tasks_.end()) it->second->fetch = p;
-      },
-      [this, id](Result<image::LocalImage> img) { on_fetched(id, std::move(img)); });
+  auto progress = [this, id](const image::PullProgress& p) {
+    if (auto it = tasks_.find(id); it != tasks_.end()) it->second->fetch = p;
+  };
+  if (t.spec.image.empty() && !t.spec.package) return fail_task(t, "nothing to fetch");
+  // The image first, then the package; with both here already (a restart while
+  // fetching), the service finds them local and answers on the loop.
+  bool image_next = !t.spec.image.empty() && (!t.image || !t.spec.package || t.package);
+  if (image_next) {
+    log_info("fetching the task's image", {{"TASK_ID", id}, {"IMAGE", t.spec.image}});
+    t.fetch_ticket = images_->pull(
+        t.spec.image, progress,
+        [this, id](Result<image::LocalImage> img) { on_fetched(id, false, std::move(img)); });
+  } else {
+    const PackageSpec& pkg = *t.spec.package;
+    auto d = oci::parse_digest("sha256:" + pkg.sha256);
+    if (!d.ok()) return fail_task(t, "package: " + d.error().str());
+    log_info("fetching the task's package", {{"TASK_ID", id}, {"URL", pkg.url}});
+    t.fetch_ticket = images_->pull_package(
+        pkg.url, *d, progress,
+        [this, id](Result<image::LocalImage> img) { on_fetched(id, true, std::move(img)); });
+  }
   update_status();
 }
 
-void Manager::on_fetched(const std::string& id, Result<image::LocalImage> img) {
+void Manager::on_fetched(const std::string& id, bool package, Result<image::LocalImage> img) {
   auto it = tasks_.find(id);
   if (it == tasks_.end()) return;
   Task& t = *it->second;
   t.fetch_ticket = 0;
   if (t.state != TaskState::kFetching) return;
-  if (!img.ok()) return fail_task(t, "image " + t.spec.image + ": " + img.error().str());
-  t.image = *img;
+  if (!img.ok())
+    return fail_task(t, package ? "package " + t.spec.package->url + ": " + img.error().str()
+                                : "image " + t.spec.image + ": " + img.error().str());
+  (package ? t.package : t.image) = *img;
   images_->hold(t.id, *img);
+  if (!have_local(t)) return begin_fetch(t);  // the package after the image
   Status s = start_incarnation(t);
   if (!s.ok()) {
     (void)cgroups_->remove_task(t.id);

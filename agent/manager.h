@@ -51,11 +51,12 @@ struct Task : TaskRecord {
   std::string check_detail;                       // why the last check failed
   Source check_timer;
   std::unique_ptr<CheckRun> check;
-  // An image task: its pull while fetching, and the image once local (held in the
-  // cache while the task may run).
+  // An image or package task: its pull while fetching, and the image and package once
+  // local (held in the cache while the task may run).
   uint64_t fetch_ticket = 0;
   image::PullProgress fetch;
   std::optional<image::LocalImage> image;
+  std::optional<image::LocalImage> package;
 };
 
 class Manager {
@@ -101,10 +102,13 @@ class Manager {
   // Lifecycle.
   Result<Task*> create_task(TaskSpec spec);
   Status start_incarnation(Task& t);
-  // Image tasks: fetching until the image is local, then started (or failed with the
-  // reason); holds the image's layers while the task may run.
+  // Image and package tasks: fetching until the image and the package are local (one
+  // after the other), then started (or failed with the reason); holds their layers
+  // while the task may run. have_local() takes hold of what is here already and says
+  // whether anything is missing.
+  bool have_local(Task& t);
   void begin_fetch(Task& t);
-  void on_fetched(const std::string& id, Result<image::LocalImage> img);
+  void on_fetched(const std::string& id, bool package, Result<image::LocalImage> img);
   void fail_task(Task& t, std::string reason);
   void release_image(Task& t);
   void watch_init(Task& t);

@@ -47,6 +47,13 @@ json build_spec(const RunOptions& o) {
   if (!o.group.empty()) s["group"] = o.group;
   if (!o.rootfs.empty()) s["rootfs"] = o.rootfs;
   if (!o.image.empty()) s["image"] = o.image;
+  if (!o.package.empty()) {
+    if (o.package_sha256.empty()) die("--package needs --package-sha256", 2);
+    s["package"] = {{"url", o.package}, {"sha256", o.package_sha256}};
+    if (!o.package_target.empty()) s["package"]["target"] = o.package_target;
+  } else if (!o.package_sha256.empty() || !o.package_target.empty()) {
+    die("--package-sha256 and --package-target go with --package", 2);
+  }
   if (!s.contains("name") && s.contains("image") && s["image"].is_string()) {
     std::string repo = s["image"].get<std::string>();
     repo = repo.substr(0, repo.find_first_of(":@", repo.find('/')));
@@ -197,6 +204,13 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.run->add_option("--image", c.ro.image,
                     "OCI image <registry>/<repo>[:tag][@digest]: the task's root, and its "
                     "entrypoint, cmd, env, workdir and user as defaults");
+  c.run->add_option("--package", c.ro.package,
+                    "http(s) URL of a tarball the task runs (a .tar, .tar.gz or .tar.zst)");
+  c.run->add_option("--package-sha256", c.ro.package_sha256,
+                    "the tarball's SHA-256 (it is used only if its bytes match)");
+  c.run->add_option("--package-target", c.ro.package_target,
+                    "where the package appears: \"/\" (default) makes it the task's root; "
+                    "with --image or --rootfs, a directory, mounted read-only");
   c.run->add_option("--hostname", c.ro.hostname, "hostname in the task's UTS namespace");
   c.run->add_option("--net", c.ro.net, "network: host or private")
       ->check(CLI::IsMember({"host", "private"}));
@@ -252,19 +266,6 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
 
 namespace {
 
-std::string human_bytes(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
-
 int run_image_commands(const TaskCommands& c, const Globals& g) {
   auto client = connect_or_die(g.agent, "weft-agent", "--agent");
   auto out = [&](const json& j, const std::function<void()>& human) { print_json_or(g, j, human); };
@@ -272,20 +273,20 @@ int run_image_commands(const TaskCommands& c, const Globals& g) {
     json r = call_or_die(*client, "image.ls", json::object());
     out(r, [&] {
       std::vector<std::vector<std::string>> rows = {
-          {"REFERENCE", "DIGEST", "LAYERS", "SIZE", "LAST USED", "USED BY"}};
+          {"KIND", "REFERENCE", "DIGEST", "LAYERS", "SIZE", "LAST USED", "USED BY"}};
       for (const auto& img : r["images"]) {
         std::string refs, users;
         for (const auto& x : img["refs"]) refs += (refs.empty() ? "" : ",") + x.get<std::string>();
         for (const auto& x : img["used_by"])
           users += (users.empty() ? "" : ",") + x.get<std::string>();
         std::string d = img.value("digest", "");
-        rows.push_back({refs.empty() ? "-" : refs, d.substr(0, 19), str_or(img, "layers"),
-                        human_bytes(img.value("size", uint64_t{0})), str_or(img, "last_used"),
-                        users.empty() ? "-" : users});
+        rows.push_back({img.value("kind", "image"), refs.empty() ? "-" : refs, d.substr(0, 19),
+                        str_or(img, "layers"), format_size(img.value("size", uint64_t{0})),
+                        str_or(img, "last_used"), users.empty() ? "-" : users});
       }
       print_table(rows);
-      std::cout << "cache: " << human_bytes(r.value("size", uint64_t{0})) << " of "
-                << human_bytes(r.value("limit", uint64_t{0})) << "\n";
+      std::cout << "cache: " << format_size(r.value("size", uint64_t{0})) << " of "
+                << format_size(r.value("limit", uint64_t{0})) << "\n";
     });
   } else if (c.image_pull->parsed()) {
     // A large image on a slow link takes minutes: wait up to an hour.
@@ -297,13 +298,13 @@ int run_image_commands(const TaskCommands& c, const Globals& g) {
     json r = call_or_die(*client, "image.rm", {{"image", c.image_ref}});
     out(r, [&] {
       std::cout << "removed " << r.value("removed", "") << " ("
-                << human_bytes(r.value("freed", uint64_t{0})) << " freed)\n";
+                << format_size(r.value("freed", uint64_t{0})) << " freed)\n";
     });
   } else {
     json r = call_or_die(*client, "image.prune", json::object());
     out(r, [&] {
       std::cout << "removed " << r["removed"].size() << " image(s), "
-                << human_bytes(r.value("freed", uint64_t{0})) << " freed\n";
+                << format_size(r.value("freed", uint64_t{0})) << " freed\n";
     });
   }
   return 0;

@@ -16,6 +16,7 @@ struct RunOptions {
   std::string name, cpu, memory, memory_high, swap, cwd, user, group, rootfs, hostname, image;
   std::string net = "host", restart = "never", restart_delay, restart_max_delay, restart_reset;
   std::string stop_signal, stop_grace, log_max_size, cpuset_cpus, cpuset_mems, spec_file;
+  std::string package, package_sha256, package_target;
   int64_t cpu_weight = 0, pids = 0, max_restarts = -2, log_max_files = 0;
   std::vector<std::string> env, io_max, hugetlb, share, argv;
   bool best_effort = false;

@@ -127,6 +127,7 @@ struct Client::Impl {
     oci::ImageRef ref;
     std::string url;
     bool is_manifest = true;
+    bool plain_url = false;           // fetch(): no registry behind it
     std::optional<oci::Digest> want;  // the digest the bytes must hash to
     BlobSink* sink = nullptr;
     ManifestDone manifest_done;
@@ -166,8 +167,11 @@ struct Client::Impl {
     }
   }
   void fail(Op* op, Error e) {
-    e = std::move(e).wrap((op->is_manifest ? "manifest of " : "blob of ") + op->ref.registry + "/" +
-                          op->ref.repository);
+    if (op->plain_url)
+      e = std::move(e).wrap("GET " + op->url.substr(0, 200));
+    else
+      e = std::move(e).wrap((op->is_manifest ? "manifest of " : "blob of ") + op->ref.registry +
+                            "/" + op->ref.repository);
     if (op->is_manifest)
       finish(op, std::move(e), {});
     else
@@ -252,7 +256,7 @@ struct Client::Impl {
       return;
     }
     const HttpResponse& r = *resp;
-    if (r.status == 401) {
+    if (r.status == 401 && !op->plain_url) {
       authenticate(op, r);
       return;
     }
@@ -435,6 +439,16 @@ void Client::blob(const oci::ImageRef& ref, const oci::Digest& d, BlobSink* sink
   op->is_manifest = false;
   op->sink = sink;
   op->url = impl_->base(ref) + "/blobs/" + d.str();
+  op->blob_done = std::move(done);
+  impl_->start(std::move(op));
+}
+
+void Client::fetch(const std::string& url, BlobSink* sink, BlobDone done) {
+  auto op = std::make_unique<Impl::Op>();
+  op->is_manifest = false;
+  op->plain_url = true;
+  op->sink = sink;
+  op->url = url;
   op->blob_done = std::move(done);
   impl_->start(std::move(op));
 }

@@ -81,6 +81,9 @@ class Client {
   // Blob `d` of `ref`'s repository into `sink` (which must outlive the call). The caller
   // verifies and commits: the sink holds exactly the bytes received.
   void blob(const oci::ImageRef& ref, const oci::Digest& d, BlobSink* sink, BlobDone done);
+  // A plain http(s) URL (a package) into `sink`, resumed, retried and timed out as a
+  // blob is; no registry authentication. The caller verifies the bytes.
+  void fetch(const std::string& url, BlobSink* sink, BlobDone done);
 
   struct Impl;
 

@@ -1,5 +1,6 @@
 #include "common/task_spec.h"
 
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -307,6 +308,34 @@ Status check_task_path(const std::string& field, const std::string& p) {
   return {};
 }
 
+// `package = { url, sha256, target }`. The URL is fetched by the agent: http or https,
+// a host, no credentials in it (they would sit in every copy of the spec), printable.
+Result<PackageSpec> parse_package(const json& v) {
+  if (!v.is_object()) return field_error("package", "must be a table { url, sha256, target }");
+  Reader r(v, "package");
+  TRY(r.only({"url", "sha256", "target"}));
+  PackageSpec p;
+  TRY_ASSIGN(p.url, r.str("url"));
+  size_t scheme = p.url.rfind("https://", 0) == 0 ? 8 : p.url.rfind("http://", 0) == 0 ? 7 : 0;
+  if (scheme == 0) return field_error("package.url", "must be an http:// or https:// URL");
+  if (p.url.size() > 2048) return field_error("package.url", "must be at most 2048 characters");
+  for (unsigned char c : p.url)
+    if (c <= 0x20 || c >= 0x7f)
+      return field_error("package.url", "must be printable ASCII without spaces");
+  std::string authority = p.url.substr(scheme, p.url.find_first_of("/?#", scheme) - scheme);
+  if (authority.empty()) return field_error("package.url", "names no host");
+  if (authority.find('@') != std::string::npos)
+    return field_error("package.url", "must not carry credentials");
+  TRY_ASSIGN(p.sha256, r.str("sha256"));
+  if (p.sha256.rfind("sha256:", 0) == 0) p.sha256 = p.sha256.substr(7);
+  for (char& c : p.sha256) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (p.sha256.size() != 64 || p.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return field_error("package.sha256", "must be 64 hexadecimal digits (the tarball's SHA-256)");
+  TRY_ASSIGN(p.target, r.str("target", "/"));
+  if (p.target != "/") TRY(check_task_path("package.target", p.target));
+  return p;
+}
+
 Result<uint32_t> parse_mode(const Reader& r, const char* key, uint32_t def) {
   if (!r.has(key)) return def;
   const json& v = r.at(key);
@@ -430,10 +459,10 @@ json readiness_json(const ReadinessCheck& c) {
 Result<TaskSpec> parse_task_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
-  TRY(r.only({"name",    "argv",        "env",        "cwd",        "user",
-              "group",   "resources",   "rootfs",     "namespaces", "hostname",
-              "restart", "stop_signal", "stop_grace", "logs",       "owner",
-              "seccomp", "readiness",   "image",      "mounts",     "files"}));
+  TRY(r.only({"name",       "argv",   "env",        "cwd",      "user",      "group",
+              "resources",  "rootfs", "namespaces", "hostname", "restart",   "stop_signal",
+              "stop_grace", "logs",   "owner",      "seccomp",  "readiness", "image",
+              "mounts",     "files",  "package"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
@@ -445,6 +474,10 @@ Result<TaskSpec> parse_task_spec(const json& j) {
     auto ref = oci::parse_image_ref(s.image);
     if (!ref.ok()) return field_error("image", ref.error().message);
     s.image = ref->str();
+  }
+  if (r.has("package")) {
+    TRY_ASSIGN(PackageSpec pkg, parse_package(r.at("package")));
+    s.package = std::move(pkg);
   }
   bool argv_optional =
       !s.image.empty() && (!r.has("argv") || (r.at("argv").is_array() && r.at("argv").empty()));
@@ -501,13 +534,34 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   if (!s.image.empty() && !s.rootfs.empty())
     return field_error("image", "and rootfs cannot both be given (an image is the root)");
   if (!s.image.empty() && !s.ns.mount) return field_error("image", "needs namespaces.mount = true");
+  bool package_root = s.package && s.package->target == "/";
+  if (s.package) {
+    if (package_root && (!s.image.empty() || !s.rootfs.empty()))
+      return field_error("package.target",
+                         "must name a directory (not \"/\") when the task has an image or rootfs");
+    if (!s.ns.mount) return field_error("package", "needs namespaces.mount = true");
+  }
   if (r.has("mounts")) TRY(parse_mounts(r.at("mounts"), &s.mounts));
   if (r.has("files")) TRY(parse_files(r.at("files"), &s.files));
-  bool own_root = !s.image.empty() || !s.rootfs.empty();
+  bool own_root = !s.image.empty() || !s.rootfs.empty() || package_root;
+  if (s.package && !package_root) {
+    const std::string& pt = s.package->target;
+    auto overlaps = [&](const std::string& other) {
+      return other == pt || other.rfind(pt + "/", 0) == 0 || pt.rfind(other + "/", 0) == 0;
+    };
+    for (const auto& m : s.mounts)
+      if (overlaps(m.target))
+        return field_error("package.target", "'" + pt + "' overlaps the mount at " + m.target);
+    for (const auto& f : s.files)
+      if (overlaps(f.path))
+        return field_error("package.target", "'" + pt + "' overlaps the file " + f.path);
+  }
   if (!own_root && !s.mounts.empty())
-    return field_error("mounts", "need an image or a rootfs (a root of the task's own)");
+    return field_error("mounts",
+                       "need an image, a rootfs or a package root (a root of the task's own)");
   if (!own_root && !s.files.empty())
-    return field_error("files", "need an image or a rootfs (a root of the task's own)");
+    return field_error("files",
+                       "need an image, a rootfs or a package root (a root of the task's own)");
   for (const auto& f : s.files)
     for (const auto& m : s.mounts)
       if (f.path == m.target || f.path.rfind(m.target + "/", 0) == 0)
@@ -573,6 +627,10 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   return s;
 }
 
+Result<PackageSpec> parse_package_spec(const json& j) {
+  return parse_package(j);
+}
+
 json to_json(const TaskSpec& s) {
   json j;
   j["name"] = s.name;
@@ -580,6 +638,9 @@ json to_json(const TaskSpec& s) {
   j["env"] = s.env;
   if (!s.cwd.empty()) j["cwd"] = s.cwd;
   if (!s.image.empty()) j["image"] = s.image;
+  if (s.package)
+    j["package"] = {
+        {"url", s.package->url}, {"sha256", s.package->sha256}, {"target", s.package->target}};
   if (!s.mounts.empty()) {
     json arr = json::array();
     for (const auto& m : s.mounts) {

@@ -99,6 +99,18 @@ struct FileSpec {
   uint32_t mode = 0400;
 };
 
+// A tarball the task runs (docs/images.md): fetched from `url` (http or https), used
+// only if its bytes hash to `sha256`, unpacked once per machine and shared read-only by
+// every task that names it. At `target` "/" it is the task's root (with a writable
+// directory of the task's own, as for an image); with an image or a rootfs it is mounted
+// read-only at `target`, a directory inside the task.
+struct PackageSpec {
+  std::string url;
+  std::string sha256;  // 64 lowercase hex digits
+  std::string target = "/";
+  bool operator==(const PackageSpec&) const = default;
+};
+
 struct TaskSpec {
   std::string name;
   // The program and its arguments. With an image it may be empty: the image's
@@ -110,6 +122,7 @@ struct TaskSpec {
   // root is made from (docs/images.md): an overlayfs of its layers with a writable
   // directory of the task's own. Empty: the host's root (or `rootfs`).
   std::string image;
+  std::optional<PackageSpec> package;
   std::vector<MountSpec> mounts;
   std::vector<FileSpec> files;
   std::string user;   // name or numeric; empty = the agent's default_task_user
@@ -133,6 +146,8 @@ struct TaskSpec {
 
 // Parses and validates. Errors carry `field` ("resources.memory_max").
 Result<TaskSpec> parse_task_spec(const nlohmann::json& j);
+// A spec's `package` table alone (image.pull takes one); errors name "package.<key>".
+Result<PackageSpec> parse_package_spec(const nlohmann::json& j);
 // The canonical form stored in the database; parse_task_spec(to_json(s)) == s.
 nlohmann::json to_json(const TaskSpec& s);
 

@@ -112,6 +112,62 @@ TEST(Spec, ImagesMountsAndFiles) {
   EXPECT_EQ(field_of({{"name", "t"}, {"argv", json::array()}}), "argv");  // no image
 }
 
+TEST(Spec, Packages) {
+  const std::string hex(64, 'a');
+  json root = {{"name", "p"},
+               {"argv", {"/bin/app"}},
+               {"package", {{"url", "https://pkgs.example.com/app-1.2.tar.gz"}, {"sha256", hex}}}};
+  auto s = parse_task_spec(root);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  ASSERT_TRUE(s->package);
+  EXPECT_EQ(s->package->target, "/");  // the package is the task's root
+  EXPECT_EQ(s->package->sha256, hex);
+  auto again = parse_task_spec(to_json(*s));
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ(to_json(*again), to_json(*s));
+  // "sha256:" and upper case are accepted, stored plain and lower case.
+  json upper = root;
+  upper["package"]["sha256"] = "sha256:" + std::string(64, 'A');
+  auto u = parse_task_spec(upper);
+  ASSERT_TRUE(u.ok()) << u.error().str();
+  EXPECT_EQ(u->package->sha256, hex);
+  // Beside an image, at a directory; mounts and files may go on a package root.
+  json beside = {
+      {"name", "p"},
+      {"image", "r.io/team/base:v1"},
+      {"package", {{"url", "http://10.0.0.1/t.tar"}, {"sha256", hex}, {"target", "/opt/t"}}}};
+  EXPECT_TRUE(parse_task_spec(beside).ok());
+  json files = root;
+  files["files"] = {{{"path", "/etc/app.conf"}, {"content", "k=v"}}};
+  EXPECT_TRUE(parse_task_spec(files).ok());
+
+  auto pkg = [&](json base, const char* k, json v) {
+    base["package"][k] = v;
+    return field_of(base);
+  };
+  EXPECT_EQ(pkg(root, "url", "ftp://x/y.tar"), "package.url");
+  EXPECT_EQ(pkg(root, "url", "file:///etc/shadow"), "package.url");
+  EXPECT_EQ(pkg(root, "url", "https://user:pw@x/y.tar"), "package.url");  // no secrets in specs
+  EXPECT_EQ(pkg(root, "url", "https:///y.tar"), "package.url");
+  EXPECT_EQ(pkg(root, "url", "https://x/a b.tar"), "package.url");
+  EXPECT_EQ(pkg(root, "sha256", "abc"), "package.sha256");
+  EXPECT_EQ(pkg(root, "sha256", std::string(64, 'g')), "package.sha256");
+  EXPECT_EQ(pkg(root, "target", "opt"), "package.target");
+  EXPECT_EQ(pkg(root, "target", "/proc/x"), "package.target");
+  EXPECT_EQ(pkg(root, "bogus", 1), "package.bogus");
+  EXPECT_EQ(pkg(beside, "target", "/"), "package.target");  // one root only
+  json no_argv = root;
+  no_argv.erase("argv");
+  EXPECT_EQ(field_of(no_argv), "argv");  // a tarball has no entrypoint
+  json no_mnt = root;
+  no_mnt["namespaces"] = {{"mount", false}};
+  EXPECT_EQ(field_of(no_mnt), "package");
+  json clash = beside;
+  clash["mounts"] = {{{"type", "tmpfs"}, {"target", "/opt/t/cache"}}};
+  EXPECT_EQ(field_of(clash), "package.target");
+  EXPECT_EQ(field_of({{"name", "p"}, {"argv", {"x"}}, {"package", "https://x/y.tar"}}), "package");
+}
+
 TEST(Spec, ErrorsNameTheField) {
   json base = {{"name", "t"}, {"argv", {"true"}}};
   EXPECT_EQ(field_of({{"argv", {"true"}}}), "name");

@@ -535,13 +535,14 @@ void Manager::send(const std::vector<Command>& cmds) {
     } else if (c.kind == Command::Kind::kPrefetch) {
       MachineId m = c.machine;
       uint64_t generation = c.spec.value("generation", uint64_t{0});
-      it->second->call("image.pull", {{"image", c.spec.value("image", "")}, {"wait", true}},
-                       [this, task, m, generation](Result<json> r) {
-                         if (!r.ok())
-                           log_warn("a machine could not prefetch an image",
-                                    {{"JOB", task}, {"ERROR", r.error().str()}});
-                         prefetched(task, generation, m);
-                       });
+      json params = c.spec.value("fetch", json::object());
+      params["wait"] = true;
+      it->second->call("image.pull", params, [this, task, m, generation](Result<json> r) {
+        if (!r.ok())
+          log_warn("a machine could not prefetch an image",
+                   {{"JOB", task}, {"ERROR", r.error().str()}});
+        prefetched(task, generation, m);
+      });
     } else {
       it->second->call("task.stop", {{"id", task}}, [task](Result<json> r) {
         if (!r.ok())

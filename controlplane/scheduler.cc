@@ -246,26 +246,32 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
                        "or a new job");
   if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
   std::string old_image = j.spec.task.is_object() ? j.spec.task.value("image", "") : "";
+  nlohmann::json old_package =
+      j.spec.task.is_object() ? j.spec.task.value("package", nlohmann::json()) : nlohmann::json();
   j.spec.task = spec.task;
   j.spec.max_unavailable = spec.max_unavailable;
   j.spec.controller = spec.controller;
   ++j.generation;
   j.rolling = true;
   changed_jobs_.insert(j.spec.name);
-  // A new image: every machine of the job fetches it first, so that replacing a task
-  // there costs a restart, not a download.
+  // A new image or package: every machine of the job fetches it first, so that
+  // replacing a task there costs a restart, not a download.
   std::string new_image = j.spec.task.is_object() ? j.spec.task.value("image", "") : "";
+  nlohmann::json new_package =
+      j.spec.task.is_object() ? j.spec.task.value("package", nlohmann::json()) : nlohmann::json();
+  nlohmann::json fetch = nlohmann::json::object();
+  if (!new_image.empty() && new_image != old_image) fetch["image"] = new_image;
+  if (new_package.is_object() && new_package != old_package) fetch["package"] = new_package;
   std::vector<Command> prefetch;
   j.prefetching.clear();
-  if (!new_image.empty() && new_image != old_image) {
+  if (!fetch.empty()) {
     for_job(j.spec.name, [&](TaskRecord& t) {
       if (live(t.state) && t.state != TaskState::kPending) j.prefetching.insert(t.machine);
     });
     j.prefetch_deadline_us = now + kPrefetchTimeoutUs;
     for (MachineId m : j.prefetching)
-      prefetch.push_back(
-          Command{Command::Kind::kPrefetch, m, j.spec.name,
-                  nlohmann::json{{"image", new_image}, {"generation", j.generation}}});
+      prefetch.push_back(Command{Command::Kind::kPrefetch, m, j.spec.name,
+                                 nlohmann::json{{"fetch", fetch}, {"generation", j.generation}}});
   }
   // Indices with nothing live (their start was refused, say) get the new spec at once;
   // the others roll, max_unavailable at a time.

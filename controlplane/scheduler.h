@@ -70,8 +70,8 @@ inline bool available(const TaskRecord& t) {
 }
 
 struct Command {
-  // kPrefetch: ask the machine to fetch spec["image"] now (a rolling update to a new
-  // image); task_id is the job's name and spec["generation"] the update's.
+  // kPrefetch: ask the machine to fetch spec["fetch"] ({"image", "package"}: what the
+  // update changed) now; task_id is the job's name and spec["generation"] the update's.
   enum class Kind { kStart, kStop, kPrefetch } kind;
   MachineId machine;
   std::string task_id;

@@ -158,6 +158,7 @@ TEST_F(Sched, DestructiveOperationsAreRateLimited) {
 }
 
 TEST_F(Sched, AnUpdateToANewImageWaitsForEachMachinesPrefetch) {
+  using json = nlohmann::json;
   JobSpec s = spec("img", 4);
   s.max_unavailable = 4;
   s.task = {{"image", "r.example/app@sha256:" + std::string(64, 'a')}};
@@ -176,7 +177,7 @@ TEST_F(Sched, AnUpdateToANewImageWaitsForEachMachinesPrefetch) {
   for (const auto& cmd : *u)
     if (cmd.kind == Command::Kind::kPrefetch) {
       asked.insert(cmd.machine);
-      EXPECT_EQ(cmd.spec["image"], s.task["image"]);
+      EXPECT_EQ(cmd.spec["fetch"], json({{"image", s.task["image"]}}));
       EXPECT_EQ(cmd.spec["generation"], 2);
     }
   EXPECT_EQ(asked, hosts);
@@ -199,6 +200,36 @@ TEST_F(Sched, AnUpdateToANewImageWaitsForEachMachinesPrefetch) {
   auto again = sched_.update(s, 3 + kPrefetchTimeoutUs);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(count_kind(*again, Command::Kind::kPrefetch), 0);
+}
+
+TEST_F(Sched, AnUpdateToANewPackageFetchesOnlyThePackageFirst) {
+  using json = nlohmann::json;
+  JobSpec s = spec("pkg", 2);
+  s.max_unavailable = 2;
+  s.task = {{"image", "r.example/base@sha256:" + std::string(64, 'a')},
+            {"argv", {"/opt/tool/bin/tool"}},
+            {"package",
+             {{"url", "https://pkgs.example/tool-1.tar"},
+              {"sha256", std::string(64, 'c')},
+              {"target", "/opt/tool"}}}};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::set<MachineId> hosts;
+  for (const auto& t : live("pkg")) hosts.insert(t.machine);
+  s.task["package"]["url"] = "https://pkgs.example/tool-2.tar";
+  s.task["package"]["sha256"] = std::string(64, 'd');
+  auto u = sched_.update(s, 2);
+  ASSERT_TRUE(u.ok()) << u.error().str();
+  std::set<MachineId> asked;
+  for (const auto& cmd : *u)
+    if (cmd.kind == Command::Kind::kPrefetch) {
+      asked.insert(cmd.machine);
+      EXPECT_EQ(cmd.spec["fetch"], json({{"package", s.task["package"]}}));  // not the image
+    }
+  EXPECT_EQ(asked, hosts);
+  EXPECT_EQ(count_kind(*u, Command::Kind::kStop), 0);
 }
 
 TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {

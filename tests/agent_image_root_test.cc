@@ -320,5 +320,148 @@ TEST_F(AgentImages, AnAgentKilledMidFetchResumesAndNeverUsesAPartialBlob) {
   EXPECT_FALSE(path_exists(store + "/partial/sha256-" + big_d.hex));
 }
 
+// A package (a tarball by URL and SHA-256): here the registry serves the bytes at a
+// plain blob URL, so the agent fetches it as any http server's file.
+TEST_F(AgentImages, APackageIsTheTasksRootOrMountedBesideAnImage) {
+  push_app("team/base", "v1", "base");
+  oci::Digest root_pkg = reg_->push_blob("team/pkg", busybox_);
+  std::string tool = make_layer({{"bin", 'd', "", 0755}, {"bin/hello", 'f', "hello from tool\n"}},
+                                oci::Compression::kZstd);
+  oci::Digest tool_pkg = reg_->push_blob("team/pkg", tool);
+  auto url = [&](const oci::Digest& d) {
+    return "http://" + reg_->host() + "/v2/team/pkg/blobs/" + d.str();
+  };
+  start_agent();
+  // image.pull takes an image, a package or both; bad parameters name the field.
+  for (const auto& [params, field] : std::vector<std::pair<json, std::string>>{
+           {json::object(), "image"},
+           {{{"image", "no-registry"}}, "image"},
+           {{{"image", 7}}, "image"},
+           {{{"package", {{"url", url(tool_pkg)}, {"sha256", "abc"}}}}, "package.sha256"},
+           {{{"package", {{"url", "file:///etc/shadow"}, {"sha256", tool_pkg.hex}}}},
+            "package.url"}}) {
+    auto bad = agent_->try_call("image.pull", params);
+    ASSERT_FALSE(bad.ok()) << params.dump();
+    EXPECT_NE(bad.error().str().find(field), std::string::npos) << bad.error().str();
+  }
+  json pulled = agent_->call(
+      "image.pull",
+      {{"package", {{"url", url(tool_pkg)}, {"sha256", tool_pkg.hex}}}, {"wait", true}});
+  EXPECT_EQ(pulled["package"], tool_pkg.str()) << pulled.dump();
+  // The package is the root: users resolve in its /etc/passwd; the root is writable
+  // for the task only (its own upper directory).
+  json r = agent_->call(
+      "task.run", {{"name", "pkgroot"},
+                   {"package", {{"url", url(root_pkg)}, {"sha256", root_pkg.hex}}},
+                   {"user", "app"},
+                   {"argv", {"/bin/sh", "-c", "id -u; (echo w > /w) 2>/dev/null || echo ro"}}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty()) << r.dump();
+  json t = agent_->wait_task(id, ended, 30000);
+  EXPECT_EQ(t["state"], "exited") << t.dump();
+  EXPECT_EQ(logs(id), "1234\nro\n") << t.dump();  // not root: "/" is not its to write
+  // Beside an image, read-only at its target (zstd, found from its first bytes).
+  r = agent_->call(
+      "task.run",
+      {{"name", "pkgbeside"},
+       {"image", ref("team/base:v1")},
+       {"package", {{"url", url(tool_pkg)}, {"sha256", tool_pkg.hex}, {"target", "/opt/tool"}}},
+       {"argv",
+        {"/bin/sh", "-c",
+         "cat /marker /opt/tool/bin/hello; (echo x > /opt/tool/x) 2>/dev/null || "
+         "echo ro; sleep 100"}}});
+  std::string beside = r.value("id", "");
+  ASSERT_FALSE(beside.empty()) << r.dump();
+  agent_->wait_task(
+      beside, [&](const json&) { return logs(beside) == "base\nhello from tool\nro\n"; }, 30000);
+  EXPECT_EQ(logs(beside), "base\nhello from tool\nro\n");
+  // The record survives the agent (cache.json): packages listed, the running task's held.
+  agent_->kill9();
+  agent_->start();
+  json ls = agent_->call("image.ls", json::object());
+  int packages = 0;
+  for (const auto& img : ls["images"]) {
+    if (img["kind"] != "package") continue;
+    ++packages;
+    if (img["digest"] == tool_pkg.str()) {
+      EXPECT_EQ(img["refs"][0], url(tool_pkg));
+      EXPECT_EQ(img["used_by"].size(), 1u) << img.dump();
+    }
+  }
+  EXPECT_EQ(packages, 2) << ls.dump();
+  // In use: not removable, by URL or digest.
+  EXPECT_FALSE(agent_->try_call("image.rm", {{"image", url(tool_pkg)}}).ok());
+  // Bytes that do not hash to the spec's SHA-256 are never used. (A SHA-256 already here
+  // is used whatever the URL: the bytes are what the spec pins.)
+  std::string other = oci::digest_of("not the tool's bytes").hex;
+  r = agent_->call("task.run", {{"name", "pkgbad"},
+                                {"package", {{"url", url(tool_pkg)}, {"sha256", other}}},
+                                {"argv", {"/bin/true"}}});
+  std::string bad = r.value("id", "");
+  ASSERT_FALSE(bad.empty()) << r.dump();
+  t = agent_->wait_task(bad, ended, 30000);
+  EXPECT_EQ(t["state"], "failed");
+  EXPECT_NE(t.value("reason", "").find("package " + url(tool_pkg)), std::string::npos) << t.dump();
+  std::string store = agent_->dir() + "/state/images";
+  EXPECT_FALSE(path_exists(store + "/blobs/sha256/" + other));
+  EXPECT_FALSE(path_exists(store + "/layers/sha256/" + other));
+  agent_->call("task.stop", {{"id", beside}, {"grace", 0}});
+  agent_->wait_state(beside, "stopped");
+  json pruned = agent_->call("image.prune", json::object());
+  EXPECT_EQ(pruned["removed"].size(), 3u) << pruned.dump();  // base image and two packages
+  EXPECT_EQ(agent_->call("image.ls", json::object())["images"].size(), 0u);
+  EXPECT_TRUE(agent_->task_cgroups().empty());  // nothing left running
+}
+
+// The registry dies mid-download while the agent runs: the agent retries with backoff
+// and resumes where the bytes stopped (a Range request), never from zero.
+TEST_F(AgentImages, ARegistryDownMidDownloadIsResumedByTheRunningAgent) {
+  std::string noise(48u << 20, '\0');
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i + 8 <= noise.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(&noise[i], &x, 8);
+  }
+  std::string big = make_layer({{"noise", 'f', noise}}, oci::Compression::kGzip);
+  std::string app = make_layer({{"marker", 'f', "after the outage\n"}}, oci::Compression::kGzip);
+  push_image(*reg_, "team/outage", "v1", {busybox_, big, app}, json::object());
+  start_agent();
+  json r = agent_->call("task.run", {{"name", "outage"},
+                                     {"image", ref("team/outage:v1")},
+                                     {"argv", {"/bin/sh", "-c", "cat /marker"}}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty());
+  bool cut = false;
+  for (int i = 0; i < 4000 && !cut; ++i) {
+    auto t = agent_->try_call("task.show", {{"id", id}});
+    if (t.ok() && t->value("state", "") == "fetching" && t->contains("fetch")) {
+      uint64_t done = (*t)["fetch"]["bytes_done"].get<uint64_t>();
+      uint64_t total = (*t)["fetch"]["bytes_total"].get<uint64_t>();
+      if (done > busybox_.size() + (1u << 20) && done < total) {
+        reg_->stop();
+        cut = true;
+      }
+    }
+    if (t.ok() && t->value("state", "") != "fetching") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(cut) << "the download finished before the registry could be stopped";
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Still fetching while the registry is away: not failed at the first refusal.
+  EXPECT_EQ(agent_->call("task.show", {{"id", id}})["state"], "fetching");
+  reg_->start();
+  ASSERT_TRUE(reg_->error().empty()) << reg_->error();
+  json t = agent_->wait_task(id, ended, 60000);
+  ASSERT_EQ(t["state"], "exited") << t.dump();
+  EXPECT_EQ(logs(id), "after the outage\n");
+  json ls = agent_->call("image.ls", json::object());
+  EXPECT_EQ(ls["blob_downloads"], 3) << ls.dump();
+  // Resumed, not restarted: no more bytes came than the layers hold.
+  EXPECT_LE(ls["downloaded_bytes"].get<uint64_t>(), busybox_.size() + big.size() + app.size())
+      << ls.dump();
+}
+
 }  // namespace
 }  // namespace weft::testing

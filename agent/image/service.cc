@@ -1,10 +1,13 @@
 #include "agent/image/service.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
 #include "common/fs.h"
+#include "common/json_bounded.h"
 #include "common/log.h"
 
 namespace weft::image {
@@ -34,13 +37,17 @@ uint64_t tree_bytes(const std::string& dir) {
 }
 
 // The registry client's sink over a store ingest.
+// A blob of unknown size (a package) stops at `max` bytes: a server sending forever
+// does not fill the disk.
 class IngestSink : public registry::BlobSink {
  public:
-  IngestSink(std::unique_ptr<BlobStore::Ingest> in, uint64_t* received)
-      : in_(std::move(in)), received_(received) {}
+  IngestSink(std::unique_ptr<BlobStore::Ingest> in, uint64_t* received, uint64_t max = UINT64_MAX)
+      : in_(std::move(in)), received_(received), max_(max) {}
   uint64_t offset() const override { return in_->offset(); }
   Status restart() override { return in_->restart(); }
   Status append(const void* data, size_t n) override {
+    if (in_->offset() + n > max_)
+      return make_error("larger than " + format_size(max_) + " (the image cache's limit)");
     TRY(in_->append(data, n));
     *received_ += n;
     return {};
@@ -50,13 +57,26 @@ class IngestSink : public registry::BlobSink {
  private:
   std::unique_ptr<BlobStore::Ingest> in_;
   uint64_t* received_;
+  uint64_t max_;
 };
+
+// A package's compression, from its first bytes (gzip, zstd, else a plain tar).
+oci::Compression sniff_compression(const std::string& path) {
+  unsigned char m[4] = {};
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid() || ::read(fd.get(), m, sizeof m) != static_cast<ssize_t>(sizeof m))
+    return oci::Compression::kNone;
+  if (m[0] == 0x1f && m[1] == 0x8b) return oci::Compression::kGzip;
+  if (m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) return oci::Compression::kZstd;
+  return oci::Compression::kNone;
+}
 
 }  // namespace
 
 struct Service::Pull {
-  std::string key;  // the reference as asked
+  std::string key;  // the reference as asked ("package <digest>" for a package)
   oci::ImageRef ref;
+  std::string url;  // a package's
   struct Waiter {
     OnProgress progress;
     Done done;
@@ -73,6 +93,7 @@ struct Service::Pull {
 struct Service::LayerJob {
   oci::Layer layer;
   oci::ImageRef ref;  // the repository to fetch it from
+  std::string url;    // or, for a package, its URL
   std::set<std::string> pulls;
   uint64_t received = 0;  // bytes of this download (a resumed one counts from its offset)
   std::unique_ptr<IngestSink> sink;
@@ -94,56 +115,90 @@ Service::~Service() = default;
 
 // ------------------------------------------------------------------ the record
 
+CacheRecord parse_cache_record(std::string_view text) {
+  CacheRecord out;
+  auto parsed = parse_json_bounded(text, 8);
+  if (!parsed.ok() || !parsed->is_object()) return out;
+  const json& j = *parsed;
+  auto u64 = [](const json& o, const char* k) {
+    auto it = o.find(k);
+    return it != o.end() && it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t{0};
+  };
+  static const json kNone = json::object();
+  auto member = [](const json& o, const char* k) -> const json& {
+    auto it = o.find(k);
+    return it == o.end() ? kNone : *it;
+  };
+  const json& layers = member(j, "layers");
+  if (layers.is_object())
+    for (const auto& [d, v] : layers.items()) {
+      auto dig = oci::parse_digest(d);
+      if (!dig.ok() || !v.is_object()) continue;
+      out.layers[dig->str()] = {u64(v, "size"), u64(v, "last_used_us")};
+    }
+  const json& images = member(j, "images");
+  if (!images.is_object()) return out;
+  for (const auto& [m, v] : images.items()) {
+    auto md = oci::parse_digest(m);
+    if (!md.ok() || !v.is_object()) continue;
+    CacheRecord::Image r;
+    const json& pkg = member(v, "package");
+    r.package = pkg.is_boolean() && pkg.get<bool>();
+    if (!r.package) {
+      const json& c = member(v, "config");
+      auto cd = c.is_string() ? oci::parse_digest(c.get<std::string>())
+                              : Result<oci::Digest>(make_error("no config"));
+      if (!cd.ok()) continue;
+      r.config = *cd;
+    }
+    const json& ls = member(v, "layers");
+    bool good = ls.is_array() && !ls.empty() && ls.size() <= 1024;
+    for (size_t i = 0; good && i < ls.size(); ++i) {
+      auto ld = ls[i].is_string() ? oci::parse_digest(ls[i].get<std::string>())
+                                  : Result<oci::Digest>(make_error("not a digest"));
+      if (ld.ok())
+        r.layers.push_back(*ld);
+      else
+        good = false;
+    }
+    // A package is one layer, its own digest.
+    if (!good || (r.package && (r.layers.size() != 1 || r.layers[0] != *md))) continue;
+    r.last_used_us = u64(v, "last_used_us");
+    const json& refs = member(v, "refs");
+    for (size_t i = 0; refs.is_array() && i < refs.size(); ++i) {
+      if (!refs[i].is_string()) continue;
+      std::string ref = refs[i].get<std::string>();
+      bool valid = r.package ? ref.find("://") != std::string::npos && ref.size() <= 2048
+                             : oci::parse_image_ref(ref).ok();
+      if (valid) r.refs.insert(ref);
+    }
+    out.images[md->str()] = std::move(r);
+  }
+  return out;
+}
+
 Status Service::load() {
   std::string path = store_->root() + "/cache.json";
   if (path_exists(path)) {
     TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxCacheRecordBytes));
-    json j = json::parse(text, nullptr, false);
-    if (j.is_object()) {
-      try {
-        for (const auto& [d, v] : j.value("layers", json::object()).items()) {
-          auto dig = oci::parse_digest(d);
-          if (!dig.ok() || !v.is_object()) continue;
-          LayerRec r;
-          r.size = v.value("size", uint64_t{0});
-          r.last_used_us = v.value("last_used_us", uint64_t{0});
-          layers_[dig->str()] = r;
-        }
-        for (const auto& [m, v] : j.value("images", json::object()).items()) {
-          auto md = oci::parse_digest(m);
-          if (!md.ok() || !v.is_object()) continue;
-          ImageRec r;
-          auto cd = oci::parse_digest(v.value("config", std::string()));
-          if (!cd.ok()) continue;
-          r.config_digest = *cd;
-          auto text_cfg = store_->read(*cd, kMaxConfigBytes);
-          if (!text_cfg.ok()) continue;
-          auto cfg = oci::parse_image_config(*text_cfg);
-          if (!cfg.ok()) continue;
-          r.config = std::move(cfg).value();
-          bool good = true;
-          for (const auto& l : v.value("layers", json::array())) {
-            auto ld = l.is_string() ? oci::parse_digest(l.get<std::string>())
-                                    : Result<oci::Digest>(make_error("not a digest"));
-            if (!ld.ok()) {
-              good = false;
-              break;
-            }
-            r.layers.push_back(*ld);
-          }
-          if (!good) continue;
-          r.last_used_us = v.value("last_used_us", uint64_t{0});
-          for (const auto& ref : v.value("refs", json::array()))
-            if (ref.is_string() && oci::parse_image_ref(ref.get<std::string>()).ok()) {
-              r.refs.insert(ref.get<std::string>());
-              refs_[ref.get<std::string>()] = md->str();
-            }
-          images_[md->str()] = std::move(r);
-        }
-      } catch (const std::exception& e) {
-        log_warn("image cache record unreadable; rebuilt from the store",
-                 {{"FILE", path}, {"WHAT", e.what()}});
+    CacheRecord rec = parse_cache_record(text);
+    for (const auto& [d, l] : rec.layers) layers_[d] = LayerRec{l.size, l.last_used_us};
+    for (auto& [m, img] : rec.images) {
+      ImageRec r;
+      r.package = img.package;
+      if (!r.package) {
+        r.config_digest = *img.config;
+        auto text_cfg = store_->read(r.config_digest, kMaxConfigBytes);
+        if (!text_cfg.ok()) continue;
+        auto cfg = oci::parse_image_config(*text_cfg);
+        if (!cfg.ok()) continue;
+        r.config = std::move(cfg).value();
       }
+      r.layers = std::move(img.layers);
+      r.last_used_us = img.last_used_us;
+      r.refs = std::move(img.refs);
+      for (const auto& ref : r.refs) refs_[ref] = m;
+      images_[m] = std::move(r);
     }
   }
   // The store is the truth: a record of a layer that is not there goes, a layer that is
@@ -179,10 +234,11 @@ void Service::save() {
   for (const auto& [m, r] : images_) {
     json layers = json::array();
     for (const auto& l : r.layers) layers.push_back(l.str());
-    j["images"][m] = {{"refs", r.refs},
-                      {"config", r.config_digest.str()},
-                      {"layers", layers},
-                      {"last_used_us", r.last_used_us}};
+    j["images"][m] = {{"refs", r.refs}, {"layers", layers}, {"last_used_us", r.last_used_us}};
+    if (r.package)
+      j["images"][m]["package"] = true;
+    else
+      j["images"][m]["config"] = r.config_digest.str();
   }
   Status s = write_file_atomic(store_->root() + "/cache.json", j.dump(), 0600);
   if (!s.ok()) log_error("cannot record the image cache", {{"ERROR", s.error().str()}});
@@ -196,8 +252,15 @@ std::optional<LocalImage> Service::local(const std::string& ref) const {
   for (const auto& l : it->second.layers)
     if (!layers_.count(l.str()) || !store_->has_layer(l)) return std::nullopt;
   auto md = oci::parse_digest(r->second);
-  if (!md.ok()) return std::nullopt;
+  if (!md.ok() || it->second.package) return std::nullopt;
   return LocalImage{*md, it->second.config, it->second.layers};
+}
+
+std::optional<LocalImage> Service::local_package(const oci::Digest& d) const {
+  auto it = images_.find(d.str());
+  if (it == images_.end() || !it->second.package) return std::nullopt;
+  if (!layers_.count(d.str()) || !store_->has_layer(d)) return std::nullopt;
+  return LocalImage{d, {}, {d}};
 }
 
 uint64_t Service::size_bytes() const {
@@ -209,18 +272,32 @@ uint64_t Service::size_bytes() const {
 // ------------------------------------------------------------------ pulls
 
 uint64_t Service::pull(const std::string& ref, OnProgress progress, Done done) {
+  return enqueue(ref, std::move(progress), std::move(done), [](Pull&) {});
+}
+
+uint64_t Service::pull_package(const std::string& url, const oci::Digest& d, OnProgress progress,
+                               Done done) {
+  // One download per tarball, whichever URL names it.
+  return enqueue("package " + d.str(), std::move(progress), std::move(done), [&](Pull& p) {
+    p.url = url;
+    p.manifest_digest = d;
+  });
+}
+
+uint64_t Service::enqueue(const std::string& key, OnProgress progress, Done done,
+                          const std::function<void(Pull&)>& init) {
   uint64_t ticket = next_ticket_++;
-  tickets_[ticket] = ref;
-  auto& p = pulls_[ref];
+  tickets_[ticket] = key;
+  auto& p = pulls_[key];
   bool fresh = !p;
   if (fresh) {
     p = std::make_unique<Pull>();
-    p->key = ref;
+    p->key = key;
+    init(*p);
   }
   p->waiters[ticket] = Pull::Waiter{std::move(progress), std::move(done)};
   if (fresh) {
     // Never from inside the call: the first step runs on the loop.
-    std::string key = ref;
     auto src = loop_.add_defer([this, key] {
       auto it = pulls_.find(key);
       if (it != pulls_.end()) start_pull(*it->second);
@@ -228,7 +305,7 @@ uint64_t Service::pull(const std::string& ref, OnProgress progress, Done done) {
     if (src.ok())
       p->soon = std::move(src).value();
     else
-      fail(ref, src.error());
+      fail(key, src.error());
   }
   return ticket;
 }
@@ -243,6 +320,15 @@ void Service::cancel(uint64_t ticket) {
 
 void Service::start_pull(Pull& p) {
   p.soon.reset();
+  if (!p.url.empty()) {  // a package: one layer, its own digest, nothing else to ask
+    oci::Layer l;
+    l.blob.media_type = "application/x-tar";
+    l.blob.digest = p.manifest_digest;
+    l.blob.size = -1;
+    p.manifest.layers = {l};
+    if (local_package(p.manifest_digest)) return maybe_finish(p);
+    return fetch_layers(p);
+  }
   auto ref = oci::parse_image_ref(p.key);
   if (!ref.ok()) return fail(p.key, ref.error());
   p.ref = *ref;
@@ -341,20 +427,26 @@ void Service::start_layer(Pull& p, const oci::Layer& l) {
   job = std::make_unique<LayerJob>();
   job->layer = l;
   job->ref = p.ref;
+  job->url = p.url;
   job->pulls.insert(p.key);
   if (store_->has_blob(l.blob.digest)) return start_unpack(*job);
   auto in = store_->ingest(l.blob.digest, l.blob.size);
   if (!in.ok()) return layer_done(d, in.error());
   job->received = (*in)->offset();
-  job->sink = std::make_unique<IngestSink>(std::move(in).value(), &job->received);
+  job->sink = std::make_unique<IngestSink>(std::move(in).value(), &job->received,
+                                           l.blob.size < 0 ? cfg_.cache_max_bytes : UINT64_MAX);
   ++downloads_;
   uint64_t resumed_at = job->received;
-  client_->blob(p.ref, l.blob.digest, job->sink.get(), [this, d, resumed_at](Status s) {
+  auto done = [this, d, resumed_at](Status s) {
     auto it = jobs_.find(d);
     if (it != jobs_.end() && it->second->received >= resumed_at)
       downloaded_bytes_ += it->second->received - resumed_at;
     on_blob(d, std::move(s));
-  });
+  };
+  if (job->url.empty())
+    client_->blob(p.ref, l.blob.digest, job->sink.get(), std::move(done));
+  else
+    client_->fetch(job->url, job->sink.get(), std::move(done));
   for (const auto& key : job->pulls)
     if (auto it = pulls_.find(key); it != pulls_.end()) report_progress(*it->second);
 }
@@ -365,12 +457,15 @@ void Service::on_blob(const std::string& d, Status s) {
   LayerJob& j = *it->second;
   if (s.ok()) s = j.sink->ingest().commit();
   j.sink.reset();
-  if (!s.ok()) return layer_done(d, std::move(s).error().wrap("layer " + d));
+  if (!s.ok())
+    return layer_done(d, std::move(s).error().wrap((j.url.empty() ? "layer " : "package ") + d));
   start_unpack(j);
 }
 
 void Service::start_unpack(LayerJob& j) {
   std::string d = j.layer.blob.digest.str();
+  if (!j.url.empty())
+    j.layer.compression = sniff_compression(store_->blob_path(j.layer.blob.digest));
   auto u = store_->begin_unpack(j.layer.blob.digest, j.layer.compression, cfg_.limits);
   if (!u.ok()) return layer_done(d, u.error());
   j.unpacking = std::move(u).value();
@@ -419,12 +514,19 @@ void Service::layer_done(const std::string& d, const Status& s) {
 void Service::report_progress(Pull& p) {
   PullProgress pr;
   for (const auto& l : p.manifest.layers) {
-    uint64_t size = static_cast<uint64_t>(std::max<int64_t>(0, l.blob.size));
-    pr.total += size;
     std::string d = l.blob.digest.str();
+    auto j = jobs_.find(d);
+    if (l.blob.size < 0) {  // a package: its size is known once it is here
+      uint64_t n = j != jobs_.end() ? j->second->received : 0;
+      pr.total += n;
+      pr.done += n;
+      continue;
+    }
+    uint64_t size = static_cast<uint64_t>(l.blob.size);
+    pr.total += size;
     if (!p.waiting_layers.count(d)) {
       pr.done += size;
-    } else if (auto j = jobs_.find(d); j != jobs_.end()) {
+    } else if (j != jobs_.end()) {
       pr.done += j->second->sink ? std::min(j->second->received, size) : size;
     }
   }
@@ -435,7 +537,13 @@ void Service::report_progress(Pull& p) {
 void Service::maybe_finish(Pull& p) {
   if (p.failed || !p.waiting_layers.empty() || !p.manifest_digest.hex.size()) return;
   std::string m = p.manifest_digest.str();
-  if (!p.config_bytes.empty()) {  // pulled now (not found local): record it
+  if (!p.url.empty()) {
+    ImageRec& r = images_[m];
+    r.package = true;
+    r.layers = {p.manifest_digest};
+    r.refs.insert(p.url);
+    refs_[p.url] = m;
+  } else if (!p.config_bytes.empty()) {  // pulled now (not found local): record it
     ImageRec& r = images_[m];
     r.config_digest = p.manifest.config.digest;
     auto cfg = oci::parse_image_config(p.config_bytes);
@@ -488,7 +596,7 @@ void Service::fail(const std::string& key, const Error& e) {
 // ------------------------------------------------------------------ holds and the cache
 
 void Service::hold(const std::string& holder, const LocalImage& img) {
-  holds_[holder] = img.manifest.str();
+  holds_[holder].insert(img.manifest.str());
   uint64_t now = now_realtime_us();
   if (auto it = images_.find(img.manifest.str()); it != images_.end())
     it->second.last_used_us = now;
@@ -501,19 +609,20 @@ void Service::release(const std::string& holder) {
 }
 
 bool Service::image_held(const std::string& manifest) const {
-  for (const auto& [h, m] : holds_)
-    if (m == manifest) return true;
+  for (const auto& [h, ms] : holds_)
+    if (ms.count(manifest)) return true;
   return false;
 }
 
 bool Service::layer_held(const std::string& digest) const {
   if (jobs_.count(digest)) return true;  // being made
-  for (const auto& [h, m] : holds_) {
-    auto it = images_.find(m);
-    if (it == images_.end()) continue;
-    for (const auto& l : it->second.layers)
-      if (l.str() == digest) return true;
-  }
+  for (const auto& [h, ms] : holds_)
+    for (const auto& m : ms) {
+      auto it = images_.find(m);
+      if (it == images_.end()) continue;
+      for (const auto& l : it->second.layers)
+        if (l.str() == digest) return true;
+    }
   // Layers of a pull in progress whose layers are all here already are held too.
   for (const auto& [k, p] : pulls_)
     for (const auto& l : p->manifest.layers)
@@ -526,10 +635,14 @@ void Service::drop_image(const std::string& manifest) {
   if (it == images_.end()) return;
   for (const auto& r : it->second.refs)
     if (auto ri = refs_.find(r); ri != refs_.end() && ri->second == manifest) refs_.erase(ri);
+  if (it->second.package) {  // its blob is its layer's: drop_layer removes both
+    images_.erase(it);
+    return;
+  }
   oci::Digest config = it->second.config_digest;
   images_.erase(it);
   bool config_shared = false;
-  for (const auto& [m, r] : images_) config_shared |= r.config_digest == config;
+  for (const auto& [m, r] : images_) config_shared |= !r.package && r.config_digest == config;
   if (!config_shared) (void)store_->remove_blob(config);
   if (auto md = oci::parse_digest(manifest); md.ok()) (void)store_->remove_blob(*md);
 }
@@ -597,9 +710,10 @@ json Service::list() const {
     for (const auto& l : r.layers)
       if (auto lr = layers_.find(l.str()); lr != layers_.end()) size += lr->second.size;
     json users = json::array();
-    for (const auto& [h, hm] : holds_)
-      if (hm == m) users.push_back(h);
-    out.push_back({{"digest", m},
+    for (const auto& [h, ms] : holds_)
+      if (ms.count(m)) users.push_back(h);
+    out.push_back({{"kind", r.package ? "package" : "image"},
+                   {"digest", m},
                    {"refs", r.refs},
                    {"layers", r.layers.size()},
                    {"size", size},
@@ -619,8 +733,8 @@ Result<json> Service::remove(const std::string& what) {
   }
   if (image_held(m)) {
     std::string users;
-    for (const auto& [h, hm] : holds_)
-      if (hm == m) users += (users.empty() ? "" : ", ") + h;
+    for (const auto& [h, ms] : holds_)
+      if (ms.count(m)) users += (users.empty() ? "" : ", ") + h;
     Error e = make_error("image " + m + " is in use by task " + users);
     e.code = -32003;  // conflict
     return e;

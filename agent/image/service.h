@@ -21,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,12 +34,31 @@
 
 namespace weft::image {
 
-// An image whose every layer is unpacked on this machine.
+// An image whose every layer is unpacked on this machine. A package (a tarball named by
+// URL and SHA-256) is kept as an image of one layer, its own digest, with no config.
 struct LocalImage {
   oci::Digest manifest;  // the platform manifest
   oci::ImageConfig config;
   std::vector<oci::Digest> layers;  // lowest first
 };
+
+// cache.json as read at open. Hostile (a shared disk, a bug, another version): every
+// entry is checked and a bad one skipped; parsing never throws.
+struct CacheRecord {
+  struct Layer {
+    uint64_t size = 0, last_used_us = 0;
+  };
+  struct Image {
+    std::set<std::string> refs;
+    std::optional<oci::Digest> config;  // images; none for a package
+    std::vector<oci::Digest> layers;
+    uint64_t last_used_us = 0;
+    bool package = false;
+  };
+  std::map<std::string, Layer> layers;  // by layer digest
+  std::map<std::string, Image> images;  // by manifest digest (a package: its own)
+};
+CacheRecord parse_cache_record(std::string_view text);
 
 struct ServiceConfig {
   registry::Config registry;
@@ -67,11 +87,18 @@ class Service {
   // Already local: the image `ref` names (a tag as last pulled), every layer unpacked.
   std::optional<LocalImage> local(const std::string& ref) const;
 
+  // A package: the tarball at `url` whose SHA-256 is `d`, fetched (resumed, retried),
+  // verified, unpacked as a layer. Shares downloads as pull() does; cancel() applies.
+  uint64_t pull_package(const std::string& url, const oci::Digest& d, OnProgress progress,
+                        Done done);
+  std::optional<LocalImage> local_package(const oci::Digest& d) const;
+
   // The layer directory of `d` (unpacked) and where the layers are.
   std::string layer_dir(const oci::Digest& d) const { return store_->layer_path(d); }
   std::string layers_root() const { return store_->root() + "/layers"; }
 
-  // A task holds an image's layers while it may run: they are never evicted.
+  // A task holds an image's layers (and its package's) while it may run: they are never
+  // evicted. release() lets go of everything the holder held.
   void hold(const std::string& holder, const LocalImage& img);
   void release(const std::string& holder);
 
@@ -99,11 +126,14 @@ class Service {
     oci::ImageConfig config;
     std::vector<oci::Digest> layers;
     uint64_t last_used_us = 0;
+    bool package = false;  // refs are URLs; no config
   };
   struct LayerRec {
     uint64_t size = 0;  // blob and unpacked files
     uint64_t last_used_us = 0;
   };
+  uint64_t enqueue(const std::string& key, OnProgress progress, Done done,
+                   const std::function<void(Pull&)>& init);
   Status load();
   void save();
   void start_pull(Pull& p);
@@ -132,7 +162,7 @@ class Service {
   std::map<std::string, ImageRec> images_;                 // by manifest digest
   std::map<std::string, std::string> refs_;                // reference -> manifest digest
   std::map<std::string, LayerRec> layers_;                 // by layer digest
-  std::map<std::string, std::string> holds_;               // holder -> manifest digest
+  std::map<std::string, std::set<std::string>> holds_;     // holder -> manifest digests
   std::map<std::string, std::unique_ptr<Pull>> pulls_;     // by reference
   std::map<std::string, std::unique_ptr<LayerJob>> jobs_;  // by layer digest
   std::map<uint64_t, std::string> tickets_;                // ticket -> reference

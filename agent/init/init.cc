@@ -64,7 +64,7 @@ struct Options {
   const char* overlay_work = nullptr;
   // Mounts beside an own root, in order: "--bind ro|rw:SRC:DST", "--tmpfs
   // SIZE:MODE:ro|rw:DST", "--file MODE:LEN:DST" (contents on fd 4, in order).
-  const char* binds[32];
+  const char* binds[33];  // the spec's 32, and a package's
   int nbinds = 0;
   const char* tmpfs[32];
   int ntmpfs = 0;
@@ -733,7 +733,7 @@ bool parse_args(int argc, char** argv) {
     else if (!strcmp(a, "--overlay-work"))
       opt.overlay_work = v;
     else if (!strcmp(a, "--bind")) {
-      if (opt.nbinds >= 32) return false;
+      if (opt.nbinds >= 33) return false;
       opt.binds[opt.nbinds++] = v;
     } else if (!strcmp(a, "--tmpfs")) {
       if (opt.ntmpfs >= 32) return false;
