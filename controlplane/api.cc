@@ -366,6 +366,11 @@ Result<json> Manager::resolve_image_then(const json& p, const CallContext& c, Jo
       Error e = field_error("task.image", "cannot resolve " + ref.str() + ": " + m.error().str());
       return reply(e);
     }
+    // The answer came after this replica stopped leading: nothing is written here (the
+    // caller retries at the leader, which resolves the tag again).
+    if (leadership_ && !leading_)
+      return reply(make_error("this control plane stopped leading while resolving the image")
+                       .with_code(rpc::kNotLeader));
     oci::ImageRef pinned = ref;
     pinned.digest = m->digest;
     params["task"]["image"] = pinned.str();
