@@ -71,6 +71,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   if (images) {
     std::vector<std::string> keys = registry::kRegistryConfigKeys;
     keys.push_back("cache_max");
+    keys.push_back("download_rate");
     TRY(doc.only_keys(*images, "images.", {}, keys));
     TRY(registry::read_registry_config(doc, *images, &c.registry));
     TRY_ASSIGN(auto max, doc.get_string(*images, "cache_max"));
@@ -80,6 +81,15 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
         return field_error(doc.where(*images->get("cache_max")),
                            "'images.cache_max' must be a size of at least 1M, e.g. \"20G\"");
       c.image_cache_max = *n;
+    }
+    TRY_ASSIGN(auto rate, doc.get_string(*images, "download_rate"));
+    if (rate) {
+      auto n = parse_size(*rate);
+      if (!n.ok() || *n < (uint64_t{64} << 10))
+        return field_error(doc.where(*images->get("download_rate")),
+                           "'images.download_rate' must be bytes a second of at least 64K, e.g. "
+                           "\"100M\"");
+      c.registry.max_download_rate = *n;
     }
   }
   TRY(check_control_plane_endpoint(c.control_plane, at("control_plane"), c.insecure_control_plane,

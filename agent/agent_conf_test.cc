@@ -61,6 +61,14 @@ TEST(AgentConfig, ErrorsNameLine) {
   EXPECT_EQ(type.error().field, "agent.toml:1");
   auto level = parse_agent_config("log_level = \"loud\"\n", "agent.toml");
   EXPECT_FALSE(level.ok());
+  // Download pacing: bytes a second, a size of at least 64K.
+  auto rate = parse_agent_config("[images]\ndownload_rate = \"100M\"\n", "agent.toml");
+  ASSERT_TRUE(rate.ok()) << rate.error().str();
+  EXPECT_EQ(rate->registry.max_download_rate, 100u << 20);
+  auto slow = parse_agent_config("[images]\ndownload_rate = \"1K\"\n", "agent.toml");
+  ASSERT_FALSE(slow.ok());
+  EXPECT_EQ(slow.error().field, "agent.toml:2");
+  EXPECT_NE(slow.error().str().find("images.download_rate"), std::string::npos);
 }
 
 class ResolveConfig : public ::testing::Test {

@@ -218,6 +218,9 @@ Result<uint64_t> HttpClient::get(HttpRequest req, Done done) {
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
                      static_cast<long>(std::max<uint64_t>(r->req.stall_timeout_us / 1'000'000, 1)));
   }
+  if (r->req.max_recv_bytes_per_s)
+    curl_easy_setopt(e, CURLOPT_MAX_RECV_SPEED_LARGE,
+                     static_cast<curl_off_t>(r->req.max_recv_bytes_per_s));
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, r->req.follow_redirects ? 1L : 0L);
   curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);

@@ -40,6 +40,8 @@ struct HttpRequest {
   // With `timeout_us` 0 (no limit on the whole transfer, a large blob): the transfer
   // fails when it moves less than 1 KiB/s for this long.
   uint64_t stall_timeout_us = 0;
+  // Receives at most this many bytes a second (0: no limit); curl paces the socket.
+  uint64_t max_recv_bytes_per_s = 0;
   std::string ca_file;     // trusted CAs for https (empty: the system's)
   bool use_proxy = false;  // the environment's https_proxy/no_proxy (probes never)
 };

@@ -211,6 +211,7 @@ struct Client::Impl {
     } else {
       req.timeout_us = 0;
       req.stall_timeout_us = cfg.stall_timeout_us;
+      req.max_recv_bytes_per_s = cfg.max_download_rate;
       req.max_body = 4096;  // an error's body
       uint64_t from = op->sink->offset();
       if (from > 0) req.headers.push_back("Range: bytes=" + std::to_string(from) + "-");

@@ -40,6 +40,7 @@ struct Config {
   uint64_t manifest_timeout_us = 30'000'000;
   uint64_t stall_timeout_us = 30'000'000;  // a blob moving < 1 KiB/s this long fails
   int attempts = 5;                        // tries of a transient failure
+  uint64_t max_download_rate = 0;          // bytes/s of each blob or package download (0: any)
   uint64_t first_backoff_us = 500'000;     // doubled each retry
 };
 

@@ -179,9 +179,29 @@ void Broker::beat(Machine& m, uint64_t now) {
   beats_.emplace_back(now, m.id);
 }
 
+void Broker::begin_failover_grace(uint64_t now) {
+  uint64_t limit = cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
+  restored_at_ = now;
+  grace_until_ = now + std::max(cfg_.failover_grace_us, limit);
+  // The restore's registrations are not heartbeats: those machines are judged when the
+  // grace ends (below), and what they send from now on is queued as usual.
+  std::erase_if(beats_, [now](const auto& b) { return b.first <= now; });
+}
+
 std::vector<MachineId> Broker::check(uint64_t now) {
   std::vector<MachineId> dead;
   uint64_t limit = cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
+  if (grace_until_ && now >= grace_until_) {
+    // The grace is over: a machine silent since the restore is dead.
+    for (auto& [name, m] : machines_) {
+      if (m.dead || m.last_heartbeat > restored_at_) continue;
+      m.dead = true;
+      record({now, m.info.id, "dead", "not back after the control plane's restart"});
+      dead.push_back(m.id);
+      refresh(m);
+    }
+    grace_until_ = 0;
+  }
   // Heartbeats in the order they came: only those older than the limit are looked at,
   // and a machine is dead when the oldest of them was its last. The cost follows the
   // heartbeats, not the fleet.

@@ -48,6 +48,10 @@ struct Unavailability {
 struct BrokerConfig {
   uint64_t heartbeat_interval_us = 2'000'000;
   int missed_heartbeats = 3;
+  // After this control plane restores the state (a restart, a new leader): a machine it
+  // has not heard from since is not dead before this long. Its agent was cut off by the
+  // restart, not by a failure, and reconnects with a backoff (up to 30 s and a quarter).
+  uint64_t failover_grace_us = 60'000'000;
 };
 
 class Broker {
@@ -87,6 +91,10 @@ class Broker {
   // heartbeat interval. Together with health(), the machines to hand to
   // Scheduler::machine_down.
   std::vector<MachineId> check(uint64_t now_us);
+  // The state was just restored (every machine registered at `now_us`): machines not
+  // heard from again are judged at now + max(failover grace, the dead-machine timeout),
+  // not at the usual timeout. Machines heard from since are judged as usual.
+  void begin_failover_grace(uint64_t now_us);
   // Machines that became unusable through health() since the last call.
   std::vector<MachineId> take_failed();
   // Machines that became usable again (profile applied, back alive) since the last call:
@@ -134,6 +142,8 @@ class Broker {
   std::map<EntitlementId, EntitlementSpec> ents_;
   std::map<MachineId, bool> was_usable_;
   std::deque<std::pair<uint64_t, MachineId>> beats_;  // heartbeats, oldest first
+  // begin_failover_grace(): when it began, when it ends (0: none under way).
+  uint64_t restored_at_ = 0, grace_until_ = 0;
   std::vector<MachineId> failed_, ready_;
   void record(Unavailability e);
   std::deque<Unavailability> events_;

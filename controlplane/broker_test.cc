@@ -42,6 +42,53 @@ TEST(Broker, RegisterHeartbeatsAndDeath) {
   EXPECT_EQ(b.register_machine(MachineInfo{"x", "", "", "", {0, 1}}, 0).error().field, "capacity");
 }
 
+// After a restart every machine was cut off at once: none is dead before the failover
+// grace, unless it came back and then fell silent (judged as usual).
+TEST(Broker, MachinesHaveTheFailoverGraceAfterARestore) {
+  Allocator a;
+  Broker b(a, BrokerConfig{1 * kS, 3, 60 * kS});
+  MachineId back = *b.register_machine(info("back", "r1"), 100 * kS);  // the restore
+  MachineId gone = *b.register_machine(info("gone", "r1"), 100 * kS);
+  MachineId late = *b.register_machine(info("late", "r1"), 100 * kS);
+  b.begin_failover_grace(100 * kS);
+  ASSERT_TRUE(b.heartbeat("back", 101 * kS).ok());
+  EXPECT_TRUE(b.check(103 * kS).empty());  // silent 3 s: dead without the grace
+  // "back" fell silent after it came back: the usual timeout.
+  EXPECT_EQ(b.check(105 * kS), std::vector<MachineId>{back});
+  EXPECT_TRUE(b.check(157 * kS).empty());
+  ASSERT_TRUE(b.heartbeat("late", 158 * kS).ok());  // after 58 s of backoff
+  // The grace is over: the machine never heard from since the restore is dead, once.
+  EXPECT_EQ(b.check(160 * kS), std::vector<MachineId>{gone});
+  EXPECT_EQ(b.events().back().detail, "not back after the control plane's restart");
+  EXPECT_NE(b.state_of(late), "dead");
+  // "late" is judged by its own heartbeats now.
+  EXPECT_TRUE(b.check(161 * kS).empty());
+  EXPECT_EQ(b.check(162 * kS), std::vector<MachineId>{late});
+  EXPECT_EQ(b.state_of(gone), "dead");
+  // A grace shorter than the usual timeout is the usual timeout.
+  Allocator a2;
+  Broker short_grace(a2, BrokerConfig{10 * kS, 3, 1 * kS});
+  MachineId m = *short_grace.register_machine(info("m", "r1"), 0);
+  short_grace.begin_failover_grace(0);
+  EXPECT_TRUE(short_grace.check(29 * kS).empty());
+  EXPECT_EQ(short_grace.check(30 * kS), std::vector<MachineId>{m});
+}
+
+TEST(Broker, FailoverGraceConfig) {
+  auto d = parse_cp_config("", "cp.toml");
+  ASSERT_TRUE(d.ok()) << d.error().str();
+  EXPECT_EQ(d->broker.failover_grace_us, 60 * kS);
+  auto c = parse_cp_config("failover_grace = \"5m\"\n", "cp.toml");
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_EQ(c->broker.failover_grace_us, 300 * kS);
+  for (const char* bad : {"failover_grace = \"soon\"\n", "failover_grace = \"2h\"\n"}) {
+    auto e = parse_cp_config(std::string("\n") + bad, "cp.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("cp.toml:2"), std::string::npos) << e.error().str();
+    EXPECT_NE(e.error().str().find("failover_grace"), std::string::npos) << e.error().str();
+  }
+}
+
 TEST(Broker, HealthVerdictsAndDrain) {
   Allocator a;
   Broker b(a);

@@ -87,6 +87,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "state_dir",
                      "heartbeat_interval",
                      "missed_heartbeats",
+                     "failover_grace",
                      "destructive_per_min",
                      "destructive_burst",
                      "machine_failures_per_min",
@@ -141,6 +142,14 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
       return field_error(doc.where(*t.get("heartbeat_interval")),
                          "'heartbeat_interval' must be a duration of at least 100ms");
     c.broker.heartbeat_interval_us = *us;
+  }
+  TRY_ASSIGN(auto grace, doc.get_string(t, "failover_grace"));
+  if (grace) {
+    auto us = parse_duration_us(*grace);
+    if (!us.ok() || *us > 3600'000'000ull)
+      return field_error(doc.where(*t.get("failover_grace")),
+                         "'failover_grace' must be a duration of at most 1h, such as \"60s\"");
+    c.broker.failover_grace_us = *us;
   }
   TRY_ASSIGN(auto retention, doc.get_string(t, "ended_task_retention"));
   if (retention) {

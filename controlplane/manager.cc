@@ -227,6 +227,9 @@ void Manager::step_down(const std::string& why) {
 
 Status Manager::restore_state() {
   TRY_CTX(store_->restore(alloc_, broker_, sched_, now_us()), "restoring the control plane state");
+  // The machines were cut off by this restart (or the old leader's end), not by their
+  // own failure: they have the failover grace to come back before any is counted dead.
+  broker_.begin_failover_grace(now_us());
   TRY_ASSIGN(auto events, store_->maintenance());
   for (const auto& e : events) maintenance_.restore(e);
   sched_.set_ready_check(

@@ -325,9 +325,9 @@ TEST_F(Replicas, AThreeMemberEtcdOverTlsLosesOneThenAMajority) {
   }
   ASSERT_TRUE(created.ok()) << created.error().str();
   // A leader whose etcd member died may lose its lease and hand over: the machine then
-  // moves to the new leader, which may first count it dead (its tasks lost, replaced
-  // once it is back). Served on means both tasks run again, given the time that takes
-  // on a loaded machine.
+  // moves to the new leader (which gives it the failover grace rather than counting it
+  // dead). Served on means both tasks run, given the time a handover takes on a loaded
+  // machine.
   for (int i = 0; i < 750 && ms[0]->running().size() < 2; ++i) {
     round(ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -66,7 +66,7 @@ class Stores : public ::testing::TestWithParam<std::string> {
   static inline weft::testing::EtcdServer* etcd_ = nullptr;
 };
 INSTANTIATE_TEST_SUITE_P(Both, Stores, ::testing::Values("sqlite", "etcd"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& p) { return p.param; });
 
 TEST_P(Stores, RestartRestoresEverything) {
   Plane before;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "common/fs.h"
@@ -63,6 +64,37 @@ class AgentImages : public ::testing::Test {
   static bool ended(const json& t) {
     std::string s = t.value("state", "");
     return s == "exited" || s == "failed" || s == "stopped";
+  }
+  // A gzip layer of 16 MiB that does not compress (xorshift from `seed`): with
+  // kSlowDownloads it takes about two seconds to fetch, so a test can act mid-download.
+  static std::string noise_layer(uint64_t seed) {
+    std::string noise(16u << 20, '\0');
+    for (size_t i = 0; i + 8 <= noise.size(); i += 8) {
+      seed ^= seed << 13;
+      seed ^= seed >> 7;
+      seed ^= seed << 17;
+      std::memcpy(&noise[i], &seed, 8);
+    }
+    return make_layer({{"noise", 'f', noise}}, oci::Compression::kGzip);
+  }
+  static constexpr const char* kSlowDownloads = "download_rate = \"8M\"\n";
+  // Runs `action` once task `id` is part-way through its download (more than the busybox
+  // layer and 1 MiB done, not all of it); false if the download ended first.
+  bool when_mid_fetch(const std::string& id, const std::function<void()>& action) {
+    for (int i = 0; i < 20000; ++i) {
+      auto t = agent_->try_call("task.show", {{"id", id}});
+      if (t.ok() && t->value("state", "") != "fetching") return false;
+      if (t.ok() && t->contains("fetch")) {
+        uint64_t done = (*t)["fetch"]["bytes_done"].get<uint64_t>();
+        uint64_t total = (*t)["fetch"]["bytes_total"].get<uint64_t>();
+        if (done > busybox_.size() + (1u << 20) && done < total) {
+          action();
+          return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
   }
 
   std::unique_ptr<RegistryServer> reg_;
@@ -275,39 +307,18 @@ TEST_F(AgentImages, AnImageThatCannotBeFetchedFailsTheStartWithTheReason) {
 }
 
 TEST_F(AgentImages, AnAgentKilledMidFetchResumesAndNeverUsesAPartialBlob) {
-  // A large incompressible layer, so the kill lands mid-download.
-  std::string noise(48u << 20, '\0');
-  uint64_t x = 88172645463325252ull;
-  for (size_t i = 0; i + 8 <= noise.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(&noise[i], &x, 8);
-  }
-  std::string big = make_layer({{"noise", 'f', noise}}, oci::Compression::kGzip);
+  // A large incompressible layer fetched at a paced rate, so the kill lands mid-download.
+  std::string big = noise_layer(88172645463325252ull);
   std::string app = make_layer({{"marker", 'f', "resumed\n"}}, oci::Compression::kGzip);
   push_image(*reg_, "team/big", "v1", {busybox_, big, app}, json::object());
-  start_agent();
+  start_agent(kSlowDownloads);
   json r = agent_->call(
       "task.run",
       {{"name", "big"}, {"image", ref("team/big:v1")}, {"argv", {"/bin/sh", "-c", "cat /marker"}}});
   std::string id = r.value("id", "");
   ASSERT_FALSE(id.empty());
-  bool killed_mid = false;
-  for (int i = 0; i < 4000 && !killed_mid; ++i) {
-    auto t = agent_->try_call("task.show", {{"id", id}});
-    if (t.ok() && t->value("state", "") == "fetching" && t->contains("fetch")) {
-      uint64_t done = (*t)["fetch"]["bytes_done"].get<uint64_t>();
-      uint64_t total = (*t)["fetch"]["bytes_total"].get<uint64_t>();
-      if (done > busybox_.size() + (1u << 20) && done < total) {
-        agent_->kill9();
-        killed_mid = true;
-      }
-    }
-    if (t.ok() && t->value("state", "") != "fetching") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(killed_mid) << "the download finished before the agent could be killed";
+  ASSERT_TRUE(when_mid_fetch(id, [&] { agent_->kill9(); }))
+      << "the download finished before the agent could be killed";
   // Nothing partial is content: the big blob is not in blobs/ yet.
   std::string store = agent_->dir() + "/state/images";
   oci::Digest big_d = oci::digest_of(big);
@@ -416,38 +427,17 @@ TEST_F(AgentImages, APackageIsTheTasksRootOrMountedBesideAnImage) {
 // The registry dies mid-download while the agent runs: the agent retries with backoff
 // and resumes where the bytes stopped (a Range request), never from zero.
 TEST_F(AgentImages, ARegistryDownMidDownloadIsResumedByTheRunningAgent) {
-  std::string noise(48u << 20, '\0');
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (size_t i = 0; i + 8 <= noise.size(); i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(&noise[i], &x, 8);
-  }
-  std::string big = make_layer({{"noise", 'f', noise}}, oci::Compression::kGzip);
+  std::string big = noise_layer(0x9E3779B97F4A7C15ull);
   std::string app = make_layer({{"marker", 'f', "after the outage\n"}}, oci::Compression::kGzip);
   push_image(*reg_, "team/outage", "v1", {busybox_, big, app}, json::object());
-  start_agent();
+  start_agent(kSlowDownloads);
   json r = agent_->call("task.run", {{"name", "outage"},
                                      {"image", ref("team/outage:v1")},
                                      {"argv", {"/bin/sh", "-c", "cat /marker"}}});
   std::string id = r.value("id", "");
   ASSERT_FALSE(id.empty());
-  bool cut = false;
-  for (int i = 0; i < 4000 && !cut; ++i) {
-    auto t = agent_->try_call("task.show", {{"id", id}});
-    if (t.ok() && t->value("state", "") == "fetching" && t->contains("fetch")) {
-      uint64_t done = (*t)["fetch"]["bytes_done"].get<uint64_t>();
-      uint64_t total = (*t)["fetch"]["bytes_total"].get<uint64_t>();
-      if (done > busybox_.size() + (1u << 20) && done < total) {
-        reg_->stop();
-        cut = true;
-      }
-    }
-    if (t.ok() && t->value("state", "") != "fetching") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(cut) << "the download finished before the registry could be stopped";
+  ASSERT_TRUE(when_mid_fetch(id, [&] { reg_->stop(); }))
+      << "the download finished before the registry could be stopped";
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   // Still fetching while the registry is away: not failed at the first refusal.
   EXPECT_EQ(agent_->call("task.show", {{"id", id}})["state"], "fetching");
