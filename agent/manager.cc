@@ -366,6 +366,9 @@ Status Manager::start_incarnation(Task& t) {
       return field_error("image", "has too many layers (" + std::to_string(o.lower.size()) +
                                       ") for one overlay mount on this machine");
     for (const auto& d : {o.upper, o.work, o.rootfs}) TRY(mkdir_p(d, 0755));
+    // The upper directory is the merged root's: 0755 whatever the agent's umask (its
+    // unit's is 0027), or a task's user could not enter its own /.
+    if (::chmod(o.upper.c_str(), 0755) != 0) return sys_error("chmod " + o.upper);
     overlay = o;
   }
   TRY_ASSIGN(Identity ident,

@@ -1,5 +1,5 @@
-// What the benchmarks that start tasks share: latency statistics, a timed exec, and
-// removing a cgroup tree they made.
+// What the benchmarks that start tasks share: latency statistics, a timed exec, a
+// weft-agent of their own, and removing a cgroup tree they made.
 #pragma once
 
 #include <fcntl.h>
@@ -9,11 +9,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/fs.h"
+#include "common/rpc.h"
 
 namespace weft::bench {
 
@@ -79,6 +83,37 @@ inline void remove_cgroup_tree(const std::string& dir) {
     }
   (void)write_file(dir + "/cgroup.kill", "1");
   for (int i = 0; i < 2000 && rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) usleep(1000);
+}
+
+// Starts `agent_bin` with `dir`/agent.toml (the caller writes it), its output in
+// `dir`/agent.log, and waits up to 5 s for it to answer on `sock`. Its pid, or -1.
+inline pid_t start_agent_process(const char* agent_bin, const std::string& dir,
+                                 const std::string& sock) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open((dir + "/agent.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(agent_bin, "weft-agent", "-c", (dir + "/agent.toml").c_str(), nullptr);
+    _exit(127);
+  }
+  if (pid < 0) return -1;
+  for (int i = 0; i < 500; ++i) {
+    auto c = rpc::Client::connect(sock);
+    if (c.ok() && (*c)->call("agent.info", nlohmann::json::object()).ok()) return pid;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+// SIGKILLs and reaps `pid` (if any), and sets it to -1.
+inline void kill_process(pid_t& pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  pid = -1;
 }
 
 }  // namespace weft::bench

@@ -117,28 +117,10 @@ class ImageBench {
             cg_root_ + "\"\ninit_path = \"" + WEFT_INIT_BIN +
             "\"\nmetrics_listen = \"\"\n[images]\ninsecure_registries = [\"" + reg_.host() +
             "\"]\n[volumes]\nallowed_host_paths = [\"" + dir_ + "/fifos\"]\n");
-    agent_ = fork();
-    if (agent_ == 0) {
-      int fd = open((dir_ + "/agent.log").c_str(), O_WRONLY | O_CREAT, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl(WEFT_AGENT_BIN, "weft-agent", "-c", (dir_ + "/agent.toml").c_str(), nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 500; ++i) {
-      auto c = rpc::Client::connect(sock_);
-      if (c.ok() && (*c)->call("agent.info", json::object()).ok()) return;
-      usleep(10000);
-    }
-    die("agent did not start; see its log");
+    agent_ = start_agent_process(WEFT_AGENT_BIN, dir_, sock_);
+    if (agent_ < 0) die("agent did not start; see " + dir_ + "/agent.log");
   }
-  void stop_agent() {
-    if (agent_ > 0) {
-      kill(agent_, SIGKILL);
-      waitpid(agent_, nullptr, 0);
-      agent_ = -1;
-    }
-  }
+  void stop_agent() { kill_process(agent_); }
   json call(const std::string& m, const json& p) {
     auto c = rpc::Client::connect(sock_);
     if (!c.ok()) die(c.error().str());

@@ -89,10 +89,7 @@ class Bench {
                                                "\"\ninit_path = \"" + WEFT_INIT_BIN + "\"\n");
   }
   ~Bench() {
-    if (agent_ > 0) {
-      kill(agent_, SIGKILL);
-      waitpid(agent_, nullptr, 0);
-    }
+    kill_process(agent_);
     remove_cgroup_tree(cg_root_);
     (void)remove_tree(dir_);
   }
@@ -102,20 +99,8 @@ class Bench {
   }
 
   void start_agent() {
-    agent_ = fork();
-    if (agent_ == 0) {
-      int fd = open((dir_ + "/agent.log").c_str(), O_WRONLY | O_CREAT, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl(WEFT_AGENT_BIN, "weft-agent", "-c", (dir_ + "/agent.toml").c_str(), nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 500; ++i) {
-      auto c = rpc::Client::connect(sock_);
-      if (c.ok() && (*c)->call("agent.info", json::object()).ok()) return;
-      usleep(10000);
-    }
-    die("agent did not start; see its log");
+    agent_ = start_agent_process(WEFT_AGENT_BIN, dir_, sock_);
+    if (agent_ < 0) die("agent did not start; see " + dir_ + "/agent.log");
   }
 
   json spec(const std::string& name, bool rootfs) {

@@ -1,11 +1,12 @@
 #include "common/etcd.h"
 
 #include <curl/curl.h>
-#include <openssl/evp.h>
 
 #include <mutex>
 
 #include <nlohmann/json.hpp>
+
+#include "common/base64.h"
 
 namespace weft::etcd {
 
@@ -68,29 +69,6 @@ std::string prefix_end(const std::string& prefix) {
     end.pop_back();
   }
   return std::string(1, '\0');  // every key
-}
-
-std::string base64_encode(const std::string& in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-Result<std::string> base64_decode(const std::string& in) {
-  if (in.size() % 4 != 0) return make_error("bad base64 from etcd");
-  std::string out(3 * (in.size() / 4) + 1, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  if (n < 0) return make_error("bad base64 from etcd");
-  size_t len = static_cast<size_t>(n);
-  // EVP_DecodeBlock counts the padding's zero bytes.
-  for (size_t i = in.size(); i > 0 && in[i - 1] == '=' && len > 0; --i) --len;
-  out.resize(len);
-  return out;
 }
 
 Client::Client(Config cfg) : cfg_(std::move(cfg)) {}

@@ -59,9 +59,6 @@ std::string prefix_end(const std::string& prefix);
 // The keys of a /v3/kv/range answer (hostile input: what the network delivered).
 Result<std::vector<Kv>> parse_range(const std::string& answer);
 
-std::string base64_encode(const std::string& in);
-Result<std::string> base64_decode(const std::string& in);
-
 class Client {
  public:
   static Result<std::unique_ptr<Client>> create(Config cfg);

@@ -1,4 +1,5 @@
 #include "common/fs.h"
+#include "common/base64.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -85,4 +86,23 @@ TEST(Fs, DurationsAreCapped) {
   EXPECT_EQ(*seconds_to_us(1.5), 1'500'000u);
 }
 
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+TEST(Base64, RoundTripsAndRefusesGarbage) {
+  EXPECT_EQ(base64_encode("user:pa ss"), "dXNlcjpwYSBzcw==");
+  EXPECT_EQ(base64_encode(""), "");
+  for (std::string s : {std::string(""), std::string("a"), std::string("ab"), std::string("abc"),
+                        std::string("\0\xff\x10", 3)}) {
+    auto back = base64_decode(base64_encode(s));
+    ASSERT_TRUE(back.ok()) << back.error().str();
+    EXPECT_EQ(*back, s);
+  }
+  EXPECT_FALSE(base64_decode("abc").ok());   // not a multiple of 4
+  EXPECT_FALSE(base64_decode("ab!=").ok());  // outside the alphabet
+}
+
+}  // namespace
 }  // namespace weft

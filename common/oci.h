@@ -72,7 +72,9 @@ inline constexpr const char* kDockerConfig = "application/vnd.docker.container.i
 // What a registry is asked for (Accept): every manifest and index type above.
 std::string manifest_accept_header();
 
-enum class Compression { kNone, kGzip, kZstd };
+// kAny: told by the first bytes (gzip, zstd, else none): a package, whose URL has no
+// media type.
+enum class Compression { kNone, kGzip, kZstd, kAny };
 
 struct Descriptor {
   std::string media_type;

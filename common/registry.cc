@@ -1,12 +1,12 @@
 #include "common/registry.h"
 
-#include <openssl/evp.h>
-
+#include <algorithm>
 #include <cctype>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
 #include "common/fs.h"
 #include "common/json_bounded.h"
 
@@ -15,15 +15,6 @@ namespace weft::registry {
 using json = nlohmann::json;
 
 namespace {
-
-std::string base64(std::string_view in) {
-  std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');
-  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(in.data()),
-                          static_cast<int>(in.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
 
 std::string url_escape(std::string_view s) {
   static const char* kHex = "0123456789ABCDEF";
@@ -120,7 +111,13 @@ struct Client::Impl {
   EventLoop& loop;
   Config cfg;
   std::unique_ptr<HttpClient> http;
-  std::map<std::string, std::string> tokens;  // "<registry> <scope>" -> "Bearer ..."
+  // Bearer tokens by "<registry> <scope>", each until shortly before it expires (the
+  // token service's expires_in; 60 s when it gives none, as the token spec says).
+  struct Token {
+    std::string auth;  // "Bearer ..."
+    uint64_t expires_us = 0;
+  };
+  std::map<std::string, Token> tokens;
 
   struct Op {
     uint64_t id = 0;
@@ -134,6 +131,7 @@ struct Client::Impl {
     BlobDone blob_done;
     std::string auth;  // the Authorization header value, once known
     bool tried_auth = false;
+    std::string cached_token;  // the tokens key of a cached token this op sent
     int attempt = 0;
     uint64_t backoff_us = 0;
     Status sink_error;
@@ -300,6 +298,12 @@ struct Client::Impl {
   }
 
   void authenticate(Op* op, const HttpResponse& r) {
+    if (!op->cached_token.empty()) {
+      // A cached token refused (revoked, or expired early): a new one, once.
+      tokens.erase(op->cached_token);
+      op->cached_token.clear();
+      op->tried_auth = false;
+    }
     if (op->tried_auth) {
       fail(op, make_error("unauthorized even with credentials (" + registry_says(r) + ")"));
       return;
@@ -322,7 +326,7 @@ struct Client::Impl {
                             op->ref.registry));
         return;
       }
-      op->auth = "Basic " + base64(cred->second.username + ":" + cred->second.password);
+      op->auth = "Basic " + base64_encode(cred->second.username + ":" + cred->second.password);
       send(op);
       return;
     }
@@ -344,9 +348,13 @@ struct Client::Impl {
                                                   : "repository:" + op->ref.repository + ":pull";
     std::string key = op->ref.registry + " " + scope;
     if (auto t = tokens.find(key); t != tokens.end()) {
-      op->auth = t->second;
-      send(op);
-      return;
+      if (now_monotonic_us() < t->second.expires_us) {
+        op->auth = t->second.auth;
+        op->cached_token = key;
+        send(op);
+        return;
+      }
+      tokens.erase(t);
     }
     HttpRequest req;
     req.url =
@@ -358,7 +366,7 @@ struct Client::Impl {
     req.use_proxy = true;
     if (cred != cfg.credentials.end())
       req.headers.push_back("Authorization: Basic " +
-                            base64(cred->second.username + ":" + cred->second.password));
+                            base64_encode(cred->second.username + ":" + cred->second.password));
     uint64_t id = op->id;
     auto sent = http->get(std::move(req), [this, id, key](Result<HttpResponse> resp) {
       auto it = ops.find(id);
@@ -387,8 +395,13 @@ struct Client::Impl {
         fail(o, make_error("the token service sent no usable token"));
         return;
       }
+      // Kept until 90% of its life (at most a day), so that no request carries a token
+      // about to expire.
+      uint64_t life_s = 60;
+      if (j->contains("expires_in") && (*j)["expires_in"].is_number_unsigned())
+        life_s = std::min<uint64_t>((*j)["expires_in"].get<uint64_t>(), 86400);
       o->auth = "Bearer " + token;
-      tokens[key] = o->auth;
+      if (life_s > 1) tokens[key] = {o->auth, now_monotonic_us() + life_s * 900'000};
       send(o);
     });
     if (!sent.ok()) {

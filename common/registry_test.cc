@@ -1,14 +1,22 @@
 // The distribution client against a real registry on loopback (Debian's docker-registry):
 // manifests by tag and by digest, a multi-platform index, blobs streamed and resumed,
 // and a registry that serves bytes other than the digest names (refused), is missing
-// what is asked, or is down.
+// what is asked, or is down; and against a registry that wants authentication (a test
+// server: Bearer tokens from its token service, Basic).
 #include "common/registry.h"
 
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-#include <optional>
+#include <microhttpd.h>
 
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/base64.h"
 #include "common/fs.h"
 #include "common/registry_test_server.h"
 
@@ -207,6 +215,162 @@ TEST(RegistryParsing, ChallengesAndCredentials) {
   auto twice = parse_credentials("a.io u p\na.io u q\n", "creds");
   ASSERT_FALSE(twice.ok());
   EXPECT_EQ(twice.error().field, "creds:2");
+}
+
+// A registry that wants authentication, on loopback in libmicrohttpd's own thread: a
+// Bearer challenge naming its own token service (which wants the configured user's
+// password), or a Basic challenge. One manifest, team/app:v1.
+class AuthServer {
+ public:
+  explicit AuthServer(bool basic) : basic_(basic) {
+    daemon_ = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, nullptr, nullptr, &serve, this,
+                               MHD_OPTION_END);
+    if (!daemon_) return;
+    const MHD_DaemonInfo* i = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
+    port_ = i ? i->port : 0;
+  }
+  ~AuthServer() {
+    if (daemon_) MHD_stop_daemon(daemon_);
+  }
+  std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
+  static constexpr const char* kManifest = R"({"schemaVersion":2})";
+  // The token the registry takes now; a new one comes from each token request.
+  void revoke() {
+    std::lock_guard<std::mutex> l(mu_);
+    current_ = "revoked";
+  }
+  void set_expires_in(int s) {
+    std::lock_guard<std::mutex> l(mu_);
+    expires_in_ = s;
+  }
+  int token_requests() {
+    std::lock_guard<std::mutex> l(mu_);
+    return token_requests_;
+  }
+
+ private:
+  static MHD_Result reply(MHD_Connection* c, unsigned code, const std::string& body,
+                          const char* header = nullptr, const std::string& value = "") {
+    MHD_Response* r = MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()),
+                                                      MHD_RESPMEM_MUST_COPY);
+    if (header) MHD_add_response_header(r, header, value.c_str());
+    MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+  }
+  static MHD_Result serve(void* cls, MHD_Connection* c, const char* url, const char*, const char*,
+                          const char*, size_t*, void**) {
+    auto* self = static_cast<AuthServer*>(cls);
+    std::lock_guard<std::mutex> l(self->mu_);
+    const char* a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    std::string auth = a ? a : "";
+    std::string password = "Basic " + base64_encode("ops:s3cret");
+    std::string path = url;
+    if (path == "/token") {
+      if (auth != password) return reply(c, 401, "{}");
+      ++self->token_requests_;
+      self->current_ = "tok-" + std::to_string(self->token_requests_);
+      return reply(c, 200,
+                   json{{"token", self->current_}, {"expires_in", self->expires_in_}}.dump());
+    }
+    if (path != "/v2/team/app/manifests/v1") return reply(c, 404, "{}");
+    if (self->basic_) {
+      if (auth == password) return reply(c, 200, kManifest);
+      return reply(c, 401, "{}", "WWW-Authenticate", "Basic realm=\"test\"");
+    }
+    if (auth == "Bearer " + self->current_) return reply(c, 200, kManifest);
+    return reply(c, 401, "{}", "WWW-Authenticate",
+                 "Bearer realm=\"http://127.0.0.1:" + std::to_string(self->port_) +
+                     "/token\",service=\"test\",scope=\"repository:team/app:pull\"");
+  }
+  bool basic_;
+  MHD_Daemon* daemon_ = nullptr;
+  uint16_t port_ = 0;
+  std::mutex mu_;
+  std::string current_ = "none yet";
+  int expires_in_ = 300;
+  int token_requests_ = 0;
+};
+
+class RegistryAuth : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto loop = EventLoop::create();
+    ASSERT_TRUE(loop.ok());
+    loop_ = std::move(loop).value();
+  }
+  std::unique_ptr<Client> client(const AuthServer& s, const std::string& password) {
+    Config cfg;
+    cfg.insecure.insert(s.host());
+    cfg.attempts = 1;
+    if (!password.empty()) cfg.credentials[s.host()] = {"ops", password};
+    auto c = Client::create(*loop_, cfg);
+    EXPECT_TRUE(c.ok());
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+  Result<FetchedManifest> manifest(Client& c, const AuthServer& s) {
+    std::optional<Result<FetchedManifest>> got;
+    c.manifest(*oci::parse_image_ref(s.host() + "/team/app:v1"),
+               [&](Result<FetchedManifest> m) { got = std::move(m); });
+    uint64_t start = now_monotonic_us();
+    while (!got && now_monotonic_us() - start < 15'000'000) (void)loop_->run_once(10'000);
+    if (!got) return make_error("no answer");
+    return std::move(*got);
+  }
+  std::unique_ptr<EventLoop> loop_;
+};
+
+TEST_F(RegistryAuth, BearerTokensAreAskedForCachedUntilTheyExpireAndRenewedWhenRefused) {
+  AuthServer s(/*basic=*/false);
+  ASSERT_NE(s.host(), "127.0.0.1:0");
+  auto c = client(s, "s3cret");
+  ASSERT_TRUE(c);
+  auto m = manifest(*c, s);
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  EXPECT_EQ(m->bytes, AuthServer::kManifest);
+  EXPECT_EQ(s.token_requests(), 1);
+  ASSERT_TRUE(manifest(*c, s).ok());
+  EXPECT_EQ(s.token_requests(), 1);  // the cached token
+  // The registry stops taking it (revoked, rotated): one new token, and the pull goes on.
+  s.revoke();
+  m = manifest(*c, s);
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  EXPECT_EQ(s.token_requests(), 2);
+  // A token that lives 2 s is not sent after 90% of that, even though the registry would
+  // still take it.
+  s.set_expires_in(2);
+  s.revoke();
+  ASSERT_TRUE(manifest(*c, s).ok());
+  EXPECT_EQ(s.token_requests(), 3);
+  ASSERT_TRUE(manifest(*c, s).ok());
+  EXPECT_EQ(s.token_requests(), 3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1900));
+  ASSERT_TRUE(manifest(*c, s).ok());
+  EXPECT_EQ(s.token_requests(), 4);
+  // A wrong password: the token service's refusal is the error.
+  auto wrong = client(s, "guess");
+  auto refused = manifest(*wrong, s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().str().find("token service refused"), std::string::npos)
+      << refused.error().str();
+}
+
+TEST_F(RegistryAuth, BasicChallengesAreAnsweredWithTheConfiguredPassword) {
+  AuthServer s(/*basic=*/true);
+  auto none = client(s, "");
+  auto refused = manifest(*none, s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().str().find("wants a password"), std::string::npos)
+      << refused.error().str();
+  auto wrong = client(s, "guess");
+  refused = manifest(*wrong, s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().str().find("unauthorized even with credentials"), std::string::npos)
+      << refused.error().str();
+  auto right = client(s, "s3cret");
+  auto m = manifest(*right, s);
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  EXPECT_EQ(m->bytes, AuthServer::kManifest);
 }
 
 }  // namespace

@@ -108,7 +108,6 @@ struct PackageSpec {
   std::string url;
   std::string sha256;  // 64 lowercase hex digits
   std::string target = "/";
-  bool operator==(const PackageSpec&) const = default;
 };
 
 struct TaskSpec {

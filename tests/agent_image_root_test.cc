@@ -275,6 +275,32 @@ TEST_F(AgentImages, HostPathsTmpfsAndFilesFromTheSpec) {
   (void)remove_tree(data);
 }
 
+// The packaged unit runs the agent with UMask=0027. What it makes for an image (each
+// layer's root, the directories a tar implies, the task's upper directory, which is the
+// merged root) must not take it: a task's user must be able to enter its own / and read
+// the image. (Found in the QEMU guest: "weft-init: cannot change to /".)
+TEST_F(AgentImages, TheAgentsUmaskDoesNotLockTheTasksUserOutOfItsImage) {
+  std::string tool = make_layer({{"opt/tool/hello", 'f', "implied parents\n"}},  // no opt/
+                                oci::Compression::kGzip);
+  std::string app = make_layer({{"marker", 'f', "umask\n"}}, oci::Compression::kGzip);
+  push_image(*reg_, "team/umask", "v1", {busybox_, tool, app},
+             {{"Env", {"PATH=/bin"}}, {"User", "app"}});
+  mode_t before = ::umask(027);
+  start_agent();
+  ::umask(before);
+  json r = agent_->call("task.run", {{"name", "umask"},
+                                     {"image", ref("team/umask:v1")},
+                                     {"argv",
+                                      {"/bin/sh", "-c",
+                                       "cd / && cat /marker /opt/tool/hello && id -u && "
+                                       "stat -c %a / /opt"}}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty()) << r.dump();
+  json t = agent_->wait_task(id, ended, 30000);
+  ASSERT_EQ(t["state"], "exited") << t.dump();
+  EXPECT_EQ(logs(id), "umask\nimplied parents\n1234\n755\n755\n");
+}
+
 TEST_F(AgentImages, AMountTargetThroughAnImagesSymlinkIsRefused) {
   // The image points /mnt at the host-looking /etc: a mount there must not follow it.
   std::string evil = make_layer({{"mnt", 'l', "/etc"}}, oci::Compression::kGzip);

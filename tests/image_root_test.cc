@@ -101,6 +101,26 @@ TEST_F(Layers, ZstdAndPlainTarLayers) {
   EXPECT_FALSE(store_->has_layer(d));
 }
 
+// A package (no media type): the compression is told by the first bytes.
+TEST_F(Layers, APackagesCompressionIsToldByItsBytes) {
+  int i = 0;
+  for (auto c : {oci::Compression::kGzip, oci::Compression::kZstd, oci::Compression::kNone}) {
+    std::string name = "f" + std::to_string(i++);
+    std::string blob = make_layer({{name, 'f', "packaged\n"}}, c);
+    oci::Digest d = oci::digest_of(blob);
+    ASSERT_TRUE(store_->put(d, blob).ok());
+    auto dir = store_->unpack(d, oci::Compression::kAny);
+    ASSERT_TRUE(dir.ok()) << name << ": " << dir.error().str();
+    EXPECT_EQ(read_file(*dir + "/" + name).value_or(""), "packaged\n");
+  }
+  // Bytes that are no tar in any of them: refused, nothing unpacked.
+  std::string junk = "\x1f\x8b not really gzip";
+  oci::Digest d = oci::digest_of(junk);
+  ASSERT_TRUE(store_->put(d, junk).ok());
+  EXPECT_FALSE(store_->unpack(d, oci::Compression::kAny).ok());
+  EXPECT_FALSE(store_->has_layer(d));
+}
+
 TEST_F(Layers, EscapesAreRefusedAndNothingLandsOutside) {
   std::string outside = dir_ + "/outside";
   struct Case {

@@ -146,6 +146,11 @@ Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compressio
     case oci::Compression::kZstd:
       archive_read_support_filter_zstd(in.get());
       break;
+    case oci::Compression::kAny:  // libarchive picks by the magic bytes; none if neither
+      archive_read_support_filter_gzip(in.get());
+      archive_read_support_filter_zstd(in.get());
+      archive_read_support_filter_none(in.get());
+      break;
   }
   int flags = ARCHIVE_EXTRACT_PERM | ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_XATTR |
               ARCHIVE_EXTRACT_SECURE_SYMLINKS | ARCHIVE_EXTRACT_SECURE_NODOTDOT |
@@ -253,6 +258,9 @@ Result<UnpackChild> start_unpack_confined(const std::string& blob, const std::st
   if (pid < 0) return sys_error("clone3");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Directories the tar implies (a parent it has no entry for) get 0755 as in any
+    // image builder, whatever umask the agent runs with (its unit's is 0027).
+    umask(022);
     std::string reply;
     if (fchdir(root.get()) != 0 || chroot(".") != 0 || chdir("/") != 0) {
       reply = "E chroot into the layer directory: " + std::string(strerror(errno));

@@ -60,17 +60,6 @@ class IngestSink : public registry::BlobSink {
   uint64_t max_;
 };
 
-// A package's compression, from its first bytes (gzip, zstd, else a plain tar).
-oci::Compression sniff_compression(const std::string& path) {
-  unsigned char m[4] = {};
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid() || ::read(fd.get(), m, sizeof m) != static_cast<ssize_t>(sizeof m))
-    return oci::Compression::kNone;
-  if (m[0] == 0x1f && m[1] == 0x8b) return oci::Compression::kGzip;
-  if (m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) return oci::Compression::kZstd;
-  return oci::Compression::kNone;
-}
-
 }  // namespace
 
 struct Service::Pull {
@@ -464,8 +453,7 @@ void Service::on_blob(const std::string& d, Status s) {
 
 void Service::start_unpack(LayerJob& j) {
   std::string d = j.layer.blob.digest.str();
-  if (!j.url.empty())
-    j.layer.compression = sniff_compression(store_->blob_path(j.layer.blob.digest));
+  if (!j.url.empty()) j.layer.compression = oci::Compression::kAny;  // the unpacker tells
   auto u = store_->begin_unpack(j.layer.blob.digest, j.layer.compression, cfg_.limits);
   if (!u.ok()) return layer_done(d, u.error());
   j.unpacking = std::move(u).value();

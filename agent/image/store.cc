@@ -149,6 +149,13 @@ Result<BlobStore::Unpacking> BlobStore::begin_unpack(const oci::Digest& d, oci::
   if (!has_blob(d)) return make_error("layer " + d.str() + " is not in the store");
   u.tmp = root_ + "/tmp/" + d.hex.substr(0, 16) + "-" + random_hex(4);
   TRY(mkdir_p(u.tmp, 0755));
+  // The layer's root, unless the tar sets it: 0755 whatever the agent's umask, so that a
+  // task's user can enter its own /.
+  if (::chmod(u.tmp.c_str(), 0755) != 0) {
+    Error e = sys_error("chmod " + u.tmp);
+    (void)remove_tree(u.tmp);
+    return e;
+  }
   auto child = start_unpack_confined(blob_path(d), u.tmp, c, limits);
   if (!child.ok()) {
     (void)remove_tree(u.tmp);

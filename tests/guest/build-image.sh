@@ -15,6 +15,8 @@ PACKAGES=(
   init-system-helpers libsqlite3-0 libtomlplusplus3 libsystemd0 libstdc++6
   libnl-3-200 libnl-route-3-200 libnl-genl-3-200 libbpf1 libmicrohttpd12 libcurl4
   libarchive13
+  # the image check's registry on the guest's loopback (its storage is made on the host)
+  docker-registry
 )
 key=$( (printf '%s\n' "${PACKAGES[@]}"; cat "$0" "$here/guest-run") | sha256sum | cut -c1-16)
 cache=${WEFT_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft/guest}/$key
@@ -45,6 +47,9 @@ cat > "$root/etc/fstab" <<FSTAB
 FSTAB
 ln -sf /dev/null "$root/etc/systemd/system/serial-getty@ttyS0.service"
 ln -sf /dev/null "$root/etc/systemd/system/getty@tty1.service"
+# docker-registry is there for the image check, which serves its own storage when it
+# needs it: the packaged service would run (and take CPU under emulation) from boot.
+ln -sf /dev/null "$root/etc/systemd/system/docker-registry.service"
 for t in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer man-db.timer; do
   ln -sf /dev/null "$root/etc/systemd/system/$t"
 done

@@ -250,6 +250,17 @@ for f in agent sidekick hcs; do
     sed -i "1i $line" /etc/weft/$f.toml
   done
 done
+# A registry on the guest's loopback serving what the host pushed (payload/registry), for
+# the image check below; both daemons are told it is plain HTTP.
+if [ -d $P/registry ]; then
+  systemctl stop docker-registry.service >/dev/null 2>&1
+  mkdir -p /var/tmp/reg && cp -a $P/registry/. /var/tmp/reg/
+  printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: /var/tmp/reg\nhttp:\n  addr: 127.0.0.1:5001\n' > /tmp/reg.yml
+  docker-registry serve /tmp/reg.yml >/tmp/reg.log 2>&1 &
+fi
+for f in agent controlplane; do
+  printf '\n[images]\ninsecure_registries = ["127.0.0.1:5001"]\n' >> /etc/weft/$f.toml
+done
 systemctl enable --now weft-controlplane.service >/dev/null 2>&1
 systemctl restart weft-agent.service weft-sidekick.service weft-hcs.service
 export WEFT_CONTROLPLANE=tls://127.0.0.1:7070 WEFT_TLS_CA=$P/pki/ca.pem \
@@ -302,8 +313,40 @@ else
   fail metrics-endpoints "$(for p in 9470 9471 9472 9473; do scrape $p | grep -v '^#' | head -5; done | tr '\n' ' ')"
 fi
 weftctl job stop hello >/dev/null 2>&1
-no_hello() { ! weftctl --json task ls 2>/dev/null | grep -q '"state": "running"'; }
-if wait_for 60 no_hello; then pass cluster-job-stop; else fail cluster-job-stop "$(weftctl task ls 2>&1 | tr '\n' ' ')"; fi
+none_running() { ! weftctl --json task ls 2>/dev/null | grep -q '"state": "running"'; }
+if wait_for 60 none_running; then pass cluster-job-stop; else fail cluster-job-stop "$(weftctl task ls 2>&1 | tr '\n' ' ')"; fi
+# A job from an OCI image, run by the packaged units: the control plane pins the tag to a
+# digest, the agent pulls it from the registry and runs the image's entrypoint + cmd.
+cat > /tmp/image.job.toml <<'TOML'
+name = "imaged"
+entitlement = "guest"
+count = 1
+[resources]
+cpu = 0.1
+memory = "32M"
+[task]
+image = "127.0.0.1:5001/team/app:v1"
+TOML
+imaged_name() { weftctl --json task ls 2>/dev/null | grep -o '"name": "imaged\.0\.[^"]*"' | head -1 | cut -d'"' -f4; }
+# (not "n": wait_for counts in it, and sh has no local variables)
+imaged_says() { tname=$(imaged_name); [ -n "$tname" ] && weftctl task logs "$tname" 2>/dev/null | grep -q "served by the guest's registry"; }
+if weftctl job create --timeout 120 /tmp/image.job.toml >/tmp/imgjob.log 2>&1 &&
+   wait_for 120 imaged_says &&
+   weftctl --json job show imaged | grep -q '"image": "127.0.0.1:5001/team/app:v1@sha256:' &&
+   weftctl --json image ls | grep -q '"127.0.0.1:5001/team/app:v1'; then
+  pass cluster-image-job
+else
+  fail cluster-image-job "$(cat /tmp/imgjob.log 2>&1 | tr '\n' ' ') $(weftctl task ls 2>&1 | tr '\n' ' ') $(weftctl task show "$(imaged_name)" 2>&1 | grep -i 'state\|reason' | tr '\n' ' ') stderr: $(weftctl task logs --stream stderr "$(imaged_name)" 2>&1 | tail -3 | tr '\n' ' ') $(tail -3 /tmp/reg.log 2>&1 | tr '\n' ' ')"
+  # The same image run directly on the agent: its state, reason and output say why.
+  weftctl task run --name probe --image 127.0.0.1:5001/team/app:v1 -- /bin/busybox echo probe-ran >/dev/null 2>&1
+  sleep 15
+  weftctl task show probe 2>&1 | grep -i 'state\|reason\|exit\|signal' | sed 's/^/WEFT-LOG probe: /'
+  weftctl task logs probe 2>&1 | sed 's/^/WEFT-LOG probe stdout: /'
+  weftctl task logs --stream stderr probe 2>&1 | sed 's/^/WEFT-LOG probe stderr: /'
+  journalctl -u weft-controlplane.service --no-pager -n 30 -o cat 2>/dev/null | sed 's/^/WEFT-LOG cp: /'
+fi
+weftctl job stop imaged >/dev/null 2>&1
+wait_for 60 none_running
 
 # ---- removal
 dpkg -r weft >/tmp/dpkg-r.log 2>&1

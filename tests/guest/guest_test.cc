@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "common/fs.h"
+#include "common/registry_test_server.h"
+#include "tests/oci_test_image.h"
 
 namespace {
 
@@ -38,9 +40,47 @@ class GuestBoot : public ::testing::Environment {
       g_problem = "no package at " + deb + " (scripts/package.sh builds it)";
       return;
     }
+    // The image check's registry: an image pushed here to a docker-registry on loopback,
+    // whose storage the guest serves on its own loopback (the guest has no network).
+    std::string registry;
+    {
+      weft::testing::RegistryServer reg;
+      auto busybox = weft::read_file("/bin/busybox");
+      if (!reg.error().empty() || !busybox.ok()) {
+        g_problem = "no registry to push the guest's image to: " + reg.error();
+        return;
+      }
+      using weft::testing::make_layer;
+      std::string base =
+          make_layer({{"bin", 'd', "", 0755},
+                      {"bin/busybox", 'f', *busybox, 0755},
+                      {"bin/sh", 'l', "busybox"},
+                      {"bin/cat", 'l', "busybox"},
+                      {"bin/sleep", 'l', "busybox"},
+                      {"etc", 'd', "", 0755},
+                      {"etc/passwd", 'f', "root:x:0:0::/:/bin/sh\napp:x:1234:1234::/:/bin/sh\n"},
+                      {"etc/group", 'f', "root:x:0:\napp:x:1234:\n"}},
+                     weft::oci::Compression::kGzip);
+      std::string app = make_layer({{"marker", 'f', "served by the guest's registry\n"}},
+                                   weft::oci::Compression::kGzip);
+      weft::testing::push_image(reg, "team/app", "v1", {base, app},
+                                {{"Entrypoint", {"/bin/sh", "-c"}},
+                                 {"Cmd", {"cat /marker; sleep 3600"}},
+                                 {"Env", {"PATH=/bin"}},
+                                 {"User", "app"}});  // root tasks are off by default
+      reg.stop();
+      registry = "/var/tmp/weft-guest-registry-" + std::to_string(getpid());
+      std::string copy = "cp -a '" + reg.storage() + "/storage' '" + registry + "'";
+      if (std::system(copy.c_str()) != 0) {
+        g_problem = "could not copy the registry's storage";
+        return;
+      }
+    }
     std::string console = "/tmp/weft-guest-console-" + std::to_string(getpid()) + ".log";
-    std::string cmd = std::string(WEFT_GUEST_DIR) + "/run-guest.sh '" + deb + "' '" + console + "'";
+    std::string cmd = "WEFT_GUEST_REGISTRY='" + registry + "' " + std::string(WEFT_GUEST_DIR) +
+                      "/run-guest.sh '" + deb + "' '" + console + "'";
     int rc = std::system(cmd.c_str());
+    (void)weft::remove_tree(registry);
     auto text = weft::read_file(console);
     ::unlink(console.c_str());
     if (!text.ok()) {
@@ -107,6 +147,7 @@ const char* const kChecks[] = {
     "cluster-profile",
     "metrics-endpoints",
     "cluster-job-stop",
+    "cluster-image-job",
     "remove-keeps-state",
     "purge-removes-everything",
 };

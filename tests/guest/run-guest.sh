@@ -2,6 +2,8 @@
 # Boots the system-test guest once with the freshly built .deb and the checks, and
 # prints the guest's console (WEFT-CHECK lines) on stdout.
 #   run-guest.sh PATH/TO/weft_*.deb [console-log]
+#   WEFT_GUEST_REGISTRY=DIR: a docker-registry storage directory (images pushed on the
+#   host) the guest serves on its loopback for the image check
 # Software emulation (KVM is not available here); one boot runs every check.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,6 +16,7 @@ trap 'rm -rf "$run"' EXIT
 cp --sparse=always "$cache/root.img" "$run/root.img"
 mkdir "$run/payload"
 cp "$deb" "$here/checks.sh" "$run/payload/"
+if [ -n "${WEFT_GUEST_REGISTRY:-}" ]; then cp -a "$WEFT_GUEST_REGISTRY" "$run/payload/registry"; fi
 # Certificates for the cluster checks (mutual TLS between the packaged units): a CA, the
 # control plane's for 127.0.0.1, the guest machine's (machine id "guest"), an admin's.
 pki="$here/../../scripts/weft-pki"
