@@ -26,7 +26,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                     {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
                      "control_plane", "insecure_control_plane", "init_path", "host_root",
                      "log_level", "default_task_user", "allow_root_tasks", "allow_unconfined_tasks",
-                     "metrics_listen", "images", "volumes"},
+                     "metrics_listen", "netns_pool", "images", "volumes"},
                     kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
@@ -51,6 +51,12 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   c.allow_unconfined_tasks = allow_unconfined.value_or(false);
   TRY_ASSIGN(c.labels, doc.get_string_map(t, "labels"));
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
+  TRY_ASSIGN(auto pool, doc.get_int(t, "netns_pool"));
+  if (pool) {
+    if (*pool < 0 || *pool > 64)
+      return field_error(at("netns_pool"), "'netns_pool' must be 0 to 64 (namespaces kept ready)");
+    c.netns_pool = static_cast<size_t>(*pool);
+  }
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);
   TRY(read_control_plane_tls(doc, t, &c.control_plane_tls));

@@ -47,6 +47,9 @@ struct AgentConfig {
   // [volumes] allowed_host_paths: the host directories (and what is under them) a task's
   // bind mounts may name. Empty: none.
   std::vector<std::string> volume_host_paths;
+  // Network namespaces kept ready for tasks with a private network (agent/netns_pool.h);
+  // 0: each start makes its own.
+  size_t netns_pool = 4;
 };
 
 // Reads and validates a config file; every error names file:line.

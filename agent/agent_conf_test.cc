@@ -69,6 +69,14 @@ TEST(AgentConfig, ErrorsNameLine) {
   ASSERT_FALSE(slow.ok());
   EXPECT_EQ(slow.error().field, "agent.toml:2");
   EXPECT_NE(slow.error().str().find("images.download_rate"), std::string::npos);
+  // Network namespaces kept ready: 4 by default, 0 to 64.
+  EXPECT_EQ(parse_agent_config("", "agent.toml")->netns_pool, 4u);
+  EXPECT_EQ(parse_agent_config("netns_pool = 0\n", "agent.toml")->netns_pool, 0u);
+  for (const char* bad : {"netns_pool = 65\n", "netns_pool = -1\n", "netns_pool = \"4\"\n"}) {
+    auto pool = parse_agent_config(std::string("# pool\n") + bad, "agent.toml");
+    ASSERT_FALSE(pool.ok()) << bad;
+    EXPECT_EQ(pool.error().field, "agent.toml:2") << bad;
+  }
 }
 
 class ResolveConfig : public ::testing::Test {

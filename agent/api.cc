@@ -119,6 +119,9 @@ Result<json> Manager::run_task(json p, bool for_control_plane) {
   j["warnings"] = t->warnings;
   // Request accepted to weft-init running in the task's cgroup (and recorded).
   j["start_latency_us"] = now_monotonic_us() - accepted;
+  json phases = json::object();
+  for (const auto& [name, us] : t->start_phases) phases[name] = us;
+  if (!phases.empty()) j["start_phases_us"] = phases;
   return j;
 }
 

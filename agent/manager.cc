@@ -65,6 +65,7 @@ Status Manager::start() {
   auto mount = host.cgroup2_mount();
   cgroup_mount_ = mount.ok() ? *mount : "";
   cgroups_ = std::make_unique<CgroupTree>(*fs_, cfg_.cgroup_root, host);
+  netns_pool_ = std::make_unique<NetnsPool>(cfg_.netns_pool);
   TRY_CTX(cgroups_->setup(cfg_.agent_in_root ? getpid() : 0),
           "set up cgroup tree at " + cfg_.cgroup_root);
 
@@ -271,6 +272,7 @@ void Manager::recover() {
 // ---------------------------------------------------------------- lifecycle
 
 Result<Task*> Manager::create_task(TaskSpec spec) {
+  uint64_t began_us = now_monotonic_us();
   // Validate everything that can be known before anything is created (an image task's
   // user is known once its image is here).
   bool package_root = spec.package && spec.package->target == "/";
@@ -306,15 +308,18 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   t->state = TaskState::kStarting;
   t->created_us = now_us();
   t->warnings = plan.warnings;
-  TRY_CTX(save(*t), "record task");
-  crash_point("run.recorded");
   Task* raw = t.get();
-  tasks_[raw->id] = std::move(t);
   if (!have_local(*raw)) {
     // Answered at once: the task is "fetching" until its image and package are here.
+    TRY_CTX(save(*raw), "record task");
+    crash_point("run.recorded");
+    tasks_[raw->id] = std::move(t);
     begin_fetch(*raw);
     return raw;
   }
+  // start_incarnation records the task (one write: "starting") before it makes anything.
+  tasks_[raw->id] = std::move(t);
+  raw->start_phases = {{"validate", now_monotonic_us() - began_us}};
   Status s = start_incarnation(*raw);
   if (!s.ok()) {
     // Nothing half-made survives a failed start: no cgroup, no state, no row.
@@ -331,6 +336,13 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
 
 Status Manager::start_incarnation(Task& t) {
   uint64_t began_us = now_us();
+  if (t.incarnation > 0) t.start_phases.clear();  // a restart: this start's phases only
+  uint64_t phase_us = now_monotonic_us();
+  auto phase = [&](const char* name) {
+    uint64_t now = now_monotonic_us();
+    t.start_phases.emplace_back(name, now - phase_us);
+    phase_us = now;
+  };
   TRY_ASSIGN(LimitPlan plan,
              plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
   // An image task runs its image's defaults under its own spec, in an overlay root.
@@ -400,12 +412,17 @@ Status Manager::start_incarnation(Task& t) {
   t.incarnation++;
   t.state = TaskState::kStarting;
   t.pid = -1;
+  phase("prepare");
   TRY_CTX(save(t), "record task");
+  crash_point("run.recorded");
+  phase("record");
   std::string dir = task_state_dir(t.id);
-  TRY(mkdir_p(dir + "/logs", 0750));
+  // weft-init makes logs/ in it.
+  TRY(mkdir_p(dir, 0750));
   ::unlink((dir + "/exit").c_str());
   TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
   crash_point("start.cgroup");
+  phase("cgroup");
   Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dirfd.valid()) {
     Error e = sys_error("open " + dir);
@@ -416,20 +433,33 @@ Status Manager::start_incarnation(Task& t) {
   req.init_path = cfg_.init_path;
   req.cgroup_dir = cgroups_->task_dir(t.id);
   req.task_dir_fd = dirfd.get();
-  req.init_argv =
-      build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr, bind_sources);
-  req.files_fd = files.valid() ? files.get() : -1;
   req.new_pid = t.spec.ns.pid;
   req.new_mount = t.spec.ns.mount;
   req.new_uts = t.spec.ns.uts;
   req.new_ipc = t.spec.ns.ipc;
   req.new_net = t.spec.ns.network == NetworkMode::kPrivate;
+  Fd netns;
+  if (req.new_net) {
+    netns = netns_pool_->take();
+    if (netns.valid()) {
+      req.new_net = false;  // the child enters this one
+      req.netns_fd = netns.get();
+    } else if (!netns_pool_failure_logged_ && !netns_pool_->failure().empty()) {
+      netns_pool_failure_logged_ = true;
+      log_warn("network namespaces are made at each start (netns_pool stopped)",
+               {{"ERROR", netns_pool_->failure()}});
+    }
+  }
+  req.init_argv = build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr,
+                                  bind_sources, netns.valid());
+  req.files_fd = files.valid() ? files.get() : -1;
   auto spawned = spawn_init(req);
   if (!spawned.ok()) {
     (void)cgroups_->remove_task(t.id);
     return std::move(spawned).error();
   }
   crash_point("start.spawned");
+  phase("spawn");
   t.pid = spawned->pid;
   t.pidfd = std::move(spawned->pidfd);
   t.is_child = true;
@@ -441,6 +471,7 @@ Status Manager::start_incarnation(Task& t) {
   t.core_dumped = t.oom_killed = false;
   if (!t.stop_requested) t.reason.clear();
   Status saved = save(t);
+  phase("record_running");
   watch_init(t);
   start_readiness(t);
   if (!saved.ok())

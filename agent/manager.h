@@ -24,6 +24,7 @@
 #include "agent/cgroup.h"
 #include "agent/image/service.h"
 #include "agent/lifecycle.h"
+#include "agent/netns_pool.h"
 #include "agent/readiness.h"
 #include "agent/task_store.h"
 #include "common/cp_link.h"
@@ -57,6 +58,8 @@ struct Task : TaskRecord {
   image::PullProgress fetch;
   std::optional<image::LocalImage> image;
   std::optional<image::LocalImage> package;
+  // Where the last start's time went (phase, microseconds), for task.run's reply.
+  std::vector<std::pair<const char*, uint64_t>> start_phases;
 };
 
 class Manager {
@@ -150,6 +153,8 @@ class Manager {
   std::unique_ptr<CgroupFs> fs_;
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<CgroupTree> cgroups_;
+  std::unique_ptr<NetnsPool> netns_pool_;
+  bool netns_pool_failure_logged_ = false;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<image::Service> images_;
   rpc::Dispatcher methods_;

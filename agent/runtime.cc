@@ -25,13 +25,19 @@ bool all_digits(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
 }
 
-// Runs in the child between clone and exec: only async-signal-safe calls.
-[[noreturn]] void child_exec(const SpawnRequest& req, char* const* argv, int err_w, int procs_fd) {
+// Runs in the child between clone and exec: only async-signal-safe calls. With
+// CLONE_VM it runs on the agent's memory (on its own stack, the agent's thread
+// suspended): it writes nothing but its own locals. Not instrumented by ASan, whose
+// stack poisoning would outlive the child in the shared shadow memory.
+[[noreturn]] __attribute__((no_sanitize("address"))) void child_exec(const SpawnRequest& req,
+                                                                     char* const* argv, int err_w,
+                                                                     int procs_fd) {
   int err = 0;
   if (procs_fd >= 0) {
-    // Fallback path: enter the cgroup before running anything else.
+    // Enter the cgroup before running anything else.
     if (::write(procs_fd, "0", 1) != 1) err = errno;
   }
+  if (!err && req.netns_fd >= 0 && ::setns(req.netns_fd, CLONE_NEWNET) < 0) err = errno;
   if (!err) {
     int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0 || ::dup2(null_fd, 0) < 0 || ::dup2(null_fd, 1) < 0 || ::dup2(null_fd, 2) < 0)
@@ -76,6 +82,54 @@ bool all_digits(const std::string& s) {
   (void)!::write(err_w, &err, sizeof err);
   ::_exit(127);
 }
+
+struct VforkArgs {
+  const SpawnRequest* req;
+  char* const* argv;
+  int err_w;
+};
+
+__attribute__((no_sanitize("address"))) int vfork_child(void* p) {
+  auto* a = static_cast<VforkArgs*>(p);
+  child_exec(*a->req, a->argv, a->err_w, -1);
+}
+
+#if defined(__x86_64__)
+constexpr bool kHaveClone3OnStack = true;
+// clone3 whose child runs fn(arg) on the stack `args` names, as glibc's own clone3 (used by
+// posix_spawn) does: glibc 2.36 exports no clone3, and a child that returned from
+// syscall() onto a fresh stack would have no frame to return to. fn must not return
+// (it executes or _exits); if it does, the child exits with its value.
+__attribute__((noinline)) long clone3_on_stack(struct clone_args* args, int (*fn)(void*),
+                                               void* arg) {
+  long ret;
+  register void* r12 asm("r12") = reinterpret_cast<void*>(fn);
+  register void* r13 asm("r13") = arg;
+  asm volatile(
+      "syscall\n\t"
+      "test %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      "xor %%ebp, %%ebp\n\t"  // the child: outermost frame, on its own stack
+      "mov %%r13, %%rdi\n\t"
+      "call *%%r12\n\t"
+      "mov %%eax, %%edi\n\t"
+      "mov %[exit_nr], %%eax\n\t"
+      "syscall\n\t"
+      "hlt\n\t"
+      "1:\n\t"
+      : "=a"(ret)
+      : "a"(static_cast<long>(SYS_clone3)), "D"(args), "S"(sizeof *args), "r"(r12),
+        "r"(r13), [exit_nr] "i"(SYS_exit)
+      : "rcx", "r11", "memory");
+  return ret;
+}
+#else
+constexpr bool kHaveClone3OnStack = false;
+long clone3_on_stack(struct clone_args*, int (*)(void*), void*) {
+  errno = ENOSYS;
+  return -1;
+}
+#endif
 
 }  // namespace
 
@@ -329,7 +383,7 @@ Result<Fd> files_memfd(const TaskSpec& spec) {
 
 std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
                                          uint64_t incarnation, const OverlayRoot* overlay,
-                                         const std::vector<std::string>& bind_sources) {
+                                         const std::vector<std::string>& bind_sources, bool lo_up) {
   std::vector<std::string> a = {"weft-init", "--task-dir-fd", "3", "--incarnation",
                                 std::to_string(incarnation)};
   if (id.set) {
@@ -373,7 +427,7 @@ std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& i
              {"--file", std::string(mode) + ":" + std::to_string(f.content.size()) + ":" + f.path});
   }
   if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
-  if (spec.ns.network == NetworkMode::kPrivate) a.push_back("--lo");
+  if (spec.ns.network == NetworkMode::kPrivate && !lo_up) a.push_back("--lo");
   a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",
                      std::to_string(spec.logs.max_files)});
   std::map<std::string, std::string> env = spec.env;
@@ -404,7 +458,10 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
   Spawned out;
   int pidfd = -1;
   pid_t pid = -1;
-  if (!req.force_fallback) {
+  SpawnRequest::Mode mode = req.mode;
+  if (mode == SpawnRequest::Mode::kVfork && !kHaveClone3OnStack) mode = SpawnRequest::Mode::kClone3;
+  out.used = mode;
+  if (mode == SpawnRequest::Mode::kVfork || mode == SpawnRequest::Mode::kClone3) {
     Fd cg(::open(req.cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!cg.valid()) return sys_error("open cgroup " + req.cgroup_dir);
     struct clone_args ca;
@@ -413,14 +470,26 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
     ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
     ca.exit_signal = SIGCHLD;
     ca.cgroup = static_cast<uint64_t>(cg.get());
-    pid = static_cast<pid_t>(::syscall(SYS_clone3, &ca, sizeof ca));
-    if (pid == 0) child_exec(req, argv.data(), err_w.get(), -1);
-    if (pid > 0)
-      out.used_clone3 = true;
-    else if (errno != ENOSYS && errno != E2BIG && errno != EINVAL)
-      return sys_error("clone3 into " + req.cgroup_dir);
-  }
-  if (pid < 0) {
+    if (mode == SpawnRequest::Mode::kVfork) {
+      // The child's stack: it runs until its exec (the agent's thread waits meanwhile).
+      constexpr size_t kStack = 64 * 1024;
+      void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+      if (stack == MAP_FAILED) return sys_error("mmap the child's stack");
+      VforkArgs va{&req, argv.data(), err_w.get()};
+      ca.flags |= CLONE_VM | CLONE_VFORK;
+      ca.stack = reinterpret_cast<uint64_t>(stack);
+      ca.stack_size = kStack;
+      pid = static_cast<pid_t>(clone3_on_stack(&ca, vfork_child, &va));
+      int saved = errno;
+      ::munmap(stack, kStack);
+      errno = saved;
+    } else {
+      pid = static_cast<pid_t>(::syscall(SYS_clone3, &ca, sizeof ca));
+      if (pid == 0) child_exec(req, argv.data(), err_w.get(), -1);
+    }
+    if (pid < 0) return sys_error("clone3 into " + req.cgroup_dir);
+  } else {
     Fd procs(::open((req.cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
     if (!procs.valid()) return sys_error("open " + req.cgroup_dir + "/cgroup.procs");
     // clone(2) without a stack argument behaves like fork with namespace flags.

@@ -22,7 +22,7 @@
 namespace weft::bench {
 
 struct Stats {
-  double p50 = 0, p99 = 0, mean = 0, max = 0;
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0, max = 0;
   size_t n = 0;
 };
 
@@ -35,6 +35,7 @@ inline Stats stats_of(std::vector<double> v) {
     return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
   };
   s.p50 = pct(0.50);
+  s.p90 = pct(0.90);
   s.p99 = pct(0.99);
   s.max = v.back();
   double sum = 0;
@@ -44,16 +45,18 @@ inline Stats stats_of(std::vector<double> v) {
 }
 
 inline void row(const char* what, const Stats& s) {
-  std::printf("  %-58s n=%-5zu p50=%8.2f ms  p99=%8.2f ms  max=%8.2f ms\n", what, s.n, s.p50, s.p99,
-              s.max);
+  std::printf("  %-50s n=%-4zu p50=%7.2f ms  p90=%7.2f ms  p99=%7.2f ms  max=%7.2f ms\n", what, s.n,
+              s.p50, s.p90, s.p99, s.max);
 }
 
 inline double ms_since(uint64_t t0) {
   return static_cast<double>(now_monotonic_us() - t0) / 1000.0;
 }
 
-// Runs argv, waits, returns wall ms (or -1 on failure).
-inline double timed_exec(const std::vector<std::string>& argv, bool quiet = true) {
+// Runs argv, waits, returns wall ms (or -1 on failure; with any_exit, whatever its
+// exit status).
+inline double timed_exec(const std::vector<std::string>& argv, bool quiet = true,
+                         bool any_exit = false) {
   std::vector<char*> a;
   for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
   a.push_back(nullptr);
@@ -63,6 +66,7 @@ inline double timed_exec(const std::vector<std::string>& argv, bool quiet = true
     if (quiet) {
       int fd = open("/dev/null", O_WRONLY);
       dup2(fd, 1);
+      if (any_exit) dup2(fd, 2);
     }
     execvp(a[0], a.data());
     _exit(127);
@@ -70,7 +74,7 @@ inline double timed_exec(const std::vector<std::string>& argv, bool quiet = true
   int status = 0;
   waitpid(p, &status, 0);
   double ms = ms_since(t0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? ms : -1;
+  return WIFEXITED(status) && (any_exit || WEXITSTATUS(status) == 0) ? ms : -1;
 }
 
 inline void remove_cgroup_tree(const std::string& dir) {

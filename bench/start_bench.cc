@@ -6,19 +6,23 @@
 // Prints, for one run on this machine:
 //  - agent-side start latency (task.run accepted -> weft-init running in the task's
 //    cgroup), p50/p99, sequential and N concurrent clients; plus what the clients saw;
-//  - wall time of the CLI that starts a container: `weftctl task run` vs `crun run -d`
-//    of an equivalent minimal container (busybox rootfs, pid/mount/uts/ipc/net
-//    namespaces, one cgroup each), sequential and N at once, with ratios;
 //  - like for like, until the task's own program runs (it writes to a fifo the
-//    benchmark waits on): `weftctl task run` vs `crun run -d`, each through the same
-//    mount-namespace wrapper, the same static program in the same rootfs, the same
-//    namespaces, user (nobody), masked/read-only paths and seccomp deny list;
+//    benchmark waits on): `weftctl task run`, a task.run request on the agent's socket
+//    (what the control plane sends) and `crun run -d`, with the same static program in
+//    the same busybox rootfs, the same namespaces (pid, mount, uts, ipc, net), user
+//    (nobody), masked/read-only paths and seccomp deny list, one cgroup each; one at a
+//    time and N at once, p50/p90/p99 and the ratios to crun; where the agent's time
+//    went (its start_phases_us) and each CLI's own start;
 //  - with R resident tasks: agent RSS, agent CPU while idle, per-task weft-init RSS/PSS.
 // Needs root. Cleans up every task, cgroup and file it makes.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +30,10 @@
 #include <atomic>
 #include <barrier>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,7 +41,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "agent/init/confine.h"
+#include "agent/init/task_filter_rules.h"
 #include "bench/bench_util.h"
 #include "common/fs.h"
 #include "common/paths.h"
@@ -67,6 +74,24 @@ uint64_t cpu_ticks(pid_t pid) {
   if (!s.ok()) return 0;
   auto f = split(s->substr(s->rfind(')') + 2), ' ');
   return std::strtoull(f[11].c_str(), nullptr, 10) + std::strtoull(f[12].c_str(), nullptr, 10);
+}
+
+// crun (1.8) refuses a host whose /sys/fs/cgroup is the hybrid layout's tmpfs. Rather
+// than wrap each crun (and, to be fair, each weftctl) in a mount-namespace script, the
+// benchmark enters one private mount namespace whose /sys/fs/cgroup is the cgroup2 tree
+// (the same hierarchy) before it starts anything: the agent, weftctl and crun all run
+// in it, unwrapped. It ends with the benchmark.
+void own_cgroup2_view() {
+  struct statfs fs {};
+  if (statfs("/sys/fs/cgroup", &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC) return;
+  if (unshare(CLONE_NEWNS) < 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0 ||
+      umount2("/sys/fs/cgroup", MNT_DETACH) < 0 ||
+      mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) <
+          0) {
+    std::fprintf(stderr, "start_bench: cannot mount cgroup2 at /sys/fs/cgroup: %s\n",
+                 std::strerror(errno));
+    std::exit(1);
+  }
 }
 
 class Bench {
@@ -171,41 +196,8 @@ class Bench {
     }
   }
 
-  std::vector<std::string> weftctl_run(const std::string& name) {
-    return {WEFTCTL_BIN, "--agent",        sock_,   "task",    "run", "--name",     name,
-            "--rootfs",  dir_ + "/rootfs", "--net", "private", "--",  "/bin/sleep", "100000"};
-  }
-
-  void cli_sequential_weft(int n, std::vector<double>* ms) {
-    for (int i = 0; i < n; ++i) {
-      double t = timed_exec(weftctl_run("cli-" + std::to_string(i)));
-      if (t < 0) die("weftctl task run failed");
-      ms->push_back(t);
-    }
-    clear_tasks();
-  }
-
-  // Runs all argvs at once; returns each one's wall time.
-  static std::vector<double> burst(const std::vector<std::vector<std::string>>& cmds) {
-    std::vector<double> out(cmds.size());
-    std::vector<std::thread> th;
-    std::barrier sync(static_cast<ptrdiff_t>(cmds.size()));
-    for (size_t i = 0; i < cmds.size(); ++i)
-      th.emplace_back([&, i] {
-        sync.arrive_and_wait();
-        out[i] = timed_exec(cmds[i]);
-      });
-    for (auto& t : th) t.join();
-    return out;
-  }
-
-  // crun, through a wrapper that gives it a private mount namespace whose
-  // /sys/fs/cgroup is the cgroup2 tree (crun refuses this machine's hybrid layout).
+  // An OCI bundle equivalent to weft's task, for crun.
   void crun_setup() {
-    (void)write_file(dir_ + "/crun-ns.sh",
-                     "#!/bin/sh\nmount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup "
-                     "&& exec \"$@\"\n");
-    chmod((dir_ + "/crun-ns.sh").c_str(), 0755);
     std::string b = dir_ + "/bundle";
     if (system(("cd " + b + " && crun spec >/dev/null").c_str()) != 0)
       die("crun spec failed (is crun installed?)");
@@ -240,47 +232,78 @@ class Bench {
 
   // ---- until the task's own program runs ----
 
-  // Starts `cmd` (a CLI that returns once its container is started) and returns the ms
-  // until the task's program wrote to `fifo` (inside the rootfs), or -1.
-  double until_running(const std::vector<std::string>& cmd, const std::string& fifo) {
+  // Runs `launch` (which returns false on failure) and returns the ms until the task's
+  // program wrote to `fifo` (inside the rootfs), or -1.
+  double until_running(const std::function<bool()>& launch, const std::string& fifo) {
     std::string host_fifo = dir_ + "/rootfs" + fifo;
     ::unlink(host_fifo.c_str());
     if (mkfifo(host_fifo.c_str(), 0666) < 0) return -1;
     chmod(host_fifo.c_str(), 0666);
     int rd = open(host_fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    std::vector<char*> a;
-    for (const auto& x : cmd) a.push_back(const_cast<char*>(x.c_str()));
-    a.push_back(nullptr);
     uint64_t t0 = now_monotonic_us();
-    pid_t p = fork();
-    if (p == 0) {
-      int fd = open("/dev/null", O_WRONLY);
-      dup2(fd, 1);
-      execvp(a[0], a.data());
-      _exit(127);
-    }
+    bool launched = launch();
     pollfd pf{rd, POLLIN, 0};
     double ms = -1;
-    while (now_monotonic_us() - t0 < 20'000'000) {
+    while (launched && now_monotonic_us() - t0 < 20'000'000) {
       if (poll(&pf, 1, 100) > 0 && (pf.revents & POLLIN)) {
         ms = ms_since(t0);
         break;
       }
     }
-    int status = 0;
-    waitpid(p, &status, 0);
     close(rd);
     ::unlink(host_fifo.c_str());
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    return launched ? ms : -1;
+  }
+  // A CLI that returns once its container is started.
+  double until_running(const std::vector<std::string>& cmd, const std::string& fifo) {
+    return until_running([&] { return timed_exec(cmd) >= 0; }, fifo);
+  }
+  // task.run over the agent's socket, as the control plane (or any program) sends it.
+  // The agent's own phases (start_phases_us) are added to `phases`.
+  double until_running_api(const std::string& name, const std::string& fifo,
+                           std::map<std::string, std::vector<double>>* phases) {
+    auto c = rpc::Client::connect(sock_);
+    if (!c.ok()) return -1;
+    json reply;
+    double ms = until_running(
+        [&] {
+          auto r = (*c)->call("task.run", ready_spec(name, fifo));
+          if (r.ok()) reply = *r;
+          return r.ok();
+        },
+        fifo);
+    if (ms >= 0 && reply.contains("start_phases_us")) {
+      for (const auto& [k, v] : reply["start_phases_us"].items())
+        (*phases)["agent: " + k].push_back(v.get<double>() / 1000.0);
+      double agent_ms = reply["start_latency_us"].get<double>() / 1000.0;
+      (*phases)["agent: all (request to weft-init running)"].push_back(agent_ms);
+      // The rest: weft-init's mounts, pivot_root, /proc and /dev, credentials,
+      // capabilities, seccomp and the exec of the program, and the reply on the socket.
+      (*phases)["after: weft-init to the program running, and the reply"].push_back(ms - agent_ms);
+    }
     return ms;
   }
-  std::vector<std::string> wrapped(std::vector<std::string> cmd) {
-    cmd.insert(cmd.begin(), {"unshare", "-m", dir_ + "/crun-ns.sh"});
-    return cmd;
+  json ready_spec(const std::string& name, const std::string& fifo) {
+    return {{"name", name},
+            {"argv", {"/bin/start_marker", fifo}},
+            {"rootfs", dir_ + "/rootfs"},
+            {"namespaces", {{"network", "private"}}}};
   }
   std::vector<std::string> weft_ready_cmd(const std::string& name, const std::string& fifo) {
-    return wrapped({WEFTCTL_BIN, "--agent", sock_, "task", "run", "--name", name, "--rootfs",
-                    dir_ + "/rootfs", "--net", "private", "--", "/bin/start_marker", fifo});
+    return {WEFTCTL_BIN,
+            "--agent",
+            sock_,
+            "task",
+            "run",
+            "--name",
+            name,
+            "--rootfs",
+            dir_ + "/rootfs",
+            "--net",
+            "private",
+            "--",
+            "/bin/start_marker",
+            fifo};
   }
   std::vector<std::string> crun_ready_cmd(const std::string& id, const std::string& fifo) {
     std::string b = dir_ + "/bundles/" + id;
@@ -288,67 +311,107 @@ class Bench {
     json cfg = crun_config_;
     cfg["process"]["args"] = {"/bin/start_marker", fifo};
     (void)write_file(b + "/config.json", cfg.dump());
-    return wrapped({"crun", "--root", dir_ + "/crun-state", "run", "-d", "--bundle", b, id});
+    return {"crun", "--root", dir_ + "/crun-state", "run", "-d", "--bundle", b, id};
   }
-  // One at a time, then `conc` at once; each side cleaned up after its own run.
+  // One at a time (the sides interleaved), then `conc` at once; each side cleaned up
+  // after its own run.
   void ready_side_by_side(int seq, int conc) {
-    std::vector<double> wseq, cseq, wb, cb;
+    enum Side { kCli, kApi, kCrun };
+    const char* names[] = {"weftctl task run", "task.run on the agent's socket", "crun run -d"};
+    std::vector<double> one[3], many[3];
+    std::map<std::string, std::vector<double>> phases;
     std::vector<std::string> ids;
-    for (int i = 0; i < seq; ++i) {
-      double t = until_running(weft_ready_cmd("ready-" + std::to_string(i), "/ready"), "/ready");
-      if (t < 0) die("weft: the task's program did not run");
-      wseq.push_back(t);
-      std::string id = "rdy-" + std::to_string(i);
-      double c = until_running(crun_ready_cmd(id, "/ready"), "/ready");
-      if (c < 0) die("crun: the task's program did not run");
-      cseq.push_back(c);
-      ids.push_back(id);
-    }
+    auto start = [&](Side side, const std::string& n, const std::string& fifo) {
+      if (side == kCli) return until_running(weft_ready_cmd(n, fifo), fifo);
+      if (side == kApi) return until_running_api(n, fifo, &phases);
+      ids.push_back(n);
+      return until_running(crun_ready_cmd(n, fifo), fifo);
+    };
+    for (int i = 0; i < seq; ++i)
+      for (Side side : {kCli, kApi, kCrun}) {
+        double t = start(side, "s" + std::to_string(side) + "-" + std::to_string(i), "/ready");
+        if (t < 0) die(std::string(names[side]) + ": the task's program did not run");
+        one[side].push_back(t);
+      }
     clear_tasks();
     crun_delete_all(ids);
     ids.clear();
-    auto burst_of = [&](bool weft) {
+    // Each program started and exited at once (weftctl: a usage error, exit 2).
+    std::vector<double> own_cli, own_crun;
+    for (int i = 0; i < seq; ++i) {
+      own_cli.push_back(timed_exec({WEFTCTL_BIN, "--version"}, true, true));
+      own_crun.push_back(timed_exec({"crun", "--version"}, true, true));
+    }
+    for (Side side : {kCli, kApi, kCrun}) {
       std::vector<double> out(static_cast<size_t>(conc));
+      std::vector<std::string> crun_ids;
       std::vector<std::thread> th;
       std::barrier sync(conc);
-      for (int i = 0; i < conc; ++i)
-        th.emplace_back([&, i] {
-          std::string n = (weft ? "wb-" : "cb-") + std::to_string(i), fifo = "/" + n;
-          auto cmd = weft ? weft_ready_cmd(n, fifo) : crun_ready_cmd(n, fifo);
-          sync.arrive_and_wait();
-          out[static_cast<size_t>(i)] = until_running(cmd, fifo);
+      for (int i = 0; i < conc; ++i) {
+        std::string n = "b" + std::to_string(side) + "-" + std::to_string(i);
+        if (side == kCrun) crun_ids.push_back(n);
+        th.emplace_back([&, i, n] {
+          std::string fifo = "/" + n;
+          if (side == kCli) {
+            auto cmd = weft_ready_cmd(n, fifo);
+            sync.arrive_and_wait();
+            out[static_cast<size_t>(i)] = until_running(cmd, fifo);
+          } else if (side == kApi) {
+            auto c = std::move(rpc::Client::connect(sock_)).value();
+            json spec = ready_spec(n, fifo);
+            sync.arrive_and_wait();
+            out[static_cast<size_t>(i)] =
+                until_running([&] { return c->call("task.run", spec).ok(); }, fifo);
+          } else {
+            auto cmd = crun_ready_cmd(n, fifo);
+            sync.arrive_and_wait();
+            out[static_cast<size_t>(i)] = until_running(cmd, fifo);
+          }
         });
+      }
       for (auto& t : th) t.join();
-      for (int i = 0; i < conc && !weft; ++i) ids.push_back("cb-" + std::to_string(i));
       for (double t : out)
-        if (t < 0) die(std::string(weft ? "weft" : "crun") + ": a task's program did not run");
-      return out;
-    };
-    wb = burst_of(true);
-    clear_tasks();
-    cb = burst_of(false);
-    crun_delete_all(ids);
-    Stats ws = stats_of(wseq), cs = stats_of(cseq), wbs = stats_of(wb), cbs = stats_of(cb);
+        if (t < 0) die(std::string(names[side]) + ": a task's program did not run");
+      many[side] = out;
+      if (side == kCrun)
+        crun_delete_all(crun_ids);
+      else
+        clear_tasks();
+    }
     std::printf(
-        "\nuntil the task's own program runs (same wrapper, program, rootfs, user, "
-        "namespaces, masks, seccomp):\n");
-    row("weftctl task run, 1 at a time", ws);
-    row("crun run -d, 1 at a time", cs);
-    row(("weftctl task run, " + std::to_string(conc) + " at once").c_str(), wbs);
-    row(("crun run -d, " + std::to_string(conc) + " at once").c_str(), cbs);
-    std::printf("  weft/crun, 1 at a time:   p50 %.2fx  p99 %.2fx\n", ws.p50 / cs.p50,
-                ws.p99 / cs.p99);
-    std::printf("  weft/crun, %d at once:   p50 %.2fx  p99 %.2fx\n", conc, wbs.p50 / cbs.p50,
-                wbs.p99 / cbs.p99);
+        "\nuntil the task's own program runs (same program, rootfs, user, namespaces, masks, "
+        "seccomp; no wrapper):\n");
+    Stats s1[3], sn[3];
+    for (Side side : {kCli, kApi, kCrun}) {
+      s1[side] = stats_of(one[side]);
+      sn[side] = stats_of(many[side]);
+    }
+    for (Side side : {kCli, kApi, kCrun})
+      row((std::string(names[side]) + ", 1 at a time").c_str(), s1[side]);
+    for (Side side : {kCli, kApi, kCrun})
+      row((std::string(names[side]) + ", " + std::to_string(conc) + " at once").c_str(), sn[side]);
+    std::printf(
+        "\nwhere the time of task.run goes, 1 at a time (p50; the agent's start_phases_us):\n");
+    for (const auto& [name, v] : phases)
+      std::printf("  %-58s %7.3f ms\n", name.c_str(), stats_of(v).p50);
+    std::printf("  %-58s %7.3f ms\n", "weftctl's own start and exit (weftctl --version)",
+                stats_of(own_cli).p50);
+    std::printf("  %-58s %7.3f ms\n", "crun's own start and exit (crun --version)",
+                stats_of(own_crun).p50);
+    std::printf("\n");
+    for (Side side : {kCli, kApi}) {
+      std::printf("  %s / crun, 1 at a time:  p50 %.2fx  p90 %.2fx  p99 %.2fx\n", names[side],
+                  s1[side].p50 / s1[kCrun].p50, s1[side].p90 / s1[kCrun].p90,
+                  s1[side].p99 / s1[kCrun].p99);
+      std::printf("  %s / crun, %d at once:  p50 %.2fx  p90 %.2fx  p99 %.2fx\n", names[side], conc,
+                  sn[side].p50 / sn[kCrun].p50, sn[side].p90 / sn[kCrun].p90,
+                  sn[side].p99 / sn[kCrun].p99);
+    }
   }
   std::vector<std::string> crun_cmd(const std::vector<std::string>& args) {
-    std::vector<std::string> a = {"unshare", "-m",     dir_ + "/crun-ns.sh",
-                                  "crun",    "--root", dir_ + "/crun-state"};
+    std::vector<std::string> a = {"crun", "--root", dir_ + "/crun-state"};
     a.insert(a.end(), args.begin(), args.end());
     return a;
-  }
-  std::vector<std::string> crun_run(const std::string& id) {
-    return crun_cmd({"run", "-d", "--bundle", dir_ + "/bundle", id});
   }
   void crun_delete_all(const std::vector<std::string>& ids) {
     for (const auto& id : ids) timed_exec(crun_cmd({"delete", "-f", id}));
@@ -379,6 +442,7 @@ int main(int argc, char** argv) {
                "only the like-for-like comparison until the task's program runs");
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) Bench::die("needs root");
+  own_cgroup2_view();
 
   Bench b;
   b.start_agent();
@@ -393,15 +457,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   (void)system("uname -r");
 
-  std::vector<double> a1, c1, a100, c100, cli_seq;
+  std::vector<double> a1, c1, a100, c100;
   b.weft_sequential(seq, &a1, &c1);
   b.weft_concurrent(conc, rounds, &a100, &c100);
-  b.cli_sequential_weft(std::min(seq, 100), &cli_seq);
-  std::vector<std::vector<std::string>> wburst;
-  for (int i = 0; i < conc; ++i) wburst.push_back(b.weftctl_run("burst-" + std::to_string(i)));
-  auto cli_burst = Bench::burst(wburst);
-  b.clear_tasks();
-
   std::printf("\nweft-agent start latency (rootfs + pid/mount/uts/ipc/net namespaces + cgroup):\n");
   row("agent-side, 1 at a time", stats_of(a1));
   row(("agent-side, " + std::to_string(conc) + " concurrent clients").c_str(), stats_of(a100));
@@ -409,42 +467,8 @@ int main(int argc, char** argv) {
   row(("client round trip, " + std::to_string(conc) + " concurrent (incl. queueing)").c_str(),
       stats_of(c100));
 
-  Stats weft_cli = stats_of(cli_seq), weft_cli_b = stats_of(cli_burst);
   if (!no_crun) {
     b.crun_setup();
-    std::vector<double> crun_seq, wrap;
-    std::vector<std::string> ids;
-    for (int i = 0; i < std::min(seq, 100); ++i) {
-      std::string id = "wb-" + std::to_string(i);
-      double t = timed_exec(b.crun_run(id));
-      if (t < 0) Bench::die("crun run failed");
-      crun_seq.push_back(t);
-      ids.push_back(id);
-      wrap.push_back(timed_exec({"unshare", "-m", b.dir_ + "/crun-ns.sh", "true"}));
-    }
-    b.crun_delete_all(ids);
-    ids.clear();
-    std::vector<std::vector<std::string>> cburst;
-    for (int i = 0; i < conc; ++i) {
-      ids.push_back("wbb-" + std::to_string(i));
-      cburst.push_back(b.crun_run(ids.back()));
-    }
-    auto crun_burst = Bench::burst(cburst);
-    b.crun_delete_all(ids);
-    for (double t : crun_burst)
-      if (t < 0) Bench::die("a concurrent crun run failed");
-    Stats cs = stats_of(crun_seq), cb = stats_of(crun_burst), w = stats_of(wrap);
-    std::printf(
-        "\nCLI wall time to a running container (same rootfs and namespaces, one cgroup each):\n");
-    row("weftctl task run, 1 at a time", weft_cli);
-    row("crun run -d, 1 at a time", cs);
-    row("  (of which the crun mount-namespace wrapper)", w);
-    row(("weftctl task run, " + std::to_string(conc) + " at once").c_str(), weft_cli_b);
-    row(("crun run -d, " + std::to_string(conc) + " at once").c_str(), cb);
-    std::printf("  ratio crun/weft p50, 1 at a time:      %.1fx (%.1fx without the wrapper)\n",
-                cs.p50 / weft_cli.p50, (cs.p50 - w.p50) / weft_cli.p50);
-    std::printf("  ratio crun/weft p50, %d at once:      %.1fx\n", conc, cb.p50 / weft_cli_b.p50);
-    std::printf("  ratio crun/weft p99, %d at once:      %.1fx\n", conc, cb.p99 / weft_cli_b.p99);
     b.ready_side_by_side(std::min(seq, 50), conc);
   }
 

@@ -179,10 +179,21 @@ void Broker::beat(Machine& m, uint64_t now) {
   beats_.emplace_back(now, m.id);
 }
 
+uint64_t Broker::dead_after_us() const {
+  return cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
+}
+
+void Broker::declare_dead(Machine& m, uint64_t now, const std::string& why,
+                          std::vector<MachineId>* dead) {
+  m.dead = true;
+  record({now, m.info.id, "dead", why});
+  dead->push_back(m.id);
+  refresh(m);
+}
+
 void Broker::begin_failover_grace(uint64_t now) {
-  uint64_t limit = cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
   restored_at_ = now;
-  grace_until_ = now + std::max(cfg_.failover_grace_us, limit);
+  grace_until_ = now + std::max(cfg_.failover_grace_us, dead_after_us());
   // The restore's registrations are not heartbeats: those machines are judged when the
   // grace ends (below), and what they send from now on is queued as usual.
   std::erase_if(beats_, [now](const auto& b) { return b.first <= now; });
@@ -190,15 +201,12 @@ void Broker::begin_failover_grace(uint64_t now) {
 
 std::vector<MachineId> Broker::check(uint64_t now) {
   std::vector<MachineId> dead;
-  uint64_t limit = cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
+  uint64_t limit = dead_after_us();
   if (grace_until_ && now >= grace_until_) {
     // The grace is over: a machine silent since the restore is dead.
     for (auto& [name, m] : machines_) {
       if (m.dead || m.last_heartbeat > restored_at_) continue;
-      m.dead = true;
-      record({now, m.info.id, "dead", "not back after the control plane's restart"});
-      dead.push_back(m.id);
-      refresh(m);
+      declare_dead(m, now, "not back after the control plane's restart", &dead);
     }
     grace_until_ = 0;
   }
@@ -210,10 +218,7 @@ std::vector<MachineId> Broker::check(uint64_t now) {
     beats_.pop_front();
     Machine& m = machines_.at(by_index_.at(id));
     if (m.dead || m.last_heartbeat != at) continue;  // heard from since, or dead already
-    m.dead = true;
-    record({now, m.info.id, "dead", std::to_string(cfg_.missed_heartbeats) + " heartbeats missed"});
-    dead.push_back(m.id);
-    refresh(m);
+    declare_dead(m, now, std::to_string(cfg_.missed_heartbeats) + " heartbeats missed", &dead);
   }
   // refresh() also queued them as failed; they are reported here once.
   if (!dead.empty()) {

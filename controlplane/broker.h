@@ -130,6 +130,10 @@ class Broker {
   };
   void refresh(Machine& m);
   void beat(Machine& m, uint64_t now);  // a heartbeat (or registration) at `now`
+  // How long a machine may be silent before it is dead (missed_heartbeats intervals).
+  uint64_t dead_after_us() const;
+  // Marks `m` dead at `now` for `why` (an unavailability event) and appends it to `dead`.
+  void declare_dead(Machine& m, uint64_t now, const std::string& why, std::vector<MachineId>* dead);
   std::vector<MachineId> take_ready_only();
   bool profile_ready(
       const Machine& m) const;  // pushes usability to the allocator, notes transitions

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -475,14 +476,20 @@ TEST_F(AgentRoot, UnknownCgroupsAreKilledAndRemoved) {
 }
 
 // SIGKILL the agent at each step of a task's life; after a restart there must be
-// exactly one record, no orphan process or cgroup, and no lost exit.
-class CrashAt : public AgentRoot, public ::testing::WithParamInterface<const char*> {};
+// exactly one record, no orphan process or cgroup, and no lost exit. With a private
+// network the task's namespace comes from the agent's pool (made ahead by a thread):
+// one the agent held when it died is gone with it.
+class CrashAt : public AgentRoot,
+                public ::testing::WithParamInterface<std::tuple<const char*, bool>> {};
 
 TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
-  const std::string point = GetParam();
+  const std::string point = std::get<0>(GetParam());
+  const bool private_net = std::get<1>(GetParam());
   agent_->terminate();
   agent_->start(point);
-  auto r = agent_->try_call("task.run", {{"name", "crashy"}, {"argv", {"sleep", "100"}}});
+  json spec = {{"name", "crashy"}, {"argv", {"sleep", "100"}}};
+  if (private_net) spec["namespaces"] = {{"network", "private"}};
+  auto r = agent_->try_call("task.run", spec);
   EXPECT_FALSE(r.ok()) << "the agent should have died at " << point;
   ASSERT_TRUE(agent_->wait_dead()) << "agent did not crash at " << point;
   agent_->start();
@@ -495,6 +502,13 @@ TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
     EXPECT_EQ(agent_->task_cgroups(), std::vector<std::string>{id});
     auto procs = read_file(agent_->task_cgroup(id) + "/cgroup.procs");
     EXPECT_NE(procs.value_or("").find(std::to_string(t["pid"].get<int>())), std::string::npos);
+    auto net = [](const std::string& pid) {
+      std::error_code ec;
+      return std::filesystem::read_symlink("/proc/" + pid + "/ns/net", ec).string();
+    };
+    std::string task_net = net(std::to_string(t["pid"].get<int>()));
+    EXPECT_FALSE(task_net.empty());
+    EXPECT_EQ(task_net != net("self"), private_net) << task_net;
     agent_->call("task.stop", {{"id", id}});
     agent_->wait_state(id, "stopped");
   } else {
@@ -507,7 +521,14 @@ TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
   EXPECT_EQ(agent_->wait_state(id2, "exited")["exit_code"], 0);
 }
 INSTANTIATE_TEST_SUITE_P(Lifecycle, CrashAt,
-                         ::testing::Values("run.recorded", "start.cgroup", "start.spawned"));
+                         ::testing::Combine(::testing::Values("run.recorded", "start.cgroup",
+                                                              "start.spawned"),
+                                            ::testing::Bool()),
+                         [](const auto& p) {
+                           std::string n = std::get<0>(p.param);
+                           std::replace(n.begin(), n.end(), '.', '_');
+                           return n + (std::get<1>(p.param) ? "_PrivateNet" : "_HostNet");
+                         });
 
 class CrashAtExit : public AgentRoot, public ::testing::WithParamInterface<const char*> {};
 

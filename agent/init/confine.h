@@ -16,10 +16,6 @@ namespace weft_init {
 extern const int kDefaultCapabilities[];
 extern const int kDefaultCapabilityCount;
 
-// Syscalls the default filter refuses with EPERM (names, for docs and tests).
-extern const char* const kDeniedSyscalls[];
-extern const int kDeniedSyscallCount;
-
 struct Confinement {
   bool seccomp = true;   // false: "unconfined" (allowed by the agent's configuration)
   bool as_root = false;  // the final uid is 0: keep kDefaultCapabilities

@@ -253,7 +253,6 @@ done
 # A registry on the guest's loopback serving what the host pushed (payload/registry), for
 # the image check below; both daemons are told it is plain HTTP.
 if [ -d $P/registry ]; then
-  systemctl stop docker-registry.service >/dev/null 2>&1
   mkdir -p /var/tmp/reg && cp -a $P/registry/. /var/tmp/reg/
   printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: /var/tmp/reg\nhttp:\n  addr: 127.0.0.1:5001\n' > /tmp/reg.yml
   docker-registry serve /tmp/reg.yml >/tmp/reg.log 2>&1 &
