@@ -81,8 +81,11 @@ json Manager::summary(const Task& t) const {
     if (t.image) j["image_manifest"] = t.image->manifest.str();
   }
   if (t.spec.package) j["package"] = t.spec.package->url;
-  if (t.state == TaskState::kFetching)
-    j["fetch"] = {{"bytes_done", t.fetch.done}, {"bytes_total", t.fetch.total}};
+  if (t.state == TaskState::kFetching) {
+    // To the byte: what the download has received so far.
+    image::PullProgress p = images_->progress(t.fetch_ticket).value_or(t.fetch);
+    j["fetch"] = {{"bytes_done", p.done}, {"bytes_total", p.total}};
+  }
   return j;
 }
 

@@ -83,7 +83,10 @@ class AgentImages : public ::testing::Test {
   bool when_mid_fetch(const std::string& id, const std::function<void()>& action) {
     for (int i = 0; i < 20000; ++i) {
       auto t = agent_->try_call("task.show", {{"id", id}});
-      if (t.ok() && t->value("state", "") != "fetching") return false;
+      if (t.ok() && t->value("state", "") != "fetching") {
+        ADD_FAILURE() << "no longer fetching: " << t->dump();
+        return false;
+      }
       if (t.ok() && t->contains("fetch")) {
         uint64_t done = (*t)["fetch"]["bytes_done"].get<uint64_t>();
         uint64_t total = (*t)["fetch"]["bytes_total"].get<uint64_t>();

@@ -499,7 +499,21 @@ void Service::layer_done(const std::string& d, const Status& s) {
   }
 }
 
+std::optional<PullProgress> Service::progress(uint64_t ticket) {
+  auto t = tickets_.find(ticket);
+  if (t == tickets_.end()) return std::nullopt;
+  auto p = pulls_.find(t->second);
+  if (p == pulls_.end()) return std::nullopt;
+  return progress_of(*p->second);
+}
+
 void Service::report_progress(Pull& p) {
+  PullProgress pr = progress_of(p);
+  for (auto& [t, w] : p.waiters)
+    if (w.progress) w.progress(pr);
+}
+
+PullProgress Service::progress_of(const Pull& p) const {
   PullProgress pr;
   for (const auto& l : p.manifest.layers) {
     std::string d = l.blob.digest.str();
@@ -518,8 +532,7 @@ void Service::report_progress(Pull& p) {
       pr.done += j->second->sink ? std::min(j->second->received, size) : size;
     }
   }
-  for (auto& [t, w] : p.waiters)
-    if (w.progress) w.progress(pr);
+  return pr;
 }
 
 void Service::maybe_finish(Pull& p) {

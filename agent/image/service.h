@@ -84,6 +84,9 @@ class Service {
   // The caller no longer waits (the download goes on for other waiters, or stops when
   // none is left: its partial bytes stay for a later resume).
   void cancel(uint64_t ticket);
+  // Where the pull behind `ticket` is now, to the byte received (the OnProgress calls
+  // come only when a layer starts or ends); nothing when the ticket is done or unknown.
+  std::optional<PullProgress> progress(uint64_t ticket);
   // Already local: the image `ref` names (a tag as last pulled), every layer unpacked.
   std::optional<LocalImage> local(const std::string& ref) const;
 
@@ -148,6 +151,7 @@ class Service {
   void maybe_finish(Pull& p);
   void fail(const std::string& key, const Error& e);
   void report_progress(Pull& p);
+  PullProgress progress_of(const Pull& p) const;
   void enforce_limit();
   void drop_image(const std::string& manifest);
   void drop_layer(const std::string& digest);
