@@ -460,6 +460,15 @@ Status Manager::start_incarnation(Task& t) {
   }
   crash_point("start.spawned");
   phase("spawn");
+  if (spawned->used == SpawnRequest::Mode::kFork && req.mode != SpawnRequest::Mode::kFork &&
+      !warned_fork_start_) {
+    warned_fork_start_ = true;
+    log_warn(
+        "clone3 into a cgroup is not available (a kernel older than 5.7, or a seccomp "
+        "policy around the agent refuses it): tasks start by clone and a cgroup.procs "
+        "write, about 15 ms slower each",
+        {});
+  }
   t.pid = spawned->pid;
   t.pidfd = std::move(spawned->pidfd);
   t.is_child = true;

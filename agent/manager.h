@@ -155,6 +155,7 @@ class Manager {
   std::unique_ptr<CgroupTree> cgroups_;
   std::unique_ptr<NetnsPool> netns_pool_;
   bool netns_pool_failure_logged_ = false;
+  bool warned_fork_start_ = false;  // clone3 was unusable: logged once
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<image::Service> images_;
   rpc::Dispatcher methods_;

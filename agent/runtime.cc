@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -121,6 +122,10 @@ __attribute__((noinline)) long clone3_on_stack(struct clone_args* args, int (*fn
       : "a"(static_cast<long>(SYS_clone3)), "D"(args), "S"(sizeof *args), "r"(r12),
         "r"(r13), [exit_nr] "i"(SYS_exit)
       : "rcx", "r11", "memory");
+  if (ret < 0) {  // the kernel's -errno, as syscall() reports it
+    errno = static_cast<int>(-ret);
+    return -1;
+  }
   return ret;
 }
 #else
@@ -439,35 +444,26 @@ std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& i
   return a;
 }
 
-Result<Spawned> spawn_init(const SpawnRequest& req) {
-  std::vector<char*> argv;
-  for (const auto& s : req.init_argv) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
+namespace {
 
+// Starts the child in `mode`: its pid, the pidfd in *pidfd. The child reports a failed
+// exec through `err_w`.
+Result<pid_t> clone_init(const SpawnRequest& req, SpawnRequest::Mode mode, char** argv, int err_w,
+                         int* pidfd) {
   uint64_t ns_flags = 0;
   if (req.new_pid) ns_flags |= CLONE_NEWPID;
   if (req.new_mount) ns_flags |= CLONE_NEWNS;
   if (req.new_uts) ns_flags |= CLONE_NEWUTS;
   if (req.new_ipc) ns_flags |= CLONE_NEWIPC;
   if (req.new_net) ns_flags |= CLONE_NEWNET;
-
-  int errp[2];
-  if (::pipe2(errp, O_CLOEXEC) < 0) return sys_error("pipe");
-  Fd err_r(errp[0]), err_w(errp[1]);
-
-  Spawned out;
-  int pidfd = -1;
   pid_t pid = -1;
-  SpawnRequest::Mode mode = req.mode;
-  if (mode == SpawnRequest::Mode::kVfork && !kHaveClone3OnStack) mode = SpawnRequest::Mode::kClone3;
-  out.used = mode;
   if (mode == SpawnRequest::Mode::kVfork || mode == SpawnRequest::Mode::kClone3) {
     Fd cg(::open(req.cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!cg.valid()) return sys_error("open cgroup " + req.cgroup_dir);
     struct clone_args ca;
     std::memset(&ca, 0, sizeof ca);
     ca.flags = CLONE_INTO_CGROUP | CLONE_PIDFD | ns_flags;
-    ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+    ca.pidfd = reinterpret_cast<uint64_t>(pidfd);
     ca.exit_signal = SIGCHLD;
     ca.cgroup = static_cast<uint64_t>(cg.get());
     if (mode == SpawnRequest::Mode::kVfork) {
@@ -476,7 +472,7 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
       void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
       if (stack == MAP_FAILED) return sys_error("mmap the child's stack");
-      VforkArgs va{&req, argv.data(), err_w.get()};
+      VforkArgs va{&req, argv, err_w};
       ca.flags |= CLONE_VM | CLONE_VFORK;
       ca.stack = reinterpret_cast<uint64_t>(stack);
       ca.stack_size = kStack;
@@ -486,26 +482,71 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
       errno = saved;
     } else {
       pid = static_cast<pid_t>(::syscall(SYS_clone3, &ca, sizeof ca));
-      if (pid == 0) child_exec(req, argv.data(), err_w.get(), -1);
+      if (pid == 0) child_exec(req, argv, err_w, -1);
     }
     if (pid < 0) return sys_error("clone3 into " + req.cgroup_dir);
-  } else {
-    Fd procs(::open((req.cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-    if (!procs.valid()) return sys_error("open " + req.cgroup_dir + "/cgroup.procs");
-    // clone(2) without a stack argument behaves like fork with namespace flags.
-    pid =
-        static_cast<pid_t>(::syscall(SYS_clone, ns_flags | SIGCHLD, nullptr, nullptr, nullptr, 0));
-    if (pid == 0) child_exec(req, argv.data(), err_w.get(), procs.get());
-    if (pid < 0) return sys_error("clone");
-    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (pidfd < 0) {
-      Error e = sys_error("pidfd_open");
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      return e;
-    }
+    return pid;
   }
-  out.pid = pid;
+  Fd procs(::open((req.cgroup_dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+  if (!procs.valid()) return sys_error("open " + req.cgroup_dir + "/cgroup.procs");
+  // clone(2) without a stack argument behaves like fork with namespace flags.
+  pid = static_cast<pid_t>(::syscall(SYS_clone, ns_flags | SIGCHLD, nullptr, nullptr, nullptr, 0));
+  if (pid == 0) child_exec(req, argv, err_w, procs.get());
+  if (pid < 0) return sys_error("clone");
+  *pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (*pidfd < 0) {
+    Error e = sys_error("pidfd_open");
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return e;
+  }
+  return pid;
+}
+
+// What clone3 answers where it cannot be used at all: absent (ENOSYS), clone_args
+// larger than the kernel knows (E2BIG: no CLONE_INTO_CGROUP), a flag it does not know
+// (EINVAL), or a seccomp policy that refuses it (EPERM, ENOSYS).
+bool clone3_missing(int errnum) {
+  return errnum == ENOSYS || errnum == E2BIG || errnum == EINVAL || errnum == EPERM;
+}
+
+// Set once clone3 failed and a fork-style start worked: later starts go straight there.
+std::atomic<bool> g_clone3_unusable{false};
+
+}  // namespace
+
+Result<Spawned> spawn_init(const SpawnRequest& req) {
+  std::vector<char*> argv;
+  for (const auto& s : req.init_argv) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+
+  int errp[2];
+  if (::pipe2(errp, O_CLOEXEC) < 0) return sys_error("pipe");
+  Fd err_r(errp[0]), err_w(errp[1]);
+
+  Spawned out;
+  int pidfd = -1;
+  SpawnRequest::Mode mode = req.mode;
+  if (mode == SpawnRequest::Mode::kVfork && !kHaveClone3OnStack) mode = SpawnRequest::Mode::kClone3;
+  if (mode != SpawnRequest::Mode::kFork && g_clone3_unusable.load(std::memory_order_relaxed))
+    mode = SpawnRequest::Mode::kFork;
+  Result<pid_t> pid = clone_init(req, mode, argv.data(), err_w.get(), &pidfd);
+  if (!pid && mode != SpawnRequest::Mode::kFork && clone3_missing(pid.error().errnum)) {
+    // A kernel without clone3 (before 5.3) or without CLONE_INTO_CGROUP (before 5.7), or
+    // a seccomp policy around the agent that refuses clone3 (container runtimes' default
+    // profiles did): start it the old way, and from now on only that way once it worked.
+    Error first = pid.error();
+    mode = SpawnRequest::Mode::kFork;
+    pid = clone_init(req, mode, argv.data(), err_w.get(), &pidfd);
+    if (!pid) {
+      Error again = pid.error();
+      return std::move(again).wrap(first.str() + "; then the fork-style start");
+    }
+    g_clone3_unusable.store(true, std::memory_order_relaxed);
+  }
+  if (!pid) return pid.error();
+  out.used = mode;
+  out.pid = *pid;
   out.pidfd = Fd(pidfd);
   err_w.reset();
   int child_err = 0;
@@ -514,7 +555,7 @@ Result<Spawned> spawn_init(const SpawnRequest& req) {
     n = ::read(err_r.get(), &child_err, sizeof child_err);
   } while (n < 0 && errno == EINTR);
   if (n == sizeof child_err) {
-    ::waitpid(pid, nullptr, 0);
+    ::waitpid(*pid, nullptr, 0);
     return errno_error(child_err, "start " + req.init_path);
   }
   return out;

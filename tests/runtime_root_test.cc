@@ -1,17 +1,23 @@
 // spawn_init() on the real cgroup2 tree, through its three paths: the posix_spawn-like
-// clone (CLONE_VM | CLONE_VFORK) and a fork-style clone, where the child joins
-// cgroup.procs before it executes anything, and clone3 with CLONE_INTO_CGROUP; and the
-// network namespaces made ahead of time (NetnsPool).
+// clone3 (CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP), a fork-style clone3 into the
+// cgroup, and a fork-style clone whose child joins cgroup.procs before it executes
+// anything (the fallback where clone3 is refused); and the network namespaces made ahead
+// of time (NetnsPool).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -119,6 +125,52 @@ TEST_P(SpawnTest, ChildEntersTheNetworkNamespaceItIsGiven) {
   ASSERT_FALSE(want.empty());
   EXPECT_NE(want, ns_link("/proc/self/ns/net"));
   EXPECT_EQ(read_file(dir_ + "/logs/stdout.00000001.log").value_or(""), want + "\n");
+}
+
+// Where clone3 is refused (a kernel before 5.3, or a seccomp policy around the agent, as
+// container runtimes' default profiles had), a start falls back to the fork-style path,
+// says so in `used`, and later starts go there directly. The refusal is a seccomp filter
+// in a child process of the test, so the test's own process is untouched.
+TEST_P(SpawnTest, FallsBackToAForkStyleStartWhereClone3IsRefused) {
+  auto spec = parse_task_spec(
+      {{"name", "t"}, {"argv", {"sh", "-c", "grep ^0:: /proc/self/cgroup; exit 4"}}});
+  ASSERT_TRUE(spec.ok());
+  SpawnRequest req = request_for(*spec);
+  pid_t p = fork();
+  ASSERT_GE(p, 0);
+  if (p == 0) {
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+      _exit(20);
+    for (int i = 0; i < 2; ++i) {  // the second start goes straight to the fork-style path
+      auto s = spawn_init(req);
+      if (!s.ok()) _exit(21);
+      if (s->used != SpawnRequest::Mode::kFork) _exit(22);
+      int status = 0;
+      if (waitpid(s->pid, &status, 0) != s->pid || !WIFEXITED(status) || WEXITSTATUS(status) != 4)
+        _exit(23);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(p, &status, 0), p);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "20: no seccomp, 21: start failed, 22: not the fork-style "
+                                       "path, 23: the task did not run";
+  std::string rel = cg_.substr(HostPaths().cgroup2_mount()->size());
+  EXPECT_EQ(read_file(dir_ + "/logs/stdout.00000001.log").value_or(""), "0::" + rel + "\n");
+  // This process's own starts still use the path asked for.
+  auto s = spawn_init(request_for(*spec));
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_EQ(s->used, GetParam());
+  ASSERT_EQ(waitpid(s->pid, &status, 0), s->pid);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, SpawnTest,
