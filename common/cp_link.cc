@@ -24,20 +24,6 @@ ControlPlaneLink::ControlPlaneLink(EventLoop& loop, std::string endpoint, std::s
   if (endpoints_.empty()) endpoints_.push_back(endpoint);  // refused by connect()
 }
 
-std::vector<std::string> split_endpoints(const std::string& list) {
-  std::vector<std::string> out;
-  size_t from = 0;
-  while (from <= list.size()) {
-    size_t comma = list.find(',', from);
-    std::string one =
-        trim(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
-    if (!one.empty()) out.push_back(std::move(one));
-    if (comma == std::string::npos) break;
-    from = comma + 1;
-  }
-  return out;
-}
-
 ControlPlaneLink::~ControlPlaneLink() {
   report_timer_.reset();
   retry_timer_.reset();

@@ -97,8 +97,7 @@ class ControlPlaneLink {
   uint64_t generation_ = 0;  // which session a late hello reply belongs to
 };
 
-// "a:7070, b:7070" -> {"a:7070", "b:7070"} (blanks around commas dropped).
-std::vector<std::string> split_endpoints(const std::string& list);
+using rpc::split_endpoints;
 
 // How long one connect (name resolution included) may take before the link retries.
 inline constexpr uint64_t kControlPlaneConnectTimeoutUs = 5'000'000;

@@ -273,6 +273,9 @@ struct Endpoint {
   uint16_t port = 0;
 };
 Result<Endpoint> parse_endpoint(const std::string& s);
+// "a:7070, b:7070" -> {"a:7070", "b:7070"} (blanks around commas dropped): a list of
+// replicas' endpoints.
+std::vector<std::string> split_endpoints(const std::string& list);
 
 // Accepts sessions on Unix and TCP listeners. Owns its sessions and frees each one after
 // it closes.
