@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "cli/tls_module.h"
 #include "cli/util.h"
 #include "common/cli_config.h"
 #include "common/config.h"
@@ -57,11 +58,12 @@ Result<std::unique_ptr<rpc::Client>> connect_one(const Globals& g, const std::st
     die("the control plane at " + endpoint +
         " is TCP: give a certificate, key and CA bundle (--tls-cert, --tls-key, --tls-ca; "
         "WEFT_TLS_CERT, WEFT_TLS_KEY, WEFT_TLS_CA; or weftctl.toml)");
+  auto module = load_tls_module();
+  if (!module.ok()) die(module.error().str());
   tls::Config cfg{g.tls_ca, g.tls_cert, g.tls_key, ""};
-  auto ctx = tls::Context::create(cfg, tls::Role::kClient);
-  if (!ctx.ok()) die(ctx.error().str());
-  rpc::ClientTls t{*ctx, g.tls_server_name};
-  return rpc::Client::connect(endpoint, rpc::kDefaultMaxLine, &t);
+  auto t = (*module)->client_tls(cfg, g.tls_server_name);
+  if (!t.ok()) die(t.error().str());
+  return rpc::Client::connect(endpoint, rpc::kDefaultMaxLine, &*t);
 }
 
 }  // namespace

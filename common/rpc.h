@@ -387,12 +387,28 @@ class ConnectAttempt {
   Source io_, timer_, resolve_io_, defer_;
 };
 
-// TLS for a blocking client: the context (certificate, key, CA) and the name the
-// server's certificate must carry (default: the endpoint's host).
-struct ClientTls {
-  std::shared_ptr<tls::Context> context;
-  std::string server_name;
+// What a blocking Client reads and writes through when it is not the bare socket: TLS
+// (rpc_client_tls.cc). Made by ClientTls::open over a connected socket.
+class ClientStream {
+ public:
+  virtual ~ClientStream() = default;
+  virtual tls::Want handshake(std::string* why) = 0;
+  virtual tls::Want read(char* buf, size_t n, size_t* got, std::string* why) = 0;
+  virtual tls::Want write(const char* buf, size_t n, size_t* put, std::string* why) = 0;
+  virtual tls::Identity peer_identity() = 0;
+  virtual bool resumed() = 0;
 };
+
+// TLS for a blocking client. `open` makes the stream over a connected socket for a
+// server whose certificate must carry `server_name`. A function, not the OpenSSL
+// context itself, so that rpc::Client links no OpenSSL: weftctl loads it only for a
+// tls:// endpoint (cli/tls_module.cc).
+struct ClientTls {
+  std::function<Result<std::unique_ptr<ClientStream>>(int fd, const std::string& server_name)> open;
+  std::string server_name;  // default: the endpoint's host
+};
+// TLS with `context` (its certificate, key and CA): rpc_client_tls.cc, which links OpenSSL.
+ClientTls client_tls(std::shared_ptr<tls::Context> context, std::string server_name = {});
 
 // A blocking client for CLIs and tests: one call at a time. Requests the server sends
 // meanwhile are answered by `dispatcher` (method-not-found when null). An endpoint
@@ -420,8 +436,7 @@ class Client {
   // Bytes available now (0: none yet, wait for the socket); an error when closed.
   Result<size_t> read_some(char* buf, size_t n);
   Fd fd_;
-  SSL* ssl_ = nullptr;
-  std::shared_ptr<tls::Context> tls_;  // kept while ssl_ lives (its callbacks use it)
+  std::unique_ptr<ClientStream> stream_;  // TLS; after fd_, so destroyed before it closes
   bool resumed_ = false;
   LineReader reader_;
   int64_t next_id_ = 1;

@@ -2,8 +2,6 @@
 // the blocking connect and Client), apart from the event-loop sessions and servers in
 // rpc.cc: a program that links only these (weftctl) loads neither libsystemd nor the
 // event loop.
-#include <openssl/ssl.h>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -279,26 +277,20 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& endpoint, siz
   bool want_tls = rest.rfind("tls://", 0) == 0;
   if (want_tls) rest = rest.substr(6);
   TRY_ASSIGN(Endpoint ep, parse_endpoint(rest));
-  if (want_tls && (ep.is_unix || !tls || !tls->context))
+  if (want_tls && (ep.is_unix || !tls || !tls->open))
     return make_error("'" + endpoint +
                       "' needs a TLS certificate, key and CA bundle (a tls:// endpoint is TCP)");
   TRY_ASSIGN(Fd fd, connect_endpoint(ep, timeout_ms));
   std::unique_ptr<Client> c(new Client(std::move(fd), max_line));
-  if (!ep.is_unix && tls && tls->context) {
-    c->tls_ = tls->context;
-    TRY_ASSIGN(c->ssl_, tls->context->new_ssl(
-                            c->fd_.get(), tls->server_name.empty() ? ep.host : tls->server_name));
+  if (!ep.is_unix && tls && tls->open) {
+    TRY_ASSIGN(c->stream_,
+               tls->open(c->fd_.get(), tls->server_name.empty() ? ep.host : tls->server_name));
     TRY_CTX(c->handshake(rest, timeout_ms), "TLS with " + rest);
   }
   return c;
 }
 
-Client::~Client() {
-  if (ssl_) {
-    tls::shutdown(ssl_);
-    tls::free_ssl(ssl_);
-  }
-}
+Client::~Client() = default;
 
 namespace {
 
@@ -317,7 +309,7 @@ Status Client::handshake(const std::string& server, int timeout_ms) {
   uint64_t deadline = now_monotonic_us() + static_cast<uint64_t>(timeout_ms) * 1000;
   for (;;) {
     std::string why;
-    tls::Want w = tls::handshake(ssl_, &why);
+    tls::Want w = stream_->handshake(&why);
     if (w == tls::Want::kDone) break;
     if (w == tls::Want::kClosed)
       return make_error(
@@ -331,13 +323,13 @@ Status Client::handshake(const std::string& server, int timeout_ms) {
   }
   server_peer_.tls = true;
   server_peer_.address = server;
-  server_peer_.identity = tls::peer_identity(ssl_);
-  resumed_ = SSL_session_reused(ssl_) == 1;
+  server_peer_.identity = stream_->peer_identity();
+  resumed_ = stream_->resumed();
   return {};
 }
 
 Result<size_t> Client::read_some(char* buf, size_t n) {
-  if (!ssl_) {
+  if (!stream_) {
     ssize_t r = ::read(fd_.get(), buf, n);
     if (r < 0) {
       if (errno == EINTR || errno == EAGAIN) return size_t{0};
@@ -348,7 +340,7 @@ Result<size_t> Client::read_some(char* buf, size_t n) {
   }
   size_t got = 0;
   std::string why;
-  switch (tls::read(ssl_, buf, n, &got, &why)) {
+  switch (stream_->read(buf, n, &got, &why)) {
     case tls::Want::kDone:
       return got;
     case tls::Want::kRead:
@@ -366,10 +358,10 @@ Status Client::send_line(const std::string& line) {
   size_t off = 0;
   uint64_t deadline = now_monotonic_us() + 30'000'000;
   while (off < line.size()) {
-    if (ssl_) {
+    if (stream_) {
       size_t put = 0;
       std::string why;
-      tls::Want w = tls::write(ssl_, line.data() + off, line.size() - off, &put, &why);
+      tls::Want w = stream_->write(line.data() + off, line.size() - off, &put, &why);
       if (w == tls::Want::kDone) {
         off += put;
         continue;

@@ -1478,7 +1478,7 @@ class ControlPlaneTls : public ControlPlane {
         {pki_ + "/ca.pem", pki_ + "/" + who + ".pem", pki_ + "/" + who + ".key", ""},
         tls::Role::kClient);
     EXPECT_TRUE(ctx.ok()) << ctx.error().str();
-    return {ctx.ok() ? *ctx : nullptr, ""};
+    return rpc::client_tls(ctx.ok() ? *ctx : nullptr);
   }
   std::string tcp() const { return "tls://127.0.0.1:" + std::to_string(port_); }
   // One call over TLS with `who`'s certificate.
