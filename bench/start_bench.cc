@@ -123,7 +123,16 @@ class Bench {
     std::exit(1);
   }
 
-  void start_agent() {
+  // agent.toml's netns_pool (-1: the agent's default): how much the namespaces made
+  // ahead are worth, from the benchmark itself.
+  void start_agent(int netns_pool) {
+    if (netns_pool >= 0) {
+      auto conf = read_file(dir_ + "/agent.toml");
+      if (!conf.ok() || !write_file(dir_ + "/agent.toml",
+                                    *conf + "netns_pool = " + std::to_string(netns_pool) + "\n")
+                             .ok())
+        die("cannot write agent.toml");
+    }
     agent_ = start_agent_process(WEFT_AGENT_BIN, dir_, sock_);
     if (agent_ < 0) die("agent did not start; see " + dir_ + "/agent.log");
   }
@@ -440,12 +449,16 @@ int main(int argc, char** argv) {
   bool ready_only = false;
   app.add_flag("--ready-only", ready_only,
                "only the like-for-like comparison until the task's program runs");
+  int netns_pool = -1;
+  app.add_option("--netns-pool", netns_pool,
+                 "the agent's netns_pool (network namespaces made ahead; default: agent.toml's)")
+      ->check(CLI::Range(0, 64));
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) Bench::die("needs root");
   own_cgroup2_view();
 
   Bench b;
-  b.start_agent();
+  b.start_agent(netns_pool);
   if (ready_only) {
     b.crun_setup();
     b.ready_side_by_side(std::min(seq, 50), conc);
