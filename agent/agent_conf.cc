@@ -26,7 +26,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                     {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
                      "control_plane", "insecure_control_plane", "init_path", "host_root",
                      "log_level", "default_task_user", "allow_root_tasks", "allow_unconfined_tasks",
-                     "metrics_listen", "netns_pool", "images", "volumes"},
+                     "metrics_listen", "netns_pool", "sandbox_pool", "images", "volumes"},
                     kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
@@ -56,6 +56,13 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
     if (*pool < 0 || *pool > 64)
       return field_error(at("netns_pool"), "'netns_pool' must be 0 to 64 (namespaces kept ready)");
     c.netns_pool = static_cast<size_t>(*pool);
+  }
+  TRY_ASSIGN(auto sandboxes, doc.get_int(t, "sandbox_pool"));
+  if (sandboxes) {
+    if (*sandboxes < 0 || *sandboxes > 64)
+      return field_error(at("sandbox_pool"),
+                         "'sandbox_pool' must be 0 to 64 (sandboxes kept ready)");
+    c.sandbox_pool = static_cast<size_t>(*sandboxes);
   }
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);

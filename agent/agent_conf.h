@@ -50,6 +50,9 @@ struct AgentConfig {
   // Network namespaces kept ready for tasks with a private network (agent/netns_pool.h);
   // 0: each start makes its own.
   size_t netns_pool = 4;
+  // Sandboxes kept ready (agent/sandbox_pool.h): weft-init waiting in a cgroup and
+  // namespaces of its own for the next task's start; 0: each start makes its own.
+  size_t sandbox_pool = 2;
 };
 
 // Reads and validates a config file; every error names file:line.

@@ -77,6 +77,16 @@ TEST(AgentConfig, ErrorsNameLine) {
     ASSERT_FALSE(pool.ok()) << bad;
     EXPECT_EQ(pool.error().field, "agent.toml:2") << bad;
   }
+  // Sandboxes kept ready: 2 by default, 0 to 64.
+  EXPECT_EQ(parse_agent_config("", "agent.toml")->sandbox_pool, 2u);
+  EXPECT_EQ(parse_agent_config("sandbox_pool = 0\n", "agent.toml")->sandbox_pool, 0u);
+  EXPECT_EQ(parse_agent_config("sandbox_pool = 64\n", "agent.toml")->sandbox_pool, 64u);
+  for (const char* bad : {"sandbox_pool = 65\n", "sandbox_pool = -1\n", "sandbox_pool = 2.5\n"}) {
+    auto pool = parse_agent_config(std::string("# sandboxes\n") + bad, "agent.toml");
+    ASSERT_FALSE(pool.ok()) << bad;
+    EXPECT_EQ(pool.error().field, "agent.toml:2") << bad;
+    EXPECT_NE(pool.error().str().find("sandbox_pool"), std::string::npos) << pool.error().str();
+  }
 }
 
 class ResolveConfig : public ::testing::Test {

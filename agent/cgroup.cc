@@ -208,10 +208,16 @@ Status CgroupTree::create_task(const std::string& id, const std::vector<CgroupWr
       return std::move(s).error().wrap("set memory.oom.group");
     }
   }
+  Status s = apply_limits(id, writes);
+  if (!s.ok()) (void)fs_.rmdir(dir);
+  return s;
+}
+
+Status CgroupTree::apply_limits(const std::string& id, const std::vector<CgroupWrite>& writes) {
+  std::string dir = task_dir(id);
   for (const auto& w : writes) {
     Status s = fs_.write(dir + "/" + w.file, w.value);
     if (!s.ok()) {
-      (void)fs_.rmdir(dir);
       Error e = std::move(s).error();
       e.field = w.field;
       return e;

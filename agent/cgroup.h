@@ -100,6 +100,9 @@ class CgroupTree {
   const std::set<std::string>& hugepage_sizes() const { return hugepage_sizes_; }
 
   Status create_task(const std::string& id, const std::vector<CgroupWrite>& writes);
+  // Writes a task's limits into its existing cgroup (a sandbox's, agent/sandbox_pool.h).
+  // The error names the spec field of the write that failed.
+  Status apply_limits(const std::string& id, const std::vector<CgroupWrite>& writes);
   // Kills everything in the task cgroup and removes it; waits up to `wait_ms` for the
   // processes to go. Ok if it does not exist.
   Status remove_task(const std::string& id, int wait_ms = 2000);

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <systemd/sd-daemon.h>
+#include <systemd/sd-event.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,13 @@ Manager::Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<
 
 Manager::~Manager() {
   server_.reset();
+  sandbox_refill_.reset();
+  // Sandboxes hold no task: a clean stop leaves none behind (a crash leaves them to the
+  // next agent, which removes their cgroups as unknown ones).
+  while (!sandboxes_.empty()) {
+    discard_sandbox(sandboxes_.front());
+    sandboxes_.pop_front();
+  }
   tasks_.clear();  // drops watches before the loop goes
 }
 
@@ -116,6 +124,8 @@ Status Manager::start() {
   }
   register_metrics();
   metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
+  sandbox_ns_ = ns_bits(TaskSpec{});  // until a task asks for others
+  arm_sandbox_refill(0);
   sd_notify(0, "READY=1");
   update_status();
   return {};
@@ -301,8 +311,9 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
       return e;
     }
   }
+  std::optional<Sandbox> sandbox = take_sandbox(spec);
   auto t = std::make_unique<Task>();
-  t->id = random_hex(8);
+  t->id = sandbox ? sandbox->id : random_hex(8);
   t->name = spec.name;
   t->spec = std::move(spec);
   t->state = TaskState::kStarting;
@@ -320,7 +331,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   // start_incarnation records the task (one write: "starting") before it makes anything.
   tasks_[raw->id] = std::move(t);
   raw->start_phases = {{"validate", now_monotonic_us() - began_us}};
-  Status s = start_incarnation(*raw);
+  Status s = start_incarnation(*raw, sandbox ? &*sandbox : nullptr);
   if (!s.ok()) {
     // Nothing half-made survives a failed start: no cgroup, no state, no row.
     (void)cgroups_->remove_task(raw->id);
@@ -334,8 +345,16 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   return raw;
 }
 
-Status Manager::start_incarnation(Task& t) {
+Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   uint64_t began_us = now_us();
+  // Whatever happens below, a sandbox given here is used or ended.
+  struct EndUnused {
+    Manager* m;
+    Sandbox* s;
+    ~EndUnused() {
+      if (s && s->pidfd.valid()) m->discard_sandbox(*s);
+    }
+  } end_unused{this, sandbox};
   if (t.incarnation > 0) t.start_phases.clear();  // a restart: this start's phases only
   uint64_t phase_us = now_monotonic_us();
   auto phase = [&](const char* name) {
@@ -420,7 +439,16 @@ Status Manager::start_incarnation(Task& t) {
   // weft-init makes logs/ in it.
   TRY(mkdir_p(dir, 0750));
   ::unlink((dir + "/exit").c_str());
-  TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
+  if (sandbox) {
+    // The sandbox's cgroup is the task's: only its limits are left to write.
+    Status applied = cgroups_->apply_limits(t.id, plan.apply);
+    if (!applied.ok()) {
+      discard_sandbox(*sandbox);
+      return std::move(applied).error().wrap("set the task's limits");
+    }
+  } else {
+    TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
+  }
   crash_point("start.cgroup");
   phase("cgroup");
   Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -438,6 +466,24 @@ Status Manager::start_incarnation(Task& t) {
   req.new_uts = t.spec.ns.uts;
   req.new_ipc = t.spec.ns.ipc;
   req.new_net = t.spec.ns.network == NetworkMode::kPrivate;
+  if (sandbox) {
+    // weft-init is there already, in the task's namespaces: it is handed the task.
+    std::vector<std::string> argv =
+        build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
+                        /*lo_up=*/true);  // the sandbox brought its loopback up while it waited
+    Status handed = hand_off(*sandbox, argv, dirfd.get(), files.valid() ? files.get() : -1);
+    if (handed.ok()) {
+      ++handoffs_;
+      crash_point("start.spawned");
+      phase("handoff");
+      return started(t, sandbox->pid, std::move(sandbox->pidfd), began_us, phase_us);
+    }
+    // Gone (killed, or the message did not fit): the usual start, with the same id.
+    log_warn("a sandbox made ahead could not take the task; starting it the usual way",
+             {{"TASK_ID", t.id}, {"ERROR", handed.error().str()}});
+    discard_sandbox(*sandbox);
+    TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
+  }
   Fd netns;
   if (req.new_net) {
     netns = netns_pool_->take();
@@ -469,8 +515,12 @@ Status Manager::start_incarnation(Task& t) {
         "write, about 15 ms slower each",
         {});
   }
-  t.pid = spawned->pid;
-  t.pidfd = std::move(spawned->pidfd);
+  return started(t, spawned->pid, std::move(spawned->pidfd), began_us, phase_us);
+}
+
+Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_t phase_us) {
+  t.pid = pid;
+  t.pidfd = std::move(pidfd);
   t.is_child = true;
   t.kill_sent = false;
   t.state = TaskState::kRunning;
@@ -480,7 +530,7 @@ Status Manager::start_incarnation(Task& t) {
   t.core_dumped = t.oom_killed = false;
   if (!t.stop_requested) t.reason.clear();
   Status saved = save(t);
-  phase("record_running");
+  t.start_phases.emplace_back("record_running", now_monotonic_us() - phase_us);
   watch_init(t);
   start_readiness(t);
   if (!saved.ok())
@@ -493,6 +543,83 @@ Status Manager::start_incarnation(Task& t) {
   ++starts_;
   update_status();
   return {};
+}
+
+// ---------------------------------------------------------------- sandboxes
+
+namespace {
+// How long after a sandbox was taken the pool starts making more.
+constexpr uint64_t kSandboxQuietUs = 5'000;
+}  // namespace
+
+std::optional<Sandbox> Manager::take_sandbox(const TaskSpec& spec) {
+  // Image and package tasks wait for their layers first: they start the usual way.
+  if (cfg_.sandbox_pool == 0 || !spec.image.empty() || spec.package) return std::nullopt;
+  unsigned ns = ns_bits(spec);
+  sandbox_ns_ = ns;  // the next ones are made for what was asked last
+  std::optional<Sandbox> out;
+  for (auto it = sandboxes_.begin(); it != sandboxes_.end(); ++it) {
+    if (it->ns != ns) continue;
+    out = std::move(*it);
+    sandboxes_.erase(it);
+    break;
+  }
+  // Not at once: the task just handed over is still setting up (its mounts and the
+  // clone of a new sandbox take the same kernel locks), and more starts may follow.
+  sandbox_refill_.reset();
+  arm_sandbox_refill(kSandboxQuietUs);
+  return out;
+}
+
+void Manager::arm_sandbox_refill(uint64_t after_us) {
+  if (cfg_.sandbox_pool == 0 || !sandbox_failure_.empty() || sandbox_refill_.active()) return;
+  size_t ready = 0;
+  for (const auto& sb : sandboxes_) ready += sb.ns == sandbox_ns_;
+  if (ready >= cfg_.sandbox_pool) return;
+  auto src = loop_->add_timer_in(after_us, [this] {
+    sandbox_refill_.reset();
+    refill_sandbox();
+    arm_sandbox_refill(0);
+  });
+  if (!src.ok()) return;
+  // Only when nothing else is pending: a start never waits behind the pool's upkeep.
+  (void)src->set_priority(SD_EVENT_PRIORITY_IDLE);
+  sandbox_refill_ = std::move(src).value();
+}
+
+void Manager::refill_sandbox() {
+  if (sandboxes_.size() >= cfg_.sandbox_pool) {
+    // Full of sandboxes for namespaces no longer asked for: the oldest of them goes.
+    auto it = std::find_if(sandboxes_.begin(), sandboxes_.end(),
+                           [&](const Sandbox& sb) { return sb.ns != sandbox_ns_; });
+    if (it == sandboxes_.end()) return;
+    discard_sandbox(*it);
+    sandboxes_.erase(it);
+  }
+  std::string id;
+  do {
+    id = random_hex(8);
+  } while (tasks_.count(id) || std::any_of(sandboxes_.begin(), sandboxes_.end(),
+                                           [&](const Sandbox& sb) { return sb.id == id; }));
+  Status made = cgroups_->create_task(id, {});
+  Result<Sandbox> sb = made.ok()
+                           ? start_sandbox(cfg_.init_path, id, cgroups_->task_dir(id), sandbox_ns_)
+                           : Result<Sandbox>(std::move(made).error());
+  if (!sb.ok()) {
+    (void)cgroups_->remove_task(id);
+    sandbox_failure_ = sb.error().str();
+    log_warn("sandboxes are not made ahead (sandbox_pool stopped); each start makes its own",
+             {{"ERROR", sandbox_failure_}});
+    return;
+  }
+  sandboxes_.push_back(std::move(sb).value());
+}
+
+void Manager::discard_sandbox(Sandbox& s) {
+  end_sandbox(s);
+  if (auto st = cgroups_->remove_task(s.id); !st.ok())
+    log_error("could not remove a sandbox's cgroup",
+              {{"CGROUP", cgroups_->task_dir(s.id)}, {"ERROR", st.error().str()}});
 }
 
 // ---------------------------------------------------------------- readiness
@@ -830,6 +957,12 @@ void Manager::register_metrics() {
     w.sample("weft_agent_task_restarts_total", static_cast<double>(restarts_));
     w.family("weft_agent_oom_kills_total", "counter", "Task incarnations ended by the OOM killer.");
     w.sample("weft_agent_oom_kills_total", static_cast<double>(oom_kills_));
+    w.family("weft_agent_sandboxes_ready", "gauge",
+             "Sandboxes made ahead and waiting for a task (agent.toml's sandbox_pool).");
+    w.sample("weft_agent_sandboxes_ready", static_cast<double>(sandboxes_.size()));
+    w.family("weft_agent_sandbox_handoffs_total", "counter",
+             "Task starts that took a sandbox made ahead (of weft_agent_task_starts_total).");
+    w.sample("weft_agent_sandbox_handoffs_total", static_cast<double>(handoffs_));
     w.family("weft_agent_control_plane_connected", "gauge",
              "1 while the session to the control plane is up and registered.");
     w.sample("weft_agent_control_plane_connected", cp_ && cp_->session() ? 1 : 0);

@@ -11,6 +11,7 @@
 // exit record weft-init leaves, which is what recover() does after a crash.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "agent/lifecycle.h"
 #include "agent/netns_pool.h"
 #include "agent/readiness.h"
+#include "agent/sandbox_pool.h"
 #include "agent/task_store.h"
 #include "common/cp_link.h"
 #include "common/event.h"
@@ -104,7 +106,17 @@ class Manager {
 
   // Lifecycle.
   Result<Task*> create_task(TaskSpec spec);
-  Status start_incarnation(Task& t);
+  // With `sandbox` (the task's first start, the sandbox whose id it has), the task is
+  // handed to that weft-init instead of a new one; it is used up either way.
+  Status start_incarnation(Task& t, Sandbox* sandbox = nullptr);
+  // Sandboxes made ahead (agent/sandbox_pool.h): one for `spec` when one is ready, and
+  // the pool's upkeep, which runs only when the loop has nothing else to do.
+  std::optional<Sandbox> take_sandbox(const TaskSpec& spec);
+  // The end of a start: weft-init (`pid`) runs in the task's cgroup; recorded running.
+  Status started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_t phase_us);
+  void arm_sandbox_refill(uint64_t after_us);
+  void refill_sandbox();
+  void discard_sandbox(Sandbox& s);
   // Image and package tasks: fetching until the image and the package are local (one
   // after the other), then started (or failed with the reason); holds their layers
   // while the task may run. have_local() takes hold of what is here already and says
@@ -156,6 +168,12 @@ class Manager {
   std::unique_ptr<NetnsPool> netns_pool_;
   bool netns_pool_failure_logged_ = false;
   bool warned_fork_start_ = false;  // clone3 was unusable: logged once
+  // Ready sandboxes, oldest first; the namespaces new ones get (the last a task asked
+  // for); the pending upkeep; why the pool stopped (making one failed), or empty.
+  std::deque<Sandbox> sandboxes_;
+  unsigned sandbox_ns_ = 0;
+  Source sandbox_refill_;
+  std::string sandbox_failure_;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<image::Service> images_;
   rpc::Dispatcher methods_;
@@ -185,6 +203,7 @@ class Manager {
   std::unique_ptr<metrics::HttpServer> metrics_http_;
   metrics::Histogram start_seconds_;
   uint64_t starts_ = 0, restarts_ = 0, oom_kills_ = 0;
+  uint64_t handoffs_ = 0;  // starts that took a sandbox
   rpc::Dispatcher cp_methods_;
   Source cp_soon_;
   std::map<std::string, std::unique_ptr<Task>> tasks_;

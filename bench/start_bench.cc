@@ -123,14 +123,16 @@ class Bench {
     std::exit(1);
   }
 
-  // agent.toml's netns_pool (-1: the agent's default): how much the namespaces made
-  // ahead are worth, from the benchmark itself.
-  void start_agent(int netns_pool) {
-    if (netns_pool >= 0) {
+  // agent.toml's netns_pool and sandbox_pool (-1: the agent's default): how much the
+  // namespaces and sandboxes made ahead are worth, from the benchmark itself.
+  void start_agent(int netns_pool, int sandbox_pool) {
+    for (auto [key, value] :
+         {std::pair{"netns_pool", netns_pool}, {"sandbox_pool", sandbox_pool}}) {
+      if (value < 0) continue;
       auto conf = read_file(dir_ + "/agent.toml");
-      if (!conf.ok() || !write_file(dir_ + "/agent.toml",
-                                    *conf + "netns_pool = " + std::to_string(netns_pool) + "\n")
-                             .ok())
+      if (!conf.ok() ||
+          !write_file(dir_ + "/agent.toml", *conf + key + " = " + std::to_string(value) + "\n")
+               .ok())
         die("cannot write agent.toml");
     }
     agent_ = start_agent_process(WEFT_AGENT_BIN, dir_, sock_);
@@ -240,6 +242,16 @@ class Bench {
   }
 
   // ---- until the task's own program runs ----
+
+  // CPU time the whole machine has spent, in microseconds (the root cgroup's cpu.stat:
+  // /sys/fs/cgroup is the cgroup2 tree in the benchmark's mount namespace).
+  static uint64_t machine_cpu_us() {
+    auto text = read_file("/sys/fs/cgroup/cpu.stat");
+    if (!text.ok()) return 0;
+    unsigned long long us = 0;
+    if (std::sscanf(text->c_str(), "usage_usec %llu", &us) != 1) return 0;
+    return us;
+  }
 
   // Runs `launch` (which returns false on failure) and returns the ms until the task's
   // program wrote to `fifo` (inside the rootfs), or -1.
@@ -351,8 +363,10 @@ class Bench {
       own_cli.push_back(timed_exec({WEFTCTL_BIN, "--version"}, true, true));
       own_crun.push_back(timed_exec({"crun", "--version"}, true, true));
     }
+    double cpu_per_start[3] = {0, 0, 0};
     for (Side side : {kCli, kApi, kCrun}) {
       std::vector<double> out(static_cast<size_t>(conc));
+      uint64_t cpu0 = machine_cpu_us(), burst0 = now_monotonic_us();
       std::vector<std::string> crun_ids;
       std::vector<std::thread> th;
       std::barrier sync(conc);
@@ -379,6 +393,11 @@ class Bench {
         });
       }
       for (auto& t : th) t.join();
+      cpu_per_start[side] = static_cast<double>(machine_cpu_us() - cpu0) / 1000.0 / conc;
+      if (marks_)  // for `perf record -k CLOCK_MONOTONIC` and `perf report --time A,B`
+        std::fprintf(stderr, "burst %s: %.6f,%.6f\n", names[side],
+                     static_cast<double>(burst0) / 1e6,
+                     static_cast<double>(now_monotonic_us()) / 1e6);
       for (double t : out)
         if (t < 0) die(std::string(names[side]) + ": a task's program did not run");
       many[side] = out;
@@ -407,6 +426,12 @@ class Bench {
                 stats_of(own_cli).p50);
     std::printf("  %-58s %7.3f ms\n", "crun's own start and exit (crun --version)",
                 stats_of(own_crun).p50);
+    std::printf(
+        "\nthe machine's CPU time during the %d-at-once run, per start (every process: the "
+        "CLI, the agent, weft-init or crun, the benchmark's own fork and wait):\n",
+        conc);
+    for (Side side : {kCli, kApi, kCrun})
+      std::printf("  %-58s %7.3f ms\n", names[side], cpu_per_start[side]);
     std::printf("\n");
     for (Side side : {kCli, kApi}) {
       std::printf("  %s / crun, 1 at a time:  p50 %.2fx  p90 %.2fx  p99 %.2fx\n", names[side],
@@ -427,6 +452,7 @@ class Bench {
   }
 
   pid_t agent() const { return agent_; }
+  bool marks_ = false;
   std::string sock_, dir_, cg_root_;
   json crun_config_;
 
@@ -453,15 +479,24 @@ int main(int argc, char** argv) {
   app.add_option("--netns-pool", netns_pool,
                  "the agent's netns_pool (network namespaces made ahead; default: agent.toml's)")
       ->check(CLI::Range(0, 64));
+  int sandbox_pool = -1;
+  app.add_option("--sandbox-pool", sandbox_pool,
+                 "the agent's sandbox_pool (sandboxes made ahead; default: agent.toml's)")
+      ->check(CLI::Range(0, 64));
+  bool marks = false;
+  app.add_flag("--marks", marks,
+               "print each at-once run's window (CLOCK_MONOTONIC seconds) on stderr, to slice "
+               "a `perf record -a -k CLOCK_MONOTONIC` profile by side");
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) Bench::die("needs root");
   own_cgroup2_view();
 
   Bench b;
-  b.start_agent(netns_pool);
+  b.marks_ = marks;
+  b.start_agent(netns_pool, sandbox_pool);
   if (ready_only) {
     b.crun_setup();
-    b.ready_side_by_side(std::min(seq, 50), conc);
+    b.ready_side_by_side(seq, conc);
     return 0;
   }
   std::printf("weft start_bench: %d sequential, %d concurrent x %d rounds, %d resident\n", seq,
@@ -482,7 +517,7 @@ int main(int argc, char** argv) {
 
   if (!no_crun) {
     b.crun_setup();
-    b.ready_side_by_side(std::min(seq, 50), conc);
+    b.ready_side_by_side(seq, conc);
   }
 
   // Footprint with many resident tasks.

@@ -12,7 +12,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DWEFT_FUZZ=ON >/dev/null
 cmake --build build-fuzz --target fuzz_all
 harnesses=("$@")
-if [ "${#harnesses[@]}" -eq 0 ]; then harnesses=(fuzz_rpc fuzz_spec fuzz_job fuzz_profile fuzz_config fuzz_cp_dispatch fuzz_task_control fuzz_etcd_rows fuzz_oci fuzz_image_cache); fi
+if [ "${#harnesses[@]}" -eq 0 ]; then harnesses=(fuzz_rpc fuzz_spec fuzz_job fuzz_profile fuzz_config fuzz_cp_dispatch fuzz_task_control fuzz_etcd_rows fuzz_oci fuzz_image_cache fuzz_handoff); fi
 mkdir -p build-fuzz/artifacts
 for h in "${harnesses[@]}"; do
   seeds="fuzz/corpus/${h#fuzz_}"

@@ -207,11 +207,25 @@ std::vector<std::string> AgentHarness::task_cgroups() const {
   std::vector<std::string> out;
   auto entries = list_dir(cgroup_root_ + "/tasks");
   if (!entries.ok()) return out;
+  // Listed first: a sandbox made in between is then in the ids, not in the list.
+  std::vector<std::string> sandboxes = sandbox_ids();
   for (const auto& e : *entries) {
     struct stat st;
-    if (::stat((cgroup_root_ + "/tasks/" + e).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    if (::stat((cgroup_root_ + "/tasks/" + e).c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+        std::find(sandboxes.begin(), sandboxes.end(), e) == sandboxes.end())
       out.push_back(e);
   }
+  return out;
+}
+
+std::vector<std::string> AgentHarness::sandbox_ids() const {
+  std::vector<std::string> out;
+  if (pid_ < 0) return out;
+  auto c = rpc::Client::connect(socket_);
+  if (!c.ok()) return out;
+  auto info = (*c)->call("agent.info", json::object(), 5000);
+  if (!info.ok() || !info->contains("sandboxes")) return out;
+  for (const auto& id : (*info)["sandboxes"]["ids"]) out.push_back(id.get<std::string>());
   return out;
 }
 

@@ -53,7 +53,11 @@ class AgentHarness {
   const std::string& socket() const { return socket_; }
   const std::string& cgroup_root() const { return cgroup_root_; }
   std::string task_cgroup(const std::string& id) const { return cgroup_root_ + "/tasks/" + id; }
+  // The task cgroups under the agent's tree, but the sandboxes' (made ahead for the
+  // next tasks, agent/sandbox_pool.h) while the agent runs.
   std::vector<std::string> task_cgroups() const;
+  // The ids of the agent's ready sandboxes (agent.info), empty when it is not running.
+  std::vector<std::string> sandbox_ids() const;
 
  private:
   std::string dir_, socket_, cgroup_root_, config_;

@@ -30,6 +30,10 @@ namespace {
 // The agent enables the controllers it uses in the cgroups above its root (as systemd
 // does with Delegate=yes). On this shared machine the tests put the cgroup2 root's
 // subtree_control back the way they found it.
+void sleep_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 class RestoreRootSubtreeControl : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -476,9 +480,11 @@ TEST_F(AgentRoot, UnknownCgroupsAreKilledAndRemoved) {
 }
 
 // SIGKILL the agent at each step of a task's life; after a restart there must be
-// exactly one record, no orphan process or cgroup, and no lost exit. With a private
-// network the task's namespace comes from the agent's pool (made ahead by a thread):
-// one the agent held when it died is gone with it.
+// exactly one record, no orphan process or cgroup, and no lost exit. With the host's
+// network the task takes one of the sandboxes made ahead (the pool's first namespace
+// set), so each step is crossed on the hand-off path; with a private network (a set not
+// asked for yet) on the usual path, its namespace from the agent's netns pool. What
+// the dead agent held (sandboxes, namespaces) is gone after the restart.
 class CrashAt : public AgentRoot,
                 public ::testing::WithParamInterface<std::tuple<const char*, bool>> {};
 
@@ -489,6 +495,10 @@ TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
   agent_->start(point);
   json spec = {{"name", "crashy"}, {"argv", {"sleep", "100"}}};
   if (private_net) spec["namespaces"] = {{"network", "private"}};
+  std::vector<std::string> sandboxes;
+  for (int i = 0; i < 500 && sandboxes.size() < 2; ++i, sleep_ms(10))
+    sandboxes = agent_->sandbox_ids();
+  ASSERT_EQ(sandboxes.size(), 2u) << "the agent made no sandboxes ahead";
   auto r = agent_->try_call("task.run", spec);
   EXPECT_FALSE(r.ok()) << "the agent should have died at " << point;
   ASSERT_TRUE(agent_->wait_dead()) << "agent did not crash at " << point;
@@ -497,6 +507,13 @@ TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
   ASSERT_EQ(ls["tasks"].size(), 1u) << ls.dump();
   json t = ls["tasks"][0];
   std::string id = t["id"];
+  // Which path the start took: a sandbox's id, or one of its own.
+  EXPECT_EQ(std::count(sandboxes.begin(), sandboxes.end(), id), private_net ? 0 : 1) << id;
+  for (const auto& sb : sandboxes) {  // the dead agent's sandboxes are gone
+    if (sb != id) {
+      EXPECT_FALSE(path_exists(agent_->task_cgroup(sb))) << sb;
+    }
+  }
   if (point == "start.spawned") {
     EXPECT_EQ(t["state"], "running") << t.dump();  // the started process was adopted
     EXPECT_EQ(agent_->task_cgroups(), std::vector<std::string>{id});
@@ -675,6 +692,155 @@ TEST_F(AgentRoot, ExecReadinessRunsInsideTheTask) {
   agent_->wait_state(hang, "stopped");
   // No sleep 60 left anywhere.
   EXPECT_NE(system("pgrep -x -f '/bin/sleep 60' >/dev/null"), 0);
+}
+
+// ---- sandboxes made ahead (agent/sandbox_pool.h)
+
+class SandboxRoot : public AgentRoot {
+ protected:
+  // Waits until the agent has `n` sandboxes ready, none of them in `not_these`.
+  std::vector<std::string> ready_sandboxes(size_t n,
+                                           const std::vector<std::string>& not_these = {}) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < 500; ++i, sleep_ms(10)) {
+      ids = agent_->sandbox_ids();
+      bool fresh = std::none_of(ids.begin(), ids.end(), [&](const std::string& id) {
+        return std::count(not_these.begin(), not_these.end(), id) > 0;
+      });
+      if (ids.size() == n && fresh) return ids;
+    }
+    ADD_FAILURE() << "the agent did not make " << n << " new sandboxes";
+    return ids;
+  }
+  static bool handed_off(const json& run_reply) {
+    return run_reply.contains("start_phases_us") &&
+           run_reply["start_phases_us"].contains("handoff");
+  }
+};
+
+TEST_F(SandboxRoot, ATaskTakesASandboxAndRunsAsItsSpecSays) {
+  std::vector<std::string> before = ready_sandboxes(2);
+  for (const auto& id : before) {  // waiting in a cgroup of the task tree, nothing else
+    auto procs = read_file(agent_->task_cgroup(id) + "/cgroup.procs");
+    ASSERT_TRUE(procs.ok());
+    EXPECT_EQ(split(trim(*procs), '\n').size(), 1u) << *procs;
+  }
+  if (!path_exists("/bin/busybox"))
+    GTEST_SKIP() << "busybox-static is not installed (scripts/setup.sh installs it)";
+  std::string rootfs = agent_->dir() + "/rootfs";  // files need a root of the task's own
+  ASSERT_TRUE(mkdir_p(rootfs + "/bin").ok());
+  ASSERT_EQ(system(("cp /bin/busybox " + rootfs + "/bin/busybox").c_str()), 0);
+  ASSERT_EQ(symlink("busybox", (rootfs + "/bin/sh").c_str()), 0);
+  // A limit of a controller this machine has (on a hybrid layout, hugetlb only).
+  json info = agent_->call("agent.info", json::object());
+  auto has = [&](const char* key, const char* v) {
+    for (const auto& c : info[key])
+      if (c == v) return true;
+    return false;
+  };
+  json resources;
+  std::string limit_file, limit_value;
+  if (has("controllers", "memory")) {
+    resources = {{"memory_max", "64M"}};
+    limit_file = "memory.max", limit_value = "67108864";
+  } else if (has("controllers", "hugetlb") && has("hugepage_sizes", "2MB")) {
+    resources = {{"hugetlb", {{"2M", "8M"}}}};
+    limit_file = "hugetlb.2MB.max", limit_value = "8388608";
+  } else {
+    GTEST_SKIP() << "neither the memory nor the hugetlb controller (2MB) is delegated here";
+  }
+  json r = agent_->call(
+      "task.run",
+      {{"name", "warm"},
+       {"rootfs", rootfs},
+       {"hostname", "warm-box"},
+       {"user", "nobody"},
+       {"env", {{"GREETING", "hello"}}},
+       {"resources", resources},
+       {"files", {{{"path", "/tmp/weft-sandbox-test-file"}, {"content", "file body"}}}},
+       {"argv",
+        {"/bin/sh", "-c",
+         "echo pid=$$; hostname; echo $GREETING; id -u; cat /tmp/weft-sandbox-test-file; "
+         "echo; ls /proc/self/fd | wc -l; exit 3"}}});
+  ASSERT_TRUE(handed_off(r)) << r.dump();
+  std::string id = r["id"];
+  EXPECT_EQ(std::count(before.begin(), before.end(), id), 1) << id << " is not a sandbox's id";
+  // The task's limits were written into the sandbox's cgroup before it was handed over.
+  EXPECT_EQ(trim(read_file(agent_->task_cgroup(id) + "/" + limit_file).value_or("")), limit_value);
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["exit_code"], 3) << logs(id, "stderr");
+  std::string out = logs(id);
+  EXPECT_NE(out.find("pid=2\n"), std::string::npos) << out;                   // weft-init is pid 1
+  EXPECT_NE(out.find("warm-box\nhello\n65534\n"), std::string::npos) << out;  // nobody
+  EXPECT_NE(out.find("file body\n"), std::string::npos) << out;
+  // stdin, stdout, stderr and ls's own directory: no descriptor of the hand-off leaks.
+  EXPECT_NE(out.find("\n4\n"), std::string::npos) << out;
+  EXPECT_FALSE(path_exists(agent_->task_cgroup(id)));  // removed at exit, as any task's
+  // The pool is made up again, with new ids.
+  std::vector<std::string> after = ready_sandboxes(2, {id});
+  EXPECT_EQ(std::count(after.begin(), after.end(), id), 0);
+}
+
+TEST_F(SandboxRoot, ThePoolFollowsTheNamespacesAskedFor) {
+  std::vector<std::string> host_net = ready_sandboxes(2);
+  json spec = {{"namespaces", {{"network", "private"}}},
+               {"argv", {"sh", "-c", "grep -c 127.0.0.1 /proc/net/fib_trie; cat /proc/net/dev"}}};
+  spec["name"] = "first-private";
+  json first = agent_->call("task.run", spec);
+  EXPECT_FALSE(handed_off(first)) << "no sandbox had a network namespace of its own";
+  // The pool replaces the host-network sandboxes with private-network ones.
+  ready_sandboxes(2, host_net);
+  spec["name"] = "second-private";
+  json second = agent_->call("task.run", spec);
+  ASSERT_TRUE(handed_off(second)) << second.dump();
+  for (const json* r : {&first, &second}) {
+    std::string id = (*r)["id"];
+    json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+    EXPECT_EQ(t["exit_code"], 0) << logs(id, "stderr");
+    std::string out = logs(id);
+    EXPECT_NE(out.find("lo:"), std::string::npos) << out;
+    EXPECT_EQ(out.find("eth"), std::string::npos) << out;  // nothing of the host's
+    EXPECT_NE(out.rfind("0\n", 0), 0u) << "loopback is not up: " << out;
+  }
+}
+
+TEST_F(SandboxRoot, ADeadSandboxFallsBackToTheUsualStart) {
+  std::vector<std::string> ids = ready_sandboxes(2);
+  for (const auto& id : ids)
+    ASSERT_TRUE(write_file(agent_->task_cgroup(id) + "/cgroup.kill", "1").ok());
+  sleep_ms(50);
+  for (int i = 0; i < 2; ++i) {
+    json r = agent_->call("task.run",
+                          {{"name", "fallback-" + std::to_string(i)}, {"argv", {"echo", "ran"}}});
+    EXPECT_FALSE(handed_off(r)) << r.dump();
+    std::string id = r["id"];
+    json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+    EXPECT_EQ(t["exit_code"], 0) << logs(id, "stderr");
+    EXPECT_EQ(logs(id), "ran\n");
+  }
+  ready_sandboxes(2, ids);  // and new ones are made
+}
+
+TEST_F(SandboxRoot, ACleanStopLeavesNoSandboxBehind) {
+  std::vector<std::string> ids = ready_sandboxes(2);
+  std::vector<int> pids;
+  for (const auto& id : ids)
+    pids.push_back(std::stoi(trim(read_file(agent_->task_cgroup(id) + "/cgroup.procs").value())));
+  agent_->terminate();
+  for (const auto& id : ids) EXPECT_FALSE(path_exists(agent_->task_cgroup(id))) << id;
+  for (int pid : pids) EXPECT_NE(::kill(pid, 0), 0) << "sandbox " << pid << " outlived the agent";
+  agent_->start();
+}
+
+TEST_F(SandboxRoot, PoolOffMakesNone) {
+  agent_->terminate();
+  agent_->add_config("sandbox_pool = 0");
+  agent_->start();
+  sleep_ms(200);
+  EXPECT_TRUE(agent_->sandbox_ids().empty());
+  json r = agent_->call("task.run", {{"name", "cold"}, {"argv", {"true"}}});
+  EXPECT_FALSE(handed_off(r)) << r.dump();
+  EXPECT_EQ(agent_->wait_state(r["id"], "exited")["exit_code"], 0);
 }
 
 }  // namespace

@@ -18,6 +18,9 @@
 //             [--log-max-bytes N] [--log-max-files N] [--env K=V]... -- argv...
 //   weft-init --join-pid PID [--uid U --gid G --groups a,b] [--cwd D]
 //             [--seccomp-unconfined] [--env K=V]... -- /abs/argv...   (fd 3: PID's pidfd)
+//   weft-init --await-task [--lo]  (a sandbox made ahead: the first usage's argv, the
+//                                   task directory and the files arrive on fd 3,
+//                                   agent/init/handoff.h; --lo: bring lo up first)
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +45,7 @@
 #include <unistd.h>
 
 #include "agent/init/confine.h"
+#include "agent/init/handoff.h"
 #include "agent/logfiles.h"
 
 namespace {
@@ -591,6 +595,18 @@ bool setup_rootfs() {
   return attach_mounts();
 }
 
+bool bring_lo_up() {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  strcpy(ifr.ifr_name, "lo");
+  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0) return note_setup_error("get lo flags"), false;
+  ifr.ifr_flags |= IFF_UP;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) return note_setup_error("bring lo up"), false;
+  close(s);
+  return true;
+}
+
 bool setup_namespaces() {
   if (opt.rootfs || opt.mount_proc) {
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0)
@@ -613,16 +629,7 @@ bool setup_namespaces() {
   }
   if (opt.hostname && sethostname(opt.hostname, strlen(opt.hostname)) < 0)
     return note_setup_error("sethostname"), false;
-  if (opt.lo_up) {
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof ifr);
-    strcpy(ifr.ifr_name, "lo");
-    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0) return note_setup_error("get lo flags"), false;
-    ifr.ifr_flags |= IFF_UP;
-    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0) return note_setup_error("bring lo up"), false;
-    close(s);
-  }
+  if (opt.lo_up && !bring_lo_up()) return false;
   return true;
 }
 
@@ -820,9 +827,75 @@ int run_joined() {
   }
 }
 
+// A sandbox: waits on fd 3 for the task (agent/init/handoff.h), then puts its task
+// directory on fd 3 and its files on fd 4 and returns the argv it was handed. Null when
+// the agent went away first (end of file) or sent something else: weft-init then exits
+// without touching anything, as it holds nothing yet.
+char** await_task(int* argc) {
+  using namespace weft::handoff;
+  Header h;
+  int fds[kMaxFds] = {-1, -1};
+  int nfds = 0;
+  size_t got = 0;
+  while (got < sizeof h) {
+    struct iovec iov = {reinterpret_cast<char*>(&h) + got, sizeof h - got};
+    alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxFds)];
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    ssize_t n = recvmsg(3, &m, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || (m.msg_flags & MSG_CTRUNC)) return nullptr;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      if (nfds != 0 || count > static_cast<size_t>(kMaxFds)) return nullptr;
+      memcpy(fds, CMSG_DATA(c), count * sizeof(int));
+      nfds = static_cast<int>(count);
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (!header_ok(h) || static_cast<uint32_t>(nfds) != h.nfds) return nullptr;
+  char* body = static_cast<char*>(malloc(h.body_len));
+  char** args = static_cast<char**>(calloc(h.argc + 1, sizeof(char*)));
+  if (!body || !args) return nullptr;
+  for (got = 0; got < h.body_len;) {
+    ssize_t n = read(3, body + got, h.body_len - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return nullptr;
+    got += static_cast<size_t>(n);
+  }
+  if (!split_args(body, h.body_len, h.argc, args)) return nullptr;
+  // The socket's end goes: fd 3 is the task directory from now on, as when started
+  // with it.
+  int task_dir = fds[0], files = nfds > 1 ? fds[1] : -1;
+  if (dup2(task_dir, 3) < 0) return nullptr;
+  close(task_dir);
+  if (files >= 0 && files != 4) {
+    if (dup2(files, 4) < 0) return nullptr;
+    close(files);
+  }
+  *argc = static_cast<int>(h.argc);
+  return args;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if ((argc == 2 || (argc == 3 && !strcmp(argv[2], "--lo"))) && !strcmp(argv[1], "--await-task")) {
+    // Nothing of the host's may be read through this process while it waits either.
+    prctl(PR_SET_DUMPABLE, 0);
+    // A network namespace of its own: its loopback comes up now, not on the task's start.
+    if (argc == 3 && !bring_lo_up()) return 125;
+    argv = await_task(&argc);
+    if (!argv) return 125;
+    // Only a task's own start is handed off: no second wait, no join.
+    if (argc > 1 && (!strcmp(argv[1], "--await-task") || !strcmp(argv[1], "--join-pid")))
+      return 125;
+  }
   if (opt.join_pid == -1 && argc > 2 && !strcmp(argv[1], "--join-pid")) {
     if (!parse_args(argc, argv) || opt.join_pid <= 0 || fcntl(3, F_GETFD) < 0 ||
         opt.argv[0][0] != '/') {

@@ -1,0 +1,104 @@
+#include "agent/sandbox_pool.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "agent/init/handoff.h"
+#include "agent/runtime.h"
+
+namespace weft::agent {
+
+unsigned ns_bits(const TaskSpec& spec) {
+  return (spec.ns.pid ? kNsPid : 0u) | (spec.ns.mount ? kNsMount : 0u) |
+         (spec.ns.uts ? kNsUts : 0u) | (spec.ns.ipc ? kNsIpc : 0u) |
+         (spec.ns.network == NetworkMode::kPrivate ? kNsNet : 0u);
+}
+
+Result<Sandbox> start_sandbox(const std::string& init_path, const std::string& id,
+                              const std::string& cgroup_dir, unsigned ns) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return sys_error("socketpair");
+  Fd mine(sv[0]), theirs(sv[1]);
+  SpawnRequest req;
+  req.init_path = init_path;
+  req.cgroup_dir = cgroup_dir;
+  req.task_dir_fd = theirs.get();  // fd 3 of weft-init
+  req.new_pid = ns & kNsPid;
+  req.new_mount = ns & kNsMount;
+  req.new_uts = ns & kNsUts;
+  req.new_ipc = ns & kNsIpc;
+  req.new_net = ns & kNsNet;
+  req.init_argv = {"weft-init", "--await-task"};
+  if (req.new_net) req.init_argv.push_back("--lo");  // up while it waits
+  TRY_ASSIGN(Spawned sp, spawn_init(req));
+  Sandbox s;
+  s.id = id;
+  s.ns = ns;
+  s.pid = sp.pid;
+  s.pidfd = std::move(sp.pidfd);
+  s.sock = std::move(mine);
+  return s;
+}
+
+std::string handoff_message(const std::vector<std::string>& init_argv, uint32_t nfds) {
+  size_t body = 0;
+  for (const auto& a : init_argv) body += a.size() + 1;
+  handoff::Header h{handoff::kMagic, static_cast<uint32_t>(body),
+                    static_cast<uint32_t>(init_argv.size()), nfds};
+  if (body > handoff::kMaxBody || !handoff::header_ok(h)) return {};
+  std::string out(reinterpret_cast<const char*>(&h), sizeof h);
+  out.reserve(sizeof h + body);
+  for (const auto& a : init_argv) out.append(a.c_str(), a.size() + 1);
+  return out;
+}
+
+Status hand_off(const Sandbox& s, const std::vector<std::string>& init_argv, int task_dir_fd,
+                int files_fd) {
+  uint32_t nfds = files_fd >= 0 ? 2u : 1u;
+  std::string msg = handoff_message(init_argv, nfds);
+  if (msg.empty()) return make_error("the task's start is too large to hand to a sandbox");
+  int fds[2] = {task_dir_fd, files_fd};
+  alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof fds)];
+  std::memset(ctl, 0, sizeof ctl);
+  struct iovec iov = {msg.data(), msg.size()};
+  struct msghdr m;
+  std::memset(&m, 0, sizeof m);
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl;
+  m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  ssize_t n;
+  do {
+    n = ::sendmsg(s.sock.get(), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return sys_error("hand the task to sandbox " + s.id);
+  if (static_cast<size_t>(n) != msg.size())
+    return make_error("the task's start did not fit in sandbox " + s.id + "'s socket");
+  return {};
+}
+
+void end_sandbox(Sandbox& s) {
+  if (s.pidfd.valid()) {
+    (void)signal_pidfd(s.pidfd.get(), SIGKILL);
+    siginfo_t si;
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(s.pidfd.get()), &si,
+                    WEXITED) < 0 &&
+           errno == EINTR) {
+    }
+  }
+  s.pidfd.reset();
+  s.sock.reset();
+  s.pid = -1;
+}
+
+}  // namespace weft::agent
