@@ -116,7 +116,9 @@ class Manager {
   Status started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_t phase_us);
   void arm_sandbox_refill(uint64_t after_us);
   void refill_sandbox();
-  void discard_sandbox(Sandbox& s);
+  // Ends a sandbox and removes its cgroup, and its task directory unless a task took
+  // the id (`remove_dir` false: the task's start goes on, or cleans up, without it).
+  void discard_sandbox(Sandbox& s, bool remove_dir = false);
   // Image and package tasks: fetching until the image and the package are local (one
   // after the other), then started (or failed with the reason); holds their layers
   // while the task may run. have_local() takes hold of what is here already and says

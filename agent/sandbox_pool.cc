@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,14 @@ unsigned ns_bits(const TaskSpec& spec) {
          (spec.ns.network == NetworkMode::kPrivate ? kNsNet : 0u);
 }
 
+std::string file_stamp(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) < 0) return {};
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
 Result<Sandbox> start_sandbox(const std::string& init_path, const std::string& id,
                               const std::string& cgroup_dir, unsigned ns) {
   int sv[2];
@@ -33,6 +42,7 @@ Result<Sandbox> start_sandbox(const std::string& init_path, const std::string& i
   req.new_uts = ns & kNsUts;
   req.new_ipc = ns & kNsIpc;
   req.new_net = ns & kNsNet;
+  std::string stamp = file_stamp(init_path);  // before it runs: a later swap is then seen
   req.init_argv = {"weft-init", "--await-task"};
   if (req.new_net) req.init_argv.push_back("--lo");  // up while it waits
   TRY_ASSIGN(Spawned sp, spawn_init(req));
@@ -42,6 +52,7 @@ Result<Sandbox> start_sandbox(const std::string& init_path, const std::string& i
   s.pid = sp.pid;
   s.pidfd = std::move(sp.pidfd);
   s.sock = std::move(mine);
+  s.init_stamp = std::move(stamp);
   return s;
 }
 

@@ -32,8 +32,13 @@ struct Sandbox {
   unsigned ns = 0;
   pid_t pid = -1;
   Fd pidfd;
-  Fd sock;  // the agent's end of the hand-off socket
+  Fd sock;                 // the agent's end of the hand-off socket
+  std::string init_stamp;  // file_stamp() of the weft-init it runs
 };
+
+// Identifies the file at `path` as it is now (device, inode, size, modification time),
+// or "" when it cannot be read: a sandbox whose weft-init was replaced since is not used.
+std::string file_stamp(const std::string& path);
 
 // Starts `weft-init --await-task` in `cgroup_dir` (made by the caller, the cgroup of
 // task `id`) with the namespaces `ns`.

@@ -512,6 +512,7 @@ TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
   for (const auto& sb : sandboxes) {  // the dead agent's sandboxes are gone
     if (sb != id) {
       EXPECT_FALSE(path_exists(agent_->task_cgroup(sb))) << sb;
+      EXPECT_FALSE(path_exists(agent_->dir() + "/state/tasks/" + sb)) << sb;
     }
   }
   if (point == "start.spawned") {
@@ -826,10 +827,44 @@ TEST_F(SandboxRoot, ACleanStopLeavesNoSandboxBehind) {
   std::vector<int> pids;
   for (const auto& id : ids)
     pids.push_back(std::stoi(trim(read_file(agent_->task_cgroup(id) + "/cgroup.procs").value())));
+  for (const auto& id : ids)  // made ahead with the sandbox
+    EXPECT_TRUE(path_exists(agent_->dir() + "/state/tasks/" + id + "/logs")) << id;
   agent_->terminate();
-  for (const auto& id : ids) EXPECT_FALSE(path_exists(agent_->task_cgroup(id))) << id;
+  for (const auto& id : ids) {
+    EXPECT_FALSE(path_exists(agent_->task_cgroup(id))) << id;
+    EXPECT_FALSE(path_exists(agent_->dir() + "/state/tasks/" + id)) << id;
+  }
   for (int pid : pids) EXPECT_NE(::kill(pid, 0), 0) << "sandbox " << pid << " outlived the agent";
   agent_->start();
+}
+
+// A package upgrade replaces weft-init while the agent runs: sandboxes that run the old
+// binary are not handed the new agent's argv; they are replaced.
+TEST_F(SandboxRoot, AReplacedWeftInitRetiresTheSandboxesRunningTheOldOne) {
+  agent_->terminate();
+  std::string init = agent_->dir() + "/weft-init";
+  ASSERT_EQ(system(("cp " WEFT_INIT_BIN " " + init).c_str()), 0);
+  std::string conf_path = agent_->dir() + "/agent.toml";
+  std::string conf = read_file(conf_path).value();
+  size_t at = conf.find("init_path = \"" WEFT_INIT_BIN "\"");
+  ASSERT_NE(at, std::string::npos) << conf;
+  conf.replace(at, std::string("init_path = \"" WEFT_INIT_BIN "\"").size(),
+               "init_path = \"" + init + "\"");
+  ASSERT_TRUE(write_file(conf_path, conf).ok());
+  agent_->start();
+  std::vector<std::string> old = ready_sandboxes(2);
+  // The new binary: same bytes, a new file (as dpkg installs one).
+  ASSERT_EQ(system(("cp " + init + " " + init + ".new && mv " + init + ".new " + init).c_str()), 0);
+  json r = agent_->call("task.run", {{"name", "after-upgrade"}, {"argv", {"echo", "ran"}}});
+  EXPECT_FALSE(handed_off(r)) << r.dump();
+  EXPECT_EQ(std::count(old.begin(), old.end(), r["id"].get<std::string>()), 0);
+  json t = agent_->wait_task(r["id"], [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["exit_code"], 0) << logs(r["id"], "stderr");
+  for (const auto& id : old) EXPECT_FALSE(path_exists(agent_->task_cgroup(id))) << id;
+  ready_sandboxes(2, old);
+  json again = agent_->call("task.run", {{"name", "with-new"}, {"argv", {"echo", "ran"}}});
+  EXPECT_TRUE(handed_off(again)) << again.dump();
+  EXPECT_EQ(agent_->wait_state(again["id"], "exited")["exit_code"], 0);
 }
 
 TEST_F(SandboxRoot, PoolOffMakesNone) {
