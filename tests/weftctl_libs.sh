@@ -30,10 +30,8 @@ if [ -n "$module" ]; then
     echo "$module exports more than weft_tls_module_v1:" $exported >&2
     exit 1
   fi
-fi
-# Without the module, a tls:// command says what is missing; with it next to weftctl, it
-# gets as far as reading the certificate files.
-if [ -n "$module" ]; then
+  # Without the module, a tls:// command says what is missing; with it next to weftctl,
+  # it gets as far as reading the certificate files.
   dir=$(mktemp -d)
   trap 'rm -rf "$dir"' EXIT
   cp "$bin" "$dir/weftctl"
