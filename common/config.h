@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <toml++/toml.h>
+#include "common/toml.h"
 
 #include "common/result.h"
 

@@ -31,6 +31,33 @@ TEST(TomlDoc, DeeplyDottedKeysAreRefusedBeforeParsing) {
   EXPECT_TRUE(fine.ok()) << fine.error().str();
 }
 
+// Non-ASCII characters where toml++ 3.3.0 looks for whitespace used to reach its
+// __builtin_unreachable() (common/toml.h): now an error like any other. Under the
+// sanitizer build (-fno-sanitize-recover) the old behaviour fails this test.
+TEST(TomlDoc, NonAsciiWhereWhitespaceMayBeIsAnErrorNotUndefinedBehaviour) {
+  // U+00A1, U+2C60, U+3001, U+FB30, U+FEFE (UTF-8): in the blocks of U+00A0, U+3000 and
+  // U+FEFF.
+  for (const char* c :
+       {"\xc2\xa1", "\xe2\xb1\xa0", "\xe3\x80\x81", "\xef\xac\xb0", "\xef\xbb\xbe"}) {
+    std::string ch = c;
+    for (const std::string& text :
+         {"a = 1 " + ch + "\n", ch + " = 1\n", "a = [1," + ch + "2]\n", "[t]" + ch + "\nb = 2\n"}) {
+      auto doc = TomlDoc::parse(text, "f.toml");
+      ASSERT_FALSE(doc.ok()) << c << " in " << text;
+      EXPECT_EQ(doc.error().field.rfind("f.toml:1", 0), 0u) << doc.error().str();
+    }
+  }
+  // Its real whitespace (U+00A0, U+3000, U+FEFF) is still whitespace to it... or not
+  // (TOML allows only tab and space): either way an answer, never a crash.
+  for (const char* c : {"\xc2\xa0", "\xe3\x80\x80", "\xef\xbb\xbf"}) {
+    std::string ch = c;
+    (void)TomlDoc::parse("a = 1" + ch + "\n", "f.toml");
+  }
+  // Inside strings and comments they are plain characters.
+  auto fine = TomlDoc::parse("a = \"\xc2\xa1\xe3\x80\x81\" # \xc2\xa1\n", "f.toml");
+  EXPECT_TRUE(fine.ok()) << fine.error().str();
+}
+
 TEST(TomlDoc, SyntaxErrorHasLine) {
   auto doc = TomlDoc::parse("a = 1\nb = = 2\n", "f.toml");
   ASSERT_FALSE(doc.ok());

@@ -3,4 +3,4 @@
 // that reads TOML starts without one more shared library to map and relocate (issue 18:
 // weftctl's own start). Same Debian package, same source; only how it is linked differs.
 #define TOML_IMPLEMENTATION
-#include <toml++/toml.h>
+#include "common/toml.h"

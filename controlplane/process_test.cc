@@ -26,7 +26,7 @@
 #include <random>
 #include <sstream>
 
-#include <toml++/toml.h>
+#include "common/toml.h"
 
 #include "common/fs.h"
 #include "common/job_file.h"
