@@ -109,6 +109,11 @@ class Bench {
     cg_root_ =
         HostPaths().cgroup2_mount().value_or("/sys/fs/cgroup") + "/weft-bench-" + random_hex(4);
     sock_ = dir_ + "/agent.sock";
+    // crun keeps its containers' state where it does by default, under /run (/run/crun);
+    // weft its tasks' directories in its state_dir (/var/lib/weft by default). Where
+    // /run is a tmpfs that is crun's advantage to keep; on the development VM /run is on
+    // the same ext4 as /tmp, and crun's state under either gave the same figures.
+    crun_root_ = "/run/weft-bench-" + random_hex(4) + "/crun";
     (void)write_file(dir_ + "/agent.toml", "socket = \"" + sock_ + "\"\nstate_dir = \"" + dir_ +
                                                "/state\"\ncgroup_root = \"" + cg_root_ +
                                                "\"\ninit_path = \"" + WEFT_INIT_BIN + "\"\n");
@@ -117,6 +122,7 @@ class Bench {
     kill_process(agent_);
     remove_cgroup_tree(cg_root_);
     (void)remove_tree(dir_);
+    (void)remove_tree(crun_root_.substr(0, crun_root_.rfind('/')));
   }
   [[noreturn]] static void die(const std::string& m) {
     std::fprintf(stderr, "start_bench: %s\n", m.c_str());
@@ -253,6 +259,27 @@ class Bench {
     return us;
   }
 
+  // Waits until the machine is idle: less than 2% of its CPU used over each of three
+  // 100 ms windows in a row (30 s at most). Tearing down the previous run's containers
+  // goes on in the kernel after they are gone (network namespaces are cleaned up by a
+  // kernel worker, cgroups after an RCU grace period): without this wait, that work was
+  // charged to whichever side ran next, the same side every time.
+  static void wait_until_idle() {
+    const uint64_t budget_us = 100'000 * 2 * std::thread::hardware_concurrency() / 100;
+    int quiet = 0;
+    uint64_t t0 = now_monotonic_us();
+    for (int i = 0; i < 300 && quiet < 3; ++i) {
+      uint64_t cpu0 = machine_cpu_us();
+      usleep(100'000);
+      quiet = machine_cpu_us() - cpu0 < budget_us ? quiet + 1 : 0;
+    }
+    if (quiet < 3)
+      std::fprintf(stderr, "start_bench: the machine did not become idle in 30 s\n");
+    else
+      std::fprintf(stderr, "start_bench: %.1f s until the machine was idle\n",
+                   ms_since(t0) / 1000.0);
+  }
+
   // Runs `launch` (which returns false on failure) and returns the ms until the task's
   // program wrote to `fifo` (inside the rootfs), or -1.
   double until_running(const std::function<bool()>& launch, const std::string& fifo) {
@@ -332,7 +359,7 @@ class Bench {
     json cfg = crun_config_;
     cfg["process"]["args"] = {"/bin/start_marker", fifo};
     (void)write_file(b + "/config.json", cfg.dump());
-    return {"crun", "--root", dir_ + "/crun-state", "run", "-d", "--bundle", b, id};
+    return {"crun", "--root", crun_root_, "run", "-d", "--bundle", b, id};
   }
   // One at a time (the sides interleaved), then `conc` at once; each side cleaned up
   // after its own run.
@@ -348,6 +375,7 @@ class Bench {
       ids.push_back(n);
       return until_running(crun_ready_cmd(n, fifo), fifo);
     };
+    wait_until_idle();
     for (int i = 0; i < seq; ++i)
       for (Side side : {kCli, kApi, kCrun}) {
         double t = start(side, "s" + std::to_string(side) + "-" + std::to_string(i), "/ready");
@@ -366,6 +394,7 @@ class Bench {
     double cpu_per_start[3] = {0, 0, 0};
     for (Side side : {kCli, kApi, kCrun}) {
       std::vector<double> out(static_cast<size_t>(conc));
+      wait_until_idle();
       uint64_t cpu0 = machine_cpu_us(), burst0 = now_monotonic_us();
       std::vector<std::string> crun_ids;
       std::vector<std::thread> th;
@@ -443,7 +472,7 @@ class Bench {
     }
   }
   std::vector<std::string> crun_cmd(const std::vector<std::string>& args) {
-    std::vector<std::string> a = {"crun", "--root", dir_ + "/crun-state"};
+    std::vector<std::string> a = {"crun", "--root", crun_root_};
     a.insert(a.end(), args.begin(), args.end());
     return a;
   }
@@ -453,7 +482,7 @@ class Bench {
 
   pid_t agent() const { return agent_; }
   bool marks_ = false;
-  std::string sock_, dir_, cg_root_;
+  std::string sock_, dir_, cg_root_, crun_root_;
   json crun_config_;
 
  private:

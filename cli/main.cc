@@ -26,6 +26,27 @@ using json = nlohmann::json;
 using namespace weft;
 using namespace weft::cli;
 
+namespace {
+
+// The first word of the command line that is not a global option or its value: the
+// command ("task" in `weftctl --agent S task run ...`), or "" when help is asked for
+// before it or an option weftctl does not know comes first.
+std::string command_word(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") return "";
+    if (a.empty() || a[0] != '-') return std::string(a);
+    if (a == "-h" || a == "--help") return "";
+    size_t eq = a.find('=');
+    const CLI::Option* opt = app.get_option_no_throw(std::string(a.substr(0, eq)));
+    if (!opt) return "";
+    if (eq == std::string_view::npos && opt->get_items_expected_max() > 0) ++i;  // its value
+  }
+  return "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"weftctl: control weft daemons"};
   app.require_subcommand(1);
@@ -51,23 +72,44 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", g.tls_server_name,
                  "name the control plane's certificate must carry (default: the host given)");
   app.add_flag("--json", g.json_out, "print replies as JSON");
+  // Only the command group named on the command line is built: CLI11 allocates every
+  // option of every subcommand it is given, which was most of weftctl's start (heap
+  // pages touched, ~40 page faults; docs/decisions.md). Help asked for before any group,
+  // or a word weftctl does not know, builds them all so CLI11 lists or rejects as usual.
+  enum Group { kCluster, kTasks, kHealth, kProfile, kGroups };
+  static constexpr std::pair<const char*, Group> kGroupOf[] = {
+      {"machine", kCluster},     {"entitlement", kCluster}, {"job", kCluster},
+      {"maintenance", kCluster}, {"audit", kCluster},       {"controlplane", kCluster},
+      {"task", kTasks},          {"agent", kTasks},         {"image", kTasks},
+      {"health", kHealth},       {"profile", kProfile}};
+  bool want[kGroups] = {true, true, true, true};
+  const std::string word = command_word(app, argc, argv);
+  for (const auto& [name, grp] : kGroupOf)
+    if (word == name) {
+      std::fill(std::begin(want), std::end(want), false);
+      want[grp] = true;
+    }
   ClusterCommands cluster;
-  add_cluster_commands(app, cluster);
-
+  if (want[kCluster]) add_cluster_commands(app, cluster);
   TaskCommands tasks;
-  add_task_commands(app, tasks);
+  if (want[kTasks]) add_task_commands(app, tasks);
   HealthCommands health;
-  add_health_commands(app, health);
+  if (want[kHealth]) add_health_commands(app, health);
   ProfileCommands profile;
-  add_profile_commands(app, profile);
+  if (want[kProfile]) add_profile_commands(app, profile);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  for (int rc : {run_cluster_commands(cluster, g), run_health_commands(health, g),
-                 run_profile_commands(profile, g), run_task_commands(tasks, g)})
-    if (rc >= 0) return rc;
+  if (want[kCluster])
+    if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
+  if (want[kHealth])
+    if (int rc = run_health_commands(health, g); rc >= 0) return rc;
+  if (want[kProfile])
+    if (int rc = run_profile_commands(profile, g); rc >= 0) return rc;
+  if (want[kTasks])
+    if (int rc = run_task_commands(tasks, g); rc >= 0) return rc;
   return 0;
 }
