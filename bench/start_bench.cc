@@ -1,6 +1,6 @@
 // Start-latency and footprint benchmark for weft-agent, side by side with crun.
 //
-//   sudo build/bench/start_bench [--seq N] [--conc N] [--rounds N] [--resident N]
+//   sudo build/bench/start_bench [--seq N] [--conc N] [--rounds N] [--bursts N] [--resident N]
 //                                [--idle-seconds S] [--no-crun]
 //
 // Prints, for one run on this machine:
@@ -363,7 +363,7 @@ class Bench {
   }
   // One at a time (the sides interleaved), then `conc` at once; each side cleaned up
   // after its own run.
-  void ready_side_by_side(int seq, int conc) {
+  void ready_side_by_side(int seq, int conc, int bursts) {
     enum Side { kCli, kApi, kCrun };
     const char* names[] = {"weftctl task run", "task.run on the agent's socket", "crun run -d"};
     std::vector<double> one[3], many[3];
@@ -391,50 +391,56 @@ class Bench {
       own_cli.push_back(timed_exec({WEFTCTL_BIN, "--version"}, true, true));
       own_crun.push_back(timed_exec({"crun", "--version"}, true, true));
     }
+    // `bursts` rounds of `conc` at once, the sides in turn in each round: one round's
+    // figures move a lot on this VM (its p50 through weftctl was 0.46x in one run and
+    // 0.23x in the next), the pooled samples much less.
     double cpu_per_start[3] = {0, 0, 0};
-    for (Side side : {kCli, kApi, kCrun}) {
-      std::vector<double> out(static_cast<size_t>(conc));
-      wait_until_idle();
-      uint64_t cpu0 = machine_cpu_us(), burst0 = now_monotonic_us();
-      std::vector<std::string> crun_ids;
-      std::vector<std::thread> th;
-      std::barrier sync(conc);
-      for (int i = 0; i < conc; ++i) {
-        std::string n = "b" + std::to_string(side) + "-" + std::to_string(i);
-        if (side == kCrun) crun_ids.push_back(n);
-        th.emplace_back([&, i, n] {
-          std::string fifo = "/" + n;
-          if (side == kCli) {
-            auto cmd = weft_ready_cmd(n, fifo);
-            sync.arrive_and_wait();
-            out[static_cast<size_t>(i)] = until_running(cmd, fifo);
-          } else if (side == kApi) {
-            auto c = std::move(rpc::Client::connect(sock_)).value();
-            json spec = ready_spec(n, fifo);
-            sync.arrive_and_wait();
-            out[static_cast<size_t>(i)] =
-                until_running([&] { return c->call("task.run", spec).ok(); }, fifo);
-          } else {
-            auto cmd = crun_ready_cmd(n, fifo);
-            sync.arrive_and_wait();
-            out[static_cast<size_t>(i)] = until_running(cmd, fifo);
-          }
-        });
+    for (int burst = 0; burst < bursts; ++burst)
+      for (Side side : {kCli, kApi, kCrun}) {
+        std::vector<double> out(static_cast<size_t>(conc));
+        wait_until_idle();
+        uint64_t cpu0 = machine_cpu_us(), burst0 = now_monotonic_us();
+        std::vector<std::string> crun_ids;
+        std::vector<std::thread> th;
+        std::barrier sync(conc);
+        for (int i = 0; i < conc; ++i) {
+          std::string n =
+              "b" + std::to_string(side) + "-" + std::to_string(burst) + "-" + std::to_string(i);
+          if (side == kCrun) crun_ids.push_back(n);
+          th.emplace_back([&, i, n] {
+            std::string fifo = "/" + n;
+            if (side == kCli) {
+              auto cmd = weft_ready_cmd(n, fifo);
+              sync.arrive_and_wait();
+              out[static_cast<size_t>(i)] = until_running(cmd, fifo);
+            } else if (side == kApi) {
+              auto c = std::move(rpc::Client::connect(sock_)).value();
+              json spec = ready_spec(n, fifo);
+              sync.arrive_and_wait();
+              out[static_cast<size_t>(i)] =
+                  until_running([&] { return c->call("task.run", spec).ok(); }, fifo);
+            } else {
+              auto cmd = crun_ready_cmd(n, fifo);
+              sync.arrive_and_wait();
+              out[static_cast<size_t>(i)] = until_running(cmd, fifo);
+            }
+          });
+        }
+        for (auto& t : th) t.join();
+        cpu_per_start[side] +=
+            static_cast<double>(machine_cpu_us() - cpu0) / 1000.0 / conc / bursts;
+        if (marks_)  // for `perf record -k CLOCK_MONOTONIC` and `perf report --time A,B`
+          std::fprintf(stderr, "burst %s: %.6f,%.6f\n", names[side],
+                       static_cast<double>(burst0) / 1e6,
+                       static_cast<double>(now_monotonic_us()) / 1e6);
+        for (double t : out)
+          if (t < 0) die(std::string(names[side]) + ": a task's program did not run");
+        many[side].insert(many[side].end(), out.begin(), out.end());
+        if (side == kCrun)
+          crun_delete_all(crun_ids);
+        else
+          clear_tasks();
       }
-      for (auto& t : th) t.join();
-      cpu_per_start[side] = static_cast<double>(machine_cpu_us() - cpu0) / 1000.0 / conc;
-      if (marks_)  // for `perf record -k CLOCK_MONOTONIC` and `perf report --time A,B`
-        std::fprintf(stderr, "burst %s: %.6f,%.6f\n", names[side],
-                     static_cast<double>(burst0) / 1e6,
-                     static_cast<double>(now_monotonic_us()) / 1e6);
-      for (double t : out)
-        if (t < 0) die(std::string(names[side]) + ": a task's program did not run");
-      many[side] = out;
-      if (side == kCrun)
-        crun_delete_all(crun_ids);
-      else
-        clear_tasks();
-    }
     std::printf(
         "\nuntil the task's own program runs (same program, rootfs, user, namespaces, masks, "
         "seccomp; no wrapper):\n");
@@ -446,7 +452,10 @@ class Bench {
     for (Side side : {kCli, kApi, kCrun})
       row((std::string(names[side]) + ", 1 at a time").c_str(), s1[side]);
     for (Side side : {kCli, kApi, kCrun})
-      row((std::string(names[side]) + ", " + std::to_string(conc) + " at once").c_str(), sn[side]);
+      row((std::string(names[side]) + ", " + std::to_string(conc) + " at once x " +
+           std::to_string(bursts))
+              .c_str(),
+          sn[side]);
     std::printf(
         "\nwhere the time of task.run goes, 1 at a time (p50; the agent's start_phases_us):\n");
     for (const auto& [name, v] : phases)
@@ -456,7 +465,7 @@ class Bench {
     std::printf("  %-58s %7.3f ms\n", "crun's own start and exit (crun --version)",
                 stats_of(own_crun).p50);
     std::printf(
-        "\nthe machine's CPU time during the %d-at-once run, per start (every process: the "
+        "\nthe machine's CPU time during the %d-at-once runs, per start (every process: the "
         "CLI, the agent, weft-init or crun, the benchmark's own fork and wait):\n",
         conc);
     for (Side side : {kCli, kApi, kCrun})
@@ -493,11 +502,14 @@ class Bench {
 
 int main(int argc, char** argv) {
   CLI::App app{"weft-agent start latency and footprint, side by side with crun"};
-  int seq = 200, conc = 100, rounds = 5, resident = 1000, idle_s = 10;
+  int seq = 200, conc = 100, rounds = 5, resident = 1000, idle_s = 10, bursts = 3;
   bool no_crun = false;
   app.add_option("--seq", seq, "sequential starts");
   app.add_option("--conc", conc, "concurrent clients");
   app.add_option("--rounds", rounds, "concurrent rounds");
+  app.add_option("--bursts", bursts,
+                 "rounds of --conc at once in the comparison with crun, the sides in turn")
+      ->check(CLI::Range(1, 50));
   app.add_option("--resident", resident, "resident tasks for the footprint phase");
   app.add_option("--idle-seconds", idle_s, "idle CPU measurement window");
   app.add_flag("--no-crun", no_crun, "skip the crun comparison");
@@ -525,7 +537,7 @@ int main(int argc, char** argv) {
   b.start_agent(netns_pool, sandbox_pool);
   if (ready_only) {
     b.crun_setup();
-    b.ready_side_by_side(seq, conc);
+    b.ready_side_by_side(seq, conc, bursts);
     return 0;
   }
   std::printf("weft start_bench: %d sequential, %d concurrent x %d rounds, %d resident\n", seq,
@@ -546,7 +558,7 @@ int main(int argc, char** argv) {
 
   if (!no_crun) {
     b.crun_setup();
-    b.ready_side_by_side(seq, conc);
+    b.ready_side_by_side(seq, conc, bursts);
   }
 
   // Footprint with many resident tasks.

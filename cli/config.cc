@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "cli/tls_module.h"
+#include "cli/tls_helper.h"
 #include "cli/util.h"
 #include "common/cli_config.h"
 #include "common/config.h"
@@ -58,10 +58,8 @@ Result<std::unique_ptr<rpc::Client>> connect_one(const Globals& g, const std::st
     die("the control plane at " + endpoint +
         " is TCP: give a certificate, key and CA bundle (--tls-cert, --tls-key, --tls-ca; "
         "WEFT_TLS_CERT, WEFT_TLS_KEY, WEFT_TLS_CA; or weftctl.toml)");
-  auto module = load_tls_module();
-  if (!module.ok()) die(module.error().str());
   tls::Config cfg{g.tls_ca, g.tls_cert, g.tls_key, ""};
-  auto t = (*module)->client_tls(cfg, g.tls_server_name);
+  auto t = client_tls(cfg, g.tls_server_name);  // weftctl: weftctl-tls takes over here
   if (!t.ok()) die(t.error().str());
   return rpc::Client::connect(endpoint, rpc::kDefaultMaxLine, &*t);
 }

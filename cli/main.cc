@@ -16,6 +16,7 @@
 #include "cli/health.h"
 #include "cli/profile.h"
 #include "cli/task.h"
+#include "cli/tls_helper.h"
 #include "cli/util.h"
 #include "common/config.h"
 #include "common/fs.h"
@@ -48,6 +49,8 @@ std::string command_word(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  remember_command_line(argc, argv);
+  if (auto s = check_tls_helper_build(); !s.ok()) die(s.error().str(), 2);
   CLI::App app{"weftctl: control weft daemons"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags such as --json work after the subcommand too
