@@ -16,8 +16,8 @@ Result<rpc::ClientTls> client_tls(const tls::Config& config, const std::string& 
 Status check_tls_helper_build() {
   const char* from = std::getenv("WEFTCTL_BUILD_ID");
   if (!from || std::strcmp(from, WEFT_BUILD_ID) == 0) return {};
-  return make_error(std::string("weftctl-tls comes from another build of weft (") +
-                    WEFT_BUILD_ID + ", weftctl " + from + "): reinstall the weft package");
+  return make_error(std::string("weftctl-tls comes from another build of weft (") + WEFT_BUILD_ID +
+                    ", weftctl " + from + "): reinstall the weft package");
 }
 
 }  // namespace weft::cli

@@ -15,7 +15,9 @@ namespace {
 char** command_line = nullptr;
 }
 
-void remember_command_line(int /*argc*/, char** argv) { command_line = argv; }
+void remember_command_line(int /*argc*/, char** argv) {
+  command_line = argv;
+}
 
 Result<rpc::ClientTls> client_tls(const tls::Config& /*config*/,
                                   const std::string& /*server_name*/) {
@@ -39,6 +41,8 @@ Result<rpc::ClientTls> client_tls(const tls::Config& /*config*/,
   return make_error("weftctl's TLS helper (weftctl-tls) is not installed; looked at " + tried);
 }
 
-Status check_tls_helper_build() { return {}; }
+Status check_tls_helper_build() {
+  return {};
+}
 
 }  // namespace weft::cli
