@@ -76,9 +76,9 @@ int main(int argc, char** argv) {
                  "name the control plane's certificate must carry (default: the host given)");
   app.add_flag("--json", g.json_out, "print replies as JSON");
   // Only the command group named on the command line is built: CLI11 allocates every
-  // option of every subcommand it is given, which was most of weftctl's start (heap
-  // pages touched, ~40 page faults; docs/decisions.md). Help asked for before any group,
-  // or a word weftctl does not know, builds them all so CLI11 lists or rejects as usual.
+  // option of every subcommand it is given, and built whole that heap was ~25 more page
+  // faults at every start (docs/decisions.md). Help asked for before any group, or a
+  // word weftctl does not know, builds them all so CLI11 lists or rejects as usual.
   enum Group { kCluster, kTasks, kHealth, kProfile, kGroups };
   static constexpr std::pair<const char*, Group> kGroupOf[] = {
       {"machine", kCluster},     {"entitlement", kCluster}, {"job", kCluster},

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the weft .deb and .rpm into dist/. Each format gets its own build tree: the
-# unit directory differs (/lib/systemd/system on Debian 12, /usr/lib/systemd/system on
-# RPM distributions) and is compiled into nothing else.
+# Builds the weft .deb and .rpm into dist/, from one build tree: the formats differ only
+# in the unit directory (/lib/systemd/system on Debian 12, /usr/lib/systemd/system on
+# RPM distributions) and the package metadata, which are compiled into nothing, so the
+# second configure changes install rules only and nothing is compiled twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p dist
 build_one() {
-  local format=$1 unitdir=$2 dir=build-pkg-${1,,}
+  local format=$1 unitdir=$2 dir=build-pkg
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
     -DWEFT_UNITDIR="$unitdir" -DWEFT_PACKAGE_FORMAT="$format" >/dev/null
   cmake --build "$dir" --target weft-agent weft-init weftctl weft-sidekick weft-hcs weft-controlplane \
