@@ -6,7 +6,7 @@ namespace weft::cp {
 namespace {
 
 using json = nlohmann::json;
-constexpr int64_t kMin = 60'000'000;
+constexpr int64_t kMinute = 60'000'000;
 constexpr int64_t kNow = 1'800'000'000'000'000;  // 2027-01-15, wall clock in us
 
 // The cluster as the planner sees it: three machines of one rack, one of them drained by
@@ -62,11 +62,11 @@ TEST(Maintenance, ANoticeDrainsTheDeadlineEvictsRebootsAndHealthyMachinesReturn)
   auto id = plan.schedule(rack_event(true));
   ASSERT_TRUE(id.ok());
   // Before the notice: nothing happens.
-  EXPECT_TRUE(plan.step(w, kNow + 19 * kMin).empty());
+  EXPECT_TRUE(plan.step(w, kNow + 19 * kMinute).empty());
   EXPECT_FALSE(f.drained["m1"]);
   EXPECT_TRUE(plan.affecting("m1").empty());
   // Notice (10 minutes before the start): drained; the operator's drain stays theirs.
-  EXPECT_EQ(plan.step(w, kNow + 20 * kMin).size(), 1u);
+  EXPECT_EQ(plan.step(w, kNow + 20 * kMinute).size(), 1u);
   const MaintenanceEvent& e = plan.events().at(*id);
   EXPECT_EQ(e.state, "notified");
   EXPECT_TRUE(f.drained["m1"] && f.drained["m2"]);
@@ -74,24 +74,24 @@ TEST(Maintenance, ANoticeDrainsTheDeadlineEvictsRebootsAndHealthyMachinesReturn)
   EXPECT_EQ(plan.affecting("m3").size(), 1u);  // affected all the same
   EXPECT_TRUE(f.evicted.empty());
   // The deadline: what is left is stopped, and empty machines are told to reboot.
-  plan.step(w, kNow + 30 * kMin);
+  plan.step(w, kNow + 30 * kMinute);
   EXPECT_EQ(e.state, "in_progress");
   EXPECT_EQ(f.evicted.size(), 3u);
   EXPECT_EQ(f.rebooted, (std::vector<std::string>{"m1", "m2", "m3"}));
   // m1 comes back with a new boot id; m2 registers again without having rebooted.
   f.boot["m1"] = "b1-new";
-  plan.registered("m1", "b1-new", kNow + 35 * kMin);
-  plan.registered("m2", "b2", kNow + 35 * kMin);
+  plan.registered("m1", "b1-new", kNow + 35 * kMinute);
+  plan.registered("m2", "b2", kNow + 35 * kMinute);
   f.healthy = {"m1", "m2", "m3"};
   // The end of the window: m1 returns; m2 has not rebooted yet, so it waits drained.
-  plan.step(w, kNow + 90 * kMin);
+  plan.step(w, kNow + 90 * kMinute);
   EXPECT_EQ(e.state, "completing");
   EXPECT_FALSE(f.drained["m1"]);
   EXPECT_TRUE(f.drained["m2"]);
   EXPECT_TRUE(f.drained["m3"]);  // the operator's drain is not undone
   EXPECT_NE(e.message.find("m2"), std::string::npos) << e.message;
-  plan.registered("m2", "b2-new", kNow + 91 * kMin);
-  plan.step(w, kNow + 92 * kMin);
+  plan.registered("m2", "b2-new", kNow + 91 * kMinute);
+  plan.step(w, kNow + 92 * kMinute);
   EXPECT_EQ(e.state, "done");
   EXPECT_FALSE(f.drained["m2"]);
   EXPECT_TRUE(f.drained["m3"]);
@@ -111,13 +111,13 @@ TEST(Maintenance, AMachineIsNotRebootedWhileItRunsSomethingAndCancelReturnsItAtO
   ev.target = "m1";
   auto id = plan.schedule(ev);
   ASSERT_TRUE(id.ok());
-  plan.step(w, kNow + 30 * kMin);  // notice and start in one step
+  plan.step(w, kNow + 30 * kMinute);  // notice and start in one step
   const MaintenanceEvent& e = plan.events().at(*id);
   EXPECT_EQ(e.state, "in_progress");
   EXPECT_TRUE(f.rebooted.empty());
   EXPECT_NE(e.message.find("waiting to reboot m1"), std::string::npos) << e.message;
   f.sidekick = true;
-  plan.step(w, kNow + 31 * kMin);
+  plan.step(w, kNow + 31 * kMinute);
   EXPECT_EQ(f.rebooted, (std::vector<std::string>{"m1"}));
   EXPECT_TRUE(plan.cancel(*id, w));
   EXPECT_EQ(e.state, "cancelled");
@@ -134,16 +134,16 @@ TEST(Maintenance, OverlappingEventsHoldAMachineUntilBothEnd) {
   auto b = rack_event(false);
   b.target_kind = "machine";
   b.target = "m1";
-  b.duration_us = 3 * 60 * static_cast<uint64_t>(kMin);
+  b.duration_us = 3 * 60 * static_cast<uint64_t>(kMinute);
   auto ia = plan.schedule(a), ib = plan.schedule(b);
   ASSERT_TRUE(ia.ok() && ib.ok());
-  plan.step(w, kNow + 30 * kMin);
+  plan.step(w, kNow + 30 * kMinute);
   EXPECT_TRUE(f.drained["m1"]);
-  plan.step(w, kNow + 91 * kMin);  // a ends; b still holds m1
+  plan.step(w, kNow + 91 * kMinute);  // a ends; b still holds m1
   EXPECT_EQ(plan.events().at(*ia).state, "done");
   EXPECT_TRUE(f.drained["m1"]);
   EXPECT_FALSE(f.drained["m2"]);
-  plan.step(w, kNow + 211 * kMin);
+  plan.step(w, kNow + 211 * kMinute);
   EXPECT_EQ(plan.events().at(*ib).state, "done");
   EXPECT_FALSE(f.drained["m1"]);
 }

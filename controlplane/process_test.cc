@@ -44,7 +44,11 @@ namespace {
 using json = nlohmann::json;
 
 // A machine as the control plane sees it: a session that registers, reports its tasks,
-// and runs/stops what it is told.
+// and runs/stops what it is told. It speaks when the test makes it (report(), call()),
+// so a test can make it fall silent; keep_alive() heartbeats from a thread of its own,
+// as a real agent does, while the test is busy for longer than the dead-machine timeout
+// (a subprocess or a wait on a loaded machine). Every use of the session is under one
+// lock, and the accessors return copies: a command may arrive during a heartbeat.
 class FakeMachine {
  public:
   // reports_ready: registers as an agent that reports "ready" (readiness checks); an
@@ -75,7 +79,9 @@ class FakeMachine {
       return json::object();
     });
   }
+  ~FakeMachine() { stop_keep_alive(); }
   bool connect(const std::string& sock, const rpc::ClientTls* tls = nullptr) {
+    std::lock_guard lock(mu_);
     auto c = rpc::Client::connect(sock, rpc::kDefaultMaxLine, tls);
     if (!c.ok()) {
       error_ = c.error();
@@ -95,14 +101,19 @@ class FakeMachine {
     if (!r.ok()) error_ = r.error();
     return r.ok();
   }
-  const Error& error() const { return error_; }
+  Error error() const {
+    std::lock_guard lock(mu_);
+    return error_;
+  }
   // A reboot: a new boot id, nothing running, the next connect() registers again.
   void reboot() {
+    std::lock_guard lock(mu_);
     client_.reset();
     running_.clear();
     boot_id_ = random_hex(8);
   }
   void report() {
+    std::lock_guard lock(mu_);
     if (!client_) return;  // down (rebooting)
     json tasks = json::object();
     for (const auto& t : running_) tasks[t] = "running";
@@ -110,26 +121,66 @@ class FakeMachine {
   }
   // A machine.report of this machine with these fields (a digest, changes, ...).
   Result<json> report_with(const json& fields) {
+    std::lock_guard lock(mu_);
     json p{{"machine", id_}};
     p.update(fields);
     return client_->call("machine.report", p);
   }
-  void disconnect() { client_.reset(); }
+  void disconnect() {
+    std::lock_guard lock(mu_);
+    client_.reset();
+  }
   Result<json> call(const std::string& method, const json& params) {
+    std::lock_guard lock(mu_);
     return client_->call(method, params);
   }
-  const std::set<std::string>& running() const { return running_; }
-  int starts() const { return starts_; }
-  int stops() const { return stops_; }
-  const std::vector<std::string>& refusals() const { return refusals_; }
-  const std::vector<json>& runs() const { return runs_; }  // every task.run's params
+  // Reports every 100 ms from a thread until stop_keep_alive() (or the destructor).
+  void keep_alive() {
+    if (alive_.joinable()) return;
+    stop_alive_ = false;
+    alive_ = std::thread([this] {
+      while (!stop_alive_) {
+        report();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  void stop_keep_alive() {
+    if (!alive_.joinable()) return;
+    stop_alive_ = true;
+    alive_.join();
+  }
+  std::set<std::string> running() const {
+    std::lock_guard lock(mu_);
+    return running_;
+  }
+  int starts() const {
+    std::lock_guard lock(mu_);
+    return starts_;
+  }
+  int stops() const {
+    std::lock_guard lock(mu_);
+    return stops_;
+  }
+  std::vector<std::string> refusals() const {
+    std::lock_guard lock(mu_);
+    return refusals_;
+  }
+  std::vector<json> runs() const {  // every task.run's params
+    std::lock_guard lock(mu_);
+    return runs_;
+  }
   // "run", "stop", "pull <image>[ wait]" in the order the control plane sent them.
-  const std::vector<std::string>& events() const { return events_; }
+  std::vector<std::string> events() const {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
 
  private:
   std::string id_, rack_;
   bool reports_ready_ = false;
   std::string boot_id_ = random_hex(8);
+  mutable std::mutex mu_;  // the session and everything its commands change
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
   std::set<std::string> running_;
@@ -138,6 +189,8 @@ class FakeMachine {
   std::vector<std::string> events_;
   int starts_ = 0, stops_ = 0;
   Error error_;
+  std::thread alive_;
+  std::atomic<bool> stop_alive_{false};
 };
 
 class ControlPlane : public ::testing::Test {
@@ -899,7 +952,11 @@ TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
                      << call("job.show", {{"name", "kv"}})->dump();
   EXPECT_TRUE(drained());
   EXPECT_EQ(below, 0);
-  EXPECT_EQ(most_down, 2u);
+  // The update's one and the drain's one, never more; whether the two were ever down in
+  // the same sample depends on the machine's speed (a loaded one finished the first
+  // before the second began), so only the bound is this test's to check.
+  EXPECT_GE(most_down, 1u);
+  EXPECT_LE(most_down, 2u);
 }
 
 // Planned maintenance of one machine of a controlled job: at the notice the machine is
@@ -1345,8 +1402,10 @@ toml::array toml_array(const json& a) {
 }
 toml::table toml_table(const json& o) {
   toml::table out;
-  for (const auto& [k, v] : o.items())
-    toml_value(v, [&](auto&& x) { out.insert_or_assign(k, std::move(x)); });
+  for (const auto& item : o.items()) {
+    const std::string& k = item.key();  // (clang 14 cannot capture a structured binding)
+    toml_value(item.value(), [&](auto&& x) { out.insert_or_assign(k, std::move(x)); });
+  }
   return out;
 }
 
@@ -1433,17 +1492,9 @@ TEST_F(ControlPlane, TheThreeValidatorsAgreeOnRandomJobs) {
 
 // ---- over the network: mutual TLS, identities, roles, audit (issue 13)
 
-// A free TCP port on 127.0.0.1 (bound, read, released: the daemon takes it next).
+// A free TCP port on 127.0.0.1, reserved for this test (common/etcd_test_server.h).
 uint16_t free_port() {
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    return 0;
-  return ntohs(a.sin_port);
+  return weft::testing::free_tcp_port();
 }
 
 // The control plane listening with mutual TLS on 127.0.0.1, a CA from scripts/weft-pki,
@@ -1657,6 +1708,10 @@ TEST_F(ControlPlaneTls, CertificatesRotateAndRevokeOnReloadWithoutRestartingTask
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(m1.starts(), 1) << read_file(dir_ + "/cp.log").value_or("");
+  // The machine heartbeats on its own while the test issues certificates (openssl, which
+  // on a loaded machine takes longer than the 600 ms after which a silent machine is
+  // dead and its task replaced: what this test checks does not happen).
+  m1.keep_alive();
   auto before = rpc::Client::connect(tcp(), rpc::kDefaultMaxLine, &t1);
   ASSERT_TRUE(before.ok());
   std::string old_serial = (*before)->server_identity().serial;
@@ -1678,6 +1733,7 @@ TEST_F(ControlPlaneTls, CertificatesRotateAndRevokeOnReloadWithoutRestartingTask
   kill(pid_, SIGHUP);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // The machine's session carries on; its task was never restarted.
+  m1.stop_keep_alive();
   for (int i = 0; i < 5; ++i) {
     m1.report();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

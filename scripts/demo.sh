@@ -11,8 +11,10 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then exec sudo --preserve-env=PATH "$0" "$@"; fi
 
 ./scripts/setup.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build
+# Only what the demo runs (the test command builds the rest, in the same tree).
+. scripts/lib.sh
+weft_configure build
+cmake --build build --target $WEFT_PRODUCT_TARGETS
 
 dev=$(mktemp -d /tmp/weft-demo.XXXXXX)
 cg2=$(awk '$9 == "cgroup2" {print $5; exit}' FS=' ' /proc/self/mountinfo)

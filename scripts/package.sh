@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Builds the weft .deb and .rpm into dist/, from one build tree: the formats differ only
+# Builds the weft .deb and .rpm into dist/ from one build tree: the formats differ only
 # in the unit directory (/lib/systemd/system on Debian 12, /usr/lib/systemd/system on
-# RPM distributions) and the package metadata, which are compiled into nothing, so the
-# second configure changes install rules only and nothing is compiled twice.
+# RPM distributions) and the package metadata, which are compiled into nothing, so each
+# configure changes install rules only and nothing is compiled twice.
+#
+#   WEFT_BUILD_DIR=DIR   package from this tree (default build-pkg). scripts/test.sh
+#                        passes the normal pass's tree `build`, configured with the same
+#                        options (scripts/lib.sh), so the suite compiles the product once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
+dir="${WEFT_BUILD_DIR:-build-pkg}"
 mkdir -p dist
+rm -f dist/weft_*.deb dist/weft-*.rpm
 build_one() {
-  local format=$1 unitdir=$2 dir=build-pkg
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
-    -DWEFT_UNITDIR="$unitdir" -DWEFT_PACKAGE_FORMAT="$format" >/dev/null
-  cmake --build "$dir" --target weft-agent weft-init weftctl weft-sidekick weft-hcs weft-controlplane \
-    weft-package-docs >/dev/null
+  local format=$1 unitdir=$2
+  weft_configure "$dir" -DWEFT_UNITDIR="$unitdir" -DWEFT_PACKAGE_FORMAT="$format"
+  cmake --build "$dir" --target $WEFT_PRODUCT_TARGETS weft-package-docs >/dev/null
+  rm -f "$dir"/*."${format,,}"
   (cd "$dir" && cpack -G "$format" >/dev/null)
-  cp "$dir"/*.${1,,} dist/
+  cp "$dir"/*."${format,,}" dist/
 }
-build_one DEB /lib/systemd/system
+# RPM first: the tree is left configured for the Debian package, its default.
 build_one RPM lib/systemd/system
+build_one DEB /lib/systemd/system
 ls -1 dist/
 echo "== lintian"
 lintian --fail-on error,warning dist/weft_*.deb

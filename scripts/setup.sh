@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# Installs every build, test and benchmark dependency of weft from Debian's
-# packages. Safe to run again; needs root (or sudo).
+# Installs weft's dependencies from Debian's packages. Safe to run again; needs root (or
+# sudo).
+#   scripts/setup.sh          what building weft and running it needs (scripts/demo.sh)
+#   scripts/setup.sh --test   and what the test suite needs: the peers the tests run
+#                             (crun, etcd, docker-registry), the packaging linters, the
+#                             QEMU guest's tools, the fuzzers' runtime (scripts/test.sh)
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libsystemd-dev libsqlite3-dev sqlite3
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libnl-3-dev libnl-route-3-dev libnl-genl-3-dev
-  libgtest-dev libgmock-dev googletest
-  busybox-static crun socat python3 iproute2 procps util-linux
-  dpkg-dev rpm lintian rpmlint file man-db
-  qemu-system-x86 mmdebstrap e2fsprogs
-  clang-format
+  libgtest-dev
+  busybox-static iproute2 procps util-linux
   clang bpftool libbpf-dev
-  libseccomp-dev libfuzzer-14-dev libclang-rt-14-dev
+  libseccomp-dev
   libssl-dev openssl
   libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev
-  gnuplot-nox
-  etcd-server etcd-client
-  docker-registry
 )
+if [ "${1:-}" = "--test" ]; then
+  PACKAGES+=(
+    libgmock-dev googletest
+    crun socat python3
+    dpkg-dev rpm lintian rpmlint file man-db
+    qemu-system-x86 mmdebstrap e2fsprogs
+    clang-format
+    libfuzzer-14-dev libclang-rt-14-dev
+    gnuplot-nox
+    etcd-server etcd-client
+    docker-registry
+  )
+fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -1,54 +1,89 @@
 #!/usr/bin/env bash
-# The whole weft test suite: installs dependencies, builds, runs every test (unit and
-# root tests) in a normal build, then again under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Run as root so the root tests run (CI does).
+# The whole weft test suite: installs dependencies, builds, runs every test (unit,
+# process and root tests, the QEMU guest) in a normal build and the packages, then every
+# unit, process and root test again under AddressSanitizer and UndefinedBehaviorSanitizer,
+# then every parser's libFuzzer harness. Run as root so the root tests run (CI does).
 #
-#   WEFT_SKIP_SANITIZERS=1   skip the sanitizer pass (quick local runs)
-#   WEFT_HOST_WIDE_TESTS=0   skip the tests that change host-wide settings (huge page
-#                            pool); by default they run and restore what they change
+# Where the time goes (docs/testing.md): the normal tree is the demo's and the packages'
+# tree too (one build); the sanitizer tree is also the fuzzer tree (clang, one build);
+# tests that wait run side by side; the sanitizer tree compiles at the lowest priority
+# while the normal pass's tests run, so their waits are not idle cores. Each stage prints
+# its start minute and each pass its ten slowest tests.
+#
+#   WEFT_SKIP_SANITIZERS=1   skip the sanitizer pass (and the fuzzers, built in its tree)
 #   WEFT_SKIP_GUEST=1        skip the QEMU system-test guest (quick local runs)
 #   WEFT_SKIP_FUZZ=1         skip the fuzzers (quick local runs); WEFT_FUZZ_SECONDS=N
 #                            sets each harness's time (default 30)
+#   WEFT_HOST_WIDE_TESTS=0   skip the tests that change host-wide settings (huge page
+#                            pool); by default they run and restore what they change
+#   WEFT_TEST_JOBS=N         tests side by side (default 8: most tests wait)
+#   CCACHE_DISABLE=1         compile without the compiler cache (it is keyed on content;
+#                            nothing depends on it)
 set -euo pipefail
 if [ "${WEFT_HOST_WIDE_TESTS:-1}" = "1" ]; then export WEFT_HOST_WIDE_TESTS=1; else unset WEFT_HOST_WIDE_TESTS; fi
 # As root this is the suite CI runs: a root test that cannot run is a failure, not a
 # silent skip. Without root the root tests skip, and ctest lists them as skipped.
 if [ "$(id -u)" -eq 0 ]; then export WEFT_REQUIRE_ROOT_TESTS="${WEFT_REQUIRE_ROOT_TESTS:-1}"; fi
 cd "$(dirname "$0")/.."
-
-./scripts/setup.sh
-
-echo "== format check"
-mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find common agent cli tests bench -name '*.cc' -o -name '*.h')
-clang-format --dry-run -Werror "${sources[@]}"
+. scripts/lib.sh
+jobs="${WEFT_TEST_JOBS:-8}"
 
 started=$SECONDS
 # Each stage's start, with the minutes spent so far (where CI's time goes).
-stage() { echo "== $* (at $(( (SECONDS - started) / 60 )) min)"; }
-build() {
-  local dir=$1; shift
-  stage "build ($dir)"
-  cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
-  cmake --build "$dir"
-}
-run_tests() {
-  stage "test ($1)"
-  ctest --test-dir "$1" --output-on-failure --timeout 1200 -j2
-}
+stage() { echo "== $* (at $(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s)"; }
 
-build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+stage setup
+./scripts/setup.sh --test
+
+stage "format check"
+mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find common agent cli tests bench -name '*.cc' -o -name '*.h')
+clang-format --dry-run -Werror "${sources[@]}"
+
+stage "build (build)"
+weft_configure build
+cmake --build build
+
 # Packages first: lintian/rpmlint are part of the suite and the guest installs the .deb.
+# From the normal tree: nothing is compiled again.
 stage packages
-./scripts/package.sh
-run_tests build
+WEFT_BUILD_DIR=build ./scripts/package.sh
+
+asan_pid=""
+asan_log=build-asan/build.log
 if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
-  build build-asan -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON -DWEFT_BENCH=OFF
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_tests build-asan
+  # The sanitizer and fuzzer tree, compiled while the normal pass's tests run: nice 19
+  # gives the tests the CPU whenever they want it (they mostly wait), the compiler the
+  # rest. Its output goes to a log, shown if it fails.
+  stage "build (build-asan, in the background while the normal tests run)"
+  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    -DWEFT_SANITIZE=ON -DWEFT_FUZZ=ON -DWEFT_BENCH=OFF >/dev/null
+  nice -n 19 cmake --build build-asan >"$asan_log" 2>&1 &
+  asan_pid=$!
 fi
-# Every parser's libFuzzer harness, bounded (WEFT_FUZZ_SECONDS per harness; a crash
-# fails the suite). WEFT_SKIP_FUZZ=1 skips it for quick local runs.
-if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
-  ./scripts/fuzz.sh
+# If the suite stops early, the background build stops with it.
+trap '[ -n "$asan_pid" ] && kill "$asan_pid" 2>/dev/null || true' EXIT
+
+stage "test (build)"
+scripts/ctest-pass.sh build -j "$jobs"
+
+if [ -n "$asan_pid" ]; then
+  stage "waiting for the build-asan build"
+  if ! wait "$asan_pid"; then
+    asan_pid=""
+    tail -n 60 "$asan_log"
+    echo "build-asan failed (whole log: $asan_log)" >&2
+    exit 1
+  fi
+  asan_pid=""
+  tail -n 1 "$asan_log"
+  stage "test (build-asan)"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    scripts/ctest-pass.sh build-asan -j "$jobs" -LE fuzz
+  # Every parser's libFuzzer harness, bounded (WEFT_FUZZ_SECONDS per harness, two side
+  # by side: they are the only tests that keep a core busy; a crash fails the suite).
+  if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
+    stage "fuzz (build-asan)"
+    scripts/ctest-pass.sh build-asan -j 2 -L fuzz
+  fi
 fi
 stage "all tests passed"

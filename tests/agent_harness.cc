@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,9 +63,8 @@ AgentHarness::AgentHarness(bool root_tasks) {
   EXPECT_TRUE(mkdir_p(dir_).ok());
   socket_ = dir_ + "/agent.sock";
   auto mount = HostPaths().cgroup2_mount();
-  mount_ = mount.value_or("/sys/fs/cgroup");
-  cgroup_root_ = mount_ + "/weft-test-" + random_hex(5);
-  controllers_before_ = trim(read_file(mount_ + "/cgroup.subtree_control").value_or(""));
+  cgroup_root_ = mount.value_or("/sys/fs/cgroup") + "/weft-test-" + random_hex(5);
+  if (mount.ok() && geteuid() == 0) lease_ = std::make_unique<SubtreeControlLease>(*mount);
   config_ = dir_ + "/agent.toml";
   std::string conf = "socket = \"" + socket_ + "\"\n" + "state_dir = \"" + dir_ + "/state\"\n" +
                      "cgroup_root = \"" + cgroup_root_ + "\"\n" +
@@ -78,9 +78,14 @@ AgentHarness::~AgentHarness() {
   kill9();
   destroy_cgroup_tree(cgroup_root_);
   (void)remove_tree(dir_);
-  restore_subtree_control(mount_, controllers_before_);
+  lease_.reset();
 }
 
+namespace {
+
+constexpr const char* kLeaseDir = "/run/weft-test-cgroup2";
+
+// Disables at `mount` every controller not in `before` (a cgroup.subtree_control).
 void restore_subtree_control(const std::string& mount, const std::string& before) {
   auto now = read_file(mount + "/cgroup.subtree_control");
   if (!now.ok()) return;
@@ -88,6 +93,68 @@ void restore_subtree_control(const std::string& mount, const std::string& before
   for (const auto& c : split(trim(*now), ' '))
     if (!c.empty() && std::find(keep.begin(), keep.end(), c) == keep.end())
       (void)write_file(mount + "/cgroup.subtree_control", "-" + c);
+}
+
+// Holders whose process is alive; the files of dead ones are removed.
+int live_holders() {
+  int live = 0;
+  auto entries = list_dir(kLeaseDir);
+  if (!entries.ok()) return 0;
+  for (const auto& e : *entries) {
+    if (e.rfind("holder-", 0) != 0) continue;
+    pid_t pid = static_cast<pid_t>(std::atoi(e.c_str() + 7));
+    auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (pid > 0 && stat.ok() && stat->find(") Z ") == std::string::npos)
+      ++live;
+    else
+      (void)::unlink((std::string(kLeaseDir) + "/" + e).c_str());
+  }
+  return live;
+}
+
+// With no live holder left: what the first holder recorded goes back, and the
+// bookkeeping goes away.
+void restore_if_unheld(const std::string& mount) {
+  if (live_holders() > 0) return;
+  std::string before_file = std::string(kLeaseDir) + "/before";
+  if (auto before = read_file(before_file); before.ok()) restore_subtree_control(mount, *before);
+  (void)::unlink(before_file.c_str());
+  (void)::rmdir(kLeaseDir);
+}
+
+class MountLock {
+ public:
+  explicit MountLock(const std::string& mount)
+      : fd_(::open(mount.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  ~MountLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+SubtreeControlLease::SubtreeControlLease(std::string mount) : mount_(std::move(mount)) {
+  MountLock lock(mount_);
+  restore_if_unheld(mount_);  // a dead last holder's record first
+  (void)mkdir_p(kLeaseDir);
+  std::string before_file = std::string(kLeaseDir) + "/before";
+  if (!path_exists(before_file))
+    (void)write_file(before_file, trim(read_file(mount_ + "/cgroup.subtree_control").value_or("")));
+  holder_ = std::string(kLeaseDir) + "/holder-" + std::to_string(::getpid()) + "-" + random_hex(4);
+  EXPECT_TRUE(write_file(holder_, "").ok()) << "cannot write " << holder_;
+}
+
+SubtreeControlLease::~SubtreeControlLease() {
+  MountLock lock(mount_);
+  (void)::unlink(holder_.c_str());
+  restore_if_unheld(mount_);
 }
 
 void AgentHarness::add_config(const std::string& lines) {

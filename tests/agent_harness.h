@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -17,6 +18,25 @@
 namespace weft::testing {
 
 using json = nlohmann::json;
+
+// The cgroup2 root's cgroup.subtree_control is one per machine, and agents under test
+// enable their controllers there (as systemd's Delegate= would). Tests run side by side
+// (ctest -j), so none may put the file back while another's agents run: each holds a
+// lease while it has agents; the first lease records the file, the last one released
+// puts it back. Holders are processes: a lease of a process that died (a sanitizer
+// abort, SIGKILL) counts no more, and the next lease taken or released restores what it
+// recorded if no live holder is left. The bookkeeping is under /run/weft-test-cgroup2/
+// (removed with the last lease), serialised by flock on the cgroup2 mount itself.
+class SubtreeControlLease {
+ public:
+  explicit SubtreeControlLease(std::string mount);
+  ~SubtreeControlLease();
+  SubtreeControlLease(const SubtreeControlLease&) = delete;
+  SubtreeControlLease& operator=(const SubtreeControlLease&) = delete;
+
+ private:
+  std::string mount_, holder_;
+};
 
 // Empty when root tests can run here; otherwise the reason to skip.
 std::string root_test_skip_reason();
@@ -61,17 +81,11 @@ class AgentHarness {
 
  private:
   std::string dir_, socket_, cgroup_root_, config_;
-  // The cgroup2 root's subtree_control before the agent enabled its controllers there.
-  std::string mount_, controllers_before_;
+  std::unique_ptr<SubtreeControlLease> lease_;
   pid_t pid_ = -1;
 };
 
 // Kills every process in the cgroup subtree and removes it, leaves first.
 void destroy_cgroup_tree(const std::string& dir);
-
-// Agents enable their controllers from the cgroup2 mount down (as systemd's Delegate=
-// would); this disables at `mount` every controller not in `before` (a space-separated
-// cgroup.subtree_control as it was).
-void restore_subtree_control(const std::string& mount, const std::string& before);
 
 }  // namespace weft::testing

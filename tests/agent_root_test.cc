@@ -28,8 +28,9 @@ namespace weft::testing {
 namespace {
 
 // The agent enables the controllers it uses in the cgroups above its root (as systemd
-// does with Delegate=yes). On this shared machine the tests put the cgroup2 root's
-// subtree_control back the way they found it.
+// does with Delegate=yes). On this shared machine the cgroup2 root's subtree_control goes
+// back the way it was when the last test that held it ends (SubtreeControlLease): here
+// for the whole test program too, which also starts agents of its own.
 void sleep_ms(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
@@ -38,20 +39,12 @@ class RestoreRootSubtreeControl : public ::testing::Environment {
  public:
   void SetUp() override {
     auto mount = HostPaths().cgroup2_mount();
-    if (!mount.ok() || geteuid() != 0) return;
-    file_ = *mount + "/cgroup.subtree_control";
-    for (const auto& c : split(trim(read_file(file_).value_or("")), ' '))
-      if (!c.empty()) before_.insert(c);
+    if (mount.ok() && geteuid() == 0) lease_ = std::make_unique<SubtreeControlLease>(*mount);
   }
-  void TearDown() override {
-    if (file_.empty()) return;
-    for (const auto& c : split(trim(read_file(file_).value_or("")), ' '))
-      if (!c.empty() && !before_.count(c)) (void)write_file(file_, "-" + c);
-  }
+  void TearDown() override { lease_.reset(); }
 
  private:
-  std::string file_;
-  std::set<std::string> before_;
+  std::unique_ptr<SubtreeControlLease> lease_;
 };
 [[maybe_unused]] auto* const kRestoreEnv =
     ::testing::AddGlobalTestEnvironment(new RestoreRootSubtreeControl);

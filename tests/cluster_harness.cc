@@ -41,7 +41,6 @@ ClusterHarness::ClusterHarness(ClusterOptions opts) : opts_(opts) {
   auto mount = HostPaths().cgroup2_mount();
   mount_ = mount.value_or("/sys/fs/cgroup");
   cgroup_parent_ = mount_ + "/weft-e2e-" + id_;
-  controllers_before_ = trim(read_file(mount_ + "/cgroup.subtree_control").value_or(""));
 }
 
 // A harness whose process died without its destructor (a sanitizer abort, SIGKILL)
@@ -67,19 +66,16 @@ void ClusterHarness::sweep_stale() {
         if (n.rfind("weft-" + id + "-", 0) == 0)
           (void)std::system(("ip netns del " + n + " >/dev/null 2>&1").c_str());
     destroy_cgroup_tree(mount_ + "/weft-e2e-" + id);
-    // And the cgroup2 root's controllers as that harness found them.
-    if (auto before = read_file(dir + "/subtree_control_before"); before.ok())
-      restore_subtree_control(mount_, *before);
+    // (The cgroup2 root's controllers: its SubtreeControlLease counts no more.)
     (void)remove_tree(dir);
   }
 }
 
 bool ClusterHarness::setup() {
   sweep_stale();
-  controllers_before_ = trim(read_file(mount_ + "/cgroup.subtree_control").value_or(""));
+  lease_ = std::make_unique<SubtreeControlLease>(mount_);
   // The owner first: a sweep by another harness must never take a directory being made.
   if (!mkdir_p(dir_).ok() || !write_file(dir_ + "/owner", std::to_string(::getpid())).ok() ||
-      !write_file(dir_ + "/subtree_control_before", controllers_before_).ok() ||
       !mkdir_p(dir_ + "/profiles").ok()) {
     ADD_FAILURE() << "cannot create " << dir_;
     return false;
@@ -191,7 +187,7 @@ ClusterHarness::~ClusterHarness() {
     (void)std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str());
   // WEFT_E2E_KEEP=1 keeps the daemons' logs and state for a post-mortem.
   if (!std::getenv("WEFT_E2E_KEEP")) (void)remove_tree(dir_);
-  restore_subtree_control(mount_, controllers_before_);
+  lease_.reset();
 }
 
 pid_t ClusterHarness::spawn(const std::string& netns, const char* bin, const std::string& conf,

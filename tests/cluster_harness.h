@@ -10,12 +10,14 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "tests/agent_harness.h"
 
 namespace weft::testing {
 
@@ -74,7 +76,8 @@ class ClusterHarness {
   void sweep_stale();
 
   ClusterOptions opts_;
-  std::string id_, dir_, hub_, cgroup_parent_, mount_, controllers_before_;
+  std::string id_, dir_, hub_, cgroup_parent_, mount_;
+  std::unique_ptr<SubtreeControlLease> lease_;
   std::vector<Machine> machines_;
   std::vector<std::string> netns_made_;
   pid_t cp_ = -1;

@@ -1,0 +1,13 @@
+# Shared by scripts/demo.sh, test.sh and package.sh (sourced, not run): one way to
+# configure the normal tree, so the demo's build, the packages and the normal test pass
+# are one tree that each of them reuses.
+
+# What the demo runs and the packages ship.
+WEFT_PRODUCT_TARGETS="weft-agent weft-init weftctl weftctl-tls weft-sidekick weft-hcs weft-controlplane"
+
+# weft_configure DIR [cmake options...]: the normal (RelWithDebInfo, /usr) tree.
+weft_configure() {
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
+    "$@" >/dev/null
+}
