@@ -1560,6 +1560,10 @@ TEST_F(ControlPlaneTls, EachCertificateMayDoWhatItsRoleAllows) {
   auto t1 = tls_as("m1"), t2 = tls_as("m2");
   ASSERT_TRUE(m1.connect(tcp(), &t1)) << m1.error().str();
   ASSERT_TRUE(m2.connect(tcp(), &t2)) << m2.error().str();
+  // Both stay alive while the test makes one TLS handshake after another (on a loaded
+  // machine, under the sanitizers, longer than the 600 ms a silent machine has).
+  m1.keep_alive();
+  m2.keep_alive();
   // A machine certificate speaks for its own machine only, and reads nothing.
   FakeMachine impostor("m2", "r1");
   EXPECT_FALSE(impostor.connect(tcp(), &t1));

@@ -11,3 +11,9 @@ weft_configure() {
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
     "$@" >/dev/null
 }
+
+# weft_configure_fuzz: the fuzzers' tree (clang, ASan+UBSan, libFuzzer's coverage).
+weft_configure_fuzz() {
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DWEFT_FUZZ=ON -DWEFT_BENCH=OFF >/dev/null
+}

@@ -5,18 +5,19 @@
 # then every parser's libFuzzer harness. Run as root so the root tests run (CI does).
 #
 # Where the time goes (docs/testing.md): the normal tree is the demo's and the packages'
-# tree too (one build); the sanitizer tree is also the fuzzer tree (clang, one build);
-# tests that wait run side by side; the sanitizer tree compiles at the lowest priority
-# while the normal pass's tests run, so their waits are not idle cores. Each stage prints
-# its start minute and each pass its ten slowest tests.
+# tree too (one build); tests that wait run side by side; the sanitizer and fuzzer trees
+# compile at the lowest priority while the packages are made and the normal pass's tests
+# run, so their waits are not idle cores. Each stage prints its start minute and each
+# pass its ten slowest tests.
 #
-#   WEFT_SKIP_SANITIZERS=1   skip the sanitizer pass (and the fuzzers, built in its tree)
+#   WEFT_SKIP_SANITIZERS=1   skip the sanitizer pass
 #   WEFT_SKIP_GUEST=1        skip the QEMU system-test guest (quick local runs)
 #   WEFT_SKIP_FUZZ=1         skip the fuzzers (quick local runs); WEFT_FUZZ_SECONDS=N
 #                            sets each harness's time (default 30)
 #   WEFT_HOST_WIDE_TESTS=0   skip the tests that change host-wide settings (huge page
 #                            pool); by default they run and restore what they change
-#   WEFT_TEST_JOBS=N         tests side by side (default 8: most tests wait)
+#   WEFT_TEST_JOBS=N         tests side by side (default 8: most tests wait; the
+#                            sanitizer pass WEFT_ASAN_TEST_JOBS, default 4)
 #   CCACHE_DISABLE=1         compile without the compiler cache (it is keyed on content;
 #                            nothing depends on it)
 set -euo pipefail
@@ -48,42 +49,52 @@ cmake --build build
 stage packages
 WEFT_BUILD_DIR=build ./scripts/package.sh
 
-asan_pid=""
-asan_log=build-asan/build.log
-if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
-  # The sanitizer and fuzzer tree, compiled while the normal pass's tests run: nice 19
-  # gives the tests the CPU whenever they want it (they mostly wait), the compiler the
-  # rest. Its output goes to a log, shown if it fails.
-  stage "build (build-asan, in the background while the normal tests run)"
-  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-    -DWEFT_SANITIZE=ON -DWEFT_FUZZ=ON -DWEFT_BENCH=OFF >/dev/null
-  nice -n 19 cmake --build build-asan >"$asan_log" 2>&1 &
-  asan_pid=$!
+bg_pid=""
+bg_log=build-background.log
+if [ -z "${WEFT_SKIP_SANITIZERS:-}" ] || [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
+  # The sanitizer tree and the fuzzers' tree, compiled while the packages are made and
+  # the normal pass's tests run: nice 19 gives the tests the CPU whenever they want it
+  # (they mostly wait), the compiler the rest. The output goes to a log, shown if it fails.
+  stage "build (build-asan, build-fuzz: in the background while the normal tests run)"
+  background_builds() {
+    if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
+      cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON \
+        -DWEFT_BENCH=OFF >/dev/null && nice -n 19 cmake --build build-asan || return 1
+    fi
+    if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
+      weft_configure_fuzz && nice -n 19 cmake --build build-fuzz --target fuzz_all || return 1
+    fi
+  }
+  background_builds >"$bg_log" 2>&1 &
+  bg_pid=$!
 fi
 # If the suite stops early, the background build stops with it.
-trap '[ -n "$asan_pid" ] && kill "$asan_pid" 2>/dev/null || true' EXIT
+trap '[ -n "$bg_pid" ] && kill "$bg_pid" 2>/dev/null || true' EXIT
 
 stage "test (build)"
 scripts/ctest-pass.sh build -j "$jobs"
 
-if [ -n "$asan_pid" ]; then
-  stage "waiting for the build-asan build"
-  if ! wait "$asan_pid"; then
-    asan_pid=""
-    tail -n 60 "$asan_log"
-    echo "build-asan failed (whole log: $asan_log)" >&2
+if [ -n "$bg_pid" ]; then
+  stage "waiting for the background builds"
+  if ! wait "$bg_pid"; then
+    bg_pid=""
+    tail -n 60 "$bg_log"
+    echo "a background build failed (whole log: $bg_log)" >&2
     exit 1
   fi
-  asan_pid=""
-  tail -n 1 "$asan_log"
+  bg_pid=""
+fi
+if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
+  # Fewer side by side than in the normal pass: every process is two to three times
+  # heavier under the sanitizers.
   stage "test (build-asan)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    scripts/ctest-pass.sh build-asan -j "$jobs" -LE fuzz
-  # Every parser's libFuzzer harness, bounded (WEFT_FUZZ_SECONDS per harness, two side
-  # by side: they are the only tests that keep a core busy; a crash fails the suite).
-  if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
-    stage "fuzz (build-asan)"
-    scripts/ctest-pass.sh build-asan -j 2 -L fuzz
-  fi
+    scripts/ctest-pass.sh build-asan -j "${WEFT_ASAN_TEST_JOBS:-4}"
+fi
+# Every parser's libFuzzer harness, bounded (WEFT_FUZZ_SECONDS per harness, two side by
+# side: they are the only tests that keep a core busy; a crash fails the suite).
+if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
+  stage "fuzz (build-fuzz)"
+  scripts/ctest-pass.sh build-fuzz -j 2 -L fuzz
 fi
 stage "all tests passed"
