@@ -7,15 +7,18 @@
 #   GTest                 -> weft-pch-test  (standard library, json, gtest)
 #   CLI11 (and not GTest) -> weft-pch-cli   (standard library, json, CLI11)
 #   weft-common otherwise -> weft-pch-lib   (standard library, json)
-# A target opts out with the target property WEFT_NO_PCH (weft-init, the static helpers:
-# they are built with other flags). Only C++ standard and third-party headers are
+# Targets that link none of these (weft-init, the static helpers, built with other
+# flags) get none; a target can also opt out with the property WEFT_NO_PCH, as the donors
+# do. Only C++ standard and third-party headers are
 # precompiled, never a system C header: a translation unit sees the same declarations it
 # would have, plus these.
 #
 # ccache. When installed (scripts/setup.sh installs it) every compile goes through it,
-# keyed on content: a tree whose sources did not change compiles nothing, whichever
-# folder it was cloned to. Correctness never depends on it: WEFT_CCACHE=OFF, or
-# CCACHE_DISABLE=1 in the environment, compiles everything.
+# keyed on content: a tree whose sources did not change compiles nothing again. Paths
+# on command lines are made relative to the source folder, but the unity batches CMake
+# writes name their sources by absolute path, so a clone in another folder misses on
+# those. Correctness never depends on it: WEFT_CCACHE=OFF, or CCACHE_DISABLE=1 in the
+# environment, compiles everything.
 
 option(WEFT_PCH "Precompile the heavy third-party headers (json, gtest, CLI11)" ON)
 option(WEFT_CCACHE "Compile through ccache when it is installed" ON)
@@ -24,7 +27,8 @@ if(WEFT_CCACHE)
   find_program(WEFT_CCACHE_EXE ccache)
   if(WEFT_CCACHE_EXE)
     # pch_defines/time_macros: what ccache needs to cache compiles that use a PCH.
-    # base_dir + nohashdir + the prefix maps below: a clone in another folder hits.
+    # base_dir + nohashdir + the prefix map below: command lines and debug info do not
+    # name the folder.
     set(weft_launcher ${CMAKE_COMMAND} -E env
         "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
         "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}" CCACHE_NOHASHDIR=1 ${WEFT_CCACHE_EXE})

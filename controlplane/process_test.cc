@@ -1497,11 +1497,6 @@ TEST_F(ControlPlane, TheThreeValidatorsAgreeOnRandomJobs) {
 
 // ---- over the network: mutual TLS, identities, roles, audit (issue 13)
 
-// A free TCP port on 127.0.0.1, reserved for this test (common/etcd_test_server.h).
-uint16_t free_port() {
-  return weft::testing::free_tcp_port();
-}
-
 // The control plane listening with mutual TLS on 127.0.0.1, a CA from scripts/weft-pki,
 // and certificates for machines, each role, and nobody in particular.
 class ControlPlaneTls : public ControlPlane {
@@ -1517,7 +1512,7 @@ class ControlPlaneTls : public ControlPlane {
           "bob --ou operator", "root --ou admin", "stranger", "leaver --ou operator"})
       cmds += " && " + tool + " issue " + pki_ + " " + spec;
     ASSERT_EQ(std::system(("(" + cmds + ") >/dev/null").c_str()), 0) << cmds;
-    port_ = free_port();
+    port_ = weft::testing::free_tcp_port();  // reserved for this test
     ASSERT_NE(port_, 0);
     ASSERT_TRUE(write_file(dir_ + "/cp.toml",
                            "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +

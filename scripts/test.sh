@@ -44,18 +44,13 @@ stage "build (build)"
 weft_configure build
 cmake --build build
 
-# Packages first: lintian/rpmlint are part of the suite and the guest installs the .deb.
-# From the normal tree: nothing is compiled again.
-stage packages
-WEFT_BUILD_DIR=build ./scripts/package.sh
-
 bg_pid=""
 bg_log=build-background.log
 if [ -z "${WEFT_SKIP_SANITIZERS:-}" ] || [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
   # The sanitizer tree and the fuzzers' tree, compiled while the packages are made and
   # the normal pass's tests run: nice 19 gives the tests the CPU whenever they want it
   # (they mostly wait), the compiler the rest. The output goes to a log, shown if it fails.
-  stage "build (build-asan, build-fuzz: in the background while the normal tests run)"
+  stage "build (build-asan, build-fuzz: in the background while the packages and the normal tests run)"
   background_builds() {
     if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
       cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON \
@@ -70,6 +65,11 @@ if [ -z "${WEFT_SKIP_SANITIZERS:-}" ] || [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
 fi
 # If the suite stops early, the background build stops with it.
 trap '[ -n "$bg_pid" ] && kill "$bg_pid" 2>/dev/null || true' EXIT
+
+# Packages first: lintian/rpmlint are part of the suite and the guest installs the .deb.
+# From the normal tree: nothing is compiled again.
+stage packages
+WEFT_BUILD_DIR=build ./scripts/package.sh
 
 stage "test (build)"
 scripts/ctest-pass.sh build -j "$jobs"

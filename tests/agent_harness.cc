@@ -81,6 +81,12 @@ AgentHarness::~AgentHarness() {
   lease_.reset();
 }
 
+bool process_alive(pid_t pid) {
+  if (pid <= 0) return false;
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  return stat.ok() && stat->find(") Z ") == std::string::npos;
+}
+
 namespace {
 
 constexpr const char* kLeaseDir = "/run/weft-test-cgroup2";
@@ -102,9 +108,7 @@ int live_holders() {
   if (!entries.ok()) return 0;
   for (const auto& e : *entries) {
     if (e.rfind("holder-", 0) != 0) continue;
-    pid_t pid = static_cast<pid_t>(std::atoi(e.c_str() + 7));
-    auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-    if (pid > 0 && stat.ok() && stat->find(") Z ") == std::string::npos)
+    if (process_alive(static_cast<pid_t>(std::atoi(e.c_str() + 7))))
       ++live;
     else
       (void)::unlink((std::string(kLeaseDir) + "/" + e).c_str());

@@ -38,6 +38,10 @@ class SubtreeControlLease {
   std::string mount_, holder_;
 };
 
+// A process that is alive and not a zombie nobody reaped (a harness's owner, a lease's
+// holder).
+bool process_alive(pid_t pid);
+
 // Empty when root tests can run here; otherwise the reason to skip.
 std::string root_test_skip_reason();
 

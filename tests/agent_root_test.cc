@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <set>
 #include <thread>
 
 #include "common/fs.h"

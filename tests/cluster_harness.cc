@@ -54,11 +54,8 @@ void ClusterHarness::sweep_stale() {
     if (e.rfind("weft-e2e-", 0) != 0) continue;
     std::string dir = tmp + "/" + e;
     auto owner = read_file(dir + "/owner");
-    pid_t pid = owner.ok() ? static_cast<pid_t>(std::atoi(owner->c_str())) : 0;
-    // Alive (and not a zombie nobody reaped): another harness's, leave it.
-    auto stat = pid > 0 ? read_file("/proc/" + std::to_string(pid) + "/stat")
-                        : Result<std::string>(make_error("none"));
-    if (stat.ok() && stat->find(") Z ") == std::string::npos) continue;
+    // Alive: another harness's, leave it.
+    if (owner.ok() && process_alive(static_cast<pid_t>(std::atoi(owner->c_str())))) continue;
     std::string id = e.substr(9);
     auto ns = list_dir("/run/netns");
     if (ns.ok())
