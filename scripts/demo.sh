@@ -133,7 +133,8 @@ echo
 weftctl machine ls
 echo
 weftctl job show hello
-task=$(weftctl --json job show hello | sed -n 's/.*"id": "\(hello[^"]*\)".*/\1/p' | head -1)
+# awk, not head: head closing the pipe early would fail this line under pipefail.
+task=$(weftctl --json job show hello | sed -n 's/.*"id": "\(hello[^"]*\)".*/\1/p' | awk 'NR == 1')
 echo "== following $task's output (Ctrl-C stops everything)"
 weftctl task logs "$task" -f &
 follow_pid=$!
