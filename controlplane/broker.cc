@@ -199,6 +199,8 @@ void Broker::begin_failover_grace(uint64_t now) {
   std::erase_if(beats_, [now](const auto& b) { return b.first <= now; });
 }
 
+void Broker::excuse_silence_until(uint64_t now) { excused_until_ = std::max(excused_until_, now); }
+
 std::vector<MachineId> Broker::check(uint64_t now) {
   std::vector<MachineId> dead;
   uint64_t limit = dead_after_us();
@@ -213,8 +215,12 @@ std::vector<MachineId> Broker::check(uint64_t now) {
   // Heartbeats in the order they came: only those older than the limit are looked at,
   // and a machine is dead when the oldest of them was its last. The cost follows the
   // heartbeats, not the fleet.
-  while (!beats_.empty() && now > beats_.front().first && now - beats_.front().first > limit) {
+  while (!beats_.empty()) {
     auto [at, id] = beats_.front();
+    // Silence counts from the later of the heartbeat and the end of the control plane's
+    // own stall; heartbeats are in order, so once one is within the limit all later are.
+    uint64_t since = std::max(at, excused_until_);
+    if (now <= since || now - since <= limit) break;
     beats_.pop_front();
     Machine& m = machines_.at(by_index_.at(id));
     if (m.dead || m.last_heartbeat != at) continue;  // heard from since, or dead already

@@ -95,6 +95,10 @@ class Broker {
   // heard from again are judged at now + max(failover grace, the dead-machine timeout),
   // not at the usual timeout. Machines heard from since are judged as usual.
   void begin_failover_grace(uint64_t now_us);
+  // The control plane itself was not listening until `now_us` (its loop held up by a
+  // slow etcd write, the process paused): what machines sent meanwhile waits unread, so
+  // their silence is counted from `now_us` at the earliest, not from their last heartbeat.
+  void excuse_silence_until(uint64_t now_us);
   // Machines that became unusable through health() since the last call.
   std::vector<MachineId> take_failed();
   // Machines that became usable again (profile applied, back alive) since the last call:
@@ -148,6 +152,7 @@ class Broker {
   std::deque<std::pair<uint64_t, MachineId>> beats_;  // heartbeats, oldest first
   // begin_failover_grace(): when it began, when it ends (0: none under way).
   uint64_t restored_at_ = 0, grace_until_ = 0;
+  uint64_t excused_until_ = 0;  // excuse_silence_until()
   std::vector<MachineId> failed_, ready_;
   void record(Unavailability e);
   std::deque<Unavailability> events_;

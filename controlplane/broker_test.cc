@@ -74,6 +74,29 @@ TEST(Broker, MachinesHaveTheFailoverGraceAfterARestore) {
   EXPECT_EQ(short_grace.check(30 * kS), std::vector<MachineId>{m});
 }
 
+// The control plane's own stall (a slow etcd write holding its loop, a paused process)
+// is not the machines' silence: what they sent meanwhile is unread, not missing.
+TEST(Broker, TheControlPlanesOwnStallIsNotCountedAsMachinesSilence) {
+  Allocator a;
+  Broker b(a, BrokerConfig{1 * kS, 3});
+  MachineId quiet = *b.register_machine(info("quiet", "r1"), 10 * kS);
+  MachineId loud = *b.register_machine(info("loud", "r1"), 10 * kS);
+  ASSERT_TRUE(b.heartbeat("loud", 11 * kS).ok());
+  // The loop ran again at 15 s, after 4 s without a look: 5 s since "quiet" was heard.
+  b.excuse_silence_until(15 * kS);
+  EXPECT_TRUE(b.check(15 * kS).empty());
+  EXPECT_TRUE(b.check(18 * kS).empty());  // 3 s since the stall: within 3 x 1 s
+  ASSERT_TRUE(b.heartbeat("loud", 16 * kS).ok());  // what it sent is read
+  // Silent since the stall ended: dead at the usual timeout after it, and only that one.
+  EXPECT_EQ(b.check(18 * kS + 1), std::vector<MachineId>{quiet});
+  EXPECT_TRUE(b.check(19 * kS).empty());
+  EXPECT_EQ(b.check(19 * kS + 1), std::vector<MachineId>{loud});
+  // An earlier excuse does not move a later one back.
+  b.excuse_silence_until(12 * kS);
+  ASSERT_TRUE(b.heartbeat("loud", 20 * kS).ok());
+  EXPECT_EQ(b.check(23 * kS + 1), std::vector<MachineId>{loud});
+}
+
 TEST(Broker, FailoverGraceConfig) {
   auto d = parse_cp_config("", "cp.toml");
   ASSERT_TRUE(d.ok()) << d.error().str();

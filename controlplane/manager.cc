@@ -77,9 +77,15 @@ void Manager::commit_batch() {
   if (!store_ || !store_->in_batch()) return;
   uint64_t t0 = now_us();
   Status committed = store_->commit_batch();
-  commit_seconds_.observe(static_cast<double>(now_us() - t0) / 1e6);
+  uint64_t took = now_us() - t0;
+  commit_seconds_.observe(static_cast<double>(took) / 1e6);
   if (committed.ok()) {
     batch_ = {};
+    // A commit that held this loop, or that ends a run of refused ones (their replies
+    // were held: the machines timed out and called again), was this control plane's
+    // stall, not the machines' silence.
+    if (std::exchange(commits_held_, false) || took > cfg_.broker.heartbeat_interval_us)
+      broker_.excuse_silence_until(now_us());
   } else if (etcd_ && etcd_->fenced_out()) {
     // Deposed: what this group holds must never be sent (another leader acts now).
     store_->abandon_batch();
@@ -91,6 +97,7 @@ void Manager::commit_batch() {
     // a command sent now might not be known to the next leader. Kept and tried again;
     // if the leadership is lost meanwhile, the process stops with it unsent.
     ++commits_failed_;
+    commits_held_ = true;
     store_->abandon_batch();
     unsaved_machines_.insert(batch_.machines.begin(), batch_.machines.end());
     unsaved_tasks_.insert(batch_.tasks.begin(), batch_.tasks.end());
@@ -585,7 +592,7 @@ void Manager::tick() {
   uint64_t now = now_us();
   std::vector<Command> cmds;
   std::set<MachineId> touched;
-  for (MachineId m : broker_.check(now)) machines_down_.push_back(m);
+  for (MachineId m : check_machines(now)) machines_down_.push_back(m);
   for (MachineId m : broker_.take_failed()) machines_down_.push_back(m);
   for (MachineId m : machines_down_) down_.insert(m);
   for (MachineId m : broker_.take_ready(std::exchange(ready_dirty_, {}))) {
@@ -607,11 +614,24 @@ void Manager::tick() {
   send(cmds);
 }
 
+std::vector<MachineId> Manager::check_machines(uint64_t now) {
+  // While etcd refuses the groups, every reply waits: the machines cannot be heard out.
+  if (commits_held_) broker_.excuse_silence_until(now);
+  if (last_check_us_ && now > last_check_us_ &&
+      now - last_check_us_ > cfg_.broker.heartbeat_interval_us) {
+    broker_.excuse_silence_until(now);
+    log_warn("this control plane was held up; the machines' silence meanwhile is not counted",
+             {{"HELD_MS", std::to_string((now - last_check_us_) / 1000)}});
+  }
+  last_check_us_ = now;
+  return broker_.check(now);
+}
+
 void Manager::watch_heartbeats() {
   // Between ticks: a machine is declared dead within a quarter of a heartbeat interval
   // of its deadline, not up to a whole interval later. Cheap: the broker looks only at
   // the heartbeats that have expired (Broker::check).
-  auto dead = broker_.check(now_us());
+  auto dead = check_machines(now_us());
   if (!dead.empty()) {
     machines_down_.insert(machines_down_.end(), dead.begin(), dead.end());
     kick();

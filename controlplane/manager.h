@@ -117,6 +117,12 @@ class Manager {
   void tick();
   void periodic();          // tick() every heartbeat interval
   void watch_heartbeats();  // the dead-machine check, every quarter interval
+  // Machines dead by their heartbeats at `now`. A look that comes more than a heartbeat
+  // interval after the last one means this loop was held up (a slow etcd write, the
+  // process paused): that time is not counted against the machines.
+  std::vector<MachineId> check_machines(uint64_t now);
+  uint64_t last_check_us_ = 0;
+  bool commits_held_ = false;  // etcd refused the last group: replies wait (commit_batch)
   // A tick soon (next loop iteration), once however many changes ask for it: what a
   // machine's new verdict or profile needs, without a tick per report.
   void kick();

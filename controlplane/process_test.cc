@@ -1212,6 +1212,62 @@ TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
             std::string::npos);
 }
 
+// A control plane held up longer than the dead-machine timeout (here paused with
+// SIGSTOP; in production a slow etcd write or a host stall holds its loop the same way)
+// must not count that time against the machines: their reports wait unread in its
+// sockets. None is declared dead and no task moves; a machine that is really silent
+// after the pause is still declared dead at the usual timeout.
+TEST_F(ControlPlane, AHeldUpControlPlaneDoesNotCountItsPauseAgainstTheMachines) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine talker("talker", "rack0"), quiet("quiet", "rack1");
+  ASSERT_TRUE(talker.connect(sock())) << talker.error().str();
+  ASSERT_TRUE(quiet.connect(sock())) << quiet.error().str();
+  ASSERT_TRUE(call("entitlement.create", {{"name", "web"}, {"quota", 2}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "site"},
+                                  {"entitlement", "web"},
+                                  {"count", 2},
+                                  {"per_task", {{"cpu_milli", 1000}, {"mem_mb", 512}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  for (int i = 0; i < 100 && talker.running().size() + quiet.running().size() < 2; ++i) {
+    talker.report();
+    quiet.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(talker.running().size(), 1u);
+  ASSERT_EQ(quiet.running().size(), 1u);
+  talker.keep_alive();
+  quiet.keep_alive();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  // Held up for five times the 600 ms timeout; the machines report on (into its socket).
+  kill(pid_, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  kill(pid_, SIGCONT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  for (const char* m : {"talker", "quiet"}) {
+    auto shown = call("machine.show", {{"machine", m}});
+    ASSERT_TRUE(shown.ok()) << shown.error().str();
+    EXPECT_NE((*shown)["state"], "dead") << m << ": " << shown->dump();
+  }
+  EXPECT_EQ(talker.starts() + quiet.starts(), 2) << "a task moved";
+  std::string log = read_file(dir_ + "/cp.log").value_or("");
+  EXPECT_NE(log.find("this control plane was held up"), std::string::npos) << log;
+
+  // Really silent now: dead at the usual timeout, and its task moves to the talker.
+  quiet.stop_keep_alive();
+  quiet.disconnect();
+  bool moved = false;
+  for (int i = 0; i < 150 && !moved; ++i) {
+    moved = talker.running().size() == 2;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ((*call("machine.show", {{"machine", "quiet"}}))["state"], "dead");
+  EXPECT_TRUE(moved) << read_file(dir_ + "/cp.log").value_or("");
+  talker.stop_keep_alive();
+}
+
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
   start();
   if (HasFatalFailure()) return;

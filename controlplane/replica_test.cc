@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>
@@ -44,10 +45,17 @@ class Replicas : public ::testing::Test {
     b_ = std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir_, "b", etcd_->client_config());
   }
   void TearDown() override {
+    // A failure shows what the replicas said (their logs go with the directory).
+    if (HasFailure())
+      for (Replica* r : {a_.get(), b_.get()})
+        if (r) std::cerr << "---- " << r->sock() << "'s log (tail):\n" << tail(r->log()) << "\n";
     a_.reset();
     b_.reset();
     etcd_.reset();
     (void)remove_tree(dir_);
+  }
+  static std::string tail(const std::string& s, size_t max = 12000) {
+    return s.size() <= max ? s : s.substr(s.size() - max);
   }
   // Waits until `r` leads; false after `seconds`.
   static bool wait_leading(Replica& r, double seconds) {
