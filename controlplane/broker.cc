@@ -199,7 +199,9 @@ void Broker::begin_failover_grace(uint64_t now) {
   std::erase_if(beats_, [now](const auto& b) { return b.first <= now; });
 }
 
-void Broker::excuse_silence_until(uint64_t now) { excused_until_ = std::max(excused_until_, now); }
+void Broker::excuse_silence_until(uint64_t now) {
+  excused_until_ = std::max(excused_until_, now);
+}
 
 std::vector<MachineId> Broker::check(uint64_t now) {
   std::vector<MachineId> dead;

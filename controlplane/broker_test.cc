@@ -85,7 +85,7 @@ TEST(Broker, TheControlPlanesOwnStallIsNotCountedAsMachinesSilence) {
   // The loop ran again at 15 s, after 4 s without a look: 5 s since "quiet" was heard.
   b.excuse_silence_until(15 * kS);
   EXPECT_TRUE(b.check(15 * kS).empty());
-  EXPECT_TRUE(b.check(18 * kS).empty());  // 3 s since the stall: within 3 x 1 s
+  EXPECT_TRUE(b.check(18 * kS).empty());           // 3 s since the stall: within 3 x 1 s
   ASSERT_TRUE(b.heartbeat("loud", 16 * kS).ok());  // what it sent is read
   // Silent since the stall ended: dead at the usual timeout after it, and only that one.
   EXPECT_EQ(b.check(18 * kS + 1), std::vector<MachineId>{quiet});
