@@ -6,6 +6,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/config.h"
@@ -22,11 +23,16 @@ namespace weft::agent {
 Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"socket", "socket_group", "state_dir", "cgroup_root", "machine_id", "labels",
-                     "control_plane", "insecure_control_plane", "init_path", "host_root",
-                     "log_level", "default_task_user", "allow_root_tasks", "allow_unconfined_tasks",
-                     "metrics_listen", "netns_pool", "sandbox_pool", "images", "volumes"},
+  TRY(doc.only_keys(t, "", {"socket",           "socket_group",
+                            "state_dir",        "cgroup_root",
+                            "machine_id",       "labels",
+                            "control_plane",    "insecure_control_plane",
+                            "init_path",        "host_root",
+                            "log_level",        "default_task_user",
+                            "allow_root_tasks", "allow_unconfined_tasks",
+                            "metrics_listen",   "netns_pool",
+                            "sandbox_pool",     "images",
+                            "volumes",          "task_uids"},
                     kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
@@ -43,7 +49,28 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY(str("init_path", &c.init_path));
   TRY(str("host_root", &c.host_root));
   TRY(str("log_level", &c.log_level));
-  TRY(str("default_task_user", &c.default_task_user));
+  TRY_ASSIGN(auto default_user, doc.get_string(t, "default_task_user"));
+  c.default_task_user = default_user;
+  TRY_ASSIGN(auto uids, doc.get_string(t, "task_uids"));
+  if (uids) {
+    // "FIRST-LAST", both above the ids of every user and group the host has.
+    auto where = doc.where(*t.get("task_uids"));
+    auto dash = uids->find('-');
+    char* end = nullptr;
+    long first = -1, last = -1;
+    if (dash != std::string::npos && dash > 0) {
+      first = std::strtol(uids->c_str(), &end, 10);
+      if (end != uids->c_str() + dash) first = -1;
+      last = std::strtol(uids->c_str() + dash + 1, &end, 10);
+      if (*end != '\0' || dash + 1 == uids->size()) last = -1;
+    }
+    if (first < 65536 || last < first || last > 2000000000L)
+      return field_error(where,
+                         "'task_uids' must be \"FIRST-LAST\" with 65536 <= FIRST <= LAST <= "
+                         "2000000000 (uids no host user has)");
+    c.task_uid_first = first;
+    c.task_uid_last = last;
+  }
   TRY(metrics::read_listen(doc, t, &c.metrics_listen));
   TRY_ASSIGN(auto allow_root, doc.get_bool(t, "allow_root_tasks"));
   c.allow_root_tasks = allow_root.value_or(false);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/cp_link.h"
@@ -28,8 +29,13 @@ struct AgentConfig {
   // A TCP control_plane is unauthenticated until TLS: allowed only when this is set.
   bool insecure_control_plane = false;
   ControlPlaneTls control_plane_tls;  // control_plane_tls_* and control_plane_name
-  // The user a task runs as when its spec names none. Empty: the agent's own user.
-  std::string default_task_user = "nobody";
+  // The user a task runs as when its spec (or image) names none. Unset: a uid and gid of
+  // the task's own from `task_uids`, shared with no other task and no host user. A name:
+  // that user (shared by every such task); "": the agent's own user (root).
+  std::optional<std::string> default_task_user;
+  // The range tasks' own uids (and gids, the same numbers) are taken from: no host user
+  // or group may have one of them. Taken in turn, so a freed uid is reused last.
+  long task_uid_first = 3000000, task_uid_last = 3065535;
   // Whether a task may run as uid 0 or with gid 0 (its spec's user/group, or the
   // default). Root in a task is still confined (capabilities, seccomp, masked /proc),
   // but whoever may run tasks then holds root-equivalent power over the task's files.

@@ -76,6 +76,8 @@ json Manager::summary(const Task& t) const {
          {"finished_at",
           t.terminal() || t.state == TaskState::kBackoff ? format_rfc3339(t.finished_us) : ""}};
   if (t.state == TaskState::kBackoff) j["next_start_at"] = format_rfc3339(t.next_start_us);
+  // Its own uid (and gid), from agent.toml's task_uids; absent for a named user.
+  if (t.own_uid >= 0) j["uid"] = t.own_uid;
   if (!t.spec.image.empty()) {
     j["image"] = t.spec.image;
     if (t.image) j["image_manifest"] = t.image->manifest.str();

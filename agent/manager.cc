@@ -167,18 +167,72 @@ Status Manager::save(const Task& t) {
 }
 
 Status Manager::erase(const std::string& id) {
-  return store_->erase(id);
+  TRY(store_->erase(id));
+  release_own_uid(id);  // its processes are gone with its cgroup; its row is too now
+  return {};
 }
 
 Status Manager::load_tasks() {
   TRY_ASSIGN(auto rows, store_->load());
+  next_own_uid_ = cfg_.task_uid_first;
   for (auto& row : rows) {
     auto t = std::make_unique<Task>();
     static_cast<TaskRecord&>(*t) = std::move(row);
     std::string id = t->id;
+    if (t->own_uid >= 0) {
+      // A restarted agent gives each task the uid it had, and no other task that one.
+      own_uids_[t->own_uid] = id;
+      if (t->own_uid >= next_own_uid_) next_own_uid_ = t->own_uid + 1;
+    }
     tasks_[id] = std::move(t);
   }
   return {};
+}
+
+void Manager::release_own_uid(const std::string& id) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end() || it->second->own_uid < 0) return;
+  auto held = own_uids_.find(it->second->own_uid);
+  if (held != own_uids_.end() && held->second == id) own_uids_.erase(held);
+  it->second->own_uid = -1;
+}
+
+Result<Identity> Manager::identity_of(Task* t, const TaskSpec& spec,
+                                      const std::vector<std::string>* image_roots) {
+  Identity id;
+  if (spec.user.empty() && !cfg_.default_task_user) {
+    long uid = t ? t->own_uid : cfg_.task_uid_first;
+    if (uid < 0) {
+      // The next free uid of the range, in turn from where the last search ended.
+      long span = cfg_.task_uid_last - cfg_.task_uid_first + 1;
+      if (next_own_uid_ < cfg_.task_uid_first || next_own_uid_ > cfg_.task_uid_last)
+        next_own_uid_ = cfg_.task_uid_first;
+      for (long i = 0; i < span && uid < 0; ++i) {
+        long candidate = cfg_.task_uid_first + (next_own_uid_ - cfg_.task_uid_first + i) % span;
+        if (!own_uids_.count(candidate)) uid = candidate;
+      }
+      if (uid < 0)
+        return make_error("every uid of task_uids (" + std::to_string(cfg_.task_uid_first) + "-" +
+                          std::to_string(cfg_.task_uid_last) + ") is a live task's");
+    }
+    // A group the spec names is the task's primary group; its uid's own number otherwise.
+    TRY_ASSIGN(id, task_identity(std::to_string(uid), spec.group, "", cfg_.allow_root_tasks));
+    if (t && t->own_uid < 0) {
+      t->own_uid = uid;
+      own_uids_[uid] = t->id;
+      next_own_uid_ = uid + 1;
+    }
+  } else {
+    TRY_ASSIGN(id, task_identity(spec.user, spec.group, cfg_.default_task_user.value_or(""),
+                                 cfg_.allow_root_tasks, image_roots));
+  }
+  // The group of the local sockets makes any process an admin of this machine's daemons.
+  bool sockets_group = weft_gid_ >= 0 && id.gid == weft_gid_;
+  for (gid_t g : id.groups) sockets_group = sockets_group || static_cast<int>(g) == weft_gid_;
+  if (weft_gid_ >= 0 && sockets_group)
+    return field_error("group", "tasks never run with group " + cfg_.socket_group +
+                                    " (the group of weft's local sockets)");
+  return id;
 }
 
 // ---------------------------------------------------------------- recovery
@@ -296,8 +350,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   // Validate everything that can be known before anything is created (an image task's
   // user is known once its image is here).
   bool package_root = spec.package && spec.package->target == "/";
-  if (spec.image.empty() && !package_root)
-    TRY(task_identity(spec.user, spec.group, cfg_.default_task_user, cfg_.allow_root_tasks));
+  if (spec.image.empty() && !package_root) TRY(identity_of(nullptr, spec));
   for (size_t i = 0; i < spec.mounts.size(); ++i)
     if (spec.mounts[i].kind == MountKind::kBind)
       TRY(allowed_bind_source(spec.mounts[i].source, cfg_.volume_host_paths, i));
@@ -412,9 +465,8 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     if (::chmod(o.upper.c_str(), 0755) != 0) return sys_error("chmod " + o.upper);
     overlay = o;
   }
-  TRY_ASSIGN(Identity ident,
-             task_identity(run_spec.user, run_spec.group, cfg_.default_task_user,
-                           cfg_.allow_root_tasks, overlay ? &image_roots : nullptr));
+  TRY_ASSIGN(Identity ident, identity_of(&t, run_spec, overlay ? &image_roots : nullptr));
+  t.identity = ident;
   // Checked again at every start: the machine's allow-list may have changed since.
   std::vector<std::string> bind_sources;
   for (size_t i = 0; i < run_spec.mounts.size(); ++i) {
@@ -684,8 +736,7 @@ void Manager::run_check(const std::string& id) {
   target.pidfd = t.pidfd.get();
   target.own_network = t.spec.ns.network == NetworkMode::kPrivate;
   if (t.spec.readiness->kind == ReadinessKind::kExec) {
-    auto ident =
-        task_identity(t.spec.user, t.spec.group, cfg_.default_task_user, cfg_.allow_root_tasks);
+    auto ident = t.identity ? Result<Identity>(*t.identity) : identity_of(&t, t.spec);
     if (!ident.ok()) return on_check(id, false, ident.error().message);
     target.init_path = cfg_.init_path;
     target.cgroup_dir = cgroups_->task_dir(t.id);

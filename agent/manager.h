@@ -47,6 +47,9 @@ struct Task : TaskRecord {
   Source timer;
   bool is_child = false;
   bool kill_sent = false;  // this agent wrote cgroup.kill for the current incarnation
+  // Who its current incarnation runs as (its image's user included); readiness exec
+  // checks run as the same. Not stored: recomputed when a restarted agent needs it.
+  std::optional<Identity> identity;
   // Readiness (agent/readiness.h): reported "ready" while running and available. Not
   // stored: a restarted agent checks again before it says ready.
   bool ready = false;
@@ -211,6 +214,17 @@ class Manager {
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
   int weft_gid_ = -1;
+  // Tasks' own uids (agent.toml task_uids): which task holds each, and where the next
+  // search starts (in turn: a uid freed is the last to be handed out again).
+  std::map<long, std::string> own_uids_;
+  long next_own_uid_ = 0;
+  // The identity `t` runs as under `spec` (its spec with its image's defaults): a uid of
+  // its own unless the spec, the image or agent.toml names a user; never the sockets'
+  // group, root only where allow_root_tasks. Takes the task's own uid if it has none yet
+  // (`t` null: only checks, as create_task does before the task exists).
+  Result<Identity> identity_of(Task* t, const TaskSpec& spec,
+                               const std::vector<std::string>* image_roots = nullptr);
+  void release_own_uid(const std::string& id);
   std::string cgroup_mount_;
   uint64_t started_at_us_ = 0;
 };

@@ -31,6 +31,7 @@ const std::vector<std::string> kMigrations = {
          finished_us INTEGER NOT NULL DEFAULT 0,
          warnings TEXT NOT NULL DEFAULT '[]');
        CREATE INDEX tasks_by_name ON tasks(name);)",
+    "ALTER TABLE tasks ADD COLUMN own_uid INTEGER NOT NULL DEFAULT -1;",
 };
 
 }  // namespace
@@ -51,8 +52,8 @@ Status TaskStore::save(const TaskRecord& t) {
           "signal, "
           "core_dumped, oom_killed, restarts, reason, stop_requested, stop_deadline_us, "
           "next_start_us, "
-          "backoff_us, created_us, started_us, finished_us, warnings) "
-          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)"));
+          "backoff_us, created_us, started_us, finished_us, warnings, own_uid) "
+          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)"));
   st.bind(1, t.id)
       .bind(2, t.name)
       .bind(3, to_json(t.spec).dump())
@@ -65,6 +66,7 @@ Status TaskStore::save(const TaskRecord& t) {
   st.bind(12, t.reason).bind(13, int64_t{t.stop_requested}).bind(14, t.stop_deadline_us);
   st.bind(15, t.next_start_us).bind(16, t.backoff_us).bind(17, t.created_us);
   st.bind(18, t.started_us).bind(19, t.finished_us).bind(20, json(t.warnings).dump());
+  st.bind(21, static_cast<int64_t>(t.own_uid));
   return st.run();
 }
 
@@ -80,7 +82,7 @@ Result<std::vector<TaskRecord>> TaskStore::load() {
                                    "signal, core_dumped, oom_killed, "
                                    "restarts, reason, stop_requested, stop_deadline_us, "
                                    "next_start_us, backoff_us, created_us, "
-                                   "started_us, finished_us, warnings FROM tasks"));
+                                   "started_us, finished_us, warnings, own_uid FROM tasks"));
   for (;;) {
     TRY_ASSIGN(bool row, st.step());
     if (!row) break;
@@ -120,6 +122,7 @@ Result<std::vector<TaskRecord>> TaskStore::load() {
     if (w.is_array())
       for (const auto& x : w)
         if (x.is_string()) t->warnings.push_back(x.get<std::string>());
+    t->own_uid = static_cast<long>(st.col_int(20));
     out.push_back(std::move(rec));
   }
   return out;

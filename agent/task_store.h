@@ -32,6 +32,9 @@ struct TaskRecord {
   int64_t backoff_us = 0;
   int64_t created_us = 0, started_us = 0, finished_us = 0;
   std::vector<std::string> warnings;
+  // The uid (and gid) of the task's own, from agent.toml's task_uids; -1: it runs as a
+  // named user. Kept for the task's life, restarts included, and never another's.
+  long own_uid = -1;
 
   bool terminal() const { return task_ended(state); }
 };

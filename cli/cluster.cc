@@ -187,6 +187,22 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.e_owners->add_option("--owner", c.owners,
                          "CN=, OU=, O= or DNS= (repeatable; none: admins only)");
 
+  c.e_grant = c.ent->add_subcommand(
+      "grant",
+      "set what its jobs' tasks may ask of the host (admin; replaces the grants; none: the "
+      "restricted default; docs/security.md)");
+  c.e_grant->add_option("name", c.name, "entitlement name")->required();
+  c.e_grant->add_option("--user", c.g_users, "a user a task may run as (repeatable)");
+  c.e_grant->add_option("--group", c.g_groups, "a group a task may run with (repeatable)");
+  c.e_grant->add_option("--host-namespace", c.g_namespaces,
+                        "pid, ipc, uts or mount: a namespace a task may share with the host "
+                        "(repeatable)");
+  c.e_grant->add_option("--host-path", c.g_paths,
+                        "a host directory a task may bind in or use as its root (repeatable)");
+  c.e_grant->add_flag("--seccomp-unconfined", c.g_seccomp, "tasks may turn seccomp off");
+  c.e_grant->add_flag("--privileged", c.g_privileged,
+                      "every host privilege but root and the sockets' group");
+
   c.e_ls = c.ent->add_subcommand("ls", "list entitlements");
   c.e_show = c.ent->add_subcommand("show", "one entitlement with its machines and jobs");
   c.e_show->add_option("name", c.name, "entitlement name")->required();
@@ -320,6 +336,21 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
       for (const auto& o : c.owners) list += " " + o;
       std::cout << "entitlement " << c.name
                 << " owners:" << (list.empty() ? " (admins only)" : list) << "\n";
+    });
+  } else if (c.e_grant->parsed()) {
+    json grants = json::object();
+    if (c.g_privileged) grants["privileged"] = true;
+    if (c.g_seccomp) grants["seccomp_unconfined"] = true;
+    for (auto [key, v] : {std::pair{"users", &c.g_users},
+                          {"groups", &c.g_groups},
+                          {"host_namespaces", &c.g_namespaces},
+                          {"host_paths", &c.g_paths}})
+      if (!v->empty()) grants[key] = *v;
+    json r = call_or_die(*cp, "entitlement.update", {{"name", c.name}, {"grants", grants}});
+    print_json_or(g, r, [&] {
+      std::cout << "entitlement " << c.name
+                << " grants: " << (r["grants"].empty() ? "none (restricted)" : r["grants"].dump())
+                << "\n";
     });
   } else if (c.mt_schedule->parsed()) {
     json p{{"start", c.mt_start}, {"duration", c.mt_duration}, {"reboot", c.mt_reboot}};

@@ -14,7 +14,10 @@ namespace weft::cli {
 struct ClusterCommands {
   CLI::App *machine = nullptr, *m_ls = nullptr, *m_show = nullptr, *m_drain = nullptr;
   CLI::App *ent = nullptr, *e_create = nullptr, *e_ls = nullptr, *e_show = nullptr,
-           *e_owners = nullptr;
+           *e_owners = nullptr, *e_grant = nullptr;
+  // entitlement grant: what its jobs' tasks may ask of the host (docs/security.md).
+  bool g_privileged = false, g_seccomp = false;
+  std::vector<std::string> g_users, g_groups, g_namespaces, g_paths;
   CLI::App *audit = nullptr, *a_ls = nullptr;
   CLI::App *cp = nullptr, *cp_status = nullptr;
   CLI::App *maint = nullptr, *mt_schedule = nullptr, *mt_ls = nullptr, *mt_cancel = nullptr;

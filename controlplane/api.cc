@@ -35,13 +35,16 @@ Result<std::vector<std::string>> owners_from(const json& j) {
   return out;
 }
 
-// A job spec as shown to a viewer: environment values replaced.
+// A job spec as shown to a viewer: environment values and files' contents (where
+// secrets go, docs/images.md) replaced.
 void hide_secrets(json& spec) {
   auto task = spec.find("task");
   if (task == spec.end() || !task->is_object()) return;
-  auto env = task->find("env");
-  if (env == task->end() || !env->is_object()) return;
-  for (auto& [k, v] : env->items()) v = "(hidden)";
+  if (auto env = task->find("env"); env != task->end() && env->is_object())
+    for (auto& [k, v] : env->items()) v = "(hidden)";
+  if (auto files = task->find("files"); files != task->end() && files->is_array())
+    for (auto& f : *files)
+      if (f.is_object() && f.contains("content")) f["content"] = "(hidden)";
 }
 
 }  // namespace
@@ -277,6 +280,9 @@ Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) 
   if (p.contains("owners")) {
     TRY_ASSIGN(e.owners, owners_from(p["owners"]));
   }
+  if (p.contains("grants")) {
+    TRY_ASSIGN(e.grants, parse_task_grants(p["grants"], cfg_.socket_group));
+  }
   TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(e));
   if (auto s = persist({}, {}); !s.ok()) {
     broker_.forget_entitlement(id);  // not durable: not created
@@ -290,14 +296,29 @@ Result<json> Manager::api_entitlement_update(const json& p, const CallContext&) 
     return field_error("name", "is required");
   auto id = broker_.entitlement(p["name"].get<std::string>());
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
-  if (!p.contains("owners")) return field_error("owners", "is required (a list, may be empty)");
-  TRY_ASSIGN(auto owners, owners_from(p["owners"]));
-  auto before = broker_.set_owners(*id, owners);
+  if (!p.contains("owners") && !p.contains("grants"))
+    return field_error("owners", "owners or grants is required (owners: a list, may be empty)");
+  // Both checked before either is changed: nothing half-applied.
+  std::optional<std::vector<std::string>> owners;
+  std::optional<TaskGrants> grants;
+  if (p.contains("owners")) {
+    TRY_ASSIGN(owners, owners_from(p["owners"]));
+  }
+  if (p.contains("grants")) {
+    TRY_ASSIGN(grants, parse_task_grants(p["grants"], cfg_.socket_group));
+  }
+  // Jobs already running keep their tasks under narrower grants (no task is stopped for
+  // it); their next update is checked against the new grants.
+  const EntitlementSpec before = broker_.entitlement_spec(*id);
+  if (owners) broker_.set_owners(*id, *owners);
+  if (grants) broker_.set_grants(*id, *grants);
   if (auto s = persist({}, {}); !s.ok()) {
-    broker_.set_owners(*id, std::move(before));  // not durable: not changed
+    broker_.set_owners(*id, before.owners);  // not durable: not changed
+    broker_.set_grants(*id, before.grants);
     return std::move(s).error();
   }
-  return json{{"name", p["name"]}, {"owners", owners}};
+  const EntitlementSpec& now = broker_.entitlement_spec(*id);
+  return json{{"name", p["name"]}, {"owners", now.owners}, {"grants", to_json(now.grants)}};
 }
 
 Result<json> Manager::api_audit_ls(const json& p, const CallContext&) {
@@ -326,6 +347,7 @@ Result<json> Manager::api_entitlement_ls(const json&, const CallContext&) {
                    {"profile", e.profile},
                    {"dc", e.dc},
                    {"owners", e.owners},
+                   {"grants", to_json(e.grants)},
                    {"machines", alloc_.pool_size(id)}});
   return json{{"entitlements", arr}};
 }
@@ -341,8 +363,15 @@ Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {
     if (alloc_.entitlement_of(m) == *id) machines.push_back(machine_json(m));
   for (const auto& j : sched_.persisted_jobs())
     if (j.spec.entitlement_id == *id) jobs.push_back(j.spec.name);
-  return json{{"id", *id},  {"name", e.name},     {"quota", e.quota},     {"profile", e.profile},
-              {"dc", e.dc}, {"owners", e.owners}, {"machines", machines}, {"jobs", jobs}};
+  return json{{"id", *id},
+              {"name", e.name},
+              {"quota", e.quota},
+              {"profile", e.profile},
+              {"dc", e.dc},
+              {"owners", e.owners},
+              {"grants", to_json(e.grants)},
+              {"machines", machines},
+              {"jobs", jobs}};
 }
 
 Result<json> Manager::resolve_image_then(const json& p, const CallContext& c, JobCall next) {

@@ -104,6 +104,11 @@ void Broker::forget_entitlement(EntitlementId id) {
   alloc_.set_quota(id, 0);
 }
 
+TaskGrants Broker::set_grants(EntitlementId id, TaskGrants grants) {
+  std::swap(ents_.at(id).grants, grants);
+  return grants;
+}
+
 std::vector<std::string> Broker::set_owners(EntitlementId id, std::vector<std::string> owners) {
   std::swap(ents_.at(id).owners, owners);
   return owners;

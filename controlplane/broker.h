@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/task_grants.h"
 #include "controlplane/allocator.h"
 
 namespace weft::cp {
@@ -36,6 +37,9 @@ struct EntitlementSpec {
   std::string dc;       // "" = any
   // Who may change its jobs besides admins: principal patterns (controlplane/access.h).
   std::vector<std::string> owners;
+  // What its jobs' tasks may ask of the host beyond the restricted default
+  // (common/task_grants.h, docs/security.md); set by admins.
+  TaskGrants grants;
 };
 
 struct Unavailability {
@@ -72,6 +76,7 @@ class Broker {
   void forget_entitlement(EntitlementId id);
   // Replaces an entitlement's owners; returns the previous ones (to undo a failed write).
   std::vector<std::string> set_owners(EntitlementId id, std::vector<std::string> owners);
+  TaskGrants set_grants(EntitlementId id, TaskGrants grants);  // returns the grants before
   // After a restart: the entitlement as it was stored, with its id.
   void restore_entitlement(EntitlementId id, const EntitlementSpec& spec);
   const std::map<EntitlementId, EntitlementSpec>& entitlements() const { return ents_; }

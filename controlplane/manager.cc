@@ -802,6 +802,10 @@ Result<JobSpec> Manager::job_from_params(const json& p) const {
   if (!id)
     return field_error("entitlement", "no entitlement named " + base.entitlement)
         .with_code(rpc::kNotFound);
+  // What its tasks ask of the host, against what the entitlement grants (an admin's).
+  TRY_ASSIGN(TaskSpec task, parse_task_spec(task_run_params(base, base.name + ".0.0")));
+  TRY(check_task_grants(task, broker_.entitlement_spec(*id).grants, base.entitlement,
+                        cfg_.socket_group));
   JobSpec spec;
   static_cast<weft::JobSpec&>(spec) = std::move(base);
   spec.entitlement_id = *id;

@@ -1504,7 +1504,11 @@ TEST_F(ControlPlane, TheThreeValidatorsAgreeOnRandomJobs) {
     ASSERT_TRUE(ms.back()->connect(sock()));
     ms.back()->report();
   }
-  ASSERT_TRUE(call("entitlement.create", {{"name", "web"}, {"quota", 3}}).ok());
+  // The validators of the spec's form agree; what an entitlement grants (policy, not
+  // form: ControlPlaneTls.AnOperatorsJobGetsOnlyWhatItsEntitlementGrants) is all here.
+  ASSERT_TRUE(call("entitlement.create",
+                   {{"name", "web"}, {"quota", 3}, {"grants", {{"privileged", true}}}})
+                  .ok());
   const char* cases_env = getenv("WEFT_PROPERTY_CASES");
   int cases = cases_env ? std::atoi(cases_env) : 400;
   const char* seed_env = getenv("WEFT_PROPERTY_SEED");
@@ -1604,6 +1608,13 @@ class ControlPlaneTls : public ControlPlane {
   std::string pki_;
   uint16_t port_ = 0;
 };
+
+// The field a refusal names (the message over the wire starts with it).
+std::string field_named(const Result<json>& r) {
+  if (r.ok()) return "";
+  std::string m = r.error().str();
+  return m.substr(0, m.find(':'));
+}
 
 bool denied(const Result<json>& r) {
   return !r.ok() && r.error().code == rpc::kPermissionDenied;
@@ -1717,6 +1728,105 @@ TEST_F(ControlPlaneTls, EachCertificateMayDoWhatItsRoleAllows) {
   auto none = call("audit.ls", {{"since_wall_us", int64_t{4'000'000'000'000'000}}});
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE((*none)["entries"].empty());
+}
+
+// Issue 32, finding 1: an operator's job asked for the sockets' group (its task then
+// called the control plane's Unix socket as an admin), for /etc/shadow's group and for
+// the host's pid namespace, and got them. A spec asks of the host only what its
+// entitlement's admin granted; root and the sockets' group are never granted; what is
+// granted and what the job runs survive a restart; viewers see no secret file.
+TEST_F(ControlPlaneTls, AnOperatorsJobGetsOnlyWhatItsEntitlementGrants) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m1("m1", "r1");
+  auto t1 = tls_as("m1");
+  ASSERT_TRUE(m1.connect(tcp(), &t1)) << m1.error().str();
+  m1.keep_alive();
+  ASSERT_TRUE(
+      call("entitlement.create", {{"name", "a"}, {"quota", 1}, {"owners", {"CN=alice"}}}).ok());
+  auto with = [](json task) {
+    json j = job("web", "a");
+    task["argv"] = {"/bin/sleep", "infinity"};
+    j["task"] = task;
+    return j;
+  };
+  struct Ask {
+    json task;
+    std::string field;
+  } asks[] = {
+      {{{"group", "weft"}}, "task.group"},
+      {{{"group", "shadow"}}, "task.group"},
+      {{{"user", "root"}}, "task.user"},
+      {{{"user", "nobody"}}, "task.user"},
+      {{{"namespaces", {{"pid", false}}}}, "task.namespaces.pid"},
+      {{{"seccomp", "unconfined"}}, "task.seccomp"},
+      {{{"rootfs", "/"}}, "task.rootfs"},
+  };
+  for (const auto& a : asks) {
+    auto r = call_as("alice", "job.create", with(a.task));
+    ASSERT_FALSE(r.ok()) << a.task.dump();
+    EXPECT_EQ(field_named(r), a.field) << r.error().str();
+  }
+  // An admin grants named exceptions, never root or the sockets' group.
+  EXPECT_TRUE(denied(call_as("alice", "entitlement.update",
+                             {{"name", "a"}, {"grants", {{"groups", {"shadow"}}}}})));
+  auto never = call_as("root", "entitlement.update",
+                       {{"name", "a"}, {"grants", {{"groups", {"video", "weft"}}}}});
+  ASSERT_FALSE(never.ok());
+  EXPECT_EQ(field_named(never), "grants.groups[1]") << never.error().str();
+  auto granted =
+      call_as("root", "entitlement.update",
+              {{"name", "a"}, {"grants", {{"groups", {"video"}}, {"host_namespaces", {"pid"}}}}});
+  ASSERT_TRUE(granted.ok()) << granted.error().str();
+  EXPECT_EQ((*granted)["grants"]["groups"], json({"video"}));
+  EXPECT_EQ((*granted)["owners"], json({"CN=alice"}));  // grants alone: owners kept
+  auto privileged =
+      call_as("root", "entitlement.update", {{"name", "a"}, {"grants", {{"privileged", true}}}});
+  ASSERT_TRUE(privileged.ok());
+  for (const char* g : {"weft", "0"}) {
+    auto r = call_as("alice", "job.create", with({{"group", g}}));
+    ASSERT_FALSE(r.ok()) << g;
+    EXPECT_EQ(field_named(r), "task.group") << r.error().str();
+  }
+  ASSERT_TRUE(
+      call_as("root", "entitlement.update",
+              {{"name", "a"}, {"grants", {{"groups", {"video"}}, {"host_namespaces", {"pid"}}}}})
+          .ok());
+  auto ok = call_as("alice", "job.create",
+                    with({{"group", "video"},
+                          {"namespaces", {{"pid", false}}},
+                          {"image", "registry.example/app@sha256:" + std::string(64, 'a')},
+                          {"files", {{{"path", "/run/secret"}, {"content", "s3cr3t"}}}}}));
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  // An update that asks for more than the grants is refused, the job unchanged.
+  auto more = call_as("alice", "job.update", with({{"group", "video"}, {"user", "nobody"}}));
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(field_named(more), "task.user");
+  // A viewer sees neither the environment nor the secret file.
+  auto shown = call_as("viewer", "job.show", {{"name", "web"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ(shown->dump().find("s3cr3t"), std::string::npos) << shown->dump();
+  EXPECT_EQ((*shown)["spec"]["task"]["files"][0]["content"], "(hidden)");
+  EXPECT_EQ(
+      (*call_as("alice", "job.show", {{"name", "web"}}))["spec"]["task"]["files"][0]["content"],
+      "s3cr3t");
+  // Grants are stored: after a restart they still hold, and still bound.
+  stop(SIGKILL);
+  start();
+  if (HasFatalFailure()) return;
+  auto ent = call("entitlement.show", {{"name", "a"}});
+  ASSERT_TRUE(ent.ok());
+  EXPECT_EQ((*ent)["grants"]["host_namespaces"], json({"pid"})) << ent->dump();
+  auto after = call_as("alice", "job.update", with({{"group", "shadow"}}));
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(field_named(after), "task.group");
+  // Malformed grants name their field, and change nothing.
+  auto bad =
+      call("entitlement.update",
+           {{"name", "a"}, {"owners", {"CN=bob"}}, {"grants", {{"host_namespaces", {"net"}}}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(field_named(bad), "grants.host_namespaces[0]");
+  EXPECT_EQ((*call("entitlement.show", {{"name", "a"}}))["owners"], json({"CN=alice"}));
 }
 
 TEST_F(ControlPlaneTls, ASecondSessionDoesNotTakeAConnectedMachine) {

@@ -188,11 +188,8 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) {
 }
 
 json StateStore::entitlement_row(const EntitlementSpec& e) {
-  return {{"name", e.name},
-          {"quota", e.quota},
-          {"profile", e.profile},
-          {"dc", e.dc},
-          {"owners", e.owners}};
+  return {{"name", e.name}, {"quota", e.quota},   {"profile", e.profile},
+          {"dc", e.dc},     {"owners", e.owners}, {"grants", to_json(e.grants)}};
 }
 
 json StateStore::machine_row(const Broker::Persisted& m) {
@@ -469,6 +466,12 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
     if (auto o = j.find("owners"); o != j.end() && o->is_array())
       for (const auto& v : *o)
         if (v.is_string()) e.owners.push_back(v.get<std::string>());
+    // Rows from before grants existed have none: the restricted default.
+    if (auto g = j.find("grants"); g != j.end()) {
+      auto grants = parse_task_grants(*g, "");
+      if (!grants.ok()) return make_error("corrupt entitlement row: " + grants.error().str());
+      e.grants = std::move(grants).value();
+    }
     broker.restore_entitlement(id, e);
   }
   for (const auto& m : st.machines) {

@@ -39,27 +39,29 @@ Result<double> percent(const TomlDoc& doc, const toml::table& t, const char* key
 Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "", {"socket",
-                            "socket_group",
-                            "state_dir",
-                            "host_root",
-                            "interval",
-                            "kmsg",
-                            "psi_degraded_pct",
-                            "psi_failed_pct",
-                            "disk",
-                            "link",
-                            "exec",
-                            "hysteresis",
-                            "log_level",
-                            "metrics_listen",
-                            "confirm_interval",
-                            "psi_triggers",
-                            "kernel",
-                            "liveness",
-                            "control_plane",
-                            "insecure_control_plane",
-                            "machine_id"},
+  TRY(doc.only_keys(t, "",
+                    {"socket",
+                     "socket_group",
+                     "state_dir",
+                     "host_root",
+                     "interval",
+                     "kmsg",
+                     "psi_degraded_pct",
+                     "psi_failed_pct",
+                     "disk",
+                     "link",
+                     "exec",
+                     "hysteresis",
+                     "log_level",
+                     "metrics_listen",
+                     "confirm_interval",
+                     "psi_triggers",
+                     "psi",
+                     "kernel",
+                     "liveness",
+                     "control_plane",
+                     "insecure_control_plane",
+                     "machine_id"},
                     kControlPlaneTlsKeys));
   HcsConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -86,6 +88,16 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
   c.kmsg = kmsg.value_or(true);
   TRY_ASSIGN(auto trig, doc.get_bool(t, "psi_triggers"));
   c.psi_triggers = trig.value_or(true);
+  TRY_ASSIGN(auto psi, doc.get_string_list(t, "psi"));
+  if (psi) {
+    c.psi.clear();
+    for (const auto& r : *psi) {
+      if (r != "cpu" && r != "memory" && r != "io")
+        return field_error(doc.where(*t.get("psi")),
+                           "'psi' lists cpu, memory or io, not '" + r + "'");
+      if (std::find(c.psi.begin(), c.psi.end(), r) == c.psi.end()) c.psi.push_back(r);
+    }
+  }
   TRY_ASSIGN(const toml::table* k, doc.get_table(t, "kernel"));
   if (k) {
     TRY(doc.only_keys(*k, "kernel.",

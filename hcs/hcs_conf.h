@@ -33,6 +33,9 @@ struct HcsConfig {
   uint64_t confirm_interval_us = 1'000'000;
   bool kmsg = true;
   bool psi_triggers = true;
+  // The resources whose pressure is probed (a batch fleet that keeps its CPUs saturated on
+  // purpose leaves "cpu" out).
+  std::vector<std::string> psi = {"cpu", "memory", "io"};
   KernelProbeConfig kernel;
   // Liveness of the other weft daemons; an empty path disables the probe.
   std::string agent_socket = "/run/weft/agent.sock";

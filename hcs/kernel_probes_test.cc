@@ -289,8 +289,12 @@ TEST(HcsConfig, ErrorsNameTheLine) {
       {"confirm_interval = \"1ms\"\n", "hcs.toml:1"},
       {"[[disk]]\nmin_free_pct = 5\n", "path"},
       {"psi_degraded_pct = 120\n", "hcs.toml:1"},
+      {"\npsi = [\"cpu\", \"net\"]\n", "hcs.toml:2"},
       {"[hysteresis]\nfail_after = 0\n", "hcs.toml:2"},
   };
+  auto only = parse_hcs_config("psi = [\"memory\", \"io\", \"io\"]\n", "hcs.toml");
+  ASSERT_TRUE(only.ok()) << only.error().str();
+  EXPECT_EQ(only->psi, (std::vector<std::string>{"memory", "io"}));
   for (const auto& c : cases) {
     auto r = parse_hcs_config(c.text, "hcs.toml");
     ASSERT_FALSE(r.ok()) << c.text;

@@ -43,7 +43,7 @@ Status Manager::start() {
   TRY_ASSIGN(db_, Db::open(cfg_.state_dir + "/hcs.db", Db::Durability::kProcessCrash));
   TRY_CTX(db_->migrate(kMigrations), "hcs database");
   HostPaths host(cfg_.host_root);
-  for (const char* res : {"cpu", "memory", "io"}) {
+  for (const std::string& res : cfg_.psi) {
     auto p = std::make_unique<PsiProbe>(host, res, cfg_.psi_degraded_pct, cfg_.psi_failed_pct);
     if (cfg_.psi_triggers) {
       // A stall burst wakes us at once; without triggers (old kernel, fake tree) the

@@ -870,5 +870,97 @@ TEST_F(SandboxRoot, PoolOffMakesNone) {
   EXPECT_EQ(agent_->wait_state(r["id"], "exited")["exit_code"], 0);
 }
 
+// Issue 32, finding 2: tasks ran as nobody, so any other task (or host process) running
+// as nobody read a task's environment through /proc/PID/environ. Each task now has a uid
+// and gid of its own from agent.toml's task_uids: distinct from every other live task's,
+// kept across an agent restart, handed out in turn (a freed uid is not the next one).
+TEST(AgentOwnUids, EachTaskHasAUidOfItsOwnKeptAcrossAnAgentRestart) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  AgentHarness agent(/*root_tasks=*/false);  // agent.toml names no default_task_user
+  agent.start();
+  auto run = [&](json spec) { return agent.call("task.run", spec).value("id", ""); };
+  auto log_of = [&](const std::string& id) {
+    return agent.call("task.logs", {{"id", id}, {"stream", "stdout"}}).value("data", "");
+  };
+  // The task's own process (weft-init's child) in its cgroup.
+  auto task_pid = [&](const std::string& id) {
+    json t = agent.wait_state(id, "running");
+    std::string init = std::to_string(t.value("pid", 0));
+    for (int i = 0; i < 200; ++i) {
+      auto procs = read_file(agent.task_cgroup(id) + "/cgroup.procs");
+      if (procs.ok())
+        for (const auto& p : split(trim(*procs), '\n'))
+          if (!p.empty() && p != init) return p;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return std::string();
+  };
+  // Prints the reader's uid and whether it could read `pid`'s environment.
+  auto peek = [&](const std::string& name, const std::string& pid, json extra) {
+    json spec{{"name", name},
+              {"namespaces", {{"pid", false}}},
+              {"argv",
+               {"sh", "-c",
+                "id -u; if cat /proc/" + pid +
+                    "/environ >/dev/null 2>&1; then echo READ; "
+                    "else echo DENIED; fi"}}};
+    spec.update(extra);
+    std::string id = run(spec);
+    agent.wait_state(id, "exited");
+    return log_of(id);
+  };
+  json secret_env{{"DB_PASSWORD", "hunter2"}};
+  std::string a = run({{"name", "a"}, {"env", secret_env}, {"argv", {"sleep", "1000"}}});
+  std::string b = run({{"name", "b"}, {"argv", {"sleep", "1000"}}});
+  json ta = agent.wait_state(a, "running"), tb = agent.wait_state(b, "running");
+  ASSERT_TRUE(ta.contains("uid") && tb.contains("uid")) << ta.dump() << tb.dump();
+  long ua = ta["uid"], ub = tb["uid"];
+  EXPECT_NE(ua, ub);
+  for (long u : {ua, ub}) {
+    EXPECT_GE(u, 3000000);
+    EXPECT_LE(u, 3065535);
+  }
+  std::string pid_a = task_pid(a);
+  ASSERT_FALSE(pid_a.empty());
+  auto status = read_file("/proc/" + pid_a + "/status");
+  ASSERT_TRUE(status.ok());
+  EXPECT_NE(status->find("Uid:\t" + std::to_string(ua)), std::string::npos) << *status;
+  EXPECT_NE(status->find("Gid:\t" + std::to_string(ua)), std::string::npos) << *status;
+  // Another task cannot read its environment...
+  std::string denied = peek("peek", pid_a, json::object());
+  EXPECT_NE(denied.find("DENIED"), std::string::npos) << denied;
+  // ...where two tasks of one named user could (what the review found, and the control
+  // that shows this check can fail).
+  std::string shared = run(
+      {{"name", "shared"}, {"user", "65534"}, {"env", secret_env}, {"argv", {"sleep", "1000"}}});
+  std::string pid_shared = task_pid(shared);
+  ASSERT_FALSE(pid_shared.empty());
+  std::string read = peek("peek-nobody", pid_shared, {{"user", "65534"}});
+  EXPECT_NE(read.find("READ"), std::string::npos) << read;
+  EXPECT_FALSE(agent.call("task.show", {{"id", shared}}).contains("uid"));
+
+  // A restarted agent keeps each task's uid and gives a new task another.
+  agent.kill9();
+  agent.start();
+  EXPECT_EQ(agent.wait_state(a, "running")["uid"], ua);
+  EXPECT_EQ(agent.wait_state(b, "running")["uid"], ub);
+  std::string c = run({{"name", "c"}, {"argv", {"sleep", "1000"}}});
+  long uc = agent.wait_state(c, "running")["uid"];
+  EXPECT_NE(uc, ua);
+  EXPECT_NE(uc, ub);
+  // A removed task's uid is not the next one handed out.
+  agent.call("task.stop", {{"id", a}, {"grace", 1}});
+  agent.wait_state(a, "stopped");
+  agent.call("task.remove", {{"id", a}});
+  std::string d = run({{"name", "d"}, {"argv", {"sleep", "1000"}}});
+  long ud = agent.wait_state(d, "running")["uid"];
+  EXPECT_NE(ud, ua);
+  EXPECT_NE(ud, ub);
+  EXPECT_NE(ud, uc);
+  for (const auto& id : {b, c, d, shared}) agent.call("task.stop", {{"id", id}, {"grace", 1}});
+  for (const auto& id : {b, c, d, shared}) agent.wait_state(id, "stopped");
+}
+
 }  // namespace
 }  // namespace weft::testing

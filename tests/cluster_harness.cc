@@ -149,11 +149,13 @@ bool ClusterHarness::setup() {
                        "/tasks\"\napply_on_start = false\n")
             .ok() &&
         // Only what is this machine's own: no kernel log or BPF (shared by every
-        // "machine" of this host), PSI failing only at 100% (the host is shared too).
+        // "machine" of this host), no CPU pressure and other PSI failing only at
+        // 100% (the host is shared too, and its CPUs are busy with builds and other tests).
         write_file(m.dir + "/hcs.toml",
                    common + "socket = \"" + m.dir + "/hcs.sock\"\nstate_dir = \"" + m.dir +
                        "/hcs\"\ninterval = \"" + opts_.hcs_interval +
-                       "\"\nkmsg = false\npsi_triggers = false\npsi_degraded_pct = 90\n"
+                       "\"\nkmsg = false\npsi_triggers = false\npsi = [\"memory\", \"io\"]\n"
+                       "psi_degraded_pct = 90\n"
                        "psi_failed_pct = 100\n[kernel]\nbpf = false\n[liveness]\n"
                        "agent_socket = \"" +
                        m.dir + "/agent.sock\"\nsidekick_socket = \"" + m.dir + "/sidekick.sock\"\n")

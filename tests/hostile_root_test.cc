@@ -6,6 +6,7 @@
 // with a mount namespace. Every route must report "blocked".
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <cstdlib>
 
 #include <iostream>
 #include <sstream>
@@ -75,7 +76,12 @@ TEST_F(HostileTask, RootfsTaskAsDefaultUser) {
   std::string out = probe({{"name", "probe"},
                            {"rootfs", rootfs_},
                            {"argv", {"/bin/escape_probe", agent_->dir() + "/state"}}});
-  EXPECT_NE(out.find("uid=65534"), std::string::npos) << "not the default user: " << out;
+  // A uid of its own (agent.toml task_uids), not one shared with the host or other tasks.
+  auto at = out.find("uid=");
+  ASSERT_NE(at, std::string::npos) << out;
+  long uid = std::strtol(out.c_str() + at + 4, nullptr, 10);
+  EXPECT_GE(uid, 3000000) << "not a uid of the task's own: " << out;
+  EXPECT_LE(uid, 3065535) << out;
 }
 
 TEST_F(HostileTask, RootfsTaskAsRoot) {

@@ -266,7 +266,10 @@ TEST_F(MultiMachine, ControlPlaneRestartMidUpdate) {
 // only the machine can check) shows as failed with the agent's message within a
 // heartbeat, and is not retried in a loop; an update with a fixed spec runs.
 TEST_F(MultiMachine, ARefusedStartFailsWithTheAgentsMessage) {
-  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "web"}, {"quota", 4}}).ok());
+  // A named user is a host privilege: granted to this entitlement by its admin.
+  ASSERT_TRUE(c_.cp("entitlement.create",
+                    {{"name", "web"}, {"quota", 4}, {"grants", {{"users", {"no-such-user-weft"}}}}})
+                  .ok());
   json bad = job_params("site", "web", 2, 250);
   bad["task"]["user"] = "no-such-user-weft";
   auto t0 = Clock::now();
