@@ -148,6 +148,11 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
     if (k.empty() || k.size() > 63 || k.find_first_of(" =\n") != std::string::npos)
       return field_error(at("labels"), "label name '" + k + "' is not valid");
   }
+  // What the control plane is told (dc, rack or msb, type) is checked as it checks it.
+  for (const char* k : {"dc", "rack", "msb", "type"})
+    if (auto it = c.labels.find(k); it != c.labels.end())
+      TRY(check_machine_name(at("labels") + ": labels." + k, it->second, false));
+  TRY(check_machine_name(at("machine_id") + ": machine_id", c.machine_id, false));
   return c;
 }
 
@@ -206,6 +211,7 @@ Status resolve_agent_config(AgentConfig* cfg, bool under_systemd) {
     }
   }
   cfg->machine_id = resolve_machine_id(cfg->machine_id, cfg->host_root);
+  TRY(check_machine_name("machine_id", cfg->machine_id, true));
   if (cfg->init_path.empty()) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

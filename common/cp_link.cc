@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 #include <unistd.h>
+#include <cctype>
 
 #include <algorithm>
 
@@ -251,6 +252,17 @@ Status check_control_plane_peer(int fd) {
   return make_error("the control plane socket is served by uid " + std::to_string(cred.uid) +
                     ", not root")
       .with_code(rpc::kPermissionDenied);
+}
+
+Status check_machine_name(const std::string& field, const std::string& value, bool required) {
+  if (value.empty()) return required ? field_error(field, "is required") : Status{};
+  if (value.size() > kMaxMachineName)
+    return field_error(field, "is longer than " + std::to_string(kMaxMachineName) + " characters");
+  for (char c : value)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' &&
+        c != '-')
+      return field_error(field, "may hold letters, digits, '.', '_', ':' and '-' only");
+  return {};
 }
 
 std::string resolve_machine_id(const std::string& configured, const std::string& host_root) {

@@ -140,5 +140,11 @@ Status check_control_plane_peer(int fd);
 // The machine's id as every weft daemon reports it: the configured one, else
 // /etc/machine-id under host_root, else the host name.
 std::string resolve_machine_id(const std::string& configured, const std::string& host_root);
+// A machine's id and its labels (dc, domain, type), checked alike by the daemons that
+// send them and the control plane that stores and lists them: 1-253 characters of
+// [A-Za-z0-9._:-] (a hostname, an FQDN, a machine-id). `field` names it in the error;
+// an empty label is allowed where `required` is false.
+Status check_machine_name(const std::string& field, const std::string& value, bool required);
+inline constexpr size_t kMaxMachineName = 253;
 
 }  // namespace weft

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/cp_link.h"
 #include "common/json_bounded.h"
 #include "common/task_report.h"
 #include "common/tls.h"
@@ -133,8 +134,21 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
       return field_error(key, "must be an integer");
     *out = p[key].get<int64_t>();
   }
-  if (p.contains("controllers") && !p["controllers"].is_array())
-    return field_error("controllers", "must be a list of cgroup controller names");
+  TRY(check_machine_name("machine", info.id, true));
+  for (auto [key, value] :
+       {std::pair{"dc", &info.dc}, {"domain", &info.domain}, {"type", &info.type}})
+    TRY(check_machine_name(key, *value, false));
+  if (p.contains("controllers")) {
+    const json& cs = p["controllers"];
+    bool ok = cs.is_array() && cs.size() <= 32;
+    for (size_t i = 0; ok && i < cs.size(); ++i)
+      ok = cs[i].is_string() && !cs[i].get<std::string>().empty() &&
+           cs[i].get<std::string>().size() <= 32 &&
+           cs[i].get<std::string>().find_first_not_of("abcdefghijklmnopqrstuvwxyz_") ==
+               std::string::npos;
+    if (!ok)
+      return field_error("controllers", "must be a list of at most 32 cgroup controller names");
+  }
   if (p.contains("reports_ready") && !p["reports_ready"].is_boolean())
     return field_error("reports_ready", "must be true or false");
   if (p.contains("boot_id") &&

@@ -174,7 +174,15 @@ void Broker::refresh(Machine& m) {
   bool before = it != was_usable_.end() && it->second;
   // A drain is not a failure: the scheduler moves a drained machine's tasks gracefully
   // (machine_drain), rather than treating them as lost.
-  if (before && !healthy && !m.drained) failed_.push_back(m.id);
+  // Its tasks are lost when it stops being usable, and also when it is found failed or
+  // dead while it was not usable yet: its first verdict after a restart (every verdict is
+  // unknown then) or a verdict while it prepares its profile. Once per loss.
+  bool lost = m.dead || m.verdict == "failed";
+  if (!m.drained && !healthy && (before || (lost && !lost_.count(m.id)))) failed_.push_back(m.id);
+  if (lost)
+    lost_.insert(m.id);
+  else
+    lost_.erase(m.id);
   if (!before && now_usable) ready_.push_back(m.id);
   was_usable_[m.id] = now_usable;
 }

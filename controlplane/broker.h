@@ -154,6 +154,7 @@ class Broker {
   std::vector<std::string> by_index_;        // MachineId -> machine id
   std::map<EntitlementId, EntitlementSpec> ents_;
   std::map<MachineId, bool> was_usable_;
+  std::set<MachineId> lost_;                          // failed or dead, and reported so (refresh)
   std::deque<std::pair<uint64_t, MachineId>> beats_;  // heartbeats, oldest first
   // begin_failover_grace(): when it began, when it ends (0: none under way).
   uint64_t restored_at_ = 0, grace_until_ = 0;

@@ -97,6 +97,42 @@ TEST(Broker, TheControlPlanesOwnStallIsNotCountedAsMachinesSilence) {
   EXPECT_EQ(b.check(23 * kS + 1), std::vector<MachineId>{loud});
 }
 
+// Issue 32, finding 4: after a restart every verdict is unknown (the machine is not
+// usable, so not "failing"): a first verdict of failed kept its tasks where they were.
+// A machine found failed while it was not usable yet (after a restart, or preparing its
+// profile) loses its tasks as a failing one does, once.
+TEST(Broker, AFailedVerdictWhileNotUsableYetLosesTheMachinesTasks) {
+  Allocator a;
+  Broker b(a, BrokerConfig{1 * kS, 3, 60 * kS});
+  MachineId m = *b.register_machine(info("m", "r1"), 100 * kS);  // restored: unknown
+  b.begin_failover_grace(100 * kS);
+  EXPECT_FALSE(b.usable(m));
+  EXPECT_TRUE(b.take_failed().empty());
+  ASSERT_TRUE(b.health("m", "failed", 101 * kS).ok());
+  EXPECT_EQ(b.take_failed(), std::vector<MachineId>{m});
+  ASSERT_TRUE(b.health("m", "failed", 102 * kS).ok());  // still failed: reported once
+  EXPECT_TRUE(b.take_failed().empty());
+  ASSERT_TRUE(b.health("m", "ok", 103 * kS).ok());
+  EXPECT_TRUE(b.usable(m));
+  ASSERT_TRUE(b.health("m", "failed", 104 * kS).ok());  // usable, then failed: as before
+  EXPECT_EQ(b.take_failed(), std::vector<MachineId>{m});
+
+  // Preparing: in an entitlement whose profile it does not run yet.
+  Allocator a2;
+  Broker b2(a2, BrokerConfig{1 * kS, 3});
+  MachineId p = *b2.register_machine(info("p", "r1"), 0);
+  auto e = b2.create_entitlement({"db", 1, "db-profile", "", {}, {}});
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(b2.health("p", "ok", 1).ok());
+  ASSERT_TRUE(a2.assign(p, *e).ok());
+  b2.take_ready();
+  ASSERT_TRUE(b2.health("p", "ok", 2).ok());
+  EXPECT_EQ(b2.state_of(p), "preparing");  // its profile is not applied yet
+  (void)b2.take_failed();
+  ASSERT_TRUE(b2.health("p", "failed", 3).ok());
+  EXPECT_EQ(b2.take_failed(), std::vector<MachineId>{p});
+}
+
 TEST(Broker, FailoverGraceConfig) {
   auto d = parse_cp_config("", "cp.toml");
   ASSERT_TRUE(d.ok()) << d.error().str();

@@ -847,9 +847,12 @@ Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
 }
 
 Result<MachineId> Manager::own_machine(const json& p, const CallContext& c) {
-  TRY_ASSIGN(MachineId m, machine_of(p, c));
+  // The certificate first: a machine certificate learns nothing of other machines, not
+  // even whether an id exists.
+  if (!p.is_object() || !p.contains("machine") || !p["machine"].is_string())
+    return field_error("machine", "the machine id is required");
   TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
-  return m;
+  return machine_of(p, c);
 }
 
 void Manager::apply_commands(const std::vector<Command>& cmds) {

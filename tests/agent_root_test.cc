@@ -883,15 +883,23 @@ TEST(AgentOwnUids, EachTaskHasAUidOfItsOwnKeptAcrossAnAgentRestart) {
   auto log_of = [&](const std::string& id) {
     return agent.call("task.logs", {{"id", id}, {"stream", "stdout"}}).value("data", "");
   };
-  // The task's own process (weft-init's child) in its cgroup.
-  auto task_pid = [&](const std::string& id) {
+  // The task's own process (weft-init's child) in its cgroup, once it runs as `uid`
+  // (between its fork and its exec it is still weft-init's, root's).
+  auto task_pid = [&](const std::string& id, long uid) {
     json t = agent.wait_state(id, "running");
     std::string init = std::to_string(t.value("pid", 0));
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 500; ++i) {
       auto procs = read_file(agent.task_cgroup(id) + "/cgroup.procs");
       if (procs.ok())
-        for (const auto& p : split(trim(*procs), '\n'))
-          if (!p.empty() && p != init) return p;
+        for (const auto& p : split(trim(*procs), '\n')) {
+          if (p.empty() || p == init) continue;
+          auto status = read_file("/proc/" + p + "/status").value_or("");
+          std::string u = std::to_string(uid);
+          if (status.find("Uid:\t" + u + "\t") != std::string::npos &&
+              status.find("Gid:\t" + u + "\t") != std::string::npos &&
+              status.find("Name:\tsleep") != std::string::npos)
+            return p;
+        }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return std::string();
@@ -921,12 +929,9 @@ TEST(AgentOwnUids, EachTaskHasAUidOfItsOwnKeptAcrossAnAgentRestart) {
     EXPECT_GE(u, 3000000);
     EXPECT_LE(u, 3065535);
   }
-  std::string pid_a = task_pid(a);
-  ASSERT_FALSE(pid_a.empty());
-  auto status = read_file("/proc/" + pid_a + "/status");
-  ASSERT_TRUE(status.ok());
-  EXPECT_NE(status->find("Uid:\t" + std::to_string(ua)), std::string::npos) << *status;
-  EXPECT_NE(status->find("Gid:\t" + std::to_string(ua)), std::string::npos) << *status;
+  // Its program runs as that uid, with the gid of the same number.
+  std::string pid_a = task_pid(a, ua);
+  ASSERT_FALSE(pid_a.empty()) << "task a never ran sleep as uid and gid " << ua;
   // Another task cannot read its environment...
   std::string denied = peek("peek", pid_a, json::object());
   EXPECT_NE(denied.find("DENIED"), std::string::npos) << denied;
@@ -934,7 +939,7 @@ TEST(AgentOwnUids, EachTaskHasAUidOfItsOwnKeptAcrossAnAgentRestart) {
   // that shows this check can fail).
   std::string shared = run(
       {{"name", "shared"}, {"user", "65534"}, {"env", secret_env}, {"argv", {"sleep", "1000"}}});
-  std::string pid_shared = task_pid(shared);
+  std::string pid_shared = task_pid(shared, 65534);
   ASSERT_FALSE(pid_shared.empty());
   std::string read = peek("peek-nobody", pid_shared, {{"user", "65534"}});
   EXPECT_NE(read.find("READ"), std::string::npos) << read;
