@@ -48,6 +48,12 @@ void hide_secrets(json& spec) {
       if (f.is_object() && f.contains("content")) f["content"] = "(hidden)";
 }
 
+// An entitlement's own fields, as entitlement.ls and entitlement.show give them.
+json entitlement_json(EntitlementId id, const EntitlementSpec& e) {
+  return {{"id", id},   {"name", e.name},     {"quota", e.quota},           {"profile", e.profile},
+          {"dc", e.dc}, {"owners", e.owners}, {"grants", to_json(e.grants)}};
+}
+
 }  // namespace
 
 Result<json> Manager::api_controlplane_status(const json&, const CallContext&) {
@@ -354,15 +360,11 @@ Result<json> Manager::api_audit_ls(const json& p, const CallContext&) {
 
 Result<json> Manager::api_entitlement_ls(const json&, const CallContext&) {
   json arr = json::array();
-  for (const auto& [id, e] : broker_.entitlements())
-    arr.push_back({{"id", id},
-                   {"name", e.name},
-                   {"quota", e.quota},
-                   {"profile", e.profile},
-                   {"dc", e.dc},
-                   {"owners", e.owners},
-                   {"grants", to_json(e.grants)},
-                   {"machines", alloc_.pool_size(id)}});
+  for (const auto& [id, e] : broker_.entitlements()) {
+    json j = entitlement_json(id, e);
+    j["machines"] = alloc_.pool_size(id);
+    arr.push_back(std::move(j));
+  }
   return json{{"entitlements", arr}};
 }
 
@@ -377,15 +379,10 @@ Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {
     if (alloc_.entitlement_of(m) == *id) machines.push_back(machine_json(m));
   for (const auto& j : sched_.persisted_jobs())
     if (j.spec.entitlement_id == *id) jobs.push_back(j.spec.name);
-  return json{{"id", *id},
-              {"name", e.name},
-              {"quota", e.quota},
-              {"profile", e.profile},
-              {"dc", e.dc},
-              {"owners", e.owners},
-              {"grants", to_json(e.grants)},
-              {"machines", machines},
-              {"jobs", jobs}};
+  json j = entitlement_json(*id, e);
+  j["machines"] = std::move(machines);
+  j["jobs"] = std::move(jobs);
+  return j;
 }
 
 Result<json> Manager::resolve_image_then(const json& p, const CallContext& c, JobCall next) {
