@@ -112,6 +112,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
     std::vector<std::string> keys = registry::kRegistryConfigKeys;
     keys.push_back("cache_max");
     keys.push_back("download_rate");
+    keys.push_back("reserve");
     TRY(doc.only_keys(*images, "images.", {}, keys));
     TRY(registry::read_registry_config(doc, *images, &c.registry));
     TRY_ASSIGN(auto max, doc.get_string(*images, "cache_max"));
@@ -121,6 +122,14 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
         return field_error(doc.where(*images->get("cache_max")),
                            "'images.cache_max' must be a size of at least 1M, e.g. \"20G\"");
       c.image_cache_max = *n;
+    }
+    TRY_ASSIGN(auto reserve, doc.get_string(*images, "reserve"));
+    if (reserve) {
+      auto n = parse_size(*reserve);
+      if (!n.ok())
+        return field_error(doc.where(*images->get("reserve")),
+                           "'images.reserve' must be a size, e.g. \"1G\" (\"0\" for none)");
+      c.image_reserve = *n;
     }
     TRY_ASSIGN(auto rate, doc.get_string(*images, "download_rate"));
     if (rate) {

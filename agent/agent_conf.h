@@ -50,6 +50,8 @@ struct AgentConfig {
   // [images] (docs/images.md): registries, and the image cache's size limit.
   registry::Config registry;
   uint64_t image_cache_max = uint64_t{20} << 30;
+  // Free space on the state disk that image downloads and unpacks never take.
+  uint64_t image_reserve = uint64_t{1} << 30;
   // [volumes] allowed_host_paths: the host directories (and what is under them) a task's
   // bind mounts may name. Empty: none.
   std::vector<std::string> volume_host_paths;

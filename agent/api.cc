@@ -320,6 +320,8 @@ Result<json> Manager::api_image_ls(const json&, const rpc::CallContext&) {
   return json{{"images", images_->list()},
               {"size", images_->size_bytes()},
               {"limit", cfg_.image_cache_max},
+              {"reserve", cfg_.image_reserve},
+              {"refused", images_->refused()},
               {"blob_downloads", images_->blob_downloads()},
               {"downloaded_bytes", images_->downloaded_bytes()},
               {"evictions", images_->evictions()}};

@@ -86,6 +86,7 @@ Status Manager::start() {
   image::ServiceConfig icfg;
   icfg.registry = cfg_.registry;
   icfg.cache_max_bytes = cfg_.image_cache_max;
+  icfg.reserve_bytes = cfg_.image_reserve;
   TRY_ASSIGN(images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
 
   TRY(load_tasks());

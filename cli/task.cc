@@ -287,6 +287,10 @@ int run_image_commands(const TaskCommands& c, const Globals& g) {
       print_table(rows);
       std::cout << "cache: " << format_size(r.value("size", uint64_t{0})) << " of "
                 << format_size(r.value("limit", uint64_t{0})) << "\n";
+      if (r.contains("refused") && r["refused"].is_array())
+        for (const auto& x : r["refused"])
+          std::cout << "refused layer " << x.value("layer", "").substr(0, 19) << " until "
+                    << x.value("until", "") << ": " << x.value("reason", "") << "\n";
     });
   } else if (c.image_pull->parsed()) {
     // A large image on a slow link takes minutes: wait up to an hour.

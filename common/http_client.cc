@@ -114,8 +114,12 @@ struct HttpClient::Impl {
       requests.erase(it);
       curl_multi_remove_handle(multi, r->easy);
       Result<HttpResponse> out = HttpResponse{};
-      if (code == CURLE_OK) {
-        curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->resp.status);
+      long status = 0;
+      curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+      if (code == CURLE_OK || (code == CURLE_PARTIAL_FILE && status >= 400)) {
+        // An error status whose body ended before its Content-Length (a registry's 416
+        // that announces the blob's length) is still that status: its body only explains.
+        r->resp.status = status;
         out = std::move(r->resp);
       } else if (r->aborted_by_sink) {
         out = make_error("the transfer was stopped by its receiver");

@@ -56,11 +56,14 @@ struct FetchedManifest {
 };
 
 // Where a blob's bytes go: `offset()` bytes are already there (a resumed download);
-// `restart()` discards them (the registry ignored the Range request).
+// `restart()` discards them (the registry ignored the Range request). `size()` is the
+// blob's size when the caller knows it (a manifest's descriptor): a sink that already
+// holds that many bytes asks the registry for nothing.
 class BlobSink {
  public:
   virtual ~BlobSink() = default;
   virtual uint64_t offset() const = 0;
+  virtual std::optional<uint64_t> size() const { return std::nullopt; }
   virtual Status restart() = 0;
   virtual Status append(const void* data, size_t n) = 0;
 };

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,8 +75,17 @@ AgentHarness::AgentHarness(bool root_tasks) {
   EXPECT_TRUE(write_file(config_, conf).ok());
 }
 
+void AgentHarness::state_on_tmpfs(uint64_t bytes) {
+  tmpfs_ = dir_ + "/state";
+  ASSERT_TRUE(mkdir_p(tmpfs_, 0700).ok());
+  std::string opts = "size=" + std::to_string(bytes) + ",mode=0700";
+  ASSERT_EQ(::mount("tmpfs", tmpfs_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()), 0)
+      << "mount tmpfs on " << tmpfs_ << ": " << strerror(errno);
+}
+
 AgentHarness::~AgentHarness() {
   kill9();
+  if (!tmpfs_.empty()) ::umount2(tmpfs_.c_str(), MNT_DETACH);
   destroy_cgroup_tree(cgroup_root_);
   (void)remove_tree(dir_);
   lease_.reset();

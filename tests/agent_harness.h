@@ -59,6 +59,9 @@ class AgentHarness {
   void add_config(const std::string& lines);
   // Lines at the end of agent.toml (tables such as [images]).
   void append_config(const std::string& lines);
+  // The agent's state directory on a tmpfs of `bytes` (before start): a small disk to
+  // fill. Unmounted when the harness goes.
+  void state_on_tmpfs(uint64_t bytes);
   void kill9();
   void terminate();  // SIGTERM and wait
   // Waits for an agent started with crash_at to kill itself; true if it did.
@@ -84,7 +87,7 @@ class AgentHarness {
   std::vector<std::string> sandbox_ids() const;
 
  private:
-  std::string dir_, socket_, cgroup_root_, config_;
+  std::string dir_, socket_, cgroup_root_, config_, tmpfs_;
   std::unique_ptr<SubtreeControlLease> lease_;
   pid_t pid_ = -1;
 };

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "agent/image/layer.h"
@@ -165,6 +167,54 @@ TEST_F(Layers, ADecompressionBombStopsAtTheLimit) {
                   oci::Compression::kGzip, few);
   ASSERT_FALSE(many.ok());
   EXPECT_NE(many.error().str().find("entries"), std::string::npos) << many.error().str();
+}
+
+// A layer a few KB compressed that unpacks to more than the disk holds (issue 32: it
+// was recorded as complete, its tail reading zeros, and the disk stayed full). The
+// unpack stops at ENOSPC, or before it when the reserve would be taken, and removes
+// what it wrote; a layer that fits still unpacks above the reserve.
+TEST_F(Layers, AFullDiskStopsTheUnpackAndLeavesNothing) {
+  mnt_ = dir_ + "/small";
+  ASSERT_TRUE(mkdir_p(mnt_).ok());
+  ASSERT_EQ(::mount("tmpfs", mnt_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=16m"), 0)
+      << strerror(errno);
+  auto s = BlobStore::open(mnt_ + "/store");
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  std::unique_ptr<BlobStore> small = std::move(s).value();
+  auto unpack = [&](const std::vector<Entry>& entries, uint64_t reserve) {
+    std::string blob = make_layer(entries, oci::Compression::kGzip);
+    oci::Digest d = oci::digest_of(blob);
+    EXPECT_TRUE(small->put(d, blob).ok());
+    UnpackLimits limits;
+    limits.reserve_bytes = reserve;
+    auto r = small->unpack(d, oci::Compression::kGzip, limits);
+    (void)small->remove_blob(d);
+    return r;
+  };
+  auto free_bytes = [&] {
+    struct statvfs sv {};
+    EXPECT_EQ(::statvfs(mnt_.c_str(), &sv), 0);
+    return static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+  };
+  uint64_t before = free_bytes();
+  std::string filler(40u << 20, 'x');  // compresses to about 40 KB
+  // No reserve: the disk fills, the write fails, and that is an error, not zeros.
+  auto full = unpack({{"a", 'f', "first"}, {"bomb", 'f', filler}}, 0);
+  ASSERT_FALSE(full.ok()) << "a layer bigger than the disk was unpacked";
+  EXPECT_EQ(full.error().errnum, ENOSPC) << full.error().str();
+  EXPECT_TRUE(list_dir(mnt_ + "/store/tmp")->empty()) << "the partial layer stayed";
+  EXPECT_TRUE(list_dir(mnt_ + "/store/layers/sha256")->empty());
+  EXPECT_GE(free_bytes() + (64u << 10), before) << "the space came back";
+  // With a reserve: refused before the reserve is touched, the reason named.
+  auto reserved = unpack({{"ten", 'f', std::string(10u << 20, 'y')}}, 8u << 20);
+  ASSERT_FALSE(reserved.ok());
+  EXPECT_EQ(reserved.error().errnum, ENOSPC);
+  EXPECT_NE(reserved.error().str().find("reserve"), std::string::npos) << reserved.error().str();
+  EXPECT_TRUE(list_dir(mnt_ + "/store/tmp")->empty());
+  // What fits above the reserve unpacks.
+  auto fits = unpack({{"two", 'f', std::string(2u << 20, 'z')}}, 8u << 20);
+  ASSERT_TRUE(fits.ok()) << fits.error().str();
+  EXPECT_EQ(read_file(*fits + "/two").value_or("").size(), 2u << 20);
 }
 
 TEST_F(Layers, WhiteoutsHideLowerLayersUnderOverlayfs) {

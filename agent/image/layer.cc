@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -121,6 +122,26 @@ std::string archive_message(archive* a) {
   return m ? m : "unknown libarchive error";
 }
 
+// libarchive's error on `a` as an Error that keeps its errno (ENOSPC must stay ENOSPC).
+Error archive_error(archive* a, const std::string& what) {
+  int e = archive_errno(a);
+  if (e == ENOSPC || e == EDQUOT) return errno_error(ENOSPC, what + ": " + archive_message(a));
+  return make_error(what + ": " + archive_message(a));
+}
+
+// Room for `need` more bytes on the filesystem of `fd` above `limits.reserve_bytes`.
+Status check_room(int fd, uint64_t need, const UnpackLimits& limits) {
+  if (limits.reserve_bytes == 0) return {};
+  struct statvfs sv {};
+  if (fstatvfs(fd, &sv) != 0) return sys_error("statvfs of the layer directory");
+  uint64_t avail = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+  if (avail >= limits.reserve_bytes && avail - limits.reserve_bytes >= need) return {};
+  return errno_error(ENOSPC, "the layer needs " + format_size(need) + " more, and the disk has " +
+                                 format_size(avail) + " free of which " +
+                                 format_size(limits.reserve_bytes) +
+                                 " is the image cache's reserve");
+}
+
 }  // namespace
 
 Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compression c,
@@ -175,9 +196,10 @@ Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compressio
     if (type == AE_IFREG) {
       int64_t size = archive_entry_size(e);
       if (size < 0 || static_cast<uint64_t>(size) > limits.max_bytes - st.bytes)
-        return make_error("layer is larger than " + std::to_string(limits.max_bytes) +
-                          " bytes uncompressed");
+        return errno_error(EFBIG, "layer is larger than " + format_size(limits.max_bytes) +
+                                      " uncompressed (the image cache's limit)");
       st.bytes += static_cast<uint64_t>(size);
+      TRY(check_room(rootfd.get(), static_cast<uint64_t>(size), limits));
     }
     size_t slash = rel->rfind('/');
     std::string parent = slash == std::string::npos ? "" : rel->substr(0, slash);
@@ -216,27 +238,33 @@ Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compressio
     }
     filter_xattrs(e);
     r = archive_write_header(out.get(), e);
-    if (r < ARCHIVE_WARN)
-      return make_error("layer entry " + *rel + ": " + archive_message(out.get()));
+    if (r < ARCHIVE_WARN) return archive_error(out.get(), "layer entry " + *rel);
     if (type == AE_IFREG && archive_entry_size(e) > 0) {
       const void* buf = nullptr;
       size_t len = 0;
       la_int64_t off = 0;
+      uint64_t since_check = 0;
       for (;;) {
         r = archive_read_data_block(in.get(), &buf, &len, &off);
         if (r == ARCHIVE_EOF) break;
-        if (r < ARCHIVE_WARN)
-          return make_error("layer entry " + *rel + ": " + archive_message(in.get()));
-        if (archive_write_data_block(out.get(), buf, len, off) < ARCHIVE_WARN)
-          return make_error("layer entry " + *rel + ": " + archive_message(out.get()));
+        if (r < ARCHIVE_WARN) return archive_error(in.get(), "layer entry " + *rel);
+        // Others write to this disk too: the reserve is looked at again every 8 MiB.
+        since_check += len;
+        if (since_check >= (8u << 20)) {
+          since_check = 0;
+          TRY(check_room(rootfd.get(), 8u << 20, limits));
+        }
+        // A failed write is ARCHIVE_WARN here, not worse: without this check a layer cut
+        // short by a full disk would be finished (truncated up to its size: zeros).
+        if (archive_write_data_block(out.get(), buf, len, off) < 0)
+          return archive_error(out.get(), "layer entry " + *rel);
       }
     }
     if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN)
-      return make_error("layer entry " + *rel + ": " + archive_message(out.get()));
+      return archive_error(out.get(), "layer entry " + *rel);
   }
   // Directory modes and times are set last (a read-only directory still takes entries).
-  if (archive_write_close(out.get()) != ARCHIVE_OK)
-    return make_error("layer: " + archive_message(out.get()));
+  if (archive_write_close(out.get()) != ARCHIVE_OK) return archive_error(out.get(), "layer");
   return st;
 }
 
@@ -272,8 +300,13 @@ Result<UnpackChild> start_unpack_confined(const std::string& blob, const std::st
       else if (r.ok())
         reply = "O " + std::to_string(r->entries) + " " + std::to_string(r->bytes) + " " +
                 std::to_string(r->whiteouts) + " " + std::to_string(r->skipped_devices);
-      else
-        reply = "E " + r.error().str();
+      else {
+        // The errno travels apart from the text, so the caller's Error has it once.
+        Error e = r.error();
+        int n = std::exchange(e.errnum, 0);
+        reply = "E " + std::to_string(n) + " " + e.str();
+        if (n != 0) reply += std::string(": ") + strerror(n);
+      }
     }
     if (reply.size() > 4000) reply.resize(4000);  // one atomic pipe write
     (void)!write(wr.get(), reply.data(), reply.size());
@@ -314,7 +347,20 @@ Result<UnpackStats> finish_unpack_confined(UnpackChild& child, bool wait) {
                &st.skipped_devices) == 4)
       return st;
   }
-  if (reply.rfind("E ", 0) == 0) return make_error(reply.substr(2));
+  if (reply.rfind("E ", 0) == 0) {
+    // "E <errno> <text>": the text already ends with the errno's words.
+    char* end = nullptr;
+    long n = strtol(reply.c_str() + 2, &end, 10);
+    std::string text = end && *end == ' ' ? std::string(end + 1) : reply.substr(2);
+    if (n == ENOSPC || n == EFBIG) {  // the kinds the image service tells apart
+      std::string words = std::string(": ") + strerror(static_cast<int>(n));
+      if (text.size() > words.size() && text.ends_with(words)) {
+        text.resize(text.size() - words.size());
+        return errno_error(static_cast<int>(n), text);
+      }
+    }
+    return make_error(text);
+  }
   return make_error("layer unpack gave no answer");
 }
 

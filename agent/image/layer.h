@@ -26,9 +26,13 @@
 
 namespace weft::image {
 
+// A layer over a limit fails with errnum EFBIG; one that would leave its filesystem with
+// less than `reserve_bytes` free (or that met ENOSPC) with errnum ENOSPC. Either way the
+// caller removes what was unpacked.
 struct UnpackLimits {
   uint64_t max_bytes = uint64_t{32} << 30;  // uncompressed: a decompression bomb stops here
   uint64_t max_entries = 1'000'000;
+  uint64_t reserve_bytes = 0;  // free space the unpack never takes (the agent's own state)
 };
 
 struct UnpackStats {

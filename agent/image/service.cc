@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,9 +42,14 @@ uint64_t tree_bytes(const std::string& dir) {
 // does not fill the disk.
 class IngestSink : public registry::BlobSink {
  public:
-  IngestSink(std::unique_ptr<BlobStore::Ingest> in, uint64_t* received, uint64_t max = UINT64_MAX)
-      : in_(std::move(in)), received_(received), max_(max) {}
+  // `size` < 0: unknown (a package), so at most `max` bytes.
+  IngestSink(std::unique_ptr<BlobStore::Ingest> in, uint64_t* received, int64_t size, uint64_t max)
+      : in_(std::move(in)), received_(received), size_(size), max_(size < 0 ? max : UINT64_MAX) {}
   uint64_t offset() const override { return in_->offset(); }
+  std::optional<uint64_t> size() const override {
+    if (size_ < 0) return std::nullopt;
+    return static_cast<uint64_t>(size_);
+  }
   Status restart() override { return in_->restart(); }
   Status append(const void* data, size_t n) override {
     if (in_->offset() + n > max_)
@@ -57,6 +63,7 @@ class IngestSink : public registry::BlobSink {
  private:
   std::unique_ptr<BlobStore::Ingest> in_;
   uint64_t* received_;
+  int64_t size_;
   uint64_t max_;
 };
 
@@ -125,6 +132,18 @@ CacheRecord parse_cache_record(std::string_view text) {
       if (!dig.ok() || !v.is_object()) continue;
       out.layers[dig->str()] = {u64(v, "size"), u64(v, "last_used_us")};
     }
+  const json& refused = member(j, "refused");
+  if (refused.is_object() && refused.size() <= 4096)
+    for (const auto& [d, v] : refused.items()) {
+      auto dig = oci::parse_digest(d);
+      const json& reason = member(v, "reason");
+      if (!dig.ok() || !v.is_object() || !reason.is_string()) continue;
+      CacheRecord::Refusal r;
+      r.reason = reason.get<std::string>().substr(0, 1000);
+      r.until_us = u64(v, "until_us");
+      r.times = static_cast<uint32_t>(std::min<uint64_t>(u64(v, "times"), 64));
+      out.refused[dig->str()] = std::move(r);
+    }
   const json& images = member(j, "images");
   if (!images.is_object()) return out;
   for (const auto& [m, v] : images.items()) {
@@ -172,6 +191,7 @@ Status Service::load() {
     TRY_ASSIGN(std::string text, read_file_bounded(path, kMaxCacheRecordBytes));
     CacheRecord rec = parse_cache_record(text);
     for (const auto& [d, l] : rec.layers) layers_[d] = LayerRec{l.size, l.last_used_us};
+    refused_ = std::move(rec.refused);
     for (auto& [m, img] : rec.images) {
       ImageRec r;
       r.package = img.package;
@@ -217,9 +237,14 @@ Status Service::load() {
 }
 
 void Service::save() {
-  json j{{"version", 1}, {"layers", json::object()}, {"images", json::object()}};
+  json j{{"version", 1},
+         {"layers", json::object()},
+         {"images", json::object()},
+         {"refused", json::object()}};
   for (const auto& [d, r] : layers_)
     j["layers"][d] = {{"size", r.size}, {"last_used_us", r.last_used_us}};
+  for (const auto& [d, r] : refused_)
+    j["refused"][d] = {{"reason", r.reason}, {"until_us", r.until_us}, {"times", r.times}};
   for (const auto& [m, r] : images_) {
     json layers = json::array();
     for (const auto& l : r.layers) layers.push_back(l.str());
@@ -361,7 +386,8 @@ void Service::on_manifest(const std::string& key, Result<registry::FetchedManife
   auto in = store_->ingest(cfg.digest, cfg.size);
   if (!in.ok()) return fail(key, in.error());
   auto received = std::make_shared<uint64_t>(0);
-  auto sink = std::make_shared<IngestSink>(std::move(in).value(), received.get());
+  auto sink = std::make_shared<IngestSink>(std::move(in).value(), received.get(), cfg.size,
+                                           kMaxConfigBytes);
   client_->blob(p.ref, cfg.digest, sink.get(), [this, key, sink, received](Status s) {
     if (s.ok()) s = sink->ingest().commit();
     on_config(key, std::move(s));
@@ -413,17 +439,39 @@ void Service::start_layer(Pull& p, const oci::Layer& l) {
     job->pulls.insert(p.key);
     return;
   }
+  if (auto r = refused_.find(d); r != refused_.end()) {
+    if (now_realtime_us() < r->second.until_us) {
+      jobs_.erase(d);
+      // Not fetched or unpacked again: a layer that fills the disk does not refill it.
+      return fail(p.key, make_error("layer " + d + " was refused (" + r->second.reason +
+                                    "); not tried again before " +
+                                    format_rfc3339(static_cast<int64_t>(r->second.until_us)) +
+                                    " or `weftctl image prune`"));
+    }
+  }
   job = std::make_unique<LayerJob>();
   job->layer = l;
   job->ref = p.ref;
   job->url = p.url;
   job->pulls.insert(p.key);
   if (store_->has_blob(l.blob.digest)) return start_unpack(*job);
+  if (l.blob.size > 0 && static_cast<uint64_t>(l.blob.size) > cfg_.cache_max_bytes)
+    return layer_done(d, errno_error(EFBIG, "layer " + d + " is " +
+                                                format_size(static_cast<uint64_t>(l.blob.size)) +
+                                                ", more than the image cache's limit of " +
+                                                format_size(cfg_.cache_max_bytes)));
   auto in = store_->ingest(l.blob.digest, l.blob.size);
   if (!in.ok()) return layer_done(d, in.error());
   job->received = (*in)->offset();
-  job->sink = std::make_unique<IngestSink>(std::move(in).value(), &job->received,
-                                           l.blob.size < 0 ? cfg_.cache_max_bytes : UINT64_MAX);
+  if (l.blob.size > 0 && static_cast<uint64_t>(l.blob.size) > job->received) {
+    // Known before the first byte: a blob the disk cannot take above the reserve.
+    if (Status room = check_room(static_cast<uint64_t>(l.blob.size) - job->received); !room.ok()) {
+      (void)(*in)->restart();
+      return layer_done(d, std::move(room).error().wrap("layer " + d));
+    }
+  }
+  job->sink = std::make_unique<IngestSink>(std::move(in).value(), &job->received, l.blob.size,
+                                           cfg_.cache_max_bytes);
   ++downloads_;
   uint64_t resumed_at = job->received;
   auto done = [this, d, resumed_at](Status s) {
@@ -445,6 +493,8 @@ void Service::on_blob(const std::string& d, Status s) {
   if (it == jobs_.end()) return;
   LayerJob& j = *it->second;
   if (s.ok()) s = j.sink->ingest().commit();
+  // A download the disk could not take keeps nothing of it for a resume.
+  if (!s.ok() && s.error().errnum == ENOSPC) (void)j.sink->ingest().restart();
   j.sink.reset();
   if (!s.ok())
     return layer_done(d, std::move(s).error().wrap((j.url.empty() ? "layer " : "package ") + d));
@@ -454,7 +504,10 @@ void Service::on_blob(const std::string& d, Status s) {
 void Service::start_unpack(LayerJob& j) {
   std::string d = j.layer.blob.digest.str();
   if (!j.url.empty()) j.layer.compression = oci::Compression::kAny;  // the unpacker tells
-  auto u = store_->begin_unpack(j.layer.blob.digest, j.layer.compression, cfg_.limits);
+  UnpackLimits limits = cfg_.limits;
+  limits.max_bytes = std::min(limits.max_bytes, cfg_.cache_max_bytes);
+  limits.reserve_bytes = cfg_.reserve_bytes;
+  auto u = store_->begin_unpack(j.layer.blob.digest, j.layer.compression, limits);
   if (!u.ok()) return layer_done(d, u.error());
   j.unpacking = std::move(u).value();
   if (j.unpacking.done) return on_unpacked(d);
@@ -486,6 +539,13 @@ void Service::layer_done(const std::string& d, const Status& s) {
   if (it == jobs_.end()) return;
   std::unique_ptr<LayerJob> job = std::move(it->second);
   jobs_.erase(it);
+  if (!s.ok() && (s.error().errnum == ENOSPC || s.error().errnum == EFBIG)) {
+    refuse(d, s.error());
+    if (auto dg = oci::parse_digest(d); dg.ok() && !layers_.count(d))
+      (void)store_->remove_blob(*dg);
+  } else if (s.ok() && refused_.erase(d)) {
+    save();
+  }
   for (const auto& key : job->pulls) {
     auto p = pulls_.find(key);
     if (p == pulls_.end()) continue;
@@ -592,6 +652,46 @@ void Service::fail(const std::string& key, const Error& e) {
     tickets_.erase(t);
     w.done(e);
   }
+}
+
+Status Service::check_room(uint64_t need) const {
+  struct statvfs sv {};
+  if (::statvfs(store_->root().c_str(), &sv) != 0) return sys_error("statvfs " + store_->root());
+  uint64_t avail = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+  if (avail >= cfg_.reserve_bytes && avail - cfg_.reserve_bytes >= need) return {};
+  return errno_error(ENOSPC, "it needs " + format_size(need) + ", and the disk has " +
+                                 format_size(avail) + " free of which " +
+                                 format_size(cfg_.reserve_bytes) +
+                                 " is the image cache's reserve (images.reserve)");
+}
+
+void Service::refuse(const std::string& digest, const Error& e) {
+  CacheRecord::Refusal& r = refused_[digest];
+  r.times = std::min<uint32_t>(r.times + 1, 64);
+  // Ten minutes, doubling with each refusal in a row, at most a day.
+  uint64_t hold = uint64_t{600} * 1'000'000;
+  for (uint32_t i = 1; i < r.times && hold < uint64_t{86400} * 1'000'000; ++i) hold *= 2;
+  hold = std::min<uint64_t>(hold, uint64_t{86400} * 1'000'000);
+  r.until_us = now_realtime_us() + hold;
+  r.reason = e.str().substr(0, 1000);
+  log_warn("image layer refused for its size",
+           {{"LAYER", digest},
+            {"ERROR", r.reason},
+            {"UNTIL", format_rfc3339(static_cast<int64_t>(r.until_us))}});
+  save();
+}
+
+json Service::refused() const {
+  json out = json::array();
+  uint64_t now = now_realtime_us();
+  for (const auto& [d, r] : refused_) {
+    if (r.until_us <= now) continue;
+    out.push_back({{"layer", d},
+                   {"reason", r.reason},
+                   {"until", format_rfc3339(static_cast<int64_t>(r.until_us))},
+                   {"times", r.times}});
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------ holds and the cache
@@ -749,6 +849,7 @@ Result<json> Service::remove(const std::string& what) {
 
 json Service::prune() {
   uint64_t before = size_bytes();
+  refused_.clear();
   std::vector<std::string> gone;
   for (const auto& [m, r] : images_)
     if (!image_held(m)) gone.push_back(m);

@@ -55,14 +55,25 @@ struct CacheRecord {
     uint64_t last_used_us = 0;
     bool package = false;
   };
-  std::map<std::string, Layer> layers;  // by layer digest
-  std::map<std::string, Image> images;  // by manifest digest (a package: its own)
+  // A layer refused for its size (over the cache's limit, or more than the disk has
+  // above the reserve): not fetched or unpacked again until `until_us`.
+  struct Refusal {
+    std::string reason;
+    uint64_t until_us = 0;
+    uint32_t times = 0;  // refusals in a row: each holds twice as long, up to a day
+  };
+  std::map<std::string, Layer> layers;     // by layer digest
+  std::map<std::string, Image> images;     // by manifest digest (a package: its own)
+  std::map<std::string, Refusal> refused;  // by layer digest
 };
 CacheRecord parse_cache_record(std::string_view text);
 
 struct ServiceConfig {
   registry::Config registry;
   uint64_t cache_max_bytes = uint64_t{20} << 30;
+  // Free space on the store's disk that downloads and unpacks never take, so that the
+  // agent's own state can always be written (images.reserve).
+  uint64_t reserve_bytes = uint64_t{1} << 30;
   UnpackLimits limits;
 };
 
@@ -110,8 +121,11 @@ class Service {
   // Removes an image (by reference or manifest digest) and the layers no other image
   // needs; refused while a task holds it.
   Result<nlohmann::json> remove(const std::string& what);
-  // Removes every image no task holds, and every layer no image needs.
+  // Removes every image no task holds, and every layer no image needs; forgets the
+  // layers refused for their size (the operator made room: they may be tried again).
   nlohmann::json prune();
+  // Layers refused for their size, with the reason and when they may be tried again.
+  nlohmann::json refused() const;
 
   uint64_t blob_downloads() const { return downloads_; }
   uint64_t downloaded_bytes() const { return downloaded_bytes_; }
@@ -158,6 +172,9 @@ class Service {
   bool layer_held(const std::string& digest) const;
   bool image_held(const std::string& manifest) const;
   void collect_unreferenced_layers();
+  // Room on the store's disk for `need` more bytes above the reserve (errnum ENOSPC).
+  Status check_room(uint64_t need) const;
+  void refuse(const std::string& digest, const Error& e);
 
   EventLoop& loop_;
   ServiceConfig cfg_;
@@ -169,6 +186,7 @@ class Service {
   std::map<std::string, std::set<std::string>> holds_;     // holder -> manifest digests
   std::map<std::string, std::unique_ptr<Pull>> pulls_;     // by reference
   std::map<std::string, std::unique_ptr<LayerJob>> jobs_;  // by layer digest
+  std::map<std::string, CacheRecord::Refusal> refused_;    // by layer digest
   std::map<uint64_t, std::string> tickets_;                // ticket -> reference
   uint64_t next_ticket_ = 1;
   Source enforce_soon_;
