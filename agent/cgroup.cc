@@ -237,16 +237,38 @@ Status CgroupTree::kill_task(const std::string& id) {
   return freeze_task(id, false);
 }
 
+namespace {
+constexpr const char* kCheckCgroup = "/weft-check";
+}  // namespace
+
+Result<std::string> CgroupTree::check_dir(const std::string& id) {
+  std::string dir = task_dir(id) + kCheckCgroup;
+  if (!fs_.exists(dir)) TRY(fs_.mkdir(dir));
+  return dir;
+}
+
+void CgroupTree::end_check(const std::string& id) {
+  std::string dir = task_dir(id) + kCheckCgroup;
+  if (!fs_.exists(dir)) return;
+  if (fs_.exists(dir + "/cgroup.kill")) (void)fs_.write(dir + "/cgroup.kill", "1");
+  (void)fs_.rmdir(dir);  // EBUSY while the killed leave: the next check or remove_task
+}
+
 Status CgroupTree::remove_task(const std::string& id, int wait_ms) {
   std::string dir = task_dir(id);
   if (!fs_.exists(dir)) return {};
-  TRY(kill_task(id));
-  for (int waited = 0;; ++waited) {
-    Status s = fs_.rmdir(dir);
-    if (s.ok()) return {};
-    if (s.error().errnum != EBUSY || waited >= wait_ms) return s;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  TRY(kill_task(id));  // cgroup.kill takes the check's cgroup beneath too
+  int waited = 0;
+  for (const std::string& d : {dir + kCheckCgroup, dir}) {
+    if (d != dir && !fs_.exists(d)) continue;
+    for (;; ++waited) {
+      Status s = fs_.rmdir(d);
+      if (s.ok()) break;
+      if (s.error().errnum != EBUSY || waited >= wait_ms) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
+  return {};
 }
 
 Status CgroupTree::freeze_task(const std::string& id, bool frozen_state) {

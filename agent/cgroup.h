@@ -107,6 +107,12 @@ class CgroupTree {
   // processes to go. Ok if it does not exist.
   Status remove_task(const std::string& id, int wait_ms = 2000);
   Status kill_task(const std::string& id);
+  // The cgroup an exec readiness check runs in, beneath its task's (made if missing):
+  // what the check's command starts stays in it, so a check ends with everything it
+  // started. end_check kills what is left and removes it (if the killed are still
+  // leaving, the next check reuses it and remove_task removes it).
+  Result<std::string> check_dir(const std::string& id);
+  void end_check(const std::string& id);
   Status freeze_task(const std::string& id, bool frozen);
   Result<bool> frozen(const std::string& id);
   Result<bool> populated(const std::string& id);

@@ -710,7 +710,9 @@ void Manager::start_readiness(Task& t) {
 }
 
 void Manager::stop_readiness(Task& t) {
+  bool exec_running = t.check && t.spec.readiness && t.spec.readiness->kind == ReadinessKind::kExec;
   t.check.reset();
+  if (exec_running) cgroups_->end_check(t.id);
   t.check_timer.reset();
   t.check_passes = t.check_failures = 0;
   t.check_detail.clear();
@@ -740,7 +742,9 @@ void Manager::run_check(const std::string& id) {
     auto ident = t.identity ? Result<Identity>(*t.identity) : identity_of(&t, t.spec);
     if (!ident.ok()) return on_check(id, false, ident.error().message);
     target.init_path = cfg_.init_path;
-    target.cgroup_dir = cgroups_->task_dir(t.id);
+    auto dir = cgroups_->check_dir(t.id);
+    if (!dir.ok()) return on_check(id, false, dir.error().str());
+    target.cgroup_dir = *dir;
     target.join_argv = build_join_argv(t.spec, *ident, t.pid);
   }
   t.check = start_check(
@@ -753,6 +757,9 @@ void Manager::on_check(const std::string& id, bool passed, std::string detail) {
   if (it == tasks_.end()) return;
   Task& t = *it->second;
   t.check.reset();
+  // Whatever the check's command started goes with it (killed at a timeout, or left
+  // behind by a command that exited).
+  if (t.spec.readiness && t.spec.readiness->kind == ReadinessKind::kExec) cgroups_->end_check(t.id);
   if (t.state != TaskState::kRunning || !t.spec.readiness) return;
   const ReadinessCheck& c = *t.spec.readiness;
   if (passed) {

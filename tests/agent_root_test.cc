@@ -685,6 +685,36 @@ TEST_F(AgentRoot, ExecReadinessRunsInsideTheTask) {
   agent_->wait_state(hang, "stopped");
   // No sleep 60 left anywhere.
   EXPECT_NE(system("pgrep -x -f '/bin/sleep 60' >/dev/null"), 0);
+
+  // Issue 32: a check whose command starts children (a shell running sleep) took only
+  // the shell with it; one sleep stayed per interval. Each check now ends with all it
+  // started, at its timeout and when its command exits leaving a child behind.
+  std::string forks = run({{"name", "exec-forks"},
+                           {"readiness",
+                            {{"type", "exec"},
+                             {"command", {"/bin/sh", "-c", "sleep 61 & sleep 62; true"}},
+                             {"interval", "100ms"},
+                             {"timeout", "200ms"}}},
+                           {"argv", {"sleep", "1000"}}});
+  int timeouts = 0;
+  for (int i = 0; i < 200 && timeouts < 4; ++i) {
+    t = agent_->call("task.show", {{"id", forks}});
+    if (t["readiness"].value("last_failure", "").find("timed out") == 0) ++timeouts;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(timeouts, 3) << t.dump();
+  int left = 0;
+  for (int i = 0; i < 50; ++i) {  // between checks: none of the checks' sleeps
+    left = system("test $(pgrep -c -f '^sleep 6[12]$') -le 2") == 0 ? 0 : 1;
+    if (left == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(left, 0) << "checks left their children behind";
+  agent_->call("task.stop", {{"id", forks}});
+  agent_->wait_state(forks, "stopped");
+  EXPECT_NE(system("pgrep -f '^sleep 6[12]$' >/dev/null"), 0)
+      << "a check's child outlived its task";
+  EXPECT_FALSE(path_exists(agent_->task_cgroup(forks))) << "the task's cgroup stayed";
 }
 
 // ---- sandboxes made ahead (agent/sandbox_pool.h)
