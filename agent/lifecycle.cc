@@ -68,10 +68,12 @@ ExitOutcome decide_exit(const ExitFacts& f, const TaskSpec& spec) {
     o.reason = exec_failure(*rec, spec);
     restartable = false;
     success = false;
+    o.setup = true;
   } else if (rec && !rec->setup_error.empty()) {
     o.reason = "task setup failed: " + rec->setup_error;
     restartable = false;
     success = false;
+    o.setup = true;
   } else if (o.oom_killed) {
     o.reason = "killed by the kernel OOM killer (memory limit reached)";
   } else if (o.exit_code && *o.exit_code != 0) {

@@ -41,6 +41,7 @@ struct ExitOutcome {
   bool oom_killed = false;
   TaskState state = TaskState::kExited;  // exited, failed, stopped, or backoff (a restart follows)
   std::string reason;
+  bool setup = false;  // it failed before its program ran (setup, or its exec)
   bool restart = false;
   int64_t backoff_us = 0;  // delay before the restart
 };

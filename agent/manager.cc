@@ -854,6 +854,7 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   t.core_dumped = out.core_dumped;
   t.oom_killed = out.oom_killed;
   t.reason = out.reason;
+  t.setup_failed = out.setup;
   t.state = out.state;
   if (out.oom_killed) ++oom_kills_;
   if (out.restart) {
@@ -1107,6 +1108,22 @@ Status Manager::cp_start() {
     } else {
       params["tasks"] = states;
     }
+    // Why the failed tasks this report names failed: the control plane's MESSAGE.
+    const nlohmann::json* named = params.contains("tasks")     ? &params["tasks"]
+                                  : params.contains("changes") ? &params["changes"]
+                                                               : nullptr;
+    nlohmann::json failures = nlohmann::json::object();
+    for (const auto& [id, t] : tasks_) {
+      if (!named || t->spec.owner != "controlplane" || t->state != TaskState::kFailed) continue;
+      if (!named->contains(t->spec.name)) continue;
+      // Cut on a character boundary, well under the control plane's bound.
+      size_t cut = std::min<size_t>(t->reason.size(), weft::kMaxFailureReason - 32);
+      while (cut > 0 && cut < t->reason.size() &&
+             (static_cast<unsigned char>(t->reason[cut]) & 0xC0) == 0x80)
+        --cut;
+      failures[t->spec.name] = {{"reason", t->reason.substr(0, cut)}, {"setup", t->setup_failed}};
+    }
+    if (!failures.empty()) params["failures"] = std::move(failures);
     report_in_flight_ = true;
     s.call("machine.report", std::move(params), [this, digest, states](Result<nlohmann::json> r) {
       report_in_flight_ = false;

@@ -47,6 +47,9 @@ struct Task : TaskRecord {
   Source timer;
   bool is_child = false;
   bool kill_sent = false;  // this agent wrote cgroup.kill for the current incarnation
+  // It failed before its program ran (setup or exec): told to the control plane, which
+  // holds an index that fails so again and again. Not stored.
+  bool setup_failed = false;
   // Who its current incarnation runs as (its image's user included); readiness exec
   // checks run as the same. Not stored: recomputed when a restarted agent needs it.
   std::optional<Identity> identity;

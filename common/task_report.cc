@@ -67,9 +67,44 @@ std::string tasks_digest(const TaskList& tasks) {
   return d.hex();
 }
 
+namespace {
+
+Status parse_failures(const nlohmann::json& p, TaskFailures* out) {
+  auto f = p.find("failures");
+  if (f == p.end()) return {};
+  if (!f->is_object())
+    return field_error("failures", "must be an object of task id -> {reason, setup}");
+  if (f->size() > kMaxReportedTasks)
+    return field_error("failures", "more than " + std::to_string(kMaxReportedTasks) + " tasks");
+  for (const auto& [id, v] : f->items()) {
+    std::string at = "failures." + id.substr(0, 200);
+    if (!v.is_object()) return field_error(at, "must be an object {reason, setup}");
+    TaskFailure tf;
+    auto reason = v.find("reason");
+    if (reason == v.end() || !reason->is_string())
+      return field_error(at + ".reason", "must be a string");
+    // A note, not state: a longer one is cut (on a character boundary), not refused.
+    const std::string& text = reason->get_ref<const std::string&>();
+    size_t cut = std::min(text.size(), kMaxFailureReason);
+    while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+      --cut;
+    tf.reason = text.substr(0, cut);
+    auto setup = v.find("setup");
+    if (setup != v.end()) {
+      if (!setup->is_boolean()) return field_error(at + ".setup", "must be true or false");
+      tf.setup = setup->get<bool>();
+    }
+    (*out)[id] = std::move(tf);
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<TaskReport> parse_task_report(const nlohmann::json& p) {
   if (!p.is_object()) return field_error("params", "must be an object");
   TaskReport r;
+  TRY(parse_failures(p, &r.failures));
   auto tasks = p.find("tasks");
   if (tasks != p.end()) {
     if (!tasks->is_object()) return field_error("tasks", "must be an object of task id -> state");

@@ -47,17 +47,30 @@ class TaskDigest {
 std::string tasks_digest(const std::map<std::string, std::string>& states);
 std::string tasks_digest(const TaskList& tasks);
 
+// Why a task the report names as failed failed, as its machine says: the agent's reason
+// ("task setup failed: ...", "exited with code 1") and whether it failed before its
+// program ran (`setup`: restarting it the same way would fail the same way). Outside the
+// digest: a note beside the list, not part of it.
+struct TaskFailure {
+  std::string reason;
+  bool setup = false;
+};
+using TaskFailures = std::map<std::string, TaskFailure>;
+inline constexpr size_t kMaxFailureReason = 512;
+
 struct TaskReport {
   std::optional<TaskList> tasks;       // the whole list, when sent
   std::optional<TaskChanges> changes;  // or the changes since the list digested `base`
   std::string base;
-  std::string digest;  // of `tasks` when sent (computed here), else as claimed
+  std::string digest;     // of `tasks` when sent (computed here), else as claimed
+  TaskFailures failures;  // "failures": {id: {"reason", "setup"}}, with tasks or changes
 };
 
 // The one reader of a report's params: "tasks" (an object of at most kMaxReportedTasks
 // task id -> state names of common/task_state.h), or "changes" (at most as many; a state
-// or null) with "base" and "digest", or "digest" alone (32 hex digits); errors name the
-// field.
+// or null) with "base" and "digest", or "digest" alone (32 hex digits); with either list,
+// "failures" (at most as many; a reason longer than kMaxFailureReason bytes is cut);
+// errors name the field.
 inline constexpr size_t kMaxReportedTasks = 100000;
 Result<TaskReport> parse_task_report(const nlohmann::json& params);
 

@@ -123,5 +123,35 @@ TEST(TaskReport, ChangesApplyToTheHeldListAndItsDigest) {
   }
 }
 
+// Reasons beside the list: outside the digest; a long one is cut, a malformed one named.
+TEST(TaskReport, FailuresCarryTheMachinesReasons) {
+  json tasks{{"a.0.1", "failed"}, {"b.0.1", "running"}};
+  std::string long_reason(600, 'x');
+  long_reason[weft::kMaxFailureReason - 1] = '\xc3';  // a two-byte character across the cut
+  long_reason[weft::kMaxFailureReason] = '\xa9';
+  auto r = parse_task_report(
+      {{"tasks", tasks},
+       {"failures",
+        {{"a.0.1", {{"reason", "task setup failed: pivot_root: busy"}, {"setup", true}}},
+         {"c.0.1", {{"reason", long_reason}}}}}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->digest,
+            tasks_digest(TaskList{{"a.0.1", TaskState::kFailed}, {"b.0.1", TaskState::kRunning}}));
+  ASSERT_EQ(r->failures.size(), 2u);
+  EXPECT_EQ(r->failures["a.0.1"].reason, "task setup failed: pivot_root: busy");
+  EXPECT_TRUE(r->failures["a.0.1"].setup);
+  EXPECT_FALSE(r->failures["c.0.1"].setup);
+  EXPECT_EQ(r->failures["c.0.1"].reason, long_reason.substr(0, weft::kMaxFailureReason - 1));
+  for (const auto& [failures, field] : std::vector<std::pair<json, std::string>>{
+           {json::array(), "failures"},
+           {{{"a.0.1", "busy"}}, "failures.a.0.1"},
+           {{{"a.0.1", {{"setup", true}}}}, "failures.a.0.1.reason"},
+           {{{"a.0.1", {{"reason", "x"}, {"setup", "yes"}}}}, "failures.a.0.1.setup"}}) {
+    auto e = parse_task_report({{"tasks", tasks}, {"failures", failures}});
+    ASSERT_FALSE(e.ok()) << failures.dump();
+    EXPECT_EQ(e.error().field, field) << e.error().str();
+  }
+}
+
 }  // namespace
 }  // namespace weft

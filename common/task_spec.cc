@@ -514,6 +514,10 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   TRY_ASSIGN(s.rootfs, r.str("rootfs"));
   if (!s.rootfs.empty() && s.rootfs[0] != '/')
     return field_error("rootfs", "must be an absolute path");
+  if (!s.rootfs.empty() && s.rootfs.find_first_not_of('/') == std::string::npos)
+    return field_error("rootfs",
+                       "must not be / (it cannot be the task's own root; without rootfs the "
+                       "task shares the host's)");
   if (r.has("namespaces")) {
     Reader n(r.at("namespaces"), "namespaces");
     TRY(n.only({"pid", "mount", "uts", "ipc", "network"}));

@@ -196,6 +196,9 @@ TEST(Spec, ErrorsNameTheField) {
   EXPECT_EQ(with("stop_signal", "SIGNOPE"), "stop_signal");
   EXPECT_EQ(with("logs", {{"max_file_size", 10}}), "logs.max_file_size");
   EXPECT_EQ(with("env", {{"A=B", "x"}}), "env.A=B");
+  // The host's root is not a root of the task's own (pivot_root fails on it, anywhere).
+  EXPECT_EQ(with("rootfs", "/"), "rootfs");
+  EXPECT_EQ(with("rootfs", "//"), "rootfs");
   json rootfs_without_mount = base;
   rootfs_without_mount["rootfs"] = "/srv/root";
   rootfs_without_mount["namespaces"] = {{"mount", false}};

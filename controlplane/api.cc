@@ -230,15 +230,15 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
     if (whole) {
       weft::TaskList list = last.tasks;
       for (auto& e : list) e.second = ready(e.second);
-      cmds = sched_.report_list(m, list, now, &forget);
+      cmds = sched_.report_list(m, list, now, &forget, &report.failures);
     } else {
       for (auto& e : applied)
         if (e.second) e.second = ready(*e.second);
-      cmds = sched_.report_changes(m, applied, now, &forget);
+      cmds = sched_.report_changes(m, applied, now, &forget, &report.failures);
     }
   } else {
-    cmds = whole ? sched_.report_list(m, last.tasks, now, &forget)
-                 : sched_.report_changes(m, applied, now, &forget);
+    cmds = whole ? sched_.report_list(m, last.tasks, now, &forget, &report.failures)
+                 : sched_.report_changes(m, applied, now, &forget, &report.failures);
   }
   auto changed = sched_.take_reported_changes();
   if (!cmds.empty() || !changed.empty())

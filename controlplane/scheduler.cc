@@ -389,6 +389,10 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
   t.machine = p->machines[static_cast<size_t>(old.index)];
   t.id = weft::make_task_id(old.job, old.index, ++seq_);
   t.since_us = now;
+  if (old.generation == j.generation) {  // a new spec starts the count again
+    t.setup_failures = old.setup_failures;
+    t.setup_reason = old.setup_reason;
+  }
   launch(j, t, out);
   if (waiting_set_.erase(task_id))
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
@@ -449,14 +453,39 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
   } else {
     set_state(t, TaskState::kFailed);
     t.since_us = now;
-    o->replace_ids.push_back(id);
+    const weft::TaskFailure* why = nullptr;
+    if (o->failures)
+      if (auto f = o->failures->find(id); f != o->failures->end()) why = &f->second;
+    if (why) t.message = why->reason;
+    if (why && why->setup) {
+      if (t.setup_reason != why->reason) t.setup_failures = 0;
+      t.setup_reason = why->reason;
+      ++t.setup_failures;
+    } else {
+      t.setup_failures = 0;  // it ran: a failure of the program, replaced as ever
+      t.setup_reason.clear();
+    }
+    if (t.setup_failures >= kSetupFailuresHeld) {
+      // The same failure before the program ran, again and again (on whichever
+      // machine): the spec cannot start. Held with the reason, as a refused spec is.
+      t.held = true;
+      t.message = "failed " + std::to_string(t.setup_failures) +
+                  " times in a row before its program ran, held until the job's spec "
+                  "changes: " +
+                  why->reason;
+      o->rolled.insert(t.job);  // a rolling update goes on past it
+    } else {
+      o->replace_ids.push_back(id);
+    }
   }
   if (forget) forget->push_back(id);  // recorded (and persisted before the reply)
 }
 
 std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& rep, uint64_t now,
-                                            std::vector<std::string>* forget) {
+                                            std::vector<std::string>* forget,
+                                            const weft::TaskFailures* failures) {
   Observed o;
+  o.failures = failures;
   for (const auto& [id, state] : rep) observe(m, id, state, now, &o, forget);
   // Tasks this machine should run but did not report.
   for_machine(m, [&](TaskRecord& t) {
@@ -484,8 +513,10 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
 }
 
 std::vector<Command> Scheduler::report_changes(MachineId m, const weft::TaskChanges& changes,
-                                               uint64_t now, std::vector<std::string>* forget) {
+                                               uint64_t now, std::vector<std::string>* forget,
+                                               const weft::TaskFailures* failures) {
   Observed o;
+  o.failures = failures;
   for (const auto& [id, state] : changes)
     if (state) observe(m, id, *state, now, &o, forget);
   return finish_report(o, now);

@@ -60,6 +60,10 @@ struct TaskRecord {
   std::string message;
   // Its spec was refused: no replacement until the job's spec changes.
   bool held = false;
+  // Setup failures in a row of this index (this task's and its predecessors'), all with
+  // `setup_reason`. Not stored: a restarted control plane counts again.
+  int setup_failures = 0;
+  std::string setup_reason;
   // Running and its readiness check passes (or it has none): its machine reports it
   // "ready". Not stored: a restarted control plane learns it from the next report.
   bool ready = false;
@@ -104,6 +108,10 @@ struct ControlledTask {
   std::string message;
   bool ready = false;
 };
+
+// An index whose tasks failed this many times in a row before their program ran, with
+// one reason, is held (see Scheduler::report_list).
+inline constexpr int kSetupFailuresHeld = 3;
 
 struct SchedulerLimits {
   double destructive_per_min = 60;  // replacements + stops caused by failures
@@ -162,13 +170,19 @@ class Scheduler {
   // `forget` (optional) receives the reported tasks that ended and whose end this
   // scheduler has recorded (or never knew): the machine may drop them from its reports.
   // `tasks` in id order (weft::parse_task_report's form).
+  // `failures`: the machine's reasons for tasks it reports failed (the task's MESSAGE).
+  // A task that failed before its program ran (`setup`) with the reason its index's
+  // last kSetupFailuresHeld tasks failed with would fail the same way again: it is held,
+  // as a refused spec is, until the job's spec changes.
   std::vector<Command> report_list(MachineId m, const weft::TaskList& tasks, uint64_t now_us,
-                                   std::vector<std::string>* forget = nullptr);
+                                   std::vector<std::string>* forget = nullptr,
+                                   const weft::TaskFailures* failures = nullptr);
   // A machine's changes since its last report (weft::apply_task_changes's result): the
   // tasks named are handled as in report_list; tasks not named are as they were, and a
   // task that should run here but is missing is found by the next full report.
   std::vector<Command> report_changes(MachineId m, const weft::TaskChanges& changes,
-                                      uint64_t now_us, std::vector<std::string>* forget = nullptr);
+                                      uint64_t now_us, std::vector<std::string>* forget = nullptr,
+                                      const weft::TaskFailures* failures = nullptr);
   // The same from a map.
   std::vector<Command> report(MachineId m, const std::map<std::string, TaskState>& tasks,
                               uint64_t now_us, std::vector<std::string>* forget = nullptr);
@@ -265,6 +279,7 @@ class Scheduler {
   };
   // One reported task (report_list, report_changes), and what the report led to.
   struct Observed {
+    const weft::TaskFailures* failures = nullptr;
     std::vector<Command> out;
     std::vector<std::string> replace_ids;
     std::set<std::string> rolled;   // a task stopped: the job may converge and roll

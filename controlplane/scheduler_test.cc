@@ -697,6 +697,54 @@ TEST_F(Sched, ARefusedSpecFailsAtOnceAndWaitsForAnUpdate) {
   EXPECT_EQ(starts_for_0, 1);
 }
 
+// Issue 32 (10): a task whose setup fails the same way wherever it goes was replaced
+// about 100 times in 10 s, and the machine's reason never reached MESSAGE. The reason
+// is the MESSAGE; the same setup failure kSetupFailuresHeld times in a row holds the
+// index until the spec changes; a failure of the program itself is replaced as ever.
+TEST_F(Sched, TheSameSetupFailureAgainAndAgainHoldsTheIndexWithTheReason) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  std::string id = (*c)[0].task_id;
+  MachineId m = (*c)[0].machine;
+  const std::string why = "cannot execute /no/such/program: No such file or directory";
+  uint64_t now = 1;
+  // A program that ran and failed: replaced, its reason kept.
+  weft::TaskFailures ran{{id, {"exited with code 3", false}}};
+  auto r = sched_.report_list(m, {{id, TaskState::kFailed}}, now, nullptr, &ran);
+  EXPECT_EQ(sched_.tasks().at(id).message, "exited with code 3");
+  ASSERT_EQ(count_kind(r, Command::Kind::kStart), 1);
+  for (int i = 1; i <= kSetupFailuresHeld; ++i) {
+    id = r[0].task_id;
+    m = r[0].machine;
+    now += kMin;  // the replacement budget is not what holds it
+    weft::TaskFailures setup{{id, {why, true}}};
+    r = sched_.report_list(m, {{id, TaskState::kFailed}}, now, nullptr, &setup);
+    const TaskRecord& t = sched_.tasks().at(id);
+    EXPECT_EQ(t.state, TaskState::kFailed);
+    if (i < kSetupFailuresHeld) {
+      EXPECT_EQ(t.message, why);
+      EXPECT_FALSE(t.held);
+      ASSERT_EQ(count_kind(r, Command::Kind::kStart), 1) << "failure " << i << " is replaced";
+    } else {
+      EXPECT_TRUE(t.held);
+      EXPECT_NE(t.message.find(why), std::string::npos) << t.message;
+      EXPECT_NE(t.message.find("3 times in a row"), std::string::npos) << t.message;
+      EXPECT_EQ(count_kind(r, Command::Kind::kStart), 0) << "held, not replaced";
+    }
+  }
+  for (now += kMin; now < 10 * kMin; now += kMin / 2)
+    EXPECT_EQ(count_kind(sched_.tick(now), Command::Kind::kStart), 0) << now;
+  // A new spec starts the index again, and its count from zero.
+  JobSpec fixed = spec("web", 1);
+  fixed.task = {{"argv", {"/bin/sleep", "1000"}}};
+  auto u = sched_.update(fixed, now);
+  ASSERT_TRUE(u.ok());
+  ASSERT_EQ(count_kind(*u, Command::Kind::kStart), 1);
+  for (const auto& cmd : *u)
+    if (cmd.kind == Command::Kind::kStart)
+      EXPECT_EQ(sched_.tasks().at(cmd.task_id).setup_failures, 0);
+}
+
 TEST_F(Sched, ARefusalThatIsNotTheSpecsIsReplacedLikeAFailure) {
   auto c = sched_.create(spec("web", 1), 0);
   ASSERT_TRUE(c.ok());

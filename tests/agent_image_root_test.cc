@@ -395,7 +395,9 @@ TEST_F(AgentImages, AnImageThatWouldFillTheDiskIsRefusedAndNotPulledAgain) {
   EXPECT_NE(t.value("reason", "").find("reserve"), std::string::npos) << t.dump();
   EXPECT_GE(free_bytes(), 24u << 20) << "the reserve was taken";
   EXPECT_FALSE(path_exists(store + "/layers/sha256/" + bomb_d.hex));
-  for (const auto& n : *list_dir(store + "/tmp"))  // (busybox may still be unpacking)
+  auto tmp = list_dir(store + "/tmp");
+  ASSERT_TRUE(tmp.ok());
+  for (const auto& n : *tmp)  // (busybox may still be unpacking)
     EXPECT_NE(n.rfind(bomb_d.hex.substr(0, 16), 0), 0u) << "the partial layer stayed: " << n;
   // The agent's own state is still written: a task runs and is recorded.
   json ok = agent_->call("task.run", {{"name", "after"}, {"argv", {"/bin/sh", "-c", "echo fine"}}});

@@ -303,6 +303,41 @@ TEST_F(MultiMachine, ARefusedStartFailsWithTheAgentsMessage) {
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
 }
 
+// Issue 32 (10): a task that fails before its program runs, the same way on every
+// machine, was replaced about 100 times in 10 s and its MESSAGE stayed empty. The
+// agent's reason reaches MESSAGE; after kSetupFailuresHeld (3) such failures in a row
+// the index is held until the job's spec changes.
+TEST_F(MultiMachine, ATaskThatCannotStartAnywhereIsHeldWithTheAgentsReason) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "web"}, {"quota", 4}}).ok());
+  json bad = job_params("site", "web", 1, 250);
+  bad["task"]["argv"] = {"/no/such/program"};
+  ASSERT_TRUE(c_.cp("job.create", bad).ok());
+  auto held = [](const json& j) {
+    for (const auto& t : j["tasks"])
+      if (t["state"] == "failed" &&
+          t["message"].get<std::string>().find("3 times in a row") != std::string::npos)
+        return true;
+    return false;
+  };
+  json show = c_.wait_cp("job.show", {{"name", "site"}}, held, 20000);
+  ASSERT_FALSE(show.is_null()) << c_.cp("job.show", {{"name", "site"}})->dump(2) << c_.logs();
+  for (const auto& t : show["tasks"]) {
+    EXPECT_EQ(t["state"], "failed") << t.dump();
+    EXPECT_NE(t["message"].get<std::string>().find("/no/such/program"), std::string::npos)
+        << "the agent's reason is the MESSAGE: " << t.dump();
+  }
+  size_t tries = show["tasks"].size();
+  EXPECT_LE(tries, 3u) << show.dump(2);
+  // Three seconds (six heartbeats) later: not one more try.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  json later = *c_.cp("job.show", {{"name", "site"}});
+  EXPECT_EQ(later["tasks"].size(), tries) << later.dump(2);
+  // The fix is an update: the index starts under the new spec.
+  ASSERT_TRUE(c_.cp("job.update", job_params("site", "web", 1, 250, "v2")).ok());
+  EXPECT_FALSE(wait_running("site", 1, 2).is_null());
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
+}
+
 // docs/jobs.md's example job, taken from the page itself, runs on the cluster: the
 // guide cannot show a job that fails (the old one's `limits` was refused by every agent).
 TEST_F(MultiMachine, TheJobsGuideExampleRuns) {
