@@ -1117,11 +1117,8 @@ Status Manager::cp_start() {
       if (!named || t->spec.owner != "controlplane" || t->state != TaskState::kFailed) continue;
       if (!named->contains(t->spec.name)) continue;
       // Cut on a character boundary, well under the control plane's bound.
-      size_t cut = std::min<size_t>(t->reason.size(), weft::kMaxFailureReason - 32);
-      while (cut > 0 && cut < t->reason.size() &&
-             (static_cast<unsigned char>(t->reason[cut]) & 0xC0) == 0x80)
-        --cut;
-      failures[t->spec.name] = {{"reason", t->reason.substr(0, cut)}, {"setup", t->setup_failed}};
+      failures[t->spec.name] = {{"reason", utf8_prefix(t->reason, weft::kMaxFailureReason - 32)},
+                                {"setup", t->setup_failed}};
     }
     if (!failures.empty()) params["failures"] = std::move(failures);
     report_in_flight_ = true;

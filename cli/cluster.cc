@@ -171,6 +171,9 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.m_drain->add_option("machine", c.name, "machine id")->required();
   c.m_drain->add_flag("--undo", c.undo, "put the machine back in service");
   wait_opts(c.m_drain);
+  c.m_rm = c.machine->add_subcommand(
+      "rm", "forget a machine that is gone (dead, its tasks moved); it returns if it registers");
+  c.m_rm->add_option("machine", c.name, "machine id")->required();
 
   c.ent = app.add_subcommand("entitlement", "entitlements: machine quotas with a host profile");
   c.ent->require_subcommand(1);
@@ -289,8 +292,20 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
     return -1;
   auto cp = cp_client(g);
   if (c.m_ls->parsed()) {
-    json r = call_or_die(*cp, "machine.ls", json::object());
+    // Page by page (machine.ls answers at most 1000 machines at a time).
+    json all = json::array();
+    json params = json::object();
+    for (;;) {
+      json r = call_or_die(*cp, "machine.ls", params);
+      for (auto& m : r["machines"]) all.push_back(std::move(m));
+      if (!r.contains("next") || !r["next"].is_string()) break;
+      params["after"] = r["next"];
+    }
+    json r{{"machines", all}};
     print_json_or(g, r, [&] { machine_table(r["machines"]); });
+  } else if (c.m_rm->parsed()) {
+    json r = call_or_die(*cp, "machine.rm", {{"machine", c.name}});
+    print_json_or(g, r, [&] { std::cout << c.name << " removed\n"; });
   } else if (c.m_show->parsed()) {
     json r = call_or_die(*cp, "machine.show", {{"machine", c.name}});
     print_json_or(g, r, [&] {

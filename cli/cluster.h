@@ -12,7 +12,8 @@
 namespace weft::cli {
 
 struct ClusterCommands {
-  CLI::App *machine = nullptr, *m_ls = nullptr, *m_show = nullptr, *m_drain = nullptr;
+  CLI::App *machine = nullptr, *m_ls = nullptr, *m_show = nullptr, *m_drain = nullptr,
+           *m_rm = nullptr;
   CLI::App *ent = nullptr, *e_create = nullptr, *e_ls = nullptr, *e_show = nullptr,
            *e_owners = nullptr, *e_grant = nullptr;
   // entitlement grant: what its jobs' tasks may ask of the host (docs/security.md).

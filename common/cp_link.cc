@@ -265,6 +265,13 @@ Status check_machine_name(const std::string& field, const std::string& value, bo
   return {};
 }
 
+bool valid_profile_name(std::string_view n) {
+  if (n.empty() || n.size() > 64 || n[0] == '.') return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
 std::string resolve_machine_id(const std::string& configured, const std::string& host_root) {
   if (!configured.empty()) return configured;
   auto id = read_file(HostPaths(host_root).etc("machine-id"));

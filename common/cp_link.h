@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -146,5 +147,15 @@ std::string resolve_machine_id(const std::string& configured, const std::string&
 // an empty label is allowed where `required` is false.
 Status check_machine_name(const std::string& field, const std::string& value, bool required);
 inline constexpr size_t kMaxMachineName = 253;
+// A host profile's name, checked alike by weft-sidekick (which loads NAME.toml from its
+// profile directories) and the control plane (an entitlement's profile): 1-64 characters
+// of [A-Za-z0-9._-], not starting with '.'. No '/', so never a path.
+bool valid_profile_name(std::string_view name);
+// The most profile names a sidekick reports (profile.report's "profiles").
+inline constexpr size_t kMaxReportedProfiles = 256;
+// health.report's "problems": at most this many, each an object of at most this many
+// bytes as JSON (weft-hcs cuts what it sends to fit; the control plane refuses more).
+inline constexpr size_t kMaxReportedProblems = 64;
+inline constexpr size_t kMaxProblemBytes = 1024;
 
 }  // namespace weft

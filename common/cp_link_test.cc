@@ -180,5 +180,20 @@ TEST(ControlPlaneLink, EveryEndpointOfAListIsChecked) {
   EXPECT_EQ(split_endpoints(" a:1 ,b:2,, c:3 "), (std::vector<std::string>{"a:1", "b:2", "c:3"}));
 }
 
+// Names that travel between sidekicks and the control plane: a profile is never a path.
+TEST(ControlPlaneLink, ProfileAndMachineNamesAreBounded) {
+  for (const char* good : {"dev", "web-2", "db_primary", "v1.2"})
+    EXPECT_TRUE(valid_profile_name(good)) << good;
+  for (const std::string& bad :
+       std::vector<std::string>{"", ".hidden", "../../../etc/passwd", "a/b", "a b", "x\n",
+                                std::string(65, 'p'), std::string("a\0b", 3)})
+    EXPECT_FALSE(valid_profile_name(bad)) << bad;
+  EXPECT_TRUE(check_machine_name("machine", "m1.dc1.example:7", true).ok());
+  EXPECT_FALSE(check_machine_name("machine", "", true).ok());
+  EXPECT_TRUE(check_machine_name("dc", "", false).ok());
+  EXPECT_FALSE(check_machine_name("machine", "a/b", true).ok());
+  EXPECT_FALSE(check_machine_name("machine", std::string(254, 'm'), true).ok());
+}
+
 }  // namespace
 }  // namespace weft

@@ -192,6 +192,12 @@ static bool split_number(std::string_view s, double* num, std::string* unit) {
   return true;
 }
 
+std::string utf8_prefix(std::string_view s, size_t max_bytes) {
+  size_t cut = std::min(s.size(), max_bytes);
+  while (cut > 0 && cut < s.size() && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(s.substr(0, cut));
+}
+
 Result<uint64_t> parse_size(std::string_view s) {
   double n;
   std::string unit;

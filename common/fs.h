@@ -69,6 +69,9 @@ inline constexpr uint64_t kMaxDurationUs = 100ull * 366 * 24 * 3600 * 1'000'000;
 // Seconds given as a JSON number; NaN, negative and over-long values are errors.
 Result<uint64_t> seconds_to_us(double seconds);
 std::string format_size(uint64_t bytes);
+// The longest prefix of `s` of at most `max_bytes` that does not end inside a UTF-8
+// character: a message cut to a bound stays valid text.
+std::string utf8_prefix(std::string_view s, size_t max_bytes);
 
 // "2026-11-22T02:05:03Z" for microseconds since the epoch; empty for <= 0.
 std::string format_rfc3339(int64_t realtime_us);

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/fs.h"
+
 namespace weft {
 
 namespace {
@@ -84,11 +86,7 @@ Status parse_failures(const nlohmann::json& p, TaskFailures* out) {
     if (reason == v.end() || !reason->is_string())
       return field_error(at + ".reason", "must be a string");
     // A note, not state: a longer one is cut (on a character boundary), not refused.
-    const std::string& text = reason->get_ref<const std::string&>();
-    size_t cut = std::min(text.size(), kMaxFailureReason);
-    while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
-      --cut;
-    tf.reason = text.substr(0, cut);
+    tf.reason = utf8_prefix(reason->get_ref<const std::string&>(), kMaxFailureReason);
     auto setup = v.find("setup");
     if (setup != v.end()) {
       if (!setup->is_boolean()) return field_error(at + ".setup", "must be true or false");

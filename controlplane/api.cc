@@ -89,6 +89,7 @@ void Manager::register_methods() {
       {"machine.ls", &Manager::api_machine_ls, kViewerCall},
       {"machine.show", &Manager::api_machine_show, kViewerCall},
       {"machine.drain", &Manager::api_machine_drain, kAdminCall},
+      {"machine.rm", &Manager::api_machine_rm, kAdminCall},
       {"audit.ls", &Manager::api_audit_ls, kViewerCall},
       {"maintenance.schedule", &Manager::api_maintenance_schedule, kAdminCall},
       {"maintenance.ls", &Manager::api_maintenance_ls, kViewerCall},
@@ -255,9 +256,31 @@ Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, own_machine(p, c));
   if (!p.contains("verdict") || !p["verdict"].is_string())
     return field_error("verdict", "must be ok, degraded, failed or unknown");
+  // What machine.ls shows of every machine is bounded: the first kMaxReportedProblems
+  // problems, each at most kMaxProblemBytes (a larger one keeps its probe's name). A
+  // note beside the verdict: cut, never a reason to refuse the verdict itself.
+  json problems = json::array();
+  if (p.contains("problems")) {
+    const json& pr = p["problems"];
+    if (!pr.is_array()) return field_error("problems", "must be a list of objects");
+    for (const auto& x : pr) {
+      if (!x.is_object()) return field_error("problems", "must be a list of objects");
+      if (problems.size() >= weft::kMaxReportedProblems) break;
+      if (x.dump(-1, ' ', false, json::error_handler_t::replace).size() <= weft::kMaxProblemBytes) {
+        problems.push_back(x);
+        continue;
+      }
+      std::string probe = x.contains("probe") && x["probe"].is_string()
+                              ? x["probe"].get<std::string>().substr(0, 128)
+                              : "?";
+      problems.push_back(
+          {{"probe", probe},
+           {"detail", "(cut: more than " + std::to_string(weft::kMaxProblemBytes) + " bytes)"}});
+    }
+  }
   std::string before = broker_.state_of(m);
   TRY(broker_.health(p["machine"].get<std::string>(), p["verdict"].get<std::string>(), now_us()));
-  health_problems_[m] = p.value("problems", json::array());
+  health_problems_[m] = std::move(problems);
   // A machine that failed has its tasks replaced now, and one that became healthy
   // takes what waited for it, not at the next tick; an unchanged verdict (every
   // heartbeat) costs nothing more.
@@ -270,9 +293,24 @@ Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, own_machine(p, c));
   if (!p.contains("profile") || !p["profile"].is_string())
     return field_error("profile", "must be the applied profile's name");
-  if (p.contains("state") && !p["state"].is_string())
-    return field_error("state", "must be the last switch's outcome");
+  if (p.contains("state") &&
+      (!p["state"].is_string() || p["state"].get<std::string>().size() > 1024))
+    return field_error("state", "must be the last switch's outcome (at most 1 KiB)");
+  std::set<std::string> offered;
+  if (p.contains("profiles")) {
+    const json& names = p["profiles"];
+    if (!names.is_array() || names.size() > weft::kMaxReportedProfiles)
+      return field_error("profiles", "must be a list of at most " +
+                                         std::to_string(weft::kMaxReportedProfiles) +
+                                         " profile names");
+    for (const auto& n : names) {
+      if (!n.is_string() || !weft::valid_profile_name(n.get_ref<const std::string&>()))
+        return field_error("profiles", "must hold profile names only");
+      offered.insert(n.get<std::string>());
+    }
+  }
   TRY(claim_session(sidekick_sessions_, m, c, "sidekick", keepalive_us()));
+  if (p.contains("profiles")) profiles_offered_[m] = std::move(offered);
   bool changed = broker_.persisted(m).applied_profile != p["profile"].get<std::string>();
   TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
   profile_state_[m] = p.value("state", "");
@@ -296,6 +334,22 @@ Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) 
   for (auto [key, out] : {std::pair{"profile", &e.profile}, {"dc", &e.dc}}) {
     if (p.contains(key) && !p[key].is_string()) return field_error(key, "must be a string");
     if (p.contains(key)) *out = p[key].get<std::string>();
+  }
+  if (!e.profile.empty()) {
+    if (!weft::valid_profile_name(e.profile))
+      return field_error("profile", "'" + e.profile.substr(0, 100) +
+                                        "' is not a profile name (1-64 letters, digits, '-', "
+                                        "'_' and '.', not starting with '.')");
+    // Known from the machines' sidekicks: a profile none of them has would leave every
+    // machine lent to it preparing until the prepare timeout.
+    std::set<std::string> known;
+    for (const auto& [m, names] : profiles_offered_) known.insert(names.begin(), names.end());
+    if (!known.empty() && !known.count(e.profile)) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      return field_error("profile", "no machine's weft-sidekick has profile '" + e.profile +
+                                        "' (they have: " + list.substr(0, 500) + ")");
+    }
   }
   if (p.contains("owners")) {
     TRY_ASSIGN(e.owners, owners_from(p["owners"]));
@@ -560,10 +614,34 @@ Result<json> Manager::api_task_ls(const json&, const CallContext&) {
   return json{{"tasks", arr}};
 }
 
-Result<json> Manager::api_machine_ls(const json&, const CallContext&) {
+// Pages of `limit` machines (default 500, at most 1000) in the order they first
+// registered, from the one after `after`: a reply stays far below the line limit
+// however large the fleet. `next` names the last machine of a page that is not the last.
+Result<json> Manager::api_machine_ls(const json& p, const CallContext&) {
+  size_t limit = 500;
+  if (p.contains("limit")) {
+    if (!p["limit"].is_number_unsigned() || p["limit"].get<uint64_t>() < 1 ||
+        p["limit"].get<uint64_t>() > 1000)
+      return field_error("limit", "must be a number of machines from 1 to 1000");
+    limit = p["limit"].get<size_t>();
+  }
+  MachineId from = 0;
+  if (p.contains("after")) {
+    if (!p["after"].is_string()) return field_error("after", "must be a machine id");
+    auto m = broker_.find(p["after"].get<std::string>());
+    if (!m) return field_error("after", "no such machine");
+    from = *m + 1;
+  }
   json arr = json::array();
-  for (MachineId m = 0; m < alloc_.machine_count(); ++m) arr.push_back(machine_json(m));
-  return json{{"machines", arr}};
+  MachineId m = from;
+  for (; m < alloc_.machine_count() && arr.size() < limit; ++m) {
+    if (broker_.removed(m)) continue;
+    arr.push_back(machine_json(m));
+  }
+  json out{{"machines", arr}};
+  while (m < alloc_.machine_count() && broker_.removed(m)) ++m;
+  if (m < alloc_.machine_count() && !arr.empty()) out["next"] = arr.back()["machine"];
+  return out;
 }
 
 Result<json> Manager::api_machine_show(const json& p, const CallContext& c) {
@@ -595,6 +673,31 @@ Result<json> Manager::api_machine_drain(const json& p, const CallContext& c) {
   send(cmds);
   kick();
   return json{{"machine", p["machine"]}, {"drained", drained}};
+}
+
+// A machine that is gone for good leaves the listings: only a dead one whose tasks
+// have all moved. Registering again brings it back.
+Result<json> Manager::api_machine_rm(const json& p, const CallContext& c) {
+  TRY_ASSIGN(MachineId m, machine_of(p, c));
+  if (int n = alloc_.tasks_on(m); n > 0 && !broker_.removed(m))
+    return field_error("machine", "machine " + p["machine"].get<std::string>() + " still holds " +
+                                      std::to_string(n) +
+                                      " tasks (their replacements wait for the failure budget, "
+                                      "or it is not dead)");
+  TRY(broker_.remove(p["machine"].get<std::string>(), now_us()));
+  EntitlementId before = alloc_.entitlement_of(m);
+  if (before != kFreePool) TRY(alloc_.assign(m, kFreePool));
+  health_problems_.erase(m);
+  profile_state_.erase(m);
+  controllers_.erase(m);
+  profiles_offered_.erase(m);
+  last_report_.erase(m);
+  if (auto s = persist({}, {m}); !s.ok()) {
+    broker_.set_removed(m, false);  // not durable: not removed
+    if (before != kFreePool) (void)alloc_.assign(m, before);
+    return std::move(s).error();
+  }
+  return json{{"machine", p["machine"]}, {"removed", true}};
 }
 
 }  // namespace weft::cp

@@ -20,8 +20,17 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
   if (info.id.empty()) return field_error("machine", "a machine needs an id");
   if (info.capacity.cpu_milli <= 0 || info.capacity.mem_mb <= 0)
     return field_error("capacity", "cpu and memory must be positive");
+  now_ = std::max(now_, now);
   if (Machine* m = get(info.id)) {
     beat(*m, now);
+    if (m->unprepared_until) {  // registered again (restarted, repaired): tried anew
+      m->unprepared_until = 0;
+      unprepared_.erase(m->id);
+    }
+    if (m->removed) {
+      m->removed = false;
+      record({now, info.id, "back", "registered again after machine rm"});
+    }
     if (m->dead) {
       m->dead = false;
       record({now, info.id, "back", "registered again"});
@@ -44,7 +53,9 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
 Status Broker::heartbeat(const std::string& machine, uint64_t now) {
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine + "; register first");
+  now_ = std::max(now_, now);
   beat(*m, now);
+  m->removed = false;
   if (m->dead) {
     m->dead = false;
     record({now, machine, "back", "heartbeats resumed"});
@@ -58,6 +69,7 @@ Status Broker::health(const std::string& machine, const std::string& verdict, ui
     return field_error("verdict", "must be ok, degraded, failed or unknown");
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine);
+  now_ = std::max(now_, now);
   if (verdict == "failed" && m->verdict != "failed")
     record({now, machine, "failed", "HCS verdict failed"});
   m->verdict = verdict;
@@ -70,6 +82,10 @@ Status Broker::profile_applied(const std::string& machine, const std::string& pr
   if (!m) return field_error("machine", "unknown machine " + machine);
   bool changed = m->applied_profile != profile;
   m->applied_profile = profile;
+  if (m->unprepared_until && profile == m->unprepared_profile) {  // it could after all
+    m->unprepared_until = 0;
+    unprepared_.erase(m->id);
+  }
   refresh(*m);
   // The machine may have joined an entitlement and been told its profile between two
   // refreshes, so refresh() saw no transition: a new profile that makes it usable wakes
@@ -121,7 +137,7 @@ void Broker::restore_entitlement(EntitlementId id, const EntitlementSpec& spec) 
 
 Broker::Persisted Broker::persisted(MachineId id) const {
   const Machine& m = machines_.at(by_index_.at(id));
-  return Persisted{m.info, m.drained, m.applied_profile};
+  return Persisted{m.info, m.drained, m.applied_profile, m.removed};
 }
 
 std::optional<EntitlementId> Broker::entitlement(const std::string& name) const {
@@ -142,7 +158,8 @@ std::string Broker::desired_profile(MachineId m) const {
 
 bool Broker::usable(MachineId id) const {
   const Machine& m = machines_.at(by_index_.at(id));
-  return !m.dead && !m.drained && (m.verdict == "ok" || m.verdict == "degraded");
+  return !m.dead && !m.drained && m.unprepared_until <= now_ &&
+         (m.verdict == "ok" || m.verdict == "degraded");
 }
 
 bool Broker::healthy(MachineId id) const {
@@ -152,22 +169,34 @@ bool Broker::healthy(MachineId id) const {
 
 std::string Broker::state_of(MachineId id) const {
   const Machine& m = machines_.at(by_index_.at(id));
+  if (m.removed) return "removed";
   if (m.dead) return "dead";
   if (m.drained) return "drained";
   if (m.verdict == "failed") return "failed";
   if (m.verdict == "unknown") return "unknown";
+  if (m.unprepared_until > now_) return "unprepared";
   if (!profile_ready(m)) return "preparing";
   return m.verdict;
 }
 
 void Broker::refresh(Machine& m) {
-  bool healthy = !m.dead && !m.drained && (m.verdict == "ok" || m.verdict == "degraded");
+  // A machine marked unprepared takes nothing until the mark ends.
+  bool unprepared = m.unprepared_until > now_;
+  bool healthy =
+      !m.dead && !m.drained && !unprepared && (m.verdict == "ok" || m.verdict == "degraded");
   // Free machines take any profile when they join; a machine in an entitlement takes
   // tasks once it runs that entitlement's profile.
-  bool ready = alloc_.entitlement_of(m.id) == kFreePool || profile_ready(m);
+  bool in_entitlement = alloc_.entitlement_of(m.id) != kFreePool;
+  bool ready = !in_entitlement || profile_ready(m);
+  // Preparing: counted from the first refresh that saw it so (take_unprepared).
+  if (in_entitlement && !ready && !m.dead && !m.drained && !unprepared)
+    preparing_.try_emplace(m.id, now_);
+  else
+    preparing_.erase(m.id);
   // A machine whose health is merely not known yet (the control plane just restarted)
-  // keeps its quota slot; a dead, failed or drained one gives it to its replacement.
-  bool holds_slot = !m.dead && !m.drained && m.verdict != "failed";
+  // keeps its quota slot; a dead, failed, drained or unprepared one gives it to its
+  // replacement.
+  bool holds_slot = !m.dead && !m.drained && !unprepared && m.verdict != "failed";
   alloc_.set_usable(m.id, healthy, ready, holds_slot);
   bool now_usable = healthy && ready;
   auto it = was_usable_.find(m.id);
@@ -217,6 +246,7 @@ void Broker::excuse_silence_until(uint64_t now) {
 }
 
 std::vector<MachineId> Broker::check(uint64_t now) {
+  now_ = std::max(now_, now);
   std::vector<MachineId> dead;
   uint64_t limit = dead_after_us();
   if (grace_until_ && now >= grace_until_) {
@@ -251,6 +281,71 @@ std::vector<MachineId> Broker::check(uint64_t now) {
 
 std::vector<MachineId> Broker::take_failed() {
   return std::exchange(failed_, {});
+}
+
+std::vector<MachineId> Broker::take_unprepared(uint64_t now) {
+  now_ = std::max(now_, now);
+  std::vector<MachineId> out;
+  for (auto it = preparing_.begin(); it != preparing_.end();) {
+    if (now < it->second || now - it->second < cfg_.prepare_timeout_us) {
+      ++it;
+      continue;
+    }
+    out.push_back(it->first);
+    it = preparing_.erase(it);
+  }
+  for (auto it = unprepared_.begin(); it != unprepared_.end();) {
+    Machine& m = machines_.at(by_index_.at(*it));
+    if (m.unprepared_until > now) {
+      ++it;
+      continue;
+    }
+    m.unprepared_until = 0;  // the hold is over: it may be lent and prepare again
+    it = unprepared_.erase(it);
+    refresh(m);
+  }
+  return out;
+}
+
+void Broker::mark_unprepared(MachineId id, const std::string& why, uint64_t now) {
+  now_ = std::max(now_, now);
+  Machine& m = machines_.at(by_index_.at(id));
+  m.unprepared_until = now + cfg_.unprepared_hold_us;
+  m.unprepared_profile = desired_profile(id);
+  m.unprepared_reason = why;
+  unprepared_.insert(id);
+  record({now, m.info.id, "unprepared", why});
+  refresh(m);
+}
+
+Status Broker::remove(const std::string& machine, uint64_t now) {
+  Machine* m = get(machine);
+  if (!m) return field_error("machine", "unknown machine " + machine);
+  if (m->removed) return {};
+  if (!m->dead)
+    return field_error("machine", "machine " + machine + " is " + state_of(m->id) +
+                                      ", not dead: only a machine that is gone is removed "
+                                      "(stop its daemons, or drain it, first)");
+  m->removed = true;
+  record({now, machine, "removed", "machine rm"});
+  refresh(*m);
+  return {};
+}
+
+void Broker::set_removed(MachineId id, bool removed) {
+  Machine& m = machines_.at(by_index_.at(id));
+  m.removed = removed;
+  if (removed) m.dead = true;
+  refresh(m);
+}
+
+bool Broker::removed(MachineId id) const {
+  return machines_.at(by_index_.at(id)).removed;
+}
+
+std::string Broker::unprepared_reason(MachineId id) const {
+  const Machine& m = machines_.at(by_index_.at(id));
+  return m.unprepared_until > now_ ? m.unprepared_reason : "";
 }
 
 std::vector<MachineId> Broker::take_ready() {

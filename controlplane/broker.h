@@ -56,6 +56,12 @@ struct BrokerConfig {
   // has not heard from since is not dead before this long. Its agent was cut off by the
   // restart, not by a failure, and reconnects with a backoff (up to 30 s and a quarter).
   uint64_t failover_grace_us = 60'000'000;
+  // A machine lent to an entitlement that has not applied its profile this long after
+  // it began preparing is marked unprepared (take_unprepared): no task waits on it.
+  uint64_t prepare_timeout_us = 120'000'000;
+  // How long the mark holds unless its sidekick applies the profile (or the machine
+  // registers again) sooner: the machine takes no tasks meanwhile.
+  uint64_t unprepared_hold_us = 3'600'000'000;
 };
 
 class Broker {
@@ -85,6 +91,7 @@ class Broker {
     MachineInfo info;
     bool drained = false;
     std::string applied_profile;
+    bool removed = false;
   };
   Persisted persisted(MachineId m) const;
   std::optional<EntitlementId> entitlement(const std::string& name) const;
@@ -106,6 +113,23 @@ class Broker {
   void excuse_silence_until(uint64_t now_us);
   // Machines that became unusable through health() since the last call.
   std::vector<MachineId> take_failed();
+  // Machines preparing (lent to an entitlement, its profile not applied) for longer than
+  // prepare_timeout at `now`: the caller marks them (mark_unprepared) and moves what
+  // waits on them. Also ends marks whose hold is over. Costs the machines preparing.
+  std::vector<MachineId> take_unprepared(uint64_t now_us);
+  // The machine takes no tasks and holds no quota slot until its sidekick applies
+  // `profile` (the one it failed to), it registers again, or the hold ends; `why` is
+  // shown by machine ls and recorded as an "unprepared" event.
+  void mark_unprepared(MachineId m, const std::string& why, uint64_t now_us);
+  // Why it is marked ("" when it is not).
+  std::string unprepared_reason(MachineId m) const;
+  // An operator forgets a machine that is gone (weftctl machine rm): only a dead one.
+  // It is listed no more and takes nothing; registering or beating again brings it back
+  // (a machine that returns is a machine). Its id keeps its place (MachineId).
+  Status remove(const std::string& machine, uint64_t now_us);
+  // After a restart (it was removed), or to undo a remove() that could not be stored.
+  void set_removed(MachineId m, bool removed);
+  bool removed(MachineId m) const;
   // Machines that became usable again (profile applied, back alive) since the last call:
   // the scheduler may start what waited for them.
   std::vector<MachineId> take_ready();
@@ -125,8 +149,8 @@ class Broker {
   std::vector<Unavailability> take_new_events();
   // After a restart: the stored events, oldest first, instead of any the restore made.
   void restore_events(std::vector<Unavailability> events);
-  std::string state_of(
-      MachineId m) const;  // "ok", "degraded", "failed", "dead", "drained", "preparing"
+  std::string state_of(MachineId m)
+      const;  // "ok", "degraded", "failed", "dead", "drained", "preparing", "unprepared"
 
  private:
   struct Machine {
@@ -136,6 +160,9 @@ class Broker {
     std::string verdict = "unknown";
     std::string applied_profile;
     bool dead = false, drained = false;
+    bool removed = false;           // remove()
+    uint64_t unprepared_until = 0;  // mark_unprepared
+    std::string unprepared_profile, unprepared_reason;
   };
   void refresh(Machine& m);
   void beat(Machine& m, uint64_t now);  // a heartbeat (or registration) at `now`
@@ -154,6 +181,9 @@ class Broker {
   std::vector<std::string> by_index_;        // MachineId -> machine id
   std::map<EntitlementId, EntitlementSpec> ents_;
   std::map<MachineId, bool> was_usable_;
+  std::map<MachineId, uint64_t> preparing_;           // machines preparing, and since when
+  std::set<MachineId> unprepared_;                    // marked (mark_unprepared)
+  uint64_t now_ = 0;                                  // the latest time any call was given
   std::set<MachineId> lost_;                          // failed or dead, and reported so (refresh)
   std::deque<std::pair<uint64_t, MachineId>> beats_;  // heartbeats, oldest first
   // begin_failover_grace(): when it began, when it ends (0: none under way).

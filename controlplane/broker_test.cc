@@ -211,6 +211,60 @@ TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
   EXPECT_FALSE(s.create(more, 2).ok());
 }
 
+// Issue 32 (6): a machine that never applies its entitlement's profile is marked after
+// prepare_timeout; the tasks waiting on it are LOST with the reason and placed on a
+// machine that is ready; the mark ends when its sidekick applies the profile.
+TEST(Broker, AMachineThatDoesNotPrepareInTimeIsMarkedAndItsTasksMove) {
+  Allocator a;
+  BrokerConfig cfg;
+  cfg.prepare_timeout_us = 10'000'000;
+  Broker b(a, cfg);
+  for (int i = 0; i < 2; ++i) {
+    std::string id = "h" + std::to_string(i);
+    ASSERT_TRUE(b.register_machine(info(id, "r" + std::to_string(i)), 0).ok());
+    ASSERT_TRUE(b.health(id, "ok", 0).ok());
+  }
+  auto e = b.create_entitlement({"web", 2, "web", ""});
+  ASSERT_TRUE(e.ok());
+  Scheduler s(a);
+  s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
+  JobSpec j;
+  j.name = "site";
+  j.entitlement_id = *e;
+  j.count = 1;
+  j.per_task = {1000, 256};
+  auto c = s.create(j, 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  MachineId slow = s.tasks_of("site")[0].machine;
+  MachineId other = slow == 0 ? 1 : 0;
+  b.take_ready();  // the machine joined: it prepares from now
+  // The other machine is in the entitlement and ready (its profile applied).
+  ASSERT_TRUE(a.assign(other, *e).ok());
+  ASSERT_TRUE(b.profile_applied(a.spec(other).name, "web").ok());
+  b.take_ready();
+  EXPECT_TRUE(b.take_unprepared(9'000'000).empty());
+  auto late = b.take_unprepared(10'000'001);
+  ASSERT_EQ(late, std::vector<MachineId>{slow});
+  b.mark_unprepared(slow, "no weft-sidekick session", 10'000'001);
+  EXPECT_EQ(b.state_of(slow), "unprepared");
+  EXPECT_FALSE(b.usable(slow));
+  EXPECT_EQ(b.unprepared_reason(slow), "no weft-sidekick session");
+  auto cmds = s.machine_unprepared(slow, "no weft-sidekick session", 10'000'001);
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_EQ(cmds[0].kind, Command::Kind::kStart);
+  EXPECT_EQ(cmds[0].machine, other);
+  for (const auto& t : s.tasks_of("site"))
+    if (t.machine == slow) {
+      EXPECT_EQ(t.state, TaskState::kLost);
+      EXPECT_EQ(t.message, "no weft-sidekick session");
+    }
+  EXPECT_TRUE(b.take_unprepared(20'000'000).empty()) << "marked once";
+  // Its sidekick applies the profile after all: the mark ends.
+  ASSERT_TRUE(b.profile_applied(a.spec(slow).name, "web").ok());
+  EXPECT_EQ(b.unprepared_reason(slow), "");
+  EXPECT_TRUE(b.usable(slow));
+}
+
 // Sidekick can apply the profile and report it before the broker refreshed the machine
 // after it joined (the push and the report take milliseconds): the waiting tasks start.
 TEST(Broker, ProfileReportedBeforeAnyRefreshStillWakesTasks) {

@@ -88,6 +88,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "heartbeat_interval",
                      "missed_heartbeats",
                      "failover_grace",
+                     "prepare_timeout",
                      "destructive_per_min",
                      "destructive_burst",
                      "machine_failures_per_min",
@@ -150,6 +151,14 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
       return field_error(doc.where(*t.get("failover_grace")),
                          "'failover_grace' must be a duration of at most 1h, such as \"60s\"");
     c.broker.failover_grace_us = *us;
+  }
+  TRY_ASSIGN(auto prepare, doc.get_string(t, "prepare_timeout"));
+  if (prepare) {
+    auto us = parse_duration_us(*prepare);
+    if (!us.ok() || *us < 1'000'000 || *us > 3600'000'000ull)
+      return field_error(doc.where(*t.get("prepare_timeout")),
+                         "'prepare_timeout' must be a duration from 1s to 1h, such as \"2m\"");
+    c.broker.prepare_timeout_us = *us;
   }
   TRY_ASSIGN(auto retention, doc.get_string(t, "ended_task_retention"));
   if (retention) {

@@ -600,6 +600,19 @@ void Manager::tick() {
     auto c = sched_.machine_ready(m, now);
     cmds.insert(cmds.end(), c.begin(), c.end());
   }
+  // Machines that did not prepare in time: marked, what waited on them placed elsewhere,
+  // and they go back to the free pool once empty.
+  for (MachineId m : broker_.take_unprepared(now)) {
+    std::string why = prepare_failure(m);
+    EntitlementId e = alloc_.entitlement_of(m);
+    log_warn("machine did not apply its entitlement's profile in time",
+             {{"MACHINE", broker_.persisted(m).info.id}, {"REASON", why}});
+    broker_.mark_unprepared(m, why, now);
+    auto c = sched_.machine_unprepared(m, why, now);
+    cmds.insert(cmds.end(), c.begin(), c.end());
+    touched.insert(m);
+    (void)alloc_.shrink(e);
+  }
   replace_down_machines(now, &cmds, &touched);
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
@@ -612,6 +625,21 @@ void Manager::tick() {
   // The jobs of the commands and of the changed tasks are written with them (persist).
   if (auto s = persist({}, touched); !s.ok()) log_error("cannot write state: " + s.error().str());
   send(cmds);
+}
+
+std::string Manager::prepare_failure(MachineId m) const {
+  std::string want = broker_.desired_profile(m);
+  std::string why = "host profile '" + want + "' not applied within " +
+                    std::to_string(cfg_.broker.prepare_timeout_us / 1'000'000) + " s";
+  auto offered = profiles_offered_.find(m);
+  auto state = profile_state_.find(m);
+  if (!sidekick_sessions_.count(m)) return why + ": no weft-sidekick session from this machine";
+  if (offered != profiles_offered_.end() && !offered->second.count(want))
+    return why + ": its weft-sidekick has no profile '" + want + "'";
+  if (state != profile_state_.end() && state->second.is_string() &&
+      !state->second.get<std::string>().empty())
+    return why + ": its weft-sidekick says: " + state->second.get<std::string>().substr(0, 300);
+  return why;
 }
 
 std::vector<MachineId> Manager::check_machines(uint64_t now) {
@@ -683,7 +711,8 @@ void Manager::register_metrics() {
       if (size_t n = sched_.count_in(s); n > 0)
         w.sample("weft_cp_tasks", static_cast<double>(n), {{"state", task_state_name(s)}});
     std::map<std::string, size_t> machines;
-    for (MachineId m = 0; m < alloc_.machine_count(); ++m) ++machines[broker_.state_of(m)];
+    for (MachineId m = 0; m < alloc_.machine_count(); ++m)
+      if (!broker_.removed(m)) ++machines[broker_.state_of(m)];
     w.family("weft_cp_machines", "gauge", "Machines, by state.");
     for (const auto& [state, n] : machines)
       w.sample("weft_cp_machines", static_cast<double>(n), {{"state", state}});
@@ -835,7 +864,8 @@ json Manager::machine_json(MachineId m) const {
           {"problems", get(health_problems_)},
           {"controllers", get(controllers_)},
           {"connected", sessions_.count(m) > 0},
-          {"sidekick_connected", sidekick_sessions_.count(m) > 0}};
+          {"sidekick_connected", sidekick_sessions_.count(m) > 0},
+          {"unprepared", broker_.unprepared_reason(m)}};
 }
 
 Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {

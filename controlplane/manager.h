@@ -97,6 +97,7 @@ class Manager {
   Result<nlohmann::json> api_machine_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_drain(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_rm(const nlohmann::json& p, const rpc::CallContext& c);
   // Planned maintenance (controlplane/maintenance.h, docs/maintenance.md).
   Result<nlohmann::json> api_maintenance_schedule(const nlohmann::json& p,
                                                   const rpc::CallContext& c);
@@ -264,6 +265,10 @@ class Manager {
   static constexpr size_t kPruneBudget = 20000;
   // Not persisted: what the machine's daemons said last (shown by machine.show).
   std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
+  // The profiles each machine's sidekick has (profile.report's "profiles").
+  std::map<MachineId, std::set<std::string>> profiles_offered_;
+  // Why machine `m` has not applied its entitlement's profile (a take_unprepared).
+  std::string prepare_failure(MachineId m) const;
   // Machines whose agent does not report "ready" (older than readiness checks): their
   // "running" tasks count as ready.
   std::unordered_set<MachineId> running_means_ready_;

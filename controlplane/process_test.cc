@@ -1340,6 +1340,84 @@ TEST_F(ControlPlane, MachineIdsAndLabelsAreBounded) {
   EXPECT_EQ((*ls)["machines"].size(), 1u) << ls->dump();
 }
 
+// Issue 32 (8): ~960 KB of labels made machine.ls fail for everyone, and a machine
+// that is gone could not be forgotten. What a machine sends is bounded, the list pages,
+// and machine rm forgets a dead machine (kept across a restart; it returns if it
+// registers again).
+TEST_F(ControlPlane, MachinesPageAndAGoneMachineIsRemoved) {
+  start();
+  if (HasFatalFailure()) return;
+  std::vector<std::unique_ptr<FakeMachine>> ms;
+  for (int i = 0; i < 3; ++i) {
+    ms.push_back(std::make_unique<FakeMachine>("m" + std::to_string(i), "r" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(sock())) << ms.back()->error().str();
+    ms.back()->keep_alive();
+  }
+  // Problems are bounded: of 100, with one of 2 KiB, 64 are kept and the large one cut;
+  // the verdict itself is taken. Not objects: refused, naming the field.
+  json many = json::array({{{"probe", "big"}, {"detail", std::string(2048, 'x')}}});
+  for (int i = 1; i < 100; ++i) many.push_back({{"probe", "p" + std::to_string(i)}});
+  auto r = ms[0]->call("health.report",
+                       {{"machine", "m0"}, {"verdict", "degraded"}, {"problems", many}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  json shown = *call("machine.show", {{"machine", "m0"}});
+  EXPECT_EQ(shown["state"], "degraded");
+  ASSERT_EQ(shown["problems"].size(), 64u);
+  EXPECT_EQ(shown["problems"][0]["probe"], "big");
+  EXPECT_LT(shown["problems"][0].dump().size(), 1024u);
+  auto bad =
+      ms[0]->call("health.report", {{"machine", "m0"}, {"verdict", "ok"}, {"problems", {"text"}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().str().rfind("problems:", 0), 0u) << bad.error().str();
+  // Pages.
+  auto page = call("machine.ls", {{"limit", 2}});
+  ASSERT_TRUE(page.ok()) << page.error().str();
+  ASSERT_EQ((*page)["machines"].size(), 2u);
+  ASSERT_EQ((*page)["next"], "m1");
+  auto rest = call("machine.ls", {{"limit", 2}, {"after", "m1"}});
+  ASSERT_TRUE(rest.ok());
+  ASSERT_EQ((*rest)["machines"].size(), 1u);
+  EXPECT_EQ((*rest)["machines"][0]["machine"], "m2");
+  EXPECT_FALSE(rest->contains("next"));
+  for (const json& bad : {json{{"limit", 0}}, json{{"limit", 1001}}, json{{"after", "nope"}}}) {
+    auto r = call("machine.ls", bad);
+    EXPECT_FALSE(r.ok()) << bad.dump();
+  }
+  // A live machine is not removed.
+  auto live = call("machine.rm", {{"machine", "m1"}});
+  ASSERT_FALSE(live.ok());
+  EXPECT_NE(live.error().str().find("not dead"), std::string::npos) << live.error().str();
+  // Gone: dead at the timeout, then removed.
+  ms[1]->stop_keep_alive();
+  ms[1]->disconnect();
+  bool dead = false;
+  for (int i = 0; i < 150 && !dead; ++i) {
+    dead = (*call("machine.show", {{"machine", "m1"}}))["state"] == "dead";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(dead);
+  auto rm = call("machine.rm", {{"machine", "m1"}});
+  ASSERT_TRUE(rm.ok()) << rm.error().str();
+  auto names = [&] {
+    std::set<std::string> out;
+    auto ls = call("machine.ls");
+    if (ls.ok())
+      for (const auto& m : (*ls)["machines"]) out.insert(m["machine"].get<std::string>());
+    return out;
+  };
+  EXPECT_EQ(names(), (std::set<std::string>{"m0", "m2"}));
+  // Kept across a restart.
+  for (auto& m : ms) m->stop_keep_alive();
+  stop(SIGTERM);
+  start();
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(names(), (std::set<std::string>{"m0", "m2"}));
+  // It registers again: it is back.
+  FakeMachine again("m1", "r1");
+  ASSERT_TRUE(again.connect(sock())) << again.error().str();
+  EXPECT_EQ(names(), (std::set<std::string>{"m0", "m1", "m2"}));
+}
+
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
   start();
   if (HasFatalFailure()) return;

@@ -652,6 +652,22 @@ std::vector<Command> Scheduler::machine_drain(MachineId m, uint64_t now) {
   return out;
 }
 
+std::vector<Command> Scheduler::machine_unprepared(MachineId m, const std::string& why,
+                                                   uint64_t now) {
+  std::vector<Command> out;
+  std::vector<std::string> waiting;
+  for_machine(m, [&](TaskRecord& t) {
+    if (t.state != TaskState::kPending) return;
+    set_state(t, TaskState::kLost);
+    t.since_us = now;
+    t.message = why;
+    reported_changes_.insert(t.job);
+    waiting.push_back(t.id);
+  });
+  for (const auto& id : waiting) replace(id, now, &out);
+  return out;
+}
+
 void Scheduler::machine_undrained(MachineId m) {
   drained_.erase(m);
   for_machine(m, [&](TaskRecord& t) {

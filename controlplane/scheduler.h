@@ -200,6 +200,10 @@ class Scheduler {
   // An operator drained the machine: its tasks are replaced elsewhere first and stopped
   // once their replacements run (tasks never started are simply moved).
   std::vector<Command> machine_drain(MachineId m, uint64_t now_us);
+  // The machine did not apply its entitlement's profile in time (Broker::take_unprepared;
+  // mark it unusable first): the tasks waiting on it are LOST with `why` as MESSAGE and
+  // placed elsewhere.
+  std::vector<Command> machine_unprepared(MachineId m, const std::string& why, uint64_t now_us);
   // The machine is back in service: moves its drain wanted and a controller has not
   // acknowledged yet are not wanted any more.
   void machine_undrained(MachineId m);

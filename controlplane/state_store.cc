@@ -199,7 +199,8 @@ json StateStore::machine_row(const Broker::Persisted& m) {
           {"cpu_milli", m.info.capacity.cpu_milli},
           {"mem_mb", m.info.capacity.mem_mb},
           {"drained", m.drained},
-          {"applied_profile", m.applied_profile}};
+          {"applied_profile", m.applied_profile},
+          {"removed", m.removed}};
 }
 
 Status SqliteStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
@@ -487,6 +488,7 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
     TRY(alloc.assign(id, m.entitlement));
     TRY(broker.drain(info.id, j.value("drained", false), now));
     TRY(broker.profile_applied(info.id, j.value("applied_profile", "")));
+    if (j.value("removed", false)) broker.set_removed(id, true);
   }
   for (const auto& j : st.jobs) {
     TRY_ASSIGN(JobSpec spec, stored_job_spec(j.spec, [&broker](EntitlementId id) {

@@ -320,8 +320,15 @@ Status Manager::cp_start() {
   auto params = [this] {
     json v = verdict_json();
     cp_reported_ = v["verdict"].get<std::string>();
-    return json{
-        {"machine", cfg_.machine_id}, {"verdict", v["verdict"]}, {"problems", v["problems"]}};
+    // Within the control plane's bounds: the first problems, their details cut.
+    json problems = json::array();
+    for (auto& p : v["problems"]) {
+      if (problems.size() >= kMaxReportedProblems) break;
+      p["detail"] = utf8_prefix(p.value("detail", ""), kMaxProblemBytes / 2);
+      p["probe"] = p.value("probe", "").substr(0, 128);
+      problems.push_back(std::move(p));
+    }
+    return json{{"machine", cfg_.machine_id}, {"verdict", v["verdict"]}, {"problems", problems}};
   };
   auto hello = [params](rpc::Session& s, ControlPlaneLink::Done done) {
     s.call("health.report", params(), std::move(done));

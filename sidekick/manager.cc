@@ -138,9 +138,15 @@ Status Manager::cp_start() {
     return reboot(reason);
   });
   auto report_params = [this] {
+    // The profiles this machine has: the control plane refuses an entitlement's profile
+    // that no machine has, and tells why a machine never became ready.
+    json offered = json::array();
+    for (const auto& n : list_profiles(path()))
+      if (valid_profile_name(n) && offered.size() < kMaxReportedProfiles) offered.push_back(n);
     return json{{"machine", cfg_.machine_id},
                 {"profile", engine_->active_profile().value_or("")},
-                {"state", last_outcome_}};
+                {"state", last_outcome_},
+                {"profiles", std::move(offered)}};
   };
   auto on_reply = [this](const Result<json>& r) {
     if (r.ok() && r->is_object() && r->contains("desired") && (*r)["desired"].is_string())

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/config.h"
+#include "common/cp_link.h"
 #include "common/fs.h"
 
 namespace weft::sidekick {
@@ -380,13 +381,6 @@ class Compiler {
   const TomlDoc& doc_;
   Profile* out_;
 };
-
-bool valid_profile_name(const std::string& n) {
-  if (n.empty() || n.size() > 64 || n[0] == '.') return false;
-  return std::all_of(n.begin(), n.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-}
 
 Status load_into(const ProfilePath& path, const std::string& name, Profile* out,
                  std::vector<std::string>* stack) {

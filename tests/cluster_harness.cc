@@ -124,6 +124,18 @@ bool ClusterHarness::setup() {
         !sh("ip -n " + m.netns + " link set eth0 up") ||
         !sh("ip -n " + hub_ + " link set " + peer + " master br0 up"))
       return false;
+    // Its own copy of the profiles when it lacks one (ClusterOptions::lacks_profile).
+    std::string profiles = dir_ + "/profiles";
+    if (auto lack = opts_.lacks_profile.find(i); lack != opts_.lacks_profile.end()) {
+      profiles = dir_ + "/profiles-" + machine_id(i);
+      if (!mkdir_p(profiles).ok()) return false;
+      for (const char* p : {"dev", "web"})
+        if (lack->second != p &&
+            !write_file(profiles + "/" + p + ".toml",
+                        read_file(dir_ + "/profiles/" + p + ".toml").value_or(""))
+                 .ok())
+          return false;
+    }
     std::string cp = std::string(kHubAddr) + ":" + std::to_string(kCpPort);
     std::string common = "machine_id = \"" + machine_id(i) + "\"\ncontrol_plane = \"" + cp + "\"\n";
     if (opts_.tls)
@@ -144,9 +156,8 @@ bool ClusterHarness::setup() {
             .ok() &&
         write_file(m.dir + "/sidekick.toml",
                    common + "socket = \"" + m.dir + "/sidekick.sock\"\nstate_dir = \"" + m.dir +
-                       "/sidekick\"\nprofile_dirs = [\"" + dir_ +
-                       "/profiles\"]\nworkload_cgroup = \"" + m.cgroup_root +
-                       "/tasks\"\napply_on_start = false\n")
+                       "/sidekick\"\nprofile_dirs = [\"" + profiles + "\"]\nworkload_cgroup = \"" +
+                       m.cgroup_root + "/tasks\"\napply_on_start = false\n")
             .ok() &&
         // Only what is this machine's own: no kernel log or BPF (shared by every
         // "machine" of this host), no CPU pressure and other PSI failing only at
@@ -174,7 +185,10 @@ bool ClusterHarness::setup() {
                                    : std::string("insecure_listen = true\n")) +
                         "heartbeat_interval = \"" + opts_.heartbeat +
                         "\"\nmissed_heartbeats = " + std::to_string(opts_.missed_heartbeats) +
-                        "\ndestructive_per_min = 600\ndestructive_burst = 50\n")
+                        "\ndestructive_per_min = 600\ndestructive_burst = 50\n" +
+                        (opts_.prepare_timeout.empty()
+                             ? std::string()
+                             : "prepare_timeout = \"" + opts_.prepare_timeout + "\"\n"))
       .ok();
 }
 

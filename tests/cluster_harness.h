@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct ClusterOptions {
   // Every machine session over mutual TLS (certificates from scripts/weft-pki), as a
   // fleet runs; false: plaintext TCP with insecure_listen / insecure_control_plane.
   bool tls = true;
+  // The control plane's prepare_timeout ("" = its default).
+  std::string prepare_timeout;
+  // Machine index -> a host profile ("dev" or "web") its weft-sidekick does not have.
+  std::map<int, std::string> lacks_profile;
 };
 
 class ClusterHarness {

@@ -338,6 +338,59 @@ TEST_F(MultiMachine, ATaskThatCannotStartAnywhereIsHeldWithTheAgentsReason) {
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
 }
 
+// Issue 32 (6): a machine lent to an entitlement that never gets ready (here: its
+// weft-sidekick has no such profile) held its task in `pending` forever with an empty
+// MESSAGE. After prepare_timeout the machine is marked
+// unprepared with the reason, its task placed elsewhere with that reason as MESSAGE,
+// and the machine goes back to the free pool. An entitlement's profile is a profile
+// name that some machine has.
+TEST(MultiMachinePrepare, AMachineThatNeverPreparesGivesItsTasksBack) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  ClusterOptions o;
+  o.machines = 2;
+  o.prepare_timeout = "2s";
+  o.lacks_profile[0] = "dev";
+  ClusterHarness c(o);
+  ASSERT_TRUE(c.setup()) << c.logs();
+  c.start_cp();
+  for (int i = 0; i < c.machines(); ++i) c.start_machine(i);
+  ASSERT_TRUE(c.wait_all_ready()) << c.logs();
+  for (const auto& [profile, words] : std::vector<std::pair<std::string, std::string>>{
+           {"../../../etc/passwd", "not a profile name"}, {"nope", "no machine"}}) {
+    auto r = c.cp("entitlement.create", {{"name", "bad"}, {"quota", 1}, {"profile", profile}});
+    ASSERT_FALSE(r.ok()) << profile;
+    EXPECT_EQ(r.error().str().rfind("profile: ", 0), 0u) << r.error().str();
+    EXPECT_NE(r.error().str().find(words), std::string::npos) << r.error().str();
+  }
+  ASSERT_TRUE(c.cp("entitlement.create", {{"name", "web"}, {"quota", 2}, {"profile", "dev"}}).ok());
+  ASSERT_TRUE(c.cp("job.create", job_params("site", "web", 2, 250)).ok());
+  auto settled = [](const json& j) {
+    int running = 0;
+    bool told = false;
+    for (const auto& t : j["tasks"]) {
+      running += t["state"] == "running";
+      told |= t["state"] == "lost" &&
+              t["message"].get<std::string>().find("has no profile 'dev'") != std::string::npos;
+    }
+    return running == 2 && told;
+  };
+  json show = c.wait_cp("job.show", {{"name", "site"}}, settled, 20000);
+  ASSERT_FALSE(show.is_null()) << c.cp("job.show", {{"name", "site"}})->dump(2) << c.logs();
+  for (const auto& t : show["tasks"])
+    if (t["state"] == "running") EXPECT_EQ(t["machine"], "m1") << t.dump();
+  json m0;
+  auto ls = c.cp("machine.ls");
+  ASSERT_TRUE(ls.ok());
+  for (const auto& m : (*ls)["machines"])
+    if (m["machine"] == "m0") m0 = m;
+  EXPECT_EQ(m0["state"], "unprepared") << m0.dump();
+  EXPECT_NE(m0["unprepared"].get<std::string>().find("'dev' not applied"), std::string::npos)
+      << m0.dump();
+  EXPECT_EQ(m0["entitlement"], "") << "the machine went back to the free pool: " << m0.dump();
+  ASSERT_TRUE(c.cp("job.stop", {{"name", "site"}}).ok());
+}
+
 // docs/jobs.md's example job, taken from the page itself, runs on the cluster: the
 // guide cannot show a job that fails (the old one's `limits` was refused by every agent).
 TEST_F(MultiMachine, TheJobsGuideExampleRuns) {
