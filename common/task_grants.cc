@@ -3,6 +3,10 @@
 #include <grp.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
 
 namespace weft {
 
@@ -65,14 +69,28 @@ bool never_grantable_user(const std::string& user) {
   return is_number(user) && std::stoull(user) == 0;
 }
 
+std::optional<unsigned long> group_number(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, std::optional<unsigned long>> known;
+  std::lock_guard lock(mu);
+  if (auto it = known.find(name); it != known.end()) return it->second;
+  std::optional<unsigned long> gid;
+  struct group g {};
+  struct group* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found) == 0 && found)
+    gid = static_cast<unsigned long>(found->gr_gid);
+  if (known.size() < 64) known[name] = gid;
+  return gid;
+}
+
 bool never_grantable_group(const std::string& group, const std::string& socket_group) {
   if (never_grantable_user(group) || group == socket_group) return true;
   if (!is_number(group)) return false;
   // Its number on this host too (the same package makes the same group on every machine
   // of a fleet, though not always with the same number: the agent checks its own).
-  if (const struct group* g = ::getgrnam(socket_group.c_str()))
-    return std::stoull(group) == static_cast<unsigned long long>(g->gr_gid);
-  return false;
+  auto gid = group_number(socket_group);
+  return gid && std::stoull(group) == *gid;
 }
 
 Result<TaskGrants> parse_task_grants(const json& j, const std::string& socket_group) {

@@ -16,6 +16,7 @@
 // whatever asks (a spec, an image's configured user).
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,5 +59,8 @@ Status check_task_grants(const TaskSpec& spec, const TaskGrants& grants,
 // True for a user or group that names root ("root", "0") or the sockets' group.
 bool never_grantable_user(const std::string& user);
 bool never_grantable_group(const std::string& group, const std::string& socket_group);
+// A group's number on this host, looked up once per name and remembered (a lookup may
+// ask a slow NSS service: a daemon looks its socket group up at start, never per call).
+std::optional<unsigned long> group_number(const std::string& name);
 
 }  // namespace weft

@@ -155,6 +155,9 @@ void Manager::commit_batch() {
 
 Status Manager::start() {
   TRY(mkdir_p(cfg_.state_dir, 0750));
+  // The sockets' group's number, looked up now and remembered: grants are checked
+  // against it on the loop (common/task_grants.h), where a slow NSS lookup must not run.
+  (void)group_number(cfg_.socket_group);
   if (cfg_.store.kind == "etcd") return start_replica();
   TRY_ASSIGN(store_, StateStore::open(cfg_.state_dir + "/controlplane.db"));
   TRY(restore_state());

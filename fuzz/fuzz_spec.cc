@@ -1,10 +1,13 @@
-// Task specs (task.run params) and the control plane's job specs: JSON from the
-// network into plain structs, every error an Error, and what parses round-trips.
+// Task specs (task.run params), the control plane's job specs, an entitlement's grants
+// and a machine's task report: JSON from the network into plain structs, every error
+// an Error, and what parses round-trips.
 #include <cstdint>
 #include <string_view>
 
 #include "common/job_spec.h"
 #include "common/json_bounded.h"
+#include "common/task_grants.h"
+#include "common/task_report.h"
 #include "common/task_spec.h"
 #include "controlplane/state_store.h"
 
@@ -26,6 +29,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!parse_task_spec(task_run_params(*job_spec, make_task_id(job_spec->name, 0, 1))).ok())
       __builtin_trap();
   }
+  // Grants: what parses round-trips, and a spec is judged against them without throwing.
+  auto grants = parse_task_grants(*j, "weft");
+  if (grants.ok()) {
+    auto again = parse_task_grants(to_json(*grants), "weft");
+    if (!again.ok() || to_json(*again) != to_json(*grants)) __builtin_trap();
+    if (spec.ok()) (void)check_task_grants(*spec, *grants, "fuzz", "weft");
+  }
+  (void)parse_task_report(*j);
   auto job = cp::job_spec_from_json(*j);
   if (job.ok()) (void)cp::job_spec_to_json(*job);
   (void)cp::request_from_json(*j);
