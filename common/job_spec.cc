@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <cctype>
 #include <climits>
 
@@ -88,7 +89,7 @@ Result<JobSpec> parse_job_spec(const json& j) {
     if (!c.is_object()) return field_error("task_controller", "must be an object");
     for (const auto& [k, v] : c.items())
       if (k != "address" && k != "job" && k != "port" && k != "timeout_ms" &&
-          k != "when_unreachable")
+          k != "when_unreachable" && k != "identity")
         return field_error("task_controller." + k, "unknown field");
     TaskControllerSpec tc;
     TRY_ASSIGN(tc.address, str_field(c, "address", "task_controller."));
@@ -117,6 +118,17 @@ Result<JobSpec> parse_job_spec(const json& j) {
     else if (!when.empty() && when != "proceed")
       return field_error("task_controller.when_unreachable",
                          "must be \"proceed\" (the default: max_unavailable pacing) or \"wait\"");
+    TRY_ASSIGN(tc.identity, str_field(c, "identity", "task_controller."));
+    if (!tc.identity.empty()) {
+      bool name_ok = tc.identity.size() <= 253 &&
+                     std::all_of(tc.identity.begin(), tc.identity.end(), [](char ch) {
+                       return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' ||
+                              ch == '-' || ch == '_' || ch == '*';
+                     });
+      if (!name_ok)
+        return field_error("task_controller.identity",
+                           "must be a certificate name (a host name, at most 253 characters)");
+    }
     s.controller = std::move(tc);
   }
 
@@ -152,6 +164,8 @@ json to_json(const JobSpec& s) {
     out["task_controller"] = {
         {"timeout_ms", s.controller->timeout_ms},
         {"when_unreachable", s.controller->wait_when_unreachable ? "wait" : "proceed"}};
+    if (!s.controller->identity.empty())
+      out["task_controller"]["identity"] = s.controller->identity;
     if (s.controller->job.empty()) {
       out["task_controller"]["address"] = s.controller->address;
     } else {

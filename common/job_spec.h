@@ -10,7 +10,7 @@
 //    "machine_type": "T1", "placement": "spread",
 //    "per_task": {"cpu_milli": 500, "mem_mb": 256},
 //    "task_controller": {"address": "10.1.2.3:7400", "timeout_ms": 10000,
-//                        "when_unreachable": "proceed"},
+//                        "when_unreachable": "proceed", "identity": "shardctl.web"},
 //    "task": {<a task spec without name and owner: common/task_spec.h>}}
 #pragma once
 
@@ -51,6 +51,10 @@ struct TaskControllerSpec {
   uint16_t port = 0;    // listening on this port of its machine's address
   uint64_t timeout_ms = 10'000;
   bool wait_when_unreachable = false;
+  // The name the controller's certificate must carry (a DNS subjectAltName, else its
+  // CN): a control plane with TLS speaks to a TCP controller over mutual TLS only, and
+  // only to this name.
+  std::string identity;
   bool operator==(const TaskControllerSpec&) const = default;
 };
 

@@ -838,6 +838,15 @@ Result<JobSpec> Manager::job_from_params(const json& p) const {
   TRY_ASSIGN(TaskSpec task, parse_task_spec(task_run_params(base, base.name + ".0.0")));
   TRY(check_task_grants(task, broker_.entitlement_spec(*id).grants, base.entitlement,
                         cfg_.socket_group));
+  // A control plane with TLS speaks to TCP controllers over mutual TLS only, to the name
+  // the job gives: without one, any process on the controller's address would decide.
+  if (base.controller && cfg_.tls.enabled() && base.controller->identity.empty()) {
+    auto ep = rpc::parse_endpoint(base.controller->address);
+    if (!base.controller->job.empty() || (ep.ok() && !ep->is_unix))
+      return field_error("task_controller.identity",
+                         "is required: this control plane speaks to task controllers over "
+                         "mutual TLS; give the name the controller's certificate carries");
+  }
   JobSpec spec;
   static_cast<weft::JobSpec&>(spec) = std::move(base);
   spec.entitlement_id = *id;
@@ -907,6 +916,14 @@ void Manager::start_task_control() {
                               [this](const std::string& job, bool unreachable) {
                                 control_reachability(job, unreachable);
                               }});
+  if (cfg_.tls.enabled()) {
+    // The control plane's own certificate, as a client: controllers verify it.
+    auto ctx = tls::Context::create(cfg_.tls, tls::Role::kClient);
+    if (!ctx.ok())
+      log_error("no TLS for task controllers: TCP controllers are not spoken to",
+                {{"ERROR", ctx.error().str()}});
+    control_->set_tls(ctx.ok() ? std::move(ctx).value() : nullptr);
+  }
   control_round();
 }
 

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -1979,6 +1980,152 @@ TEST_F(ControlPlaneTls, AnOperatorsJobGetsOnlyWhatItsEntitlementGrants) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(field_named(bad), "grants.host_namespaces[0]");
   EXPECT_EQ((*call("entitlement.show", {{"name", "a"}}))["owners"], json({"CN=alice"}));
+}
+
+// A TaskController that speaks TLS (rpc::Server on loopback, its own loop in a thread)
+// with the certificate `name` of the test's CA; it acknowledges every pending operation.
+class TlsController {
+ public:
+  TlsController(const std::string& pki, const std::string& name) {
+    std::promise<uint16_t> bound;
+    auto port = bound.get_future();
+    thread_ = std::thread([this, pki, name, &bound] {
+      auto loop = EventLoop::create();
+      auto ctx = tls::Context::create(
+          {pki + "/ca.pem", pki + "/" + name + ".pem", pki + "/" + name + ".key", ""},
+          tls::Role::kServer);
+      if (!loop.ok() || !ctx.ok()) {
+        bound.set_value(0);
+        return;
+      }
+      rpc::Dispatcher d;
+      d.add("taskcontrol.plan", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+        ++plans_;
+        json ack = json::array();
+        for (const auto& op : p.value("pending", json::array())) ack.push_back(op["op"]);
+        return json{{"seq", p["seq"]}, {"ack", ack}};
+      });
+      rpc::Server server(**loop, &d);
+      server.set_tls(*ctx);
+      if (!server.listen_tcp("127.0.0.1", 0).ok()) {
+        bound.set_value(0);
+        return;
+      }
+      bound.set_value(server.tcp_port());
+      while (!stopping_) (void)(*loop)->run_once(20'000);
+    });
+    port_ = port.get();
+  }
+  ~TlsController() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  uint16_t port() const { return port_; }
+  int plans() const { return plans_; }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> plans_{0};
+  uint16_t port_ = 0;
+};
+
+// Issue 32 (7): controller sessions were plaintext and unauthenticated: a fake
+// controller on the address acknowledged everything, and all four tasks restarted at
+// once with max_unavailable = 1. With TLS, the control plane speaks to a TCP controller
+// only over mutual TLS and only to the certificate name the job gives; what any
+// controller acknowledges restarts at most max_unavailable tasks at a time.
+TEST_F(ControlPlaneTls, TaskControllersAreSpokenToOverMutualTlsByNameAndBounded) {
+  std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
+  ASSERT_EQ(std::system(("(" + tool + " issue " + pki_ + " ctl-good && " + tool + " issue " + pki_ +
+                         " ctl-evil) >/dev/null")
+                            .c_str()),
+            0);
+  start();
+  if (HasFatalFailure()) return;
+  std::vector<std::unique_ptr<FakeMachine>> ms;
+  for (int i = 0; i < 4; ++i) {
+    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(sock())) << ms.back()->error().str();
+  }
+  TlsController good(pki_, "ctl-good"), evil(pki_, "ctl-evil");
+  FakeController plain;
+  plain.set_policy([](const json& p) {
+    json ack = json::array();
+    for (const auto& op : p["pending"]) ack.push_back(op["op"]);
+    return ack;
+  });
+  ASSERT_NE(good.port(), 0);
+  ASSERT_NE(evil.port(), 0);
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 4}}).ok());
+  auto job = [](const std::string& name, uint16_t port, const std::string& identity,
+                const std::string& argv1) {
+    json controller{{"address", "127.0.0.1:" + std::to_string(port)},
+                    {"timeout_ms", 1000},
+                    {"when_unreachable", "wait"}};
+    if (!identity.empty()) controller["identity"] = identity;
+    return json{{"name", name},
+                {"entitlement", "a"},
+                {"count", 4},
+                {"max_unavailable", 1},
+                {"per_task", {{"cpu_milli", 500}, {"mem_mb", 256}}},
+                {"task_controller", controller},
+                {"task", {{"argv", {"/bin/sleep", argv1}}}}};
+  };
+  // Without a name to check, refused.
+  auto nameless = call("job.create", job("kv", evil.port(), "", "1000"));
+  ASSERT_FALSE(nameless.ok());
+  EXPECT_EQ(field_named(nameless), "task_controller.identity") << nameless.error().str();
+  auto pump = [&](int ms_total, const std::function<bool()>& pred) {
+    for (int i = 0; i < ms_total / 50 && !pred(); ++i) {
+      for (auto& m : ms) m->report();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return pred();
+  };
+  auto stops = [&] {
+    int n = 0;
+    for (auto& m : ms) n += m->stops();
+    return n;
+  };
+  auto running = [&] {
+    size_t n = 0;
+    for (auto& m : ms) n += m->running().size();
+    return n;
+  };
+  // A job whose controller address is served by another certificate of the same CA,
+  // and one served in plaintext: neither is spoken to, nothing restarts.
+  ASSERT_TRUE(call("job.create", job("kv", evil.port(), "ctl-good", "1000")).ok());
+  ASSERT_TRUE(call("job.create", job("kw", plain.port(), "ctl-good", "1000")).ok());
+  ASSERT_TRUE(pump(5000, [&] { return running() == 8; }));
+  ASSERT_TRUE(call("job.update", job("kv", evil.port(), "ctl-good", "2000")).ok());
+  ASSERT_TRUE(call("job.update", job("kw", plain.port(), "ctl-good", "2000")).ok());
+  pump(3000, [] { return false; });
+  EXPECT_EQ(stops(), 0) << "an impostor's acknowledgement restarted tasks";
+  EXPECT_EQ(evil.plans(), 0) << "the plan went to a controller of another name";
+  EXPECT_TRUE(plain.plans().empty()) << "the plan went in plaintext";
+  auto shown = call("job.show", {{"name", "kv"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ((*shown)["task_controller"]["unreachable"], true) << shown->dump();
+  // The right controller acknowledges every restart: they go one at a time.
+  ASSERT_TRUE(call("job.stop", {{"name", "kw"}}).ok());
+  ASSERT_TRUE(call("job.update", job("kv", good.port(), "ctl-good", "3000")).ok());
+  int most_down = 0;
+  bool done = pump(20000, [&] {
+    auto r = call("job.show", {{"name", "kv"}});
+    if (!r.ok()) return false;
+    int down = 0, current = 0;
+    for (const auto& t : (*r)["tasks"]) {
+      std::string st = t["state"];
+      if (t["generation"] == (*r)["generation"] && st == "running") ++current;
+      if (st == "stopping" || st == "starting" || st == "pending") ++down;
+    }
+    most_down = std::max(most_down, down);
+    return current == 4;
+  });
+  EXPECT_TRUE(done) << call("job.show", {{"name", "kv"}})->dump();
+  EXPECT_GT(good.plans(), 0);
+  EXPECT_LE(most_down, 1) << "more than max_unavailable tasks down at once";
 }
 
 TEST_F(ControlPlaneTls, ASecondSessionDoesNotTakeAConnectedMachine) {

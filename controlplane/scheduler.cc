@@ -303,10 +303,21 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   });
   j.rolling = !old.empty();
   if (j.controlled()) {
-    // The controller decides: only acknowledged restarts go, however many at once.
+    // The controller decides which restarts go, and weft bounds how many: never more
+    // than max_unavailable of the job's indices down for weft's own operations at once,
+    // whatever was acknowledged (a controller that acknowledges everything, or one that
+    // is not the job's, cannot take the whole job down). An acknowledgement beyond the
+    // bound waits for a restart in progress to run again.
+    int ours = 0;
+    for (const auto& [index, op] : j.in_progress) ours += running_idx.count(index) ? 0 : 1;
+    std::sort(old.begin(), old.end(),
+              [](const TaskRecord* a, const TaskRecord* b) { return a->index < b->index; });
     for (TaskRecord* t : old) {
       std::string op = "restart/" + t->id;
-      if (!j.granted.erase(op)) continue;
+      if (!j.granted.count(op)) continue;
+      if (ours >= j.spec.max_unavailable) break;
+      j.granted.erase(op);
+      ++ours;
       set_state(*t, TaskState::kStopping);
       t->since_us = now;
       out.push_back(Command{Command::Kind::kStop, t->machine, t->id, {}});

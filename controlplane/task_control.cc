@@ -89,8 +89,25 @@ void TaskControlLinks::connect(Link& l) {
           retry_later(me);
           return;
         }
+        SSL* ssl = nullptr;
+        auto ep = rpc::parse_endpoint(me.spec.address);
+        if (tls_required_ && ep.ok() && !ep->is_unix) {
+          // Only the controller the job names: its certificate, from this CA, names it.
+          auto r = !tls_ ? Result<SSL*>(make_error("no TLS context for task controllers"))
+                   : me.spec.identity.empty()
+                       ? Result<SSL*>(make_error("the job names no task_controller.identity"))
+                       : tls_->new_ssl(fd->get(), me.spec.identity);
+          if (!r.ok()) {
+            log_warn("no TLS session to the task controller",
+                     {{"JOB", me.job}, {"ADDRESS", me.spec.address}, {"ERROR", r.error().str()}});
+            retry_later(me);
+            return;
+          }
+          ssl = *r;
+        }
         me.session =
             std::make_unique<rpc::Session>(loop_, std::move(fd).value(), rpc::Peer{}, nullptr);
+        if (ssl) me.session->use_tls(ssl, me.spec.timeout_ms * 1000);
         me.session->set_on_close([this, alive, link] {
           if (alive.expired()) return;
           drop_session(*link);

@@ -22,6 +22,7 @@
 #include "common/job_spec.h"
 #include "common/result.h"
 #include "common/rpc.h"
+#include "common/tls.h"
 
 namespace weft::cp {
 
@@ -42,6 +43,16 @@ class TaskControlLinks {
     std::function<void(const std::string& job, bool unreachable)> reachability;
   };
   TaskControlLinks(EventLoop& loop, Hooks hooks) : loop_(loop), hooks_(std::move(hooks)) {}
+  // Mutual TLS (a client context with the control plane's certificate) on every TCP
+  // controller session from now on, verifying the controller's certificate names the
+  // job's task_controller.identity. Without it sessions are plaintext (a control plane
+  // without TLS, for development). Unix-socket controllers are local: never TLS.
+  // A null context with the control plane's TLS configured (its client context could not
+  // be made): TCP controllers are not spoken to at all, never in plaintext.
+  void set_tls(std::shared_ptr<tls::Context> ctx) {
+    tls_ = std::move(ctx);
+    tls_required_ = true;
+  }
   ~TaskControlLinks();
   TaskControlLinks(const TaskControlLinks&) = delete;
   TaskControlLinks& operator=(const TaskControlLinks&) = delete;
@@ -79,6 +90,8 @@ class TaskControlLinks {
   void retry_later(Link& l);
   void answered(Link& l, Result<nlohmann::json> r, uint64_t seq);
 
+  std::shared_ptr<tls::Context> tls_;
+  bool tls_required_ = false;
   EventLoop& loop_;
   Hooks hooks_;
   std::map<std::string, std::unique_ptr<Link>> links_;
