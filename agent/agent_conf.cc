@@ -104,6 +104,18 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                            "'" + p +
                                "' in volumes.allowed_host_paths must be an absolute path "
                                "other than / and without ':'");
+      // The kernel's own trees are the host itself: a task given one of them is not
+      // confined (a task's own /proc, /sys and /dev are weft's, not these).
+      std::string clean = p;
+      while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
+      for (const char* kernel : {"/proc", "/sys", "/dev", "/boot"})
+        if (clean == kernel || clean.rfind(std::string(kernel) + "/", 0) == 0 ||
+            clean.find("/../") != std::string::npos || clean.ends_with("/.."))
+          return field_error(doc.where(*volumes->get("allowed_host_paths")),
+                             "'" + p +
+                                 "' in volumes.allowed_host_paths is a kernel tree of the host "
+                                 "(/proc, /sys, /dev, /boot) or climbs with ..: never granted to "
+                                 "tasks");
       c.volume_host_paths.push_back(p);
     }
   }

@@ -61,6 +61,21 @@ TEST(AgentConfig, ErrorsNameLine) {
   EXPECT_EQ(type.error().field, "agent.toml:1");
   auto level = parse_agent_config("log_level = \"loud\"\n", "agent.toml");
   EXPECT_FALSE(level.ok());
+  // Issue 32 (11): the kernel's own trees are never a path tasks may mount; the image
+  // cache's reserve is a size.
+  for (const char* p : {"/proc", "/sys/fs/cgroup", "/dev/", "/boot", "/srv/../proc"}) {
+    auto kernel = parse_agent_config(
+        std::string("[volumes]\nallowed_host_paths = [\"") + p + "\"]\n", "agent.toml");
+    ASSERT_FALSE(kernel.ok()) << p;
+    EXPECT_EQ(kernel.error().field, "agent.toml:2") << kernel.error().str();
+  }
+  EXPECT_TRUE(parse_agent_config(
+                  "[volumes]\nallowed_host_paths = [\"/srv/data\", \"/processes\"]\n", "agent.toml")
+                  .ok());
+  auto reserve = parse_agent_config("[images]\nreserve = \"2G\"\n", "agent.toml");
+  ASSERT_TRUE(reserve.ok()) << reserve.error().str();
+  EXPECT_EQ(reserve->image_reserve, uint64_t{2} << 30);
+  EXPECT_FALSE(parse_agent_config("[images]\nreserve = \"lots\"\n", "agent.toml").ok());
   // Download pacing: bytes a second, a size of at least 64K.
   auto rate = parse_agent_config("[images]\ndownload_rate = \"100M\"\n", "agent.toml");
   ASSERT_TRUE(rate.ok()) << rate.error().str();

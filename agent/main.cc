@@ -1,5 +1,7 @@
 // weft-agent: parse args -> load config -> check prerequisites -> create the manager ->
 // recover and listen (READY) -> run the event loop.
+#include <pwd.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -42,6 +44,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (check_only) {
+    // What only this host can tell: the TLS files' contents, the default task user.
+    Status host = check_control_plane_tls_files(cfg.control_plane_tls);
+    const std::string user = cfg.default_task_user.value_or("");
+    bool numeric = !user.empty() && user.find_first_not_of("0123456789") == std::string::npos;
+    if (host.ok() && !user.empty() && !numeric && ::getpwnam(user.c_str()) == nullptr)
+      host = field_error("default_task_user",
+                         "'" + *cfg.default_task_user + "' is not a user on this machine");
+    if (!host.ok()) {
+      std::cerr << "weft-agent: " << host.error().str() << "\n";
+      return 2;
+    }
     std::cout << "configuration ok\n"
               << "  socket:      " << cfg.socket << "\n"
               << "  state_dir:   " << cfg.state_dir << "\n"

@@ -265,6 +265,11 @@ Status check_machine_name(const std::string& field, const std::string& value, bo
   return {};
 }
 
+Status check_control_plane_tls_files(const ControlPlaneTls& tls) {
+  if (!tls.files.enabled()) return {};
+  return tls::check_config(tls.files, "control_plane_");
+}
+
 bool valid_profile_name(std::string_view n) {
   if (n.empty() || n.size() > 64 || n[0] == '.') return false;
   return std::all_of(n.begin(), n.end(), [](char c) {

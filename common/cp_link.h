@@ -151,6 +151,10 @@ inline constexpr size_t kMaxMachineName = 253;
 // profile directories) and the control plane (an entitlement's profile): 1-64 characters
 // of [A-Za-z0-9._-], not starting with '.'. No '/', so never a path.
 bool valid_profile_name(std::string_view name);
+// --check-config of a machine daemon: the TLS files it names hold what they should (a
+// CA, a certificate, its unencrypted key not readable by every user), as the start
+// will read them.
+Status check_control_plane_tls_files(const ControlPlaneTls& tls);
 // The most profile names a sidekick reports (profile.report's "profiles").
 inline constexpr size_t kMaxReportedProfiles = 256;
 // health.report's "problems": at most this many, each an object of at most this many

@@ -1,5 +1,7 @@
 #include "common/registry.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <optional>
@@ -9,6 +11,7 @@
 #include "common/base64.h"
 #include "common/fs.h"
 #include "common/json_bounded.h"
+#include "common/log.h"
 
 namespace weft::registry {
 
@@ -498,6 +501,10 @@ Status read_registry_config(const TomlDoc& doc, const toml::table& t, Config* ou
                          "'registry_credentials' must be an absolute path");
     TRY_ASSIGN(std::string text, read_file_bounded(*creds, 1u << 20));
     TRY_ASSIGN(out->credentials, parse_credentials(text, *creds));
+    struct stat st {};
+    if (::stat(creds->c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0)
+      log_warn("the registry credentials file is readable by others than its owner: chmod 0600",
+               {{"FILE", *creds}});
   }
   return {};
 }

@@ -5,13 +5,16 @@
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include "common/fs.h"
@@ -131,6 +134,59 @@ void Context::remember(SSL_SESSION* s) {
   last_session_ = s;
 }
 
+namespace {
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+
+// What a PEM file holds, read with OpenSSL as the handshake will: at least one
+// certificate (CA, cert), a private key, or a CRL.
+enum class Pem { kCertificates, kKey, kCrl };
+Status check_pem(const std::string& field, const std::string& path, Pem kind,
+                 EVP_PKEY** key_out = nullptr) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (4 << 20))
+    return field_error(field, "'" + path + "' is not a regular file of at most 4 MiB");
+  std::unique_ptr<BIO, BioFree> bio(BIO_new_file(path.c_str(), "r"));
+  if (!bio) return field_error(field, "cannot read '" + path + "'");
+  ERR_clear_error();
+  bool ok = false;
+  switch (kind) {
+    case Pem::kCertificates:
+      if (X509* x = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+        X509_free(x);
+        ok = true;
+      }
+      break;
+    case Pem::kKey:
+      // No passphrase prompt: a daemon cannot type one.
+      if (EVP_PKEY* k = PEM_read_bio_PrivateKey(
+              bio.get(), nullptr, [](char*, int, int, void*) { return 0; }, nullptr)) {
+        ok = true;
+        if (key_out)
+          *key_out = k;
+        else
+          EVP_PKEY_free(k);
+      }
+      break;
+    case Pem::kCrl:
+      if (X509_CRL* c = PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr)) {
+        X509_CRL_free(c);
+        ok = true;
+      }
+      break;
+  }
+  ERR_clear_error();
+  if (ok) return {};
+  const char* what = kind == Pem::kCertificates ? "a PEM certificate"
+                     : kind == Pem::kKey        ? "an unencrypted PEM private key"
+                                                : "a PEM certificate revocation list";
+  return field_error(field, "'" + path + "' does not hold " + what);
+}
+
+}  // namespace
+
 Status check_config(const Config& c, const std::string& prefix) {
   for (auto [key, path] : {std::pair{"tls_ca", &c.ca_file},
                            {"tls_cert", &c.cert_file},
@@ -143,6 +199,27 @@ Status check_config(const Config& c, const std::string& prefix) {
     if (::access(path->c_str(), R_OK) != 0)
       return field_error(prefix + key, "cannot read '" + *path + "': " + std::strerror(errno));
   }
+  // The contents, not just the names: /etc/passwd is not a CA, /etc/shadow not a key.
+  TRY(check_pem(prefix + "tls_ca", c.ca_file, Pem::kCertificates));
+  TRY(check_pem(prefix + "tls_cert", c.cert_file, Pem::kCertificates));
+  if (!c.crl_file.empty()) TRY(check_pem(prefix + "tls_crl", c.crl_file, Pem::kCrl));
+  struct stat st {};
+  if (::stat(c.key_file.c_str(), &st) == 0 && (st.st_mode & S_IROTH))
+    return field_error(prefix + "tls_key", "'" + c.key_file +
+                                               "' is readable by every user: chmod 0600 (or 0640 "
+                                               "to the daemon's group)");
+  EVP_PKEY* key = nullptr;
+  TRY(check_pem(prefix + "tls_key", c.key_file, Pem::kKey, &key));
+  std::unique_ptr<BIO, BioFree> bio(BIO_new_file(c.cert_file.c_str(), "r"));
+  X509* cert = bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr;
+  bool match = cert && X509_check_private_key(cert, key) == 1;
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  ERR_clear_error();
+  if (!match)
+    return field_error(
+        prefix + "tls_key",
+        "'" + c.key_file + "' is not the key of the certificate '" + c.cert_file + "'");
   return {};
 }
 

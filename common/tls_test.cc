@@ -167,7 +167,9 @@ TEST_F(Tls, AReloadedClientContextPresentsItsNewCertificate) {
   ASSERT_TRUE(mkdir_p(d).ok());
   auto copy = [&](const std::string& from) {
     for (const char* ext : {".pem", ".key"})
-      ASSERT_TRUE(write_file(d + "/me" + ext, read_file(dir_ + "/" + from + ext).value()).ok());
+      ASSERT_TRUE(
+          write_file_atomic(d + "/me" + ext, read_file(dir_ + "/" + from + ext).value(), 0600)
+              .ok());
   };
   copy("m1");
   tls::Config c{dir_ + "/ca.pem", d + "/me.pem", d + "/me.key", ""};
@@ -237,7 +239,25 @@ TEST_F(Tls, ConfigErrorsNameTheKey) {
   c.key_file = dir_ + "/cp.key";  // readable, but not this certificate's key
   auto ctx = tls::Context::create(c, tls::Role::kClient);
   ASSERT_FALSE(ctx.ok());
-  EXPECT_NE(ctx.error().str().find("mismatch"), std::string::npos) << ctx.error().str();
+  EXPECT_NE(ctx.error().str().find("is not the key of the certificate"), std::string::npos)
+      << ctx.error().str();
+  // Issue 32 (11): the contents, not just the names. /etc/passwd is not a CA or a
+  // certificate, a certificate is not a key, and a key every user may read is refused.
+  for (auto [field, bad] : std::vector<std::pair<std::string, tls::Config>>{
+           {"tls_ca", {"/etc/passwd", c.cert_file, dir_ + "/m1.key", ""}},
+           {"tls_cert", {c.ca_file, "/etc/passwd", dir_ + "/m1.key", ""}},
+           {"tls_key", {c.ca_file, c.cert_file, c.cert_file, ""}},
+           {"tls_crl", {c.ca_file, c.cert_file, dir_ + "/m1.key", "/etc/passwd"}}}) {
+    auto e = tls::check_config(bad, "");
+    ASSERT_FALSE(e.ok()) << field;
+    EXPECT_EQ(e.error().field, field) << e.error().str();
+  }
+  ASSERT_TRUE(
+      write_file_atomic(dir_ + "/open.key", read_file(dir_ + "/m1.key").value(), 0644).ok());
+  auto open_key = tls::check_config({c.ca_file, c.cert_file, dir_ + "/open.key", ""}, "");
+  ASSERT_FALSE(open_key.ok());
+  EXPECT_NE(open_key.error().str().find("readable by every user"), std::string::npos)
+      << open_key.error().str();
 }
 
 }  // namespace

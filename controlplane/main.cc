@@ -33,6 +33,13 @@ int main(int argc, char** argv) {
   cp::CpConfig cfg = std::move(*loaded);
   log_set_level_name(cfg.log_level);
   if (check_only) {
+    // The files the configuration names, read as the start will read them.
+    if (cfg.tls.enabled()) {
+      if (auto s = tls::check_config(cfg.tls, ""); !s.ok()) {
+        std::cerr << "weft-controlplane: " << config_path << ": " << s.error().str() << "\n";
+        return 2;
+      }
+    }
     std::cout << "configuration ok\n";
     return 0;
   }

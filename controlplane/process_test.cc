@@ -2128,6 +2128,27 @@ TEST_F(ControlPlaneTls, TaskControllersAreSpokenToOverMutualTlsByNameAndBounded)
   EXPECT_LE(most_down, 1) << "more than max_unavailable tasks down at once";
 }
 
+// Issue 32 (11): --check-config read only the names of the TLS files: /etc/passwd as
+// the CA passed, and the daemon then failed to start. It reads them as the start does.
+TEST_F(ControlPlaneTls, CheckConfigReadsTheTlsFilesAsTheStartWould) {
+  auto check = [&](const std::string& conf) {
+    std::string out = dir_ + "/check.out";
+    int rc = std::system(
+        (std::string(WEFT_CONTROLPLANE_BIN) + " --check-config -c " + conf + " >" + out + " 2>&1")
+            .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  };
+  auto [ok_rc, ok_out] = check(dir_ + "/cp.toml");
+  EXPECT_EQ(ok_rc, 0) << ok_out;
+  std::string text = read_file(dir_ + "/cp.toml").value();
+  std::string bad = text;
+  bad.replace(bad.find(pki_ + "/ca.pem"), (pki_ + "/ca.pem").size(), "/etc/passwd");
+  ASSERT_TRUE(write_file(dir_ + "/bad.toml", bad).ok());
+  auto [bad_rc, bad_out] = check(dir_ + "/bad.toml");
+  EXPECT_EQ(bad_rc, 2) << bad_out;
+  EXPECT_NE(bad_out.find("tls_ca"), std::string::npos) << bad_out;
+}
+
 TEST_F(ControlPlaneTls, ASecondSessionDoesNotTakeAConnectedMachine) {
   start();
   if (HasFatalFailure()) return;

@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
   hcs::HcsConfig cfg = std::move(*loaded);
   log_set_level_name(cfg.log_level);
   if (check_only) {
+    if (auto s = check_control_plane_tls_files(cfg.control_plane_tls); !s.ok()) {
+      std::cerr << "weft-hcs: " << s.error().str() << "\n";
+      return 2;
+    }
     std::cout << "configuration ok\n";
     return 0;
   }

@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
     std::cerr << "weft-sidekick: " << s.error().str() << "\n";
     return 2;
   }
+  if (auto s = check_control_plane_tls_files(cfg.control_plane_tls); check_only && !s.ok()) {
+    std::cerr << "weft-sidekick: " << s.error().str() << "\n";
+    return 2;
+  }
   if (check_only) {
     std::cout << "configuration ok\n  socket: " << cfg.socket << "\n  state_dir: " << cfg.state_dir
               << "\n  workload_cgroup: " << cfg.workload_cgroup << "\n";

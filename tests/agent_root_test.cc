@@ -629,6 +629,25 @@ TEST_F(AgentRoot, HttpAndTcpReadinessFollowTheTasksListener) {
 
 // An exec check runs inside the task: its root, its user, its cgroup; a check that
 // hangs is killed at its timeout and leaves nothing behind.
+// Issue 32 (11): --check-config accepted a default_task_user this machine does not have
+// (every task's start then failed).
+TEST_F(AgentRoot, CheckConfigKnowsTheDefaultTaskUser) {
+  std::string conf = agent_->dir() + "/check.toml";
+  auto check = [&](const std::string& user) {
+    EXPECT_TRUE(
+        write_file(conf, "socket = \"" + agent_->dir() + "/c.sock\"\nstate_dir = \"" +
+                             agent_->dir() + "/c\"\ncgroup_root = \"" + agent_->cgroup_root() +
+                             "\"\ninit_path = \"" WEFT_INIT_BIN "\"\ndefault_task_user = \"" +
+                             user + "\"\n")
+            .ok());
+    int rc = std::system(
+        (std::string(WEFT_AGENT_BIN) + " --check-config -c " + conf + " >/dev/null 2>&1").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  EXPECT_EQ(check("nobody"), 0);
+  EXPECT_EQ(check("no-such-user-weft"), 2);
+}
+
 TEST_F(AgentRoot, ExecReadinessRunsInsideTheTask) {
   if (!path_exists("/bin/busybox")) GTEST_FAIL() << "busybox-static is needed (scripts/setup.sh)";
   std::string rootfs = agent_->dir() + "/rootfs";
