@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 #include <cmath>
 #include <cstdio>
@@ -53,9 +55,17 @@ std::string label_text(const Labels& labels) {
 struct Endpoint {
   sockaddr_storage addr{};
   socklen_t len = 0;
+  std::string unix_path;  // "unix:/path"
 };
 
 Result<Endpoint> parse_listen(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0) {  // a socket whose permissions say who may scrape
+    Endpoint ep;
+    ep.unix_path = listen.substr(5);
+    if (ep.unix_path.empty() || ep.unix_path[0] != '/' || ep.unix_path.size() > 107)
+      return make_error("'" + listen + "' is not unix:/absolute/path (at most 107 bytes)");
+    return ep;
+  }
   auto colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0)
     return make_error("'" + listen + "' is not host:port (a numeric address)");
@@ -195,18 +205,54 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(EventLoop& loop, const std
   TRY_ASSIGN(Endpoint ep, parse_listen(listen));
   std::unique_ptr<HttpServer> s(new HttpServer(loop, registry));
   unsigned flags = MHD_USE_EPOLL;
-  if (ep.addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-  MHD_Daemon* d = MHD_start_daemon(
-      flags, 0, nullptr, nullptr, &on_request, const_cast<Registry*>(registry),
-      MHD_OPTION_SOCK_ADDR, reinterpret_cast<const sockaddr*>(&ep.addr),
-      MHD_OPTION_CONNECTION_LIMIT, 32u, MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(64 * 1024), MHD_OPTION_END);
+  MHD_Daemon* d = nullptr;
+  // Idle connections are closed after 5 s and one address holds at most 8 of the 32, so
+  // a few idle sockets from one host do not starve the scraper.
+  if (!ep.unix_path.empty()) {
+    // A stale socket of an earlier run is replaced; anything else at the path is not.
+    struct stat st {};
+    if (::lstat(ep.unix_path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode))
+        return make_error("metrics: " + ep.unix_path + " exists and is not a socket");
+      ::unlink(ep.unix_path.c_str());
+    }
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, ep.unix_path.c_str(), ep.unix_path.size() + 1);
+    mode_t old = ::umask(0117);  // 0660 from the start: never a moment open to all
+    bool bound = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                 ::listen(fd, 16) == 0;
+    ::umask(old);
+    if (!bound) {
+      int e = errno;
+      if (fd >= 0) ::close(fd);
+      return errno_error(e, "metrics: cannot listen on " + listen);
+    }
+    d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, const_cast<Registry*>(registry),
+                         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 32u,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                         static_cast<size_t>(64 * 1024), MHD_OPTION_END);
+    if (!d) {
+      ::close(fd);
+      return make_error("metrics: cannot serve on " + listen);
+    }
+  } else {
+    if (ep.addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, const_cast<Registry*>(registry),
+                         MHD_OPTION_SOCK_ADDR, reinterpret_cast<const sockaddr*>(&ep.addr),
+                         MHD_OPTION_CONNECTION_LIMIT, 32u, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8u,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                         static_cast<size_t>(64 * 1024), MHD_OPTION_END);
+  }
   if (!d)
     return make_error("metrics: cannot listen on " + listen + " (in use, or no such address)");
   s->daemon_ = new Daemon{d};
   const MHD_DaemonInfo* port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
   s->port_ = port ? port->port : 0;
-  s->address_ = listen.substr(0, listen.rfind(':')) + ":" + std::to_string(s->port_);
+  s->address_ = ep.unix_path.empty()
+                    ? listen.substr(0, listen.rfind(':')) + ":" + std::to_string(s->port_)
+                    : listen;
   const MHD_DaemonInfo* epfd = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
   if (!epfd) return make_error("metrics: libmicrohttpd has no epoll descriptor");
   HttpServer* raw = s.get();

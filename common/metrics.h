@@ -73,14 +73,16 @@ class Registry {
   std::vector<Collector> collectors_;
 };
 
-// "host:port" with a numeric IPv4 or [IPv6] address; "" means no endpoint.
+// "host:port" with a numeric IPv4 or [IPv6] address, or "unix:/path" (a socket made
+// 0660: who may scrape is who may open it, and no local user can take the address
+// before the daemon starts); "" means no endpoint.
 Status check_listen(const std::string& listen);
 // A daemon configuration's `metrics_listen` key (the one reader, for every daemon):
 // `*out` keeps its default when the key is absent; errors name file and line.
 Status read_listen(const TomlDoc& doc, const toml::table& t, std::string* out);
 
 // The HTTP endpoint: GET /metrics (404 elsewhere, 405 for other methods), at most 32
-// connections, each closed after 10 s idle.
+// connections (8 from one address over TCP), each closed after 5 s idle.
 class HttpServer {
  public:
   static Result<std::unique_ptr<HttpServer>> start(EventLoop& loop, const std::string& listen,

@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "common/fs.h"
@@ -45,19 +49,29 @@ TEST(Metrics, ListenAddressesAreNumeric) {
   EXPECT_FALSE(check_listen("127.0.0.1").ok());
   EXPECT_FALSE(check_listen("127.0.0.1:99999").ok());
   EXPECT_FALSE(check_listen("127.0.0.1:9x").ok());
+  EXPECT_TRUE(check_listen("unix:/run/weft/agent-metrics.sock").ok());
+  EXPECT_FALSE(check_listen("unix:relative.sock").ok());
+  EXPECT_FALSE(check_listen("unix:/" + std::string(200, 'x')).ok());
 }
 
-// One HTTP/1.0 exchange from another thread while the loop serves.
-std::string http(EventLoop& loop, uint16_t port, const std::string& request) {
+// One HTTP/1.0 exchange from another thread while the loop serves (to loopback:port,
+// or to the Unix socket `path`).
+std::string http(EventLoop& loop, uint16_t port, const std::string& request,
+                 const std::string& path = "") {
   std::atomic<bool> done{false};
   std::string response;
   std::thread client([&] {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = ::socket(path.empty() ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    sockaddr_un u{};
+    u.sun_family = AF_UNIX;
+    std::snprintf(u.sun_path, sizeof u.sun_path, "%s", path.c_str());
+    int c = path.empty() ? ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a)
+                         : ::connect(fd, reinterpret_cast<sockaddr*>(&u), sizeof u);
+    if (c == 0) {
       (void)!::write(fd, request.data(), request.size());
       char buf[4096];
       ssize_t n;
@@ -104,6 +118,35 @@ TEST(Metrics, ServedOverHttpFromTheDaemonsLoop) {
   auto twice = HttpServer::start(**loop, "127.0.0.1:" + std::to_string(port), &registry);
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.error().str().find("127.0.0.1"), std::string::npos);
+}
+
+// Issue 32 (11): on loopback a local user can take the port first or hold its
+// connections; a Unix socket (0660) leaves that to the file's permissions. A stale
+// socket is replaced, another file is not.
+TEST(Metrics, ServedOnAUnixSocketOfItsOwn) {
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  Registry registry;
+  registry.add([](Writer& w) {
+    w.family("weft_test_up", "gauge", "Always 1.");
+    w.sample("weft_test_up", 1);
+  });
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-metrics-" + random_hex(4));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  std::string path = dir + "/metrics.sock";
+  for (int round = 0; round < 2; ++round) {  // the second finds the first's stale socket
+    auto server = HttpServer::start(**loop, "unix:" + path, &registry);
+    ASSERT_TRUE(server.ok()) << server.error().str();
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0660u);
+    std::string ok = http(**loop, 0, "GET /metrics HTTP/1.0\r\n\r\n", path);
+    EXPECT_NE(ok.find("\nweft_test_up 1\n"), std::string::npos) << ok;
+  }
+  ASSERT_TRUE(write_file(dir + "/file", "x").ok());
+  EXPECT_FALSE(HttpServer::start(**loop, "unix:" + dir + "/file", &registry).ok());
+  EXPECT_EQ(read_file(dir + "/file").value_or(""), "x");
+  (void)remove_tree(dir);
 }
 
 }  // namespace
