@@ -460,6 +460,10 @@ Result<json> Manager::resolve_image_then(const json& p, const CallContext& c, Jo
       Error e = field_error("task.image", "cannot resolve " + ref.str() + ": " + m.error().str());
       return reply(e);
     }
+    // What every agent would refuse (more layers than overlayfs stacks, a malformed
+    // manifest) is refused here, by the agents' own reader, not after placement.
+    if (auto doc = oci::parse_manifest(m->bytes, m->media_type); !doc.ok())
+      return reply(field_error("task.image", ref.str() + ": " + doc.error().str()));
     // The answer came after this replica stopped leading: nothing is written here (the
     // caller retries at the leader, which resolves the tag again).
     if (leadership_ && !leading_)

@@ -325,6 +325,33 @@ TEST_F(ControlPlane, AnImageTagIsResolvedAtCreateAndUpdateAndPrefetchedBeforeThe
   EXPECT_EQ(refused.error().message.rfind("task.image: cannot resolve", 0), 0u)
       << refused.error().str();
   EXPECT_FALSE(call("job.show", {{"name", "ghost"}}).ok());
+  // Issue 32 (11): an image of more layers than an agent stacks (128) was accepted here
+  // and refused by every agent. The agents' own manifest reader refuses it at create.
+  std::string layer = "one layer, many times";
+  oci::Digest l = reg.push_blob("team/tall", layer);
+  std::string cfg = json{{"architecture", "amd64"}, {"os", "linux"}}.dump();
+  oci::Digest c = reg.push_blob("team/tall", cfg);
+  json layers = json::array();
+  for (int i = 0; i < 200; ++i)
+    layers.push_back({{"mediaType", "application/vnd.oci.image.layer.v1.tar+gzip"},
+                      {"digest", l.str()},
+                      {"size", layer.size()}});
+  reg.push_manifest(
+      "team/tall", "v1",
+      json{{"schemaVersion", 2},
+           {"mediaType", oci::kOciManifest},
+           {"config", {{"mediaType", oci::kOciConfig}, {"digest", c.str()}, {"size", cfg.size()}}},
+           {"layers", layers}}
+          .dump(),
+      oci::kOciManifest);
+  job["name"] = "tall";
+  job["task"]["image"] = reg.host() + "/team/tall:v1";
+  auto tall = call("job.create", job);
+  ASSERT_FALSE(tall.ok());
+  EXPECT_EQ(tall.error().message.rfind("task.image: ", 0), 0u) << tall.error().str();
+  EXPECT_NE(tall.error().message.find("more than 128 layers"), std::string::npos)
+      << tall.error().str();
+  EXPECT_FALSE(call("job.show", {{"name", "tall"}}).ok());
 }
 
 // Ten machines on ten racks, a job of six tasks spread over them, four of its machines
