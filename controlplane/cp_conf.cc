@@ -101,6 +101,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "tls_key",
                      "tls_crl",
                      "tls_resumption",
+                     "secrets_key",
                      "metrics_listen",
                      "access",
                      "images",
@@ -132,6 +133,13 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
   }
   TRY_ASSIGN(const toml::table* access, doc.get_table(t, "access"));
   TRY_ASSIGN(c.access, parse_access(doc, access));
+  TRY_ASSIGN(auto secrets, doc.get_string(t, "secrets_key"));
+  if (secrets) {
+    if (secrets->empty() || (*secrets)[0] != '/')
+      return field_error(doc.where(*t.get("secrets_key")),
+                         "'secrets_key' must be an absolute path (a key file: docs/security.md)");
+    c.secrets_key = *secrets;
+  }
   TRY_ASSIGN(auto resumption, doc.get_bool(t, "tls_resumption"));
   c.tls_resumption = resumption.value_or(true);
   TRY_ASSIGN(auto insecure, doc.get_bool(t, "insecure_listen"));

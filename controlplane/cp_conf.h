@@ -34,6 +34,9 @@ struct CpConfig {
   // TLS session resumption for reconnecting machines (a ticket key in state_dir, new at
   // every reload so that a revocation ends every ticket).
   bool tls_resumption = true;
+  // The key file that seals jobs' secret values (task.env, task.files[].content) in the
+  // store (common/secret_box.h); "" = written as they are.
+  std::string secrets_key;
   // Which certificates are machines, viewers, operators and admins ([access]).
   AccessConfig access;
   std::string state_dir = "/var/lib/weft/controlplane";

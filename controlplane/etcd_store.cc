@@ -215,7 +215,7 @@ Status EtcdStore::put_machine(MachineId idx, const Broker::Persisted& m, Entitle
 
 Status EtcdStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
                           const std::vector<MachineId>& placement) {
-  json row{{"spec", job_spec_to_json(j.spec)},
+  json row{{"spec", job_row_spec(j.spec)},
            {"generation", j.generation},
            {"stopping", j.stopping},
            {"request", req ? request_to_json(*req) : json()},

@@ -34,11 +34,14 @@ int main(int argc, char** argv) {
   log_set_level_name(cfg.log_level);
   if (check_only) {
     // The files the configuration names, read as the start will read them.
-    if (cfg.tls.enabled()) {
-      if (auto s = tls::check_config(cfg.tls, ""); !s.ok()) {
-        std::cerr << "weft-controlplane: " << config_path << ": " << s.error().str() << "\n";
-        return 2;
-      }
+    Status host = cfg.tls.enabled() ? tls::check_config(cfg.tls, "") : Status{};
+    if (host.ok() && !cfg.secrets_key.empty()) {
+      auto box = SecretBox::load(cfg.secrets_key);
+      if (!box.ok()) host = std::move(box).error();
+    }
+    if (!host.ok()) {
+      std::cerr << "weft-controlplane: " << config_path << ": " << host.error().str() << "\n";
+      return 2;
     }
     std::cout << "configuration ok\n";
     return 0;

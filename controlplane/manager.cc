@@ -155,11 +155,15 @@ void Manager::commit_batch() {
 
 Status Manager::start() {
   TRY(mkdir_p(cfg_.state_dir, 0750));
+  if (!cfg_.secrets_key.empty()) {
+    TRY_ASSIGN(secrets_, SecretBox::load(cfg_.secrets_key));
+  }
   // The sockets' group's number, looked up now and remembered: grants are checked
   // against it on the loop (common/task_grants.h), where a slow NSS lookup must not run.
   (void)group_number(cfg_.socket_group);
   if (cfg_.store.kind == "etcd") return start_replica();
   TRY_ASSIGN(store_, StateStore::open(cfg_.state_dir + "/controlplane.db"));
+  store_->set_secrets(secrets_);
   TRY(restore_state());
   TRY(serve());
   lead();
@@ -170,6 +174,7 @@ Status Manager::start_replica() {
   TRY_ASSIGN(auto store, EtcdStore::open(cfg_.store.etcd));
   etcd_ = store.get();
   store_ = std::move(store);
+  store_->set_secrets(secrets_);
   LeaderConfig lc;
   lc.etcd = cfg_.store.etcd.etcd;
   lc.key = cfg_.store.etcd.prefix + "leader";
@@ -237,6 +242,16 @@ void Manager::step_down(const std::string& why) {
 
 Status Manager::restore_state() {
   TRY_CTX(store_->restore(alloc_, broker_, sched_, now_us()), "restoring the control plane state");
+  if (store_->secrets_stale()) {
+    // Rows written before the key, or under a rotated-out key: every job again, sealed
+    // with the current key.
+    std::set<std::string> all;
+    for (const auto& j : sched_.persisted_jobs()) all.insert(j.spec.name);
+    log_info("sealing the stored jobs' secrets with the current key",
+             {{"JOBS", std::to_string(all.size())}});
+    TRY(persist(all, {}));
+    commit_batch();
+  }
   // The machines were cut off by this restart (or the old leader's end), not by their
   // own failure: they have the failover grace to come back before any is counted dead.
   broker_.begin_failover_grace(now_us());

@@ -267,6 +267,7 @@ class Manager {
   std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
   // The profiles each machine's sidekick has (profile.report's "profiles").
   std::map<MachineId, std::set<std::string>> profiles_offered_;
+  std::shared_ptr<const SecretBox> secrets_;  // secrets_key: jobs' secrets sealed at rest
   // Why machine `m` has not applied its entitlement's profile (a take_unprepared).
   std::string prepare_failure(MachineId m) const;
   // Machines whose agent does not report "ready" (older than readiness checks): their

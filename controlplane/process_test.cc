@@ -1446,6 +1446,69 @@ TEST_F(ControlPlane, MachinesPageAndAGoneMachineIsRemoved) {
   EXPECT_EQ(names(), (std::set<std::string>{"m0", "m1", "m2"}));
 }
 
+// Issue 32 (5): with a secrets_key, no file of the control plane's state holds a
+// job's secret env value or file content; a restart runs the job with them as given.
+TEST_F(ControlPlane, AJobsSecretsAreNotInTheStateFilesAndSurviveARestart) {
+  ASSERT_TRUE(
+      write_file_atomic(dir_ + "/secrets.key", "k1 " + std::string(64, 'c') + "\n", 0600).ok());
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value() +
+                                                "secrets_key = \"" + dir_ + "/secrets.key\"\n")
+                  .ok());
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m("h1", "r1");
+  ASSERT_TRUE(m.connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "pay"},
+                                  {"entitlement", "a"},
+                                  {"per_task", {{"cpu_milli", 100}, {"mem_mb", 64}}},
+                                  {"task",
+                                   {{"argv", {"/bin/sleep", "infinity"}},
+                                    {"env", {{"STRIPE_KEY", "sk_live_9f8e7d6c"}}}}}})
+                  .ok());
+  auto state_holds = [&](const std::string& needle) {
+    std::string found;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/state"))
+      if (e.is_regular_file() && read_file(e.path()).value_or("").find(needle) != std::string::npos)
+        found += e.path().string() + " ";
+    return found;
+  };
+  EXPECT_EQ(state_holds("sk_live_9f8e7d6c"), "");
+  EXPECT_NE(state_holds("weft-sealed:v1:k1:"), "");
+  // The machine gets the value itself.
+  for (int i = 0; i < 100 && m.runs().empty(); ++i) {
+    m.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(m.runs().empty());
+  EXPECT_EQ(m.runs()[0]["env"]["STRIPE_KEY"], "sk_live_9f8e7d6c");
+  // Restarted, the control plane reads it back (an admin sees it; it is what a
+  // replacement would be started with).
+  stop(SIGTERM);
+  start();
+  if (HasFatalFailure()) return;
+  auto shown = call("job.show", {{"name", "pay"}});
+  ASSERT_TRUE(shown.ok()) << shown.error().str();
+  EXPECT_EQ((*shown)["spec"]["task"]["env"]["STRIPE_KEY"], "sk_live_9f8e7d6c") << shown->dump();
+  EXPECT_EQ(state_holds("sk_live_9f8e7d6c"), "");
+  // The key file gone: the control plane does not start rather than lose the secrets.
+  stop(SIGTERM);
+  ASSERT_EQ(::unlink((dir_ + "/secrets.key").c_str()), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open((dir_ + "/cp2.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(WEFT_CONTROLPLANE_BIN, "weft-controlplane", "-c", (dir_ + "/cp.toml").c_str(), nullptr);
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << st;
+  EXPECT_NE(read_file(dir_ + "/cp2.log").value_or("").find("secrets_key"), std::string::npos)
+      << read_file(dir_ + "/cp2.log").value_or("");
+}
+
 TEST_F(ControlPlane, PlaceReplaceRestartWithoutRestartingTasks) {
   start();
   if (HasFatalFailure()) return;

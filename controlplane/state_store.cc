@@ -222,7 +222,7 @@ Status SqliteStore::put_job(const Scheduler::PersistedJob& j, const std::optiona
   TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO jobs (name, spec, generation, "
                                   "stopping, request, placement) VALUES (?1,?2,?3,?4,?5,?6)"));
   s.bind(1, j.spec.name)
-      .bind(2, job_spec_to_json(j.spec).dump())
+      .bind(2, job_row_spec(j.spec).dump())
       .bind(3, static_cast<int64_t>(j.generation))
       .bind(4, int64_t{j.stopping});
   if (req)
@@ -441,8 +441,21 @@ Result<StoredState> SqliteStore::load() {
   return st;
 }
 
+json StateStore::job_row_spec(const JobSpec& s) const {
+  json j = job_spec_to_json(s);
+  return secrets_ ? seal_job_secrets(std::move(j), *secrets_) : j;
+}
+
 Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now) {
   TRY_ASSIGN(StoredState st, load());
+  // Secret values are opened here: a row the key file cannot open stops the start (the
+  // control plane cannot run a job whose secrets it cannot read, nor drop them).
+  secrets_stale_ = false;
+  for (auto& j : st.jobs) {
+    if (!j.spec.is_object()) continue;
+    if (secrets_ && !job_secrets_current(j.spec, *secrets_)) secrets_stale_ = true;
+    TRY_ASSIGN(j.spec, open_job_secrets(std::move(j.spec), secrets_.get()));
+  }
   return apply(std::move(st), alloc, broker, sched, now, wall_now());
 }
 

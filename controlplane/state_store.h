@@ -15,6 +15,7 @@
 
 #include "common/fs.h"
 #include "common/result.h"
+#include "common/secret_box.h"
 #include "common/store.h"
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
@@ -90,6 +91,12 @@ class StateStore {
     mono_ = std::move(monotonic);
     wall_ = std::move(wall);
   }
+  // Seals the secret values of the job rows it writes and opens those it reads
+  // (common/secret_box.h); without a box they are written as they are.
+  void set_secrets(std::shared_ptr<const SecretBox> box) { secrets_ = std::move(box); }
+  // After restore(): some job row's secrets were not sealed with the current key (written
+  // before a key was configured, or under a key rotated out): write every job again.
+  bool secrets_stale() const { return secrets_stale_; }
   virtual std::string kind() const = 0;
 
   // Group commit: open_batch() starts one transaction that the writes after it join,
@@ -155,8 +162,12 @@ class StateStore {
   uint64_t wall_now() const { return wall_(); }
   static nlohmann::json entitlement_row(const EntitlementSpec& e);
   static nlohmann::json machine_row(const Broker::Persisted& m);
+  // job_spec_to_json with the secret values sealed (when a box is set).
+  nlohmann::json job_row_spec(const JobSpec& s) const;
 
  private:
+  std::shared_ptr<const SecretBox> secrets_;
+  bool secrets_stale_ = false;
   std::function<uint64_t()> mono_ = now_monotonic_us;
   std::function<uint64_t()> wall_ = now_realtime_us;
 };

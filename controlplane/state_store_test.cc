@@ -68,6 +68,81 @@ class Stores : public ::testing::TestWithParam<std::string> {
 INSTANTIATE_TEST_SUITE_P(Both, Stores, ::testing::Values("sqlite", "etcd"),
                          [](const auto& p) { return p.param; });
 
+// Issue 32 (5): a job's secrets (env values, file contents) are sealed in the store
+// with the secrets_key, opened on restore, refused without the key, and resealed under
+// a rotated key.
+TEST_P(Stores, AJobsSecretsAreSealedAtRest) {
+  const std::string k1 = "k1 " + std::string(64, '1') + "\n",
+                    k2 = "k2 " + std::string(64, '2') + "\n";
+  auto old_key = SecretBox::parse(k1, "secrets.key");
+  ASSERT_TRUE(old_key.ok());
+  Plane before;
+  ASSERT_TRUE(before.broker.register_machine({"h0", "dc1", "r0", "a", {4000, 8192}}, 0).ok());
+  ASSERT_TRUE(before.broker.health("h0", "ok", 0).ok());
+  auto e = before.broker.create_entitlement({"web", 1, "", ""});
+  ASSERT_TRUE(e.ok());
+  JobSpec j;
+  j.name = "site";
+  j.entitlement = "web";
+  j.entitlement_id = *e;
+  j.per_task = {100, 64};
+  j.task = {{"argv", {"/bin/sleep", "infinity"}},
+            {"env", {{"STRIPE_KEY", "sk_live_hunter2"}}},
+            {"image", "registry.example/app@sha256:" + std::string(64, 'a')},
+            {"files", {{{"path", "/run/token"}, {"content", "t0ken-s3cret"}}}}};
+  auto created = before.sched.create(j, 0);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  {
+    auto st = open();
+    ASSERT_TRUE(st.ok()) << st.error().str();
+    (*st)->set_secrets(*old_key);
+    persist_all(before, **st);
+    auto raw = (*st)->load();
+    ASSERT_TRUE(raw.ok()) << raw.error().str();
+    ASSERT_EQ(raw->jobs.size(), 1u);
+    std::string row = raw->jobs[0].spec.dump();
+    EXPECT_EQ(row.find("hunter2"), std::string::npos) << row;
+    EXPECT_EQ(row.find("s3cret"), std::string::npos) << row;
+    EXPECT_NE(row.find("weft-sealed:v1:k1:"), std::string::npos) << row;
+  }
+  // Restored with the key: the plain values, and nothing to reseal.
+  {
+    Plane after;
+    auto st = open();
+    ASSERT_TRUE(st.ok());
+    (*st)->set_secrets(*old_key);
+    ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
+    auto job = after.sched.job("site");
+    ASSERT_TRUE(job);
+    EXPECT_EQ(job->task["env"]["STRIPE_KEY"], "sk_live_hunter2");
+    EXPECT_EQ(job->task["files"][0]["content"], "t0ken-s3cret");
+    EXPECT_FALSE((*st)->secrets_stale());
+  }
+  // Without the key: the start stops, naming the job and field, never the value.
+  {
+    Plane after;
+    auto st = open();
+    ASSERT_TRUE(st.ok());
+    auto r = (*st)->restore(after.alloc, after.broker, after.sched, 5);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().str().find("site/task.env.STRIPE_KEY"), std::string::npos)
+        << r.error().str();
+    EXPECT_EQ(r.error().str().find("hunter2"), std::string::npos);
+  }
+  // Rotated (a new key first, the old one kept): it opens, and asks to be rewritten.
+  {
+    Plane after;
+    auto st = open();
+    ASSERT_TRUE(st.ok());
+    auto both = SecretBox::parse(k2 + k1, "secrets.key");
+    ASSERT_TRUE(both.ok());
+    (*st)->set_secrets(*both);
+    ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
+    EXPECT_TRUE((*st)->secrets_stale());
+    EXPECT_EQ(after.sched.job("site")->task["env"]["STRIPE_KEY"], "sk_live_hunter2");
+  }
+}
+
 TEST_P(Stores, RestartRestoresEverything) {
   Plane before;
   for (int i = 0; i < 4; ++i) {

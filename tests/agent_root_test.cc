@@ -562,11 +562,13 @@ INSTANTIATE_TEST_SUITE_P(Lifecycle, CrashAtExit,
 TEST_F(AgentRoot, CrashDuringStopStillStops) {
   agent_->terminate();
   agent_->start("stop.signalled");
-  std::string id = run({{"name", "stubborn"},
-                        {"stop_grace", "500ms"},
-                        {"argv", {"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}}});
-  agent_->wait_state(id, "running");
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the trap be installed
+  std::string id =
+      run({{"name", "stubborn"},
+           {"stop_grace", "500ms"},
+           {"argv", {"sh", "-c", "trap '' TERM; echo trapped; while true; do sleep 1; done"}}});
+  // The trap is installed before the stop (a fixed wait lost that race on a busy machine).
+  agent_->wait_task(id, [&](const json&) { return logs(id) == "trapped\n"; });
+  ASSERT_EQ(logs(id), "trapped\n");
   EXPECT_FALSE(agent_->try_call("task.stop", {{"id", id}}).ok());
   ASSERT_TRUE(agent_->wait_dead());
   agent_->start();
