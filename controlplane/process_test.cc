@@ -211,6 +211,12 @@ class ControlPlane : public ::testing::Test {
   }
   void TearDown() override {
     stop(SIGTERM);
+    // A failed test shows the end of the control plane's log (a sanitizer's report, say).
+    if (HasFailure()) {
+      std::string log = read_file(dir_ + "/cp.log").value_or("");
+      std::cerr << "--- the end of cp.log\n"
+                << log.substr(log.size() > 12000 ? log.size() - 12000 : 0) << "\n";
+    }
     (void)remove_tree(dir_);
   }
   void start() {
@@ -2188,8 +2194,10 @@ TEST_F(ControlPlaneTls, TaskControllersAreSpokenToOverMutualTlsByNameAndBounded)
   ASSERT_TRUE(call("job.create", job("kv", evil.port(), "ctl-good", "1000")).ok());
   ASSERT_TRUE(call("job.create", job("kw", plain.port(), "ctl-good", "1000")).ok());
   ASSERT_TRUE(pump(5000, [&] { return running() == 8; }));
-  ASSERT_TRUE(call("job.update", job("kv", evil.port(), "ctl-good", "2000")).ok());
-  ASSERT_TRUE(call("job.update", job("kw", plain.port(), "ctl-good", "2000")).ok());
+  for (const auto& [name, port] : {std::pair{"kv", evil.port()}, {"kw", plain.port()}}) {
+    auto u = call("job.update", job(name, port, "ctl-good", "2000"));
+    ASSERT_TRUE(u.ok()) << u.error().str() << "\n" << read_file(dir_ + "/cp.log").value_or("");
+  }
   pump(3000, [] { return false; });
   EXPECT_EQ(stops(), 0) << "an impostor's acknowledgement restarted tasks";
   EXPECT_EQ(evil.plans(), 0) << "the plan went to a controller of another name";

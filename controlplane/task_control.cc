@@ -145,6 +145,12 @@ void TaskControlLinks::retry_later(Link& l) {
 }
 
 void TaskControlLinks::send(Link& l, uint64_t now) {
+  // No session (a TLS handshake that failed at once closed it): the ask waits for the
+  // next session, as when it was asked while connecting.
+  if (!l.session) {
+    l.again = true;
+    return;
+  }
   json params = hooks_.plan(l.job);
   uint64_t seq = ++l.seq;
   params["seq"] = seq;
