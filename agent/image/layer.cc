@@ -130,19 +130,19 @@ Error archive_error(archive* a, const std::string& what) {
 }
 
 // Room for `need` more bytes on the filesystem of `fd` above `limits.reserve_bytes`.
-Status check_room(int fd, uint64_t need, const UnpackLimits& limits) {
-  if (limits.reserve_bytes == 0) return {};
-  struct statvfs sv {};
-  if (fstatvfs(fd, &sv) != 0) return sys_error("statvfs of the layer directory");
-  uint64_t avail = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
-  if (avail >= limits.reserve_bytes && avail - limits.reserve_bytes >= need) return {};
-  return errno_error(ENOSPC, "the layer needs " + format_size(need) + " more, and the disk has " +
-                                 format_size(avail) + " free of which " +
-                                 format_size(limits.reserve_bytes) +
-                                 " is the image cache's reserve");
-}
-
 }  // namespace
+
+Status check_room(int fd, uint64_t need, uint64_t reserve_bytes) {
+  if (reserve_bytes == 0) return {};
+  struct statvfs sv {};
+  if (fstatvfs(fd, &sv) != 0) return sys_error("statvfs of the image store");
+  uint64_t avail = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+  if (avail >= reserve_bytes && avail - reserve_bytes >= need) return {};
+  return errno_error(ENOSPC, "it needs " + format_size(need) + " more, and the disk has " +
+                                 format_size(avail) + " free of which " +
+                                 format_size(reserve_bytes) +
+                                 " is the image cache's reserve (images.reserve)");
+}
 
 Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compression c,
                                  const UnpackLimits& limits) {
@@ -199,7 +199,7 @@ Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compressio
         return errno_error(EFBIG, "layer is larger than " + format_size(limits.max_bytes) +
                                       " uncompressed (the image cache's limit)");
       st.bytes += static_cast<uint64_t>(size);
-      TRY(check_room(rootfd.get(), static_cast<uint64_t>(size), limits));
+      TRY(check_room(rootfd.get(), static_cast<uint64_t>(size), limits.reserve_bytes));
     }
     size_t slash = rel->rfind('/');
     std::string parent = slash == std::string::npos ? "" : rel->substr(0, slash);
@@ -252,7 +252,7 @@ Result<UnpackStats> unpack_layer(int fd, const std::string& dir, oci::Compressio
         since_check += len;
         if (since_check >= (8u << 20)) {
           since_check = 0;
-          TRY(check_room(rootfd.get(), 8u << 20, limits));
+          TRY(check_room(rootfd.get(), 8u << 20, limits.reserve_bytes));
         }
         // A failed write is ARCHIVE_WARN here, not worse: without this check a layer cut
         // short by a full disk would be finished (truncated up to its size: zeros).

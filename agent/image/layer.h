@@ -42,6 +42,10 @@ struct UnpackStats {
   uint64_t skipped_devices = 0;  // character and block devices
 };
 
+// Room on the filesystem of `fd` for `need` more bytes above `reserve_bytes`; an error
+// with errnum ENOSPC when there is not (0: no reserve, always room).
+Status check_room(int fd, uint64_t need, uint64_t reserve_bytes);
+
 // Unpacks the tar stream on `fd` (compressed as `c`) into `dir`, which must exist and is
 // taken as the root: every entry lands beneath it. In this process, relative to `dir`
 // (the caller's working directory is not changed): use unpack_layer_confined from a

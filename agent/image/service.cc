@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -655,14 +654,9 @@ void Service::fail(const std::string& key, const Error& e) {
 }
 
 Status Service::check_room(uint64_t need) const {
-  struct statvfs sv {};
-  if (::statvfs(store_->root().c_str(), &sv) != 0) return sys_error("statvfs " + store_->root());
-  uint64_t avail = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
-  if (avail >= cfg_.reserve_bytes && avail - cfg_.reserve_bytes >= need) return {};
-  return errno_error(ENOSPC, "it needs " + format_size(need) + ", and the disk has " +
-                                 format_size(avail) + " free of which " +
-                                 format_size(cfg_.reserve_bytes) +
-                                 " is the image cache's reserve (images.reserve)");
+  Fd root(::open(store_->root().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root.valid()) return sys_error("open " + store_->root());
+  return image::check_room(root.get(), need, cfg_.reserve_bytes);
 }
 
 void Service::refuse(const std::string& digest, const Error& e) {
