@@ -45,6 +45,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/sim_util.h"
+#include "common/etcd_test_server.h"  // free_tcp_port
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -936,7 +937,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  uint16_t port = static_cast<uint16_t>(20000 + (getpid() % 20000));
+  uint16_t port = weft::testing::free_tcp_port();
   std::string conf =
       "socket = \"" + dir + "/cp.sock\"\nstate_dir = \"" + dir +
       "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port) + "\"\nheartbeat_interval = \"" +

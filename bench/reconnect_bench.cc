@@ -33,6 +33,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/sim_util.h"
+#include "common/etcd_test_server.h"  // free_tcp_port
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
     if (modes.find(key) == std::string::npos) continue;
     std::string run = dir + "/" + key;
     (void)mkdir_p(run);
-    uint16_t port = static_cast<uint16_t>(20000 + (getpid() % 20000));
+    uint16_t port = weft::testing::free_tcp_port();
     std::string conf =
         "socket = \"" + run + "/cp.sock\"\nstate_dir = \"" + run +
         "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port) + "\"\nheartbeat_interval = \"" +

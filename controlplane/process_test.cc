@@ -1174,26 +1174,58 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
 TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
   start();
   if (HasFatalFailure()) return;
-  // The controller job's process (what its task runs), on loopback.
-  int port = 30000 + static_cast<int>(getpid() % 20000);
-  pid_t ctl = fork();
-  if (ctl == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(SHARD_CONTROLLER_BIN, "shard_controller", "--listen",
-          ("127.0.0.1:" + std::to_string(port)).c_str(), "--shards", "3", "--replicas", "2",
-          "--floor", "1", nullptr);
-    _exit(127);
-  }
+  // The controller job's process (what its task runs), on loopback, on a port reserved
+  // for this test; the test waits until it listens (if it cannot, it exits, and another
+  // port is tried).
   struct Reap {
-    pid_t pid;
+    pid_t pid = -1;
     ~Reap() {
+      if (pid <= 0) return;
       kill(pid, SIGTERM);
       waitpid(pid, nullptr, 0);
     }
-  } reap{ctl};
+  } reap;
+  int port = 0;
+  for (int attempt = 0; attempt < 5 && port == 0; ++attempt) {
+    int candidate = weft::testing::free_tcp_port();
+    ASSERT_NE(candidate, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(candidate));
+    pid_t ctl = fork();
+    if (ctl == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int fd = open((dir_ + "/ctl.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execl(SHARD_CONTROLLER_BIN, "shard_controller", "--listen",
+            ("127.0.0.1:" + std::to_string(candidate)).c_str(), "--shards", "3", "--replicas", "2",
+            "--floor", "1", nullptr);
+      _exit(127);
+    }
+    reap.pid = ctl;
+    for (int i = 0; i < 1000; ++i) {
+      if (waitpid(ctl, nullptr, WNOHANG) == ctl) {
+        reap.pid = -1;
+        break;
+      }
+      int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      bool up = connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      close(c);
+      if (up) {
+        port = candidate;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (port == 0 && reap.pid > 0) {
+      kill(reap.pid, SIGKILL);
+      waitpid(reap.pid, nullptr, 0);
+      reap.pid = -1;
+    }
+  }
+  ASSERT_NE(port, 0) << read_file(dir_ + "/ctl.log").value_or("");
   std::vector<std::unique_ptr<FakeMachine>> ms;
   for (int i = 0; i < 4; ++i) {
     ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
@@ -1245,7 +1277,8 @@ TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
   }
   EXPECT_TRUE(updated) << read_file(dir_ + "/ctl.log").value_or("");
   EXPECT_NE(read_file(dir_ + "/ctl.log").value_or("").find("acknowledged job=kv"),
-            std::string::npos);
+            std::string::npos)
+      << read_file(dir_ + "/ctl.log").value_or("");
 }
 
 // A control plane held up longer than the dead-machine timeout (here paused with
