@@ -4,6 +4,7 @@
 #include <cctype>
 #include <climits>
 
+#include "common/fs.h"
 #include "common/json_bounded.h"
 #include "common/rpc.h"
 #include "common/task_spec.h"
@@ -38,8 +39,13 @@ std::string make_task_id(const std::string& job, int index, uint64_t seq) {
   return job + "." + std::to_string(index) + "." + std::to_string(seq);
 }
 
-json task_run_params(const JobSpec& s, const std::string& task_id) {
+json task_run_params(const JobSpec& s, const std::string& task_id,
+                     const std::map<std::string, uint16_t>& ports) {
   json t = s.task.is_object() ? s.task : json::object();
+  if (!ports.empty())
+    t["ports"] = ports;
+  else if (!s.ports.empty())
+    t["ports"] = s.ports;
   t["name"] = task_id;  // the agent refuses a second live task of that name: idempotent
   t["owner"] = "controlplane";
   return t;
@@ -50,7 +56,8 @@ Result<JobSpec> parse_job_spec(const json& j) {
   for (const auto& [k, v] : j.items()) {
     static const char* kKeys[] = {"name",      "entitlement",     "count",
                                   "per_task",  "machine_type",    "max_unavailable",
-                                  "placement", "task_controller", "task"};
+                                  "placement", "task_controller", "task",
+                                  "ports",     "discovery_drain"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");
@@ -132,9 +139,35 @@ Result<JobSpec> parse_job_spec(const json& j) {
     s.controller = std::move(tc);
   }
 
+  if (j.contains("ports") && !j["ports"].is_null()) {
+    const json& ports = j["ports"];
+    if (!ports.is_object() || ports.size() > kMaxTaskPorts)
+      return field_error("ports", "must be a table of at most " + std::to_string(kMaxTaskPorts) +
+                                      " names and port numbers (0: one the control plane picks)");
+    for (const auto& [name, v] : ports.items()) {
+      if (!valid_port_name(name))
+        return field_error("ports." + name,
+                           "a port's name is 1-15 lowercase letters, digits and '-', starting "
+                           "with a letter");
+      TRY_ASSIGN(auto port, int_member(ports, name.c_str(), 0, 0, 65535, "ports."));
+      s.ports[name] = static_cast<uint16_t>(port);
+    }
+  }
+  if (j.contains("discovery_drain") && !j["discovery_drain"].is_null()) {
+    const json& d = j["discovery_drain"];
+    Result<uint64_t> us = d.is_string()   ? parse_duration_us(d.get<std::string>())
+                          : d.is_number() ? seconds_to_us(d.get<double>())
+                                          : Result<uint64_t>(make_error("must be a duration"));
+    if (!us.ok() || *us > 600'000'000)
+      return field_error("discovery_drain",
+                         "must be a duration of at most 10 minutes, such as \"5s\"");
+    s.discovery_drain_us = *us;
+  }
   if (!j.contains("task") || !j["task"].is_object())
     return field_error("task", "is required: the task spec to run (an object)");
   s.task = j["task"];
+  if (s.task.contains("ports"))
+    return field_error("task.ports", "are named by the job (ports = {...}), not its task");
   for (const char* key : {"name", "owner"})
     if (s.task.contains(key))
       return field_error(std::string("task.") + key,
@@ -160,6 +193,8 @@ json to_json(const JobSpec& s) {
            {"max_unavailable", s.max_unavailable},
            {"placement", placement_name(s.placement)},
            {"task", s.task}};
+  if (!s.ports.empty()) out["ports"] = s.ports;
+  if (s.discovery_drain_us) out["discovery_drain"] = std::to_string(s.discovery_drain_us) + "us";
   if (s.controller) {
     out["task_controller"] = {
         {"timeout_ms", s.controller->timeout_ms},

@@ -11,10 +11,12 @@
 //    "per_task": {"cpu_milli": 500, "mem_mb": 256},
 //    "task_controller": {"address": "10.1.2.3:7400", "timeout_ms": 10000,
 //                        "when_unreachable": "proceed", "identity": "shardctl.web"},
+//    "ports": {"http": 0, "admin": 9100}, "discovery_drain": "5s",
 //    "task": {<a task spec without name and owner: common/task_spec.h>}}
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,6 +69,13 @@ struct JobSpec {
   int max_unavailable = 1;
   PlacementPolicy placement = PlacementPolicy::kSpread;
   std::optional<TaskControllerSpec> controller;  // "task_controller"
+  // Named ports (docs/services.md): name -> port on the task's machine; 0 = one the
+  // control plane picks from the machine's port_range. A placement resource: no machine
+  // holds two tasks that claim one fixed port. Resolved per task into task.ports.
+  std::map<std::string, uint16_t> ports;
+  // After a task leaves service discovery and every agent has its new answers, how long
+  // its stop still waits (clients' cached answers, open connections); 0 = not at all.
+  uint64_t discovery_drain_us = 0;
   // The task spec as the operator wrote it (validated; no name or owner: each task gets
   // its own id, and the control plane marks what it starts).
   nlohmann::json task = nlohmann::json::object();
@@ -81,7 +90,9 @@ Result<JobSpec> parse_job_spec(const nlohmann::json& j);
 nlohmann::json to_json(const JobSpec& s);
 
 std::string make_task_id(const std::string& job, int index, uint64_t seq);
-// The task.run params for one task of the job.
-nlohmann::json task_run_params(const JobSpec& s, const std::string& task_id);
+// The task.run params for one task of the job, with its ports' numbers (`ports`: the
+// control plane's choice for this task; empty: the job's own, 0 for any).
+nlohmann::json task_run_params(const JobSpec& s, const std::string& task_id,
+                               const std::map<std::string, uint16_t>& ports = {});
 
 }  // namespace weft

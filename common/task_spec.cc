@@ -4,9 +4,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "common/fs.h"
 #include "common/oci.h"
+#include "common/rpc.h"
 
 namespace weft {
 
@@ -234,7 +236,15 @@ Status parse_readiness(const Reader& r, ReadinessCheck* c) {
     c->kind = ReadinessKind::kExec;
   else
     return field_error(r.name("type"), "must be \"tcp\", \"http\" or \"exec\"");
-  TRY_ASSIGN(auto port, r.uint("port", 1, 65535));
+  std::optional<uint64_t> port;
+  if (r.has("port") && r.at("port").is_string()) {
+    TRY_ASSIGN(c->port_name, r.str("port"));
+    if (!valid_port_name(c->port_name))
+      return field_error(r.name("port"), "must be a port number or the name of one of ports");
+    port = 0;
+  } else {
+    TRY_ASSIGN(port, r.uint("port", 1, 65535));
+  }
   if (c->kind != ReadinessKind::kExec) {
     if (!port) return field_error(r.name("port"), "is required for a " + type + " check");
     c->port = static_cast<uint16_t>(*port);
@@ -448,7 +458,12 @@ json readiness_json(const ReadinessCheck& c) {
          {"initial_delay", std::to_string(c.initial_delay_us) + "us"},
          {"success_threshold", c.success_threshold},
          {"failure_threshold", c.failure_threshold}};
-  if (c.kind != ReadinessKind::kExec) j["port"] = c.port;
+  if (c.kind != ReadinessKind::kExec) {
+    if (c.port_name.empty())
+      j["port"] = c.port;
+    else
+      j["port"] = c.port_name;
+  }
   if (c.kind == ReadinessKind::kHttp) j["path"] = c.path;
   if (c.kind == ReadinessKind::kExec) j["command"] = c.command;
   return j;
@@ -462,7 +477,7 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   TRY(r.only({"name",       "argv",   "env",        "cwd",      "user",      "group",
               "resources",  "rootfs", "namespaces", "hostname", "restart",   "stop_signal",
               "stop_grace", "logs",   "owner",      "seccomp",  "readiness", "image",
-              "mounts",     "files",  "package"}));
+              "mounts",     "files",  "package",    "ports"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
@@ -623,12 +638,91 @@ Result<TaskSpec> parse_task_spec(const json& j) {
     }
     if (mf) s.logs.max_files = *mf;
   }
+  if (r.has("ports")) {
+    const json& ports = r.at("ports");
+    if (!ports.is_object() || ports.size() > kMaxTaskPorts)
+      return field_error("ports", "must be a table of at most " + std::to_string(kMaxTaskPorts) +
+                                      " names and port numbers (0: any free port)");
+    std::map<uint16_t, std::string> fixed;
+    Reader pr(ports, "ports");
+    for (const auto& [name, v] : ports.items()) {
+      if (!valid_port_name(name))
+        return field_error("ports." + name,
+                           "a port's name is 1-15 lowercase letters, digits and '-', starting "
+                           "with a letter");
+      TRY_ASSIGN(auto n, pr.uint(name.c_str(), 0, 65535));
+      auto port = static_cast<uint16_t>(*n);
+      if (port != 0 && !fixed.emplace(port, name).second)
+        return field_error("ports." + name,
+                           "port " + std::to_string(port) + " is also ports." + fixed[port]);
+      s.ports[name] = port;
+    }
+    if (s.ns.network == NetworkMode::kPrivate)
+      return field_error("ports",
+                         "are ports of the host's network: a task with namespaces.network = "
+                         "\"private\" cannot be reached on them");
+  }
   if (r.has("readiness")) {
     ReadinessCheck c;
     TRY(parse_readiness(Reader(r.at("readiness"), "readiness"), &c));
+    if (!c.port_name.empty()) {
+      auto it = s.ports.find(c.port_name);
+      if (it == s.ports.end())
+        return field_error("readiness.port", "names no port of ports: " + c.port_name);
+      c.port = it->second;
+    }
     s.readiness = std::move(c);
   }
   return s;
+}
+
+bool valid_port_name(const std::string& n) {
+  if (n.empty() || n.size() > 15 || !(n[0] >= 'a' && n[0] <= 'z') || n.back() == '-')
+    return false;
+  for (char c : n)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  return true;
+}
+
+std::string port_env_name(const std::string& name) {
+  std::string out = "WEFT_PORT_";
+  for (char c : name) out += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return out;
+}
+
+Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
+                          const std::function<std::string(uint16_t)>& holder, uint16_t* next) {
+  std::set<uint16_t> mine;
+  for (const auto& [name, port] : spec->ports) {
+    if (port == 0) continue;
+    if (std::string who = holder(port); !who.empty())
+      return field_error("ports." + name,
+                         "port " + std::to_string(port) + " is held by task " + who)
+          .with_code(rpc::kUnsupported);
+    mine.insert(port);
+  }
+  if (first == 0 || last < first) first = last = 0;
+  uint32_t span = last - first + 1u;
+  uint32_t at = next && *next >= first && *next <= last ? *next - first : 0;
+  for (auto& [name, port] : spec->ports) {
+    if (port != 0) continue;
+    for (uint32_t tried = 0; tried < span && first != 0; ++tried, at = (at + 1) % span) {
+      auto candidate = static_cast<uint16_t>(first + at);
+      if (mine.count(candidate) || !holder(candidate).empty()) continue;
+      port = candidate;
+      at = (at + 1) % span;
+      break;
+    }
+    if (port == 0)
+      return field_error("ports." + name, "no free port is left in the machine's port_range")
+          .with_code(rpc::kUnsupported);
+    mine.insert(port);
+  }
+  if (next && first != 0) *next = static_cast<uint16_t>(first + at);
+  if (spec->readiness && !spec->readiness->port_name.empty())
+    spec->readiness->port = spec->ports[spec->readiness->port_name];
+  for (const auto& [name, port] : spec->ports) spec->env[port_env_name(name)] = std::to_string(port);
+  return {};
 }
 
 Result<PackageSpec> parse_package_spec(const json& j) {
@@ -718,6 +812,7 @@ json to_json(const TaskSpec& s) {
   j["stop_grace"] = std::to_string(s.stop_grace_us) + "us";
   j["logs"] = {{"max_file_size", s.logs.max_file_bytes}, {"max_files", s.logs.max_files}};
   if (s.readiness) j["readiness"] = readiness_json(*s.readiness);
+  if (!s.ports.empty()) j["ports"] = s.ports;
   return j;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -68,6 +69,9 @@ enum class ReadinessKind { kTcp, kHttp, kExec };
 struct ReadinessCheck {
   ReadinessKind kind = ReadinessKind::kTcp;
   uint16_t port = 0;                 // tcp, http
+  // Or one of the task's named ports (`port = "http"`): the agent puts its number in
+  // `port` when it gives the task its ports (resolve_task_ports).
+  std::string port_name;
   std::string path = "/";            // http: 2xx and 3xx answers pass
   std::vector<std::string> command;  // exec: exit status 0 passes
   uint64_t interval_us = 1'000'000;
@@ -138,6 +142,10 @@ struct TaskSpec {
   uint64_t stop_grace_us = 10'000'000;
   LogSpec logs;
   std::optional<ReadinessCheck> readiness;
+  // Named ports the task listens on in the host's network (docs/services.md): name ->
+  // port; 0 = any free port of the agent's port_range, chosen at start. The task finds
+  // them as WEFT_PORT_<NAME> in its environment.
+  std::map<std::string, uint16_t> ports;
   // Who started the task: empty for operators, "controlplane" for tasks the control
   // plane placed (only those are in the agent's reports to it).
   std::string owner;
@@ -149,6 +157,23 @@ Result<TaskSpec> parse_task_spec(const nlohmann::json& j);
 Result<PackageSpec> parse_package_spec(const nlohmann::json& j);
 // The canonical form stored in the database; parse_task_spec(to_json(s)) == s.
 nlohmann::json to_json(const TaskSpec& s);
+
+// A port's name: 1-15 lowercase letters, digits and '-', starting with a letter and not
+// ending with '-' (an RFC 6335 service name: it becomes the `_<name>._tcp` of an SRV
+// record).
+inline constexpr size_t kMaxTaskPorts = 16;
+bool valid_port_name(const std::string& name);
+// WEFT_PORT_<NAME>: the name upper-cased, '-' as '_'.
+std::string port_env_name(const std::string& name);
+// Gives every port of `spec` a number: a 0 takes the first port of [first, last] for
+// which taken(port) is false (taken also says which fixed ports another task holds: a
+// fixed port that is taken is refused, naming it and `holder`); then the readiness
+// check's named port, and WEFT_PORT_<NAME> in the environment. `next` (optional) is
+// where the search for a free port starts and is moved past the ports chosen, so a
+// port just let go is the last to be taken again.
+Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
+                          const std::function<std::string(uint16_t)>& holder,
+                          uint16_t* next = nullptr);
 
 Result<int> parse_signal(const std::string& s);  // "SIGTERM", "TERM", "15"
 std::string signal_name(int sig);

@@ -28,6 +28,15 @@ MachineId Allocator::add_machine(const MachineSpec& spec) {
   return id;
 }
 
+void Allocator::set_port_range(MachineId id, uint16_t first, uint16_t last) {
+  Machine& m = machines_.at(id);
+  if (m.spec.port_first == first && m.spec.port_last == last) return;
+  m.spec.port_first = first;
+  m.spec.port_last = last;
+  m.in_range = 0;
+  for (uint16_t p : m.ports) m.in_range += p >= first && p <= last;
+}
+
 void Allocator::pool_insert(MachineId id) {
   Machine& m = machines_[id];
   Pool& p = pools_[m.ent];
@@ -123,7 +132,7 @@ void Allocator::place(const Request& r, size_t count, const std::vector<MachineI
     int n = t == taken.end() ? 0 : t->second;
     avail.cpu_milli -= r.per_task.cpu_milli * n;
     avail.mem_mb -= r.per_task.mem_mb * n;
-    return avail.fits(r.per_task);
+    return avail.fits(r.per_task) && ports_fit(m, r, n);
   };
   // One pass over a pool's domains (from its cursor), placing up to `per_domain` of
   // this job's tasks in each and up to `per_machine` on each machine. `capped` says
@@ -221,11 +230,9 @@ Result<Placement> Allocator::allocate(const Request& r) {
 
   if (old) (void)release(r.job);
   for (MachineId id : joined) (void)assign(id, r.entitlement);  // free machines hold no tasks
-  for (MachineId id : out) {
-    machines_[id].free -= r.per_task;
-    ++machines_[id].tasks;
-  }
-  jobs_[r.job] = Held{r, out};
+  Held& h = jobs_[r.job];
+  h = Held{r, out, {}};
+  for (size_t i = 0; i < out.size(); ++i) hold(h, i, out[i]);
   changed_.insert(r.job);
   return Placement{std::move(out), std::move(joined), false};
 }
@@ -243,14 +250,12 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
   // Free the moving tasks' resources, then place that many again, spread against the
   // tasks that stay. Machines the broker marked unusable are not candidates.
   std::vector<MachineId> staying;
+  std::vector<std::vector<uint16_t>> had = h.dynamic;
   for (size_t i = 0; i < h.machines.size(); ++i) {
-    Machine& m = machines_[h.machines[i]];
-    if (moving[i]) {
-      m.free += h.req.per_task;
-      --m.tasks;
-    } else {
+    if (moving[i])
+      unhold(h, i);
+    else
       staying.push_back(h.machines[i]);
-    }
   }
   size_t count = 0;
   for (bool mv : moving) count += mv;
@@ -258,10 +263,7 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
   place(h.req, count, staying, &out, &joined);
   if (out.size() < count) {
     for (size_t i = 0; i < h.machines.size(); ++i)  // all or nothing: take them back
-      if (moving[i]) {
-        machines_[h.machines[i]].free -= h.req.per_task;
-        ++machines_[h.machines[i]].tasks;
-      }
+      if (moving[i]) hold(h, i, h.machines[i], i < had.size() ? &had[i] : nullptr);
     return make_error("job " + job + ": " + std::to_string(out.size()) + " of " +
                       std::to_string(count) + " tasks could be moved")
         .wrap("allocate");
@@ -271,9 +273,8 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
   for (size_t i = 0; i < h.machines.size(); ++i) {
     if (!moving[i]) continue;
     MachineId id = out[k++];
-    machines_[id].free -= h.req.per_task;
-    ++machines_[id].tasks;
     h.machines[i] = id;
+    hold(h, i, id);
   }
   changed_.insert(job);
   return Placement{h.machines, std::move(joined), false};
@@ -287,11 +288,9 @@ Result<Placement> Allocator::resize(const std::string& job, int tasks) {
   auto want = static_cast<size_t>(tasks);
   changed_.insert(job);  // (on failure too: a job marked changed is written as it is)
   if (want < h.machines.size()) {
-    for (size_t i = want; i < h.machines.size(); ++i) {
-      machines_[h.machines[i]].free += h.req.per_task;
-      --machines_[h.machines[i]].tasks;
-    }
+    for (size_t i = want; i < h.machines.size(); ++i) unhold(h, i);
     h.machines.resize(want);
+    if (h.dynamic.size() > want) h.dynamic.resize(want);
   } else if (want > h.machines.size()) {
     std::vector<MachineId> out, joined;
     size_t count = want - h.machines.size();
@@ -302,9 +301,8 @@ Result<Placement> Allocator::resize(const std::string& job, int tasks) {
           .wrap("allocate");
     for (MachineId id : joined) (void)assign(id, h.req.entitlement);  // free machines hold no tasks
     for (MachineId id : out) {
-      machines_[id].free -= h.req.per_task;
-      ++machines_[id].tasks;
       h.machines.push_back(id);
+      hold(h, h.machines.size() - 1, id);
     }
     h.req.tasks = tasks;
     return Placement{h.machines, std::move(joined), false};
@@ -324,26 +322,111 @@ std::optional<Request> Allocator::request(const std::string& job) const {
   return it->second.req;
 }
 
-Status Allocator::restore(const Request& r, const std::vector<MachineId>& machines) {
+Status Allocator::restore(const Request& r, const std::vector<MachineId>& machines,
+                          const std::vector<std::vector<uint16_t>>& dynamic) {
   if (jobs_.count(r.job)) return field_error("job", "job " + r.job + " is already placed");
   for (MachineId id : machines)
     if (id >= machines_.size()) return field_error("machine", "no machine " + std::to_string(id));
-  for (MachineId id : machines) {
-    machines_[id].free -= r.per_task;
-    ++machines_[id].tasks;
-  }
-  jobs_[r.job] = Held{r, machines};
+  Held& h = jobs_[r.job];
+  h = Held{r, machines, {}};
+  for (size_t i = 0; i < machines.size(); ++i)
+    hold(h, i, machines[i], i < dynamic.size() ? &dynamic[i] : nullptr);
   return {};
+}
+
+void Allocator::claim_port(Machine& m, uint16_t port) {
+  if (m.ports.insert(port).second && port >= m.spec.port_first && port <= m.spec.port_last)
+    ++m.in_range;
+}
+
+void Allocator::free_port(Machine& m, uint16_t port) {
+  if (m.ports.erase(port) && port >= m.spec.port_first && port <= m.spec.port_last) --m.in_range;
+}
+
+bool Allocator::ports_fit(const Machine& m, const Request& r, int taken) {
+  if (!r.fixed_ports.empty()) {
+    if (taken > 0) return false;  // one claim of a port per machine
+    for (uint16_t p : r.fixed_ports)
+      if (m.ports.count(p)) return false;
+  }
+  if (r.dynamic_ports > 0) {
+    if (m.spec.port_last < m.spec.port_first) return false;
+    int64_t range = int64_t{m.spec.port_last} - m.spec.port_first + 1;
+    // Fixed ports of r inside the range would be taken by the task itself.
+    int64_t own = 0;
+    for (uint16_t p : r.fixed_ports) own += p >= m.spec.port_first && p <= m.spec.port_last;
+    if (range - m.in_range - own < int64_t{r.dynamic_ports} * (taken + 1)) return false;
+  }
+  return true;
+}
+
+void Allocator::hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t>* known) {
+  Machine& m = machines_[id];
+  m.free -= h.req.per_task;
+  ++m.tasks;
+  for (uint16_t p : h.req.fixed_ports) claim_port(m, p);
+  if (h.dynamic.size() <= i) h.dynamic.resize(i + 1);
+  std::vector<uint16_t>& mine = h.dynamic[i];
+  mine.clear();
+  const size_t want = static_cast<size_t>(std::max(0, h.req.dynamic_ports));
+  if (known && known->size() == want) {
+    bool free = true;
+    for (uint16_t p : *known) free = free && p != 0 && !m.ports.count(p);
+    if (free) {
+      for (uint16_t p : *known) claim_port(m, p);
+      mine = *known;
+      return;
+    }
+  }
+  if (want == 0 || m.spec.port_last < m.spec.port_first) return;
+  // Taken in turn from where the last search stopped: a port just let go is the last to
+  // be handed out again (a client of the old task may still try it).
+  const uint32_t span = uint32_t{m.spec.port_last} - m.spec.port_first + 1;
+  uint32_t at = m.next_port >= m.spec.port_first && m.next_port <= m.spec.port_last
+                    ? m.next_port - m.spec.port_first
+                    : 0;
+  for (uint32_t tried = 0; tried < span && mine.size() < want; ++tried, at = (at + 1) % span) {
+    auto p = static_cast<uint16_t>(m.spec.port_first + at);
+    if (m.ports.count(p)) continue;
+    claim_port(m, p);
+    mine.push_back(p);
+  }
+  m.next_port = static_cast<uint16_t>(m.spec.port_first + at);
+}
+
+void Allocator::unhold(Held& h, size_t i) {
+  Machine& m = machines_[h.machines[i]];
+  m.free += h.req.per_task;
+  --m.tasks;
+  for (uint16_t p : h.req.fixed_ports) free_port(m, p);
+  if (i < h.dynamic.size()) {
+    for (uint16_t p : h.dynamic[i]) free_port(m, p);
+    h.dynamic[i].clear();
+  }
+}
+
+std::vector<std::vector<uint16_t>> Allocator::dynamic_ports(const std::string& job) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return {};
+  auto out = it->second.dynamic;
+  out.resize(it->second.machines.size());
+  return out;
+}
+
+std::vector<uint16_t> Allocator::dynamic_ports(const std::string& job, int index) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || index < 0 || static_cast<size_t>(index) >= it->second.dynamic.size())
+    return {};
+  return it->second.dynamic[static_cast<size_t>(index)];
 }
 
 std::vector<MachineId> Allocator::release(const std::string& job) {
   std::vector<MachineId> empty;
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return empty;
-  for (MachineId id : it->second.machines) {
-    Machine& m = machines_[id];
-    m.free += it->second.req.per_task;
-    if (--m.tasks == 0) empty.push_back(id);
+  for (size_t i = 0; i < it->second.machines.size(); ++i) {
+    unhold(it->second, i);
+    if (machines_[it->second.machines[i]].tasks == 0) empty.push_back(it->second.machines[i]);
   }
   jobs_.erase(it);
   changed_.insert(job);

@@ -24,6 +24,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,9 @@ struct MachineSpec {
   std::string domain;  // fault domain for spreading (MSB / rack)
   std::string type;    // machine type, a hard constraint when a job names one
   Resources capacity;
+  // Where the ports a job leaves to the control plane (ports = { http = 0 }) are taken
+  // from on this machine (the agent's port_range).
+  uint16_t port_first = 20000, port_last = 32767;
 };
 
 struct Request {
@@ -71,6 +75,11 @@ struct Request {
   std::string machine_type;  // "" = any
   std::string dc;            // "" = any
   bool spread = true;        // spread over fault domains and machines (default), or pack
+  // Ports (docs/services.md): fixed host ports each task claims (a machine holds at most
+  // one claim of a port, so at most one task of such a job), and how many ports each
+  // task takes from its machine's port range (chosen here, kept per task index).
+  std::vector<uint16_t> fixed_ports;
+  int dynamic_ports = 0;
 };
 
 struct Placement {
@@ -84,6 +93,9 @@ class Allocator {
   // Machines join the free pool, healthy and ready.
   MachineId add_machine(const MachineSpec& spec);
   const MachineSpec& spec(MachineId m) const { return machines_.at(m).spec; }
+  // The machine's agent registered again with another port_range: new ports come from
+  // it (ports held keep their numbers).
+  void set_port_range(MachineId m, uint16_t first, uint16_t last);
   size_t machine_count() const { return machines_.size(); }
 
   // A machine that is unhealthy (HCS verdict, missed heartbeats) or whose entitlement
@@ -116,9 +128,19 @@ class Allocator {
   // placed with: what the control plane persists.
   std::vector<MachineId> placement(const std::string& job) const;
   std::optional<Request> request(const std::string& job) const;
+  // The ports taken from its machine's range for each task index of a job (each of
+  // r.dynamic_ports long; empty if none): what the control plane persists beside the
+  // placement, so that a task keeps its ports across restarts.
+  std::vector<std::vector<uint16_t>> dynamic_ports(const std::string& job) const;
+  std::vector<uint16_t> dynamic_ports(const std::string& job, int index) const;
+  // Whether machine m holds a claim of `port` (fixed or taken from its range).
+  bool port_held(MachineId m, uint16_t port) const { return machines_.at(m).ports.count(port); }
   // Re-establishes a placement read back from the store after a restart, holding its
-  // resources without placing anything anew.
-  Status restore(const Request& r, const std::vector<MachineId>& machines);
+  // resources without placing anything anew; `dynamic` (per index, optional) the ports
+  // its tasks had (an index without them, or whose ports another claim holds now, gets
+  // new ones).
+  Status restore(const Request& r, const std::vector<MachineId>& machines,
+                 const std::vector<std::vector<uint16_t>>& dynamic = {});
   // Frees everything a job holds; returns the machines that became empty.
   std::vector<MachineId> release(const std::string& job);
   // Returns empty machines of an entitlement to the free pool; returns them.
@@ -139,6 +161,9 @@ class Allocator {
     uint32_t domain = 0, dc = 0, type = 0;  // interned
     uint32_t slot = 0;                      // position in its pool's domain bucket
     int tasks = 0;
+    std::unordered_set<uint16_t> ports;  // claimed: fixed ports and ones from the range
+    uint32_t in_range = 0;               // how many of those are in the range
+    uint16_t next_port = 0;              // where the next search of the range starts
     bool healthy = true, ready = true, holds_slot = true;
   };
   struct Pool {
@@ -154,7 +179,18 @@ class Allocator {
   struct Held {
     Request req;
     std::vector<MachineId> machines;
+    std::vector<std::vector<uint16_t>> dynamic;  // per index: ports from the range
   };
+  // Task i of h on machine id (h.machines[i] = id): its resources and ports are held
+  // there (`known`: the ports from the range it had, kept where still free).
+  void hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t>* known = nullptr);
+  // Lets go of what task i of h holds on h.machines[i].
+  void unhold(Held& h, size_t i);
+  void claim_port(Machine& m, uint16_t port);
+  void free_port(Machine& m, uint16_t port);
+  // Whether m can take one more task of r when `taken` of them are placed there already
+  // by the same call: its fixed ports free, and enough of its range.
+  static bool ports_fit(const Machine& m, const Request& r, int taken);
   // Places `count` more tasks of `r` into *out, spreading against `staying` (the
   // machines of the job's tasks that stay where they are). Places as many as fit; the
   // caller checks that all did.

@@ -95,6 +95,9 @@ void Manager::register_methods() {
       {"maintenance.ls", &Manager::api_maintenance_ls, kViewerCall},
       {"maintenance.cancel", &Manager::api_maintenance_cancel, kAdminCall},
       {"controlplane.status", &Manager::api_controlplane_status, kViewerCall},
+      {"service.ls", &Manager::api_service_ls, kViewerCall},
+      {"service.show", &Manager::api_service_show, kViewerCall},
+      {"service.watch", &Manager::api_service_watch, kViewerCall},
   };
   for (const auto& m : kMethods)
     methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
@@ -158,6 +161,23 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   }
   if (p.contains("reports_ready") && !p["reports_ready"].is_boolean())
     return field_error("reports_ready", "must be true or false");
+  if (p.contains("serves_discovery") && !p["serves_discovery"].is_boolean())
+    return field_error("serves_discovery", "must be true or false");
+  if (p.contains("port_range")) {
+    const json& r = p["port_range"];
+    bool ok = r.is_array() && r.size() == 2 && r[0].is_number_unsigned() &&
+              r[1].is_number_unsigned() && r[0].get<uint64_t>() >= 1 &&
+              r[1].get<uint64_t>() <= 65535 && r[0].get<uint64_t>() <= r[1].get<uint64_t>();
+    if (!ok) return field_error("port_range", "must be [first, last], ports from 1 to 65535");
+    info.port_first = r[0].get<uint16_t>();
+    info.port_last = r[1].get<uint16_t>();
+  }
+  std::string address;
+  if (p.contains("address")) {
+    if (!p["address"].is_string() || !valid_ip_address(p["address"].get<std::string>()))
+      return field_error("address", "must be an IPv4 or IPv6 address");
+    address = p["address"].get<std::string>();
+  }
   if (p.contains("boot_id") &&
       (!p["boot_id"].is_string() || p["boot_id"].get<std::string>().size() > 64))
     return field_error("boot_id", "must be a string of at most 64 characters");
@@ -172,6 +192,16 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   for (uint64_t id : maintenance_.registered(info.id, boot, now_realtime_us()))
     unsaved_maintenance_.insert(id);
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
+  // Where its tasks are reached (service discovery): what the agent says, else the
+  // address its session comes from (loopback for a Unix socket).
+  if (address.empty())
+    address = c.peer.is_unix || c.peer.host.empty() ? "127.0.0.1" : c.peer.host;
+  if (addresses_[m] != address) {
+    addresses_[m] = address;
+    for (const auto& t : sched_.tasks_on(m)) services_dirty_.insert(t.job);
+  }
+  // The agent answers DNS for service discovery: it gets the whole table, then changes.
+  if (p.value("serves_discovery", false)) services_subscribe(m, c.session);
   // An agent older than readiness checks reports "running" for what is available.
   if (p.value("reports_ready", false))
     running_means_ready_.erase(m);

@@ -35,12 +35,16 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
       m->dead = false;
       record({now, info.id, "back", "registered again"});
     }
+    m->info.port_first = info.port_first;
+    m->info.port_last = info.port_last;
+    alloc_.set_port_range(m->id, info.port_first, info.port_last);
     refresh(*m);
     return m->id;
   }
   Machine m;
   m.info = info;
-  m.id = alloc_.add_machine({info.id, info.dc, info.domain, info.type, info.capacity});
+  m.id = alloc_.add_machine({info.id, info.dc, info.domain, info.type, info.capacity,
+                             info.port_first, info.port_last});
   beat(m, now);
   by_index_.resize(m.id + 1);
   by_index_[m.id] = info.id;

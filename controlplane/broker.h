@@ -28,6 +28,7 @@ struct MachineInfo {
   std::string id;  // the agent's machine id
   std::string dc, domain, type;
   Resources capacity;
+  uint16_t port_first = 20000, port_last = 32767;  // the agent's port_range
 };
 
 struct EntitlementSpec {

@@ -89,6 +89,8 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "missed_heartbeats",
                      "failover_grace",
                      "prepare_timeout",
+                     "discovery_ack_timeout",
+                     "discovery_withdraw",
                      "destructive_per_min",
                      "destructive_burst",
                      "machine_failures_per_min",
@@ -168,6 +170,17 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                          "'prepare_timeout' must be a duration from 1s to 1h, such as \"2m\"");
     c.broker.prepare_timeout_us = *us;
   }
+  TRY_ASSIGN(auto ack_timeout, doc.get_string(t, "discovery_ack_timeout"));
+  if (ack_timeout) {
+    auto us = parse_duration_us(*ack_timeout);
+    if (!us.ok() || *us < 100'000 || *us > 600'000'000ull)
+      return field_error(doc.where(*t.get("discovery_ack_timeout")),
+                         "'discovery_ack_timeout' must be a duration from 100ms to 10m, such as "
+                         "\"5s\"");
+    c.discovery_ack_timeout_us = *us;
+  }
+  TRY_ASSIGN(auto withdraw, doc.get_bool(t, "discovery_withdraw"));
+  if (withdraw) c.discovery_withdraw = *withdraw;
   TRY_ASSIGN(auto retention, doc.get_string(t, "ended_task_retention"));
   if (retention) {
     auto us = parse_duration_us(*retention);

@@ -25,6 +25,12 @@ struct StoreConfig {
 
 struct CpConfig {
   std::string socket = "/run/weft/controlplane.sock";  // operators (weftctl) and local machines
+  // Service discovery (docs/services.md): how long a stop waits for every agent that
+  // answers DNS to acknowledge its task's withdrawal before it goes ahead (logged), and
+  // whether stops wait at all (false: a task leaves discovery as its stop is sent, as
+  // in most schedulers; for comparisons).
+  uint64_t discovery_ack_timeout_us = 5'000'000;
+  bool discovery_withdraw = true;
   std::string socket_group = "weft";
   std::string listen = "127.0.0.1:7070";  // machines' sessions ("" = Unix socket only)
   bool insecure_listen = false;           // plaintext off loopback (tests only)

@@ -214,11 +214,12 @@ Status EtcdStore::put_machine(MachineId idx, const Broker::Persisted& m, Entitle
 }
 
 Status EtcdStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
-                          const std::vector<MachineId>& placement) {
+                          const std::vector<MachineId>& placement,
+                            const std::vector<std::vector<uint16_t>>& dynamic_ports) {
   json row{{"spec", job_row_spec(j.spec)},
            {"generation", j.generation},
            {"stopping", j.stopping},
-           {"request", req ? request_to_json(*req) : json()},
+           {"request", req ? request_to_json(*req, dynamic_ports) : json()},
            {"placement", placement}};
   return add({Op::Kind::kPut, key("state/jobs/" + j.spec.name), row.dump(), {}, 0});
 }
@@ -261,6 +262,7 @@ Status EtcdStore::put_task(const TaskRecord& t) {
            {"since_wall_us", wall_of(t.since_us)},
            {"message", t.message},
            {"held", t.held}};
+  if (!t.ports.empty()) row["ports"] = task_ports_json(t.ports);
   int bucket = t.index / kTasksPerKey;
   set_row(t.job, bucket, t.id, std::move(row));
   // The bucket's value is made when the group is sent (flush), from the rows then.
@@ -446,6 +448,7 @@ Status EtcdStore::parse_rows(const std::vector<etcd::Kv>& kvs, const std::string
           t.since_wall_us = row.at("since_wall_us").get<int64_t>();
           t.record.message = row.at("message").get<std::string>();
           t.record.held = row.at("held").get<bool>();
+          if (row.contains("ports")) t.record.ports = task_ports_from(row["ports"]);
           (*tasks)[job][bucket][tid] = row;
           st->tasks.push_back(std::move(t));
         }

@@ -61,7 +61,8 @@ class EtcdStore final : public StateStore {
   Status put_entitlement(EntitlementId id, const EntitlementSpec& e) override;
   Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) override;
   Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
-                 const std::vector<MachineId>& placement) override;
+                 const std::vector<MachineId>& placement,
+                 const std::vector<std::vector<uint16_t>>& dynamic_ports) override;
   Status delete_job(const std::string& name) override;
   Status put_task(const TaskRecord& t) override;
   Status delete_tasks(const std::vector<std::string>& ids) override;

@@ -328,6 +328,7 @@ void Manager::lead() {
   if (t.ok()) timer_ = std::move(t).value();
   watch_heartbeats();
   start_task_control();
+  start_services();
   maintenance_round();
   log_info(leadership_ ? "control plane ready: leading" : "control plane ready",
            {{"SOCKET", cfg_.socket},
@@ -507,7 +508,8 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
       return fail(s);
   for (const auto& name : jobs) {
     auto j = sched_.persisted_job(name);
-    auto s = j ? store_->put_job(*j, alloc_.request(name), alloc_.placement(name))
+    auto s = j ? store_->put_job(*j, alloc_.request(name), alloc_.placement(name),
+                                           alloc_.dynamic_ports(name))
                : store_->delete_job(name);
     if (!s.ok()) return fail(s);
   }
@@ -544,7 +546,9 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
   return {};
 }
 
-void Manager::send(const std::vector<Command>& cmds) {
+void Manager::send(const std::vector<Command>& cmds) { dispatch(refresh_services(cmds)); }
+
+void Manager::dispatch(const std::vector<Command>& cmds) {
   for (const auto& c : cmds) {
     auto it = sessions_.find(c.machine);
     if (it == sessions_.end()) continue;  // offline: reconciled when it reports again

@@ -24,6 +24,7 @@
 #include "controlplane/leader.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/scheduler.h"
+#include "controlplane/services.h"
 #include "controlplane/state_store.h"
 #include "controlplane/task_control.h"
 
@@ -114,7 +115,10 @@ class Manager {
   // job.scale, job.update and job.stop: the operation, persisted, then sent.
   Result<nlohmann::json> job_op(const std::string& op, const nlohmann::json& p,
                                 const rpc::CallContext& c);
+  // Sends commands down the machines' sessions; a stop of a task that just left service
+  // discovery waits for the agents first (refresh_services).
   void send(const std::vector<Command>& cmds);
+  void dispatch(const std::vector<Command>& cmds);  // at once
   void tick();
   void periodic();          // tick() every heartbeat interval
   void watch_heartbeats();  // the dead-machine check, every quarter interval
@@ -187,6 +191,43 @@ class Manager {
   // Tells each connected sidekick whose machine's desired profile changed (a machine
   // joined or left an entitlement) to apply it now, rather than at its next report.
   void push_profiles();
+
+  // Service discovery (services_api.cc, docs/services.md).
+  Result<nlohmann::json> api_service_ls(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_service_show(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_service_watch(const nlohmann::json& p, const rpc::CallContext& c);
+  void start_services();
+  // An agent that answers DNS: it gets the whole table now (once the table is live) and
+  // every change after, and its acknowledgements hold stops back.
+  void services_subscribe(MachineId m, rpc::Session* s);
+  void send_service_snapshot(MachineId m, rpc::Session* s);
+  void on_service_ack(MachineId m, const Result<nlohmann::json>& r);
+  // Brings the endpoints of the jobs whose tasks changed up to date, pushes the change,
+  // and returns the commands to send now: stops of tasks that just left discovery are
+  // held until every agent has the new set (and the job's discovery_drain passed).
+  std::vector<Command> refresh_services(const std::vector<Command>& cmds);
+  void push_services();
+  void release_stops();
+  void arm_services_timer();
+  void note_timed_out(const std::vector<std::string>& tasks);
+  nlohmann::json service_watch_answer(const std::string& job) const;
+  void expire_watchers();
+  ServiceTable services_;
+  std::map<MachineId, rpc::Session*> service_sessions_;  // subscribed agents
+  std::map<MachineId, std::string> addresses_;           // where each machine's tasks are
+  std::set<std::string> services_dirty_;                 // jobs to look at again
+  uint64_t services_pushed_ = 0;
+  bool services_live_ = false;
+  uint64_t discovery_ack_timeouts_ = 0;
+  struct Watcher {
+    rpc::ReplyFn reply;
+    std::string job;
+    uint64_t index = 0;
+    uint64_t deadline_us = 0;
+  };
+  std::vector<Watcher> service_watchers_;
+  bool watch_timer_armed_ = false;
+  Source services_timer_, services_live_timer_, watch_timer_;
 
   // Start-up pieces: the state read into the modules, the sockets and methods, and the
   // leader's own work (ticks, heartbeat checks, TaskControl, maintenance).

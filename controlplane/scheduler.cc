@@ -49,7 +49,8 @@ bool Scheduler::take_token(uint64_t now) {
 }
 
 Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
-  return Command{Command::Kind::kStart, t.machine, t.id, weft::task_run_params(j.spec, t.id)};
+  return Command{Command::Kind::kStart, t.machine, t.id,
+                 weft::task_run_params(j.spec, t.id, t.ports)};
 }
 
 std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
@@ -68,6 +69,7 @@ std::vector<TaskRecord> Scheduler::tasks_on(MachineId m) const {
 
 void Scheduler::put_task(const TaskRecord& t) {
   dirty_.insert(t.id);
+  service_changes_.insert(t.job);
   ++by_state_[static_cast<size_t>(t.state)];
   if (auto it = tasks_.find(t.id); it != tasks_.end()) {
     --by_state_[static_cast<size_t>(it->second.state)];
@@ -83,6 +85,7 @@ void Scheduler::erase_task(const std::string& id) {
   auto it = tasks_.find(id);
   if (it == tasks_.end()) return;
   const TaskRecord& t = it->second;
+  service_changes_.insert(t.job);
   if (auto j = job_tasks_.find(t.job); j != job_tasks_.end()) {
     j->second.erase(std::pair{t.index, id});
     if (j->second.empty()) job_tasks_.erase(j);
@@ -132,6 +135,12 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   r.machine_type = j.spec.machine_type;
   r.spread = j.spec.placement == weft::PlacementPolicy::kSpread;
   if (dc_of_) r.dc = dc_of_(j.spec.entitlement_id);
+  for (const auto& [name, port] : j.spec.ports) {
+    if (port)
+      r.fixed_ports.push_back(port);
+    else
+      ++r.dynamic_ports;
+  }
   TRY_ASSIGN(Placement p, alloc_.allocate(r));
   // An index is taken while a task of it is live or stopping, or its start was refused
   // under this generation's spec (the same spec would be refused again: it waits for an
@@ -167,6 +176,12 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
 }
 
 void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
+  // Its ports: the job's fixed ones, and those its index holds on this machine.
+  t.ports.clear();
+  auto dynamic = alloc_.dynamic_ports(j.spec.name, t.index);
+  size_t k = 0;
+  for (const auto& [name, port] : j.spec.ports)
+    t.ports[name] = port ? port : k < dynamic.size() ? dynamic[k++] : 0;
   if (!ready_ || ready_(t.machine)) {
     t.state = TaskState::kStarting;  // a new record: put_task counts and marks it
     out->push_back(start_cmd(j, t));
@@ -239,11 +254,11 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   Job& j = it->second;
   if (!(spec.per_task == j.spec.per_task) || spec.machine_type != j.spec.machine_type ||
       spec.entitlement_id != j.spec.entitlement_id || spec.count != j.spec.count ||
-      spec.placement != j.spec.placement)
+      spec.placement != j.spec.placement || spec.ports != j.spec.ports)
     return field_error("resources",
-                       "an update changes the task spec and max_unavailable; resources, "
-                       "machine type, entitlement, placement and count are changed by scale "
-                       "or a new job");
+                       "an update changes the task spec, max_unavailable and discovery_drain; "
+                       "resources, ports, machine type, entitlement, placement and count are "
+                       "changed by scale or a new job");
   if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
   std::string old_image = j.spec.task.is_object() ? j.spec.task.value("image", "") : "";
   nlohmann::json old_package =
@@ -251,6 +266,7 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   j.spec.task = spec.task;
   j.spec.max_unavailable = spec.max_unavailable;
   j.spec.controller = spec.controller;
+  j.spec.discovery_drain_us = spec.discovery_drain_us;
   ++j.generation;
   j.rolling = true;
   changed_jobs_.insert(j.spec.name);
@@ -442,6 +458,7 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
       // Available or not any more: what a rolling update, a drain and a controller count.
       t.ready = ready;
       reported_changes_.insert(t.job);
+      service_changes_.insert(t.job);
       if (ready) {
         o->started.insert(t.job);
         stop_drained_sibling(t, now, &out);

@@ -67,6 +67,9 @@ struct TaskRecord {
   // Running and its readiness check passes (or it has none): its machine reports it
   // "ready". Not stored: a restarted control plane learns it from the next report.
   bool ready = false;
+  // Its named ports on its machine (the job's fixed ones and those taken from the
+  // machine's range): what it was started with and what service discovery publishes.
+  std::map<std::string, uint16_t> ports;
 };
 // Counted as available by rolling updates, drains and TaskControllers.
 inline bool available(const TaskRecord& t) {
@@ -230,6 +233,10 @@ class Scheduler {
   void set_entitlement_dc(std::function<std::string(EntitlementId)> dc) { dc_of_ = std::move(dc); }
   std::vector<Command> machine_ready(MachineId m, uint64_t now_us);
 
+  // Jobs whose published endpoints may have changed since the last call: a task became
+  // ready or not, started, stopped, ended, or moved (controlplane/services.h).
+  std::set<std::string> take_service_changes() { return std::exchange(service_changes_, {}); }
+
   // Unordered (a report looks up each of its tasks: hashing, not a tree walk of string
   // compares); tasks_of and tasks_on are in (index, id) and id order.
   const std::unordered_map<std::string, TaskRecord>& tasks() const { return tasks_; }
@@ -304,6 +311,7 @@ class Scheduler {
     ++by_state_[static_cast<size_t>(s)];
     t.state = s;
     dirty_.insert(t.id);
+    service_changes_.insert(t.job);
   }
   void erase_task(const std::string& id);
   template <class F>
@@ -362,6 +370,7 @@ class Scheduler {
   std::unordered_set<std::string> dirty_;
   std::set<std::string> reported_changes_;  // jobs whose tasks a report changed
   std::set<std::string> changed_jobs_;
+  std::set<std::string> service_changes_;
   std::unordered_set<MachineId> drained_;  // machine_drain'ed and not undrained
   uint64_t seq_ = 0;                       // task id sequence
 };

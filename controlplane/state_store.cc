@@ -1,6 +1,7 @@
 #include "controlplane/state_store.h"
 
 #include "common/json_bounded.h"
+#include "common/task_spec.h"
 #include "common/log.h"
 
 namespace weft::cp {
@@ -35,6 +36,8 @@ const std::vector<std::string> kMigrations = {
                            target TEXT NOT NULL, digest TEXT NOT NULL, result TEXT NOT NULL);)",
     // Planned maintenance events (controlplane/maintenance.h), one JSON row each.
     R"(CREATE TABLE maintenance (id INTEGER PRIMARY KEY, event TEXT NOT NULL);)",
+    // A task's named ports on its machine (docs/services.md), as a JSON object.
+    R"(ALTER TABLE tasks ADD COLUMN ports TEXT NOT NULL DEFAULT '{}';)",
 };
 
 TaskState state_from(const std::string& s) {
@@ -76,7 +79,8 @@ class SqliteStore final : public StateStore {
   Status put_entitlement(EntitlementId id, const EntitlementSpec& e) override;
   Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) override;
   Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
-                 const std::vector<MachineId>& placement) override;
+                 const std::vector<MachineId>& placement,
+                 const std::vector<std::vector<uint16_t>>& dynamic_ports) override;
   Status delete_job(const std::string& name) override;
   Status put_task(const TaskRecord& t) override;
   Status delete_tasks(const std::vector<std::string>& ids) override;
@@ -152,16 +156,46 @@ Result<JobSpec> stored_job_spec(json j, const std::function<std::string(Entitlem
   return legacy;
 }
 
-json request_to_json(const Request& r) {
-  return {{"job", r.job},
-          {"generation", r.generation},
-          {"entitlement", r.entitlement},
-          {"tasks", r.tasks},
-          {"cpu_milli", r.per_task.cpu_milli},
-          {"mem_mb", r.per_task.mem_mb},
-          {"machine_type", r.machine_type},
-          {"dc", r.dc},
-          {"spread", r.spread}};
+json request_to_json(const Request& r, const std::vector<std::vector<uint16_t>>& dynamic) {
+  json j{{"job", r.job},
+         {"generation", r.generation},
+         {"entitlement", r.entitlement},
+         {"tasks", r.tasks},
+         {"cpu_milli", r.per_task.cpu_milli},
+         {"mem_mb", r.per_task.mem_mb},
+         {"machine_type", r.machine_type},
+         {"dc", r.dc},
+         {"spread", r.spread}};
+  if (!r.fixed_ports.empty()) j["fixed_ports"] = r.fixed_ports;
+  if (r.dynamic_ports) j["dynamic_ports"] = r.dynamic_ports;
+  if (!dynamic.empty()) j["dynamic"] = dynamic;
+  return j;
+}
+
+std::vector<std::vector<uint16_t>> request_dynamic_ports(const json& j) {
+  std::vector<std::vector<uint16_t>> out;
+  if (!j.is_object() || !j.contains("dynamic") || !j["dynamic"].is_array()) return out;
+  for (const auto& row : j["dynamic"]) {
+    out.emplace_back();
+    if (!row.is_array()) continue;
+    for (const auto& p : row)
+      if (p.is_number_unsigned() && p.get<uint64_t>() >= 1 && p.get<uint64_t>() <= 65535)
+        out.back().push_back(p.get<uint16_t>());
+  }
+  return out;
+}
+
+json task_ports_json(const std::map<std::string, uint16_t>& ports) {
+  return ports.empty() ? json::object() : json(ports);
+}
+
+std::map<std::string, uint16_t> task_ports_from(const json& j) {
+  std::map<std::string, uint16_t> out;
+  if (!j.is_object()) return out;
+  for (const auto& [name, p] : j.items())
+    if (weft::valid_port_name(name) && p.is_number_unsigned() && p.get<uint64_t>() <= 65535)
+      out[name] = p.get<uint16_t>();
+  return out;
 }
 
 Result<Request> request_from_json(const json& j) {
@@ -175,6 +209,10 @@ Result<Request> request_from_json(const json& j) {
     r.machine_type = j.at("machine_type").get<std::string>();
     r.dc = j.at("dc").get<std::string>();
     r.spread = j.at("spread").get<bool>();
+    if (j.contains("fixed_ports")) r.fixed_ports = j.at("fixed_ports").get<std::vector<uint16_t>>();
+    if (j.contains("dynamic_ports")) r.dynamic_ports = j.at("dynamic_ports").get<int>();
+    if (r.dynamic_ports < 0 || r.dynamic_ports > 64)
+      return make_error("stored placement request: dynamic_ports out of range");
     return r;
   } catch (const json::exception& e) {
     return make_error(std::string("stored placement request: ") + e.what());
@@ -198,6 +236,8 @@ json StateStore::machine_row(const Broker::Persisted& m) {
           {"type", m.info.type},
           {"cpu_milli", m.info.capacity.cpu_milli},
           {"mem_mb", m.info.capacity.mem_mb},
+          {"port_first", m.info.port_first},
+          {"port_last", m.info.port_last},
           {"drained", m.drained},
           {"applied_profile", m.applied_profile},
           {"removed", m.removed}};
@@ -218,7 +258,8 @@ Status SqliteStore::put_machine(MachineId idx, const Broker::Persisted& m, Entit
 }
 
 Status SqliteStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
-                            const std::vector<MachineId>& placement) {
+                            const std::vector<MachineId>& placement,
+                            const std::vector<std::vector<uint16_t>>& dynamic_ports) {
   TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO jobs (name, spec, generation, "
                                   "stopping, request, placement) VALUES (?1,?2,?3,?4,?5,?6)"));
   s.bind(1, j.spec.name)
@@ -226,7 +267,7 @@ Status SqliteStore::put_job(const Scheduler::PersistedJob& j, const std::optiona
       .bind(3, static_cast<int64_t>(j.generation))
       .bind(4, int64_t{j.stopping});
   if (req)
-    s.bind(5, request_to_json(*req).dump());
+    s.bind(5, request_to_json(*req, dynamic_ports).dump());
   else
     s.bind(5, nullptr);
   s.bind(6, json(placement).dump());
@@ -258,13 +299,14 @@ uint64_t StateStore::mono_of(uint64_t wall_us, uint64_t wall_now, uint64_t mono_
 Status SqliteStore::put_task(const TaskRecord& t) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, machine, state, "
-                          "since_us, since_wall_us, message, held) "
-                          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"));
+                          "since_us, since_wall_us, message, held, ports) "
+                          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)"));
   s.bind(1, t.id).bind(2, t.job).bind(3, int64_t{t.index});
   s.bind(4, static_cast<int64_t>(t.generation)).bind(5, int64_t{t.machine});
   s.bind(6, std::string(task_state_name(t.state))).bind(7, static_cast<int64_t>(t.since_us));
   s.bind(8, wall_of(t.since_us));
   s.bind(9, t.message).bind(10, int64_t{t.held});
+  s.bind(11, task_ports_json(t.ports).dump());
   return s.run();
 }
 
@@ -409,7 +451,7 @@ Result<StoredState> SqliteStore::load() {
   }
   {
     TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, job, idx, generation, machine, state, since_us, "
-                                    "since_wall_us, message, held FROM tasks"));
+                                    "since_wall_us, message, held, ports FROM tasks"));
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
@@ -423,6 +465,7 @@ Result<StoredState> SqliteStore::load() {
       t.since_wall_us = s.col_int(7);
       t.record.message = s.col_text(8);
       t.record.held = s.col_int(9) != 0;
+      t.record.ports = task_ports_from(json::parse(s.col_text(10), nullptr, false));
       st.tasks.push_back(std::move(t));
     }
   }
@@ -496,6 +539,10 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
                      j.value("domain", ""),
                      j.value("type", ""),
                      {j.value("cpu_milli", int64_t{0}), j.value("mem_mb", int64_t{0})}};
+    if (auto a = j.find("port_first"); a != j.end() && a->is_number_unsigned() && *a <= 65535)
+      info.port_first = a->get<uint16_t>();
+    if (auto b = j.find("port_last"); b != j.end() && b->is_number_unsigned() && *b <= 65535)
+      info.port_last = b->get<uint16_t>();
     TRY_ASSIGN(MachineId id, broker.register_machine(info, now));
     if (id != m.idx) return make_error("machine " + info.id + " came back with another index");
     TRY(alloc.assign(id, m.entitlement));
@@ -516,7 +563,7 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
         if (!v.is_number_unsigned()) return make_error("corrupt placement of job " + spec.name);
         placement.push_back(v.get<MachineId>());
       }
-      TRY(alloc.restore(r, placement));
+      TRY(alloc.restore(r, placement, request_dynamic_ports(*j.request)));
     }
     sched.restore_job({spec, j.generation, j.stopping});
   }
@@ -553,7 +600,9 @@ Status copy_state(StateStore& from, StateStore& to) {
     if (auto s = to.put_machine(m, broker.persisted(m), alloc.entitlement_of(m)); !s.ok())
       return fail(s);
   for (const auto& j : sched.persisted_jobs())
-    if (auto s = to.put_job(j, alloc.request(j.spec.name), alloc.placement(j.spec.name)); !s.ok())
+    if (auto s = to.put_job(j, alloc.request(j.spec.name), alloc.placement(j.spec.name),
+                            alloc.dynamic_ports(j.spec.name));
+        !s.ok())
       return fail(s);
   for (const auto& [id, t] : sched.tasks())
     if (auto s = to.put_task(t); !s.ok()) return fail(s);

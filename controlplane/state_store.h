@@ -31,8 +31,16 @@ Result<JobSpec> job_spec_from_json(const nlohmann::json& j);
 // id, and whose rules were looser: such a job is kept as it was, with an error logged).
 Result<JobSpec> stored_job_spec(nlohmann::json j,
                                 const std::function<std::string(EntitlementId)>& name_of);
-nlohmann::json request_to_json(const Request& r);
+// The allocator's request of a job, with the ports its tasks took from their machines'
+// ranges (per index; Allocator::dynamic_ports) as "dynamic".
+nlohmann::json request_to_json(const Request& r,
+                               const std::vector<std::vector<uint16_t>>& dynamic = {});
 Result<Request> request_from_json(const nlohmann::json& j);
+// Its "dynamic" ports, per index (what is not a list of ports is left out).
+std::vector<std::vector<uint16_t>> request_dynamic_ports(const nlohmann::json& j);
+// A task's named ports as stored, and back (what is not a name and a port is left out).
+nlohmann::json task_ports_json(const std::map<std::string, uint16_t>& ports);
+std::map<std::string, uint16_t> task_ports_from(const nlohmann::json& j);
 
 // One audit log entry: an operator call that changes the cluster, or was refused.
 struct AuditRecord {
@@ -116,7 +124,8 @@ class StateStore {
   virtual Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) = 0;
   // A job, its spec generation and its placement (allocator request and machines).
   virtual Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
-                         const std::vector<MachineId>& placement) = 0;
+                         const std::vector<MachineId>& placement,
+                         const std::vector<std::vector<uint16_t>>& dynamic_ports = {}) = 0;
   virtual Status delete_job(const std::string& name) = 0;  // and its tasks
   // A task's since_us is the scheduler's monotonic time; the row keeps the wall-clock
   // time it stands for, so a restart (or a reboot, which resets the monotonic clock)

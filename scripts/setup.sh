@@ -18,11 +18,12 @@ PACKAGES=(
   libseccomp-dev
   libssl-dev openssl
   libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev
+  libldns-dev
 )
 if [ "${1:-}" = "--test" ]; then
   PACKAGES+=(
     libgmock-dev googletest
-    crun socat python3
+    crun socat python3 ldnsutils
     dpkg-dev rpm lintian rpmlint file man-db
     qemu-system-x86 mmdebstrap e2fsprogs
     clang-format
