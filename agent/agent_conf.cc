@@ -13,6 +13,8 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/rpc.h"
+#include "common/services.h"
 
 #ifndef WEFT_LIBEXECDIR
 #define WEFT_LIBEXECDIR "/usr/libexec/weft"
@@ -32,7 +34,9 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                             "allow_root_tasks", "allow_unconfined_tasks",
                             "metrics_listen",   "netns_pool",
                             "sandbox_pool",     "images",
-                            "volumes",          "task_uids"},
+                            "volumes",          "task_uids",
+                            "port_range",       "dns_listen",
+                            "dns_ttl",          "advertise_address"},
                     kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
@@ -71,6 +75,44 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
     c.task_uid_first = first;
     c.task_uid_last = last;
   }
+  TRY_ASSIGN(auto ports, doc.get_string(t, "port_range"));
+  if (ports) {
+    auto where = doc.where(*t.get("port_range"));
+    auto dash = ports->find('-');
+    char* end = nullptr;
+    long first = -1, last = -1;
+    if (dash != std::string::npos && dash > 0) {
+      first = std::strtol(ports->c_str(), &end, 10);
+      if (end != ports->c_str() + dash) first = -1;
+      last = std::strtol(ports->c_str() + dash + 1, &end, 10);
+      if (*end != '\0' || dash + 1 == ports->size()) last = -1;
+    }
+    if (first < 1024 || last < first || last > 65535)
+      return field_error(where,
+                         "'port_range' must be \"FIRST-LAST\" with 1024 <= FIRST <= LAST "
+                         "<= 65535, such as \"20000-32767\"");
+    c.port_first = static_cast<uint16_t>(first);
+    c.port_last = static_cast<uint16_t>(last);
+  }
+  TRY(str("dns_listen", &c.dns_listen));
+  if (!c.dns_listen.empty()) {
+    auto ep = rpc::parse_endpoint(c.dns_listen);
+    if (!ep.ok() || ep->is_unix || ep->port == 0)
+      return field_error(doc.where(*t.get("dns_listen")),
+                         "'dns_listen' must be \"host:port\" (UDP), such as \"127.0.0.1:8600\"");
+  }
+  TRY_ASSIGN(auto ttl, doc.get_string(t, "dns_ttl"));
+  if (ttl) {
+    auto us = parse_duration_us(*ttl);
+    if (!us.ok() || *us > 3600'000'000ull)
+      return field_error(doc.where(*t.get("dns_ttl")),
+                         "'dns_ttl' must be a duration of at most 1h, such as \"1s\"");
+    c.dns_ttl_s = static_cast<uint32_t>(*us / 1'000'000);
+  }
+  TRY(str("advertise_address", &c.advertise_address));
+  if (!c.advertise_address.empty() && !valid_ip_address(c.advertise_address))
+    return field_error(doc.where(*t.get("advertise_address")),
+                       "'advertise_address' must be an IPv4 or IPv6 address");
   TRY(metrics::read_listen(doc, t, &c.metrics_listen));
   TRY_ASSIGN(auto allow_root, doc.get_bool(t, "allow_root_tasks"));
   c.allow_root_tasks = allow_root.value_or(false);

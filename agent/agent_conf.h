@@ -55,6 +55,16 @@ struct AgentConfig {
   // [volumes] allowed_host_paths: the host directories (and what is under them) a task's
   // bind mounts may name. Empty: none.
   std::vector<std::string> volume_host_paths;
+  // Service discovery (docs/services.md). The ports the control plane hands out to jobs'
+  // `ports = { name = 0 }` on this machine, and that a local task's 0 port takes.
+  uint16_t port_first = 20000, port_last = 32767;
+  // Where this agent answers DNS for the weft. zone from its copy of the endpoints
+  // ("host:port" on UDP; "" = it does not, and keeps no copy); the TTL of its answers.
+  std::string dns_listen;
+  uint32_t dns_ttl_s = 1;
+  // The address other machines reach this machine's tasks at (published in discovery);
+  // "" = the address its control-plane session comes from.
+  std::string advertise_address;
   // Network namespaces kept ready for tasks with a private network (agent/netns_pool.h);
   // 0: each start makes its own.
   size_t netns_pool = 4;

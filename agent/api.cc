@@ -119,6 +119,7 @@ Result<json> Manager::run_task(json p, bool for_control_plane) {
   uint64_t accepted = now_monotonic_us();
   if (for_control_plane && p.is_object()) p["owner"] = "controlplane";
   TRY_ASSIGN(TaskSpec spec, parse_task_spec(p));
+  TRY(assign_ports(&spec));
   TRY_ASSIGN(Task * t, create_task(std::move(spec)));
   json j = summary(*t);
   j["warnings"] = t->warnings;
@@ -192,6 +193,19 @@ Result<json> Manager::api_agent_info(const json&, const rpc::CallContext&) {
               {"tasks_running", running},
               {"uptime_seconds", (now_monotonic_us() - started_at_us_) / 1000000},
               {"version", "0.1.0"}};
+}
+
+Status Manager::assign_ports(TaskSpec* spec) {
+  if (spec->ports.empty()) return {};
+  auto holder = [this, spec](uint16_t port) -> std::string {
+    for (const auto& [id, t] : tasks_) {
+      if (t->spec.name == spec->name || !task_present_on_machine(t->state)) continue;
+      for (const auto& [name, p] : t->spec.ports)
+        if (p == port) return t->spec.name;
+    }
+    return "";
+  };
+  return resolve_task_ports(spec, cfg_.port_first, cfg_.port_last, holder, &next_port_);
 }
 
 Result<json> Manager::api_task_run(const json& p, const rpc::CallContext&) {

@@ -121,6 +121,20 @@ Status Manager::start() {
     cp_methods_.add("image.pull", [this](const nlohmann::json& p, const rpc::CallContext& c) {
       return api_image_pull(p, c);
     });
+    // Service discovery: the endpoints this agent answers DNS from, in order; the answer
+    // is the acknowledgement a stop elsewhere waits for.
+    cp_methods_.add("service.update",
+                    [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
+                      TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
+                      services_.apply(u);
+                      return json{{"version", services_.version()}};
+                    });
+    if (!cfg_.dns_listen.empty()) {
+      auto dns =
+          DnsServer::serve(*loop_, cfg_.dns_listen, &services_, dns::Options{cfg_.dns_ttl_s});
+      if (!dns.ok()) return std::move(dns).error().wrap("dns_listen");
+      dns_ = std::move(dns).value();
+    }
     TRY(cp_start());
   }
   register_metrics();
@@ -1078,7 +1092,10 @@ Status Manager::cp_start() {
         {"controllers",
          split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')},
         {"reports_ready", true},
+        {"port_range", {cfg_.port_first, cfg_.port_last}},
+        {"serves_discovery", dns_ != nullptr},
         {"boot_id", trim(read_file("/proc/sys/kernel/random/boot_id").value_or(""))}};
+    if (!cfg_.advertise_address.empty()) reg["address"] = cfg_.advertise_address;
     cp_acked_digest_.clear();  // a new session: the whole list first
     report_in_flight_ = report_again_ = false;
     s.call("machine.register", reg, std::move(done));

@@ -23,6 +23,7 @@
 
 #include "agent/agent_conf.h"
 #include "agent/cgroup.h"
+#include "agent/dns_server.h"
 #include "agent/image/service.h"
 #include "agent/lifecycle.h"
 #include "agent/netns_pool.h"
@@ -230,6 +231,15 @@ class Manager {
   void release_own_uid(const std::string& id);
   std::string cgroup_mount_;
   uint64_t started_at_us_ = 0;
+  // Service discovery (docs/services.md): the copy of the endpoints the control plane
+  // pushes (service.update) and the DNS answers from it; where the search for a free
+  // port of port_range starts (in turn, as for uids).
+  ServiceCatalog services_;
+  std::unique_ptr<DnsServer> dns_;
+  uint16_t next_port_ = 0;
+  // Gives the spec's ports their numbers (a 0 a free port of port_range), refusing one
+  // another live task holds; WEFT_PORT_<NAME> in its environment.
+  Status assign_ports(TaskSpec* spec);
 };
 
 }  // namespace weft::agent

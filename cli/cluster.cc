@@ -156,6 +156,80 @@ json job_file_or_die(const std::string& path) {
 
 }  // namespace
 
+// One job's endpoints as rows: TASK INDEX MACHINE ADDRESS PORTS.
+void endpoint_rows(const json& service, std::vector<std::vector<std::string>>* rows) {
+  if (!service.is_object() || !service.contains("endpoints")) return;
+  for (const auto& e : service["endpoints"]) {
+    std::string ports;
+    if (e.contains("ports"))
+      for (const auto& [name, p] : e["ports"].items())
+        ports += (ports.empty() ? "" : ",") + name + "=" + p.dump();
+    rows->push_back({str_or(e, "task"), e.value("index", json(0)).dump(), str_or(e, "machine"),
+                     str_or(e, "address"), ports.empty() ? "-" : ports});
+  }
+}
+
+int run_service_command(const ClusterCommands& c, const Globals& g, rpc::Client& cp) {
+  if (c.s_ls->parsed()) {
+    json r = call_or_die(cp, "service.ls", json::object());
+    print_json_or(g, r, [&] {
+      std::vector<std::vector<std::string>> rows = {{"JOB", "ENTITLEMENT", "ENDPOINTS", "DNS"}};
+      for (const auto& s : r["services"])
+        rows.push_back(
+            {str_or(s, "job"), str_or(s, "entitlement"), s["endpoints"].dump(), str_or(s, "dns")});
+      print_table(rows);
+      size_t behind = 0;
+      for (const auto& a : r["agents"]) behind += a["version"] != r["version"];
+      std::cout << r["agents"].size() << " agent(s) answer DNS; " << behind
+                << " behind the latest version; " << r["stops_waiting"]
+                << " stop(s) waiting for them\n";
+    });
+    return 0;
+  }
+  if (c.s_show->parsed()) {
+    json r = call_or_die(cp, "service.show", {{"job", c.name}});
+    print_json_or(g, r, [&] {
+      if (r.contains("dns")) std::cout << "dns: " << str_or(r, "dns") << "\n";
+      std::vector<std::vector<std::string>> rows = {
+          {"TASK", "INDEX", "MACHINE", "ADDRESS", "PORTS"}};
+      endpoint_rows(r, &rows);
+      print_table(rows);
+    });
+    return 0;
+  }
+  // watch: Consul-style blocking queries, each answered when something changed.
+  uint64_t index = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    json params{{"index", index}, {"wait_ms", 30000}};
+    if (!c.name.empty()) params["job"] = c.name;
+    if (c.watch_s > 0) {
+      auto left = std::chrono::seconds(c.watch_s) - (std::chrono::steady_clock::now() - start);
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count();
+      if (ms <= 0) return 0;
+      params["wait_ms"] = std::min<int64_t>(ms, 30000);
+    }
+    json r = call_or_die(cp, "service.watch", params, 65000);
+    uint64_t now = r.value("index", uint64_t{0});
+    if (now != index || index == 0) {
+      print_json_or(g, r, [&] {
+        std::vector<std::vector<std::string>> rows = {
+            {"TASK", "INDEX", "MACHINE", "ADDRESS", "PORTS"}};
+        if (r.contains("service")) {
+          std::cout << "== " << c.name << " (index " << now << ")\n";
+          endpoint_rows(r["service"], &rows);
+        } else {
+          std::cout << "== every job (index " << now << ")\n";
+          for (const auto& [job, s] : r["services"].items()) endpoint_rows(s, &rows);
+        }
+        print_table(rows);
+      });
+      std::cout.flush();
+    }
+    index = std::max(index, now);
+  }
+}
+
 void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   auto wait_opts = [&c](CLI::App* cmd) {
     cmd->add_flag("--detach", c.detach, "return at once instead of following the progress");
@@ -228,6 +302,18 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.j_stop = c.job->add_subcommand("stop", "stop every task of a job and forget it");
   c.j_stop->add_option("name", c.name, "job name")->required();
 
+  c.svc = app.add_subcommand("service",
+                             "service discovery: each job's ready tasks, their addresses and "
+                             "ports (docs/services.md)");
+  c.svc->require_subcommand(1);
+  c.s_ls = c.svc->add_subcommand("ls", "every job with endpoints, and each agent's copy");
+  c.s_show = c.svc->add_subcommand("show", "one job's endpoints: task, address, ports");
+  c.s_show->add_option("job", c.name, "job name")->required();
+  c.s_watch = c.svc->add_subcommand(
+      "watch", "print a job's endpoints (or every job's), then again at each change");
+  c.s_watch->add_option("job", c.name, "job name (default: every job)");
+  c.s_watch->add_option("--for", c.watch_s, "stop after this many seconds");
+
   c.maint = app.add_subcommand("maintenance",
                                "planned maintenance: machines drained with notice, stopped at "
                                "the start, back in service after (docs/maintenance.md)");
@@ -288,9 +374,10 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
     return leaders == 1 ? 0 : 1;  // none (a failover, no etcd) or, never, two
   }
   if (!c.machine->parsed() && !c.ent->parsed() && !c.job->parsed() && !c.audit->parsed() &&
-      !c.maint->parsed())
+      !c.maint->parsed() && !c.svc->parsed())
     return -1;
   auto cp = cp_client(g);
+  if (c.svc->parsed()) return run_service_command(c, g, *cp);
   if (c.m_ls->parsed()) {
     // Page by page (machine.ls answers at most 1000 machines at a time).
     json all = json::array();

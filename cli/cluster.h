@@ -28,6 +28,8 @@ struct ClusterCommands {
   std::vector<std::string> owners;
   std::string since;
   int64_t limit = 1000;
+  CLI::App *svc = nullptr, *s_ls = nullptr, *s_show = nullptr, *s_watch = nullptr;
+  int watch_s = 0;  // service watch: stop after this many seconds (0: until interrupted)
   CLI::App *job = nullptr, *j_create = nullptr, *j_ls = nullptr, *j_show = nullptr,
            *j_scale = nullptr, *j_update = nullptr, *j_stop = nullptr;
   std::string name, file, profile, dc;

@@ -49,8 +49,9 @@ inline std::unique_ptr<rpc::Client> connect_or_die(const std::string& ep, const 
   return std::move(c).value();
 }
 
-inline json call_or_die(rpc::Client& c, const std::string& method, const json& params) {
-  auto r = c.call(method, params);
+inline json call_or_die(rpc::Client& c, const std::string& method, const json& params,
+                        int timeout_ms = 30000) {
+  auto r = c.call(method, params, timeout_ms);
   if (!r.ok()) die(r.error().str());
   return std::move(r).value();
 }

@@ -71,12 +71,12 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   const auto& t = doc.root();
   TRY(doc.only_keys(t, "",
                     {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement",
-                     "resources", "task_controller", "task"}));
+                     "resources", "task_controller", "task", "ports", "discovery_drain"}));
   // The file's own forms first (its tables and their types), then the one job
   // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
   // at the file's line.
   json j = json::object();
-  for (const char* key : {"name", "entitlement", "machine_type", "placement"}) {
+  for (const char* key : {"name", "entitlement", "machine_type", "placement", "discovery_drain"}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) j[key] = *v;
   }
@@ -126,6 +126,8 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   // checked by the job validator below.
   TRY_ASSIGN(const toml::table* controller, doc.get_table(t, "task_controller"));
   if (controller) j["task_controller"] = to_json(*controller);
+  TRY_ASSIGN(const toml::table* ports, doc.get_table(t, "ports"));
+  if (ports) j["ports"] = to_json(*ports);
   TRY_ASSIGN(const toml::table* task, doc.get_table(t, "task"));
   if (task) j["task"] = to_json(*task);
 

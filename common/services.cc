@@ -34,9 +34,10 @@ Result<Endpoint> parse_endpoint(const json& j, const std::string& field) {
   if (!j.is_object()) return field_error(field, "must be an object");
   Endpoint e;
   auto str = [&](const char* key, std::string* out, size_t max) -> Status {
-    if (!j.contains(key) || !j[key].is_string() || j[key].get_ref<const std::string&>().size() > max)
-      return field_error(field + "." + key, "must be a string of at most " + std::to_string(max) +
-                                                " bytes");
+    if (!j.contains(key) || !j[key].is_string() ||
+        j[key].get_ref<const std::string&>().size() > max)
+      return field_error(field + "." + key,
+                         "must be a string of at most " + std::to_string(max) + " bytes");
     *out = j[key].get<std::string>();
     return {};
   };
@@ -57,12 +58,13 @@ Result<Endpoint> parse_endpoint(const json& j, const std::string& field) {
   if (j.contains("ports")) {
     const json& ports = j["ports"];
     if (!ports.is_object() || ports.size() > kMaxTaskPorts)
-      return field_error(field + ".ports", "must be at most " + std::to_string(kMaxTaskPorts) +
-                                               " names and ports");
+      return field_error(field + ".ports",
+                         "must be at most " + std::to_string(kMaxTaskPorts) + " names and ports");
     for (const auto& [name, port] : ports.items()) {
       if (!valid_port_name(name) || !port.is_number_unsigned() || port.get<uint64_t>() < 1 ||
           port.get<uint64_t>() > 65535)
-        return field_error(field + ".ports." + name.substr(0, 16), "must be a port's name and number");
+        return field_error(field + ".ports." + name.substr(0, 16),
+                           "must be a port's name and number");
       e.ports[name] = port.get<uint16_t>();
     }
   }

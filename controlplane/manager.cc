@@ -18,14 +18,16 @@ uint64_t now_us() {
 }
 
 json task_json(const TaskRecord& t, const Allocator& a) {
-  return {{"id", t.id},
-          {"job", t.job},
-          {"index", t.index},
-          {"generation", t.generation},
-          {"machine", a.spec(t.machine).name},
-          {"state", task_state_name(t.state)},
-          {"ready", available(t)},
-          {"message", t.message}};
+  json j{{"id", t.id},
+         {"job", t.job},
+         {"index", t.index},
+         {"generation", t.generation},
+         {"machine", a.spec(t.machine).name},
+         {"state", task_state_name(t.state)},
+         {"ready", available(t)},
+         {"message", t.message}};
+  if (!t.ports.empty()) j["ports"] = t.ports;
+  return j;
 }
 
 Manager::Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop)
@@ -509,7 +511,7 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
   for (const auto& name : jobs) {
     auto j = sched_.persisted_job(name);
     auto s = j ? store_->put_job(*j, alloc_.request(name), alloc_.placement(name),
-                                           alloc_.dynamic_ports(name))
+                                 alloc_.dynamic_ports(name))
                : store_->delete_job(name);
     if (!s.ok()) return fail(s);
   }
@@ -546,7 +548,9 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
   return {};
 }
 
-void Manager::send(const std::vector<Command>& cmds) { dispatch(refresh_services(cmds)); }
+void Manager::send(const std::vector<Command>& cmds) {
+  dispatch(refresh_services(cmds));
+}
 
 void Manager::dispatch(const std::vector<Command>& cmds) {
   for (const auto& c : cmds) {

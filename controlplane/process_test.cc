@@ -34,6 +34,7 @@
 #include "common/job_spec.h"
 #include "common/registry_test_server.h"
 #include "common/rpc.h"
+#include "common/services.h"
 #include "common/task_report.h"
 #include "common/task_spec.h"
 #include "common/tls.h"
@@ -75,10 +76,35 @@ class FakeMachine {
     });
     methods_.add("task.stop", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       events_.push_back("stop");
+      ordered_.push_back({next_seq(), "stop " + p["id"].get<std::string>()});
       running_.erase(p["id"].get<std::string>());
       ++stops_;
       return json::object();
     });
+    // Service discovery (an agent with dns_listen): the agent's own reader of updates.
+    methods_.add("service.update", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
+      if (mute_updates_) return make_error("muted");  // no acknowledgement
+      catalog_.apply(u);
+      ordered_.push_back({next_seq(), "update " + std::to_string(u.version)});
+      return json{{"version", catalog_.version()}};
+    });
+  }
+  // Registers as an agent that answers DNS (service.update), before connect().
+  void serve_discovery() { serves_discovery_ = true; }
+  void mute_updates(bool on) {
+    std::lock_guard lock(mu_);
+    mute_updates_ = on;
+  }
+  // Its copy of the endpoints, and what it was sent in one order across every fake
+  // machine: "update <version>", "stop <task>".
+  ServiceCatalog catalog() const {
+    std::lock_guard lock(mu_);
+    return catalog_;
+  }
+  std::vector<std::pair<int, std::string>> ordered() const {
+    std::lock_guard lock(mu_);
+    return ordered_;
   }
   ~FakeMachine() { stop_keep_alive(); }
   // Registers; its first verdict is `verdict` (weft-hcs's, sent at once).
@@ -99,6 +125,7 @@ class FakeMachine {
                                                 {"cpu_milli", 4000},
                                                 {"mem_mb", 8192},
                                                 {"reports_ready", reports_ready_},
+                                                {"serves_discovery", serves_discovery_},
                                                 {"boot_id", boot_id_}});
     if (r.ok()) r = client_->call("health.report", {{"machine", id_}, {"verdict", verdict}});
     if (!r.ok()) error_ = r.error();
@@ -191,6 +218,13 @@ class FakeMachine {
   std::vector<json> runs_;
   std::vector<std::string> events_;
   int starts_ = 0, stops_ = 0;
+  bool serves_discovery_ = false, mute_updates_ = false;
+  ServiceCatalog catalog_;
+  std::vector<std::pair<int, std::string>> ordered_;
+  static int next_seq() {
+    static std::atomic<int> seq{0};
+    return ++seq;
+  }
   Error error_;
   std::thread alive_;
   std::atomic<bool> stop_alive_{false};
@@ -1167,6 +1201,152 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
   auto cancelled = call("maintenance.cancel", {{"id", (*next)["id"]}});
   ASSERT_TRUE(cancelled.ok()) << cancelled.error().str();
   EXPECT_NE((*call("machine.show", {{"machine", target}}))["state"], "drained");
+}
+
+// Service discovery (docs/services.md): a job's ready tasks are published with their
+// machine's address and their ports, every agent that answers DNS gets the set, and a
+// stop weft decides waits until each of them has the set without the task; an agent
+// that does not acknowledge holds a stop only until discovery_ack_timeout.
+TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
+                                                "discovery_ack_timeout = \"2s\"\n")
+                  .ok());
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r1");
+  a.serve_discovery();
+  b.serve_discovery();
+  ASSERT_TRUE(a.connect(sock()));
+  ASSERT_TRUE(b.connect(sock()));
+  auto pump = [&] {
+    a.report();
+    b.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
+  json job{{"name", "web"},
+           {"entitlement", "e"},
+           {"count", 2},
+           {"per_task", {{"cpu_milli", 3000}, {"mem_mb", 512}}},
+           {"ports", {{"http", 0}, {"admin", 9100}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  auto created = call("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  json shown;
+  for (int i = 0; i < 500; ++i) {
+    pump();
+    auto r = call("service.show", {{"job", "web"}});
+    if (r.ok() && (*r)["endpoints"].size() == 2) {
+      shown = *r;
+      break;
+    }
+  }
+  ASSERT_EQ(shown["endpoints"].size(), 2u) << shown.dump();
+  EXPECT_EQ(shown["dns"], "web.e.weft.");
+  for (const auto& e : shown["endpoints"]) {
+    EXPECT_EQ(e["address"], "127.0.0.1");  // the machines' sessions come over a Unix socket
+    EXPECT_EQ(e["ports"]["admin"], 9100);
+    EXPECT_GE(e["ports"]["http"].get<int>(), 20000);
+    EXPECT_LE(e["ports"]["http"].get<int>(), 32767);
+  }
+  // Each task was started with those ports.
+  for (FakeMachine* m : {&a, &b}) {
+    ASSERT_EQ(m->runs().size(), 1u);
+    EXPECT_EQ(m->runs()[0]["ports"]["admin"], 9100);
+  }
+  // A second job claiming 9100 has no machine left.
+  json other = job;
+  other["name"] = "metrics";
+  other["count"] = 1;
+  other["per_task"] = {{"cpu_milli", 100}, {"mem_mb", 64}};
+  auto refused = call("job.create", other);
+  EXPECT_FALSE(refused.ok());
+  // Every agent that answers DNS gets the set (after the table's start-up grace).
+  auto has = [](const FakeMachine& m, size_t n) {
+    const Service* s = m.catalog().find("web", "e");
+    return s && s->endpoints.size() == n;
+  };
+  for (int i = 0; i < 500 && !(has(a, 2) && has(b, 2)); ++i) pump();
+  ASSERT_TRUE(has(a, 2) && has(b, 2));
+
+  // Scale down: index 1 leaves discovery, and its stop is sent only once both agents
+  // hold the set without it.
+  std::string leaving = shown["endpoints"][1]["task"];
+  FakeMachine& host = shown["endpoints"][1]["machine"] == "a" ? a : b;
+  ASSERT_TRUE(call("job.scale", {{"name", "web"}, {"count", 1}}).ok());
+  int stop_seq = 0;
+  for (int i = 0; i < 500 && !stop_seq; ++i) {
+    pump();
+    for (const auto& [seq, what] : host.ordered())
+      if (what == "stop " + leaving) stop_seq = seq;
+  }
+  ASSERT_NE(stop_seq, 0) << read_file(dir_ + "/cp.log").value_or("");
+  for (FakeMachine* m : {&a, &b}) {
+    // Each agent took the update without the task before the stop went out.
+    int update_seq = 0;
+    for (const auto& [seq, what] : m->ordered())
+      if (what == "update " + std::to_string(m->catalog().version())) update_seq = seq;
+    EXPECT_NE(update_seq, 0);
+    EXPECT_LT(update_seq, stop_seq) << "an agent got the withdrawal after the stop";
+    EXPECT_TRUE(has(*m, 1));
+  }
+  // An agent that does not acknowledge holds the next stop until the timeout only.
+  b.mute_updates(true);
+  std::string last = call("service.show", {{"job", "web"}}).value()["endpoints"][0]["task"];
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(call("job.stop", {{"name", "web"}}).ok());
+  bool stopped = false;
+  for (int i = 0; i < 1000 && !stopped; ++i) {
+    pump();
+    for (FakeMachine* m : {&a, &b})
+      for (const auto& [seq, what] : m->ordered()) stopped = stopped || what == "stop " + last;
+  }
+  ASSERT_TRUE(stopped);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(1900));
+  EXPECT_NE(read_file(dir_ + "/cp.log").value_or("").find("acknowledged its withdrawal"),
+            std::string::npos);
+}
+
+// A task's ports are kept across a control-plane restart: the same numbers in job.show
+// and discovery, and the next task of an index on the same machine gets the same ports.
+TEST_F(ControlPlane, PortsSurviveAControlPlaneRestart) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r1");
+  ASSERT_TRUE(a.connect(sock()));
+  ASSERT_TRUE(b.connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "e"},
+                                  {"count", 4},
+                                  {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+                                  {"ports", {{"http", 0}, {"grpc", 0}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  auto ports_of = [&] {
+    std::map<std::string, json> out;
+    auto r = call("job.show", {{"name", "web"}});
+    if (r.ok())
+      for (const auto& t : (*r)["tasks"]) out[t["id"]] = t.value("ports", json());
+    return out;
+  };
+  auto before = ports_of();
+  ASSERT_EQ(before.size(), 4u);
+  for (FakeMachine* m : {&a, &b}) {
+    std::set<int> seen;
+    for (const auto& run : m->runs())
+      for (const auto& [name, p] : run["ports"].items())
+        EXPECT_TRUE(seen.insert(p.get<int>()).second) << "a port handed out twice on a machine";
+  }
+  stop(SIGKILL);
+  start();
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(a.connect(sock()));
+  ASSERT_TRUE(b.connect(sock()));
+  a.report();
+  b.report();
+  EXPECT_EQ(ports_of(), before);
 }
 
 // A TaskController that is a task of another job: the control plane finds it where

@@ -154,8 +154,7 @@ Service endpoints_of(const std::string& entitlement, const std::vector<TaskRecor
   Service s;
   s.entitlement = entitlement;
   for (const auto& t : tasks) {  // (index, id) order
-    bool published =
-        (t.state == TaskState::kRunning || t.state == TaskState::kDraining) && t.ready;
+    bool published = (t.state == TaskState::kRunning || t.state == TaskState::kDraining) && t.ready;
     if (!published) continue;
     std::string addr = address(t.machine);
     if (addr.empty()) continue;

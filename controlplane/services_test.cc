@@ -158,7 +158,9 @@ Service svc(std::initializer_list<std::string> tasks) {
   return s;
 }
 
-Command stop(const std::string& task) { return Command{Command::Kind::kStop, 0, task, {}}; }
+Command stop(const std::string& task) {
+  return Command{Command::Kind::kStop, 0, task, {}};
+}
 
 TEST(ServiceTable, ChangesMakeVersionsAndUpdatesCarryThem) {
   ServiceTable t;

@@ -151,6 +151,7 @@ bool ClusterHarness::setup() {
                                               "\"\ninit_path = \"" WEFT_INIT_BIN
                                               "\"\nlog_level = \"debug\"\n"
                                               "allow_root_tasks = true\ndefault_task_user = \"\"\n"
+                                              "dns_listen = \"127.0.0.1:8600\"\n"
                                               "[labels]\ndc = \"e2e\"\nrack = \"rack" +
                                               std::to_string(i) + "\"\n")
             .ok() &&
@@ -315,6 +316,19 @@ bool ClusterHarness::wait_all_ready(int timeout_ms) {
       },
       timeout_ms);
   return !r.is_null();
+}
+
+Result<std::string> ClusterHarness::run_in(int i, const std::string& command) const {
+  std::string cmd = "timeout 20 ip netns exec " + netns(i) + " " + command + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return sys_error("popen " + cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = ::pclose(p);
+  if (rc != 0) return make_error(cmd + " exited " + std::to_string(rc) + ": " + out);
+  return out;
 }
 
 int ClusterHarness::machine_index(const std::string& id) const {

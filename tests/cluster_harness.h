@@ -66,6 +66,11 @@ class ClusterHarness {
 
   int machines() const { return static_cast<int>(machines_.size()); }
   std::string machine_id(int i) const { return "m" + std::to_string(i); }
+  // The network namespace machine i's daemons and tasks run in; its agent answers DNS
+  // on 127.0.0.1:8600 there (dns_listen).
+  std::string netns(int i) const { return machines_.at(static_cast<size_t>(i)).netns; }
+  // A command run in machine i's network namespace (`ip netns exec`); its output.
+  Result<std::string> run_in(int i, const std::string& command) const;
   int machine_index(const std::string& id) const;  // -1 if not one of ours
   std::string logs() const;                        // every daemon's log, for failure messages
   const std::string& dir() const { return dir_; }

@@ -3,6 +3,8 @@
 // and its own cgroup subtree. Tasks really run; machines really die.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <chrono>
 #include <map>
 #include <set>
@@ -260,6 +262,95 @@ TEST_F(MultiMachine, ControlPlaneRestartMidUpdate) {
     EXPECT_EQ((*a)["restarts"], 0);
   }
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
+}
+
+// Issue 33: a job's named ports and service discovery on real machines. Each task gets a
+// port of its machine's range (WEFT_PORT_HTTP), is published once its readiness check
+// on that named port passes, and is found through the DNS every agent answers (SRV, then
+// the target's address) and reached there from another machine. With the control plane
+// killed, the agents keep answering from their copies; a stopped job leaves every copy.
+TEST_F(MultiMachine, AServiceIsFoundByDnsOnEveryMachineAndReachedOnItsPort) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  json job{{"name", "web"},
+           {"entitlement", "e"},
+           {"count", 2},
+           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+           {"ports", {{"http", 0}}},
+           {"task",
+            {{"argv",
+              {"/bin/sh", "-c",
+               "d=$(mktemp -d); echo served-by-$WEFT_PORT_HTTP > $d/index.html; "
+               "exec /bin/busybox httpd -f -p $WEFT_PORT_HTTP -h $d"}},
+             {"readiness", {{"type", "http"}, {"port", "http"}, {"path", "/"}}}}}};
+  auto created = c_.cp("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  json svc = c_.wait_cp("service.show", {{"job", "web"}},
+                        [](const json& j) { return j["endpoints"].size() == 2; });
+  ASSERT_FALSE(svc.is_null()) << c_.cp("job.show", {{"name", "web"}})->dump(2) << c_.logs();
+  // SRV records from an agent's DNS: "<name> <ttl> IN SRV 0 1 <port> <target>".
+  // An answer that is not NOERROR or NXDOMAIN (no answer at all, a refusal) is a record
+  // "none" that no test expects.
+  auto srv = [&](int machine) {
+    std::vector<std::pair<int, std::string>> out;
+    auto r = c_.run_in(machine, "drill -p 8600 @127.0.0.1 _http._tcp.web.e.weft SRV");
+    if (!r.ok() || (r->find("rcode: NOERROR") == std::string::npos &&
+                    r->find("rcode: NXDOMAIN") == std::string::npos)) {
+      out.push_back({-1, "none"});
+      return out;
+    }
+    std::istringstream in(*r);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == ';') continue;
+      std::istringstream f(line);
+      std::string name, ttl, cls, type, prio, weight, port, target;
+      if (f >> name >> ttl >> cls >> type >> prio >> weight >> port >> target && type == "SRV")
+        out.push_back({std::stoi(port), target});
+    }
+    return out;
+  };
+  auto wait_srv = [&](int machine, size_t n) {
+    std::vector<std::pair<int, std::string>> got;
+    for (int i = 0; i < 200; ++i) {
+      got = srv(machine);
+      if (got.size() == n) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return got;
+  };
+  for (int m = 0; m < c_.machines(); ++m)
+    ASSERT_EQ(wait_srv(m, 2).size(), 2u) << "machine " << m << c_.logs();
+  // From machine 3: the SRV target's address, then an HTTP request to it.
+  auto records = srv(3);
+  ASSERT_FALSE(records.empty());
+  auto a = c_.run_in(3, "drill -p 8600 @127.0.0.1 " + records[0].second + " A");
+  ASSERT_TRUE(a.ok()) << a.error().str();
+  std::string addr;
+  {
+    std::istringstream in(*a);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == ';') continue;
+      std::istringstream f(line);
+      std::string name, ttl, cls, type, value;
+      if (f >> name >> ttl >> cls >> type >> value && type == "A") addr = value;
+    }
+  }
+  ASSERT_EQ(addr.rfind("10.77.0.", 0), 0u) << *a;
+  auto page = c_.run_in(
+      3, "busybox wget -qO- http://" + addr + ":" + std::to_string(records[0].first) + "/");
+  ASSERT_TRUE(page.ok()) << page.error().str();
+  EXPECT_EQ(*page, "served-by-" + std::to_string(records[0].first) + "\n");
+  // The control plane gone: every agent still answers.
+  c_.kill_cp(SIGKILL);
+  for (int m = 0; m < c_.machines(); ++m) EXPECT_EQ(srv(m).size(), 2u) << "machine " << m;
+  c_.start_cp();
+  ASSERT_TRUE(c_.wait_all_ready()) << c_.logs();
+  // Still there once the restarted control plane rebuilt its table from the reports.
+  for (int m = 0; m < c_.machines(); ++m) EXPECT_EQ(wait_srv(m, 2).size(), 2u) << "machine " << m;
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "web"}}).ok());
+  for (int m = 0; m < c_.machines(); ++m)
+    EXPECT_TRUE(wait_srv(m, 0).empty()) << "machine " << m << ": " << srv(m).size();
 }
 
 // Issue 12: a start the agent refuses (here: a user the machine does not have, a rule
