@@ -1055,6 +1055,12 @@ void Manager::register_metrics() {
     start_seconds_.write(w, "weft_agent_task_start_seconds");
     w.family("weft_agent_task_restarts_total", "counter", "Restarts after a task ended.");
     w.sample("weft_agent_task_restarts_total", static_cast<double>(restarts_));
+    w.family("weft_agent_dns_queries_total", "counter",
+             "DNS packets received on dns_listen (docs/services.md).");
+    w.sample("weft_agent_dns_queries_total", static_cast<double>(dns_ ? dns_->queries() : 0));
+    w.family("weft_agent_discovery_version", "gauge",
+             "The version of the service discovery copy this agent answers from.");
+    w.sample("weft_agent_discovery_version", static_cast<double>(services_.version()));
     w.family("weft_agent_oom_kills_total", "counter", "Task incarnations ended by the OOM killer.");
     w.sample("weft_agent_oom_kills_total", static_cast<double>(oom_kills_));
     w.family("weft_agent_sandboxes_ready", "gauge",

@@ -54,10 +54,9 @@ json task_run_params(const JobSpec& s, const std::string& task_id,
 Result<JobSpec> parse_job_spec(const json& j) {
   if (!j.is_object()) return field_error("job", "must be an object");
   for (const auto& [k, v] : j.items()) {
-    static const char* kKeys[] = {"name",      "entitlement",     "count",
-                                  "per_task",  "machine_type",    "max_unavailable",
-                                  "placement", "task_controller", "task",
-                                  "ports",     "discovery_drain"};
+    static const char* kKeys[] = {
+        "name",      "entitlement",     "count", "per_task", "machine_type",   "max_unavailable",
+        "placement", "task_controller", "task",  "ports",    "discovery_drain"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");

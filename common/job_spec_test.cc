@@ -139,5 +139,36 @@ TEST(JobSpec, EveryTaskIdFitsTheAgentsTaskNames) {
   EXPECT_EQ(t->owner, "controlplane");
 }
 
+TEST(JobSpec, PortsAndDiscoveryDrain) {
+  json j{{"name", "web"},
+         {"entitlement", "e"},
+         {"ports", {{"http", 0}, {"admin", 9100}}},
+         {"discovery_drain", "5s"},
+         {"task", {{"argv", {"/bin/true"}}, {"readiness", {{"type", "http"}, {"port", "http"}}}}}};
+  auto s = parse_job_spec(j);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_EQ(s->ports.at("admin"), 9100);
+  EXPECT_EQ(s->discovery_drain_us, 5'000'000u);
+  auto back = parse_job_spec(to_json(*s));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->ports, s->ports);
+  EXPECT_EQ(back->discovery_drain_us, s->discovery_drain_us);
+  // Each task gets its own numbers in its task spec.
+  json run = task_run_params(*s, "web.0.1", {{"http", 20005}, {"admin", 9100}});
+  EXPECT_EQ(run["ports"]["http"], 20005);
+  json bad = j;
+  bad["task"]["ports"] = {{"x", 1}};
+  EXPECT_EQ(parse_job_spec(bad).error().field, "task.ports");
+  bad = j;
+  bad["ports"]["Bad"] = 1;
+  EXPECT_EQ(parse_job_spec(bad).error().field, "ports.Bad");
+  bad = j;
+  bad["discovery_drain"] = "2h";
+  EXPECT_EQ(parse_job_spec(bad).error().field, "discovery_drain");
+  bad = j;
+  bad["task"]["readiness"]["port"] = "grpc";
+  EXPECT_EQ(parse_job_spec(bad).error().field, "task.readiness.port");
+}
+
 }  // namespace
 }  // namespace weft

@@ -21,9 +21,10 @@ ServiceCatalog catalog_with_web() {
   ServiceUpdate u;
   u.version = 7;
   u.reset = true;
-  u.services["web"] = Service{"frontend",
-                              {ep("web.0.1", 0, "10.0.0.1", 20001), ep("web.1.2", 1, "10.0.0.2", 20002),
-                               ep("web.2.3", 2, "fd00::3", 20003)}};
+  u.services["web"] =
+      Service{"frontend",
+              {ep("web.0.1", 0, "10.0.0.1", 20001), ep("web.1.2", 1, "10.0.0.2", 20002),
+               ep("web.2.3", 2, "fd00::3", 20003)}};
   u.services["empty"] = Service{"frontend", {}};
   c.apply(u);
   return c;
@@ -134,18 +135,18 @@ TEST(Dns, AnswersAddressesSrvAndOneTask) {
   EXPECT_EQ(a.rcode, LDNS_RCODE_NOERROR);
   EXPECT_EQ(a.id, 4242);
   EXPECT_EQ(a.answers, (std::vector<std::string>{"web.frontend.weft. A 10.0.0.1",
-                                                  "web.frontend.weft. A 10.0.0.2"}));
+                                                 "web.frontend.weft. A 10.0.0.2"}));
   a = ask(c, query("web.frontend.weft.", LDNS_RR_TYPE_AAAA));
   EXPECT_EQ(a.answers, (std::vector<std::string>{"web.frontend.weft. AAAA fd00::3"}));
   a = ask(c, query("_http._tcp.web.frontend.weft.", LDNS_RR_TYPE_SRV));
   EXPECT_EQ(a.rcode, LDNS_RCODE_NOERROR);
-  EXPECT_EQ(a.answers,
-            (std::vector<std::string>{"_http._tcp.web.frontend.weft. SRV 0 1 20001 0.web.frontend.weft.",
-                                      "_http._tcp.web.frontend.weft. SRV 0 1 20002 1.web.frontend.weft.",
-                                      "_http._tcp.web.frontend.weft. SRV 0 1 20003 2.web.frontend.weft."}));
+  EXPECT_EQ(a.answers, (std::vector<std::string>{
+                           "_http._tcp.web.frontend.weft. SRV 0 1 20001 0.web.frontend.weft.",
+                           "_http._tcp.web.frontend.weft. SRV 0 1 20002 1.web.frontend.weft.",
+                           "_http._tcp.web.frontend.weft. SRV 0 1 20003 2.web.frontend.weft."}));
   EXPECT_EQ(a.additional, (std::vector<std::string>{"0.web.frontend.weft. A 10.0.0.1",
-                                                     "1.web.frontend.weft. A 10.0.0.2",
-                                                     "2.web.frontend.weft. AAAA fd00::3"}));
+                                                    "1.web.frontend.weft. A 10.0.0.2",
+                                                    "2.web.frontend.weft. AAAA fd00::3"}));
   a = ask(c, query("1.WEB.frontend.weft.", LDNS_RR_TYPE_A));
   // The answer's owner is the question's name as asked.
   EXPECT_EQ(a.answers, (std::vector<std::string>{"1.WEB.frontend.weft. A 10.0.0.2"}));
@@ -173,7 +174,8 @@ TEST(Dns, AnAnswerTooLargeForUdpIsTruncatedAndEdnsMakesRoom) {
   Service big{"frontend", {}};
   for (int i = 0; i < 60; ++i)
     big.endpoints.push_back(ep("big." + std::to_string(i) + ".1", i,
-                               "10.1.0." + std::to_string(i + 1), static_cast<uint16_t>(20000 + i)));
+                               "10.1.0." + std::to_string(i + 1),
+                               static_cast<uint16_t>(20000 + i)));
   u.services["big"] = big;
   c.apply(u);
   auto q = query("_http._tcp.big.frontend.weft.", LDNS_RR_TYPE_SRV);

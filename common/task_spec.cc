@@ -677,8 +677,7 @@ Result<TaskSpec> parse_task_spec(const json& j) {
 }
 
 bool valid_port_name(const std::string& n) {
-  if (n.empty() || n.size() > 15 || !(n[0] >= 'a' && n[0] <= 'z') || n.back() == '-')
-    return false;
+  if (n.empty() || n.size() > 15 || !(n[0] >= 'a' && n[0] <= 'z') || n.back() == '-') return false;
   for (char c : n)
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
   return true;
@@ -721,7 +720,8 @@ Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
   if (next && first != 0) *next = static_cast<uint16_t>(first + at);
   if (spec->readiness && !spec->readiness->port_name.empty())
     spec->readiness->port = spec->ports[spec->readiness->port_name];
-  for (const auto& [name, port] : spec->ports) spec->env[port_env_name(name)] = std::to_string(port);
+  for (const auto& [name, port] : spec->ports)
+    spec->env[port_env_name(name)] = std::to_string(port);
   return {};
 }
 

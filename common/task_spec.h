@@ -68,7 +68,7 @@ struct LogSpec {
 enum class ReadinessKind { kTcp, kHttp, kExec };
 struct ReadinessCheck {
   ReadinessKind kind = ReadinessKind::kTcp;
-  uint16_t port = 0;                 // tcp, http
+  uint16_t port = 0;  // tcp, http
   // Or one of the task's named ports (`port = "http"`): the agent puts its number in
   // `port` when it gives the task its ports (resolve_task_ports).
   std::string port_name;

@@ -300,5 +300,66 @@ TEST(Spec, HugepageSizeNames) {
   EXPECT_EQ(normalize_hugepage_size("junk"), "");
 }
 
+TEST(TaskSpec, PortsAreNamedCheckedAndGivenNumbers) {
+  auto spec = parse_task_spec({{"name", "t"},
+                               {"argv", {"/bin/true"}},
+                               {"ports", {{"http", 0}, {"admin", 9100}, {"grpc-tls", 0}}},
+                               {"readiness", {{"type", "tcp"}, {"port", "http"}}}});
+  ASSERT_TRUE(spec.ok()) << spec.error().str();
+  // Ports 20000-20001 are held by another task; 9100 is free.
+  std::set<uint16_t> held = {20000, 20001};
+  auto holder = [&](uint16_t p) { return held.count(p) ? std::string("other") : std::string(); };
+  uint16_t next = 0;
+  ASSERT_TRUE(resolve_task_ports(&*spec, 20000, 20009, holder, &next).ok());
+  EXPECT_EQ(spec->ports.at("admin"), 9100);
+  uint16_t http = spec->ports.at("http"), grpc = spec->ports.at("grpc-tls");
+  EXPECT_NE(http, grpc);
+  for (uint16_t p : {http, grpc}) {
+    EXPECT_GE(p, 20002);
+    EXPECT_LE(p, 20009);
+  }
+  EXPECT_EQ(spec->readiness->port, http);
+  EXPECT_EQ(spec->env.at("WEFT_PORT_HTTP"), std::to_string(http));
+  EXPECT_EQ(spec->env.at("WEFT_PORT_GRPC_TLS"), std::to_string(grpc));
+  EXPECT_EQ(spec->env.at("WEFT_PORT_ADMIN"), "9100");
+  // What is stored is read back the same (numbers now, the check still names its port).
+  auto back = parse_task_spec(to_json(*spec));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->ports, spec->ports);
+  EXPECT_EQ(back->readiness->port, http);
+  // A fixed port another task holds is refused, naming the port and the holder.
+  auto taken = parse_task_spec({{"name", "u"}, {"argv", {"/bin/true"}}, {"ports", {{"x", 20000}}}});
+  ASSERT_TRUE(taken.ok());
+  auto refused = resolve_task_ports(&*taken, 20000, 20009, holder);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, "ports.x");
+  EXPECT_NE(refused.error().message.find("held by task other"), std::string::npos);
+  // A full range is refused too.
+  auto full = parse_task_spec({{"name", "v"}, {"argv", {"/bin/true"}}, {"ports", {{"x", 0}}}});
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(resolve_task_ports(&*full, 20000, 20001, holder).ok());
+
+  for (const auto& [bad, field] :
+       std::vector<std::pair<json, std::string>>{{{{"HTTP", 80}}, "ports.HTTP"},
+                                                 {{{"http", 70000}}, "ports.http"},
+                                                 {{{"a", 80}, {"b", 80}}, "ports.b"},
+                                                 {{{"1x", 80}}, "ports.1x"},
+                                                 {json::array(), "ports"}}) {
+    auto e = parse_task_spec({{"name", "t"}, {"argv", {"/bin/true"}}, {"ports", bad}});
+    ASSERT_FALSE(e.ok()) << bad.dump();
+    EXPECT_EQ(e.error().field, field) << bad.dump();
+  }
+  auto named = parse_task_spec(
+      {{"name", "t"}, {"argv", {"/bin/true"}}, {"readiness", {{"type", "tcp"}, {"port", "nope"}}}});
+  ASSERT_FALSE(named.ok());
+  EXPECT_EQ(named.error().field, "readiness.port");
+  auto private_net = parse_task_spec({{"name", "t"},
+                                      {"argv", {"/bin/true"}},
+                                      {"namespaces", {{"network", "private"}}},
+                                      {"ports", {{"http", 0}}}});
+  ASSERT_FALSE(private_net.ok());
+  EXPECT_EQ(private_net.error().field, "ports");
+}
+
 }  // namespace
 }  // namespace weft

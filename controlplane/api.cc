@@ -194,8 +194,7 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
   // Where its tasks are reached (service discovery): what the agent says, else the
   // address its session comes from (loopback for a Unix socket).
-  if (address.empty())
-    address = c.peer.is_unix || c.peer.host.empty() ? "127.0.0.1" : c.peer.host;
+  if (address.empty()) address = c.peer.is_unix || c.peer.host.empty() ? "127.0.0.1" : c.peer.host;
   if (addresses_[m] != address) {
     addresses_[m] = address;
     for (const auto& t : sched_.tasks_on(m)) services_dirty_.insert(t.job);

@@ -43,8 +43,8 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
   }
   Machine m;
   m.info = info;
-  m.id = alloc_.add_machine({info.id, info.dc, info.domain, info.type, info.capacity,
-                             info.port_first, info.port_last});
+  m.id = alloc_.add_machine(
+      {info.id, info.dc, info.domain, info.type, info.capacity, info.port_first, info.port_last});
   beat(m, now);
   by_index_.resize(m.id + 1);
   by_index_[m.id] = info.id;

@@ -744,6 +744,21 @@ void Manager::register_metrics() {
       w.sample("weft_cp_machines", static_cast<double>(n), {{"state", state}});
     w.family("weft_cp_jobs", "gauge", "Jobs.");
     w.sample("weft_cp_jobs", static_cast<double>(sched_.job_count()));
+    w.family("weft_cp_discovery_version", "gauge",
+             "The service discovery table's version (docs/services.md).");
+    w.sample("weft_cp_discovery_version", static_cast<double>(services_.version()));
+    w.family("weft_cp_discovery_agents_behind", "gauge",
+             "Agents answering DNS that have not acknowledged the latest version.");
+    size_t behind = 0;
+    for (const auto& [m, sess] : service_sessions_)
+      behind += services_.acked(m) < services_.version();
+    w.sample("weft_cp_discovery_agents_behind", static_cast<double>(behind));
+    w.family("weft_cp_discovery_stops_waiting", "gauge",
+             "Stops held until every agent has the task withdrawn (and the drain).");
+    w.sample("weft_cp_discovery_stops_waiting", static_cast<double>(services_.held()));
+    w.family("weft_cp_discovery_ack_timeouts_total", "counter",
+             "Stops sent after discovery_ack_timeout without every agent's acknowledgement.");
+    w.sample("weft_cp_discovery_ack_timeouts_total", static_cast<double>(discovery_ack_timeouts_));
     w.family("weft_cp_replacements_waiting", "gauge",
              "Machines down whose tasks wait for the failure budget, and tasks waiting for "
              "the per-task budget.");

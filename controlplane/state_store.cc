@@ -1,8 +1,8 @@
 #include "controlplane/state_store.h"
 
 #include "common/json_bounded.h"
-#include "common/task_spec.h"
 #include "common/log.h"
+#include "common/task_spec.h"
 
 namespace weft::cp {
 

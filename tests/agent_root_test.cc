@@ -87,6 +87,40 @@ TEST_F(AgentRoot, RunExitCodeLogsAndCgroupRemoved) {
   EXPECT_EQ(ok["exit_code"], 0);
 }
 
+// Named ports (docs/services.md): a 0 port takes a free port of the agent's port_range,
+// given to the task as WEFT_PORT_<NAME> and kept in its spec; a port a live task holds
+// is refused to another; once that task ended its port may be taken again.
+TEST_F(AgentRoot, ALocalTasksPortsAreItsOwnWhileItLives) {
+  std::string a = run({{"name", "pa"},
+                       {"ports", {{"http", 0}, {"admin", 9931}}},
+                       {"argv", {"sh", "-c", "echo $WEFT_PORT_HTTP $WEFT_PORT_ADMIN; sleep 100"}}});
+  ASSERT_FALSE(a.empty());
+  json t = agent_->wait_task(a, [&](const json&) { return !logs(a).empty(); });
+  json shown = agent_->call("task.show", {{"id", a}});
+  int http = shown["spec"]["ports"]["http"].get<int>();
+  EXPECT_GE(http, 20000);
+  EXPECT_LE(http, 32767);
+  EXPECT_EQ(logs(a), std::to_string(http) + " 9931\n");
+  auto refused = agent_->try_call(
+      "task.run", {{"name", "pb"}, {"ports", {{"admin", 9931}}}, {"argv", {"true"}}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("ports.admin: port 9931 is held by task pa"),
+            std::string::npos)
+      << refused.error().str();
+  // Another task's dynamic port is not the first's.
+  std::string c =
+      run({{"name", "pc"}, {"ports", {{"http", 0}}}, {"argv", {"sh", "-c", "sleep 100"}}});
+  json other = agent_->call("task.show", {{"id", c}});
+  EXPECT_NE(other["spec"]["ports"]["http"].get<int>(), http);
+  agent_->call("task.stop", {{"id", a}, {"grace", 1}});
+  agent_->wait_state(a, "stopped");
+  auto again = agent_->try_call("task.run",
+                                {{"name", "pd"}, {"ports", {{"admin", 9931}}}, {"argv", {"true"}}});
+  EXPECT_TRUE(again.ok()) << again.error().str();
+  agent_->call("task.stop", {{"id", c}, {"grace", 1}});
+  agent_->wait_state(c, "stopped");
+}
+
 TEST_F(AgentRoot, ProcessRunsInsideItsCgroup) {
   std::string id =
       run({{"name", "cg"}, {"argv", {"sh", "-c", "cat /proc/self/cgroup; sleep 100"}}});
