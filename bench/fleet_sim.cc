@@ -50,6 +50,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/services.h"
 #include "common/task_report.h"
 #include "common/tls.h"
 
@@ -90,6 +91,10 @@ struct Options {
   double scale = 1;           // the timeline (failure at 120 s, back at 415 s) times this
   std::string out;            // per-second CSV
   bool expect_floor = false;  // fail unless no shard lost two replicas outside the failure
+  // The discovery phase (issue 33): every agent answers DNS (serves_discovery), and a job
+  // of `discovery_tasks` is scaled down step by step; each step's withdrawal is timed
+  // until every agent holds it, and until the stop reaches the task's machine.
+  int discovery_tasks = 20, discovery_steps = 10;
 };
 
 struct Shape {
@@ -147,6 +152,11 @@ struct Machine {
   Daemon d[3];
   std::map<std::string, SimTask> tasks;
   std::string profile;
+  // Service discovery: the endpoints of the discovery phase's job in this agent's copy,
+  // and when that count last changed.
+  ServiceCatalog catalog;
+  size_t svc_endpoints = SIZE_MAX;
+  uint64_t svc_changed_us = 0;
   std::string acked_digest;                  // the digest the control plane holds for this machine
   std::map<std::string, std::string> acked;  // and the list it stands for
   bool reporting = false, report_again = false;
@@ -175,6 +185,22 @@ class Fleet {
                        [this](const json& p, const rpc::CallContext& c) { return task_run(p, c); });
     agent_methods_.add(
         "task.stop", [this](const json& p, const rpc::CallContext& c) { return task_stop(p, c); });
+    // An agent that answers DNS: the agent's own reader and copy of each update.
+    agent_methods_.add("service.update",
+                       [this](const json& p, const rpc::CallContext& c) -> Result<json> {
+                         Machine* m = machine_of(c);
+                         if (!m) return make_error("no machine");
+                         TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
+                         m->catalog.apply(u);
+                         ++service_updates_;
+                         const Service* s = m->catalog.find("svc", "fleet");
+                         size_t n = s ? s->endpoints.size() : 0;
+                         if (n != m->svc_endpoints) {
+                           m->svc_endpoints = n;
+                           m->svc_changed_us = now_monotonic_us();
+                         }
+                         return json{{"version", m->catalog.version()}};
+                       });
     sidekick_methods_.add("profile.apply", [this](const json& p, const rpc::CallContext& c) {
       return profile_apply(p, c);
     });
@@ -306,6 +332,24 @@ class Fleet {
       if (best.empty() || c > n.at(best)) best = d;
     return best;
   }
+  // The discovery phase: agents whose copy has `n` endpoints of the job, the latest time
+  // one of them changed to that, and when the stop of `task` reached its machine (0: not).
+  size_t agents_with(size_t n) const {
+    size_t k = 0;
+    for (const auto& m : machines_) k += !m->dead && m->svc_endpoints == n;
+    return k;
+  }
+  std::vector<uint64_t> changed_at(size_t n) const {
+    std::vector<uint64_t> out;
+    for (const auto& m : machines_)
+      if (!m->dead && m->svc_endpoints == n) out.push_back(m->svc_changed_us);
+    return out;
+  }
+  uint64_t stopped_at(const std::string& task) const {
+    auto it = stopped_at_.find(task);
+    return it == stopped_at_.end() ? 0 : it->second;
+  }
+  uint64_t service_updates() const { return service_updates_; }
   size_t lost_waiting() const { return lost_.size(); }
   size_t lost_total() const { return lost_total_; }
   std::vector<double> replaced_ms() const { return replaced_ms_; }
@@ -352,6 +396,7 @@ class Fleet {
       return field_error("id", "is required");
     auto it = m->tasks.find(p["id"].get<std::string>());
     if (it == m->tasks.end()) return make_error("no such task").with_code(rpc::kNotFound);
+    stopped_at_[it->first] = now_monotonic_us();
     if (it->second.state == "running") --running_;
     it->second.state = "stopped";
     it->second.start.reset();
@@ -450,9 +495,13 @@ class Fleet {
   json hello(const Daemon& d) const {
     const Machine& m = *d.m;
     if (d.kind == kAgent)
-      return {{"machine", m.id},          {"dc", m.shape.dc},
-              {"domain", m.shape.domain}, {"cpu_milli", m.shape.cpu_milli},
-              {"mem_mb", m.shape.mem_mb}, {"controllers", {"cpu", "memory", "io", "pids"}}};
+      return {{"machine", m.id},
+              {"dc", m.shape.dc},
+              {"domain", m.shape.domain},
+              {"cpu_milli", m.shape.cpu_milli},
+              {"mem_mb", m.shape.mem_mb},
+              {"controllers", {"cpu", "memory", "io", "pids"}},
+              {"serves_discovery", o_.phases.find("discovery") != std::string::npos}};
     return report_params(d);
   }
   json report_params(const Daemon& d) const {
@@ -541,6 +590,8 @@ class Fleet {
   const Options& o_;
   uint16_t port_;
   rpc::Dispatcher agent_methods_, sidekick_methods_;
+  std::map<std::string, uint64_t> stopped_at_;  // task -> when its task.stop arrived
+  uint64_t service_updates_ = 0;
   std::vector<std::unique_ptr<Machine>> machines_;
   std::deque<Daemon*> queue_;
   std::unordered_map<rpc::Session*, Machine*> by_session_;
@@ -861,6 +912,88 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
 
 }  // namespace
 
+// Issue 33: how fast a change of endpoints reaches every agent's DNS copy, and how long
+// the stop of a withdrawn task waits for it. A job of --discovery-tasks is created; once
+// every agent holds all its endpoints, it is scaled down one task at a time: each step is
+// timed from the job.scale call until every agent holds the smaller set, and until the
+// stop reaches the task's machine (which waits for every agent's acknowledgement).
+int discovery(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& dir,
+              const std::function<void()>& pump) {
+  auto admin = rpc::Client::connect(dir + "/cp.sock");
+  if (!admin.ok()) return 1;
+  (void)(*admin)->call("entitlement.create", {{"name", "fleet"}, {"quota", o.machines}});
+  json job{{"name", "svc"},
+           {"entitlement", "fleet"},
+           {"count", o.discovery_tasks},
+           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 64}}},
+           {"ports", {{"http", 0}}},
+           {"task", {{"argv", {"/bin/true"}}}}};
+  if (auto r = (*admin)->call("job.create", job); !r.ok()) {
+    std::fprintf(stderr, "fleet_sim: discovery job: %s\n", r.error().str().c_str());
+    return 1;
+  }
+  size_t agents = fleet.sessions_wanted() / static_cast<size_t>(o.daemons);
+  auto n = static_cast<size_t>(o.discovery_tasks);
+  if (run_until(
+          loop, [&] { return fleet.agents_with(n) == agents; }, o.timeout_s, pump) < 0) {
+    std::printf("discovery: not every agent got the job's %zu endpoints (%zu of %zu agents)\n", n,
+                fleet.agents_with(n), agents);
+    return 1;
+  }
+  std::vector<double> all_ms, last_ms, stop_ms;
+  uint64_t updates0 = fleet.service_updates();
+  int status = 0;
+  for (int step = 0; step < o.discovery_steps && n > 1; ++step) {
+    json shown = (*admin)->call("service.show", {{"job", "svc"}}).value_or(json());
+    std::string leaving;
+    for (const auto& e : shown.value("endpoints", json::array()))
+      if (e["index"] == static_cast<int>(n - 1)) leaving = e["task"];
+    uint64_t t0 = now_monotonic_us();
+    std::atomic<bool> answered{false};
+    std::thread caller([&] {
+      auto c = rpc::Client::connect(dir + "/cp.sock");
+      if (c.ok()) (void)(*c)->call("job.scale", {{"name", "svc"}, {"count", n - 1}});
+      answered = true;
+    });
+    double s = run_until(
+        loop,
+        [&] {
+          return answered && fleet.agents_with(n - 1) == agents &&
+                 (leaving.empty() || fleet.stopped_at(leaving) != 0);
+        },
+        o.timeout_s, pump);
+    caller.join();
+    if (s < 0) {
+      status = 1;
+      break;
+    }
+    auto at = fleet.changed_at(n - 1);
+    for (uint64_t t : at) all_ms.push_back(static_cast<double>(t - t0) / 1e3);
+    last_ms.push_back(static_cast<double>(*std::max_element(at.begin(), at.end()) - t0) / 1e3);
+    if (!leaving.empty()) {
+      stop_ms.push_back(static_cast<double>(fleet.stopped_at(leaving) - t0) / 1e3);
+      // Withdraw before stop: the stop comes after every agent took the withdrawal.
+      if (fleet.stopped_at(leaving) < *std::max_element(at.begin(), at.end())) {
+        std::printf(
+            "discovery: the stop of %s reached its machine before every agent had "
+            "it withdrawn\n",
+            leaving.c_str());
+        status = 1;
+      }
+    }
+    --n;
+  }
+  std::printf(
+      "discovery: %zu agents, %zu steps: a withdrawal reached an agent p50 %.1f ms p99 %.1f ms; "
+      "every agent p50 %.1f ms max %.1f ms; its stop was sent p50 %.1f ms max %.1f ms after "
+      "job.scale; %llu service updates taken%s\n",
+      agents, last_ms.size(), pct(all_ms, 50), pct(all_ms, 99), pct(last_ms, 50), pct(last_ms, 100),
+      pct(stop_ms, 50), pct(stop_ms, 100),
+      static_cast<unsigned long long>(fleet.service_updates() - updates0),
+      status ? " (TIMEOUT)" : "");
+  return status;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"fleet_sim: simulated machines against a real weft-controlplane"};
   Options o;
@@ -881,7 +1014,10 @@ int main(int argc, char** argv) {
   app.add_flag("--tls", o.tls, "mutual TLS (a certificate per machine)");
   app.add_flag("--full-reports", o.full_reports,
                "report the whole task list every heartbeat (agents before issue 14)");
-  app.add_option("--phases", o.phases, "register,rest,create,rest,fail (in order)");
+  app.add_option("--phases", o.phases,
+                 "register,rest,create,rest,fail (in order); also fig14, discovery");
+  app.add_option("--discovery-tasks", o.discovery_tasks, "discovery: the job's tasks");
+  app.add_option("--discovery-steps", o.discovery_steps, "discovery: scale-downs timed");
   app.add_option("--cp-config", o.cp_extra, "extra controlplane.toml lines");
   app.add_option("--machine-data", o.data, "Alibaba machine_meta.csv");
   app.add_option("--timeout", o.timeout_s, "seconds each phase may take");
@@ -1062,6 +1198,8 @@ int main(int argc, char** argv) {
         return std::string(buf);
       });
       want_running = fleet.running();
+    } else if (phase == "discovery") {
+      if (discovery(*loop, fleet, o, dir, pump) != 0) status = 1;
     } else if (phase == "fig14") {
       if (fig14(*loop, fleet, o, dir, pump) != 0) status = 1;
     } else {

@@ -104,7 +104,10 @@ T* read_pem(const std::string& path, T* (*reader)(FILE*, T**, pem_password_cb*, 
 
 bool write_pair(const std::string& base, X509* x, EVP_PKEY* key) {
   FILE* c = std::fopen((base + ".pem").c_str(), "w");
-  FILE* k = std::fopen((base + ".key").c_str(), "w");
+  // The key readable by its owner only: the daemons refuse a key every user can read.
+  int kfd = ::open((base + ".key").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  FILE* k = kfd >= 0 ? ::fdopen(kfd, "w") : nullptr;
+  if (kfd >= 0 && !k) ::close(kfd);
   bool ok = c && k && PEM_write_X509(c, x) == 1 &&
             PEM_write_PrivateKey(k, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
   if (c) std::fclose(c);

@@ -144,7 +144,8 @@ void Manager::push_services() {
   ServiceUpdate u = services_.update_since(services_pushed_);
   services_pushed_ = services_.version();
   json msg = to_json(u);
-  for (const auto& [m, s] : service_sessions_) {
+  for (const auto& [machine, s] : service_sessions_) {
+    MachineId m = machine;  // (a structured binding cannot be captured before C++20's clang 16)
     s->call("service.update", msg, [this, m](Result<json> r) { on_service_ack(m, r); });
   }
 }
