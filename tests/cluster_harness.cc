@@ -177,20 +177,50 @@ bool ClusterHarness::setup() {
       return false;
     }
   }
-  return write_file(dir_ + "/cp.toml",
-                    "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
-                        "/cp\"\nlisten = \"" + kHubAddr + ":" + std::to_string(kCpPort) + "\"\n" +
-                        (opts_.tls ? "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki +
-                                         "/controlplane.pem\"\ntls_key = \"" + pki +
-                                         "/controlplane.key\"\ntls_crl = \"" + pki + "/crl.pem\"\n"
-                                   : std::string("insecure_listen = true\n")) +
-                        "heartbeat_interval = \"" + opts_.heartbeat +
-                        "\"\nmissed_heartbeats = " + std::to_string(opts_.missed_heartbeats) +
-                        "\ndestructive_per_min = 600\ndestructive_burst = 50\n" +
-                        (opts_.prepare_timeout.empty()
-                             ? std::string()
-                             : "prepare_timeout = \"" + opts_.prepare_timeout + "\"\n"))
-      .ok();
+  cp_conf_ =
+      "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ + "/cp\"\nlisten = \"" + kHubAddr +
+      ":" + std::to_string(kCpPort) + "\"\n" +
+      (opts_.tls ? "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki +
+                       "/controlplane.pem\"\ntls_key = \"" + pki +
+                       "/controlplane.key\"\ntls_crl = \"" + pki + "/crl.pem\"\n"
+                 : std::string("insecure_listen = true\n")) +
+      "heartbeat_interval = \"" + opts_.heartbeat +
+      "\"\nmissed_heartbeats = " + std::to_string(opts_.missed_heartbeats) +
+      "\ndestructive_per_min = 600\ndestructive_burst = 50\n" +
+      (opts_.prepare_timeout.empty() ? std::string()
+                                     : "prepare_timeout = \"" + opts_.prepare_timeout + "\"\n");
+  return write_file(dir_ + "/cp.toml", cp_conf_).ok();
+}
+
+void ClusterHarness::set_cp_extra(const std::string& lines) {
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", cp_conf_ + lines).ok());
+}
+
+pid_t ClusterHarness::start_in(int i, const std::vector<std::string>& argv,
+                               const std::string& out) {
+  pid_t p = fork();
+  if (p == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int ns = open(("/run/netns/" + netns(i)).c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(126);
+    int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return p;
+}
+
+void ClusterHarness::stop_in(pid_t pid, int sig) {
+  if (pid <= 0) return;
+  ::kill(pid, sig);
+  waitpid(pid, nullptr, 0);
 }
 
 ClusterHarness::~ClusterHarness() {

@@ -71,6 +71,12 @@ class ClusterHarness {
   std::string netns(int i) const { return machines_.at(static_cast<size_t>(i)).netns; }
   // A command run in machine i's network namespace (`ip netns exec`); its output.
   Result<std::string> run_in(int i, const std::string& command) const;
+  // A program started in machine i's network namespace, its output to `out`; stop it
+  // with stop_in (its output is then complete). It dies with the test process.
+  pid_t start_in(int i, const std::vector<std::string>& argv, const std::string& out);
+  static void stop_in(pid_t pid, int sig = SIGTERM);
+  // More controlplane.toml lines, for the next start_cp() (replacing earlier ones).
+  void set_cp_extra(const std::string& lines);
   int machine_index(const std::string& id) const;  // -1 if not one of ours
   std::string logs() const;                        // every daemon's log, for failure messages
   const std::string& dir() const { return dir_; }
@@ -92,6 +98,7 @@ class ClusterHarness {
   std::vector<std::string> netns_made_;
   pid_t cp_ = -1;
   bool cgroup_made_ = false;
+  std::string cp_conf_;  // controlplane.toml without set_cp_extra's lines
 };
 
 }  // namespace weft::testing
