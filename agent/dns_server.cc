@@ -29,8 +29,19 @@ Result<std::unique_ptr<DnsServer>> DnsServer::serve(EventLoop& loop, const std::
       rc != 0 || !res)
     return field_error("dns_listen", listen + ": " + gai_strerror(rc));
   std::unique_ptr<DnsServer> s(new DnsServer(catalog, options));
+  s->loop_ = &loop;
   s->fd_ = Fd(::socket(res->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   int rc = s->fd_.valid() ? ::bind(s->fd_.get(), res->ai_addr, res->ai_addrlen) : -1;
+  if (rc == 0) {
+    s->tcp_fd_ = Fd(::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    int one = 1;
+    if (s->tcp_fd_.valid())
+      (void)::setsockopt(s->tcp_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    rc = s->tcp_fd_.valid() && ::bind(s->tcp_fd_.get(), res->ai_addr, res->ai_addrlen) == 0 &&
+                 ::listen(s->tcp_fd_.get(), 64) == 0
+             ? 0
+             : -1;
+  }
   freeaddrinfo(res);
   if (rc != 0) return sys_error("dns_listen " + listen);
   sockaddr_storage bound{};
@@ -41,6 +52,9 @@ Result<std::unique_ptr<DnsServer>> DnsServer::serve(EventLoop& loop, const std::
                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   DnsServer* self = s.get();
   TRY_ASSIGN(s->io_, loop.add_io(s->fd_.get(), EPOLLIN, [self](uint32_t) { self->on_readable(); }));
+  TRY_ASSIGN(s->tcp_io_,
+             loop.add_io(s->tcp_fd_.get(), EPOLLIN, [self](uint32_t) { self->on_accept(); }));
+  s->sweep();
   log_info("answering DNS for the weft. zone", {{"LISTEN", listen}});
   return s;
 }
@@ -62,6 +76,68 @@ void DnsServer::on_readable() {
     (void)::sendto(fd_.get(), answer.data(), answer.size(), MSG_DONTWAIT,
                    reinterpret_cast<sockaddr*>(&from), from_len);
   }
+}
+
+namespace {
+constexpr size_t kMaxTcpConnections = 64;
+constexpr uint64_t kTcpIdleUs = 10'000'000;
+}  // namespace
+
+void DnsServer::on_accept() {
+  for (int i = 0; i < 16; ++i) {
+    Fd c(::accept4(tcp_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!c.valid()) return;
+    if (tcp_.size() >= kMaxTcpConnections) continue;  // closed: the client may try UDP
+    int fd = c.get();
+    auto conn = std::make_unique<TcpConn>();
+    conn->fd = std::move(c);
+    conn->last_us = now_monotonic_us();
+    auto io = loop_->add_io(fd, EPOLLIN, [this, fd](uint32_t) { on_tcp(fd); });
+    if (!io.ok()) continue;
+    conn->io = std::move(io).value();
+    tcp_[fd] = std::move(conn);
+  }
+}
+
+void DnsServer::on_tcp(int fd) {
+  auto it = tcp_.find(fd);
+  if (it == tcp_.end()) return;
+  TcpConn& c = *it->second;
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  bool close_it = n <= 0;
+  if (n > 0) {
+    c.in.append(buf, static_cast<size_t>(n));
+    c.last_us = now_monotonic_us();
+  }
+  // Each message: a two-byte length, then the message (RFC 1035 4.2.2, RFC 7766).
+  while (!close_it && c.in.size() >= 2) {
+    size_t len =
+        (static_cast<size_t>(static_cast<uint8_t>(c.in[0])) << 8) | static_cast<uint8_t>(c.in[1]);
+    if (c.in.size() < 2 + len) break;
+    ++queries_;
+    std::vector<uint8_t> answer = dns::respond(reinterpret_cast<const uint8_t*>(c.in.data()) + 2,
+                                               len, *catalog_, options_, 65535, rotate_++);
+    c.in.erase(0, 2 + len);
+    if (answer.empty()) continue;
+    std::string out;
+    out.push_back(static_cast<char>(answer.size() >> 8));
+    out.push_back(static_cast<char>(answer.size() & 0xff));
+    out.append(reinterpret_cast<const char*>(answer.data()), answer.size());
+    // A client that does not read what it asked for is dropped, not buffered for.
+    if (::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(out.size()))
+      close_it = true;
+  }
+  if (close_it) tcp_.erase(it);
+}
+
+void DnsServer::sweep() {
+  uint64_t now = now_monotonic_us();
+  for (auto it = tcp_.begin(); it != tcp_.end();)
+    it = now - it->second->last_us > kTcpIdleUs ? tcp_.erase(it) : std::next(it);
+  auto t = loop_->add_timer_in(kTcpIdleUs / 2, [this] { sweep(); });
+  if (t.ok()) sweep_ = std::move(t).value();
 }
 
 }  // namespace weft::agent

@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
   static constexpr std::pair<const char*, Group> kGroupOf[] = {
       {"machine", kCluster},     {"entitlement", kCluster}, {"job", kCluster},
       {"maintenance", kCluster}, {"audit", kCluster},       {"controlplane", kCluster},
-      {"task", kTasks},          {"agent", kTasks},         {"image", kTasks},
-      {"health", kHealth},       {"profile", kProfile}};
+      {"service", kCluster},     {"task", kTasks},          {"agent", kTasks},
+      {"image", kTasks},         {"health", kHealth},       {"profile", kProfile}};
   bool want[kGroups] = {true, true, true, true};
   const std::string word = command_word(app, argc, argv);
   for (const auto& [name, grp] : kGroupOf)

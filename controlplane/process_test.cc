@@ -1269,6 +1269,16 @@ TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
   for (int i = 0; i < 500 && !(has(a, 2) && has(b, 2)); ++i) pump();
   ASSERT_TRUE(has(a, 2) && has(b, 2));
 
+  // A blocking watch from the job's index answers only once the job changes.
+  uint64_t index = shown["index"].get<uint64_t>();
+  auto watched = std::async(std::launch::async, [&] {
+    auto c = rpc::Client::connect(sock());
+    if (!c.ok()) return json();
+    auto r =
+        (*c)->call("service.watch", {{"job", "web"}, {"index", index}, {"wait_ms", 20000}}, 30000);
+    return r.ok() ? *r : json();
+  });
+  EXPECT_EQ(watched.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
   // Scale down: index 1 leaves discovery, and its stop is sent only once both agents
   // hold the set without it.
   std::string leaving = shown["endpoints"][1]["task"];
@@ -1281,6 +1291,9 @@ TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
       if (what == "stop " + leaving) stop_seq = seq;
   }
   ASSERT_NE(stop_seq, 0) << read_file(dir_ + "/cp.log").value_or("");
+  json change = watched.get();
+  EXPECT_GT(change.value("index", uint64_t{0}), index) << change.dump();
+  EXPECT_EQ(change["service"]["endpoints"].size(), 1u) << change.dump();
   for (FakeMachine* m : {&a, &b}) {
     // Each agent took the update without the task before the stop went out.
     int update_seq = 0;

@@ -320,6 +320,13 @@ TEST_F(MultiMachine, AServiceIsFoundByDnsOnEveryMachineAndReachedOnItsPort) {
   };
   for (int m = 0; m < c_.machines(); ++m)
     ASSERT_EQ(wait_srv(m, 2).size(), 2u) << "machine " << m << c_.logs();
+  // Over TCP too (drill -t), as a resolver asks when an answer did not fit in UDP.
+  auto tcp = c_.run_in(1, "drill -t -p 8600 @127.0.0.1 _http._tcp.web.e.weft SRV");
+  ASSERT_TRUE(tcp.ok()) << tcp.error().str();
+  size_t srv_lines = 0;
+  for (size_t at = tcp->find("\tSRV\t"); at != std::string::npos; at = tcp->find("\tSRV\t", at + 1))
+    ++srv_lines;
+  EXPECT_EQ(srv_lines, 2u) << *tcp;
   // From machine 3: the SRV target's address, then an HTTP request to it.
   auto records = srv(3);
   ASSERT_FALSE(records.empty());

@@ -19,7 +19,7 @@ expect() {
   fi
   case "$out" in *"$text"*) ;; *) echo "FAIL $name: no '$text' in: $out" >&2; fail=1 ;; esac
 }
-for cmd in machine entitlement job maintenance audit controlplane task agent image health profile; do
+for cmd in machine entitlement job service maintenance audit controlplane task agent image health profile; do
   expect "help lists $cmd" 0 "  $cmd " -- --help
 done
 expect "a group's help" 0 "start a task; prints its id" -- --agent "$dir/a" task --help
