@@ -118,5 +118,80 @@ TEST_F(HostileTask, RootAndUnconfinedNeedTheOperatorsConsent) {
   EXPECT_TRUE(agent_->call("task.ls", json::object()).value("tasks", json::array()).empty());
 }
 
+// The hostile operator (issue 32): a task of an operator's job, with the restricted
+// default (a uid of its own, no host namespace, no group of the machine's), tries to act
+// as the machine's administrator or to read another task's secrets through the host:
+// the agent's socket, the agent's database (every task's spec, env included), another
+// task's state directory and logs, that task's /proc entries and signals. Every route
+// must be blocked; the task says which it tried.
+TEST_F(HostileTask, AnOperatorsTaskReachesNoSocketNoAgentStateAndNoOtherTask) {
+  start(false);
+  if (IsSkipped()) return;
+  if (!path_exists("/usr/bin/python3")) GTEST_SKIP() << "python3 is not installed";
+  json victim = agent_->call("task.run", {{"name", "victim"},
+                                          {"env", {{"DB_PASSWORD", "hunter2"}}},
+                                          {"argv", {"sh", "-c", "echo started; exec sleep 600"}}});
+  std::string vid = victim.value("id", "");
+  ASSERT_FALSE(vid.empty()) << victim.dump();
+  json v = agent_->wait_task(vid, [](const json& j) { return j.value("pid", 0) > 0; });
+  int vpid = v.value("pid", 0);
+  ASSERT_GT(vpid, 0) << v.dump();
+  const std::string state = agent_->dir() + "/state";
+  static const char* kScript = R"PY(
+import os, socket, sys
+sock, state, victim_dir, vpid = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def attempt(name, fn):
+    try:
+        fn()
+        print(name + ": REACHED", flush=True)
+    except Exception as e:
+        print(name + ": blocked (" + type(e).__name__ + ")", flush=True)
+def connect(p):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(p)
+    s.close()
+def read(p):
+    with open(p, "rb") as f:
+        if b"hunter2" in f.read():
+            raise SystemExit("the secret was read from " + p)
+attempt("the agent's socket", lambda: connect(sock))
+attempt("the agent's database", lambda: read(state + "/agent.db"))
+attempt("the agent's tasks directory", lambda: os.listdir(state + "/tasks"))
+attempt("the victim's state directory", lambda: os.listdir(victim_dir))
+attempt("the victim's log", lambda: read(victim_dir + "/logs/stdout"))
+attempt("the victim's environ", lambda: read("/proc/%d/environ" % vpid))
+attempt("the victim's root", lambda: os.listdir("/proc/%d/root/" % vpid))
+attempt("a signal to the victim", lambda: os.kill(vpid, 0))
+print("done", flush=True)
+)PY";
+  json r = agent_->call("task.run", {{"name", "attacker"},
+                                     {"argv",
+                                      {"/usr/bin/python3", "-c", kScript, agent_->socket(), state,
+                                       state + "/tasks/" + vid, std::to_string(vpid)}}});
+  std::string aid = r.value("id", "");
+  ASSERT_FALSE(aid.empty()) << r.dump();
+  json t = agent_->wait_task(aid, [](const json& j) {
+    std::string st = j.value("state", "");
+    return st == "exited" || st == "failed";
+  });
+  std::string out =
+      agent_->call("task.logs", {{"id", aid}, {"stream", "stdout"}}).value("data", "");
+  std::string err =
+      agent_->call("task.logs", {{"id", aid}, {"stream", "stderr"}}).value("data", "");
+  EXPECT_EQ(t.value("exit_code", -1), 0) << out << err;
+  EXPECT_NE(out.find("done"), std::string::npos) << out << err;
+  int routes = 0;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find(": ") == std::string::npos) continue;
+    ++routes;
+    EXPECT_NE(line.find(": blocked"), std::string::npos) << line;
+  }
+  EXPECT_EQ(routes, 8) << out << err;
+  agent_->call("task.stop", {{"id", vid}, {"grace", 1}});
+  agent_->wait_state(vid, "stopped");
+}
+
 }  // namespace
 }  // namespace weft::testing
