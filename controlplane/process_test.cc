@@ -1263,7 +1263,8 @@ TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
   EXPECT_FALSE(refused.ok());
   // Every agent that answers DNS gets the set (after the table's start-up grace).
   auto has = [](const FakeMachine& m, size_t n) {
-    const Service* s = m.catalog().find("web", "e");
+    ServiceCatalog copy = m.catalog();  // (find() points into the copy: keep it)
+    const Service* s = copy.find("web", "e");
     return s && s->endpoints.size() == n;
   };
   for (int i = 0; i < 500 && !(has(a, 2) && has(b, 2)); ++i) pump();
