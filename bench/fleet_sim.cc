@@ -1087,6 +1087,8 @@ int main(int argc, char** argv) {
   if (!wait_controlplane(dir + "/cp.sock")) {
     std::fprintf(stderr, "fleet_sim: the control plane did not start; see %s/cp.log\n",
                  dir.c_str());
+    kill(cp, SIGTERM);
+    waitpid(cp, nullptr, 0);
     return 1;
   }
   std::printf(
@@ -1106,6 +1108,8 @@ int main(int argc, char** argv) {
     if (o.domain_size > 0) s.domain = "msb" + std::to_string(i / o.domain_size);
     if (auto st = fleet.add(i, s, pki); !st.ok()) {
       std::fprintf(stderr, "fleet_sim: %s\n", st.error().str().c_str());
+      kill(cp, SIGTERM);  // the control plane does not outlive the simulator
+      waitpid(cp, nullptr, 0);
       return 1;
     }
   }
