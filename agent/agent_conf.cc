@@ -22,6 +22,24 @@
 
 namespace weft::agent {
 
+namespace {
+
+// "FIRST-LAST" (task_uids, port_range): both numbers, or -1 for one that is not there.
+std::pair<long, long> parse_range(const std::string& text) {
+  auto dash = text.find('-');
+  char* end = nullptr;
+  long first = -1, last = -1;
+  if (dash != std::string::npos && dash > 0) {
+    first = std::strtol(text.c_str(), &end, 10);
+    if (end != text.c_str() + dash) first = -1;
+    last = std::strtol(text.c_str() + dash + 1, &end, 10);
+    if (*end != '\0' || dash + 1 == text.size()) last = -1;
+  }
+  return {first, last};
+}
+
+}  // namespace
+
 Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
@@ -59,15 +77,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   if (uids) {
     // "FIRST-LAST", both above the ids of every user and group the host has.
     auto where = doc.where(*t.get("task_uids"));
-    auto dash = uids->find('-');
-    char* end = nullptr;
-    long first = -1, last = -1;
-    if (dash != std::string::npos && dash > 0) {
-      first = std::strtol(uids->c_str(), &end, 10);
-      if (end != uids->c_str() + dash) first = -1;
-      last = std::strtol(uids->c_str() + dash + 1, &end, 10);
-      if (*end != '\0' || dash + 1 == uids->size()) last = -1;
-    }
+    auto [first, last] = parse_range(*uids);
     if (first < 65536 || last < first || last > 2000000000L)
       return field_error(where,
                          "'task_uids' must be \"FIRST-LAST\" with 65536 <= FIRST <= LAST <= "
@@ -78,15 +88,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   TRY_ASSIGN(auto ports, doc.get_string(t, "port_range"));
   if (ports) {
     auto where = doc.where(*t.get("port_range"));
-    auto dash = ports->find('-');
-    char* end = nullptr;
-    long first = -1, last = -1;
-    if (dash != std::string::npos && dash > 0) {
-      first = std::strtol(ports->c_str(), &end, 10);
-      if (end != ports->c_str() + dash) first = -1;
-      last = std::strtol(ports->c_str() + dash + 1, &end, 10);
-      if (*end != '\0' || dash + 1 == ports->size()) last = -1;
-    }
+    auto [first, last] = parse_range(*ports);
     if (first < 1024 || last < first || last > 65535)
       return field_error(where,
                          "'port_range' must be \"FIRST-LAST\" with 1024 <= FIRST <= LAST "

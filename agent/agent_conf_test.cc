@@ -174,5 +174,28 @@ TEST(AgentConfig, CgroupRootMustBeOnCgroup2) {
   }
 }
 
+TEST(AgentConfig, DiscoveryKeysAndTheirErrors) {
+  auto ok = parse_agent_config(
+      "port_range = \"21000-21999\"\ndns_listen = \"127.0.0.1:8600\"\ndns_ttl = \"5s\"\n"
+      "advertise_address = \"fd00::7\"\ntask_uids = \"4000000-4000999\"\n",
+      "agent.toml");
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->port_first, 21000);
+  EXPECT_EQ(ok->port_last, 21999);
+  EXPECT_EQ(ok->dns_ttl_s, 5u);
+  EXPECT_EQ(ok->task_uid_first, 4000000);
+  for (const char* bad :
+       {"port_range = \"80-90\"", "port_range = \"30000-20000\"", "port_range = \"20000-\"",
+        "port_range = \"-20000\"", "port_range = \"20000-70000\"", "port_range = \"2x-30000\"",
+        "dns_listen = \"unix:/run/x\"", "dns_listen = \"127.0.0.1\"", "dns_ttl = \"2h\"",
+        "advertise_address = \"host.example\"", "task_uids = \"1000-2000\""}) {
+    auto e = parse_agent_config(std::string(bad) + "\n", "agent.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    std::string key = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(e.error().str().find("agent.toml:1"), std::string::npos) << e.error().str();
+    EXPECT_NE(e.error().str().find(key), std::string::npos) << e.error().str();
+  }
+}
+
 }  // namespace
 }  // namespace weft::agent
