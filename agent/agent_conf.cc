@@ -2,10 +2,13 @@
 
 #include "common/cp_link.h"
 
+#include <arpa/inet.h>
 #include <linux/magic.h>
+#include <net/if.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,23 +41,83 @@ std::pair<long, long> parse_range(const std::string& text) {
   return {first, last};
 }
 
+// [bridge]: name, subnet ("A.B.C.D/N", IPv4, 8 <= N <= 28), host_ports.
+Status parse_bridge(const TomlDoc& doc, const toml::table& b, AgentConfig* c) {
+  TRY(doc.only_keys(b, "bridge.", {"name", "subnet", "host_ports"}));
+  auto where = [&](const char* key) { return doc.where(*b.get(key)); };
+  TRY_ASSIGN(auto name, doc.get_string(b, "name"));
+  c->bridge = name.value_or("weft0");
+  bool name_ok = !c->bridge.empty() && c->bridge.size() < IFNAMSIZ && c->bridge != "lo" &&
+                 std::isalpha(static_cast<unsigned char>(c->bridge[0]));
+  for (char ch : c->bridge)
+    name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_');
+  if (!name_ok)
+    return field_error(b.get("name") ? where("name") : doc.where(b),
+                       "'bridge.name' must be an interface name: 1-15 letters, digits, '-' and "
+                       "'_', starting with a letter (such as \"weft0\")");
+  TRY_ASSIGN(auto subnet, doc.get_string(b, "subnet"));
+  std::string text = subnet.value_or("10.89.0.0/16");
+  auto slash = text.find('/');
+  in_addr addr{};
+  char* end = nullptr;
+  long prefix = slash == std::string::npos ? -1 : std::strtol(text.c_str() + slash + 1, &end, 10);
+  bool subnet_ok = slash != std::string::npos && end && *end == '\0' && slash + 1 < text.size() &&
+                   prefix >= 8 && prefix <= 28 &&
+                   ::inet_pton(AF_INET, text.substr(0, slash).c_str(), &addr) == 1;
+  uint32_t net = ntohl(addr.s_addr);
+  uint32_t mask = subnet_ok ? ~uint32_t{0} << (32 - prefix) : 0;
+  if (!subnet_ok || (net & ~mask) != 0)
+    return field_error(subnet ? where("subnet") : doc.where(b),
+                       "'bridge.subnet' must be an IPv4 network \"A.B.C.D/N\" with 8 <= N <= 28 "
+                       "and no host bits, such as \"10.89.0.0/16\"");
+  c->bridge_net = net;
+  c->bridge_prefix = static_cast<int>(prefix);
+  if (const toml::node* ports = b.get("host_ports")) {
+    const toml::array* list = ports->as_array();
+    bool ok = list != nullptr;
+    for (size_t i = 0; ok && i < list->size(); ++i) {
+      auto v = (*list)[i].value<int64_t>();
+      ok = v && *v >= 1 && *v <= 65535 && (*list)[i].is_integer();
+      if (ok) c->bridge_host_ports.push_back(static_cast<uint16_t>(*v));
+    }
+    if (!ok)
+      return field_error(where("host_ports"),
+                         "'bridge.host_ports' must be a list of ports (1-65535), such as [8600]");
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<AgentConfig> parse_agent_config(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "", {"socket",           "socket_group",
-                            "state_dir",        "cgroup_root",
-                            "machine_id",       "labels",
-                            "control_plane",    "insecure_control_plane",
-                            "init_path",        "host_root",
-                            "log_level",        "default_task_user",
-                            "allow_root_tasks", "allow_unconfined_tasks",
-                            "metrics_listen",   "netns_pool",
-                            "sandbox_pool",     "images",
-                            "volumes",          "task_uids",
-                            "port_range",       "dns_listen",
-                            "dns_ttl",          "advertise_address"},
+  TRY(doc.only_keys(t, "",
+                    {"socket",
+                     "socket_group",
+                     "state_dir",
+                     "cgroup_root",
+                     "machine_id",
+                     "labels",
+                     "control_plane",
+                     "insecure_control_plane",
+                     "init_path",
+                     "host_root",
+                     "log_level",
+                     "default_task_user",
+                     "allow_root_tasks",
+                     "allow_unconfined_tasks",
+                     "metrics_listen",
+                     "netns_pool",
+                     "sandbox_pool",
+                     "images",
+                     "volumes",
+                     "task_uids",
+                     "port_range",
+                     "dns_listen",
+                     "dns_ttl",
+                     "advertise_address",
+                     "bridge"},
                     kControlPlaneTlsKeys));
   AgentConfig c;
   auto str = [&](const char* key, std::string* out) -> Status {
@@ -163,6 +226,8 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
       c.volume_host_paths.push_back(p);
     }
   }
+  TRY_ASSIGN(const toml::table* bridge, doc.get_table(t, "bridge"));
+  if (bridge) TRY(parse_bridge(doc, *bridge, &c));
   TRY_ASSIGN(const toml::table* images, doc.get_table(t, "images"));
   if (images) {
     std::vector<std::string> keys = registry::kRegistryConfigKeys;

@@ -65,6 +65,13 @@ struct AgentConfig {
   // The address other machines reach this machine's tasks at (published in discovery);
   // "" = the address its control-plane session comes from.
   std::string advertise_address;
+  // [bridge] (docs/networking.md): the machine's bridge for tasks with
+  // namespaces.network = "bridge"; an empty name: none (such tasks are refused).
+  std::string bridge;
+  uint32_t bridge_net = 0;  // host byte order; the bridge itself takes the first address
+  int bridge_prefix = 0;
+  // Ports on the machine's own addresses (TCP and UDP) that a bridge task may reach.
+  std::vector<uint16_t> bridge_host_ports;
   // Network namespaces kept ready for tasks with a private network (agent/netns_pool.h);
   // 0: each start makes its own.
   size_t netns_pool = 4;

@@ -197,5 +197,36 @@ TEST(AgentConfig, DiscoveryKeysAndTheirErrors) {
   }
 }
 
+TEST(AgentConfig, TheBridgeTableAndItsErrors) {
+  auto none = parse_agent_config("", "agent.toml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->bridge, "");  // no [bridge]: no bridge
+  auto defaults = parse_agent_config("[bridge]\n", "agent.toml");
+  ASSERT_TRUE(defaults.ok()) << defaults.error().str();
+  EXPECT_EQ(defaults->bridge, "weft0");
+  EXPECT_EQ(defaults->bridge_net, 0x0a590000u);  // 10.89.0.0
+  EXPECT_EQ(defaults->bridge_prefix, 16);
+  auto ok = parse_agent_config(
+      "[bridge]\nname = \"br-tasks\"\nsubnet = \"172.30.8.0/24\"\nhost_ports = [8600, 53]\n",
+      "agent.toml");
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->bridge, "br-tasks");
+  EXPECT_EQ(ok->bridge_net, 0xac1e0800u);
+  EXPECT_EQ(ok->bridge_prefix, 24);
+  EXPECT_EQ(ok->bridge_host_ports, (std::vector<uint16_t>{8600, 53}));
+  for (const char* bad :
+       {"name = \"\"", "name = \"lo\"", "name = \"a-name-far-too-long\"", "name = \"0br\"",
+        "name = \"br/x\"", "subnet = \"10.89.0.0\"", "subnet = \"10.89.0.1/16\"",
+        "subnet = \"10.89.0.0/30\"", "subnet = \"10.89.0.0/4\"", "subnet = \"fd00::/64\"",
+        "subnet = \"10.89.0.0/16x\"", "host_ports = [0]", "host_ports = [70000]",
+        "host_ports = \"8600\"", "host_ports = [\"dns\"]", "mtu = 1400"}) {
+    auto e = parse_agent_config(std::string("[bridge]\n") + bad + "\n", "agent.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    std::string key = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(e.error().str().find("agent.toml:2"), std::string::npos) << e.error().str();
+    EXPECT_NE(e.error().str().find(key), std::string::npos) << e.error().str();
+  }
+}
+
 }  // namespace
 }  // namespace weft::agent

@@ -78,6 +78,8 @@ json Manager::summary(const Task& t) const {
   if (t.state == TaskState::kBackoff) j["next_start_at"] = format_rfc3339(t.next_start_us);
   // Its own uid (and gid), from agent.toml's task_uids; absent for a named user.
   if (t.own_uid >= 0) j["uid"] = t.own_uid;
+  // Its address on the machine's bridge, kept for its life (namespaces.network = "bridge").
+  if (t.bridge_addr != 0) j["bridge_address"] = ipv4_text(t.bridge_addr);
   if (!t.spec.image.empty()) {
     j["image"] = t.spec.image;
     if (t.image) j["image_manifest"] = t.image->manifest.str();
@@ -119,6 +121,7 @@ Result<json> Manager::run_task(json p, bool for_control_plane) {
   uint64_t accepted = now_monotonic_us();
   if (for_control_plane && p.is_object()) p["owner"] = "controlplane";
   TRY_ASSIGN(TaskSpec spec, parse_task_spec(p));
+  TRY(refuse_without_bridge(spec));
   TRY(assign_ports(&spec));
   TRY_ASSIGN(Task * t, create_task(std::move(spec)));
   json j = summary(*t);

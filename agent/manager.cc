@@ -74,6 +74,19 @@ Status Manager::start() {
   cgroup_mount_ = mount.ok() ? *mount : "";
   cgroups_ = std::make_unique<CgroupTree>(*fs_, cfg_.cgroup_root, host);
   netns_pool_ = std::make_unique<NetnsPool>(cfg_.netns_pool);
+  if (!cfg_.bridge.empty()) {
+    auto b = Bridge::open(cfg_.bridge, cfg_.bridge_net, cfg_.bridge_prefix, cfg_.bridge_host_ports);
+    if (b.ok()) {
+      bridge_ = std::move(b).value();
+    } else {
+      // The agent still runs its other tasks; bridge tasks are refused with this reason.
+      bridge_failure_ = b.error().str();
+      log_error(
+          "the bridge could not be made: tasks with namespaces.network = \"bridge\" are "
+          "refused",
+          {{"BRIDGE", cfg_.bridge}, {"ERROR", bridge_failure_}});
+    }
+  }
   TRY_CTX(cgroups_->setup(cfg_.agent_in_root ? getpid() : 0),
           "set up cgroup tree at " + cfg_.cgroup_root);
 
@@ -91,6 +104,15 @@ Status Manager::start() {
 
   TRY(load_tasks());
   recover();
+  if (bridge_) {
+    // After a crash: what the live tasks need, and nothing a dead start left behind.
+    auto swept = bridge_->sweep();
+    if (!swept.ok())
+      log_warn("could not sweep the bridge's ports", {{"ERROR", swept.error().str()}});
+    else if (*swept > 0)
+      log_info("removed veths no live task holds", {{"COUNT", std::to_string(*swept)}});
+    publish_bridge();
+  }
 
   register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
@@ -178,13 +200,45 @@ std::string Manager::cgroup_rel(const std::string& id) const {
 // ---------------------------------------------------------------- persistence
 
 Status Manager::save(const Task& t) {
-  return store_->save(t);
+  TRY(store_->save(t));
+  publish_bridge();  // a task started or ended: its ports follow (nothing if unchanged)
+  return {};
 }
 
 Status Manager::erase(const std::string& id) {
   TRY(store_->erase(id));
   release_own_uid(id);  // its processes are gone with its cgroup; its row is too now
+  if (auto it = tasks_.find(id); it != tasks_.end() && it->second->bridge_addr != 0) {
+    if (bridge_) bridge_->addresses().release(id);
+    it->second->bridge_addr = 0;
+    publish_bridge();
+  }
   return {};
+}
+
+void Manager::publish_bridge() {
+  if (!bridge_) return;
+  std::map<std::string, Published> want;
+  for (const auto& [id, t] : tasks_) {
+    if (t->bridge_addr == 0 || t->terminal() || t->spec.ports.empty()) continue;
+    Published p;
+    p.addr = t->bridge_addr;
+    for (const auto& [name, port] : t->spec.ports) p.ports.push_back(port);
+    want[id] = std::move(p);
+  }
+  Status s = bridge_->publish(want);
+  if (!s.ok()) log_error("could not publish the bridge tasks' ports", {{"ERROR", s.error().str()}});
+}
+
+Status Manager::refuse_without_bridge(const TaskSpec& spec) const {
+  if (spec.ns.network != NetworkMode::kBridge || bridge_) return {};
+  return field_error(
+             "namespaces.network",
+             bridge_failure_.empty()
+                 ? "\"bridge\" needs a bridge on the machine: this agent has none "
+                   "(agent.toml [bridge])"
+                 : "\"bridge\": this machine's bridge could not be made: " + bridge_failure_)
+      .with_code(rpc::kUnsupported);
 }
 
 Status Manager::load_tasks() {
@@ -194,6 +248,12 @@ Status Manager::load_tasks() {
     auto t = std::make_unique<Task>();
     static_cast<TaskRecord&>(*t) = std::move(row);
     std::string id = t->id;
+    if (t->bridge_addr != 0 && !(bridge_ && bridge_->addresses().hold(t->bridge_addr, id))) {
+      // Its address is not on this bridge any more (agent.toml changed): a new one at
+      // its next start.
+      log_warn("a task's bridge address is not kept", {{"TASK_ID", id}});
+      t->bridge_addr = 0;
+    }
     if (t->own_uid >= 0) {
       // A restarted agent gives each task the uid it had, and no other task that one.
       own_uids_[t->own_uid] = id;
@@ -505,6 +565,13 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     TRY_ASSIGN(Fd made, files_memfd(run_spec));
     files = std::move(made);
   }
+  bool bridged = run_spec.ns.network == NetworkMode::kBridge;
+  if (bridged) {
+    TRY(refuse_without_bridge(run_spec));
+    if (t.bridge_addr == 0) {
+      TRY_ASSIGN(t.bridge_addr, bridge_->addresses().take(t.id));
+    }
+  }
   t.incarnation++;
   t.state = TaskState::kStarting;
   t.pid = -1;
@@ -542,7 +609,7 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   req.new_mount = t.spec.ns.mount;
   req.new_uts = t.spec.ns.uts;
   req.new_ipc = t.spec.ns.ipc;
-  req.new_net = t.spec.ns.network == NetworkMode::kPrivate;
+  req.new_net = t.spec.ns.own_network();
   if (sandbox) {
     // weft-init is there already, in the task's namespaces: it is handed the task.
     std::vector<std::string> argv =
@@ -564,13 +631,31 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   Fd netns;
   if (req.new_net) {
     netns = netns_pool_->take();
-    if (netns.valid()) {
-      req.new_net = false;  // the child enters this one
-      req.netns_fd = netns.get();
-    } else if (!netns_pool_failure_logged_ && !netns_pool_->failure().empty()) {
+    if (!netns.valid() && !netns_pool_failure_logged_ && !netns_pool_->failure().empty()) {
       netns_pool_failure_logged_ = true;
       log_warn("network namespaces are made at each start (netns_pool stopped)",
                {{"ERROR", netns_pool_->failure()}});
+    }
+    if (!netns.valid() && bridged) {
+      // Plugged into the bridge before the task runs: made here, not by the child.
+      auto made = make_netns();
+      if (!made.ok()) {
+        (void)cgroups_->remove_task(t.id);
+        return std::move(made).error().wrap("network namespace");
+      }
+      netns = std::move(made).value();
+    }
+    if (bridged) {
+      Status plugged = bridge_->attach(netns.get(), t.bridge_addr);
+      if (!plugged.ok()) {
+        (void)cgroups_->remove_task(t.id);
+        return std::move(plugged).error().wrap("bridge " + bridge_->name());
+      }
+      phase("bridge");
+    }
+    if (netns.valid()) {
+      req.new_net = false;  // the child enters this one
+      req.netns_fd = netns.get();
     }
   }
   req.init_argv = build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr,
@@ -631,7 +716,10 @@ constexpr uint64_t kSandboxQuietUs = 5'000;
 
 std::optional<Sandbox> Manager::take_sandbox(const TaskSpec& spec) {
   // Image and package tasks wait for their layers first: they start the usual way.
-  if (cfg_.sandbox_pool == 0 || !spec.image.empty() || spec.package) return std::nullopt;
+  // Bridge tasks are plugged into the bridge before their program runs: the usual way.
+  if (cfg_.sandbox_pool == 0 || !spec.image.empty() || spec.package ||
+      spec.ns.network == NetworkMode::kBridge)
+    return std::nullopt;
   unsigned ns = ns_bits(spec);
   sandbox_ns_ = ns;  // the next ones are made for what was asked last
   std::optional<Sandbox> out;
@@ -751,7 +839,7 @@ void Manager::run_check(const std::string& id) {
   CheckTarget target;
   target.pid = t.pid;
   target.pidfd = t.pidfd.get();
-  target.own_network = t.spec.ns.network == NetworkMode::kPrivate;
+  target.own_network = t.spec.ns.own_network();
   if (t.spec.readiness->kind == ReadinessKind::kExec) {
     auto ident = t.identity ? Result<Identity>(*t.identity) : identity_of(&t, t.spec);
     if (!ident.ok()) return on_check(id, false, ident.error().message);

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent_conf.h"
+#include "agent/bridge.h"
 #include "agent/cgroup.h"
 #include "agent/dns_server.h"
 #include "agent/image/service.h"
@@ -229,6 +230,12 @@ class Manager {
   Result<Identity> identity_of(Task* t, const TaskSpec& spec,
                                const std::vector<std::string>* image_roots = nullptr);
   void release_own_uid(const std::string& id);
+  // The machine's bridge (agent.toml [bridge]; null: none, or it could not be made, and
+  // why). publish_bridge() makes its table publish exactly the live bridge tasks' ports.
+  std::unique_ptr<Bridge> bridge_;
+  std::string bridge_failure_;
+  void publish_bridge();
+  Status refuse_without_bridge(const TaskSpec& spec) const;
   std::string cgroup_mount_;
   uint64_t started_at_us_ = 0;
   // Service discovery (docs/services.md): the copy of the endpoints the control plane

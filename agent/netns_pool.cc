@@ -39,6 +39,12 @@ Result<Fd> make_netns(int home) {
 
 }  // namespace
 
+Result<Fd> make_netns() {
+  Fd home(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  if (!home.valid()) return sys_error("open /proc/thread-self/ns/net");
+  return make_netns(home.get());
+}
+
 NetnsPool::NetnsPool(size_t size) : size_(size) {
   if (size_ == 0) return;
   // The thread takes no signal: the agent's loop reads them from a signalfd, and a

@@ -20,6 +20,10 @@
 
 namespace weft::agent {
 
+// A fresh namespace made by the calling thread, which stays in its own: what the pool
+// does for each of its namespaces, for a caller that cannot wait for one.
+Result<Fd> make_netns();
+
 class NetnsPool {
  public:
   // Keeps up to `size` namespaces ready (0: none; take() then always returns none).

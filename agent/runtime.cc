@@ -432,7 +432,7 @@ std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& i
              {"--file", std::string(mode) + ":" + std::to_string(f.content.size()) + ":" + f.path});
   }
   if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
-  if (spec.ns.network == NetworkMode::kPrivate && !lo_up) a.push_back("--lo");
+  if (spec.ns.own_network() && !lo_up) a.push_back("--lo");
   a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",
                      std::to_string(spec.logs.max_files)});
   std::map<std::string, std::string> env = spec.env;

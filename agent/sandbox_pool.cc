@@ -17,7 +17,7 @@ namespace weft::agent {
 unsigned ns_bits(const TaskSpec& spec) {
   return (spec.ns.pid ? kNsPid : 0u) | (spec.ns.mount ? kNsMount : 0u) |
          (spec.ns.uts ? kNsUts : 0u) | (spec.ns.ipc ? kNsIpc : 0u) |
-         (spec.ns.network == NetworkMode::kPrivate ? kNsNet : 0u);
+         (spec.ns.own_network() ? kNsNet : 0u);
 }
 
 std::string file_stamp(const std::string& path) {

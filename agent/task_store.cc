@@ -32,6 +32,7 @@ const std::vector<std::string> kMigrations = {
          warnings TEXT NOT NULL DEFAULT '[]');
        CREATE INDEX tasks_by_name ON tasks(name);)",
     "ALTER TABLE tasks ADD COLUMN own_uid INTEGER NOT NULL DEFAULT -1;",
+    "ALTER TABLE tasks ADD COLUMN bridge_addr INTEGER NOT NULL DEFAULT 0;",
 };
 
 }  // namespace
@@ -52,8 +53,9 @@ Status TaskStore::save(const TaskRecord& t) {
           "signal, "
           "core_dumped, oom_killed, restarts, reason, stop_requested, stop_deadline_us, "
           "next_start_us, "
-          "backoff_us, created_us, started_us, finished_us, warnings, own_uid) "
-          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)"));
+          "backoff_us, created_us, started_us, finished_us, warnings, own_uid, "
+          "bridge_addr) VALUES "
+          "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)"));
   st.bind(1, t.id)
       .bind(2, t.name)
       .bind(3, to_json(t.spec).dump())
@@ -67,6 +69,7 @@ Status TaskStore::save(const TaskRecord& t) {
   st.bind(15, t.next_start_us).bind(16, t.backoff_us).bind(17, t.created_us);
   st.bind(18, t.started_us).bind(19, t.finished_us).bind(20, json(t.warnings).dump());
   st.bind(21, static_cast<int64_t>(t.own_uid));
+  st.bind(22, static_cast<int64_t>(t.bridge_addr));
   return st.run();
 }
 
@@ -82,7 +85,8 @@ Result<std::vector<TaskRecord>> TaskStore::load() {
                                    "signal, core_dumped, oom_killed, "
                                    "restarts, reason, stop_requested, stop_deadline_us, "
                                    "next_start_us, backoff_us, created_us, "
-                                   "started_us, finished_us, warnings, own_uid FROM tasks"));
+                                   "started_us, finished_us, warnings, own_uid, bridge_addr "
+                                   "FROM tasks"));
   for (;;) {
     TRY_ASSIGN(bool row, st.step());
     if (!row) break;
@@ -123,6 +127,7 @@ Result<std::vector<TaskRecord>> TaskStore::load() {
       for (const auto& x : w)
         if (x.is_string()) t->warnings.push_back(x.get<std::string>());
     t->own_uid = static_cast<long>(st.col_int(20));
+    t->bridge_addr = static_cast<uint32_t>(st.col_int(21));
     out.push_back(std::move(rec));
   }
   return out;

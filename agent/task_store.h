@@ -35,6 +35,8 @@ struct TaskRecord {
   // The uid (and gid) of the task's own, from agent.toml's task_uids; -1: it runs as a
   // named user. Kept for the task's life, restarts included, and never another's.
   long own_uid = -1;
+  // Its address on the machine's bridge (host byte order; 0: none), kept likewise.
+  uint32_t bridge_addr = 0;
 
   bool terminal() const { return task_ended(state); }
 };

@@ -212,8 +212,11 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
                     "where the package appears: \"/\" (default) makes it the task's root; "
                     "with --image or --rootfs, a directory, mounted read-only");
   c.run->add_option("--hostname", c.ro.hostname, "hostname in the task's UTS namespace");
-  c.run->add_option("--net", c.ro.net, "network: host or private")
-      ->check(CLI::IsMember({"host", "private"}));
+  c.run
+      ->add_option("--net", c.ro.net,
+                   "network: host, private (only lo) or bridge (an address on the "
+                   "machine's bridge)")
+      ->check(CLI::IsMember({"host", "private", "bridge"}));
   c.run->add_option("--share", c.ro.share,
                     "share a host namespace: pid, mount, uts, ipc (repeatable)");
   c.run->add_option("--restart", c.ro.restart, "never, on-failure or always")

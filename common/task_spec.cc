@@ -222,6 +222,18 @@ const char* policy_name(RestartPolicy p) {
   return "never";
 }
 
+const char* network_name(NetworkMode m) {
+  switch (m) {
+    case NetworkMode::kHost:
+      return "host";
+    case NetworkMode::kPrivate:
+      return "private";
+    case NetworkMode::kBridge:
+      return "bridge";
+  }
+  return "host";
+}
+
 namespace {
 
 Status parse_readiness(const Reader& r, ReadinessCheck* c) {
@@ -545,8 +557,10 @@ Result<TaskSpec> parse_task_spec(const json& j) {
       s.ns.network = NetworkMode::kHost;
     else if (net == "private")
       s.ns.network = NetworkMode::kPrivate;
+    else if (net == "bridge")
+      s.ns.network = NetworkMode::kBridge;
     else
-      return field_error("namespaces.network", "must be \"host\" or \"private\"");
+      return field_error("namespaces.network", "must be \"host\", \"private\" or \"bridge\"");
   }
   if (!s.rootfs.empty() && !s.ns.mount)
     return field_error("rootfs", "needs namespaces.mount = true");
@@ -659,8 +673,9 @@ Result<TaskSpec> parse_task_spec(const json& j) {
     }
     if (s.ns.network == NetworkMode::kPrivate)
       return field_error("ports",
-                         "are ports of the host's network: a task with namespaces.network = "
-                         "\"private\" cannot be reached on them");
+                         "are published on the machine's address: a task with "
+                         "namespaces.network = \"private\" cannot be reached on them (use "
+                         "\"bridge\" or \"host\")");
   }
   if (r.has("readiness")) {
     ReadinessCheck c;
@@ -801,7 +816,7 @@ json to_json(const TaskSpec& s) {
                      {"mount", s.ns.mount},
                      {"uts", s.ns.uts},
                      {"ipc", s.ns.ipc},
-                     {"network", s.ns.network == NetworkMode::kHost ? "host" : "private"}};
+                     {"network", network_name(s.ns.network)}};
   if (!s.hostname.empty()) j["hostname"] = s.hostname;
   j["restart"] = {{"policy", policy_name(s.restart.policy)},
                   {"delay", std::to_string(s.restart.delay_us) + "us"},

@@ -18,7 +18,10 @@
 namespace weft {
 
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
-enum class NetworkMode { kHost, kPrivate };
+// host: the machine's network; private: a namespace with only lo; bridge: a namespace
+// with an address on the machine's bridge, its ports published on the machine's address
+// (agent.toml [bridge], docs/networking.md).
+enum class NetworkMode { kHost, kPrivate, kBridge };
 
 struct IoLimit {
   std::string device;  // "MAJ:MIN"
@@ -44,6 +47,7 @@ struct TaskResources {
 struct Namespaces {
   bool pid = true, mount = true, uts = true, ipc = true;
   NetworkMode network = NetworkMode::kHost;
+  bool own_network() const { return network != NetworkMode::kHost; }
 };
 
 struct RestartSpec {
@@ -178,6 +182,7 @@ Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
 Result<int> parse_signal(const std::string& s);  // "SIGTERM", "TERM", "15"
 std::string signal_name(int sig);
 const char* policy_name(RestartPolicy p);
+const char* network_name(NetworkMode m);
 // "2M" / "2MB" / "2048kB" -> "2MB" (the cgroup file name form); empty on bad input.
 std::string normalize_hugepage_size(const std::string& s);
 

@@ -190,7 +190,7 @@ TEST(Spec, ErrorsNameTheField) {
   EXPECT_EQ(with("resources", {{"cpuset_cpus", "3-1"}}), "resources.cpuset_cpus");
   EXPECT_EQ(with("resources", {{"pids_max", 0}}), "resources.pids_max");
   EXPECT_EQ(with("resources", {{"nope", 0}}), "resources.nope");
-  EXPECT_EQ(with("namespaces", {{"network", "bridge"}}), "namespaces.network");
+  EXPECT_EQ(with("namespaces", {{"network", "overlay"}}), "namespaces.network");
   EXPECT_EQ(with("restart", {{"policy", "sometimes"}}), "restart.policy");
   EXPECT_EQ(with("restart", {{"delay", "10s"}, {"max_delay", "1s"}}), "restart.max_delay");
   EXPECT_EQ(with("stop_signal", "SIGNOPE"), "stop_signal");
@@ -359,6 +359,18 @@ TEST(TaskSpec, PortsAreNamedCheckedAndGivenNumbers) {
                                       {"ports", {{"http", 0}}}});
   ASSERT_FALSE(private_net.ok());
   EXPECT_EQ(private_net.error().field, "ports");
+  // On the machine's bridge the ports are published: fine, and said back as written.
+  auto bridged = parse_task_spec({{"name", "t"},
+                                  {"argv", {"/bin/true"}},
+                                  {"namespaces", {{"network", "bridge"}}},
+                                  {"ports", {{"http", 0}}}});
+  ASSERT_TRUE(bridged.ok()) << bridged.error().str();
+  EXPECT_EQ(bridged->ns.network, NetworkMode::kBridge);
+  EXPECT_TRUE(bridged->ns.own_network());
+  EXPECT_EQ(to_json(*bridged)["namespaces"]["network"], "bridge");
+  auto again = parse_task_spec(to_json(*bridged));
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ(again->ns.network, NetworkMode::kBridge);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ PACKAGES=(
   libseccomp-dev
   libssl-dev openssl
   libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev
-  libldns-dev
+  libldns-dev libnftables-dev
 )
 if [ "${1:-}" = "--test" ]; then
   PACKAGES+=(

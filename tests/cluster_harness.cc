@@ -116,7 +116,7 @@ bool ClusterHarness::setup() {
     machines_.push_back(m);
     netns_made_.push_back(m.netns);
     std::string peer = "w" + id_ + "p" + std::to_string(i);  // the bridge side
-    std::string addr = "10.77.0." + std::to_string(10 + i) + "/24";
+    std::string addr = machine_address(i) + "/24";
     if (!mkdir_p(m.dir).ok() || !sh("ip netns add " + m.netns) ||
         !sh("ip -n " + m.netns + " link set lo up") ||
         !sh("ip -n " + m.netns + " link add eth0 type veth peer name " + peer + " netns " + hub_) ||
@@ -153,7 +153,11 @@ bool ClusterHarness::setup() {
                                               "allow_root_tasks = true\ndefault_task_user = \"\"\n"
                                               "dns_listen = \"127.0.0.1:8600\"\n"
                                               "[labels]\ndc = \"e2e\"\nrack = \"rack" +
-                                              std::to_string(i) + "\"\n")
+                                              std::to_string(i) +
+                                              "\"\n"
+                                              // Each machine's own bridge, in its namespace.
+                                              "[bridge]\nsubnet = \"10.89.0.0/24\"\n"
+                                              "host_ports = [18083]\n")
             .ok() &&
         write_file(m.dir + "/sidekick.toml",
                    common + "socket = \"" + m.dir + "/sidekick.sock\"\nstate_dir = \"" + m.dir +

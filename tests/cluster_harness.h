@@ -66,8 +66,10 @@ class ClusterHarness {
 
   int machines() const { return static_cast<int>(machines_.size()); }
   std::string machine_id(int i) const { return "m" + std::to_string(i); }
+  std::string machine_address(int i) const { return "10.77.0." + std::to_string(10 + i); }
   // The network namespace machine i's daemons and tasks run in; its agent answers DNS
-  // on 127.0.0.1:8600 there (dns_listen).
+  // on 127.0.0.1:8600 there (dns_listen), and has a bridge "weft0" for bridge tasks
+  // (10.89.0.0/24, which may reach port 18083 of their machine).
   std::string netns(int i) const { return machines_.at(static_cast<size_t>(i)).netns; }
   // A command run in machine i's network namespace (`ip netns exec`); its output.
   Result<std::string> run_in(int i, const std::string& command) const;

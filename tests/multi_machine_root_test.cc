@@ -360,6 +360,149 @@ TEST_F(MultiMachine, AServiceIsFoundByDnsOnEveryMachineAndReachedOnItsPort) {
     EXPECT_TRUE(wait_srv(m, 0).empty()) << "machine " << m << ": " << srv(m).size();
 }
 
+// Issue 33: a task with namespaces.network = "bridge" has an address of its own on its
+// machine's bridge; its named ports are published on the machine's address, so that
+// discovery's answer (machine address, port) reaches it from another machine and from
+// its own. From inside, it reaches other machines (masqueraded) and another task's
+// published port (through the machine, or directly), but not the machine itself
+// (beyond the port agent.toml allows), not its gateway, and not another task's port
+// that is not published. An agent
+// restart keeps its address and its ports; a stop removes its rule and its veth.
+TEST_F(MultiMachine, ABridgeTaskIsReachedOnItsMachinesAddressAndReachesOnlyWhatItMay) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  json job{{"name", "web"},
+           {"entitlement", "e"},
+           {"count", 1},
+           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+           {"ports", {{"http", 0}}},
+           {"task",
+            {{"argv",
+              {"/bin/sh", "-c",
+               "d=$(mktemp -d); echo served-by-$WEFT_PORT_HTTP > $d/index.html; "
+               "/bin/busybox httpd -p 18090 -h $d; "  // a port it does not publish
+               "exec /bin/busybox httpd -f -p $WEFT_PORT_HTTP -h $d"}},
+             {"namespaces", {{"network", "bridge"}}},
+             {"readiness", {{"type", "http"}, {"port", "http"}, {"path", "/"}}}}}};
+  auto created = c_.cp("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  json svc = c_.wait_cp("service.show", {{"job", "web"}},
+                        [](const json& j) { return j["endpoints"].size() == 1; });
+  ASSERT_FALSE(svc.is_null()) << c_.cp("job.show", {{"name", "web"}})->dump(2) << c_.logs();
+  const json& ep = svc["endpoints"][0];
+  int mi = c_.machine_index(ep["machine"]);
+  ASSERT_GE(mi, 0);
+  int other = (mi + 1) % c_.machines();
+  std::string addr = ep["address"];
+  int port = ep["ports"]["http"];
+  EXPECT_EQ(addr, c_.machine_address(mi));  // the machine's address, not the bridge's
+  std::string url = "http://" + addr + ":" + std::to_string(port) + "/";
+  std::string served = "served-by-" + std::to_string(port) + "\n";
+  for (int from : {other, mi}) {
+    auto page = c_.run_in(from, "timeout 5 busybox wget -qO- " + url);
+    ASSERT_TRUE(page.ok()) << "from machine " << from << ": " << page.error().str() << c_.logs();
+    EXPECT_EQ(*page, served) << "from machine " << from;
+  }
+  std::string task_id = ep["task"];
+  auto shown = c_.agent(mi, "task.show", {{"id", task_id}});
+  ASSERT_TRUE(shown.ok()) << shown.error().str();
+  std::string web_ip = (*shown).value("bridge_address", "");
+  ASSERT_EQ(web_ip.rfind("10.89.0.", 0), 0u) << shown->dump(2);
+
+  // Servers on the host network: the task's own machine (one port allowed to bridge
+  // tasks, one not) and another machine.
+  std::string www = c_.dir() + "/www";
+  ASSERT_TRUE(mkdir_p(www).ok());
+  ASSERT_TRUE(write_file(www + "/index.html", "host\n").ok());
+  std::vector<pid_t> servers;
+  for (auto [m, p] : {std::pair{mi, 18081}, std::pair{mi, 18083}, std::pair{other, 18082}})
+    servers.push_back(
+        c_.start_in(m, {"/bin/busybox", "httpd", "-f", "-p", std::to_string(p), "-h", www},
+                    c_.dir() + "/httpd-" + std::to_string(p) + ".log"));
+  struct Stop {
+    std::vector<pid_t>& pids;
+    ~Stop() {
+      for (pid_t p : pids) ClusterHarness::stop_in(p);
+    }
+  } stop_servers{servers};
+  for (auto [m, p] : {std::pair{mi, 18081}, std::pair{mi, 18083}, std::pair{other, 18082}}) {
+    bool up = false;
+    for (int i = 0; i < 100 && !up; ++i) {
+      auto r =
+          c_.run_in(m, "timeout 2 busybox wget -qO- http://127.0.0.1:" + std::to_string(p) + "/");
+      up = r.ok() && *r == "host\n";
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(up) << "the test's server on port " << p;
+  }
+  // A bridge task on the same machine tries each route; each line says what it reached.
+  std::string me = c_.machine_address(mi);
+  auto route = [](const std::string& name, const std::string& u) {
+    return "if timeout 3 busybox wget -qO- " + u + " >/dev/null 2>&1; then echo " + name +
+           "=reached; else echo " + name + "=blocked; fi; ";
+  };
+  std::string script =
+      route("outside", "http://" + c_.machine_address(other) + ":18082/") +
+      route("published", url) + route("allowed", "http://" + me + ":18083/") +
+      route("host", "http://" + me + ":18081/") + route("gateway", "http://10.89.0.1:18081/") +
+      route("peer", "http://" + web_ip + ":" + std::to_string(port) + "/") +
+      route("unpublished", "http://" + web_ip + ":18090/") + "echo done; sleep 600";
+  // Twice: as the machine's br_netfilter is (bridged frames pass the ip hooks, as on
+  // hosts with Docker or Kubernetes), and the other way (a plain Debian host).
+  auto run_probe = [&](const std::string& name) {
+    auto probe = c_.agent(mi, "task.run",
+                          {{"name", name},
+                           {"argv", {"/bin/sh", "-c", script}},
+                           {"namespaces", {{"network", "bridge"}}}});
+    ASSERT_TRUE(probe.ok()) << probe.error().str();
+    std::string probe_id = (*probe)["id"];
+    std::string out;
+    for (int i = 0; i < 400 && out.find("done") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto l = c_.agent(mi, "task.logs", {{"id", probe_id}, {"stream", "stdout"}});
+      if (l.ok()) out = l->value("data", "");
+    }
+    EXPECT_EQ(out,
+              "outside=reached\npublished=reached\nallowed=reached\nhost=blocked\n"
+              "gateway=blocked\npeer=reached\nunpublished=blocked\ndone\n")
+        << name << "\n"
+        << c_.run_in(mi, "nft list ruleset").value_or("") << c_.logs();
+    auto shown_probe = c_.agent(mi, "task.show", {{"id", probe_id}});
+    ASSERT_TRUE(shown_probe.ok());
+    EXPECT_NE((*shown_probe).value("bridge_address", ""), web_ip);
+    ASSERT_TRUE(c_.agent(mi, "task.stop", {{"id", probe_id}}).ok());
+  };
+  const std::string knob = "/proc/sys/net/bridge/bridge-nf-call-iptables";
+  auto was = c_.run_in(mi, "cat " + knob);
+  ASSERT_TRUE(was.ok()) << was.error().str();
+  run_probe("probe-a");
+  std::string flipped = was->rfind("1", 0) == 0 ? "0" : "1";
+  ASSERT_TRUE(c_.run_in(mi, "sh -c 'echo " + flipped + " > " + knob + "'").ok());
+  run_probe("probe-b");
+
+  // The agent restarted (its tasks keep running): the same address, still reached.
+  c_.stop_machine(mi);
+  c_.start_machine(mi);
+  ASSERT_TRUE(c_.wait_all_ready()) << c_.logs();
+  auto again = c_.agent(mi, "task.show", {{"id", task_id}});
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ((*again).value("bridge_address", ""), web_ip);
+  auto page = c_.run_in(other, "timeout 5 busybox wget -qO- " + url);
+  ASSERT_TRUE(page.ok()) << page.error().str() << c_.logs();
+  EXPECT_EQ(*page, served);
+
+  // Stopped: its rule and its veth are gone.
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "web"}}).ok());
+  std::string rules, links;
+  for (int i = 0; i < 200; ++i) {
+    rules = c_.run_in(mi, "nft list table ip weft_weft0").value_or("?");
+    links = c_.run_in(mi, "ip -o link show master weft0").value_or("?");
+    if (rules.find("dport " + std::to_string(port)) == std::string::npos && links.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(rules.find("dport " + std::to_string(port)), std::string::npos) << rules;
+  EXPECT_EQ(links, "");
+}
+
 // Issue 12: a start the agent refuses (here: a user the machine does not have, a rule
 // only the machine can check) shows as failed with the agent's message within a
 // heartbeat, and is not retried in a loop; an update with a fixed spec runs.

@@ -14,7 +14,7 @@ PACKAGES=(
   # weft's runtime dependencies, so dpkg -i works offline in the guest
   init-system-helpers libsqlite3-0 libtomlplusplus3 libsystemd0 libstdc++6
   libnl-3-200 libnl-route-3-200 libnl-genl-3-200 libbpf1 libmicrohttpd12 libcurl4
-  libarchive13 libldns3
+  libarchive13 libldns3 libnftables1
   # the image check's registry on the guest's loopback (its storage is made on the host)
   docker-registry
 )
