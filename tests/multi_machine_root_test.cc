@@ -501,6 +501,27 @@ TEST_F(MultiMachine, ABridgeTaskIsReachedOnItsMachinesAddressAndReachesOnlyWhatI
   }
   EXPECT_EQ(rules.find("dport " + std::to_string(port)), std::string::npos) << rules;
   EXPECT_EQ(links, "");
+
+  // A crash: the machine loses power with a local bridge task running. The agent that
+  // comes back finds the task gone, and the table keeps nothing of it.
+  auto local = c_.agent(mi, "task.run",
+                        {{"name", "local"},
+                         {"argv", {"/bin/sleep", "600"}},
+                         {"ports", {{"p", 0}}},
+                         {"namespaces", {{"network", "bridge"}}}});
+  ASSERT_TRUE(local.ok()) << local.error().str();
+  auto local_shown = c_.agent(mi, "task.show", {{"id", (*local)["id"]}});
+  ASSERT_TRUE(local_shown.ok()) << local_shown.error().str();
+  std::string local_port = std::to_string((*local_shown)["spec"]["ports"]["p"].get<int>());
+  rules = c_.run_in(mi, "nft list table ip weft_weft0").value_or("?");
+  ASSERT_NE(rules.find("tcp dport " + local_port + " dnat"), std::string::npos) << rules;
+  c_.kill_machine(mi);
+  c_.start_machine(mi);
+  ASSERT_TRUE(c_.wait_all_ready()) << c_.logs();
+  rules = c_.run_in(mi, "nft list table ip weft_weft0").value_or("?");
+  EXPECT_EQ(rules.find("dport " + local_port), std::string::npos) << rules;
+  EXPECT_NE(rules.find("masquerade"), std::string::npos) << rules;  // the table is back
+  EXPECT_EQ(c_.run_in(mi, "ip -o link show master weft0").value_or("?"), "");
 }
 
 // Issue 12: a start the agent refuses (here: a user the machine does not have, a rule
