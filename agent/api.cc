@@ -76,6 +76,8 @@ json Manager::summary(const Task& t) const {
          {"finished_at",
           t.terminal() || t.state == TaskState::kBackoff ? format_rfc3339(t.finished_us) : ""}};
   if (t.state == TaskState::kBackoff) j["next_start_at"] = format_rfc3339(t.next_start_us);
+  // It failed before its program ran, in a way a start anywhere else would too.
+  if (t.terminal() && t.setup_failed) j["failed_in_setup"] = true;
   // Its own uid (and gid), from agent.toml's task_uids; absent for a named user.
   if (t.own_uid >= 0) j["uid"] = t.own_uid;
   // Its address on the machine's bridge, kept for its life (namespaces.network = "bridge").

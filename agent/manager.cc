@@ -1061,9 +1061,15 @@ void Manager::on_fetched(const std::string& id, bool package, Result<image::Loca
   Task& t = *it->second;
   t.fetch_ticket = 0;
   if (t.state != TaskState::kFetching) return;
-  if (!img.ok())
+  if (!img.ok()) {
+    // A manifest or config the agent refuses (too many layers, an unknown media type)
+    // is refused the same way on every machine: the control plane holds the index with
+    // the reason rather than pulling it again elsewhere (a registry that did not answer
+    // is not such a refusal).
+    t.setup_failed = !img.error().field.empty();
     return fail_task(t, package ? "package " + t.spec.package->url + ": " + img.error().str()
                                 : "image " + t.spec.image + ": " + img.error().str());
+  }
   (package ? t.package : t.image) = *img;
   images_->hold(t.id, *img);
   if (!have_local(t)) return begin_fetch(t);  // the package after the image

@@ -428,10 +428,16 @@ void Manager::audit(const Caller& who, const std::string& method, const json& p,
   else
     a.result = std::string(r.error().code == rpc::kPermissionDenied ? "denied: " : "error: ") +
                r.error().str().substr(0, 512);
-  log_info("audit: " + a.who + " " + method + " " + a.target + ": " + a.result,
+  if (r.ok() && (method == "job.create" || method == "job.update") && !a.target.empty())
+    job_operator_[a.target] = a.who;
+  write_audit(a);
+}
+
+void Manager::write_audit(const AuditRecord& a) {
+  log_info("audit: " + a.who + " " + a.method + " " + a.target + ": " + a.result,
            {{"AUDIT_WHO", a.who},
             {"AUDIT_ROLE", a.role},
-            {"AUDIT_METHOD", method},
+            {"AUDIT_METHOD", a.method},
             {"AUDIT_TARGET", a.target},
             {"AUDIT_PARAMS_SHA256", a.digest},
             {"AUDIT_RESULT", a.result}});
@@ -440,6 +446,53 @@ void Manager::audit(const Caller& who, const std::string& method, const json& p,
   if (!written.ok())
     log_error("audit entry not written to the store (the journal has it): " +
               written.error().str());
+}
+
+std::string Manager::job_operator(const std::string& job) {
+  if (!job_operators_loaded_) {
+    job_operators_loaded_ = true;
+    auto rows = store_->audit(0, StateStore::kMaxAudit);  // oldest first
+    if (rows.ok())
+      for (const auto& r : *rows)
+        if (r.result == "ok" && (r.method == "job.create" || r.method == "job.update") &&
+            !job_operator_.count(r.target))
+          job_operator_[r.target] = r.who;
+    // Entries made since this process started are newer than any row: kept as they are.
+  }
+  auto it = job_operator_.find(job);
+  return it == job_operator_.end() ? "an operator no longer in the audit log" : it->second;
+}
+
+void Manager::audit_controller(const std::string& job, const std::vector<std::string>& acks,
+                               const std::vector<Command>& done) {
+  std::string did;
+  for (const auto& c : done) {
+    if (c.kind == Command::Kind::kPrefetch) continue;
+    did += (did.empty() ? "" : ", ") +
+           std::string(c.kind == Command::Kind::kStart ? "start " : "stop ") + c.task_id;
+    if (did.size() > 400) {
+      did += ", ...";
+      break;
+    }
+  }
+  if (did.empty()) return;  // acknowledged, nothing done yet (or nothing pending)
+  auto spec = sched_.job(job);
+  std::string controller = "TaskController";
+  if (spec && spec->controller)
+    controller += spec->controller->address.empty()
+                      ? " (a task of job " + spec->controller->job + ", port " +
+                            std::to_string(spec->controller->port) + ")"
+                      : " at " + spec->controller->address;
+  AuditRecord a;
+  // Who acted: the controller, on behalf of the operator who set the job (and with it
+  // the controller) up.
+  a.who = controller + " for " + job_operator(job);
+  a.role = "controller";
+  a.method = "taskcontrol.ack";
+  a.target = job;
+  a.digest = tls::sha256_hex(json(acks).dump());
+  a.result = "ok: " + did;
+  write_audit(a);
 }
 
 Status Manager::claim_session(std::map<MachineId, rpc::Session*>& table, MachineId m,
@@ -1070,7 +1123,9 @@ json Manager::control_plan(const std::string& job) {
 
 void Manager::control_acked(const std::string& job, const std::vector<std::string>& acks) {
   control_completed_.erase(job);  // the controller has been told
-  apply_commands(sched_.grant(job, acks, now_us()));
+  auto cmds = sched_.grant(job, acks, now_us());
+  audit_controller(job, acks, cmds);
+  apply_commands(std::move(cmds));
 }
 
 void Manager::control_reachability(const std::string& job, bool unreachable) {

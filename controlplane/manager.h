@@ -157,6 +157,15 @@ class Manager {
   // The audit log: the table and the journal (one entry per operator call).
   void audit(const Caller& who, const std::string& method, const nlohmann::json& p,
              const Result<nlohmann::json>& r);
+  // The operator who last created or updated each job (from the audit log after a
+  // restart, looked up once, when first needed): named in the audit entries of what a
+  // job's TaskController (often a task) makes the control plane do.
+  void write_audit(const AuditRecord& a);  // the journal and the store
+  std::map<std::string, std::string> job_operator_;
+  bool job_operators_loaded_ = false;
+  std::string job_operator(const std::string& job);
+  void audit_controller(const std::string& job, const std::vector<std::string>& acks,
+                        const std::vector<Command>& done);
   // A machine's agent or sidekick session: a second session for a machine whose session
   // is alive and heard from within the dead-machine timeout is refused (kConflict), so it
   // cannot take the machine's command channel; a silent one is replaced (and closed).

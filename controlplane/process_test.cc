@@ -918,6 +918,22 @@ TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   auto s = shown();
   EXPECT_EQ(s[1].first, 1u);  // the others wait
   EXPECT_EQ(s[2].first, 1u);
+  // The audit log says who acted: the controller (often a task of some job), for the
+  // operator who set the job and its controller up; and what it let happen.
+  auto audit = call("audit.ls");
+  ASSERT_TRUE(audit.ok()) << audit.error().str();
+  json acted;
+  for (const auto& e : (*audit)["entries"])
+    if (e["method"] == "taskcontrol.ack") acted = e;
+  ASSERT_FALSE(acted.is_null()) << audit->dump(2);
+  EXPECT_EQ(acted["role"], "controller");
+  EXPECT_EQ(acted["target"], "kv");
+  std::string who = acted["who"];
+  EXPECT_NE(who.find("TaskController at 127.0.0.1:" + std::to_string(ctl.port())),
+            std::string::npos)
+      << who;
+  EXPECT_NE(who.find(" for uid " + std::to_string(getuid()) + " (pid "), std::string::npos) << who;
+  EXPECT_EQ(acted["result"].get<std::string>().rfind("ok: stop kv.0.", 0), 0u) << acted.dump();
   // It acks everything: the update completes.
   ctl.set_policy([](const json& p) {
     json ack = json::array();

@@ -336,6 +336,46 @@ TEST_F(AgentImages, AnImageThatCannotBeFetchedFailsTheStartWithTheReason) {
   EXPECT_TRUE(agent_->task_cgroups().empty());
 }
 
+// Issue 32: an image the agent refuses for what it is (here 129 layers, past what one
+// overlay mount stacks) fails the start before anything runs, marked as a refusal that
+// would be the same on any machine (the control plane then holds the index with the
+// reason instead of pulling the image on machine after machine); an image that cannot
+// be fetched (above) is not marked so.
+TEST_F(AgentImages, AnImageWithTooManyLayersIsRefusedAsItWouldBeAnywhere) {
+  start_agent();
+  std::string layer = make_layer({{"f", 'f', "x"}}, oci::Compression::kGzip);
+  oci::Digest ld = reg_->push_blob("team/tall", layer);
+  std::string cfg = json{{"architecture", oci::host_platform().architecture},
+                         {"os", "linux"},
+                         {"rootfs", {{"type", "layers"}, {"diff_ids", json::array()}}}}
+                        .dump();
+  oci::Digest cd = reg_->push_blob("team/tall", cfg);
+  json layers = json::array();
+  for (size_t i = 0; i < oci::kMaxLayers + 1; ++i)
+    layers.push_back({{"mediaType", "application/vnd.oci.image.layer.v1.tar+gzip"},
+                      {"digest", ld.str()},
+                      {"size", layer.size()}});
+  json m{{"schemaVersion", 2},
+         {"mediaType", oci::kOciManifest},
+         {"config", {{"mediaType", oci::kOciConfig}, {"digest", cd.str()}, {"size", cfg.size()}}},
+         {"layers", layers}};
+  reg_->push_manifest("team/tall", "v1", m.dump(), oci::kOciManifest);
+  json r = agent_->call("task.run", {{"name", "tall"}, {"image", ref("team/tall:v1")}});
+  std::string id = r.value("id", "");
+  ASSERT_FALSE(id.empty()) << r.dump();
+  json t = agent_->wait_task(id, ended, 30000);
+  EXPECT_EQ(t["state"], "failed");
+  std::string reason = t.value("reason", "");
+  EXPECT_NE(reason.find("more than " + std::to_string(oci::kMaxLayers) + " layers"),
+            std::string::npos)
+      << reason;
+  EXPECT_EQ(t.value("failed_in_setup", false), true) << t.dump(2);
+  json missing = agent_->call("task.run", {{"name", "missing"}, {"image", ref("team/none:v1")}});
+  json m2 = agent_->wait_task(missing.value("id", ""), ended, 30000);
+  EXPECT_EQ(m2["state"], "failed");
+  EXPECT_EQ(m2.value("failed_in_setup", false), false) << m2.dump(2);
+}
+
 TEST_F(AgentImages, AnAgentKilledMidFetchResumesAndNeverUsesAPartialBlob) {
   // A large incompressible layer fetched at a paced rate, so the kill lands mid-download.
   std::string big = noise_layer(88172645463325252ull);
