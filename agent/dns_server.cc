@@ -32,24 +32,26 @@ Result<std::unique_ptr<DnsServer>> DnsServer::serve(EventLoop& loop, const std::
   s->loop_ = &loop;
   s->fd_ = Fd(::socket(res->ai_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   int rc = s->fd_.valid() ? ::bind(s->fd_.get(), res->ai_addr, res->ai_addrlen) : -1;
+  // TCP on the port UDP got (the same one, also when "port 0" asked for any).
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (rc == 0) rc = ::getsockname(s->fd_.get(), reinterpret_cast<sockaddr*>(&bound), &len);
   if (rc == 0) {
+    s->port_ =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     s->tcp_fd_ = Fd(::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     int one = 1;
     if (s->tcp_fd_.valid())
       (void)::setsockopt(s->tcp_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    rc = s->tcp_fd_.valid() && ::bind(s->tcp_fd_.get(), res->ai_addr, res->ai_addrlen) == 0 &&
+    rc = s->tcp_fd_.valid() &&
+                 ::bind(s->tcp_fd_.get(), reinterpret_cast<sockaddr*>(&bound), len) == 0 &&
                  ::listen(s->tcp_fd_.get(), 64) == 0
              ? 0
              : -1;
   }
   freeaddrinfo(res);
   if (rc != 0) return sys_error("dns_listen " + listen);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  if (::getsockname(s->fd_.get(), reinterpret_cast<sockaddr*>(&bound), &len) == 0)
-    s->port_ =
-        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   DnsServer* self = s.get();
   TRY_ASSIGN(s->io_, loop.add_io(s->fd_.get(), EPOLLIN, [self](uint32_t) { self->on_readable(); }));
   TRY_ASSIGN(s->tcp_io_,
