@@ -306,6 +306,11 @@ Result<std::unique_ptr<Bridge>> Bridge::open(const std::string& name, uint32_t n
     return make_error(name + " exists and is not a bridge (agent.toml [bridge] name)");
   TRY(add_address(sk.s, b->bridge_index_, b->pool_.gateway(), prefix, name));
   TRY(set_up(sk.s, b->bridge_index_, name));
+  // The bridge is IPv4 only: without this its IPv6 link-local address would let a task
+  // reach the machine's services that listen on "::", past the IPv4 rules.
+  std::string no_v6 = "/proc/sys/net/ipv6/conf/" + name + "/disable_ipv6";
+  if (::access(no_v6.c_str(), F_OK) == 0)
+    TRY_CTX(write_file(no_v6, "1\n"), "turn off IPv6 on " + name);
   // Forwarding is per network namespace: the agent's (the machine's, in production).
   TRY_CTX(write_file("/proc/sys/net/ipv4/ip_forward", "1\n"), "turn on IPv4 forwarding");
   b->nft_ = nft_ctx_new(NFT_CTX_DEFAULT);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs tests many times in a row under a CPU hog, to show they are not flaky on a loaded
 # machine (docs/testing.md). By default: the tests that wait on time (replicas and chaos,
-# multi-machine and cluster, failover, readiness, maintenance, TaskControl), 10 runs each,
+# multi-machine and cluster, failover, readiness, maintenance, TaskControl, service moves
+# and discovery), 10 runs each,
 # side by side as the suite runs them, with one core kept busy by a spinning process.
 #   scripts/soak.sh [BUILD_DIR]      (default build)
 #   WEFT_SOAK_RUNS=N                 runs per test (default 10)
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build}
 runs=${WEFT_SOAK_RUNS:-10}
-regex=${WEFT_SOAK_REGEX:-'Replica|Chaos|MultiMachine|Cluster|Failover|Failures|Readiness|Maintenance|TaskControl|Fig14|Drain|Heartbeat|Leader'}
+regex=${WEFT_SOAK_REGEX:-'Replica|Chaos|MultiMachine|Cluster|Failover|Failures|Readiness|Maintenance|TaskControl|Controller|Fig14|Drain|Heartbeat|Leader|ServiceMoves|Discovery'}
 hogs=${WEFT_SOAK_HOGS:-1}
 hog_pids=()
 stop_hogs() { for p in "${hog_pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
