@@ -1,5 +1,6 @@
 // weft-controlplane's manager: one sd-event loop holding the allocator, broker and
-// scheduler, with their state in sqlite. Machines open sessions (Unix or TCP) and
+// scheduler, with their state in a store (sqlite, or etcd for replicas: state_store.h,
+// etcd_store.h). Machines open sessions (Unix or TCP) and
 // register; commands for a machine (task.run, task.stop) go down its session as
 // requests. Operators use the same protocol on the Unix socket (weftctl). Every
 // mutation is written in one transaction before it is answered; after SIGKILL the
@@ -136,9 +137,9 @@ class Manager {
   void replace_down_machines(uint64_t now, std::vector<Command>* cmds,
                              std::set<MachineId>* touched);
   bool take_failure_token(uint64_t now);
-  // A machine refused a task.run: the task fails now, with the machine's message.
   // A machine answered a rolling update's prefetch: its old tasks may roll.
   void prefetched(const std::string& job, uint64_t generation, MachineId m);
+  // A machine refused a task.run: the task fails now, with the machine's message.
   void start_refused(const std::string& task, const Error& e, bool bad_spec);
   // Writes what changed for these jobs and machines (and everything else small).
   Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);
