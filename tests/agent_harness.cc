@@ -37,10 +37,6 @@ std::string root_test_skip_reason() {
   return why;
 }
 
-static void sleep_ms(int ms) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
 void destroy_cgroup_tree(const std::string& dir) {
   if (!path_exists(dir)) return;
   auto entries = list_dir(dir);

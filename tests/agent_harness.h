@@ -6,16 +6,24 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
 
 namespace weft::testing {
+
+// A pause between polls of a condition with a deadline (never a wait that assumes a fast
+// machine: docs/testing.md).
+inline void sleep_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
 
 using json = nlohmann::json;
 

@@ -30,10 +30,6 @@ namespace {
 // does with Delegate=yes). On this shared machine the cgroup2 root's subtree_control goes
 // back the way it was when the last test that held it ends (SubtreeControlLease): here
 // for the whole test program too, which also starts agents of its own.
-void sleep_ms(int ms) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
 class RestoreRootSubtreeControl : public ::testing::Environment {
  public:
   void SetUp() override {

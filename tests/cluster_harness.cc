@@ -23,10 +23,6 @@ namespace {
 constexpr const char* kHubAddr = "10.77.0.1";
 constexpr int kCpPort = 7070;
 
-void sleep_ms(int ms) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
 bool sh(const std::string& cmd) {
   int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
   if (rc != 0) ADD_FAILURE() << "command failed (" << rc << "): " << cmd;
