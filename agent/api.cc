@@ -185,9 +185,8 @@ Result<json> Manager::api_agent_info(const json&, const rpc::CallContext&) {
   for (const auto& [id, t] : tasks_) running += !t->terminal() && t->state != TaskState::kBackoff;
   // The sandboxes made ahead (agent/sandbox_pool.h): their ids are those of the next
   // tasks, and their cgroups are in the task tree already.
-  json sandboxes = {{"size", cfg_.sandbox_pool}, {"ids", json::array()}};
-  for (const auto& sb : sandboxes_) sandboxes["ids"].push_back(sb.id);
-  if (!sandbox_failure_.empty()) sandboxes["stopped"] = sandbox_failure_;
+  json sandboxes = {{"size", cfg_.sandbox_pool}, {"ids", sandboxes_->ids()}};
+  if (!sandboxes_->failure().empty()) sandboxes["stopped"] = sandboxes_->failure();
   return json{{"machine_id", cfg_.machine_id},
               {"sandboxes", sandboxes},
               {"labels", labels},

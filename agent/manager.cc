@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "agent/init/argv.h"
 #include "agent/runtime.h"
+#include "agent/start_plan.h"
 #include "common/log.h"
 #include "common/task_report.h"
 
@@ -41,13 +43,7 @@ Manager::Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<
 
 Manager::~Manager() {
   server_.reset();
-  sandbox_refill_.reset();
-  // Sandboxes hold no task: a clean stop leaves none behind (a crash leaves them to the
-  // next agent, which removes their cgroups as unknown ones).
-  while (!sandboxes_.empty()) {
-    discard_sandbox(sandboxes_.front(), /*remove_dir=*/true);
-    sandboxes_.pop_front();
-  }
+  sandboxes_.reset();
   tasks_.clear();  // drops watches before the loop goes
 }
 
@@ -119,8 +115,9 @@ Status Manager::start() {
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
 
   TRY(loop_->exit_on_termination([] { log_info("shutting down; tasks keep running"); }));
-  TRY_ASSIGN(Source hup,
-             loop_->add_signal(SIGHUP, [this] { reload_control_plane_tls(cp_.get()); }));
+  TRY_ASSIGN(Source hup, loop_->add_signal(SIGHUP, [this] {
+    reload_control_plane_tls(cp_ ? cp_->link() : nullptr);
+  }));
   signals_.push_back(std::move(hup));
   loop_->enable_watchdog();
 
@@ -161,8 +158,11 @@ Status Manager::start() {
   }
   register_metrics();
   metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
-  sandbox_ns_ = ns_bits(TaskSpec{});  // until a task asks for others
-  arm_sandbox_refill(0);
+  sandboxes_ = std::make_unique<SandboxPool>(
+      *loop_, *cgroups_,
+      SandboxPool::Config{cfg_.sandbox_pool, cfg_.init_path, cfg_.state_dir + "/tasks"},
+      [this](const std::string& id) { return tasks_.count(id) > 0; });
+  sandboxes_->start();
   sd_notify(0, "READY=1");
   update_status();
   return {};
@@ -175,13 +175,7 @@ Status Manager::run() {
 void Manager::update_status() {
   // A task changed state: the control plane hears of it now, not at the next heartbeat
   // (a replacement counts as running as soon as it runs). Coalesced over 20 ms.
-  if (cp_ && !cp_soon_.active()) {
-    auto t = loop_->add_timer_in(20'000, [this] {
-      cp_soon_.reset();
-      cp_->report_now();
-    });
-    if (t.ok()) cp_soon_ = std::move(t).value();
-  }
+  if (cp_) cp_->report_soon();
   size_t running = 0;
   for (const auto& [id, t] : tasks_)
     running += (t->state == TaskState::kRunning || t->state == TaskState::kStopping);
@@ -426,18 +420,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   // user is known once its image is here).
   bool package_root = spec.package && spec.package->target == "/";
   if (spec.image.empty() && !package_root) TRY(identity_of(nullptr, spec));
-  for (size_t i = 0; i < spec.mounts.size(); ++i)
-    if (spec.mounts[i].kind == MountKind::kBind)
-      TRY(allowed_bind_source(spec.mounts[i].source, cfg_.volume_host_paths, i));
-  if (spec.seccomp_unconfined && !cfg_.allow_unconfined_tasks)
-    return field_error("seccomp",
-                       "unconfined tasks are not allowed on this machine (agent.toml: "
-                       "allow_unconfined_tasks = false)");
-  if (!spec.rootfs.empty()) {
-    struct stat st;
-    if (::stat(spec.rootfs.c_str(), &st) < 0 || !S_ISDIR(st.st_mode))
-      return field_error("rootfs", "'" + spec.rootfs + "' is not a directory");
-  }
+  TRY(admit_spec(spec, start_policy()));
   TRY_ASSIGN(LimitPlan plan,
              plan_limits(spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
   for (const auto& [id, t] : tasks_) {
@@ -449,7 +432,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
       return e;
     }
   }
-  std::optional<Sandbox> sandbox = take_sandbox(spec);
+  std::optional<Sandbox> sandbox = sandboxes_->take(spec);
   auto t = std::make_unique<Task>();
   t->id = sandbox ? sandbox->id : random_hex(8);
   t->name = spec.name;
@@ -490,7 +473,7 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     Manager* m;
     Sandbox* s;
     ~EndUnused() {
-      if (s && s->pidfd.valid()) m->discard_sandbox(*s);
+      if (s && s->pidfd.valid()) m->sandboxes_->discard(*s);
     }
   } end_unused{this, sandbox};
   if (t.incarnation > 0) t.start_phases.clear();  // a restart: this start's phases only
@@ -502,64 +485,25 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   };
   TRY_ASSIGN(LimitPlan plan,
              plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
-  // An image task runs its image's defaults under its own spec, in an overlay root.
-  std::optional<OverlayRoot> overlay;
-  TaskSpec run_spec = t.spec;
-  std::vector<std::string> image_roots;
   if (!have_local(t)) {  // evicted while the task was not running (not held): again
     begin_fetch(t);
     return {};
   }
-  bool package_root = t.package && t.spec.package->target == "/";
-  if (t.image || package_root) {
-    const image::LocalImage& root = t.image ? *t.image : *t.package;
-    if (t.image) {
-      const auto& c = t.image->config;
-      run_spec = apply_image_defaults(t.spec, c.entrypoint, c.cmd, c.env, c.working_dir, c.user);
-    }
-    if (run_spec.argv.empty())
-      return field_error("argv", "the image names no entrypoint or cmd: the spec needs argv");
-    OverlayRoot o;
-    o.layers_root = images_->layers_root();
-    for (auto it = root.layers.rbegin(); it != root.layers.rend(); ++it) {
-      o.lower.push_back(it->algorithm + "/" + it->hex);
-      image_roots.push_back(images_->layer_dir(*it));
-    }
-    std::string dir = task_state_dir(t.id);
-    o.upper = dir + "/upper";
-    o.work = dir + "/work";
-    o.rootfs = dir + "/rootfs";
-    size_t opts = 30 + o.upper.size() + o.work.size();
-    for (const auto& l : o.lower) opts += l.size() + 1;
-    if (opts >= 4096)
-      return field_error("image", "has too many layers (" + std::to_string(o.lower.size()) +
-                                      ") for one overlay mount on this machine");
-    for (const auto& d : {o.upper, o.work, o.rootfs}) TRY(mkdir_p(d, 0755));
-    // The upper directory is the merged root's: 0755 whatever the agent's umask (its
-    // unit's is 0027), or a task's user could not enter its own /.
-    if (::chmod(o.upper.c_str(), 0755) != 0) return sys_error("chmod " + o.upper);
-    overlay = o;
-  }
-  TRY_ASSIGN(Identity ident, identity_of(&t, run_spec, overlay ? &image_roots : nullptr));
+  StartPolicy policy = start_policy();
+  StartInputs in;
+  in.spec = &t.spec;
+  in.policy = &policy;
+  in.image = t.image ? &*t.image : nullptr;
+  in.package = t.package ? &*t.package : nullptr;
+  in.layers_root = images_->layers_root();
+  in.task_dir = task_state_dir(t.id);
+  TRY_ASSIGN(StartPlan sp, plan_start(in));
+  const std::optional<OverlayRoot>& overlay = sp.overlay;
+  const TaskSpec& run_spec = sp.run_spec;
+  TRY_ASSIGN(Identity ident, identity_of(&t, run_spec, overlay ? &sp.image_roots : nullptr));
   t.identity = ident;
-  // Checked again at every start: the machine's allow-list may have changed since.
-  std::vector<std::string> bind_sources;
-  for (size_t i = 0; i < run_spec.mounts.size(); ++i) {
-    if (run_spec.mounts[i].kind != MountKind::kBind) continue;
-    TRY_ASSIGN(std::string src,
-               allowed_bind_source(run_spec.mounts[i].source, cfg_.volume_host_paths, i));
-    bind_sources.push_back(src);
-  }
-  if (t.package && !package_root) {
-    // A package beside an image or rootfs: its shared layer, read-only, at its target.
-    MountSpec m;
-    m.kind = MountKind::kBind;
-    m.source = images_->layer_dir(t.package->manifest);
-    m.target = t.spec.package->target;
-    m.readonly = true;
-    run_spec.mounts.push_back(m);
-    bind_sources.push_back(m.source);
-  }
+  if (overlay) TRY(make_overlay_dirs(*overlay));
+  const std::vector<std::string>& bind_sources = sp.bind_sources;
   Fd files;
   if (!run_spec.files.empty()) {
     TRY_ASSIGN(Fd made, files_memfd(run_spec));
@@ -587,7 +531,7 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     // The sandbox's cgroup is the task's: only its limits are left to write.
     Status applied = cgroups_->apply_limits(t.id, plan.apply);
     if (!applied.ok()) {
-      discard_sandbox(*sandbox);
+      sandboxes_->discard(*sandbox);
       return std::move(applied).error().wrap("set the task's limits");
     }
   } else {
@@ -612,9 +556,10 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   req.new_net = t.spec.ns.own_network();
   if (sandbox) {
     // weft-init is there already, in the task's namespaces: it is handed the task.
-    std::vector<std::string> argv =
-        build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
-                        /*lo_up=*/true);  // the sandbox brought its loopback up while it waited
+    std::vector<std::string> argv = init_argv(
+        run_spec, ident,
+        InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
+                  /*lo_up=*/true});  // the sandbox brought its loopback up while it waited
     Status handed = hand_off(*sandbox, argv, dirfd.get(), files.valid() ? files.get() : -1);
     if (handed.ok()) {
       ++handoffs_;
@@ -625,7 +570,7 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     // Gone (killed, or the message did not fit): the usual start, with the same id.
     log_warn("a sandbox made ahead could not take the task; starting it the usual way",
              {{"TASK_ID", t.id}, {"ERROR", handed.error().str()}});
-    discard_sandbox(*sandbox);
+    sandboxes_->discard(*sandbox);
     TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
   }
   Fd netns;
@@ -658,8 +603,9 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
       req.netns_fd = netns.get();
     }
   }
-  req.init_argv = build_init_argv(run_spec, ident, t.incarnation, overlay ? &*overlay : nullptr,
-                                  bind_sources, netns.valid());
+  req.init_argv = init_argv(
+      run_spec, ident,
+      InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources, netns.valid()});
   req.files_fd = files.valid() ? files.get() : -1;
   auto spawned = spawn_init(req);
   if (!spawned.ok()) {
@@ -707,102 +653,6 @@ Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_
   return {};
 }
 
-// ---------------------------------------------------------------- sandboxes
-
-namespace {
-// How long after a sandbox was taken the pool starts making more.
-constexpr uint64_t kSandboxQuietUs = 5'000;
-}  // namespace
-
-std::optional<Sandbox> Manager::take_sandbox(const TaskSpec& spec) {
-  // Image and package tasks wait for their layers first: they start the usual way.
-  // Bridge tasks are plugged into the bridge before their program runs: the usual way.
-  if (cfg_.sandbox_pool == 0 || !spec.image.empty() || spec.package ||
-      spec.ns.network == NetworkMode::kBridge)
-    return std::nullopt;
-  unsigned ns = ns_bits(spec);
-  sandbox_ns_ = ns;  // the next ones are made for what was asked last
-  std::optional<Sandbox> out;
-  std::string stamp = file_stamp(cfg_.init_path);
-  for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
-    if (it->init_stamp != stamp) {
-      // weft-init was replaced (a package upgrade) since this one started: the new
-      // agent's argv is for the new binary.
-      discard_sandbox(*it, /*remove_dir=*/true);
-      it = sandboxes_.erase(it);
-      continue;
-    }
-    if (it->ns != ns) {
-      ++it;
-      continue;
-    }
-    out = std::move(*it);
-    sandboxes_.erase(it);
-    break;
-  }
-  // Not at once: the task just handed over is still setting up (its mounts and the
-  // clone of a new sandbox take the same kernel locks), and more starts may follow.
-  sandbox_refill_.reset();
-  arm_sandbox_refill(kSandboxQuietUs);
-  return out;
-}
-
-void Manager::arm_sandbox_refill(uint64_t after_us) {
-  if (cfg_.sandbox_pool == 0 || !sandbox_failure_.empty() || sandbox_refill_.active()) return;
-  size_t ready = 0;
-  for (const auto& sb : sandboxes_) ready += sb.ns == sandbox_ns_;
-  if (ready >= cfg_.sandbox_pool) return;
-  auto src = loop_->add_timer_in(after_us, [this] {
-    sandbox_refill_.reset();
-    refill_sandbox();
-    arm_sandbox_refill(0);
-  });
-  if (!src.ok()) return;
-  // Only when nothing else is pending: a start never waits behind the pool's upkeep.
-  (void)src->set_priority(SD_EVENT_PRIORITY_IDLE);
-  sandbox_refill_ = std::move(src).value();
-}
-
-void Manager::refill_sandbox() {
-  if (sandboxes_.size() >= cfg_.sandbox_pool) {
-    // Full of sandboxes for namespaces no longer asked for: the oldest of them goes.
-    auto it = std::find_if(sandboxes_.begin(), sandboxes_.end(),
-                           [&](const Sandbox& sb) { return sb.ns != sandbox_ns_; });
-    if (it == sandboxes_.end()) return;
-    discard_sandbox(*it, /*remove_dir=*/true);
-    sandboxes_.erase(it);
-  }
-  std::string id;
-  do {
-    id = random_hex(8);
-  } while (tasks_.count(id) || std::any_of(sandboxes_.begin(), sandboxes_.end(),
-                                           [&](const Sandbox& sb) { return sb.id == id; }));
-  // The task's directory and its logs/ too: two directory creations (about 0.1 ms each
-  // on ext4 here) off the start.
-  (void)mkdir_p(task_state_dir(id) + "/logs", 0750);
-  Status made = cgroups_->create_task(id, {});
-  Result<Sandbox> sb = made.ok()
-                           ? start_sandbox(cfg_.init_path, id, cgroups_->task_dir(id), sandbox_ns_)
-                           : Result<Sandbox>(std::move(made).error());
-  if (!sb.ok()) {
-    (void)cgroups_->remove_task(id);
-    (void)remove_tree(task_state_dir(id));
-    sandbox_failure_ = sb.error().str();
-    log_warn("sandboxes are not made ahead (sandbox_pool stopped); each start makes its own",
-             {{"ERROR", sandbox_failure_}});
-    return;
-  }
-  sandboxes_.push_back(std::move(sb).value());
-}
-
-void Manager::discard_sandbox(Sandbox& s, bool remove_dir) {
-  end_sandbox(s);
-  if (auto st = cgroups_->remove_task(s.id); !st.ok())
-    log_error("could not remove a sandbox's cgroup",
-              {{"CGROUP", cgroups_->task_dir(s.id)}, {"ERROR", st.error().str()}});
-  if (remove_dir) (void)remove_tree(task_state_dir(s.id));
-}
-
 // ---------------------------------------------------------------- readiness
 
 void Manager::start_readiness(Task& t) {
@@ -847,7 +697,7 @@ void Manager::run_check(const std::string& id) {
     auto dir = cgroups_->check_dir(t.id);
     if (!dir.ok()) return on_check(id, false, dir.error().str());
     target.cgroup_dir = *dir;
-    target.join_argv = build_join_argv(t.spec, *ident, t.pid);
+    target.join_argv = init_argv(t.spec, *ident, InitJoin{t.pid});
   }
   t.check = start_check(
       *loop_, *http_, *reaper_, *t.spec.readiness, target,
@@ -1159,123 +1009,39 @@ void Manager::register_metrics() {
     w.sample("weft_agent_oom_kills_total", static_cast<double>(oom_kills_));
     w.family("weft_agent_sandboxes_ready", "gauge",
              "Sandboxes made ahead and waiting for a task (agent.toml's sandbox_pool).");
-    w.sample("weft_agent_sandboxes_ready", static_cast<double>(sandboxes_.size()));
+    w.sample("weft_agent_sandboxes_ready", static_cast<double>(sandboxes_->ready()));
     w.family("weft_agent_sandbox_handoffs_total", "counter",
              "Task starts that took a sandbox made ahead (of weft_agent_task_starts_total).");
     w.sample("weft_agent_sandbox_handoffs_total", static_cast<double>(handoffs_));
     w.family("weft_agent_control_plane_connected", "gauge",
              "1 while the session to the control plane is up and registered.");
-    w.sample("weft_agent_control_plane_connected", cp_ && cp_->session() ? 1 : 0);
+    w.sample("weft_agent_control_plane_connected", cp_ && cp_->connected() ? 1 : 0);
   });
 }
 
 Status Manager::cp_start() {
-  auto hello = [this](rpc::Session& s, ControlPlaneLink::Done done) {
-    long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t mem_mb = 0;
-    if (auto mi = read_file(HostPaths(cfg_.host_root).proc("meminfo")); mi.ok())
-      for (const auto& line : split(*mi, '\n'))
-        if (line.rfind("MemTotal:", 0) == 0)
-          mem_mb = std::strtoll(line.c_str() + 9, nullptr, 10) / 1024;
-    auto label = [this](const char* k, const char* alt = nullptr) {
-      auto it = cfg_.labels.find(k);
-      if (it == cfg_.labels.end() && alt) it = cfg_.labels.find(alt);
-      return it == cfg_.labels.end() ? std::string() : it->second;
-    };
-    nlohmann::json reg{
-        {"machine", cfg_.machine_id},
-        {"dc", label("dc")},
-        {"domain", label("msb", "rack")},
-        {"type", label("type")},
-        {"cpu_milli", static_cast<int64_t>(cpus > 0 ? cpus : 1) * 1000},
-        {"mem_mb", mem_mb > 0 ? mem_mb : 1},
-        {"controllers",
-         split(trim(read_file(cfg_.cgroup_root + "/cgroup.controllers").value_or("")), ' ')},
-        {"reports_ready", true},
-        {"port_range", {cfg_.port_first, cfg_.port_last}},
-        {"serves_discovery", dns_ != nullptr},
-        {"boot_id", trim(read_file("/proc/sys/kernel/random/boot_id").value_or(""))}};
-    if (!cfg_.advertise_address.empty()) reg["address"] = cfg_.advertise_address;
-    cp_acked_digest_.clear();  // a new session: the whole list first
-    report_in_flight_ = report_again_ = false;
-    s.call("machine.register", reg, std::move(done));
-  };
-  auto report = [this](rpc::Session& s) {
-    // One report at a time: a change while one is unanswered is sent when it is (against
-    // the list that one makes the control plane hold), not against a stale base.
-    if (report_in_flight_) {
-      report_again_ = true;
-      return;
-    }
-    std::map<std::string, std::string> states;
-    for (const auto& [id, t] : tasks_)
-      if (t->spec.owner == "controlplane")
-        states[t->spec.name] = t->state == TaskState::kRunning && t->ready
-                                   ? task_state_name(TaskState::kReady)
-                                   : task_state_name(t->state);
-    std::string digest = tasks_digest(states);
-    nlohmann::json params{{"machine", cfg_.machine_id}};
-    if (digest == cp_acked_digest_) {
-      params["digest"] = digest;  // unchanged: a heartbeat's cost, whatever runs here
-    } else if (!cp_acked_digest_.empty()) {
-      // What changed since the list the control plane holds: one entry per change.
-      params["changes"] = task_changes_json(cp_acked_, states);
-      params["base"] = cp_acked_digest_;
-      params["digest"] = digest;
-    } else {
-      params["tasks"] = states;
-    }
-    // Why the failed tasks this report names failed: the control plane's MESSAGE.
-    const nlohmann::json* named = params.contains("tasks")     ? &params["tasks"]
-                                  : params.contains("changes") ? &params["changes"]
-                                                               : nullptr;
-    nlohmann::json failures = nlohmann::json::object();
+  CpSession::Hooks hooks;
+  hooks.tasks = [this] {
+    std::map<std::string, ReportedTask> out;
     for (const auto& [id, t] : tasks_) {
-      if (!named || t->spec.owner != "controlplane" || t->state != TaskState::kFailed) continue;
-      if (!named->contains(t->spec.name)) continue;
-      // Cut on a character boundary, well under the control plane's bound.
-      failures[t->spec.name] = {{"reason", utf8_prefix(t->reason, weft::kMaxFailureReason - 32)},
-                                {"setup", t->setup_failed}};
+      if (t->spec.owner != "controlplane") continue;
+      ReportedTask& r = out[t->spec.name];
+      r.state = task_state_name(t->state == TaskState::kRunning && t->ready ? TaskState::kReady
+                                                                            : t->state);
+      r.failed = t->state == TaskState::kFailed;
+      r.reason = t->reason;
+      r.setup_failed = t->setup_failed;
     }
-    if (!failures.empty()) params["failures"] = std::move(failures);
-    report_in_flight_ = true;
-    s.call("machine.report", std::move(params), [this, digest, states](Result<nlohmann::json> r) {
-      report_in_flight_ = false;
-      if (std::exchange(report_again_, false) && cp_) {
-        auto later = loop_->add_defer([this] {
-          if (cp_) cp_->report_now();
-        });
-        if (later.ok()) report_later_ = std::move(later).value();
-      }
-      if (!r.ok()) {
-        cp_acked_digest_.clear();  // the whole list next time (an older control plane, say)
-        log_debug("report failed", {{"ERROR", r.error().str()}});
-        return;
-      }
-      if (r->is_object() && r->value("resend", false)) {
-        cp_acked_digest_.clear();  // it does not hold our list: send it now
-        if (cp_) cp_->report_now();
-        return;
-      }
-      cp_acked_digest_ = digest;
-      cp_acked_ = states;
-      if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array())
-        forget_ended((*r)["forget"]);
-    });
+    return out;
   };
-  TRY_ASSIGN(cp_,
-             make_control_plane_link(*loop_, cfg_.control_plane, "weft-agent", &cp_methods_, hello,
-                                     report, cfg_.insecure_control_plane, cfg_.control_plane_tls));
-  cp_->start();
+  hooks.forget = [this](const std::set<std::string>& names) { forget_ended(names); };
+  TRY_ASSIGN(cp_, CpSession::start(*loop_, cfg_, &cp_methods_, dns_ != nullptr, std::move(hooks)));
   return {};
 }
 
-void Manager::forget_ended(const nlohmann::json& names) {
+void Manager::forget_ended(const std::set<std::string>& wanted) {
   // The control plane has recorded these tasks' ends: drop them (row, state directory,
   // logs) so that neither reports nor the agent's own state grow with every task ever run.
-  std::set<std::string> wanted;
-  for (const auto& n : names)
-    if (n.is_string()) wanted.insert(n.get<std::string>());
   std::vector<std::string> ids;
   for (const auto& [id, t] : tasks_)
     if (t->spec.owner == "controlplane" && t->terminal() && wanted.count(t->spec.name))

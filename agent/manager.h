@@ -24,12 +24,14 @@
 #include "agent/agent_conf.h"
 #include "agent/bridge.h"
 #include "agent/cgroup.h"
+#include "agent/cp_session.h"
 #include "agent/dns_server.h"
 #include "agent/image/service.h"
 #include "agent/lifecycle.h"
 #include "agent/netns_pool.h"
 #include "agent/readiness.h"
 #include "agent/sandbox_pool.h"
+#include "agent/start_plan.h"
 #include "agent/task_store.h"
 #include "common/cp_link.h"
 #include "common/event.h"
@@ -110,6 +112,8 @@ class Manager {
   Result<nlohmann::json> run_task(nlohmann::json params, bool for_control_plane);
   Result<nlohmann::json> stop_task(const nlohmann::json& params);
   Status check_privileged(const rpc::Peer& peer) const;
+  // agent.toml's rules for what a spec may ask (agent/start_plan.h).
+  StartPolicy start_policy() const { return {cfg_.volume_host_paths, cfg_.allow_unconfined_tasks}; }
   Result<Task*> find_task(const nlohmann::json& params);
 
   // Lifecycle.
@@ -117,16 +121,8 @@ class Manager {
   // With `sandbox` (the task's first start, the sandbox whose id it has), the task is
   // handed to that weft-init instead of a new one; it is used up either way.
   Status start_incarnation(Task& t, Sandbox* sandbox = nullptr);
-  // Sandboxes made ahead (agent/sandbox_pool.h): one for `spec` when one is ready, and
-  // the pool's upkeep, which runs only when the loop has nothing else to do.
-  std::optional<Sandbox> take_sandbox(const TaskSpec& spec);
   // The end of a start: weft-init (`pid`) runs in the task's cgroup; recorded running.
   Status started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_t phase_us);
-  void arm_sandbox_refill(uint64_t after_us);
-  void refill_sandbox();
-  // Ends a sandbox and removes its cgroup, and its task directory unless a task took
-  // the id (`remove_dir` false: the task's start goes on, or cleans up, without it).
-  void discard_sandbox(Sandbox& s, bool remove_dir = false);
   // Image and package tasks: fetching until the image and the package are local (one
   // after the other), then started (or failed with the reason); holds their layers
   // while the task may run. have_local() takes hold of what is here already and says
@@ -178,35 +174,23 @@ class Manager {
   std::unique_ptr<NetnsPool> netns_pool_;
   bool netns_pool_failure_logged_ = false;
   bool warned_fork_start_ = false;  // clone3 was unusable: logged once
-  // Ready sandboxes, oldest first; the namespaces new ones get (the last a task asked
-  // for); the pending upkeep; why the pool stopped (making one failed), or empty.
-  std::deque<Sandbox> sandboxes_;
-  unsigned sandbox_ns_ = 0;
-  Source sandbox_refill_;
-  std::string sandbox_failure_;
+  // Sandboxes made ahead (agent/sandbox_pool.h); made at start(), after the cgroups.
+  std::unique_ptr<SandboxPool> sandboxes_;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<image::Service> images_;
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
 
-  // Drops the ended control-plane tasks named in a machine.report reply's "forget".
-  void forget_ended(const nlohmann::json& names);
-  // The session to the control plane (cfg_.control_plane, when set): register, then a
-  // full report of the tasks it placed every heartbeat interval; task.run and task.stop
-  // arrive on it. Reconnects with exponential backoff (0.5 s to 30 s); tasks keep
-  // running while it is away.
+  // Drops the ended control-plane tasks a machine.report reply names (by name): their
+  // rows, state directories and logs, so neither reports nor the agent's state grow
+  // with every task ever run.
+  void forget_ended(const std::set<std::string>& names);
+  // The session to the control plane (agent/cp_session.h), when cfg_.control_plane is
+  // set; task.run and task.stop arrive on it through cp_methods_.
   Status cp_start();
-  std::unique_ptr<ControlPlaneLink> cp_;
+  std::unique_ptr<CpSession> cp_;
   std::unique_ptr<HttpClient> http_;  // readiness checks over HTTP
   std::unique_ptr<Reaper> reaper_;    // exec checks abandoned mid-run
-  // The digest of the last task list the control plane acknowledged: while the list is
-  // unchanged, a report carries only this (common/task_report.h).
-  // The task list the control plane acknowledged last, and its digest ("" = none: the
-  // whole list next).
-  std::map<std::string, std::string> cp_acked_;
-  std::string cp_acked_digest_;
-  bool report_in_flight_ = false, report_again_ = false;
-  Source report_later_;
   // Prometheus /metrics (docs/metrics.md).
   void register_metrics();
   metrics::Registry metrics_;
@@ -215,7 +199,6 @@ class Manager {
   uint64_t starts_ = 0, restarts_ = 0, oom_kills_ = 0;
   uint64_t handoffs_ = 0;  // starts that took a sandbox
   rpc::Dispatcher cp_methods_;
-  Source cp_soon_;
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
   int weft_gid_ = -1;

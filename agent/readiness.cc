@@ -226,26 +226,6 @@ int socket_in_netns(int pidfd, int family, int type, int protocol) {
   return fd;
 }
 
-std::vector<std::string> build_join_argv(const TaskSpec& spec, const Identity& id, pid_t pid) {
-  std::vector<std::string> a = {"weft-init", "--join-pid", std::to_string(pid)};
-  if (id.set) {
-    if (id.uid >= 0) a.insert(a.end(), {"--uid", std::to_string(id.uid)});
-    if (id.gid >= 0) a.insert(a.end(), {"--gid", std::to_string(id.gid)});
-    std::string g;
-    for (gid_t x : id.groups) g += (g.empty() ? "" : ",") + std::to_string(x);
-    if (!g.empty()) a.insert(a.end(), {"--groups", g});
-  }
-  a.insert(a.end(), {"--cwd", spec.cwd.empty() ? std::string("/") : spec.cwd});
-  if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
-  std::map<std::string, std::string> env = spec.env;
-  env.emplace("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-  for (const auto& [k, v] : env) a.insert(a.end(), {"--env", k + "=" + v});
-  a.push_back("--");
-  if (spec.readiness)
-    a.insert(a.end(), spec.readiness->command.begin(), spec.readiness->command.end());
-  return a;
-}
-
 std::unique_ptr<CheckRun> start_check(EventLoop& loop, HttpClient& http, Reaper& reaper,
                                       const ReadinessCheck& c, const CheckTarget& target,
                                       CheckDone done) {

@@ -34,7 +34,7 @@ struct CheckTarget {
   // exec checks: how to start weft-init in the task's cgroup, and its arguments.
   std::string init_path;
   std::string cgroup_dir;
-  std::vector<std::string> join_argv;
+  std::vector<std::string> join_argv;  // init_argv(..., InitJoin{pid})
 };
 
 // The outcome of one run: passed or not, and why not ("connection refused", "HTTP 503",
@@ -65,9 +65,6 @@ class Reaper {
 std::unique_ptr<CheckRun> start_check(EventLoop& loop, HttpClient& http, Reaper& reaper,
                                       const ReadinessCheck& c, const CheckTarget& target,
                                       CheckDone done);
-
-// weft-init's arguments for an exec check of `spec` (see init.cc --join-pid).
-std::vector<std::string> build_join_argv(const TaskSpec& spec, const Identity& id, pid_t pid);
 
 // A socket created in the network namespace of the process behind `pidfd` (-1: this
 // process's namespace). -1 with errno on failure.

@@ -386,64 +386,6 @@ Result<Fd> files_memfd(const TaskSpec& spec) {
   return fd;
 }
 
-std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
-                                         uint64_t incarnation, const OverlayRoot* overlay,
-                                         const std::vector<std::string>& bind_sources, bool lo_up) {
-  std::vector<std::string> a = {"weft-init", "--task-dir-fd", "3", "--incarnation",
-                                std::to_string(incarnation)};
-  if (id.set) {
-    if (id.uid >= 0) a.insert(a.end(), {"--uid", std::to_string(id.uid)});
-    if (id.gid >= 0) a.insert(a.end(), {"--gid", std::to_string(id.gid)});
-    std::string g;
-    for (gid_t x : id.groups) g += (g.empty() ? "" : ",") + std::to_string(x);
-    if (!g.empty()) a.insert(a.end(), {"--groups", g});
-  }
-  a.insert(a.end(), {"--cwd", spec.cwd.empty() ? std::string("/") : spec.cwd});
-  if (!spec.hostname.empty()) a.insert(a.end(), {"--hostname", spec.hostname});
-  if (overlay) {
-    std::string lower;
-    for (const auto& l : overlay->lower) lower += (lower.empty() ? "" : ":") + l;
-    a.insert(a.end(), {"--rootfs", overlay->rootfs, "--overlay-layers", overlay->layers_root,
-                       "--overlay-lower", lower, "--overlay-upper", overlay->upper,
-                       "--overlay-work", overlay->work});
-  } else if (!spec.rootfs.empty()) {
-    a.insert(a.end(), {"--rootfs", spec.rootfs});
-  } else if (spec.ns.pid && spec.ns.mount) {
-    a.push_back("--proc");
-  }
-  if (!overlay && spec.rootfs.empty() && spec.ns.mount) a.push_back("--private-mounts");
-  size_t b = 0;
-  for (const auto& m : spec.mounts) {
-    if (m.kind == MountKind::kBind) {
-      std::string src = b < bind_sources.size() ? bind_sources[b] : m.source;
-      ++b;
-      a.insert(a.end(), {"--bind", std::string(m.readonly ? "ro:" : "rw:") + src + ":" + m.target});
-    } else {
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%o", m.mode);
-      a.insert(a.end(), {"--tmpfs", std::to_string(m.size) + ":" + mode + ":" +
-                                        (m.readonly ? "ro" : "rw") + ":" + m.target});
-    }
-  }
-  for (const auto& f : spec.files) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%o", f.mode);
-    a.insert(a.end(),
-             {"--file", std::string(mode) + ":" + std::to_string(f.content.size()) + ":" + f.path});
-  }
-  if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
-  if (spec.ns.own_network() && !lo_up) a.push_back("--lo");
-  a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",
-                     std::to_string(spec.logs.max_files)});
-  std::map<std::string, std::string> env = spec.env;
-  env.emplace("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-  if (!spec.hostname.empty()) env.emplace("HOSTNAME", spec.hostname);
-  for (const auto& [k, v] : env) a.insert(a.end(), {"--env", k + "=" + v});
-  a.push_back("--");
-  a.insert(a.end(), spec.argv.begin(), spec.argv.end());
-  return a;
-}
-
 namespace {
 
 // Starts the child in `mode`: its pid, the pidfd in *pidfd. The child reports a failed

@@ -28,7 +28,7 @@ struct SpawnRequest {
   std::string init_path;               // weft-init binary
   std::string cgroup_dir;              // the task's cgroup, already created with limits
   int task_dir_fd = -1;                // passed to init as fd 3
-  std::vector<std::string> init_argv;  // built by build_init_argv()
+  std::vector<std::string> init_argv;  // agent/init/argv.h
   bool new_pid = true, new_mount = true, new_uts = true, new_ipc = true, new_net = false;
   enum class Mode { kVfork, kClone3, kFork };
   Mode mode = Mode::kVfork;
@@ -79,12 +79,6 @@ struct OverlayRoot {
   std::string upper, work, rootfs;
 };
 
-// `bind_sources`: the resolved host path of each bind mount of spec.mounts, in order.
-// `lo_up`: the task's network namespace has its loopback up already (NetnsPool).
-std::vector<std::string> build_init_argv(const TaskSpec& spec, const Identity& id,
-                                         uint64_t incarnation, const OverlayRoot* overlay = nullptr,
-                                         const std::vector<std::string>& bind_sources = {},
-                                         bool lo_up = false);
 // The spec a task with an image runs: the image config's entrypoint and cmd (when the
 // spec has no argv), env (under the spec's), working directory (when the spec has no
 // cwd) and user (when the spec has none).

@@ -1,12 +1,14 @@
 // The hand-off message a sandbox's weft-init reads on its socket (agent/init/handoff.h):
 // the header and body as weft-init checks and splits them, and the agent's encoding of
-// an argv made from the input, which must come back unchanged.
+// an argv made from the input, which must come back unchanged; then weft-init's parser
+// (agent/init/args.h) over what was split.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "agent/init/args.h"
 #include "agent/init/handoff.h"
 #include "agent/sandbox_pool.h"
 
@@ -32,6 +34,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (uint32_t i = 0; i < h.argc; ++i) {
           check(argv[i] >= body.data() && argv[i] < body.data() + body.size());
           check(std::memchr(argv[i], '\0', body.data() + body.size() - argv[i]) != nullptr);
+        }
+        weft_init::Args a;
+        if (weft_init::parse_args(static_cast<int>(h.argc), argv.data(), &a)) {
+          check(a.argv != nullptr && a.argv[0] != nullptr);
+          check(a.nbinds <= 33 && a.ntmpfs <= 32 && a.nfiles <= 64 && a.nenv < 1024);
+          check(a.env[a.nenv] == nullptr);
+          check(a.ngroups <= 64);
         }
       }
     }

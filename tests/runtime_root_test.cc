@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "agent/init/argv.h"
 #include "agent/manager.h"
 #include "agent/netns_pool.h"
 #include "agent/runtime.h"
@@ -53,7 +54,7 @@ class SpawnTest : public ::testing::TestWithParam<SpawnRequest::Mode> {
     req.init_path = WEFT_INIT_BIN;
     req.cgroup_dir = cg_;
     req.task_dir_fd = dirfd_.get();
-    req.init_argv = build_init_argv(spec, Identity{}, 1, nullptr, {}, lo_up);
+    req.init_argv = init_argv(spec, Identity{}, InitStart{1, nullptr, {}, lo_up});
     req.mode = GetParam();
     return req;
   }

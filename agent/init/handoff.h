@@ -4,7 +4,7 @@
 // namespaces before any task asked for them, holding one end of a socketpair on fd 3.
 // Taking it, the agent sends one message on the socket: a Header, then `body_len`
 // bytes holding `argc` NUL-terminated strings back to back (the argv weft-init would
-// have been started with, built by build_init_argv()), with the task directory and,
+// have been started with, built by agent/init/argv.h), with the task directory and,
 // when the spec has files, their memfd as SCM_RIGHTS on the header's first byte.
 // weft-init then goes on exactly as if started with that argv, fd 3 and fd 4.
 //

@@ -11,7 +11,8 @@
 //    (write, fsync, rename) so the agent learns it even if it was down, then exits.
 //
 // Written in plain C-style C++ with no libstdc++ and linked statically so its resident
-// size stays well under 1 MiB. Usage (argv is built by the agent, see runtime.cc):
+// size stays well under 1 MiB. Usage (argv is built by the agent, agent/init/argv.cc; parsed by
+// args.cc):
 //   weft-init --task-dir-fd N --incarnation N [--uid U --gid G --groups a,b]
 //             [--cwd D] [--hostname H] [--rootfs DIR] [--proc] [--lo]
 //             [--overlay-layers DIR --overlay-lower A:B --overlay-upper U --overlay-work W]
@@ -44,49 +45,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/init/args.h"
 #include "agent/init/confine.h"
 #include "agent/init/handoff.h"
 #include "agent/logfiles.h"
 
 namespace {
 
-struct Options {
-  int task_dir_fd = -1;
-  unsigned long incarnation = 0;
-  long uid = -1, gid = -1;
-  gid_t groups[64];
-  int ngroups = -1;
-  const char* cwd = "/";
-  const char* hostname = nullptr;
-  const char* rootfs = nullptr;
-  // An image root: an overlayfs of these layers (relative to overlay_layers, top-most
-  // first, ':'-separated) with the task's own upper and work directories, mounted on
-  // `rootfs` (an empty directory) inside the task's mount namespace.
-  const char* overlay_layers = nullptr;
-  const char* overlay_lower = nullptr;
-  const char* overlay_upper = nullptr;
-  const char* overlay_work = nullptr;
-  // Mounts beside an own root, in order: "--bind ro|rw:SRC:DST", "--tmpfs
-  // SIZE:MODE:ro|rw:DST", "--file MODE:LEN:DST" (contents on fd 4, in order).
-  const char* binds[33];  // the spec's 32, and a package's
-  int nbinds = 0;
-  const char* tmpfs[32];
-  int ntmpfs = 0;
-  const char* files[64];
-  int nfiles = 0;
-  bool mount_proc = false;
-  bool private_mounts = false;  // a mount namespace of its own: /sys and /proc/sys go read-only
-  bool seccomp = true;
-  bool lo_up = false;
-  unsigned long long log_max_bytes = 10ull << 20;
-  unsigned log_max_files = 5;
-  char* env[1024];
-  int nenv = 0;
-  char** argv = nullptr;
-  long join_pid = -1;  // --join-pid: run argv inside that task (fd 3: its pidfd)
-};
-
-Options opt;
+weft_init::Args opt;
 int log_dir_fd = -1;
 char setup_error[512];
 
@@ -680,86 +646,6 @@ bool setup_namespaces() {
   _exit(127);
 }
 
-bool parse_args(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const char* a = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (!strcmp(a, "--")) {
-      opt.argv = argv + i + 1;
-      return opt.argv[0] != nullptr;
-    }
-    if (!strcmp(a, "--proc")) {
-      opt.mount_proc = true;
-      continue;
-    }
-    if (!strcmp(a, "--lo")) {
-      opt.lo_up = true;
-      continue;
-    }
-    if (!strcmp(a, "--private-mounts")) {
-      opt.private_mounts = true;
-      continue;
-    }
-    if (!strcmp(a, "--seccomp-unconfined")) {
-      opt.seccomp = false;
-      continue;
-    }
-    if (!v) return false;
-    ++i;
-    if (!strcmp(a, "--task-dir-fd"))
-      opt.task_dir_fd = atoi(v);
-    else if (!strcmp(a, "--join-pid"))
-      opt.join_pid = atol(v);
-    else if (!strcmp(a, "--incarnation"))
-      opt.incarnation = strtoul(v, nullptr, 10);
-    else if (!strcmp(a, "--uid"))
-      opt.uid = atol(v);
-    else if (!strcmp(a, "--gid"))
-      opt.gid = atol(v);
-    else if (!strcmp(a, "--groups")) {
-      opt.ngroups = 0;
-      for (const char* p = v; *p && opt.ngroups < 64;) {
-        opt.groups[opt.ngroups++] = static_cast<gid_t>(strtoul(p, const_cast<char**>(&p), 10));
-        if (*p == ',')
-          ++p;
-        else
-          break;
-      }
-    } else if (!strcmp(a, "--cwd"))
-      opt.cwd = v;
-    else if (!strcmp(a, "--hostname"))
-      opt.hostname = v;
-    else if (!strcmp(a, "--rootfs"))
-      opt.rootfs = v;
-    else if (!strcmp(a, "--overlay-layers"))
-      opt.overlay_layers = v;
-    else if (!strcmp(a, "--overlay-lower"))
-      opt.overlay_lower = v;
-    else if (!strcmp(a, "--overlay-upper"))
-      opt.overlay_upper = v;
-    else if (!strcmp(a, "--overlay-work"))
-      opt.overlay_work = v;
-    else if (!strcmp(a, "--bind")) {
-      if (opt.nbinds >= 33) return false;
-      opt.binds[opt.nbinds++] = v;
-    } else if (!strcmp(a, "--tmpfs")) {
-      if (opt.ntmpfs >= 32) return false;
-      opt.tmpfs[opt.ntmpfs++] = v;
-    } else if (!strcmp(a, "--file")) {
-      if (opt.nfiles >= 64) return false;
-      opt.files[opt.nfiles++] = v;
-    } else if (!strcmp(a, "--log-max-bytes"))
-      opt.log_max_bytes = strtoull(v, nullptr, 10);
-    else if (!strcmp(a, "--log-max-files"))
-      opt.log_max_files = static_cast<unsigned>(atoi(v));
-    else if (!strcmp(a, "--env")) {
-      if (opt.nenv < 1023) opt.env[opt.nenv++] = const_cast<char*>(v);
-    } else
-      return false;
-  }
-  return false;
-}
-
 // ---- --join-pid: a command inside a running task (readiness checks) ----
 //
 // Started by the agent inside the task's cgroup, with the pidfd of the task's weft-init
@@ -897,14 +783,15 @@ int main(int argc, char** argv) {
       return 125;
   }
   if (opt.join_pid == -1 && argc > 2 && !strcmp(argv[1], "--join-pid")) {
-    if (!parse_args(argc, argv) || opt.join_pid <= 0 || fcntl(3, F_GETFD) < 0 ||
+    if (!weft_init::parse_args(argc, argv, &opt) || opt.join_pid <= 0 || fcntl(3, F_GETFD) < 0 ||
         opt.argv[0][0] != '/') {
       fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");
       return 125;
     }
     return run_joined();
   }
-  if (!parse_args(argc, argv) || opt.task_dir_fd < 0 || fcntl(opt.task_dir_fd, F_GETFD) < 0 ||
+  if (!weft_init::parse_args(argc, argv, &opt) || opt.task_dir_fd < 0 ||
+      fcntl(opt.task_dir_fd, F_GETFD) < 0 ||
       (opt.overlay_lower &&
        !(opt.overlay_layers && opt.overlay_upper && opt.overlay_work && opt.rootfs))) {
     fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");

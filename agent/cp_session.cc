@@ -1,0 +1,151 @@
+#include "agent/cp_session.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/paths.h"
+#include "common/task_report.h"
+
+namespace weft::agent {
+
+Report build_report(const std::string& machine, const std::map<std::string, ReportedTask>& tasks,
+                    const std::map<std::string, std::string>& acked,
+                    const std::string& acked_digest) {
+  Report out;
+  for (const auto& [name, t] : tasks) out.states[name] = t.state;
+  out.digest = tasks_digest(out.states);
+  nlohmann::json& params = out.params;
+  params = {{"machine", machine}};
+  if (out.digest == acked_digest) {
+    params["digest"] = out.digest;  // unchanged: a heartbeat's cost, whatever runs here
+  } else if (!acked_digest.empty()) {
+    // What changed since the list the control plane holds: one entry per change.
+    params["changes"] = task_changes_json(acked, out.states);
+    params["base"] = acked_digest;
+    params["digest"] = out.digest;
+  } else {
+    params["tasks"] = out.states;
+  }
+  // Why the failed tasks this report names failed: the control plane's MESSAGE.
+  const nlohmann::json* named = params.contains("tasks")     ? &params["tasks"]
+                                : params.contains("changes") ? &params["changes"]
+                                                             : nullptr;
+  nlohmann::json failures = nlohmann::json::object();
+  for (const auto& [name, t] : tasks) {
+    if (!named || !t.failed || !named->contains(name)) continue;
+    failures[name] = {{"reason", utf8_prefix(t.reason, weft::kMaxFailureReason - 32)},
+                      {"setup", t.setup_failed}};
+  }
+  if (!failures.empty()) params["failures"] = std::move(failures);
+  return out;
+}
+
+nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery) {
+  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t mem_mb = 0;
+  if (auto mi = read_file(HostPaths(cfg.host_root).proc("meminfo")); mi.ok())
+    for (const auto& line : split(*mi, '\n'))
+      if (line.rfind("MemTotal:", 0) == 0)
+        mem_mb = std::strtoll(line.c_str() + 9, nullptr, 10) / 1024;
+  auto label = [&](const char* k, const char* alt = nullptr) {
+    auto it = cfg.labels.find(k);
+    if (it == cfg.labels.end() && alt) it = cfg.labels.find(alt);
+    return it == cfg.labels.end() ? std::string() : it->second;
+  };
+  nlohmann::json reg{
+      {"machine", cfg.machine_id},
+      {"dc", label("dc")},
+      {"domain", label("msb", "rack")},
+      {"type", label("type")},
+      {"cpu_milli", static_cast<int64_t>(cpus > 0 ? cpus : 1) * 1000},
+      {"mem_mb", mem_mb > 0 ? mem_mb : 1},
+      {"controllers",
+       split(trim(read_file(cfg.cgroup_root + "/cgroup.controllers").value_or("")), ' ')},
+      {"reports_ready", true},
+      {"port_range", {cfg.port_first, cfg.port_last}},
+      {"serves_discovery", serves_discovery},
+      {"boot_id", trim(read_file("/proc/sys/kernel/random/boot_id").value_or(""))}};
+  if (!cfg.advertise_address.empty()) reg["address"] = cfg.advertise_address;
+  return reg;
+}
+
+Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const AgentConfig& cfg,
+                                                    const rpc::Dispatcher* commands,
+                                                    bool serves_discovery, Hooks hooks) {
+  std::unique_ptr<CpSession> s(new CpSession(loop, cfg.machine_id, std::move(hooks)));
+  CpSession* self = s.get();
+  nlohmann::json reg = machine_registration(cfg, serves_discovery);
+  auto hello = [self, reg](rpc::Session& session, ControlPlaneLink::Done done) {
+    self->acked_digest_.clear();  // a new session: the whole list first
+    self->in_flight_ = self->again_ = false;
+    session.call("machine.register", reg, std::move(done));
+  };
+  auto report = [self](rpc::Session& session) { self->report(session); };
+  TRY_ASSIGN(s->link_,
+             make_control_plane_link(loop, cfg.control_plane, "weft-agent", commands, hello, report,
+                                     cfg.insecure_control_plane, cfg.control_plane_tls));
+  s->link_->start();
+  return s;
+}
+
+CpSession::~CpSession() {
+  soon_.reset();
+  later_.reset();
+  link_.reset();
+}
+
+void CpSession::report_soon() {
+  if (soon_.active()) return;
+  auto t = loop_.add_timer_in(20'000, [this] {
+    soon_.reset();
+    link_->report_now();
+  });
+  if (t.ok()) soon_ = std::move(t).value();
+}
+
+void CpSession::report_now() {
+  link_->report_now();
+}
+
+void CpSession::report(rpc::Session& s) {
+  // One report at a time: a change while one is unanswered is sent when it is (against
+  // the list that one makes the control plane hold), not against a stale base.
+  if (in_flight_) {
+    again_ = true;
+    return;
+  }
+  Report r = build_report(machine_, hooks_.tasks(), acked_, acked_digest_);
+  in_flight_ = true;
+  s.call("machine.report", std::move(r.params),
+         [this, digest = std::move(r.digest),
+          states = std::move(r.states)](Result<nlohmann::json> reply) mutable {
+           in_flight_ = false;
+           if (std::exchange(again_, false)) {
+             auto later = loop_.add_defer([this] { link_->report_now(); });
+             if (later.ok()) later_ = std::move(later).value();
+           }
+           if (!reply.ok()) {
+             acked_digest_.clear();  // the whole list next time (an older control plane, say)
+             log_debug("report failed", {{"ERROR", reply.error().str()}});
+             return;
+           }
+           if (reply->is_object() && reply->value("resend", false)) {
+             acked_digest_.clear();  // it does not hold our list: send it now
+             link_->report_now();
+             return;
+           }
+           acked_digest_ = std::move(digest);
+           acked_ = std::move(states);
+           if (reply->is_object() && reply->contains("forget") && (*reply)["forget"].is_array()) {
+             std::set<std::string> names;
+             for (const auto& n : (*reply)["forget"])
+               if (n.is_string()) names.insert(n.get<std::string>());
+             hooks_.forget(names);
+           }
+         });
+}
+
+}  // namespace weft::agent

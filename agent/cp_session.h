@@ -1,0 +1,87 @@
+// The agent's session with the control plane (agent.toml control_plane):
+//  - registers the machine (machine.register: its size, labels, boot id, what it serves);
+//  - reports the control plane's tasks: the whole list on a new session, then only the
+//    changes against the list the control plane acknowledged last, or only a digest
+//    while nothing changed (common/task_report.h), one report in flight at a time;
+//  - hands the ended tasks a reply's "forget" names back to the agent, which drops them;
+//  - carries the control plane's commands (task.run, task.stop, ...) to `commands`.
+// It reconnects with exponential backoff (0.5 s to 30 s); tasks keep running while the
+// control plane is away.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/agent_conf.h"
+#include "common/cp_link.h"
+#include "common/event.h"
+#include "common/rpc.h"
+
+namespace weft::agent {
+
+// One of the control plane's tasks as this machine reports it.
+struct ReportedTask {
+  std::string state;  // task_state_name(); "ready" for a running task that is ready
+  bool failed = false;
+  std::string reason;         // why it failed
+  bool setup_failed = false;  // before its program ran
+};
+
+// What a report carries after the last acknowledged one.
+struct Report {
+  nlohmann::json params;  // machine.report's
+  std::string digest;     // of `states`
+  std::map<std::string, std::string> states;
+};
+// machine.report's params for `tasks` (by name): only the digest while it is the
+// acknowledged one's, the changes against `acked` when one was acknowledged, else the
+// whole list; with why each failed task it names failed (cut well under the control
+// plane's bound, on a character boundary).
+Report build_report(const std::string& machine, const std::map<std::string, ReportedTask>& tasks,
+                    const std::map<std::string, std::string>& acked,
+                    const std::string& acked_digest);
+
+// machine.register's params: `cfg`'s machine and labels, this host's CPUs, memory,
+// controllers and boot id.
+nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery);
+
+class CpSession {
+ public:
+  struct Hooks {
+    std::function<std::map<std::string, ReportedTask>()> tasks;  // the control plane's, now
+    std::function<void(const std::set<std::string>&)> forget;    // names of ended tasks
+  };
+  static Result<std::unique_ptr<CpSession>> start(EventLoop& loop, const AgentConfig& cfg,
+                                                  const rpc::Dispatcher* commands,
+                                                  bool serves_discovery, Hooks hooks);
+  ~CpSession();
+
+  // A task changed: the control plane hears of it now, not at the next heartbeat.
+  // Coalesced over 20 ms.
+  void report_soon();
+  void report_now();
+  bool connected() { return link_->session() != nullptr; }
+  ControlPlaneLink* link() { return link_.get(); }
+
+ private:
+  CpSession(EventLoop& loop, std::string machine, Hooks hooks)
+      : loop_(loop), machine_(std::move(machine)), hooks_(std::move(hooks)) {}
+  void report(rpc::Session& s);
+
+  EventLoop& loop_;
+  const std::string machine_;
+  Hooks hooks_;
+  std::unique_ptr<ControlPlaneLink> link_;
+  // The task list the control plane acknowledged last, and its digest ("" = none: the
+  // whole list next).
+  std::map<std::string, std::string> acked_;
+  std::string acked_digest_;
+  bool in_flight_ = false, again_ = false;
+  Source later_, soon_;
+};
+
+}  // namespace weft::agent

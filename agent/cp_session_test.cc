@@ -1,0 +1,78 @@
+#include "agent/cp_session.h"
+
+#include <gtest/gtest.h>
+
+#include "common/task_report.h"
+
+namespace weft::agent {
+namespace {
+
+ReportedTask in(const char* state) {
+  return ReportedTask{state};
+}
+
+// Each report is read back by the control plane's own reader (common/task_report.h).
+TaskReport read_back(const Report& r) {
+  auto parsed = parse_task_report(r.params);
+  EXPECT_TRUE(parsed.ok()) << (parsed.ok() ? "" : parsed.error().str());
+  return parsed.ok() ? *parsed : TaskReport{};
+}
+
+TEST(CpReport, AWholeListFirstThenOnlyTheDigestWhileNothingChanges) {
+  std::map<std::string, ReportedTask> tasks{{"web.0", in("ready")}, {"web.1", in("running")}};
+  Report first = build_report("m1", tasks, {}, "");
+  EXPECT_EQ(first.params.at("machine"), "m1");
+  TaskReport whole = read_back(first);
+  ASSERT_TRUE(whole.tasks);
+  EXPECT_EQ(whole.tasks->size(), 2u);
+  EXPECT_EQ(whole.digest, first.digest);  // the control plane computes the same digest
+
+  Report again = build_report("m1", tasks, first.states, first.digest);
+  EXPECT_FALSE(again.params.contains("tasks"));
+  EXPECT_FALSE(again.params.contains("changes"));
+  EXPECT_EQ(again.params.at("digest"), first.digest);
+}
+
+TEST(CpReport, ChangesAgainstTheAcknowledgedListCarryTheBaseAndTheNewDigest) {
+  std::map<std::string, ReportedTask> tasks{{"web.0", in("ready")}, {"web.1", in("running")}};
+  Report first = build_report("m1", tasks, {}, "");
+  tasks["web.1"] = in("ready");
+  tasks.erase("web.0");
+  tasks["web.2"] = in("starting");
+  Report next = build_report("m1", tasks, first.states, first.digest);
+  TaskReport changes = read_back(next);
+  ASSERT_TRUE(changes.changes);
+  EXPECT_EQ(changes.base, first.digest);
+  EXPECT_EQ(changes.digest, next.digest);
+  ASSERT_EQ(changes.changes->size(), 3u);  // web.0 gone, web.1 ready, web.2 new
+  TaskList list;
+  TaskDigest digest;
+  for (const auto& [name, state] : first.states) {
+    list.emplace_back(name, *parse_task_state(state));
+    digest.add(name, state);
+  }
+  apply_task_changes(list, digest, *changes.changes);
+  EXPECT_EQ(digest.hex(), next.digest);  // the control plane's copy agrees after applying
+}
+
+TEST(CpReport, FailuresAreNamedOnlyForFailedTasksTheReportCarriesAndAreCut) {
+  std::map<std::string, ReportedTask> tasks{{"web.0", in("running")}};
+  ReportedTask failed{"failed", true, std::string(5000, 'x'), true};
+  tasks["web.1"] = failed;
+  Report first = build_report("m1", tasks, {}, "");
+  TaskReport whole = read_back(first);
+  ASSERT_EQ(whole.failures.size(), 1u);
+  EXPECT_TRUE(whole.failures.at("web.1").setup);
+  EXPECT_LT(whole.failures.at("web.1").reason.size(), kMaxFailureReason);
+
+  // Unchanged since acknowledged: no list, so no failures either.
+  Report again = build_report("m1", tasks, first.states, first.digest);
+  EXPECT_FALSE(again.params.contains("failures"));
+  // A change elsewhere: the failed task is not in the changes, nor in the failures.
+  tasks["web.0"] = in("ready");
+  Report next = build_report("m1", tasks, first.states, first.digest);
+  EXPECT_FALSE(next.params.contains("failures"));
+}
+
+}  // namespace
+}  // namespace weft::agent

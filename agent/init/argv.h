@@ -1,0 +1,36 @@
+// The command line the agent starts weft-init with, for both of its callers: a task's
+// start (runtime.cc's spawn_init, or a sandbox's hand-off) and a command joined to a
+// running task (readiness exec checks). weft-init reads it with agent/init/args.h.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "agent/runtime.h"
+#include "common/task_spec.h"
+
+namespace weft::agent {
+
+// A task's start: its main process, in its own root and mounts.
+struct InitStart {
+  uint64_t incarnation = 0;
+  const OverlayRoot* overlay = nullptr;  // an image's root, or none
+  // The resolved host path of each bind mount of spec.mounts, in order (the spec's own
+  // sources where this is short).
+  std::vector<std::string> bind_sources;
+  bool lo_up = false;  // the task's network namespace has its loopback up already
+};
+// A command inside a running task (`pid`: its weft-init; fd 3 its pidfd): the spec's
+// readiness command, with the task's identity, cwd, confinement and environment.
+struct InitJoin {
+  pid_t pid = -1;
+};
+
+std::vector<std::string> init_argv(const TaskSpec& spec, const Identity& id,
+                                   const std::variant<InitStart, InitJoin>& call);
+
+}  // namespace weft::agent
