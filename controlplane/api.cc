@@ -107,12 +107,12 @@ void Manager::register_methods() {
       // written (a full disk refuses the create, nothing half-made): they commit on
       // their own, after the machines' batch so far, not in the next group commit.
       // With etcd they join the group like the machines' calls: a group etcd did not
-      // take is never answered (commit_batch holds it and writes it again), so the
+      // take is never answered (the group commit holds it and writes it again), so the
       // reply still means "written".
       bool own_commit = m.access >= kOperatorCall && !etcd_;
       if (own_commit) {
-        commit_batch();
-        sync_writes_ = true;
+        group_->commit();
+        group_->set_sync(true);
       }
       uint64_t t0 = now_us();
       if (auto s = permit(who, m.access, m.name); !s.ok())
@@ -122,7 +122,7 @@ void Manager::register_methods() {
       request_seconds_.observe(m.name, static_cast<double>(now_us() - t0) / 1e6);
       if (!r.ok()) ++request_errors_[m.name];
       // The audit entry joins the next group commit; the reply waits for it.
-      sync_writes_ = false;
+      group_->set_sync(false);
       if (m.access >= kOperatorCall) audit(who, m.name, p, r);
       return r;
     });
@@ -190,7 +190,7 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   std::string boot = p.value("boot_id", std::string());
   boot_ids_[m] = boot;
   for (uint64_t id : maintenance_.registered(info.id, boot, now_realtime_us()))
-    unsaved_maintenance_.insert(id);
+    group_->unsaved().maintenance.insert(id);
   if (p.contains("controllers")) controllers_[m] = p["controllers"];
   // Where its tasks are reached (service discovery): what the agent says, else the
   // address its session comes from (loopback for a Unix socket).

@@ -42,7 +42,7 @@ class EtcdStore final : public StateStore {
     fence_key_ = std::move(key);
     fence_rev_ = create_revision;
   }
-  bool fenced_out() const { return fenced_out_; }
+  bool fenced_out() const override { return fenced_out_; }
   // Where the event and audit sequences stand (load() and empty() read them; writes
   // before either would start them at 0).
   Status read_sequences();

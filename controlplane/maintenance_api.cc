@@ -78,7 +78,7 @@ Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
       log_warn("maintenance: the machine did not accept the reboot",
                {{"MACHINE", name}, {"ERROR", r.error().str()}});
       for (uint64_t id : maintenance_.reboot_refused(name, r.error().message, now_realtime_us()))
-        unsaved_maintenance_.insert(id);  // written by the next round
+        group_->unsaved().maintenance.insert(id);  // written by the next round
     });
     return true;
   };
@@ -95,8 +95,9 @@ void Manager::maintenance_round() {
   std::vector<Command> cmds;
   std::set<MachineId> touched;
   auto w = maintenance_world(&cmds, &touched);
-  for (uint64_t id : maintenance_.step(w, now_realtime_us())) unsaved_maintenance_.insert(id);
-  if (!unsaved_maintenance_.empty() || !cmds.empty() || !touched.empty()) {
+  for (uint64_t id : maintenance_.step(w, now_realtime_us()))
+    group_->unsaved().maintenance.insert(id);
+  if (!group_->unsaved().maintenance.empty() || !cmds.empty() || !touched.empty()) {
     if (auto s = persist({}, touched); !s.ok())
       log_error("cannot write maintenance state: " + s.error().str());
     else
@@ -117,10 +118,10 @@ Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&
                        "no machine is known by " + e.target_kind + " '" + e.target + "'")
         .with_code(rpc::kNotFound);
   TRY_ASSIGN(uint64_t id, maintenance_.schedule(e));
-  unsaved_maintenance_.insert(id);
+  group_->unsaved().maintenance.insert(id);
   if (auto s = persist({}, {}); !s.ok()) {
     maintenance_.forget(id);
-    unsaved_maintenance_.insert(id);  // the next write deletes what may have been written
+    group_->unsaved().maintenance.insert(id);  // the next write deletes what may have been written
     return s.error();
   }
   // A notice already due drains now, not at the next round.
@@ -152,7 +153,7 @@ Result<json> Manager::api_maintenance_cancel(const json& p, const CallContext&) 
   if (!maintenance_.cancel(id, w))
     return field_error("id", "no scheduled or running maintenance event " + std::to_string(id))
         .with_code(rpc::kNotFound);
-  unsaved_maintenance_.insert(id);
+  group_->unsaved().maintenance.insert(id);
   TRY(persist({}, touched));
   send(cmds);
   kick();

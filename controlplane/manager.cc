@@ -42,117 +42,35 @@ Result<std::unique_ptr<Manager>> Manager::create(CpConfig cfg) {
 }
 
 Manager::~Manager() {
-  if (!stepped_down_) commit_batch();
+  if (group_ && !stepped_down_) group_->commit();
   server_.reset();
 }
 
 Status Manager::run() {
   Status s = loop_->run();
   if (stepped_down_) return make_error("stopped: this control plane no longer leads");
-  commit_batch();  // what the last iteration wrote (its replies are not sent: no loop)
+  group_->commit();  // what the last iteration wrote (its replies are not sent: no loop)
   return s;
 }
 
-Status Manager::begin_batch() {
-  if (sync_writes_ || store_->in_batch()) return {};
-  TRY(store_->open_batch());
-  gate_->hold();
-  batch_started_us_ = now_us();
-  // Idle priority: after every session with input pending has been read, so one
-  // commit covers all of them.
-  auto d = loop_->add_defer([this] { commit_batch(); });
-  if (d.ok()) {
-    commit_ = std::move(d).value();
-    (void)commit_.set_priority(SD_EVENT_PRIORITY_IDLE);
-  }
-  // And at the latest kMaxBatchUs later, however busy the loop stays (a stream of reads
-  // that never lets it go idle would otherwise hold the group's replies).
-  auto t = loop_->add_timer_in(kMaxBatchUs, [this] { commit_batch(); });
-  if (t.ok()) {
-    commit_deadline_ = std::move(t).value();
-    (void)commit_deadline_.set_priority(SD_EVENT_PRIORITY_IMPORTANT);
-  }
-  return {};
-}
-
-void Manager::commit_batch() {
-  if (!store_ || !store_->in_batch()) return;
-  uint64_t t0 = now_us();
-  Status committed = store_->commit_batch();
-  uint64_t took = now_us() - t0;
-  commit_seconds_.observe(static_cast<double>(took) / 1e6);
-  if (committed.ok()) {
-    batch_ = {};
+void Manager::use_store(std::unique_ptr<StateStore> store) {
+  store_ = std::move(store);
+  store_->set_secrets(secrets_);
+  GroupCommit::Options opts;
+  opts.replicated = etcd_ != nullptr;
+  opts.max_age_us = kMaxBatchUs;
+  opts.retry_us = etcd_ ? 200'000 : 1'000'000;
+  GroupCommit::Hooks hooks;
+  hooks.rewrite = [this] { return persist({}, {}).ok(); };
+  hooks.deposed = [this](const std::string& why) { step_down(why); };
+  hooks.committed = [this](uint64_t took_us, bool ended_hold) {
     // A commit that held this loop, or that ends a run of refused ones (their replies
     // were held: the machines timed out and called again), was this control plane's
     // stall, not the machines' silence.
-    if (std::exchange(commits_held_, false) || took > cfg_.broker.heartbeat_interval_us)
+    if (ended_hold || took_us > cfg_.broker.heartbeat_interval_us)
       broker_.excuse_silence_until(now_us());
-  } else if (etcd_ && etcd_->fenced_out()) {
-    // Deposed: what this group holds must never be sent (another leader acts now).
-    store_->abandon_batch();
-    batch_ = {};
-    step_down("a write was refused: another control plane leads");
-    return;
-  } else if (etcd_) {
-    // etcd did not take the group (unreachable, no quorum): nothing held is sent, since
-    // a command sent now might not be known to the next leader. Kept and tried again;
-    // if the leadership is lost meanwhile, the process stops with it unsent.
-    ++commits_failed_;
-    commits_held_ = true;
-    store_->abandon_batch();
-    unsaved_machines_.insert(batch_.machines.begin(), batch_.machines.end());
-    unsaved_tasks_.insert(batch_.tasks.begin(), batch_.tasks.end());
-    unsaved_jobs_.insert(batch_.jobs.begin(), batch_.jobs.end());
-    unsaved_events_.insert(unsaved_events_.begin(), batch_.events.begin(), batch_.events.end());
-    unsaved_maintenance_.insert(batch_.maintenance.begin(), batch_.maintenance.end());
-    batch_ = {};
-    if (now_us() - commit_failure_logged_us_ > 10'000'000) {
-      log_error("etcd did not take the control plane's writes; replies and commands wait",
-                {{"ERROR", committed.error().str()}});
-      commit_failure_logged_us_ = now_us();
-    }
-    if (!retry_.active() || !retry_armed_) {
-      retry_armed_ = true;
-      auto t = loop_->add_timer_in(200'000, [this] {
-        retry_armed_ = false;
-        if (auto s = persist({}, {}); !s.ok()) return;
-        commit_batch();
-      });
-      if (t.ok()) retry_ = std::move(t).value();
-    }
-    return;
-  } else {
-    // The disk refused the group (full, failing). Nothing of it is lost from memory: all
-    // of it is written again by the next write, and a retry comes within a second. The
-    // held replies go out (the machines' calls are answered from memory); operators'
-    // calls, which commit on their own, are refused while the disk refuses.
-    ++commits_failed_;
-    store_->abandon_batch();
-    unsaved_machines_.insert(batch_.machines.begin(), batch_.machines.end());
-    unsaved_tasks_.insert(batch_.tasks.begin(), batch_.tasks.end());
-    unsaved_jobs_.insert(batch_.jobs.begin(), batch_.jobs.end());
-    unsaved_events_.insert(unsaved_events_.begin(), batch_.events.begin(), batch_.events.end());
-    unsaved_maintenance_.insert(batch_.maintenance.begin(), batch_.maintenance.end());
-    batch_ = {};
-    if (now_us() - commit_failure_logged_us_ > 10'000'000) {
-      log_error(
-          "cannot commit the control plane's state; kept in memory, written again when "
-          "the disk takes it",
-          {{"ERROR", committed.error().str()}});
-      commit_failure_logged_us_ = now_us();
-    }
-    if (!retry_.active() || !retry_armed_) {
-      retry_armed_ = true;
-      auto t = loop_->add_timer_in(1'000'000, [this] {
-        retry_armed_ = false;
-        if (auto s = persist({}, {}); !s.ok()) return;
-        commit_batch();
-      });
-      if (t.ok()) retry_ = std::move(t).value();
-    }
-  }
-  gate_->release();
+  };
+  group_ = std::make_unique<GroupCommit>(*loop_, *store_, *gate_, opts, std::move(hooks));
 }
 
 Status Manager::start() {
@@ -164,8 +82,8 @@ Status Manager::start() {
   // against it on the loop (common/task_grants.h), where a slow NSS lookup must not run.
   (void)group_number(cfg_.socket_group);
   if (cfg_.store.kind == "etcd") return start_replica();
-  TRY_ASSIGN(store_, StateStore::open(cfg_.state_dir + "/controlplane.db"));
-  store_->set_secrets(secrets_);
+  TRY_ASSIGN(auto store, StateStore::open(cfg_.state_dir + "/controlplane.db"));
+  use_store(std::move(store));
   TRY(restore_state());
   TRY(serve());
   lead();
@@ -175,8 +93,7 @@ Status Manager::start() {
 Status Manager::start_replica() {
   TRY_ASSIGN(auto store, EtcdStore::open(cfg_.store.etcd));
   etcd_ = store.get();
-  store_ = std::move(store);
-  store_->set_secrets(secrets_);
+  use_store(std::move(store));
   LeaderConfig lc;
   lc.etcd = cfg_.store.etcd.etcd;
   lc.key = cfg_.store.etcd.prefix + "leader";
@@ -252,7 +169,7 @@ Status Manager::restore_state() {
     log_info("sealing the stored jobs' secrets with the current key",
              {{"JOBS", std::to_string(all.size())}});
     TRY(persist(all, {}));
-    commit_batch();
+    group_->commit();
   }
   // The machines were cut off by this restart (or the old leader's end), not by their
   // own failure: they have the failover grace to come back before any is counted dead.
@@ -275,7 +192,7 @@ Status Manager::restore_state() {
     }
   if (!redrain.empty()) {
     TRY(persist({}, {}));
-    commit_batch();  // no session yet: the starts are resent when the machines report
+    group_->commit();  // no session yet: the starts are resent when the machines report
   }
   return {};
 }
@@ -441,7 +358,7 @@ void Manager::write_audit(const AuditRecord& a) {
             {"AUDIT_TARGET", a.target},
             {"AUDIT_PARAMS_SHA256", a.digest},
             {"AUDIT_RESULT", a.result}});
-  Status written = begin_batch();
+  Status written = group_->open();
   if (written.ok()) written = store_->put_audit(a);
   if (!written.ok())
     log_error("audit entry not written to the store (the journal has it): " +
@@ -536,21 +453,22 @@ Status Manager::claim_session(std::map<MachineId, rpc::Session*>& table, Machine
   return {};
 }
 
-Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<MachineId>& machines) {
+Status Manager::persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
   // What changed since the last write: machines that moved between pools, tasks created
   // or changed (kept across a failed write, for the next one). A write costs what
   // changed, not the size of the jobs or of the fleet.
-  for (MachineId m : alloc_.take_moved()) unsaved_machines_.insert(m);
-  for (auto& id : sched_.take_dirty_tasks()) unsaved_tasks_.insert(std::move(id));
-  unsaved_machines_.insert(machines.begin(), machines.end());
+  Written& w = group_->unsaved();
+  for (MachineId m : alloc_.take_moved()) w.machines.insert(m);
+  for (auto& id : sched_.take_dirty_tasks()) w.tasks.insert(std::move(id));
+  w.machines.insert(machines.begin(), machines.end());
   // A job's row (spec, placement) is written when it changed, not when one of its tasks
   // did: a 1,000-task job starting is 1,000 task rows, not 1,000 copies of its placement.
-  std::set<std::string> jobs = jobs_in;
-  jobs.merge(unsaved_jobs_);
-  jobs.merge(sched_.take_changed_jobs());
-  jobs.merge(alloc_.take_changed_jobs());
-  unsaved_jobs_.clear();
-  TRY(begin_batch());
+  w.jobs.insert(jobs.begin(), jobs.end());
+  w.jobs.merge(sched_.take_changed_jobs());
+  w.jobs.merge(alloc_.take_changed_jobs());
+  for (uint64_t id : maintenance_.take_dropped()) w.maintenance.insert(id);
+  for (auto& e : broker_.take_new_events()) w.events.push_back(std::move(e));
+  TRY(group_->open());
   TRY(store_->begin());
   auto fail = [this](Status s) {
     store_->rollback();
@@ -558,46 +476,34 @@ Status Manager::persist(const std::set<std::string>& jobs_in, const std::set<Mac
   };
   for (const auto& [id, e] : broker_.entitlements())
     if (auto s = store_->put_entitlement(id, e); !s.ok()) return fail(s);
-  for (MachineId m : unsaved_machines_)
+  for (MachineId m : w.machines)
     if (auto s = store_->put_machine(m, broker_.persisted(m), alloc_.entitlement_of(m)); !s.ok())
       return fail(s);
-  for (const auto& name : jobs) {
+  for (const auto& name : w.jobs) {
     auto j = sched_.persisted_job(name);
     auto s = j ? store_->put_job(*j, alloc_.request(name), alloc_.placement(name),
                                  alloc_.dynamic_ports(name))
                : store_->delete_job(name);
     if (!s.ok()) return fail(s);
   }
-  for (const auto& id : unsaved_tasks_)
+  for (const auto& id : w.tasks)
     if (auto it = sched_.tasks().find(id); it != sched_.tasks().end())
       if (auto s = store_->put_task(it->second); !s.ok()) return fail(s);
   if (auto s = store_->put_task_seq(sched_.task_seq()); !s.ok()) return fail(s);
-  for (uint64_t id : maintenance_.take_dropped()) unsaved_maintenance_.insert(id);
-  for (uint64_t id : unsaved_maintenance_) {
+  for (uint64_t id : w.maintenance) {
     auto it = maintenance_.events().find(id);
     auto s = it != maintenance_.events().end() ? store_->put_maintenance(it->second)
                                                : store_->delete_maintenance(id);
     if (!s.ok()) return fail(s);
   }
-  for (auto& e : broker_.take_new_events()) unsaved_events_.push_back(std::move(e));
-  if (auto s = store_->put_events(unsaved_events_); !s.ok()) return fail(s);
+  if (auto s = store_->put_events(w.events); !s.ok()) return fail(s);
   TRY(store_->commit());
   // Machines whose pool changed may have a new desired profile (push_profiles).
-  profile_dirty_.insert(unsaved_machines_.begin(), unsaved_machines_.end());
-  ready_dirty_.insert(unsaved_machines_.begin(), unsaved_machines_.end());
-  if (store_->in_batch()) {  // written, not yet durable: kept until the group commits
-    batch_.machines.insert(unsaved_machines_.begin(), unsaved_machines_.end());
-    batch_.tasks.insert(unsaved_tasks_.begin(), unsaved_tasks_.end());
-    batch_.jobs.insert(jobs.begin(), jobs.end());
-    batch_.events.insert(batch_.events.end(), unsaved_events_.begin(), unsaved_events_.end());
-    batch_.maintenance.insert(unsaved_maintenance_.begin(), unsaved_maintenance_.end());
-  }
-  unsaved_maintenance_.clear();
-  unsaved_machines_.clear();
-  unsaved_tasks_.clear();
-  unsaved_events_.clear();
-  if (store_->in_batch() && now_us() - batch_started_us_ > kMaxBatchUs)
-    commit_batch();  // under constant load
+  profile_dirty_.insert(w.machines.begin(), w.machines.end());
+  ready_dirty_.insert(w.machines.begin(), w.machines.end());
+  Written done = std::move(w);
+  w = {};
+  group_->wrote(done);  // kept until the group commits; committed now if it is old
   return {};
 }
 
@@ -671,11 +577,11 @@ void Manager::tick() {
   uint64_t now = now_us();
   std::vector<Command> cmds;
   std::set<MachineId> touched;
-  for (MachineId m : check_machines(now)) machines_down_.push_back(m);
-  for (MachineId m : broker_.take_failed()) machines_down_.push_back(m);
-  for (MachineId m : machines_down_) down_.insert(m);
+  for (MachineId m : check_machines(now)) failures_.went_down(m);
+  for (MachineId m : broker_.take_failed()) failures_.went_down(m);
+  failures_.count_waiting();
   for (MachineId m : broker_.take_ready(std::exchange(ready_dirty_, {}))) {
-    down_.erase(m);
+    failures_.back(m);
     auto c = sched_.machine_ready(m, now);
     cmds.insert(cmds.end(), c.begin(), c.end());
   }
@@ -697,7 +603,7 @@ void Manager::tick() {
   cmds.insert(cmds.end(), c.begin(), c.end());
   auto pruned = sched_.prune(now, cfg_.ended_task_retention_us, kPruneBudget);
   if (!pruned.empty()) {
-    Status deleted = begin_batch();
+    Status deleted = group_->open();
     if (deleted.ok()) deleted = store_->delete_tasks(pruned);
     if (!deleted.ok()) log_error("cannot forget ended tasks: " + deleted.error().str());
   }
@@ -723,7 +629,7 @@ std::string Manager::prepare_failure(MachineId m) const {
 
 std::vector<MachineId> Manager::check_machines(uint64_t now) {
   // While etcd refuses the groups, every reply waits: the machines cannot be heard out.
-  if (commits_held_) broker_.excuse_silence_until(now);
+  if (group_->held()) broker_.excuse_silence_until(now);
   if (last_check_us_ && now > last_check_us_ &&
       now - last_check_us_ > cfg_.broker.heartbeat_interval_us) {
     broker_.excuse_silence_until(now);
@@ -740,7 +646,7 @@ void Manager::watch_heartbeats() {
   // the heartbeats that have expired (Broker::check).
   auto dead = check_machines(now_us());
   if (!dead.empty()) {
-    machines_down_.insert(machines_down_.end(), dead.begin(), dead.end());
+    for (MachineId m : dead) failures_.went_down(m);
     kick();
   }
   auto t =
@@ -782,7 +688,7 @@ void Manager::register_metrics() {
     for (const auto& [method, n] : request_errors_)
       w.sample("weft_cp_request_errors_total", static_cast<double>(n), {{"method", method}});
     w.family("weft_cp_commit_seconds", "histogram", "Group commits of the state store.");
-    commit_seconds_.write(w, "weft_cp_commit_seconds");
+    group_->seconds().write(w, "weft_cp_commit_seconds");
     w.family("weft_cp_tick_seconds", "histogram", "The periodic tick (failures, budgets, prune).");
     tick_seconds_.write(w, "weft_cp_tick_seconds");
     w.family("weft_cp_tasks", "gauge", "Tasks the scheduler knows, by state.");
@@ -815,77 +721,40 @@ void Manager::register_metrics() {
     w.family("weft_cp_replacements_waiting", "gauge",
              "Machines down whose tasks wait for the failure budget, and tasks waiting for "
              "the per-task budget.");
-    w.sample("weft_cp_replacements_waiting", static_cast<double>(machines_down_.size()),
+    w.sample("weft_cp_replacements_waiting", static_cast<double>(failures_.waiting()),
              {{"kind", "machines"}});
     w.sample("weft_cp_replacements_waiting", static_cast<double>(sched_.waiting_for_budget()),
              {{"kind", "tasks"}});
     w.family("weft_cp_circuit_breaker_open", "gauge",
              "1 while too much of the fleet is down to replace anything (failure_breaker).");
-    w.sample("weft_cp_circuit_breaker_open", breaker_open_ ? 1 : 0);
+    w.sample("weft_cp_circuit_breaker_open", failures_.breaker_open() ? 1 : 0);
   });
-}
-
-bool Manager::take_failure_token(uint64_t now) {
-  double fleet = static_cast<double>(alloc_.machine_count());
-  double burst = std::max(20.0, cfg_.machine_failures_burst * fleet);
-  if (failure_tokens_ < 0) {
-    failure_tokens_ = burst;
-    failure_tokens_at_ = now;
-  }
-  double rate = cfg_.machine_failures_per_min / 60e6;  // per µs
-  if (now > failure_tokens_at_)
-    failure_tokens_ =
-        std::min(burst, failure_tokens_ + rate * static_cast<double>(now - failure_tokens_at_));
-  failure_tokens_at_ = now;
-  if (failure_tokens_ < 1) return false;
-  failure_tokens_ -= 1;
-  return true;
 }
 
 void Manager::replace_down_machines(uint64_t now, std::vector<Command>* cmds,
                                     std::set<MachineId>* touched) {
-  if (machines_down_.empty()) return;
-  std::erase_if(down_, [this](MachineId m) {  // back since (not yet usable, say)
-    std::string state = broker_.state_of(m);
-    return state != "dead" && state != "failed";
-  });
   size_t fleet = alloc_.machine_count();
-  if (fleet >= 10 &&
-      static_cast<double>(down_.size()) > cfg_.failure_breaker * static_cast<double>(fleet)) {
-    // Too much of the fleet at once: more likely this process's network than the fleet.
-    if (!breaker_open_ || now - breaker_logged_us_ > 30'000'000) {
-      log_error("circuit breaker open: machines down, their tasks are not replaced",
-                {{"DOWN", std::to_string(down_.size())},
-                 {"MACHINES", std::to_string(fleet)},
-                 {"WAITING", std::to_string(machines_down_.size())},
-                 {"BREAKER", std::to_string(cfg_.failure_breaker)}});
-      breaker_logged_us_ = now;
-    }
-    breaker_open_ = true;
-    return;
-  }
-  if (std::exchange(breaker_open_, false))
+  auto step = failures_.step(
+      now, fleet,
+      [this](MachineId m) {
+        std::string state = broker_.state_of(m);
+        return state == "dead" || state == "failed";
+      },
+      [this](MachineId m) { return alloc_.spec(m).domain; });
+  if (step.breaker_opened)
+    log_error("circuit breaker open: machines down, their tasks are not replaced",
+              {{"DOWN", std::to_string(failures_.down())},
+               {"MACHINES", std::to_string(fleet)},
+               {"WAITING", std::to_string(failures_.waiting())},
+               {"BREAKER", std::to_string(cfg_.failure_breaker)}});
+  if (step.breaker_closed)
     log_warn("circuit breaker closed: replacing the tasks of machines that went down",
-             {{"DOWN", std::to_string(down_.size())}, {"MACHINES", std::to_string(fleet)}});
-  // Oldest first; the machines of one fault domain that went down together take one
-  // token between them.
-  std::deque<MachineId> left;
-  std::map<std::string, bool> paid;  // domain -> token taken (true) or refused (false)
-  for (MachineId m : machines_down_) {
-    std::string state = broker_.state_of(m);
-    if (state != "dead" && state != "failed") continue;  // back meanwhile
-    const std::string& domain = alloc_.spec(m).domain;
-    auto it = paid.find(domain);
-    if (it == paid.end()) it = paid.emplace(domain, take_failure_token(now)).first;
-    if (!it->second) {
-      left.push_back(m);
-      continue;
-    }
+             {{"DOWN", std::to_string(failures_.down())}, {"MACHINES", std::to_string(fleet)}});
+  for (MachineId m : step.replace) {
     auto c = sched_.machine_down(m, now, true);
     cmds->insert(cmds->end(), c.begin(), c.end());
     touched->insert(m);
   }
-  machines_down_ = std::move(left);
 }
 
 // Remembers `s` as machine m's session in `table` until it closes.
@@ -1055,70 +924,9 @@ void Manager::ask_controller(const std::string& job) {
 }
 
 json Manager::control_plan(const std::string& job) {
-  auto spec = sched_.job(job);
-  json tasks = json::array();
-  for (const auto& t : sched_.controlled_tasks(job)) {
-    json e{{"task", t.task},
-           {"index", t.index},
-           {"generation", t.generation},
-           {"machine", alloc_.spec(t.machine_id).name},
-           {"state", task_state_name(t.state)},
-           {"ready", t.ready}};
-    if (!t.message.empty()) e["message"] = t.message;
-    tasks.push_back(std::move(e));
-  }
-  // Planned maintenance of the machines the job's tasks run on (docs/maintenance.md):
-  // the controller hears of it from the notice on, with the deadline.
-  std::map<uint64_t, std::set<std::string>> notices;        // event -> the job's machines in it
-  std::map<std::string, const MaintenanceEvent*> first_of;  // machine -> earliest event
-  for (const auto& t : sched_.controlled_tasks(job)) {
-    std::string name = alloc_.spec(t.machine_id).name;
-    for (const auto* e : maintenance_.affecting(name)) {
-      notices[e->id].insert(name);
-      auto& f = first_of[name];
-      if (!f || e->start_us < f->start_us) f = e;
-    }
-  }
-  json pending = json::array();
-  for (const auto& op : sched_.pending_operations(job)) {
-    json o{{"op", op.id},
-           {"kind", op.kind},
-           {"task", op.task},
-           {"index", op.index},
-           {"reason", op.reason}};
-    auto t = sched_.tasks().find(op.task);
-    if (t != sched_.tasks().end()) {
-      auto f = first_of.find(alloc_.spec(t->second.machine).name);
-      if (f != first_of.end()) {
-        o["reason"] = "maintenance " + std::to_string(f->second->id) +
-                      (f->second->reason.empty() ? "" : ": " + f->second->reason);
-        o["maintenance"] = f->second->id;
-        o["deadline"] = format_rfc3339(f->second->start_us);
-      }
-    }
-    pending.push_back(std::move(o));
-  }
-  json maintenance = json::array();
-  for (const auto& [id, machines] : notices) {
-    const MaintenanceEvent& e = maintenance_.events().at(id);
-    maintenance.push_back({{"id", id},
-                           {"machines", machines},
-                           {"start", format_rfc3339(e.start_us)},
-                           {"end", format_rfc3339(e.end_us())},
-                           {"reason", e.reason},
-                           {"reboot", e.reboot},
-                           {"state", e.state}});
-  }
   auto& completed = control_completed_[job];
   for (auto& id : sched_.take_completed(job)) completed.push_back(std::move(id));
-  return json{{"job", job},
-              {"generation", sched_.generation(job)},
-              {"count", spec ? spec->count : 0},
-              {"max_unavailable", spec ? spec->max_unavailable : 0},
-              {"tasks", std::move(tasks)},
-              {"pending", std::move(pending)},
-              {"maintenance", std::move(maintenance)},
-              {"completed", completed}};
+  return build_plan(job, sched_, alloc_, maintenance_, completed);
 }
 
 void Manager::control_acked(const std::string& job, const std::vector<std::string>& acks) {

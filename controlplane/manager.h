@@ -22,6 +22,8 @@
 #include "controlplane/broker.h"
 #include "controlplane/cp_conf.h"
 #include "controlplane/etcd_store.h"
+#include "controlplane/failure_budget.h"
+#include "controlplane/group_commit.h"
 #include "controlplane/leader.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/scheduler.h"
@@ -110,7 +112,6 @@ class Manager {
   void maintenance_round();
   Maintenance::World maintenance_world(std::vector<Command>* cmds, std::set<MachineId>* touched);
   Maintenance maintenance_;
-  std::set<uint64_t> unsaved_maintenance_;
   std::map<MachineId, std::string> boot_ids_;  // what each agent registered with
   Source maintenance_timer_;
   // job.scale, job.update and job.stop: the operation, persisted, then sent.
@@ -128,7 +129,6 @@ class Manager {
   // process paused): that time is not counted against the machines.
   std::vector<MachineId> check_machines(uint64_t now);
   uint64_t last_check_us_ = 0;
-  bool commits_held_ = false;  // etcd refused the last group: replies wait (commit_batch)
   // A tick soon (next loop iteration), once however many changes ask for it: what a
   // machine's new verdict or profile needs, without a tick per report.
   void kick();
@@ -136,19 +136,15 @@ class Manager {
   // domains) unless the circuit breaker is open (cp_conf.h).
   void replace_down_machines(uint64_t now, std::vector<Command>* cmds,
                              std::set<MachineId>* touched);
-  bool take_failure_token(uint64_t now);
   // A machine answered a rolling update's prefetch: its old tasks may roll.
   void prefetched(const std::string& job, uint64_t generation, MachineId m);
   // A machine refused a task.run: the task fails now, with the machine's message.
   void start_refused(const std::string& task, const Error& e, bool bad_spec);
   // Writes what changed for these jobs and machines (and everything else small).
   Status persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines);
-  // Group commit (state_store.h, rpc::OutputGate): the first write opens a batch and
-  // holds every session's output; the batch commits when the loop has nothing else
-  // pending (or is kMaxBatchUs old) and only then is anything sent. A group the disk
-  // refuses is rolled back, kept in memory and written again (retried every second).
-  Status begin_batch();
-  void commit_batch();
+  // Writes go in groups (controlplane/group_commit.h): nothing is sent before the group
+  // that wrote it commits. Made with the store.
+  void use_store(std::unique_ptr<StateStore> store);
   static constexpr uint64_t kMaxBatchUs = 20'000;
   // Who called (access.h), and whether that caller may make a call of this level.
   Caller caller(const rpc::CallContext& c) const;
@@ -262,37 +258,19 @@ class Manager {
   Broker broker_;
   Scheduler sched_;
   std::unique_ptr<StateStore> store_;
+  std::unique_ptr<GroupCommit> group_;  // after the loop and the store: goes before them
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
   std::map<MachineId, rpc::Session*> sessions_;           // weft-agent's, for task commands
   std::map<MachineId, rpc::Session*> sidekick_sessions_;  // for profile.apply
   std::map<MachineId, std::string> pushed_profile_;       // what sidekick was last told
   std::map<rpc::Session*, uint64_t> heard_;               // machine sessions: when last heard from
-  // Written by the next persist(): kept across a failed write.
-  std::set<MachineId> unsaved_machines_;
-  std::unordered_set<std::string> unsaved_tasks_;
-  std::set<std::string> unsaved_jobs_;
-  std::vector<Unavailability> unsaved_events_;
-  // What the open group has written: written again if the group fails to commit.
-  struct Batch {
-    std::set<MachineId> machines;
-    std::unordered_set<std::string> tasks;
-    std::set<std::string> jobs;
-    std::vector<Unavailability> events;
-    std::set<uint64_t> maintenance;
-  } batch_;
-  Source retry_;
-  bool retry_armed_ = false;
-  uint64_t commit_failure_logged_us_ = 0;
   std::set<MachineId> profile_dirty_;  // pool changed: sidekick may need a new profile
   std::set<MachineId> ready_dirty_;    // pool changed: the broker looks at its readiness
-  // Machines that went down and whose tasks wait for the failure budget (oldest first),
-  // and every machine down now (for the circuit breaker).
-  std::deque<MachineId> machines_down_;
-  std::set<MachineId> down_;
-  double failure_tokens_ = -1;
-  bool breaker_open_ = false;
-  uint64_t breaker_logged_us_ = 0;
+  // Machines that went down wait for the failure budget, and the circuit breaker
+  // (controlplane/failure_budget.h).
+  FailureBudget failures_{
+      {cfg_.machine_failures_per_min, cfg_.machine_failures_burst, cfg_.failure_breaker}};
   Source kick_, watch_;
   // Prometheus /metrics (docs/metrics.md).
   void register_metrics();
@@ -300,10 +278,8 @@ class Manager {
   std::unique_ptr<metrics::HttpServer> metrics_http_;
   metrics::HistogramVec request_seconds_{"method"};
   std::map<std::string, uint64_t> request_errors_;
-  metrics::Histogram commit_seconds_, tick_seconds_;
-  uint64_t commits_failed_ = 0;
+  metrics::Histogram tick_seconds_;
   bool kicked_ = false;
-  uint64_t failure_tokens_at_ = 0;
   // Each machine's last full task list and its digest (common/task_report.h).
   struct LastReport {
     weft::TaskList tasks;
@@ -326,9 +302,6 @@ class Manager {
   std::unordered_set<MachineId> running_means_ready_;
   Source timer_, sighup_;
   std::shared_ptr<rpc::OutputGate> gate_ = std::make_shared<rpc::OutputGate>();
-  Source commit_, commit_deadline_;
-  uint64_t batch_started_us_ = 0;
-  bool sync_writes_ = false;  // an operator call: its own transaction (api.cc)
   std::shared_ptr<tls::Context> tls_;
   int weft_gid_ = -1;
 };

@@ -27,27 +27,6 @@ bool Scheduler::refused(const TaskRecord& t, const Job& j) {
   return t.state == TaskState::kFailed && t.held && t.generation == j.generation;
 }
 
-bool Scheduler::has_token(uint64_t now) {
-  if (!take_token(now)) return false;
-  tokens_ += 1;  // only looked
-  return true;
-}
-
-bool Scheduler::take_token(uint64_t now) {
-  double rate = limits_.destructive_per_min / 60e6;  // tokens per µs
-  if (tokens_ < 0) {
-    tokens_ = limits_.destructive_burst;
-    tokens_at_ = now;
-  }
-  if (now > tokens_at_)
-    tokens_ =
-        std::min(limits_.destructive_burst, tokens_ + rate * static_cast<double>(now - tokens_at_));
-  tokens_at_ = now;
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
-}
-
 Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
   return Command{Command::Kind::kStart, t.machine, t.id,
                  weft::task_run_params(j.spec, t.id, t.ports)};
@@ -399,7 +378,7 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
   TaskRecord old = tasks_.at(task_id);
   auto jit = jobs_.find(old.job);
   if (jit == jobs_.end() || jit->second.stopping || old.index >= jit->second.spec.count) return;
-  if (!prepaid && !take_token(now)) {
+  if (!prepaid && !tokens_.take(now)) {
     wait(task_id);
     return;
   }
@@ -823,7 +802,7 @@ std::vector<Command> Scheduler::tick(uint64_t now) {
   std::vector<std::string> waiting = std::exchange(waiting_, {});
   waiting_set_.clear();
   for (size_t i = 0; i < waiting.size(); ++i) {
-    if (!has_token(now)) {
+    if (!tokens_.peek(now)) {
       for (size_t j = i; j < waiting.size(); ++j) wait(waiting[j]);
       break;
     }

@@ -34,6 +34,7 @@
 #include "common/task_report.h"
 #include "common/task_state.h"
 #include "controlplane/allocator.h"
+#include "controlplane/failure_budget.h"
 
 namespace weft::cp {
 
@@ -302,8 +303,6 @@ class Scheduler {
   // A controlled job's task moved off its drained machine (make before break); false
   // when it is not live any more.
   bool move_now(Job& j, const std::string& task_id, uint64_t now_us, std::vector<Command>* out);
-  bool take_token(uint64_t now_us);
-  bool has_token(uint64_t now_us);
   // The task tables, with their indexes by job (and index) and by machine.
   void put_task(const TaskRecord& t);
   void set_state(TaskRecord& t, TaskState s) {
@@ -356,8 +355,7 @@ class Scheduler {
   SchedulerLimits limits_;
   std::function<bool(MachineId)> ready_;
   std::function<std::string(EntitlementId)> dc_of_;
-  double tokens_ = -1;
-  uint64_t tokens_at_ = 0;
+  TokenBucket tokens_{limits_.destructive_per_min, limits_.destructive_burst};
   std::map<std::string, Job> jobs_;
   std::unordered_map<std::string, TaskRecord> tasks_;  // live and recently ended (see prune)
   // Indexes into tasks_ (its nodes do not move): by job and (index, id), by machine and id.

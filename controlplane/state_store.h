@@ -89,9 +89,23 @@ struct StoredState {
 // plane's own disk (one host, the default) or etcd (replicated; several control planes,
 // one leading). Both keep the same promise: a write is durable when commit() (or, in a
 // group, commit_batch()) returns ok, and nothing of a failed write or group stays.
-class StateStore {
+// The part of a store a group commit drives (controlplane/group_commit.h).
+class GroupWrites {
  public:
-  virtual ~StateStore() = default;
+  virtual ~GroupWrites() = default;
+  // Group commit: open_batch() starts one transaction that the writes after it join;
+  // commit_batch() makes them all durable at once.
+  virtual Status open_batch() = 0;
+  virtual Status commit_batch() = 0;
+  virtual bool in_batch() const = 0;
+  // After a failed commit_batch: nothing of the group stays (rolled back if open).
+  virtual void abandon_batch() = 0;
+  // The group was refused because another control plane leads now (etcd's fence).
+  virtual bool fenced_out() const { return false; }
+};
+
+class StateStore : public GroupWrites {
+ public:
   // The sqlite store at `path` (created on first use).
   static Result<std::unique_ptr<StateStore>> open(const std::string& path);
   // Clocks in microseconds; tests move them to simulate a reboot or a clock step.
@@ -107,18 +121,12 @@ class StateStore {
   bool secrets_stale() const { return secrets_stale_; }
   virtual std::string kind() const = 0;
 
-  // Group commit: open_batch() starts one transaction that the writes after it join,
-  // each as a savepoint (begin/commit/rollback below), so a failing write undoes only
-  // itself; commit_batch() makes them all durable at once. Without a batch each
-  // begin/commit is a transaction of its own; a write outside begin/commit is one too.
+  // In a group (GroupWrites::open_batch) each begin/commit is a savepoint, so a failing
+  // write undoes only itself. Without a group each begin/commit is a transaction of its
+  // own; a write outside begin/commit is one too.
   virtual Status begin() = 0;
   virtual Status commit() = 0;
   virtual void rollback() = 0;
-  virtual Status open_batch() = 0;
-  virtual Status commit_batch() = 0;
-  virtual bool in_batch() const = 0;
-  // After a failed commit_batch: nothing of the group stays (rolled back if open).
-  virtual void abandon_batch() = 0;
 
   virtual Status put_entitlement(EntitlementId id, const EntitlementSpec& e) = 0;
   virtual Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) = 0;

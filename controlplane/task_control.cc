@@ -217,4 +217,70 @@ bool TaskControlLinks::unreachable(const std::string& job) const {
   return it != links_.end() && it->second->unreachable;
 }
 
+json build_plan(const std::string& job, const Scheduler& sched, const Allocator& alloc,
+                const Maintenance& maintenance, const std::vector<std::string>& completed) {
+  auto spec = sched.job(job);
+  json tasks = json::array();
+  for (const auto& t : sched.controlled_tasks(job)) {
+    json e{{"task", t.task},
+           {"index", t.index},
+           {"generation", t.generation},
+           {"machine", alloc.spec(t.machine_id).name},
+           {"state", task_state_name(t.state)},
+           {"ready", t.ready}};
+    if (!t.message.empty()) e["message"] = t.message;
+    tasks.push_back(std::move(e));
+  }
+  // Planned maintenance of the machines the job's tasks run on (docs/maintenance.md):
+  // the controller hears of it from the notice on, with the deadline.
+  std::map<uint64_t, std::set<std::string>> notices;        // event -> the job's machines in it
+  std::map<std::string, const MaintenanceEvent*> first_of;  // machine -> earliest event
+  for (const auto& t : sched.controlled_tasks(job)) {
+    std::string name = alloc.spec(t.machine_id).name;
+    for (const auto* e : maintenance.affecting(name)) {
+      notices[e->id].insert(name);
+      auto& f = first_of[name];
+      if (!f || e->start_us < f->start_us) f = e;
+    }
+  }
+  json pending = json::array();
+  for (const auto& op : sched.pending_operations(job)) {
+    json o{{"op", op.id},
+           {"kind", op.kind},
+           {"task", op.task},
+           {"index", op.index},
+           {"reason", op.reason}};
+    auto t = sched.tasks().find(op.task);
+    if (t != sched.tasks().end()) {
+      auto f = first_of.find(alloc.spec(t->second.machine).name);
+      if (f != first_of.end()) {
+        o["reason"] = "maintenance " + std::to_string(f->second->id) +
+                      (f->second->reason.empty() ? "" : ": " + f->second->reason);
+        o["maintenance"] = f->second->id;
+        o["deadline"] = format_rfc3339(f->second->start_us);
+      }
+    }
+    pending.push_back(std::move(o));
+  }
+  json windows = json::array();
+  for (const auto& [id, machines] : notices) {
+    const MaintenanceEvent& e = maintenance.events().at(id);
+    windows.push_back({{"id", id},
+                       {"machines", machines},
+                       {"start", format_rfc3339(e.start_us)},
+                       {"end", format_rfc3339(e.end_us())},
+                       {"reason", e.reason},
+                       {"reboot", e.reboot},
+                       {"state", e.state}});
+  }
+  return json{{"job", job},
+              {"generation", sched.generation(job)},
+              {"count", spec ? spec->count : 0},
+              {"max_unavailable", spec ? spec->max_unavailable : 0},
+              {"tasks", std::move(tasks)},
+              {"pending", std::move(pending)},
+              {"maintenance", std::move(windows)},
+              {"completed", completed}};
+}
+
 }  // namespace weft::cp

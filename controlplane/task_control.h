@@ -23,6 +23,9 @@
 #include "common/result.h"
 #include "common/rpc.h"
 #include "common/tls.h"
+#include "controlplane/allocator.h"
+#include "controlplane/maintenance.h"
+#include "controlplane/scheduler.h"
 
 namespace weft::cp {
 
@@ -96,5 +99,14 @@ class TaskControlLinks {
   Hooks hooks_;
   std::map<std::string, std::unique_ptr<Link>> links_;
 };
+
+// The plan a job's TaskController is asked about (docs/taskcontrol.md): the job's tasks
+// (machine, state, readiness), the operations that wait for its consent (a task on a
+// machine with planned maintenance names the event and its deadline), that maintenance
+// from its notice on, and `completed`: the operations done since it last acknowledged.
+// A pure function of the scheduler, the allocator and the maintenance calendar.
+nlohmann::json build_plan(const std::string& job, const Scheduler& sched, const Allocator& alloc,
+                          const Maintenance& maintenance,
+                          const std::vector<std::string>& completed);
 
 }  // namespace weft::cp
