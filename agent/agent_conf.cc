@@ -16,8 +16,9 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/rpc.h"
+#include "common/rpc/endpoint.h"
 #include "common/services.h"
+#include "common/units.h"
 
 #ifndef WEFT_LIBEXECDIR
 #define WEFT_LIBEXECDIR "/usr/libexec/weft"

@@ -6,6 +6,7 @@
 
 #include "common/fs.h"
 #include "common/paths.h"
+#include "common/strings.h"
 
 namespace weft::agent {
 namespace {

@@ -10,6 +10,8 @@
 #include "agent/logs.h"
 #include "agent/manager.h"
 #include "agent/runtime.h"
+#include "common/clock.h"
+#include "common/units.h"
 
 namespace weft::agent {
 

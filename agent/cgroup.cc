@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::agent {
 

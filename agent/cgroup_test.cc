@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::agent {
 namespace {

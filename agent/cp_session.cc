@@ -7,6 +7,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/strings.h"
 #include "common/task_report.h"
 
 namespace weft::agent {

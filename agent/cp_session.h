@@ -19,7 +19,7 @@
 #include "agent/agent_conf.h"
 #include "common/cp_link.h"
 #include "common/event.h"
-#include "common/rpc.h"
+#include "common/rpc/session.h"
 
 namespace weft::agent {
 

@@ -7,8 +7,9 @@
 
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/log.h"
-#include "common/rpc.h"
+#include "common/rpc/endpoint.h"
 
 namespace weft::agent {
 

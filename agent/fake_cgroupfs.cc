@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::agent {
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::agent {
 

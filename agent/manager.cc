@@ -15,7 +15,9 @@
 #include "agent/init/argv.h"
 #include "agent/runtime.h"
 #include "agent/start_plan.h"
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "common/task_report.h"
 
 namespace weft::agent {
@@ -575,29 +577,13 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   }
   Fd netns;
   if (req.new_net) {
-    netns = netns_pool_->take();
-    if (!netns.valid() && !netns_pool_failure_logged_ && !netns_pool_->failure().empty()) {
-      netns_pool_failure_logged_ = true;
-      log_warn("network namespaces are made at each start (netns_pool stopped)",
-               {{"ERROR", netns_pool_->failure()}});
+    auto ns = task_netns(t, bridged);
+    if (!ns.ok()) {
+      (void)cgroups_->remove_task(t.id);
+      return std::move(ns).error();
     }
-    if (!netns.valid() && bridged) {
-      // Plugged into the bridge before the task runs: made here, not by the child.
-      auto made = make_netns();
-      if (!made.ok()) {
-        (void)cgroups_->remove_task(t.id);
-        return std::move(made).error().wrap("network namespace");
-      }
-      netns = std::move(made).value();
-    }
-    if (bridged) {
-      Status plugged = bridge_->attach(netns.get(), t.bridge_addr);
-      if (!plugged.ok()) {
-        (void)cgroups_->remove_task(t.id);
-        return std::move(plugged).error().wrap("bridge " + bridge_->name());
-      }
-      phase("bridge");
-    }
+    netns = std::move(ns).value();
+    if (bridged) phase("bridge");
     if (netns.valid()) {
       req.new_net = false;  // the child enters this one
       req.netns_fd = netns.get();
@@ -624,6 +610,25 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
         {});
   }
   return started(t, spawned->pid, std::move(spawned->pidfd), began_us, phase_us);
+}
+
+Result<Fd> Manager::task_netns(Task& t, bool bridged) {
+  Fd netns = netns_pool_->take();
+  if (!netns.valid() && !netns_pool_failure_logged_ && !netns_pool_->failure().empty()) {
+    netns_pool_failure_logged_ = true;
+    log_warn("network namespaces are made at each start (netns_pool stopped)",
+             {{"ERROR", netns_pool_->failure()}});
+  }
+  if (!bridged) return netns;  // none ready: the child makes its own
+  if (!netns.valid()) {
+    // Plugged into the bridge before the task runs: made here, not by the child.
+    auto made = make_netns();
+    if (!made.ok()) return std::move(made).error().wrap("network namespace");
+    netns = std::move(made).value();
+  }
+  Status plugged = bridge_->attach(netns.get(), t.bridge_addr);
+  if (!plugged.ok()) return std::move(plugged).error().wrap("bridge " + bridge_->name());
+  return netns;
 }
 
 Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_t phase_us) {

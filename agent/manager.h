@@ -38,7 +38,7 @@
 #include "common/fs.h"
 #include "common/http_client.h"
 #include "common/metrics.h"
-#include "common/rpc.h"
+#include "common/rpc/server.h"
 #include "common/store.h"
 #include "common/task_spec.h"
 
@@ -121,6 +121,10 @@ class Manager {
   // With `sandbox` (the task's first start, the sandbox whose id it has), the task is
   // handed to that weft-init instead of a new one; it is used up either way.
   Status start_incarnation(Task& t, Sandbox* sandbox = nullptr);
+  // The network namespace a task with one of its own enters: one made ahead (NetnsPool)
+  // or, for a bridge task, one made now and plugged into the bridge; an invalid Fd when
+  // none is ready for a task without a bridge (the child then makes its own).
+  Result<Fd> task_netns(Task& t, bool bridged);
   // The end of a start: weft-init (`pid`) runs in the task's cgroup; recorded running.
   Status started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_t phase_us);
   // Image and package tasks: fetching until the image and the package are local (one

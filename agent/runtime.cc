@@ -1,4 +1,5 @@
 #include "agent/runtime.h"
+#include "common/strings.h"
 
 #include <fcntl.h>
 #include <grp.h>

@@ -15,6 +15,7 @@
 #include "agent/init/handoff.h"
 #include "agent/runtime.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace weft::agent {
 

@@ -29,6 +29,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/fs.h"
+#include "common/strings.h"
 #include "controlplane/allocator.h"
 
 using namespace weft;

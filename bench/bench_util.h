@@ -17,8 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/fs.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 
 namespace weft::bench {
 

@@ -16,7 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "controlplane/replica_harness.h"
+#include "common/strings.h"
+#include "testing/replica_harness.h"
 
 using namespace weft;
 using weft::testing::Machine;

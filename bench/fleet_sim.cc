@@ -45,14 +45,16 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/sim_util.h"
-#include "common/etcd_test_server.h"  // free_tcp_port
+#include "common/clock.h"
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/log.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 #include "common/services.h"
+#include "common/strings.h"
 #include "common/task_report.h"
 #include "common/tls.h"
+#include "testing/ports.h"
 
 using namespace weft;
 using namespace weft::bench;

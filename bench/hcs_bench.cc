@@ -31,8 +31,10 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/fs.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 
 using json = nlohmann::json;
 using namespace weft;

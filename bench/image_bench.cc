@@ -36,9 +36,11 @@
 
 #include "agent/image/layer.h"
 #include "bench/bench_util.h"
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/paths.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 #include "tests/oci_test_image.h"
 
 using json = nlohmann::json;

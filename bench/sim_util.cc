@@ -12,7 +12,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "testing/process.h"
 
 namespace weft::bench {
 
@@ -180,15 +181,7 @@ long rss_kib(pid_t pid) {
 }
 
 pid_t start_controlplane(const std::string& conf, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(WEFT_CONTROLPLANE_BIN, "weft-controlplane", "-c", conf.c_str(), nullptr);
-    _exit(127);
-  }
-  return pid;
+  return testing::spawn_process({WEFT_CONTROLPLANE_BIN, "-c", conf}, {log});
 }
 
 bool wait_controlplane(const std::string& socket) {

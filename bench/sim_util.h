@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "common/clock.h"
 #include "common/event.h"
 #include "common/fs.h"
 

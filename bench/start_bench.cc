@@ -43,9 +43,11 @@
 
 #include "agent/init/task_filter_rules.h"
 #include "bench/bench_util.h"
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/paths.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 
 using json = nlohmann::json;
 using namespace weft;

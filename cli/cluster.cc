@@ -8,9 +8,11 @@
 
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/job_file.h"
 #include "common/task_state.h"
+#include "common/units.h"
 
 namespace weft::cli {
 

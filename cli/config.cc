@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "cli/cli_config.h"
 #include "cli/tls_helper.h"
 #include "cli/util.h"
-#include "common/cli_config.h"
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/cp_link.h"
 #include "common/fs.h"

@@ -21,7 +21,7 @@
 #include "common/config.h"
 #include "common/fs.h"
 #include "common/json_bounded.h"
-#include "common/rpc.h"
+#include "common/rpc/protocol.h"
 
 using json = nlohmann::json;
 using namespace weft;

@@ -9,7 +9,9 @@
 #include "common/config.h"
 #include "common/fs.h"
 #include "common/json_bounded.h"
+#include "common/strings.h"
 #include "common/task_state.h"
+#include "common/units.h"
 
 namespace weft::cli {
 

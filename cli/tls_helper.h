@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 #include "common/tls.h"
 
 namespace weft::cli {

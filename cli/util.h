@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 
 namespace weft::cli {
 

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/strings.h"
 
 namespace weft {
 

@@ -24,7 +24,7 @@
 
 #include "common/config.h"
 #include "common/event.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 
 namespace weft {
 

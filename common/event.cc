@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/fs.h"
 
 namespace weft {

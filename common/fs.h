@@ -1,4 +1,5 @@
-// File-descriptor ownership and small file helpers used by every component.
+// File-descriptor ownership and file helpers used by every component. Strings, units and
+// clocks have headers of their own (common/strings.h, units.h, clock.h).
 #pragma once
 
 #include <sys/types.h>
@@ -56,29 +57,9 @@ Status remove_tree(const std::string& path);
 bool path_exists(const std::string& path);
 Result<std::vector<std::string>> list_dir(const std::string& path);  // names, no . or ..
 
-std::string trim(std::string_view s);
-std::vector<std::string> split(std::string_view s, char sep);
 std::string dirname_of(const std::string& path);
 
-// "256M", "1G", "4096", "512k" (binary units) -> bytes. "max" is rejected here.
-Result<uint64_t> parse_size(std::string_view s);
-// "500ms", "5s", "2m", "1h", "1.5s", "10" (seconds) -> microseconds.
-Result<uint64_t> parse_duration_us(std::string_view s);
-// Durations are capped at 100 years, so that `now + duration` never overflows.
-inline constexpr uint64_t kMaxDurationUs = 100ull * 366 * 24 * 3600 * 1'000'000;
-// Seconds given as a JSON number; NaN, negative and over-long values are errors.
-Result<uint64_t> seconds_to_us(double seconds);
-std::string format_size(uint64_t bytes);
-// The longest prefix of `s` of at most `max_bytes` that does not end inside a UTF-8
-// character: a message cut to a bound stays valid text.
-std::string utf8_prefix(std::string_view s, size_t max_bytes);
-
-// "2026-11-22T02:05:03Z" for microseconds since the epoch; empty for <= 0.
-std::string format_rfc3339(int64_t realtime_us);
-uint64_t now_monotonic_us();
-uint64_t now_realtime_us();
-std::string random_hex(size_t bytes);
-// The gid of a group name, or -1 when there is no such group.
+// The gid of a group name (/etc/group, or NSS), or -1 when there is no such group.
 int group_gid(const std::string& name);
 
 }  // namespace weft

@@ -1,5 +1,7 @@
 #include "common/fs.h"
 #include "common/base64.h"
+#include "common/strings.h"
+#include "common/units.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

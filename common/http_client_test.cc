@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/metrics.h"
 

@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "common/fs.h"
 #include "common/job_spec.h"
+#include "common/units.h"
 
 namespace weft {
 

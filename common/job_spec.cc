@@ -6,8 +6,9 @@
 
 #include "common/fs.h"
 #include "common/json_bounded.h"
-#include "common/rpc.h"
+#include "common/rpc/endpoint.h"
 #include "common/task_spec.h"
+#include "common/units.h"
 
 namespace weft {
 

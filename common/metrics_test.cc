@@ -13,7 +13,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::metrics {
 namespace {

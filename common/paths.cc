@@ -1,6 +1,7 @@
 #include "common/paths.h"
 
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft {
 

@@ -9,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/base64.h"
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/json_bounded.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace weft::registry {
 

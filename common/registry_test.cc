@@ -17,8 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/base64.h"
+#include "common/clock.h"
 #include "common/fs.h"
-#include "common/registry_test_server.h"
+#include "testing/registry_server.h"
 
 namespace weft::registry {
 namespace {

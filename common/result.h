@@ -18,7 +18,7 @@ struct Error {
   int errnum = 0;
   std::string message;
   // Protocol error code when this error travels over the line protocol (see
-  // rpc.h RpcCode); 0 lets the server pick (invalid params when `field` is set).
+  // rpc/protocol.h RpcCode); 0 lets the server pick (invalid params when `field` is set).
   int code = 0;
   std::string field;                 // offending input field or file:line, if any
   std::vector<std::string> context;  // outermost last

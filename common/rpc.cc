@@ -1,4 +1,5 @@
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/rpc/server.h"
 
 #include <openssl/ssl.h>
 
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/rpc_detail.h"

@@ -14,9 +14,11 @@
 
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/json_bounded.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 #include "common/rpc_detail.h"
+#include "common/strings.h"
 
 namespace weft::rpc {
 

@@ -2,7 +2,7 @@
 // rpc_client.cc so that a client without TLS links no OpenSSL.
 #include <openssl/ssl.h>
 
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 
 namespace weft::rpc {
 

@@ -9,7 +9,8 @@
 
 #include "common/fs.h"
 #include "common/result.h"
-#include "common/rpc.h"
+#include "common/rpc/endpoint.h"
+#include "common/rpc/protocol.h"
 
 namespace weft::rpc {
 

@@ -1,6 +1,9 @@
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/rpc/server.h"
 
+#include "common/clock.h"
 #include "common/json_bounded.h"
+#include "common/strings.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

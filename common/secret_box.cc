@@ -10,6 +10,7 @@
 
 #include "common/base64.h"
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft {
 

@@ -8,7 +8,9 @@
 
 #include "common/fs.h"
 #include "common/oci.h"
-#include "common/rpc.h"
+#include "common/rpc/protocol.h"
+#include "common/strings.h"
+#include "common/units.h"
 
 namespace weft {
 

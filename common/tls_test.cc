@@ -13,7 +13,9 @@
 
 #include "common/cp_link.h"
 #include "common/fs.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/rpc/server.h"
+#include "common/strings.h"
 
 namespace weft::rpc {
 namespace {

@@ -10,6 +10,7 @@
 #include "common/task_report.h"
 #include "common/tls.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/oci.h"
 #include "controlplane/manager.h"

@@ -4,7 +4,8 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "common/rpc.h"
+#include "common/rpc/endpoint.h"
+#include "common/units.h"
 
 namespace weft::cp {
 

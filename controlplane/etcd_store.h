@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-#include "common/etcd.h"
+#include "controlplane/etcd_client.h"
 #include "controlplane/state_store.h"
 
 namespace weft::cp {

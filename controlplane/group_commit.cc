@@ -2,6 +2,7 @@
 
 #include <systemd/sd-event.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace weft::cp {

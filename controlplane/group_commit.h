@@ -24,7 +24,7 @@
 
 #include "common/event.h"
 #include "common/metrics.h"
-#include "common/rpc.h"
+#include "common/rpc/session.h"
 #include "controlplane/broker.h"
 #include "controlplane/state_store.h"
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <thread>
 
-#include "common/etcd.h"
 #include "common/result.h"
+#include "controlplane/etcd_client.h"
 
 namespace weft::cp {
 

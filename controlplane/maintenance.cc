@@ -2,7 +2,9 @@
 
 #include <ctime>
 
+#include "common/clock.h"
 #include "common/fs.h"
+#include "common/units.h"
 
 namespace weft::cp {
 

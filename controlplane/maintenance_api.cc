@@ -1,6 +1,7 @@
 // The control plane's side of planned maintenance (controlplane/maintenance.h): the
 // maintenance.* methods, and the World through which events drain, stop, reboot and
 // return machines.
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "controlplane/manager.h"

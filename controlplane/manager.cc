@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
 

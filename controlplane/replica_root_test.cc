@@ -15,9 +15,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/etcd_test_server.h"
 #include "common/fs.h"
-#include "controlplane/replica_harness.h"
+#include "common/strings.h"
+#include "testing/etcd_server.h"
+#include "testing/replica_harness.h"
 
 namespace weft {
 namespace {

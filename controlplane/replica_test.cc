@@ -20,11 +20,12 @@
 #include <set>
 #include <thread>
 
-#include "common/etcd.h"
-#include "common/etcd_test_server.h"
 #include "common/fs.h"
-#include "common/rpc.h"
-#include "controlplane/replica_harness.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
+#include "controlplane/etcd_client.h"
+#include "testing/etcd_server.h"
+#include "testing/replica_harness.h"
 
 namespace weft {
 namespace {

@@ -2,6 +2,7 @@
 // docs/services.md): the endpoints kept in step with the scheduler, pushed to every
 // agent that answers DNS, the stops that wait for those agents, and the service.*
 // methods.
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "controlplane/manager.h"

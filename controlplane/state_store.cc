@@ -1,5 +1,6 @@
 #include "controlplane/state_store.h"
 
+#include "common/clock.h"
 #include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/task_spec.h"

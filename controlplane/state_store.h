@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/result.h"
 #include "common/secret_box.h"

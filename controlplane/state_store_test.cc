@@ -8,9 +8,10 @@
 #include <filesystem>
 #include <map>
 
-#include "common/etcd_test_server.h"
 #include "common/fs.h"
+#include "common/strings.h"
 #include "controlplane/etcd_store.h"
+#include "testing/etcd_server.h"
 
 namespace weft::cp {
 namespace {

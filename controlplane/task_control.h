@@ -21,7 +21,7 @@
 #include "common/event.h"
 #include "common/job_spec.h"
 #include "common/result.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 #include "common/tls.h"
 #include "controlplane/allocator.h"
 #include "controlplane/maintenance.h"

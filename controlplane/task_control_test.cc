@@ -1,6 +1,7 @@
 // A TaskController's answer is hostile input like any other: only {"seq": <the plan's>,
 // "ack": [ids]} is taken, and errors name the field.
 #include "controlplane/task_control.h"
+#include "common/clock.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "agent/agent_conf.h"
-#include "common/cli_config.h"
+#include "cli/cli_config.h"
 #include "common/secret_box.h"
 #include "controlplane/cp_conf.h"
 #include "hcs/hcs_conf.h"

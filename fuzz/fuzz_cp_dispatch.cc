@@ -13,6 +13,7 @@
 
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "controlplane/manager.h"
 
 using namespace weft;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/etcd.h"
+#include "controlplane/etcd_client.h"
 #include "controlplane/etcd_store.h"
 
 using namespace weft;

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/json_bounded.h"
-#include "common/rpc.h"
+#include "common/rpc/session.h"
 
 using namespace weft;
 using namespace weft::rpc;

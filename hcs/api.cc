@@ -1,5 +1,6 @@
 // weft-hcs's JSON-RPC API (docs/health.md): one named handler per method, listed in
 // one table. Every method only reads.
+#include "common/clock.h"
 #include "hcs/manager.h"
 
 namespace weft::hcs {

@@ -5,6 +5,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/units.h"
 
 namespace weft::hcs {
 

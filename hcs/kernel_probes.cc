@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 #if WEFT_HAVE_BPF
 #include <bpf/bpf.h>

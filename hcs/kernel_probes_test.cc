@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/fs.h"
+#include "common/strings.h"
 #include "hcs/hcs_conf.h"
 
 namespace weft::hcs {

@@ -6,7 +6,9 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace weft::hcs {
 

@@ -17,7 +17,7 @@
 #include "common/fs.h"
 #include "common/link_watch.h"
 #include "common/metrics.h"
-#include "common/rpc.h"
+#include "common/rpc/server.h"
 #include "common/store.h"
 #include "hcs/hcs_conf.h"
 #include "hcs/kernel_probes.h"

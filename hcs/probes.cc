@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 
 namespace weft::hcs {
 

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::hcs {
 namespace {

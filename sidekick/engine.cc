@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "common/clock.h"
 #include "common/fs.h"
 
 namespace weft::sidekick {

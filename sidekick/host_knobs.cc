@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::sidekick {
 

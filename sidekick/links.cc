@@ -10,6 +10,7 @@
 #include <map>
 
 #include "common/fs.h"
+#include "common/strings.h"
 
 namespace weft::sidekick {
 

@@ -17,7 +17,7 @@
 #include "common/event.h"
 #include "common/link_watch.h"
 #include "common/metrics.h"
-#include "common/rpc.h"
+#include "common/rpc/server.h"
 #include "sidekick/engine.h"
 #include "sidekick/sidekick_conf.h"
 

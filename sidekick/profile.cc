@@ -7,6 +7,8 @@
 #include "common/config.h"
 #include "common/cp_link.h"
 #include "common/fs.h"
+#include "common/strings.h"
+#include "common/units.h"
 
 namespace weft::sidekick {
 

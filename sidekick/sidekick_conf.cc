@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/paths.h"
+#include "common/units.h"
 
 namespace weft::sidekick {
 

@@ -16,7 +16,8 @@
 
 #include "common/fs.h"
 #include "common/paths.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 
 namespace weft::testing {
 
@@ -181,23 +182,15 @@ void AgentHarness::append_config(const std::string& lines) {
 
 void AgentHarness::start(const std::string& crash_at) {
   ASSERT_LT(pid_, 0) << "agent already running";
-  pid_t p = fork();
+  testing::SpawnOptions o;
+  o.log = dir_ + "/agent.log";
+  o.unset_env = {"INVOCATION_ID"};
+  if (!crash_at.empty())
+    o.env["WEFT_AGENT_CRASH_AT"] = crash_at;
+  else
+    o.unset_env.push_back("WEFT_AGENT_CRASH_AT");
+  pid_t p = testing::spawn_process({WEFT_AGENT_BIN, "-c", config_}, o);
   ASSERT_GE(p, 0);
-  if (p == 0) {
-    if (!crash_at.empty())
-      setenv("WEFT_AGENT_CRASH_AT", crash_at.c_str(), 1);
-    else
-      unsetenv("WEFT_AGENT_CRASH_AT");
-    unsetenv("INVOCATION_ID");
-    std::string log = dir_ + "/agent.log";
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    execl(WEFT_AGENT_BIN, "weft-agent", "-c", config_.c_str(), nullptr);
-    _exit(127);
-  }
   pid_ = p;
   for (int i = 0; i < 1000; ++i) {
     auto c = rpc::Client::connect(socket_);

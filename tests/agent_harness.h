@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "testing/process.h"
 
 namespace weft::testing {
 

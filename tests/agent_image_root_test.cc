@@ -14,7 +14,8 @@
 #include <thread>
 
 #include "common/fs.h"
-#include "common/registry_test_server.h"
+#include "common/strings.h"
+#include "testing/registry_server.h"
 #include "tests/agent_harness.h"
 #include "tests/oci_test_image.h"
 

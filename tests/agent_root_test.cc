@@ -20,7 +20,8 @@
 
 #include "common/fs.h"
 #include "common/paths.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 #include "tests/agent_harness.h"
 
 namespace weft::testing {

@@ -14,7 +14,9 @@
 
 #include "common/fs.h"
 #include "common/paths.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
+#include "testing/process.h"
 #include "tests/agent_harness.h"
 
 namespace weft::testing {
@@ -198,29 +200,11 @@ void ClusterHarness::set_cp_extra(const std::string& lines) {
 
 pid_t ClusterHarness::start_in(int i, const std::vector<std::string>& argv,
                                const std::string& out) {
-  pid_t p = fork();
-  if (p == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int ns = open(("/run/netns/" + netns(i)).c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(126);
-    int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return p;
+  return testing::spawn_process(argv, {out, /*truncate_log=*/true, netns(i)});
 }
 
 void ClusterHarness::stop_in(pid_t pid, int sig) {
-  if (pid <= 0) return;
-  ::kill(pid, sig);
-  waitpid(pid, nullptr, 0);
+  testing::stop_process(pid, sig);
 }
 
 ClusterHarness::~ClusterHarness() {
@@ -236,29 +220,11 @@ ClusterHarness::~ClusterHarness() {
 
 pid_t ClusterHarness::spawn(const std::string& netns, const char* bin, const std::string& conf,
                             const std::string& log) {
-  pid_t p = fork();
-  if (p == 0) {
-    // The daemon dies with the test process, even when that is killed or aborts.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int ns = open(("/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(126);
-    unsetenv("INVOCATION_ID");
-    unsetenv("NOTIFY_SOCKET");
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    execl(bin, bin, "-c", conf.c_str(), nullptr);
-    _exit(127);
-  }
-  return p;
+  return testing::spawn_process({bin, "-c", conf}, {log, false, netns, /*outside_systemd=*/true});
 }
 
 void ClusterHarness::reap(pid_t& pid, int sig) {
-  if (pid <= 0) return;
-  ::kill(pid, sig);
-  waitpid(pid, nullptr, 0);
+  testing::stop_process(pid, sig);
   pid = -1;
 }
 

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "common/fs.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
 #include "tests/agent_harness.h"
 
 namespace weft::testing {
@@ -39,24 +39,12 @@ class Cluster : public ::testing::Test {
   }
   void TearDown() override { stop_cp(SIGTERM); }
   void start_cp() {
-    cp_pid_ = fork();
-    if (cp_pid_ == 0) {
-      int fd = open((cp_dir_ + "/cp.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl(WEFT_CONTROLPLANE_BIN, "weft-controlplane", "-c", (cp_dir_ + "/cp.toml").c_str(),
-            nullptr);
-      _exit(127);
-    }
+    cp_pid_ = testing::spawn_process({WEFT_CONTROLPLANE_BIN, "-c", cp_dir_ + "/cp.toml"},
+                                     {cp_dir_ + "/cp.log"});
     for (int i = 0; i < 500 && !cp("job.ls").ok(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  void stop_cp(int sig) {
-    if (cp_pid_ <= 0) return;
-    kill(cp_pid_, sig);
-    waitpid(cp_pid_, nullptr, 0);
-    cp_pid_ = -1;
-  }
+  void stop_cp(int sig) { testing::stop_process(cp_pid_, sig); }
   Result<json> cp(const std::string& m, const json& p = json::object()) {
     TRY_ASSIGN(auto c, rpc::Client::connect(cp_sock_.empty() ? cp_dir_ + "/cp.sock" : cp_sock_));
     return c->call(m, p, 5000);

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "agent/agent_conf.h"
-#include "common/cli_config.h"
+#include "cli/cli_config.h"
 #include "common/fs.h"
 #include "common/job_file.h"
 #include "controlplane/cp_conf.h"

@@ -14,8 +14,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/fs.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 #include "hcs/kernel_probes.h"
 #include "tests/agent_harness.h"
 
@@ -42,22 +44,19 @@ class Hcs : public ::testing::Test {
                        (own_interval ? "" : "interval = \"200ms\"\n") + extra +
                        "\n[liveness]\nagent_socket = \"\"\nsidekick_socket = \"\"\n";
     ASSERT_TRUE(write_file(dir_ + "/hcs.toml", conf).ok());
-    pid_ = fork();
-    if (pid_ == 0) {
+    testing::SpawnOptions o;
+    o.log = dir_ + "/hcs.log";
+    o.prepare = [&] {
       // sysfs shows the links of the network namespace that mounted it: a private mount
       // namespace with a fresh /sys lets /sys/class/net show this namespace's links.
       if (new_netns &&
           (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0 ||
            mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
            mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0))
-        _exit(126);
-      if (!setup.empty() && std::system(setup.c_str()) != 0) _exit(125);
-      int fd = open((dir_ + "/hcs.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl(WEFT_HCS_BIN, "weft-hcs", "-c", (dir_ + "/hcs.toml").c_str(), nullptr);
-      _exit(127);
-    }
+        return false;
+      return setup.empty() || std::system(setup.c_str()) == 0;
+    };
+    pid_ = testing::spawn_process({WEFT_HCS_BIN, "-c", dir_ + "/hcs.toml"}, o);
     for (int i = 0; i < 1000; ++i) {
       auto r = call("health.verdict");
       if (r.ok() && (*r)["published"] == true) return;

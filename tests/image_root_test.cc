@@ -17,6 +17,7 @@
 #include "agent/image/layer.h"
 #include "agent/image/store.h"
 #include "common/fs.h"
+#include "common/strings.h"
 #include "tests/agent_harness.h"
 #include "tests/oci_test_image.h"
 

@@ -1,5 +1,5 @@
 // Test images: tar layers assembled in memory (libarchive) and pushed, with their
-// config and manifest, to a RegistryServer (common/registry_test_server.h).
+// config and manifest, to a RegistryServer (testing/registry_server.h).
 #pragma once
 
 #include <archive.h>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/oci.h"
-#include "common/registry_test_server.h"
+#include "testing/registry_server.h"
 
 namespace weft::testing {
 

@@ -28,6 +28,7 @@
 #include "agent/runtime.h"
 #include "common/fs.h"
 #include "common/paths.h"
+#include "common/strings.h"
 #include "tests/agent_harness.h"
 
 namespace weft::agent {

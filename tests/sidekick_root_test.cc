@@ -12,7 +12,8 @@
 #include <thread>
 
 #include "common/fs.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
 #include "tests/agent_harness.h"
 
 namespace weft::testing {
@@ -52,17 +53,14 @@ class Sidekick {
                        "\"\n" + "workload_cgroup = \"" + dir_ +
                        "/host/cg\"\nlog_level = \"debug\"\n" + extra_conf;
     ASSERT_TRUE(write_file(dir_ + "/sidekick.toml", conf).ok());
-    pid_ = fork();
-    if (pid_ == 0) {
-      if (new_netns && unshare(CLONE_NEWNET) != 0) _exit(126);
-      if (!setup.empty() && std::system(setup.c_str()) != 0) _exit(125);
-      if (!crash_after.empty()) setenv("WEFT_SIDEKICK_CRASH_AFTER_WRITES", crash_after.c_str(), 1);
-      int fd = open((dir_ + "/sidekick.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl(WEFT_SIDEKICK_BIN, "weft-sidekick", "-c", (dir_ + "/sidekick.toml").c_str(), nullptr);
-      _exit(127);
-    }
+    testing::SpawnOptions o;
+    o.log = dir_ + "/sidekick.log";
+    if (!crash_after.empty()) o.env["WEFT_SIDEKICK_CRASH_AFTER_WRITES"] = crash_after;
+    o.prepare = [&] {
+      if (new_netns && unshare(CLONE_NEWNET) != 0) return false;
+      return setup.empty() || std::system(setup.c_str()) == 0;
+    };
+    pid_ = testing::spawn_process({WEFT_SIDEKICK_BIN, "-c", dir_ + "/sidekick.toml"}, o);
     for (int i = 0; i < 500; ++i) {
       if (call_ok("profile.active")) return;
       int st;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/fs.h"
+#include "common/units.h"
 
 namespace weft::image {
 

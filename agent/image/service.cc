@@ -6,9 +6,11 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/json_bounded.h"
 #include "common/log.h"
+#include "common/units.h"
 
 namespace weft::image {
 

@@ -1,4 +1,5 @@
 #include "agent/image/store.h"
+#include "common/strings.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

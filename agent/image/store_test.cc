@@ -2,6 +2,7 @@
 // size), a download resumes where an earlier run stopped, and a crash leaves nothing
 // half-made that could be used.
 #include "agent/image/store.h"
+#include "common/strings.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,8 @@
 
 #include "common/event.h"
 #include "common/log.h"
-#include "common/rpc.h"
+#include "common/rpc/endpoint.h"
+#include "common/rpc/server.h"
 #include "examples/shard_controller/shard_manager.h"
 
 using namespace weft;

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "common/fs.h"
-#include "common/registry_test_server.h"
+#include "common/strings.h"
+#include "testing/registry_server.h"
 #include "tests/oci_test_image.h"
 
 namespace {

@@ -16,9 +16,11 @@
 #include <string>
 #include <thread>
 
-#include "common/etcd_test_server.h"  // free_tcp_port
 #include "common/fs.h"
 #include "common/oci.h"
+#include "common/strings.h"
+#include "testing/ports.h"
+#include "testing/process.h"
 
 namespace weft::testing {
 
@@ -47,13 +49,7 @@ class RegistryServer {
       error_ = "/usr/bin/docker-registry is missing (scripts/setup.sh installs docker-registry)";
       return;
     }
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      execl("/usr/bin/docker-registry", "docker-registry", "serve", (dir_ + "/config.yml").c_str(),
-            nullptr);
-      _exit(127);
-    }
+    pid_ = spawn_process({"/usr/bin/docker-registry", "serve", dir_ + "/config.yml"});
     error_ = "did not answer /v2/ within 10 s";
     for (int i = 0; i < 200; ++i) {
       if (request("GET", "/v2/", "", "").first == 200) {
@@ -63,13 +59,7 @@ class RegistryServer {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  void stop() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-  }
+  void stop() { stop_process(pid_, SIGKILL); }
   const std::string& error() const { return error_; }
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
   const std::string& storage() const { return dir_; }

@@ -20,9 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "common/etcd_test_server.h"
 #include "common/fs.h"
-#include "common/rpc.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
+#include "testing/etcd_server.h"
+#include "testing/process.h"
 
 namespace weft::testing {
 
@@ -188,19 +190,7 @@ class Replica {
   void set_netns(std::string name) { netns_ = std::move(name); }
   void start() {
     status_ = -1;
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int fd = open((dir_ + "/cp.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      if (!netns_.empty()) {
-        int ns = open(("/run/netns/" + netns_).c_str(), O_RDONLY | O_CLOEXEC);
-        if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) _exit(126);
-      }
-      execl(bin_.c_str(), "weft-controlplane", "-c", (dir_ + "/cp.toml").c_str(), nullptr);
-      _exit(127);
-    }
+    pid_ = spawn_process({bin_, "-c", dir_ + "/cp.toml"}, {dir_ + "/cp.log", false, netns_});
   }
   // The exit status once it ended by itself (-1 while it runs).
   pid_t pid() const { return pid_; }
@@ -216,9 +206,7 @@ class Replica {
     if (pid_ <= 0) return;
     kill(pid_, sig);
     if (sig == SIGSTOP || sig == SIGCONT) return;
-    int st = 0;
-    waitpid(pid_, &st, 0);
-    pid_ = -1;
+    int st = stop_process(pid_, 0);  // signalled above: reaped here
     // Ended: exited() says so, and the tests that play systemd start it again.
     status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }

@@ -1,4 +1,4 @@
-#include "common/cli_config.h"
+#include "cli/cli_config.h"
 
 #include "common/config.h"
 

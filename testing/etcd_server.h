@@ -23,61 +23,13 @@
 #include <thread>
 #include <vector>
 
-#include "common/etcd.h"
 #include "common/fs.h"
+#include "common/strings.h"
+#include "controlplane/etcd_client.h"
+#include "testing/ports.h"
+#include "testing/process.h"
 
 namespace weft::testing {
-
-// A TCP port on 127.0.0.1 that no other test of this machine is using, for a child
-// process to listen on. Tests run side by side (ctest -j), so "bind port 0, read it,
-// close it" is not enough: two tests could be handed the same port, or an outgoing
-// connection could take it as its source port before the child binds it. So:
-//  - the port is taken below the kernel's ephemeral range (ip_local_port_range), which
-//    the kernel never hands out by itself;
-//  - it is reserved for the life of this process by an abstract Unix socket named after
-//    it ("weft-test-port-N"), which another test's free_tcp_port() cannot bind and which
-//    the kernel removes when this process ends, however it ends.
-inline uint16_t free_tcp_port() {
-  static std::vector<int> reservations;  // open until the process ends
-  int low = 32768;
-  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    int hi = 0;
-    if (std::fscanf(f, "%d %d", &low, &hi) != 2) low = 32768;
-    std::fclose(f);
-  }
-  const int first = 10000, span = low - first;
-  if (span < 1000) return 0;
-  std::random_device rd;
-  std::mt19937 gen(rd());
-  for (int attempt = 0; attempt < 2000; ++attempt) {
-    int port = first + static_cast<int>(gen() % static_cast<unsigned>(span));
-    int u = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (u < 0) return 0;
-    sockaddr_un ua{};
-    ua.sun_family = AF_UNIX;
-    std::string name = "weft-test-port-" + std::to_string(port);
-    std::memcpy(ua.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
-    socklen_t ulen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    if (::bind(u, reinterpret_cast<sockaddr*>(&ua), ulen) != 0) {
-      ::close(u);  // another test holds it
-      continue;
-    }
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    bool free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    if (fd >= 0) ::close(fd);
-    if (!free) {
-      ::close(u);  // in use by something that is not a test
-      continue;
-    }
-    reservations.push_back(u);
-    return static_cast<uint16_t>(port);
-  }
-  return 0;
-}
 
 // One member, or a cluster of `members` on loopback; with `tls_dir` (a weft-pki CA with
 // a certificate "etcd" for 127.0.0.1) clients must present a certificate of that CA.
@@ -125,8 +77,7 @@ class EtcdServer {
     for (size_t k = 0; k < members_.size(); ++k) {
       if (i != SIZE_MAX && k != i) continue;
       if (members_[k].pid <= 0) continue;
-      ::kill(members_[k].pid, SIGKILL);
-      ::waitpid(members_[k].pid, nullptr, 0);
+      stop_process(members_[k].pid, SIGKILL);
       members_[k].pid = -1;
     }
   }
@@ -150,35 +101,24 @@ class EtcdServer {
     for (size_t k = 0; k < members_.size(); ++k)
       cluster += (k ? "," : "") + std::string("m") + std::to_string(k) + "=" + peer_url(k);
     std::string client = endpoint(i);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::string log = dir_ + "/etcd" + std::to_string(i) + ".log";
-      FILE* f = std::freopen(log.c_str(), "a", stderr);
-      (void)f;
-      std::vector<std::string> args = {"/usr/bin/etcd",
-                                       "--name=m" + std::to_string(i),
-                                       "--data-dir=" + dir_ + "/data" + std::to_string(i),
-                                       "--listen-client-urls=" + client,
-                                       "--advertise-client-urls=" + client,
-                                       "--listen-peer-urls=" + peer_url(i),
-                                       "--initial-advertise-peer-urls=" + peer_url(i),
-                                       "--initial-cluster=" + cluster,
-                                       "--max-txn-ops=1024",
-                                       "--log-level=error",
-                                       "--logger=zap"};
-      if (!tls_dir_.empty()) {
-        args.push_back("--cert-file=" + tls_dir_ + "/etcd.pem");
-        args.push_back("--key-file=" + tls_dir_ + "/etcd.key");
-        args.push_back("--client-cert-auth");
-        args.push_back("--trusted-ca-file=" + tls_dir_ + "/ca.pem");
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
+    std::vector<std::string> args = {"/usr/bin/etcd",
+                                     "--name=m" + std::to_string(i),
+                                     "--data-dir=" + dir_ + "/data" + std::to_string(i),
+                                     "--listen-client-urls=" + client,
+                                     "--advertise-client-urls=" + client,
+                                     "--listen-peer-urls=" + peer_url(i),
+                                     "--initial-advertise-peer-urls=" + peer_url(i),
+                                     "--initial-cluster=" + cluster,
+                                     "--max-txn-ops=1024",
+                                     "--log-level=error",
+                                     "--logger=zap"};
+    if (!tls_dir_.empty()) {
+      args.push_back("--cert-file=" + tls_dir_ + "/etcd.pem");
+      args.push_back("--key-file=" + tls_dir_ + "/etcd.key");
+      args.push_back("--client-cert-auth");
+      args.push_back("--trusted-ca-file=" + tls_dir_ + "/ca.pem");
     }
+    pid_t pid = spawn_process(args, {dir_ + "/etcd" + std::to_string(i) + ".log"});
     members_[i].pid = pid;
   }
   std::string wait_serving() {

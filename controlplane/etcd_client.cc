@@ -1,4 +1,4 @@
-#include "common/etcd.h"
+#include "controlplane/etcd_client.h"
 
 #include <curl/curl.h>
 

@@ -1,0 +1,214 @@
+// One connected peer of the line protocol on an event loop (Session), who it is (Peer),
+// the methods it answers (Dispatcher, Method tables), and the group-commit gate.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/event.h"
+#include "common/fs.h"
+#include "common/result.h"
+#include "common/rpc/line_reader.h"
+#include "common/rpc/protocol.h"
+#include "common/tls.h"
+
+namespace weft::rpc {
+
+// What all sessions of one Server (or one daemon) may hold in unfinished input lines.
+// A session whose partial line would take the total past the cap is closed.
+struct BufferBudget {
+  size_t limit = 64u << 20;
+  size_t used = 0;
+};
+
+struct Peer {
+  bool is_unix = false;
+  pid_t pid = -1;
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+  // Supplementary groups of the peer when it connected (SO_PEERGROUPS): taken from the
+  // socket, not from /proc/<pid>, so a pid reused after the peer exited cannot lend
+  // its groups.
+  std::vector<gid_t> groups;
+  std::string address;  // "unix" or "ip:port"
+  std::string host;     // TCP: the source address without the port
+  // TLS sessions: the peer's certificate verified against the CA bundle (and CRL), and
+  // who it says the peer is. Set once the handshake is done.
+  bool tls = false;
+  tls::Identity identity;
+};
+
+class Session;
+
+// Group commit (the control plane): while a gate is held, the sessions that share it
+// keep what they would send (replies, requests) until release(): a daemon writes many
+// calls' changes in one transaction and answers none of them before it is durable.
+class OutputGate {
+ public:
+  void hold() { held_ = true; }
+  bool held() const { return held_; }
+  // Sends what waited, session by session.
+  void release();
+
+ private:
+  friend class Session;
+  bool held_ = false;
+  std::vector<Session*> waiting_;
+};
+
+struct CallContext {
+  Session* session;  // null when the call arrived on a blocking Client
+  const Peer& peer;
+};
+
+using Handler = std::function<Result<json>(const json& params, const CallContext& ctx)>;
+using ReplyFn = std::function<void(Result<json> result)>;
+
+// Method table shared by the sessions of one server (or one client).
+class Dispatcher {
+ public:
+  void add(const std::string& method, Handler h) { handlers_[method] = std::move(h); }
+  // While set, every call (whatever its method, but `except`) goes to `h`: a control
+  // plane replica that does not lead refuses them all. Unset with an empty function.
+  void set_override(Handler h, std::string except = {}) {
+    override_ = std::move(h);
+    except_ = std::move(except);
+  }
+  const Handler* find(const std::string& method) const {
+    if (override_ && method != except_) return &override_;
+    auto it = handlers_.find(method);
+    return it == handlers_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::map<std::string, Handler> handlers_;
+  Handler override_;
+  std::string except_;
+};
+
+// A daemon's methods as one table of member functions (named handlers apart from the
+// logic, like systemd's bus vtables). A method with a nonzero `access` runs only after
+// `guard(ctx)` accepted the caller (kPrivileged for the machine daemons; the control
+// plane reads the levels itself: Access in controlplane/manager.h).
+template <class T>
+struct Method {
+  const char* name;
+  Result<json> (T::*handler)(const json& params, const CallContext& ctx);
+  int access = 0;
+};
+// The machine daemons' one level: root, the daemon's user or the weft group.
+inline constexpr int kPrivileged = 1;
+using Guard = std::function<Status(const CallContext&)>;
+template <class T, size_t N>
+void add_methods(Dispatcher& d, T* self, const Method<T> (&table)[N], Guard guard = {}) {
+  for (const Method<T>& m : table)
+    d.add(m.name, [self, m, guard](const json& p, const CallContext& c) -> Result<json> {
+      if (m.access != 0) TRY(guard(c));
+      return (self->*m.handler)(p, c);
+    });
+}
+
+// One connected peer on an EventLoop. Owns the socket. Requests the peer sends are
+// answered through the Dispatcher; requests this side sends get their reply through a
+// callback. When the peer goes away, on_close runs once (pending calls fail first).
+class Session {
+ public:
+  Session(EventLoop& loop, Fd fd, Peer peer, const Dispatcher* dispatcher,
+          size_t max_line = kDefaultMaxLine, std::shared_ptr<BufferBudget> budget = nullptr);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // TLS on this session (before start()): it owns `ssl`. Nothing is read or written
+  // in the clear; lines queued before the handshake completes go after it. A handshake
+  // not finished within `handshake_timeout_us` closes the session.
+  void use_tls(SSL* ssl, uint64_t handshake_timeout_us = 10'000'000);
+  bool established() const { return !ssl_ || established_; }
+  // Runs once when the TLS handshake has completed (the peer's identity is known).
+  void set_on_established(std::function<void()> fn) { on_established_ = std::move(fn); }
+  // Output waits while `gate` is held (before start()).
+  void set_output_gate(std::shared_ptr<OutputGate> gate) { gate_ = std::move(gate); }
+  Status start();
+  void call(const std::string& method, json params, ReplyFn on_reply);
+  void notify(const std::string& method, json params);
+  void close();
+  bool closed() const { return closed_; }
+  const Peer& peer() const { return peer_; }
+  void set_on_close(std::function<void()> fn) { on_close_ = std::move(fn); }
+  // Further code that must know when the session closes (the owner's on_close stays).
+  void watch_close(std::function<void()> fn) { close_watchers_.push_back(std::move(fn)); }
+  // When the peer last sent a whole message (CLOCK_MONOTONIC, microseconds; the start
+  // until then): a peer that stopped answering is told from a slow one by how long ago.
+  uint64_t last_heard_us() const { return last_heard_us_; }
+  // From inside a handler: the reply to the request being handled is sent later,
+  // through the function returned (once; the handler's own result is ignored). The
+  // function may outlive the session: a reply to a closed session is dropped. A
+  // request of a batch answered this way is answered on its own line.
+  ReplyFn defer_reply();
+
+ private:
+  void on_io(uint32_t revents);
+  // TLS: drives the handshake; false when the session is not (yet) established.
+  bool handshake();
+  void read_plain();
+  void read_tls();
+  void feed(const char* data, size_t n);
+  void update_events();
+  void handle_line(const std::string& line);
+  // One request, notification or response; the reply to send, if any.
+  std::optional<json> handle_message(const json& msg);
+  void handle_response(const json& msg);
+  void account_buffered();
+  void send_json(const json& msg);
+  void flush();
+  void reply_error(const json& id, const RpcError& e);
+
+  EventLoop& loop_;
+  Fd fd_;
+  Peer peer_;
+  const Dispatcher* dispatcher_;
+  LineReader reader_;
+  Source io_;
+  std::string out_;
+  bool closed_ = false;
+  bool want_out_ = false;
+  int64_t next_id_ = 1;
+  uint64_t last_heard_us_ = 0;
+  // defer_reply(): the id of the request being handled, and whether it was deferred.
+  const json* handling_id_ = nullptr;
+  bool deferred_ = false;
+  std::shared_ptr<Session*> self_ = std::make_shared<Session*>(this);  // null once gone
+  std::map<int64_t, ReplyFn> pending_;
+  std::shared_ptr<BufferBudget> budget_;
+  size_t accounted_ = 0;  // this session's share of budget_->used
+  std::function<void()> on_close_;
+  std::vector<std::function<void()>> close_watchers_;
+  // TLS state.
+  struct SslFree {
+    void operator()(SSL* s) const { tls::free_ssl(s); }
+  };
+  std::unique_ptr<SSL, SslFree> ssl_;
+  bool established_ = false;
+  bool tls_wants_write_ = false;  // the TLS engine needs the socket writable
+  uint64_t handshake_timeout_us_ = 0;
+  Source handshake_timer_;
+  std::function<void()> on_established_;
+  std::shared_ptr<OutputGate> gate_;
+  bool gate_waiting_ = false;  // listed in gate_->waiting_
+  friend class OutputGate;
+};
+
+// The local-socket access rule of every weft daemon: a Unix peer that is root, the
+// daemon's own user, or a member (primary or supplementary, from the socket's
+// SO_PEERGROUPS) of `gid`. Errors carry kPermissionDenied and say what `action` needed.
+Status require_privileged(const Peer& peer, int gid, const std::string& group_name,
+                          const std::string& action);
+
+}  // namespace weft::rpc

@@ -1,0 +1,19 @@
+// Small string helpers.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weft {
+
+std::string trim(std::string_view s);
+std::vector<std::string> split(std::string_view s, char sep);
+// The longest prefix of `s` of at most `max_bytes` that does not end inside a UTF-8
+// character: a message cut to a bound stays valid text.
+std::string utf8_prefix(std::string_view s, size_t max_bytes);
+// `bytes` random bytes (getrandom) as lowercase hex: ids and temporary names.
+std::string random_hex(size_t bytes);
+
+}  // namespace weft

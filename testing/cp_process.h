@@ -1,0 +1,73 @@
+// For tests of weft-controlplane as a process (controlplane/process_*_test.cc): the
+// fixture that runs one in a temporary directory (WEFT_CONTROLPLANE_BIN), with a Unix
+// socket, a 200 ms heartbeat and metrics on loopback, and stops it at the end (a clean
+// exit expected on SIGTERM; a failed test shows the end of its log).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fs.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
+#include "testing/process.h"
+
+namespace weft::testing {
+
+class ControlPlane : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("weft-cp-test-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(dir_).ok());
+    ASSERT_TRUE(write_file(dir_ + "/cp.toml", "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" +
+                                                  dir_ +
+                                                  "/state\"\nlisten = \"\"\n"
+                                                  "heartbeat_interval = \"200ms\"\n"
+                                                  "missed_heartbeats = 3\nlog_level = \"debug\"\n"
+                                                  "metrics_listen = \"127.0.0.1:0\"\n")
+                    .ok());
+  }
+  void TearDown() override {
+    stop(SIGTERM);
+    // A failed test shows the end of the control plane's log (a sanitizer's report, say).
+    if (HasFailure()) {
+      std::string log = read_file(dir_ + "/cp.log").value_or("");
+      std::cerr << "--- the end of cp.log\n"
+                << log.substr(log.size() > 12000 ? log.size() - 12000 : 0) << "\n";
+    }
+    (void)remove_tree(dir_);
+  }
+  void start() {
+    pid_ = spawn_process({WEFT_CONTROLPLANE_BIN, "-c", dir_ + "/cp.toml"}, {dir_ + "/cp.log"});
+    for (int i = 0; i < 500; ++i) {
+      if (call("job.ls").ok()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL() << "weft-controlplane did not start: " << read_file(dir_ + "/cp.log").value_or("");
+  }
+  void stop(int sig) {
+    if (pid_ <= 0) return;
+    int st = stop_process(pid_, sig);
+    if (sig == SIGTERM) {
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+    }
+  }
+  Result<nlohmann::json> call(const std::string& m,
+                              const nlohmann::json& p = nlohmann::json::object()) {
+    TRY_ASSIGN(auto c, rpc::Client::connect(dir_ + "/cp.sock"));
+    return c->call(m, p, 5000);
+  }
+  std::string sock() const { return dir_ + "/cp.sock"; }
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace weft::testing

@@ -1,0 +1,212 @@
+// For tests of weft-controlplane as a process (controlplane/process_*_test.cc): a fake
+// machine on its socket.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fs.h"
+#include "common/rpc/client.h"
+#include "common/services.h"
+#include "common/strings.h"
+#include "common/task_spec.h"
+
+namespace weft::testing {
+
+using json = nlohmann::json;
+
+// A machine as the control plane sees it: a session that registers, reports its tasks,
+// and runs/stops what it is told. It speaks when the test makes it (report(), call()),
+// so a test can make it fall silent; keep_alive() heartbeats from a thread of its own,
+// as a real agent does, while the test is busy for longer than the dead-machine timeout
+// (a subprocess or a wait on a loaded machine). Every use of the session is under one
+// lock, and the accessors return copies: a command may arrive during a heartbeat.
+class FakeMachine {
+ public:
+  // reports_ready: registers as an agent that reports "ready" (readiness checks); an
+  // older agent's "running" counts as ready.
+  FakeMachine(std::string id, std::string rack, bool reports_ready = false)
+      : id_(std::move(id)), rack_(std::move(rack)), reports_ready_(reports_ready) {
+    methods_.add("task.run", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      // The agent's own validator on what the control plane sends.
+      auto spec = parse_task_spec(p);
+      if (!spec.ok()) {
+        refusals_.push_back(p.dump() + " -> " + spec.error().str());
+        return spec.error();
+      }
+      running_.insert(p["name"].get<std::string>());
+      runs_.push_back(p);
+      events_.push_back("run");
+      ++starts_;
+      return json{{"id", p["name"]}};
+    });
+    methods_.add("image.pull", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      events_.push_back("pull " + p.value("image", "") + (p.value("wait", false) ? " wait" : ""));
+      return json{{"image", p.value("image", "")}};
+    });
+    methods_.add("task.stop", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      events_.push_back("stop");
+      ordered_.push_back({next_seq(), "stop " + p["id"].get<std::string>()});
+      running_.erase(p["id"].get<std::string>());
+      ++stops_;
+      return json::object();
+    });
+    // Service discovery (an agent with dns_listen): the agent's own reader of updates.
+    methods_.add("service.update", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
+      if (mute_updates_) return make_error("muted");  // no acknowledgement
+      catalog_.apply(u);
+      ordered_.push_back({next_seq(), "update " + std::to_string(u.version)});
+      return json{{"version", catalog_.version()}};
+    });
+  }
+  // Registers as an agent that answers DNS (service.update), before connect().
+  void serve_discovery() { serves_discovery_ = true; }
+  void mute_updates(bool on) {
+    std::lock_guard lock(mu_);
+    mute_updates_ = on;
+  }
+  // Its copy of the endpoints, and what it was sent in one order across every fake
+  // machine: "update <version>", "stop <task>".
+  ServiceCatalog catalog() const {
+    std::lock_guard lock(mu_);
+    return catalog_;
+  }
+  std::vector<std::pair<int, std::string>> ordered() const {
+    std::lock_guard lock(mu_);
+    return ordered_;
+  }
+  ~FakeMachine() { stop_keep_alive(); }
+  // Registers; its first verdict is `verdict` (weft-hcs's, sent at once).
+  bool connect(const std::string& sock, const rpc::ClientTls* tls = nullptr,
+               const std::string& verdict = "ok") {
+    std::lock_guard lock(mu_);
+    auto c = rpc::Client::connect(sock, rpc::kDefaultMaxLine, tls);
+    if (!c.ok()) {
+      error_ = c.error();
+      return false;
+    }
+    client_ = std::move(c).value();
+    client_->set_dispatcher(&methods_);
+    auto r = client_->call("machine.register", {{"machine", id_},
+                                                {"dc", "dc1"},
+                                                {"domain", rack_},
+                                                {"type", "std"},
+                                                {"cpu_milli", 4000},
+                                                {"mem_mb", 8192},
+                                                {"reports_ready", reports_ready_},
+                                                {"serves_discovery", serves_discovery_},
+                                                {"boot_id", boot_id_}});
+    if (r.ok()) r = client_->call("health.report", {{"machine", id_}, {"verdict", verdict}});
+    if (!r.ok()) error_ = r.error();
+    return r.ok();
+  }
+  Error error() const {
+    std::lock_guard lock(mu_);
+    return error_;
+  }
+  // A reboot: a new boot id, nothing running, the next connect() registers again.
+  void reboot() {
+    std::lock_guard lock(mu_);
+    client_.reset();
+    running_.clear();
+    boot_id_ = random_hex(8);
+  }
+  void report() {
+    std::lock_guard lock(mu_);
+    if (!client_) return;  // down (rebooting)
+    json tasks = json::object();
+    for (const auto& t : running_) tasks[t] = "running";
+    (void)client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}});
+  }
+  // A machine.report of this machine with these fields (a digest, changes, ...).
+  Result<json> report_with(const json& fields) {
+    std::lock_guard lock(mu_);
+    json p{{"machine", id_}};
+    p.update(fields);
+    return client_->call("machine.report", p);
+  }
+  void disconnect() {
+    std::lock_guard lock(mu_);
+    client_.reset();
+  }
+  Result<json> call(const std::string& method, const json& params) {
+    std::lock_guard lock(mu_);
+    return client_->call(method, params);
+  }
+  // Reports every 100 ms from a thread until stop_keep_alive() (or the destructor).
+  void keep_alive() {
+    if (alive_.joinable()) return;
+    stop_alive_ = false;
+    alive_ = std::thread([this] {
+      while (!stop_alive_) {
+        report();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  void stop_keep_alive() {
+    if (!alive_.joinable()) return;
+    stop_alive_ = true;
+    alive_.join();
+  }
+  std::set<std::string> running() const {
+    std::lock_guard lock(mu_);
+    return running_;
+  }
+  int starts() const {
+    std::lock_guard lock(mu_);
+    return starts_;
+  }
+  int stops() const {
+    std::lock_guard lock(mu_);
+    return stops_;
+  }
+  std::vector<std::string> refusals() const {
+    std::lock_guard lock(mu_);
+    return refusals_;
+  }
+  std::vector<json> runs() const {  // every task.run's params
+    std::lock_guard lock(mu_);
+    return runs_;
+  }
+  // "run", "stop", "pull <image>[ wait]" in the order the control plane sent them.
+  std::vector<std::string> events() const {
+    std::lock_guard lock(mu_);
+    return events_;
+  }
+
+ private:
+  std::string id_, rack_;
+  bool reports_ready_ = false;
+  std::string boot_id_ = random_hex(8);
+  mutable std::mutex mu_;  // the session and everything its commands change
+  rpc::Dispatcher methods_;
+  std::unique_ptr<rpc::Client> client_;
+  std::set<std::string> running_;
+  std::vector<std::string> refusals_;
+  std::vector<json> runs_;
+  std::vector<std::string> events_;
+  int starts_ = 0, stops_ = 0;
+  bool serves_discovery_ = false, mute_updates_ = false;
+  ServiceCatalog catalog_;
+  std::vector<std::pair<int, std::string>> ordered_;
+  static int next_seq() {
+    static std::atomic<int> seq{0};
+    return ++seq;
+  }
+  Error error_;
+  std::thread alive_;
+  std::atomic<bool> stop_alive_{false};
+};
+
+}  // namespace weft::testing
