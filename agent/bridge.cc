@@ -33,44 +33,18 @@ std::string ipv4_text(uint32_t addr) {
 // ---------------------------------------------------------------- addresses
 
 AddressPool::AddressPool(uint32_t net, int prefix)
-    : net_(net), mask_(prefix <= 0 ? 0 : ~uint32_t{0} << (32 - prefix)) {
-  first_ = net_ + 2;            // net_ + 1 is the bridge's
-  last_ = (net_ | ~mask_) - 1;  // the broadcast address is no task's
-  next_ = first_;
-}
+    : net_(net),
+      mask_(prefix <= 0 ? 0 : ~uint32_t{0} << (32 - prefix)),
+      // net_ + 1 is the bridge's; the broadcast address is no task's.
+      pool_(uint64_t{net_} + 2, uint64_t{net_ | ~mask_} - 1) {}
 
 Result<uint32_t> AddressPool::take(const std::string& owner) {
-  if (auto it = by_owner_.find(owner); it != by_owner_.end()) return it->second;
-  if (last_ < first_) return make_error("the bridge's subnet has no address for tasks");
-  uint64_t span = uint64_t{last_} - first_ + 1;
-  for (uint64_t i = 0; i < span; ++i) {
-    uint32_t candidate = first_ + static_cast<uint32_t>((next_ - first_ + i) % span);
-    if (owners_.count(candidate)) continue;
-    owners_[candidate] = owner;
-    by_owner_[owner] = candidate;
-    next_ = candidate + 1 > last_ ? first_ : candidate + 1;
-    return candidate;
-  }
-  return make_error("every address of the bridge's subnet (" + ipv4_text(net_) +
-                    ") is a live task's");
-}
-
-bool AddressPool::hold(uint32_t addr, const std::string& owner) {
-  if (addr < first_ || addr > last_) return false;
-  auto it = owners_.find(addr);
-  if (it != owners_.end()) return it->second == owner;
-  if (by_owner_.count(owner)) return false;
-  owners_[addr] = owner;
-  by_owner_[owner] = addr;
-  if (addr >= next_) next_ = addr + 1 > last_ ? first_ : addr + 1;
-  return true;
-}
-
-void AddressPool::release(const std::string& owner) {
-  auto it = by_owner_.find(owner);
-  if (it == by_owner_.end()) return;
-  owners_.erase(it->second);
-  by_owner_.erase(it);
+  if (pool_.empty_range()) return make_error("the bridge's subnet has no address for tasks");
+  auto n = pool_.take(owner);
+  if (!n)
+    return make_error("every address of the bridge's subnet (" + ipv4_text(net_) +
+                      ") is a live task's");
+  return static_cast<uint32_t>(*n);
 }
 
 // ---------------------------------------------------------------- the table

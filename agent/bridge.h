@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/range_pool.h"
 #include "common/result.h"
 
 struct nft_ctx;
@@ -40,15 +41,14 @@ class AddressPool {
   Result<uint32_t> take(const std::string& owner);
   // A restarted agent's: `owner` holds `addr` again. False if it is not a task address
   // of the subnet, or another owner holds it.
-  bool hold(uint32_t addr, const std::string& owner);
-  void release(const std::string& owner);
-  bool in_use(uint32_t addr) const { return owners_.count(addr) != 0; }
-  size_t held() const { return by_owner_.size(); }
+  bool hold(uint32_t addr, const std::string& owner) { return pool_.hold(addr, owner); }
+  void release(const std::string& owner) { pool_.release(owner); }
+  bool in_use(uint32_t addr) const { return pool_.in_use(addr); }
+  size_t held() const { return pool_.held(); }
 
  private:
-  uint32_t net_, mask_, first_, last_, next_;
-  std::map<uint32_t, std::string> owners_;
-  std::map<std::string, uint32_t> by_owner_;
+  uint32_t net_, mask_;
+  RangePool pool_;  // the task addresses: .2 to the one before broadcast
 };
 
 // What the table publishes for one task: its address and its ports (each TCP and UDP,

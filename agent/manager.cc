@@ -239,7 +239,6 @@ Status Manager::refuse_without_bridge(const TaskSpec& spec) const {
 
 Status Manager::load_tasks() {
   TRY_ASSIGN(auto rows, store_->load());
-  next_own_uid_ = cfg_.task_uid_first;
   for (auto& row : rows) {
     auto t = std::make_unique<Task>();
     static_cast<TaskRecord&>(*t) = std::move(row);
@@ -250,11 +249,9 @@ Status Manager::load_tasks() {
       log_warn("a task's bridge address is not kept", {{"TASK_ID", id}});
       t->bridge_addr = 0;
     }
-    if (t->own_uid >= 0) {
-      // A restarted agent gives each task the uid it had, and no other task that one.
-      own_uids_[t->own_uid] = id;
-      if (t->own_uid >= next_own_uid_) next_own_uid_ = t->own_uid + 1;
-    }
+    // A restarted agent gives each task the uid it had, and no other task that one (a
+    // uid outside today's task_uids is kept by its task, and never handed out).
+    if (t->own_uid >= 0) (void)own_uids_.hold(static_cast<uint64_t>(t->own_uid), id);
     tasks_[id] = std::move(t);
   }
   return {};
@@ -263,8 +260,7 @@ Status Manager::load_tasks() {
 void Manager::release_own_uid(const std::string& id) {
   auto it = tasks_.find(id);
   if (it == tasks_.end() || it->second->own_uid < 0) return;
-  auto held = own_uids_.find(it->second->own_uid);
-  if (held != own_uids_.end() && held->second == id) own_uids_.erase(held);
+  own_uids_.release(id);
   it->second->own_uid = -1;
 }
 
@@ -274,25 +270,16 @@ Result<Identity> Manager::identity_of(Task* t, const TaskSpec& spec,
   if (spec.user.empty() && !cfg_.default_task_user) {
     long uid = t ? t->own_uid : cfg_.task_uid_first;
     if (uid < 0) {
-      // The next free uid of the range, in turn from where the last search ended.
-      long span = cfg_.task_uid_last - cfg_.task_uid_first + 1;
-      if (next_own_uid_ < cfg_.task_uid_first || next_own_uid_ > cfg_.task_uid_last)
-        next_own_uid_ = cfg_.task_uid_first;
-      for (long i = 0; i < span && uid < 0; ++i) {
-        long candidate = cfg_.task_uid_first + (next_own_uid_ - cfg_.task_uid_first + i) % span;
-        if (!own_uids_.count(candidate)) uid = candidate;
-      }
-      if (uid < 0)
+      // The next free uid of the range, in turn from where the last one was handed out.
+      auto free = own_uids_.next_free();
+      if (!free)
         return make_error("every uid of task_uids (" + std::to_string(cfg_.task_uid_first) + "-" +
                           std::to_string(cfg_.task_uid_last) + ") is a live task's");
+      uid = static_cast<long>(*free);
     }
     // A group the spec names is the task's primary group; its uid's own number otherwise.
     TRY_ASSIGN(id, task_identity(std::to_string(uid), spec.group, "", cfg_.allow_root_tasks));
-    if (t && t->own_uid < 0) {
-      t->own_uid = uid;
-      own_uids_[uid] = t->id;
-      next_own_uid_ = uid + 1;
-    }
+    if (t && t->own_uid < 0 && own_uids_.hold(static_cast<uint64_t>(uid), t->id)) t->own_uid = uid;
   } else {
     TRY_ASSIGN(id, task_identity(spec.user, spec.group, cfg_.default_task_user.value_or(""),
                                  cfg_.allow_root_tasks, image_roots));

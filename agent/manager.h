@@ -206,10 +206,9 @@ class Manager {
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
   int weft_gid_ = -1;
-  // Tasks' own uids (agent.toml task_uids): which task holds each, and where the next
-  // search starts (in turn: a uid freed is the last to be handed out again).
-  std::map<long, std::string> own_uids_;
-  long next_own_uid_ = 0;
+  // Tasks' own uids (agent.toml task_uids), handed out in turn (agent/range_pool.h).
+  RangePool own_uids_{static_cast<uint64_t>(cfg_.task_uid_first),
+                      static_cast<uint64_t>(cfg_.task_uid_last)};
   // The identity `t` runs as under `spec` (its spec with its image's defaults): a uid of
   // its own unless the spec, the image or agent.toml names a user; never the sockets'
   // group, root only where allow_root_tasks. Takes the task's own uid if it has none yet
