@@ -78,11 +78,11 @@ Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const Agent
                                                     bool serves_discovery, Hooks hooks) {
   std::unique_ptr<CpSession> s(new CpSession(loop, cfg.machine_id, std::move(hooks)));
   CpSession* self = s.get();
-  nlohmann::json reg = machine_registration(cfg, serves_discovery);
-  auto hello = [self, reg](rpc::Session& session, ControlPlaneLink::Done done) {
+  // Read again at each session: the controllers (and memory) may have changed since.
+  auto hello = [self, cfg, serves_discovery](rpc::Session& session, ControlPlaneLink::Done done) {
     self->acked_digest_.clear();  // a new session: the whole list first
     self->in_flight_ = self->again_ = false;
-    session.call("machine.register", reg, std::move(done));
+    session.call("machine.register", machine_registration(cfg, serves_discovery), std::move(done));
   };
   auto report = [self](rpc::Session& session) { self->report(session); };
   TRY_ASSIGN(s->link_,

@@ -478,10 +478,9 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     begin_fetch(t);
     return {};
   }
-  StartPolicy policy = start_policy();
   StartInputs in;
   in.spec = &t.spec;
-  in.policy = &policy;
+  in.policy = &start_policy_;
   in.image = t.image ? &*t.image : nullptr;
   in.package = t.package ? &*t.package : nullptr;
   in.layers_root = images_->layers_root();

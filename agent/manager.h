@@ -113,7 +113,7 @@ class Manager {
   Result<nlohmann::json> stop_task(const nlohmann::json& params);
   Status check_privileged(const rpc::Peer& peer) const;
   // agent.toml's rules for what a spec may ask (agent/start_plan.h).
-  StartPolicy start_policy() const { return {cfg_.volume_host_paths, cfg_.allow_unconfined_tasks}; }
+  const StartPolicy& start_policy() const { return start_policy_; }
   Result<Task*> find_task(const nlohmann::json& params);
 
   // Lifecycle.
@@ -172,6 +172,8 @@ class Manager {
   void update_status();
 
   AgentConfig cfg_;
+  // Made once from cfg_ (not copied at every start).
+  const StartPolicy start_policy_{cfg_.volume_host_paths, cfg_.allow_unconfined_tasks};
   std::unique_ptr<CgroupFs> fs_;
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<CgroupTree> cgroups_;
