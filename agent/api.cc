@@ -172,6 +172,7 @@ void Manager::register_methods() {
       {"task.thaw", &Manager::api_task_thaw, rpc::kPrivileged},
       {"task.logs", &Manager::api_task_logs},
       {"task.remove", &Manager::api_task_remove, rpc::kPrivileged},
+      {"task.wait", &Manager::api_task_wait},
       {"image.ls", &Manager::api_image_ls},
       {"image.pull", &Manager::api_image_pull, rpc::kPrivileged},
       {"image.rm", &Manager::api_image_rm, rpc::kPrivileged},
@@ -332,6 +333,110 @@ Result<json> Manager::api_task_remove(const json& p, const rpc::CallContext&) {
   (void)remove_tree(task_state_dir(id));
   tasks_.erase(id);
   return json{{"id", id}, {"removed", true}};
+}
+
+// {"id": task, "wait_ms": N (default 30000, at most 600000), "remove": bool}: answered
+// when the task has ended (exited, failed or stopped; a task waiting to restart has not),
+// or at the deadline with "ended": false. A long poll, as Consul's blocking queries: a
+// caller that needs longer asks again. With "remove" (privileged, as task.remove) the
+// ended task is forgotten once the answer is made: `weftctl task run --wait --rm`.
+namespace {
+constexpr size_t kMaxTaskWaiters = 4096;
+constexpr uint64_t kMaxTaskWaitUs = 600'000'000;
+}  // namespace
+
+Result<json> Manager::api_task_wait(const json& p, const rpc::CallContext& c) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  uint64_t wait_us = 30'000'000;
+  if (p.contains("wait_ms")) {
+    if (!p["wait_ms"].is_number_unsigned() || p["wait_ms"].get<uint64_t>() > kMaxTaskWaitUs / 1000)
+      return field_error("wait_ms", "must be a number of milliseconds, at most 600000");
+    wait_us = p["wait_ms"].get<uint64_t>() * 1000;
+  }
+  bool remove = false;
+  if (p.contains("remove")) {
+    if (!p["remove"].is_boolean()) return field_error("remove", "must be true or false");
+    remove = p["remove"].get<bool>();
+    if (remove) TRY(check_privileged(c.peer));
+  }
+  if (t->terminal() || wait_us == 0 || !c.session) return wait_answer(*t, remove);
+  if (task_waiters_.size() >= kMaxTaskWaiters)
+    return make_error("too many task waits; try again").with_code(RpcCode::kUnavailable);
+  uint64_t deadline = now_monotonic_us() + wait_us;
+  task_waiters_.emplace(t->id, TaskWaiter{c.session->defer_reply(), deadline, remove});
+  if (!wait_timer_.active() || deadline < wait_timer_at_) arm_wait_timer(deadline);
+  return json();
+}
+
+Result<json> Manager::wait_answer(Task& t, bool remove) {
+  json j = summary(t);
+  j["ended"] = t.terminal();
+  if (remove && t.terminal()) {
+    std::string id = t.id;
+    TRY(erase(id));
+    (void)remove_tree(task_state_dir(id));
+    tasks_.erase(id);  // `t` is gone
+    j["removed"] = true;
+  }
+  return j;
+}
+
+void Manager::answer_waiters(Task& t) {
+  auto [first, last] = task_waiters_.equal_range(t.id);
+  if (first == last) return;
+  std::vector<TaskWaiter> waiting;
+  for (auto it = first; it != last; ++it) waiting.push_back(std::move(it->second));
+  task_waiters_.erase(first, last);
+  // Those who asked to remove it are answered last: the others see the task first.
+  std::stable_partition(waiting.begin(), waiting.end(),
+                        [](const TaskWaiter& w) { return !w.remove; });
+  std::string id = t.id;
+  for (auto& w : waiting) {
+    auto it = tasks_.find(id);
+    if (it == tasks_.end()) {
+      w.reply(make_error("no task '" + id + "'").with_code(RpcCode::kNotFound));
+      continue;
+    }
+    w.reply(wait_answer(*it->second, w.remove));
+  }
+}
+
+void Manager::task_ended(const std::string& id) {
+  if (task_waiters_.find(id) == task_waiters_.end()) return;
+  ended_.insert(id);
+  if (ended_defer_.active()) return;
+  auto d = loop_->add_defer([this] {
+    ended_defer_.reset();
+    for (const auto& ended : std::exchange(ended_, {}))
+      if (auto it = tasks_.find(ended); it != tasks_.end()) answer_waiters(*it->second);
+  });
+  if (d.ok()) ended_defer_ = std::move(d).value();
+}
+
+void Manager::expire_task_waiters() {
+  wait_timer_.reset();
+  uint64_t now = now_monotonic_us(), next = 0;
+  for (auto it = task_waiters_.begin(); it != task_waiters_.end();) {
+    if (now < it->second.deadline_us) {
+      next = next == 0 ? it->second.deadline_us : std::min(next, it->second.deadline_us);
+      ++it;
+      continue;
+    }
+    auto t = tasks_.find(it->first);
+    if (t == tasks_.end())
+      it->second.reply(make_error("no task '" + it->first + "'").with_code(RpcCode::kNotFound));
+    else
+      it->second.reply(wait_answer(*t->second, false));  // not ended: nothing to remove
+    it = task_waiters_.erase(it);
+  }
+  if (next) arm_wait_timer(next);
+}
+
+void Manager::arm_wait_timer(uint64_t at_us) {
+  auto timer = loop_->add_timer_at(at_us, [this] { expire_task_waiters(); });
+  if (!timer.ok()) return;  // answered by the next wait's timer, or the task's end
+  wait_timer_ = std::move(timer).value();
+  wait_timer_at_ = at_us;
 }
 
 // ---------------------------------------------------------------- images

@@ -144,6 +144,9 @@ TEST(ExitRecordParse, Fields) {
   EXPECT_EQ(e->exec_errno, 2);
   EXPECT_EQ(e->exec_stage, "chdir");
   EXPECT_FALSE(parse_exit_record("garbage"));
+  // What a record that never reached the disk looks like after a power loss.
+  EXPECT_FALSE(parse_exit_record(""));
+  EXPECT_FALSE(parse_exit_record(std::string(4096, '\0')));
 }
 
 }  // namespace

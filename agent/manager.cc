@@ -68,6 +68,14 @@ Status Manager::start() {
   TRY_ASSIGN(store_, TaskStore::open(cfg_.state_dir + "/agent.db"));
 
   HostPaths host(cfg_.host_root);
+  // Did the machine restart since the last start? Then no task of the database survived
+  // (exit records are not flushed to disk: docs/decisions.md).
+  if (auto boot = read_file(host.proc("sys/kernel/random/boot_id")); boot.ok()) {
+    std::string now_boot = trim(*boot), path = cfg_.state_dir + "/boot_id";
+    auto last = read_file(path);
+    machine_restarted_ = last.ok() && trim(*last) != now_boot;
+    if (!last.ok() || machine_restarted_) (void)write_file_atomic(path, now_boot + "\n");
+  }
   auto mount = host.cgroup2_mount();
   cgroup_mount_ = mount.ok() ? *mount : "";
   cgroups_ = std::make_unique<CgroupTree>(*fs_, cfg_.cgroup_root, host);
@@ -346,7 +354,8 @@ void Manager::adopt_or_collect(Task& t) {
     if (rec && rec->incarnation != t.incarnation) rec.reset();
   }
   if (!rec && t.reason.empty()) {
-    t.reason = t.state == TaskState::kStarting
+    t.reason = machine_restarted_ ? "the machine restarted while the task ran"
+               : t.state == TaskState::kStarting
                    ? "agent restarted while starting the task"
                    : "task ended while the agent was down, without an exit record";
   }
@@ -816,6 +825,9 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   if (t.state == TaskState::kBackoff) schedule_restart(t);
   if (t.terminal()) release_image(t);
   update_status();
+  // An exit is news at once (a replacement may wait on it), not in 20 ms with the starts.
+  if (cp_ && t.spec.owner == "controlplane") cp_->report_now();
+  if (t.terminal()) task_ended(t.id);
 }
 
 void Manager::schedule_restart(Task& t) {
@@ -931,6 +943,7 @@ void Manager::fail_task(Task& t, std::string reason) {
     log_error("could not record task", {{"TASK_ID", t.id}, {"ERROR", st.error().str()}});
   log_warn("task failed to start", {{"TASK_ID", t.id}, {"REASON", t.reason}});
   update_status();
+  task_ended(t.id);
 }
 
 void Manager::release_image(Task& t) {
@@ -950,6 +963,7 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
     release_image(t);
     TRY(save(t));
     update_status();
+    task_ended(t.id);
     return {};
   }
   uint64_t grace = grace_us.value_or(t.spec.stop_grace_us);

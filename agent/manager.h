@@ -102,6 +102,7 @@ class Manager {
   Result<nlohmann::json> api_task_thaw(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_remove(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_wait(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> freeze_task(const nlohmann::json& p, bool freeze);
   Result<nlohmann::json> api_image_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_image_rm(const nlohmann::json& p, const rpc::CallContext& c);
@@ -207,6 +208,28 @@ class Manager {
   rpc::Dispatcher cp_methods_;
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
+  // task.wait: callers waiting for a task to end (answered when it does, or with
+  // "ended": false at their deadline); expired by one timer.
+  struct TaskWaiter {
+    rpc::ReplyFn reply;
+    uint64_t deadline_us = 0;
+    bool remove = false;  // forget the task once it ended and this one is answered
+  };
+  std::multimap<std::string, TaskWaiter> task_waiters_;
+  Source wait_timer_;
+  uint64_t wait_timer_at_ = 0;
+  void arm_wait_timer(uint64_t at_us);
+  void answer_waiters(Task& t);
+  // A task ended: its waiters are answered on the next loop iteration (after the code
+  // that ended it has finished with it: a waiter may remove the task).
+  void task_ended(const std::string& id);
+  std::set<std::string> ended_;
+  Source ended_defer_;
+  Result<nlohmann::json> wait_answer(Task& t, bool remove);
+  void expire_task_waiters();
+  // The kernel's boot id at the agent's last start (state_dir/boot_id): another one now
+  // means the machine restarted, and every task it ran died with it.
+  bool machine_restarted_ = false;
   int weft_gid_ = -1;
   // Tasks' own uids (agent.toml task_uids), handed out in turn (agent/range_pool.h).
   RangePool own_uids_{static_cast<uint64_t>(cfg_.task_uid_first),

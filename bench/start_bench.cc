@@ -106,6 +106,7 @@ class Bench {
       die("needs /bin/busybox (busybox-static)");
     symlink("busybox", (dir_ + "/rootfs/bin/sleep").c_str());
     symlink("busybox", (dir_ + "/rootfs/bin/sh").c_str());
+    symlink("busybox", (dir_ + "/rootfs/bin/true").c_str());
     if (system(("cp " START_MARKER_BIN " " + dir_ + "/rootfs/bin/start_marker").c_str()) != 0)
       die("cannot copy start_marker");
     cg_root_ =
@@ -482,6 +483,107 @@ class Bench {
                   sn[side].p99 / sn[kCrun].p99);
     }
   }
+  // ---- a short task's whole life ----
+  // From the command to the moment the client knows the task exited (and its state is
+  // gone): `weftctl task run --wait --rm`, task.run + task.wait with "remove" on the
+  // agent's socket, and `crun run` in the foreground (it creates, starts, waits and
+  // deletes). The same /bin/true in the same rootfs, user, namespaces, masks and seccomp.
+  std::vector<std::string> weft_life_cmd(const std::string& name) {
+    return {WEFTCTL_BIN,      "--agent", sock_,     "task", "run",
+            "--wait",         "--rm",    "--name",  name,   "--rootfs",
+            dir_ + "/rootfs", "--net",   "private", "--",   "/bin/true"};
+  }
+  std::vector<std::string> crun_life_cmd(const std::string& id) {
+    std::string b = dir_ + "/bundles/" + id;
+    (void)mkdir_p(b);
+    json cfg = crun_config_;
+    cfg["process"]["args"] = {"/bin/true"};
+    (void)write_file(b + "/config.json", cfg.dump());
+    return {"crun", "--root", crun_root_, "run", "--bundle", b, id};
+  }
+  double life_api(rpc::Client& c, const std::string& name) {
+    uint64_t t0 = now_monotonic_us();
+    json spec = {{"name", name},
+                 {"argv", {"/bin/true"}},
+                 {"rootfs", dir_ + "/rootfs"},
+                 {"namespaces", {{"network", "private"}}}};
+    auto r = c.call("task.run", spec);
+    if (!r.ok()) return -1;
+    std::string id = (*r)["id"];
+    json w;
+    do {
+      auto got = c.call("task.wait", {{"id", id}, {"wait_ms", 20000}, {"remove", true}}, 30000);
+      if (!got.ok()) return -1;
+      w = *got;
+    } while (!w.value("ended", false));
+    if (w.value("exit_code", -1) != 0 || !w.value("removed", false)) return -1;
+    return ms_since(t0);
+  }
+  void life_side_by_side(int seq, int conc, int bursts) {
+    enum Side { kCli, kApi, kCrun };
+    const char* names[] = {"weftctl task run --wait --rm", "task.run + task.wait (remove)",
+                           "crun run (foreground)"};
+    std::vector<double> one[3], many[3];
+    auto once = [&](Side side, const std::string& n, rpc::Client* c) -> double {
+      if (side == kApi) return life_api(*c, n);
+      double ms = timed_exec(side == kCli ? weft_life_cmd(n) : crun_life_cmd(n));
+      if (side == kCrun) (void)remove_tree(dir_ + "/bundles/" + n);
+      return ms;
+    };
+    wait_until_idle();
+    auto api = std::move(rpc::Client::connect(sock_)).value();
+    for (int i = 0; i < seq; ++i)
+      for (Side side : {kCli, kApi, kCrun}) {
+        double t = once(side, "l" + std::to_string(side) + "-" + std::to_string(i), api.get());
+        if (t < 0) die(std::string(names[side]) + ": the task did not run to its end");
+        one[side].push_back(t);
+      }
+    for (int burst = 0; burst < bursts; ++burst)
+      for (Side side : {kCli, kApi, kCrun}) {
+        std::vector<double> out(static_cast<size_t>(conc));
+        wait_until_idle();
+        std::vector<std::thread> th;
+        std::barrier sync(conc);
+        for (int i = 0; i < conc; ++i) {
+          std::string n =
+              "m" + std::to_string(side) + "-" + std::to_string(burst) + "-" + std::to_string(i);
+          th.emplace_back([&, i, n] {
+            std::unique_ptr<rpc::Client> c;
+            if (side == kApi) c = std::move(rpc::Client::connect(sock_)).value();
+            sync.arrive_and_wait();
+            out[static_cast<size_t>(i)] = once(side, n, c.get());
+          });
+        }
+        for (auto& t : th) t.join();
+        for (double t : out)
+          if (t < 0) die(std::string(names[side]) + ": a task did not run to its end");
+        many[side].insert(many[side].end(), out.begin(), out.end());
+      }
+    std::printf(
+        "\na short task's whole life, /bin/true: from the command until the client knows it "
+        "exited and its state is gone (same rootfs, user, namespaces, masks, seccomp):\n");
+    Stats s1[3], sn[3];
+    for (Side side : {kCli, kApi, kCrun}) {
+      s1[side] = stats_of(one[side]);
+      sn[side] = stats_of(many[side]);
+    }
+    for (Side side : {kCli, kApi, kCrun})
+      row((std::string(names[side]) + ", 1 at a time").c_str(), s1[side]);
+    for (Side side : {kCli, kApi, kCrun})
+      row((std::string(names[side]) + ", " + std::to_string(conc) + " at once x " +
+           std::to_string(bursts))
+              .c_str(),
+          sn[side]);
+    std::printf("\n");
+    for (Side side : {kCli, kApi}) {
+      std::printf("  %s / crun, 1 at a time:  p50 %.2fx  p90 %.2fx  p99 %.2fx\n", names[side],
+                  s1[side].p50 / s1[kCrun].p50, s1[side].p90 / s1[kCrun].p90,
+                  s1[side].p99 / s1[kCrun].p99);
+      std::printf("  %s / crun, %d at once:  p50 %.2fx  p90 %.2fx  p99 %.2fx\n", names[side], conc,
+                  sn[side].p50 / sn[kCrun].p50, sn[side].p90 / sn[kCrun].p90,
+                  sn[side].p99 / sn[kCrun].p99);
+    }
+  }
   std::vector<std::string> crun_cmd(const std::vector<std::string>& args) {
     std::vector<std::string> a = {"crun", "--root", crun_root_};
     a.insert(a.end(), args.begin(), args.end());
@@ -515,9 +617,12 @@ int main(int argc, char** argv) {
   app.add_option("--resident", resident, "resident tasks for the footprint phase");
   app.add_option("--idle-seconds", idle_s, "idle CPU measurement window");
   app.add_flag("--no-crun", no_crun, "skip the crun comparison");
-  bool ready_only = false;
+  bool ready_only = false, life_only = false;
   app.add_flag("--ready-only", ready_only,
                "only the like-for-like comparison until the task's program runs");
+  app.add_flag("--life-only", life_only,
+               "only the like-for-like comparison of a short task's whole life (/bin/true, "
+               "from the command until the client knows it exited)");
   int netns_pool = -1;
   app.add_option("--netns-pool", netns_pool,
                  "the agent's netns_pool (network namespaces made ahead; default: agent.toml's)")
@@ -537,9 +642,10 @@ int main(int argc, char** argv) {
   Bench b;
   b.marks_ = marks;
   b.start_agent(netns_pool, sandbox_pool);
-  if (ready_only) {
+  if (ready_only || life_only) {
     b.crun_setup();
-    b.ready_side_by_side(seq, conc, bursts);
+    if (ready_only) b.ready_side_by_side(seq, conc, bursts);
+    if (life_only) b.life_side_by_side(seq, conc, bursts);
     return 0;
   }
   std::printf("weft start_bench: %d sequential, %d concurrent x %d rounds, %d resident\n", seq,
@@ -561,6 +667,7 @@ int main(int argc, char** argv) {
   if (!no_crun) {
     b.crun_setup();
     b.ready_side_by_side(seq, conc, bursts);
+    b.life_side_by_side(seq, conc, bursts);
   }
 
   // Footprint with many resident tasks.

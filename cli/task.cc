@@ -10,6 +10,7 @@
 #include "common/fs.h"
 #include "common/json_bounded.h"
 #include "common/strings.h"
+#include "common/task_spec.h"
 #include "common/task_state.h"
 #include "common/units.h"
 
@@ -233,6 +234,12 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.run->add_option("--log-max-size", c.ro.log_max_size,
                     "size of one log file before a new one starts");
   c.run->add_option("--log-max-files", c.ro.log_max_files, "log files kept per stream");
+  c.run->add_flag("--wait", c.run_wait,
+                  "wait until the task ends; weftctl exits with its status: its exit code "
+                  "(127: its program could not be run), 128+signal, or 125 when the task "
+                  "could not start");
+  c.run->add_flag("--rm", c.run_rm, "with --wait: forget the task and its logs once it ended")
+      ->needs("--wait");
   c.run->add_option("command", c.ro.argv, "the command and its arguments (after --)");
 
   c.ls = c.task->add_subcommand("ls", "list tasks");
@@ -321,6 +328,33 @@ int run_image_commands(const TaskCommands& c, const Globals& g) {
 
 }  // namespace
 
+namespace {
+
+// task run --wait: task.wait until the task ended (each call a long poll of a minute;
+// with --rm the agent forgets it as it answers), then its status as weftctl's: the exit code,
+// 128+signal, 125 when it never ran.
+int wait_for_task(rpc::Client& client, const json& started, bool rm, const Globals& g) {
+  std::string id = started["id"].get<std::string>();
+  for (const auto& w : started.value("warnings", json::array()))
+    std::cerr << "weftctl: warning: " << w.get<std::string>() << "\n";
+  json t;
+  do {
+    t = call_or_die(client, "task.wait", {{"id", id}, {"wait_ms", 60000}, {"remove", rm}}, 70000);
+  } while (!t.value("ended", false));
+  print_json_or(g, t, [&] {
+    if (t.value("state", "") != "exited")
+      std::cerr << "weftctl: task " << id << " " << str_or(t, "state") << ": "
+                << str_or(t, "reason") << "\n";
+  });
+  if (t.contains("signal") && t["signal"].is_string())
+    if (auto sig = parse_signal(t["signal"].get<std::string>()); sig.ok()) return 128 + *sig;
+  if (t.contains("exit_code") && t["exit_code"].is_number_integer())
+    return t["exit_code"].get<int>();
+  return 125;
+}
+
+}  // namespace
+
 int run_task_commands(const TaskCommands& c, const Globals& g) {
   if (c.image->parsed()) return run_image_commands(c, g);
   if (!c.task->parsed() && !c.agent->parsed()) return -1;
@@ -335,6 +369,7 @@ int run_task_commands(const TaskCommands& c, const Globals& g) {
     if (c.ro.argv.empty() && c.ro.spec_file.empty() && c.ro.image.empty())
       die("task run needs a command or an image: weftctl task run [options] -- CMD ARGS", 2);
     json r = call_or_die(*client, "task.run", build_spec(c.ro));
+    if (c.run_wait) return wait_for_task(*client, r, c.run_rm, g);
     out(r, [&] {
       std::cout << r["id"].get<std::string>() << "\n";
       for (const auto& w : r.value("warnings", json::array()))

@@ -33,6 +33,7 @@ struct TaskCommands {
   RunOptions ro;
   std::string id, grace, sig = "SIGKILL", stream = "all";
   bool ls_all = true, ls_cluster = false, follow = false;
+  bool run_wait = false, run_rm = false;  // task run --wait [--rm]
   int64_t tail = -1;
 };
 

@@ -19,6 +19,7 @@ PACKAGES=(
   libssl-dev openssl
   libmicrohttpd-dev libcurl4-openssl-dev libarchive-dev
   libldns-dev libnftables-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
 if [ "${1:-}" = "--test" ]; then
   PACKAGES+=(
