@@ -1,62 +1,95 @@
 #include "controlplane/etcd_client.h"
 
-#include <curl/curl.h>
+#include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <mutex>
 
-#include <nlohmann/json.hpp>
-
-#include "common/base64.h"
+#include "common/fs.h"
+#include "etcd/rpc.grpc.pb.h"
 
 namespace weft::etcd {
 
-using json = nlohmann::json;
+namespace pb = etcdserverpb;
 
 namespace {
 
-std::once_flag curl_once;
-constexpr size_t kMaxAnswer = 256u << 20;  // a page of keys is far smaller
 constexpr size_t kPage = 1000;
+constexpr int kMaxAnswer = 256 << 20;  // a page of keys is far smaller
 
-size_t collect(char* data, size_t size, size_t n, void* user) {
-  auto* out = static_cast<std::string*>(user);
-  if (out->size() + size * n > kMaxAnswer) return 0;  // curl fails the transfer
-  out->append(data, size * n);
-  return size * n;
+Kv to_kv(const pb::KeyValue& k) {
+  Kv kv;
+  kv.key = k.key();
+  kv.value = k.value();
+  kv.create_revision = k.create_revision();
+  kv.mod_revision = k.mod_revision();
+  kv.lease = k.lease();
+  return kv;
 }
 
-// etcd's JSON renders 64-bit integers as strings.
-int64_t num(const json& j, const char* name) {
-  auto it = j.find(name);
-  if (it == j.end()) return 0;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_string()) return std::strtoll(it->get<std::string>().c_str(), nullptr, 10);
-  return 0;
+std::vector<Kv> to_kvs(const pb::RangeResponse& r) {
+  std::vector<Kv> out;
+  out.reserve(static_cast<size_t>(r.kvs_size()));
+  for (const auto& k : r.kvs()) out.push_back(to_kv(k));
+  return out;
+}
+
+std::chrono::system_clock::time_point deadline_in(uint64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+// A member that cannot be reached, or did not answer in time: another may serve.
+bool try_next(const grpc::Status& st) {
+  return st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
 }  // namespace
 
-Result<std::vector<Kv>> parse_range(const std::string& answer) {
-  json j = json::parse(answer, nullptr, false);
-  if (!j.is_object()) return make_error("etcd answered a range with no JSON object");
-  std::vector<Kv> out;
-  if (auto kvs = j.find("kvs"); kvs != j.end() && kvs->is_array())
-    for (const auto& e : *kvs) {
-      if (!e.is_object()) return make_error("etcd answered a malformed key");
-      auto k = e.find("key"), v = e.find("value");
-      if (k == e.end() || !k->is_string()) return make_error("etcd answered a key without a key");
-      Kv kv;
-      TRY_ASSIGN(kv.key, base64_decode(k->get<std::string>()));
-      if (v != e.end()) {
-        if (!v->is_string()) return make_error("etcd answered a malformed value");
-        TRY_ASSIGN(kv.value, base64_decode(v->get<std::string>()));
+struct Client::Impl {
+  struct Member {
+    std::string endpoint;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<pb::KV::Stub> kv;
+    std::unique_ptr<pb::Lease::Stub> lease;
+    std::unique_ptr<pb::Watch::Stub> watch;
+  };
+  std::vector<Member> members;
+  std::mutex mu;
+  grpc::ClientContext* waiting = nullptr;  // the wait_deleted() in progress
+
+  // Runs `rpc` on the current member, then each other once; the first answer ends it.
+  template <class Rpc>
+  Status call(Client& c, const char* what, Rpc rpc) {
+    std::string last_error;
+    for (size_t tried = 0; tried < members.size(); ++tried) {
+      Member& m = members[c.current_];
+      // A member gRPC knows to be unreachable is passed over while another may answer.
+      if (tried + 1 < members.size() &&
+          m.channel->GetState(true) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+        last_error = m.endpoint + ": unreachable";
+        c.current_ = (c.current_ + 1) % members.size();
+        continue;
       }
-      kv.create_revision = num(e, "create_revision");
-      kv.mod_revision = num(e, "mod_revision");
-      kv.lease = num(e, "lease");
-      out.push_back(std::move(kv));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline_in(c.cfg_.timeout_ms));
+      // Waits for the connection (within the deadline) rather than failing at once while
+      // it is being made: the calling thread is then the one that drives it.
+      ctx.set_wait_for_ready(true);
+      grpc::Status st = rpc(m, ctx);
+      if (st.ok()) return {};
+      last_error = m.endpoint + ": " + st.error_message();
+      if (!try_next(st)) return make_error(std::string("etcd ") + what + " at " + last_error);
+      c.current_ = (c.current_ + 1) % members.size();
     }
-  return out;
+    return make_error(std::string("no etcd member answered ") + what + ": " + last_error);
+  }
+};
+
+Result<std::vector<Kv>> parse_range(const std::string& wire) {
+  pb::RangeResponse r;
+  if (!r.ParseFromString(wire)) return make_error("etcd answered a malformed range");
+  return to_kvs(r);
 }
 
 std::string prefix_end(const std::string& prefix) {
@@ -71,80 +104,70 @@ std::string prefix_end(const std::string& prefix) {
   return std::string(1, '\0');  // every key
 }
 
-Client::Client(Config cfg) : cfg_(std::move(cfg)) {}
+Client::Client(Config cfg) : cfg_(std::move(cfg)), impl_(std::make_unique<Impl>()) {}
 
-Client::~Client() {
-  if (curl_) curl_easy_cleanup(static_cast<CURL*>(curl_));
-}
+Client::~Client() = default;
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg) {
   if (cfg.endpoints.empty()) return field_error("endpoints", "names no etcd member");
-  for (const auto& e : cfg.endpoints)
-    if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0)
+  std::shared_ptr<grpc::ChannelCredentials> tls;
+  for (const auto& e : cfg.endpoints) {
+    bool https = e.rfind("https://", 0) == 0;
+    if (!https && e.rfind("http://", 0) != 0)
       return field_error("endpoints", "\"" + e + "\" is not an http:// or https:// URL");
-  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  std::unique_ptr<Client> c(new Client(std::move(cfg)));
-  c->curl_ = curl_easy_init();
-  if (!c->curl_) return make_error("curl_easy_init failed");
-  return c;
-}
-
-Result<std::string> Client::post(const std::string& path, const std::string& body) {
-  CURL* h = static_cast<CURL*>(curl_);
-  std::string last_error;
-  for (size_t tried = 0; tried < cfg_.endpoints.size(); ++tried) {
-    const std::string& ep = cfg_.endpoints[current_];
-    std::string url = ep + path, answer;
-    curl_easy_reset(h);
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_POST, 1L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data());
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &answer);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(cfg_.timeout_ms));
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(cfg_.timeout_ms));
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (!cfg_.ca.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, cfg_.ca.c_str());
-    if (!cfg_.cert.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, cfg_.cert.c_str());
-    if (!cfg_.key.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, cfg_.key.c_str());
-    CURLcode rc = curl_easy_perform(h);
-    if (rc != CURLE_OK) {
-      last_error = ep + ": " + curl_easy_strerror(rc);
-      current_ = (current_ + 1) % cfg_.endpoints.size();
-      continue;
-    }
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    if (status != 200) {
-      json e = json::parse(answer, nullptr, false);
-      std::string msg = e.is_object() && e.contains("message") && e["message"].is_string()
-                            ? e["message"].get<std::string>()
-                            : answer.substr(0, 200);
-      // A member without a leader or one being stopped: another may serve.
-      if (status >= 500 && tried + 1 < cfg_.endpoints.size()) {
-        last_error = ep + ": " + msg;
-        current_ = (current_ + 1) % cfg_.endpoints.size();
-        continue;
+    if (https && !tls) {
+      grpc::SslCredentialsOptions o;
+      if (!cfg.ca.empty()) {
+        TRY_ASSIGN(o.pem_root_certs, read_file(cfg.ca));
       }
-      return make_error("etcd " + ep + path + ": HTTP " + std::to_string(status) + ": " + msg);
+      if (!cfg.cert.empty()) {
+        TRY_ASSIGN(o.pem_cert_chain, read_file(cfg.cert));
+      }
+      if (!cfg.key.empty()) {
+        TRY_ASSIGN(o.pem_private_key, read_file(cfg.key));
+      }
+      tls = grpc::SslCredentials(o);
     }
-    return answer;
   }
-  return make_error("no etcd member answered: " + last_error);
+  std::unique_ptr<Client> c(new Client(std::move(cfg)));
+  for (const auto& e : c->cfg_.endpoints) {
+    bool https = e.rfind("https://", 0) == 0;
+    std::string target = e.substr(https ? 8 : 7);
+    while (!target.empty() && target.back() == '/') target.pop_back();
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxAnswer);
+    // A member back from a restart is found again within a second, not after gRPC's
+    // default backoff (up to two minutes). (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is left
+    // alone: it is also the connect timeout, and calls have deadlines of their own.)
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    Impl::Member m;
+    m.endpoint = e;
+    m.channel =
+        grpc::CreateCustomChannel(target, https ? tls : grpc::InsecureChannelCredentials(), args);
+    m.kv = pb::KV::NewStub(m.channel);
+    m.lease = pb::Lease::NewStub(m.channel);
+    m.watch = pb::Watch::NewStub(m.channel);
+    c->impl_->members.push_back(std::move(m));
+  }
+  return c;
 }
 
 Result<std::vector<Kv>> Client::range(const std::string& key, const std::string& end, size_t limit,
                                       bool descend) {
-  json req{{"key", base64_encode(key)}, {"limit", limit}};
-  if (!end.empty()) req["range_end"] = base64_encode(end);
+  pb::RangeRequest req;
+  req.set_key(key);
+  if (!end.empty()) req.set_range_end(end);
+  req.set_limit(static_cast<int64_t>(limit));
   if (descend) {
-    req["sort_order"] = "DESCEND";
-    req["sort_target"] = "KEY";
+    req.set_sort_order(pb::RangeRequest::DESCEND);
+    req.set_sort_target(pb::RangeRequest::KEY);
   }
-  TRY_ASSIGN(std::string answer, post("/v3/kv/range", req.dump()));
-  return parse_range(answer);
+  pb::RangeResponse resp;
+  TRY(impl_->call(*this, "range", [&](Impl::Member& m, grpc::ClientContext& ctx) {
+    return m.kv->Range(&ctx, req, &resp);
+  }));
+  return to_kvs(resp);
 }
 
 Result<std::vector<Kv>> Client::range_prefix(const std::string& prefix) {
@@ -170,73 +193,135 @@ Result<std::optional<Kv>> Client::get(const std::string& key) {
 }
 
 Result<TxnResult> Client::txn(const std::vector<Compare>& compares, const std::vector<Op>& ops) {
-  json cmp = json::array(), success = json::array();
+  pb::TxnRequest req;
   for (const auto& c : compares) {
-    if (c.target == Compare::Target::kCreate)
-      cmp.push_back({{"key", base64_encode(c.key)},
-                     {"result", "EQUAL"},
-                     {"target", "CREATE"},
-                     {"create_revision", std::to_string(c.create_revision)}});
-    else
-      cmp.push_back({{"key", base64_encode(c.key)},
-                     {"result", "EQUAL"},
-                     {"target", "VALUE"},
-                     {"value", base64_encode(c.value)}});
+    pb::Compare* cmp = req.add_compare();
+    cmp->set_key(c.key);
+    cmp->set_result(pb::Compare::EQUAL);
+    if (c.target == Compare::Target::kCreate) {
+      cmp->set_target(pb::Compare::CREATE);
+      cmp->set_create_revision(c.create_revision);
+    } else {
+      cmp->set_target(pb::Compare::VALUE);
+      cmp->set_value(c.value);
+    }
   }
   for (const auto& o : ops) {
+    pb::RequestOp* op = req.add_success();
     switch (o.kind) {
       case Op::Kind::kPut: {
-        json p{{"key", base64_encode(o.key)}, {"value", base64_encode(o.value)}};
-        if (o.lease) p["lease"] = std::to_string(o.lease);
-        success.push_back({{"request_put", p}});
+        pb::PutRequest* put = op->mutable_request_put();
+        put->set_key(o.key);
+        put->set_value(o.value);
+        if (o.lease) put->set_lease(o.lease);
         break;
       }
       case Op::Kind::kDelete:
-        success.push_back({{"request_delete_range", {{"key", base64_encode(o.key)}}}});
+        op->mutable_request_delete_range()->set_key(o.key);
         break;
-      case Op::Kind::kDeleteRange:
-        success.push_back(
-            {{"request_delete_range",
-              {{"key", base64_encode(o.key)}, {"range_end", base64_encode(o.range_end)}}}});
+      case Op::Kind::kDeleteRange: {
+        pb::DeleteRangeRequest* del = op->mutable_request_delete_range();
+        del->set_key(o.key);
+        del->set_range_end(o.range_end);
         break;
+      }
     }
   }
-  json req{{"compare", cmp}, {"success", success}};
-  TRY_ASSIGN(std::string answer, post("/v3/kv/txn", req.dump()));
-  json j = json::parse(answer, nullptr, false);
-  if (!j.is_object()) return make_error("etcd answered a transaction with no JSON object");
+  pb::TxnResponse resp;
+  TRY(impl_->call(*this, "transaction", [&](Impl::Member& m, grpc::ClientContext& ctx) {
+    return m.kv->Txn(&ctx, req, &resp);
+  }));
   TxnResult r;
-  auto ok = j.find("succeeded");
-  r.succeeded = ok != j.end() && ok->is_boolean() && ok->get<bool>();
-  if (auto h = j.find("header"); h != j.end() && h->is_object()) r.revision = num(*h, "revision");
+  r.succeeded = resp.succeeded();
+  r.revision = resp.header().revision();
   return r;
 }
 
 Result<int64_t> Client::lease_grant(int64_t ttl_s) {
-  TRY_ASSIGN(std::string answer, post("/v3/lease/grant", json{{"TTL", ttl_s}}.dump()));
-  json j = json::parse(answer, nullptr, false);
-  if (!j.is_object() || num(j, "ID") == 0)
-    return make_error("etcd granted no lease: " + answer.substr(0, 200));
-  return num(j, "ID");
+  pb::LeaseGrantRequest req;
+  req.set_ttl(ttl_s);
+  pb::LeaseGrantResponse resp;
+  TRY(impl_->call(*this, "lease grant", [&](Impl::Member& m, grpc::ClientContext& ctx) {
+    return m.lease->LeaseGrant(&ctx, req, &resp);
+  }));
+  if (resp.id() == 0) return make_error("etcd granted no lease: " + resp.error());
+  return resp.id();
 }
 
 Result<int64_t> Client::lease_keepalive(int64_t id) {
-  TRY_ASSIGN(std::string answer,
-             post("/v3/lease/keepalive", json{{"ID", std::to_string(id)}}.dump()));
-  json j = json::parse(answer, nullptr, false);
-  if (!j.is_object() || !j.contains("result") || !j["result"].is_object())
-    return make_error("etcd answered a keepalive with no result: " + answer.substr(0, 200));
-  return num(j["result"], "TTL");
+  pb::LeaseKeepAliveRequest req;
+  req.set_id(id);
+  pb::LeaseKeepAliveResponse resp;
+  TRY(impl_->call(*this, "lease keepalive", [&](Impl::Member& m, grpc::ClientContext& ctx) {
+    // One request and its answer on a stream of its own: the call's deadline bounds it.
+    auto stream = m.lease->LeaseKeepAlive(&ctx);
+    bool answered = stream->Write(req) && stream->Read(&resp);
+    stream->WritesDone();
+    if (answered) ctx.TryCancel();  // the answer is here: no need to wait for the end
+    grpc::Status st = stream->Finish();
+    if (answered) return grpc::Status::OK;
+    return st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended unanswered")
+                   : st;
+  }));
+  return resp.ttl();  // 0: the lease is gone
 }
 
 Status Client::lease_revoke(int64_t id) {
-  TRY(post("/v3/lease/revoke", json{{"ID", std::to_string(id)}}.dump()));
-  return {};
+  pb::LeaseRevokeRequest req;
+  req.set_id(id);
+  pb::LeaseRevokeResponse resp;
+  return impl_->call(*this, "lease revoke", [&](Impl::Member& m, grpc::ClientContext& ctx) {
+    return m.lease->LeaseRevoke(&ctx, req, &resp);
+  });
 }
 
 Status Client::ping() {
   TRY(get("weft-ping"));
   return {};
+}
+
+Result<bool> Client::wait_deleted(const std::string& key, int64_t after_revision,
+                                  uint64_t timeout_ms) {
+  Impl::Member& m = impl_->members[current_];
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline_in(timeout_ms));
+  ctx.set_wait_for_ready(true);
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->waiting = &ctx;
+  }
+  pb::WatchRequest req;
+  pb::WatchCreateRequest* create = req.mutable_create_request();
+  create->set_key(key);
+  create->set_start_revision(after_revision + 1);
+  create->add_filters(pb::WatchCreateRequest::NOPUT);
+  bool deleted = false;
+  auto stream = m.watch->Watch(&ctx);
+  if (stream->Write(req)) {
+    pb::WatchResponse resp;
+    while (!deleted && stream->Read(&resp)) {
+      // Compacted past our revision, or cancelled by etcd: read the key again.
+      if (resp.compact_revision() > 0 || resp.canceled()) deleted = true;
+      for (const auto& ev : resp.events()) deleted |= ev.type() == pb::Event::DELETE;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->waiting = nullptr;
+  }
+  ctx.TryCancel();
+  grpc::Status st = stream->Finish();
+  if (deleted) return true;
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      st.error_code() == grpc::StatusCode::CANCELLED)
+    return false;
+  current_ = (current_ + 1) % impl_->members.size();  // this member failed: another next
+  return make_error("etcd watch at " + m.endpoint + ": " + st.error_message());
+}
+
+void Client::cancel_waits() {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  if (impl_->waiting) impl_->waiting->TryCancel();
 }
 
 }  // namespace weft::etcd

@@ -1,14 +1,16 @@
-// A client of etcd's v3 API through its JSON gateway (POST /v3/kv/range, /v3/kv/txn,
-// /v3/lease/...), over libcurl: plain HTTP on loopback for tests, HTTPS with the
-// member's CA and this client's certificate and key in production. docs/decisions.md
-// says why the gateway and not gRPC.
+// A client of etcd's v3 API through its native gRPC interface (KV Range and Txn, Lease
+// grant, revoke and keepalive, Watch; controlplane/etcd/rpc.proto): plain HTTP/2 on
+// loopback for tests ("http://host:port"), TLS with the member's CA and this client's
+// certificate and key in production ("https://host:port"). docs/decisions.md says why
+// gRPC replaced the JSON gateway.
 //
 // Calls are synchronous and bounded by `timeout_ms` each: the control plane makes them
-// when it starts, when it commits a group (as it waits for sqlite's fsync), and from its
-// lease-keeping thread. A call that cannot reach a member tries the next endpoint once
-// around the list; an answer from etcd (an error included) ends the call.
+// when it starts, from its committer thread, and from its lease-keeping thread. A call
+// that cannot reach a member tries the next endpoint once around the list; an answer
+// from etcd (an error included) ends the call. gRPC keeps one HTTP/2 connection per
+// member and reconnects by itself.
 //
-// One client is used by one thread at a time.
+// One client is used by one thread at a time, but cancel_waits() (any thread).
 #pragma once
 
 #include <cstdint>
@@ -56,8 +58,9 @@ struct TxnResult {
 // The end of the range of every key starting with `prefix` (etcd's "prefix end").
 std::string prefix_end(const std::string& prefix);
 
-// The keys of a /v3/kv/range answer (hostile input: what the network delivered).
-Result<std::vector<Kv>> parse_range(const std::string& answer);
+// The keys of a RangeResponse as the network delivered it (protobuf bytes; hostile
+// input).
+Result<std::vector<Kv>> parse_range(const std::string& wire);
 
 class Client {
  public:
@@ -78,17 +81,23 @@ class Client {
   Status lease_revoke(int64_t id);
   // Reachable and serving (a linearizable read of one key).
   Status ping();
+  // Watches `key` from `after_revision` + 1 (a Watch stream): true when it was deleted
+  // (or had been since), false when `timeout_ms` passed first or cancel_waits() was
+  // called. Followers wait on the leader's key with this instead of polling it.
+  Result<bool> wait_deleted(const std::string& key, int64_t after_revision, uint64_t timeout_ms);
+  // Ends a wait_deleted() in progress (from any thread); later waits are not affected.
+  void cancel_waits();
 
   const Config& config() const { return cfg_; }
+  struct Impl;
 
  private:
   explicit Client(Config cfg);
-  Result<std::string> post(const std::string& path, const std::string& body);
   Result<std::vector<Kv>> range(const std::string& key, const std::string& end, size_t limit,
                                 bool descend);
   Config cfg_;
   size_t current_ = 0;  // the endpoint that answered last
-  void* curl_ = nullptr;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace weft::etcd

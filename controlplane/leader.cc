@@ -28,6 +28,7 @@ Leadership::~Leadership() {
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
+    if (client_) client_->cancel_waits();
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -60,11 +61,19 @@ void Leadership::run() {
   auto client = etcd::Client::create(cfg_.etcd);
   if (!client.ok()) return lose(client.error().str());
   etcd::Client& c = **client;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    client_ = &c;
+  }
   while (!stop_.load() && !lost_.load()) {
     if (leading_.load())
       keep(c);
     else
       campaign(c);
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    client_ = nullptr;
   }
   if (leading_.load() && lease_ != 0) {
     // Handing over: the key goes with the lease, a follower wins at its next attempt.
@@ -81,8 +90,19 @@ void Leadership::campaign(etcd::Client& c) {
     return sleep_us(kCampaignEveryUs);
   }
   if (*current) {
-    std::lock_guard<std::mutex> g(mu_);
-    leader_ = (*current)->value;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      leader_ = (*current)->value;
+    }
+    // Another replica leads: wait on its key (a watch) and campaign the moment it goes,
+    // rather than polling. A second at most, so that the leader's name stays fresh and a
+    // stop is never held up long.
+    auto gone = c.wait_deleted(cfg_.key, (*current)->mod_revision, 1000);
+    if (!gone.ok()) {
+      log_debug("election: watch failed", {{"ERROR", gone.error().str()}});
+      sleep_us(kCampaignEveryUs);
+    }
+    return;
   } else {
     auto lease = c.lease_grant(cfg_.ttl_s);
     if (lease.ok()) {

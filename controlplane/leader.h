@@ -1,7 +1,8 @@
 // Leader election among control plane replicas on etcd (docs/replicas.md).
 //
 // Each replica runs one Leadership. Its thread (not the event loop: etcd calls are
-// synchronous, bounded by their timeout) campaigns while the election key is absent:
+// synchronous, bounded by their timeout) watches the election key while another replica
+// holds it, and campaigns the moment it is deleted (or absent):
 // it takes a lease of `ttl_s` seconds and creates the key with it in one transaction
 // ("create revision is 0", so only one replica can succeed). The winner keeps the lease
 // alive every ttl/3; the key's create revision is its fence (EtcdStore::fence). When a
@@ -63,6 +64,7 @@ class Leadership {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string leader_, lost_reason_;
+  etcd::Client* client_ = nullptr;  // the thread's, while it runs (cancel_waits on stop)
   std::thread thread_;
 };
 

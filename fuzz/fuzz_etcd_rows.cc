@@ -1,7 +1,7 @@
 // What a control plane replica reads from etcd when it wins the election: a range answer
-// as the network delivered it (JSON, base64 keys and values), its rows parsed, and the
-// rows restored into fresh modules. A forged or corrupt etcd must be refused, never crash
-// the new leader.
+// as the network delivered it (a protobuf RangeResponse of etcd's gRPC API), its rows parsed, and
+// the rows restored into fresh modules. A forged or corrupt etcd must be refused, never crash the
+// new leader.
 #include <cstdint>
 #include <string>
 
