@@ -45,8 +45,26 @@ void OutputGate::release() {
   auto waiting = std::exchange(waiting_, {});
   for (Session* s : waiting) {
     s->gate_waiting_ = false;
-    s->flush();
+    s->ungate(UINT64_MAX);
   }
+}
+
+void OutputGate::release_through(uint64_t e) {
+  auto waiting = std::exchange(waiting_, {});
+  for (Session* s : waiting) {
+    s->gate_waiting_ = false;
+    s->ungate(e);
+    if (!s->gated_.empty() && !std::exchange(s->gate_waiting_, true)) waiting_.push_back(s);
+  }
+}
+
+void Session::ungate(uint64_t e) {
+  while (!gated_.empty() && gated_.front().first <= e) {
+    gated_bytes_ -= gated_.front().second.size();
+    out_ += gated_.front().second;
+    gated_.pop_front();
+  }
+  flush();
 }
 
 Session::~Session() {
@@ -121,8 +139,9 @@ void Session::update_events() {
   if (closed_ || !io_.active()) return;
   // Output held by the gate is not wanted out yet: no EPOLLOUT (a writable socket would
   // wake the loop for nothing, again and again).
-  bool gated = gate_ && gate_->held();
-  bool want_out = (!out_.empty() && !gated) || tls_wants_write_;
+  // Output the gate holds is in gated_, not out_: a writable socket is wanted only for
+  // what may be sent (else it would wake the loop for nothing, again and again).
+  bool want_out = !out_.empty() || tls_wants_write_;
   if (ssl_ && !established_) want_out = tls_wants_write_;
   if (want_out != want_out_) {
     want_out_ = want_out;
@@ -407,24 +426,47 @@ void Session::notify(const std::string& method, json params) {
 
 void Session::send_json(const json& msg) {
   if (closed_) return;
-  out_ += msg.dump(-1, ' ', false, json::error_handler_t::replace);
-  out_ += '\n';
+  std::string line = msg.dump(-1, ' ', false, json::error_handler_t::replace);
+  line += '\n';
+  send_line(std::move(line));
+}
+
+void Session::call_serialized(const std::string& method, const std::string& params,
+                              ReplyFn on_reply) {
+  if (closed_) {
+    on_reply(make_error("session closed").with_code(kUnavailable));
+    return;
+  }
+  int64_t id = next_id_++;
+  pending_[id] = std::move(on_reply);
+  std::string line = "{\"jsonrpc\":\"2.0\",\"id\":" + std::to_string(id) +
+                     ",\"method\":" + json(method).dump() + ",\"params\":";
+  line += params;
+  line += "}\n";
+  send_line(std::move(line));
+}
+
+void Session::send_line(std::string line) {
+  if (closed_) return;
+  if (gate_ && gate_->held()) {  // not yet durable: sent when its epoch is released
+    uint64_t e = gate_->epoch();
+    if (gated_.empty() || gated_.back().first != e) gated_.emplace_back(e, std::string());
+    gated_.back().second += line;
+    gated_bytes_ += line.size();
+    if (!std::exchange(gate_waiting_, true)) gate_->waiting_.push_back(this);
+    if (gated_bytes_ + out_.size() > (64u << 20)) {
+      log_warn("closing session: peer is not reading", {{"PEER", peer_.address}});
+      close();
+    }
+    return;
+  }
+  out_ += line;
   flush();
 }
 
 void Session::flush() {
   if (closed_) return;
   if (ssl_ && !established_) return;  // queued until the handshake completes
-  if (gate_ && gate_->held()) {       // not yet durable: sent at the gate's release
-    if (!std::exchange(gate_waiting_, true)) gate_->waiting_.push_back(this);
-    if (out_.size() > (64u << 20)) {
-      log_warn("closing session: peer is not reading", {{"PEER", peer_.address}});
-      close();
-      return;
-    }
-    update_events();
-    return;
-  }
   tls_wants_write_ = false;
   while (!out_.empty()) {
     if (ssl_) {

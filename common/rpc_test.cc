@@ -91,6 +91,52 @@ TEST(Session, AHeldOutputGateSendsNothingUntilReleased) {
   gate->release();
 }
 
+// Pipelined commits: what was said before seal() goes out with release_through(its
+// epoch), what was said after waits for the next epoch; release() sends the rest. A
+// message sent serialised once (call_serialized) arrives as any call.
+TEST(Session, AnOutputGateReleasesByEpochInOrder) {
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  Dispatcher methods;
+  std::vector<int> seen;
+  methods.add("note", [&](const json& p, const CallContext&) -> Result<json> {
+    seen.push_back(p.value("n", -1));
+    return json::object();
+  });
+  auto gate = std::make_shared<OutputGate>();
+  Session sender(**loop, Fd(sv[0]), Peer{}, nullptr);
+  sender.set_output_gate(gate);
+  Session receiver(**loop, Fd(sv[1]), Peer{}, &methods);
+  ASSERT_TRUE(sender.start().ok());
+  ASSERT_TRUE(receiver.start().ok());
+  auto spin = [&](int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE((*loop)->run_once(5'000).ok());
+  };
+  gate->hold();
+  sender.notify("note", {{"n", 1}});
+  uint64_t first = gate->seal();
+  sender.call_serialized("note", R"({"n":2})", [](Result<json>) {});
+  uint64_t second = gate->seal();
+  sender.notify("note", {{"n", 3}});
+  spin(10);
+  EXPECT_TRUE(seen.empty());
+  gate->release_through(first);
+  for (int i = 0; i < 100 && seen.size() < 1; ++i) spin(1);
+  spin(10);
+  EXPECT_EQ(seen, std::vector<int>{1});  // the second epoch still waits
+  EXPECT_TRUE(gate->held());
+  gate->release_through(second);
+  for (int i = 0; i < 100 && seen.size() < 2; ++i) spin(1);
+  spin(10);
+  EXPECT_EQ(seen, (std::vector<int>{1, 2}));
+  gate->release();
+  for (int i = 0; i < 100 && seen.size() < 3; ++i) spin(1);
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
+  EXPECT_FALSE(gate->held());
+}
+
 TEST(Session, ADeferredReplyArrivesLaterAndOutlivingTheSessionIsHarmless) {
   auto loop = EventLoop::create();
   ASSERT_TRUE(loop.ok());

@@ -1,8 +1,16 @@
 #include "controlplane/etcd_store.h"
 
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "common/log.h"
 #include "controlplane/cp_conf.h"
@@ -100,9 +108,19 @@ std::string EtcdStore::bucket_value(const std::string& bucket_key) const {
   if (jt == tasks_.end()) return {};
   auto bt = jt->second.find(std::atoi(rest.c_str() + slash + 1));
   if (bt == jt->second.end() || bt->second.empty()) return {};
-  json j = json::object();
-  for (const auto& [id, row] : bt->second) j[id] = row;
-  return j.dump();
+  size_t size = 2;
+  for (const auto& [id, row] : bt->second) size += id.size() + row.size() + 4;
+  std::string out;
+  out.reserve(size);
+  out += '{';
+  for (const auto& [id, row] : bt->second) {
+    if (out.size() > 1) out += ',';
+    out += json(id).dump();  // an id is a job's name and a number: escaped as JSON
+    out += ':';
+    out += row;
+  }
+  out += '}';
+  return out;
 }
 
 Status EtcdStore::open_batch() {
@@ -130,23 +148,114 @@ Status EtcdStore::add(Op op) {
   return batch_ || open_ ? Status{} : flush();
 }
 
+// ---- pipelined commits
+
+struct EtcdStore::Committer {
+  struct Group {
+    std::vector<std::vector<Op>> txns;
+    std::vector<etcd::Compare> fence;
+  };
+  struct Outcome {
+    Status status;
+    bool fenced = false;
+  };
+  explicit Committer(std::unique_ptr<etcd::Client> c) : client(std::move(c)) {}
+  ~Committer() {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+  void run() {
+    for (;;) {
+      Group group;
+      {
+        std::unique_lock<std::mutex> g(mu);
+        cv.wait(g, [this] { return stop || !queue.empty(); });
+        if (queue.empty()) return;
+        group = std::move(queue.front());
+        queue.pop_front();
+      }
+      Outcome out;
+      for (const auto& txn : group.txns) {
+        auto r = client->txn(group.fence, txn);
+        if (!r.ok()) {
+          out.status = std::move(r).error();
+          break;
+        }
+        if (!r->succeeded) {
+          out.fenced = true;
+          out.status = make_error("this control plane no longer leads (its leader key is gone)");
+          break;
+        }
+      }
+      {
+        std::lock_guard<std::mutex> g(mu);
+        outcomes.push_back(std::move(out));
+      }
+      done_cv.notify_all();
+      uint64_t one = 1;
+      (void)!::write(efd.get(), &one, sizeof one);
+    }
+  }
+
+  std::unique_ptr<etcd::Client> client;
+  std::mutex mu;
+  std::condition_variable cv, done_cv;
+  std::deque<Group> queue;                        // to send, oldest first
+  std::deque<Outcome> outcomes;                   // sent, not yet delivered to the loop
+  std::deque<std::function<void(Status)>> dones;  // the loop's: one per group sent
+  bool stop = false;
+  Fd efd;
+  Source wake;
+  std::thread thread;
+};
+
 Status EtcdStore::flush() {
+  // After every group sent ahead of it: etcd applies the writes in the order they were
+  // made (a bucket written here must not be overwritten by an older group's value).
+  if (committer_) {
+    std::unique_lock<std::mutex> g(committer_->mu);
+    committer_->done_cv.wait(
+        g, [this] { return committer_->outcomes.size() >= committer_->dones.size(); });
+  }
+  for (const auto& txn : take_transactions()) TRY(send(txn));
+  return {};
+}
+
+std::vector<std::vector<Op>> EtcdStore::take_transactions() {
+  std::vector<std::vector<Op>> out;
   std::vector<Op> ops = std::exchange(ops_, {});
   mark_ = 0;
   undo_.clear();
-  if (ops.empty()) return {};
+  if (ops.empty()) return out;
   // A tasks bucket's value is its rows as they are now (the last write of the group
   // wins anyway); a bucket left empty is deleted.
-  std::map<std::string, std::string> made;
+  // Each bucket is made once, and written once unless a delete came between two of its
+  // writes (36 task rows of a job are 36 writes of one bucket: one value, not 36 copies).
+  std::map<std::string, std::pair<std::string, size_t>> made;  // value, deletes seen then
+  size_t deletes = 0;
+  std::vector<Op> kept;
+  kept.reserve(ops.size());
   for (auto& op : ops) {
-    if (op.kind != Op::Kind::kPut || op.value != kLazy) continue;
+    if (op.kind != Op::Kind::kPut) ++deletes;
+    if (op.kind != Op::Kind::kPut || op.value != kLazy) {
+      kept.push_back(std::move(op));
+      continue;
+    }
     auto m = made.find(op.key);
-    if (m == made.end()) m = made.emplace(op.key, bucket_value(op.key)).first;
-    if (m->second.empty())
+    if (m != made.end() && m->second.second == deletes) continue;  // written already
+    if (m == made.end()) m = made.emplace(op.key, std::pair{bucket_value(op.key), deletes}).first;
+    m->second.second = deletes;
+    if (m->second.first.empty())
       op.kind = Op::Kind::kDelete;
     else
-      op.value = m->second;
+      op.value = m->second.first;
+    kept.push_back(std::move(op));
   }
+  ops = std::move(kept);
   // etcd refuses a transaction that names a key twice (a put and a put, or a put inside
   // a deleted range) or has more than --max-txn-ops operations: such a group goes as
   // several transactions, in order. A second put of a key in the same transaction just
@@ -175,7 +284,7 @@ Status EtcdStore::flush() {
       if (in_deleted(op.key)) conflict = true;
     }
     if (conflict || chunk.size() >= limit) {
-      TRY(send(chunk));
+      out.push_back(std::move(chunk));
       chunk.clear();
       puts.clear();
       deleted.clear();
@@ -186,16 +295,86 @@ Status EtcdStore::flush() {
       deleted.emplace_back(op.key, op.kind == Op::Kind::kDeleteRange ? op.range_end : "");
     chunk.push_back(std::move(op));
   }
-  return send(chunk);
+  if (!chunk.empty()) out.push_back(std::move(chunk));
+  return out;
+}
+
+std::vector<etcd::Compare> EtcdStore::fence_compare() const {
+  std::vector<etcd::Compare> cmp;
+  if (!fence_key_.empty())
+    cmp.push_back({etcd::Compare::Target::kCreate, fence_key_, fence_rev_, {}});
+  return cmp;
+}
+
+EtcdStore::EtcdStore(EtcdStoreConfig cfg, std::unique_ptr<etcd::Client> client)
+    : cfg_(std::move(cfg)), client_(std::move(client)) {}
+
+EtcdStore::~EtcdStore() = default;
+
+void EtcdStore::commit_batch_async(EventLoop& loop, std::function<void(Status)> done) {
+  if (!batch_) return done(Status{});
+  batch_ = false;
+  if (fenced_out_) {
+    ops_.clear();
+    undo_.clear();
+    return done(make_error("this control plane no longer leads"));
+  }
+  if (!committer_) {
+    auto client = etcd::Client::create(client_->config());
+    int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!client.ok() || fd < 0) {  // commits here and now, as without a committer
+      if (fd >= 0) ::close(fd);
+      return done(flush());
+    }
+    auto c = std::make_unique<Committer>(std::move(client).value());
+    c->efd = Fd(fd);
+    auto src = loop.add_io(fd, EPOLLIN, [this](uint32_t) { deliver(false); });
+    if (!src.ok()) return done(flush());
+    c->wake = std::move(src).value();
+    c->thread = std::thread([p = c.get()] { p->run(); });
+    committer_ = std::move(c);
+  }
+  Committer::Group group{take_transactions(), fence_compare()};
+  committer_->dones.push_back(std::move(done));
+  {
+    std::lock_guard<std::mutex> g(committer_->mu);
+    committer_->queue.push_back(std::move(group));
+  }
+  committer_->cv.notify_all();
+}
+
+void EtcdStore::deliver(bool wait_all) {
+  if (!committer_) return;
+  uint64_t n;
+  while (::read(committer_->efd.get(), &n, sizeof n) > 0) {
+  }
+  for (;;) {
+    std::deque<Committer::Outcome> got;
+    {
+      std::unique_lock<std::mutex> g(committer_->mu);
+      if (wait_all)
+        committer_->done_cv.wait(
+            g, [this] { return committer_->outcomes.size() >= committer_->dones.size(); });
+      got = std::exchange(committer_->outcomes, {});
+    }
+    for (auto& o : got) {
+      if (o.fenced) fenced_out_ = true;
+      auto done = std::move(committer_->dones.front());
+      committer_->dones.pop_front();
+      done(std::move(o.status));
+    }
+    if (!wait_all || committer_->dones.empty()) return;
+  }
+}
+
+void EtcdStore::drain() {
+  deliver(true);
 }
 
 Status EtcdStore::send(const std::vector<Op>& ops) {
   if (ops.empty()) return {};
   if (fenced_out_) return make_error("this control plane no longer leads");
-  std::vector<etcd::Compare> cmp;
-  if (!fence_key_.empty())
-    cmp.push_back({etcd::Compare::Target::kCreate, fence_key_, fence_rev_, {}});
-  TRY_ASSIGN(etcd::TxnResult r, client_->txn(cmp, ops));
+  TRY_ASSIGN(etcd::TxnResult r, client_->txn(fence_compare(), ops));
   if (!r.succeeded) {
     fenced_out_ = true;
     return make_error("this control plane no longer leads (its leader key is gone)");
@@ -242,10 +421,10 @@ std::string EtcdStore::bucket_key(const std::string& job, int bucket) const {
 }
 
 void EtcdStore::set_row(const std::string& job, int bucket, const std::string& id,
-                        std::optional<json> row) {
+                        std::optional<std::string> row) {
   auto& rows = tasks_[job][bucket];
   auto it = rows.find(id);
-  std::optional<json> old;
+  std::optional<std::string> old;
   if (it != rows.end()) old = std::move(it->second);
   if (row)
     rows[id] = std::move(*row);
@@ -264,7 +443,7 @@ Status EtcdStore::put_task(const TaskRecord& t) {
            {"held", t.held}};
   if (!t.ports.empty()) row["ports"] = task_ports_json(t.ports);
   int bucket = t.index / kTasksPerKey;
-  set_row(t.job, bucket, t.id, std::move(row));
+  set_row(t.job, bucket, t.id, row.dump(-1, ' ', false, json::error_handler_t::replace));
   // The bucket's value is made when the group is sent (flush), from the rows then.
   return add({Op::Kind::kPut, bucket_key(t.job, bucket), std::string(kLazy), {}, 0});
 }
@@ -370,7 +549,11 @@ Result<StoredState> EtcdStore::load() {
   undo_.clear();
   TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/")));
   StoredState st;
-  TRY(parse_rows(kvs, key("state/"), &st, &tasks_));
+  TaskRows rows;
+  TRY(parse_rows(kvs, key("state/"), &st, &rows));
+  for (auto& [job, buckets] : rows)
+    for (auto& [bucket, ids] : buckets)
+      for (auto& [id, row] : ids) tasks_[job][bucket][id] = row.dump();
   return st;
 }
 

@@ -11,10 +11,12 @@
 //
 // Writes are buffered and sent as etcd transactions: one per write outside a group, one
 // per group at commit_batch() (split, in order, when a group is larger than etcd's
-// --max-txn-ops or would touch a key twice). Every transaction carries the fence, once
-// set: "the leader key still has the create revision it had when this process won". A
-// deposed leader's transaction therefore changes nothing, and fenced_out() turns true:
-// the daemon must stop (it cannot tell what its memory holds that etcd does not).
+// --max-txn-ops or would touch a key twice). commit_batch_async() hands a group's
+// transactions to a committer thread, which sends them in order while the loop works
+// on the next group; the outcome comes back to the loop through an eventfd. Every transaction
+// carries the fence, once set: "the leader key still has the create revision it had when this
+// process won". A deposed leader's transaction therefore changes nothing, and fenced_out() turns
+// true: the daemon must stop (it cannot tell what its memory holds that etcd does not).
 #pragma once
 
 #include <map>
@@ -57,6 +59,10 @@ class EtcdStore final : public StateStore {
   Status commit_batch() override;
   bool in_batch() const override { return batch_; }
   void abandon_batch() override;
+  bool async_commits() const override { return true; }
+  void commit_batch_async(EventLoop& loop, std::function<void(Status)> done) override;
+  void drain() override;
+  ~EtcdStore() override;
 
   Status put_entitlement(EntitlementId id, const EntitlementSpec& e) override;
   Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) override;
@@ -83,26 +89,37 @@ class EtcdStore final : public StateStore {
                            StoredState* st, TaskRows* tasks);
 
  private:
-  EtcdStore(EtcdStoreConfig cfg, std::unique_ptr<etcd::Client> client)
-      : cfg_(std::move(cfg)), client_(std::move(client)) {}
+  EtcdStore(EtcdStoreConfig cfg, std::unique_ptr<etcd::Client> client);
   std::string key(const std::string& rest) const { return cfg_.prefix + rest; }
   Status add(etcd::Op op);
   Status flush();
+  // The buffered writes as etcd transactions, in order (bucket values made, split where
+  // a key repeats or the group is larger than --max-txn-ops); the buffer is emptied.
+  std::vector<std::vector<etcd::Op>> take_transactions();
+  std::vector<etcd::Compare> fence_compare() const;
   Status send(const std::vector<etcd::Op>& ops);
+  // The thread that writes pipelined groups (commit_batch_async), with a client of its
+  // own (the loop's reads keep client_).
+  struct Committer;
+  std::unique_ptr<Committer> committer_;
+  void deliver(bool wait_all);
 
   static constexpr int kTasksPerKey = 64;
   static constexpr const char* kLazy = "\x01bucket";  // value made at flush()
   std::string bucket_key(const std::string& job, int bucket) const;
   std::string bucket_value(const std::string& bucket_key) const;
   void set_row(const std::string& job, int bucket, const std::string& id,
-               std::optional<nlohmann::json> row);
-  // Task rows by job and bucket, as written (and the undo log of the open write).
-  TaskRows tasks_;
+               std::optional<std::string> row);
+  // Task rows by job and bucket, as written, each serialised once when it changes (a
+  // bucket's value is its rows' texts joined, not a JSON object built again); and the
+  // undo log of the open write.
+  using RowTexts = std::map<std::string, std::map<int, std::map<std::string, std::string>>>;
+  RowTexts tasks_;
   struct Undo {
     std::string job;
     int bucket;
     std::string id;
-    std::optional<nlohmann::json> old;
+    std::optional<std::string> old;
   };
   std::vector<Undo> undo_;
   size_t undo_mark_ = 0;

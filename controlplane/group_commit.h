@@ -13,6 +13,14 @@
 //  - the control plane's own disk: the held replies go out (answered from memory; all
 //    of it is written again); retried every second;
 //  - fenced out (another control plane leads): nothing is sent, the owner steps down.
+//
+// With a store that commits off the loop (etcd: GroupWrites::async_commits), a group is
+// sealed and sent, and the loop goes on while etcd writes it; the next group fills
+// meanwhile and is sealed when the one in flight has committed (one group in flight at a
+// time, so a slow store makes groups larger, not a queue longer). Output is released by
+// epoch (rpc::OutputGate::seal): what was said before a group was sealed goes out when
+// it has committed, what was said after waits for the next one. A group etcd does not
+// take holds everything newer too, until the rewrite of its keys has committed.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +73,8 @@ class GroupCommit {
 
   // Opens a group unless one is open or writes are synchronous now.
   Status open();
-  // Commits the open group (if any) and releases the output, or fails as above.
+  // Commits the open group (if any) and releases the output, or fails as above; with a
+  // pipelining store, after every group in flight (it waits for them).
   void commit();
   // While on, no group is opened: each write is its own transaction (an operator's call
   // on a local disk, which must hear whether its change was written).
@@ -78,11 +87,18 @@ class GroupCommit {
 
   // Whether the output is held because the store refused the last groups.
   bool held() const { return held_; }
+  // Groups sent and not yet answered (pipelining stores).
+  size_t in_flight() const { return in_flight_; }
   uint64_t failures() const { return failures_; }
   const metrics::Histogram& seconds() const { return seconds_; }
 
  private:
   void failed(const Status& why);
+  // The group's end, by the idle defer or the age timer: sealed and sent when the store
+  // pipelines (after the group in flight), else commit().
+  void commit_soon();
+  void sent(uint64_t epoch, Written group, bool covers_rewrite, uint64_t t0, Status st);
+  void retry_later();
 
   EventLoop& loop_;
   GroupWrites& store_;
@@ -91,6 +107,11 @@ class GroupCommit {
   Hooks hooks_;
   Written group_, unsaved_;
   bool sync_ = false, held_ = false, retry_armed_ = false;
+  size_t in_flight_ = 0;
+  bool seal_waiting_ = false;  // the open group is due, after the one in flight
+  // A pipelined group failed: nothing newer is released until a group that carries the
+  // rewrite of its keys (any write after the failure: persist writes unsaved()) commits.
+  bool blocked_ = false, covers_rewrite_ = false;
   uint64_t started_us_ = 0, failure_logged_us_ = 0, failures_ = 0;
   Source commit_, deadline_, retry_;
   metrics::Histogram seconds_;

@@ -28,6 +28,22 @@ struct FakeWrites : GroupWrites {
   bool fenced_out() const override { return fenced; }
 };
 
+// A store that pipelines (as etcd's): each group sealed waits in `sent` until the test
+// answers it.
+struct FakeAsyncWrites : FakeWrites {
+  std::vector<std::function<void(Status)>> sent;
+  std::vector<int> sizes;
+  bool async_commits() const override { return true; }
+  void commit_batch_async(EventLoop&, std::function<void(Status)> done) override {
+    open = false;
+    sent.push_back(std::move(done));
+  }
+  void drain() override {
+    auto all = std::exchange(sent, {});
+    for (auto& d : all) d(Status{});
+  }
+};
+
 struct GroupCommitTest : ::testing::Test {
   std::unique_ptr<EventLoop> loop = EventLoop::create().value();
   FakeWrites store;
@@ -157,6 +173,84 @@ TEST_F(GroupCommitTest, AGroupPastItsAgeCommitsAtTheNextWriteUnderConstantLoad) 
   usleep(1000);
   group->wrote(task("a"));  // no loop iteration needed
   EXPECT_EQ(store.committed, 1);
+  EXPECT_FALSE(gate.held());
+}
+
+}  // namespace
+}  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+// One group in flight at a time: the next fills meanwhile and is sealed when the first
+// has committed; a group etcd refused holds everything newer until the rewrite of its
+// keys commits.
+TEST(GroupCommitPipelined, TheNextGroupFillsWhileOneIsInFlightAndFailuresHoldWhatIsNewer) {
+  auto loop = EventLoop::create().value();
+  FakeAsyncWrites store;
+  rpc::OutputGate gate;
+  int rewrites = 0, commits = 0;
+  std::unique_ptr<GroupCommit> group;
+  GroupCommit::Hooks hooks;
+  hooks.rewrite = [&] {
+    ++rewrites;
+    Written w = std::move(group->unsaved());
+    group->unsaved() = {};
+    if (!group->open().ok()) return false;
+    group->wrote(w);
+    return true;
+  };
+  hooks.deposed = [](const std::string&) {};
+  hooks.committed = [&](uint64_t, bool) { ++commits; };
+  group = std::make_unique<GroupCommit>(*loop, store, gate,
+                                        GroupCommit::Options{true, 20'000, 10'000}, hooks);
+  auto spin = [&](const std::function<bool()>& done) {
+    for (int i = 0; i < 2000 && !done(); ++i) ASSERT_TRUE(loop->run_once(1000).ok());
+    ASSERT_TRUE(done());
+  };
+  Written a, b, c;
+  a.tasks.insert("a");
+  b.tasks.insert("b");
+  c.tasks.insert("c");
+  ASSERT_TRUE(group->open().ok());
+  group->wrote(a);
+  spin([&] { return store.sent.size() == 1; });  // sealed at idle, sent off the loop
+  EXPECT_EQ(group->in_flight(), 1u);
+  EXPECT_TRUE(gate.held());
+  uint64_t after_first = gate.epoch();
+  EXPECT_EQ(after_first, 2u);       // the first group's output is epoch 1
+  ASSERT_TRUE(group->open().ok());  // the next group opens while the first is in flight
+  group->wrote(b);
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(loop->run_once(1000).ok());
+  EXPECT_EQ(store.sent.size(), 1u) << "a second group was sent before the first committed";
+  // The first fails: its keys go back to what the next write covers; the second, sealed
+  // now, commits but releases nothing (it does not carry the rewrite).
+  auto first = std::move(store.sent[0]);
+  store.sent.clear();
+  first(make_error("etcd unavailable"));
+  EXPECT_TRUE(group->held());
+  EXPECT_EQ(group->unsaved().tasks.count("a"), 1u);
+  spin([&] { return store.sent.size() == 1; });
+  auto second = std::move(store.sent[0]);
+  store.sent.clear();
+  second(Status{});
+  EXPECT_EQ(commits, 0);
+  EXPECT_TRUE(gate.held());
+  // The retry writes "a" again in a group of its own; once it commits, all is released.
+  spin([&] { return store.sent.size() == 1; });
+  EXPECT_EQ(rewrites, 1);
+  auto third = std::move(store.sent[0]);
+  store.sent.clear();
+  third(Status{});
+  EXPECT_EQ(commits, 1);
+  EXPECT_FALSE(group->held());
+  EXPECT_FALSE(gate.held());
+  EXPECT_TRUE(group->unsaved().empty());
+  // commit() waits for what is in flight (drain) before it returns.
+  ASSERT_TRUE(group->open().ok());
+  group->wrote(c);
+  group->commit();
+  EXPECT_EQ(group->in_flight(), 0u);
   EXPECT_FALSE(gate.held());
 }
 

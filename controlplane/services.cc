@@ -33,7 +33,9 @@ std::vector<std::string> ServiceTable::set(const std::string& job, const Service
   std::set_difference(before.begin(), before.end(), now.begin(), now.end(),
                       std::back_inserter(left));
   services_[job] = s;
+  if (auto c = changed_.find(job); c != changed_.end()) by_version_.erase(c->second);
   changed_[job] = ++version_;
+  by_version_[version_] = job;
   return left;
 }
 
@@ -42,7 +44,10 @@ std::vector<std::string> ServiceTable::erase(const std::string& job) {
   if (it == services_.end()) return {};
   std::set<std::string> before = task_ids(&it->second);
   services_.erase(it);
-  changed_.erase(job);
+  if (auto c = changed_.find(job); c != changed_.end()) {
+    by_version_.erase(c->second);
+    changed_.erase(c);
+  }
   removed(job);
   return {before.begin(), before.end()};
 }
@@ -64,8 +69,8 @@ ServiceUpdate ServiceTable::update_since(uint64_t from) const {
     for (const auto& [job, s] : services_) u.services[job] = s;
     return u;
   }
-  for (const auto& [job, v] : changed_)
-    if (v > from) u.services[job] = services_.at(job);
+  for (auto it = by_version_.upper_bound(from); it != by_version_.end(); ++it)
+    u.services[it->second] = services_.at(it->second);
   for (auto it = removals_.upper_bound(from); it != removals_.end(); ++it)
     if (!services_.count(it->second)) u.services[it->second] = std::nullopt;
   return u;

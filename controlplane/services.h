@@ -75,10 +75,12 @@ class ServiceTable {
   void removed(const std::string& job);
   uint64_t version_ = 0;
   std::map<std::string, Service> services_;
-  std::map<std::string, uint64_t> changed_;    // job -> version of its last change
-  std::map<uint64_t, std::string> removals_;   // version -> job erased then
-  static constexpr size_t kRemembered = 4096;  // removals kept for update_since
-  uint64_t forgotten_ = 0;                     // the newest removal not kept
+  std::map<std::string, uint64_t> changed_;     // job -> version of its last change
+  std::map<uint64_t, std::string> by_version_;  // the same, by version: update_since reads
+                                                // what changed after a version, not all
+  std::map<uint64_t, std::string> removals_;    // version -> job erased then
+  static constexpr size_t kRemembered = 4096;   // removals kept for update_since
+  uint64_t forgotten_ = 0;                      // the newest removal not kept
   std::map<MachineId, uint64_t> acked_;
   struct Held {
     Command command;

@@ -90,7 +90,18 @@ std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds)
         });
     for (auto& t : services_.set(job, s)) left[t] = {services_.version(), spec->discovery_drain_us};
   }
-  if (services_.version() != services_pushed_) push_services();
+  // Once per loop iteration however many sends changed endpoints: one update to every
+  // agent carries all of them.
+  if (services_.version() != services_pushed_ && !push_soon_.active()) {
+    auto d = loop_->add_defer([this] {
+      push_soon_.reset();
+      if (services_.version() != services_pushed_) push_services();
+    });
+    if (d.ok())
+      push_soon_ = std::move(d).value();
+    else
+      push_services();
+  }
   std::vector<Command> now_out;
   for (const auto& c : cmds) {
     if (c.kind != Command::Kind::kStop || !cfg_.discovery_withdraw) {
@@ -144,10 +155,10 @@ void Manager::push_services() {
   if (!services_live_) return;
   ServiceUpdate u = services_.update_since(services_pushed_);
   services_pushed_ = services_.version();
-  json msg = to_json(u);
+  std::string msg = to_json(u).dump(-1, ' ', false, json::error_handler_t::replace);  // once
   for (const auto& [machine, s] : service_sessions_) {
     MachineId m = machine;  // (a structured binding cannot be captured before C++20's clang 16)
-    s->call("service.update", msg, [this, m](Result<json> r) { on_service_ack(m, r); });
+    s->call_serialized("service.update", msg, [this, m](Result<json> r) { on_service_ack(m, r); });
   }
 }
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "common/event.h"
 #include "common/fs.h"
 #include "common/result.h"
 #include "common/secret_box.h"
@@ -103,6 +104,16 @@ class GroupWrites {
   virtual void abandon_batch() = 0;
   // The group was refused because another control plane leads now (etcd's fence).
   virtual bool fenced_out() const { return false; }
+  // Pipelined commits (etcd): commit_batch_async() ends the open group and has it
+  // written off the loop's thread; `done` runs on `loop` with the outcome, in the order
+  // of the calls. Meanwhile the next group may open. drain() waits for every group sent
+  // and runs their `done`s. Stores without them commit here and now.
+  virtual bool async_commits() const { return false; }
+  virtual void commit_batch_async(EventLoop& loop, std::function<void(Status)> done) {
+    (void)loop;
+    done(commit_batch());
+  }
+  virtual void drain() {}
 };
 
 class StateStore : public GroupWrites {

@@ -91,8 +91,8 @@ void TaskControlLinks::connect(Link& l) {
           return;
         }
         SSL* ssl = nullptr;
-        auto ep = rpc::parse_endpoint(me.spec.address);
-        if (tls_required_ && ep.ok() && !ep->is_unix) {
+        auto target = rpc::parse_endpoint(me.spec.address);
+        if (tls_required_ && target.ok() && !target->is_unix) {
           // Only the controller the job names: its certificate, from this CA, names it.
           auto r = !tls_ ? Result<SSL*>(make_error("no TLS context for task controllers"))
                    : me.spec.identity.empty()

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -50,16 +51,27 @@ class Session;
 // Group commit (the control plane): while a gate is held, the sessions that share it
 // keep what they would send (replies, requests) until release(): a daemon writes many
 // calls' changes in one transaction and answers none of them before it is durable.
+//
+// Pipelined commits (a store that writes off the loop): output is kept by epoch. seal()
+// closes the current epoch (what was said so far waits for the group being committed)
+// and later output belongs to the next; release_through(e) sends what epochs up to `e`
+// said, in order, while the gate stays held for the newer ones.
 class OutputGate {
  public:
   void hold() { held_ = true; }
   bool held() const { return held_; }
-  // Sends what waited, session by session.
+  // Sends what waited, session by session; the gate is open again.
   void release();
+  uint64_t epoch() const { return epoch_; }
+  // Output so far belongs to the returned epoch, later output to the next one.
+  uint64_t seal() { return epoch_++; }
+  // Sends what epochs up to `e` said; the gate stays held.
+  void release_through(uint64_t e);
 
  private:
   friend class Session;
   bool held_ = false;
+  uint64_t epoch_ = 1;
   std::vector<Session*> waiting_;
 };
 
@@ -137,6 +149,9 @@ class Session {
   void set_output_gate(std::shared_ptr<OutputGate> gate) { gate_ = std::move(gate); }
   Status start();
   void call(const std::string& method, json params, ReplyFn on_reply);
+  // The same call with params already serialised (a JSON text): one message sent to many
+  // sessions is serialised once.
+  void call_serialized(const std::string& method, const std::string& params, ReplyFn on_reply);
   void notify(const std::string& method, json params);
   void close();
   bool closed() const { return closed_; }
@@ -168,6 +183,7 @@ class Session {
   void account_buffered();
   void send_json(const json& msg);
   void flush();
+  void send_line(std::string line);  // a whole line (with its '\n'), through the gate
   void reply_error(const json& id, const RpcError& e);
 
   EventLoop& loop_;
@@ -202,6 +218,11 @@ class Session {
   std::function<void()> on_established_;
   std::shared_ptr<OutputGate> gate_;
   bool gate_waiting_ = false;  // listed in gate_->waiting_
+  // Output the gate holds, by epoch, oldest first (out_ holds only what may be sent).
+  std::deque<std::pair<uint64_t, std::string>> gated_;
+  size_t gated_bytes_ = 0;
+  // Moves the gated output of epochs up to `e` to out_ and sends it.
+  void ungate(uint64_t e);
   friend class OutputGate;
 };
 
