@@ -3,9 +3,15 @@
 # sqlite (the default) and etcd (one member on this machine, the same disk, started
 # here from Debian's etcd-server with the flags docs/replicas.md recommends).
 #   bench/etcd_store.sh [machines] [jobs] [tasks]
+# BASELINE=<another build directory> runs the same phases with that build's control plane
+# and simulator too (the previous release, say), each store's runs back to back:
+#   git worktree add /tmp/prev <commit> && cmake -S /tmp/prev -B /tmp/prev/build -G Ninja \
+#     -DCMAKE_BUILD_TYPE=RelWithDebInfo && ninja -C /tmp/prev/build fleet_sim weft-controlplane
+#   BASELINE=/tmp/prev/build bench/etcd_store.sh 5000 1000 36
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-sim="$here/build/bench/fleet_sim"
+builds=("$here/build")
+[ -n "${BASELINE:-}" ] && builds=("$BASELINE" "$here/build")
 machines=${1:-1000} jobs=${2:-1000} tasks=${3:-36}
 dir=$(mktemp -d /var/tmp/weft-etcd-bench.XXXXXX)
 port=$((30000 + RANDOM % 20000))
@@ -24,8 +30,16 @@ done
 common=(--machines "$machines" --jobs "$jobs" --tasks "$tasks" --clients 8 --rest 2
         --phases register,rest,create --machine-cpu-milli 64000 --machine-mem-mb 262144
         --domain-size 20 --task-cpu-milli 100 --task-mem-mb 64)
-echo "== sqlite"
-"$sim" "${common[@]}" | grep -E "fleet_sim:|create|jobs/s" || true
-echo "== etcd (1 member, same disk)"
-"$sim" "${common[@]}" --cp-config "$(printf '[store]\nkind = "etcd"\netcd_endpoints = ["http://127.0.0.1:%s"]\netcd_max_txn_ops = 4096\n' "$port")" \
-  | grep -E "fleet_sim:|create|jobs/s" || true
+n=0
+for store in sqlite etcd; do
+  for b in "${builds[@]}"; do
+    n=$((n + 1))
+    extra=()
+    if [ "$store" = etcd ]; then
+      # A prefix of its own per run: each run starts from an empty state.
+      extra=(--cp-config "$(printf '[store]\nkind = "etcd"\netcd_endpoints = ["http://127.0.0.1:%s"]\netcd_prefix = "/run%s/"\netcd_max_txn_ops = 4096\n' "$port" "$n")")
+    fi
+    echo "== $store, $b"
+    "$b/bench/fleet_sim" "${common[@]}" "${extra[@]}" | grep -E "fleet_sim:|create|jobs/s" || true
+  done
+done

@@ -214,7 +214,8 @@ class Manager {
   // held until every agent has the new set (and the job's discovery_drain passed).
   std::vector<Command> refresh_services(const std::vector<Command>& cmds);
   void push_services();
-  Source push_soon_;  // push_services at the end of this loop iteration
+  Source push_soon_;  // push_services at the end of this loop iteration, or a bit later
+  uint64_t last_push_us_ = 0;
   void release_stops();
   void arm_services_timer();
   void note_timed_out(const std::vector<std::string>& tasks);

@@ -39,6 +39,15 @@ std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
   return out;
 }
 
+std::vector<const TaskRecord*> Scheduler::task_refs_of(const std::string& job) const {
+  std::vector<const TaskRecord*> out;
+  if (auto j = job_tasks_.find(job); j != job_tasks_.end()) {
+    out.reserve(j->second.size());
+    for (const auto& entry : j->second) out.push_back(entry.second);
+  }
+  return out;
+}
+
 std::vector<TaskRecord> Scheduler::tasks_on(MachineId m) const {
   std::vector<TaskRecord> out;
   if (auto it = machine_tasks_.find(m); it != machine_tasks_.end())

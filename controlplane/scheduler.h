@@ -262,6 +262,8 @@ class Scheduler {
   uint64_t task_seq() const { return seq_; }
   void set_task_seq(uint64_t s) { seq_ = s; }
   std::vector<TaskRecord> tasks_of(const std::string& job) const;
+  // The same without copies (valid until the scheduler changes).
+  std::vector<const TaskRecord*> task_refs_of(const std::string& job) const;
   std::vector<TaskRecord> tasks_on(MachineId m) const;
   std::optional<PersistedJob> persisted_job(const std::string& name) const;
   std::optional<JobSpec> job(const std::string& name) const;

@@ -156,9 +156,19 @@ uint64_t ServiceTable::next_deadline_us() const {
 Service endpoints_of(const std::string& entitlement, const std::vector<TaskRecord>& tasks,
                      const std::function<std::string(MachineId)>& machine_name,
                      const std::function<std::string(MachineId)>& address) {
+  std::vector<const TaskRecord*> refs;
+  refs.reserve(tasks.size());
+  for (const auto& t : tasks) refs.push_back(&t);
+  return endpoints_of(entitlement, refs, machine_name, address);
+}
+
+Service endpoints_of(const std::string& entitlement, const std::vector<const TaskRecord*>& tasks,
+                     const std::function<std::string(MachineId)>& machine_name,
+                     const std::function<std::string(MachineId)>& address) {
   Service s;
   s.entitlement = entitlement;
-  for (const auto& t : tasks) {  // (index, id) order
+  for (const TaskRecord* tp : tasks) {  // (index, id) order
+    const TaskRecord& t = *tp;
     bool published = (t.state == TaskState::kRunning || t.state == TaskState::kDraining) && t.ready;
     if (!published) continue;
     std::string addr = address(t.machine);

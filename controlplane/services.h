@@ -97,5 +97,8 @@ class ServiceTable {
 Service endpoints_of(const std::string& entitlement, const std::vector<TaskRecord>& tasks,
                      const std::function<std::string(MachineId)>& machine_name,
                      const std::function<std::string(MachineId)>& address);
+Service endpoints_of(const std::string& entitlement, const std::vector<const TaskRecord*>& tasks,
+                     const std::function<std::string(MachineId)>& machine_name,
+                     const std::function<std::string(MachineId)>& address);
 
 }  // namespace weft::cp

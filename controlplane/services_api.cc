@@ -68,6 +68,10 @@ void Manager::on_service_ack(MachineId m, const Result<json>& r) {
   release_stops();
 }
 
+namespace {
+constexpr uint64_t kServicePushUs = 20'000;
+}  // namespace
+
 std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds) {
   uint64_t now = now_us();
   auto jobs = sched_.take_service_changes();
@@ -82,7 +86,7 @@ std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds)
     const auto& ents = broker_.entitlements();
     auto e = ents.find(spec->entitlement_id);
     Service s = endpoints_of(
-        e == ents.end() ? std::string() : e->second.name, sched_.tasks_of(job),
+        e == ents.end() ? std::string() : e->second.name, sched_.task_refs_of(job),
         [this](MachineId m) { return alloc_.spec(m).name; },
         [this](MachineId m) {
           auto a = addresses_.find(m);
@@ -90,17 +94,23 @@ std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds)
         });
     for (auto& t : services_.set(job, s)) left[t] = {services_.version(), spec->discovery_drain_us};
   }
-  // Once per loop iteration however many sends changed endpoints: one update to every
-  // agent carries all of them.
+  // At the end of this loop iteration, and at most every kServicePushUs however many
+  // sends changed endpoints: one update to every agent carries all of them (a push is a
+  // message to each agent of the fleet).
   if (services_.version() != services_pushed_ && !push_soon_.active()) {
-    auto d = loop_->add_defer([this] {
+    uint64_t mono = now_monotonic_us();
+    auto push = [this] {
       push_soon_.reset();
+      last_push_us_ = now_monotonic_us();
       if (services_.version() != services_pushed_) push_services();
-    });
+    };
+    auto d = mono >= last_push_us_ + kServicePushUs
+                 ? loop_->add_defer(push)
+                 : loop_->add_timer_at(last_push_us_ + kServicePushUs, push);
     if (d.ok())
       push_soon_ = std::move(d).value();
     else
-      push_services();
+      push();
   }
   std::vector<Command> now_out;
   for (const auto& c : cmds) {

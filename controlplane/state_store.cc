@@ -299,9 +299,17 @@ uint64_t StateStore::mono_of(uint64_t wall_us, uint64_t wall_now, uint64_t mono_
 
 Status SqliteStore::put_task(const TaskRecord& t) {
   TRY_ASSIGN(Stmt s,
-             db_->prepare("INSERT OR REPLACE INTO tasks (id, job, idx, generation, machine, state, "
+             // An upsert: a known task's row is updated in place (a state change touches
+             // no index), where INSERT OR REPLACE deleted it and inserted it again, both
+             // indexes with it. job and idx never change for an id.
+             db_->prepare("INSERT INTO tasks (id, job, idx, generation, machine, state, "
                           "since_us, since_wall_us, message, held, ports) "
-                          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)"));
+                          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) "
+                          "ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, "
+                          "machine = excluded.machine, state = excluded.state, "
+                          "since_us = excluded.since_us, since_wall_us = excluded.since_wall_us, "
+                          "message = excluded.message, held = excluded.held, "
+                          "ports = excluded.ports"));
   s.bind(1, t.id).bind(2, t.job).bind(3, int64_t{t.index});
   s.bind(4, static_cast<int64_t>(t.generation)).bind(5, int64_t{t.machine});
   s.bind(6, std::string(task_state_name(t.state))).bind(7, static_cast<int64_t>(t.since_us));
