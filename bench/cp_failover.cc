@@ -41,7 +41,12 @@ int main(int argc, char** argv) {
   int64_t ttl = 3;
   app.add_option("--rounds", rounds, "leader kills");
   app.add_option("--lease-ttl", ttl, "the leader's lease, seconds");
+  std::string grace = "0s";
+  app.add_option("--failover-grace", grace,
+                 "the new leader's failover_grace (its default, 60s, gives the machines a "
+                 "minute to come back before any is counted dead; 0s measures the mechanism)");
   CLI11_PARSE(app, argc, argv);
+  std::string top = "failover_grace = \"" + grace + "\"\n";
   std::string dir = std::filesystem::temp_directory_path() / ("weft-failover-" + random_hex(5));
   (void)mkdir_p(dir);
   auto etcd = std::make_unique<weft::testing::EtcdServer>();
@@ -51,8 +56,8 @@ int main(int argc, char** argv) {
   }
   std::string lease = std::to_string(ttl) + "s";
   std::unique_ptr<Replica> r[2] = {
-      std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir, "a", etcd->client_config(), lease),
-      std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir, "b", etcd->client_config(), lease)};
+      std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir, "a", etcd->client_config(), lease, top),
+      std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir, "b", etcd->client_config(), lease, top)};
   auto wait = [](auto pred, double s) {
     auto end = Clock::now() + std::chrono::duration<double>(s);
     while (Clock::now() < end) {

@@ -257,13 +257,17 @@ std::vector<std::vector<Op>> EtcdStore::take_transactions() {
   }
   ops = std::move(kept);
   // etcd refuses a transaction that names a key twice (a put and a put, or a put inside
-  // a deleted range) or has more than --max-txn-ops operations: such a group goes as
-  // several transactions, in order. A second put of a key in the same transaction just
+  // a deleted range), has more than --max-txn-ops operations or is too large: such a
+  // group goes as several transactions, in order. A second put of a key in the same transaction just
   // replaces the first one's value (the same end state).
   std::vector<Op> chunk;
   std::map<std::string, size_t> puts;  // key -> position in chunk
   std::vector<std::pair<std::string, std::string>> deleted;
   size_t limit = cfg_.max_txn_ops - (fence_key_.empty() ? 0 : 1);
+  // And at most 1 MiB a transaction: etcd refuses a request larger than its
+  // --max-request-bytes (1.5 MiB by default).
+  constexpr size_t kMaxTxnBytes = 1u << 20;
+  size_t bytes = 0;
   auto in_deleted = [&deleted](const std::string& k) {
     for (const auto& [from, to] : deleted)
       if (k >= from && (to.empty() ? k == from : k < to)) return true;
@@ -283,12 +287,15 @@ std::vector<std::vector<Op>> EtcdStore::take_transactions() {
         if (k >= op.key && (to.empty() ? k == op.key : k < to)) conflict = true;
       if (in_deleted(op.key)) conflict = true;
     }
-    if (conflict || chunk.size() >= limit) {
+    size_t op_bytes = op.key.size() + op.value.size() + op.range_end.size() + 16;
+    if (!chunk.empty() && (conflict || chunk.size() >= limit || bytes + op_bytes > kMaxTxnBytes)) {
       out.push_back(std::move(chunk));
       chunk.clear();
       puts.clear();
       deleted.clear();
+      bytes = 0;
     }
+    bytes += op_bytes;
     if (op.kind == Op::Kind::kPut)
       puts[op.key] = chunk.size();
     else

@@ -216,6 +216,17 @@ class Manager {
   void push_services();
   Source push_soon_;  // push_services at the end of this loop iteration, or a bit later
   uint64_t last_push_us_ = 0;
+  // Works out the changed jobs' endpoints (services_dirty_ and the scheduler's changes)
+  // and has them pushed; at once when a send has stops to hold, else at the end of the
+  // loop iteration (recompute_soon_).
+  void recompute_services();
+  Source recompute_soon_;
+  // Tasks that left their job's endpoints: the version that withdrew them, the job's
+  // drain, when (monotonic). A stop of one waits until the agents have that version.
+  struct Left {
+    uint64_t version = 0, drain_us = 0, at_us = 0;
+  };
+  std::unordered_map<std::string, Left> services_left_;
   void release_stops();
   void arm_services_timer();
   void note_timed_out(const std::vector<std::string>& tasks);

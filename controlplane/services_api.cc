@@ -72,15 +72,14 @@ namespace {
 constexpr uint64_t kServicePushUs = 20'000;
 }  // namespace
 
-std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds) {
-  uint64_t now = now_us();
+void Manager::recompute_services() {
   auto jobs = sched_.take_service_changes();
   jobs.merge(std::exchange(services_dirty_, {}));
-  std::map<std::string, std::pair<uint64_t, uint64_t>> left;  // task -> (version, drain)
+  uint64_t now = now_monotonic_us();
   for (const auto& job : jobs) {
     auto spec = sched_.job(job);
     if (!spec) {
-      for (auto& t : services_.erase(job)) left[t] = {services_.version(), 0};
+      for (auto& t : services_.erase(job)) services_left_[t] = {services_.version(), 0, now};
       continue;
     }
     const auto& ents = broker_.entitlements();
@@ -92,19 +91,25 @@ std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds)
           auto a = addresses_.find(m);
           return a == addresses_.end() ? std::string() : a->second;
         });
-    for (auto& t : services_.set(job, s)) left[t] = {services_.version(), spec->discovery_drain_us};
+    for (auto& t : services_.set(job, s))
+      services_left_[t] = {services_.version(), spec->discovery_drain_us, now};
   }
+  // What left and was not stopped by the control plane (it ended by itself) is
+  // forgotten after a while; a stop of it later needs no withdrawal (it is withdrawn).
+  if (services_left_.size() > 1024)
+    std::erase_if(services_left_, [&](const auto& e) {
+      return now - e.second.at_us > cfg_.discovery_ack_timeout_us + 60'000'000;
+    });
   // At the end of this loop iteration, and at most every kServicePushUs however many
   // sends changed endpoints: one update to every agent carries all of them (a push is a
   // message to each agent of the fleet).
   if (services_.version() != services_pushed_ && !push_soon_.active()) {
-    uint64_t mono = now_monotonic_us();
     auto push = [this] {
       push_soon_.reset();
       last_push_us_ = now_monotonic_us();
       if (services_.version() != services_pushed_) push_services();
     };
-    auto d = mono >= last_push_us_ + kServicePushUs
+    auto d = now >= last_push_us_ + kServicePushUs
                  ? loop_->add_defer(push)
                  : loop_->add_timer_at(last_push_us_ + kServicePushUs, push);
     if (d.ok())
@@ -112,15 +117,39 @@ std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds)
     else
       push();
   }
+}
+
+std::vector<Command> Manager::refresh_services(const std::vector<Command>& cmds) {
+  uint64_t now = now_us();
+  // A job's endpoints are worked out again (O(its tasks)) when its stops must wait for
+  // their withdrawal, else with the next push: a 1,000-task job starting is not 1,000
+  // recomputations of 1,000 endpoints.
+  bool stops = false;
+  for (const auto& c : cmds) stops |= c.kind == Command::Kind::kStop && cfg_.discovery_withdraw;
+  if (stops) {
+    recompute_services();
+  } else if (!recompute_soon_.active()) {
+    auto d = loop_->add_defer([this] {
+      recompute_soon_.reset();
+      recompute_services();
+    });
+    if (d.ok())
+      recompute_soon_ = std::move(d).value();
+    else
+      recompute_services();
+  }
   std::vector<Command> now_out;
   for (const auto& c : cmds) {
     if (c.kind != Command::Kind::kStop || !cfg_.discovery_withdraw) {
       now_out.push_back(c);
       continue;
     }
-    if (auto it = left.find(c.task_id); it != left.end()) {
-      services_.hold_stop(c, it->second.first, now, cfg_.discovery_ack_timeout_us,
-                          it->second.second);
+    if (auto it = services_left_.find(c.task_id); it != services_left_.end()) {
+      // The drain counts from the withdrawal (it may have been worked out a push ago).
+      uint64_t since = now_monotonic_us() - it->second.at_us;
+      uint64_t drain = it->second.drain_us > since ? it->second.drain_us - since : 0;
+      services_.hold_stop(c, it->second.version, now, cfg_.discovery_ack_timeout_us, drain);
+      services_left_.erase(it);
       continue;
     }
     if (services_.holds(c.task_id)) continue;  // its stop goes once released

@@ -166,8 +166,10 @@ class Machine {
 
 class Replica {
  public:
+  // `top`: more top-level cp.toml lines (e.g. "failover_grace = \"0s\"\n").
   Replica(const std::string& bin, const std::string& dir, const std::string& name,
-          const etcd::Config& etcd, const std::string& lease_ttl = "2s")
+          const etcd::Config& etcd, const std::string& lease_ttl = "2s",
+          const std::string& top = "")
       : bin_(bin) {
     dir_ = dir + "/" + name;
     (void)mkdir_p(dir_);
@@ -177,7 +179,7 @@ class Replica {
     std::string conf = "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
                        "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
                        "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
-                       "log_level = \"debug\"\nmetrics_listen = \"\"\n"
+                       "log_level = \"debug\"\nmetrics_listen = \"\"\n" + top +
                        "[store]\nkind = \"etcd\"\netcd_endpoints = [" +
                        eps + "]\netcd_prefix = \"/replicas/\"\nlease_ttl = \"" + lease_ttl + "\"\n";
     if (!etcd.ca.empty())
