@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   std::string lease = std::to_string(ttl) + "s";
   std::unique_ptr<Replica> r[2] = {
       std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir, "a", etcd->client_config(), lease, top),
-      std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir, "b", etcd->client_config(), lease, top)};
+      std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir, "b", etcd->client_config(), lease,
+                                top)};
   auto wait = [](auto pred, double s) {
     auto end = Clock::now() + std::chrono::duration<double>(s);
     while (Clock::now() < end) {

@@ -258,8 +258,8 @@ std::vector<std::vector<Op>> EtcdStore::take_transactions() {
   ops = std::move(kept);
   // etcd refuses a transaction that names a key twice (a put and a put, or a put inside
   // a deleted range), has more than --max-txn-ops operations or is too large: such a
-  // group goes as several transactions, in order. A second put of a key in the same transaction just
-  // replaces the first one's value (the same end state).
+  // group goes as several transactions, in order. A second put of a key in the same transaction
+  // just replaces the first one's value (the same end state).
   std::vector<Op> chunk;
   std::map<std::string, size_t> puts;  // key -> position in chunk
   std::vector<std::pair<std::string, std::string>> deleted;

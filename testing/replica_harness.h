@@ -179,9 +179,9 @@ class Replica {
     std::string conf = "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
                        "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
                        "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
-                       "log_level = \"debug\"\nmetrics_listen = \"\"\n" + top +
-                       "[store]\nkind = \"etcd\"\netcd_endpoints = [" +
-                       eps + "]\netcd_prefix = \"/replicas/\"\nlease_ttl = \"" + lease_ttl + "\"\n";
+                       "log_level = \"debug\"\nmetrics_listen = \"\"\n" +
+                       top + "[store]\nkind = \"etcd\"\netcd_endpoints = [" + eps +
+                       "]\netcd_prefix = \"/replicas/\"\nlease_ttl = \"" + lease_ttl + "\"\n";
     if (!etcd.ca.empty())
       conf += "etcd_ca = \"" + etcd.ca + "\"\netcd_cert = \"" + etcd.cert + "\"\netcd_key = \"" +
               etcd.key + "\"\n";
