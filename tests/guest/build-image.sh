@@ -4,20 +4,29 @@
 # The packages come from this machine's own apt sources. The result is cached under
 # $WEFT_GUEST_CACHE (default ~/.cache/weft/guest), keyed by the package list and this
 # script, so a later run reuses it.
-#   build-image.sh   -> prints the cache directory holding root.img, vmlinuz, initrd.img
+#   build-image.sh [weft.deb]   -> prints the cache directory holding root.img, vmlinuz,
+#                                  initrd.img
+# Given the .deb, its Depends are added to the image, so dpkg -i works offline in the guest
+# whatever the build links against (a library added to the build cannot be forgotten here).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
 PACKAGES=(
   systemd systemd-sysv udev kmod linux-image-amd64 initramfs-tools
   procps iproute2 util-linux coreutils e2fsprogs man-db
-  # weft's runtime dependencies, so dpkg -i works offline in the guest
+  # weft's runtime dependencies (the .deb's Depends are added below as well)
   init-system-helpers libsqlite3-0 libtomlplusplus3 libsystemd0 libstdc++6
   libnl-3-200 libnl-route-3-200 libnl-genl-3-200 libbpf1 libmicrohttpd12 libcurl4
   libarchive13 libldns3 libnftables1
   # the image check's registry on the guest's loopback (its storage is made on the host)
   docker-registry
 )
+if [ -n "${1:-}" ]; then
+  # "a (>= 1), b | c, d:any" -> a b d (the first of alternatives, no versions or arch)
+  mapfile -t deps < <(dpkg-deb -f "$1" Depends | tr ',' '\n' |
+    sed -E 's/\|.*//; s/\(.*\)//; s/:[a-z0-9]+//; s/[[:space:]]//g' | grep -v '^$')
+  mapfile -t PACKAGES < <(printf '%s\n' "${PACKAGES[@]}" "${deps[@]}" | awk '!seen[$0]++')
+fi
 key=$( (printf '%s\n' "${PACKAGES[@]}"; cat "$0" "$here/guest-run") | sha256sum | cut -c1-16)
 cache=${WEFT_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft/guest}/$key
 if [ -f "$cache/ready" ]; then

@@ -9,7 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 deb=$1
 log=${2:-/dev/stdout}
-cache=$("$here/build-image.sh")
+cache=$("$here/build-image.sh" "$deb")
 run=$(mktemp -d /var/tmp/weft-guest-run.XXXXXX)
 trap 'rm -rf "$run"' EXIT
 
