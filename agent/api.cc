@@ -288,39 +288,82 @@ Result<json> Manager::api_task_thaw(const json& p, const rpc::CallContext&) {
   return freeze_task(p, false);
 }
 
-Result<json> Manager::api_task_logs(const json& p, const rpc::CallContext&) {
-  TRY_ASSIGN(Task * t, find_task(p));
+namespace {
+
+struct LogRequest {
   std::string stream = "stdout";
+  size_t max_bytes = 65536;
+  std::optional<LogCursor> cursor;
+  std::optional<size_t> tail;
+};
+
+Result<LogRequest> parse_log_request(const json& p) {
+  LogRequest r;
   if (p.contains("stream")) {
     if (!p["stream"].is_string() || (p["stream"] != "stdout" && p["stream"] != "stderr"))
       return field_error("stream", "must be \"stdout\" or \"stderr\"");
-    stream = p["stream"];
+    r.stream = p["stream"];
   }
-  size_t max_bytes = 65536;
   if (p.contains("max_bytes")) {
     if (!p["max_bytes"].is_number_unsigned() || p["max_bytes"].get<uint64_t>() == 0)
       return field_error("max_bytes", "must be a positive integer");
-    max_bytes = std::min<size_t>(p["max_bytes"].get<uint64_t>(), 512 * 1024);
+    r.max_bytes = std::min<size_t>(p["max_bytes"].get<uint64_t>(), 512 * 1024);
   }
-  std::optional<LogCursor> cursor;
   if (p.contains("cursor") && !p["cursor"].is_null()) {
     const json& c = p["cursor"];
     if (!c.is_object() || !c.contains("seq") || !c["seq"].is_number_unsigned() ||
         !c.contains("offset") || !c["offset"].is_number_unsigned())
       return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
-    cursor = LogCursor{c["seq"].get<unsigned>(), c["offset"].get<uint64_t>()};
+    r.cursor = LogCursor{c["seq"].get<unsigned>(), c["offset"].get<uint64_t>()};
   }
-  std::optional<size_t> tail;
   if (p.contains("tail")) {
     if (!p["tail"].is_number_unsigned()) return field_error("tail", "must be a number of lines");
-    tail = p["tail"].get<size_t>();
+    r.tail = p["tail"].get<size_t>();
   }
-  TRY_ASSIGN(LogChunk chunk,
-             read_log(task_state_dir(t->id) + "/logs", stream, cursor, max_bytes, tail));
+  return r;
+}
+
+json log_reply(const LogChunk& chunk, const std::string& state) {
   return json{{"data", chunk.data},
               {"cursor", {{"seq", chunk.next.seq}, {"offset", chunk.next.offset}}},
               {"skipped", chunk.skipped > 0},
-              {"state", task_state_name(t->state)}};
+              {"state", state}};
+}
+
+}  // namespace
+
+Result<json> Manager::api_task_logs(const json& p, const rpc::CallContext&) {
+  TRY_ASSIGN(Task * t, find_task(p));
+  TRY_ASSIGN(LogRequest req, parse_log_request(p));
+  TRY_ASSIGN(LogChunk chunk, read_log(task_state_dir(t->id) + "/logs", req.stream, req.cursor,
+                                      req.max_bytes, req.tail));
+  return log_reply(chunk, task_state_name(t->state));
+}
+
+Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {
+  TRY_ASSIGN(std::string name, param_string(p, "id"));
+  Task* best = nullptr;
+  for (auto& [id, t] : tasks_) {
+    if (t->spec.owner != "controlplane" || t->spec.name != name) continue;
+    if (!best || (!t->terminal() && best->terminal()) ||
+        (t->terminal() == best->terminal() && t->created_us > best->created_us))
+      best = t.get();
+  }
+  json q = p;
+  if (best) {
+    q["id"] = best->id;
+    return api_task_logs(q, c);
+  }
+  // Forgotten once it ended: its kept output, if it is among the last ones kept.
+  if (std::find(ended_logs_.begin(), ended_logs_.end(), name) == ended_logs_.end())
+    return make_error("this machine no longer has the output of " + name + " (it keeps the last " +
+                      std::to_string(kEndedLogsKept) + " ended tasks')")
+        .with_code(RpcCode::kNotFound);
+  const std::string dir = cfg_.state_dir + "/ended-logs/" + name;
+  TRY_ASSIGN(LogRequest req, parse_log_request(p));
+  TRY_ASSIGN(LogChunk chunk, read_log(dir, req.stream, req.cursor, req.max_bytes, req.tail));
+  auto state = read_file_bounded(dir + "/state", 64);
+  return log_reply(chunk, state.ok() ? *state : "exited");
 }
 
 Result<json> Manager::api_task_remove(const json& p, const rpc::CallContext&) {

@@ -109,6 +109,7 @@ Status Manager::start() {
   TRY_ASSIGN(images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
 
   TRY(load_tasks());
+  load_ended_logs();
   recover();
   if (bridge_) {
     // After a crash: what the live tasks need, and nothing a dead start left behind.
@@ -145,6 +146,12 @@ Status Manager::start() {
     });
     cp_methods_.add("task.stop", [this](const nlohmann::json& p, const rpc::CallContext&) {
       return stop_task(p);
+    });
+    // `weftctl task logs` from anywhere: the control plane reads its own tasks' output
+    // (by the name it gave them; never an operator's local task), the caller's
+    // permission checked and audited there.
+    cp_methods_.add("task.logs", [this](const nlohmann::json& p, const rpc::CallContext& c) {
+      return cp_task_logs(p, c);
     });
     // A rolling update to a new image asks for it before it stops the old tasks here.
     cp_methods_.add("image.pull", [this](const nlohmann::json& p, const rpc::CallContext& c) {
@@ -1056,8 +1063,61 @@ void Manager::forget_ended(const std::set<std::string>& wanted) {
       log_warn("cannot forget an ended task", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
       continue;
     }
+    keep_ended_logs(*tasks_.at(id));
     (void)remove_tree(task_state_dir(id));
     tasks_.erase(id);
+  }
+}
+
+namespace {
+// A control-plane task's name as a directory name: the job-name alphabet and dots.
+bool safe_name(const std::string& n) {
+  if (n.empty() || n.size() > 200 || n[0] == '.') return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '-' || c == '_';
+  });
+}
+}  // namespace
+
+// The output of a forgotten control-plane task stays readable (`weftctl job logs` of a
+// task that crashed and was replaced) for kEndedLogsKept tasks, the oldest dropped first.
+void Manager::keep_ended_logs(const Task& t) {
+  if (!safe_name(t.spec.name)) return;
+  const std::string root = cfg_.state_dir + "/ended-logs";
+  if (!mkdir_p(root, 0700).ok()) return;
+  const std::string dest = root + "/" + t.spec.name;
+  (void)remove_tree(dest);
+  if (::rename((task_state_dir(t.id) + "/logs").c_str(), dest.c_str()) != 0) return;
+  (void)write_file(dest + "/state", task_state_name(t.state));
+  ended_logs_.push_back(t.spec.name);
+  while (ended_logs_.size() > kEndedLogsKept) {
+    (void)remove_tree(root + "/" + ended_logs_.front());
+    ended_logs_.pop_front();
+  }
+}
+
+// After a restart: what ended-logs holds, oldest first (by modification time).
+void Manager::load_ended_logs() {
+  const std::string root = cfg_.state_dir + "/ended-logs";
+  auto names = list_dir(root);
+  if (!names.ok()) return;
+  std::vector<std::pair<int64_t, std::string>> by_age;
+  for (const auto& n : *names) {
+    struct stat st {};
+    if (!safe_name(n) || ::lstat((root + "/" + n).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      (void)remove_tree(root + "/" + n);
+      continue;
+    }
+    by_age.emplace_back(
+        static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, n);
+  }
+  std::sort(by_age.begin(), by_age.end());
+  ended_logs_.clear();
+  for (auto& [at, n] : by_age) ended_logs_.push_back(std::move(n));
+  while (ended_logs_.size() > kEndedLogsKept) {
+    (void)remove_tree(root + "/" + ended_logs_.front());
+    ended_logs_.pop_front();
   }
 }
 

@@ -101,6 +101,13 @@ class Manager {
   Result<nlohmann::json> api_task_freeze(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_thaw(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
+  // The control plane's task.logs: only its own tasks, named as it named them; those it
+  // had the agent forget from ended-logs/ (keep_ended_logs).
+  Result<nlohmann::json> cp_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
+  void keep_ended_logs(const Task& t);
+  void load_ended_logs();
+  static constexpr size_t kEndedLogsKept = 64;
+  std::deque<std::string> ended_logs_;  // names under state_dir/ended-logs, oldest first
   Result<nlohmann::json> api_task_remove(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_wait(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> freeze_task(const nlohmann::json& p, bool freeze);

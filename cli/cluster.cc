@@ -303,6 +303,15 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   wait_opts(c.j_update);
   c.j_stop = c.job->add_subcommand("stop", "stop every task of a job and forget it");
   c.j_stop->add_option("name", c.name, "job name")->required();
+  c.j_logs = c.job->add_subcommand(
+      "logs", "print a job task's output from its machine (through the control plane)");
+  c.j_logs->add_option("name", c.name, "job name")->required();
+  c.j_logs->add_option("--index", c.index, "the task's index (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  c.j_logs->add_flag("-f,--follow", c.follow, "keep printing new output until the task ends");
+  c.j_logs->add_option("--stream", c.stream, "stdout, stderr or all")
+      ->check(CLI::IsMember({"stdout", "stderr", "all"}));
+  c.j_logs->add_option("--tail", c.tail, "start this many lines before the end");
 
   c.svc = app.add_subcommand("service",
                              "service discovery: each job's ready tasks, their addresses and "
@@ -358,7 +367,16 @@ int cluster_task_ls(const Globals& g) {
   return 0;
 }
 
+int cluster_logs(const Globals& g, const json& target, LogOptions o) {
+  auto c = cp_client(g);
+  o.long_poll = true;
+  return stream_logs(*c, target, o);
+}
+
 int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
+  if (c.j_logs && c.j_logs->parsed())
+    return cluster_logs(g, {{"job", c.name}, {"index", c.index}},
+                        {c.stream, c.follow, c.tail, g.json_out, true});
   if (c.cp_status->parsed()) {
     json r = controlplane_statuses(g);
     int leaders = 0;

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/task.h"
 #include "cli/util.h"
 
 namespace weft::cli {
@@ -31,7 +32,10 @@ struct ClusterCommands {
   CLI::App *svc = nullptr, *s_ls = nullptr, *s_show = nullptr, *s_watch = nullptr;
   int watch_s = 0;  // service watch: stop after this many seconds (0: until interrupted)
   CLI::App *job = nullptr, *j_create = nullptr, *j_ls = nullptr, *j_show = nullptr,
-           *j_scale = nullptr, *j_update = nullptr, *j_stop = nullptr;
+           *j_scale = nullptr, *j_update = nullptr, *j_stop = nullptr, *j_logs = nullptr;
+  int64_t index = 0, tail = -1;  // job logs
+  std::string stream = "all";
+  bool follow = false;
   std::string name, file, profile, dc;
   int64_t quota = 0, count = 0;
   bool undo = false, detach = false;
@@ -43,5 +47,8 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c);
 int run_cluster_commands(const ClusterCommands& c, const Globals& g);
 // `weftctl task ls --cluster`: every task the control plane knows.
 int cluster_task_ls(const Globals& g);
+// `weftctl task logs` of a task the local agent does not have, and `weftctl job logs`:
+// through the control plane (docs/logs.md).
+int cluster_logs(const Globals& g, const json& target, LogOptions o);
 
 }  // namespace weft::cli

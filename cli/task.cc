@@ -133,28 +133,37 @@ void print_task_line(const json& t) {
         str_or(t, "restarts"), str_or(t, "cgroup")}});
 }
 
-// Streams logs; with follow, keeps polling until the task has ended and everything is out.
-// With --json, prints one JSON object per chunk: {"stream", "data", "cursor", ...}.
-int logs_command(rpc::Client& c, const std::string& id, const std::string& stream, bool follow,
-                 int64_t tail, bool as_json) {
-  std::vector<std::string> streams = stream == "all" ? std::vector<std::string>{"stdout", "stderr"}
-                                                     : std::vector<std::string>{stream};
+}  // namespace
+
+int stream_logs(rpc::Client& c, const json& first_target, const LogOptions& o) {
+  // A job's index names its live task; once a reply names the task, that one is followed
+  // (a replacement has other output, and cursors of its own).
+  json target = first_target;
+  std::vector<std::string> streams = o.stream == "all"
+                                         ? std::vector<std::string>{"stdout", "stderr"}
+                                         : std::vector<std::string>{o.stream};
+  // The control plane waits for output itself (a long poll): for one stream up to 25 s a
+  // call, for both 1 s each, so neither waits long behind the other.
+  uint64_t wait_ms = o.long_poll && o.follow ? (streams.size() == 1 ? 25000 : 1000) : 0;
   std::map<std::string, json> cursors;
   for (;;) {
     bool got = false, ended = false;
     for (const auto& s : streams) {
-      json p{{"id", id}, {"stream", s}, {"max_bytes", 262144}};
+      json p = target;
+      p["stream"] = s;
+      p["max_bytes"] = 262144;
       if (cursors.count(s))
         p["cursor"] = cursors[s];
-      else if (tail >= 0)
-        p["tail"] = tail;
-      json r = call_or_die(c, "task.logs", p);
+      else if (o.tail >= 0)
+        p["tail"] = o.tail;
+      if (wait_ms && cursors.count(s)) p["wait_ms"] = wait_ms;
+      json r = call_or_die(c, "task.logs", p, static_cast<int>(wait_ms) + 30000);
       std::string data = r.value("data", "");
       if (r.value("skipped", false))
         std::cerr << "weftctl: [some " << s << " output was rotated away]\n";
       if (!data.empty()) {
         got = true;
-        if (as_json) {
+        if (o.as_json) {
           r["stream"] = s;
           std::cout << r.dump() << "\n";
         } else {
@@ -162,19 +171,19 @@ int logs_command(rpc::Client& c, const std::string& id, const std::string& strea
         }
       }
       cursors[s] = r["cursor"];
+      if (target.contains("job") && r.contains("task") && r["task"].is_string())
+        target = {{"task", r["task"]}};
       auto st = parse_task_state(r.value("state", ""));
       ended = st && task_ended(*st);
     }
     std::fflush(stdout);
-    if (!follow) return 0;
+    if (!o.follow) return 0;
     if (!got) {
       if (ended) return 0;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!wait_ms) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
 }
-
-}  // namespace
 
 void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
@@ -259,8 +268,13 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.thaw->add_option("id", c.id, "task id or name")->required();
   c.rm = c.task->add_subcommand("rm", "forget a finished task and delete its logs");
   c.rm->add_option("id", c.id, "task id or name")->required();
-  c.logs = c.task->add_subcommand("logs", "print a task's output");
-  c.logs->add_option("id", c.id, "task id or name")->required();
+  c.logs = c.task->add_subcommand(
+      "logs",
+      "print a task's output: from this machine's agent, else (or with --cluster) "
+      "through the control plane from the task's machine");
+  c.logs->add_option("id", c.id, "task id or name (a control-plane task's id: job.index.N)")
+      ->required();
+  c.logs->add_flag("--cluster", c.logs_cluster, "ask the control plane, wherever the task runs");
   c.logs->add_flag("-f,--follow", c.follow, "keep printing new output until the task ends");
   c.logs->add_option("--stream", c.stream, "stdout, stderr or all")
       ->check(CLI::IsMember({"stdout", "stderr", "all"}));
@@ -359,6 +373,19 @@ int run_task_commands(const TaskCommands& c, const Globals& g) {
   if (c.image->parsed()) return run_image_commands(c, g);
   if (!c.task->parsed() && !c.agent->parsed()) return -1;
   if (c.ls->parsed() && c.ls_cluster) return cluster_task_ls(g);
+  if (c.logs->parsed()) {
+    // The local agent's task if it has one by that id or name; else the control plane's.
+    LogOptions o{c.stream, c.follow, c.tail, g.json_out, false};
+    if (!c.logs_cluster) {
+      auto local = rpc::Client::connect(g.agent);
+      if (local.ok()) {
+        auto has = (*local)->call("task.show", {{"id", c.id}}, 10000);
+        if (has.ok()) return stream_logs(**local, {{"id", c.id}}, o);
+        if (has.error().code != rpc::kNotFound) die(has.error().str());
+      }
+    }
+    return cluster_logs(g, {{"task", c.id}}, o);
+  }
   auto client = connect_or_die(g.agent, "weft-agent", "--agent");
   auto out = [&](const json& j, const std::function<void()>& human) { print_json_or(g, j, human); };
 
@@ -414,7 +441,7 @@ int run_task_commands(const TaskCommands& c, const Globals& g) {
     json r = call_or_die(*client, "task.remove", {{"id", c.id}});
     out(r, [&] { std::cout << r["id"].get<std::string>() << " removed\n"; });
   } else if (c.logs->parsed()) {
-    return logs_command(*client, c.id, c.stream, c.follow, c.tail, g.json_out);
+    return stream_logs(*client, {{"id", c.id}}, {c.stream, c.follow, c.tail, g.json_out, false});
   }
   return 0;
 }

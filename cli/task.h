@@ -32,10 +32,24 @@ struct TaskCommands {
   std::string image_ref;
   RunOptions ro;
   std::string id, grace, sig = "SIGKILL", stream = "all";
-  bool ls_all = true, ls_cluster = false, follow = false;
+  bool ls_all = true, ls_cluster = false, follow = false, logs_cluster = false;
   bool run_wait = false, run_rm = false;  // task run --wait [--rm]
   int64_t tail = -1;
 };
+
+// How `task logs` and `job logs` print: the streams ("stdout", "stderr" or "all"), follow
+// until the task ended, start `tail` lines before the end (-1: from the start), one JSON
+// object per chunk; long_poll: the daemon waits for new output (the control plane does).
+struct LogOptions {
+  std::string stream = "all";
+  bool follow = false;
+  int64_t tail = -1;
+  bool as_json = false;
+  bool long_poll = false;
+};
+// Prints a task's output through task.logs, from an agent ({"id"}) or the control plane
+// ({"task"} or {"job", "index"}): the same cursors either way. Returns the exit code.
+int stream_logs(rpc::Client& c, const json& target, const LogOptions& o);
 
 void add_task_commands(CLI::App& app, TaskCommands& c);
 // Runs the parsed task or agent command and returns its exit code, or -1 when none was

@@ -79,11 +79,12 @@ Role AccessConfig::role_of(const tls::Identity& id) const {
 Result<AccessConfig> parse_access(const TomlDoc& doc, const toml::table* t) {
   AccessConfig a;
   if (!t) return a;
-  TRY(doc.only_keys(*t, "access.", {"machine", "viewer", "operator", "admin"}));
+  TRY(doc.only_keys(*t, "access.", {"machine", "viewer", "operator", "admin", "logs"}));
   for (auto [key, out] : {std::pair{"machine", &a.machine},
                           {"viewer", &a.viewer},
                           {"operator", &a.op},
-                          {"admin", &a.admin}}) {
+                          {"admin", &a.admin},
+                          {"logs", &a.logs}}) {
     TRY_ASSIGN(auto list, doc.get_string_list(*t, key));
     if (!list) continue;
     for (const auto& p : *list)

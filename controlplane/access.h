@@ -32,6 +32,9 @@ struct AccessConfig {
   std::vector<std::string> viewer{"OU=viewer"};
   std::vector<std::string> op{"OU=operator"};
   std::vector<std::string> admin{"OU=admin"};
+  // Who may read every task's logs besides admins and each entitlement's owners (none by
+  // default: logs can hold secrets, so the viewer role is not enough).
+  std::vector<std::string> logs;
 
   Role role_of(const tls::Identity& id) const;
   bool is_machine(const tls::Identity& id) const { return any_matches(machine, id); }

@@ -87,6 +87,8 @@ void Manager::register_methods() {
       {"job.ls", &Manager::api_job_ls, kViewerCall},
       {"job.show", &Manager::api_job_show, kViewerCall},
       {"task.ls", &Manager::api_task_ls, kViewerCall},
+      // Its own check (may_read_logs) and audit: logs can hold secrets.
+      {"task.logs", &Manager::api_task_logs, kViewerCall},
       {"machine.ls", &Manager::api_machine_ls, kViewerCall},
       {"machine.show", &Manager::api_machine_show, kViewerCall},
       {"machine.drain", &Manager::api_machine_drain, kAdminCall},

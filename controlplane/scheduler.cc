@@ -83,6 +83,13 @@ void Scheduler::erase_task(const std::string& id) {
     if (m->second.empty()) machine_tasks_.erase(m);
   }
   --by_state_[static_cast<size_t>(t.state)];
+  if (erased_.emplace(id, t.machine).second) {
+    erased_order_.push_back(id);
+    if (erased_order_.size() > kErasedKept) {
+      erased_.erase(erased_order_.front());
+      erased_order_.pop_front();
+    }
+  }
   tasks_.erase(it);
 }
 

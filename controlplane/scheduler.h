@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -242,6 +243,14 @@ class Scheduler {
   // compares); tasks_of and tasks_on are in (index, id) and id order.
   const std::unordered_map<std::string, TaskRecord>& tasks() const { return tasks_; }
   // How many tasks are in state s, and how many jobs there are (for metrics: no walk).
+  // Where a task that is no longer kept ran (the last kErasedKept): its output may still
+  // be on that machine (task.logs).
+  std::optional<MachineId> erased_on(const std::string& id) const {
+    auto it = erased_.find(id);
+    if (it == erased_.end()) return std::nullopt;
+    return it->second;
+  }
+  static constexpr size_t kErasedKept = 4096;
   size_t count_in(TaskState s) const { return by_state_[static_cast<size_t>(s)]; }
   size_t job_count() const { return jobs_.size(); }
   // What the store keeps, and puts back after a restart (the allocator's placement is
@@ -314,6 +323,8 @@ class Scheduler {
     dirty_.insert(t.id);
     service_changes_.insert(t.job);
   }
+  std::unordered_map<std::string, MachineId> erased_;
+  std::deque<std::string> erased_order_;
   void erase_task(const std::string& id);
   template <class F>
   void for_job(const std::string& job, F&& f) {

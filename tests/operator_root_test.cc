@@ -1,0 +1,192 @@
+// What an operator does every day, through the real daemons (issue 36): a task's output
+// read from anywhere through the control plane, as each role; entitlements that change;
+// the web view. Three machines (network namespaces with their own agent, sidekick and
+// hcs), mutual TLS, weftctl run as an operator, a viewer, a log reader and an admin.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include "common/fs.h"
+#include "common/rpc/protocol.h"
+#include "tests/agent_harness.h"
+#include "tests/cluster_harness.h"
+
+namespace weft::testing {
+namespace {
+
+json job_params(const std::string& name, const std::string& ent, int count,
+                const std::string& script) {
+  return {{"name", name},
+          {"entitlement", ent},
+          {"count", count},
+          {"max_unavailable", 1},
+          {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+          {"task", {{"argv", {"/bin/sh", "-c", script}}}}};
+}
+
+size_t count_of(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+class Operator : public ::testing::Test {
+ protected:
+  Operator() : c_(ClusterOptions{.machines = 3}) {}
+  void SetUp() override {
+    std::string why = root_test_skip_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    ASSERT_TRUE(c_.setup()) << c_.logs();
+    // People: alice runs the web entitlement's jobs, bob is an operator of another team,
+    // vic a viewer, olga on call (a viewer the access.logs grant lets read logs).
+    std::string pki = c_.dir() + "/pki";
+    std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
+    std::string cmds = tool + " issue " + pki + " alice --ou operator && " + tool + " issue " +
+                       pki + " bob --ou operator && " + tool + " issue " + pki +
+                       " vic --ou viewer && " + tool + " issue " + pki + " olga --ou oncall";
+    ASSERT_EQ(std::system(("(" + cmds + ") >/dev/null").c_str()), 0);
+    c_.set_cp_extra("[access]\nviewer = [\"OU=viewer\", \"OU=oncall\"]\nlogs = [\"OU=oncall\"]\n");
+    c_.start_cp();
+    for (int i = 0; i < c_.machines(); ++i) c_.start_machine(i);
+    ASSERT_TRUE(c_.wait_all_ready()) << c_.cp("machine.ls")->dump(2) << c_.logs();
+  }
+  // weftctl as `who` over mutual TLS from machine 0's network namespace; its output and
+  // exit status.
+  std::pair<int, std::string> weftctl(const std::string& who, const std::string& args,
+                                      int timeout_s = 20) {
+    std::string pki = c_.dir() + "/pki/";
+    std::string cmd = "sh -c 'timeout " + std::to_string(timeout_s) + " " + WEFTCTL_BIN +
+                      " --controlplane tls://10.77.0.1:7070 --tls-ca " + pki +
+                      "ca.pem --tls-cert " + pki + who + ".pem --tls-key " + pki + who + ".key " +
+                      args + "; echo \"rc=$?\"'";
+    auto r = c_.run_in(0, cmd);
+    if (!r.ok()) return {-1, r.error().str()};
+    std::string out = *r;
+    size_t at = out.rfind("rc=");
+    if (at == std::string::npos) return {-1, out};
+    return {std::atoi(out.c_str() + at + 3), out.substr(0, at)};
+  }
+  json wait_running(const std::string& job, size_t count) {
+    json r = c_.wait_cp("job.show", {{"name", job}}, [&](const json& j) {
+      size_t n = 0;
+      for (const auto& t : j["tasks"]) n += t["state"] == "running";
+      return n == count;
+    });
+    EXPECT_FALSE(r.is_null()) << job << ": " << c_.cp("job.show", {{"name", job}})->dump(2)
+                              << c_.logs();
+    return r;
+  }
+  ClusterHarness c_;
+};
+
+TEST_F(Operator, ATasksOutputIsReadFromAnywhereByThoseAllowed) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 3}, {"owners", {"CN=alice"}}}).ok());
+  ASSERT_TRUE(c_.cp("job.create",
+                    job_params("chatty", "web", 2,
+                               "echo started; echo to-stderr >&2; i=0; while [ $i -lt 3000 ]; do "
+                               "echo tick $i; i=$((i+1)); sleep 0.1; done"))
+                  .ok());
+  json show = wait_running("chatty", 2);
+  ASSERT_FALSE(show.is_null());
+  std::string t0;
+  for (const auto& t : show["tasks"])
+    if (t["index"] == 0 && t["state"] == "running") t0 = t["id"];
+  ASSERT_FALSE(t0.empty()) << show.dump(2);
+
+  // An admin (the Unix socket): by job and index, from the task's machine.
+  json r = c_.wait_cp(
+      "task.logs", {{"job", "chatty"}, {"index", 0}, {"stream", "stdout"}},
+      [](const json& j) { return j.value("data", "").find("tick 1\n") != std::string::npos; });
+  ASSERT_FALSE(r.is_null()) << c_.cp("task.logs", {{"job", "chatty"}, {"index", 0}})->dump()
+                            << c_.logs();
+  EXPECT_EQ(r["task"], t0);
+  EXPECT_EQ(r["state"], "running");
+  EXPECT_EQ(r["data"].get<std::string>().rfind("started\ntick 0\n", 0), 0u) << r.dump();
+  EXPECT_GE(c_.machine_index(r["machine"]), 0) << r.dump();
+  EXPECT_TRUE(r["cursor"].is_object());
+
+  // The owner, from another machine, by weftctl: stderr of index 1.
+  auto [rc, out] = weftctl("alice", "job logs chatty --index 1 --stream stderr");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "to-stderr\n");
+  // The on-call reader (granted by access.logs), by task id.
+  std::tie(rc, out) = weftctl("olga", "task logs --cluster " + t0 + " --stream stdout --tail 2");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(count_of(out, "tick "), 2u) << out;
+  // Not an owner, and a viewer: refused, with the reason.
+  for (const char* who : {"bob", "vic"}) {
+    std::tie(rc, out) = weftctl(who, "job logs chatty");
+    EXPECT_NE(rc, 0) << who << ": " << out;
+    EXPECT_NE(out.find("may not read the logs of " + t0), std::string::npos) << out;
+    EXPECT_EQ(out.find("started"), std::string::npos) << out;
+  }
+  // Audited: alice's read, and bob's refusal.
+  json audit = *c_.cp("audit.ls", {{"limit", 100}});
+  bool alice_read = false, bob_refused = false;
+  for (const auto& a : audit["entries"]) {
+    if (a["method"] != "task.logs") continue;
+    std::string who = a.value("who", ""), result = a.value("result", "");
+    alice_read |= who.find("CN=alice") != std::string::npos && result == "ok";
+    bob_refused |= who.find("CN=bob") != std::string::npos && result.rfind("denied", 0) == 0;
+  }
+  EXPECT_TRUE(alice_read) << audit.dump(2);
+  EXPECT_TRUE(bob_refused) << audit.dump(2);
+
+  // Follow: new output arrives as the task writes it (a long poll through the control
+  // plane), for as long as weftctl runs.
+  json now = *c_.cp("task.logs", {{"task", t0}, {"stream", "stdout"}, {"tail", 1}});
+  std::smatch m;
+  std::string last = now["data"].get<std::string>();
+  ASSERT_TRUE(std::regex_search(last, m, std::regex("tick ([0-9]+)"))) << last;
+  int before = std::stoi(m[1]);
+  std::tie(rc, out) = weftctl("alice", "job logs chatty -f --stream stdout --tail 1", 3);
+  EXPECT_EQ(rc, 124) << out;  // still following when timeout stopped it
+  EXPECT_NE(out.find("tick " + std::to_string(before + 10) + "\n"), std::string::npos) << out;
+
+  // A reply is at most 256 KiB, whatever is asked for.
+  r = *c_.cp("task.logs", {{"task", t0}, {"max_bytes", 100'000'000}});
+  EXPECT_LE(r["data"].get<std::string>().size(), 256u * 1024);
+  // Bad input names the field.
+  auto bad = c_.cp("task.logs", {{"task", t0}, {"cursor", "x"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().str().find("cursor"), std::string::npos) << bad.error().str();
+  bad = c_.cp("task.logs", {{"task", "nosuch.0.1"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, rpc::kNotFound);
+}
+
+TEST_F(Operator, FollowingATaskThatEndsPrintsAllOfItAndStops) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 3}, {"owners", {"CN=alice"}}}).ok());
+  // It ends after 3 s, and is replaced: weftctl follows the one it started with to its
+  // end, though the control plane has the agent forget it once it ended.
+  ASSERT_TRUE(c_.cp("job.create", job_params("brief", "web", 1,
+                                             "for i in 1 2 3 4 5 6 7 8 9 10; do echo line $i; "
+                                             "sleep 0.3; done"))
+                  .ok());
+  json show = wait_running("brief", 1);
+  ASSERT_FALSE(show.is_null());
+  std::string first = show["tasks"][0]["id"];
+  int m = c_.machine_index(show["tasks"][0]["machine"]);
+  ASSERT_GE(m, 0);
+  auto [rc, out] = weftctl("alice", "job logs brief -f --stream stdout", 30);
+  EXPECT_EQ(rc, 0) << out;
+  for (int i = 1; i <= 10; ++i)
+    EXPECT_EQ(count_of(out, "line " + std::to_string(i) + "\n"), 1u) << i << ": " << out;
+  // Its output stays readable after its machine forgot the task (the control plane's
+  // answer to the report of its end lets the agent drop it).
+  for (int i = 0; i < 100 && c_.agent(m, "task.show", {{"id", first}}).ok(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto gone = c_.agent(m, "task.show", {{"id", first}});
+  ASSERT_FALSE(gone.ok()) << "the agent still has " << first;
+  auto r = c_.cp("task.logs", {{"task", first}, {"stream", "stdout"}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(count_of((*r)["data"], "line "), 10u) << r->dump();
+  EXPECT_EQ((*r)["state"], "exited") << r->dump();
+}
+
+}  // namespace
+}  // namespace weft::testing
