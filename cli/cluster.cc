@@ -150,6 +150,28 @@ int follow_drain(rpc::Client& c, const std::string& machine, int timeout_s, bool
   return follow(poll, timeout_s, json_out, "weftctl machine show " + machine);
 }
 
+// entitlement update --profile: the roll's progress until every machine applied it.
+int follow_profile_roll(rpc::Client& c, const std::string& name, int timeout_s, bool json_out) {
+  auto poll = [&]() -> Progress {
+    json r = call_or_die(c, "entitlement.show", {{"name", name}});
+    json roll = r.value("profile_roll", json{{"done", true}});
+    Progress p;
+    p.j = {{"entitlement", name}, {"profile", r["profile"]}, {"profile_roll", roll}};
+    if (roll.value("done", false)) {
+      p.line = "profile " + str_or(r, "profile", "any") + " applied on every machine of " + name;
+      p.verdict = Progress::Verdict::kDone;
+      return p;
+    }
+    std::string applying;
+    for (const auto& m : roll["applying"]) applying += " " + m.get<std::string>();
+    p.line = "profile " + str_or(r, "profile", "any") + ": " +
+             std::to_string(roll["waiting"].size()) +
+             " machines waiting, applying:" + (applying.empty() ? " none" : applying);
+    return p;
+  };
+  return follow(poll, timeout_s, json_out, "weftctl entitlement show " + name);
+}
+
 json job_file_or_die(const std::string& path) {
   auto j = load_job_file(path);
   if (!j.ok()) die(j.error().str(), 2);
@@ -250,6 +272,13 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.m_rm = c.machine->add_subcommand(
       "rm", "forget a machine that is gone (dead, its tasks moved); it returns if it registers");
   c.m_rm->add_option("machine", c.name, "machine id")->required();
+  c.m_assign = c.machine->add_subcommand(
+      "assign", "give an entitlement this machine (admin; it stays until released)");
+  c.m_assign->add_option("machine", c.name, "machine id")->required();
+  c.m_assign->add_option("entitlement", c.target, "entitlement name")->required();
+  c.m_release = c.machine->add_subcommand(
+      "release", "take an assigned machine back to the free pool once its tasks are gone (admin)");
+  c.m_release->add_option("machine", c.name, "machine id")->required();
 
   c.ent = app.add_subcommand("entitlement", "entitlements: machine quotas with a host profile");
   c.ent->require_subcommand(1);
@@ -281,6 +310,22 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.e_grant->add_flag("--seccomp-unconfined", c.g_seccomp, "tasks may turn seccomp off");
   c.e_grant->add_flag("--privileged", c.g_privileged,
                       "every host privilege but root and the sockets' group");
+
+  c.e_update = c.ent->add_subcommand(
+      "update",
+      "change an entitlement's quota or host profile (admin; a profile rolls over its "
+      "machines)");
+  c.e_update->add_option("name", c.name, "entitlement name")->required();
+  c.e_update->add_option("--quota", c.quota, "most machines it may hold")
+      ->check(CLI::PositiveNumber);
+  c.e_update->add_option("--profile", c.profile, "host profile its machines run (\"\": any)");
+  c.e_update
+      ->add_option("--max-unavailable", c.max_unavailable,
+                   "machines applying the new profile at once (default 1)")
+      ->check(CLI::PositiveNumber);
+  wait_opts(c.e_update);
+  c.e_rm = c.ent->add_subcommand("rm", "remove an entitlement without jobs (admin)");
+  c.e_rm->add_option("name", c.name, "entitlement name")->required();
 
   c.e_ls = c.ent->add_subcommand("ls", "list entitlements");
   c.e_show = c.ent->add_subcommand("show", "one entitlement with its machines and jobs");
@@ -443,6 +488,39 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
       return 0;
     }
     return follow_drain(*cp, c.name, c.timeout_s, g.json_out);
+  } else if (c.m_assign->parsed()) {
+    json r = call_or_die(*cp, "machine.assign", {{"machine", c.name}, {"entitlement", c.target}});
+    print_json_or(g, r, [&] {
+      std::cout << c.name << " assigned to " << c.target << " (profile "
+                << str_or(r, "profile", "any") << ")\n";
+    });
+  } else if (c.m_release->parsed()) {
+    json r = call_or_die(*cp, "machine.release", {{"machine", c.name}});
+    print_json_or(g, r, [&] {
+      if (r.value("free", false))
+        std::cout << c.name << " is in the free pool\n";
+      else
+        std::cout << c.name << " returns to the free pool when its " << str_or(r, "tasks")
+                  << " tasks are gone\n";
+    });
+  } else if (c.e_update->parsed()) {
+    json p{{"name", c.name}};
+    if (c.e_update->count("--quota")) p["quota"] = c.quota;
+    if (c.e_update->count("--profile")) p["profile"] = c.profile;
+    if (c.e_update->count("--max-unavailable")) p["max_unavailable"] = c.max_unavailable;
+    if (p.size() == 1) die("entitlement update needs --quota or --profile", 2);
+    json r = call_or_die(*cp, "entitlement.update", p);
+    if (c.detach || !r.contains("profile_roll")) {
+      print_json_or(g, r, [&] {
+        std::cout << "entitlement " << c.name << ": quota " << str_or(r, "quota") << ", profile "
+                  << str_or(r, "profile", "any") << ", " << str_or(r, "machines") << " machines\n";
+      });
+      return 0;
+    }
+    return follow_profile_roll(*cp, c.name, c.timeout_s, g.json_out);
+  } else if (c.e_rm->parsed()) {
+    json r = call_or_die(*cp, "entitlement.rm", {{"name", c.name}});
+    print_json_or(g, r, [&] { std::cout << "entitlement " << c.name << " removed\n"; });
   } else if (c.e_create->parsed()) {
     json p{{"name", c.name}, {"quota", c.quota}};
     if (c.quota < 1) die("--quota must be at least 1", 2);

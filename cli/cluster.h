@@ -14,9 +14,11 @@ namespace weft::cli {
 
 struct ClusterCommands {
   CLI::App *machine = nullptr, *m_ls = nullptr, *m_show = nullptr, *m_drain = nullptr,
-           *m_rm = nullptr;
+           *m_rm = nullptr, *m_assign = nullptr, *m_release = nullptr;
+  std::string target;  // machine assign's entitlement
   CLI::App *ent = nullptr, *e_create = nullptr, *e_ls = nullptr, *e_show = nullptr,
-           *e_owners = nullptr, *e_grant = nullptr;
+           *e_owners = nullptr, *e_grant = nullptr, *e_update = nullptr, *e_rm = nullptr;
+  int64_t max_unavailable = 1;
   // entitlement grant: what its jobs' tasks may ask of the host (docs/security.md).
   bool g_privileged = false, g_seccomp = false;
   std::vector<std::string> g_users, g_groups, g_namespaces, g_paths;

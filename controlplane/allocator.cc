@@ -439,7 +439,7 @@ std::vector<MachineId> Allocator::shrink(EntitlementId e) {
   std::vector<MachineId> idle;
   for (const auto& [d, bucket] : pit->second.by_domain)
     for (MachineId id : bucket)
-      if (machines_[id].tasks == 0) idle.push_back(id);
+      if (machines_[id].tasks == 0 && !pinned_.count(id)) idle.push_back(id);
   for (MachineId id : idle) (void)assign(id, kFreePool);
   return idle;
 }

@@ -143,8 +143,18 @@ class Allocator {
                  const std::vector<std::vector<uint16_t>>& dynamic = {});
   // Frees everything a job holds; returns the machines that became empty.
   std::vector<MachineId> release(const std::string& job);
-  // Returns empty machines of an entitlement to the free pool; returns them.
+  // Returns empty machines of an entitlement to the free pool (but pinned ones); returns
+  // them.
   std::vector<MachineId> shrink(EntitlementId e);
+  // An operator's assignment (machine.assign): the machine stays in its entitlement,
+  // empty or not, until released.
+  void pin(MachineId m, bool on) {
+    if (on)
+      pinned_.insert(m);
+    else
+      pinned_.erase(m);
+  }
+  bool pinned(MachineId m) const { return pinned_.count(m) > 0; }
   size_t pool_size(EntitlementId e) const;
   // The machines that count against an entitlement's quota: those holding a slot.
   size_t quota_members(EntitlementId e) const;
@@ -154,6 +164,7 @@ class Allocator {
  private:
   std::vector<MachineId> moved_;
   std::set<std::string> changed_;
+  std::set<MachineId> pinned_;
   struct Machine {
     MachineSpec spec;
     Resources free;

@@ -78,6 +78,7 @@ void Manager::register_methods() {
       {"profile.report", &Manager::api_profile_report, kMachineCall},
       {"entitlement.create", &Manager::api_entitlement_create, kAdminCall},
       {"entitlement.update", &Manager::api_entitlement_update, kAdminCall},
+      {"entitlement.rm", &Manager::api_entitlement_rm, kAdminCall},
       {"entitlement.ls", &Manager::api_entitlement_ls, kViewerCall},
       {"entitlement.show", &Manager::api_entitlement_show, kViewerCall},
       {"job.create", &Manager::api_job_create, kOperatorCall},
@@ -93,6 +94,8 @@ void Manager::register_methods() {
       {"machine.show", &Manager::api_machine_show, kViewerCall},
       {"machine.drain", &Manager::api_machine_drain, kAdminCall},
       {"machine.rm", &Manager::api_machine_rm, kAdminCall},
+      {"machine.assign", &Manager::api_machine_assign, kAdminCall},
+      {"machine.release", &Manager::api_machine_release, kAdminCall},
       {"audit.ls", &Manager::api_audit_ls, kViewerCall},
       {"maintenance.schedule", &Manager::api_maintenance_schedule, kAdminCall},
       {"maintenance.ls", &Manager::api_maintenance_ls, kViewerCall},
@@ -367,22 +370,7 @@ Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) 
     if (p.contains(key) && !p[key].is_string()) return field_error(key, "must be a string");
     if (p.contains(key)) *out = p[key].get<std::string>();
   }
-  if (!e.profile.empty()) {
-    if (!weft::valid_profile_name(e.profile))
-      return field_error("profile", "'" + e.profile.substr(0, 100) +
-                                        "' is not a profile name (1-64 letters, digits, '-', "
-                                        "'_' and '.', not starting with '.')");
-    // Known from the machines' sidekicks: a profile none of them has would leave every
-    // machine lent to it preparing until the prepare timeout.
-    std::set<std::string> known;
-    for (const auto& [m, names] : profiles_offered_) known.insert(names.begin(), names.end());
-    if (!known.empty() && !known.count(e.profile)) {
-      std::string list;
-      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      return field_error("profile", "no machine's weft-sidekick has profile '" + e.profile +
-                                        "' (they have: " + list.substr(0, 500) + ")");
-    }
-  }
+  if (!e.profile.empty()) TRY(check_profile(e.profile));
   if (p.contains("owners")) {
     TRY_ASSIGN(e.owners, owners_from(p["owners"]));
   }
@@ -402,29 +390,61 @@ Result<json> Manager::api_entitlement_update(const json& p, const CallContext&) 
     return field_error("name", "is required");
   auto id = broker_.entitlement(p["name"].get<std::string>());
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
-  if (!p.contains("owners") && !p.contains("grants"))
-    return field_error("owners", "owners or grants is required (owners: a list, may be empty)");
-  // Both checked before either is changed: nothing half-applied.
+  if (!p.contains("owners") && !p.contains("grants") && !p.contains("quota") &&
+      !p.contains("profile"))
+    return field_error("owners", "owners, grants, quota or profile is required");
+  // Everything checked before anything is changed: nothing half-applied.
   std::optional<std::vector<std::string>> owners;
   std::optional<TaskGrants> grants;
+  std::optional<size_t> quota;
+  std::optional<std::string> profile;
   if (p.contains("owners")) {
     TRY_ASSIGN(owners, owners_from(p["owners"]));
   }
   if (p.contains("grants")) {
     TRY_ASSIGN(grants, parse_task_grants(p["grants"], cfg_.socket_group));
   }
+  if (p.contains("quota")) {
+    TRY_ASSIGN(quota, check_quota(*id, p["quota"]));
+  }
+  if (p.contains("profile")) {
+    if (!p["profile"].is_string()) return field_error("profile", "must be a profile name");
+    profile = p["profile"].get<std::string>();
+    if (!profile->empty()) TRY(check_profile(*profile));
+  }
+  size_t pace = 1;
+  if (p.contains("max_unavailable")) {
+    if (!p["max_unavailable"].is_number_unsigned() || p["max_unavailable"].get<uint64_t>() < 1 ||
+        p["max_unavailable"].get<uint64_t>() > 10000)
+      return field_error("max_unavailable", "must be a number of machines, 1 or more");
+    pace = p["max_unavailable"].get<size_t>();
+  }
   // Jobs already running keep their tasks under narrower grants (no task is stopped for
   // it); their next update is checked against the new grants.
   const EntitlementSpec before = broker_.entitlement_spec(*id);
   if (owners) broker_.set_owners(*id, *owners);
   if (grants) broker_.set_grants(*id, *grants);
+  if (quota) broker_.set_quota(*id, *quota);
+  bool roll = profile && *profile != before.profile;
+  if (roll) broker_.set_profile(*id, *profile);
   if (auto s = persist({}, {}); !s.ok()) {
     broker_.set_owners(*id, before.owners);  // not durable: not changed
     broker_.set_grants(*id, before.grants);
+    broker_.set_quota(*id, before.quota);
+    broker_.set_profile(*id, before.profile);
     return std::move(s).error();
   }
+  if (quota && *quota < before.quota) {
+    // Idle machines beyond the new quota go back to the free pool now.
+    std::vector<MachineId> freed = alloc_.shrink(*id);
+    if (!freed.empty()) TRY(persist({}, {freed.begin(), freed.end()}));
+  }
+  if (roll) start_profile_roll(*id, before.profile, pace);
   const EntitlementSpec& now = broker_.entitlement_spec(*id);
-  return json{{"name", p["name"]}, {"owners", now.owners}, {"grants", to_json(now.grants)}};
+  json j = entitlement_json(*id, now);
+  j["machines"] = alloc_.pool_size(*id);
+  if (roll) j["profile_roll"] = profile_roll_json(*id);
+  return j;
 }
 
 Result<json> Manager::api_audit_ls(const json& p, const CallContext&) {
@@ -468,6 +488,7 @@ Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {
   json j = entitlement_json(*id, e);
   j["machines"] = std::move(machines);
   j["jobs"] = std::move(jobs);
+  if (profile_rolls_.count(*id)) j["profile_roll"] = profile_roll_json(*id);
   return j;
 }
 

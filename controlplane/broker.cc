@@ -155,7 +155,23 @@ bool Broker::profile_ready(const Machine& m) const {
   return want.empty() || m.applied_profile == want;  // "" = any profile will do
 }
 
+bool Broker::profile_ready(MachineId id) const {
+  return profile_ready(machines_.at(by_index_.at(id)));
+}
+
+size_t Broker::set_quota(EntitlementId id, size_t quota) {
+  std::swap(ents_.at(id).quota, quota);
+  alloc_.set_quota(id, ents_.at(id).quota);
+  return quota;
+}
+
+std::string Broker::set_profile(EntitlementId id, std::string profile) {
+  std::swap(ents_.at(id).profile, profile);
+  return profile;
+}
+
 std::string Broker::desired_profile(MachineId m) const {
+  if (auto h = held_profile_.find(m); h != held_profile_.end()) return h->second;
   auto it = ents_.find(alloc_.entitlement_of(m));
   return it == ents_.end() ? "" : it->second.profile;
 }

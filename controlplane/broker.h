@@ -84,6 +84,17 @@ class Broker {
   // Replaces an entitlement's owners; returns the previous ones (to undo a failed write).
   std::vector<std::string> set_owners(EntitlementId id, std::vector<std::string> owners);
   TaskGrants set_grants(EntitlementId id, TaskGrants grants);  // returns the grants before
+  // entitlement.update --quota / --profile (the caller checked them); return the value
+  // before, to undo a failed write.
+  size_t set_quota(EntitlementId id, size_t quota);
+  std::string set_profile(EntitlementId id, std::string profile);
+  // A profile roll (entitlement.update --profile): machines held at `profile` keep it as
+  // their desired one until released, a few at a time.
+  void hold_profile(MachineId m, std::string profile) { held_profile_[m] = std::move(profile); }
+  void release_profile(MachineId m) { held_profile_.erase(m); }
+  bool profile_held(MachineId m) const { return held_profile_.count(m) > 0; }
+  // Applied what it should run now (or it may run any).
+  bool profile_ready(MachineId m) const;
   // After a restart: the entitlement as it was stored, with its id.
   void restore_entitlement(EntitlementId id, const EntitlementSpec& spec);
   const std::map<EntitlementId, EntitlementSpec>& entitlements() const { return ents_; }
@@ -93,6 +104,7 @@ class Broker {
     bool drained = false;
     std::string applied_profile;
     bool removed = false;
+    bool pinned = false;  // the allocator's (machine.assign); filled in by the daemon
   };
   Persisted persisted(MachineId m) const;
   std::optional<EntitlementId> entitlement(const std::string& name) const;
@@ -181,6 +193,7 @@ class Broker {
   std::map<std::string, Machine> machines_;  // by machine id
   std::vector<std::string> by_index_;        // MachineId -> machine id
   std::map<EntitlementId, EntitlementSpec> ents_;
+  std::map<MachineId, std::string> held_profile_;  // hold_profile
   std::map<MachineId, bool> was_usable_;
   std::map<MachineId, uint64_t> preparing_;           // machines preparing, and since when
   std::set<MachineId> unprepared_;                    // marked (mark_unprepared)

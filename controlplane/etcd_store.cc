@@ -394,6 +394,10 @@ Status EtcdStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
       {Op::Kind::kPut, key("state/entitlements/" + padded(id)), entitlement_row(e).dump(), {}, 0});
 }
 
+Status EtcdStore::delete_entitlement(EntitlementId id) {
+  return add({Op::Kind::kDelete, key("state/entitlements/" + padded(id)), {}, {}, 0});
+}
+
 Status EtcdStore::put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) {
   json row{{"machine", m.info.id}, {"entitlement", ent}, {"state", machine_row(m)}};
   return add({Op::Kind::kPut, key("state/machines/" + padded(idx)), row.dump(), {}, 0});

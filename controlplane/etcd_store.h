@@ -65,6 +65,7 @@ class EtcdStore final : public StateStore {
   ~EtcdStore() override;
 
   Status put_entitlement(EntitlementId id, const EntitlementSpec& e) override;
+  Status delete_entitlement(EntitlementId id) override;
   Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) override;
   Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
                  const std::vector<MachineId>& placement,

@@ -477,9 +477,11 @@ Status Manager::persist(const std::set<std::string>& jobs, const std::set<Machin
   };
   for (const auto& [id, e] : broker_.entitlements())
     if (auto s = store_->put_entitlement(id, e); !s.ok()) return fail(s);
-  for (MachineId m : w.machines)
-    if (auto s = store_->put_machine(m, broker_.persisted(m), alloc_.entitlement_of(m)); !s.ok())
-      return fail(s);
+  for (MachineId m : w.machines) {
+    Broker::Persisted row = broker_.persisted(m);
+    row.pinned = alloc_.pinned(m);
+    if (auto s = store_->put_machine(m, row, alloc_.entitlement_of(m)); !s.ok()) return fail(s);
+  }
   for (const auto& name : w.jobs) {
     auto j = sched_.persisted_job(name);
     auto s = j ? store_->put_job(*j, alloc_.request(name), alloc_.placement(name),
@@ -600,6 +602,7 @@ void Manager::tick() {
     (void)alloc_.shrink(e);
   }
   replace_down_machines(now, &cmds, &touched);
+  advance_profile_rolls();
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
   auto pruned = sched_.prune(now, cfg_.ended_task_retention_us, kPruneBudget);

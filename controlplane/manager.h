@@ -199,6 +199,23 @@ class Manager {
   // joined or left an entitlement) to apply it now, rather than at its next report.
   void push_profiles();
 
+  // Capacity that changes (capacity_api.cc, docs/entitlements.md).
+  Result<nlohmann::json> api_entitlement_rm(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_assign(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_machine_release(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<size_t> check_quota(EntitlementId e, const nlohmann::json& v) const;
+  Status check_profile(const std::string& profile) const;
+  struct ProfileRoll {
+    std::string from;
+    size_t pace = 1;                 // machines applying at once
+    std::vector<MachineId> waiting;  // held at `from`, in turn
+    std::set<MachineId> applying;    // released, not yet applied
+  };
+  std::map<EntitlementId, ProfileRoll> profile_rolls_;  // not stored: a restart finishes at once
+  void start_profile_roll(EntitlementId e, const std::string& from, size_t pace);
+  void advance_profile_rolls();  // every tick
+  nlohmann::json profile_roll_json(EntitlementId e) const;
+
   // Task logs read through the machines' sessions (logs_api.cc, docs/logs.md).
   Result<nlohmann::json> api_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
   // Admins, owners of the entitlement, certificates matching access.logs.

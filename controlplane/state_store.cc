@@ -78,6 +78,7 @@ class SqliteStore final : public StateStore {
     db_->rollback();
   }
   Status put_entitlement(EntitlementId id, const EntitlementSpec& e) override;
+  Status delete_entitlement(EntitlementId id) override;
   Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) override;
   Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
                  const std::vector<MachineId>& placement,
@@ -241,13 +242,20 @@ json StateStore::machine_row(const Broker::Persisted& m) {
           {"port_last", m.info.port_last},
           {"drained", m.drained},
           {"applied_profile", m.applied_profile},
-          {"removed", m.removed}};
+          {"removed", m.removed},
+          {"pinned", m.pinned}};
 }
 
 Status SqliteStore::put_entitlement(EntitlementId id, const EntitlementSpec& e) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO entitlements (id, spec) VALUES (?1, ?2)"));
   s.bind(1, int64_t{id}).bind(2, entitlement_row(e).dump());
+  return s.run();
+}
+
+Status SqliteStore::delete_entitlement(EntitlementId id) {
+  TRY_ASSIGN(Stmt s, db_->prepare("DELETE FROM entitlements WHERE id = ?1"));
+  s.bind(1, int64_t{id});
   return s.run();
 }
 
@@ -558,6 +566,8 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
     TRY(broker.drain(info.id, j.value("drained", false), now));
     TRY(broker.profile_applied(info.id, j.value("applied_profile", "")));
     if (j.value("removed", false)) broker.set_removed(id, true);
+    if (auto pin = j.find("pinned"); pin != j.end() && pin->is_boolean() && pin->get<bool>())
+      alloc.pin(id, true);
   }
   for (const auto& j : st.jobs) {
     TRY_ASSIGN(JobSpec spec, stored_job_spec(j.spec, [&broker](EntitlementId id) {

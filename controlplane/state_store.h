@@ -141,6 +141,7 @@ class StateStore : public GroupWrites {
   virtual void rollback() = 0;
 
   virtual Status put_entitlement(EntitlementId id, const EntitlementSpec& e) = 0;
+  virtual Status delete_entitlement(EntitlementId id) = 0;  // entitlement.rm: an empty one
   virtual Status put_machine(MachineId idx, const Broker::Persisted& m, EntitlementId ent) = 0;
   // A job, its spec generation and its placement (allocator request and machines).
   virtual Status put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,

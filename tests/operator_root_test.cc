@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "common/fs.h"
@@ -45,7 +47,8 @@ class Operator : public ::testing::Test {
     std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
     std::string cmds = tool + " issue " + pki + " alice --ou operator && " + tool + " issue " +
                        pki + " bob --ou operator && " + tool + " issue " + pki +
-                       " vic --ou viewer && " + tool + " issue " + pki + " olga --ou oncall";
+                       " vic --ou viewer && " + tool + " issue " + pki + " olga --ou oncall && " +
+                       tool + " issue " + pki + " ada --ou admin";
     ASSERT_EQ(std::system(("(" + cmds + ") >/dev/null").c_str()), 0);
     c_.set_cp_extra("[access]\nviewer = [\"OU=viewer\", \"OU=oncall\"]\nlogs = [\"OU=oncall\"]\n");
     c_.start_cp();
@@ -186,6 +189,110 @@ TEST_F(Operator, FollowingATaskThatEndsPrintsAllOfItAndStops) {
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_EQ(count_of((*r)["data"], "line "), 10u) << r->dump();
   EXPECT_EQ((*r)["state"], "exited") << r->dump();
+}
+
+// Machines of an entitlement, from machine.ls: id -> its row.
+std::map<std::string, json> machines_of(ClusterHarness& c, const std::string& ent) {
+  std::map<std::string, json> out;
+  json ls = *c.cp("machine.ls");
+  for (const auto& m : ls["machines"])
+    if (m["entitlement"] == ent) out[m["machine"]] = m;
+  return out;
+}
+
+TEST_F(Operator, AnEntitlementChangesQuotaAndProfileAndIsRemovedWhenEmpty) {
+  ASSERT_TRUE(c_.cp("entitlement.create",
+                    {{"name", "web"}, {"quota", 1}, {"profile", "dev"}, {"owners", {"CN=alice"}}})
+                  .ok());
+  // Bad input names the field, and changes nothing.
+  auto bad = c_.cp("entitlement.update", {{"name", "web"}, {"quota", 0}, {"profile", "web"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().str().find("quota"), std::string::npos) << bad.error().str();
+  bad = c_.cp("entitlement.update", {{"name", "web"}, {"profile", "nosuch"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().str().find("profile"), std::string::npos) << bad.error().str();
+  EXPECT_EQ((*c_.cp("entitlement.show", {{"name", "web"}}))["profile"], "dev");
+  // Only admins change capacity.
+  auto [rc, out] = weftctl("alice", "entitlement update web --quota 3");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("admin"), std::string::npos) << out;
+
+  std::tie(rc, out) = weftctl("ada", "entitlement update web --quota 3");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("quota 3"), std::string::npos) << out;
+  ASSERT_TRUE(c_.cp("job.create", job_params("site", "web", 2, "exec sleep 600")).ok());
+  json show = wait_running("site", 2);
+  ASSERT_FALSE(show.is_null());
+  std::set<std::string> ids;
+  for (const auto& t : show["tasks"]) ids.insert(t["id"]);
+  // Two machines run its tasks: the quota may not go below them.
+  bad = c_.cp("entitlement.update", {{"name", "web"}, {"quota", 1}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, rpc::kConflict) << bad.error().str();
+  EXPECT_NE(bad.error().str().find("2 of the entitlement's machines run tasks"), std::string::npos)
+      << bad.error().str();
+
+  // A new profile rolls over its machines one at a time; the tasks keep running (no
+  // restart, same ids).
+  std::tie(rc, out) =
+      weftctl("ada", "entitlement update web --profile web --max-unavailable 1 --timeout 60", 70);
+  EXPECT_EQ(rc, 0) << out << c_.logs();
+  EXPECT_NE(out.find("profile web applied on every machine of web"), std::string::npos) << out;
+  auto web = machines_of(c_, "web");
+  ASSERT_EQ(web.size(), 2u) << c_.cp("machine.ls")->dump(1) << out;
+  for (const auto& [id, m] : web) EXPECT_EQ(m["profile"], "web") << m.dump();
+  show = *c_.cp("job.show", {{"name", "site"}});
+  std::set<std::string> after;
+  for (const auto& t : show["tasks"])
+    if (t["state"] == "running") after.insert(t["id"]);
+  EXPECT_EQ(after, ids) << show.dump(2);
+
+  // A named machine: the free one is given to web, and stays though it runs nothing.
+  std::string free_machine;
+  for (int i = 0; i < c_.machines(); ++i)
+    if (!web.count(c_.machine_id(i))) free_machine = c_.machine_id(i);
+  ASSERT_FALSE(free_machine.empty());
+  std::tie(rc, out) = weftctl("ada", "machine assign " + free_machine + " web");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(machines_of(c_, "web").size(), 3u);
+  json e = *c_.cp("entitlement.show", {{"name", "web"}});
+  EXPECT_EQ(e["machines"].size(), 3u) << e.dump(2);
+  // At its quota (3): no fourth; and the quota may not drop below the assigned one and
+  // the two busy ones.
+  bad = c_.cp("entitlement.update", {{"name", "web"}, {"quota", 2}});
+  EXPECT_FALSE(bad.ok());
+  // Not removable while it has jobs, then while a machine is assigned to it.
+  std::tie(rc, out) = weftctl("ada", "entitlement rm web");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("still has jobs (site)"), std::string::npos) << out;
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
+  ASSERT_FALSE(c_.wait_cp("job.ls", json::object(), [](const json& j) {
+                   return j["jobs"].empty();
+                 }).is_null());
+  std::tie(rc, out) = weftctl("ada", "entitlement rm web");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("machine " + free_machine + " is assigned to web"), std::string::npos) << out;
+  std::tie(rc, out) = weftctl("ada", "machine release " + free_machine);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(free_machine + " is in the free pool"), std::string::npos) << out;
+  std::tie(rc, out) = weftctl("ada", "entitlement rm web");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(machines_of(c_, "web").empty());
+  // Durable: a restarted control plane has no such entitlement, and its audit log has
+  // every change.
+  c_.kill_cp(SIGTERM);
+  c_.start_cp();
+  json ls = c_.wait_cp("entitlement.ls", json::object(), [](const json&) { return true; });
+  ASSERT_FALSE(ls.is_null());
+  EXPECT_TRUE(ls["entitlements"].empty()) << ls.dump(2);
+  json audit = *c_.cp("audit.ls", {{"limit", 200}});
+  std::set<std::string> methods;
+  for (const auto& a : audit["entries"])
+    if (a["who"].get<std::string>().find("CN=ada") != std::string::npos && a["result"] == "ok")
+      methods.insert(a["method"]);
+  for (const char* m :
+       {"entitlement.update", "machine.assign", "machine.release", "entitlement.rm"})
+    EXPECT_TRUE(methods.count(m)) << m << ": " << audit.dump(2);
 }
 
 }  // namespace
