@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cluster.h"
+#include "cli/completion.h"
 #include "cli/health.h"
 #include "cli/profile.h"
 #include "cli/task.h"
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
       {"image", kTasks},         {"health", kHealth},       {"profile", kProfile}};
   bool want[kGroups] = {true, true, true, true};
   const std::string word = command_word(app, argc, argv);
+  // Completion is generated from the whole table: every group is built for it.
   for (const auto& [name, grp] : kGroupOf)
     if (word == name) {
       std::fill(std::begin(want), std::end(want), false);
@@ -100,12 +102,16 @@ int main(int argc, char** argv) {
   if (want[kHealth]) add_health_commands(app, health);
   ProfileCommands profile;
   if (want[kProfile]) add_profile_commands(app, profile);
+  CompletionCommands completion;
+  if (word.empty() || word == "completion" || word == "__names")
+    add_completion_commands(app, completion);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (int rc = run_completion_commands(completion, app, g); rc >= 0) return rc;
   if (want[kCluster])
     if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
   if (want[kHealth])

@@ -71,6 +71,28 @@ class Operator : public ::testing::Test {
     if (at == std::string::npos) return {-1, out};
     return {std::atoi(out.c_str() + at + 3), out.substr(0, at)};
   }
+  // What weftctl's bash completion (as the packages install it) offers after `words`,
+  // names asked of this control plane (its Unix socket).
+  std::set<std::string> complete(const std::string& words) {
+    std::string script = c_.dir() + "/weftctl.bash";
+    std::string bindir = std::string(WEFTCTL_BIN).substr(0, std::string(WEFTCTL_BIN).rfind('/'));
+    std::string cmd = std::string(WEFTCTL_BIN) + " completion bash > " + script +
+                      " && PATH=" + bindir + ":$PATH WEFT_CONTROLPLANE=" + c_.dir() +
+                      "/cp.sock bash -c 'source " + script + "; COMP_WORDS=(weftctl " + words +
+                      " \"\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _weftctl_bash; printf "
+                      "\"%s\\n\" \"${COMPREPLY[@]}\"'";
+    std::set<std::string> out;
+    FILE* f = ::popen(cmd.c_str(), "r");
+    if (!f) return out;
+    char line[512];
+    while (std::fgets(line, sizeof line, f)) {
+      std::string w(line);
+      if (!w.empty() && w.back() == '\n') w.pop_back();
+      if (!w.empty()) out.insert(w);
+    }
+    ::pclose(f);
+    return out;
+  }
   json wait_running(const std::string& job, size_t count) {
     json r = c_.wait_cp("job.show", {{"name", job}}, [&](const json& j) {
       size_t n = 0;
@@ -225,6 +247,10 @@ TEST_F(Operator, AnEntitlementChangesQuotaAndProfileAndIsRemovedWhenEmpty) {
   ASSERT_FALSE(show.is_null());
   std::set<std::string> ids;
   for (const auto& t : show["tasks"]) ids.insert(t["id"]);
+  // Completion names what the control plane has.
+  EXPECT_EQ(complete("job show"), std::set<std::string>{"site"});
+  EXPECT_EQ(complete("entitlement rm"), std::set<std::string>{"web"});
+  EXPECT_EQ(complete("machine assign"), (std::set<std::string>{"m0", "m1", "m2"}));
   // Two machines run its tasks: the quota may not go below them.
   bad = c_.cp("entitlement.update", {{"name", "web"}, {"quota", 1}});
   ASSERT_FALSE(bad.ok());
