@@ -393,6 +393,11 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.mt_cancel = c.maint->add_subcommand("cancel", "end an event now: its machines return (admin)");
   c.mt_cancel->add_option("id", c.mt_id, "event id")->required();
 
+  c.web =
+      app.add_subcommand("web",
+                         "the fleet as a web page (HTML and SVG, no script) over your certificate; "
+                         "docs/web-view.md");
+  c.web->add_option("-o,--output", c.file, "write it to this file (default: standard output)");
   c.audit = app.add_subcommand("audit", "the control plane's audit log");
   c.audit->require_subcommand(1);
   c.a_ls = c.audit->add_subcommand("ls", "operator calls that changed the cluster or were refused");
@@ -419,6 +424,18 @@ int cluster_logs(const Globals& g, const json& target, LogOptions o) {
 }
 
 int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
+  if (c.web && c.web->parsed()) {
+    auto cp = cp_client(g);
+    json r = call_or_die(*cp, "web.page", json::object());
+    std::string html = r.value("html", "");
+    if (c.file.empty() || c.file == "-") {
+      std::cout << html;
+      return 0;
+    }
+    if (auto s = write_file_atomic(c.file, html, 0644); !s.ok()) die(s.error().str());
+    std::cerr << "weftctl: the fleet's page is in " << c.file << "\n";
+    return 0;
+  }
   if (c.j_logs && c.j_logs->parsed())
     return cluster_logs(g, {{"job", c.name}, {"index", c.index}},
                         {c.stream, c.follow, c.tail, g.json_out, true});

@@ -22,7 +22,7 @@ struct ClusterCommands {
   // entitlement grant: what its jobs' tasks may ask of the host (docs/security.md).
   bool g_privileged = false, g_seccomp = false;
   std::vector<std::string> g_users, g_groups, g_namespaces, g_paths;
-  CLI::App *audit = nullptr, *a_ls = nullptr;
+  CLI::App *audit = nullptr, *a_ls = nullptr, *web = nullptr;
   CLI::App *cp = nullptr, *cp_status = nullptr;
   CLI::App *maint = nullptr, *mt_schedule = nullptr, *mt_ls = nullptr, *mt_cancel = nullptr;
   std::string mt_machine, mt_domain, mt_dc, mt_start, mt_duration, mt_notice, mt_reason;

@@ -84,8 +84,9 @@ int main(int argc, char** argv) {
   static constexpr std::pair<const char*, Group> kGroupOf[] = {
       {"machine", kCluster},     {"entitlement", kCluster}, {"job", kCluster},
       {"maintenance", kCluster}, {"audit", kCluster},       {"controlplane", kCluster},
-      {"service", kCluster},     {"task", kTasks},          {"agent", kTasks},
-      {"image", kTasks},         {"health", kHealth},       {"profile", kProfile}};
+      {"service", kCluster},     {"web", kCluster},         {"task", kTasks},
+      {"agent", kTasks},         {"image", kTasks},         {"health", kHealth},
+      {"profile", kProfile}};
   bool want[kGroups] = {true, true, true, true};
   const std::string word = command_word(app, argc, argv);
   // Completion is generated from the whole table: every group is built for it.

@@ -98,6 +98,11 @@ MHD_Result reply(MHD_Connection* c, unsigned status, const std::string& body, co
                                                     MHD_RESPMEM_MUST_COPY);
   if (!r) return MHD_NO;
   MHD_add_response_header(r, "Content-Type", type);
+  // Pages are server-rendered HTML and SVG: no script runs, nothing is fetched.
+  MHD_add_response_header(r, "Content-Security-Policy",
+                          "default-src 'none'; style-src 'unsafe-inline'; img-src data:");
+  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  MHD_add_response_header(r, "Cache-Control", "no-store");
   MHD_Result ok = MHD_queue_response(c, status, r);
   MHD_destroy_response(r);
   return ok;
@@ -105,7 +110,7 @@ MHD_Result reply(MHD_Connection* c, unsigned status, const std::string& body, co
 
 MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method,
                       const char*, const char*, size_t* upload_size, void** state) {
-  const auto* registry = static_cast<const Registry*>(cls);
+  const auto* server = static_cast<const HttpServer*>(cls);
   if (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0) {
     *upload_size = 0;  // nothing of a body is kept
     return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n", "text/plain");
@@ -115,9 +120,13 @@ MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char*
     *state = &seen;
     return MHD_YES;
   }
-  if (std::strcmp(url, "/metrics") != 0)
-    return reply(c, MHD_HTTP_NOT_FOUND, "metrics are at /metrics\n", "text/plain");
-  return reply(c, MHD_HTTP_OK, registry->render(), "text/plain; version=0.0.4; charset=utf-8");
+  if (std::strcmp(url, "/metrics") == 0 && server->registry())
+    return reply(c, MHD_HTTP_OK, server->registry()->render(),
+                 "text/plain; version=0.0.4; charset=utf-8");
+  std::string type, body;
+  if (server->page(url, &type, &body)) return reply(c, MHD_HTTP_OK, body, type.c_str());
+  return reply(c, MHD_HTTP_NOT_FOUND,
+               server->registry() ? "metrics are at /metrics\n" : "not found\n", "text/plain");
 }
 
 }  // namespace
@@ -229,21 +238,21 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(EventLoop& loop, const std
       if (fd >= 0) ::close(fd);
       return errno_error(e, "metrics: cannot listen on " + listen);
     }
-    d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, const_cast<Registry*>(registry),
-                         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 32u,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         static_cast<size_t>(64 * 1024), MHD_OPTION_END);
+    d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, s.get(), MHD_OPTION_LISTEN_SOCKET,
+                         fd, MHD_OPTION_CONNECTION_LIMIT, 32u, MHD_OPTION_CONNECTION_TIMEOUT, 5u,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(64 * 1024),
+                         MHD_OPTION_END);
     if (!d) {
       ::close(fd);
       return make_error("metrics: cannot serve on " + listen);
     }
   } else {
     if (ep.addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, const_cast<Registry*>(registry),
-                         MHD_OPTION_SOCK_ADDR, reinterpret_cast<const sockaddr*>(&ep.addr),
-                         MHD_OPTION_CONNECTION_LIMIT, 32u, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8u,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 5u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         static_cast<size_t>(64 * 1024), MHD_OPTION_END);
+    d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, s.get(), MHD_OPTION_SOCK_ADDR,
+                         reinterpret_cast<const sockaddr*>(&ep.addr), MHD_OPTION_CONNECTION_LIMIT,
+                         32u, MHD_OPTION_PER_IP_CONNECTION_LIMIT, 8u, MHD_OPTION_CONNECTION_TIMEOUT,
+                         5u, MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(64 * 1024),
+                         MHD_OPTION_END);
   }
   if (!d)
     return make_error("metrics: cannot listen on " + listen + " (in use, or no such address)");

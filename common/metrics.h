@@ -97,6 +97,14 @@ class HttpServer {
                                            const Registry* registry);
   // "host:port" actually bound (the port resolved when it was 0).
   std::string address() const { return address_; }
+  // More pages than /metrics (the control plane's web view): for a URL path, its content
+  // type and body, or false (404). Called on the loop's thread.
+  using Pages = std::function<bool(const std::string& url, std::string* type, std::string* body)>;
+  void set_pages(Pages pages) { pages_ = std::move(pages); }
+  const Registry* registry() const { return registry_; }
+  bool page(const std::string& url, std::string* type, std::string* body) const {
+    return pages_ && pages_(url, type, body);
+  }
 
  private:
   HttpServer(EventLoop& loop, const Registry* registry) : loop_(loop), registry_(registry) {}
@@ -104,6 +112,7 @@ class HttpServer {
   struct Daemon;
   EventLoop& loop_;
   const Registry* registry_;
+  Pages pages_;
   Daemon* daemon_ = nullptr;
   Source io_, timer_;
   uint16_t port_ = 0;

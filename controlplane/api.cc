@@ -101,6 +101,7 @@ void Manager::register_methods() {
       {"maintenance.ls", &Manager::api_maintenance_ls, kViewerCall},
       {"maintenance.cancel", &Manager::api_maintenance_cancel, kAdminCall},
       {"controlplane.status", &Manager::api_controlplane_status, kViewerCall},
+      {"web.page", &Manager::api_web_page, kViewerCall},
       {"service.ls", &Manager::api_service_ls, kViewerCall},
       {"service.show", &Manager::api_service_show, kViewerCall},
       {"service.watch", &Manager::api_service_watch, kViewerCall},

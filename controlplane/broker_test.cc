@@ -148,6 +148,23 @@ TEST(Broker, FailoverGraceConfig) {
   }
 }
 
+// The web view has no authentication of its own: plain HTTP on loopback only.
+TEST(Broker, WebListenIsLoopbackOnly) {
+  for (const char* ok : {"127.0.0.1:9480", "[::1]:9480"}) {
+    auto c = parse_cp_config(std::string("web_listen = \"") + ok + "\"\n", "cp.toml");
+    ASSERT_TRUE(c.ok()) << ok << ": " << c.error().str();
+    EXPECT_EQ(c->web_listen, ok);
+  }
+  for (const char* bad : {"0.0.0.0:9480", "10.1.2.3:9480", "/run/weft/web.sock", "127.0.0.1",
+                          "[::]:9480"}) {
+    auto e = parse_cp_config(std::string("\nweb_listen = \"") + bad + "\"\n", "cp.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("cp.toml:2"), std::string::npos) << e.error().str();
+    EXPECT_NE(e.error().str().find("loopback"), std::string::npos) << e.error().str();
+  }
+  EXPECT_EQ(parse_cp_config("", "cp.toml")->web_listen, "");
+}
+
 TEST(Broker, HealthVerdictsAndDrain) {
   Allocator a;
   Broker b(a);

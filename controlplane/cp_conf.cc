@@ -106,6 +106,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "tls_resumption",
                      "secrets_key",
                      "metrics_listen",
+                     "web_listen",
                      "access",
                      "images",
                      "store"}));
@@ -123,6 +124,18 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
     if (v) *out = *v;
   }
   TRY(metrics::read_listen(doc, t, &c.metrics_listen));
+  if (auto w = doc.get_string(t, "web_listen"); !w.ok()) {
+    return std::move(w).error();
+  } else if (*w) {
+    // Plain HTTP without authentication: loopback only (127.0.0.0/8 or [::1]).
+    const std::string& v = **w;
+    bool loopback = v.rfind("127.", 0) == 0 || v.rfind("[::1]:", 0) == 0;
+    if (!loopback || !metrics::check_listen(v).ok() || v.front() == '/')
+      return field_error(doc.where(*t.get("web_listen")),
+                         "'web_listen' must be a loopback address and port (127.0.0.1:9480 or "
+                         "[::1]:9480): the web view has no authentication of its own");
+    c.web_listen = v;
+  }
   if (!c.tls.ca_file.empty() || !c.tls.cert_file.empty() || !c.tls.key_file.empty())
     for (auto [key, v] : {std::pair{"tls_ca", &c.tls.ca_file},
                           {"tls_cert", &c.tls.cert_file},

@@ -64,6 +64,10 @@ struct CpConfig {
   std::string log_level = "info";
   // Prometheus /metrics (docs/metrics.md): loopback by default; "" = none.
   std::string metrics_listen = "127.0.0.1:9470";
+  // The read-only web view over plain HTTP (docs/web-view.md): a loopback address only
+  // (reach it through an SSH tunnel); "" = none. Viewers with a certificate use
+  // `weftctl web` over mutual TLS instead.
+  std::string web_listen;
   StoreConfig store;
   // [images] (docs/images.md): the registries a job's image tag is resolved at, once,
   // when the job is created or updated.

@@ -219,6 +219,18 @@ Status Manager::serve() {
   }
   register_metrics();
   metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
+  if (!cfg_.web_listen.empty()) {
+    auto web = metrics::HttpServer::start(*loop_, cfg_.web_listen, nullptr);
+    if (!web.ok()) return std::move(web).error().wrap("web_listen");
+    web_http_ = std::move(web).value();
+    web_http_->set_pages([this](const std::string& url, std::string* type, std::string* body) {
+      if (url != "/" && url != "/index.html") return false;
+      *type = "text/html; charset=utf-8";
+      *body = web_page();
+      return true;
+    });
+    log_info("web view", {{"LISTEN", web_http_->address()}});
+  }
   TRY(loop_->exit_on_termination());
   // SIGHUP (systemctl reload): certificates, key and CRL are read again; new handshakes
   // use them, sessions already up carry on.

@@ -199,6 +199,11 @@ class Manager {
   // joined or left an entitlement) to apply it now, rather than at its next report.
   void push_profiles();
 
+  // The read-only web view (web_api.cc, web_view.h, docs/web-view.md).
+  Result<nlohmann::json> api_web_page(const nlohmann::json& p, const rpc::CallContext& c);
+  std::string web_page() const;
+  std::unique_ptr<metrics::HttpServer> web_http_;
+
   // Capacity that changes (capacity_api.cc, docs/entitlements.md).
   Result<nlohmann::json> api_entitlement_rm(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_assign(const nlohmann::json& p, const rpc::CallContext& c);

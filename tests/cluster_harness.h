@@ -82,6 +82,8 @@ class ClusterHarness {
   int machine_index(const std::string& id) const;  // -1 if not one of ours
   std::string logs() const;                        // every daemon's log, for failure messages
   const std::string& dir() const { return dir_; }
+  // The network namespace the control plane runs in (its loopback: web_listen).
+  const std::string& hub_netns() const { return hub_; }
 
  private:
   struct Machine {

@@ -50,7 +50,9 @@ class Operator : public ::testing::Test {
                        " vic --ou viewer && " + tool + " issue " + pki + " olga --ou oncall && " +
                        tool + " issue " + pki + " ada --ou admin";
     ASSERT_EQ(std::system(("(" + cmds + ") >/dev/null").c_str()), 0);
-    c_.set_cp_extra("[access]\nviewer = [\"OU=viewer\", \"OU=oncall\"]\nlogs = [\"OU=oncall\"]\n");
+    c_.set_cp_extra(
+        "web_listen = \"127.0.0.1:9480\"\n[access]\nviewer = [\"OU=viewer\", \"OU=oncall\"]\n"
+        "logs = [\"OU=oncall\"]\n");
     c_.start_cp();
     for (int i = 0; i < c_.machines(); ++i) c_.start_machine(i);
     ASSERT_TRUE(c_.wait_all_ready()) << c_.cp("machine.ls")->dump(2) << c_.logs();
@@ -319,6 +321,76 @@ TEST_F(Operator, AnEntitlementChangesQuotaAndProfileAndIsRemovedWhenEmpty) {
   for (const char* m :
        {"entitlement.update", "machine.assign", "machine.release", "entitlement.rm"})
     EXPECT_TRUE(methods.count(m)) << m << ": " << audit.dump(2);
+}
+
+// Headless Chromium (Debian's) in the control plane's network namespace, on its loopback
+// web view: `args` (--dump-dom or --screenshot=...) and the page; its standard output.
+std::string chromium(const ClusterHarness& c, const std::string& args) {
+  std::string profile = c.dir() + "/chromium";
+  std::string cmd = "timeout 60 ip netns exec " + c.hub_netns() +
+                    " chromium --headless --no-sandbox --disable-gpu --no-first-run "
+                    "--disable-dev-shm-usage --user-data-dir=" +
+                    profile + " " + args + " http://127.0.0.1:9480/ 2>/dev/null";
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  ::pclose(f);
+  return out;
+}
+
+TEST_F(Operator, TheWebViewShowsTheFleetInABrowser) {
+  ASSERT_EQ(std::system("command -v chromium >/dev/null"), 0)
+      << "chromium is not installed (scripts/setup.sh --test installs it)";
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 2}, {"profile", "dev"}}).ok());
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "batch"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(c_.cp("job.create", job_params("site", "web", 2, "exec sleep 600")).ok());
+  ASSERT_FALSE(wait_running("site", 2).is_null());
+  ASSERT_TRUE(c_.cp("job.create", job_params("crunch", "batch", 1, "exec sleep 600")).ok());
+  ASSERT_FALSE(wait_running("crunch", 1).is_null());
+  auto ev = c_.cp(
+      "maintenance.schedule",
+      {{"machine", "m0"}, {"start", "+2h"}, {"duration", "4h"}, {"reason", "firmware <update>"}});
+  ASSERT_TRUE(ev.ok()) << ev.error().str();
+
+  // What the browser built from the page: every machine, entitlement, job and event.
+  std::string dom = chromium(c_, "--dump-dom");
+  ASSERT_NE(dom.find("weft fleet"), std::string::npos) << dom.substr(0, 2000);
+  EXPECT_EQ(count_of(dom, "class=\"machine state-ok\""), 3u) << dom;
+  EXPECT_EQ(count_of(dom, "data-entitlement=\"web\" x="), 2u) << dom;
+  EXPECT_EQ(count_of(dom, "data-entitlement=\"batch\" x="), 1u) << dom;
+  EXPECT_EQ(count_of(dom, "<tr class=\"entitlement\""), 2u) << dom;
+  EXPECT_NE(dom.find("<td class=\"used\">2 / 2</td>"), std::string::npos) << dom;
+  EXPECT_EQ(count_of(dom, "<tr class=\"job\""), 2u) << dom;
+  EXPECT_NE(dom.find("data-job=\"site\"><td>site</td><td>web</td><td class=\"ready\">2 / 2</td>"),
+            std::string::npos)
+      << dom;
+  EXPECT_EQ(count_of(dom, "<tr class=\"maintenance\""), 1u) << dom;
+  EXPECT_NE(dom.find("firmware &lt;update&gt;"), std::string::npos) << dom;  // escaped
+  EXPECT_EQ(dom.find("<script"), std::string::npos);
+
+  // A screenshot of it: a real PNG of the window's size (kept in docs/ as the picture).
+  std::string png = c_.dir() + "/fleet.png";
+  chromium(c_, "--window-size=1280,1000 --hide-scrollbars --screenshot=" + png);
+  auto img = read_file(png);
+  ASSERT_TRUE(img.ok()) << "no screenshot";
+  ASSERT_GT(img->size(), 10'000u);
+  ASSERT_EQ(img->substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  auto be32 = [&](size_t at) {
+    const auto* b = reinterpret_cast<const unsigned char*>(img->data() + at);
+    return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+  };
+  EXPECT_EQ(be32(16), 1280u);  // IHDR width
+  EXPECT_EQ(be32(20), 1000u);  // and height
+  if (const char* keep = std::getenv("WEFT_WEB_VIEW_SCREENSHOT")) (void)write_file(keep, *img);
+
+  // A viewer's certificate gets the same page over mutual TLS (weftctl web).
+  auto [rc, out] = weftctl("vic", "web");
+  EXPECT_EQ(rc, 0) << out.substr(0, 500);
+  EXPECT_EQ(count_of(out, "class=\"machine state-ok\""), 3u) << out.substr(0, 500);
 }
 
 }  // namespace

@@ -1,0 +1,55 @@
+// The web view's page, from the same state the listings show (web_view.h): served on the
+// loopback web_listen and, to viewers over mutual TLS, by web.page (`weftctl web`).
+#include "common/clock.h"
+#include "controlplane/manager.h"
+#include "controlplane/web_view.h"
+
+namespace weft::cp {
+
+using nlohmann::json;
+
+std::string Manager::web_page() const {
+  FleetSnapshot s;
+  s.now_wall_us = static_cast<int64_t>(now_realtime_us());
+  s.leader = advertised();
+  if (leadership_ && !leading_)
+    return "<!doctype html><html><head><meta charset=\"utf-8\"><title>weft fleet</title></head>"
+           "<body><h1>weft fleet</h1><p id=\"follower\">This replica does not lead; the leader "
+           "is " +
+           html_escape(leader_hint_.empty() ? "being elected" : leader_hint_) +
+           ".</p></body></html>\n";
+  for (MachineId m = 0; m < alloc_.machine_count(); ++m)
+    if (!broker_.removed(m)) s.machines.push_back(machine_json(m));
+  for (const auto& [id, e] : broker_.entitlements()) {
+    json j{{"name", e.name},
+           {"quota", e.quota},
+           {"profile", e.profile},
+           {"owners", e.owners},
+           {"machines", alloc_.pool_size(id)}};
+    if (profile_rolls_.count(id)) j["profile_roll"] = profile_roll_json(id);
+    s.entitlements.push_back(std::move(j));
+  }
+  for (const auto& j : sched_.persisted_jobs()) {
+    int ready = 0, current = 0;
+    for (const TaskRecord* t : sched_.task_refs_of(j.spec.name)) {
+      ready += available(*t);
+      current += available(*t) && t->generation == j.generation;
+    }
+    s.jobs.push_back({{"name", j.spec.name},
+                      {"entitlement", j.spec.entitlement},
+                      {"count", j.spec.count},
+                      {"ready", ready},
+                      {"current", current},
+                      {"generation", j.generation},
+                      {"stopping", j.stopping}});
+  }
+  for (const auto& [id, e] : maintenance_.events())
+    if (e.active()) s.maintenance.push_back(to_json(e));
+  return render_fleet_html(s);
+}
+
+Result<json> Manager::api_web_page(const json&, const rpc::CallContext&) {
+  return json{{"html", web_page()}};
+}
+
+}  // namespace weft::cp

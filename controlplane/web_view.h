@@ -1,0 +1,30 @@
+// The control plane's read-only web view (docs/web-view.md): one page of HTML and SVG
+// rendered by the server, no script. Machines as a grid by data centre and fault domain,
+// coloured by health and outlined by entitlement; each entitlement's machines against its
+// quota and its profile; jobs with ready/count and rollout progress; the maintenance
+// calendar. A pure function of the listings the API gives (machine.ls, entitlement.ls,
+// job.ls with rollout counts, maintenance.ls), so it is tested without a daemon.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace weft::cp {
+
+struct FleetSnapshot {
+  nlohmann::json machines = nlohmann::json::array();      // machine_json rows
+  nlohmann::json entitlements = nlohmann::json::array();  // entitlement.ls rows (+ roll)
+  nlohmann::json jobs = nlohmann::json::array();          // job.ls rows (+ "current")
+  nlohmann::json maintenance = nlohmann::json::array();   // maintenance.ls events
+  int64_t now_wall_us = 0;
+  std::string leader;  // this replica's address
+};
+
+std::string render_fleet_html(const FleetSnapshot& s);
+
+// Text safe inside HTML elements and attribute values.
+std::string html_escape(const std::string& s);
+
+}  // namespace weft::cp

@@ -1,0 +1,70 @@
+// The web view's page as a pure function of the listings (web_view.h).
+#include "controlplane/web_view.h"
+
+#include <gtest/gtest.h>
+
+namespace weft::cp {
+namespace {
+
+using nlohmann::json;
+
+size_t count_of(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST(WebView, EveryMachineEntitlementJobAndEventIsDrawnAndNothingIsTrusted) {
+  FleetSnapshot s;
+  s.now_wall_us = 1'800'000'000'000'000;
+  const char* states[] = {"ok", "degraded", "failed", "dead", "drained"};
+  for (int i = 0; i < 100; ++i)
+    s.machines.push_back({{"machine", "m" + std::to_string(i)},
+                          {"state", states[i % 5]},
+                          {"dc", i < 60 ? "east" : "west"},
+                          {"domain", "rack" + std::to_string(i % 4)},
+                          {"entitlement", i < 10 ? "web" : ""},
+                          {"tasks", i < 10 ? 2 : 0}});
+  s.entitlements.push_back(
+      {{"name", "web"}, {"quota", 12}, {"machines", 10}, {"profile", "dev"}, {"owners", {"CN=a"}}});
+  s.entitlements.push_back({{"name", "<script>alert(1)</script>"}, {"quota", 1}, {"machines", 0}});
+  s.jobs.push_back({{"name", "site"},
+                    {"entitlement", "web"},
+                    {"count", 20},
+                    {"ready", 18},
+                    {"current", 5},
+                    {"generation", 3},
+                    {"stopping", false}});
+  s.maintenance.push_back({{"id", 7},
+                           {"target_kind", "domain"},
+                           {"target", "rack1"},
+                           {"start_us", s.now_wall_us + 3'600'000'000},
+                           {"duration_us", 7'200'000'000},
+                           {"state", "scheduled"},
+                           {"reboot", true},
+                           {"reason", "a & b"}});
+  std::string html = render_fleet_html(s);
+  EXPECT_EQ(count_of(html, "<rect class=\"machine "), 100u);
+  EXPECT_EQ(count_of(html, "class=\"machine state-failed\""), 20u);
+  EXPECT_EQ(count_of(html, "<svg class=\"grid\""), 2u);  // one per data centre
+  EXPECT_EQ(count_of(html, "data-entitlement=\"web\" x="), 10u);
+  EXPECT_NE(html.find("100 machines · 20 ok · 20 degraded · 20 failed · 20 dead · 20 drained"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=\"used\">10 / 12</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"rollout\">5 of 20 updated</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"ready\">18 / 20</td>"), std::string::npos);
+  EXPECT_EQ(count_of(html, "<tr class=\"maintenance\">"), 1u);
+  EXPECT_NE(html.find("a &amp; b"), std::string::npos);
+  // Names are the operators' input: escaped, never markup.
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+}
+
+TEST(WebView, AnEmptyFleetIsAPage) {
+  std::string html = render_fleet_html(FleetSnapshot{});
+  EXPECT_NE(html.find("0 machines"), std::string::npos);
+  EXPECT_NE(html.find("</html>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::cp
