@@ -108,6 +108,8 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                      "default_task_user",
                      "allow_root_tasks",
                      "allow_unconfined_tasks",
+                     "log_journald",
+                     "journald_socket",
                      "metrics_listen",
                      "netns_pool",
                      "sandbox_pool",
@@ -184,6 +186,12 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   c.allow_root_tasks = allow_root.value_or(false);
   TRY_ASSIGN(auto allow_unconfined, doc.get_bool(t, "allow_unconfined_tasks"));
   c.allow_unconfined_tasks = allow_unconfined.value_or(false);
+  TRY_ASSIGN(auto journald, doc.get_bool(t, "log_journald"));
+  c.log_journald = journald.value_or(false);
+  TRY(str("journald_socket", &c.journald_socket));
+  if (c.journald_socket.empty() || c.journald_socket[0] != '/' || c.journald_socket.size() > 100)
+    return field_error(doc.where(*t.get("journald_socket")),
+                       "'journald_socket' must be an absolute path of at most 100 bytes");
   TRY_ASSIGN(c.labels, doc.get_string_map(t, "labels"));
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   TRY_ASSIGN(auto pool, doc.get_int(t, "netns_pool"));

@@ -42,6 +42,11 @@ struct AgentConfig {
   bool allow_root_tasks = false;
   // Whether a spec may ask for seccomp = "unconfined".
   bool allow_unconfined_tasks = false;
+  // Every task's output also goes to journald, one entry per line with WEFT_TASK,
+  // WEFT_TASK_ID, WEFT_JOB, WEFT_ENTITLEMENT and WEFT_STREAM (docs/logs.md): an existing
+  // log shipper picks it up. The files stay (weftctl task logs reads them).
+  bool log_journald = false;
+  std::string journald_socket = "/run/systemd/journal/socket";  // journald's native socket
   std::string init_path;        // empty: weft-init next to weft-agent, else libexec
   std::string host_root = "/";  // tests: a fake /proc and /sys tree
   std::string log_level = "info";

@@ -560,10 +560,11 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   req.new_net = t.spec.ns.own_network();
   if (sandbox) {
     // weft-init is there already, in the task's namespaces: it is handed the task.
-    std::vector<std::string> argv = init_argv(
-        run_spec, ident,
-        InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
-                  /*lo_up=*/true});  // the sandbox brought its loopback up while it waited
+    std::vector<std::string> argv =
+        init_argv(run_spec, ident,
+                  InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
+                            /*lo_up=*/true,  // the sandbox brought its loopback up while it waited
+                            journal_fields(t), cfg_.journald_socket});
     Status handed = hand_off(*sandbox, argv, dirfd.get(), files.valid() ? files.get() : -1);
     if (handed.ok()) {
       ++handoffs_;
@@ -591,9 +592,9 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
       req.netns_fd = netns.get();
     }
   }
-  req.init_argv = init_argv(
-      run_spec, ident,
-      InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources, netns.valid()});
+  req.init_argv = init_argv(run_spec, ident,
+                            InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
+                                      netns.valid(), journal_fields(t), cfg_.journald_socket});
   req.files_fd = files.valid() ? files.get() : -1;
   auto spawned = spawn_init(req);
   if (!spawned.ok()) {
@@ -1049,6 +1050,16 @@ Status Manager::cp_start() {
   hooks.forget = [this](const std::set<std::string>& names) { forget_ended(names); };
   TRY_ASSIGN(cp_, CpSession::start(*loop_, cfg_, &cp_methods_, dns_ != nullptr, std::move(hooks)));
   return {};
+}
+
+std::vector<std::string> Manager::journal_fields(const Task& t) const {
+  if (!cfg_.log_journald) return {};
+  std::vector<std::string> f{"WEFT_TASK=" + t.spec.name, "WEFT_TASK_ID=" + t.id};
+  if (t.spec.owner == "controlplane") {
+    f.push_back("WEFT_JOB=" + t.spec.name.substr(0, t.spec.name.find('.')));
+    if (!t.spec.entitlement.empty()) f.push_back("WEFT_ENTITLEMENT=" + t.spec.entitlement);
+  }
+  return f;
 }
 
 void Manager::forget_ended(const std::set<std::string>& wanted) {

@@ -105,6 +105,8 @@ class Manager {
   // had the agent forget from ended-logs/ (keep_ended_logs).
   Result<nlohmann::json> cp_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
   void keep_ended_logs(const Task& t);
+  // weft-init's journald fields for a task (agent.toml log_journald), or none.
+  std::vector<std::string> journal_fields(const Task& t) const;
   void load_ended_logs();
   static constexpr size_t kEndedLogsKept = 64;
   std::deque<std::string> ended_logs_;  // names under state_dir/ended-logs, oldest first

@@ -49,6 +49,7 @@ json task_run_params(const JobSpec& s, const std::string& task_id,
     t["ports"] = s.ports;
   t["name"] = task_id;  // the agent refuses a second live task of that name: idempotent
   t["owner"] = "controlplane";
+  t["entitlement"] = s.entitlement;
   return t;
 }
 

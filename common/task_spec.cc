@@ -488,14 +488,17 @@ json readiness_json(const ReadinessCheck& c) {
 Result<TaskSpec> parse_task_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
-  TRY(r.only({"name",       "argv",   "env",        "cwd",      "user",      "group",
-              "resources",  "rootfs", "namespaces", "hostname", "restart",   "stop_signal",
-              "stop_grace", "logs",   "owner",      "seccomp",  "readiness", "image",
-              "mounts",     "files",  "package",    "ports"}));
+  TRY(r.only({"name",       "argv",   "env",        "cwd",      "user",       "group",
+              "resources",  "rootfs", "namespaces", "hostname", "restart",    "stop_signal",
+              "stop_grace", "logs",   "owner",      "seccomp",  "readiness",  "image",
+              "mounts",     "files",  "package",    "ports",    "entitlement"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
     return field_error("owner", "must be \"controlplane\" or absent");
+  TRY_ASSIGN(s.entitlement, r.str("entitlement"));
+  if (!s.entitlement.empty() && (s.owner.empty() || !valid_name(s.entitlement)))
+    return field_error("entitlement", "is set by the control plane for its own tasks only");
   if (!valid_name(s.name))
     return field_error("name", "must be 1-63 characters of letters, digits, '-', '_' or '.'");
   TRY_ASSIGN(s.image, r.str("image"));
@@ -787,6 +790,7 @@ json to_json(const TaskSpec& s) {
   if (!s.user.empty()) j["user"] = s.user;
   if (!s.group.empty()) j["group"] = s.group;
   if (!s.owner.empty()) j["owner"] = s.owner;
+  if (!s.entitlement.empty()) j["entitlement"] = s.entitlement;
   if (s.seccomp_unconfined) j["seccomp"] = "unconfined";
   json res = json::object();
   const TaskResources& r = s.resources;

@@ -153,6 +153,9 @@ struct TaskSpec {
   // Who started the task: empty for operators, "controlplane" for tasks the control
   // plane placed (only those are in the agent's reports to it).
   std::string owner;
+  // A control-plane task's entitlement (set by the control plane; for journald's
+  // WEFT_ENTITLEMENT and the agent's listings).
+  std::string entitlement;
 };
 
 // Parses and validates. Errors carry `field` ("resources.memory_max").

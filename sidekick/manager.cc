@@ -4,6 +4,8 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -293,6 +295,10 @@ nlohmann::json Manager::conflicts_json(const Profile& p) const {
   return out;
 }
 
+namespace {
+constexpr const char* kSystemdPrivate = "unix:path=/run/systemd/private";
+}  // namespace
+
 Result<json> Manager::reboot(const std::string& reason) {
   if (!cfg_.allow_reboot)
     return make_error(
@@ -304,7 +310,19 @@ Result<json> Manager::reboot(const std::string& reason) {
   if (!bus_) {
     sd_bus* bus = nullptr;
     int r = sd_bus_open_system(&bus);
-    if (r < 0) return errno_error(-r, "connect to the system bus");
+    if (r < 0) {
+      // No D-Bus daemon (a minimal server): systemd's own socket, as systemctl does as
+      // root.
+      int sys = r;
+      bus = nullptr;
+      if ((r = sd_bus_new(&bus)) >= 0 && (r = sd_bus_set_address(bus, kSystemdPrivate)) >= 0)
+        r = sd_bus_start(bus);
+      if (r < 0) {
+        if (bus) sd_bus_unref(bus);
+        return errno_error(-sys, std::string("connect to the system bus (and to ") +
+                                     (kSystemdPrivate + 10) + ": " + std::strerror(-r) + ")");
+      }
+    }
     if ((r = sd_bus_attach_event(bus, loop_->get(), 0)) < 0) {
       sd_bus_unref(bus);
       return errno_error(-r, "attach the system bus");

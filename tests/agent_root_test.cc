@@ -85,6 +85,79 @@ TEST_F(AgentRoot, RunExitCodeLogsAndCgroupRemoved) {
   EXPECT_EQ(ok["exit_code"], 0);
 }
 
+// agent.toml log_journald: each line of output is also an entry of journald's native
+// protocol with the task's fields (here a socket of the test's stands in for journald,
+// which this machine does not run; the guest test reads the real journal).
+TEST(AgentJournald, EveryLineIsAnEntryWithTheTasksFields) {
+  std::string why = root_test_skip_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  AgentHarness agent;
+  std::string sock = agent.dir() + "/journal.sock";
+  Fd rx(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, sock.c_str(), sock.size() + 1);
+  ASSERT_EQ(::bind(rx.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{10, 0};
+  ::setsockopt(rx.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  agent.add_config("log_journald = true\njournald_socket = \"" + sock + "\"\n");
+  agent.start();
+  std::string line(20000, 'x');  // longer than an entry: sent in two
+  json r = agent.call("task.run", {{"name", "noisy"},
+                                   {"argv",
+                                    {"sh", "-c",
+                                     "echo hello journal; printf 'a\\nb'; "
+                                     "echo; echo oops >&2; echo " +
+                                         line}}});
+  std::string id = r.value("id", "");
+  agent.wait_state(id, "exited");
+  // Entries: MESSAGE (binary-safe form) and "KEY=VALUE" lines.
+  std::vector<std::map<std::string, std::string>> entries;
+  for (int i = 0; i < 6; ++i) {
+    std::string buf(65536, '\0');
+    ssize_t n = ::recv(rx.get(), buf.data(), buf.size(), 0);
+    if (n <= 0) break;
+    buf.resize(static_cast<size_t>(n));
+    std::map<std::string, std::string> e;
+    size_t at = 0;
+    while (at < buf.size()) {
+      size_t nl = buf.find('\n', at);
+      ASSERT_NE(nl, std::string::npos) << buf;
+      std::string key = buf.substr(at, nl - at);
+      size_t eq = key.find('=');
+      if (eq != std::string::npos) {
+        e[key.substr(0, eq)] = key.substr(eq + 1);
+        at = nl + 1;
+      } else {  // KEY\n, 64-bit little-endian length, data, \n
+        uint64_t len = 0;
+        for (int b = 0; b < 8; ++b)
+          len |= uint64_t{static_cast<unsigned char>(buf[nl + 1 + b])} << (8 * b);
+        e[key] = buf.substr(nl + 9, len);
+        at = nl + 9 + len + 1;
+      }
+    }
+    entries.push_back(e);
+  }
+  ASSERT_GE(entries.size(), 5u);
+  std::vector<std::string> out, err;
+  for (auto& e : entries) {
+    EXPECT_EQ(e["WEFT_TASK"], "noisy");
+    EXPECT_EQ(e["WEFT_TASK_ID"], id);
+    EXPECT_EQ(e["SYSLOG_IDENTIFIER"], "noisy");
+    EXPECT_EQ(e.count("WEFT_JOB"), 0u);  // a local task: no job
+    (e["WEFT_STREAM"] == "stderr" ? err : out).push_back(e["MESSAGE"]);
+    EXPECT_EQ(e["PRIORITY"], e["WEFT_STREAM"] == "stderr" ? "3" : "6");
+  }
+  ASSERT_GE(out.size(), 4u);
+  EXPECT_EQ(out[0], "hello journal");
+  EXPECT_EQ(out[1], "a");
+  EXPECT_EQ(out[2], "b");
+  EXPECT_EQ(err, std::vector<std::string>{"oops"});
+  EXPECT_EQ(out[3].size() + (out.size() > 4 ? out[4].size() : 0), line.size());
+  // The files have it all too.
+  EXPECT_EQ(agent.call("task.logs", {{"id", id}, {"stream", "stderr"}})["data"], "oops\n");
+}
+
 // Named ports (docs/services.md): a 0 port takes a free port of the agent's port_range,
 // given to the task as WEFT_PORT_<NAME> and kept in its spec; a port a live task holds
 // is refused to another; once that task ended its port may be taken again.

@@ -79,7 +79,12 @@ bool parse_args(int argc, char** argv, Args* out) {
       o.log_max_bytes = strtoull(v, nullptr, 10);
     else if (!strcmp(a, "--log-max-files"))
       o.log_max_files = static_cast<unsigned>(atoi(v));
-    else if (!strcmp(a, "--env")) {
+    else if (!strcmp(a, "--journal-socket"))
+      o.journal_socket = v;
+    else if (!strcmp(a, "--journal-field")) {
+      if (o.njournal >= 8 || !strchr(v, '=')) return false;
+      o.journal_fields[o.njournal++] = v;
+    } else if (!strcmp(a, "--env")) {
       if (o.nenv < 1023) o.env[o.nenv++] = const_cast<char*>(v);
     } else
       return false;

@@ -39,6 +39,11 @@ struct Args {
   bool lo_up = false;
   unsigned long long log_max_bytes = 10ull << 20;
   unsigned log_max_files = 5;
+  // Output copied to journald too, one entry per line, with these fields ("KEY=VALUE":
+  // WEFT_TASK, WEFT_JOB, WEFT_ENTITLEMENT, ...; none: no copy). The first names the task.
+  const char* journal_fields[8];
+  int njournal = 0;
+  const char* journal_socket = "/run/systemd/journal/socket";
   char* env[1024];  // null-terminated by the parser
   int nenv = 0;
   char** argv = nullptr;  // the program and its arguments: what follows "--"

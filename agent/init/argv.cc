@@ -68,6 +68,9 @@ std::vector<std::string> init_argv(const TaskSpec& spec, const Identity& id,
   if (spec.ns.own_network() && !start->lo_up) a.push_back("--lo");
   a.insert(a.end(), {"--log-max-bytes", std::to_string(spec.logs.max_file_bytes), "--log-max-files",
                      std::to_string(spec.logs.max_files)});
+  if (!start->journal_fields.empty() && !start->journal_socket.empty())
+    a.insert(a.end(), {"--journal-socket", start->journal_socket});
+  for (const auto& f : start->journal_fields) a.insert(a.end(), {"--journal-field", f});
   if (!spec.hostname.empty()) env.emplace("HOSTNAME", spec.hostname);
   for (const auto& [k, v] : env) a.insert(a.end(), {"--env", k + "=" + v});
   a.push_back("--");

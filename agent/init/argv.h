@@ -23,6 +23,10 @@ struct InitStart {
   // sources where this is short).
   std::vector<std::string> bind_sources;
   bool lo_up = false;  // the task's network namespace has its loopback up already
+  // Copy the output to journald with these fields ("KEY=VALUE", the first naming the
+  // task; none: no copy; agent.toml log_journald), through this socket.
+  std::vector<std::string> journal_fields;
+  std::string journal_socket;
 };
 // A command inside a running task (`pid`: its weft-init; fd 3 its pidfd): the spec's
 // readiness command, with the task's identity, cwd, confinement and environment.

@@ -45,6 +45,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -217,6 +218,86 @@ void log_write(LogStream* s, const char* data, size_t n) {
   }
 }
 
+// ---- journald: the same output as entries of the native protocol (optional) ----
+//
+// libsystemd's sd_journal_sendv cannot be linked into this static program; this is the
+// documented native protocol it speaks (systemd.io/JOURNAL_NATIVE_PROTOCOL): one datagram
+// of "FIELD=value\n" lines per entry to /run/systemd/journal/socket. A line longer than
+// kJournalLine is sent in pieces; a failed send drops the entry (the files have it).
+
+int journal_fd = -1;
+constexpr size_t kJournalLine = 16384;
+char journal_part[2][kJournalLine];  // the unfinished line of each stream
+size_t journal_len[2];
+char journal_fields[4096];  // "SYSLOG_IDENTIFIER=...\nKEY=VALUE\n..."
+size_t journal_fields_len;
+
+void journal_open() {
+  if (opt.njournal == 0) return;
+  int n = snprintf(journal_fields, sizeof journal_fields, "SYSLOG_IDENTIFIER=%s\n",
+                   strchr(opt.journal_fields[0], '=') + 1);
+  for (int i = 0; i < opt.njournal && n > 0 && static_cast<size_t>(n) < sizeof journal_fields; ++i)
+    n += snprintf(journal_fields + n, sizeof journal_fields - static_cast<size_t>(n), "%s\n",
+                  opt.journal_fields[i]);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof journal_fields) return;  // too long: no copy
+  journal_fields_len = static_cast<size_t>(n);
+  journal_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const char* path = opt.journal_socket;
+  if (strlen(path) >= sizeof a.sun_path) return;
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  if (journal_fd >= 0 && connect(journal_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(journal_fd);
+    journal_fd = -1;
+  }
+}
+
+void journal_entry(int stream, const char* line, size_t n) {
+  // MESSAGE in the binary-safe form (it may hold any byte but the newline it ended at).
+  char head[] = "MESSAGE\n";
+  uint64_t len = n;
+  char lenbuf[8];
+  for (int i = 0; i < 8; ++i) lenbuf[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  const char* prio =
+      stream == 0 ? "\nPRIORITY=6\nWEFT_STREAM=stdout\n" : "\nPRIORITY=3\nWEFT_STREAM=stderr\n";
+  iovec v[5] = {{head, sizeof head - 1},
+                {lenbuf, 8},
+                {const_cast<char*>(line), n},
+                {const_cast<char*>(prio), strlen(prio)},
+                {journal_fields, journal_fields_len}};
+  msghdr m{};
+  m.msg_iov = v;
+  m.msg_iovlen = 5;
+  (void)sendmsg(journal_fd, &m, MSG_NOSIGNAL);
+}
+
+void journal_write(int stream, const char* data, size_t n) {
+  if (journal_fd < 0) return;
+  char* part = journal_part[stream];
+  size_t& len = journal_len[stream];
+  while (n > 0) {
+    const char* nl = static_cast<const char*>(memchr(data, '\n', n));
+    size_t take = nl ? static_cast<size_t>(nl - data) : n;
+    if (len + take >= kJournalLine) {  // a line this long goes in pieces
+      size_t room = kJournalLine - len;
+      memcpy(part + len, data, room);
+      journal_entry(stream, part, kJournalLine);
+      len = 0;
+      data += room;
+      n -= room;
+      continue;
+    }
+    memcpy(part + len, data, take);
+    len += take;
+    if (!nl) return;
+    journal_entry(stream, part, len);
+    len = 0;
+    data += take + 1;
+    n -= take + 1;
+  }
+}
+
 // Appends "weft-init: msg" to the task's stderr log so operators see setup failures.
 void init_say(const char* msg) {
   char buf[700];
@@ -231,6 +312,7 @@ bool drain(LogStream* s) {
     ssize_t n = read(s->pipe_fd, buf, sizeof buf);
     if (n > 0) {
       log_write(s, buf, static_cast<size_t>(n));
+      journal_write(s == &streams[0] ? 0 : 1, buf, static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -818,6 +900,7 @@ int main(int argc, char** argv) {
 
   mkdirat(opt.task_dir_fd, "logs", 0750);
   log_dir_fd = openat(opt.task_dir_fd, "logs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  journal_open();  // before the task's mounts: the socket is the host's
 
   if (!setup_namespaces()) {
     init_say(setup_error);

@@ -29,6 +29,11 @@ if [ -n "${1:-}" ]; then
 fi
 key=$( (printf '%s\n' "${PACKAGES[@]}"; cat "$0" "$here/guest-run") | sha256sum | cut -c1-16)
 cache=${WEFT_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/weft/guest}/$key
+mkdir -p "$(dirname "$cache")"
+# One build at a time (the guest test and the rpm check may ask at once); the second waits
+# and finds it ready.
+exec 9>"$cache.lock"
+flock 9
 if [ -f "$cache/ready" ]; then
   echo "$cache"
   exit 0

@@ -28,6 +28,45 @@ terminal() { case "$(state "$1")" in exited|failed|stopped) return 0;; esac; ret
 active() { [ "$(systemctl is-active "$1")" = active ]; }
 cgdir() { echo "/sys/fs/cgroup$(json_field "$(show "$1")" cgroup)"; }
 
+# ---- removal (after the reboot, or at once when it did not happen)
+removal() {
+  dpkg -r weft >/tmp/dpkg-r.log 2>&1
+  if [ -f /var/lib/weft/agent/agent.db ] && [ -f /etc/weft/agent.toml ] && getent group weft >/dev/null && ! active weft-agent.service; then
+    pass remove-keeps-state
+  else
+    fail remove-keeps-state "db=$(ls /var/lib/weft/agent 2>&1 | tr '\n' ' ') conf=$(ls /etc/weft 2>&1) group=$(getent group weft) agent=$(systemctl is-active weft-agent)"
+  fi
+  dpkg --purge weft >/tmp/dpkg-p.log 2>&1
+  if [ ! -e /etc/weft ] && [ ! -e /var/lib/weft ] && ! getent group weft >/dev/null; then
+    pass purge-removes-everything
+  else
+    fail purge-removes-everything "etc=$(ls -d /etc/weft 2>&1) state=$(ls -d /var/lib/weft 2>&1) group=$(getent group weft)"
+  fi
+}
+
+# ---- after the maintenance reboot (phase 1 below asked for it): the machine is back
+# with a new boot id and returns to service; then the package's removal.
+if [ -f /var/lib/weft-guest/rebooting ]; then
+  . /var/lib/weft-guest/rebooting   # boot_before, event
+  export WEFT_CONTROLPLANE=tls://127.0.0.1:7070 WEFT_TLS_CA=$P/pki/ca.pem \
+         WEFT_TLS_CERT=$P/pki/admin.pem WEFT_TLS_KEY=$P/pki/admin.key
+  returned() {
+    weftctl --json maintenance ls --all 2>/dev/null | grep -q '"state": "done"' &&
+      weftctl --json maintenance ls --all 2>/dev/null | grep -q '"rebooted": \[' &&
+      weftctl machine ls 2>/dev/null | awk 'NR > 1 { print $2 }' | grep -qx 'ok\|degraded'
+  }
+  boot_now=$(cat /proc/sys/kernel/random/boot_id)
+  if [ "$boot_now" != "$boot_before" ] && wait_for 150 returned &&
+     weftctl --json maintenance ls --all | grep -A1 '"rebooted": \[' | grep -q '"guest"'; then
+    pass maintenance-reboot
+  else
+    fail maintenance-reboot "boot $boot_before -> $boot_now $(weftctl --json maintenance ls --all 2>&1 | tr '\n' ' ') $(weftctl machine ls 2>&1 | tr '\n' ' ')"
+  fi
+  rm -f /var/lib/weft-guest/rebooting
+  removal
+  exit 0
+fi
+
 # ---- install
 if dpkg -i "$P"/weft_*.deb >/tmp/dpkg.log 2>&1; then
   pass install
@@ -250,6 +289,8 @@ for f in agent sidekick hcs; do
     sed -i "1i $line" /etc/weft/$f.toml
   done
 done
+# Task output to journald as well, with the task's fields (docs/logs.md).
+sed -i '1i log_journald = true' /etc/weft/agent.toml
 # A registry on the guest's loopback serving what the host pushed (payload/registry), for
 # the image check below; both daemons are told it is plain HTTP.
 if [ -d $P/registry ]; then
@@ -275,7 +316,7 @@ count = 1
 cpu = 0.1
 memory = "16M"
 [task]
-argv = ["/bin/sleep", "3600"]
+argv = ["/bin/sh", "-c", "echo hello-from-the-cluster; exec /bin/sleep 3600"]
 TOML
 if wait_for 60 active weft-controlplane.service && wait_for 90 machine_ok &&
    weftctl entitlement create guest --quota 1 --profile default >/dev/null 2>&1 &&
@@ -295,6 +336,25 @@ if weftctl --json machine ls | grep -q '"machine": "guest"' &&
   pass cluster-tls
 else
   fail cluster-tls "$(weftctl machine ls 2>&1 | tr '\n' ' ') $(weftctl audit ls 2>&1 | tr '\n' ' ') $(journalctl -u weft-controlplane --no-pager -n 10 | tr '\n' ' ')"
+fi
+# Its output: in the journal with the job's and entitlement's fields, through the control
+# plane from the machine (weftctl job logs), and names completed from the control plane
+# by the packaged bash completion.
+in_journal() { journalctl WEFT_JOB=hello WEFT_ENTITLEMENT=guest WEFT_STREAM=stdout -o cat --no-pager | grep -qx hello-from-the-cluster; }
+if wait_for 20 in_journal; then pass journald-fields; else fail journald-fields "$(journalctl WEFT_JOB=hello -o verbose --no-pager -n 3 2>&1 | tr '\n' ' ')"; fi
+if [ "$(weftctl job logs hello --stream stdout 2>&1)" = hello-from-the-cluster ] &&
+   weftctl audit ls | grep -q 'CN=admin.*task.logs.*hello.0.*ok'; then
+  pass logs-through-cp
+else
+  fail logs-through-cp "$(weftctl job logs hello 2>&1 | tr '\n' ' ') $(weftctl audit ls 2>&1 | tail -3 | tr '\n' ' ')"
+fi
+completes() {
+  bash -c 'source /usr/share/bash-completion/completions/weftctl; COMP_WORDS=(weftctl job show ""); COMP_CWORD=3; _weftctl_bash; echo "${COMPREPLY[*]}"'
+}
+if [ "$(completes)" = hello ] && [ -f /usr/share/zsh/vendor-completions/_weftctl ]; then
+  pass completion-installed
+else
+  fail completion-installed "'$(completes 2>&1)' $(ls /usr/share/bash-completion/completions/ 2>&1 | tr '\n' ' ')"
 fi
 # The entitlement's profile was applied by sidekick before the task was placed.
 if weftctl --json machine ls | grep -q '"profile": "default"'; then pass cluster-profile; else fail cluster-profile "$(weftctl --json machine ls | tr '\n' ' ')"; fi
@@ -347,16 +407,21 @@ fi
 weftctl job stop imaged >/dev/null 2>&1
 wait_for 60 none_running
 
-# ---- removal
-dpkg -r weft >/tmp/dpkg-r.log 2>&1
-if [ -f /var/lib/weft/agent/agent.db ] && [ -f /etc/weft/agent.toml ] && getent group weft >/dev/null && ! active weft-agent.service; then
-  pass remove-keeps-state
+# ---- a reboot through a maintenance window: weft-sidekick asks systemd to reboot once
+# the machine runs nothing; this script runs again after the boot (above).
+mkdir -p /var/lib/weft-guest
+boot_before=$(cat /proc/sys/kernel/random/boot_id)
+if sed -i '1i allow_reboot = true' /etc/weft/sidekick.toml &&
+   systemctl restart weft-sidekick.service && wait_for 30 active weft-sidekick.service &&
+   weftctl maintenance schedule --machine guest --start +5s --duration 20s --reboot \
+     --reason "guest reboot check" >/tmp/maint.log 2>&1; then
+  printf 'boot_before=%s\n' "$boot_before" > /var/lib/weft-guest/rebooting
+  sync
+  # The reboot ends this script; if it never comes, say so and go on.
+  sleep 240
+  rm -f /var/lib/weft-guest/rebooting
+  fail maintenance-reboot "no reboot within 240 s: $(weftctl --json maintenance ls --all 2>&1 | tr '\n' ' ') $(journalctl -u weft-sidekick --no-pager -n 10 | tr '\n' ' ')"
 else
-  fail remove-keeps-state "db=$(ls /var/lib/weft/agent 2>&1 | tr '\n' ' ') conf=$(ls /etc/weft 2>&1) group=$(getent group weft) agent=$(systemctl is-active weft-agent)"
+  fail maintenance-reboot "$(cat /tmp/maint.log 2>&1 | tr '\n' ' ')"
 fi
-dpkg --purge weft >/tmp/dpkg-p.log 2>&1
-if [ ! -e /etc/weft ] && [ ! -e /var/lib/weft ] && ! getent group weft >/dev/null; then
-  pass purge-removes-everything
-else
-  fail purge-removes-everything "etc=$(ls -d /etc/weft 2>&1) state=$(ls -d /var/lib/weft 2>&1) group=$(getent group weft)"
-fi
+removal

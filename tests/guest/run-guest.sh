@@ -35,7 +35,7 @@ timeout "${WEFT_GUEST_TIMEOUT:-900}" qemu-system-x86_64 \
   -append "root=/dev/vda rw console=ttyS0 quiet loglevel=3 systemd.show_status=0 panic=-1" \
   -drive file="$run/root.img",if=virtio,format=raw \
   -drive file="$run/payload.img",if=virtio,format=raw,readonly=on \
-  -nic none -display none -serial file:"$run/console.log" -monitor none -no-reboot \
+  -nic none -display none -serial file:"$run/console.log" -monitor none \
   >/dev/null 2>"$run/qemu.err" || {
     echo "WEFT-GUEST qemu exited with $?: $(cat "$run/qemu.err")" >>"$run/console.log"
   }
