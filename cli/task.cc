@@ -382,6 +382,10 @@ int run_task_commands(const TaskCommands& c, const Globals& g) {
         auto has = (*local)->call("task.show", {{"id", c.id}}, 10000);
         if (has.ok()) return stream_logs(**local, {{"id", c.id}}, o);
         if (has.error().code != rpc::kNotFound) die(has.error().str());
+        // Not here, and no control plane to ask: the agent's answer is the one to give.
+        if (g.controlplane.rfind("tls://", 0) != 0 &&
+            g.controlplane.find(',') == std::string::npos && !path_exists(g.controlplane))
+          die(has.error().str());
       }
     }
     return cluster_logs(g, {{"task", c.id}}, o);

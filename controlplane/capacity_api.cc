@@ -156,7 +156,10 @@ Result<json> Manager::api_entitlement_rm(const json& p, const CallContext&) {
     broker_.restore_entitlement(*id, before);  // not durable: not removed
     return std::move(s).error();
   }
-  profile_rolls_.erase(*id);
+  if (auto roll = profile_rolls_.find(*id); roll != profile_rolls_.end()) {
+    for (MachineId m : roll->second.waiting) broker_.release_profile(m);
+    profile_rolls_.erase(roll);
+  }
   return json{{"name", name}, {"removed", true}, {"machines_freed", freed.size()}};
 }
 
