@@ -32,7 +32,7 @@ if [ "${1:-}" = "--test" ]; then
     gnuplot-nox
     etcd-server etcd-client
     docker-registry
-    chromium zsh bash-completion
+    chromium zsh bash-completion cpio
   )
 fi
 
