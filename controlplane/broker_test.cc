@@ -155,8 +155,8 @@ TEST(Broker, WebListenIsLoopbackOnly) {
     ASSERT_TRUE(c.ok()) << ok << ": " << c.error().str();
     EXPECT_EQ(c->web_listen, ok);
   }
-  for (const char* bad : {"0.0.0.0:9480", "10.1.2.3:9480", "/run/weft/web.sock", "127.0.0.1",
-                          "[::]:9480"}) {
+  for (const char* bad :
+       {"0.0.0.0:9480", "10.1.2.3:9480", "/run/weft/web.sock", "127.0.0.1", "[::]:9480"}) {
     auto e = parse_cp_config(std::string("\nweb_listen = \"") + bad + "\"\n", "cp.toml");
     ASSERT_FALSE(e.ok()) << bad;
     EXPECT_NE(e.error().str().find("cp.toml:2"), std::string::npos) << e.error().str();
