@@ -11,6 +11,7 @@
 #include "agent/manager.h"
 #include "agent/runtime.h"
 #include "common/clock.h"
+#include "common/log_request.h"
 #include "common/units.h"
 
 namespace weft::agent {
@@ -290,37 +291,14 @@ Result<json> Manager::api_task_thaw(const json& p, const rpc::CallContext&) {
 
 namespace {
 
-struct LogRequest {
-  std::string stream = "stdout";
-  size_t max_bytes = 65536;
-  std::optional<LogCursor> cursor;
-  std::optional<size_t> tail;
-};
+// The agent reads up to 512 KiB a call; a tail may be as long as the files.
+Result<LogRequest> agent_log_request(const json& p) {
+  return parse_log_request(p, 512 * 1024, SIZE_MAX);
+}
 
-Result<LogRequest> parse_log_request(const json& p) {
-  LogRequest r;
-  if (p.contains("stream")) {
-    if (!p["stream"].is_string() || (p["stream"] != "stdout" && p["stream"] != "stderr"))
-      return field_error("stream", "must be \"stdout\" or \"stderr\"");
-    r.stream = p["stream"];
-  }
-  if (p.contains("max_bytes")) {
-    if (!p["max_bytes"].is_number_unsigned() || p["max_bytes"].get<uint64_t>() == 0)
-      return field_error("max_bytes", "must be a positive integer");
-    r.max_bytes = std::min<size_t>(p["max_bytes"].get<uint64_t>(), 512 * 1024);
-  }
-  if (p.contains("cursor") && !p["cursor"].is_null()) {
-    const json& c = p["cursor"];
-    if (!c.is_object() || !c.contains("seq") || !c["seq"].is_number_unsigned() ||
-        !c.contains("offset") || !c["offset"].is_number_unsigned())
-      return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
-    r.cursor = LogCursor{c["seq"].get<unsigned>(), c["offset"].get<uint64_t>()};
-  }
-  if (p.contains("tail")) {
-    if (!p["tail"].is_number_unsigned()) return field_error("tail", "must be a number of lines");
-    r.tail = p["tail"].get<size_t>();
-  }
-  return r;
+std::optional<LogCursor> agent_cursor(const LogRequest& r) {
+  if (!r.cursor) return std::nullopt;
+  return LogCursor{r.cursor->seq, r.cursor->offset};
 }
 
 json log_reply(const LogChunk& chunk, const std::string& state) {
@@ -334,9 +312,9 @@ json log_reply(const LogChunk& chunk, const std::string& state) {
 
 Result<json> Manager::api_task_logs(const json& p, const rpc::CallContext&) {
   TRY_ASSIGN(Task * t, find_task(p));
-  TRY_ASSIGN(LogRequest req, parse_log_request(p));
-  TRY_ASSIGN(LogChunk chunk, read_log(task_state_dir(t->id) + "/logs", req.stream, req.cursor,
-                                      req.max_bytes, req.tail));
+  TRY_ASSIGN(LogRequest req, agent_log_request(p));
+  TRY_ASSIGN(LogChunk chunk, read_log(task_state_dir(t->id) + "/logs", req.stream,
+                                      agent_cursor(req), req.max_bytes, req.tail));
   return log_reply(chunk, task_state_name(t->state));
 }
 
@@ -360,8 +338,8 @@ Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {
                       std::to_string(kEndedLogsKept) + " ended tasks')")
         .with_code(RpcCode::kNotFound);
   const std::string dir = cfg_.state_dir + "/ended-logs/" + name;
-  TRY_ASSIGN(LogRequest req, parse_log_request(p));
-  TRY_ASSIGN(LogChunk chunk, read_log(dir, req.stream, req.cursor, req.max_bytes, req.tail));
+  TRY_ASSIGN(LogRequest req, agent_log_request(p));
+  TRY_ASSIGN(LogChunk chunk, read_log(dir, req.stream, agent_cursor(req), req.max_bytes, req.tail));
   auto state = read_file_bounded(dir + "/state", 64);
   return log_reply(chunk, state.ok() ? *state : "exited");
 }

@@ -406,20 +406,16 @@ Result<json> Manager::api_entitlement_update(const json& p, const CallContext&) 
     TRY_ASSIGN(grants, parse_task_grants(p["grants"], cfg_.socket_group));
   }
   if (p.contains("quota")) {
-    TRY_ASSIGN(quota, check_quota(*id, p["quota"]));
+    TRY_ASSIGN(const int64_t q, int_member(p, "quota", 0, 1, 1'000'000));
+    TRY(check_quota(*id, static_cast<size_t>(q)));
+    quota = static_cast<size_t>(q);
   }
   if (p.contains("profile")) {
     if (!p["profile"].is_string()) return field_error("profile", "must be a profile name");
     profile = p["profile"].get<std::string>();
     if (!profile->empty()) TRY(check_profile(*profile));
   }
-  size_t pace = 1;
-  if (p.contains("max_unavailable")) {
-    if (!p["max_unavailable"].is_number_unsigned() || p["max_unavailable"].get<uint64_t>() < 1 ||
-        p["max_unavailable"].get<uint64_t>() > 10000)
-      return field_error("max_unavailable", "must be a number of machines, 1 or more");
-    pace = p["max_unavailable"].get<size_t>();
-  }
+  TRY_ASSIGN(const int64_t pace, int_member(p, "max_unavailable", 1, 1, 10'000));
   // Jobs already running keep their tasks under narrower grants (no task is stopped for
   // it); their next update is checked against the new grants.
   const EntitlementSpec before = broker_.entitlement_spec(*id);
@@ -440,7 +436,7 @@ Result<json> Manager::api_entitlement_update(const json& p, const CallContext&) 
     std::vector<MachineId> freed = alloc_.shrink(*id);
     if (!freed.empty()) TRY(persist({}, {freed.begin(), freed.end()}));
   }
-  if (roll) start_profile_roll(*id, before.profile, pace);
+  if (roll) start_profile_roll(*id, before.profile, static_cast<size_t>(pace));
   const EntitlementSpec& now = broker_.entitlement_spec(*id);
   json j = entitlement_json(*id, now);
   j["machines"] = alloc_.pool_size(*id);

@@ -10,7 +10,9 @@
 // connection (a token bucket), a few reads in flight per connection and in all.
 #include <algorithm>
 
+#include "common/json_bounded.h"
 #include "common/log.h"
+#include "common/log_request.h"
 #include "common/rpc/protocol.h"
 #include "controlplane/manager.h"
 
@@ -22,8 +24,7 @@ using rpc::CallContext;
 namespace {
 
 constexpr size_t kMaxChunk = 256 * 1024;
-constexpr size_t kDefaultChunk = 64 * 1024;
-constexpr uint64_t kMaxWaitMs = 30'000;
+constexpr int64_t kMaxWaitMs = 30'000;
 constexpr uint64_t kPollUs = 250'000;  // a long poll asks the agent again this often
 constexpr size_t kMaxTail = 100'000;
 constexpr int kMaxPerSession = 4;
@@ -61,37 +62,14 @@ bool Manager::may_read_logs(const Caller& who, EntitlementId e) const {
 
 Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   if (!p.is_object()) return field_error("params", "must be an object");
-  json ask = json::object();
-  if (p.contains("stream")) {
-    if (!p["stream"].is_string() || (p["stream"] != "stdout" && p["stream"] != "stderr"))
-      return field_error("stream", "must be \"stdout\" or \"stderr\"");
-    ask["stream"] = p["stream"];
-  }
-  size_t max_bytes = kDefaultChunk;
-  if (p.contains("max_bytes")) {
-    if (!p["max_bytes"].is_number_unsigned() || p["max_bytes"].get<uint64_t>() == 0)
-      return field_error("max_bytes", "must be a positive integer");
-    max_bytes = static_cast<size_t>(std::min<uint64_t>(p["max_bytes"].get<uint64_t>(), kMaxChunk));
-  }
-  if (p.contains("cursor") && !p["cursor"].is_null()) {
-    const json& cur = p["cursor"];
-    if (!cur.is_object() || cur.size() != 2 || !cur.contains("seq") ||
-        !cur["seq"].is_number_unsigned() || cur["seq"].get<uint64_t>() > UINT32_MAX ||
-        !cur.contains("offset") || !cur["offset"].is_number_unsigned())
-      return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
-    ask["cursor"] = cur;
-  }
-  if (p.contains("tail")) {
-    if (!p["tail"].is_number_unsigned() || p["tail"].get<uint64_t>() > kMaxTail)
-      return field_error("tail", "must be a number of lines, at most " + std::to_string(kMaxTail));
-    ask["tail"] = p["tail"];
-  }
-  uint64_t wait_ms = 0;
-  if (p.contains("wait_ms")) {
-    if (!p["wait_ms"].is_number_unsigned() || p["wait_ms"].get<uint64_t>() > kMaxWaitMs)
-      return field_error("wait_ms", "must be at most " + std::to_string(kMaxWaitMs));
-    wait_ms = p["wait_ms"].get<uint64_t>();
-  }
+  // The agent's own parameters, checked here as the agent checks them (one validator),
+  // and what the control plane adds: the task, a long poll.
+  TRY_ASSIGN(LogRequest req, parse_log_request(p, kMaxChunk, kMaxTail));
+  json ask{{"stream", req.stream}};
+  if (req.cursor) ask["cursor"] = {{"seq", req.cursor->seq}, {"offset", req.cursor->offset}};
+  if (req.tail) ask["tail"] = *req.tail;
+  const size_t max_bytes = req.max_bytes;
+  TRY_ASSIGN(const int64_t wait_ms, int_member(p, "wait_ms", 0, 0, kMaxWaitMs));
 
   // The task: by its id, or the live task of a job's index (the newest one if none is).
   // A task the scheduler no longer keeps (it ended and was replaced) is still asked for
@@ -115,12 +93,7 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
     }
   } else if (p.contains("job")) {
     if (!p["job"].is_string()) return field_error("job", "must be a job's name");
-    int64_t index = 0;
-    if (p.contains("index")) {
-      if (!p["index"].is_number_unsigned() || p["index"].get<uint64_t>() > INT32_MAX)
-        return field_error("index", "must be a task index");
-      index = p["index"].get<int64_t>();
-    }
+    TRY_ASSIGN(const int64_t index, int_member(p, "index", 0, 0, INT32_MAX));
     job_name = p["job"].get<std::string>();
     if (!sched_.job(job_name)) return make_error("no job " + job_name).with_code(rpc::kNotFound);
     const TaskRecord* task = nullptr;
@@ -178,7 +151,7 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   read->machine = machine;
   read->ask = std::move(ask);
   read->max_bytes = max_bytes;
-  read->deadline_us = now_us() + wait_ms * 1000;
+  read->deadline_us = now_us() + static_cast<uint64_t>(wait_ms) * 1000;
   ++peer.in_flight;
   uint64_t read_id = next_log_read_++;
   log_reads_.emplace(read_id, std::move(read));

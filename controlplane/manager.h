@@ -208,7 +208,8 @@ class Manager {
   Result<nlohmann::json> api_entitlement_rm(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_assign(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_release(const nlohmann::json& p, const rpc::CallContext& c);
-  Result<size_t> check_quota(EntitlementId e, const nlohmann::json& v) const;
+  // A new quota may not leave out the machines that run its tasks or were assigned.
+  Status check_quota(EntitlementId e, size_t quota) const;
   Status check_profile(const std::string& profile) const;
   struct ProfileRoll {
     std::string from;
