@@ -119,6 +119,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                      "port_range",
                      "dns_listen",
                      "dns_ttl",
+                     "reserved_ports",
                      "advertise_address",
                      "bridge"},
                     kControlPlaneTlsKeys));
@@ -161,6 +162,28 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                          "<= 65535, such as \"20000-32767\"");
     c.port_first = static_cast<uint16_t>(first);
     c.port_last = static_cast<uint16_t>(last);
+  }
+  if (const toml::node* reserved = t.get("reserved_ports")) {
+    // Ports (22) and ranges ("2379-2380").
+    const toml::array* list = reserved->as_array();
+    bool ok = list != nullptr && list->size() <= 1024;
+    for (size_t i = 0; ok && i < list->size(); ++i) {
+      int64_t first = -1, last = -1;
+      if (auto v = (*list)[i].value<int64_t>(); v && (*list)[i].is_integer()) {
+        first = last = *v;
+      } else if (auto s = (*list)[i].value<std::string>()) {
+        auto [a, b] = parse_range(*s);
+        first = a;
+        last = b;
+      }
+      ok = first >= 1 && last >= first && last <= 65535;
+      for (int64_t p = first; ok && p <= last; ++p)
+        c.reserved_ports.insert(static_cast<uint16_t>(p));
+    }
+    if (!ok)
+      return field_error(doc.where(*reserved),
+                         "'reserved_ports' must be a list of ports (1-65535) and \"FIRST-LAST\" "
+                         "ranges, such as [22, \"2379-2380\"]");
   }
   TRY(str("dns_listen", &c.dns_listen));
   if (!c.dns_listen.empty()) {

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/cp_link.h"
@@ -77,6 +78,10 @@ struct AgentConfig {
   int bridge_prefix = 0;
   // Ports on the machine's own addresses (TCP and UDP) that a bridge task may reach.
   std::vector<uint16_t> bridge_host_ports;
+  // Ports no task takes on this machine (agent/host_ports.h): those the operator keeps
+  // for the machine (`reserved_ports = [22, "2379-2380"]`), beside the agent's own and
+  // anything listening on the machine, which are never a task's either.
+  std::set<uint16_t> reserved_ports;
   // Network namespaces kept ready for tasks with a private network (agent/netns_pool.h);
   // 0: each start makes its own.
   size_t netns_pool = 4;

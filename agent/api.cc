@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "agent/host_ports.h"
 #include "agent/logs.h"
 #include "agent/manager.h"
 #include "agent/runtime.h"
@@ -126,7 +127,7 @@ Result<json> Manager::run_task(json p, bool for_control_plane) {
   uint64_t accepted = now_monotonic_us();
   if (for_control_plane && p.is_object()) p["owner"] = "controlplane";
   TRY_ASSIGN(TaskSpec spec, parse_task_spec(p));
-  TRY(refuse_without_bridge(spec));
+  TRY(resolve_network(&spec));
   TRY(assign_ports(&spec));
   TRY_ASSIGN(Task * t, create_task(std::move(spec)));
   json j = summary(*t);
@@ -213,7 +214,11 @@ Status Manager::assign_ports(TaskSpec* spec) {
     }
     return "";
   };
-  return resolve_task_ports(spec, cfg_.port_first, cfg_.port_last, holder, &next_port_);
+  // The machine's own ports (its listeners, weft's, the operator's reserved_ports) are
+  // never a task's: published, they would answer in the machine's place.
+  HostPorts machine = host_ports_of(cfg_);
+  return resolve_task_ports(spec, cfg_.port_first, cfg_.port_last, holder, &next_port_,
+                            [&machine](uint16_t port) { return machine.why_reserved(port); });
 }
 
 Result<json> Manager::api_task_run(const json& p, const rpc::CallContext&) {

@@ -137,7 +137,12 @@ std::string bridge_ruleset(const BridgeRules& r) {
        "  }\n"
        "}\n";
   // Frames from one task's port of the bridge to another's (the bridge's own family, for
-  // machines without br_netfilter): only to and from published ports, and ARP.
+  // machines without br_netfilter): ARP, what goes to a published port, and answers
+  // from one. The bridge family has no connection tracking here (nf_conntrack_bridge
+  // is rarely built), so an answer is told by its shape: from a published TCP port
+  // never a bare SYN (a task cannot open a connection to another task's unpublished
+  // port by sending from its own published one), from a published UDP port only to a
+  // client's ephemeral port (the kernel's default ip_local_port_range, 32768-60999).
   s << "table bridge " << nft_table(r.bridge)
     << " {\n"
        "  chain forward {\n"
@@ -152,6 +157,7 @@ std::string bridge_ruleset(const BridgeRules& r) {
         s << "    ip daddr " << ipv4_text(p.addr) << " " << proto << " dport " << port
           << " accept\n";
         s << "    ip saddr " << ipv4_text(p.addr) << " " << proto << " sport " << port
+          << (proto[0] == 't' ? " tcp flags & (syn | ack) != syn" : " udp dport 32768-60999")
           << " accept\n";
       }
   s << "    drop\n"

@@ -69,8 +69,13 @@ TEST(BridgeRules, TheTableReplacesItselfAndPublishesEachPortOnBothProtocols) {
   EXPECT_NE(s.find("table bridge weft_br_tasks {}\ndelete table bridge weft_br_tasks\n"),
             std::string::npos);
   for (const char* rule : {"ether type arp accept", "ip daddr 10.89.0.3 tcp dport 9100 accept",
-                           "ip saddr 10.89.0.3 udp sport 9100 accept", "    drop\n"})
+                           "ip saddr 10.89.0.3 udp sport 9100 udp dport 32768-60999 accept",
+                           "ip saddr 10.89.0.3 tcp sport 9100 tcp flags & (syn | ack) != syn "
+                           "accept",
+                           "    drop\n"})
     EXPECT_NE(s.find(rule, between), std::string::npos) << rule;
+  // Never a published source port alone: it would let a task reach any port of another.
+  EXPECT_EQ(s.find("sport 9100 accept"), std::string::npos) << s;
   EXPECT_NE(s.find("oifname \"br-tasks\" ip daddr 10.89.0.2 tcp dport 20001 accept"),
             std::string::npos);
   r.host_ports = {8600, 53};

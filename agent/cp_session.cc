@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "agent/host_ports.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -44,7 +45,11 @@ Report build_report(const std::string& machine, const std::map<std::string, Repo
   return out;
 }
 
-nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery) {
+nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery,
+                                    const std::set<uint16_t>& task_ports) {
+  std::set<uint16_t> own = host_ports_of(cfg).snapshot(kMaxReservedPorts + task_ports.size());
+  for (uint16_t p : task_ports) own.erase(p);
+  while (own.size() > kMaxReservedPorts) own.erase(std::prev(own.end()));
   long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   int64_t mem_mb = 0;
   if (auto mi = read_file(HostPaths(cfg.host_root).proc("meminfo")); mi.ok())
@@ -67,6 +72,9 @@ nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discover
        split(trim(read_file(cfg.cgroup_root + "/cgroup.controllers").value_or("")), ' ')},
       {"reports_ready", true},
       {"port_range", {cfg.port_first, cfg.port_last}},
+      // The machine's own ports now (agent/host_ports.h): no job's fixed port is placed
+      // on them, and none of the range is handed out.
+      {"reserved_ports", own},
       {"serves_discovery", serves_discovery},
       {"boot_id", trim(read_file("/proc/sys/kernel/random/boot_id").value_or(""))}};
   if (!cfg.advertise_address.empty()) reg["address"] = cfg.advertise_address;
@@ -82,7 +90,10 @@ Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const Agent
   auto hello = [self, cfg, serves_discovery](rpc::Session& session, ControlPlaneLink::Done done) {
     self->acked_digest_.clear();  // a new session: the whole list first
     self->in_flight_ = self->again_ = false;
-    session.call("machine.register", machine_registration(cfg, serves_discovery), std::move(done));
+    std::set<uint16_t> held =
+        self->hooks_.task_ports ? self->hooks_.task_ports() : std::set<uint16_t>{};
+    session.call("machine.register", machine_registration(cfg, serves_discovery, held),
+                 std::move(done));
   };
   auto report = [self](rpc::Session& session) { self->report(session); };
   TRY_ASSIGN(s->link_,

@@ -47,13 +47,16 @@ Report build_report(const std::string& machine, const std::map<std::string, Repo
 
 // machine.register's params: `cfg`'s machine and labels, this host's CPUs, memory,
 // controllers and boot id.
-nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery);
+// `task_ports`: the ports its tasks hold now (their own listeners are not the machine's).
+nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery,
+                                    const std::set<uint16_t>& task_ports = {});
 
 class CpSession {
  public:
   struct Hooks {
     std::function<std::map<std::string, ReportedTask>()> tasks;  // the control plane's, now
     std::function<void(const std::set<std::string>&)> forget;    // names of ended tasks
+    std::function<std::set<uint16_t>()> task_ports;  // ports its tasks hold (registration)
   };
   static Result<std::unique_ptr<CpSession>> start(EventLoop& loop, const AgentConfig& cfg,
                                                   const rpc::Dispatcher* commands,

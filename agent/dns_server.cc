@@ -1,5 +1,6 @@
 #include "agent/dns_server.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
@@ -83,17 +84,47 @@ void DnsServer::on_readable() {
 
 namespace {
 constexpr size_t kMaxTcpConnections = 64;
+constexpr size_t kMaxTcpPerSource = 16;
 constexpr uint64_t kTcpIdleUs = 10'000'000;
+constexpr uint64_t kTcpQueryUs = 3'000'000;  // a query's bytes must all come in this time
+constexpr uint64_t kSweepUs = 500'000;
+
+std::string peer_address(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (a.ss_family == AF_INET)
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+  else if (a.ss_family == AF_INET6)
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+  return buf;
+}
 }  // namespace
+
+void DnsServer::make_room(const std::string& source) {
+  size_t from_source = 0;
+  for (const auto& [fd, c] : tcp_) from_source += c->source == source;
+  bool per_source = from_source >= kMaxTcpPerSource;
+  if (!per_source && tcp_.size() < kMaxTcpConnections) return;
+  auto oldest = tcp_.end();
+  for (auto it = tcp_.begin(); it != tcp_.end(); ++it)
+    if ((!per_source || it->second->source == source) &&
+        (oldest == tcp_.end() || it->second->last_us < oldest->second->last_us))
+      oldest = it;
+  if (oldest != tcp_.end()) tcp_.erase(oldest);
+}
 
 void DnsServer::on_accept() {
   for (int i = 0; i < 16; ++i) {
-    Fd c(::accept4(tcp_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    Fd c(::accept4(tcp_fd_.get(), reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                   SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!c.valid()) return;
-    if (tcp_.size() >= kMaxTcpConnections) continue;  // closed: the client may try UDP
+    std::string source = peer_address(peer);
+    make_room(source);
     int fd = c.get();
     auto conn = std::make_unique<TcpConn>();
     conn->fd = std::move(c);
+    conn->source = std::move(source);
     conn->last_us = now_monotonic_us();
     auto io = loop_->add_io(fd, EPOLLIN, [this, fd](uint32_t) { on_tcp(fd); });
     if (!io.ok()) continue;
@@ -110,8 +141,9 @@ void DnsServer::on_tcp(int fd) {
   ssize_t n = ::read(fd, buf, sizeof buf);
   bool close_it = n <= 0;
   if (n > 0) {
+    // Bytes alone earn no time: the query they begin must be whole within kTcpQueryUs.
+    if (c.in.empty()) c.partial_us = now_monotonic_us();
     c.in.append(buf, static_cast<size_t>(n));
-    c.last_us = now_monotonic_us();
   }
   // Each message: a two-byte length, then the message (RFC 1035 4.2.2, RFC 7766).
   while (!close_it && c.in.size() >= 2) {
@@ -122,6 +154,8 @@ void DnsServer::on_tcp(int fd) {
     std::vector<uint8_t> answer = dns::respond(reinterpret_cast<const uint8_t*>(c.in.data()) + 2,
                                                len, *catalog_, options_, 65535, rotate_++);
     c.in.erase(0, 2 + len);
+    c.last_us = now_monotonic_us();
+    c.partial_us = c.in.empty() ? 0 : c.last_us;
     if (answer.empty()) continue;
     std::string out;
     out.push_back(static_cast<char>(answer.size() >> 8));
@@ -137,9 +171,12 @@ void DnsServer::on_tcp(int fd) {
 
 void DnsServer::sweep() {
   uint64_t now = now_monotonic_us();
-  for (auto it = tcp_.begin(); it != tcp_.end();)
-    it = now - it->second->last_us > kTcpIdleUs ? tcp_.erase(it) : std::next(it);
-  auto t = loop_->add_timer_in(kTcpIdleUs / 2, [this] { sweep(); });
+  for (auto it = tcp_.begin(); it != tcp_.end();) {
+    const TcpConn& c = *it->second;
+    bool stale = c.partial_us ? now - c.partial_us > kTcpQueryUs : now - c.last_us > kTcpIdleUs;
+    it = stale ? tcp_.erase(it) : std::next(it);
+  }
+  auto t = loop_->add_timer_in(kSweepUs, [this] { sweep(); });
   if (t.ok()) sweep_ = std::move(t).value();
 }
 

@@ -2,8 +2,13 @@
 // TCP listener (RFC 7766: two-byte length before each message; for answers larger than
 // UDP carries) on the agent's event loop, answered from its copy of the endpoints
 // (common/dns.h). It keeps answering while the control plane is away: the copy is what
-// the control plane last pushed. TCP is bounded: 64 connections, 10 s idle, a client that
-// does not read its answers is dropped.
+// the control plane last pushed. TCP is bounded (RFC 7766 section 6.2): 64 connections,
+// 16 from one address; a connection is closed 10 s after its last whole query, or 3 s
+// after a query began arriving and did not complete, and a client that does not read
+// its answers is dropped. When every slot is taken, a new connection takes the slot of
+// the one whose last whole query is oldest (from the same address first, when that
+// address is at its share): clients that trickle bytes and never finish a query
+// (slowloris) are the first to go, and a fresh query always gets in.
 #pragma once
 
 #include <map>
@@ -41,8 +46,13 @@ class DnsServer {
     Fd fd;
     Source io;
     std::string in;
-    uint64_t last_us = 0;
+    std::string source;       // the peer's address, without its port
+    uint64_t last_us = 0;     // connected, or its last whole query answered
+    uint64_t partial_us = 0;  // when the query now arriving began; 0: none
   };
+  // Makes room for a connection from `source`: closes the oldest (by last_us) of that
+  // address's when it has its share, else of all when every slot is taken.
+  void make_room(const std::string& source);
   std::map<int, std::unique_ptr<TcpConn>> tcp_;
   uint64_t queries_ = 0;
   uint32_t rotate_ = 0;

@@ -51,8 +51,19 @@ sockaddr_in loopback(uint16_t port) {
   return a;
 }
 
-int tcp_connect(uint16_t port) {
+// A connection to 127.0.0.1:port, from `from` (another loopback address: another
+// client, as far as the server can tell) when given.
+int tcp_connect(uint16_t port, const char* from = nullptr) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (from) {
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    ::inet_pton(AF_INET, from, &src.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
   sockaddr_in a = loopback(port);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ::close(fd);
@@ -155,10 +166,12 @@ TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
     int stalled = tcp_connect(port);
     ASSERT_GE(stalled, 0);
     send_all(stalled, std::string("\xff\xff\x01\x02", 4));
-    // More connections than the bound (64): the ones past it are closed; UDP and the
-    // connections already open still answer.
+    send_all(a, framed(query("web.frontend.weft.", 4)));
+    EXPECT_EQ(read_framed(a), (std::pair{4, 2}));
+    // More connections from one address than its share (16): the oldest of its are
+    // closed to make room, so at most 16 stay open, the newest answer, and UDP does.
     std::vector<int> flood;
-    for (int i = 0; i < 80; ++i) flood.push_back(tcp_connect(port));
+    for (int i = 0; i < 40; ++i) flood.push_back(tcp_connect(port));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     int closed = 0;
     for (int fd : flood) {
@@ -167,10 +180,10 @@ TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
       char c;
       if (::poll(&p, 1, 0) == 1 && ::recv(fd, &c, 1, MSG_DONTWAIT) == 0) ++closed;
     }
-    EXPECT_GE(closed, 80 - 64);
-    EXPECT_EQ(ask_udp(port, 4), (std::pair{4, 2}));
-    send_all(a, framed(query("web.frontend.weft.", 5)));
-    EXPECT_EQ(read_framed(a), (std::pair{5, 2}));
+    EXPECT_GE(closed, 40 - 16);
+    EXPECT_EQ(ask_udp(port, 5), (std::pair{5, 2}));
+    send_all(flood.back(), framed(query("web.frontend.weft.", 6)));
+    EXPECT_EQ(read_framed(flood.back()), (std::pair{6, 2}));
     for (int fd : flood)
       if (fd >= 0) ::close(fd);
     ::close(stalled);
@@ -185,6 +198,72 @@ TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
   while (!done) ASSERT_TRUE((*loop)->run_once(20'000).ok());
   client.join();
   EXPECT_GE((*server)->queries(), 5u);
+}
+
+// Slowloris: 80 clients (each from an address of its own) hold connections and trickle
+// a byte now and then, never finishing a query. Fresh queries over TCP are still
+// answered, each at once, and the trickling connections are closed: none may hold a slot
+// by sending bytes that never make a query.
+TEST(DnsServer, ClientsThatTrickleBytesDoNotKeepFreshQueriesOut) {
+  ServiceCatalog catalog;
+  ServiceUpdate u;
+  u.version = 1;
+  Service web;
+  web.entitlement = "frontend";
+  web.endpoints.push_back({"web.0", 0, 1, "m0", "10.0.0.1", {{"http", 20001}}});
+  u.services["web"] = web;
+  catalog.apply(u);
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  auto server = DnsServer::serve(**loop, "127.0.0.1:0", &catalog, dns::Options{});
+  ASSERT_TRUE(server.ok()) << server.error().str();
+  uint16_t port = (*server)->port();
+
+  std::atomic<bool> done{false};
+  int answered = 0, trickled_closed = 0;
+  auto attack = [&] {
+    std::vector<int> slow;
+    for (int i = 0; i < 80; ++i) {
+      std::string from = "127.0.1." + std::to_string(i + 1);
+      int fd = tcp_connect(port, from.c_str());
+      ASSERT_GE(fd, 0) << from;
+      slow.push_back(fd);
+    }
+    auto trickle = [&] {
+      for (int fd : slow) (void)::send(fd, "\xff", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    };
+    // Seven fresh queries, each from a new client, while the slow ones trickle.
+    for (int q = 0; q < 7; ++q) {
+      trickle();
+      std::string from = "127.0.2." + std::to_string(q + 1);
+      int fd = tcp_connect(port, from.c_str());
+      ASSERT_GE(fd, 0);
+      send_all(fd, framed(query("web.frontend.weft.", static_cast<uint16_t>(100 + q))));
+      if (read_framed(fd) == std::pair{100 + q, 1}) ++answered;
+      ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    // Past the query deadline (3 s) every trickling connection is closed, whatever it
+    // still sends.
+    for (int i = 0; i < 40; ++i) {
+      trickle();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (int fd : slow) {
+      pollfd p{fd, POLLIN, 0};
+      char c;
+      if (::poll(&p, 1, 2000) == 1 && ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0) ++trickled_closed;
+      ::close(fd);
+    }
+  };
+  std::thread client([&] {
+    attack();
+    done = true;
+  });
+  while (!done) ASSERT_TRUE((*loop)->run_once(20'000).ok());
+  client.join();
+  EXPECT_EQ(answered, 7);
+  EXPECT_EQ(trickled_closed, 80);
 }
 
 }  // namespace

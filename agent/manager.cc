@@ -65,7 +65,10 @@ Status Manager::start() {
   // Process-crash durability: a task record lost with the power is harmless (the agent
   // kills and removes cgroups it has no record of, and the control plane sends its
   // start again), and an fsync per start would sit on every task's start path.
-  TRY_ASSIGN(store_, TaskStore::open(cfg_.state_dir + "/agent.db"));
+  // Tasks' secret values are sealed in agent.db with a key of the agent's own, made at
+  // the first start (agent/task_store.h).
+  TRY_ASSIGN(auto box, SecretBox::load_or_create(cfg_.state_dir + "/secrets.key"));
+  TRY_ASSIGN(store_, TaskStore::open(cfg_.state_dir + "/agent.db", std::move(box)));
 
   HostPaths host(cfg_.host_root);
   // Did the machine restart since the last start? Then no task of the database survived
@@ -239,6 +242,24 @@ void Manager::publish_bridge() {
   }
   Status s = bridge_->publish(want);
   if (!s.ok()) log_error("could not publish the bridge tasks' ports", {{"ERROR", s.error().str()}});
+}
+
+Status Manager::resolve_network(TaskSpec* spec) const {
+  // "own": the bridge where this machine has one, else a private namespace; the task
+  // keeps what it got (its stored spec says which).
+  if (spec->ns.network == NetworkMode::kOwn) {
+    spec->ns.network = bridge_ ? NetworkMode::kBridge : NetworkMode::kPrivate;
+    if (!bridge_ && !spec->ports.empty())
+      return field_error(
+                 "namespaces.network",
+                 "the task's ports are published through the machine's bridge, and "
+                 "this machine has none (agent.toml [bridge]" +
+                     (bridge_failure_.empty() ? std::string(")") : ": " + bridge_failure_ + ")") +
+                     "; a job may ask for namespaces.network = \"host\" where its "
+                     "entitlement grants host_network")
+          .with_code(rpc::kUnsupported);
+  }
+  return refuse_without_bridge(*spec);
 }
 
 Status Manager::refuse_without_bridge(const TaskSpec& spec) const {
@@ -1048,6 +1069,13 @@ Status Manager::cp_start() {
     return out;
   };
   hooks.forget = [this](const std::set<std::string>& names) { forget_ended(names); };
+  hooks.task_ports = [this] {
+    std::set<uint16_t> held;
+    for (const auto& [id, t] : tasks_)
+      if (task_present_on_machine(t->state))
+        for (const auto& [name, port] : t->spec.ports) held.insert(port);
+    return held;
+  };
   TRY_ASSIGN(cp_, CpSession::start(*loop_, cfg_, &cp_methods_, dns_ != nullptr, std::move(hooks)));
   return {};
 }

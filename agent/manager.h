@@ -255,6 +255,9 @@ class Manager {
   std::unique_ptr<Bridge> bridge_;
   std::string bridge_failure_;
   void publish_bridge();
+  // namespaces.network "own" made "bridge" or "private" for this machine; a bridge task
+  // refused where there is no bridge.
+  Status resolve_network(TaskSpec* spec) const;
   Status refuse_without_bridge(const TaskSpec& spec) const;
   std::string cgroup_mount_;
   uint64_t started_at_us_ = 0;

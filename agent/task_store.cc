@@ -1,5 +1,7 @@
 #include "agent/task_store.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace weft::agent {
@@ -37,12 +39,13 @@ const std::vector<std::string> kMigrations = {
 
 }  // namespace
 
-Result<std::unique_ptr<TaskStore>> TaskStore::open(const std::string& path) {
+Result<std::unique_ptr<TaskStore>> TaskStore::open(const std::string& path,
+                                                   std::shared_ptr<const SecretBox> box) {
   // A process crash loses nothing; a power loss may lose the last commits, which
   // recovery reconciles with the cgroup tree (docs/decisions.md).
   TRY_ASSIGN(auto db, Db::open(path, Db::Durability::kProcessCrash));
   TRY_CTX(db->migrate(kMigrations), "agent database");
-  return std::unique_ptr<TaskStore>(new TaskStore(std::move(db)));
+  return std::unique_ptr<TaskStore>(new TaskStore(std::move(db), std::move(box)));
 }
 
 Status TaskStore::save(const TaskRecord& t) {
@@ -56,10 +59,12 @@ Status TaskStore::save(const TaskRecord& t) {
           "backoff_us, created_us, started_us, finished_us, warnings, own_uid, "
           "bridge_addr) VALUES "
           "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)"));
-  st.bind(1, t.id)
-      .bind(2, t.name)
-      .bind(3, to_json(t.spec).dump())
-      .bind(4, task_state_name(t.state));
+  json spec = to_json(t.spec);
+  if (box_) {  // sealed and bound to the task's id (common/secret_box.h)
+    json row{{"name", t.id}, {"task", std::move(spec)}};
+    spec = std::move(seal_job_secrets(std::move(row), *box_)["task"]);
+  }
+  st.bind(1, t.id).bind(2, t.name).bind(3, spec.dump()).bind(4, task_state_name(t.state));
   st.bind(5, static_cast<int64_t>(t.incarnation));
   st.bind_opt(6, t.pid > 0 ? std::optional<int64_t>(t.pid) : std::nullopt);
   st.bind_opt(7, t.exit_code ? std::optional<int64_t>(*t.exit_code) : std::nullopt);
@@ -81,6 +86,7 @@ Status TaskStore::erase(const std::string& id) {
 
 Result<std::vector<TaskRecord>> TaskStore::load() {
   std::vector<TaskRecord> out;
+  std::vector<std::string> stale;
   TRY_ASSIGN(Stmt st, db_->prepare("SELECT id, name, spec, state, incarnation, pid, exit_code, "
                                    "signal, core_dumped, oom_killed, "
                                    "restarts, reason, stop_requested, stop_deadline_us, "
@@ -95,7 +101,15 @@ Result<std::vector<TaskRecord>> TaskStore::load() {
     t->id = st.col_text(0);
     t->name = st.col_text(1);
     json spec = json::parse(st.col_text(2), nullptr, false);
-    auto parsed = parse_task_spec(spec);
+    Result<TaskSpec> parsed = make_error("not opened");
+    json stored{{"name", t->id}, {"task", std::move(spec)}};
+    if (box_ && !first_secret(stored).empty() && !job_secrets_current(stored, *box_))
+      stale.push_back(t->id);  // written in plain text (before sealing), or another key
+    auto opened = open_job_secrets(std::move(stored), box_.get());
+    if (!opened.ok())
+      parsed = make_error("its secrets cannot be opened: " + opened.error().str());
+    else
+      parsed = parse_task_spec((*opened)["task"]);
     if (!parsed.ok()) {
       log_error("stored task spec no longer parses; the task is kept as failed",
                 {{"TASK_ID", t->id}, {"ERROR", parsed.error().str()}});
@@ -130,6 +144,10 @@ Result<std::vector<TaskRecord>> TaskStore::load() {
     t->bridge_addr = static_cast<uint32_t>(st.col_int(21));
     out.push_back(std::move(rec));
   }
+  // Rows from before sealing (or under another key) are written again, sealed now.
+  for (const auto& r : out)
+    if (std::find(stale.begin(), stale.end(), r.id) != stale.end() && r.reason.rfind("stored", 0))
+      TRY_CTX(save(r), "sealing a stored task's secrets");
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/secret_box.h"
 #include "common/store.h"
 #include "common/task_spec.h"
 #include "common/task_state.h"
@@ -41,9 +42,15 @@ struct TaskRecord {
   bool terminal() const { return task_ended(state); }
 };
 
+// A task's secret values (env values, files' content) are sealed in agent.db with the
+// agent's own key (`box`, state_dir/secrets.key, made at the first start): a copy of
+// agent.db (a backup, a support bundle) does not hold them. The agent keeps them, rather
+// than asking the control plane again after a restart, because a task restarts (its
+// restart policy) and the agent recovers it while the control plane may be away.
 class TaskStore {
  public:
-  static Result<std::unique_ptr<TaskStore>> open(const std::string& path);
+  static Result<std::unique_ptr<TaskStore>> open(const std::string& path,
+                                                 std::shared_ptr<const SecretBox> box = nullptr);
   Status save(const TaskRecord& t);  // insert or replace
   Status erase(const std::string& id);
   // Every record. A stored spec that no longer parses (written by another version)
@@ -51,8 +58,10 @@ class TaskStore {
   Result<std::vector<TaskRecord>> load();
 
  private:
-  explicit TaskStore(std::unique_ptr<Db> db) : db_(std::move(db)) {}
+  TaskStore(std::unique_ptr<Db> db, std::shared_ptr<const SecretBox> box)
+      : db_(std::move(db)), box_(std::move(box)) {}
   std::unique_ptr<Db> db_;
+  std::shared_ptr<const SecretBox> box_;
 };
 
 }  // namespace weft::agent

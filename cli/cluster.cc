@@ -308,6 +308,11 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.e_grant->add_option("--host-path", c.g_paths,
                         "a host directory a task may bind in or use as its root (repeatable)");
   c.e_grant->add_flag("--seccomp-unconfined", c.g_seccomp, "tasks may turn seccomp off");
+  c.e_grant->add_flag("--host-network", c.g_host_network,
+                      "tasks may use the host's network (namespaces.network = \"host\"): "
+                      "every port of the machine and what it serves on loopback");
+  c.e_grant->add_flag("--low-ports", c.g_low_ports,
+                      "a job may publish fixed ports below 1024 on its machines");
   c.e_grant->add_flag("--privileged", c.g_privileged,
                       "every host privilege but root and the sockets' group");
 
@@ -357,6 +362,9 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
   c.j_logs->add_option("--stream", c.stream, "stdout, stderr or all")
       ->check(CLI::IsMember({"stdout", "stderr", "all"}));
   c.j_logs->add_option("--tail", c.tail, "start this many lines before the end");
+  c.j_logs->add_flag("--raw", c.raw,
+                     "write the output's bytes as they are, also to a terminal (control "
+                     "characters are otherwise shown as \\xNN)");
 
   c.svc = app.add_subcommand("service",
                              "service discovery: each job's ready tasks, their addresses and "
@@ -438,7 +446,7 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
   }
   if (c.j_logs && c.j_logs->parsed())
     return cluster_logs(g, {{"job", c.name}, {"index", c.index}},
-                        {c.stream, c.follow, c.tail, g.json_out, true});
+                        {c.stream, c.follow, c.tail, g.json_out, true, c.raw});
   if (c.cp_status->parsed()) {
     json r = controlplane_statuses(g);
     int leaders = 0;
@@ -558,6 +566,8 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
     json grants = json::object();
     if (c.g_privileged) grants["privileged"] = true;
     if (c.g_seccomp) grants["seccomp_unconfined"] = true;
+    if (c.g_host_network) grants["host_network"] = true;
+    if (c.g_low_ports) grants["low_ports"] = true;
     for (auto [key, v] : {std::pair{"users", &c.g_users},
                           {"groups", &c.g_groups},
                           {"host_namespaces", &c.g_namespaces},
@@ -679,6 +689,8 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
       std::cout << "job: " << c.name << "\nentitlement: " << str_or(r, "entitlement")
                 << "\ncount: " << str_or(s, "count") << "\ngeneration: " << str_or(r, "generation")
                 << "\nmax_unavailable: " << str_or(s, "max_unavailable")
+                << "\nnetwork: " << str_or(r, "network") << " (" << str_or(r, "network_detail")
+                << ")"
                 << "\nper task: " << str_or(s["per_task"], "cpu_milli") << " millicores, "
                 << str_or(s["per_task"], "mem_mb") << " MiB\n";
       if (r.contains("task_controller") && r["task_controller"].is_object()) {

@@ -20,7 +20,7 @@ struct ClusterCommands {
            *e_owners = nullptr, *e_grant = nullptr, *e_update = nullptr, *e_rm = nullptr;
   int64_t max_unavailable = 1;
   // entitlement grant: what its jobs' tasks may ask of the host (docs/security.md).
-  bool g_privileged = false, g_seccomp = false;
+  bool g_privileged = false, g_seccomp = false, g_host_network = false, g_low_ports = false;
   std::vector<std::string> g_users, g_groups, g_namespaces, g_paths;
   CLI::App *audit = nullptr, *a_ls = nullptr, *web = nullptr;
   CLI::App *cp = nullptr, *cp_status = nullptr;
@@ -37,7 +37,7 @@ struct ClusterCommands {
            *j_scale = nullptr, *j_update = nullptr, *j_stop = nullptr, *j_logs = nullptr;
   int64_t index = 0, tail = -1;  // job logs
   std::string stream = "all";
-  bool follow = false;
+  bool follow = false, raw = false;
   std::string name, file, profile, dc;
   int64_t quota = 0, count = 0;
   bool undo = false, detach = false;

@@ -152,16 +152,18 @@ int run_completion_commands(const CompletionCommands& c, const CLI::App& app, co
     if (c.shell == "bash") {
       common_part(app, std::cout);
       std::cout << R"SH(_weftctl_bash() {
-  local cur="${COMP_WORDS[COMP_CWORD]}" c IFS=$'\n'
-  local -a out=()
-  for c in $(_weftctl_complete "$cur" "${COMP_WORDS[@]:1:COMP_CWORD-1}"); do
+  # Candidates are data (names come from the control plane): read line by line, never
+  # split, globbed or handed to compgen -W (which expands $(...) and `...` in them);
+  # matched as literal prefixes and quoted for the command line.
+  local cur="${COMP_WORDS[COMP_CWORD]}" c f
+  COMPREPLY=()
+  while IFS= read -r c; do
     if [ "$c" = __files__ ]; then
-      out+=($(compgen -f -- "$cur"))
-    else
-      out+=("$c")
+      while IFS= read -r f; do COMPREPLY+=("$(printf '%q' "$f")"); done < <(compgen -f -- "$cur")
+    elif [[ $c == "$cur"* ]]; then
+      COMPREPLY+=("$(printf '%q' "$c")")
     fi
-  done
-  COMPREPLY=($(compgen -W "${out[*]}" -- "$cur"))
+  done < <(_weftctl_complete "$cur" "${COMP_WORDS[@]:1:COMP_CWORD-1}")
 }
 complete -o default -F _weftctl_bash weftctl
 )SH";
@@ -196,8 +198,15 @@ _weftctl_zsh "$@"
     if (!r.ok() || !r->contains(it->second.second)) return 1;
     for (const auto& row : (*r)[it->second.second]) {
       const char* key = c.kind == "machines" ? "machine" : c.kind == "tasks" ? "id" : "name";
-      if (row.is_object() && row.contains(key) && (*row.find(key)).is_string())
-        std::cout << row[key].get<std::string>() << "\n";
+      if (!row.is_object() || !row.contains(key) || !(*row.find(key)).is_string()) continue;
+      // Only names of weft's own alphabets (a name stored before they were enforced, or
+      // a hostile control plane's, is left out): completion puts them on a command line.
+      const auto& name = row[key].get_ref<const std::string&>();
+      if (!name.empty() && name.size() <= 253 &&
+          name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "0123456789._:-") == std::string::npos &&
+          name[0] != '-')
+        std::cout << name << "\n";
     }
     return 0;
   }

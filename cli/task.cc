@@ -1,5 +1,7 @@
 #include "cli/task.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -167,7 +169,9 @@ int stream_logs(rpc::Client& c, const json& first_target, const LogOptions& o) {
           r["stream"] = s;
           std::cout << r.dump() << "\n";
         } else {
-          std::fwrite(data.data(), 1, data.size(), s == "stderr" ? stderr : stdout);
+          FILE* out = s == "stderr" ? stderr : stdout;
+          if (!o.raw && ::isatty(::fileno(out))) data = escape_terminal(data);
+          std::fwrite(data.data(), 1, data.size(), out);
         }
       }
       cursors[s] = r["cursor"];
@@ -226,9 +230,9 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.run->add_option("--hostname", c.ro.hostname, "hostname in the task's UTS namespace");
   c.run
       ->add_option("--net", c.ro.net,
-                   "network: host, private (only lo) or bridge (an address on the "
-                   "machine's bridge)")
-      ->check(CLI::IsMember({"host", "private", "bridge"}));
+                   "network: host (the default here), private (only lo), bridge (an address "
+                   "on the machine's bridge) or own (bridge where there is one, else private)")
+      ->check(CLI::IsMember({"host", "private", "bridge", "own"}));
   c.run->add_option("--share", c.ro.share,
                     "share a host namespace: pid, mount, uts, ipc (repeatable)");
   c.run->add_option("--restart", c.ro.restart, "never, on-failure or always")
@@ -279,6 +283,9 @@ void add_task_commands(CLI::App& app, TaskCommands& c) {
   c.logs->add_option("--stream", c.stream, "stdout, stderr or all")
       ->check(CLI::IsMember({"stdout", "stderr", "all"}));
   c.logs->add_option("--tail", c.tail, "start this many lines before the end");
+  c.logs->add_flag("--raw", c.raw,
+                   "write the output's bytes as they are, also to a terminal (control "
+                   "characters are otherwise shown as \\xNN)");
 
   c.image = app.add_subcommand("image", "the machine's image cache (weft-agent)");
   c.image->require_subcommand(1);
@@ -375,7 +382,7 @@ int run_task_commands(const TaskCommands& c, const Globals& g) {
   if (c.ls->parsed() && c.ls_cluster) return cluster_task_ls(g);
   if (c.logs->parsed()) {
     // The local agent's task if it has one by that id or name; else the control plane's.
-    LogOptions o{c.stream, c.follow, c.tail, g.json_out, false};
+    LogOptions o{c.stream, c.follow, c.tail, g.json_out, false, c.raw};
     if (!c.logs_cluster) {
       auto local = rpc::Client::connect(g.agent);
       if (local.ok()) {

@@ -32,7 +32,7 @@ struct TaskCommands {
   std::string image_ref;
   RunOptions ro;
   std::string id, grace, sig = "SIGKILL", stream = "all";
-  bool ls_all = true, ls_cluster = false, follow = false, logs_cluster = false;
+  bool ls_all = true, ls_cluster = false, follow = false, logs_cluster = false, raw = false;
   bool run_wait = false, run_rm = false;  // task run --wait [--rm]
   int64_t tail = -1;
 };
@@ -46,6 +46,9 @@ struct LogOptions {
   int64_t tail = -1;
   bool as_json = false;
   bool long_poll = false;
+  // Bytes as the task wrote them, also to a terminal (where control characters are
+  // otherwise shown as \xNN: a task's output must not drive the operator's terminal).
+  bool raw = false;
 };
 // Prints a task's output through task.logs, from an agent ({"id"}) or the control plane
 // ({"task"} or {"job", "index"}): the same cursors either way. Returns the exit code.

@@ -264,6 +264,9 @@ Status check_machine_name(const std::string& field, const std::string& value, bo
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' &&
         c != '-')
       return field_error(field, "may hold letters, digits, '.', '_', ':' and '-' only");
+  // Never "." or "..", nor an option: it names files, and is printed and completed.
+  if (!std::isalnum(static_cast<unsigned char>(value[0])))
+    return field_error(field, "must start with a letter or a digit");
   return {};
 }
 

@@ -143,7 +143,8 @@ Status check_control_plane_peer(int fd);
 std::string resolve_machine_id(const std::string& configured, const std::string& host_root);
 // A machine's id and its labels (dc, domain, type), checked alike by the daemons that
 // send them and the control plane that stores and lists them: 1-253 characters of
-// [A-Za-z0-9._:-] (a hostname, an FQDN, a machine-id). `field` names it in the error;
+// [A-Za-z0-9._:-] starting with a letter or digit (a hostname, an FQDN, a machine-id;
+// never "." or ".."). `field` names it in the error;
 // an empty label is allowed where `required` is false.
 Status check_machine_name(const std::string& field, const std::string& value, bool required);
 inline constexpr size_t kMaxMachineName = 253;
@@ -157,6 +158,8 @@ bool valid_profile_name(std::string_view name);
 Status check_control_plane_tls_files(const ControlPlaneTls& tls);
 // The most profile names a sidekick reports (profile.report's "profiles").
 inline constexpr size_t kMaxReportedProfiles = 256;
+// The most ports a machine reports as its own at registration ("reserved_ports").
+inline constexpr size_t kMaxReservedPorts = 4096;
 // health.report's "problems": at most this many, each an object of at most this many
 // bytes as JSON (weft-hcs cuts what it sends to fit; the control plane refuses more).
 inline constexpr size_t kMaxReportedProblems = 64;

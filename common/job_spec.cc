@@ -36,6 +36,13 @@ bool valid_job_name(std::string_view s) {
   return true;
 }
 
+bool valid_entitlement_name(std::string_view s) {
+  if (s.empty() || s.size() > 64 || !std::isalnum(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  });
+}
+
 std::string make_task_id(const std::string& job, int index, uint64_t seq) {
   return job + "." + std::to_string(index) + "." + std::to_string(seq);
 }

@@ -81,7 +81,12 @@ struct JobSpec {
   nlohmann::json task = nlohmann::json::object();
 };
 
+// Names an operator gives (a job: 1-32, an entitlement: 1-64 characters) are of [A-Za-z0-9_-],
+// starting with a letter or digit: safe in a shell word, a file name, a DNS label and a
+// terminal, so nothing that lists or completes them can be made to run or print
+// something else (docs/security.md).
 bool valid_job_name(std::string_view name);
+bool valid_entitlement_name(std::string_view name);
 
 // Parses and validates. Errors name the field: "count", "per_task.mem_mb",
 // "task.resources.memory_max", "task.argv[0]".

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -120,6 +122,8 @@ MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char*
     *state = &seen;
     return MHD_YES;
   }
+  if (!server->host_allowed(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
+    return reply(c, 421, "this server does not answer for that host name\n", "text/plain");
   if (std::strcmp(url, "/metrics") == 0 && server->registry())
     return reply(c, MHD_HTTP_OK, server->registry()->render(),
                  "text/plain; version=0.0.4; charset=utf-8");
@@ -130,6 +134,27 @@ MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char*
 }
 
 }  // namespace
+
+void HttpServer::set_allowed_hosts(std::vector<std::string> hosts) {
+  for (auto& h : hosts)
+    std::transform(h.begin(), h.end(), h.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+  allowed_hosts_ = std::move(hosts);
+}
+
+bool HttpServer::host_allowed(const char* header) const {
+  if (allowed_hosts_.empty()) return true;
+  if (!header) return false;  // HTTP/1.0 without Host: a browser always sends one
+  std::string host(header);
+  // "name:port", "1.2.3.4:port", "[::1]:port": the port aside.
+  size_t colon = host.rfind(':');
+  if (colon != std::string::npos && host.find(']', colon) == std::string::npos &&
+      (host[0] == '[' || host.find(':') == colon))
+    host.resize(colon);
+  std::transform(host.begin(), host.end(), host.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
+  return std::find(allowed_hosts_.begin(), allowed_hosts_.end(), host) != allowed_hosts_.end();
+}
 
 void Writer::family(const std::string& name, const char* type, const std::string& help) {
   out_ += "# HELP " + name + ' ' + help + "\n# TYPE " + name + ' ' + type + '\n';

@@ -101,6 +101,11 @@ class HttpServer {
   // type and body, or false (404). Called on the loop's thread.
   using Pages = std::function<bool(const std::string& url, std::string* type, std::string* body)>;
   void set_pages(Pages pages) { pages_ = std::move(pages); }
+  // The host names a request's Host header may carry (its port aside; case does not
+  // matter); empty = any. Anything else is answered 421 and nothing else: a page in a
+  // browser that an attacker's DNS name rebinds to this address gets nothing.
+  void set_allowed_hosts(std::vector<std::string> hosts);
+  bool host_allowed(const char* host_header) const;
   const Registry* registry() const { return registry_; }
   bool page(const std::string& url, std::string* type, std::string* body) const {
     return pages_ && pages_(url, type, body);
@@ -113,6 +118,7 @@ class HttpServer {
   EventLoop& loop_;
   const Registry* registry_;
   Pages pages_;
+  std::vector<std::string> allowed_hosts_;  // lower case
   Daemon* daemon_ = nullptr;
   Source io_, timer_;
   uint16_t port_ = 0;

@@ -1,10 +1,13 @@
 #include "common/secret_box.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <functional>
 #include <memory>
 
@@ -83,6 +86,26 @@ Result<std::shared_ptr<const SecretBox>> SecretBox::load(const std::string& path
     return field_error("secrets_key", "'" + path + "' is readable by every user: chmod 0600");
   TRY_ASSIGN(std::string text, read_file_bounded(path, 64 << 10));
   return parse(text, path);
+}
+
+Result<std::shared_ptr<const SecretBox>> SecretBox::load_or_create(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return sys_error("secrets key " + path);
+    std::string line = "k" + random_hex(4) + " " + random_hex(32) + "\n";
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno != EEXIST) return sys_error("making the secrets key " + path);
+    if (fd >= 0) {
+      bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                ::fsync(fd) == 0;
+      ::close(fd);
+      if (!ok) {
+        (void)::unlink(path.c_str());
+        return sys_error("writing the secrets key " + path);
+      }
+    }
+  }
+  return load(path);
 }
 
 Result<std::shared_ptr<const SecretBox>> SecretBox::parse(std::string_view text,
@@ -193,6 +216,17 @@ Result<nlohmann::json> open_job_secrets(nlohmann::json job, const SecretBox* box
     return box->open(v, where);
   }));
   return job;
+}
+
+std::string first_secret(const nlohmann::json& job) {
+  nlohmann::json copy = job;
+  std::string found;
+  (void)each_secret(copy,
+                    [&](const std::string& v, const std::string& where) -> Result<std::string> {
+                      if (found.empty()) found = where;
+                      return v;
+                    });
+  return found;
 }
 
 bool job_secrets_current(const nlohmann::json& job, const SecretBox& box) {

@@ -33,6 +33,10 @@ class SecretBox {
   static Result<std::shared_ptr<const SecretBox>> load(const std::string& path);
   static Result<std::shared_ptr<const SecretBox>> parse(std::string_view text,
                                                         const std::string& name);
+  // The key file at `path`, made first (one new random key, mode 0600, created
+  // exclusively: an existing file is never overwritten) when there is none. For a daemon
+  // that seals its own state with a key of its own (weft-agent).
+  static Result<std::shared_ptr<const SecretBox>> load_or_create(const std::string& path);
 
   // `where` (e.g. "web/task.env.DB_PASSWORD") is bound into the seal.
   std::string seal(std::string_view plain, std::string_view where) const;
@@ -53,6 +57,10 @@ nlohmann::json seal_job_secrets(nlohmann::json job, const SecretBox& box);
 // The same opened. Without a box, a sealed value is an error naming the job and field
 // (the control plane cannot run a job whose secrets it cannot read).
 Result<nlohmann::json> open_job_secrets(nlohmann::json job, const SecretBox* box);
+// Where the job's first secret value is ("pay/task.env.STRIPE_KEY"), sealed or not; ""
+// when it has none. A control plane without a key refuses such a job, and refuses to
+// start with one in its store: secrets are kept sealed at rest, never in plain text.
+std::string first_secret(const nlohmann::json& job);
 // True when every secret value of the job is sealed with the box's current key.
 bool job_secrets_current(const nlohmann::json& job, const SecretBox& box);
 

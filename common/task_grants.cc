@@ -104,6 +104,12 @@ Result<TaskGrants> parse_task_grants(const json& j, const std::string& socket_gr
     } else if (key == "seccomp_unconfined") {
       if (!v.is_boolean()) return field_error(field, "must be true or false");
       g.seccomp_unconfined = v.get<bool>();
+    } else if (key == "host_network") {
+      if (!v.is_boolean()) return field_error(field, "must be true or false");
+      g.host_network = v.get<bool>();
+    } else if (key == "low_ports") {
+      if (!v.is_boolean()) return field_error(field, "must be true or false");
+      g.low_ports = v.get<bool>();
     } else if (key == "users") {
       TRY_ASSIGN(g.users, names(v, field));
       for (size_t i = 0; i < g.users.size(); ++i)
@@ -139,7 +145,7 @@ Result<TaskGrants> parse_task_grants(const json& j, const std::string& socket_gr
     } else {
       return field_error(field,
                          "unknown grant (privileged, users, groups, host_namespaces, host_paths, "
-                         "seccomp_unconfined)");
+                         "seccomp_unconfined, host_network, low_ports)");
     }
   }
   return g;
@@ -153,6 +159,8 @@ json to_json(const TaskGrants& g) {
   if (!g.host_namespaces.empty()) j["host_namespaces"] = g.host_namespaces;
   if (!g.host_paths.empty()) j["host_paths"] = g.host_paths;
   if (g.seccomp_unconfined) j["seccomp_unconfined"] = true;
+  if (g.host_network) j["host_network"] = true;
+  if (g.low_ports) j["low_ports"] = true;
   return j;
 }
 
@@ -195,6 +203,25 @@ Status check_task_grants(const TaskSpec& s, const TaskGrants& g, const std::stri
     return refuse(prefix + "rootfs", "host path " + s.rootfs + " as its root", "grants.host_paths");
   if (s.seccomp_unconfined && !g.seccomp_unconfined)
     return refuse(prefix + "seccomp", "no seccomp filter", "grants.seccomp_unconfined");
+  if (s.ns.network == NetworkMode::kHost && !g.host_network)
+    return refuse(prefix + "namespaces.network",
+                  "the host's network (every port of the machine, and what it serves on "
+                  "loopback)",
+                  "grants.host_network, weftctl entitlement grant --host-network; without "
+                  "namespaces.network a job's task gets a network of its own");
+  return check_port_grants(s.ports, g, entitlement, prefix + "ports.");
+}
+
+Status check_port_grants(const std::map<std::string, uint16_t>& ports, const TaskGrants& g,
+                         const std::string& entitlement, const std::string& prefix) {
+  if (g.privileged || g.low_ports) return {};
+  for (const auto& [name, port] : ports)
+    if (port != 0 && port < 1024)
+      return field_error(prefix + name,
+                         "port " + std::to_string(port) + " is below 1024, which entitlement " +
+                             entitlement +
+                             " does not grant (an admin grants it: grants.low_ports, weftctl "
+                             "entitlement grant --low-ports; docs/security.md)");
   return {};
 }
 

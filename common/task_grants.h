@@ -16,6 +16,7 @@
 // whatever asks (a spec, an image's configured user).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -39,6 +40,12 @@ struct TaskGrants {
   // use as its root ("rootfs"). The machine's agent.toml [volumes] must allow them too.
   std::vector<std::string> host_paths;
   bool seccomp_unconfined = false;
+  // The host's network (namespaces.network = "host"): every port of the machine, and
+  // what it serves on loopback. Without it a job's task gets a network namespace of its
+  // own (namespaces.network = "own": the machine's bridge, or a private one).
+  bool host_network = false;
+  // Fixed ports below 1024 (ports = { http = 80 }), published on the machine's addresses.
+  bool low_ports = false;
 
   bool operator==(const TaskGrants&) const = default;
 };
@@ -49,6 +56,10 @@ Result<TaskGrants> parse_task_grants(const nlohmann::json& j,
                                      const std::string& socket_group = "weft");
 nlohmann::json to_json(const TaskGrants& g);
 
+// A job's fixed port below 1024 without grants.low_ports: the error naming it (ports.NAME),
+// else ok.
+Status check_port_grants(const std::map<std::string, uint16_t>& ports, const TaskGrants& grants,
+                         const std::string& entitlement, const std::string& prefix);
 // Ok when `grants` covers every privilege `spec` asks for; else an error that names the
 // first field not granted, the entitlement, and how an admin grants it. Never-grantable
 // asks (root, the sockets' group) are refused whatever the grants.

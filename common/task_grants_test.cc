@@ -8,10 +8,13 @@ namespace {
 
 using json = nlohmann::json;
 
+// A job's task as the control plane checks it: without namespaces.network it has a
+// network of its own ("own", which job.create writes into the spec).
 TaskSpec spec(const json& j) {
   json t = j;
   t["name"] = "t";
   if (!t.contains("argv")) t["argv"] = {"/bin/true"};
+  if (!t["namespaces"].contains("network")) t["namespaces"]["network"] = "own";
   auto s = parse_task_spec(t);
   EXPECT_TRUE(s.ok()) << s.error().str();
   return s.ok() ? *s : TaskSpec{};
@@ -38,6 +41,21 @@ TEST(TaskGrants, TheRestrictedDefaultRefusesEveryHostPrivilegeByItsField) {
                            {"mounts", {{{"source", "/srv/data"}, {"target", "/data"}}}}}),
             "task.mounts[0].source");
   EXPECT_EQ(refused_field({{"seccomp", "unconfined"}}), "task.seccomp");
+  // Issue 43: the host's network is a grant; a network of its own (bridge or private) is
+  // not, and neither is a fixed port from 1024 up.
+  EXPECT_EQ(refused_field({{"namespaces", {{"network", "host"}}}}), "task.namespaces.network");
+  EXPECT_EQ(refused_field({{"namespaces", {{"network", "bridge"}}}}), "");
+  EXPECT_EQ(refused_field({{"namespaces", {{"network", "private"}}}}), "");
+  EXPECT_EQ(refused_field({{"ports", {{"http", 8080}}}}), "");
+  EXPECT_EQ(refused_field({{"ports", {{"http", 80}}}}), "task.ports.http");
+  auto net = check_task_grants(spec({{"namespaces", {{"network", "host"}}}}), {}, "web");
+  ASSERT_FALSE(net.ok());
+  EXPECT_NE(net.error().message.find("grants.host_network"), std::string::npos)
+      << net.error().message;
+  auto low = check_port_grants({{"ssh", 22}}, {}, "web", "ports.");
+  ASSERT_FALSE(low.ok());
+  EXPECT_EQ(low.error().field, "ports.ssh");
+  EXPECT_NE(low.error().message.find("port 22 is below 1024"), std::string::npos);
   // A tmpfs mount is the task's own, not the host's.
   EXPECT_EQ(refused_field({{"image", "registry.example/app@sha256:" + std::string(64, 'a')},
                            {"mounts", {{{"type", "tmpfs"}, {"target", "/scratch"}}}}}),
@@ -54,8 +72,13 @@ TEST(TaskGrants, NamedExceptionsGrantExactlyWhatTheyName) {
                               {"groups", {"video"}},
                               {"host_namespaces", {"pid"}},
                               {"host_paths", {"/srv/data"}},
-                              {"seccomp_unconfined", true}});
+                              {"seccomp_unconfined", true},
+                              {"host_network", true},
+                              {"low_ports", true}});
   ASSERT_TRUE(g.ok()) << g.error().str();
+  EXPECT_EQ(refused_field({{"namespaces", {{"network", "host"}}}, {"ports", {{"http", 80}}}}, *g),
+            "");
+  EXPECT_FALSE(parse_task_grants({{"host_network", "yes"}}).ok());
   EXPECT_EQ(refused_field({{"user", "postgres"}, {"group", "video"}}, *g), "");
   EXPECT_EQ(refused_field({{"user", "mysql"}}, *g), "task.user");
   EXPECT_EQ(refused_field({{"namespaces", {{"pid", false}}}}, *g), "");

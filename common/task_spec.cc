@@ -232,6 +232,8 @@ const char* network_name(NetworkMode m) {
       return "private";
     case NetworkMode::kBridge:
       return "bridge";
+    case NetworkMode::kOwn:
+      return "own";
   }
   return "host";
 }
@@ -564,8 +566,11 @@ Result<TaskSpec> parse_task_spec(const json& j) {
       s.ns.network = NetworkMode::kPrivate;
     else if (net == "bridge")
       s.ns.network = NetworkMode::kBridge;
+    else if (net == "own")
+      s.ns.network = NetworkMode::kOwn;
     else
-      return field_error("namespaces.network", "must be \"host\", \"private\" or \"bridge\"");
+      return field_error("namespaces.network",
+                         "must be \"own\", \"bridge\", \"private\" or \"host\"");
   }
   if (!s.rootfs.empty() && !s.ns.mount)
     return field_error("rootfs", "needs namespaces.mount = true");
@@ -710,13 +715,19 @@ std::string port_env_name(const std::string& name) {
 }
 
 Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
-                          const std::function<std::string(uint16_t)>& holder, uint16_t* next) {
+                          const std::function<std::string(uint16_t)>& holder, uint16_t* next,
+                          const std::function<std::string(uint16_t)>& machines_own) {
   std::set<uint16_t> mine;
   for (const auto& [name, port] : spec->ports) {
     if (port == 0) continue;
     if (std::string who = holder(port); !who.empty())
       return field_error("ports." + name,
                          "port " + std::to_string(port) + " is held by task " + who)
+          .with_code(rpc::kUnsupported);
+    if (std::string why = machines_own ? machines_own(port) : ""; !why.empty())
+      return field_error("ports." + name, "port " + std::to_string(port) +
+                                              " is the machine's own (" + why +
+                                              "): a task never takes it")
           .with_code(rpc::kUnsupported);
     mine.insert(port);
   }
@@ -728,6 +739,7 @@ Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
     for (uint32_t tried = 0; tried < span && first != 0; ++tried, at = (at + 1) % span) {
       auto candidate = static_cast<uint16_t>(first + at);
       if (mine.count(candidate) || !holder(candidate).empty()) continue;
+      if (machines_own && !machines_own(candidate).empty()) continue;
       port = candidate;
       at = (at + 1) % span;
       break;

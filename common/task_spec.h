@@ -20,8 +20,11 @@ namespace weft {
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
 // host: the machine's network; private: a namespace with only lo; bridge: a namespace
 // with an address on the machine's bridge, its ports published on the machine's address
-// (agent.toml [bridge], docs/networking.md).
-enum class NetworkMode { kHost, kPrivate, kBridge };
+// (agent.toml [bridge], docs/networking.md); own: a namespace of the task's own, bridge
+// where the machine has a bridge and private otherwise (the agent decides at the start;
+// the default for a job's tasks, docs/security.md). A spec sent to the agent without
+// namespaces.network is "host" (an admin's local `weftctl task run`).
+enum class NetworkMode { kHost, kPrivate, kBridge, kOwn };
 
 struct IoLimit {
   std::string device;  // "MAJ:MIN"
@@ -177,10 +180,13 @@ std::string port_env_name(const std::string& name);
 // fixed port that is taken is refused, naming it and `holder`); then the readiness
 // check's named port, and WEFT_PORT_<NAME> in the environment. `next` (optional) is
 // where the search for a free port starts and is moved past the ports chosen, so a
-// port just let go is the last to be taken again.
+// port just let go is the last to be taken again. `machines_own` (optional) says why a
+// port is the machine's own (agent/host_ports.h): a fixed one is refused naming it, and
+// a 0 never takes one.
 Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
                           const std::function<std::string(uint16_t)>& holder,
-                          uint16_t* next = nullptr);
+                          uint16_t* next = nullptr,
+                          const std::function<std::string(uint16_t)>& machines_own = nullptr);
 
 Result<int> parse_signal(const std::string& s);  // "SIGTERM", "TERM", "15"
 std::string signal_name(int sig);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 
 namespace weft::cp {
 
@@ -35,6 +36,16 @@ void Allocator::set_port_range(MachineId id, uint16_t first, uint16_t last) {
   m.spec.port_last = last;
   m.in_range = 0;
   for (uint16_t p : m.ports) m.in_range += p >= first && p <= last;
+  m.reserved_in_range = 0;
+  for (uint16_t p : m.reserved) m.reserved_in_range += p >= first && p <= last && !m.ports.count(p);
+}
+
+void Allocator::set_reserved_ports(MachineId id, const std::vector<uint16_t>& ports) {
+  Machine& m = machines_.at(id);
+  m.reserved = std::unordered_set<uint16_t>(ports.begin(), ports.end());
+  m.reserved_in_range = 0;
+  for (uint16_t p : m.reserved)
+    m.reserved_in_range += p >= m.spec.port_first && p <= m.spec.port_last && !m.ports.count(p);
 }
 
 void Allocator::pool_insert(MachineId id) {
@@ -225,7 +236,7 @@ Result<Placement> Allocator::allocate(const Request& r) {
   place(r, tasks, {}, &out, &joined);
   if (out.size() < tasks)
     return make_error("job " + r.job + " does not fit: " + std::to_string(out.size()) + " of " +
-                      std::to_string(r.tasks) + " tasks placed")
+                      std::to_string(r.tasks) + " tasks placed" + ports_taken(r))
         .wrap("allocate");
 
   if (old) (void)release(r.job);
@@ -343,11 +354,30 @@ void Allocator::free_port(Machine& m, uint16_t port) {
   if (m.ports.erase(port) && port >= m.spec.port_first && port <= m.spec.port_last) --m.in_range;
 }
 
+std::string Allocator::ports_taken(const Request& r) const {
+  if (r.fixed_ports.empty()) return "";
+  // The machines the job could use (its entitlement's and the free pool's): how many
+  // hold each of its fixed ports, so the operator learns which port is in the way.
+  size_t usable = 0;
+  std::map<uint16_t, size_t> held;
+  for (const Machine& m : machines_) {
+    if (!m.healthy || !m.ready || (m.ent != r.entitlement && m.ent != kFreePool)) continue;
+    ++usable;
+    for (uint16_t p : r.fixed_ports)
+      if (m.ports.count(p) || m.reserved.count(p)) ++held[p];
+  }
+  std::string out;
+  for (const auto& [port, n] : held)
+    out += "; port " + std::to_string(port) + " is taken (by a task, or the machine's own) on " +
+           std::to_string(n) + " of " + std::to_string(usable) + " machines it could use";
+  return out + "; a fixed port allows one task of the job per machine";
+}
+
 bool Allocator::ports_fit(const Machine& m, const Request& r, int taken) {
   if (!r.fixed_ports.empty()) {
     if (taken > 0) return false;  // one claim of a port per machine
     for (uint16_t p : r.fixed_ports)
-      if (m.ports.count(p)) return false;
+      if (m.ports.count(p) || m.reserved.count(p)) return false;
   }
   if (r.dynamic_ports > 0) {
     if (m.spec.port_last < m.spec.port_first) return false;
@@ -355,7 +385,8 @@ bool Allocator::ports_fit(const Machine& m, const Request& r, int taken) {
     // Fixed ports of r inside the range would be taken by the task itself.
     int64_t own = 0;
     for (uint16_t p : r.fixed_ports) own += p >= m.spec.port_first && p <= m.spec.port_last;
-    if (range - m.in_range - own < int64_t{r.dynamic_ports} * (taken + 1)) return false;
+    if (range - m.in_range - m.reserved_in_range - own < int64_t{r.dynamic_ports} * (taken + 1))
+      return false;
   }
   return true;
 }
@@ -387,7 +418,7 @@ void Allocator::hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t
                     : 0;
   for (uint32_t tried = 0; tried < span && mine.size() < want; ++tried, at = (at + 1) % span) {
     auto p = static_cast<uint16_t>(m.spec.port_first + at);
-    if (m.ports.count(p)) continue;
+    if (m.ports.count(p) || m.reserved.count(p)) continue;
     claim_port(m, p);
     mine.push_back(p);
   }

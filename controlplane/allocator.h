@@ -96,6 +96,9 @@ class Allocator {
   // The machine's agent registered again with another port_range: new ports come from
   // it (ports held keep their numbers).
   void set_port_range(MachineId m, uint16_t first, uint16_t last);
+  // The machine's own ports (its agent's registration): no fixed port is placed on them
+  // and none of the range is handed out; what a task holds already stays its own.
+  void set_reserved_ports(MachineId m, const std::vector<uint16_t>& ports);
   size_t machine_count() const { return machines_.size(); }
 
   // A machine that is unhealthy (HCS verdict, missed heartbeats) or whose entitlement
@@ -172,9 +175,11 @@ class Allocator {
     uint32_t domain = 0, dc = 0, type = 0;  // interned
     uint32_t slot = 0;                      // position in its pool's domain bucket
     int tasks = 0;
-    std::unordered_set<uint16_t> ports;  // claimed: fixed ports and ones from the range
-    uint32_t in_range = 0;               // how many of those are in the range
-    uint16_t next_port = 0;              // where the next search of the range starts
+    std::unordered_set<uint16_t> ports;     // claimed: fixed ports and ones from the range
+    std::unordered_set<uint16_t> reserved;  // the machine's own (set_reserved_ports)
+    uint32_t reserved_in_range = 0;
+    uint32_t in_range = 0;   // how many of those are in the range
+    uint16_t next_port = 0;  // where the next search of the range starts
     bool healthy = true, ready = true, holds_slot = true;
   };
   struct Pool {
@@ -202,6 +207,8 @@ class Allocator {
   // Whether m can take one more task of r when `taken` of them are placed there already
   // by the same call: its fixed ports free, and enough of its range.
   static bool ports_fit(const Machine& m, const Request& r, int taken);
+  // Why a job with fixed ports did not fit, for its error: which of them are taken.
+  std::string ports_taken(const Request& r) const;
   // Places `count` more tasks of `r` into *out, spreading against `staying` (the
   // machines of the job's tasks that stay where they are). Places as many as fit; the
   // caller checks that all did.

@@ -3,6 +3,7 @@
 // The handlers translate between the protocol and the modules (broker, scheduler,
 // allocator); what they change is written before they answer.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/cp_link.h"
@@ -179,6 +180,17 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
     info.port_first = r[0].get<uint16_t>();
     info.port_last = r[1].get<uint16_t>();
   }
+  if (p.contains("reserved_ports")) {
+    const json& r = p["reserved_ports"];
+    bool ok = r.is_array() && r.size() <= weft::kMaxReservedPorts;
+    for (size_t i = 0; ok && i < r.size(); ++i)
+      ok = r[i].is_number_unsigned() && r[i].get<uint64_t>() >= 1 && r[i].get<uint64_t>() <= 65535;
+    if (!ok)
+      return field_error("reserved_ports", "must be a list of at most " +
+                                               std::to_string(weft::kMaxReservedPorts) +
+                                               " ports from 1 to 65535");
+    for (const auto& v : r) info.reserved_ports.push_back(v.get<uint16_t>());
+  }
   std::string address;
   if (p.contains("address")) {
     if (!p["address"].is_string() || !valid_ip_address(p["address"].get<std::string>()))
@@ -329,6 +341,10 @@ Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, own_machine(p, c));
   if (!p.contains("profile") || !p["profile"].is_string())
     return field_error("profile", "must be the applied profile's name");
+  if (const auto& applied = p["profile"].get_ref<const std::string&>();
+      !applied.empty() && !weft::valid_profile_name(applied))
+    return field_error("profile",
+                       "must be a profile's name (1-64 letters, digits, '.', '-' and '_')");
   if (p.contains("state") &&
       (!p["state"].is_string() || p["state"].get<std::string>().size() > 1024))
     return field_error("state", "must be the last switch's outcome (at most 1 KiB)");
@@ -364,6 +380,10 @@ Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) 
   EntitlementSpec e;
   if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
   e.name = p["name"].get<std::string>();
+  if (!weft::valid_entitlement_name(e.name))
+    return field_error("name",
+                       "an entitlement's name is 1-64 letters, digits, '-' and '_', starting with "
+                       "a letter or digit");
   if (!p.contains("quota") || !p["quota"].is_number_unsigned())
     return field_error("quota", "must be a number of machines");
   e.quota = p["quota"].get<size_t>();
@@ -372,6 +392,7 @@ Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) 
     if (p.contains(key)) *out = p[key].get<std::string>();
   }
   if (!e.profile.empty()) TRY(check_profile(e.profile));
+  TRY(check_machine_name("dc", e.dc, false));
   if (p.contains("owners")) {
     TRY_ASSIGN(e.owners, owners_from(p["owners"]));
   }
@@ -637,9 +658,25 @@ Result<json> Manager::api_job_show(const json& p, const CallContext& c) {
   json shown = weft::to_json(*spec);
   // The environment carries secrets: shown to those who may change the job only.
   if (!may_change_jobs(caller(c), spec->entitlement_id).ok()) hide_secrets(shown);
+  // The network its tasks get (a job stored before "own" was the default has none
+  // written: the host's, until its next update).
+  std::string network = "host";
+  if (const json& t = spec->task;
+      t.is_object() && t.contains("namespaces") && t["namespaces"].is_object() &&
+      t["namespaces"].contains("network") && t["namespaces"]["network"].is_string())
+    network = t["namespaces"]["network"].get<std::string>();
+  static const std::map<std::string, std::string> kNetworks = {
+      {"own",
+       "a namespace of each task's own: the machine's bridge where it has one, else "
+       "private (only loopback)"},
+      {"bridge", "an address on the machine's bridge, ports published on its address"},
+      {"private", "a namespace with only loopback"},
+      {"host", "the machine's own network (a grant: host_network)"}};
   json out{{"spec", shown},
            {"entitlement", spec->entitlement},
            {"generation", sched_.generation(spec->name)},
+           {"network", network},
+           {"network_detail", kNetworks.count(network) ? kNetworks.at(network) : ""},
            {"tasks", tasks}};
   if (spec->controller) {
     json ops = json::array();

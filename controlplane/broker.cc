@@ -37,7 +37,9 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
     }
     m->info.port_first = info.port_first;
     m->info.port_last = info.port_last;
+    m->info.reserved_ports = info.reserved_ports;
     alloc_.set_port_range(m->id, info.port_first, info.port_last);
+    alloc_.set_reserved_ports(m->id, info.reserved_ports);
     refresh(*m);
     return m->id;
   }
@@ -45,6 +47,7 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
   m.info = info;
   m.id = alloc_.add_machine(
       {info.id, info.dc, info.domain, info.type, info.capacity, info.port_first, info.port_last});
+  alloc_.set_reserved_ports(m.id, info.reserved_ports);
   beat(m, now);
   by_index_.resize(m.id + 1);
   by_index_[m.id] = info.id;
@@ -113,7 +116,11 @@ Result<EntitlementId> Broker::create_entitlement(const EntitlementSpec& spec) {
   if (spec.name.empty()) return field_error("name", "an entitlement needs a name");
   if (spec.quota < 1) return field_error("quota", "must be at least 1 machine");
   if (entitlement(spec.name)) return field_error("name", "entitlement " + spec.name + " exists");
+  // Never an id an entitlement removed in this process's life had: what was recorded
+  // under it (the output of its ended tasks) must not pass to a new one.
   auto id = static_cast<EntitlementId>(ents_.empty() ? 1 : ents_.rbegin()->first + 1);
+  id = std::max(id, next_entitlement_id_);
+  next_entitlement_id_ = id + 1;
   ents_[id] = spec;
   alloc_.set_quota(id, spec.quota);
   return id;

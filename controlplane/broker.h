@@ -29,6 +29,8 @@ struct MachineInfo {
   std::string dc, domain, type;
   Resources capacity;
   uint16_t port_first = 20000, port_last = 32767;  // the agent's port_range
+  // The machine's own ports (its listeners, weft's, its reserved_ports): no task's.
+  std::vector<uint16_t> reserved_ports;
 };
 
 struct EntitlementSpec {
@@ -193,6 +195,7 @@ class Broker {
   std::map<std::string, Machine> machines_;  // by machine id
   std::vector<std::string> by_index_;        // MachineId -> machine id
   std::map<EntitlementId, EntitlementSpec> ents_;
+  EntitlementId next_entitlement_id_ = 1;
   std::map<MachineId, std::string> held_profile_;  // hold_profile
   std::map<MachineId, bool> was_usable_;
   std::map<MachineId, uint64_t> preparing_;           // machines preparing, and since when

@@ -107,6 +107,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "secrets_key",
                      "metrics_listen",
                      "web_listen",
+                     "web_hosts",
                      "access",
                      "images",
                      "store"}));
@@ -135,6 +136,18 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                          "'web_listen' must be a loopback address and port (127.0.0.1:9480 or "
                          "[::1]:9480): the web view has no authentication of its own");
     c.web_listen = v;
+    c.web_hosts = {"localhost", "127.0.0.1", "[::1]", v.substr(0, v.rfind(':'))};
+  }
+  TRY_ASSIGN(auto hosts, doc.get_string_list(t, "web_hosts"));
+  if (hosts) {
+    for (const auto& h : *hosts)
+      if (h.empty() || h.size() > 253 ||
+          h.find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-[]:") !=
+              std::string::npos)
+        return field_error(doc.where(*t.get("web_hosts")),
+                           "'web_hosts' must list host names or addresses (without a port)");
+    c.web_hosts.insert(c.web_hosts.end(), hosts->begin(), hosts->end());
   }
   if (!c.tls.ca_file.empty() || !c.tls.cert_file.empty() || !c.tls.key_file.empty())
     for (auto [key, v] : {std::pair{"tls_ca", &c.tls.ca_file},

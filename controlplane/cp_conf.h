@@ -68,6 +68,10 @@ struct CpConfig {
   // (reach it through an SSH tunnel); "" = none. Viewers with a certificate use
   // `weftctl web` over mutual TLS instead.
   std::string web_listen;
+  // The host names the web view answers for (the Host header, port aside): localhost,
+  // 127.0.0.1, [::1] and web_listen's address by default; a name a tunnel or proxy uses
+  // must be added. Any other name is refused (DNS rebinding).
+  std::vector<std::string> web_hosts;
   StoreConfig store;
   // [images] (docs/images.md): the registries a job's image tag is resolved at, once,
   // when the job is created or updated.

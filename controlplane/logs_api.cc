@@ -29,6 +29,9 @@ constexpr uint64_t kPollUs = 250'000;  // a long poll asks the agent again this 
 constexpr size_t kMaxTail = 100'000;
 constexpr int kMaxPerSession = 4;
 constexpr size_t kMaxReads = 256;
+// Per identity (a certificate's subject, a local user), whatever its connections: one
+// operator cannot take every read from the others.
+constexpr size_t kMaxReadsPerIdentity = 16;
 // Per connection: 4 MiB/s, bursts of 1 MiB. A read asks for no more than is left; below
 // kMinGrant it waits for the bucket to fill.
 constexpr double kBytesPerUs = 4.0 * 1024 * 1024 / 1e6;
@@ -75,6 +78,7 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   // A task the scheduler no longer keeps (it ended and was replaced) is still asked for
   // on the machine it ran on, which keeps the output of its last ended tasks.
   std::string id, job_name;
+  EntitlementId ent = 0;  // the entitlement the task ran in (TaskRecord::entitlement)
   MachineId machine = 0;
   TaskState state = TaskState::kExited;
   if (p.contains("task")) {
@@ -84,9 +88,11 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
       job_name = it->second.job;
       machine = it->second.machine;
       state = it->second.state;
-    } else if (auto m = sched_.erased_on(id)) {
+      ent = it->second.entitlement;
+    } else if (auto gone = sched_.erased_on(id)) {
       job_name = id.substr(0, id.find('.'));
-      machine = *m;
+      machine = gone->machine;
+      ent = gone->entitlement;
     } else {
       return make_error("no task " + id + " (weftctl job show lists them)")
           .with_code(rpc::kNotFound);
@@ -110,15 +116,15 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
     id = task->id;
     machine = task->machine;
     state = task->state;
+    ent = task->entitlement;
   } else {
     return field_error("task", "is required (or job and index)");
   }
 
   Caller who = caller(c);
-  auto job = sched_.job(job_name);
-  // A job that is gone: its entitlement's owners are not known any more; admins and
-  // access.logs only.
-  EntitlementId ent = job ? job->entitlement_id : 0;
+  // A task's output belongs to the entitlement it ran in, recorded with the task (never
+  // that of a job that took its job's name since). An entitlement removed since has no
+  // owners: admins and access.logs only.
   json audited = {{"name", id}};
   if (!may_read_logs(who, ent)) {
     Result<json> no = make_error(who.who + " may not read the logs of " + id +
@@ -132,6 +138,13 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   LogPeer& peer = log_peer(c.session);
   if (peer.in_flight >= kMaxPerSession || log_reads_.size() >= kMaxReads)
     return make_error("too many log reads in flight; try again").with_code(rpc::kUnavailable);
+  // (At most kMaxReads reads to count: no index kept for this.)
+  if (static_cast<size_t>(std::count_if(log_reads_.begin(), log_reads_.end(), [&](const auto& r) {
+        return r.second->who == who.who;
+      })) >= kMaxReadsPerIdentity)
+    return make_error(who.who + " has " + std::to_string(kMaxReadsPerIdentity) +
+                      " log reads in flight, the most one identity may; try again")
+        .with_code(rpc::kUnavailable);
   if (peer.audited.insert(id).second) {
     if (peer.audited.size() > 4096) peer.audited.clear();  // bounded; audited again later
     audit(who, "task.logs", audited, json());
@@ -147,6 +160,7 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   auto read = std::make_unique<LogRead>();
   read->reply = c.session->defer_reply();
   read->caller = c.session;
+  read->who = who.who;
   read->task = id;
   read->machine = machine;
   read->ask = std::move(ask);

@@ -223,6 +223,7 @@ Status Manager::serve() {
     auto web = metrics::HttpServer::start(*loop_, cfg_.web_listen, nullptr);
     if (!web.ok()) return std::move(web).error().wrap("web_listen");
     web_http_ = std::move(web).value();
+    web_http_->set_allowed_hosts(cfg_.web_hosts);
     web_http_->set_pages([this](const std::string& url, std::string* type, std::string* body) {
       if (url != "/" && url != "/index.html") return false;
       *type = "text/html; charset=utf-8";
@@ -810,10 +811,18 @@ Result<JobSpec> Manager::job_from_params(const json& p) const {
   if (!id)
     return field_error("entitlement", "no entitlement named " + base.entitlement)
         .with_code(rpc::kNotFound);
+  // A job's task gets a network of its own unless it asks for another (the host's is a
+  // grant): written into the spec, so the job keeps what it was created with. A job
+  // stored before this default keeps the host's network until its next update.
+  if (!base.task.is_object()) base.task = json::object();
+  json& ns = base.task["namespaces"];
+  if (ns.is_null()) ns = json::object();
+  if (ns.is_object() && !ns.contains("network")) ns["network"] = "own";
   // What its tasks ask of the host, against what the entitlement grants (an admin's).
+  const TaskGrants& grants = broker_.entitlement_spec(*id).grants;
+  TRY(check_port_grants(base.ports, grants, base.entitlement, "ports."));
   TRY_ASSIGN(TaskSpec task, parse_task_spec(task_run_params(base, base.name + ".0.0")));
-  TRY(check_task_grants(task, broker_.entitlement_spec(*id).grants, base.entitlement,
-                        cfg_.socket_group));
+  TRY(check_task_grants(task, grants, base.entitlement, cfg_.socket_group));
   // A control plane with TLS speaks to TCP controllers over mutual TLS only, to the name
   // the job gives: without one, any process on the controller's address would decide.
   if (base.controller && cfg_.tls.enabled() && base.controller->identity.empty()) {
@@ -823,6 +832,11 @@ Result<JobSpec> Manager::job_from_params(const json& p) const {
                          "is required: this control plane speaks to task controllers over "
                          "mutual TLS; give the name the controller's certificate carries");
   }
+  // Secrets are kept sealed at rest: without a key there is nowhere to keep one.
+  if (std::string where = first_secret(weft::to_json(base)); !secrets_ && !where.empty())
+    return field_error(where.substr(where.find('/') + 1),
+                       "is a secret, and this control plane has no secrets_key to seal it "
+                       "with at rest (docs/security.md; the packages make one at install)");
   JobSpec spec;
   static_cast<weft::JobSpec&>(spec) = std::move(base);
   spec.entitlement_id = *id;

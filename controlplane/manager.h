@@ -230,6 +230,7 @@ class Manager {
   struct LogRead {  // one task.logs call, until it is answered
     rpc::ReplyFn reply;
     rpc::Session* caller = nullptr;  // its LogPeer; null once the connection closed
+    std::string who;                 // the caller's identity (reads are bounded per identity)
     std::string task;
     MachineId machine = 0;
     nlohmann::json ask;  // task.logs for the agent, less max_bytes

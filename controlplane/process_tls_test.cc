@@ -71,7 +71,7 @@ class ControlPlaneTls : public ControlPlane {
                                "log_level = \"debug\"\ntls_ca = \"" +
                                pki_ + "/ca.pem\"\ntls_cert = \"" + pki_ +
                                "/cp.pem\"\ntls_key = \"" + pki_ + "/cp.key\"\ntls_crl = \"" + pki_ +
-                               "/crl.pem\"\n")
+                               "/crl.pem\"\n" + secrets_line())
                     .ok());
   }
   rpc::ClientTls tls_as(const std::string& who) {

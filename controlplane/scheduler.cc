@@ -55,7 +55,12 @@ std::vector<TaskRecord> Scheduler::tasks_on(MachineId m) const {
   return out;
 }
 
-void Scheduler::put_task(const TaskRecord& t) {
+void Scheduler::put_task(const TaskRecord& given) {
+  TaskRecord t = given;
+  if (auto existing = tasks_.find(t.id); existing != tasks_.end() && t.entitlement == 0)
+    t.entitlement = existing->second.entitlement;
+  else if (auto j = jobs_.find(t.job); j != jobs_.end() && t.entitlement == 0)
+    t.entitlement = j->second.spec.entitlement_id;
   dirty_.insert(t.id);
   service_changes_.insert(t.job);
   ++by_state_[static_cast<size_t>(t.state)];
@@ -83,7 +88,7 @@ void Scheduler::erase_task(const std::string& id) {
     if (m->second.empty()) machine_tasks_.erase(m);
   }
   --by_state_[static_cast<size_t>(t.state)];
-  if (erased_.emplace(id, t.machine).second) {
+  if (erased_.emplace(id, Erased{t.machine, t.entitlement}).second) {
     erased_order_.push_back(id);
     if (erased_order_.size() > kErasedKept) {
       erased_.erase(erased_order_.front());

@@ -72,6 +72,9 @@ struct TaskRecord {
   // Its named ports on its machine (the job's fixed ones and those taken from the
   // machine's range): what it was started with and what service discovery publishes.
   std::map<std::string, uint16_t> ports;
+  // Its job's entitlement when it was made (put_task): its output belongs there, also
+  // once the job is gone and another job has its name.
+  EntitlementId entitlement = 0;
 };
 // Counted as available by rolling updates, drains and TaskControllers.
 inline bool available(const TaskRecord& t) {
@@ -243,9 +246,15 @@ class Scheduler {
   // compares); tasks_of and tasks_on are in (index, id) and id order.
   const std::unordered_map<std::string, TaskRecord>& tasks() const { return tasks_; }
   // How many tasks are in state s, and how many jobs there are (for metrics: no walk).
-  // Where a task that is no longer kept ran (the last kErasedKept): its output may still
-  // be on that machine (task.logs).
-  std::optional<MachineId> erased_on(const std::string& id) const {
+  // Where a task that is no longer kept ran (the last kErasedKept), and the entitlement
+  // its job was in then: its output may still be on that machine (task.logs), and it
+  // belongs to that entitlement, whatever job carries the name now (0: its job was
+  // already gone, so no entitlement's owners may read it).
+  struct Erased {
+    MachineId machine = 0;
+    EntitlementId entitlement = 0;
+  };
+  std::optional<Erased> erased_on(const std::string& id) const {
     auto it = erased_.find(id);
     if (it == erased_.end()) return std::nullopt;
     return it->second;
@@ -323,7 +332,7 @@ class Scheduler {
     dirty_.insert(t.id);
     service_changes_.insert(t.job);
   }
-  std::unordered_map<std::string, MachineId> erased_;
+  std::unordered_map<std::string, Erased> erased_;
   std::deque<std::string> erased_order_;
   void erase_task(const std::string& id);
   template <class F>

@@ -4,6 +4,7 @@
 // methods.
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/json_bounded.h"
 #include "common/log.h"
 #include "controlplane/manager.h"
 
@@ -284,12 +285,10 @@ Result<json> Manager::api_service_watch(const json& p, const CallContext& c) {
     if (!p["index"].is_number_unsigned()) return field_error("index", "must be an index");
     index = p["index"].get<uint64_t>();
   }
-  uint64_t wait_us = 30'000'000;
-  if (p.contains("wait_ms")) {
-    if (!p["wait_ms"].is_number_unsigned() || p["wait_ms"].get<uint64_t>() * 1000 > kMaxWatchUs)
-      return field_error("wait_ms", "must be at most 60000");
-    wait_us = p["wait_ms"].get<uint64_t>() * 1000;
-  }
+  // Bounded before it is multiplied (a huge wait_ms would wrap past the bound).
+  TRY_ASSIGN(const int64_t wait_ms,
+             int_member(p, "wait_ms", 30'000, 0, static_cast<int64_t>(kMaxWatchUs / 1000)));
+  const uint64_t wait_us = static_cast<uint64_t>(wait_ms) * 1000;
   uint64_t changed = job.empty() ? services_.version() : services_.changed_at(job);
   // Consul's blocking query: answered at once when there is something newer than
   // `index`, else when there is or `wait_ms` passes.

@@ -514,6 +514,11 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
   for (auto& j : st.jobs) {
     if (!j.spec.is_object()) continue;
     if (secrets_ && !job_secrets_current(j.spec, *secrets_)) secrets_stale_ = true;
+    if (std::string where = first_secret(j.spec); !secrets_ && !where.empty())
+      return make_error(where +
+                        " is a secret in the stored state, and this control plane has no "
+                        "secrets_key: secrets are kept sealed at rest (set secrets_key to the "
+                        "key file the packages made, /etc/weft/secrets.key; docs/security.md)");
     TRY_ASSIGN(j.spec, open_job_secrets(std::move(j.spec), secrets_.get()));
   }
   return apply(std::move(st), alloc, broker, sched, now, wall_now());

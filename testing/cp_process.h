@@ -27,12 +27,16 @@ class ControlPlane : public ::testing::Test {
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("weft-cp-test-" + random_hex(5));
     ASSERT_TRUE(mkdir_p(dir_).ok());
+    // A key for secrets at rest, as the packages make one (a job's env is a secret).
+    ASSERT_TRUE(
+        write_file_atomic(dir_ + "/secrets.key", "k1 " + std::string(64, 'c') + "\n", 0600).ok());
     ASSERT_TRUE(write_file(dir_ + "/cp.toml", "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" +
                                                   dir_ +
                                                   "/state\"\nlisten = \"\"\n"
                                                   "heartbeat_interval = \"200ms\"\n"
                                                   "missed_heartbeats = 3\nlog_level = \"debug\"\n"
-                                                  "metrics_listen = \"127.0.0.1:0\"\n")
+                                                  "metrics_listen = \"127.0.0.1:0\"\n" +
+                                                  secrets_line())
                     .ok());
   }
   void TearDown() override {
@@ -66,6 +70,7 @@ class ControlPlane : public ::testing::Test {
     return c->call(m, p, 5000);
   }
   std::string sock() const { return dir_ + "/cp.sock"; }
+  std::string secrets_line() const { return "secrets_key = \"" + dir_ + "/secrets.key\"\n"; }
   std::string dir_;
   pid_t pid_ = -1;
 };

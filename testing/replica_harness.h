@@ -176,7 +176,10 @@ class Replica {
     port_ = weft::testing::free_tcp_port();
     std::string eps;
     for (const auto& e : etcd.endpoints) eps += (eps.empty() ? "\"" : ", \"") + e + "\"";
-    std::string conf = "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ +
+    // Every replica the same key for secrets at rest (docs/replicas.md), in its own file.
+    (void)write_file_atomic(dir_ + "/secrets.key", "k1 " + std::string(64, 'e') + "\n", 0600);
+    std::string conf = "secrets_key = \"" + dir_ + "/secrets.key\"\n" + "socket = \"" + dir_ +
+                       "/cp.sock\"\nstate_dir = \"" + dir_ +
                        "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
                        "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
                        "log_level = \"debug\"\nmetrics_listen = \"\"\n" +

@@ -607,6 +607,36 @@ TEST_F(AgentRoot, RunWaitExitsWithTheTasksStatus) {
   EXPECT_NE(weftctl("task run --rm --name nowait -- true"), 0);              // --rm needs --wait
 }
 
+// Issue 43 (8): a task's output does not drive the operator's terminal. weftctl task
+// logs on a terminal (a pty from script(1)) shows its control characters as \xNN; with
+// --raw, or into a pipe, the bytes are as the task wrote them.
+TEST_F(AgentRoot, TaskOutputOnATerminalShowsControlCharactersEscaped) {
+  std::string id =
+      run({{"name", "ansi"}, {"argv", {"sh", "-c", "printf 'a\\033]0;owned\\007b\\033[2Jc\\n'"}}});
+  agent_->wait_task(id, [](const json& j) { return j["state"] == "exited"; });
+  ASSERT_EQ(logs(id), "a\x1b]0;owned\x07b\x1b[2Jc\n");
+  auto on_a_tty = [&](const std::string& args) {
+    std::string out = agent_->dir() + "/tty.out";
+    std::string cmd = "script -qec '" + std::string(WEFTCTL_BIN) + " --agent " + agent_->socket() +
+                      " task logs --stream stdout " + args + " ansi' " + out + " >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return read_file(out).value_or("");
+  };
+  std::string shown = on_a_tty("");
+  EXPECT_NE(shown.find("a\\x1b]0;owned\\x07b\\x1b[2Jc"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("\x1b]0;owned"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find('\x07'), std::string::npos) << shown;
+  std::string raw = on_a_tty("--raw");
+  EXPECT_NE(raw.find("a\x1b]0;owned\x07b\x1b[2Jc"), std::string::npos) << raw;
+  // Into a pipe: as written.
+  std::string piped = agent_->dir() + "/piped.out";
+  ASSERT_EQ(std::system((std::string(WEFTCTL_BIN) + " --agent " + agent_->socket() +
+                         " task logs --stream stdout ansi > " + piped)
+                            .c_str()),
+            0);
+  EXPECT_EQ(read_file(piped).value_or(""), "a\x1b]0;owned\x07b\x1b[2Jc\n");
+}
+
 // The exit record is not flushed to disk (docs/decisions.md): a task whose record is
 // missing after the machine restarted is reported as ended with the machine.
 TEST_F(AgentRoot, ATaskOfAnEarlierBootEndedWithTheMachine) {

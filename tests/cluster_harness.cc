@@ -179,9 +179,12 @@ bool ClusterHarness::setup() {
       return false;
     }
   }
+  // A key for jobs' secrets at rest, as the packages make one.
+  if (!write_file_atomic(dir_ + "/secrets.key", "k1 " + std::string(64, 'd') + "\n", 0600).ok())
+    return false;
   cp_conf_ =
       "socket = \"" + dir_ + "/cp.sock\"\nstate_dir = \"" + dir_ + "/cp\"\nlisten = \"" + kHubAddr +
-      ":" + std::to_string(kCpPort) + "\"\n" +
+      ":" + std::to_string(kCpPort) + "\"\nsecrets_key = \"" + dir_ + "/secrets.key\"\n" +
       (opts_.tls ? "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki +
                        "/controlplane.pem\"\ntls_key = \"" + pki +
                        "/controlplane.key\"\ntls_crl = \"" + pki + "/crl.pem\"\n"

@@ -68,6 +68,30 @@ out=$(complete_bash "weftctl job show " 2>&1)
 [ -z "$out" ] || { echo "FAIL: names without a control plane: $out" >&2; fail=1; }
 [ $(($(date +%s) - start)) -le 3 ] || { echo "FAIL: names took too long" >&2; fail=1; }
 
+# Names are data: a name holding $(...) or `...` (from a control plane that let it in,
+# or a hostile one) runs nothing when completed, and is offered quoted. A weftctl whose
+# __names prints such names, in front of the real one:
+mkdir "$dir/hostile"
+cat >"$dir/hostile/weftctl" <<SH
+#!/bin/sh
+if [ "\$1" = __names ]; then
+  printf '%s\n' 'pay\$(touch $dir/ran-dollar)' 'pay\`touch $dir/ran-tick\`' 'pay *' 'payroll'
+  exit 0
+fi
+exec "$(readlink -f "$bin")" "\$@"
+SH
+chmod +x "$dir/hostile/weftctl"
+out=$(cd "$dir" && PATH="$dir/hostile:$PATH" complete_bash "weftctl entitlement show pay")
+if [ -e "$dir/ran-dollar" ] || [ -e "$dir/ran-tick" ]; then
+  echo "FAIL: completing a name ran a command embedded in it" >&2
+  fail=1
+fi
+grep -qxF 'payroll' <<<"$out" || { echo "FAIL: names: no payroll in: $out" >&2; fail=1; }
+grep -qxF 'pay\ \*' <<<"$out" || { echo "FAIL: names: 'pay *' not offered quoted: $out" >&2; fail=1; }
+grep -qF 'touch' <<<"$out" && ! grep -qF 'pay\$\(touch' <<<"$out" &&
+  { echo "FAIL: names: a command name offered unquoted: $out" >&2; fail=1; }
+[ "$(wc -l <<<"$out")" = 4 ] || { echo "FAIL: names: want 4 candidates: $out" >&2; fail=1; }
+
 # zsh: the file parses, and the shared part gives what bash gives.
 if ! command -v zsh >/dev/null; then
   echo "FAIL: zsh is not installed (scripts/setup.sh --test installs it)" >&2

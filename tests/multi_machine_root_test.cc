@@ -289,6 +289,16 @@ TEST_F(MultiMachine, AServiceIsFoundByDnsOnEveryMachineAndReachedOnItsPort) {
   json svc = c_.wait_cp("service.show", {{"job", "web"}},
                         [](const json& j) { return j["endpoints"].size() == 2; });
   ASSERT_FALSE(svc.is_null()) << c_.cp("job.show", {{"name", "web"}})->dump(2) << c_.logs();
+  // Issue 43: a job that names no network gets one of its own (the host's is a grant),
+  // said in its status; on these machines, which have a bridge, that is the bridge.
+  auto shown_job = c_.cp("job.show", {{"name", "web"}});
+  ASSERT_TRUE(shown_job.ok());
+  EXPECT_EQ((*shown_job)["network"], "own") << shown_job->dump(2);
+  for (const auto& ep : svc["endpoints"]) {
+    auto t = c_.agent(c_.machine_index(ep["machine"]), "task.show", {{"id", ep["task"]}});
+    ASSERT_TRUE(t.ok()) << t.error().str();
+    EXPECT_EQ((*t)["spec"]["namespaces"]["network"], "bridge") << t->dump(2);
+  }
   // SRV records from an agent's DNS: "<name> <ttl> IN SRV 0 1 <port> <target>".
   // An answer that is not NOERROR or NXDOMAIN (no answer at all, a refusal) is a record
   // "none" that no test expects.
@@ -442,18 +452,27 @@ TEST_F(MultiMachine, ABridgeTaskIsReachedOnItsMachinesAddressAndReachesOnlyWhatI
     return "if timeout 3 busybox wget -qO- " + u + " >/dev/null 2>&1; then echo " + name +
            "=reached; else echo " + name + "=blocked; fi; ";
   };
-  std::string script =
-      route("outside", "http://" + c_.machine_address(other) + ":18082/") +
-      route("published", url) + route("allowed", "http://" + me + ":18083/") +
-      route("host", "http://" + me + ":18081/") + route("gateway", "http://10.89.0.1:18081/") +
-      route("peer", "http://" + web_ip + ":" + std::to_string(port) + "/") +
-      route("unpublished", "http://" + web_ip + ":18090/") + "echo done; sleep 600";
+  // Issue 43 (3): from its own published port (WEFT_PORT_SRC), the probe opens a
+  // connection to the web task's unpublished port: blocked too.
+  std::string from_published =
+      "if printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 3 busybox nc -w 2 -p $WEFT_PORT_SRC " +
+      web_ip +
+      " 18090 2>/dev/null | grep -q served-by; then echo sport=reached; else echo "
+      "sport=blocked; fi; ";
+  std::string script = route("outside", "http://" + c_.machine_address(other) + ":18082/") +
+                       route("published", url) + route("allowed", "http://" + me + ":18083/") +
+                       route("host", "http://" + me + ":18081/") +
+                       route("gateway", "http://10.89.0.1:18081/") +
+                       route("peer", "http://" + web_ip + ":" + std::to_string(port) + "/") +
+                       route("unpublished", "http://" + web_ip + ":18090/") + from_published +
+                       "echo done; sleep 600";
   // Twice: as the machine's br_netfilter is (bridged frames pass the ip hooks, as on
   // hosts with Docker or Kubernetes), and the other way (a plain Debian host).
   auto run_probe = [&](const std::string& name) {
     auto probe = c_.agent(mi, "task.run",
                           {{"name", name},
                            {"argv", {"/bin/sh", "-c", script}},
+                           {"ports", {{"src", 0}}},
                            {"namespaces", {{"network", "bridge"}}}});
     ASSERT_TRUE(probe.ok()) << probe.error().str();
     std::string probe_id = (*probe)["id"];
@@ -465,7 +484,7 @@ TEST_F(MultiMachine, ABridgeTaskIsReachedOnItsMachinesAddressAndReachesOnlyWhatI
     }
     EXPECT_EQ(out,
               "outside=reached\npublished=reached\nallowed=reached\nhost=blocked\n"
-              "gateway=blocked\npeer=reached\nunpublished=blocked\ndone\n")
+              "gateway=blocked\npeer=reached\nunpublished=blocked\nsport=blocked\ndone\n")
         << name << "\n"
         << c_.run_in(mi, "nft list ruleset").value_or("") << c_.logs();
     auto shown_probe = c_.agent(mi, "task.show", {{"id", probe_id}});
@@ -531,6 +550,94 @@ TEST_F(MultiMachine, ABridgeTaskIsReachedOnItsMachinesAddressAndReachesOnlyWhatI
 // Issue 12: a start the agent refuses (here: a user the machine does not have, a rule
 // only the machine can check) shows as failed with the agent's message within a
 // heartbeat, and is not retried in a loop; an update with a fixed spec runs.
+// Issue 43 (1): a job's fixed port is published on every address of its machine (for a
+// bridge task by DNAT, in front of the machine's own listeners), so a port the machine
+// serves itself is never a task's. Below 1024 needs a grant; the agent's own DNS port is
+// never placed, and the error names the port; a port a process of the machine listens
+// on is refused by the agent with the port named, and the machine's own server still
+// answers there from another machine.
+TEST_F(MultiMachine, AJobNeverTakesAPortTheMachineServesItself) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  json low = job_params("low", "e", 1, 100);
+  low["ports"] = {{"web", 80}};
+  auto r = c_.cp("job.create", low);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("ports.web"), std::string::npos) << r.error().str();
+  EXPECT_NE(r.error().str().find("low_ports"), std::string::npos) << r.error().str();
+
+  json dns = job_params("dnsgrab", "e", 1, 100);
+  dns["ports"] = {{"dns", 8600}};  // every agent's dns_listen here
+  r = c_.cp("job.create", dns);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("port 8600 is taken"), std::string::npos) << r.error().str();
+  EXPECT_FALSE(c_.cp("job.show", {{"name", "dnsgrab"}}).ok());  // nothing half-made
+
+  // The machines' own server on 2222 (an sshd, say), started after they registered.
+  std::string www = c_.dir() + "/own";
+  ASSERT_TRUE(mkdir_p(www).ok());
+  ASSERT_TRUE(write_file(www + "/index.html", "the-machines-own\n").ok());
+  std::vector<pid_t> servers;
+  struct Stop {
+    std::vector<pid_t>& pids;
+    ~Stop() {
+      for (pid_t p : pids) ClusterHarness::stop_in(p);
+    }
+  } stop_servers{servers};
+  for (int m = 0; m < c_.machines(); ++m)
+    servers.push_back(c_.start_in(m, {"/bin/busybox", "httpd", "-f", "-p", "2222", "-h", www},
+                                  c_.dir() + "/own-" + std::to_string(m) + ".log"));
+  auto own_page = [&](int from, int to) {
+    return c_
+        .run_in(from, "timeout 3 busybox wget -qO- http://" + c_.machine_address(to) + ":2222/")
+        .value_or("");
+  };
+  for (int m = 0; m < c_.machines(); ++m) {
+    bool up = false;
+    for (int i = 0; i < 100 && !up; ++i) {
+      up = own_page(m, m) == "the-machines-own\n";
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(up) << "the machine's own server on 2222, machine " << m;
+  }
+  json ssh = job_params("sshgrab", "e", 1, 100);
+  ssh["ports"] = {{"ssh", 2222}};
+  ssh["task"]["argv"] = {"/bin/sh", "-c", "exec /bin/busybox httpd -f -p 2222 -h /"};
+  r = c_.cp("job.create", ssh);
+  if (r.ok()) {
+    // Placed (the machines registered before their server started): the agent refuses.
+    json failed = c_.wait_cp(
+        "job.show", {{"name", "sshgrab"}},
+        [](const json& j) {
+          for (const auto& t : j["tasks"])
+            if (t["state"] == "failed" &&
+                t["message"].get<std::string>().find("port 2222 is the machine's own") !=
+                    std::string::npos)
+              return true;
+          return false;
+        },
+        10000);
+    EXPECT_FALSE(failed.is_null()) << c_.cp("job.show", {{"name", "sshgrab"}})->dump(2);
+    ASSERT_TRUE(c_.cp("job.stop", {{"name", "sshgrab"}}).ok());
+  } else {
+    EXPECT_NE(r.error().str().find("port 2222"), std::string::npos) << r.error().str();
+  }
+  EXPECT_TRUE(agents_running().empty());
+  // From another machine, 2222 on every machine is still the machine's own.
+  for (int m = 0; m < c_.machines(); ++m)
+    EXPECT_EQ(own_page((m + 1) % c_.machines(), m), "the-machines-own\n") << "machine " << m;
+  // A machine that registers again tells the control plane of its listener: the job is
+  // then not placed there at all.
+  c_.stop_machine(0);
+  c_.start_machine(0);
+  ASSERT_TRUE(c_.wait_all_ready()) << c_.logs();
+  json pinned = ssh;
+  pinned["name"] = "sshgrab2";
+  pinned["count"] = 4;  // one per machine: machine 0 cannot take one
+  r = c_.cp("job.create", pinned);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("port 2222 is taken"), std::string::npos) << r.error().str();
+}
+
 TEST_F(MultiMachine, ARefusedStartFailsWithTheAgentsMessage) {
   // A named user is a host privilege: granted to this entitlement by its admin.
   ASSERT_TRUE(c_.cp("entitlement.create",

@@ -391,6 +391,117 @@ TEST_F(Operator, TheWebViewShowsTheFleetInABrowser) {
   auto [rc, out] = weftctl("vic", "web");
   EXPECT_EQ(rc, 0) << out.substr(0, 500);
   EXPECT_EQ(count_of(out, "class=\"machine state-ok\""), 3u) << out.substr(0, 500);
+
+  // Issue 43 (7): only the host names it is configured for. A page an attacker's DNS
+  // name rebinds to 127.0.0.1 sends its own name: refused, with nothing of the fleet.
+  auto get_as = [&](const std::string& host) {
+    std::string cmd = "ip netns exec " + c_.hub_netns() +
+                      " bash -c 'exec 3<>/dev/tcp/127.0.0.1/9480 && printf \"GET / "
+                      "HTTP/1.1\\r\\nHost: " +
+                      host + "\\r\\nConnection: close\\r\\n\\r\\n\" >&3 && timeout 5 cat <&3'";
+    std::string page;
+    FILE* f = ::popen(cmd.c_str(), "r");
+    if (!f) return page;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) page.append(buf, n);
+    ::pclose(f);
+    return page;
+  };
+  for (const char* evil : {"rebind.attacker.example", "rebind.attacker.example:9480", "m0"}) {
+    std::string page = get_as(evil);
+    EXPECT_EQ(page.rfind("HTTP/1.1 421", 0), 0u) << evil << ": " << page.substr(0, 300);
+    EXPECT_EQ(page.find("weft fleet"), std::string::npos) << evil;
+  }
+  for (const char* ok : {"127.0.0.1:9480", "localhost:9480", "LOCALHOST"}) {
+    std::string page = get_as(ok);
+    EXPECT_EQ(page.rfind("HTTP/1.1 200", 0), 0u) << ok << ": " << page.substr(0, 300);
+    EXPECT_NE(page.find("weft fleet"), std::string::npos) << ok;
+  }
+}
+
+// Issue 43 (2): a task's output belongs to the entitlement it ran in. bob's payroll
+// printed a secret and was stopped; alice made her own payroll in her entitlement; the
+// old task's output is bob's to read (its entitlement's owner), never alice's, though
+// her job carries the name now.
+TEST_F(Operator, AGoneTasksOutputStaysWithTheEntitlementItRanIn) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "pay-b"}, {"quota", 1}, {"owners", {"CN=bob"}}}).ok());
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "pay-a"}, {"quota", 1}, {"owners", {"CN=alice"}}})
+          .ok());
+  ASSERT_TRUE(c_.cp("job.create",
+                    job_params("payroll", "pay-b", 1, "echo bobs-secret-4711; exec sleep 600"))
+                  .ok());
+  json show = wait_running("payroll", 1);
+  ASSERT_FALSE(show.is_null());
+  std::string old = show["tasks"][0]["id"];
+  for (int i = 0; i < 100; ++i) {
+    auto r = c_.cp("task.logs", {{"task", old}, {"stream", "stdout"}});
+    if (r.ok() && (*r)["data"].get<std::string>().find("bobs-secret-4711") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "payroll"}}).ok());
+  ASSERT_FALSE(c_.wait_cp("job.ls", json::object(), [](const json& j) {
+                   return j["jobs"].empty();
+                 }).is_null());
+  ASSERT_TRUE(c_.cp("job.create", job_params("payroll", "pay-a", 1, "exec sleep 600")).ok());
+  ASSERT_FALSE(wait_running("payroll", 1).is_null());
+
+  auto [rc, out] = weftctl("alice", "task logs --cluster " + old);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(out.find("bobs-secret-4711"), std::string::npos) << out;
+  EXPECT_NE(out.find("may not read"), std::string::npos) << out;
+  std::tie(rc, out) = weftctl("bob", "task logs --cluster " + old);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("bobs-secret-4711"), std::string::npos) << out;
+  json audit = *c_.cp("audit.ls", {{"limit", 200}});
+  bool refused = false;
+  for (const auto& a : audit["entries"])
+    refused = refused || (a["method"] == "task.logs" &&
+                          a["who"].get<std::string>().find("CN=alice") != std::string::npos &&
+                          a["result"] != "ok");
+  EXPECT_TRUE(refused) << audit.dump(2);
+}
+
+// Issue 43 (6): one identity cannot take every log read. alice holds as many follows as
+// she may (16), and more are refused with the reason; bob, the owner of another
+// entitlement, still reads.
+TEST_F(Operator, OneIdentityCannotTakeEveryLogRead) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 1}, {"owners", {"CN=alice"}}}).ok());
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "ops"}, {"quota", 1}, {"owners", {"CN=bob"}}}).ok());
+  ASSERT_TRUE(c_.cp("job.create", job_params("quiet", "web", 1, "echo hi; exec sleep 600")).ok());
+  ASSERT_TRUE(
+      c_.cp("job.create", job_params("tool", "ops", 1, "echo bobs-line; exec sleep 600")).ok());
+  ASSERT_FALSE(wait_running("quiet", 1).is_null());
+  ASSERT_FALSE(wait_running("tool", 1).is_null());
+  std::string pki = c_.dir() + "/pki/";
+  auto as = [&](const std::string& who) {
+    return std::string(WEFTCTL_BIN) + " --controlplane tls://10.77.0.1:7070 --tls-ca " + pki +
+           "ca.pem --tls-cert " + pki + who + ".pem --tls-key " + pki + who + ".key ";
+  };
+  std::string outs = c_.dir() + "/follows";
+  ASSERT_TRUE(mkdir_p(outs).ok());
+  // 24 follows of a task that prints nothing more: each holds a read (a long poll).
+  std::string script = "for i in $(seq 24); do (timeout 12 " + as("alice") +
+                       "job logs quiet -f --stream stdout >" + outs + "/$i 2>&1; echo rc=$? >>" +
+                       outs + "/$i) & done; sleep 6; " + as("bob") +
+                       "job logs tool --stream stdout; echo bob-rc=$?; wait";
+  auto r = c_.run_in(0, "bash -c '" + script + "'");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_NE(r->find("bobs-line"), std::string::npos) << *r;
+  EXPECT_NE(r->find("bob-rc=0"), std::string::npos) << *r;
+  int refused = 0, held = 0;
+  for (int i = 1; i <= 24; ++i) {
+    std::string o = read_file(outs + "/" + std::to_string(i)).value_or("");
+    if (o.find("the most one identity may") != std::string::npos) ++refused;
+    if (o.find("rc=124") != std::string::npos) ++held;  // still following at the timeout
+  }
+  EXPECT_EQ(held, 16) << "follows that held a read to the end";
+  EXPECT_EQ(refused, 8);
 }
 
 }  // namespace

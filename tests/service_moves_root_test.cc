@@ -48,6 +48,7 @@ class ServiceMoves : public ::testing::Test {
             {"task",
              {{"argv", {SERVICE_LOAD_BIN, "serve"}},
               {"env", {{"VERSION", version}}},
+              {"namespaces", {{"network", "host"}}},
               {"stop_grace", "5s"},
               {"readiness",
                {{"type", "http"}, {"port", "http"}, {"path", "/"}, {"interval", "200ms"}}}}}};
@@ -146,7 +147,10 @@ class ServiceMoves : public ::testing::Test {
 };
 
 TEST_F(ServiceMoves, NoRequestFailsThroughAnUpdateADrainAndMaintenance) {
-  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  // The host's network, as a grant (this test is about discovery, not the bridge).
+  ASSERT_TRUE(c_.cp("entitlement.create",
+                    {{"name", "e"}, {"quota", 4}, {"grants", {{"host_network", true}}}})
+                  .ok());
   auto created = c_.cp("job.create", job("1"));
   ASSERT_TRUE(created.ok()) << created.error().str();
   ASSERT_TRUE(settled(1)) << c_.cp("job.show", {{"name", "web"}})->dump(2) << c_.logs();
