@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "common/fs.h"
@@ -74,6 +76,85 @@ TEST(TaskStore, RecordsSurviveAReopen) {
     if (row.id == "ab12") continue;
     EXPECT_EQ(row.state, TaskState::kFailed) << row.id;
     EXPECT_FALSE(row.reason.empty()) << row.id;
+  }
+}
+
+// Issue 43: a task's secret values are sealed in agent.db with the agent's own key (made
+// at the first start, 0600); a row written before sealing is sealed at the next open;
+// without the key a sealed row comes back failed, with the reason, not as plain text.
+TEST(TaskStore, SecretsAreSealedWithTheAgentsOwnKey) {
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-ts-" + random_hex(5));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { (void)remove_tree(dir); }
+  } cleanup{dir};
+  auto db_holds = [&](const std::string& needle) {
+    std::string all;
+    for (const char* f : {"/agent.db", "/agent.db-wal"}) all += read_file(dir + f).value_or("");
+    return all.find(needle) != std::string::npos;
+  };
+  TaskRecord t;
+  t.id = "ab12";
+  t.name = "pay";
+  auto spec = parse_task_spec({{"name", "pay"},
+                               {"argv", {"/bin/true"}},
+                               {"env", {{"STRIPE_KEY", "sk_live_4711"}, {"MODE", "prod"}}}});
+  ASSERT_TRUE(spec.ok());
+  t.spec = *spec;
+  {  // Written by an agent before sealing.
+    auto st = TaskStore::open(dir + "/agent.db");
+    ASSERT_TRUE(st.ok());
+    ASSERT_TRUE((*st)->save(t).ok());
+  }
+  ASSERT_TRUE(db_holds("sk_live_4711"));
+  auto box = SecretBox::load_or_create(dir + "/secrets.key");
+  ASSERT_TRUE(box.ok()) << box.error().str();
+  struct stat kst {};
+  ASSERT_EQ(::stat((dir + "/secrets.key").c_str(), &kst), 0);
+  EXPECT_EQ(kst.st_mode & 0777, 0600u);
+  std::string key = read_file(dir + "/secrets.key").value_or("");
+  {
+    auto st = TaskStore::open(dir + "/agent.db", *box);
+    ASSERT_TRUE(st.ok());
+    auto rows = (*st)->load();  // opened, and sealed again on disk
+    ASSERT_TRUE(rows.ok()) << rows.error().str();
+    ASSERT_EQ(rows->size(), 1u);
+    EXPECT_EQ((*rows)[0].spec.env.at("STRIPE_KEY"), "sk_live_4711");
+    TaskRecord again = t;
+    again.id = "cd34";
+    ASSERT_TRUE((*st)->save(again).ok());
+  }
+  {  // Checkpointed, nothing of the plain value is left in the files.
+    auto db = Db::open(dir + "/agent.db");
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)->exec("PRAGMA wal_checkpoint(TRUNCATE); VACUUM;").ok());
+  }
+  EXPECT_FALSE(db_holds("sk_live_4711"));
+  EXPECT_TRUE(db_holds("weft-sealed:v1:"));
+  // The same key file next time (never overwritten), and the values come back.
+  auto box2 = SecretBox::load_or_create(dir + "/secrets.key");
+  ASSERT_TRUE(box2.ok());
+  EXPECT_EQ(read_file(dir + "/secrets.key").value_or(""), key);
+  {
+    auto st = TaskStore::open(dir + "/agent.db", *box2);
+    ASSERT_TRUE(st.ok());
+    auto rows = (*st)->load();
+    ASSERT_TRUE(rows.ok());
+    ASSERT_EQ(rows->size(), 2u);
+    for (const auto& r : *rows) {
+      EXPECT_EQ(r.spec.env.at("STRIPE_KEY"), "sk_live_4711") << r.id;
+      EXPECT_EQ(r.spec.env.at("MODE"), "prod") << r.id;
+    }
+  }
+  // Without the key: failed tasks with the reason, not plain text and not an error.
+  auto st = TaskStore::open(dir + "/agent.db");
+  ASSERT_TRUE(st.ok());
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows.ok());
+  for (const auto& r : *rows) {
+    EXPECT_EQ(r.state, TaskState::kFailed) << r.id;
+    EXPECT_NE(r.reason.find("secrets cannot be opened"), std::string::npos) << r.reason;
   }
 }
 

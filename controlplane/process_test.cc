@@ -1181,3 +1181,133 @@ TEST_F(ControlPlane, AnUnknownStateIsRefusedButTheMachineStaysAlive) {
 
 }  // namespace
 }  // namespace weft::testing
+
+namespace weft::testing {
+namespace {
+
+// Issue 43 (4, 9): what a hostile operator or machine sends is refused naming the field,
+// and changes nothing. Names that could run or print something elsewhere (completion, a
+// terminal, a path): an entitlement's name, a machine id, a profile's name; a bound that
+// overflowed when multiplied; and a fixed port that is taken is named.
+TEST_F(ControlPlane, HostileNamesAndBoundsAreRefusedNamingTheField) {
+  start();
+  if (HasFatalFailure()) return;
+  auto refused = [&](const std::string& method, const json& p, const std::string& field) {
+    auto r = call(method, p);
+    EXPECT_FALSE(r.ok()) << method << " " << p.dump() << " was taken";
+    if (!r.ok()) {
+      EXPECT_NE(r.error().str().find(field), std::string::npos) << r.error().str();
+    }
+  };
+  for (const char* name : {"$(touch /tmp/x)", "a`id`", "a b", "-rf", "pay;rm", "../x", ""})
+    refused("entitlement.create", {{"name", name}, {"quota", 1}}, "name");
+  refused("entitlement.create", {{"name", std::string(65, 'e')}, {"quota", 1}}, "name");
+  refused("entitlement.create", {{"name", "ok"}, {"quota", 1}, {"dc", "../etc"}}, "dc");
+  ASSERT_TRUE(call("entitlement.create", {{"name", "pay-roll_1"}, {"quota", 1}}).ok());
+  json ls = *call("entitlement.ls");
+  EXPECT_EQ(ls["entitlements"].size(), 1u) << ls.dump();  // only the good one
+
+  for (const char* id : {"..", ".", "-x", ".hidden"})
+    refused("machine.register", {{"machine", id}, {"cpu_milli", 1000}, {"mem_mb", 1024}},
+            "machine");
+  FakeMachine m("h1", "r1");
+  ASSERT_TRUE(m.connect(sock()));
+  auto sidekick = rpc::Client::connect(sock());
+  ASSERT_TRUE(sidekick.ok());
+  for (const std::string& profile : {std::string("../../etc/passwd"), std::string(100000, 'p'),
+                                     std::string("a/b"), std::string(".x")}) {
+    auto r = (*sidekick)->call("profile.report", {{"machine", "h1"}, {"profile", profile}});
+    EXPECT_FALSE(r.ok()) << profile.substr(0, 40);
+    if (!r.ok()) {
+      EXPECT_NE(r.error().str().find("profile"), std::string::npos);
+    }
+  }
+  json machines = *call("machine.ls");
+  ASSERT_EQ(machines["machines"].size(), 1u);
+  EXPECT_EQ(machines["machines"][0]["profile"], "") << machines.dump();
+  EXPECT_TRUE(
+      (*sidekick)->call("profile.report", {{"machine", "h1"}, {"profile", "web-v2.1"}}).ok());
+
+  // A wait that would wrap when made microseconds: refused, not taken as a short one.
+  refused("service.watch", {{"wait_ms", 18446744073709552ull}}, "wait_ms");
+  refused("service.watch", {{"wait_ms", 60001}}, "wait_ms");
+  EXPECT_TRUE(call("service.watch", {{"wait_ms", 0}}).ok());
+
+  // A fixed port that is taken: the refusal names it.
+  json a{{"name", "a"},
+         {"entitlement", "pay-roll_1"},
+         {"per_task", {{"cpu_milli", 100}, {"mem_mb", 64}}},
+         {"ports", {{"admin", 9100}}},
+         {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  ASSERT_TRUE(call("job.create", a).ok());
+  json b = a;
+  b["name"] = "b";
+  auto r = call("job.create", b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("port 9100 is taken"), std::string::npos) << r.error().str();
+  EXPECT_FALSE(call("job.show", {{"name", "b"}}).ok());
+}
+
+// Issue 43: secrets are sealed at rest, or not kept. A control plane without a key
+// refuses a job with a secret (naming it), takes one without, and does not start with a
+// secret in its store, plain (a store from before) or sealed.
+TEST_F(ControlPlane, WithoutAKeyNoSecretIsTakenOrKeptInPlainText) {
+  std::string conf = read_file(dir_ + "/cp.toml").value();
+  std::string without = conf;
+  without.erase(without.find(secrets_line()), secrets_line().size());
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", without).ok());
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m("h1", "r1");
+  ASSERT_TRUE(m.connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  json job{{"name", "pay"},
+           {"entitlement", "a"},
+           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 64}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}, {"env", {{"STRIPE_KEY", "sk_1"}}}}}};
+  auto r = call("job.create", job);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("task.env.STRIPE_KEY"), std::string::npos) << r.error().str();
+  EXPECT_NE(r.error().str().find("secrets_key"), std::string::npos) << r.error().str();
+  json files = job;
+  files["task"].erase("env");
+  files["task"]["image"] = "registry.example/app@sha256:" + std::string(64, 'a');
+  files["task"]["files"] = {{{"path", "/run/token"}, {"content", "t0k3n"}}};
+  r = call("job.create", files);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("task.files[0].content"), std::string::npos) << r.error().str();
+  json plain = job;
+  plain["task"].erase("env");
+  ASSERT_TRUE(call("job.create", plain).ok());
+  stop(SIGTERM);
+  // A store written before sealing: the job's env in plain text. It does not start.
+  std::string db = dir_ + "/state/controlplane.db";
+  ASSERT_EQ(std::system(("sqlite3 " + db +
+                         " \"UPDATE jobs SET spec = json_set(spec, '$.task.env', "
+                         "json_object('STRIPE_KEY', 'sk_plain')) WHERE name = 'pay'\"")
+                            .c_str()),
+            0);
+  ASSERT_NE(read_file(db).value_or("").find("sk_plain"), std::string::npos);
+  pid_t pid = spawn_process({WEFT_CONTROLPLANE_BIN, "-c", dir_ + "/cp.toml"}, {dir_ + "/cp2.log"});
+  int st = -1;
+  for (int i = 0; i < 200 && ::waitpid(pid, &st, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (!WIFEXITED(st) && !WIFSIGNALED(st)) st = stop_process(pid, SIGKILL);  // it started
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << st;
+  std::string log = read_file(dir_ + "/cp2.log").value_or("");
+  EXPECT_NE(log.find("pay/task.env.STRIPE_KEY is a secret"), std::string::npos) << log;
+  // With the key: it starts, and seals what it found.
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", conf).ok());
+  start();
+  if (HasFatalFailure()) return;
+  auto shown = call("job.show", {{"name", "pay"}});
+  ASSERT_TRUE(shown.ok()) << shown.error().str();
+  EXPECT_EQ((*shown)["spec"]["task"]["env"]["STRIPE_KEY"], "sk_plain");
+  stop(SIGTERM);
+  EXPECT_EQ(
+      std::system(("sqlite3 " + db + " \"PRAGMA wal_checkpoint(TRUNCATE); VACUUM;\"").c_str()), 0);
+  EXPECT_EQ(read_file(db).value_or("sk_plain").find("sk_plain"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::testing

@@ -57,10 +57,14 @@ std::vector<TaskRecord> Scheduler::tasks_on(MachineId m) const {
 
 void Scheduler::put_task(const TaskRecord& given) {
   TaskRecord t = given;
-  if (auto existing = tasks_.find(t.id); existing != tasks_.end() && t.entitlement == 0)
-    t.entitlement = existing->second.entitlement;
-  else if (auto j = jobs_.find(t.job); j != jobs_.end() && t.entitlement == 0)
-    t.entitlement = j->second.spec.entitlement_id;
+  // A record without its entitlement (a copy made elsewhere, a row restored from the
+  // store) keeps the one it had, or takes its job's.
+  if (t.entitlement == 0) {
+    if (auto existing = tasks_.find(t.id); existing != tasks_.end())
+      t.entitlement = existing->second.entitlement;
+    else if (auto j = jobs_.find(t.job); j != jobs_.end())
+      t.entitlement = j->second.spec.entitlement_id;
+  }
   dirty_.insert(t.id);
   service_changes_.insert(t.job);
   ++by_state_[static_cast<size_t>(t.state)];
@@ -176,6 +180,7 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
 }
 
 void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
+  t.entitlement = j.spec.entitlement_id;  // (a created job is in jobs_ only after this)
   // Its ports: the job's fixed ones, and those its index holds on this machine.
   t.ports.clear();
   auto dynamic = alloc_.dynamic_ports(j.spec.name, t.index);

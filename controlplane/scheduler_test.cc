@@ -1077,3 +1077,25 @@ TEST_F(Sched, AControlledRestartOnADrainedMachineStartsTheNewTaskElsewhere) {
 
 }  // namespace
 }  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+// Issue 43 (2): a task carries the entitlement its job was in, through reports and after
+// it is let go, whatever job takes its job's name later.
+TEST_F(Sched, ATaskKeepsTheEntitlementItRanIn) {
+  auto c = sched_.create(spec("pay", 1), 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  ASSERT_EQ(c->size(), 1u);
+  std::string id = (*c)[0].task_id;
+  ASSERT_EQ(sched_.tasks().at(id).entitlement, 1u);
+  report_all(*c, 1'000'000);
+  EXPECT_EQ(sched_.tasks().at(id).entitlement, 1u);
+  sched_.abandon("pay");
+  auto gone = sched_.erased_on(id);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->entitlement, 1u);
+}
+
+}  // namespace
+}  // namespace weft::cp

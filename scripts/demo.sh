@@ -60,10 +60,9 @@ control_plane = "unix:$dev/controlplane.sock"
 agent_socket = "$dev/agent.sock"
 sidekick_socket = "$dev/sidekick.sock"
 TOML
-weftctl() {
-  ./build/cli/weftctl --agent "$dev/agent.sock" --sidekick "$dev/sidekick.sock" \
-    --hcs "$dev/hcs.sock" --controlplane "$dev/controlplane.sock" "$@"
-}
+weftctl_cmd=(./build/cli/weftctl --agent "$dev/agent.sock" --sidekick "$dev/sidekick.sock"
+  --hcs "$dev/hcs.sock" --controlplane "$dev/controlplane.sock")
+weftctl() { "${weftctl_cmd[@]}" "$@"; }
 
 pids=()
 follow_pid=""
@@ -71,7 +70,12 @@ cleanup() {
   trap - INT TERM EXIT
   echo
   echo "== stopping the job, then the daemons"
-  [ -n "$follow_pid" ] && kill "$follow_pid" 2>/dev/null || true
+  # The follower is weftctl itself (not a subshell around it): stopped and reaped before
+  # the daemons go, so it never writes to a socket they closed.
+  if [ -n "$follow_pid" ]; then
+    kill "$follow_pid" 2>/dev/null || true
+    wait "$follow_pid" 2>/dev/null || true
+  fi
   weftctl job stop hello >/dev/null 2>&1 || true
   for _ in $(seq 100); do
     weftctl --json task ls 2>/dev/null | grep -q '"state": "\(running\|stopping\)"' || break
@@ -87,9 +91,12 @@ cleanup() {
       for _ in $(seq 100); do rmdir "$d" 2>/dev/null && break; sleep 0.02; done
     done
   fi
-  for c in $(cat "$cg2/cgroup.subtree_control"); do
-    case " $controllers_before " in *" $c "*) ;; *) echo "-$c" > "$cg2/cgroup.subtree_control" 2>/dev/null || true ;; esac
-  done
+  # (WEFT_DEMO_KEEP_CONTROLLERS=1: left to whoever shares the file, tests/fresh_clone.sh.)
+  if [ -z "${WEFT_DEMO_KEEP_CONTROLLERS:-}" ]; then
+    for c in $(cat "$cg2/cgroup.subtree_control"); do
+      case " $controllers_before " in *" $c "*) ;; *) echo "-$c" > "$cg2/cgroup.subtree_control" 2>/dev/null || true ;; esac
+    done
+  fi
   # WEFT_DEMO_KEEP=DIR keeps the daemons' logs and state for a look afterwards.
   if [ -n "${WEFT_DEMO_KEEP:-}" ]; then cp -r "$dev" "$WEFT_DEMO_KEEP"; fi
   rm -rf "$dev"
@@ -136,6 +143,6 @@ weftctl job show hello
 # awk, not head: head closing the pipe early would fail this line under pipefail.
 task=$(weftctl --json job show hello | sed -n 's/.*"id": "\(hello[^"]*\)".*/\1/p' | awk 'NR == 1')
 echo "== following $task's output (Ctrl-C stops everything)"
-weftctl task logs "$task" -f &
+"${weftctl_cmd[@]}" task logs "$task" -f &
 follow_pid=$!
 wait "${pids[0]}"

@@ -2,8 +2,12 @@
 # configure the normal tree, so the demo's build, the packages and the normal test pass
 # are one tree that each of them reuses.
 
-# What the demo runs and the packages ship.
+# What the demo runs.
 WEFT_PRODUCT_TARGETS="weft-agent weft-init weftctl weftctl-tls weft-sidekick weft-hcs weft-controlplane"
+# What the packages ship: the programs and every file made at build time that they
+# install (the completion scripts, the compressed man pages and changelog). One target
+# in CMake (packaging/CMakeLists.txt), so that a new generated file cannot be left out.
+WEFT_PACKAGE_TARGETS="weft-packaged"
 
 # weft_configure DIR [cmake options...]: the normal (RelWithDebInfo, /usr) tree.
 weft_configure() {

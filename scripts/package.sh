@@ -16,7 +16,7 @@ rm -f dist/weft_*.deb dist/weft-*.rpm
 build_one() {
   local format=$1 unitdir=$2
   weft_configure "$dir" -DWEFT_UNITDIR="$unitdir" -DWEFT_PACKAGE_FORMAT="$format"
-  cmake --build "$dir" --target $WEFT_PRODUCT_TARGETS weft-package-docs >/dev/null
+  cmake --build "$dir" --target $WEFT_PACKAGE_TARGETS >/dev/null
   rm -f "$dir"/*."${format,,}"
   (cd "$dir" && cpack -G "$format" >/dev/null)
   cp "$dir"/*."${format,,}" dist/

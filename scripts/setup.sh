@@ -24,7 +24,7 @@ PACKAGES=(
 if [ "${1:-}" = "--test" ]; then
   PACKAGES+=(
     libgmock-dev googletest
-    crun socat python3 ldnsutils
+    crun socat python3 ldnsutils nftables
     dpkg-dev rpm lintian rpmlint file man-db
     qemu-system-x86 mmdebstrap e2fsprogs
     clang-format

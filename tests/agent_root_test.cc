@@ -614,7 +614,9 @@ TEST_F(AgentRoot, TaskOutputOnATerminalShowsControlCharactersEscaped) {
   std::string id =
       run({{"name", "ansi"}, {"argv", {"sh", "-c", "printf 'a\\033]0;owned\\007b\\033[2Jc\\n'"}}});
   agent_->wait_task(id, [](const json& j) { return j["state"] == "exited"; });
-  ASSERT_EQ(logs(id), "a\x1b]0;owned\x07b\x1b[2Jc\n");
+  ASSERT_EQ(logs(id),
+            "a\x1b]0;owned\x07"
+            "b\x1b[2Jc\n");
   auto on_a_tty = [&](const std::string& args) {
     std::string out = agent_->dir() + "/tty.out";
     std::string cmd = "script -qec '" + std::string(WEFTCTL_BIN) + " --agent " + agent_->socket() +
@@ -627,14 +629,19 @@ TEST_F(AgentRoot, TaskOutputOnATerminalShowsControlCharactersEscaped) {
   EXPECT_EQ(shown.find("\x1b]0;owned"), std::string::npos) << shown;
   EXPECT_EQ(shown.find('\x07'), std::string::npos) << shown;
   std::string raw = on_a_tty("--raw");
-  EXPECT_NE(raw.find("a\x1b]0;owned\x07b\x1b[2Jc"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("a\x1b]0;owned\x07"
+                     "b\x1b[2Jc"),
+            std::string::npos)
+      << raw;
   // Into a pipe: as written.
   std::string piped = agent_->dir() + "/piped.out";
   ASSERT_EQ(std::system((std::string(WEFTCTL_BIN) + " --agent " + agent_->socket() +
                          " task logs --stream stdout ansi > " + piped)
                             .c_str()),
             0);
-  EXPECT_EQ(read_file(piped).value_or(""), "a\x1b]0;owned\x07b\x1b[2Jc\n");
+  EXPECT_EQ(read_file(piped).value_or(""),
+            "a\x1b]0;owned\x07"
+            "b\x1b[2Jc\n");
 }
 
 // The exit record is not flushed to disk (docs/decisions.md): a task whose record is

@@ -74,6 +74,14 @@ else
   fail install "$(tail -3 /tmp/dpkg.log | tr '\n' ' ')"
   sed 's/^/WEFT-LOG /' /tmp/dpkg.log
 fi
+# The control plane's key for secrets at rest, made by postinst (docs/security.md).
+key=/etc/weft/secrets.key
+if [ "$(stat -c %a:%U "$key" 2>/dev/null)" = 600:root ] && grep -qE '^k[0-9]{6} [0-9a-f]{64}$' "$key" &&
+   grep -q '^secrets_key = "/etc/weft/secrets.key"' /etc/weft/controlplane.toml; then
+  pass secrets-key-made
+else
+  fail secrets-key-made "$(stat -c %a:%U "$key" 2>&1) $(wc -c < "$key" 2>&1) $(grep secrets_key /etc/weft/controlplane.toml)"
+fi
 if wait_for 60 active weft-agent.service && active weft-tasks.service && wait_for 30 active weft-sidekick.service; then
   pass units-active
 else
@@ -374,6 +382,30 @@ fi
 weftctl job stop hello >/dev/null 2>&1
 none_running() { ! weftctl --json task ls 2>/dev/null | grep -q '"state": "running"'; }
 if wait_for 60 none_running; then pass cluster-job-stop; else fail cluster-job-stop "$(weftctl task ls 2>&1 | tr '\n' ' ')"; fi
+# A job's secret (an env value) reaches its task, and no file of the control plane's or
+# the agent's state holds it: the control plane seals it with the packaged key, the
+# agent with a key of its own.
+cat > /tmp/sealed.job.toml <<'TOML'
+name = "sealed"
+entitlement = "guest"
+count = 1
+[resources]
+cpu = 0.1
+memory = "16M"
+[task]
+argv = ["/bin/sh", "-c", "echo got-$SECRET_TOKEN; exec /bin/sleep 3600"]
+env = { SECRET_TOKEN = "guest-secret-8231" }
+TOML
+sealed_says() { weftctl job logs sealed --stream stdout 2>/dev/null | grep -qx got-guest-secret-8231; }
+if weftctl job create --timeout 90 /tmp/sealed.job.toml >/tmp/sealed.log 2>&1 && wait_for 30 sealed_says &&
+   ! grep -rqa guest-secret-8231 /var/lib/weft/controlplane /var/lib/weft/agent/agent.db* &&
+   grep -rqa weft-sealed:v1 /var/lib/weft/agent/agent.db*; then
+  pass secrets-sealed-at-rest
+else
+  fail secrets-sealed-at-rest "$(cat /tmp/sealed.log 2>&1 | tr '\n' ' ') plain in: $(grep -rla guest-secret-8231 /var/lib/weft 2>&1 | tr '\n' ' ')"
+fi
+weftctl job stop sealed >/dev/null 2>&1
+wait_for 60 none_running
 # A job from an OCI image, run by the packaged units: the control plane pins the tag to a
 # digest, the agent pulls it from the registry and runs the image's entrypoint + cmd.
 cat > /tmp/image.job.toml <<'TOML'

@@ -121,6 +121,7 @@ class GuestBoot : public ::testing::Environment {
 // Every check checks.sh runs, in order.
 const char* const kChecks[] = {
     "install",
+    "secrets-key-made",
     "units-active",
     "units-verify",
     "weftctl-agent",
@@ -151,6 +152,7 @@ const char* const kChecks[] = {
     "cluster-profile",
     "metrics-endpoints",
     "cluster-job-stop",
+    "secrets-sealed-at-rest",
     "cluster-image-job",
     "maintenance-reboot",
     "remove-keeps-state",
