@@ -1311,3 +1311,69 @@ TEST_F(ControlPlane, WithoutAKeyNoSecretIsTakenOrKeptInPlainText) {
 
 }  // namespace
 }  // namespace weft::testing
+
+namespace weft::testing {
+namespace {
+
+// Issue 43: a job's task gets a network of its own unless its entitlement grants the
+// host's. A job stored before that default (its spec names no network) keeps running as
+// it was, and its next update is checked like a new job.
+TEST_F(ControlPlane, TheHostsNetworkIsAGrantAndAnOlderJobIsCheckedAtItsNextUpdate) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine m("h1", "r1");
+  ASSERT_TRUE(m.connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 1}}).ok());
+  json job{{"name", "web"},
+           {"entitlement", "a"},
+           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 64}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  json host = job;
+  host["task"]["namespaces"] = {{"network", "host"}};
+  auto r = call("job.create", host);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("task.namespaces.network"), std::string::npos) << r.error().str();
+  EXPECT_NE(r.error().str().find("host_network"), std::string::npos) << r.error().str();
+  ASSERT_TRUE(call("job.create", job).ok());
+  json shown = *call("job.show", {{"name", "web"}});
+  EXPECT_EQ(shown["network"], "own");
+  EXPECT_EQ(shown["spec"]["task"]["namespaces"]["network"], "own");
+  for (int i = 0; i < 100 && m.runs().empty(); ++i) {
+    m.report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(m.runs().empty());
+  EXPECT_EQ(m.runs()[0]["namespaces"]["network"], "own");  // the agent decides which
+  stop(SIGTERM);
+  // As a control plane before this default stored it: no network named.
+  std::string db = dir_ + "/state/controlplane.db";
+  ASSERT_EQ(std::system(("sqlite3 " + db +
+                         " \"UPDATE jobs SET spec = json_remove(spec, '$.task.namespaces') "
+                         "WHERE name = 'web'\"")
+                            .c_str()),
+            0);
+  start();
+  if (HasFatalFailure()) return;
+  shown = *call("job.show", {{"name", "web"}});
+  EXPECT_EQ(shown["network"], "host") << shown.dump();
+  uint64_t generation = shown["generation"];
+  // Its next update: with the host's network, refused without the grant; without a
+  // network named, a network of its own.
+  json update = host;
+  update["task"]["env"] = json::object();
+  r = call("job.update", update);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().str().find("task.namespaces.network"), std::string::npos) << r.error().str();
+  EXPECT_EQ((*call("job.show", {{"name", "web"}}))["generation"], generation);
+  ASSERT_TRUE(call("job.update", job).ok());
+  shown = *call("job.show", {{"name", "web"}});
+  EXPECT_EQ(shown["network"], "own") << shown.dump();
+  // Granted, the host's network is taken.
+  ASSERT_TRUE(
+      call("entitlement.update", {{"name", "a"}, {"grants", {{"host_network", true}}}}).ok());
+  ASSERT_TRUE(call("job.update", host).ok());
+  EXPECT_EQ((*call("job.show", {{"name", "web"}}))["network"], "host");
+}
+
+}  // namespace
+}  // namespace weft::testing

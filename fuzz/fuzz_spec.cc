@@ -1,10 +1,14 @@
 // Task specs (task.run params), the control plane's job specs, an entitlement's grants
 // and a machine's task report: JSON from the network into plain structs, every error
-// an Error, and what parses round-trips.
+// an Error, and what parses round-trips. Also, the same bytes as text: a /proc/net table
+// the agent reads for the machine's own ports, and task output escaped for a terminal
+// (no control character may be left in it).
 #include <cstdint>
 #include <string_view>
 
+#include "agent/host_ports.h"
 #include "common/job_spec.h"
+#include "common/strings.h"
 #include "common/json_bounded.h"
 #include "common/task_grants.h"
 #include "common/task_report.h"
@@ -14,7 +18,13 @@
 using namespace weft;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto j = parse_json_bounded(std::string_view(reinterpret_cast<const char*>(data), size));
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  for (bool udp : {false, true})
+    for (uint16_t port : agent::parse_proc_net_listeners(text, udp))
+      if (port == 0) __builtin_trap();
+  for (unsigned char c : escape_terminal(text))
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) __builtin_trap();
+  auto j = parse_json_bounded(text);
   if (!j.ok()) return 0;
   auto spec = parse_task_spec(*j);
   if (spec.ok()) {

@@ -38,6 +38,8 @@ stage setup
 
 stage "format check"
 mapfile -t sources < <(git ls-files '*.cc' '*.h' 2>/dev/null || find common agent cli tests bench -name '*.cc' -o -name '*.h')
+# (No files would make clang-format read its standard input and pass: refuse that.)
+[ "${#sources[@]}" -gt 100 ] || { echo "format check: only ${#sources[@]} sources found" >&2; exit 1; }
 clang-format --dry-run -Werror "${sources[@]}"
 
 stage "build (build)"

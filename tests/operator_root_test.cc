@@ -436,12 +436,14 @@ TEST_F(Operator, AGoneTasksOutputStaysWithTheEntitlementItRanIn) {
   json show = wait_running("payroll", 1);
   ASSERT_FALSE(show.is_null());
   std::string old = show["tasks"][0]["id"];
-  for (int i = 0; i < 100; ++i) {
+  bool printed = false;
+  for (int i = 0; i < 100 && !printed; ++i) {
     auto r = c_.cp("task.logs", {{"task", old}, {"stream", "stdout"}});
-    if (r.ok() && (*r)["data"].get<std::string>().find("bobs-secret-4711") != std::string::npos)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    printed =
+        r.ok() && (*r)["data"].get<std::string>().find("bobs-secret-4711") != std::string::npos;
+    if (!printed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  ASSERT_TRUE(printed) << c_.cp("job.show", {{"name", "payroll"}})->dump(2) << c_.logs();
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "payroll"}}).ok());
   ASSERT_FALSE(c_.wait_cp("job.ls", json::object(), [](const json& j) {
                    return j["jobs"].empty();
@@ -463,6 +465,19 @@ TEST_F(Operator, AGoneTasksOutputStaysWithTheEntitlementItRanIn) {
                           a["who"].get<std::string>().find("CN=alice") != std::string::npos &&
                           a["result"] != "ok");
   EXPECT_TRUE(refused) << audit.dump(2);
+
+  // The host's network is a grant of the entitlement (weftctl entitlement grant).
+  json host = job_params("hostnet", "pay-a", 1, "exec sleep 600");
+  host["task"]["namespaces"] = {{"network", "host"}};
+  auto no = c_.cp("job.create", host);
+  ASSERT_FALSE(no.ok());
+  EXPECT_NE(no.error().str().find("host_network"), std::string::npos) << no.error().str();
+  std::tie(rc, out) = weftctl("ada", "entitlement grant pay-a --host-network --low-ports");
+  EXPECT_EQ(rc, 0) << out;
+  json e = *c_.cp("entitlement.show", {{"name", "pay-a"}});
+  EXPECT_EQ(e["grants"], (json{{"host_network", true}, {"low_ports", true}})) << e.dump(2);
+  ASSERT_TRUE(c_.cp("job.create", host).ok());
+  ASSERT_FALSE(wait_running("hostnet", 1).is_null());
 }
 
 // Issue 43 (6): one identity cannot take every log read. alice holds as many follows as

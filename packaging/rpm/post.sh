@@ -6,8 +6,6 @@ systemd-tmpfiles --create weft.conf || :
 if [ ! -e /etc/weft/secrets.key ]; then
   key=$(od -An -vtx1 -N32 /dev/urandom | tr -d ' \n')
   (umask 077; set -C; printf 'k%s %s\n' "$(date +%Y%m)" "$key" >/etc/weft/secrets.key) 2>/dev/null || true
-  chown root:root /etc/weft/secrets.key 2>/dev/null || true
-  chmod 0600 /etc/weft/secrets.key 2>/dev/null || true
 fi
 systemctl daemon-reload >/dev/null 2>&1 || :
 if [ "$1" -eq 1 ]; then
