@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 namespace weft::agent {
@@ -119,13 +120,13 @@ std::pair<int, int> ask_udp(uint16_t port, uint16_t id) {
   return n > 0 ? parse(buf, static_cast<size_t>(n)) : std::pair{-1, -1};
 }
 
-TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
-  ServiceCatalog catalog;
+// web.frontend.weft. with `n` endpoints.
+void add_web(ServiceCatalog* catalog, int n) {
   ServiceUpdate u;
   u.version = 1;
   Service web;
   web.entitlement = "frontend";
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < n; ++i)
     web.endpoints.push_back({"web." + std::to_string(i),
                              i,
                              1,
@@ -133,7 +134,24 @@ TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
                              "10.0.0." + std::to_string(i + 1),
                              {{"http", 20001}}});
   u.services["web"] = web;
-  catalog.apply(u);
+  catalog->apply(u);
+}
+
+// The loop runs here; `client` asks from its own thread (a failed assertion there ends
+// it early, and the loop with it).
+void serve_while(EventLoop& loop, const std::function<void()>& client) {
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    client();
+    done = true;
+  });
+  while (!done) ASSERT_TRUE(loop.run_once(20'000).ok());
+  t.join();
+}
+
+TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
+  ServiceCatalog catalog;
+  add_web(&catalog, 2);
   auto loop = EventLoop::create();
   ASSERT_TRUE(loop.ok());
   auto server = DnsServer::serve(**loop, "127.0.0.1:0", &catalog, dns::Options{});
@@ -141,7 +159,6 @@ TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
   uint16_t port = (*server)->port();
   ASSERT_NE(port, 0);
 
-  std::atomic<bool> done{false};
   auto ask_everything = [&] {
     EXPECT_EQ(ask_udp(port, 1), (std::pair{1, 2}));
     // Garbage in a well-formed frame: no answer or an error answer, and the connection
@@ -189,14 +206,7 @@ TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
     ::close(stalled);
     ::close(a);
   };
-  // The loop runs here; the client asks from its own thread (a failed assertion there
-  // ends it early, and the loop with it).
-  std::thread client([&] {
-    ask_everything();
-    done = true;
-  });
-  while (!done) ASSERT_TRUE((*loop)->run_once(20'000).ok());
-  client.join();
+  serve_while(**loop, ask_everything);
   EXPECT_GE((*server)->queries(), 5u);
 }
 
@@ -206,20 +216,13 @@ TEST(DnsServer, TcpFramingTakesGarbageSplitsStallsAndFloodsAndKeepsAnswering) {
 // by sending bytes that never make a query.
 TEST(DnsServer, ClientsThatTrickleBytesDoNotKeepFreshQueriesOut) {
   ServiceCatalog catalog;
-  ServiceUpdate u;
-  u.version = 1;
-  Service web;
-  web.entitlement = "frontend";
-  web.endpoints.push_back({"web.0", 0, 1, "m0", "10.0.0.1", {{"http", 20001}}});
-  u.services["web"] = web;
-  catalog.apply(u);
+  add_web(&catalog, 1);
   auto loop = EventLoop::create();
   ASSERT_TRUE(loop.ok());
   auto server = DnsServer::serve(**loop, "127.0.0.1:0", &catalog, dns::Options{});
   ASSERT_TRUE(server.ok()) << server.error().str();
   uint16_t port = (*server)->port();
 
-  std::atomic<bool> done{false};
   int answered = 0, trickled_closed = 0;
   auto attack = [&] {
     std::vector<int> slow;
@@ -256,12 +259,7 @@ TEST(DnsServer, ClientsThatTrickleBytesDoNotKeepFreshQueriesOut) {
       ::close(fd);
     }
   };
-  std::thread client([&] {
-    attack();
-    done = true;
-  });
-  while (!done) ASSERT_TRUE((*loop)->run_once(20'000).ok());
-  client.join();
+  serve_while(**loop, attack);
   EXPECT_EQ(answered, 7);
   EXPECT_EQ(trickled_closed, 80);
 }

@@ -14,13 +14,16 @@
 namespace weft::agent {
 namespace {
 
+// A directory of the test's own, removed with it.
+struct StoreDir {
+  std::string path = std::filesystem::temp_directory_path() / ("weft-ts-" + random_hex(5));
+  StoreDir() { EXPECT_TRUE(mkdir_p(path).ok()); }
+  ~StoreDir() { (void)remove_tree(path); }
+};
+
 TEST(TaskStore, RecordsSurviveAReopen) {
-  std::string dir = std::filesystem::temp_directory_path() / ("weft-ts-" + random_hex(5));
-  ASSERT_TRUE(mkdir_p(dir).ok());
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { (void)remove_tree(dir); }
-  } cleanup{dir};
+  StoreDir tmp;
+  const std::string& dir = tmp.path;
   {
     auto st = TaskStore::open(dir + "/agent.db");
     ASSERT_TRUE(st.ok()) << st.error().str();
@@ -83,12 +86,8 @@ TEST(TaskStore, RecordsSurviveAReopen) {
 // at the first start, 0600); a row written before sealing is sealed at the next open;
 // without the key a sealed row comes back failed, with the reason, not as plain text.
 TEST(TaskStore, SecretsAreSealedWithTheAgentsOwnKey) {
-  std::string dir = std::filesystem::temp_directory_path() / ("weft-ts-" + random_hex(5));
-  ASSERT_TRUE(mkdir_p(dir).ok());
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { (void)remove_tree(dir); }
-  } cleanup{dir};
+  StoreDir tmp;
+  const std::string& dir = tmp.path;
   auto db_holds = [&](const std::string& needle) {
     std::string all;
     for (const char* f : {"/agent.db", "/agent.db-wal"}) all += read_file(dir + f).value_or("");

@@ -54,6 +54,9 @@ cat > "$dev/hcs.toml" <<TOML
 socket = "$dev/hcs.sock"
 state_dir = "$dev/hcs"
 interval = "2s"
+# A developer's machine is often busy compiling: its CPU pressure is not a reason to
+# take it out of service here (a fleet machine's is; docs/health.md).
+psi = ["memory", "io"]
 machine_id = "$machine"
 control_plane = "unix:$dev/controlplane.sock"
 [liveness]

@@ -323,14 +323,8 @@ TEST_F(Operator, AnEntitlementChangesQuotaAndProfileAndIsRemovedWhenEmpty) {
     EXPECT_TRUE(methods.count(m)) << m << ": " << audit.dump(2);
 }
 
-// Headless Chromium (Debian's) in the control plane's network namespace, on its loopback
-// web view: `args` (--dump-dom or --screenshot=...) and the page; its standard output.
-std::string chromium(const ClusterHarness& c, const std::string& args) {
-  std::string profile = c.dir() + "/chromium";
-  std::string cmd = "timeout 60 ip netns exec " + c.hub_netns() +
-                    " chromium --headless --no-sandbox --disable-gpu --no-first-run "
-                    "--disable-dev-shm-usage --user-data-dir=" +
-                    profile + " " + args + " http://127.0.0.1:9480/ 2>/dev/null";
+// What a shell command writes to its standard output.
+std::string output_of(const std::string& cmd) {
   std::string out;
   FILE* f = ::popen(cmd.c_str(), "r");
   if (!f) return out;
@@ -339,6 +333,16 @@ std::string chromium(const ClusterHarness& c, const std::string& args) {
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
   ::pclose(f);
   return out;
+}
+
+// Headless Chromium (Debian's) in the control plane's network namespace, on its loopback
+// web view: `args` (--dump-dom or --screenshot=...) and the page; its standard output.
+std::string chromium(const ClusterHarness& c, const std::string& args) {
+  std::string profile = c.dir() + "/chromium";
+  return output_of("timeout 60 ip netns exec " + c.hub_netns() +
+                   " chromium --headless --no-sandbox --disable-gpu --no-first-run "
+                   "--disable-dev-shm-usage --user-data-dir=" +
+                   profile + " " + args + " http://127.0.0.1:9480/ 2>/dev/null");
 }
 
 TEST_F(Operator, TheWebViewShowsTheFleetInABrowser) {
@@ -395,18 +399,10 @@ TEST_F(Operator, TheWebViewShowsTheFleetInABrowser) {
   // Issue 43 (7): only the host names it is configured for. A page an attacker's DNS
   // name rebinds to 127.0.0.1 sends its own name: refused, with nothing of the fleet.
   auto get_as = [&](const std::string& host) {
-    std::string cmd = "ip netns exec " + c_.hub_netns() +
-                      " bash -c 'exec 3<>/dev/tcp/127.0.0.1/9480 && printf \"GET / "
-                      "HTTP/1.1\\r\\nHost: " +
-                      host + "\\r\\nConnection: close\\r\\n\\r\\n\" >&3 && timeout 5 cat <&3'";
-    std::string page;
-    FILE* f = ::popen(cmd.c_str(), "r");
-    if (!f) return page;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) page.append(buf, n);
-    ::pclose(f);
-    return page;
+    return output_of("ip netns exec " + c_.hub_netns() +
+                     " bash -c 'exec 3<>/dev/tcp/127.0.0.1/9480 && printf \"GET / "
+                     "HTTP/1.1\\r\\nHost: " +
+                     host + "\\r\\nConnection: close\\r\\n\\r\\n\" >&3 && timeout 5 cat <&3'");
   };
   for (const char* evil : {"rebind.attacker.example", "rebind.attacker.example:9480", "m0"}) {
     std::string page = get_as(evil);
