@@ -235,9 +235,13 @@ Result<json> Manager::api_task_ls(const json&, const rpc::CallContext&) {
   return json{{"tasks", arr}};
 }
 
-Result<json> Manager::api_task_show(const json& p, const rpc::CallContext&) {
+Result<json> Manager::api_task_show(const json& p, const rpc::CallContext& c) {
   TRY_ASSIGN(Task * t, find_task(p));
-  return detail(*t);
+  json j = detail(*t);
+  // Anyone who can connect may read; a task's secrets (its env values and files) only
+  // those who may change tasks (root and the sockets' group), as job.show does.
+  if (!check_privileged(c.peer).ok()) hide_task_secrets(j["spec"]);
+  return j;
 }
 
 Result<json> Manager::api_task_stop(const json& p, const rpc::CallContext&) {

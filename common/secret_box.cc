@@ -218,6 +218,15 @@ Result<nlohmann::json> open_job_secrets(nlohmann::json job, const SecretBox* box
   return job;
 }
 
+void hide_task_secrets(nlohmann::json& task) {
+  if (!task.is_object()) return;
+  if (auto env = task.find("env"); env != task.end() && env->is_object())
+    for (auto& [k, v] : env->items()) v = "(hidden)";
+  if (auto files = task.find("files"); files != task.end() && files->is_array())
+    for (auto& f : *files)
+      if (f.is_object() && f.contains("content")) f["content"] = "(hidden)";
+}
+
 std::string first_secret(const nlohmann::json& job) {
   nlohmann::json copy = job;
   std::string found;

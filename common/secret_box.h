@@ -57,6 +57,9 @@ nlohmann::json seal_job_secrets(nlohmann::json job, const SecretBox& box);
 // The same opened. Without a box, a sealed value is an error naming the job and field
 // (the control plane cannot run a job whose secrets it cannot read).
 Result<nlohmann::json> open_job_secrets(nlohmann::json job, const SecretBox* box);
+// A task spec's JSON as shown to a reader who may not change it: every `env` value and
+// `files[].content` (where secrets go) replaced with "(hidden)".
+void hide_task_secrets(nlohmann::json& task);
 // Where the job's first secret value is ("pay/task.env.STRIPE_KEY"), sealed or not; ""
 // when it has none. A control plane without a key refuses such a job, and refuses to
 // start with one in its store: secrets are kept sealed at rest, never in plain text.

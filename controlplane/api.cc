@@ -41,13 +41,7 @@ Result<std::vector<std::string>> owners_from(const json& j) {
 // A job spec as shown to a viewer: environment values and files' contents (where
 // secrets go, docs/images.md) replaced.
 void hide_secrets(json& spec) {
-  auto task = spec.find("task");
-  if (task == spec.end() || !task->is_object()) return;
-  if (auto env = task->find("env"); env != task->end() && env->is_object())
-    for (auto& [k, v] : env->items()) v = "(hidden)";
-  if (auto files = task->find("files"); files != task->end() && files->is_array())
-    for (auto& f : *files)
-      if (f.is_object() && f.contains("content")) f["content"] = "(hidden)";
+  if (auto task = spec.find("task"); task != spec.end()) hide_task_secrets(*task);
 }
 
 // An entitlement's own fields, as entitlement.ls and entitlement.show give them.

@@ -490,8 +490,9 @@ TEST_F(AgentRoot, MutatingCallsNeedPrivilege) {
   // and we reach the credential check behind it.
   ASSERT_EQ(chmod(agent_->socket().c_str(), 0666), 0);
   ASSERT_EQ(chmod(agent_->dir().c_str(), 0755), 0);
-  std::string done = run({{"name", "done"}, {"argv", {"true"}}});
+  std::string done = run({{"name", "done"}, {"argv", {"true"}}, {"env", {{"TOKEN", "s3cr3t"}}}});
   agent_->wait_state(done, "exited");
+  EXPECT_EQ(agent_->call("task.show", {{"id", done}})["spec"]["env"]["TOKEN"], "s3cr3t");
   int pipefd[2];
   ASSERT_EQ(pipe(pipefd), 0);
   pid_t p = fork();
@@ -504,22 +505,25 @@ TEST_F(AgentRoot, MutatingCallsNeedPrivilege) {
     auto run = (*c)->call("task.run", {{"name", "evil"}, {"argv", {"true"}}});
     auto wait = (*c)->call("task.wait", {{"id", done}});
     auto wait_rm = (*c)->call("task.wait", {{"id", done}, {"remove", true}});
-    char res[4] = {ls.ok() ? '1' : '0',
+    auto show = (*c)->call("task.show", {{"id", done}});
+    char res[5] = {ls.ok() ? '1' : '0',
                    !run.ok() && run.error().code == rpc::kPermissionDenied ? '1' : '0',
                    wait.ok() ? '1' : '0',
-                   !wait_rm.ok() && wait_rm.error().code == rpc::kPermissionDenied ? '1' : '0'};
-    (void)!write(pipefd[1], res, 4);
+                   !wait_rm.ok() && wait_rm.error().code == rpc::kPermissionDenied ? '1' : '0',
+                   show.ok() && (*show)["spec"]["env"]["TOKEN"] == "(hidden)" ? '1' : '0'};
+    (void)!write(pipefd[1], res, 5);
     _exit(0);
   }
   close(pipefd[1]);
-  char res[4] = {0, 0, 0, 0};
-  EXPECT_EQ(read(pipefd[0], res, 4), 4);
+  char res[5] = {0, 0, 0, 0, 0};
+  EXPECT_EQ(read(pipefd[0], res, 5), 5);
   close(pipefd[0]);
   waitpid(p, nullptr, 0);
   EXPECT_EQ(res[0], '1') << "reads are allowed";
   EXPECT_EQ(res[1], '1') << "task.run by nobody must be refused";
   EXPECT_EQ(res[2], '1') << "task.wait is a read";
   EXPECT_EQ(res[3], '1') << "task.wait with remove by nobody must be refused";
+  EXPECT_EQ(res[4], '1') << "a task's secrets are not shown to nobody";
   json ls = agent_->call("task.ls", json::object());
   ASSERT_EQ(ls["tasks"].size(), 1u) << ls.dump();  // "done", not removed
   EXPECT_EQ(ls["tasks"][0]["id"], done);
