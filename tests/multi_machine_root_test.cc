@@ -145,7 +145,9 @@ TEST_F(MultiMachine, DeployKillReplaceDrainAndReturn) {
   // The machine comes back (its tasks died with it): no task runs twice, and it serves.
   c_.start_machine(dead);
   EXPECT_FALSE(c_.wait_cp("machine.show", {{"machine", c_.machine_id(dead)}}, [](const json& j) {
-                   return j["state"] == "ok" && j["connected"] == true;
+                   // in service (degraded too: another test's OOM kill is host-wide)
+                   return (j["state"] == "ok" || j["state"] == "degraded") &&
+                          j["connected"] == true;
                  }).is_null());
   std::this_thread::sleep_for(std::chrono::seconds(2));  // a few reports
   auto running = agents_running();
