@@ -8,8 +8,8 @@
 
 #include "agent/host_ports.h"
 #include "common/job_spec.h"
-#include "common/strings.h"
 #include "common/json_bounded.h"
+#include "common/strings.h"
 #include "common/task_grants.h"
 #include "common/task_report.h"
 #include "common/task_spec.h"
