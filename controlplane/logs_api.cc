@@ -1,14 +1,10 @@
-// task.logs on the control plane: a task's output read from wherever it runs, through
-// its machine's agent session (docs/logs.md). The control plane keeps no copy: each call
-// asks the agent for one chunk from a cursor, so a follower (`weftctl task logs -f`)
-// resumes exactly where the previous reply stopped.
+// task.logs on the control plane (docs/logs.md): which task, who may read it, and the
+// audit; the reading itself is the log relay's (controlplane/log_relay.h).
 //
 // Logs can hold secrets, so reading them is its own permission: admins, operators who
-// own the job's entitlement, and certificates matched by [access] logs. A viewer is not
-// enough. A caller's first read of a task on a connection is audited, and so is every
-// refusal. Reads are bounded: at most kMaxChunk bytes a reply, a byte rate per
-// connection (a token bucket), a few reads in flight per connection and in all.
-#include <algorithm>
+// own the entitlement the task ran in, and certificates matched by [access] logs. A
+// viewer is not enough. A caller's first read of a task on a connection is audited, and
+// so is every refusal. At most kMaxChunk bytes a reply.
 
 #include "common/json_bounded.h"
 #include "common/log.h"
@@ -25,22 +21,7 @@ namespace {
 
 constexpr size_t kMaxChunk = 256 * 1024;
 constexpr int64_t kMaxWaitMs = 30'000;
-constexpr uint64_t kPollUs = 250'000;  // a long poll asks the agent again this often
 constexpr size_t kMaxTail = 100'000;
-constexpr int kMaxPerSession = 4;
-constexpr size_t kMaxReads = 256;
-// Per identity (a certificate's subject, a local user), whatever its connections: one
-// operator cannot take every read from the others.
-constexpr size_t kMaxReadsPerIdentity = 16;
-// Per connection: 4 MiB/s, bursts of 1 MiB. A read asks for no more than is left; below
-// kMinGrant it waits for the bucket to fill.
-constexpr double kBytesPerUs = 4.0 * 1024 * 1024 / 1e6;
-constexpr double kBurst = 1024 * 1024;
-constexpr double kMinGrant = 4096;
-
-bool terminal_name(const std::string& s) {
-  return s == "exited" || s == "failed" || s == "stopped";
-}
 
 // Ended in the control plane's view: nothing more will be written to its logs.
 bool ended(TaskState s) {
@@ -53,8 +34,6 @@ bool ended(TaskState s) {
 std::string Manager::machine_name(MachineId m) const {
   return broker_.persisted(m).info.id;
 }
-
-namespace {}  // namespace
 
 bool Manager::may_read_logs(const Caller& who, EntitlementId e) const {
   if (who.role == Role::kAdmin) return true;
@@ -135,20 +114,8 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
     return no;
   }
   if (!c.session) return make_error("task.logs needs a session").with_code(rpc::kUnavailable);
-  LogPeer& peer = log_peer(c.session);
-  if (peer.in_flight >= kMaxPerSession || log_reads_.size() >= kMaxReads)
-    return make_error("too many log reads in flight; try again").with_code(rpc::kUnavailable);
-  // (At most kMaxReads reads to count: no index kept for this.)
-  if (static_cast<size_t>(std::count_if(log_reads_.begin(), log_reads_.end(), [&](const auto& r) {
-        return r.second->who == who.who;
-      })) >= kMaxReadsPerIdentity)
-    return make_error(who.who + " has " + std::to_string(kMaxReadsPerIdentity) +
-                      " log reads in flight, the most one identity may; try again")
-        .with_code(rpc::kUnavailable);
-  if (peer.audited.insert(id).second) {
-    if (peer.audited.size() > 4096) peer.audited.clear();  // bounded; audited again later
-    audit(who, "task.logs", audited, json());
-  }
+  TRY(log_relay_->admit(c.session, who.who));
+  if (log_relay_->first_read(c.session, id)) audit(who, "task.logs", audited, json());
   if (state == TaskState::kPending)
     return json{{"task", id},
                 {"data", ""},
@@ -157,106 +124,9 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
                 {"skipped", false}};
 
   ask["id"] = id;
-  auto read = std::make_unique<LogRead>();
-  read->reply = c.session->defer_reply();
-  read->caller = c.session;
-  read->who = who.who;
-  read->task = id;
-  read->machine = machine;
-  read->ask = std::move(ask);
-  read->max_bytes = max_bytes;
-  read->deadline_us = now_us() + static_cast<uint64_t>(wait_ms) * 1000;
-  ++peer.in_flight;
-  uint64_t read_id = next_log_read_++;
-  log_reads_.emplace(read_id, std::move(read));
-  log_read_step(read_id);
+  log_relay_->start(c.session, {who.who, id, machine, std::move(ask), max_bytes,
+                                static_cast<uint64_t>(wait_ms) * 1000});
   return json();
-}
-
-Manager::LogPeer& Manager::log_peer(rpc::Session* s) {
-  auto [it, fresh] = log_peers_.try_emplace(s);
-  if (fresh) {
-    it->second.tokens = kBurst;
-    it->second.at_us = now_us();
-    s->watch_close([this, s] {
-      log_peers_.erase(s);
-      for (auto& [id, r] : log_reads_)
-        if (r->caller == s) r->caller = nullptr;
-    });
-  }
-  return it->second;
-}
-
-void Manager::log_read_step(uint64_t id) {
-  auto it = log_reads_.find(id);
-  if (it == log_reads_.end()) return;
-  LogRead& r = *it->second;
-  if (!r.caller) return log_read_done(id, make_error("the caller went away"));
-  LogPeer& peer = log_peers_[r.caller];
-  uint64_t now = now_us();
-  peer.tokens = std::min(kBurst, peer.tokens + static_cast<double>(now - peer.at_us) * kBytesPerUs);
-  peer.at_us = now;
-  if (peer.tokens < kMinGrant) {
-    // Over its rate: this read waits for the bucket, however long it may wait.
-    auto wait = static_cast<uint64_t>((kMinGrant - peer.tokens) / kBytesPerUs) + 1;
-    auto t = loop_->add_timer_in(wait, [this, id] { log_read_step(id); });
-    if (!t.ok()) return log_read_done(id, std::move(t).error());
-    r.timer = std::move(t).value();
-    return;
-  }
-  auto s = sessions_.find(r.machine);
-  if (s == sessions_.end())
-    return log_read_done(id, make_error("machine " + machine_name(r.machine) +
-                                        " is not connected; the logs of " + r.task + " are on it")
-                                 .with_code(rpc::kUnavailable));
-  json ask = r.ask;
-  ask["max_bytes"] = std::min<size_t>(r.max_bytes, static_cast<size_t>(peer.tokens));
-  s->second->call("task.logs", std::move(ask), [this, id](Result<json> got) {
-    auto found = log_reads_.find(id);
-    if (found == log_reads_.end()) return;
-    LogRead& read = *found->second;
-    if (!got.ok()) {
-      Error e = std::move(got).error();
-      if (e.code == rpc::kMethodNotFound)
-        e = make_error("the agent of machine " + machine_name(read.machine) +
-                       " is too old to serve logs to the control plane")
-                .with_code(rpc::kUnavailable);
-      return log_read_done(id, std::move(e).wrap("machine " + machine_name(read.machine)));
-    }
-    json j = std::move(got).value();
-    if (!j.is_object() || !j.contains("data") || !j["data"].is_string())
-      return log_read_done(
-          id, make_error("machine " + machine_name(read.machine) + " sent a malformed log chunk"));
-    std::string state =
-        j.contains("state") && j["state"].is_string() ? j["state"].get<std::string>() : "";
-    if (read.caller) {
-      log_peers_[read.caller].tokens -=
-          static_cast<double>(j["data"].get_ref<const std::string&>().size());
-    }
-    bool more_later = j["data"].get_ref<const std::string&>().empty() && !terminal_name(state) &&
-                      now_us() + kPollUs < read.deadline_us;
-    if (!more_later) {
-      j["task"] = read.task;
-      j["machine"] = machine_name(read.machine);
-      return log_read_done(id, std::move(j));
-    }
-    // A long poll: nothing new yet; ask again from the cursor the agent gave.
-    read.ask.erase("tail");
-    if (j.contains("cursor")) read.ask["cursor"] = j["cursor"];
-    auto t = loop_->add_timer_in(kPollUs, [this, id] { log_read_step(id); });
-    if (!t.ok()) return log_read_done(id, std::move(t).error());
-    read.timer = std::move(t).value();
-  });
-}
-
-void Manager::log_read_done(uint64_t id, Result<json> r) {
-  auto it = log_reads_.find(id);
-  if (it == log_reads_.end()) return;
-  std::unique_ptr<LogRead> read = std::move(it->second);
-  log_reads_.erase(it);
-  if (read->caller)
-    if (auto p = log_peers_.find(read->caller); p != log_peers_.end()) --p->second.in_flight;
-  read->reply(std::move(r));
 }
 
 }  // namespace weft::cp

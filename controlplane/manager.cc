@@ -201,6 +201,12 @@ Status Manager::restore_state() {
 Status Manager::serve() {
   weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
+  log_relay_ = std::make_unique<LogRelay>(
+      *loop_, LogRelay::Hooks{[this](MachineId m) -> rpc::Session* {
+                                auto s = sessions_.find(m);
+                                return s == sessions_.end() ? nullptr : s->second;
+                              },
+                              [this](MachineId m) { return machine_name(m); }});
   server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   server_->set_output_gate(gate_);
   TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));

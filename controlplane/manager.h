@@ -26,6 +26,7 @@
 #include "controlplane/failure_budget.h"
 #include "controlplane/group_commit.h"
 #include "controlplane/leader.h"
+#include "controlplane/log_relay.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/scheduler.h"
 #include "controlplane/services.h"
@@ -227,29 +228,7 @@ class Manager {
   // Admins, owners of the entitlement, certificates matching access.logs.
   bool may_read_logs(const Caller& who, EntitlementId e) const;
   std::string machine_name(MachineId m) const;
-  struct LogRead {  // one task.logs call, until it is answered
-    rpc::ReplyFn reply;
-    rpc::Session* caller = nullptr;  // its LogPeer; null once the connection closed
-    std::string who;                 // the caller's identity (reads are bounded per identity)
-    std::string task;
-    MachineId machine = 0;
-    nlohmann::json ask;  // task.logs for the agent, less max_bytes
-    size_t max_bytes = 0;
-    uint64_t deadline_us = 0;
-    Source timer;
-  };
-  struct LogPeer {                  // one caller's connection
-    std::set<std::string> audited;  // tasks whose logs it read (audited once)
-    double tokens = 0;              // bytes it may read now (a token bucket)
-    uint64_t at_us = 0;             // when tokens was last brought up to date
-    int in_flight = 0;
-  };
-  LogPeer& log_peer(rpc::Session* s);
-  void log_read_step(uint64_t id);
-  void log_read_done(uint64_t id, Result<nlohmann::json> r);
-  std::map<uint64_t, std::unique_ptr<LogRead>> log_reads_;
-  std::map<rpc::Session*, LogPeer> log_peers_;
-  uint64_t next_log_read_ = 1;
+  std::unique_ptr<LogRelay> log_relay_;  // the reads in flight and their bounds (serve())
 
   // Service discovery (services_api.cc, docs/services.md).
   Result<nlohmann::json> api_service_ls(const nlohmann::json& p, const rpc::CallContext& c);

@@ -1032,12 +1032,15 @@ TEST_F(SandboxRoot, ATaskTakesASandboxAndRunsAsItsSpecSays) {
        {"argv",
         {"/bin/sh", "-c",
          "echo pid=$$; hostname; echo $GREETING; id -u; cat /tmp/weft-sandbox-test-file; "
-         "echo; ls /proc/self/fd | wc -l; exit 3"}}});
+         "echo; ls /proc/self/fd | wc -l; "
+         // It ends when the test has read its limit (its cgroup goes with it).
+         "while [ ! -e /go ]; do /bin/busybox sleep 0.02; done; exit 3"}}});
   ASSERT_TRUE(handed_off(r)) << r.dump();
   std::string id = r["id"];
   EXPECT_EQ(std::count(before.begin(), before.end(), id), 1) << id << " is not a sandbox's id";
   // The task's limits were written into the sandbox's cgroup before it was handed over.
   EXPECT_EQ(trim(read_file(agent_->task_cgroup(id) + "/" + limit_file).value_or("")), limit_value);
+  ASSERT_TRUE(write_file(rootfs + "/go", "").ok());
   json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
   EXPECT_EQ(t["exit_code"], 3) << logs(id, "stderr");
   std::string out = logs(id);
