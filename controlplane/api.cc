@@ -451,7 +451,10 @@ Result<json> Manager::api_entitlement_update(const json& p, const CallContext&) 
     std::vector<MachineId> freed = alloc_.shrink(*id);
     if (!freed.empty()) TRY(persist({}, {freed.begin(), freed.end()}));
   }
-  if (roll) start_profile_roll(*id, before.profile, static_cast<size_t>(pace));
+  if (roll) {
+    profile_rolls_.start(*id, before.profile, static_cast<size_t>(pace));
+    advance_profile_rolls();
+  }
   const EntitlementSpec& now = broker_.entitlement_spec(*id);
   json j = entitlement_json(*id, now);
   j["machines"] = alloc_.pool_size(*id);
@@ -500,7 +503,7 @@ Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {
   json j = entitlement_json(*id, e);
   j["machines"] = std::move(machines);
   j["jobs"] = std::move(jobs);
-  if (profile_rolls_.count(*id)) j["profile_roll"] = profile_roll_json(*id);
+  if (profile_rolls_.rolling(*id)) j["profile_roll"] = profile_roll_json(*id);
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "controlplane/manager.h"
+#include "controlplane/profile_rolls.h"
 #include "controlplane/scheduler.h"
 
 namespace weft::cp {
@@ -354,6 +355,66 @@ TEST(Access, PatternsRolesAndConfigErrors) {
   ASSERT_TRUE(ok.ok()) << ok.error().str();
   EXPECT_EQ(ok->access.admin, std::vector<std::string>{"CN=root"});
   EXPECT_EQ(ok->access.machine, std::vector<std::string>{"OU=machine"});  // default kept
+}
+
+}  // namespace
+}  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+using nlohmann::json;
+
+// A new profile rolls over an entitlement's machines one at a time: each is held at the
+// old one until its turn, the next goes once it applied the new one (or died), and a
+// removed entitlement lets go of what it held.
+TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
+  Allocator a;
+  Broker b(a);
+  EntitlementSpec spec;
+  spec.name = "web";
+  spec.quota = 3;
+  spec.profile = "old";
+  auto e = b.create_entitlement(spec);
+  ASSERT_TRUE(e.ok());
+  std::vector<MachineId> ms;
+  for (int i = 0; i < 3; ++i) {
+    std::string id = "m" + std::to_string(i);
+    auto m = b.register_machine(info(id, "r" + std::to_string(i)), 0);
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(b.health(id, "ok", 0).ok());
+    ASSERT_TRUE(a.assign(*m, *e).ok());
+    ASSERT_TRUE(b.profile_applied(id, "old").ok());
+    ms.push_back(*m);
+  }
+  ProfileRolls rolls(a, b);
+  b.set_profile(*e, "new");
+  rolls.start(*e, "old", 1);
+  for (MachineId m : ms) EXPECT_EQ(b.desired_profile(m), "old");  // all held
+  auto name = [&](MachineId m) { return b.persisted(m).info.id; };
+  EXPECT_EQ(rolls.advance(), std::set<MachineId>{ms[0]});
+  EXPECT_EQ(b.desired_profile(ms[0]), "new");
+  EXPECT_EQ(b.desired_profile(ms[1]), "old");
+  EXPECT_TRUE(rolls.advance().empty());  // m0 has not applied it yet
+  json status = rolls.status(*e, name);
+  EXPECT_EQ(status["applying"], json::array({"m0"}));
+  EXPECT_EQ(status["waiting"], json::array({"m1", "m2"}));
+  ASSERT_TRUE(b.profile_applied("m0", "new").ok());
+  EXPECT_EQ(rolls.advance(), std::set<MachineId>{ms[1]});
+  ASSERT_TRUE(b.health("m1", "failed", 1).ok());  // a machine that dies is not waited for
+  EXPECT_EQ(rolls.advance(), std::set<MachineId>{ms[2]});
+  ASSERT_TRUE(b.profile_applied("m2", "new").ok());
+  EXPECT_TRUE(rolls.advance().empty());
+  EXPECT_FALSE(rolls.rolling(*e));
+  EXPECT_EQ(rolls.status(*e, name), (json{{"done", true}}));
+
+  // At pace 2 two go at once; forgetting the roll lets go of the rest.
+  b.set_profile(*e, "newer");
+  rolls.start(*e, "new", 2);
+  EXPECT_EQ(rolls.advance().size(), 2u);
+  rolls.forget(*e);
+  EXPECT_FALSE(rolls.rolling(*e));
+  for (MachineId m : ms) EXPECT_EQ(b.desired_profile(m), "newer");
 }
 
 }  // namespace

@@ -48,77 +48,18 @@ Status Manager::check_profile(const std::string& profile) const {
   return {};
 }
 
-void Manager::start_profile_roll(EntitlementId e, const std::string& from, size_t pace) {
-  ProfileRoll& r = profile_rolls_[e];
-  r.pace = pace;
-  r.from = from;
-  for (MachineId m = 0; m < alloc_.machine_count(); ++m)
-    if (alloc_.entitlement_of(m) == e && !broker_.profile_held(m)) {
-      broker_.hold_profile(m, from);
-      r.waiting.push_back(m);
-    }
-  log_info("profile roll started", {{"ENTITLEMENT", broker_.entitlement_spec(e).name},
-                                    {"TO", broker_.entitlement_spec(e).profile},
-                                    {"MACHINES", std::to_string(r.waiting.size())}});
-  advance_profile_rolls();
-}
-
 void Manager::advance_profile_rolls() {
-  for (auto it = profile_rolls_.begin(); it != profile_rolls_.end();) {
-    EntitlementId e = it->first;
-    ProfileRoll& r = it->second;
-    if (!broker_.entitlements().count(e)) {
-      for (MachineId m : r.waiting) broker_.release_profile(m);
-      it = profile_rolls_.erase(it);
-      continue;
-    }
-    // Machines that left the entitlement are no longer held.
-    std::erase_if(r.waiting, [&](MachineId m) {
-      if (alloc_.entitlement_of(m) == e) return false;
-      broker_.release_profile(m);
-      return true;
-    });
-    // Applying: released, not yet on the new profile (and still alive: a dead machine is
-    // not waited for).
-    std::erase_if(r.applying, [&](MachineId m) {
-      return alloc_.entitlement_of(m) != e || broker_.profile_ready(m) || !broker_.healthy(m);
-    });
-    std::set<MachineId> released;
-    while (r.applying.size() < r.pace && !r.waiting.empty()) {
-      MachineId m = r.waiting.front();
-      r.waiting.erase(r.waiting.begin());
-      broker_.release_profile(m);
-      r.applying.insert(m);
-      released.insert(m);
-    }
-    if (!released.empty()) {
-      // The sidekicks hear of it now; the machines take no new tasks until applied.
-      profile_dirty_.insert(released.begin(), released.end());
-      ready_dirty_.insert(released.begin(), released.end());
-      push_profiles();
-      kick();
-    }
-    if (r.waiting.empty() && r.applying.empty()) {
-      log_info("profile roll done", {{"ENTITLEMENT", broker_.entitlement_spec(e).name},
-                                     {"PROFILE", broker_.entitlement_spec(e).profile}});
-      it = profile_rolls_.erase(it);
-      continue;
-    }
-    ++it;
-  }
+  std::set<MachineId> released = profile_rolls_.advance();
+  if (released.empty()) return;
+  // The sidekicks hear of it now; the machines take no new tasks until applied.
+  profile_dirty_.insert(released.begin(), released.end());
+  ready_dirty_.insert(released.begin(), released.end());
+  push_profiles();
+  kick();
 }
 
 json Manager::profile_roll_json(EntitlementId e) const {
-  auto it = profile_rolls_.find(e);
-  if (it == profile_rolls_.end()) return json{{"done", true}};
-  json applying = json::array(), waiting = json::array();
-  for (MachineId m : it->second.applying) applying.push_back(machine_name(m));
-  for (MachineId m : it->second.waiting) waiting.push_back(machine_name(m));
-  return json{{"done", false},
-              {"from", it->second.from},
-              {"max_unavailable", it->second.pace},
-              {"applying", applying},
-              {"waiting", waiting}};
+  return profile_rolls_.status(e, [this](MachineId m) { return machine_name(m); });
 }
 
 // Only an empty entitlement: no job, no machine running its tasks, none assigned to it.
@@ -153,10 +94,7 @@ Result<json> Manager::api_entitlement_rm(const json& p, const CallContext&) {
     broker_.restore_entitlement(*id, before);  // not durable: not removed
     return std::move(s).error();
   }
-  if (auto roll = profile_rolls_.find(*id); roll != profile_rolls_.end()) {
-    for (MachineId m : roll->second.waiting) broker_.release_profile(m);
-    profile_rolls_.erase(roll);
-  }
+  profile_rolls_.forget(*id);
   return json{{"name", name}, {"removed", true}, {"machines_freed", freed.size()}};
 }
 

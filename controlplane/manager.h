@@ -28,6 +28,7 @@
 #include "controlplane/leader.h"
 #include "controlplane/log_relay.h"
 #include "controlplane/maintenance.h"
+#include "controlplane/profile_rolls.h"
 #include "controlplane/scheduler.h"
 #include "controlplane/services.h"
 #include "controlplane/state_store.h"
@@ -212,15 +213,9 @@ class Manager {
   // A new quota may not leave out the machines that run its tasks or were assigned.
   Status check_quota(EntitlementId e, size_t quota) const;
   Status check_profile(const std::string& profile) const;
-  struct ProfileRoll {
-    std::string from;
-    size_t pace = 1;                 // machines applying at once
-    std::vector<MachineId> waiting;  // held at `from`, in turn
-    std::set<MachineId> applying;    // released, not yet applied
-  };
-  std::map<EntitlementId, ProfileRoll> profile_rolls_;  // not stored: a restart finishes at once
-  void start_profile_roll(EntitlementId e, const std::string& from, size_t pace);
-  void advance_profile_rolls();  // every tick
+  // Profile rolls (controlplane/profile_rolls.h): every tick, the machines released tell
+  // their sidekicks and take no new tasks until they applied the new profile.
+  void advance_profile_rolls();
   nlohmann::json profile_roll_json(EntitlementId e) const;
 
   // Task logs read through the machines' sessions (logs_api.cc, docs/logs.md).
@@ -302,6 +297,7 @@ class Manager {
   Allocator alloc_;
   Broker broker_;
   Scheduler sched_;
+  ProfileRolls profile_rolls_{alloc_, broker_};  // not stored: a restart finishes at once
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<GroupCommit> group_;  // after the loop and the store: goes before them
   rpc::Dispatcher methods_;

@@ -26,7 +26,7 @@ std::string Manager::web_page() const {
            {"profile", e.profile},
            {"owners", e.owners},
            {"machines", alloc_.pool_size(id)}};
-    if (profile_rolls_.count(id)) j["profile_roll"] = profile_roll_json(id);
+    if (profile_rolls_.rolling(id)) j["profile_roll"] = profile_roll_json(id);
     s.entitlements.push_back(std::move(j));
   }
   for (const auto& j : sched_.persisted_jobs()) {
