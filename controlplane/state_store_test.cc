@@ -473,6 +473,9 @@ TEST(EtcdStore, AWriteAfterLeadershipMovedChangesNothing) {
   ASSERT_EQ(server.error(), "");
   EtcdStoreConfig c;
   c.etcd.endpoints = {server.endpoint()};
+  // The fencing is under test, not etcd's latency: a first write under a loaded suite
+  // (the sanitizer pass) may take longer than the default 2 s.
+  c.etcd.timeout_ms = 20000;
   c.prefix = "/fence/";
   auto st = EtcdStore::open(c);
   ASSERT_TRUE(st.ok()) << st.error().str();

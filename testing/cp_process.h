@@ -51,7 +51,9 @@ class ControlPlane : public ::testing::Test {
   }
   void start() {
     pid_ = spawn_process({WEFT_CONTROLPLANE_BIN, "-c", dir_ + "/cp.toml"}, {dir_ + "/cp.log"});
-    for (int i = 0; i < 500; ++i) {
+    // Up to 30 s: a sanitizer build under a loaded suite starts slowly (a bounded poll,
+    // not a fixed wait: docs/testing.md).
+    for (int i = 0; i < 3000; ++i) {
       if (call("job.ls").ok()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
