@@ -2,7 +2,8 @@
 # The whole weft test suite: installs dependencies, builds, runs every test (unit,
 # process and root tests, the QEMU guest) in a normal build and the packages, then every
 # unit, process and root test again under AddressSanitizer and UndefinedBehaviorSanitizer,
-# then every parser's libFuzzer harness. Run as root so the root tests run (CI does).
+# then every parser's libFuzzer harness, then the README's commands in a fresh copy of
+# the tree (alone). Run as root so the root tests run (CI does).
 #
 # Where the time goes (docs/testing.md): the normal tree is the demo's and the packages'
 # tree too (one build); tests that wait run side by side; the sanitizer and fuzzer trees
@@ -74,7 +75,7 @@ stage packages
 WEFT_BUILD_DIR=build ./scripts/package.sh
 
 stage "test (build)"
-scripts/ctest-pass.sh build -j "$jobs"
+scripts/ctest-pass.sh build -j "$jobs" -LE fresh
 
 if [ -n "$bg_pid" ]; then
   stage "waiting for the background builds"
@@ -99,4 +100,9 @@ if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
   stage "fuzz (build-fuzz)"
   scripts/ctest-pass.sh build-fuzz -j 2 -L fuzz
 fi
+# The README's commands on their own in a fresh copy of the tree (tests/fresh_clone.sh),
+# alone: it compiles, copies and lints, and beside other tests its disk load stalled
+# etcd's fsyncs.
+stage "fresh copy (build)"
+scripts/ctest-pass.sh build -L fresh
 stage "all tests passed"
