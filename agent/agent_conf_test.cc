@@ -231,3 +231,21 @@ TEST(AgentConfig, TheBridgeTableAndItsErrors) {
 
 }  // namespace
 }  // namespace weft::agent
+
+namespace weft::agent {
+namespace {
+
+// reserved_ports: ports and ranges; anything else is refused naming the file and line.
+TEST(AgentConfig, ReservedPortsAreCheckedAndExpanded) {
+  auto c = parse_agent_config("reserved_ports = [22, \"2379-2380\"]\n", "agent.toml");
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_EQ(c->reserved_ports, (std::set<uint16_t>{22, 2379, 2380}));
+  for (const char* bad : {"[0]", "[70000]", "[\"9-3\"]", "[\"x\"]", "22", "[1.5]"}) {
+    auto e = parse_agent_config(std::string("\nreserved_ports = ") + bad + "\n", "agent.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("agent.toml:2"), std::string::npos) << e.error().str();
+  }
+}
+
+}  // namespace
+}  // namespace weft::agent

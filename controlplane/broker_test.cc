@@ -419,3 +419,23 @@ TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
 
 }  // namespace
 }  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+// web_hosts: host names only (no port, no path); the defaults come with web_listen.
+TEST(CpConfig, WebHostsAreNamesAndAddTheirOwn) {
+  auto c = parse_cp_config("web_listen = \"127.0.0.1:9480\"\nweb_hosts = [\"fleet.example\"]\n",
+                           "cp.toml");
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_EQ(c->web_hosts, (std::vector<std::string>{"localhost", "127.0.0.1", "[::1]", "127.0.0.1",
+                                                    "fleet.example"}));
+  for (const char* bad : {"[\"a/b\"]", "[\"\"]", "[\"x y\"]", "\"one\""}) {
+    auto e = parse_cp_config(std::string("\nweb_hosts = ") + bad + "\n", "cp.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("cp.toml:2"), std::string::npos) << e.error().str();
+  }
+}
+
+}  // namespace
+}  // namespace weft::cp
