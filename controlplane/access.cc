@@ -1,5 +1,8 @@
 #include "controlplane/access.h"
 
+#include "common/log.h"
+#include "common/rpc/protocol.h"
+
 #include <algorithm>
 
 namespace weft::cp {
@@ -79,12 +82,14 @@ Role AccessConfig::role_of(const tls::Identity& id) const {
 Result<AccessConfig> parse_access(const TomlDoc& doc, const toml::table* t) {
   AccessConfig a;
   if (!t) return a;
-  TRY(doc.only_keys(*t, "access.", {"machine", "viewer", "operator", "admin", "logs"}));
+  TRY(doc.only_keys(*t, "access.",
+                    {"machine", "viewer", "operator", "admin", "logs", "front_end"}));
   for (auto [key, out] : {std::pair{"machine", &a.machine},
                           {"viewer", &a.viewer},
                           {"operator", &a.op},
                           {"admin", &a.admin},
-                          {"logs", &a.logs}}) {
+                          {"logs", &a.logs},
+                          {"front_end", &a.front_end}}) {
     TRY_ASSIGN(auto list, doc.get_string_list(*t, key));
     if (!list) continue;
     for (const auto& p : *list)
@@ -94,6 +99,64 @@ Result<AccessConfig> parse_access(const TomlDoc& doc, const toml::table* t) {
     *out = std::move(*list);
   }
   return a;
+}
+
+Role parse_role(const std::string& name) {
+  for (Role r : {Role::kViewer, Role::kOperator, Role::kAdmin})
+    if (name == role_name(r)) return r;
+  return Role::kNone;
+}
+
+Caller identify_caller(const rpc::Peer& p, const AccessConfig& access, int gid,
+                       const std::string& group) {
+  Caller w;
+  if (!p.via.empty()) {  // carried by a front end: the operator as it verified them
+    w.who = (p.tls ? p.identity.subject : p.address) + " via " + p.via;
+    w.role = parse_role(p.via_role);
+    if (p.tls) w.id = &p.identity;
+    return w;
+  }
+  if (p.is_unix) {
+    w.unix_socket = true;
+    w.who = "uid " + std::to_string(p.uid) + " (pid " + std::to_string(p.pid) + ")";
+    if (rpc::require_privileged(p, gid, group, "calling the control plane").ok()) {
+      w.role = Role::kAdmin;
+      w.machine = true;
+    }
+    return w;
+  }
+  if (!p.tls) {  // plaintext TCP: loopback tests or insecure_listen; machines only
+    w.who = p.address;
+    w.machine = true;
+    return w;
+  }
+  w.id = &p.identity;
+  w.who = p.identity.subject;
+  w.role = access.role_of(p.identity);
+  w.machine = access.is_machine(p.identity);
+  return w;
+}
+
+Status permit_call(const Caller& who, int access, const std::string& method,
+                   const std::string& group) {
+  static const Role kNeeds[] = {Role::kNone, Role::kNone, Role::kViewer, Role::kOperator,
+                                Role::kAdmin};
+  if (access < 0 || access > kAdminCall) access = kAdminCall;
+  bool ok = access == kMachineCall ? who.machine : who.role >= kNeeds[access];
+  if (ok) return {};
+  std::string why;
+  if (who.unix_socket)
+    why = "on the Unix socket only root and the '" + group + "' group are served";
+  else if (!who.id && who.role == Role::kNone)
+    why = "over plaintext TCP only machine calls are served; " + method +
+          " needs a TLS client certificate";
+  else if (access == kMachineCall)
+    why = method + " is a machine call: the certificate must match access.machine";
+  else
+    why = method + " needs the " + role_name(kNeeds[access]) + " role; the caller's role is " +
+          role_name(who.role);
+  log_warn("call refused", {{"PEER", who.who}, {"METHOD", method}, {"WHY", why}});
+  return make_error(who.who + ": " + why).with_code(rpc::kPermissionDenied);
 }
 
 bool may_operate(const Caller& c, const std::vector<std::string>& owners) {

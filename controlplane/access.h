@@ -13,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/result.h"
+#include "common/rpc/session.h"
 #include "common/tls.h"
 
 namespace weft::cp {
@@ -35,9 +36,13 @@ struct AccessConfig {
   // Who may read every task's logs besides admins and each entitlement's owners (none by
   // default: logs can hold secrets, so the viewer role is not enough).
   std::vector<std::string> logs;
+  // A region's front ends (docs/regions.md): they may carry an operator's call to a
+  // shard (frontend.forward), which then acts with the operator's role and identity.
+  std::vector<std::string> front_end{"OU=frontend"};
 
   Role role_of(const tls::Identity& id) const;
   bool is_machine(const tls::Identity& id) const { return any_matches(machine, id); }
+  bool is_front_end(const tls::Identity& id) const { return any_matches(front_end, id); }
 };
 
 // The [access] table of controlplane.toml (absent keys keep their defaults).
@@ -51,6 +56,26 @@ struct Caller {
   std::string who;                    // certificate subject, "uid 0 (pid 12)", or the address
   const tls::Identity* id = nullptr;  // TLS callers
 };
+
+// What each method needs (the `access` column of a method table: api.cc, front_end.cc).
+enum Access : int {
+  kMachineCall = 1,  // a machine's daemons: Unix, plaintext TCP, or a machine certificate
+  kViewerCall,       // ls/show: viewer or above
+  kOperatorCall,     // job changes: operator or above (and an owner of the entitlement)
+  kAdminCall,        // entitlements, machines, drains: admin
+};
+
+// Who `peer` is under `access`: a privileged Unix peer (root, the daemon's user, group
+// `gid`) is an admin, a TLS peer has its certificate's role, a plaintext TCP peer may
+// make machine calls only. A call a front end carried (peer.via) has the operator's role
+// and identity as the front end verified them.
+Caller identify_caller(const rpc::Peer& peer, const AccessConfig& access, int gid,
+                       const std::string& group);
+// Whether `who` may make a call of level `access` (Access); kPermissionDenied saying why,
+// logged.
+Status permit_call(const Caller& who, int access, const std::string& method,
+                   const std::string& group);
+Role parse_role(const std::string& name);  // kNone for anything else
 
 // Whether `c` may change jobs of an entitlement owned by `owners`: admins always,
 // operators whose certificate matches an owner pattern.

@@ -57,8 +57,10 @@ Result<json> Manager::api_controlplane_status(const json&, const CallContext&) {
   // leader with it.
   json j{{"store", store_ ? store_->kind() : "none"},
          {"leading", !leadership_ || leading_},
-         {"leader", leadership_ ? (leading_ ? advertised() : leader_hint_) : advertised()}};
+         {"leader", leadership_ ? (leading_ ? advertised() : leader_hint_) : advertised()},
+         {"role", region_role_name(cfg_.region.role)}};
   if (leadership_) j["identity"] = advertised();
+  if (!cfg_.region.shard.empty()) j["shard"] = cfg_.region.shard;
   return j;
 }
 
@@ -101,6 +103,8 @@ void Manager::register_methods() {
       {"service.show", &Manager::api_service_show, kViewerCall},
       {"service.watch", &Manager::api_service_watch, kViewerCall},
   };
+  methods_.add("frontend.forward",
+               [this](const json& p, const CallContext& c) { return api_frontend_forward(p, c); });
   for (const auto& m : kMethods)
     methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
       Caller who = caller(c);
@@ -370,7 +374,14 @@ Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
               {"heartbeat_interval_ms", keepalive_us() / 1000}};
 }
 
-Result<json> Manager::api_entitlement_create(const json& p, const CallContext&) {
+Result<json> Manager::api_entitlement_create(const json& p, const CallContext& c) {
+  // A shard acts only for the entitlements the region gave it: a front end claims the
+  // entitlement's home in etcd before it carries the create here (docs/regions.md).
+  if (cfg_.region.role == RegionRole::kShard && c.peer.via.empty())
+    return make_error("this control plane is shard " + cfg_.region.shard +
+                      " of a region: entitlements are created through a front end, which "
+                      "gives each one its shard (docs/regions.md)")
+        .with_code(rpc::kUnsupported);
   EntitlementSpec e;
   if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
   e.name = p["name"].get<std::string>();

@@ -1,6 +1,7 @@
 #include "controlplane/cp_conf.h"
 
 #include "common/config.h"
+#include "common/cp_link.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -75,6 +76,64 @@ Status parse_store(const TomlDoc& doc, const toml::table& t, const std::string& 
   return {};
 }
 
+Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string& name,
+                    CpConfig* c) {
+  TRY(doc.only_keys(t, "region.", {"role", "shard", "prefix", "shards"}));
+  RegionConfig& r = c->region;
+  auto where = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
+  TRY_ASSIGN(auto role, doc.get_string(t, "role"));
+  if (role) {
+    if (*role == "shard")
+      r.role = RegionRole::kShard;
+    else if (*role == "front-end")
+      r.role = RegionRole::kFrontEnd;
+    else if (*role != "all-in-one")
+      return field_error(where("role"),
+                         "'role' must be \"all-in-one\", \"shard\" or \"front-end\"");
+  }
+  TRY_ASSIGN(auto shard, doc.get_string(t, "shard"));
+  if (shard) {
+    TRY(check_shard_id(where("shard"), *shard));
+    r.shard = *shard;
+  }
+  TRY_ASSIGN(auto prefix, doc.get_string(t, "prefix"));
+  if (prefix) r.prefix = *prefix;
+  if (r.prefix.size() < 2 || r.prefix[0] != '/' || r.prefix.back() != '/')
+    return field_error(where("prefix"), "'prefix' must start and end with /");
+  TRY_ASSIGN(const toml::table* shards, doc.get_table(t, "shards"));
+  if (shards) {
+    for (const auto& [key, node] : *shards) {
+      std::string id(key.str());
+      TRY(check_shard_id(doc.where(node), id));
+      const auto* eps = node.as_string();
+      if (!eps || eps->get().empty())
+        return field_error(doc.where(node), "'region.shards." + id +
+                                                "' must list the shard's replicas "
+                                                "(\"tls://host:7070,tls://host2:7070\")");
+      for (const auto& ep : split_endpoints(eps->get()))
+        if (auto e = rpc::parse_endpoint(ep); !e.ok())
+          return field_error(doc.where(node), "'" + ep + "': " + e.error().message);
+      r.shards[id] = eps->get();
+    }
+  }
+  if (r.role == RegionRole::kAllInOne) return {};
+  if (c->store.kind != "etcd")
+    return field_error(where("role"), std::string("a ") + region_role_name(r.role) +
+                                          " keeps the region's records in etcd: [store] "
+                                          "kind = \"etcd\" is required");
+  if (r.role == RegionRole::kShard) {
+    if (r.shard.empty()) return field_error(where("role"), "a shard needs 'shard' (its id)");
+    const std::string& sp = c->store.etcd.prefix;
+    if (sp.rfind(r.prefix, 0) == 0 || r.prefix.rfind(sp, 0) == 0)
+      return field_error(where("prefix"),
+                         "the shard's [store] etcd_prefix and the region's prefix must not "
+                         "contain one another (each shard keeps its state under its own)");
+  }
+  if (r.role == RegionRole::kFrontEnd && r.shards.empty())
+    return field_error(where("role"), "a front end needs [region.shards] (id = \"endpoints\")");
+  return {};
+}
+
 }  // namespace
 
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name) {
@@ -110,6 +169,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "web_hosts",
                      "access",
                      "images",
+                     "region",
                      "store"}));
   CpConfig c;
   for (auto [key, out] : {std::pair{"socket", &c.socket},
@@ -274,6 +334,8 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
   }
   TRY_ASSIGN(const toml::table* store, doc.get_table(t, "store"));
   if (store) TRY(parse_store(doc, *store, name, &c));
+  TRY_ASSIGN(const toml::table* region, doc.get_table(t, "region"));
+  if (region) TRY(parse_region(doc, *region, name, &c));
   if (!log_level_name_valid(c.log_level))
     return field_error(t.get("log_level") ? doc.where(*t.get("log_level")) : name,
                        "'log_level' must be debug, info, warning or error");

@@ -10,6 +10,7 @@
 #include "controlplane/access.h"
 #include "controlplane/broker.h"
 #include "controlplane/etcd_store.h"
+#include "controlplane/region.h"
 #include "controlplane/scheduler.h"
 
 namespace weft::cp {
@@ -73,6 +74,9 @@ struct CpConfig {
   // must be added. Any other name is refused (DNS rebinding).
   std::vector<std::string> web_hosts;
   StoreConfig store;
+  // [region] (docs/regions.md): the role of this process in a region of shards and front
+  // ends; all-in-one (the whole control plane, today's default) unless set.
+  RegionConfig region;
   // [images] (docs/images.md): the registries a job's image tag is resolved at, once,
   // when the job is created or updated.
   registry::Config registry;

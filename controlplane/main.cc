@@ -9,12 +9,15 @@
 #include "common/daemon.h"
 #include "common/log.h"
 #include "controlplane/etcd_store.h"
+#include "controlplane/front_end.h"
 #include "controlplane/manager.h"
 
 using namespace weft;
 
 int main(int argc, char** argv) {
-  CLI::App app{"weft-controlplane: the cluster's Resource Broker, allocator and scheduler"};
+  CLI::App app{
+      "weft-controlplane: the cluster's Resource Broker, allocator and scheduler, or a region's "
+      "shard or front end ([region] role)"};
   std::string config_path = "/etc/weft/controlplane.toml";
   bool check_only = false;
   app.add_option("-c,--config", config_path, "configuration file");
@@ -48,5 +51,9 @@ int main(int argc, char** argv) {
   }
   if (*migrate)
     return cp::migrate_to_etcd(cfg, from.empty() ? cfg.state_dir + "/controlplane.db" : from);
+  // The role ([region] role, docs/regions.md): a front end routes to shards; a shard
+  // and the all-in-one are the control plane itself.
+  if (cfg.region.role == cp::RegionRole::kFrontEnd)
+    return run_daemon(cp::FrontEnd::create(std::move(cfg)));
   return run_daemon(cp::Manager::create(std::move(cfg)));
 }

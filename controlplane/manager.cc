@@ -293,48 +293,11 @@ Status check_machine_identity(const rpc::Peer& peer, const std::string& machine)
 }
 
 Caller Manager::caller(const CallContext& c) const {
-  Caller w;
-  const rpc::Peer& p = c.peer;
-  if (p.is_unix) {
-    w.unix_socket = true;
-    w.who = "uid " + std::to_string(p.uid) + " (pid " + std::to_string(p.pid) + ")";
-    if (rpc::require_privileged(p, weft_gid_, cfg_.socket_group, "calling the control plane")
-            .ok()) {
-      w.role = Role::kAdmin;
-      w.machine = true;
-    }
-    return w;
-  }
-  if (!p.tls) {  // plaintext TCP: loopback tests or insecure_listen; machines only
-    w.who = p.address;
-    w.machine = true;
-    return w;
-  }
-  w.id = &p.identity;
-  w.who = p.identity.subject;
-  w.role = cfg_.access.role_of(p.identity);
-  w.machine = cfg_.access.is_machine(p.identity);
-  return w;
+  return identify_caller(c.peer, cfg_.access, weft_gid_, cfg_.socket_group);
 }
 
 Status Manager::permit(const Caller& who, int access, const std::string& method) const {
-  static const Role kNeeds[] = {Role::kNone, Role::kNone, Role::kViewer, Role::kOperator,
-                                Role::kAdmin};
-  bool ok = access == kMachineCall ? who.machine : who.role >= kNeeds[access];
-  if (ok) return {};
-  std::string why;
-  if (who.unix_socket)
-    why = "on the Unix socket only root and the '" + cfg_.socket_group + "' group are served";
-  else if (!who.id)
-    why = "over plaintext TCP only machine calls are served; " + method +
-          " needs a TLS client certificate";
-  else if (access == kMachineCall)
-    why = method + " is a machine call: the certificate must match access.machine";
-  else
-    why = method + " needs the " + role_name(kNeeds[access]) + " role; the certificate's role is " +
-          role_name(who.role);
-  log_warn("call refused", {{"PEER", who.who}, {"METHOD", method}, {"WHY", why}});
-  return make_error(who.who + ": " + why).with_code(rpc::kPermissionDenied);
+  return permit_call(who, access, method, cfg_.socket_group);
 }
 
 Status Manager::may_change_jobs(const Caller& who, EntitlementId e) const {

@@ -41,14 +41,6 @@ namespace weft::cp {
 // and plaintext sessions (tests, insecure_listen) are not bound.
 Status check_machine_identity(const rpc::Peer& peer, const std::string& machine);
 
-// What each method needs (the `access` column of the method table, api.cc).
-enum Access : int {
-  kMachineCall = 1,  // a machine's daemons: Unix, plaintext TCP, or a machine certificate
-  kViewerCall,       // ls/show: viewer or above
-  kOperatorCall,     // job changes: operator or above (and an owner of the entitlement)
-  kAdminCall,        // entitlements, machines, drains: admin
-};
-
 // Shared by manager.cc and api.cc.
 uint64_t now_us();  // the scheduler's and broker's steady clock
 nlohmann::json task_json(const TaskRecord& t, const Allocator& a);
@@ -78,6 +70,9 @@ class Manager {
   Result<nlohmann::json> api_audit_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_controlplane_status(const nlohmann::json& p,
                                                  const rpc::CallContext& c);
+  // A call a region's front end carried for an operator (region_api.cc): run as that
+  // operator's, audited with their name.
+  Result<nlohmann::json> api_frontend_forward(const nlohmann::json& p, const rpc::CallContext& c);
   std::string advertised() const {
     return !cfg_.store.advertise.empty() ? cfg_.store.advertise : cfg_.listen;
   }

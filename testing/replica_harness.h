@@ -167,9 +167,12 @@ class Machine {
 class Replica {
  public:
   // `top`: more top-level cp.toml lines (e.g. "failover_grace = \"0s\"\n").
+  // `prefix`: its state's etcd prefix; `tables`: more tables after [store] (a region's
+  // "[region]\nrole = ...").
   Replica(const std::string& bin, const std::string& dir, const std::string& name,
           const etcd::Config& etcd, const std::string& lease_ttl = "2s",
-          const std::string& top = "")
+          const std::string& top = "", const std::string& prefix = "/replicas/",
+          const std::string& tables = "")
       : bin_(bin) {
     dir_ = dir + "/" + name;
     (void)mkdir_p(dir_);
@@ -184,10 +187,11 @@ class Replica {
                        "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
                        "log_level = \"debug\"\nmetrics_listen = \"\"\n" +
                        top + "[store]\nkind = \"etcd\"\netcd_endpoints = [" + eps +
-                       "]\netcd_prefix = \"/replicas/\"\nlease_ttl = \"" + lease_ttl + "\"\n";
+                       "]\netcd_prefix = \"" + prefix + "\"\nlease_ttl = \"" + lease_ttl + "\"\n";
     if (!etcd.ca.empty())
       conf += "etcd_ca = \"" + etcd.ca + "\"\netcd_cert = \"" + etcd.cert + "\"\netcd_key = \"" +
               etcd.key + "\"\n";
+    conf += tables;
     (void)write_file(dir_ + "/cp.toml", conf);
   }
   ~Replica() { stop(SIGKILL); }

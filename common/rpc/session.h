@@ -44,6 +44,11 @@ struct Peer {
   // who it says the peer is. Set once the handshake is done.
   bool tls = false;
   tls::Identity identity;
+  // A call a region's front end carried for an operator (docs/regions.md): the front
+  // end as the callee knows it, and the operator's role as the front end found it;
+  // `identity` (with `tls`) or `address` is then the operator's.
+  std::string via;
+  std::string via_role;
 };
 
 class Session;

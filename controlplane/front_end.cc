@@ -1,0 +1,480 @@
+#include "controlplane/front_end.h"
+
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+
+#include <algorithm>
+
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/rpc/endpoint.h"
+#include "common/rpc/protocol.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+using rpc::CallContext;
+using Route = FrontEnd::Route;
+
+namespace {
+
+// Every call weftctl makes, with what its caller needs and where it goes. Machine calls
+// are not here: a machine's daemons reach the shard that holds it.
+const FrontEnd::MethodRoute kRoutes[] = {
+    {"entitlement.create", kAdminCall, Route::kNewEntitlement, "name"},
+    {"entitlement.update", kAdminCall, Route::kEntitlement, "name"},
+    {"entitlement.rm", kAdminCall, Route::kDropEntitlement, "name"},
+    {"entitlement.ls", kViewerCall, Route::kAll, "entitlements"},
+    {"entitlement.show", kViewerCall, Route::kEntitlement, "name"},
+    {"job.create", kOperatorCall, Route::kNewJob, "name"},
+    {"job.scale", kOperatorCall, Route::kJob, "name"},
+    {"job.update", kOperatorCall, Route::kJob, "name"},
+    {"job.stop", kOperatorCall, Route::kJob, "name"},
+    {"job.ls", kViewerCall, Route::kAll, "jobs"},
+    {"job.show", kViewerCall, Route::kJob, "name"},
+    {"task.ls", kViewerCall, Route::kAll, "tasks"},
+    {"task.logs", kViewerCall, Route::kTask, "task"},
+    {"machine.ls", kViewerCall, Route::kAll, "machines"},
+    {"machine.show", kViewerCall, Route::kMachine, "machine"},
+    {"machine.drain", kAdminCall, Route::kMachine, "machine"},
+    {"machine.rm", kAdminCall, Route::kMachine, "machine"},
+    {"machine.assign", kAdminCall, Route::kMachine, "machine"},
+    {"machine.release", kAdminCall, Route::kMachine, "machine"},
+    {"audit.ls", kViewerCall, Route::kAll, "entries"},
+    {"maintenance.ls", kViewerCall, Route::kAll, "events"},
+    {"maintenance.schedule", kAdminCall, Route::kUnsupported, ""},
+    {"maintenance.cancel", kAdminCall, Route::kUnsupported, ""},
+    {"controlplane.status", kViewerCall, Route::kStatus, ""},
+    {"web.page", kViewerCall, Route::kUnsupported, ""},
+    {"service.ls", kViewerCall, Route::kAll, "services"},
+    {"service.show", kViewerCall, Route::kJob, "job"},
+    {"service.watch", kViewerCall, Route::kJob, "job"},
+};
+
+template <class T>
+bool not_found(const Result<T>& r) {
+  return !r.ok() && r.error().code == rpc::kNotFound;
+}
+
+// Whether a shard's error says what it did (it refused, nothing changed) rather than that
+// the answer was lost on the way (the shard may have done it).
+bool definite(const Error& e) {
+  return e.code != rpc::kUnavailable && e.code != rpc::kTimeout && e.code != 0;
+}
+
+Error unavailable(const std::string& what) {
+  return make_error(what).with_code(rpc::kUnavailable);
+}
+
+// The job a task id "<job>.<index>.<generation>" belongs to ("" when it is not one).
+std::string job_of_task(const std::string& id) {
+  size_t gen = id.rfind('.');
+  if (gen == std::string::npos || gen == 0) return "";
+  size_t index = id.rfind('.', gen - 1);
+  if (index == std::string::npos || index == 0) return "";
+  return id.substr(0, index);
+}
+
+// The field a merged list is sorted by: the first of these its entries have.
+const char* const kSortKeys[] = {"name", "machine", "job", "id", "at_wall_us"};
+
+}  // namespace
+
+Result<std::unique_ptr<FrontEnd>> FrontEnd::create(CpConfig cfg) {
+  TRY_ASSIGN(auto loop, EventLoop::create());
+  return std::unique_ptr<FrontEnd>(new FrontEnd(std::move(cfg), std::move(loop)));
+}
+
+FrontEnd::FrontEnd(CpConfig cfg, std::unique_ptr<EventLoop> loop)
+    : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
+
+FrontEnd::~FrontEnd() {
+  server_.reset();
+  for (auto& [id, s] : shards_) s.link.reset();
+}
+
+Status FrontEnd::start() {
+  TRY_ASSIGN(etcd_, EtcdWorker::create(*loop_, cfg_.store.etcd.etcd));
+  ControlPlaneTls ctls{cfg_.tls, ""};
+  for (const auto& [id, endpoints] : cfg_.region.shards) {
+    Shard& s = shards_[id];
+    s.id = id;
+    s.endpoints = endpoints;
+    json hello_call{{"method", "controlplane.status"},
+                    {"caller", {{"who", "front end"}, {"role", "viewer"}}}};
+    // The link's hello and keepalive: the shard's leader answers; a follower says where
+    // the leader is (not_leader) and the link goes there.
+    auto hello = [hello_call](rpc::Session& session, ControlPlaneLink::Done done) {
+      session.call("frontend.forward", hello_call, [done](Result<json> r) {
+        if (!r.ok()) return done(std::move(r));
+        done(json{{"heartbeat_interval_ms", 1000}});
+      });
+    };
+    auto report = [hello_call](rpc::Session& session) {
+      session.call("frontend.forward", hello_call, [](Result<json>) {});
+    };
+    TRY_ASSIGN(s.link, make_control_plane_link(*loop_, endpoints,
+                                               "weft-frontend (shard " + id + ")", &shard_commands_,
+                                               hello, report, cfg_.insecure_listen, ctls));
+    s.link->start();
+  }
+  TRY(serve());
+  refresh_homes();
+  sd_notify(0, "READY=1");
+  log_info("front end serving", {{"SHARDS", std::to_string(shards_.size())}});
+  return {};
+}
+
+Status FrontEnd::run() {
+  return loop_->run();
+}
+
+Status FrontEnd::serve() {
+  weft_gid_ = group_gid(cfg_.socket_group);
+  register_methods();
+  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
+  TRY(mkdir_p(cfg_.state_dir, 0750));
+  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
+  if (!cfg_.listen.empty()) {
+    if (cfg_.tls.enabled()) {
+      TRY_ASSIGN(tls_, tls::Context::create(cfg_.tls, tls::Role::kServer));
+      server_->set_tls(tls_);
+    }
+    TRY_ASSIGN(auto ep, rpc::parse_endpoint(cfg_.listen));
+    TRY(server_->listen_tcp(ep.host, ep.port));
+  }
+  TRY(loop_->exit_on_termination());
+  TRY_ASSIGN(sighup_, loop_->add_signal(SIGHUP, [this] {
+    Status s = tls_ ? tls_->reload() : Status{};
+    for (auto& [id, sh] : shards_)
+      if (s.ok()) s = sh.link->reload_tls();
+    if (!s.ok())
+      log_error("SIGHUP: TLS files not reloaded; the previous ones stay in use: " +
+                s.error().str());
+    else
+      log_info("SIGHUP: TLS files reloaded");
+  }));
+  loop_->enable_watchdog();
+  return {};
+}
+
+void FrontEnd::register_methods() {
+  for (const MethodRoute& m : kRoutes)
+    methods_.add(m.name,
+                 [this, &m](const json& p, const CallContext& c) { return handle(m, p, c); });
+}
+
+json FrontEnd::carried(const Caller& who) const {
+  json c{{"role", role_name(who.role)}, {"who", who.who}};
+  if (who.id)
+    c["identity"] = {{"subject", who.id->subject},
+                     {"cn", who.id->common_name},
+                     {"ou", who.id->units},
+                     {"dns", who.id->dns}};
+  return c;
+}
+
+Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallContext& c) {
+  Caller who = identify_caller(c.peer, cfg_.access, weft_gid_, cfg_.socket_group);
+  TRY(permit_call(who, m.access, m.name, cfg_.socket_group));
+  if (m.route == Route::kStatus) return status();
+  if (m.route == Route::kUnsupported)
+    return make_error(std::string(m.name) +
+                      " is not served by a front end yet: call the shard's own control plane "
+                      "(docs/regions.md)")
+        .with_code(rpc::kUnsupported);
+  if (!p.is_object()) return field_error("params", "must be an object");
+  std::string name;
+  if (m.route != Route::kAll) {
+    const char* key = m.route == Route::kNewJob ? "name" : m.key;
+    if (!p.contains(key) || !p[key].is_string() || p[key].get_ref<const std::string&>().empty())
+      return field_error(key, "is required");
+    name = p[key].get<std::string>();
+  }
+  if (!c.session) return make_error("a front end serves sessions only");
+  json w = carried(who);
+  rpc::ReplyFn reply = c.session->defer_reply();
+  std::string method = m.name;
+  Done done = [reply, method](Result<json> r) {
+    if (!r.ok() && r.error().code == rpc::kNotLeader)
+      r = unavailable(method + ": the shard is changing leader; try again");
+    reply(std::move(r));
+  };
+  switch (m.route) {
+    case Route::kAll:
+      fan_out(method, p, w,
+              [this, done, key = std::string(m.key)](auto answers) { done(merge(key, answers)); });
+      break;
+    case Route::kNewEntitlement:
+      route_entitlement_create(p, w, done);
+      break;
+    case Route::kNewJob:
+      route_job_create(p, w, done);
+      break;
+    case Route::kEntitlement:
+    case Route::kDropEntitlement:
+      home_of(name, [this, &m, p, w, done, name](Result<std::string> shard) {
+        if (!shard.ok()) return done(std::move(shard).error());
+        forward(*shard, m.name, p, w, [this, &m, done, name, s = *shard](Result<json> r) {
+          if (r.ok() && m.route == Route::kDropEntitlement) {
+            homes_.erase(name);
+            std::string prefix = cfg_.region.prefix;
+            etcd_->post([prefix, name, s](etcd::Client& client) -> EtcdWorker::Then {
+              if (auto d = drop_entitlement_home(client, prefix, name, s); !d.ok())
+                log_warn("entitlement home not dropped",
+                         {{"ENTITLEMENT", name}, {"ERROR", d.error().str()}});
+              return {};
+            });
+          }
+          done(std::move(r));
+        });
+      });
+      break;
+    case Route::kJob:
+    case Route::kMachine:
+      route_to_located(m.route, name, m, p, w, done);
+      break;
+    case Route::kTask: {
+      std::string job = job_of_task(name);
+      if (job.empty()) {
+        done(field_error(m.key, "is not a task id (<job>.<index>.<generation>)"));
+        break;
+      }
+      route_to_located(Route::kJob, job, m, p, w, done);
+      break;
+    }
+    default:
+      done(make_error("unrouted method"));
+  }
+  return json();  // the deferred reply answers
+}
+
+void FrontEnd::forward(const std::string& shard, const std::string& method, const json& p,
+                       const json& who, Done done) {
+  auto it = shards_.find(shard);
+  if (it == shards_.end())
+    return done(unavailable("shard " + shard + " is not one of this front end's [region.shards]"));
+  rpc::Session* s = it->second.link->session();
+  if (!s) {
+    ++it->second.failed;
+    return done(unavailable("shard " + shard + " is unreachable now (no leader answers at " +
+                            it->second.endpoints + ")"));
+  }
+  ++it->second.forwarded;
+  s->call("frontend.forward", {{"method", method}, {"params", p}, {"caller", who}},
+          [this, shard, done](Result<json> r) {
+            if (!r.ok() && !definite(r.error())) {
+              auto sh = shards_.find(shard);
+              if (sh != shards_.end()) ++sh->second.failed;
+            }
+            done(std::move(r));
+          });
+}
+
+void FrontEnd::fan_out(const std::string& method, const json& p, const json& who,
+                       std::function<void(std::map<std::string, Result<json>>)> done) {
+  struct Gather {
+    size_t left = 0;
+    std::map<std::string, Result<json>> answers;
+    std::function<void(std::map<std::string, Result<json>>)> done;
+  };
+  auto g = std::make_shared<Gather>();
+  g->left = shards_.size();
+  g->done = std::move(done);
+  if (g->left == 0) return g->done({});
+  for (const auto& [id, s] : shards_)
+    forward(id, method, p, who, [g, id = id](Result<json> r) {
+      g->answers.emplace(id, std::move(r));
+      if (--g->left == 0) g->done(std::move(g->answers));
+    });
+}
+
+json FrontEnd::merge(const std::string& key,
+                     const std::map<std::string, Result<json>>& answers) const {
+  json list = json::array(), unreachable = json::array();
+  bool truncated = false;
+  for (const auto& [shard, r] : answers) {
+    if (!r.ok()) {
+      unreachable.push_back({{"shard", shard}, {"error", r.error().str()}});
+      continue;
+    }
+    if (!r->is_object() || !r->contains(key) || !(*r)[key].is_array()) continue;
+    if (r->contains("next")) truncated = true;
+    for (json e : (*r)[key]) {
+      if (e.is_object()) e["shard"] = shard;
+      list.push_back(std::move(e));
+    }
+  }
+  const char* by = nullptr;
+  for (const char* k : kSortKeys)
+    if (!list.empty() && list[0].is_object() && list[0].contains(k)) {
+      by = k;
+      break;
+    }
+  if (by)
+    std::stable_sort(list.begin(), list.end(), [by](const json& a, const json& b) {
+      if (!a.is_object() || !b.is_object() || !a.contains(by) || !b.contains(by)) return false;
+      return a[by] < b[by];
+    });
+  json out{{key, std::move(list)}};
+  if (!unreachable.empty()) out["unreachable"] = std::move(unreachable);
+  if (truncated) out["truncated"] = true;
+  return out;
+}
+
+void FrontEnd::locate(Route kind, const std::string& name, const json& who,
+                      std::function<void(Result<std::string>)> done) {
+  auto& cache = kind == Route::kJob ? job_shard_ : machine_shard_;
+  if (auto it = cache.find(name); it != cache.end()) return done(it->second);
+  const char* method = kind == Route::kJob ? "job.show" : "machine.show";
+  json p = kind == Route::kJob ? json{{"name", name}} : json{{"machine", name}};
+  fan_out(method, p, who, [this, kind, name, done](std::map<std::string, Result<json>> answers) {
+    std::string lost;
+    for (const auto& [shard, r] : answers) {
+      if (r.ok()) {
+        (kind == Route::kJob ? job_shard_ : machine_shard_)[name] = shard;
+        return done(shard);
+      }
+      if (!not_found(r)) lost += (lost.empty() ? "" : ", ") + shard;
+    }
+    std::string what = (kind == Route::kJob ? "job " : "machine ") + name;
+    if (!lost.empty())
+      return done(unavailable(what + " is not on the shards that answered; shards " + lost +
+                              " did not answer"));
+    done(make_error("no " + what + " in this region").with_code(rpc::kNotFound));
+  });
+}
+
+void FrontEnd::route_to_located(Route kind, const std::string& name, const MethodRoute& m,
+                                const json& p, const json& who, Done done) {
+  bool cached = (kind == Route::kJob ? job_shard_ : machine_shard_).count(name) > 0;
+  locate(kind, name, who, [this, kind, name, &m, p, who, done, cached](Result<std::string> s) {
+    if (!s.ok()) return done(std::move(s).error());
+    forward(*s, m.name, p, who, [this, kind, name, &m, p, who, done, cached](Result<json> r) {
+      // A job stopped and made again on another shard since it was cached: look again once.
+      if (cached && not_found(r)) {
+        (kind == Route::kJob ? job_shard_ : machine_shard_).erase(name);
+        return route_to_located(kind, name, m, p, who, done);
+      }
+      done(std::move(r));
+    });
+  });
+}
+
+void FrontEnd::home_of(const std::string& name, std::function<void(Result<std::string>)> done) {
+  if (auto it = homes_.find(name); it != homes_.end()) return done(it->second);
+  refresh_homes([this, name, done] {
+    if (auto it = homes_.find(name); it != homes_.end()) return done(it->second);
+    done(make_error("no entitlement named " + name + " in this region").with_code(rpc::kNotFound));
+  });
+}
+
+void FrontEnd::route_entitlement_create(const json& p, const json& who, Done done) {
+  std::string name = p["name"].get<std::string>();
+  if (auto s = check_machine_name("name", name, true); !s.ok()) return done(std::move(s).error());
+  json params = p;
+  std::string shard;
+  if (p.contains("shard")) {  // the Capacity Portal's choice
+    if (!p["shard"].is_string()) return done(field_error("shard", "must be a shard id"));
+    shard = p["shard"].get<std::string>();
+    if (!shards_.count(shard)) return done(field_error("shard", "no shard " + shard));
+    params.erase("shard");
+  } else {
+    // The reachable shard with the fewest entitlements.
+    std::map<std::string, size_t> load;
+    for (const auto& [id, s] : shards_)
+      if (s.link->session()) load[id] = 0;
+    for (const auto& [e, s] : homes_)
+      if (load.count(s)) ++load[s];
+    for (const auto& [id, n] : load)
+      if (shard.empty() || n < load[shard]) shard = id;
+    if (shard.empty()) return done(unavailable("no shard is reachable now"));
+  }
+  std::string prefix = cfg_.region.prefix;
+  etcd_->post(
+      [this, prefix, name, shard, params, who, done](etcd::Client& client) -> EtcdWorker::Then {
+        Status claimed = claim_entitlement_home(client, prefix, name, shard);
+        return [this, claimed, prefix, name, shard, params, who, done] {
+          if (!claimed.ok()) return done(claimed.error());
+          homes_[name] = shard;
+          log_info("entitlement home", {{"ENTITLEMENT", name}, {"SHARD", shard}});
+          forward(shard, "entitlement.create", params, who,
+                  [this, prefix, name, shard, done](Result<json> r) {
+                    // Refused by the shard (a bad field): nothing was made, so the home
+                    // goes too. An answer lost on the way keeps it: the shard may have made
+                    // the entitlement, and a retry goes to the same shard.
+                    if (!r.ok() && definite(r.error()) && r.error().code != rpc::kConflict) {
+                      homes_.erase(name);
+                      etcd_->post([prefix, name, shard](etcd::Client& c) -> EtcdWorker::Then {
+                        (void)drop_entitlement_home(c, prefix, name, shard);
+                        return {};
+                      });
+                    }
+                    if (r.ok() && r->is_object()) (*r)["shard"] = shard;
+                    done(std::move(r));
+                  });
+        };
+      });
+}
+
+void FrontEnd::route_job_create(const json& p, const json& who, Done done) {
+  if (!p.contains("entitlement") || !p["entitlement"].is_string())
+    return done(field_error("entitlement", "is required"));
+  std::string ent = p["entitlement"].get<std::string>(), name = p["name"].get<std::string>();
+  home_of(ent, [this, p, who, done, name](Result<std::string> home) {
+    if (!home.ok())
+      return done(field_error("entitlement", home.error().message).with_code(home.error().code));
+    // Job names are the region's: one made on another shard first is refused here.
+    locate(Route::kJob, name, who, [this, p, who, done, name, s = *home](Result<std::string> at) {
+      if (at.ok() && *at != s)
+        return done(
+            make_error("job " + name + " exists on shard " + *at).with_code(rpc::kConflict));
+      if (!at.ok() && !not_found(at)) return done(std::move(at).error());
+      forward(s, "job.create", p, who, [this, done, name, s](Result<json> r) {
+        if (r.ok()) job_shard_[name] = s;
+        done(std::move(r));
+      });
+    });
+  });
+}
+
+void FrontEnd::refresh_homes(std::function<void()> then) {
+  std::string prefix = cfg_.region.prefix;
+  etcd_->post([this, prefix, then](etcd::Client& c) -> EtcdWorker::Then {
+    auto kvs = c.range_prefix(prefix + "entitlements/");
+    Result<std::map<std::string, std::string>> homes =
+        kvs.ok() ? parse_entitlement_homes(prefix, *kvs)
+                 : Result<std::map<std::string, std::string>>(std::move(kvs).error());
+    return [this, homes = std::move(homes), then]() mutable {
+      if (homes.ok()) {
+        homes_ = std::move(homes).value();
+        homes_read_ = true;
+      } else if (homes_errors_++ % 30 == 0) {
+        log_warn("the region's entitlements not read from etcd; the last copy stays",
+                 {{"ERROR", homes.error().str()}});
+      }
+      if (then) then();
+      // Again a second after the last read (the timer pending, if any, is replaced).
+      auto t = loop_->add_timer_in(1'000'000, [this] { refresh_homes(); });
+      if (t.ok()) refresh_timer_ = std::move(t).value();
+    };
+  });
+}
+
+json FrontEnd::status() const {
+  json shards = json::array();
+  for (const auto& [id, s] : shards_) {
+    size_t n = 0;
+    for (const auto& [e, home] : homes_) n += home == id;
+    shards.push_back({{"shard", id},
+                      {"endpoints", s.endpoints},
+                      {"connected", s.link->session() != nullptr},
+                      {"entitlements", n},
+                      {"forwarded", s.forwarded},
+                      {"failed", s.failed}});
+  }
+  return {{"role", "front-end"}, {"leading", true},           {"store", "etcd"},
+          {"shards", shards},    {"homes_read", homes_read_}, {"entitlements", homes_.size()}};
+}
+
+}  // namespace weft::cp

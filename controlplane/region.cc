@@ -1,0 +1,227 @@
+#include "controlplane/region.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/cp_link.h"
+#include "common/log.h"
+#include "common/rpc/protocol.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+
+const char* region_role_name(RegionRole r) {
+  switch (r) {
+    case RegionRole::kShard:
+      return "shard";
+    case RegionRole::kFrontEnd:
+      return "front-end";
+    case RegionRole::kAllInOne:
+      break;
+  }
+  return "all-in-one";
+}
+
+Status check_shard_id(const std::string& field, const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 32 && id[0] != '-';
+  for (char ch : id) ok = ok && ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-');
+  if (!ok) return field_error(field, "a shard id is 1 to 32 of a-z, 0-9 and '-', not first");
+  return {};
+}
+
+std::string entitlement_home_key(const std::string& prefix, const std::string& name) {
+  return prefix + "entitlements/" + name;
+}
+
+std::string entitlement_home_value(const std::string& shard) {
+  return json{{"shard", shard}}.dump();
+}
+
+namespace {
+
+// A stored record: a JSON object of at most 4 KiB (hostile input).
+Result<json> parse_record(const std::string& key, const std::string& value) {
+  if (value.size() > 4096) return field_error(key, "record larger than 4 KiB");
+  json j = json::parse(value, nullptr, false);
+  if (!j.is_object()) return field_error(key, "not a JSON object");
+  return j;
+}
+
+Error fail_conflict(const std::string& what) {
+  return make_error(what).with_code(rpc::kConflict);
+}
+
+}  // namespace
+
+Result<std::string> parse_entitlement_home(const std::string& key, const std::string& value) {
+  TRY_ASSIGN(json j, parse_record(key, value));
+  if (!j.contains("shard") || !j["shard"].is_string())
+    return field_error(key, "'shard' must be a shard id");
+  std::string shard = j["shard"].get<std::string>();
+  TRY(check_shard_id(key + ": shard", shard));
+  return shard;
+}
+
+Result<std::map<std::string, std::string>> parse_entitlement_homes(
+    const std::string& prefix, const std::vector<etcd::Kv>& kvs) {
+  std::map<std::string, std::string> out;
+  std::string base = prefix + "entitlements/";
+  for (const etcd::Kv& kv : kvs) {
+    if (kv.key.rfind(base, 0) != 0) return field_error(kv.key, "outside " + base);
+    std::string name = kv.key.substr(base.size());
+    TRY(check_machine_name(kv.key, name, true));  // an entitlement's name: the same rules
+    TRY_ASSIGN(std::string shard, parse_entitlement_home(kv.key, kv.value));
+    out[name] = std::move(shard);
+  }
+  return out;
+}
+
+std::string machine_holder_key(const std::string& prefix, const std::string& machine) {
+  return prefix + "machines/" + machine;
+}
+
+std::string machine_holder_value(const MachineHolder& h) {
+  return json{{"holder", h.holder}, {"epoch", h.epoch}}.dump();
+}
+
+Result<MachineHolder> parse_machine_holder(const std::string& key, const std::string& value) {
+  TRY_ASSIGN(json j, parse_record(key, value));
+  MachineHolder h;
+  if (!j.contains("holder") || !j["holder"].is_string())
+    return field_error(key, "'holder' must be a shard id or \"\"");
+  h.holder = j["holder"].get<std::string>();
+  if (!h.holder.empty()) TRY(check_shard_id(key + ": holder", h.holder));
+  if (!j.contains("epoch") || !j["epoch"].is_number_unsigned())
+    return field_error(key, "'epoch' must be a whole number");
+  h.epoch = j["epoch"].get<uint64_t>();
+  return h;
+}
+
+Status claim_entitlement_home(etcd::Client& c, const std::string& prefix, const std::string& name,
+                              const std::string& shard) {
+  std::string key = entitlement_home_key(prefix, name);
+  etcd::Compare absent{etcd::Compare::Target::kCreate, key, 0, {}};
+  etcd::Op put{etcd::Op::Kind::kPut, key, entitlement_home_value(shard), {}, 0};
+  TRY_ASSIGN(etcd::TxnResult r, c.txn({absent}, {put}));
+  if (r.succeeded) return {};
+  TRY_ASSIGN(auto now, c.get(key));
+  if (!now) return fail_conflict("entitlement " + name + " changed home meanwhile; try again");
+  TRY_ASSIGN(std::string other, parse_entitlement_home(key, now->value));
+  return fail_conflict("entitlement " + name + " exists (its shard is " + other + ")");
+}
+
+Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const std::string& name,
+                             const std::string& shard) {
+  std::string key = entitlement_home_key(prefix, name);
+  etcd::Compare mine{etcd::Compare::Target::kValue, key, 0, entitlement_home_value(shard)};
+  etcd::Op del{etcd::Op::Kind::kDelete, key, {}, {}, 0};
+  TRY(c.txn({mine}, {del}));
+  return {};  // not this shard's (any more): nothing to drop
+}
+
+Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
+                                   const std::string& machine, const std::string& shard) {
+  std::string key = machine_holder_key(prefix, machine);
+  TRY_ASSIGN(auto now, c.get(key));
+  MachineHolder next{shard, 1};
+  etcd::Compare cmp{etcd::Compare::Target::kCreate, key, 0, {}};
+  if (now) {
+    TRY_ASSIGN(MachineHolder h, parse_machine_holder(key, now->value));
+    if (h.holder == shard) return h;  // already lent to this shard
+    if (!h.holder.empty())
+      return fail_conflict("machine " + machine + " is held by shard " + h.holder);
+    next.epoch = h.epoch + 1;
+    cmp = {etcd::Compare::Target::kValue, key, 0, now->value};
+  }
+  etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(next), {}, 0};
+  TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
+  if (!r.succeeded)
+    return fail_conflict("machine " + machine + " was taken by another shard meanwhile");
+  return next;
+}
+
+Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,
+                                     const std::string& machine, const std::string& shard,
+                                     uint64_t epoch) {
+  std::string key = machine_holder_key(prefix, machine);
+  MachineHolder held{shard, epoch}, free{"", epoch + 1};
+  etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, machine_holder_value(held)};
+  etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(free), {}, 0};
+  TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
+  if (!r.succeeded)
+    return fail_conflict("machine " + machine + " is not held by shard " + shard + " at epoch " +
+                         std::to_string(epoch));
+  return free;
+}
+
+Result<std::unique_ptr<EtcdWorker>> EtcdWorker::create(EventLoop& loop, etcd::Config cfg) {
+  std::unique_ptr<EtcdWorker> w(new EtcdWorker());
+  TRY_ASSIGN(w->client_, etcd::Client::create(std::move(cfg)));
+  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) return sys_error("eventfd");
+  w->efd_ = Fd(fd);
+  EtcdWorker* self = w.get();
+  TRY_ASSIGN(w->wake_, loop.add_io(fd, EPOLLIN, [self](uint32_t) { self->deliver(); }));
+  w->thread_ = std::thread([self] { self->run(); });
+  return w;
+}
+
+EtcdWorker::~EtcdWorker() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+    work_.clear();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EtcdWorker::post(Work w) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    work_.push_back(std::move(w));
+  }
+  cv_.notify_all();
+}
+
+size_t EtcdWorker::queued() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return work_.size();
+}
+
+void EtcdWorker::run() {
+  for (;;) {
+    Work w;
+    {
+      std::unique_lock<std::mutex> g(mu_);
+      cv_.wait(g, [this] { return stop_ || !work_.empty(); });
+      if (stop_) return;
+      w = std::move(work_.front());
+      work_.pop_front();
+    }
+    Then then = w(*client_);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (then) done_.push_back(std::move(then));
+    }
+    uint64_t one = 1;
+    (void)!::write(efd_.get(), &one, sizeof one);
+  }
+}
+
+void EtcdWorker::deliver() {
+  uint64_t n;
+  while (::read(efd_.get(), &n, sizeof n) > 0) {
+  }
+  std::deque<Then> got;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    got.swap(done_);
+  }
+  for (auto& then : got) then();
+}
+
+}  // namespace weft::cp

@@ -1,0 +1,111 @@
+// A region of several control-plane roles (docs/regions.md): the records they share in
+// etcd under the region's prefix, and the thread that reads and writes them for an event
+// loop.
+//
+//   <prefix>entitlements/<name>  {"shard": "s1"}              which shard owns it
+//   <prefix>machines/<name>      {"holder": "s1", "epoch": 4}  which shard holds it
+//
+// Both are hostile input when read back (a corrupt or forged etcd): parsed strictly,
+// refused with the key named. An entitlement's home is created only if absent, so two
+// front ends cannot give one entitlement to two shards. A machine is lent and returned
+// by transactions that compare the whole record read before, so two shards can never
+// hold one machine, and every change of holder raises the epoch: a command that carries
+// an older epoch is stale.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/event.h"
+#include "common/fs.h"
+#include "common/result.h"
+#include "controlplane/etcd_client.h"
+
+namespace weft::cp {
+
+// What this weft-controlplane process is in its region ([region] role).
+enum class RegionRole { kAllInOne, kShard, kFrontEnd };
+const char* region_role_name(RegionRole r);
+
+struct RegionConfig {
+  RegionRole role = RegionRole::kAllInOne;
+  std::string shard;                          // a shard's id ("s1")
+  std::string prefix = "/weft-region/";       // the region's records in etcd
+  std::map<std::string, std::string> shards;  // a front end's shards: id -> endpoints
+};
+
+// A shard's id: 1-32 of [a-z0-9-], starting with a letter or digit.
+Status check_shard_id(const std::string& field, const std::string& id);
+
+// <prefix>entitlements/<name>
+std::string entitlement_home_key(const std::string& prefix, const std::string& name);
+std::string entitlement_home_value(const std::string& shard);
+// The shard a stored value names; `key` is named in the error.
+Result<std::string> parse_entitlement_home(const std::string& key, const std::string& value);
+// Every entitlement's home from a range of `<prefix>entitlements/`.
+Result<std::map<std::string, std::string>> parse_entitlement_homes(
+    const std::string& prefix, const std::vector<etcd::Kv>& kvs);
+
+struct MachineHolder {
+  std::string holder;  // "" = in the free pool
+  uint64_t epoch = 0;  // raised by every lend and return
+};
+std::string machine_holder_key(const std::string& prefix, const std::string& machine);
+std::string machine_holder_value(const MachineHolder& h);
+Result<MachineHolder> parse_machine_holder(const std::string& key, const std::string& value);
+
+// The transactions (synchronous: from an EtcdWorker's thread or a tool). The home of
+// `name` becomes `shard` unless it has one (kConflict naming the shard that has it: the
+// entitlement exists).
+Status claim_entitlement_home(etcd::Client& c, const std::string& prefix, const std::string& name,
+                              const std::string& shard);
+// Removes the home of `name` if it is still `shard`'s.
+Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const std::string& name,
+                             const std::string& shard);
+// Lends `machine` to `shard`: it must be free (or unknown to the region); kConflict names
+// the shard that holds it. The new record (its epoch) is returned.
+Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
+                                   const std::string& machine, const std::string& shard);
+// Returns `machine` to the free pool, if `shard` holds it at `epoch`.
+Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,
+                                     const std::string& machine, const std::string& shard,
+                                     uint64_t epoch);
+
+// One thread that makes etcd calls for an event loop: post() queues work that runs on
+// the thread with its own client; what the work returns runs on the loop afterwards, in
+// order. Nothing on the loop waits for etcd. Destroying the worker drops work not begun
+// and waits for the call under way (bounded by the client's timeout).
+class EtcdWorker {
+ public:
+  using Then = std::function<void()>;
+  using Work = std::function<Then(etcd::Client&)>;
+  static Result<std::unique_ptr<EtcdWorker>> create(EventLoop& loop, etcd::Config cfg);
+  ~EtcdWorker();
+  EtcdWorker(const EtcdWorker&) = delete;
+  EtcdWorker& operator=(const EtcdWorker&) = delete;
+  void post(Work w);
+  size_t queued() const;
+
+ private:
+  EtcdWorker() = default;
+  void run();
+  void deliver();
+  std::unique_ptr<etcd::Client> client_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Work> work_;
+  std::deque<Then> done_;
+  bool stop_ = false;
+  Fd efd_;
+  Source wake_;
+  std::thread thread_;
+};
+
+}  // namespace weft::cp

@@ -1,0 +1,343 @@
+// A region on a real etcd (Debian's etcd-server, started by the test on loopback): the
+// records the roles share (entitlements' homes, machines' holders) and their
+// transactions; then real weft-controlplane processes: a front end and two shards (one
+// of two replicas), with fake machines on the shards' sockets. Calls through the front
+// end land on the shard that owns their entitlement, lists span both shards, a job name
+// is the region's, a shard acts for no entitlement it was not given, and a shard whose
+// every replica is killed stops nothing on the other shard, nor, once back, any task of
+// its own.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "common/fs.h"
+#include "common/rpc/client.h"
+#include "common/strings.h"
+#include "controlplane/region.h"
+#include "testing/etcd_server.h"
+#include "testing/replica_harness.h"
+
+namespace weft::cp {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using weft::testing::Machine;
+using weft::testing::Replica;
+
+TEST(RegionRecords, HostileValuesAreRefusedWithTheKeyNamed) {
+  EXPECT_EQ(*parse_entitlement_home("/r/entitlements/web", R"({"shard":"s1"})"), "s1");
+  for (const char* bad : {"", "[]", R"({"shard":1})", R"({"shard":"S1"})", R"({"shard":"../x"})",
+                          R"({"shard":""})", "{\"shard\":\"s1\""}) {
+    auto r = parse_entitlement_home("/r/entitlements/web", bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().str().find("/r/entitlements/web"), std::string::npos) << r.error().str();
+  }
+  auto h = parse_machine_holder("/r/machines/m1", R"({"holder":"s2","epoch":7})");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->holder, "s2");
+  EXPECT_EQ(h->epoch, 7u);
+  EXPECT_TRUE(parse_machine_holder("k", R"({"holder":"","epoch":0})").ok());
+  for (const char* bad : {R"({"holder":"s2"})", R"({"holder":"s2","epoch":-1})",
+                          R"({"holder":"a/b","epoch":1})", R"({"epoch":1})"})
+    EXPECT_FALSE(parse_machine_holder("k", bad).ok()) << bad;
+  auto homes = parse_entitlement_homes("/r/", {{"/r/entitlements/web", R"({"shard":"s1"})"},
+                                               {"/r/entitlements/db", R"({"shard":"s2"})"}});
+  ASSERT_TRUE(homes.ok()) << homes.error().str();
+  EXPECT_EQ(homes->size(), 2u);
+  EXPECT_FALSE(parse_entitlement_homes("/r/", {{"/r/entitlements/..", R"({"shard":"s1"})"}}).ok());
+  EXPECT_FALSE(check_shard_id("shard", "-a").ok());
+  EXPECT_FALSE(check_shard_id("shard", std::string(33, 'a')).ok());
+  EXPECT_TRUE(check_shard_id("shard", "s-1").ok());
+}
+
+class RegionEtcd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    etcd_ = std::make_unique<weft::testing::EtcdServer>();
+    ASSERT_EQ(etcd_->error(), "");
+    auto c = etcd::Client::create(etcd_->client_config());
+    ASSERT_TRUE(c.ok()) << c.error().str();
+    client_ = std::move(c).value();
+  }
+  std::unique_ptr<weft::testing::EtcdServer> etcd_;
+  std::unique_ptr<etcd::Client> client_;
+};
+
+TEST_F(RegionEtcd, AnEntitlementHasOneHome) {
+  ASSERT_TRUE(claim_entitlement_home(*client_, "/r/", "web", "s1").ok());
+  for (const char* shard : {"s1", "s2"}) {
+    auto again = claim_entitlement_home(*client_, "/r/", "web", shard);
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.error().code, rpc::kConflict);
+    EXPECT_NE(again.error().message.find("its shard is s1"), std::string::npos);
+  }
+  // Only its own shard's home is dropped.
+  ASSERT_TRUE(drop_entitlement_home(*client_, "/r/", "web", "s2").ok());
+  EXPECT_TRUE(client_->get("/r/entitlements/web")->has_value());
+  ASSERT_TRUE(drop_entitlement_home(*client_, "/r/", "web", "s1").ok());
+  EXPECT_FALSE(client_->get("/r/entitlements/web")->has_value());
+  EXPECT_TRUE(claim_entitlement_home(*client_, "/r/", "web", "s2").ok());
+}
+
+TEST_F(RegionEtcd, AMachineClaimedByTwoShardsAtOnceGoesToOne) {
+  // Many rounds of two shards racing for one free machine, each with its own client.
+  auto c2 = etcd::Client::create(etcd_->client_config());
+  ASSERT_TRUE(c2.ok());
+  for (int round = 0; round < 20; ++round) {
+    std::string m = "m" + std::to_string(round % 3);
+    std::atomic<int> won{0};
+    Result<MachineHolder> a = make_error("unset"), b = make_error("unset");
+    std::thread t1([&] { a = lend_machine(*client_, "/r/", m, "s1"); });
+    std::thread t2([&] { b = lend_machine(**c2, "/r/", m, "s2"); });
+    t1.join();
+    t2.join();
+    won = a.ok() + b.ok();
+    ASSERT_EQ(won.load(), 1) << "round " << round << ": " << (a.ok() ? "" : a.error().str())
+                             << " / " << (b.ok() ? "" : b.error().str());
+    const Result<MachineHolder>& loser = a.ok() ? b : a;
+    EXPECT_EQ(loser.error().code, rpc::kConflict) << loser.error().str();
+    const MachineHolder& h = a.ok() ? *a : *b;
+    auto stored = client_->get("/r/machines/" + m);
+    ASSERT_TRUE(stored.ok() && stored->has_value());
+    auto parsed = parse_machine_holder("k", (*stored)->value);
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(parsed->holder, h.holder);
+    EXPECT_EQ(parsed->epoch, h.epoch);
+    // A return with a stale epoch, or by the other shard, is refused; the holder's frees it.
+    std::string other = h.holder == "s1" ? "s2" : "s1";
+    EXPECT_FALSE(return_machine(*client_, "/r/", m, other, h.epoch).ok());
+    EXPECT_FALSE(return_machine(*client_, "/r/", m, h.holder, h.epoch - 1).ok());
+    auto freed = return_machine(*client_, "/r/", m, h.holder, h.epoch);
+    ASSERT_TRUE(freed.ok()) << freed.error().str();
+    EXPECT_EQ(freed->holder, "");
+    EXPECT_EQ(freed->epoch, h.epoch + 1);
+  }
+}
+
+// A region of real processes: shard s1 (replicas a and b), shard s2 (replica c), a front
+// end; four fake machines, two on each shard.
+class Region : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("weft-region-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(dir_).ok());
+    etcd_ = std::make_unique<weft::testing::EtcdServer>();
+    ASSERT_EQ(etcd_->error(), "");
+    auto shard = [&](const char* name, const char* id) {
+      return std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir_, name, etcd_->client_config(),
+                                       "2s", "", std::string("/shards/") + id + "/",
+                                       std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
+                                           "\"\nprefix = \"/region/\"\n");
+    };
+    a_ = shard("a", "s1");
+    b_ = shard("b", "s1");
+    c_ = shard("c", "s2");
+    std::string s1 = a_->sock() + "," + b_->sock();
+    fe_ = std::make_unique<Replica>(
+        WEFT_CONTROLPLANE_BIN, dir_, "fe", etcd_->client_config(), "2s", "", "/fe-unused/",
+        "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\n[region.shards]\ns1 = \"" + s1 +
+            "\"\ns2 = \"" + c_->sock() + "\"\n");
+    for (Replica* r : {a_.get(), b_.get(), c_.get(), fe_.get()}) r->start();
+  }
+  void TearDown() override {
+    if (HasFailure())
+      for (Replica* r : {a_.get(), b_.get(), c_.get(), fe_.get()})
+        if (r) std::cerr << "---- " << r->sock() << "'s log (tail):\n" << tail(r->log()) << "\n";
+    machines_.clear();
+    fe_.reset();
+    a_.reset();
+    b_.reset();
+    c_.reset();
+    etcd_.reset();
+    (void)remove_tree(dir_);
+  }
+  static std::string tail(const std::string& s, size_t max = 8000) {
+    return s.size() <= max ? s : s.substr(s.size() - max);
+  }
+  template <class F>
+  static bool wait_for(double seconds, F ok) {
+    auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < end) {
+      if (ok()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return ok();
+  }
+  // Both shards lead and the front end reaches them.
+  bool region_up() {
+    return wait_for(30, [&] {
+      auto st = fe_->call("controlplane.status");
+      if (!st.ok() || !st->contains("shards")) return false;
+      for (const auto& s : (*st)["shards"])
+        if (!s.value("connected", false)) return false;
+      return true;
+    });
+  }
+  void add_machines(const std::string& shard, const std::vector<std::string>& socks, int n) {
+    for (int i = 0; i < n; ++i) {
+      machines_.push_back(std::make_unique<Machine>(shard + "-m" + std::to_string(i)));
+      machines_.back()->start_reporting(socks, 100);
+    }
+  }
+  int running_on(const std::string& prefix) {
+    int n = 0;
+    auto world = Machine::snapshot();
+    for (auto& m : machines_)
+      for (const auto& t : m->running()) n += t.rfind(prefix, 0) == 0;
+    return n;
+  }
+  int starts() {
+    int n = 0;
+    for (auto& m : machines_) n += m->starts();
+    return n;
+  }
+  static json job(const std::string& name, const std::string& ent, int count) {
+    return {{"name", name},
+            {"entitlement", ent},
+            {"count", count},
+            {"per_task", {{"cpu_milli", 500}, {"mem_mb", 256}}},
+            {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  }
+  static std::string shard_of(const json& list, const std::string& key, const std::string& name) {
+    for (const auto& e : list)
+      if (e.value(key, "") == name) return e.value("shard", "");
+    return "";
+  }
+  std::string dir_;
+  std::unique_ptr<weft::testing::EtcdServer> etcd_;
+  std::unique_ptr<Replica> a_, b_, c_, fe_;
+  std::vector<std::unique_ptr<Machine>> machines_;
+};
+
+TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
+  ASSERT_TRUE(region_up()) << fe_->call("controlplane.status")->dump();
+  add_machines("s1", {a_->sock(), b_->sock()}, 2);
+  add_machines("s2", {c_->sock()}, 2);
+
+  // Each new entitlement goes to the shard with the fewest: one each.
+  auto web = fe_->call("entitlement.create", {{"name", "web"}, {"quota", 2}});
+  ASSERT_TRUE(web.ok()) << web.error().str();
+  auto batch = fe_->call("entitlement.create", {{"name", "batch"}, {"quota", 2}});
+  ASSERT_TRUE(batch.ok()) << batch.error().str();
+  std::string web_shard = web->value("shard", ""), batch_shard = batch->value("shard", "");
+  ASSERT_FALSE(web_shard.empty());
+  ASSERT_FALSE(batch_shard.empty());
+  EXPECT_NE(web_shard, batch_shard);
+  Replica& s1 = a_->leading() ? *a_ : *b_;
+  Replica& web_cp = web_shard == "s1" ? s1 : *c_;
+  Replica& batch_cp = web_shard == "s1" ? *c_ : s1;
+  // The home is in etcd; a second front-end create of the name is refused.
+  auto home = etcd::Client::create(etcd_->client_config());
+  ASSERT_TRUE(home.ok());
+  auto kv = (*home)->get("/region/entitlements/web");
+  ASSERT_TRUE(kv.ok() && kv->has_value());
+  EXPECT_EQ(*parse_entitlement_home("k", (*kv)->value), web_shard);
+  auto again = fe_->call("entitlement.create", {{"name", "web"}, {"quota", 2}});
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, rpc::kConflict) << again.error().str();
+  // A shard acts for no entitlement the region did not give it.
+  auto direct = s1.call("entitlement.create", {{"name", "rogue"}, {"quota", 1}});
+  ASSERT_FALSE(direct.ok());
+  EXPECT_EQ(direct.error().code, rpc::kUnsupported) << direct.error().str();
+  // Only a front end may carry a caller: a plaintext TCP peer may not.
+  {
+    auto tcp = rpc::Client::connect(web_cp.address());
+    ASSERT_TRUE(tcp.ok());
+    auto forged = (*tcp)->call("frontend.forward", {{"method", "job.stop"},
+                                                    {"params", {{"name", "site"}}},
+                                                    {"caller", {{"role", "admin"}, {"who", "x"}}}});
+    ASSERT_FALSE(forged.ok());
+    EXPECT_EQ(forged.error().code, rpc::kPermissionDenied);
+  }
+
+  ASSERT_TRUE(fe_->call("job.create", job("site", "web", 2)).ok());
+  ASSERT_TRUE(fe_->call("job.create", job("crunch", "batch", 2)).ok());
+  // A job's name is the region's: the same name in the other shard's entitlement is refused.
+  auto dup = fe_->call("job.create", job("site", "batch", 1));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error().code, rpc::kConflict) << dup.error().str();
+  EXPECT_TRUE(wait_for(30, [&] { return running_on("site.") == 2 && running_on("crunch.") == 2; }))
+      << fe_->call("job.ls")->dump();
+  // Each job is on its entitlement's shard only.
+  EXPECT_TRUE(web_cp.call("job.show", {{"name", "site"}}).ok());
+  EXPECT_FALSE(batch_cp.call("job.show", {{"name", "site"}}).ok());
+  EXPECT_TRUE(batch_cp.call("job.show", {{"name", "crunch"}}).ok());
+
+  // Lists span the shards, each entry naming its shard.
+  auto jobs = fe_->call("job.ls");
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ((*jobs)["jobs"].size(), 2u) << jobs->dump();
+  EXPECT_EQ(shard_of((*jobs)["jobs"], "name", "site"), web_shard);
+  EXPECT_EQ(shard_of((*jobs)["jobs"], "name", "crunch"), batch_shard);
+  auto ms = fe_->call("machine.ls");
+  ASSERT_TRUE(ms.ok());
+  EXPECT_EQ((*ms)["machines"].size(), 4u) << ms->dump();
+  auto ents = fe_->call("entitlement.ls");
+  ASSERT_TRUE(ents.ok());
+  EXPECT_EQ((*ents)["entitlements"].size(), 2u);
+  // Calls that name a job or a machine find its shard.
+  auto show = fe_->call("job.show", {{"name", "crunch"}});
+  ASSERT_TRUE(show.ok()) << show.error().str();
+  EXPECT_EQ(show->value("entitlement", ""), "batch");
+  EXPECT_TRUE(fe_->call("machine.show", {{"machine", "s2-m1"}}).ok());
+  auto missing = fe_->call("job.show", {{"name", "nothing"}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, rpc::kNotFound);
+  ASSERT_TRUE(fe_->call("job.scale", {{"name", "site"}, {"count", 1}}).ok());
+  EXPECT_TRUE(wait_for(30, [&] { return running_on("site.") == 1; }));
+
+  // The shard's audit names the operator and the front end that carried the call.
+  auto audit = web_cp.call("audit.ls");
+  ASSERT_TRUE(audit.ok());
+  bool carried = false;
+  for (const auto& e : (*audit)["entries"])
+    carried |= e.value("method", "") == "job.scale" &&
+               e.value("who", "").find(" via ") != std::string::npos;
+  EXPECT_TRUE(carried) << audit->dump();
+}
+
+TEST_F(Region, AShardWhollyDownStopsNothingElse) {
+  ASSERT_TRUE(region_up()) << fe_->call("controlplane.status")->dump();
+  add_machines("s1", {a_->sock(), b_->sock()}, 2);
+  add_machines("s2", {c_->sock()}, 2);
+  ASSERT_TRUE(
+      fe_->call("entitlement.create", {{"name", "web"}, {"quota", 2}, {"shard", "s1"}}).ok());
+  ASSERT_TRUE(
+      fe_->call("entitlement.create", {{"name", "db"}, {"quota", 2}, {"shard", "s2"}}).ok());
+  ASSERT_TRUE(fe_->call("job.create", job("site", "web", 2)).ok());
+  ASSERT_TRUE(fe_->call("job.create", job("store", "db", 1)).ok());
+  ASSERT_TRUE(wait_for(30, [&] { return running_on("site.") == 2 && running_on("store.") == 1; }));
+  int before = starts();
+
+  // Every replica of s1 killed: its tasks run on; s2 scales, and lists say s1 is away.
+  a_->stop(SIGKILL);
+  b_->stop(SIGKILL);
+  ASSERT_TRUE(fe_->call("job.scale", {{"name", "store"}, {"count", 2}}).ok());
+  EXPECT_TRUE(wait_for(30, [&] { return running_on("store.") == 2; }));
+  EXPECT_EQ(running_on("site."), 2);
+  auto jobs = fe_->call("job.ls");
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(shard_of((*jobs)["jobs"], "name", "store"), "s2");
+  ASSERT_TRUE(jobs->contains("unreachable")) << jobs->dump();
+  EXPECT_EQ((*jobs)["unreachable"][0]["shard"], "s1");
+  auto away = fe_->call("job.scale", {{"name", "site"}, {"count", 1}});
+  ASSERT_FALSE(away.ok());
+  EXPECT_EQ(away.error().code, rpc::kUnavailable) << away.error().str();
+
+  // s1 back (one replica): it resumes from etcd; nothing of its own restarted.
+  b_->start();
+  ASSERT_TRUE(region_up()) << fe_->call("controlplane.status")->dump();
+  ASSERT_TRUE(wait_for(30, [&] { return fe_->call("job.show", {{"name", "site"}}).ok(); }));
+  for (int i = 0; i < 10; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(running_on("site."), 2);
+  EXPECT_EQ(starts() - before, 1) << "only s2's scale-up started a task";
+}
+
+}  // namespace
+}  // namespace weft::cp
