@@ -97,6 +97,11 @@ struct Options {
   // of `discovery_tasks` is scaled down step by step; each step's withdrawal is timed
   // until every agent holds it, and until the stop reaches the task's machine.
   int discovery_tasks = 20, discovery_steps = 10;
+  // A region (docs/regions.md): the control plane is shard s1 of a region whose records
+  // are in this etcd, with a front end of its own; the entitlement is made through the
+  // front end, and the create phase's jobs through `jobs_via` ("front-end" or "shard").
+  std::string region_etcd;
+  std::string jobs_via = "front-end";
 };
 
 struct Shape {
@@ -1024,6 +1029,11 @@ int main(int argc, char** argv) {
   app.add_option("--machine-data", o.data, "Alibaba machine_meta.csv");
   app.add_option("--timeout", o.timeout_s, "seconds each phase may take");
   app.add_option("--seed", o.seed, "random seed (the failing machines)");
+  app.add_option("--region-etcd", o.region_etcd,
+                 "a region on this etcd (http://host:port): the control plane as a shard, "
+                 "with a front end");
+  app.add_option("--jobs-via", o.jobs_via, "region: job.create through 'front-end' or 'shard'")
+      ->check(CLI::IsMember({"front-end", "shard"}));
   app.add_flag("--keep", o.keep, "keep the control plane's directory (log, state)");
   app.add_option("--machine-cpu-milli", o.machine_cpu_milli, "every machine's CPU (0: the list's)");
   app.add_option("--machine-mem-mb", o.machine_mem_mb, "every machine's memory (0: the list's)");
@@ -1084,8 +1094,46 @@ int main(int argc, char** argv) {
   if (o.tls)
     conf += "tls_ca = \"" + pki + "/ca.pem\"\ntls_cert = \"" + pki + "/cp.pem\"\ntls_key = \"" +
             pki + "/cp.key\"\n";
+  // A region: the control plane is shard s1; a front end routes to it.
+  pid_t fe = -1;
+  std::string api = dir + "/cp.sock", jobs_api = api;
+  if (!o.region_etcd.empty()) {
+    std::string prefix = "/bench-" + random_hex(4) + "/";
+    conf += "[store]\nkind = \"etcd\"\netcd_endpoints = [\"" + o.region_etcd +
+            "\"]\netcd_prefix = \"" + prefix +
+            "s1/\"\netcd_max_txn_ops = 4096\n[region]\nrole = "
+            "\"shard\"\nshard = \"s1\"\nprefix = \"" +
+            prefix + "region/\"\n";
+    std::string fe_conf = "socket = \"" + dir + "/fe.sock\"\nstate_dir = \"" + dir +
+                          "/fe\"\nlisten = \"\"\nlog_level = \"warning\"\nmetrics_listen = \"\"\n"
+                          "[store]\nkind = \"etcd\"\netcd_endpoints = [\"" +
+                          o.region_etcd + "\"]\n[region]\nrole = \"front-end\"\nprefix = \"" +
+                          prefix + "region/\"\n[region.shards]\ns1 = \"" + dir + "/cp.sock\"\n";
+    (void)write_file(dir + "/fe.toml", fe_conf);
+    api = dir + "/fe.sock";
+    if (o.jobs_via == "front-end") jobs_api = api;
+  }
   (void)write_file(dir + "/cp.toml", conf);
   pid_t cp = start_controlplane(dir + "/cp.toml", dir + "/cp.log");
+  if (!o.region_etcd.empty()) {
+    fe = start_controlplane(dir + "/fe.toml", dir + "/fe.log");
+    bool up = false;
+    for (int i = 0; i < 300 && !up; ++i) {  // the front end up and reaching its shard
+      auto c = rpc::Client::connect(api);
+      auto st =
+          c.ok() ? (*c)->call("controlplane.status", json::object()) : Result<json>(c.error());
+      up = st.ok() && st->contains("shards") && (*st)["shards"][0].value("connected", false);
+      if (!up) ::usleep(100'000);
+    }
+    if (!up) {
+      std::fprintf(stderr, "fleet_sim: the front end did not reach its shard; see %s/fe.log\n",
+                   dir.c_str());
+      for (pid_t p : {fe, cp}) kill(p, SIGTERM), waitpid(p, nullptr, 0);
+      return 1;
+    }
+    std::printf("fleet_sim: a region on %s: shard s1 and a front end; jobs through the %s\n",
+                o.region_etcd.c_str(), o.jobs_via.c_str());
+  }
   if (!wait_controlplane(dir + "/cp.sock")) {
     std::fprintf(stderr, "fleet_sim: the control plane did not start; see %s/cp.log\n",
                  dir.c_str());
@@ -1110,6 +1158,7 @@ int main(int argc, char** argv) {
     if (o.domain_size > 0) s.domain = "msb" + std::to_string(i / o.domain_size);
     if (auto st = fleet.add(i, s, pki); !st.ok()) {
       std::fprintf(stderr, "fleet_sim: %s\n", st.error().str().c_str());
+      if (fe > 0) kill(fe, SIGTERM);
       kill(cp, SIGTERM);  // the control plane does not outlive the simulator
       waitpid(cp, nullptr, 0);
       return 1;
@@ -1154,7 +1203,7 @@ int main(int argc, char** argv) {
                std::to_string(fleet.report_errors()) + " errors";
       });
     } else if (phase == "create") {
-      auto admin = rpc::Client::connect(dir + "/cp.sock");
+      auto admin = rpc::Client::connect(api);
       if (!admin.ok() ||
           !(*admin)->call("entitlement.create", {{"name", "fleet"}, {"quota", o.machines}}).ok()) {
         std::fprintf(stderr, "fleet_sim: entitlement.create failed\n");
@@ -1163,9 +1212,10 @@ int main(int argc, char** argv) {
       }
       Creator creator;
       double created_s = 0;
+      double fe_cpu0 = fe > 0 ? cpu_seconds(fe) : 0;
       measure("create", [&] {
         uint64_t t0 = now_monotonic_us();
-        creator.start(dir + "/cp.sock", o);
+        creator.start(jobs_api, o);
         run_until(
             *loop, [&] { return creator.done + creator.failed == o.jobs; }, o.timeout_s, pump);
         created_s = static_cast<double>(now_monotonic_us() - t0) / 1e6;
@@ -1185,7 +1235,13 @@ int main(int argc, char** argv) {
             pct(creator.latency_ms, 99), creator.failed.load(),
             creator.first_error.empty() ? "" : ": ", creator.first_error.substr(0, 120).c_str(),
             want_running, all < 0 ? "NOT " : "", all < 0 ? o.timeout_s : all);
-        return std::string(buf);
+        std::string out = buf;
+        if (fe > 0) {
+          std::snprintf(buf, sizeof buf, "; front end %.2f s CPU, %ld MiB RSS",
+                        cpu_seconds(fe) - fe_cpu0, rss_kib(fe) / 1024);
+          out += buf;
+        }
+        return out;
       });
     } else if (phase == "fail") {
       measure("fail", [&] {
@@ -1214,6 +1270,7 @@ int main(int argc, char** argv) {
       break;
     }
   }
+  if (fe > 0) kill(fe, SIGTERM), waitpid(fe, nullptr, 0);
   kill(cp, SIGTERM);
   int ws = 0;
   waitpid(cp, &ws, 0);

@@ -272,21 +272,23 @@ void FrontEnd::forward(const std::string& shard, const std::string& method, cons
 }
 
 void FrontEnd::fan_out(const std::string& method, const json& p, const json& who,
-                       std::function<void(std::map<std::string, Result<json>>)> done) {
+                       std::function<void(std::map<std::string, Result<json>>)> done,
+                       const std::string& except) {
   struct Gather {
     size_t left = 0;
     std::map<std::string, Result<json>> answers;
     std::function<void(std::map<std::string, Result<json>>)> done;
   };
   auto g = std::make_shared<Gather>();
-  g->left = shards_.size();
+  g->left = shards_.size() - shards_.count(except);
   g->done = std::move(done);
   if (g->left == 0) return g->done({});
   for (const auto& [id, s] : shards_)
-    forward(id, method, p, who, [g, id = id](Result<json> r) {
-      g->answers.emplace(id, std::move(r));
-      if (--g->left == 0) g->done(std::move(g->answers));
-    });
+    if (id != except)
+      forward(id, method, p, who, [g, id = id](Result<json> r) {
+        g->answers.emplace(id, std::move(r));
+        if (--g->left == 0) g->done(std::move(g->answers));
+      });
 }
 
 json FrontEnd::merge(const std::string& key,
@@ -329,15 +331,20 @@ void FrontEnd::locate(Route kind, const std::string& name, const json& who,
   const char* method = kind == Route::kJob ? "job.show" : "machine.show";
   json p = kind == Route::kJob ? json{{"name", name}} : json{{"machine", name}};
   fan_out(method, p, who, [this, kind, name, done](std::map<std::string, Result<json>> answers) {
-    std::string lost;
+    std::string lost, found;
     for (const auto& [shard, r] : answers) {
-      if (r.ok()) {
-        (kind == Route::kJob ? job_shard_ : machine_shard_)[name] = shard;
-        return done(shard);
-      }
-      if (!not_found(r)) lost += (lost.empty() ? "" : ", ") + shard;
+      if (r.ok()) found += (found.empty() ? "" : " and ") + shard;
+      if (!r.ok() && !not_found(r)) lost += (lost.empty() ? "" : ", ") + shard;
     }
     std::string what = (kind == Route::kJob ? "job " : "machine ") + name;
+    if (found.find(" and ") != std::string::npos)
+      return done(make_error(what + " is on shards " + found +
+                             " (made while one did not answer): stop one through its shard")
+                      .with_code(rpc::kConflict));
+    if (!found.empty()) {
+      (kind == Route::kJob ? job_shard_ : machine_shard_)[name] = found;
+      return done(found);
+    }
     if (!lost.empty())
       return done(unavailable(what + " is not on the shards that answered; shards " + lost +
                               " did not answer"));
@@ -424,17 +431,35 @@ void FrontEnd::route_job_create(const json& p, const json& who, Done done) {
   home_of(ent, [this, p, who, done, name](Result<std::string> home) {
     if (!home.ok())
       return done(field_error("entitlement", home.error().message).with_code(home.error().code));
-    // Job names are the region's: one made on another shard first is refused here.
-    locate(Route::kJob, name, who, [this, p, who, done, name, s = *home](Result<std::string> at) {
-      if (at.ok() && *at != s)
-        return done(
-            make_error("job " + name + " exists on shard " + *at).with_code(rpc::kConflict));
-      if (!at.ok() && !not_found(at)) return done(std::move(at).error());
+    // Job names are the region's: one made on another shard first is refused here (the
+    // home shard refuses its own duplicates itself, so only the others are asked).
+    std::string s = *home;
+    auto create = [this, p, who, done, name, s] {
       forward(s, "job.create", p, who, [this, done, name, s](Result<json> r) {
         if (r.ok()) job_shard_[name] = s;
         done(std::move(r));
       });
-    });
+    };
+    if (shards_.size() == 1) return create();
+    fan_out(
+        "job.show", json{{"name", name}}, who,
+        [this, done, name, create](std::map<std::string, Result<json>> answers) {
+          for (const auto& [shard, r] : answers) {
+            if (r.ok()) {
+              job_shard_[name] = shard;
+              return done(make_error("job " + name + " exists on shard " + shard)
+                              .with_code(rpc::kConflict));
+            }
+            // A shard that does not answer does not hold up the others' creates (a
+            // shard's trouble stays its own); should it have the name, later calls by
+            // name are refused as ambiguous until one of the two goes.
+            if (!not_found(r))
+              log_info("job.create: a shard did not answer whether it has the name",
+                       {{"JOB", name}, {"SHARD", shard}, {"ERROR", r.error().str()}});
+          }
+          create();
+        },
+        s);
   });
 }
 

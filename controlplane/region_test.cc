@@ -18,6 +18,7 @@
 #include "common/fs.h"
 #include "common/rpc/client.h"
 #include "common/strings.h"
+#include "common/tls.h"
 #include "controlplane/region.h"
 #include "testing/etcd_server.h"
 #include "testing/replica_harness.h"
@@ -319,7 +320,9 @@ TEST_F(Region, AShardWhollyDownStopsNothingElse) {
   a_->stop(SIGKILL);
   b_->stop(SIGKILL);
   ASSERT_TRUE(fe_->call("job.scale", {{"name", "store"}, {"count", 2}}).ok());
-  EXPECT_TRUE(wait_for(30, [&] { return running_on("store.") == 2; }));
+  auto made = fe_->call("job.create", job("cache", "db", 1));  // s1's silence holds up nothing
+  ASSERT_TRUE(made.ok()) << made.error().str();
+  EXPECT_TRUE(wait_for(30, [&] { return running_on("store.") == 2 && running_on("cache.") == 1; }));
   EXPECT_EQ(running_on("site."), 2);
   auto jobs = fe_->call("job.ls");
   ASSERT_TRUE(jobs.ok());
@@ -336,7 +339,148 @@ TEST_F(Region, AShardWhollyDownStopsNothingElse) {
   ASSERT_TRUE(wait_for(30, [&] { return fe_->call("job.show", {{"name", "site"}}).ok(); }));
   for (int i = 0; i < 10; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(running_on("site."), 2);
-  EXPECT_EQ(starts() - before, 1) << "only s2's scale-up started a task";
+  EXPECT_EQ(starts() - before, 2) << "only s2's scale-up and new job started tasks";
+}
+
+// The same over mutual TLS, as a region runs: each role with a certificate naming it
+// (shards OU=shard, front ends OU=frontend), operators with their own; two front ends,
+// weftctl given both.
+class RegionTls : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("weft-region-tls-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(dir_).ok());
+    pki_ = dir_ + "/pki";
+    std::string tool = std::string(WEFT_SOURCE_DIR) + "/scripts/weft-pki";
+    std::string cmds = tool + " ca " + pki_;
+    for (const char* spec : {"s1 --ou shard --dns s1.shard --ip 127.0.0.1",
+                             "s2 --ou shard --dns s2.shard --ip 127.0.0.1",
+                             "fe --ou frontend --dns fe.region --ip 127.0.0.1",
+                             "alice --ou operator", "bob --ou operator", "root --ou admin"})
+      cmds += " && " + tool + " issue " + pki_ + " " + spec;
+    ASSERT_EQ(std::system(("(" + cmds + ") >/dev/null").c_str()), 0) << cmds;
+    etcd_ = std::make_unique<weft::testing::EtcdServer>();
+    ASSERT_EQ(etcd_->error(), "");
+    auto tls_lines = [&](const std::string& who) {
+      return "tls_ca = \"" + pki_ + "/ca.pem\"\ntls_cert = \"" + pki_ + "/" + who +
+             ".pem\"\ntls_key = \"" + pki_ + "/" + who + ".key\"\n";
+    };
+    for (const char* id : {"s1", "s2"})
+      shards_.push_back(
+          std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir_, id, etcd_->client_config(), "2s",
+                                    tls_lines(id), std::string("/shards/") + id + "/",
+                                    std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
+                                        "\"\nprefix = \"/region/\"\n"));
+    for (const char* name : {"fe1", "fe2"})
+      fes_.push_back(std::make_unique<Replica>(
+          WEFT_CONTROLPLANE_BIN, dir_, name, etcd_->client_config(), "2s", tls_lines("fe"),
+          "/fe-unused/",
+          "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\n[region.shards]\ns1 = \"" +
+              shards_[0]->address() + "\"\ns2 = \"" + shards_[1]->address() + "\"\n"));
+    for (auto& r : shards_) r->start();
+    for (auto& r : fes_) r->start();
+  }
+  void TearDown() override {
+    if (HasFailure())
+      for (auto* list : {&shards_, &fes_})
+        for (auto& r : *list) std::cerr << "---- " << r->sock() << ":\n" << r->log() << "\n";
+    fes_.clear();
+    shards_.clear();
+    etcd_.reset();
+    (void)remove_tree(dir_);
+  }
+  Result<json> call_as(Replica& r, const std::string& who, const std::string& m,
+                       const json& p = json::object()) {
+    auto ctx = tls::Context::create(
+        {pki_ + "/ca.pem", pki_ + "/" + who + ".pem", pki_ + "/" + who + ".key", ""},
+        tls::Role::kClient);
+    if (!ctx.ok()) return std::move(ctx).error();
+    auto t = rpc::client_tls(*ctx);
+    TRY_ASSIGN(auto c, rpc::Client::connect("tls://" + r.address(), rpc::kDefaultMaxLine, &t));
+    return c->call(m, p, 5000);
+  }
+  bool connected(Replica& fe) {
+    auto end = Clock::now() + std::chrono::seconds(30);
+    while (Clock::now() < end) {
+      auto st = fe.call("controlplane.status");
+      bool all = st.ok() && st->contains("shards");
+      if (all)
+        for (const auto& s : (*st)["shards"]) all = all && s.value("connected", false);
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  std::pair<int, std::string> weftctl(const std::string& who, const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    std::string eps = "tls://" + fes_[0]->address() + ",tls://" + fes_[1]->address();
+    int rc =
+        std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                     eps + " --tls-ca " + pki_ + "/ca.pem --tls-cert " + pki_ + "/" + who +
+                     ".pem --tls-key " + pki_ + "/" + who + ".key " + args + " >" + out + " 2>&1")
+                        .c_str());
+    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  }
+  std::string dir_, pki_;
+  std::unique_ptr<weft::testing::EtcdServer> etcd_;
+  std::vector<std::unique_ptr<Replica>> shards_, fes_;
+};
+
+TEST_F(RegionTls, TheOperatorIsCheckedAtTheFrontEndAndActsAtTheShardAsThemselves) {
+  ASSERT_TRUE(connected(*fes_[0]) && connected(*fes_[1]));
+  Machine m("m1");
+  m.start_reporting({shards_[1]->sock()}, 100);
+  auto made = call_as(*fes_[0], "root", "entitlement.create",
+                      {{"name", "team"}, {"quota", 1}, {"owners", {"CN=alice"}}, {"shard", "s2"}});
+  ASSERT_TRUE(made.ok()) << made.error().str();
+  json spec{{"name", "web"},
+            {"entitlement", "team"},
+            {"count", 1},
+            {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+            {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  // alice owns the entitlement; bob is an operator too, but not its owner: the shard,
+  // which knows the owners, refuses him by his own certificate.
+  Result<json> by_alice = make_error("not yet");
+  for (int i = 0; i < 100 && !by_alice.ok(); ++i) {  // once the machine has registered
+    by_alice = call_as(*fes_[1], "alice", "job.create", spec);
+    if (!by_alice.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(by_alice.ok()) << by_alice.error().str();
+  auto by_bob = call_as(*fes_[0], "bob", "job.scale", {{"name", "web"}, {"count", 2}});
+  ASSERT_FALSE(by_bob.ok());
+  EXPECT_EQ(by_bob.error().code, rpc::kPermissionDenied) << by_bob.error().str();
+  // The front end checks the role first: an operator may not make entitlements.
+  auto ent = call_as(*fes_[0], "alice", "entitlement.create", {{"name", "mine"}, {"quota", 1}});
+  ASSERT_FALSE(ent.ok());
+  EXPECT_EQ(ent.error().code, rpc::kPermissionDenied);
+  // Only a front end's certificate may carry a caller: alice's, at the shard, may not.
+  auto forged = call_as(*shards_[1], "alice", "frontend.forward",
+                        {{"method", "job.stop"},
+                         {"params", {{"name", "web"}}},
+                         {"caller", {{"role", "admin"}, {"who", "root"}}}});
+  ASSERT_FALSE(forged.ok());
+  EXPECT_EQ(forged.error().code, rpc::kPermissionDenied);
+  // The shard's audit names alice (her certificate) and the front end.
+  auto audit = shards_[1]->call("audit.ls");
+  ASSERT_TRUE(audit.ok());
+  bool named = false;
+  for (const auto& e : (*audit)["entries"]) {
+    std::string who = e.value("who", "");
+    size_t via = who.find(" via ");
+    named |= e.value("method", "") == "job.create" && e.value("result", "") == "ok" &&
+             via != std::string::npos && who.find("CN=alice") < via &&
+             who.find("CN=fe", via) != std::string::npos;
+  }
+  EXPECT_TRUE(named) << audit->dump();
+
+  // weftctl, unchanged, given both front ends: one killed, the other answers.
+  auto [rc, out] = weftctl("alice", "job ls");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("web"), std::string::npos) << out;
+  fes_[0]->stop(SIGKILL);
+  std::tie(rc, out) = weftctl("alice", "job show web --json");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"entitlement\": \"team\""), std::string::npos) << out;
 }
 
 }  // namespace
