@@ -25,6 +25,7 @@ ControlPlaneLink::ControlPlaneLink(EventLoop& loop, std::string endpoint, std::s
       insecure_tcp_(insecure_tcp) {
   endpoints_ = split_endpoints(endpoint);
   if (endpoints_.empty()) endpoints_.push_back(endpoint);  // refused by connect()
+  configured_ = endpoints_;
 }
 
 ControlPlaneLink::~ControlPlaneLink() {
@@ -96,7 +97,11 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
   hello_(*session_, [this, gen](Result<nlohmann::json> r) {
     if (gen != generation_ || !session_) return;
     if (!r.ok()) {
-      if (r.error().code == rpc::kNotLeader) {
+      if (r.error().code == rpc::kMoved) {
+        // A region's machine that belongs to another control plane (docs/regions.md):
+        // the shard that holds it now, or back to the brokers ("").
+        moved(r.error().leader);
+      } else if (r.error().code == rpc::kNotLeader) {
         // A replica that follows: go where it says the leader is, if that is one of ours,
         // else on to the next endpoint; at once, not after a backoff.
         auto it = std::find(endpoints_.begin(), endpoints_.end(), r.error().leader);
@@ -124,6 +129,19 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
     log_info(who_ + " connected to the control plane", {{"ENDPOINT", endpoint()}});
     report_now();
   });
+}
+
+void ControlPlaneLink::moved(const std::string& to) {
+  std::vector<std::string> next = to.empty() ? configured_ : split_endpoints(to);
+  if (next.empty()) next = configured_;
+  log_info(who_ + ": the machine belongs to another control plane; going there",
+           {{"FROM", endpoint()}, {"TO", to.empty() ? "the configured endpoints" : to}});
+  held_ = !to.empty();
+  endpoints_ = std::move(next);
+  current_ = 0;
+  next_ = 0;
+  redirected_ = true;
+  tried_ = 0;
 }
 
 void ControlPlaneLink::report_now() {
@@ -162,6 +180,9 @@ void ControlPlaneLink::lost() {
   // name each other cannot keep the link spinning.
   uint64_t delay = backoff_us_;
   ++tried_;
+  // At a holder that answers nowhere for two rounds (all its replicas down): back to the
+  // configured endpoints, which say where the machine belongs now.
+  if (held_ && tried_ >= 2 * endpoints_.size()) moved("");
   if (redirected_) {
     current_ = next_;
     redirected_ = false;

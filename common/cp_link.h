@@ -66,6 +66,9 @@ class ControlPlaneLink {
 
  private:
   const std::string& endpoint() const { return endpoints_[current_]; }
+  // A region (docs/regions.md): the machine is held by the control plane at `to` (its
+  // replicas' endpoints), or belongs to the configured ones again ("").
+  void moved(const std::string& to);
   void connect();
   void connected(Result<Fd> fd);
   void lost();
@@ -76,6 +79,8 @@ class ControlPlaneLink {
   // The control plane's endpoints (replicas: docs/replicas.md), the one in use, and
   // where a follower's redirect points.
   std::vector<std::string> endpoints_;
+  std::vector<std::string> configured_;  // endpoints_ while no holder was named
+  bool held_ = false;                    // endpoints_ are a holder's (kMoved)
   size_t current_ = 0, next_ = 0;
   bool redirected_ = false;
   uint64_t tried_ = 0;  // connections that ended without an accepted hello

@@ -23,6 +23,8 @@ struct Error {
   std::string field;                 // offending input field or file:line, if any
   std::vector<std::string> context;  // outermost last
   // rpc::kNotLeader: where the leading control plane is ("host:port"; empty: unknown).
+  // rpc::kMoved: the endpoints of the control plane that holds the machine now (empty:
+  // the region's brokers).
   std::string leader;
 
   // "context2: context1: message: strerror" — the form logs and CLIs print.

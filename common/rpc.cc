@@ -496,6 +496,10 @@ void Session::flush() {
     }
     out_.erase(0, static_cast<size_t>(n));
   }
+  if (close_when_sent_ && out_.empty() && gated_.empty()) {
+    close();
+    return;
+  }
   if (out_.size() > (64u << 20)) {  // a peer that never reads cannot make us grow forever
     log_warn("closing session: peer is not reading", {{"PEER", peer_.address}});
     close();

@@ -28,6 +28,7 @@ RpcError to_rpc_error(const Error& e, int fallback) {
   r.message = e.str();
   if (!e.field.empty()) r.data = json{{"field", e.field}};
   if (e.code == kNotLeader) r.data = json{{"leader", e.leader}};
+  if (e.code == kMoved) r.data = json{{"endpoints", e.leader}};
   return r;
 }
 
@@ -39,6 +40,9 @@ Error from_rpc_error(const RpcError& e) {
   if (e.code == kNotLeader && e.data.is_object() && e.data.contains("leader") &&
       e.data["leader"].is_string() && e.data["leader"].get<std::string>().size() <= 255)
     err.leader = e.data["leader"].get<std::string>();
+  if (e.code == kMoved && e.data.is_object() && e.data.contains("endpoints") &&
+      e.data["endpoints"].is_string() && e.data["endpoints"].get<std::string>().size() <= 4096)
+    err.leader = e.data["endpoints"].get<std::string>();
   return err;
 }
 

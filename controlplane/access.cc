@@ -83,13 +83,14 @@ Result<AccessConfig> parse_access(const TomlDoc& doc, const toml::table* t) {
   AccessConfig a;
   if (!t) return a;
   TRY(doc.only_keys(*t, "access.",
-                    {"machine", "viewer", "operator", "admin", "logs", "front_end"}));
+                    {"machine", "viewer", "operator", "admin", "logs", "front_end", "shard"}));
   for (auto [key, out] : {std::pair{"machine", &a.machine},
                           {"viewer", &a.viewer},
                           {"operator", &a.op},
                           {"admin", &a.admin},
                           {"logs", &a.logs},
-                          {"front_end", &a.front_end}}) {
+                          {"front_end", &a.front_end},
+                          {"shard", &a.shard}}) {
     TRY_ASSIGN(auto list, doc.get_string_list(*t, key));
     if (!list) continue;
     for (const auto& p : *list)

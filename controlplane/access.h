@@ -39,10 +39,14 @@ struct AccessConfig {
   // A region's front ends (docs/regions.md): they may carry an operator's call to a
   // shard (frontend.forward), which then acts with the operator's role and identity.
   std::vector<std::string> front_end{"OU=frontend"};
+  // A region's shards: they may borrow and give back machines at a broker (pool.lend,
+  // pool.return) for the shard their certificate's CN names.
+  std::vector<std::string> shard{"OU=shard"};
 
   Role role_of(const tls::Identity& id) const;
   bool is_machine(const tls::Identity& id) const { return any_matches(machine, id); }
   bool is_front_end(const tls::Identity& id) const { return any_matches(front_end, id); }
+  bool is_shard(const tls::Identity& id) const { return any_matches(shard, id); }
 };
 
 // The [access] table of controlplane.toml (absent keys keep their defaults).

@@ -105,6 +105,10 @@ void Manager::register_methods() {
   };
   methods_.add("frontend.forward",
                [this](const json& p, const CallContext& c) { return api_frontend_forward(p, c); });
+  methods_.add("pool.lend",
+               [this](const json& p, const CallContext& c) { return api_pool_lend(p, c); });
+  methods_.add("pool.return",
+               [this](const json& p, const CallContext& c) { return api_pool_return(p, c); });
   for (const auto& m : kMethods)
     methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
       Caller who = caller(c);
@@ -121,10 +125,21 @@ void Manager::register_methods() {
         group_->set_sync(true);
       }
       uint64_t t0 = now_us();
-      if (auto s = permit(who, m.access, m.name); !s.ok())
+      if (auto s = permit(who, m.access, m.name); !s.ok()) {
         r = std::move(s).error();
-      else
+      } else if (m.access == kMachineCall && lending_ && p.is_object() && p.contains("machine") &&
+                 p["machine"].is_string()) {
+        // A region's machine that belongs elsewhere is told where (kMoved), and its
+        // session ends once it has heard it: its daemon goes there.
+        if (auto a = lending_->admit(p["machine"].get<std::string>()); !a.ok()) {
+          if (c.session) c.session->close_when_sent();
+          r = std::move(a).error();
+        } else {
+          r = (this->*m.handler)(p, c);
+        }
+      } else {
         r = (this->*m.handler)(p, c);
+      }
       request_seconds_.observe(m.name, static_cast<double>(now_us() - t0) / 1e6);
       if (!r.ok()) ++request_errors_[m.name];
       // The audit entry joins the next group commit; the reply waits for it.
@@ -377,6 +392,11 @@ Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
 Result<json> Manager::api_entitlement_create(const json& p, const CallContext& c) {
   // A shard acts only for the entitlements the region gave it: a front end claims the
   // entitlement's home in etcd before it carries the create here (docs/regions.md).
+  if (cfg_.region.role == RegionRole::kBroker)
+    return make_error(
+               "this control plane is a region's broker: it holds machines, not "
+               "entitlements (create them through a front end)")
+        .with_code(rpc::kUnsupported);
   if (cfg_.region.role == RegionRole::kShard && c.peer.via.empty())
     return make_error("this control plane is shard " + cfg_.region.shard +
                       " of a region: entitlements are created through a front end, which "
@@ -783,7 +803,12 @@ Result<json> Manager::api_machine_rm(const json& p, const CallContext& c) {
                                       std::to_string(n) +
                                       " tasks (their replacements wait for the failure budget, "
                                       "or it is not dead)");
-  TRY(broker_.remove(p["machine"].get<std::string>(), now_us()));
+  TRY(forget_machine(m));
+  return json{{"machine", p["machine"]}, {"removed", true}};
+}
+
+Status Manager::forget_machine(MachineId m) {
+  TRY(broker_.remove(alloc_.spec(m).name, now_us()));
   EntitlementId before = alloc_.entitlement_of(m);
   if (before != kFreePool) TRY(alloc_.assign(m, kFreePool));
   health_problems_.erase(m);
@@ -796,7 +821,7 @@ Result<json> Manager::api_machine_rm(const json& p, const CallContext& c) {
     if (before != kFreePool) (void)alloc_.assign(m, before);
     return std::move(s).error();
   }
-  return json{{"machine", p["machine"]}, {"removed", true}};
+  return {};
 }
 
 }  // namespace weft::cp

@@ -78,7 +78,7 @@ Status parse_store(const TomlDoc& doc, const toml::table& t, const std::string& 
 
 Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string& name,
                     CpConfig* c) {
-  TRY(doc.only_keys(t, "region.", {"role", "shard", "prefix", "shards"}));
+  TRY(doc.only_keys(t, "region.", {"role", "shard", "prefix", "shards", "brokers", "return_idle"}));
   RegionConfig& r = c->region;
   auto where = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   TRY_ASSIGN(auto role, doc.get_string(t, "role"));
@@ -87,9 +87,11 @@ Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string&
       r.role = RegionRole::kShard;
     else if (*role == "front-end")
       r.role = RegionRole::kFrontEnd;
+    else if (*role == "broker")
+      r.role = RegionRole::kBroker;
     else if (*role != "all-in-one")
       return field_error(where("role"),
-                         "'role' must be \"all-in-one\", \"shard\" or \"front-end\"");
+                         "'role' must be \"all-in-one\", \"broker\", \"shard\" or \"front-end\"");
   }
   TRY_ASSIGN(auto shard, doc.get_string(t, "shard"));
   if (shard) {
@@ -116,6 +118,23 @@ Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string&
       r.shards[id] = eps->get();
     }
   }
+  TRY_ASSIGN(auto brokers, doc.get_string(t, "brokers"));
+  if (brokers) {
+    if (split_endpoints(*brokers).empty())
+      return field_error(where("brokers"), "'brokers' must list the brokers' replicas");
+    for (const auto& ep : split_endpoints(*brokers))
+      if (auto e = rpc::parse_endpoint(ep); !e.ok())
+        return field_error(where("brokers"), "'" + ep + "': " + e.error().message);
+    r.brokers = *brokers;
+  }
+  TRY_ASSIGN(auto idle, doc.get_string(t, "return_idle"));
+  if (idle) {
+    auto us = parse_duration_us(*idle);
+    if (!us.ok() || *us < 100'000 || *us > 86400'000'000ull)
+      return field_error(where("return_idle"),
+                         "'return_idle' must be a duration from 100ms to 24h");
+    r.return_idle_us = *us;
+  }
   if (r.role == RegionRole::kAllInOne) return {};
   if (c->store.kind != "etcd")
     return field_error(where("role"), std::string("a ") + region_role_name(r.role) +
@@ -128,6 +147,17 @@ Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string&
       return field_error(where("prefix"),
                          "the shard's [store] etcd_prefix and the region's prefix must not "
                          "contain one another (each shard keeps its state under its own)");
+  }
+  if (r.role == RegionRole::kBroker && r.shards.empty())
+    return field_error(where("role"),
+                       "a broker needs [region.shards] (id = \"endpoints\"): it "
+                       "sends each lent machine to its shard");
+  if (r.role == RegionRole::kBroker) {
+    const std::string& sp = c->store.etcd.prefix;
+    if (sp.rfind(r.prefix, 0) == 0 || r.prefix.rfind(sp, 0) == 0)
+      return field_error(where("prefix"),
+                         "the broker's [store] etcd_prefix and the region's prefix must not "
+                         "contain one another");
   }
   if (r.role == RegionRole::kFrontEnd && r.shards.empty())
     return field_error(where("role"), "a front end needs [region.shards] (id = \"endpoints\")");

@@ -263,6 +263,10 @@ Status Manager::serve() {
 }
 
 void Manager::lead() {
+  if (auto s = start_lending(); !s.ok()) {
+    log_error("the region's machines could not be read: " + s.error().str());
+    if (leadership_) return step_down("the region's machines could not be read");
+  }
   auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
   watch_heartbeats();
@@ -560,6 +564,7 @@ void Manager::start_refused(const std::string& task, const Error& e, bool bad_sp
 
 void Manager::tick() {
   uint64_t now = now_us();
+  if (lending_) lending_->round(now);
   std::vector<Command> cmds;
   std::set<MachineId> touched;
   for (MachineId m : check_machines(now)) failures_.went_down(m);

@@ -26,6 +26,7 @@
 #include "controlplane/failure_budget.h"
 #include "controlplane/group_commit.h"
 #include "controlplane/leader.h"
+#include "controlplane/lending.h"
 #include "controlplane/log_relay.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/profile_rolls.h"
@@ -73,6 +74,15 @@ class Manager {
   // A call a region's front end carried for an operator (region_api.cc): run as that
   // operator's, audited with their name.
   Result<nlohmann::json> api_frontend_forward(const nlohmann::json& p, const rpc::CallContext& c);
+  // A region's brokers and shards lend machines (lending.h, region_api.cc).
+  Result<nlohmann::json> api_pool_lend(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_pool_return(const nlohmann::json& p, const rpc::CallContext& c);
+  // Whether the caller may act for the shard `p` names (its certificate, or this host).
+  Result<std::string> calling_shard(const nlohmann::json& p, const rpc::CallContext& c) const;
+  Status start_lending();
+  std::unique_ptr<Lending> lending_;  // a broker's, or a shard's with brokers
+  // machine.rm's work: the machine is listed no more (its registering brings it back).
+  Status forget_machine(MachineId m);
   std::string advertised() const {
     return !cfg_.store.advertise.empty() ? cfg_.store.advertise : cfg_.listen;
   }

@@ -19,6 +19,8 @@ const char* region_role_name(RegionRole r) {
       return "shard";
     case RegionRole::kFrontEnd:
       return "front-end";
+    case RegionRole::kBroker:
+      return "broker";
     case RegionRole::kAllInOne:
       break;
   }

@@ -31,14 +31,17 @@
 namespace weft::cp {
 
 // What this weft-controlplane process is in its region ([region] role).
-enum class RegionRole { kAllInOne, kShard, kFrontEnd };
+enum class RegionRole { kAllInOne, kShard, kFrontEnd, kBroker };
 const char* region_role_name(RegionRole r);
 
 struct RegionConfig {
   RegionRole role = RegionRole::kAllInOne;
   std::string shard;                          // a shard's id ("s1")
   std::string prefix = "/weft-region/";       // the region's records in etcd
-  std::map<std::string, std::string> shards;  // a front end's shards: id -> endpoints
+  std::map<std::string, std::string> shards;  // the region's shards: id -> endpoints
+  std::string brokers;                        // the brokers' replicas ("a:7070,b:7070")
+  // A shard gives a free machine back to the brokers once it has not needed it this long.
+  uint64_t return_idle_us = 60'000'000;
 };
 
 // A shard's id: 1-32 of [a-z0-9-], starting with a letter or digit.

@@ -91,3 +91,104 @@ Result<json> Manager::api_frontend_forward(const json& p, const CallContext& c) 
 }
 
 }  // namespace weft::cp
+
+namespace weft::cp {
+
+Result<std::string> Manager::calling_shard(const json& p, const CallContext& c) const {
+  if (!p.is_object() || !p.contains("shard") || !p["shard"].is_string())
+    return field_error("shard", "must name the calling shard");
+  std::string shard = p["shard"].get<std::string>();
+  TRY(check_shard_id("shard", shard));
+  Caller who = caller(c);
+  bool ok = c.peer.via.empty() && (c.peer.tls ? cfg_.access.is_shard(c.peer.identity) &&
+                                                    c.peer.identity.common_name == shard
+                                              : who.unix_socket && who.role == Role::kAdmin);
+  if (!ok) {
+    log_warn("call refused",
+             {{"PEER", who.who}, {"METHOD", "pool"}, {"WHY", "not shard " + shard}});
+    return make_error(who.who + ": only shard " + shard +
+                      " may borrow or give back its machines (a certificate matching "
+                      "access.shard whose CN is the shard's id)")
+        .with_code(rpc::kPermissionDenied);
+  }
+  return shard;
+}
+
+Result<json> Manager::api_pool_lend(const json& p, const CallContext& c) {
+  if (cfg_.region.role != RegionRole::kBroker || !lending_)
+    return make_error("pool.lend is served by a region's broker").with_code(rpc::kUnsupported);
+  TRY_ASSIGN(std::string shard, calling_shard(p, c));
+  if (!cfg_.region.shards.count(shard))
+    return field_error("shard", "no shard " + shard + " in this broker's [region.shards]");
+  if (!p.contains("count") || !p["count"].is_number_unsigned() || p["count"].get<uint64_t>() > 1000)
+    return field_error("count", "must be a number of machines from 0 to 1000");
+  if (!c.session) return make_error("pool.lend is served on sessions only");
+  lending_->lend(shard, p["count"].get<size_t>(), c.session->defer_reply());
+  return json();
+}
+
+Result<json> Manager::api_pool_return(const json& p, const CallContext& c) {
+  if (cfg_.region.role != RegionRole::kBroker || !lending_)
+    return make_error("pool.return is served by a region's broker").with_code(rpc::kUnsupported);
+  TRY_ASSIGN(std::string shard, calling_shard(p, c));
+  if (!p.contains("machine") || !p["machine"].is_string())
+    return field_error("machine", "must name a machine");
+  std::string machine = p["machine"].get<std::string>();
+  TRY(check_machine_name("machine", machine, true));
+  if (!p.contains("epoch") || !p["epoch"].is_number_unsigned())
+    return field_error("epoch", "must be the epoch the machine was lent at");
+  if (!c.session) return make_error("pool.return is served on sessions only");
+  lending_->give_back(shard, machine, p["epoch"].get<uint64_t>(), c.session->defer_reply());
+  return json();
+}
+
+Status Manager::start_lending() {
+  const RegionConfig& r = cfg_.region;
+  bool lends =
+      r.role == RegionRole::kBroker || (r.role == RegionRole::kShard && !r.brokers.empty());
+  if (!lends || lending_) return {};
+  // Free machines in service that hold nothing: what a broker may lend, what a shard has
+  // spare.
+  auto free_empty = [this] {
+    std::vector<MachineId> out;
+    for (MachineId m = 0; m < alloc_.machine_count(); ++m)
+      if (!broker_.removed(m) && alloc_.entitlement_of(m) == kFreePool && broker_.usable(m) &&
+          !alloc_.pinned(m) && alloc_.tasks_on(m) == 0)
+        out.push_back(m);
+    return out;
+  };
+  Lending::Hooks h;
+  h.lendable = [this, free_empty](size_t count) {
+    std::vector<std::string> names;
+    for (MachineId m : free_empty())
+      if (names.size() < count) names.push_back(alloc_.spec(m).name);
+    return names;
+  };
+  h.spare = [this, free_empty] {
+    std::vector<std::string> names;
+    for (MachineId m : free_empty()) names.push_back(alloc_.spec(m).name);
+    return names;
+  };
+  h.shortfall = [this, free_empty] {
+    long need = 0;
+    for (const auto& [id, e] : broker_.entitlements()) {
+      size_t have = alloc_.quota_members(id);
+      if (e.quota > have) need += static_cast<long>(e.quota - have);
+    }
+    return need - static_cast<long>(free_empty().size());
+  };
+  h.release = [this](const std::string& name) {
+    auto m = broker_.find(name);
+    if (!m) return;
+    for (auto* table : {&sessions_, &sidekick_sessions_})
+      if (auto it = table->find(*m); it != table->end() && it->second) it->second->close();
+    if (!broker_.removed(*m))
+      if (auto s = forget_machine(*m); !s.ok())
+        log_warn("a machine that left was not forgotten",
+                 {{"MACHINE", name}, {"ERROR", s.error().str()}});
+  };
+  TRY_ASSIGN(lending_, Lending::create(*loop_, cfg_, std::move(h)));
+  return lending_->load();
+}
+
+}  // namespace weft::cp

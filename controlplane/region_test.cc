@@ -483,5 +483,127 @@ TEST_F(RegionTls, TheOperatorIsCheckedAtTheFrontEndAndActsAtTheShardAsThemselves
   EXPECT_NE(out.find("\"entitlement\": \"team\""), std::string::npos) << out;
 }
 
+// A region whose machines come from a broker (two replicas): the shards borrow what their
+// entitlements' quotas need and give back what they no longer need; the machines follow.
+class RegionBroker : public Region {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("weft-region-broker-" + random_hex(5));
+    ASSERT_TRUE(mkdir_p(dir_).ok());
+    etcd_ = std::make_unique<weft::testing::EtcdServer>();
+    ASSERT_EQ(etcd_->error(), "");
+    // The sockets are known before anything starts (each replica's directory).
+    std::string s1 = dir_ + "/s1/cp.sock", s2 = dir_ + "/s2/cp.sock";
+    std::string brokers = dir_ + "/b1/cp.sock," + dir_ + "/b2/cp.sock";
+    std::string shards = "[region.shards]\ns1 = \"" + s1 + "\"\ns2 = \"" + s2 + "\"\n";
+    for (const char* name : {"b1", "b2"})
+      brokers_.push_back(std::make_unique<Replica>(
+          WEFT_CONTROLPLANE_BIN, dir_, name, etcd_->client_config(), "2s", "", "/broker/",
+          "[region]\nrole = \"broker\"\nprefix = \"/region/\"\n" + shards));
+    auto shard = [&](const char* id) {
+      return std::make_unique<Replica>(
+          WEFT_CONTROLPLANE_BIN, dir_, id, etcd_->client_config(), "2s", "",
+          std::string("/shards/") + id + "/",
+          std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
+              "\"\nprefix = \"/region/\"\nreturn_idle = \"1s\"\nbrokers = \"" + brokers + "\"\n");
+    };
+    a_ = shard("s1");
+    c_ = shard("s2");
+    fe_ = std::make_unique<Replica>(
+        WEFT_CONTROLPLANE_BIN, dir_, "fe", etcd_->client_config(), "2s", "", "/fe-unused/",
+        "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\n" + shards);
+    for (auto& b : brokers_) b->start();
+    for (Replica* r : {a_.get(), c_.get(), fe_.get()}) r->start();
+  }
+  void TearDown() override {
+    if (HasFailure())
+      for (auto& b : brokers_) std::cerr << "---- " << b->sock() << ":\n" << tail(b->log()) << "\n";
+    machines_.clear();
+    brokers_.clear();
+    Region::TearDown();
+  }
+  int held_by(const Replica& r) {
+    int n = 0;
+    for (auto& m : machines_) {
+      auto h = m->held();
+      n += h.size() == 1 && h[0] == r.sock() && m->connected();
+    }
+    return n;
+  }
+  std::map<std::string, int> holders() {
+    std::map<std::string, int> n;
+    auto c = etcd::Client::create(etcd_->client_config());
+    if (!c.ok()) return n;
+    auto kvs = (*c)->range_prefix("/region/machines/");
+    if (!kvs.ok()) return n;
+    for (const auto& kv : *kvs) {
+      auto h = parse_machine_holder(kv.key, kv.value);
+      if (h.ok()) ++n[h->holder.empty() ? "free" : h->holder];
+    }
+    return n;
+  }
+  std::vector<std::unique_ptr<Replica>> brokers_;
+};
+
+TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
+  ASSERT_TRUE(region_up()) << fe_->call("controlplane.status")->dump();
+  std::vector<std::string> bsocks{brokers_[0]->sock(), brokers_[1]->sock()};
+  for (int i = 0; i < 6; ++i) {
+    machines_.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
+    machines_.back()->start_reporting(bsocks, 100);
+  }
+  ASSERT_TRUE(wait_for(30, [&] {
+    int n = 0;
+    for (auto& m : machines_) n += m->connected();
+    return n == 6;
+  }));
+  ASSERT_TRUE(
+      fe_->call("entitlement.create", {{"name", "web"}, {"quota", 2}, {"shard", "s1"}}).ok());
+  ASSERT_TRUE(
+      fe_->call("entitlement.create", {{"name", "db"}, {"quota", 3}, {"shard", "s2"}}).ok());
+  // Each shard borrows what its quota needs; the machines go there.
+  ASSERT_TRUE(wait_for(30, [&] { return held_by(*a_) == 2 && held_by(*c_) == 3; }))
+      << held_by(*a_) << " " << held_by(*c_) << " " << fe_->call("machine.ls")->dump();
+  auto h = holders();
+  EXPECT_EQ(h["s1"], 2);
+  EXPECT_EQ(h["s2"], 3);
+  Result<json> made = make_error("not yet");
+  for (int i = 0; i < 100 && !made.ok(); ++i) {  // once the machines have registered there
+    made = fe_->call("job.create", job("site", "web", 2));
+    if (!made.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(made.ok()) << made.error().str();
+  ASSERT_TRUE(fe_->call("job.create", job("store", "db", 3)).ok());
+  ASSERT_TRUE(wait_for(30, [&] { return running_on("site.") == 2 && running_on("store.") == 3; }));
+  auto ms = fe_->call("machine.ls");
+  ASSERT_TRUE(ms.ok());
+  EXPECT_EQ((*ms)["machines"].size(), 5u) << ms->dump();
+  int starts_before = starts();
+
+  // The leading broker killed: the other takes over; the shards schedule on.
+  Replica& leader = brokers_[0]->leading() ? *brokers_[0] : *brokers_[1];
+  Replica& other = &leader == brokers_[0].get() ? *brokers_[1] : *brokers_[0];
+  leader.stop(SIGKILL);
+  ASSERT_TRUE(fe_->call("job.scale", {{"name", "site"}, {"count", 1}}).ok());
+  EXPECT_TRUE(wait_for(30, [&] { return running_on("site.") == 1; }));
+  ASSERT_TRUE(wait_for(30, [&] { return other.leading(); }));
+
+  // db needs one machine now: s2 gives two back after return_idle; they rejoin the
+  // brokers' free pool. web grows: s1 borrows one more. Nothing else restarts.
+  ASSERT_TRUE(fe_->call("job.scale", {{"name", "store"}, {"count", 1}}).ok());
+  ASSERT_TRUE(fe_->call("entitlement.update", {{"name", "db"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(fe_->call("entitlement.update", {{"name", "web"}, {"quota", 3}}).ok());
+  EXPECT_TRUE(wait_for(60,
+                       [&] {
+                         auto n = holders();
+                         return n["s2"] == 1 && n["s1"] == 3 && n["free"] == 2;
+                       }))
+      << holders()["s1"] << " " << holders()["s2"] << " " << holders()["free"];
+  EXPECT_TRUE(wait_for(30, [&] { return held_by(*a_) == 3 && held_by(*c_) == 1; }));
+  EXPECT_EQ(running_on("site."), 1);
+  EXPECT_EQ(running_on("store."), 1);
+  EXPECT_EQ(starts() - starts_before, 0) << "nothing started again";
+}
+
 }  // namespace
 }  // namespace weft::cp

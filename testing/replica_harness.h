@@ -57,8 +57,33 @@ class Machine {
     if (thread_.joinable()) thread_.join();
   }
   // Registers with whichever of `socks` leads (from the one after the last that failed);
-  // false when none does.
-  bool connect(const std::vector<std::string>& socks) {
+  // false when none does. In a region, a control plane that does not hold the machine
+  // names the one that does (kMoved), as it tells a machine daemon's link: the machine
+  // goes there, and back to `socks` when that one sends it back or does not answer.
+  bool connect(const std::vector<std::string>& configured) {
+    for (int hop = 0; hop < 3; ++hop) {
+      std::string moved;
+      if (connect_one(held_.empty() ? configured : held_, &moved)) return true;
+      std::lock_guard<std::recursive_mutex> g(world_mu_);
+      if (moved == "-" || moved.empty()) {  // nothing answered there, or sent back
+        bool was_held = !held_.empty();
+        held_.clear();
+        if (!was_held && moved == "-") return false;
+        continue;
+      }
+      held_ = rpc::split_endpoints(moved);
+    }
+    return false;
+  }
+  std::vector<std::string> held() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    return held_;
+  }
+
+ private:
+  // `moved`: "-" when nothing registered it, else where it was sent ("" = back).
+  bool connect_one(const std::vector<std::string>& socks, std::string* moved) {
+    *moved = "-";
     for (size_t i = 0; i < socks.size(); ++i) {
       const std::string& s = socks[(next_ + i) % socks.size()];
       auto c = rpc::Client::connect(s);
@@ -76,6 +101,10 @@ class Machine {
       if (!r.ok()) {
         std::lock_guard<std::recursive_mutex> g(world_mu_);
         last_error_ = r.error();
+        if (r.error().code == rpc::kMoved) {
+          *moved = r.error().leader;
+          return false;
+        }
         continue;
       }
       if (!(*c)->call("health.report", {{"machine", id_}, {"verdict", "ok"}}, timeout_ms_).ok())
@@ -87,6 +116,8 @@ class Machine {
     }
     return false;
   }
+
+ public:
   // One report; a lost session is dropped (reconnect with connect()).
   bool report() {
     if (!client_) return false;
@@ -149,6 +180,7 @@ class Machine {
 
  private:
   std::string id_, boot_ = random_hex(8);
+  std::vector<std::string> held_;  // a region's holder named by kMoved
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
   size_t next_ = 0;

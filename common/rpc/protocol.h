@@ -31,6 +31,9 @@ enum RpcCode : int {
   // A control plane replica that does not lead (docs/replicas.md); data {"leader":
   // "host:port"} names the one that does, when known.
   kNotLeader = -32008,
+  // A region's machine that belongs elsewhere (docs/regions.md): data {"endpoints":
+  // "a,b"} names the control plane that holds it now ("": the region's brokers).
+  kMoved = -32009,
 };
 
 inline constexpr size_t kDefaultMaxLine = 1 << 20;  // 1 MiB

@@ -159,6 +159,9 @@ class Session {
   void call_serialized(const std::string& method, const std::string& params, ReplyFn on_reply);
   void notify(const std::string& method, json params);
   void close();
+  // Closes the session once what it has to say (the reply being made included) is sent:
+  // a peer told to go elsewhere hears why first.
+  void close_when_sent() { close_when_sent_ = true; }
   bool closed() const { return closed_; }
   const Peer& peer() const { return peer_; }
   void set_on_close(std::function<void()> fn) { on_close_ = std::move(fn); }
@@ -199,6 +202,7 @@ class Session {
   Source io_;
   std::string out_;
   bool closed_ = false;
+  bool close_when_sent_ = false;
   bool want_out_ = false;
   int64_t next_id_ = 1;
   uint64_t last_heard_us_ = 0;

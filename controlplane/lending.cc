@@ -1,0 +1,213 @@
+#include "controlplane/lending.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/rpc/protocol.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+
+Result<std::unique_ptr<Lending>> Lending::create(EventLoop& loop, const CpConfig& cfg,
+                                                 Hooks hooks) {
+  std::unique_ptr<Lending> l(new Lending(loop, cfg, std::move(hooks)));
+  TRY_ASSIGN(l->etcd_, EtcdWorker::create(loop, cfg.store.etcd.etcd));
+  if (!l->broker() && !cfg.region.brokers.empty()) {
+    // The shard's link to its brokers: its hello and keepalive ask for nothing.
+    json nothing{{"shard", cfg.region.shard}, {"count", 0}};
+    auto hello = [nothing](rpc::Session& s, ControlPlaneLink::Done done) {
+      s.call("pool.lend", nothing, [done](Result<json> r) {
+        if (!r.ok()) return done(std::move(r));
+        done(json{{"heartbeat_interval_ms", 1000}});
+      });
+    };
+    auto report = [nothing](rpc::Session& s) { s.call("pool.lend", nothing, [](Result<json>) {}); };
+    TRY_ASSIGN(l->brokers_, make_control_plane_link(
+                                loop, cfg.region.brokers,
+                                "shard " + cfg.region.shard + " (to its brokers)", &l->no_commands_,
+                                hello, report, cfg.insecure_listen, ControlPlaneTls{cfg.tls, ""}));
+    l->brokers_->start();
+  }
+  return l;
+}
+
+Lending::Lending(EventLoop& loop, const CpConfig& cfg, Hooks hooks)
+    : loop_(loop), region_(cfg.region), etcd_cfg_(cfg.store.etcd.etcd), hooks_(std::move(hooks)) {}
+
+Lending::~Lending() {
+  brokers_.reset();
+  etcd_.reset();
+}
+
+Status Lending::load() {
+  // The start of a term, before anything is served: a synchronous read is allowed here
+  // (as the state's own restore is).
+  std::string base = region_.prefix + "machines/";
+  TRY_ASSIGN(auto client, etcd::Client::create(etcd_cfg_));
+  TRY_ASSIGN(auto kvs, client->range_prefix(base));
+  std::map<std::string, MachineHolder> held;
+  for (const auto& kv : kvs) {
+    TRY_ASSIGN(MachineHolder h, parse_machine_holder(kv.key, kv.value));
+    std::string name = kv.key.substr(base.size());
+    TRY(check_machine_name(kv.key, name, true));
+    if (!h.holder.empty() && (broker() || h.holder == region_.shard)) held[name] = h;
+  }
+  holders_ = std::move(held);
+  log_info("the region's machines read", {{"HELD", std::to_string(holders_.size())}});
+  return {};
+}
+
+Status Lending::admit(const std::string& machine) const {
+  auto it = holders_.find(machine);
+  if (broker()) {
+    if (it == holders_.end() || it->second.holder.empty()) return {};
+    auto shard = region_.shards.find(it->second.holder);
+    if (shard == region_.shards.end())
+      return make_error("machine " + machine + " is held by shard " + it->second.holder +
+                        ", which this broker's [region.shards] does not list")
+          .with_code(rpc::kUnavailable);
+    Error e = make_error("machine " + machine + " is held by shard " + it->second.holder)
+                  .with_code(rpc::kMoved);
+    e.leader = shard->second;
+    return e;
+  }
+  if (!brokers_ || it != holders_.end()) return {};
+  return make_error("machine " + machine + " is not held by shard " + region_.shard +
+                    ": it belongs to the region's brokers")
+      .with_code(rpc::kMoved);
+}
+
+bool Lending::held_here(const std::string& machine) const {
+  auto it = holders_.find(machine);
+  return it != holders_.end() && !it->second.holder.empty();
+}
+
+void Lending::lend(const std::string& shard, size_t count, rpc::ReplyFn reply) {
+  if (count == 0) return reply(json{{"machines", json::array()}});
+  std::vector<std::string> picked;
+  for (auto& m : hooks_.lendable(count))
+    if (!held_here(m)) picked.push_back(std::move(m));
+  if (picked.empty()) return reply(json{{"machines", json::array()}});
+  std::string prefix = region_.prefix;
+  etcd_->post([this, prefix, shard, picked, reply](etcd::Client& c) -> EtcdWorker::Then {
+    std::vector<std::pair<std::string, MachineHolder>> got;
+    std::string why;
+    for (const auto& m : picked) {
+      auto h = lend_machine(c, prefix, m, shard);
+      if (h.ok())
+        got.emplace_back(m, *h);
+      else
+        why = h.error().str();
+    }
+    return [this, shard, got, why, reply] {
+      json out = json::array();
+      for (const auto& [m, h] : got) {
+        holders_[m] = h;
+        ++lent_;
+        hooks_.release(m);
+        out.push_back({{"machine", m}, {"epoch", h.epoch}});
+        log_info("machine lent",
+                 {{"MACHINE", m}, {"SHARD", shard}, {"EPOCH", std::to_string(h.epoch)}});
+      }
+      if (!why.empty()) log_warn("a machine was not lent", {{"SHARD", shard}, {"ERROR", why}});
+      reply(json{{"machines", out}});
+    };
+  });
+}
+
+void Lending::give_back(const std::string& shard, const std::string& machine, uint64_t epoch,
+                        rpc::ReplyFn reply) {
+  std::string prefix = region_.prefix;
+  etcd_->post([this, prefix, shard, machine, epoch, reply](etcd::Client& c) -> EtcdWorker::Then {
+    auto r = return_machine(c, prefix, machine, shard, epoch);
+    return [this, r, shard, machine, reply] {
+      if (!r.ok()) {
+        ++refused_;
+        log_warn("a return was refused",
+                 {{"MACHINE", machine}, {"SHARD", shard}, {"ERROR", r.error().str()}});
+        return reply(r.error());
+      }
+      holders_.erase(machine);
+      ++returned_;
+      log_info("machine returned", {{"MACHINE", machine}, {"SHARD", shard}});
+      reply(json{{"machine", machine}, {"epoch", r->epoch}});
+    };
+  });
+}
+
+void Lending::round(uint64_t now_us) {
+  if (broker() || !brokers_ || !brokers_->session()) return;
+  long short_by = hooks_.shortfall();
+  if (short_by > 0 && !asking_) ask(static_cast<size_t>(std::min<long>(short_by, 64)));
+  std::set<std::string> spare;
+  if (short_by < 0) {
+    for (auto& m : hooks_.spare())
+      if (held_here(m) && spare.size() < static_cast<size_t>(-short_by)) spare.insert(m);
+  }
+  for (auto it = spare_since_.begin(); it != spare_since_.end();)
+    it = spare.count(it->first) ? std::next(it) : spare_since_.erase(it);
+  for (const auto& m : spare) {
+    uint64_t since = spare_since_.emplace(m, now_us).first->second;
+    if (now_us - since >= region_.return_idle_us && !giving_.count(m)) give(m, now_us);
+  }
+}
+
+void Lending::ask(size_t count) {
+  asking_ = true;
+  brokers_->session()->call(
+      "pool.lend", json{{"shard", region_.shard}, {"count", count}}, [this](Result<json> r) {
+        asking_ = false;
+        if (!r.ok()) {
+          log_warn("the brokers lent nothing", {{"ERROR", r.error().str()}});
+          return;
+        }
+        const json& ms = r->is_object() && r->contains("machines") ? (*r)["machines"] : json();
+        if (!ms.is_array()) return;
+        for (const json& m : ms) {
+          if (!m.is_object() || !m.contains("machine") || !m["machine"].is_string() ||
+              !m.contains("epoch") || !m["epoch"].is_number_unsigned())
+            continue;  // a broker's answer is checked like any other input
+          std::string name = m["machine"].get<std::string>();
+          if (!check_machine_name("machine", name, true).ok()) continue;
+          holders_[name] = MachineHolder{region_.shard, m["epoch"].get<uint64_t>()};
+          ++lent_;
+          log_info("machine borrowed", {{"MACHINE", name}});
+        }
+      });
+}
+
+void Lending::give(const std::string& machine, uint64_t) {
+  auto it = holders_.find(machine);
+  if (it == holders_.end() || !brokers_->session()) return;
+  giving_.insert(machine);
+  // Nothing may be placed on it meanwhile: it leaves this shard first. Should the return
+  // fail, its daemons come back (it is still held here) and it registers again.
+  hooks_.release(machine);
+  brokers_->session()->call(
+      "pool.return",
+      json{{"shard", region_.shard}, {"machine", machine}, {"epoch", it->second.epoch}},
+      [this, machine](Result<json> r) {
+        giving_.erase(machine);
+        spare_since_.erase(machine);
+        if (!r.ok()) {
+          ++refused_;
+          log_warn("a machine was not given back",
+                   {{"MACHINE", machine}, {"ERROR", r.error().str()}});
+          return;
+        }
+        holders_.erase(machine);
+        ++returned_;
+        hooks_.release(machine);  // had its daemons come back meanwhile
+        log_info("machine given back", {{"MACHINE", machine}});
+      });
+}
+
+json Lending::status() const {
+  json j{
+      {"held", holders_.size()}, {"lent", lent_}, {"returned", returned_}, {"refused", refused_}};
+  if (brokers_) j["brokers_connected"] = brokers_->session() != nullptr;
+  return j;
+}
+
+}  // namespace weft::cp

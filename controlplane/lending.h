@@ -1,0 +1,92 @@
+// Machines lent between a region's brokers and shards (docs/regions.md).
+//
+// The broker is the one arbiter of which shard holds a machine: it keeps the free pool
+// (the machines whose daemons talk to it), lends free machines to a shard that asks
+// (pool.lend), and takes them back (pool.return). Each lend and return is an etcd
+// transaction on the machine's holder record (region.h), so two shards can never hold
+// one machine, and every change of holder raises its epoch.
+//
+// A shard with brokers configured serves only the machines it holds: it asks its brokers
+// for machines when its entitlements' quotas need more than it has free, and gives back
+// free machines it has not needed for `return_idle`.
+//
+// A machine's daemons follow: the control plane that does not hold a machine answers its
+// daemons with kMoved naming the one that does (the broker names the shard; a shard
+// names the brokers with ""), and the machine's daemons go there (common/cp_link.h).
+// Nothing on the machine stops meanwhile.
+//
+// The Manager owns one Lending (broker or shard roles only) and tells it little: the
+// machines it could lend or does not need (Hooks), and each machine daemon's hello.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/cp_link.h"
+#include "common/event.h"
+#include "common/result.h"
+#include "common/rpc/session.h"
+#include "controlplane/cp_conf.h"
+#include "controlplane/region.h"
+
+namespace weft::cp {
+
+class Lending {
+ public:
+  struct Hooks {
+    // Broker: up to `count` machines it may lend now (free, healthy, empty, in service).
+    std::function<std::vector<std::string>(size_t count)> lendable;
+    // Shard: how many more machines its entitlements' quotas need than it has free (<0:
+    // that many to spare), and which free, empty machines it could give back.
+    std::function<long()> shortfall;
+    std::function<std::vector<std::string>()> spare;
+    // Either: the machine is no longer this control plane's (lent, or given back): close
+    // its daemons' sessions and forget it.
+    std::function<void(const std::string& machine)> release;
+  };
+  static Result<std::unique_ptr<Lending>> create(EventLoop& loop, const CpConfig& cfg, Hooks hooks);
+  ~Lending();
+
+  // Reads the region's machine holders (at the start of a leader's term: synchronous).
+  Status load();
+  // A machine daemon's call: OK when this control plane serves `machine`, else kMoved
+  // naming where it belongs.
+  Status admit(const std::string& machine) const;
+  // Broker: pool.lend and pool.return (the reply once etcd has the change).
+  void lend(const std::string& shard, size_t count, rpc::ReplyFn reply);
+  void give_back(const std::string& shard, const std::string& machine, uint64_t epoch,
+                 rpc::ReplyFn reply);
+  // Shard: asks for or gives back machines as the quotas need (every tick).
+  void round(uint64_t now_us);
+  nlohmann::json status() const;
+  bool held_here(const std::string& machine) const;
+
+ private:
+  Lending(EventLoop& loop, const CpConfig& cfg, Hooks hooks);
+  bool broker() const { return region_.role == RegionRole::kBroker; }
+  void ask(size_t count);
+  void give(const std::string& machine, uint64_t now_us);
+
+  EventLoop& loop_;
+  RegionConfig region_;
+  etcd::Config etcd_cfg_;
+  Hooks hooks_;
+  std::unique_ptr<EtcdWorker> etcd_;
+  std::map<std::string, MachineHolder>
+      holders_;                                // the broker: every lent machine; a shard: its own
+  std::unique_ptr<ControlPlaneLink> brokers_;  // a shard's link to its brokers
+  rpc::Dispatcher no_commands_;
+  bool asking_ = false;
+  std::set<std::string> giving_;                 // returns in flight
+  std::map<std::string, uint64_t> spare_since_;  // a shard's free machines: since when
+  uint64_t lent_ = 0, returned_ = 0, refused_ = 0;
+};
+
+}  // namespace weft::cp
