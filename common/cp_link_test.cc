@@ -77,6 +77,70 @@ TEST(ControlPlaneLink, FollowsTheLeaderAmongReplicas) {
   (void)remove_tree(dir);
 }
 
+// A region (docs/regions.md): the configured control plane (a broker) names the shard
+// that holds the machine (kMoved); the link goes there and stays. When the shard sends
+// it back (kMoved to ""), the link returns to the configured endpoints; when every
+// replica of the holder stops answering, too.
+TEST(ControlPlaneLink, FollowsTheMachineToItsHolderAndBack) {
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-link-" + random_hex(5));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  Replica broker, shard;
+  broker.sock = dir + "/broker.sock";
+  shard.sock = dir + "/shard.sock";
+  std::string holder = shard.sock;  // what the broker says; "" = the machine is free
+  bool shard_holds = true;
+  broker.methods.add("machine.register", [&](const json&, const rpc::CallContext&) -> Result<json> {
+    ++broker.hellos;
+    if (holder.empty()) return json{{"heartbeat_interval_ms", 1000}};
+    Error e = make_error("held by shard s1").with_code(rpc::kMoved);
+    e.leader = "/nonexistent/replica.sock," + holder;  // the shard's replicas
+    return e;
+  });
+  shard.methods.add("machine.register", [&](const json&, const rpc::CallContext&) -> Result<json> {
+    ++shard.hellos;
+    if (shard_holds) return json{{"heartbeat_interval_ms", 1000}};
+    return make_error("not held here").with_code(rpc::kMoved);  // back to the brokers
+  });
+  for (Replica* r : {&broker, &shard}) {
+    r->server = std::make_unique<rpc::Server>(**loop, &r->methods);
+    ASSERT_TRUE(r->server->listen_unix(r->sock, 0600).ok());
+  }
+  auto link = std::make_unique<ControlPlaneLink>(
+      **loop, broker.sock, "test", nullptr,
+      [](rpc::Session& s, ControlPlaneLink::Done done) {
+        s.call("machine.register", json::object(), std::move(done));
+      },
+      [](rpc::Session&) {});
+  link->start();
+  auto until = [&](auto ok) {
+    for (int i = 0; i < 1000 && !ok(); ++i) (void)(*loop)->run_once(10'000);
+    return ok();
+  };
+  ASSERT_TRUE(until([&] { return link->session() && shard.hellos == 1; }));
+  EXPECT_EQ(broker.hellos, 1);
+  // The shard gives the machine back: its session ends and it says so at the next hello.
+  shard_holds = false;
+  holder = "";
+  link->session()->close();
+  ASSERT_TRUE(until([&] { return link->session() && broker.hellos == 2; }));
+  EXPECT_EQ(shard.hellos, 2);
+  // Lent again; then the shard's every replica goes away: after two rounds there, the
+  // link asks the broker again.
+  holder = shard.sock;
+  shard_holds = true;
+  link->session()->close();
+  ASSERT_TRUE(until([&] { return link->session() && shard.hellos == 3; }));
+  shard.server.reset();
+  holder = "";
+  ASSERT_TRUE(until([&] { return link->session() && broker.hellos == 4; }))
+      << "broker hellos " << broker.hellos;
+  link.reset();
+  broker.server.reset();
+  (void)remove_tree(dir);
+}
+
 // A listening Unix socket at `path` (the caller accepts, or never does).
 Fd listen_at(const std::string& path) {
   Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
