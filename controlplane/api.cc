@@ -807,8 +807,8 @@ Result<json> Manager::api_machine_rm(const json& p, const CallContext& c) {
   return json{{"machine", p["machine"]}, {"removed", true}};
 }
 
-Status Manager::forget_machine(MachineId m) {
-  TRY(broker_.remove(alloc_.spec(m).name, now_us()));
+Status Manager::forget_machine(MachineId m, const char* left_for) {
+  TRY(broker_.remove(alloc_.spec(m).name, now_us(), left_for));
   EntitlementId before = alloc_.entitlement_of(m);
   if (before != kFreePool) TRY(alloc_.assign(m, kFreePool));
   health_problems_.erase(m);

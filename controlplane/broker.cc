@@ -345,10 +345,17 @@ void Broker::mark_unprepared(MachineId id, const std::string& why, uint64_t now)
   refresh(m);
 }
 
-Status Broker::remove(const std::string& machine, uint64_t now) {
+Status Broker::remove(const std::string& machine, uint64_t now, const char* left_for) {
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine);
   if (m->removed) return {};
+  if (left_for) {  // it went to another control plane of the region, alive
+    m->dead = true;
+    m->removed = true;
+    record({now, machine, "removed", left_for});
+    refresh(*m);
+    return {};
+  }
   if (!m->dead)
     return field_error("machine", "machine " + machine + " is " + state_of(m->id) +
                                       ", not dead: only a machine that is gone is removed "

@@ -141,7 +141,9 @@ class Broker {
   // An operator forgets a machine that is gone (weftctl machine rm): only a dead one.
   // It is listed no more and takes nothing; registering or beating again brings it back
   // (a machine that returns is a machine). Its id keeps its place (MachineId).
-  Status remove(const std::string& machine, uint64_t now_us);
+  // `left_for`: a region's machine that went, alive, to another control plane (the
+  // reason recorded); removed whether dead or not.
+  Status remove(const std::string& machine, uint64_t now_us, const char* left_for = nullptr);
   // After a restart (it was removed), or to undo a remove() that could not be stored.
   void set_removed(MachineId m, bool removed);
   bool removed(MachineId m) const;

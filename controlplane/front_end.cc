@@ -18,6 +18,9 @@ using Route = FrontEnd::Route;
 
 namespace {
 
+// The brokers' link among the shards' (not a shard id: it cannot be one).
+const char* const kBrokers = "(brokers)";
+
 // Every call weftctl makes, with what its caller needs and where it goes. Machine calls
 // are not here: a machine's daemons reach the shard that holds it.
 const FrontEnd::MethodRoute kRoutes[] = {
@@ -96,7 +99,10 @@ FrontEnd::~FrontEnd() {
 Status FrontEnd::start() {
   TRY_ASSIGN(etcd_, EtcdWorker::create(*loop_, cfg_.store.etcd.etcd));
   ControlPlaneTls ctls{cfg_.tls, ""};
-  for (const auto& [id, endpoints] : cfg_.region.shards) {
+  // The brokers too, when given: machine listings include the free pool.
+  std::map<std::string, std::string> links = cfg_.region.shards;
+  if (!cfg_.region.brokers.empty()) links[kBrokers] = cfg_.region.brokers;
+  for (const auto& [id, endpoints] : links) {
     Shard& s = shards_[id];
     s.id = id;
     s.endpoints = endpoints;
@@ -202,8 +208,10 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
   };
   switch (m.route) {
     case Route::kAll:
-      fan_out(method, p, w,
-              [this, done, key = std::string(m.key)](auto answers) { done(merge(key, answers)); });
+      fan_out(
+          method, p, w,
+          [this, done, key = std::string(m.key)](auto answers) { done(merge(key, answers)); }, {},
+          method == "machine.ls");
       break;
     case Route::kNewEntitlement:
       route_entitlement_create(p, w, done);
@@ -273,18 +281,21 @@ void FrontEnd::forward(const std::string& shard, const std::string& method, cons
 
 void FrontEnd::fan_out(const std::string& method, const json& p, const json& who,
                        std::function<void(std::map<std::string, Result<json>>)> done,
-                       const std::string& except) {
+                       const std::string& except, bool with_brokers) {
   struct Gather {
     size_t left = 0;
     std::map<std::string, Result<json>> answers;
     std::function<void(std::map<std::string, Result<json>>)> done;
   };
   auto g = std::make_shared<Gather>();
-  g->left = shards_.size() - shards_.count(except);
+  auto asked = [&](const std::string& id) {
+    return id != except && (id != kBrokers || with_brokers);
+  };
+  for (const auto& [id, s] : shards_) g->left += asked(id);
   g->done = std::move(done);
   if (g->left == 0) return g->done({});
   for (const auto& [id, s] : shards_)
-    if (id != except)
+    if (asked(id))
       forward(id, method, p, who, [g, id = id](Result<json> r) {
         g->answers.emplace(id, std::move(r));
         if (--g->left == 0) g->done(std::move(g->answers));
@@ -330,7 +341,7 @@ void FrontEnd::locate(Route kind, const std::string& name, const json& who,
   if (auto it = cache.find(name); it != cache.end()) return done(it->second);
   const char* method = kind == Route::kJob ? "job.show" : "machine.show";
   json p = kind == Route::kJob ? json{{"name", name}} : json{{"machine", name}};
-  fan_out(method, p, who, [this, kind, name, done](std::map<std::string, Result<json>> answers) {
+  auto found_at = [this, kind, name, done](std::map<std::string, Result<json>> answers) {
     std::string lost, found;
     for (const auto& [shard, r] : answers) {
       if (r.ok()) found += (found.empty() ? "" : " and ") + shard;
@@ -349,7 +360,8 @@ void FrontEnd::locate(Route kind, const std::string& name, const json& who,
       return done(unavailable(what + " is not on the shards that answered; shards " + lost +
                               " did not answer"));
     done(make_error("no " + what + " in this region").with_code(rpc::kNotFound));
-  });
+  };
+  fan_out(method, p, who, found_at, {}, kind == Route::kMachine);
 }
 
 void FrontEnd::route_to_located(Route kind, const std::string& name, const MethodRoute& m,
@@ -384,13 +396,14 @@ void FrontEnd::route_entitlement_create(const json& p, const json& who, Done don
   if (p.contains("shard")) {  // the Capacity Portal's choice
     if (!p["shard"].is_string()) return done(field_error("shard", "must be a shard id"));
     shard = p["shard"].get<std::string>();
-    if (!shards_.count(shard)) return done(field_error("shard", "no shard " + shard));
+    if (!check_shard_id("shard", shard).ok() || !shards_.count(shard))
+      return done(field_error("shard", "no shard " + shard));
     params.erase("shard");
   } else {
     // The reachable shard with the fewest entitlements.
     std::map<std::string, size_t> load;
     for (const auto& [id, s] : shards_)
-      if (s.link->session()) load[id] = 0;
+      if (id != kBrokers && s.link->session()) load[id] = 0;
     for (const auto& [e, s] : homes_)
       if (load.count(s)) ++load[s];
     for (const auto& [id, n] : load)
@@ -440,7 +453,7 @@ void FrontEnd::route_job_create(const json& p, const json& who, Done done) {
         done(std::move(r));
       });
     };
-    if (shards_.size() == 1) return create();
+    if (cfg_.region.shards.size() == 1) return create();
     fan_out(
         "job.show", json{{"name", name}}, who,
         [this, done, name, create](std::map<std::string, Result<json>> answers) {

@@ -69,10 +69,11 @@ class FrontEnd {
   // One call to one shard, carried for `who`.
   void forward(const std::string& shard, const std::string& method, const nlohmann::json& p,
                const nlohmann::json& who, Done done);
-  // The same call to every shard (but `except`); `done` gets each shard's answer.
+  // The same call to every shard (but `except`; and the brokers, for machines);
+  // `done` gets each one's answer.
   void fan_out(const std::string& method, const nlohmann::json& p, const nlohmann::json& who,
                std::function<void(std::map<std::string, Result<nlohmann::json>>)> done,
-               const std::string& except = {});
+               const std::string& except = {}, bool with_brokers = false);
   // Which shard has job (or machine) `name`: the cache, else asked of every shard.
   void locate(Route kind, const std::string& name, const nlohmann::json& who,
               std::function<void(Result<std::string>)> done);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"
 
@@ -139,6 +140,14 @@ void Lending::give_back(const std::string& shard, const std::string& machine, ui
 void Lending::round(uint64_t now_us) {
   if (broker() || !brokers_ || !brokers_->session()) return;
   long short_by = hooks_.shortfall();
+  for (auto it = arriving_.begin(); it != arriving_.end();) {
+    if (hooks_.present(it->first) || now_us - it->second > kArrivalUs || !held_here(it->first)) {
+      it = arriving_.erase(it);
+    } else {
+      --short_by;
+      ++it;
+    }
+  }
   if (short_by > 0 && !asking_) ask(static_cast<size_t>(std::min<long>(short_by, 64)));
   std::set<std::string> spare;
   if (short_by < 0) {
@@ -171,6 +180,7 @@ void Lending::ask(size_t count) {
           std::string name = m["machine"].get<std::string>();
           if (!check_machine_name("machine", name, true).ok()) continue;
           holders_[name] = MachineHolder{region_.shard, m["epoch"].get<uint64_t>()};
+          arriving_[name] = now_monotonic_us();
           ++lent_;
           log_info("machine borrowed", {{"MACHINE", name}});
         }

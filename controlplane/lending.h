@@ -47,6 +47,8 @@ class Lending {
     // that many to spare), and which free, empty machines it could give back.
     std::function<long()> shortfall;
     std::function<std::vector<std::string>()> spare;
+    // Shard: whether a machine it borrowed has arrived (registered here, in service).
+    std::function<bool(const std::string& machine)> present;
     // Either: the machine is no longer this control plane's (lent, or given back): close
     // its daemons' sessions and forget it.
     std::function<void(const std::string& machine)> release;
@@ -86,6 +88,10 @@ class Lending {
   bool asking_ = false;
   std::set<std::string> giving_;                 // returns in flight
   std::map<std::string, uint64_t> spare_since_;  // a shard's free machines: since when
+  // Borrowed machines whose daemons have not registered yet, and when they were lent:
+  // counted as coming for kArrivalUs, so that a round does not borrow them twice.
+  std::map<std::string, uint64_t> arriving_;
+  static constexpr uint64_t kArrivalUs = 30'000'000;
   uint64_t lent_ = 0, returned_ = 0, refused_ = 0;
 };
 

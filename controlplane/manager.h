@@ -82,7 +82,8 @@ class Manager {
   Status start_lending();
   std::unique_ptr<Lending> lending_;  // a broker's, or a shard's with brokers
   // machine.rm's work: the machine is listed no more (its registering brings it back).
-  Status forget_machine(MachineId m);
+  // `left_for`: it went, alive, to another control plane of the region (why, logged).
+  Status forget_machine(MachineId m, const char* left_for = nullptr);
   std::string advertised() const {
     return !cfg_.store.advertise.empty() ? cfg_.store.advertise : cfg_.listen;
   }

@@ -177,13 +177,20 @@ Status Manager::start_lending() {
     }
     return need - static_cast<long>(free_empty().size());
   };
+  h.present = [this](const std::string& name) {
+    auto m = broker_.find(name);  // registered, and in service (counted as free)
+    return m && !broker_.removed(*m) && broker_.usable(*m);
+  };
   h.release = [this](const std::string& name) {
     auto m = broker_.find(name);
     if (!m) return;
     for (auto* table : {&sessions_, &sidekick_sessions_})
       if (auto it = table->find(*m); it != table->end() && it->second) it->second->close();
     if (!broker_.removed(*m))
-      if (auto s = forget_machine(*m); !s.ok())
+      if (auto s = forget_machine(*m, cfg_.region.role == RegionRole::kBroker
+                                          ? "lent to a shard"
+                                          : "given back to the brokers");
+          !s.ok())
         log_warn("a machine that left was not forgotten",
                  {{"MACHINE", name}, {"ERROR", s.error().str()}});
   };

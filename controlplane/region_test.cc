@@ -511,7 +511,8 @@ class RegionBroker : public Region {
     c_ = shard("s2");
     fe_ = std::make_unique<Replica>(
         WEFT_CONTROLPLANE_BIN, dir_, "fe", etcd_->client_config(), "2s", "", "/fe-unused/",
-        "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\n" + shards);
+        "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\nbrokers = \"" + brokers + "\"\n" +
+            shards);
     for (auto& b : brokers_) b->start();
     for (Replica* r : {a_.get(), c_.get(), fe_.get()}) r->start();
   }
@@ -575,9 +576,15 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
   ASSERT_TRUE(made.ok()) << made.error().str();
   ASSERT_TRUE(fe_->call("job.create", job("store", "db", 3)).ok());
   ASSERT_TRUE(wait_for(30, [&] { return running_on("site.") == 2 && running_on("store.") == 3; }));
+  // machine ls through the front end: the shards' and the brokers' free pool.
   auto ms = fe_->call("machine.ls");
   ASSERT_TRUE(ms.ok());
-  EXPECT_EQ((*ms)["machines"].size(), 5u) << ms->dump();
+  ASSERT_EQ((*ms)["machines"].size(), 6u) << ms->dump();
+  std::map<std::string, int> where;
+  for (const auto& m : (*ms)["machines"]) ++where[m.value("shard", "")];
+  EXPECT_EQ(where["s1"], 2);
+  EXPECT_EQ(where["s2"], 3);
+  EXPECT_EQ(where["(brokers)"], 1) << ms->dump();
   int starts_before = starts();
 
   // The leading broker killed: the other takes over; the shards schedule on.
