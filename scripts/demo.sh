@@ -23,46 +23,13 @@ cgroot="$cg2/weft-demo-$$"
 # would); the demo puts the mount's subtree_control back as it found it.
 controllers_before=$(cat "$cg2/cgroup.subtree_control")
 machine="demo-$(hostname -s)"
-mkdir -p "$dev/profiles"
-cp examples/dev.toml "$dev/profiles/"
 cat > "$dev/controlplane.toml" <<TOML
 socket = "$dev/controlplane.sock"
 state_dir = "$dev/controlplane"
 listen = ""                    # machines of this demo use the Unix socket
 heartbeat_interval = "1s"
 TOML
-cat > "$dev/agent.toml" <<TOML
-socket = "$dev/agent.sock"
-state_dir = "$dev/agent"
-cgroup_root = "$cgroot"
-machine_id = "$machine"
-control_plane = "unix:$dev/controlplane.sock"
-[labels]
-dc = "dev"
-rack = "dev-rack"
-TOML
-cat > "$dev/sidekick.toml" <<TOML
-socket = "$dev/sidekick.sock"
-state_dir = "$dev/sidekick"
-profile_dirs = ["$dev/profiles"]
-workload_cgroup = "$cgroot/tasks"
-apply_on_start = false
-machine_id = "$machine"
-control_plane = "unix:$dev/controlplane.sock"
-TOML
-cat > "$dev/hcs.toml" <<TOML
-socket = "$dev/hcs.sock"
-state_dir = "$dev/hcs"
-interval = "2s"
-# A developer's machine is often busy compiling: its CPU pressure is not a reason to
-# take it out of service here (a fleet machine's is; docs/health.md).
-psi = ["memory", "io"]
-machine_id = "$machine"
-control_plane = "unix:$dev/controlplane.sock"
-[liveness]
-agent_socket = "$dev/agent.sock"
-sidekick_socket = "$dev/sidekick.sock"
-TOML
+weft_machine_configs "$dev" "$machine" "$cgroot" "unix:$dev/controlplane.sock"
 weftctl_cmd=(./build/cli/weftctl --agent "$dev/agent.sock" --sidekick "$dev/sidekick.sock"
   --hcs "$dev/hcs.sock" --controlplane "$dev/controlplane.sock")
 weftctl() { "${weftctl_cmd[@]}" "$@"; }
@@ -84,48 +51,19 @@ cleanup() {
     weftctl --json task ls 2>/dev/null | grep -q '"state": "\(running\|stopping\)"' || break
     sleep 0.1
   done
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-    kill "${pids[i]}" 2>/dev/null && wait "${pids[i]}" 2>/dev/null || true
-  done
-  # Tasks outlive the agent by design; the demo removes what it made.
-  if [ -d "$cgroot" ]; then
-    find "$cgroot" -depth -type d | while read -r d; do
-      echo 1 > "$d/cgroup.kill" 2>/dev/null || true
-      for _ in $(seq 100); do rmdir "$d" 2>/dev/null && break; sleep 0.02; done
-    done
-  fi
-  # (WEFT_DEMO_KEEP_CONTROLLERS=1: left to whoever shares the file, tests/fresh_clone.sh.)
-  if [ -z "${WEFT_DEMO_KEEP_CONTROLLERS:-}" ]; then
-    for c in $(cat "$cg2/cgroup.subtree_control"); do
-      case " $controllers_before " in *" $c "*) ;; *) echo "-$c" > "$cg2/cgroup.subtree_control" 2>/dev/null || true ;; esac
-    done
-  fi
-  # WEFT_DEMO_KEEP=DIR keeps the daemons' logs and state for a look afterwards.
-  if [ -n "${WEFT_DEMO_KEEP:-}" ]; then cp -r "$dev" "$WEFT_DEMO_KEEP"; fi
-  rm -rf "$dev"
+  weft_trial_stop "$cgroot" "$cg2" "$controllers_before"
   echo "== stopped"
 }
 trap cleanup INT TERM EXIT
 
-# Each daemon in its own session: Ctrl-C reaches this script, which stops them in order.
-start() {
-  local name=$1 bin=$2 conf=$3
-  setsid "$bin" -c "$conf" >"$dev/$name.log" 2>&1 &
-  pids+=($!)
-}
-wait_socket() {
-  for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done
-  echo "demo: $1 did not appear; see $dev/*.log" >&2
-  return 1
-}
-start controlplane ./build/controlplane/weft-controlplane "$dev/controlplane.toml"
-wait_socket "$dev/controlplane.sock"
-start agent ./build/agent/weft-agent "$dev/agent.toml"
-wait_socket "$dev/agent.sock"
-start sidekick ./build/sidekick/weft-sidekick "$dev/sidekick.toml"
-wait_socket "$dev/sidekick.sock"
-start hcs ./build/hcs/weft-hcs "$dev/hcs.toml"
-wait_socket "$dev/hcs.sock"
+weft_trial_start controlplane ./build/controlplane/weft-controlplane "$dev/controlplane.toml"
+weft_trial_wait_socket "$dev/controlplane.sock"
+weft_trial_start agent ./build/agent/weft-agent "$dev/agent.toml"
+weft_trial_wait_socket "$dev/agent.sock"
+weft_trial_start sidekick ./build/sidekick/weft-sidekick "$dev/sidekick.toml"
+weft_trial_wait_socket "$dev/sidekick.sock"
+weft_trial_start hcs ./build/hcs/weft-hcs "$dev/hcs.toml"
+weft_trial_wait_socket "$dev/hcs.sock"
 
 echo "== the machine joins the control plane (agent, sidekick, HCS verdict)"
 for _ in $(seq 100); do
