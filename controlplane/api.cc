@@ -227,12 +227,9 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   // Where its tasks are reached (service discovery): what the agent says, else the
   // address its session comes from (loopback for a Unix socket).
   if (address.empty()) address = c.peer.is_unix || c.peer.host.empty() ? "127.0.0.1" : c.peer.host;
-  if (addresses_[m] != address) {
-    addresses_[m] = address;
-    for (const auto& t : sched_.tasks_on(m)) services_dirty_.insert(t.job);
-  }
+  discovery_->set_address(m, address);
   // The agent answers DNS for service discovery: it gets the whole table, then changes.
-  if (p.value("serves_discovery", false)) services_subscribe(m, c.session);
+  if (p.value("serves_discovery", false)) discovery_->subscribe(m, c.session);
   // An agent older than readiness checks reports "running" for what is available.
   if (p.value("reports_ready", false))
     running_means_ready_.erase(m);

@@ -35,7 +35,13 @@ Manager::Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop)
     : cfg_(std::move(cfg)),
       loop_(std::move(loop)),
       broker_(alloc_, cfg_.broker),
-      sched_(alloc_, cfg_.limits) {}
+      sched_(alloc_, cfg_.limits) {
+  discovery_ = std::make_unique<Discovery>(
+      *loop_,
+      Discovery::Options{cfg_.discovery_ack_timeout_us, cfg_.discovery_withdraw,
+                         2 * cfg_.broker.heartbeat_interval_us},
+      sched_, alloc_, broker_, [this](const std::vector<Command>& cmds) { dispatch(cmds); });
+}
 
 Result<std::unique_ptr<Manager>> Manager::create(CpConfig cfg) {
   TRY_ASSIGN(auto loop, EventLoop::create());
@@ -263,7 +269,7 @@ Status Manager::serve() {
 }
 
 void Manager::lead() {
-  if (auto s = start_lending(); !s.ok()) {
+  if (auto s = start_region(); !s.ok()) {
     log_error("the region's machines could not be read: " + s.error().str());
     if (leadership_) return step_down("the region's machines could not be read");
   }
@@ -271,7 +277,7 @@ void Manager::lead() {
   if (t.ok()) timer_ = std::move(t).value();
   watch_heartbeats();
   start_task_control();
-  start_services();
+  discovery_->start();
   maintenance_round();
   log_info(leadership_ ? "control plane ready: leading" : "control plane ready",
            {{"SOCKET", cfg_.socket},
@@ -497,7 +503,7 @@ Status Manager::persist(const std::set<std::string>& jobs, const std::set<Machin
 }
 
 void Manager::send(const std::vector<Command>& cmds) {
-  dispatch(refresh_services(cmds));
+  dispatch(discovery_->refresh(cmds));
 }
 
 void Manager::dispatch(const std::vector<Command>& cmds) {
@@ -565,6 +571,7 @@ void Manager::start_refused(const std::string& task, const Error& e, bool bad_sp
 void Manager::tick() {
   uint64_t now = now_us();
   if (lending_) lending_->round(now);
+  if (region_services_) region_services_->round();
   std::vector<Command> cmds;
   std::set<MachineId> touched;
   for (MachineId m : check_machines(now)) failures_.went_down(m);
@@ -694,21 +701,7 @@ void Manager::register_metrics() {
       w.sample("weft_cp_machines", static_cast<double>(n), {{"state", state}});
     w.family("weft_cp_jobs", "gauge", "Jobs.");
     w.sample("weft_cp_jobs", static_cast<double>(sched_.job_count()));
-    w.family("weft_cp_discovery_version", "gauge",
-             "The service discovery table's version (docs/services.md).");
-    w.sample("weft_cp_discovery_version", static_cast<double>(services_.version()));
-    w.family("weft_cp_discovery_agents_behind", "gauge",
-             "Agents answering DNS that have not acknowledged the latest version.");
-    size_t behind = 0;
-    for (const auto& [m, sess] : service_sessions_)
-      behind += services_.acked(m) < services_.version();
-    w.sample("weft_cp_discovery_agents_behind", static_cast<double>(behind));
-    w.family("weft_cp_discovery_stops_waiting", "gauge",
-             "Stops held until every agent has the task withdrawn (and the drain).");
-    w.sample("weft_cp_discovery_stops_waiting", static_cast<double>(services_.held()));
-    w.family("weft_cp_discovery_ack_timeouts_total", "counter",
-             "Stops sent after discovery_ack_timeout without every agent's acknowledgement.");
-    w.sample("weft_cp_discovery_ack_timeouts_total", static_cast<double>(discovery_ack_timeouts_));
+    discovery_->write_metrics(w);
     w.family("weft_cp_replacements_waiting", "gauge",
              "Machines down whose tasks wait for the failure budget, and tasks waiting for "
              "the per-task budget.");

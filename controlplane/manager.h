@@ -22,6 +22,7 @@
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
 #include "controlplane/cp_conf.h"
+#include "controlplane/discovery.h"
 #include "controlplane/etcd_store.h"
 #include "controlplane/failure_budget.h"
 #include "controlplane/group_commit.h"
@@ -30,6 +31,7 @@
 #include "controlplane/log_relay.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/profile_rolls.h"
+#include "controlplane/region_services.h"
 #include "controlplane/scheduler.h"
 #include "controlplane/services.h"
 #include "controlplane/state_store.h"
@@ -79,7 +81,8 @@ class Manager {
   Result<nlohmann::json> api_pool_return(const nlohmann::json& p, const rpc::CallContext& c);
   // Whether the caller may act for the shard `p` names (its certificate, or this host).
   Result<std::string> calling_shard(const nlohmann::json& p, const rpc::CallContext& c) const;
-  Status start_lending();
+  // The region's parts of a broker or shard (lending, services across shards).
+  Status start_region();
   std::unique_ptr<Lending> lending_;  // a broker's, or a shard's with brokers
   // machine.rm's work: the machine is listed no more (its registering brings it back).
   // `left_for`: it went, alive, to another control plane of the region (why, logged).
@@ -231,55 +234,13 @@ class Manager {
   std::string machine_name(MachineId m) const;
   std::unique_ptr<LogRelay> log_relay_;  // the reads in flight and their bounds (serve())
 
-  // Service discovery (services_api.cc, docs/services.md).
+  // Service discovery (discovery.h; the methods in services_api.cc; docs/services.md),
+  // and a shard's across its region (region_services.h).
   Result<nlohmann::json> api_service_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_service_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_service_watch(const nlohmann::json& p, const rpc::CallContext& c);
-  void start_services();
-  // An agent that answers DNS: it gets the whole table now (once the table is live) and
-  // every change after, and its acknowledgements hold stops back.
-  void services_subscribe(MachineId m, rpc::Session* s);
-  void send_service_snapshot(MachineId m, rpc::Session* s);
-  void on_service_ack(MachineId m, const Result<nlohmann::json>& r);
-  // Brings the endpoints of the jobs whose tasks changed up to date, pushes the change,
-  // and returns the commands to send now: stops of tasks that just left discovery are
-  // held until every agent has the new set (and the job's discovery_drain passed).
-  std::vector<Command> refresh_services(const std::vector<Command>& cmds);
-  void push_services();
-  Source push_soon_;  // push_services at the end of this loop iteration, or a bit later
-  uint64_t last_push_us_ = 0;
-  // Works out the changed jobs' endpoints (services_dirty_ and the scheduler's changes)
-  // and has them pushed; at once when a send has stops to hold, else at the end of the
-  // loop iteration (recompute_soon_).
-  void recompute_services();
-  Source recompute_soon_;
-  // Tasks that left their job's endpoints: the version that withdrew them, the job's
-  // drain, when (monotonic). A stop of one waits until the agents have that version.
-  struct Left {
-    uint64_t version = 0, drain_us = 0, at_us = 0;
-  };
-  std::unordered_map<std::string, Left> services_left_;
-  void release_stops();
-  void arm_services_timer();
-  void note_timed_out(const std::vector<std::string>& tasks);
-  nlohmann::json service_watch_answer(const std::string& job) const;
-  void expire_watchers();
-  ServiceTable services_;
-  std::map<MachineId, rpc::Session*> service_sessions_;  // subscribed agents
-  std::map<MachineId, std::string> addresses_;           // where each machine's tasks are
-  std::set<std::string> services_dirty_;                 // jobs to look at again
-  uint64_t services_pushed_ = 0;
-  bool services_live_ = false;
-  uint64_t discovery_ack_timeouts_ = 0;
-  struct Watcher {
-    rpc::ReplyFn reply;
-    std::string job;
-    uint64_t index = 0;
-    uint64_t deadline_us = 0;
-  };
-  std::vector<Watcher> service_watchers_;
-  bool watch_timer_armed_ = false;
-  Source services_timer_, services_live_timer_, watch_timer_;
+  std::unique_ptr<Discovery> discovery_;
+  std::unique_ptr<RegionServices> region_services_;
 
   // Start-up pieces: the state read into the modules, the sockets and methods, and the
   // leader's own work (ticks, heartbeat checks, TaskControl, maintenance).

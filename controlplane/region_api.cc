@@ -142,8 +142,14 @@ Result<json> Manager::api_pool_return(const json& p, const CallContext& c) {
   return json();
 }
 
-Status Manager::start_lending() {
+Status Manager::start_region() {
   const RegionConfig& r = cfg_.region;
+  if (r.role == RegionRole::kShard && !region_services_) {
+    RegionServices::Hooks sh{
+        [this] { return discovery_->local(); },
+        [this](RegionServices::Services others) { discovery_->set_foreign(std::move(others)); }};
+    TRY_ASSIGN(region_services_, RegionServices::create(*loop_, cfg_, std::move(sh)));
+  }
   bool lends =
       r.role == RegionRole::kBroker || (r.role == RegionRole::kShard && !r.brokers.empty());
   if (!lends || lending_) return {};

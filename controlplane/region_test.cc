@@ -270,6 +270,12 @@ TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
   EXPECT_FALSE(batch_cp.call("job.show", {{"name", "site"}}).ok());
   EXPECT_TRUE(batch_cp.call("job.show", {{"name", "crunch"}}).ok());
 
+  // Service discovery spans the shards: the other shard's agents would answer for site.
+  EXPECT_TRUE(wait_for(30, [&] {
+    auto svc = batch_cp.call("service.show", {{"job", "site"}});
+    return svc.ok() && (*svc)["endpoints"].size() == 2;
+  })) << batch_cp.call("service.show", {{"job", "site"}})->dump();
+
   // Lists span the shards, each entry naming its shard.
   auto jobs = fe_->call("job.ls");
   ASSERT_TRUE(jobs.ok());

@@ -1,0 +1,387 @@
+#include "controlplane/discovery.h"
+
+#include "common/clock.h"
+#include "common/json_bounded.h"
+#include "common/log.h"
+#include "common/rpc/protocol.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+using rpc::CallContext;
+
+namespace {
+constexpr size_t kJobsPerSnapshotMessage = 256;  // a message stays far below the line limit
+constexpr size_t kMaxServiceWatchers = 1024;
+constexpr uint64_t kMaxWatchUs = 60'000'000;
+// The scheduler's clock (now_us in manager.cc): the watchers' deadlines and held stops.
+uint64_t sched_now_us() {
+  return now_monotonic_us();
+}
+}  // namespace
+
+Discovery::Discovery(EventLoop& loop, Options opts, Scheduler& sched, const Allocator& alloc,
+                     const Broker& broker, Dispatch dispatch)
+    : loop_(loop),
+      opts_(opts),
+      sched_(sched),
+      alloc_(alloc),
+      broker_(broker),
+      dispatch_(std::move(dispatch)) {}
+
+void Discovery::set_address(MachineId m, const std::string& address) {
+  auto& a = addresses_[m];
+  if (a == address) return;
+  a = address;
+  for (const auto& t : sched_.tasks_on(m)) dirty_.insert(t.job);
+}
+
+void Discovery::write_metrics(metrics::Writer& w) const {
+  w.family("weft_cp_discovery_version", "gauge",
+           "The service discovery table's version (docs/services.md).");
+  w.sample("weft_cp_discovery_version", static_cast<double>(table_.version()));
+  w.family("weft_cp_discovery_agents_behind", "gauge",
+           "Agents answering DNS that have not acknowledged the latest version.");
+  size_t behind = 0;
+  for (const auto& [m, sess] : sessions_) behind += table_.acked(m) < table_.version();
+  w.sample("weft_cp_discovery_agents_behind", static_cast<double>(behind));
+  w.family("weft_cp_discovery_stops_waiting", "gauge",
+           "Stops held until every agent has the task withdrawn (and the drain).");
+  w.sample("weft_cp_discovery_stops_waiting", static_cast<double>(table_.held()));
+  w.family("weft_cp_discovery_ack_timeouts_total", "counter",
+           "Stops sent after discovery_ack_timeout without every agent's acknowledgement.");
+  w.sample("weft_cp_discovery_ack_timeouts_total", static_cast<double>(ack_timeouts_));
+}
+
+void Discovery::start() {
+  // Versions keep growing across restarts and failovers (an agent's copy is newer than
+  // nothing a restarted control plane says).
+  table_.start_at(now_realtime_us());
+  // The table is rebuilt from the machines' reports; until every machine had a chance to
+  // report (two heartbeat intervals) agents keep the copies they have.
+  auto t = loop_.add_timer_in(opts_.live_after_us, [this] {
+    live_ = true;
+    for (const auto& [m, s] : sessions_) send_snapshot(m, s);
+    pushed_ = table_.version();
+  });
+  if (t.ok()) live_timer_ = std::move(t).value();
+}
+
+void Discovery::subscribe(MachineId m, rpc::Session* s) {
+  if (!s) return;
+  table_.subscribe(m);
+  sessions_[m] = s;
+  s->watch_close([this, m, s] {
+    auto it = sessions_.find(m);
+    if (it == sessions_.end() || it->second != s) return;  // replaced since
+    sessions_.erase(it);
+    table_.unsubscribe(m);
+    release_stops();  // it held nothing back any more
+  });
+  if (live_) send_snapshot(m, s);
+}
+
+void Discovery::send_snapshot(MachineId m, rpc::Session* s) {
+  auto chunks = table_.snapshot(kJobsPerSnapshotMessage);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    bool last = i + 1 == chunks.size();
+    s->call("service.update", to_json(chunks[i]), [this, m, last](Result<json> r) {
+      if (!last) return;
+      on_ack(m, r);
+    });
+  }
+}
+
+void Discovery::on_ack(MachineId m, const Result<json>& r) {
+  if (!r.ok() || !r->is_object() || !(*r)["version"].is_number_unsigned()) {
+    if (!r.ok() && r.error().code != rpc::kUnavailable)
+      log_warn("an agent did not take a service update",
+               {{"MACHINE", name(m)}, {"ERROR", r.error().str()}});
+    return;
+  }
+  table_.ack(m, (*r)["version"].get<uint64_t>());
+  release_stops();
+}
+
+namespace {
+constexpr uint64_t kServicePushUs = 20'000;
+}  // namespace
+
+void Discovery::recompute() {
+  auto jobs = sched_.take_service_changes();
+  jobs.merge(std::exchange(dirty_, {}));
+  uint64_t now = now_monotonic_us();
+  for (const auto& job : jobs) {
+    auto spec = sched_.job(job);
+    if (!spec) {
+      for (auto& t : table_.erase(job)) left_[t] = {table_.version(), 0, now};
+      continue;
+    }
+    const auto& ents = broker_.entitlements();
+    auto e = ents.find(spec->entitlement_id);
+    Service s = endpoints_of(
+        e == ents.end() ? std::string() : e->second.name, sched_.task_refs_of(job),
+        [this](MachineId m) { return name(m); },
+        [this](MachineId m) {
+          auto a = addresses_.find(m);
+          return a == addresses_.end() ? std::string() : a->second;
+        });
+    for (auto& t : table_.set(job, s)) left_[t] = {table_.version(), spec->discovery_drain_us, now};
+  }
+  // What left and was not stopped by the control plane (it ended by itself) is
+  // forgotten after a while; a stop of it later needs no withdrawal (it is withdrawn).
+  if (left_.size() > 1024)
+    std::erase_if(left_, [&](const auto& e) {
+      return now - e.second.at_us > opts_.ack_timeout_us + 60'000'000;
+    });
+  push_soon(now);
+}
+
+void Discovery::push_soon(uint64_t now) {
+  // At the end of this loop iteration, and at most every kServicePushUs however many
+  // sends changed endpoints: one update to every agent carries all of them (a push is a
+  // message to each agent of the fleet).
+  if (table_.version() != pushed_ && !push_soon_.active()) {
+    auto go = [this] {
+      push_soon_.reset();
+      last_push_us_ = now_monotonic_us();
+      if (table_.version() != pushed_) push();
+    };
+    auto d = now >= last_push_us_ + kServicePushUs
+                 ? loop_.add_defer(go)
+                 : loop_.add_timer_at(last_push_us_ + kServicePushUs, go);
+    if (d.ok())
+      push_soon_ = std::move(d).value();
+    else
+      go();
+  }
+}
+
+std::map<std::string, Service> Discovery::local() const {
+  std::map<std::string, Service> out;
+  for (const auto& [job, s] : table_.services())
+    if (!foreign_.count(job)) out.emplace(job, s);
+  return out;
+}
+
+void Discovery::set_foreign(std::map<std::string, Service> others) {
+  for (auto it = foreign_.begin(); it != foreign_.end();) {
+    if (others.count(*it) || sched_.job(*it)) {
+      ++it;
+      continue;
+    }
+    table_.erase(*it);
+    it = foreign_.erase(it);
+  }
+  for (auto& [job, s] : others) {
+    if (sched_.job(job)) continue;  // a name of our own wins (region names are unique)
+    const Service* now = table_.find(job);
+    if (!now || !(*now == s)) table_.set(job, std::move(s));
+    foreign_.insert(job);
+  }
+  if (table_.version() != pushed_) push_soon(now_monotonic_us());
+}
+
+std::vector<Command> Discovery::refresh(const std::vector<Command>& cmds) {
+  uint64_t now = sched_now_us();
+  // A job's endpoints are worked out again (O(its tasks)) when its stops must wait for
+  // their withdrawal, else with the next push: a 1,000-task job starting is not 1,000
+  // recomputations of 1,000 endpoints.
+  bool stops = false;
+  for (const auto& c : cmds) stops |= c.kind == Command::Kind::kStop && opts_.withdraw;
+  if (stops) {
+    recompute();
+  } else if (!recompute_soon_.active()) {
+    auto d = loop_.add_defer([this] {
+      recompute_soon_.reset();
+      recompute();
+    });
+    if (d.ok())
+      recompute_soon_ = std::move(d).value();
+    else
+      recompute();
+  }
+  std::vector<Command> now_out;
+  for (const auto& c : cmds) {
+    if (c.kind != Command::Kind::kStop || !opts_.withdraw) {
+      now_out.push_back(c);
+      continue;
+    }
+    if (auto it = left_.find(c.task_id); it != left_.end()) {
+      // The drain counts from the withdrawal (it may have been worked out a push ago).
+      uint64_t since = now_monotonic_us() - it->second.at_us;
+      uint64_t drain = it->second.drain_us > since ? it->second.drain_us - since : 0;
+      table_.hold_stop(c, it->second.version, now, opts_.ack_timeout_us, drain);
+      left_.erase(it);
+      continue;
+    }
+    if (table_.holds(c.task_id)) continue;  // its stop goes once released
+    now_out.push_back(c);
+  }
+  if (table_.held()) {
+    auto r = table_.release(now);
+    note_timed_out(r.timed_out);
+    now_out.insert(now_out.end(), r.commands.begin(), r.commands.end());
+    arm_timer();
+  }
+  return now_out;
+}
+
+void Discovery::note_timed_out(const std::vector<std::string>& tasks) {
+  for (const auto& t : tasks) {
+    ++ack_timeouts_;
+    std::string behind;
+    for (const auto& [m, s] : sessions_)
+      if (table_.acked(m) < table_.version()) {
+        if (!behind.empty()) behind += ",";
+        behind += name(m);
+        if (behind.size() > 200) break;
+      }
+    log_warn("a task is stopped before every agent acknowledged its withdrawal",
+             {{"TASK", t}, {"BEHIND", behind}});
+  }
+}
+
+void Discovery::push() {
+  uint64_t now = sched_now_us();
+  // Watchers first: they only read.
+  std::vector<Watcher> keep;
+  for (auto& w : watchers_) {
+    uint64_t changed = w.job.empty() ? table_.version() : table_.changed_at(w.job);
+    if (changed > w.index || now >= w.deadline_us)
+      w.reply(watch_answer(w.job));
+    else
+      keep.push_back(std::move(w));
+  }
+  watchers_ = std::move(keep);
+  if (!live_) return;
+  ServiceUpdate u = table_.update_since(pushed_);
+  pushed_ = table_.version();
+  std::string msg = to_json(u).dump(-1, ' ', false, json::error_handler_t::replace);  // once
+  for (const auto& [machine, s] : sessions_) {
+    MachineId m = machine;  // (a structured binding cannot be captured before C++20's clang 16)
+    s->call_serialized("service.update", msg, [this, m](Result<json> r) { on_ack(m, r); });
+  }
+}
+
+void Discovery::release_stops() {
+  if (!table_.held()) return;
+  auto r = table_.release(sched_now_us());
+  note_timed_out(r.timed_out);
+  if (!r.commands.empty()) dispatch_(r.commands);
+  arm_timer();
+}
+
+void Discovery::arm_timer() {
+  uint64_t at = table_.next_deadline_us();
+  if (at == 0) {
+    timer_ = Source();
+    return;
+  }
+  auto t = loop_.add_timer_at(at, [this] { release_stops(); });
+  if (t.ok()) timer_ = std::move(t).value();
+}
+
+json Discovery::watch_answer(const std::string& job) const {
+  json out{{"index", table_.version()}};
+  if (!job.empty()) {
+    const Service* s = table_.find(job);
+    out["job"] = job;
+    out["index"] = table_.changed_at(job);
+    out["service"] = s ? to_json(*s) : json();
+    return out;
+  }
+  json all = json::object();
+  for (const auto& [name, s] : table_.services()) all[name] = to_json(s);
+  out["services"] = std::move(all);
+  return out;
+}
+
+Result<json> Discovery::ls() const {
+  json out = json::array();
+  for (const auto& [job, s] : table_.services()) {
+    std::set<std::string> ports;
+    for (const auto& e : s.endpoints)
+      for (const auto& [name, p] : e.ports) ports.insert(name);
+    out.push_back({{"job", job},
+                   {"entitlement", s.entitlement},
+                   {"endpoints", s.endpoints.size()},
+                   {"ports", ports},
+                   {"index", table_.changed_at(job)},
+                   {"dns", job + "." + s.entitlement + ".weft."}});
+  }
+  json agents = json::array();
+  for (const auto& [m, sess] : sessions_)
+    agents.push_back({{"machine", name(m)}, {"version", table_.acked(m)}});
+  return json{{"services", out},
+              {"version", table_.version()},
+              {"agents", agents},
+              {"stops_waiting", table_.held()}};
+}
+
+Result<json> Discovery::show(const json& p) const {
+  if (!p.is_object() || !p.contains("job") || !p["job"].is_string())
+    return field_error("job", "the job's name is required");
+  std::string job = p["job"].get<std::string>();
+  const Service* s = table_.find(job);
+  if (!s) {
+    if (!sched_.job(job)) return field_error("job", "no such job " + job).with_code(rpc::kNotFound);
+    return json{{"job", job}, {"endpoints", json::array()}, {"index", 0}};
+  }
+  json out = to_json(*s);
+  out["job"] = job;
+  out["index"] = table_.changed_at(job);
+  out["dns"] = job + "." + s->entitlement + ".weft.";
+  return out;
+}
+
+Result<json> Discovery::watch(const json& p, const CallContext& c) {
+  if (!p.is_object()) return field_error("params", "must be an object");
+  std::string job;
+  if (p.contains("job")) {
+    if (!p["job"].is_string()) return field_error("job", "must be a job's name");
+    job = p["job"].get<std::string>();
+  }
+  uint64_t index = 0;
+  if (p.contains("index")) {
+    if (!p["index"].is_number_unsigned()) return field_error("index", "must be an index");
+    index = p["index"].get<uint64_t>();
+  }
+  // Bounded before it is multiplied (a huge wait_ms would wrap past the bound).
+  TRY_ASSIGN(const int64_t wait_ms,
+             int_member(p, "wait_ms", 30'000, 0, static_cast<int64_t>(kMaxWatchUs / 1000)));
+  const uint64_t wait_us = static_cast<uint64_t>(wait_ms) * 1000;
+  uint64_t changed = job.empty() ? table_.version() : table_.changed_at(job);
+  // Consul's blocking query: answered at once when there is something newer than
+  // `index`, else when there is or `wait_ms` passes.
+  if (changed > index || wait_us == 0 || !c.session) return watch_answer(job);
+  if (watchers_.size() >= kMaxServiceWatchers)
+    return make_error("too many service watches; try again").with_code(rpc::kUnavailable);
+  watchers_.push_back(Watcher{c.session->defer_reply(), job, index, sched_now_us() + wait_us});
+  if (!watch_armed_) {
+    watch_armed_ = true;
+    auto t = loop_.add_timer_in(1'000'000, [this] { expire_watchers(); });
+    if (t.ok()) watch_timer_ = std::move(t).value();
+  }
+  return json();
+}
+
+void Discovery::expire_watchers() {
+  watch_armed_ = false;
+  uint64_t now = sched_now_us();
+  std::vector<Watcher> keep;
+  for (auto& w : watchers_) {
+    if (now >= w.deadline_us)
+      w.reply(watch_answer(w.job));
+    else
+      keep.push_back(std::move(w));
+  }
+  watchers_ = std::move(keep);
+  if (!watchers_.empty()) {
+    watch_armed_ = true;
+    auto t = loop_.add_timer_in(1'000'000, [this] { expire_watchers(); });
+    if (t.ok()) watch_timer_ = std::move(t).value();
+  }
+}
+
+}  // namespace weft::cp
