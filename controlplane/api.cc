@@ -140,8 +140,7 @@ void Manager::register_methods() {
       } else {
         r = (this->*m.handler)(p, c);
       }
-      request_seconds_.observe(m.name, static_cast<double>(now_us() - t0) / 1e6);
-      if (!r.ok()) ++request_errors_[m.name];
+      metrics_.request(m.name, static_cast<double>(now_us() - t0) / 1e6, r.ok());
       // The audit entry joins the next group commit; the reply waits for it.
       group_->set_sync(false);
       if (m.access >= kOperatorCall) audit(who, m.name, p, r);

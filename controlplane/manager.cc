@@ -230,7 +230,7 @@ Status Manager::serve() {
     TRY(server_->listen_tcp(ep.host, ep.port));
   }
   register_metrics();
-  metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
+  metrics_.serve(*loop_, cfg_.metrics_listen);
   if (!cfg_.web_listen.empty()) {
     auto web = metrics::HttpServer::start(*loop_, cfg_.web_listen, nullptr);
     if (!web.ok()) return std::move(web).error().wrap("web_listen");
@@ -284,7 +284,7 @@ void Manager::lead() {
             {"LISTEN",
              cfg_.listen.empty() ? "-" : cfg_.listen + ":" + std::to_string(server_->tcp_port())},
             {"TLS", tls_ ? "mutual" : "off"},
-            {"METRICS", metrics_http_ ? metrics_http_->address() : "-"},
+            {"METRICS", metrics_.address()},
             {"MACHINES", std::to_string(alloc_.machine_count())},
             {"TASKS", std::to_string(sched_.tasks().size())}});
   if (!leadership_) sd_notify(0, "READY=1");
@@ -655,7 +655,7 @@ void Manager::watch_heartbeats() {
 void Manager::periodic() {
   uint64_t t0 = now_us();
   tick();
-  tick_seconds_.observe(static_cast<double>(now_us() - t0) / 1e6);
+  metrics_.tick(static_cast<double>(now_us() - t0) / 1e6);
   auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
   if (t.ok()) timer_ = std::move(t).value();
 }
@@ -679,16 +679,10 @@ void Manager::register_metrics() {
              {{"daemon", "agent"}});
     w.sample("weft_cp_machine_sessions", static_cast<double>(sidekick_sessions_.size()),
              {{"daemon", "sidekick"}});
-    w.family("weft_cp_request_seconds", "histogram",
-             "Time to handle a request, by method (before its group commit).");
-    request_seconds_.write(w, "weft_cp_request_seconds");
-    w.family("weft_cp_request_errors_total", "counter", "Requests answered with an error.");
-    for (const auto& [method, n] : request_errors_)
-      w.sample("weft_cp_request_errors_total", static_cast<double>(n), {{"method", method}});
+    metrics_.write_requests(w);
     w.family("weft_cp_commit_seconds", "histogram", "Group commits of the state store.");
     group_->seconds().write(w, "weft_cp_commit_seconds");
-    w.family("weft_cp_tick_seconds", "histogram", "The periodic tick (failures, budgets, prune).");
-    tick_seconds_.write(w, "weft_cp_tick_seconds");
+    metrics_.write_ticks(w);
     w.family("weft_cp_tasks", "gauge", "Tasks the scheduler knows, by state.");
     for (TaskState s : kAllTaskStates)
       if (size_t n = sched_.count_in(s); n > 0)

@@ -22,6 +22,7 @@
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
 #include "controlplane/cp_conf.h"
+#include "controlplane/cp_metrics.h"
 #include "controlplane/discovery.h"
 #include "controlplane/etcd_store.h"
 #include "controlplane/failure_budget.h"
@@ -282,11 +283,7 @@ class Manager {
   Source kick_, watch_;
   // Prometheus /metrics (docs/metrics.md).
   void register_metrics();
-  metrics::Registry metrics_;
-  std::unique_ptr<metrics::HttpServer> metrics_http_;
-  metrics::HistogramVec request_seconds_{"method"};
-  std::map<std::string, uint64_t> request_errors_;
-  metrics::Histogram tick_seconds_;
+  CpMetrics metrics_;
   bool kicked_ = false;
   // Each machine's last full task list and its digest (common/task_report.h).
   struct LastReport {
