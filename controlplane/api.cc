@@ -303,7 +303,7 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
     TRY(persist({}, {}));  // tasks; the machine row is as it was
   send(cmds);
   for (const auto& job : changed)  // controllers hear of their tasks' changes at once
-    if (control_ && control_->has(job)) ask_controller(job);
+    if (control_) control_->ask(job);
   // Ended tasks whose end is now durable here: the machine stops reporting them, so a
   // report stays the size of what the machine runs.
   return json{{"commands", cmds.size()}, {"forget", forget}};
@@ -632,7 +632,7 @@ Result<json> Manager::job_op(const std::string& op, const json& p, const CallCon
   TRY(persist({name}, ms));
   send(*cmds);
   if (op == "update") {
-    control_round();  // a new controller, or new operations to ask it about: at once
+    if (control_) control_->round();  // a new controller, or new operations: at once
   }
   return json{{"job", name}, {"commands", cmds->size()}};
 }

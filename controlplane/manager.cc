@@ -858,42 +858,26 @@ void Manager::apply_commands(const std::vector<Command>& cmds) {
 }
 
 void Manager::start_task_control() {
-  control_ = std::make_unique<TaskControlLinks>(
-      *loop_,
-      TaskControlLinks::Hooks{[this](const std::string& job) { return control_plan(job); },
-                              [this](const std::string& job, const std::vector<std::string>& acks) {
-                                control_acked(job, acks);
-                              },
-                              [this](const std::string& job, bool unreachable) {
-                                control_reachability(job, unreachable);
-                              }});
+  control_ = std::make_unique<ControlRounds>(
+      *loop_, sched_, alloc_, maintenance_,
+      ControlRounds::Hooks{[this](const TaskControllerSpec& c) { return controller_address(c); },
+                           [this](const std::string& job, const std::vector<std::string>& acks,
+                                  std::vector<Command> cmds) {
+                             audit_controller(job, acks, cmds);
+                             apply_commands(cmds);
+                           },
+                           [this](std::vector<Command> cmds) { apply_commands(cmds); }});
+  std::shared_ptr<tls::Context> ctx;
   if (cfg_.tls.enabled()) {
     // The control plane's own certificate, as a client: controllers verify it.
-    auto ctx = tls::Context::create(cfg_.tls, tls::Role::kClient);
-    if (!ctx.ok())
+    auto c = tls::Context::create(cfg_.tls, tls::Role::kClient);
+    if (!c.ok())
       log_error("no TLS for task controllers: TCP controllers are not spoken to",
-                {{"ERROR", ctx.error().str()}});
-    control_->set_tls(ctx.ok() ? std::move(ctx).value() : nullptr);
+                {{"ERROR", c.error().str()}});
+    else
+      ctx = std::move(c).value();
   }
-  control_round();
-}
-
-void Manager::control_round() {
-  std::map<std::string, TaskControllerSpec> jobs;
-  for (const auto& name : sched_.controlled_jobs())
-    if (auto j = sched_.job(name); j && j->controller) {
-      jobs[name] = *j->controller;
-      // A controller that is a task of another job: where that job's first ready task
-      // runs now (a new address when it moves: a new link).
-      if (!j->controller->job.empty()) jobs[name].address = controller_address(*j->controller);
-    }
-  control_->sync(jobs);
-  std::erase_if(control_completed_, [&](const auto& e) { return !jobs.count(e.first); });
-  uint64_t now = now_us();
-  control_->check(now);
-  for (const auto& [name, spec] : jobs) control_->ask(name, now);
-  auto t = loop_->add_timer_in(1'000'000, [this] { control_round(); });
-  if (t.ok()) control_timer_ = std::move(t).value();
+  control_->start(cfg_.tls.enabled(), std::move(ctx));
 }
 
 std::string Manager::controller_address(const TaskControllerSpec& c) const {
@@ -908,29 +892,6 @@ std::string Manager::controller_address(const TaskControllerSpec& c) const {
     return host + ":" + std::to_string(c.port);
   }
   return "";  // none ready: unreachable until one is
-}
-
-void Manager::ask_controller(const std::string& job) {
-  if (control_) control_->ask(job, now_us());
-}
-
-json Manager::control_plan(const std::string& job) {
-  auto& completed = control_completed_[job];
-  for (auto& id : sched_.take_completed(job)) completed.push_back(std::move(id));
-  return build_plan(job, sched_, alloc_, maintenance_, completed);
-}
-
-void Manager::control_acked(const std::string& job, const std::vector<std::string>& acks) {
-  control_completed_.erase(job);  // the controller has been told
-  auto cmds = sched_.grant(job, acks, now_us());
-  audit_controller(job, acks, cmds);
-  apply_commands(std::move(cmds));
-}
-
-void Manager::control_reachability(const std::string& job, bool unreachable) {
-  auto spec = sched_.job(job);
-  if (!spec || !spec->controller || spec->controller->wait_when_unreachable) return;
-  apply_commands(sched_.set_control_fallback(job, unreachable, now_us()));
 }
 
 }  // namespace weft::cp

@@ -21,6 +21,7 @@
 #include "common/rpc/server.h"
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
+#include "controlplane/control_rounds.h"
 #include "controlplane/cp_conf.h"
 #include "controlplane/cp_metrics.h"
 #include "controlplane/discovery.h"
@@ -194,19 +195,12 @@ class Manager {
   // TaskControl (docs/taskcontrol.md): links to the jobs' controllers, kept in step with
   // the jobs every second; each controlled job's plan asked every second and on change.
   void start_task_control();
-  void control_round();
   // The address of a controller named by its job (task_controller.job): its first ready
   // task's machine (the agent session's address) and the port; "" when none is ready.
   std::string controller_address(const TaskControllerSpec& c) const;
-  void ask_controller(const std::string& job);
-  nlohmann::json control_plan(const std::string& job);
-  void control_acked(const std::string& job, const std::vector<std::string>& acks);
-  void control_reachability(const std::string& job, bool unreachable);
   // Writes and sends what a scheduler call outside a request produced.
   void apply_commands(const std::vector<Command>& cmds);
-  std::unique_ptr<TaskControlLinks> control_;
-  std::map<std::string, std::vector<std::string>> control_completed_;  // not yet told
-  Source control_timer_;
+  std::unique_ptr<ControlRounds> control_;  // control_rounds.h
   // Tells each connected sidekick whose machine's desired profile changed (a machine
   // joined or left an entitlement) to apply it now, rather than at its next report.
   void push_profiles();
