@@ -156,6 +156,7 @@ class Machine {
     return std::unique_lock<std::recursive_mutex>(world_mu_);
   }
   bool connected() const { return connected_; }
+  const std::string& id() const { return id_; }
   // Silent: its tasks run on, unreported (a daemon restarting).
   void disconnect() {
     if (reporting()) {
