@@ -605,6 +605,22 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
   EXPECT_EQ(where["(brokers)"], 1) << ms->dump();
   int starts_before = starts();
 
+  // Bad requests to the broker name the field and lend or return nothing.
+  Replica& lb = brokers_[0]->leading() ? *brokers_[0] : *brokers_[1];
+  for (const json& bad :
+       {json{{"shard", "s1"}, {"count", 5000}}, json{{"shard", "s9"}, {"count", 1}},
+        json{{"shard", "S/1"}, {"count", 1}}, json{{"count", 1}}}) {
+    auto r = lb.call("pool.lend", bad);
+    ASSERT_FALSE(r.ok()) << bad.dump();
+    EXPECT_FALSE(r.error().message.empty());
+  }
+  auto stale = lb.call("pool.return", {{"shard", "s1"}, {"machine", "m0"}, {"epoch", 999}});
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, rpc::kConflict) << stale.error().str();
+  EXPECT_FALSE(lb.call("pool.return", {{"shard", "s1"}, {"machine", "../x"}, {"epoch", 1}}).ok());
+  EXPECT_EQ(holders()["s1"], 2);
+  EXPECT_EQ(holders()["s2"], 3);
+
   // The leading broker killed: the other takes over; the shards schedule on.
   Replica& leader = brokers_[0]->leading() ? *brokers_[0] : *brokers_[1];
   Replica& other = &leader == brokers_[0].get() ? *brokers_[1] : *brokers_[0];

@@ -78,6 +78,21 @@ weft_trial_wait_socket() {
   echo "$(basename "$0"): $1 did not appear; see $dev/*.log" >&2
   return 1
 }
+# weft_trial_stop_job JOB: the follower ($follow_pid, weftctl itself rather than a
+# subshell around it) stopped and reaped before the daemons go, so that it never writes
+# to a socket they closed; then JOB stopped through the caller's `weftctl`, and its
+# tasks waited for (10 s at most).
+weft_trial_stop_job() {
+  if [ -n "${follow_pid:-}" ]; then
+    kill "$follow_pid" 2>/dev/null || true
+    wait "$follow_pid" 2>/dev/null || true
+  fi
+  weftctl job stop "$1" >/dev/null 2>&1 || true
+  for _ in $(seq 100); do
+    weftctl --json task ls 2>/dev/null | grep -q '"state": "\(running\|stopping\)"' || break
+    sleep 0.1
+  done
+}
 # weft_trial_stop CGROUP_ROOT CGROUP2_MOUNT CONTROLLERS_BEFORE: the daemons stopped (last
 # started first), the tasks' cgroups removed (tasks outlive the agent by design), and the
 # mount's subtree_control put back (unless WEFT_DEMO_KEEP_CONTROLLERS=1: left to whoever

@@ -32,15 +32,7 @@ cleanup() {
   trap - INT TERM EXIT
   echo
   echo "== stopping the job, then the region"
-  if [ -n "$follow_pid" ]; then
-    kill "$follow_pid" 2>/dev/null || true
-    wait "$follow_pid" 2>/dev/null || true
-  fi
-  weftctl job stop hello >/dev/null 2>&1 || true
-  for _ in $(seq 100); do
-    weftctl --json task ls 2>/dev/null | grep -q '"state": "\(running\|stopping\)"' || break
-    sleep 0.1
-  done
+  weft_trial_stop_job hello
   weft_trial_stop "$cgroot" "$cg2" "$controllers_before"
   echo "== stopped"
 }
