@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 
 #include "agent/host_ports.h"
 #include "common/fs.h"
@@ -81,6 +82,60 @@ nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discover
   return reg;
 }
 
+namespace {
+// A holder's epoch: a number from 0 (a reply read off the wire is unsigned; one built in
+// code may be signed).
+std::optional<uint64_t> epoch_in(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
+  return std::nullopt;
+}
+}  // namespace
+
+void HolderFence::registered(const nlohmann::json& reply) {
+  holder_.clear();
+  epoch_ = 0;
+  if (!reply.is_object() || !reply.contains("holder") || !reply["holder"].is_object()) return;
+  const nlohmann::json& h = reply["holder"];
+  auto epoch = h.contains("epoch") ? epoch_in(h["epoch"]) : std::nullopt;
+  if (h.contains("shard") && h["shard"].is_string() && epoch) {
+    holder_ = h["shard"].get<std::string>().substr(0, 256);
+    epoch_ = *epoch;
+  }
+}
+
+Result<nlohmann::json> HolderFence::admit(nlohmann::json p, const std::string& method) const {
+  if (!p.is_object()) return p;  // the command's own validator says what is wrong
+  if (!p.contains("holder") && !p.contains("epoch")) {
+    if (holder_.empty()) return p;  // an all-in-one control plane: nothing to fence
+    return field_error("holder", "is required: this machine is held by shard '" + holder_ + "'")
+        .with_code(rpc::kConflict);
+  }
+  if (!p.contains("holder") || !p["holder"].is_string())
+    return field_error("holder", "must be the holding shard's id");
+  auto given = p.contains("epoch") ? epoch_in(p["epoch"]) : std::nullopt;
+  if (!given) return field_error("epoch", "must be the machine's holder epoch (a number)");
+  std::string holder = p["holder"].get<std::string>();
+  uint64_t epoch = *given;
+  if (holder != holder_ || epoch < epoch_) {
+    log_warn("a command from a control plane that no longer holds this machine refused",
+             {{"METHOD", method},
+              {"FROM_HOLDER", holder.substr(0, 256)},
+              {"FROM_EPOCH", std::to_string(epoch)},
+              {"HOLDER", holder_.empty() ? "-" : holder_},
+              {"EPOCH", std::to_string(epoch_)}});
+    return make_error(method + " from holder '" + holder.substr(0, 256) + "' at epoch " +
+                      std::to_string(epoch) + " refused: this machine is held by " +
+                      (holder_.empty() ? std::string("no shard") : "'" + holder_ + "'") +
+                      " at epoch " + std::to_string(epoch_))
+        .with_code(rpc::kConflict);
+  }
+  p.erase("holder");
+  p.erase("epoch");
+  return p;
+}
+
 Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const AgentConfig& cfg,
                                                     const rpc::Dispatcher* commands,
                                                     bool serves_discovery, Hooks hooks) {
@@ -93,7 +148,10 @@ Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const Agent
     std::set<uint16_t> held =
         self->hooks_.task_ports ? self->hooks_.task_ports() : std::set<uint16_t>{};
     session.call("machine.register", machine_registration(cfg, serves_discovery, held),
-                 std::move(done));
+                 [self, done = std::move(done)](Result<nlohmann::json> r) {
+                   if (r.ok()) self->fence_.registered(*r);
+                   done(std::move(r));
+                 });
   };
   auto report = [self](rpc::Session& session) { self->report(session); };
   TRY_ASSIGN(s->link_,

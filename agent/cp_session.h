@@ -51,6 +51,25 @@ Report build_report(const std::string& machine, const std::map<std::string, Repo
 nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery,
                                     const std::set<uint16_t>& task_ports = {});
 
+// Which control plane of a region holds this machine, and under which epoch
+// (docs/regions.md): learnt from each machine.register reply's "holder". A command that
+// names another holder or an older epoch (sent before the machine moved, arriving late)
+// is refused with kConflict and logged, whatever it asks, as is one that names no holder
+// while a shard holds the machine; with no holder (an all-in-one control plane) a command
+// naming none is taken. The fields are taken off what the command carries.
+class HolderFence {
+ public:
+  // machine.register's reply: {"holder": {"shard", "epoch"}}, or no holder (all-in-one).
+  void registered(const nlohmann::json& reply);
+  Result<nlohmann::json> admit(nlohmann::json params, const std::string& method) const;
+  const std::string& holder() const { return holder_; }
+  uint64_t epoch() const { return epoch_; }
+
+ private:
+  std::string holder_;
+  uint64_t epoch_ = 0;
+};
+
 class CpSession {
  public:
   struct Hooks {
@@ -69,6 +88,11 @@ class CpSession {
   void report_now();
   bool connected() { return link_->session() != nullptr; }
   ControlPlaneLink* link() { return link_.get(); }
+  // A command from the control plane (task.run, task.stop, image.pull): its params
+  // without the holder fields, or refused when from a holder this machine left.
+  Result<nlohmann::json> admit(nlohmann::json params, const std::string& method) const {
+    return fence_.admit(std::move(params), method);
+  }
 
  private:
   CpSession(EventLoop& loop, std::string machine, Hooks hooks)
@@ -84,6 +108,7 @@ class CpSession {
   std::map<std::string, std::string> acked_;
   std::string acked_digest_;
   bool in_flight_ = false, again_ = false;
+  HolderFence fence_;
   Source later_, soon_;
 };
 

@@ -74,5 +74,53 @@ TEST(CpReport, FailuresAreNamedOnlyForFailedTasksTheReportCarriesAndAreCut) {
   EXPECT_FALSE(next.params.contains("failures"));
 }
 
+TEST(HolderFence, CommandsFromTheHolderPassWithoutTheFieldsAndOthersAreRefused) {
+  HolderFence f;
+  nlohmann::json run{{"name", "web.0.0"}, {"argv", {"/bin/true"}}};
+  // An all-in-one control plane names no holder: its commands pass as they are.
+  f.registered({{"machine", "m1"}});
+  auto plain = f.admit(run, "task.run");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, run);
+
+  f.registered({{"machine", "m1"}, {"holder", {{"shard", "s1"}, {"epoch", 7}}}});
+  EXPECT_EQ(f.holder(), "s1");
+  EXPECT_EQ(f.epoch(), 7u);
+  nlohmann::json fenced = run;
+  fenced["holder"] = "s1";
+  fenced["epoch"] = 7;
+  auto ok = f.admit(fenced, "task.run");
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(*ok, run) << "the fields are taken off: the task spec's validator is strict";
+  fenced["epoch"] = 8;  // newer than the registration said: the holder's own, later
+  EXPECT_TRUE(f.admit(fenced, "task.run").ok());
+
+  // From before the machine moved (an older epoch), or from another shard: refused.
+  fenced["epoch"] = 6;
+  auto old = f.admit(fenced, "task.stop");
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.error().code, rpc::kConflict);
+  EXPECT_NE(old.error().message.find("task.stop"), std::string::npos) << old.error().str();
+  fenced["epoch"] = 7;
+  fenced["holder"] = "s2";
+  EXPECT_EQ(f.admit(fenced, "task.run").error().code, rpc::kConflict);
+  // Held by a shard: a command that names no holder is refused, as is a malformed fence.
+  EXPECT_EQ(f.admit(run, "task.run").error().code, rpc::kConflict);
+  for (const nlohmann::json& bad :
+       {nlohmann::json{{"holder", 1}, {"epoch", 7}},
+        nlohmann::json{{"holder", "s1"}, {"epoch", -1}}, nlohmann::json{{"holder", "s1"}},
+        nlohmann::json{{"epoch", 7}}}) {
+    auto r = f.admit(bad, "task.run");
+    ASSERT_FALSE(r.ok()) << bad.dump();
+    EXPECT_FALSE(r.error().field.empty()) << bad.dump();
+  }
+  // A registration that names no holder (the machine went back to an all-in-one, or the
+  // reply is malformed) forgets the old one: the old shard's commands are refused.
+  f.registered({{"holder", {{"shard", 5}, {"epoch", "x"}}}});
+  EXPECT_EQ(f.holder(), "");
+  fenced["holder"] = "s1";
+  EXPECT_FALSE(f.admit(fenced, "task.run").ok());
+}
+
 }  // namespace
 }  // namespace weft::agent

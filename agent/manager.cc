@@ -144,12 +144,18 @@ Status Manager::start() {
   if (!cfg_.control_plane.empty()) {
     // The control plane's commands reach the task logic directly; the session was
     // authenticated when it connected (check_control_plane_peer).
-    cp_methods_.add("task.run", [this](const nlohmann::json& p, const rpc::CallContext&) {
-      return run_task(p, /*for_control_plane=*/true);
-    });
-    cp_methods_.add("task.stop", [this](const nlohmann::json& p, const rpc::CallContext&) {
-      return stop_task(p);
-    });
+    // A region's shard names itself and its epoch (HolderFence): a command from one
+    // this machine left is refused.
+    cp_methods_.add("task.run",
+                    [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
+                      TRY_ASSIGN(json params, cp_->admit(p, "task.run"));
+                      return run_task(std::move(params), /*for_control_plane=*/true);
+                    });
+    cp_methods_.add("task.stop",
+                    [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
+                      TRY_ASSIGN(json params, cp_->admit(p, "task.stop"));
+                      return stop_task(params);
+                    });
     // `weftctl task logs` from anywhere: the control plane reads its own tasks' output
     // (by the name it gave them; never an operator's local task), the caller's
     // permission checked and audited there.
@@ -157,9 +163,11 @@ Status Manager::start() {
       return cp_task_logs(p, c);
     });
     // A rolling update to a new image asks for it before it stops the old tasks here.
-    cp_methods_.add("image.pull", [this](const nlohmann::json& p, const rpc::CallContext& c) {
-      return api_image_pull(p, c);
-    });
+    cp_methods_.add("image.pull",
+                    [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
+                      TRY_ASSIGN(json params, cp_->admit(p, "image.pull"));
+                      return api_image_pull(params, c);
+                    });
     // Service discovery: the endpoints this agent answers DNS from, in order; the answer
     // is the acknowledgement a stop elsewhere waits for.
     cp_methods_.add("service.update",

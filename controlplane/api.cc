@@ -56,10 +56,10 @@ Result<json> Manager::api_controlplane_status(const json&, const CallContext&) {
   // Answered by followers too (the one call they do not refuse): clients find the
   // leader with it.
   json j{{"store", store_ ? store_->kind() : "none"},
-         {"leading", !leadership_ || leading_},
-         {"leader", leadership_ ? (leading_ ? advertised() : leader_hint_) : advertised()},
+         {"leading", !replica_.following()},
+         {"leader", replica_.following() ? replica_.leader_hint() : advertised()},
          {"role", region_role_name(cfg_.region.role)}};
-  if (leadership_) j["identity"] = advertised();
+  if (replica_.replicated()) j["identity"] = advertised();
   if (!cfg_.region.shard.empty()) j["shard"] = cfg_.region.shard;
   return j;
 }
@@ -103,14 +103,15 @@ void Manager::register_methods() {
       {"service.show", &Manager::api_service_show, kViewerCall},
       {"service.watch", &Manager::api_service_watch, kViewerCall},
   };
-  methods_.add("frontend.forward",
-               [this](const json& p, const CallContext& c) { return api_frontend_forward(p, c); });
-  methods_.add("pool.lend",
-               [this](const json& p, const CallContext& c) { return api_pool_lend(p, c); });
-  methods_.add("pool.return",
-               [this](const json& p, const CallContext& c) { return api_pool_return(p, c); });
+  server_.methods().add("frontend.forward", [this](const json& p, const CallContext& c) {
+    return api_frontend_forward(p, c);
+  });
+  server_.methods().add(
+      "pool.lend", [this](const json& p, const CallContext& c) { return api_pool_lend(p, c); });
+  server_.methods().add(
+      "pool.return", [this](const json& p, const CallContext& c) { return api_pool_return(p, c); });
   for (const auto& m : kMethods)
-    methods_.add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
+    server_.methods().add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
       Caller who = caller(c);
       Result<json> r = json();
       // Operator and admin calls are rare and must hear whether their change was
@@ -119,7 +120,7 @@ void Manager::register_methods() {
       // With etcd they join the group like the machines' calls: a group etcd did not
       // take is never answered (the group commit holds it and writes it again), so the
       // reply still means "written".
-      bool own_commit = m.access >= kOperatorCall && !etcd_;
+      bool own_commit = m.access >= kOperatorCall && !replica_.on_etcd();
       if (own_commit) {
         group_->commit();
         group_->set_sync(true);
@@ -127,11 +128,11 @@ void Manager::register_methods() {
       uint64_t t0 = now_us();
       if (auto s = permit(who, m.access, m.name); !s.ok()) {
         r = std::move(s).error();
-      } else if (m.access == kMachineCall && lending_ && p.is_object() && p.contains("machine") &&
-                 p["machine"].is_string()) {
+      } else if (m.access == kMachineCall && region_.lending && p.is_object() &&
+                 p.contains("machine") && p["machine"].is_string()) {
         // A region's machine that belongs elsewhere is told where (kMoved), and its
         // session ends once it has heard it: its daemon goes there.
-        if (auto a = lending_->admit(p["machine"].get<std::string>()); !a.ok()) {
+        if (auto a = region_.lending->admit(p["machine"].get<std::string>()); !a.ok()) {
           if (c.session) c.session->close_when_sent();
           r = std::move(a).error();
         } else {
@@ -213,16 +214,17 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
       (!p["boot_id"].is_string() || p["boot_id"].get<std::string>().size() > 64))
     return field_error("boot_id", "must be a string of at most 64 characters");
   TRY(check_machine_identity(c.peer, info.id));
-  if (auto known = broker_.find(info.id)) TRY(claim_session(sessions_, *known, c, "agent"));
+  if (auto known = broker_.find(info.id))
+    TRY(claim_session(MachineSessions::Daemon::kAgent, *known, c));
   TRY_ASSIGN(MachineId m, broker_.register_machine(info, now_us()));
-  TRY(claim_session(sessions_, m, c, "agent"));
-  last_report_.erase(m);  // a (re)started agent sends its whole list first
+  TRY(claim_session(MachineSessions::Daemon::kAgent, m, c));
+  reports_.lists.erase(m);  // a (re)started agent sends its whole list first
   // Back from a maintenance reboot: the boot id changed.
   std::string boot = p.value("boot_id", std::string());
-  boot_ids_[m] = boot;
+  reports_.boot_ids[m] = boot;
   for (uint64_t id : maintenance_.registered(info.id, boot, now_realtime_us()))
     group_->unsaved().maintenance.insert(id);
-  if (p.contains("controllers")) controllers_[m] = p["controllers"];
+  if (p.contains("controllers")) reports_.controllers[m] = p["controllers"];
   // Where its tasks are reached (service discovery): what the agent says, else the
   // address its session comes from (loopback for a Unix socket).
   if (address.empty()) address = c.peer.is_unix || c.peer.host.empty() ? "127.0.0.1" : c.peer.host;
@@ -231,30 +233,34 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   if (p.value("serves_discovery", false)) discovery_->subscribe(m, c.session);
   // An agent older than readiness checks reports "running" for what is available.
   if (p.value("reports_ready", false))
-    running_means_ready_.erase(m);
+    reports_.running_means_ready.erase(m);
   else
-    running_means_ready_.insert(m);
+    reports_.running_means_ready.insert(m);
   TRY(persist({}, {m}));
-  return json{{"machine", info.id},
-              {"profile", broker_.desired_profile(m)},
-              {"heartbeat_interval_ms", cfg_.broker.heartbeat_interval_us / 1000}};
+  json reply{{"machine", info.id},
+             {"profile", broker_.desired_profile(m)},
+             {"heartbeat_interval_ms", cfg_.broker.heartbeat_interval_us / 1000}};
+  // A region's shard: who holds the machine, and since which epoch (HolderFence).
+  if (region_.lending)
+    if (json h = region_.lending->holder_of(info.id); !h.is_null()) reply["holder"] = std::move(h);
+  return reply;
 }
 
 Result<json> Manager::api_machine_heartbeat(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, own_machine(p, c));
-  TRY(claim_session(sessions_, m, c, "agent"));
+  TRY(claim_session(MachineSessions::Daemon::kAgent, m, c));
   TRY(broker_.heartbeat(p["machine"].get<std::string>(), now_us()));
   return json{{"profile", broker_.desired_profile(m)}};
 }
 
 Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   TRY_ASSIGN(MachineId m, own_machine(p, c));
-  TRY(claim_session(sessions_, m, c, "agent"));
+  TRY(claim_session(MachineSessions::Daemon::kAgent, m, c));
   // The machine is alive whatever its report says: a report refused below (a state this
   // version does not know, from a newer agent) must not get its tasks declared lost.
   (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
   TRY_ASSIGN(weft::TaskReport report, weft::parse_task_report(p));
-  LastReport& last = last_report_[m];
+  MachineReports::TaskListSeen& last = reports_.lists[m];
   uint64_t now = now_us();
   weft::TaskChanges applied;
   bool whole = true;
@@ -283,7 +289,7 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   std::vector<std::string> forget;
   if (whole) last.reconciled_us = now;
   std::vector<Command> cmds;
-  if (running_means_ready_.count(m)) {
+  if (reports_.running_means_ready.count(m)) {
     auto ready = [](TaskState s) { return s == TaskState::kRunning ? TaskState::kReady : s; };
     if (whole) {
       weft::TaskList list = last.tasks;
@@ -337,7 +343,7 @@ Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
   }
   std::string before = broker_.state_of(m);
   TRY(broker_.health(p["machine"].get<std::string>(), p["verdict"].get<std::string>(), now_us()));
-  health_problems_[m] = std::move(problems);
+  reports_.problems[m] = std::move(problems);
   // A machine that failed has its tasks replaced now, and one that became healthy
   // takes what waited for it, not at the next tick; an unchanged verdict (every
   // heartbeat) costs nothing more.
@@ -370,13 +376,13 @@ Result<json> Manager::api_profile_report(const json& p, const CallContext& c) {
       offered.insert(n.get<std::string>());
     }
   }
-  TRY(claim_session(sidekick_sessions_, m, c, "sidekick", keepalive_us()));
-  if (p.contains("profiles")) profiles_offered_[m] = std::move(offered);
+  TRY(claim_session(MachineSessions::Daemon::kSidekick, m, c, keepalive_us()));
+  if (p.contains("profiles")) reports_.profiles_offered[m] = std::move(offered);
   bool changed = broker_.persisted(m).applied_profile != p["profile"].get<std::string>();
   TRY(broker_.profile_applied(p["machine"].get<std::string>(), p["profile"].get<std::string>()));
-  profile_state_[m] = p.value("state", "");
-  pushed_profile_.erase(m);  // the reply carries the desired profile
-  if (changed) {             // a report every heartbeat writes and schedules nothing
+  reports_.profile_state[m] = p.value("state", "");
+  pool_changes_.reported(m);  // the reply carries the desired profile
+  if (changed) {              // a report every heartbeat writes and schedules nothing
     TRY(persist({}, {m}));
     kick();
   }
@@ -561,7 +567,7 @@ Result<json> Manager::resolve_image_then(const json& p, const CallContext& c, Jo
       return reply(field_error("task.image", ref.str() + ": " + doc.error().str()));
     // The answer came after this replica stopped leading: nothing is written here (the
     // caller retries at the leader, which resolves the tag again).
-    if (leadership_ && !leading_)
+    if (replica_.following())
       return reply(make_error("this control plane stopped leading while resolving the image")
                        .with_code(rpc::kNotLeader));
     oci::ImageRef pinned = ref;
@@ -807,11 +813,8 @@ Status Manager::forget_machine(MachineId m, const char* left_for) {
   TRY(broker_.remove(alloc_.spec(m).name, now_us(), left_for));
   EntitlementId before = alloc_.entitlement_of(m);
   if (before != kFreePool) TRY(alloc_.assign(m, kFreePool));
-  health_problems_.erase(m);
-  profile_state_.erase(m);
-  controllers_.erase(m);
-  profiles_offered_.erase(m);
-  last_report_.erase(m);
+  reports_.forget(m);
+  pool_changes_.forget(m);
   if (auto s = persist({}, {m}); !s.ok()) {
     broker_.set_removed(m, false);  // not durable: not removed
     if (before != kFreePool) (void)alloc_.assign(m, before);

@@ -37,8 +37,7 @@ Status Manager::check_profile(const std::string& profile) const {
                                       "'_' and '.', not starting with '.')");
   // Known from the machines' sidekicks: a profile none of them has would leave every
   // machine lent to it preparing until the prepare timeout.
-  std::set<std::string> known;
-  for (const auto& [m, names] : profiles_offered_) known.insert(names.begin(), names.end());
+  std::set<std::string> known = reports_.known_profiles();
   if (!known.empty() && !known.count(profile)) {
     std::string list;
     for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
@@ -52,8 +51,7 @@ void Manager::advance_profile_rolls() {
   std::set<MachineId> released = profile_rolls_.advance();
   if (released.empty()) return;
   // The sidekicks hear of it now; the machines take no new tasks until applied.
-  profile_dirty_.insert(released.begin(), released.end());
-  ready_dirty_.insert(released.begin(), released.end());
+  pool_changes_.changed(released.begin(), released.end());
   push_profiles();
   kick();
 }

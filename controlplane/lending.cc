@@ -84,6 +84,13 @@ bool Lending::held_here(const std::string& machine) const {
   return it != holders_.end() && !it->second.holder.empty();
 }
 
+json Lending::holder_of(const std::string& machine) const {
+  if (broker()) return nullptr;
+  auto it = holders_.find(machine);
+  if (it == holders_.end() || it->second.holder != region_.shard) return nullptr;
+  return json{{"shard", region_.shard}, {"epoch", it->second.epoch}};
+}
+
 void Lending::lend(const std::string& shard, size_t count, rpc::ReplyFn reply) {
   if (count == 0) return reply(json{{"machines", json::array()}});
   std::vector<std::string> picked;

@@ -69,6 +69,10 @@ class Lending {
   void round(uint64_t now_us);
   nlohmann::json status() const;
   bool held_here(const std::string& machine) const;
+  // Shard: {"shard", "epoch"} of a machine it holds, which its registration's reply and
+  // every command to it carry (the agent refuses an older holder: agent/cp_session.h
+  // HolderFence); null when this shard does not hold it by a lend.
+  nlohmann::json holder_of(const std::string& machine) const;
 
  private:
   Lending(EventLoop& loop, const CpConfig& cfg, Hooks hooks);

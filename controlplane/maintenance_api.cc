@@ -62,19 +62,19 @@ Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
   };
   w.healthy = [this](const std::string& name) {
     auto m = broker_.find(name);
-    return m && broker_.healthy(*m) && sessions_.count(*m) > 0;
+    return m && broker_.healthy(*m) && sessions_.agent(*m) != nullptr;
   };
   w.reboot = [this](const std::string& name) {
     auto m = broker_.find(name);
     if (!m) return false;
-    auto it = sidekick_sessions_.find(*m);
-    if (it == sidekick_sessions_.end()) return false;
+    rpc::Session* sidekick = sessions_.sidekick(*m);
+    if (!sidekick) return false;
     std::string reasons;
     for (const auto* e : maintenance_.affecting(name))
       reasons += (reasons.empty() ? "" : "; ") + ("maintenance " + std::to_string(e->id) +
                                                   (e->reason.empty() ? "" : ": " + e->reason));
     log_info("maintenance: asking the machine to reboot", {{"MACHINE", name}});
-    it->second->call("machine.reboot", {{"reason", reasons}}, [this, name](Result<json> r) {
+    sidekick->call("machine.reboot", {{"reason", reasons}}, [this, name](Result<json> r) {
       if (r.ok()) return;
       log_warn("maintenance: the machine did not accept the reboot",
                {{"MACHINE", name}, {"ERROR", r.error().str()}});
@@ -85,14 +85,13 @@ Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
   };
   w.boot_id = [this](const std::string& name) {
     auto m = broker_.find(name);
-    auto it = m ? boot_ids_.find(*m) : boot_ids_.end();
-    return it == boot_ids_.end() ? std::string() : it->second;
+    auto it = m ? reports_.boot_ids.find(*m) : reports_.boot_ids.end();
+    return it == reports_.boot_ids.end() ? std::string() : it->second;
   };
   return w;
 }
 
 void Manager::maintenance_round() {
-  maintenance_timer_.reset();
   std::vector<Command> cmds;
   std::set<MachineId> touched;
   auto w = maintenance_world(&cmds, &touched);
@@ -105,8 +104,6 @@ void Manager::maintenance_round() {
       send(cmds);
     kick();
   }
-  auto t = loop_->add_timer_in(1'000'000, [this] { maintenance_round(); });
-  if (t.ok()) maintenance_timer_ = std::move(t).value();
 }
 
 Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&) {
@@ -126,8 +123,7 @@ Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&
     return s.error();
   }
   // A notice already due drains now, not at the next round.
-  auto soon = loop_->add_defer([this] { maintenance_round(); });
-  if (soon.ok()) maintenance_timer_ = std::move(soon).value();
+  rounds_.maintenance_soon();
   return to_json(maintenance_.events().at(id));
 }
 

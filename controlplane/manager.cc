@@ -34,8 +34,17 @@ json task_json(const TaskRecord& t, const Allocator& a) {
 Manager::Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop)
     : cfg_(std::move(cfg)),
       loop_(std::move(loop)),
+      replica_(*loop_, ReplicaRole::Hooks{[this] { return restore_state(); },
+                                          [this] {
+                                            server_.methods().set_override({});
+                                            lead();
+                                          }}),
+      rounds_(*loop_, cfg_.broker.heartbeat_interval_us,
+              Rounds::Hooks{[this] { tick(); }, [this](double s) { metrics_.tick(s); },
+                            [this] { watch_heartbeats(); }, [this] { maintenance_round(); }}),
       broker_(alloc_, cfg_.broker),
-      sched_(alloc_, cfg_.limits) {
+      sched_(alloc_, cfg_.limits),
+      sessions_(cfg_.broker.heartbeat_interval_us, cfg_.broker.missed_heartbeats) {
   discovery_ = std::make_unique<Discovery>(
       *loop_,
       Discovery::Options{cfg_.discovery_ack_timeout_us, cfg_.discovery_withdraw,
@@ -49,13 +58,13 @@ Result<std::unique_ptr<Manager>> Manager::create(CpConfig cfg) {
 }
 
 Manager::~Manager() {
-  if (group_ && !stepped_down_) group_->commit();
-  server_.reset();
+  if (group_ && !replica_.stepped_down()) group_->commit();
+  server_.close();
 }
 
 Status Manager::run() {
   Status s = loop_->run();
-  if (stepped_down_) return make_error("stopped: this control plane no longer leads");
+  if (replica_.stepped_down()) return make_error("stopped: this control plane no longer leads");
   group_->commit();  // what the last iteration wrote (its replies are not sent: no loop)
   return s;
 }
@@ -64,9 +73,9 @@ void Manager::use_store(std::unique_ptr<StateStore> store) {
   store_ = std::move(store);
   store_->set_secrets(secrets_);
   GroupCommit::Options opts;
-  opts.replicated = etcd_ != nullptr;
+  opts.replicated = replica_.on_etcd();
   opts.max_age_us = kMaxBatchUs;
-  opts.retry_us = etcd_ ? 200'000 : 1'000'000;
+  opts.retry_us = replica_.on_etcd() ? 200'000 : 1'000'000;
   GroupCommit::Hooks hooks;
   hooks.rewrite = [this] { return persist({}, {}).ok(); };
   hooks.deposed = [this](const std::string& why) { step_down(why); };
@@ -77,7 +86,8 @@ void Manager::use_store(std::unique_ptr<StateStore> store) {
     if (ended_hold || took_us > cfg_.broker.heartbeat_interval_us)
       broker_.excuse_silence_until(now_us());
   };
-  group_ = std::make_unique<GroupCommit>(*loop_, *store_, *gate_, opts, std::move(hooks));
+  group_ = std::make_unique<GroupCommit>(*loop_, *store_, server_.gate(), opts, std::move(hooks));
+  audit_ = std::make_unique<AuditLog>(*store_, *group_);
 }
 
 Status Manager::start() {
@@ -99,71 +109,35 @@ Status Manager::start() {
 
 Status Manager::start_replica() {
   TRY_ASSIGN(auto store, EtcdStore::open(cfg_.store.etcd));
-  etcd_ = store.get();
+  replica_.use(store.get());
   use_store(std::move(store));
   LeaderConfig lc;
   lc.etcd = cfg_.store.etcd.etcd;
   lc.key = cfg_.store.etcd.prefix + "leader";
-  lc.identity = !cfg_.store.advertise.empty() ? cfg_.store.advertise : cfg_.listen;
+  lc.identity = advertised();
   lc.ttl_s = cfg_.store.lease_ttl_s;
   // Until this replica leads, every call is answered "not the leader" with where the
   // leader is: machines and weftctl go there (docs/replicas.md).
-  methods_.set_override(
+  server_.methods().set_override(
       [this](const json&, const CallContext&) -> Result<json> {
+        const std::string& hint = replica_.leader_hint();
         Error e =
-            make_error(leader_hint_.empty()
-                           ? "this control plane is a follower and no leader is known yet"
-                           : "this control plane is a follower; the leader is " + leader_hint_)
+            make_error(hint.empty() ? "this control plane is a follower and no leader is known yet"
+                                    : "this control plane is a follower; the leader is " + hint)
                 .with_code(rpc::kNotLeader);
-        e.leader = leader_hint_;
+        e.leader = hint;
         return e;
       },
       "controlplane.status");
   TRY(serve());
-  TRY_ASSIGN(leadership_, Leadership::start(lc));
-  watch_election();
+  std::string key = lc.key;
+  TRY(replica_.start(std::move(lc)));
   log_info("control plane replica up: following until it wins the election",
            {{"ETCD", cfg_.store.etcd.etcd.endpoints.front()},
-            {"KEY", lc.key},
-            {"ADVERTISE", lc.identity}});
+            {"KEY", key},
+            {"ADVERTISE", advertised()}});
   sd_notify(0, "READY=1");
   return {};
-}
-
-void Manager::watch_election() {
-  auto t = loop_->add_timer_in(50'000, [this] {
-    check_leadership();
-    if (!stepped_down_) watch_election();
-  });
-  if (t.ok()) election_timer_ = std::move(t).value();
-}
-
-void Manager::check_leadership() {
-  if (stepped_down_) return;
-  if (leadership_->lost()) return step_down(leadership_->lost_reason());
-  if (etcd_->fenced_out()) return step_down("a write was refused: another control plane leads");
-  if (leading_) return;
-  leader_hint_ = leadership_->leader();
-  if (!leadership_->leading()) return;
-  // Won: the state is read now, not before (the previous leader wrote until its end).
-  etcd_->fence(cfg_.store.etcd.prefix + "leader", leadership_->revision());
-  uint64_t t0 = now_us();
-  if (auto s = restore_state(); !s.ok())
-    return step_down("cannot read the state from etcd: " + s.error().str());
-  leading_ = true;
-  leader_hint_.clear();
-  methods_.set_override({});
-  lead();
-  log_info("this control plane leads now",
-           {{"RESTORE_MS", std::to_string((now_us() - t0) / 1000)}});
-}
-
-void Manager::step_down(const std::string& why) {
-  stepped_down_ = true;
-  // Nothing held is sent (the group was not written): the machines hear it from the
-  // next leader. The process ends; systemd starts it again as a follower.
-  log_error("this control plane no longer leads; stopping", {{"REASON", why}});
-  loop_->exit(3);
 }
 
 Status Manager::restore_state() {
@@ -205,65 +179,16 @@ Status Manager::restore_state() {
 }
 
 Status Manager::serve() {
-  weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
   log_relay_ = std::make_unique<LogRelay>(
-      *loop_, LogRelay::Hooks{[this](MachineId m) -> rpc::Session* {
-                                auto s = sessions_.find(m);
-                                return s == sessions_.end() ? nullptr : s->second;
-                              },
+      *loop_, LogRelay::Hooks{[this](MachineId m) { return sessions_.agent(m); },
                               [this](MachineId m) { return machine_name(m); }});
-  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
-  server_->set_output_gate(gate_);
-  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
-  if (!cfg_.listen.empty()) {
-    if (cfg_.tls.enabled()) {
-      if (cfg_.tls_resumption) {
-        cfg_.tls.ticket_key_file = cfg_.state_dir + "/tls-ticket.key";
-        if (!path_exists(cfg_.tls.ticket_key_file))
-          TRY(tls::write_ticket_key(cfg_.tls.ticket_key_file));
-      }
-      TRY_ASSIGN(tls_, tls::Context::create(cfg_.tls, tls::Role::kServer));
-      server_->set_tls(tls_);
-    }
-    TRY_ASSIGN(auto ep, rpc::parse_endpoint(cfg_.listen));
-    TRY(server_->listen_tcp(ep.host, ep.port));
-  }
+  TRY(server_.listen(cfg_));
   register_metrics();
   metrics_.serve(*loop_, cfg_.metrics_listen);
-  if (!cfg_.web_listen.empty()) {
-    auto web = metrics::HttpServer::start(*loop_, cfg_.web_listen, nullptr);
-    if (!web.ok()) return std::move(web).error().wrap("web_listen");
-    web_http_ = std::move(web).value();
-    web_http_->set_allowed_hosts(cfg_.web_hosts);
-    web_http_->set_pages([this](const std::string& url, std::string* type, std::string* body) {
-      if (url != "/" && url != "/index.html") return false;
-      *type = "text/html; charset=utf-8";
-      *body = web_page();
-      return true;
-    });
-    log_info("web view", {{"LISTEN", web_http_->address()}});
-  }
+  if (!cfg_.web_listen.empty())
+    TRY(server_.serve_web(cfg_.web_listen, cfg_.web_hosts, [this] { return web_page(); }));
   TRY(loop_->exit_on_termination());
-  // SIGHUP (systemctl reload): certificates, key and CRL are read again; new handshakes
-  // use them, sessions already up carry on.
-  TRY_ASSIGN(Source hup, loop_->add_signal(SIGHUP, [this] {
-    if (!tls_) {
-      log_info("SIGHUP: nothing to reload");
-      return;
-    }
-    // A new ticket key first: sessions resumed from now on were verified under the
-    // files read now (a certificate revoked by the new CRL cannot resume).
-    if (!cfg_.tls.ticket_key_file.empty())
-      if (auto s = tls::write_ticket_key(cfg_.tls.ticket_key_file); !s.ok())
-        log_error("SIGHUP: no new TLS ticket key: " + s.error().str());
-    if (auto s = tls_->reload(); !s.ok())
-      log_error("SIGHUP: TLS files not reloaded; the previous ones stay in use: " +
-                s.error().str());
-    else
-      log_info("SIGHUP: TLS certificates, key and CRL reloaded");
-  }));
-  sighup_ = std::move(hup);
   loop_->enable_watchdog();
   return {};
 }
@@ -271,23 +196,20 @@ Status Manager::serve() {
 void Manager::lead() {
   if (auto s = start_region(); !s.ok()) {
     log_error("the region's machines could not be read: " + s.error().str());
-    if (leadership_) return step_down("the region's machines could not be read");
+    if (replica_.replicated()) return step_down("the region's machines could not be read");
   }
-  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
-  if (t.ok()) timer_ = std::move(t).value();
-  watch_heartbeats();
   start_task_control();
   discovery_->start();
-  maintenance_round();
-  log_info(leadership_ ? "control plane ready: leading" : "control plane ready",
+  rounds_.start();
+  log_info(replica_.replicated() ? "control plane ready: leading" : "control plane ready",
            {{"SOCKET", cfg_.socket},
             {"LISTEN",
-             cfg_.listen.empty() ? "-" : cfg_.listen + ":" + std::to_string(server_->tcp_port())},
-            {"TLS", tls_ ? "mutual" : "off"},
+             cfg_.listen.empty() ? "-" : cfg_.listen + ":" + std::to_string(server_.tcp_port())},
+            {"TLS", server_.tls() ? "mutual" : "off"},
             {"METRICS", metrics_.address()},
             {"MACHINES", std::to_string(alloc_.machine_count())},
             {"TASKS", std::to_string(sched_.tasks().size())}});
-  if (!leadership_) sd_notify(0, "READY=1");
+  if (!replica_.replicated()) sd_notify(0, "READY=1");
 }
 
 Status check_machine_identity(const rpc::Peer& peer, const std::string& machine) {
@@ -303,7 +225,7 @@ Status check_machine_identity(const rpc::Peer& peer, const std::string& machine)
 }
 
 Caller Manager::caller(const CallContext& c) const {
-  return identify_caller(c.peer, cfg_.access, weft_gid_, cfg_.socket_group);
+  return identify_caller(c.peer, cfg_.access, server_.socket_gid(), cfg_.socket_group);
 }
 
 Status Manager::permit(const Caller& who, int access, const std::string& method) const {
@@ -321,71 +243,8 @@ Status Manager::may_change_jobs(const Caller& who, EntitlementId e) const {
       .with_code(rpc::kPermissionDenied);
 }
 
-void Manager::audit(const Caller& who, const std::string& method, const json& p,
-                    const Result<json>& r) {
-  AuditRecord a;
-  a.who = who.who;
-  a.role = role_name(who.role);
-  a.method = method;
-  for (const char* key : {"name", "machine"})
-    if (p.is_object() && p.contains(key) && p[key].is_string()) {
-      a.target = p[key].get<std::string>().substr(0, 256);
-      break;
-    }
-  a.digest = tls::sha256_hex(p.dump(-1, ' ', false, json::error_handler_t::replace));
-  if (r.ok())
-    a.result = "ok";
-  else
-    a.result = std::string(r.error().code == rpc::kPermissionDenied ? "denied: " : "error: ") +
-               r.error().str().substr(0, 512);
-  if (r.ok() && (method == "job.create" || method == "job.update") && !a.target.empty())
-    job_operator_[a.target] = a.who;
-  write_audit(a);
-}
-
-void Manager::write_audit(const AuditRecord& a) {
-  log_info("audit: " + a.who + " " + a.method + " " + a.target + ": " + a.result,
-           {{"AUDIT_WHO", a.who},
-            {"AUDIT_ROLE", a.role},
-            {"AUDIT_METHOD", a.method},
-            {"AUDIT_TARGET", a.target},
-            {"AUDIT_PARAMS_SHA256", a.digest},
-            {"AUDIT_RESULT", a.result}});
-  Status written = group_->open();
-  if (written.ok()) written = store_->put_audit(a);
-  if (!written.ok())
-    log_error("audit entry not written to the store (the journal has it): " +
-              written.error().str());
-}
-
-std::string Manager::job_operator(const std::string& job) {
-  if (!job_operators_loaded_) {
-    job_operators_loaded_ = true;
-    auto rows = store_->audit(0, StateStore::kMaxAudit);  // oldest first
-    if (rows.ok())
-      for (const auto& r : *rows)
-        if (r.result == "ok" && (r.method == "job.create" || r.method == "job.update") &&
-            !job_operator_.count(r.target))
-          job_operator_[r.target] = r.who;
-    // Entries made since this process started are newer than any row: kept as they are.
-  }
-  auto it = job_operator_.find(job);
-  return it == job_operator_.end() ? "an operator no longer in the audit log" : it->second;
-}
-
 void Manager::audit_controller(const std::string& job, const std::vector<std::string>& acks,
                                const std::vector<Command>& done) {
-  std::string did;
-  for (const auto& c : done) {
-    if (c.kind == Command::Kind::kPrefetch) continue;
-    did += (did.empty() ? "" : ", ") +
-           std::string(c.kind == Command::Kind::kStart ? "start " : "stop ") + c.task_id;
-    if (did.size() > 400) {
-      did += ", ...";
-      break;
-    }
-  }
-  if (did.empty()) return;  // acknowledged, nothing done yet (or nothing pending)
   auto spec = sched_.job(job);
   std::string controller = "TaskController";
   if (spec && spec->controller)
@@ -393,57 +252,7 @@ void Manager::audit_controller(const std::string& job, const std::vector<std::st
                       ? " (a task of job " + spec->controller->job + ", port " +
                             std::to_string(spec->controller->port) + ")"
                       : " at " + spec->controller->address;
-  AuditRecord a;
-  // Who acted: the controller, on behalf of the operator who set the job (and with it
-  // the controller) up.
-  a.who = controller + " for " + job_operator(job);
-  a.role = "controller";
-  a.method = "taskcontrol.ack";
-  a.target = job;
-  a.digest = tls::sha256_hex(json(acks).dump());
-  a.result = "ok: " + did;
-  write_audit(a);
-}
-
-Status Manager::claim_session(std::map<MachineId, rpc::Session*>& table, MachineId m,
-                              const CallContext& c, const char* daemon, uint64_t interval_us) {
-  if (!c.session) return {};
-  uint64_t now = now_us();
-  auto it = table.find(m);
-  if (it != table.end() && it->second != c.session) {
-    rpc::Session* old = it->second;
-    auto h = heard_.find(old);
-    uint64_t heard = h == heard_.end() ? 0 : h->second;
-    uint64_t dead_after = (interval_us ? interval_us : cfg_.broker.heartbeat_interval_us) *
-                          static_cast<uint64_t>(cfg_.broker.missed_heartbeats);
-    const std::string& name = alloc_.spec(m).name;
-    if (now - heard < dead_after) {
-      log_warn("second session for a connected machine refused",
-               {{"MACHINE", name},
-                {"DAEMON", daemon},
-                {"CONNECTED", old->peer().address},
-                {"REFUSED", c.peer.address}});
-      return make_error("machine " + name + " already has a " + daemon + " session (from " +
-                        old->peer().address + ", heard from " +
-                        std::to_string((now - heard) / 1000) +
-                        " ms ago); a second one is refused until that one closes or falls silent")
-          .with_code(rpc::kConflict);
-    }
-    log_warn("a silent session replaced by a new one", {{"MACHINE", name},
-                                                        {"DAEMON", daemon},
-                                                        {"SILENT", old->peer().address},
-                                                        {"NEW", c.peer.address}});
-    table.erase(it);
-    old->close();
-  }
-  track_session(table, m, c.session);
-  if (heard_.emplace(c.session, now).second) {
-    rpc::Session* s = c.session;
-    s->watch_close([this, s] { heard_.erase(s); });
-  } else {
-    heard_[c.session] = now;
-  }
-  return {};
+  audit_->controller(job, controller, acks, done);
 }
 
 Status Manager::persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
@@ -494,8 +303,7 @@ Status Manager::persist(const std::set<std::string>& jobs, const std::set<Machin
   if (auto s = store_->put_events(w.events); !s.ok()) return fail(s);
   TRY(store_->commit());
   // Machines whose pool changed may have a new desired profile (push_profiles).
-  profile_dirty_.insert(w.machines.begin(), w.machines.end());
-  ready_dirty_.insert(w.machines.begin(), w.machines.end());
+  pool_changes_.changed(w.machines.begin(), w.machines.end());
   Written done = std::move(w);
   w = {};
   group_->wrote(done);  // kept until the group commits; committed now if it is old
@@ -508,33 +316,45 @@ void Manager::send(const std::vector<Command>& cmds) {
 
 void Manager::dispatch(const std::vector<Command>& cmds) {
   for (const auto& c : cmds) {
-    auto it = sessions_.find(c.machine);
-    if (it == sessions_.end()) continue;  // offline: reconciled when it reports again
+    rpc::Session* session = sessions_.agent(c.machine);
+    if (!session) continue;  // offline: reconciled when it reports again
     std::string task = c.task_id;
+    // A region's shard names itself and the machine's epoch: a command that arrives
+    // after the machine left is refused there (agent/cp_session.h HolderFence).
+    json holder =
+        region_.lending ? region_.lending->holder_of(alloc_.spec(c.machine).name) : json();
+    auto fenced = [&holder](json params) {
+      if (!holder.is_null() && params.is_object()) {
+        params["holder"] = holder["shard"];
+        params["epoch"] = holder["epoch"];
+      }
+      return params;
+    };
     if (c.kind == Command::Kind::kStart) {
-      it->second->call("task.run", c.spec, [this, task](Result<json> r) {
-        if (r.ok()) return;
-        const Error& e = r.error();
-        // The session went away or timed out: the start is resent when the machine
-        // reports again. A duplicate name: that task runs already (a resend).
-        if (e.code == rpc::kUnavailable || e.code == rpc::kTimeout || e.code == rpc::kConflict)
-          return;
-        log_warn("the machine refused to start a task", {{"TASK", task}, {"ERROR", e.str()}});
-        start_refused(task, e, e.code == rpc::kInvalidParams);
-      });
+      session->call(
+          "task.run", holder.is_null() ? c.spec : fenced(c.spec), [this, task](Result<json> r) {
+            if (r.ok()) return;
+            const Error& e = r.error();
+            // The session went away or timed out: the start is resent when the machine
+            // reports again. A duplicate name: that task runs already (a resend).
+            if (e.code == rpc::kUnavailable || e.code == rpc::kTimeout || e.code == rpc::kConflict)
+              return;
+            log_warn("the machine refused to start a task", {{"TASK", task}, {"ERROR", e.str()}});
+            start_refused(task, e, e.code == rpc::kInvalidParams);
+          });
     } else if (c.kind == Command::Kind::kPrefetch) {
       MachineId m = c.machine;
       uint64_t generation = c.spec.value("generation", uint64_t{0});
-      json params = c.spec.value("fetch", json::object());
+      json params = fenced(c.spec.value("fetch", json::object()));
       params["wait"] = true;
-      it->second->call("image.pull", params, [this, task, m, generation](Result<json> r) {
+      session->call("image.pull", params, [this, task, m, generation](Result<json> r) {
         if (!r.ok())
           log_warn("a machine could not prefetch an image",
                    {{"JOB", task}, {"ERROR", r.error().str()}});
         prefetched(task, generation, m);
       });
     } else {
-      it->second->call("task.stop", {{"id", task}}, [task](Result<json> r) {
+      session->call("task.stop", fenced({{"id", task}}), [task](Result<json> r) {
         if (!r.ok())
           log_debug("task.stop failed on the machine",
                     {{"TASK", task}, {"ERROR", r.error().str()}});
@@ -570,14 +390,14 @@ void Manager::start_refused(const std::string& task, const Error& e, bool bad_sp
 
 void Manager::tick() {
   uint64_t now = now_us();
-  if (lending_) lending_->round(now);
-  if (region_services_) region_services_->round();
+  if (region_.lending) region_.lending->round(now);
+  if (region_.services) region_.services->round();
   std::vector<Command> cmds;
   std::set<MachineId> touched;
   for (MachineId m : check_machines(now)) failures_.went_down(m);
   for (MachineId m : broker_.take_failed()) failures_.went_down(m);
   failures_.count_waiting();
-  for (MachineId m : broker_.take_ready(std::exchange(ready_dirty_, {}))) {
+  for (MachineId m : broker_.take_ready(pool_changes_.take_ready())) {
     failures_.back(m);
     auto c = sched_.machine_ready(m, now);
     cmds.insert(cmds.end(), c.begin(), c.end());
@@ -614,12 +434,12 @@ std::string Manager::prepare_failure(MachineId m) const {
   std::string want = broker_.desired_profile(m);
   std::string why = "host profile '" + want + "' not applied within " +
                     std::to_string(cfg_.broker.prepare_timeout_us / 1'000'000) + " s";
-  auto offered = profiles_offered_.find(m);
-  auto state = profile_state_.find(m);
-  if (!sidekick_sessions_.count(m)) return why + ": no weft-sidekick session from this machine";
-  if (offered != profiles_offered_.end() && !offered->second.count(want))
+  auto offered = reports_.profiles_offered.find(m);
+  auto state = reports_.profile_state.find(m);
+  if (!sessions_.sidekick(m)) return why + ": no weft-sidekick session from this machine";
+  if (offered != reports_.profiles_offered.end() && !offered->second.count(want))
     return why + ": its weft-sidekick has no profile '" + want + "'";
-  if (state != profile_state_.end() && state->second.is_string() &&
+  if (state != reports_.profile_state.end() && state->second.is_string() &&
       !state->second.get<std::string>().empty())
     return why + ": its weft-sidekick says: " + state->second.get<std::string>().substr(0, 300);
   return why;
@@ -628,56 +448,31 @@ std::string Manager::prepare_failure(MachineId m) const {
 std::vector<MachineId> Manager::check_machines(uint64_t now) {
   // While etcd refuses the groups, every reply waits: the machines cannot be heard out.
   if (group_->held()) broker_.excuse_silence_until(now);
-  if (last_check_us_ && now > last_check_us_ &&
-      now - last_check_us_ > cfg_.broker.heartbeat_interval_us) {
+  if (auto held = rounds_.held_up(now)) {
     broker_.excuse_silence_until(now);
     log_warn("this control plane was held up; the machines' silence meanwhile is not counted",
-             {{"HELD_MS", std::to_string((now - last_check_us_) / 1000)}});
+             {{"HELD_MS", std::to_string(*held / 1000)}});
   }
-  last_check_us_ = now;
   return broker_.check(now);
 }
 
 void Manager::watch_heartbeats() {
-  // Between ticks: a machine is declared dead within a quarter of a heartbeat interval
-  // of its deadline, not up to a whole interval later. Cheap: the broker looks only at
-  // the heartbeats that have expired (Broker::check).
+  // Cheap: the broker looks only at the heartbeats that have expired (Broker::check).
   auto dead = check_machines(now_us());
   if (!dead.empty()) {
     for (MachineId m : dead) failures_.went_down(m);
     kick();
   }
-  auto t =
-      loop_->add_timer_in(cfg_.broker.heartbeat_interval_us / 4, [this] { watch_heartbeats(); });
-  if (t.ok()) watch_ = std::move(t).value();
-}
-
-void Manager::periodic() {
-  uint64_t t0 = now_us();
-  tick();
-  metrics_.tick(static_cast<double>(now_us() - t0) / 1e6);
-  auto t = loop_->add_timer_in(cfg_.broker.heartbeat_interval_us, [this] { periodic(); });
-  if (t.ok()) timer_ = std::move(t).value();
-}
-
-void Manager::kick() {
-  if (kick_.active() && kicked_) return;  // one tick for every change of this iteration
-  kicked_ = true;
-  auto d = loop_->add_defer([this] {
-    kicked_ = false;
-    tick();
-  });
-  if (d.ok()) kick_ = std::move(d).value();
 }
 
 void Manager::register_metrics() {
   metrics_.add([this](metrics::Writer& w) {
     w.family("weft_cp_sessions", "gauge", "Sessions open (machines' daemons and operators).");
-    w.sample("weft_cp_sessions", static_cast<double>(server_ ? server_->session_count() : 0));
+    w.sample("weft_cp_sessions", static_cast<double>(server_.session_count()));
     w.family("weft_cp_machine_sessions", "gauge", "Machines with a session, by daemon.");
-    w.sample("weft_cp_machine_sessions", static_cast<double>(sessions_.size()),
+    w.sample("weft_cp_machine_sessions", static_cast<double>(sessions_.agents()),
              {{"daemon", "agent"}});
-    w.sample("weft_cp_machine_sessions", static_cast<double>(sidekick_sessions_.size()),
+    w.sample("weft_cp_machine_sessions", static_cast<double>(sessions_.sidekicks()),
              {{"daemon", "sidekick"}});
     metrics_.write_requests(w);
     w.family("weft_cp_commit_seconds", "histogram", "Group commits of the state store.");
@@ -735,37 +530,6 @@ void Manager::replace_down_machines(uint64_t now, std::vector<Command>* cmds,
   }
 }
 
-// Remembers `s` as machine m's session in `table` until it closes.
-void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::Session* s) {
-  if (!s) return;
-  auto it = table.find(m);
-  if (it != table.end() && it->second == s) return;
-  table[m] = s;
-  s->watch_close([&table, m, s] {
-    if (auto cur = table.find(m); cur != table.end() && cur->second == s) table.erase(cur);
-  });
-}
-
-void Manager::push_profiles() {
-  // Only machines whose pool changed since the last push: the work follows the changes,
-  // not the fleet.
-  for (MachineId m : std::exchange(profile_dirty_, {})) {
-    auto it = sidekick_sessions_.find(m);
-    if (it == sidekick_sessions_.end()) continue;
-    rpc::Session* s = it->second;
-    std::string want = broker_.desired_profile(m);
-    auto& pushed = pushed_profile_[m];
-    if (want.empty() || want == pushed || broker_.persisted(m).applied_profile == want) continue;
-    pushed = want;
-    std::string name = alloc_.spec(m).name;
-    s->call("profile.apply", {{"profile", want}}, [name, want](Result<json> r) {
-      if (!r.ok())
-        log_warn("sidekick did not take the profile",
-                 {{"MACHINE", name}, {"PROFILE", want}, {"ERROR", r.error().str()}});
-    });
-  }
-}
-
 Result<JobSpec> Manager::job_from_params(const json& p) const {
   TRY_ASSIGN(weft::JobSpec base, weft::parse_job_spec(p));  // the one job validator
   auto id = broker_.entitlement(base.entitlement);
@@ -807,10 +571,6 @@ Result<JobSpec> Manager::job_from_params(const json& p) const {
 json Manager::machine_json(MachineId m) const {
   auto ent = broker_.entitlements().find(alloc_.entitlement_of(m));
   auto p = broker_.persisted(m);
-  auto get = [m](const std::map<MachineId, json>& t) {
-    auto it = t.find(m);
-    return it == t.end() ? json() : it->second;
-  };
   return {{"machine", p.info.id},
           {"state", broker_.state_of(m)},
           {"entitlement", ent == broker_.entitlements().end() ? "" : ent->second.name},
@@ -823,11 +583,11 @@ json Manager::machine_json(MachineId m) const {
           {"drained", p.drained},
           {"profile", p.applied_profile},
           {"desired_profile", broker_.desired_profile(m)},
-          {"profile_state", get(profile_state_)},
-          {"problems", get(health_problems_)},
-          {"controllers", get(controllers_)},
-          {"connected", sessions_.count(m) > 0},
-          {"sidekick_connected", sidekick_sessions_.count(m) > 0},
+          {"profile_state", MachineReports::get(reports_.profile_state, m)},
+          {"problems", MachineReports::get(reports_.problems, m)},
+          {"controllers", MachineReports::get(reports_.controllers, m)},
+          {"connected", sessions_.agent(m) != nullptr},
+          {"sidekick_connected", sessions_.sidekick(m) != nullptr},
           {"unprepared", broker_.unprepared_reason(m)}};
 }
 
@@ -883,9 +643,9 @@ void Manager::start_task_control() {
 std::string Manager::controller_address(const TaskControllerSpec& c) const {
   for (const auto& t : sched_.tasks_of(c.job)) {
     if (!available(t)) continue;
-    auto s = sessions_.find(t.machine);
-    if (s == sessions_.end()) continue;
-    const rpc::Peer& peer = s->second->peer();
+    rpc::Session* s = sessions_.agent(t.machine);
+    if (!s) continue;
+    const rpc::Peer& peer = s->peer();
     // An agent on this host (a Unix socket) serves on loopback.
     std::string host = peer.is_unix || peer.host.empty() ? "127.0.0.1" : peer.host;
     if (host.find(':') != std::string::npos) host = "[" + host + "]";

@@ -20,10 +20,12 @@
 #include "common/rpc/client.h"
 #include "common/rpc/server.h"
 #include "controlplane/allocator.h"
+#include "controlplane/audit_log.h"
 #include "controlplane/broker.h"
 #include "controlplane/control_rounds.h"
 #include "controlplane/cp_conf.h"
 #include "controlplane/cp_metrics.h"
+#include "controlplane/cp_server.h"
 #include "controlplane/discovery.h"
 #include "controlplane/etcd_store.h"
 #include "controlplane/failure_budget.h"
@@ -31,9 +33,12 @@
 #include "controlplane/leader.h"
 #include "controlplane/lending.h"
 #include "controlplane/log_relay.h"
+#include "controlplane/machine_links.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/profile_rolls.h"
 #include "controlplane/region_services.h"
+#include "controlplane/replica_role.h"
+#include "controlplane/rounds.h"
 #include "controlplane/scheduler.h"
 #include "controlplane/services.h"
 #include "controlplane/state_store.h"
@@ -49,8 +54,6 @@ Status check_machine_identity(const rpc::Peer& peer, const std::string& machine)
 // Shared by manager.cc and api.cc.
 uint64_t now_us();  // the scheduler's and broker's steady clock
 nlohmann::json task_json(const TaskRecord& t, const Allocator& a);
-// Remembers `s` as machine m's session in `table` until it closes.
-void track_session(std::map<MachineId, rpc::Session*>& table, MachineId m, rpc::Session* s);
 
 class Manager {
  public:
@@ -85,7 +88,11 @@ class Manager {
   Result<std::string> calling_shard(const nlohmann::json& p, const rpc::CallContext& c) const;
   // The region's parts of a broker or shard (lending, services across shards).
   Status start_region();
-  std::unique_ptr<Lending> lending_;  // a broker's, or a shard's with brokers
+  // A broker's lending, or a shard's with brokers; a shard's services across the region.
+  struct RegionParts {
+    std::unique_ptr<Lending> lending;
+    std::unique_ptr<RegionServices> services;
+  } region_;
   // machine.rm's work: the machine is listed no more (its registering brings it back).
   // `left_for`: it went, alive, to another control plane of the region (why, logged).
   Status forget_machine(MachineId m, const char* left_for = nullptr);
@@ -126,8 +133,6 @@ class Manager {
   void maintenance_round();
   Maintenance::World maintenance_world(std::vector<Command>* cmds, std::set<MachineId>* touched);
   Maintenance maintenance_;
-  std::map<MachineId, std::string> boot_ids_;  // what each agent registered with
-  Source maintenance_timer_;
   // job.scale, job.update and job.stop: the operation, persisted, then sent.
   Result<nlohmann::json> job_op(const std::string& op, const nlohmann::json& p,
                                 const rpc::CallContext& c);
@@ -136,16 +141,14 @@ class Manager {
   void send(const std::vector<Command>& cmds);
   void dispatch(const std::vector<Command>& cmds);  // at once
   void tick();
-  void periodic();          // tick() every heartbeat interval
-  void watch_heartbeats();  // the dead-machine check, every quarter interval
+  void watch_heartbeats();  // the dead-machine check (Rounds: every quarter interval)
   // Machines dead by their heartbeats at `now`. A look that comes more than a heartbeat
   // interval after the last one means this loop was held up (a slow etcd write, the
   // process paused): that time is not counted against the machines.
   std::vector<MachineId> check_machines(uint64_t now);
-  uint64_t last_check_us_ = 0;
   // A tick soon (next loop iteration), once however many changes ask for it: what a
   // machine's new verdict or profile needs, without a tick per report.
-  void kick();
+  void kick() { rounds_.kick(); }
   // Hands machines that went down to the scheduler within the failure budget (in fault
   // domains) unless the circuit breaker is open (cp_conf.h).
   void replace_down_machines(uint64_t now, std::vector<Command>* cmds,
@@ -165,24 +168,21 @@ class Manager {
   Status permit(const Caller& who, int access, const std::string& method) const;
   // Job operations in entitlement `e`: its owners and admins (kPermissionDenied).
   Status may_change_jobs(const Caller& who, EntitlementId e) const;
-  // The audit log: the table and the journal (one entry per operator call).
+  // The audit log (audit_log.h): one entry per operator call, made with the store.
   void audit(const Caller& who, const std::string& method, const nlohmann::json& p,
-             const Result<nlohmann::json>& r);
-  // The operator who last created or updated each job (from the audit log after a
-  // restart, looked up once, when first needed): named in the audit entries of what a
-  // job's TaskController (often a task) makes the control plane do.
-  void write_audit(const AuditRecord& a);  // the journal and the store
-  std::map<std::string, std::string> job_operator_;
-  bool job_operators_loaded_ = false;
-  std::string job_operator(const std::string& job);
+             const Result<nlohmann::json>& r) {
+    audit_->call(who, method, p, r);
+  }
+  std::unique_ptr<AuditLog> audit_;
+  // What a job's TaskController (often a task) made the control plane do, in the name
+  // of the operator who last created or updated the job.
   void audit_controller(const std::string& job, const std::vector<std::string>& acks,
                         const std::vector<Command>& done);
-  // A machine's agent or sidekick session: a second session for a machine whose session
-  // is alive and heard from within the dead-machine timeout is refused (kConflict), so it
-  // cannot take the machine's command channel; a silent one is replaced (and closed).
-  // `interval_us`: how often that daemon speaks when nothing changes (0 = heartbeat).
-  Status claim_session(std::map<MachineId, rpc::Session*>& table, MachineId m,
-                       const rpc::CallContext& c, const char* daemon, uint64_t interval_us = 0);
+  // A machine's agent or sidekick session (machine_links.h).
+  Status claim_session(MachineSessions::Daemon d, MachineId m, const rpc::CallContext& c,
+                       uint64_t interval_us = 0) {
+    return sessions_.claim(d, m, alloc_.spec(m).name, c, interval_us);
+  }
   // Sidekick and hcs report on change, and otherwise every keepalive (5 heartbeats).
   uint64_t keepalive_us() const { return 5 * cfg_.broker.heartbeat_interval_us; }
   Result<MachineId> machine_of(const nlohmann::json& p, const rpc::CallContext& c);
@@ -203,12 +203,11 @@ class Manager {
   std::unique_ptr<ControlRounds> control_;  // control_rounds.h
   // Tells each connected sidekick whose machine's desired profile changed (a machine
   // joined or left an entitlement) to apply it now, rather than at its next report.
-  void push_profiles();
+  void push_profiles() { pool_changes_.push(sessions_, broker_, alloc_); }
 
   // The read-only web view (web_api.cc, web_view.h, docs/web-view.md).
   Result<nlohmann::json> api_web_page(const nlohmann::json& p, const rpc::CallContext& c);
   std::string web_page() const;
-  std::unique_ptr<metrics::HttpServer> web_http_;
 
   // Capacity that changes (capacity_api.cc, docs/entitlements.md).
   Result<nlohmann::json> api_entitlement_rm(const nlohmann::json& p, const rpc::CallContext& c);
@@ -235,7 +234,6 @@ class Manager {
   Result<nlohmann::json> api_service_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_service_watch(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<Discovery> discovery_;
-  std::unique_ptr<RegionServices> region_services_;
 
   // Start-up pieces: the state read into the modules, the sockets and methods, and the
   // leader's own work (ticks, heartbeat checks, TaskControl, maintenance).
@@ -245,64 +243,34 @@ class Manager {
   // Replicas on etcd (docs/replicas.md): follow (refusing calls with the leader's
   // address) until the election is won, then restore and lead; stop when it is lost.
   Status start_replica();
-  void check_leadership();
-  void watch_election();  // check_leadership every 50 ms
-  void step_down(const std::string& why);
-  EtcdStore* etcd_ = nullptr;  // store_, when it is etcd
-  std::unique_ptr<Leadership> leadership_;
-  bool leading_ = false, stepped_down_ = false;
-  std::string leader_hint_;
-  Source election_timer_;
+  void step_down(const std::string& why) { replica_.step_down(why); }
 
   CpConfig cfg_;
   std::unique_ptr<EventLoop> loop_;
+  CpServer server_{*loop_};  // closed first by ~Manager: its sessions reach the state
+  ReplicaRole replica_;      // the election, when replicated (replica_role.h)
+  Rounds rounds_;            // when the leader's rounds run (rounds.h)
   Allocator alloc_;
   Broker broker_;
   Scheduler sched_;
   ProfileRolls profile_rolls_{alloc_, broker_};  // not stored: a restart finishes at once
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<GroupCommit> group_;  // after the loop and the store: goes before them
-  rpc::Dispatcher methods_;
-  std::unique_ptr<rpc::Server> server_;
-  std::map<MachineId, rpc::Session*> sessions_;           // weft-agent's, for task commands
-  std::map<MachineId, rpc::Session*> sidekick_sessions_;  // for profile.apply
-  std::map<MachineId, std::string> pushed_profile_;       // what sidekick was last told
-  std::map<rpc::Session*, uint64_t> heard_;               // machine sessions: when last heard from
-  std::set<MachineId> profile_dirty_;  // pool changed: sidekick may need a new profile
-  std::set<MachineId> ready_dirty_;    // pool changed: the broker looks at its readiness
+  MachineSessions sessions_;
+  MachineReports reports_;    // what the machines' daemons said last (machine.show)
+  PoolChanges pool_changes_;  // machines whose profile and readiness are looked at again
   // Machines that went down wait for the failure budget, and the circuit breaker
   // (controlplane/failure_budget.h).
   FailureBudget failures_{
       {cfg_.machine_failures_per_min, cfg_.machine_failures_burst, cfg_.failure_breaker}};
-  Source kick_, watch_;
   // Prometheus /metrics (docs/metrics.md).
   void register_metrics();
   CpMetrics metrics_;
-  bool kicked_ = false;
-  // Each machine's last full task list and its digest (common/task_report.h).
-  struct LastReport {
-    weft::TaskList tasks;
-    weft::TaskDigest sum;        // of tasks, kept up to date by changes
-    std::string digest;          // sum.hex(), "" until a whole list came
-    uint64_t reconciled_us = 0;  // last report_list of the whole list
-  };
-  std::unordered_map<MachineId, LastReport> last_report_;
   // Ended tasks prune() looks at per tick.
   static constexpr size_t kPruneBudget = 20000;
-  // Not persisted: what the machine's daemons said last (shown by machine.show).
-  std::map<MachineId, nlohmann::json> health_problems_, profile_state_, controllers_;
-  // The profiles each machine's sidekick has (profile.report's "profiles").
-  std::map<MachineId, std::set<std::string>> profiles_offered_;
   std::shared_ptr<const SecretBox> secrets_;  // secrets_key: jobs' secrets sealed at rest
   // Why machine `m` has not applied its entitlement's profile (a take_unprepared).
   std::string prepare_failure(MachineId m) const;
-  // Machines whose agent does not report "ready" (older than readiness checks): their
-  // "running" tasks count as ready.
-  std::unordered_set<MachineId> running_means_ready_;
-  Source timer_, sighup_;
-  std::shared_ptr<rpc::OutputGate> gate_ = std::make_shared<rpc::OutputGate>();
-  std::shared_ptr<tls::Context> tls_;
-  int weft_gid_ = -1;
 };
 
 }  // namespace weft::cp

@@ -65,7 +65,7 @@ Result<json> Manager::api_frontend_forward(const json& p, const CallContext& c) 
       method == "machine.heartbeat" || method == "machine.report" || method == "health.report" ||
       method == "profile.report")
     return field_error("method", method + " cannot be carried by a front end");
-  const rpc::Handler* h = methods_.find(method);
+  const rpc::Handler* h = server_.methods().find(method);
   if (!h) return make_error("no such method: " + method).with_code(rpc::kMethodNotFound);
   if (!p.contains("caller") || !p["caller"].is_object())
     return field_error("caller", "must name the operator");
@@ -115,7 +115,7 @@ Result<std::string> Manager::calling_shard(const json& p, const CallContext& c) 
 }
 
 Result<json> Manager::api_pool_lend(const json& p, const CallContext& c) {
-  if (cfg_.region.role != RegionRole::kBroker || !lending_)
+  if (cfg_.region.role != RegionRole::kBroker || !region_.lending)
     return make_error("pool.lend is served by a region's broker").with_code(rpc::kUnsupported);
   TRY_ASSIGN(std::string shard, calling_shard(p, c));
   if (!cfg_.region.shards.count(shard))
@@ -123,12 +123,12 @@ Result<json> Manager::api_pool_lend(const json& p, const CallContext& c) {
   if (!p.contains("count") || !p["count"].is_number_unsigned() || p["count"].get<uint64_t>() > 1000)
     return field_error("count", "must be a number of machines from 0 to 1000");
   if (!c.session) return make_error("pool.lend is served on sessions only");
-  lending_->lend(shard, p["count"].get<size_t>(), c.session->defer_reply());
+  region_.lending->lend(shard, p["count"].get<size_t>(), c.session->defer_reply());
   return json();
 }
 
 Result<json> Manager::api_pool_return(const json& p, const CallContext& c) {
-  if (cfg_.region.role != RegionRole::kBroker || !lending_)
+  if (cfg_.region.role != RegionRole::kBroker || !region_.lending)
     return make_error("pool.return is served by a region's broker").with_code(rpc::kUnsupported);
   TRY_ASSIGN(std::string shard, calling_shard(p, c));
   if (!p.contains("machine") || !p["machine"].is_string())
@@ -138,21 +138,21 @@ Result<json> Manager::api_pool_return(const json& p, const CallContext& c) {
   if (!p.contains("epoch") || !p["epoch"].is_number_unsigned())
     return field_error("epoch", "must be the epoch the machine was lent at");
   if (!c.session) return make_error("pool.return is served on sessions only");
-  lending_->give_back(shard, machine, p["epoch"].get<uint64_t>(), c.session->defer_reply());
+  region_.lending->give_back(shard, machine, p["epoch"].get<uint64_t>(), c.session->defer_reply());
   return json();
 }
 
 Status Manager::start_region() {
   const RegionConfig& r = cfg_.region;
-  if (r.role == RegionRole::kShard && !region_services_) {
+  if (r.role == RegionRole::kShard && !region_.services) {
     RegionServices::Hooks sh{
         [this] { return discovery_->local(); },
         [this](RegionServices::Services others) { discovery_->set_foreign(std::move(others)); }};
-    TRY_ASSIGN(region_services_, RegionServices::create(*loop_, cfg_, std::move(sh)));
+    TRY_ASSIGN(region_.services, RegionServices::create(*loop_, cfg_, std::move(sh)));
   }
   bool lends =
       r.role == RegionRole::kBroker || (r.role == RegionRole::kShard && !r.brokers.empty());
-  if (!lends || lending_) return {};
+  if (!lends || region_.lending) return {};
   // Free machines in service that hold nothing: what a broker may lend, what a shard has
   // spare.
   auto free_empty = [this] {
@@ -190,8 +190,7 @@ Status Manager::start_region() {
   h.release = [this](const std::string& name) {
     auto m = broker_.find(name);
     if (!m) return;
-    for (auto* table : {&sessions_, &sidekick_sessions_})
-      if (auto it = table->find(*m); it != table->end() && it->second) it->second->close();
+    sessions_.close(*m);
     if (!broker_.removed(*m))
       if (auto s = forget_machine(*m, cfg_.region.role == RegionRole::kBroker
                                           ? "lent to a shard"
@@ -200,8 +199,8 @@ Status Manager::start_region() {
         log_warn("a machine that left was not forgotten",
                  {{"MACHINE", name}, {"ERROR", s.error().str()}});
   };
-  TRY_ASSIGN(lending_, Lending::create(*loop_, cfg_, std::move(h)));
-  return lending_->load();
+  TRY_ASSIGN(region_.lending, Lending::create(*loop_, cfg_, std::move(h)));
+  return region_.lending->load();
 }
 
 }  // namespace weft::cp

@@ -604,6 +604,19 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
   EXPECT_EQ(where["s2"], 3);
   EXPECT_EQ(where["(brokers)"], 1) << ms->dump();
   int starts_before = starts();
+  // Each command named the shard that holds the machine and the epoch its registration
+  // there was told: what the agent checks before it acts (HolderFence).
+  int fenced = 0;
+  for (auto& m : machines_) {
+    auto fences = m->fences();
+    if (fences.empty()) continue;
+    ++fenced;
+    std::string reg = m->registered_holder();
+    EXPECT_TRUE(reg.rfind("s1@", 0) == 0 || reg.rfind("s2@", 0) == 0) << m->id() << " " << reg;
+    EXPECT_NE(reg.substr(3), "0") << m->id() << ": a lend raises the epoch";
+    EXPECT_EQ(fences, std::set<std::string>{reg}) << m->id();
+  }
+  EXPECT_GE(fenced, 3) << "the five tasks' machines";
 
   // Bad requests to the broker name the field and lend or return nothing.
   Replica& lb = brokers_[0]->leading() ? *brokers_[0] : *brokers_[1];

@@ -12,11 +12,11 @@ std::string Manager::web_page() const {
   FleetSnapshot s;
   s.now_wall_us = static_cast<int64_t>(now_realtime_us());
   s.leader = advertised();
-  if (leadership_ && !leading_)
+  if (replica_.following())
     return "<!doctype html><html><head><meta charset=\"utf-8\"><title>weft fleet</title></head>"
            "<body><h1>weft fleet</h1><p id=\"follower\">This replica does not lead; the leader "
            "is " +
-           html_escape(leader_hint_.empty() ? "being elected" : leader_hint_) +
+           html_escape(replica_.leader_hint().empty() ? "being elected" : replica_.leader_hint()) +
            ".</p></body></html>\n";
   for (MachineId m = 0; m < alloc_.machine_count(); ++m)
     if (!broker_.removed(m)) s.machines.push_back(machine_json(m));

@@ -42,6 +42,9 @@ class Machine {
       std::string name = p["name"].get<std::string>();
       std::lock_guard<std::recursive_mutex> g(world_mu_);
       if (running_.count(name)) return make_error("exists").with_code(rpc::kConflict);
+      // A region's shard names itself and the machine's epoch (agent/cp_session.h).
+      if (p.contains("epoch"))
+        fences_.insert(p.value("holder", "?") + "@" + std::to_string(p.value("epoch", 0ull)));
       running_.insert(name);
       ++starts_;
       return json{{"id", name}};
@@ -109,6 +112,13 @@ class Machine {
       }
       if (!(*c)->call("health.report", {{"machine", id_}, {"verdict", "ok"}}, timeout_ms_).ok())
         continue;
+      {
+        std::lock_guard<std::recursive_mutex> g(world_mu_);
+        registered_holder_.clear();
+        if (r->is_object() && r->contains("holder") && (*r)["holder"].is_object())
+          registered_holder_ = (*r)["holder"].value("shard", "?") + "@" +
+                               std::to_string((*r)["holder"].value("epoch", 0ull));
+      }
       client_ = std::move(c).value();
       next_ = (next_ + i) % socks.size();
       connected_ = true;
@@ -174,6 +184,16 @@ class Machine {
     std::lock_guard<std::recursive_mutex> g(world_mu_);
     return starts_;
   }
+  // A region's: the holder and epoch ("s1@3") its last registration's reply named (""
+  // none), and those every task.run carried.
+  std::string registered_holder() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    return registered_holder_;
+  }
+  std::set<std::string> fences() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    return fences_;
+  }
   Error last_error() const {
     std::lock_guard<std::recursive_mutex> g(world_mu_);
     return last_error_;
@@ -194,6 +214,8 @@ class Machine {
   inline static std::recursive_mutex world_mu_;
   std::set<std::string> running_;
   int starts_ = 0;
+  std::string registered_holder_;
+  std::set<std::string> fences_;
   Error last_error_;
 };
 

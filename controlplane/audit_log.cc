@@ -1,0 +1,88 @@
+#include "controlplane/audit_log.h"
+
+#include "common/log.h"
+#include "common/rpc/session.h"
+#include "common/tls.h"
+
+namespace weft::cp {
+
+using json = nlohmann::json;
+
+void AuditLog::call(const Caller& who, const std::string& method, const json& p,
+                    const Result<json>& r) {
+  AuditRecord a;
+  a.who = who.who;
+  a.role = role_name(who.role);
+  a.method = method;
+  for (const char* key : {"name", "machine"})
+    if (p.is_object() && p.contains(key) && p[key].is_string()) {
+      a.target = p[key].get<std::string>().substr(0, 256);
+      break;
+    }
+  a.digest = tls::sha256_hex(p.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (r.ok())
+    a.result = "ok";
+  else
+    a.result = std::string(r.error().code == rpc::kPermissionDenied ? "denied: " : "error: ") +
+               r.error().str().substr(0, 512);
+  if (r.ok() && (method == "job.create" || method == "job.update") && !a.target.empty())
+    job_operator_[a.target] = a.who;
+  write(a);
+}
+
+void AuditLog::write(const AuditRecord& a) {
+  log_info("audit: " + a.who + " " + a.method + " " + a.target + ": " + a.result,
+           {{"AUDIT_WHO", a.who},
+            {"AUDIT_ROLE", a.role},
+            {"AUDIT_METHOD", a.method},
+            {"AUDIT_TARGET", a.target},
+            {"AUDIT_PARAMS_SHA256", a.digest},
+            {"AUDIT_RESULT", a.result}});
+  Status written = group_.open();
+  if (written.ok()) written = store_.put_audit(a);
+  if (!written.ok())
+    log_error("audit entry not written to the store (the journal has it): " +
+              written.error().str());
+}
+
+std::string AuditLog::job_operator(const std::string& job) {
+  if (!loaded_) {
+    loaded_ = true;
+    auto rows = store_.audit(0, StateStore::kMaxAudit);  // oldest first
+    if (rows.ok())
+      for (const auto& r : *rows)
+        if (r.result == "ok" && (r.method == "job.create" || r.method == "job.update") &&
+            !job_operator_.count(r.target))
+          job_operator_[r.target] = r.who;
+    // Entries made since this process started are newer than any row: kept as they are.
+  }
+  auto it = job_operator_.find(job);
+  return it == job_operator_.end() ? "an operator no longer in the audit log" : it->second;
+}
+
+void AuditLog::controller(const std::string& job, const std::string& controller,
+                          const std::vector<std::string>& acks, const std::vector<Command>& done) {
+  std::string did;
+  for (const auto& c : done) {
+    if (c.kind == Command::Kind::kPrefetch) continue;
+    did += (did.empty() ? "" : ", ") +
+           std::string(c.kind == Command::Kind::kStart ? "start " : "stop ") + c.task_id;
+    if (did.size() > 400) {
+      did += ", ...";
+      break;
+    }
+  }
+  if (did.empty()) return;  // acknowledged, nothing done yet (or nothing pending)
+  AuditRecord a;
+  // Who acted: the controller, on behalf of the operator who set the job (and with it
+  // the controller) up.
+  a.who = controller + " for " + job_operator(job);
+  a.role = "controller";
+  a.method = "taskcontrol.ack";
+  a.target = job;
+  a.digest = tls::sha256_hex(json(acks).dump());
+  a.result = "ok: " + did;
+  write(a);
+}
+
+}  // namespace weft::cp
