@@ -20,8 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::unique_ptr<rpc::Client> cp_client(const Globals& g) {
-  return connect_controlplane(g);
+std::unique_ptr<CpClient> cp_client(const Globals& g) {
+  return std::make_unique<CpClient>(g);
 }
 
 void machine_table(const json& machines) {
@@ -82,7 +82,7 @@ TaskState state_of(const json& task) {
 // Follows a job until every task runs its current generation (create, scale, update).
 // Tasks whose start their machine refused are printed with the machine's message; when
 // nothing else is in flight the follow ends there, failed.
-int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json_out) {
+int follow_job(CpClient& c, const std::string& name, int timeout_s, bool json_out) {
   std::set<std::string> told;  // refusals already printed
   auto poll = [&]() -> Progress {
     json r = call_or_die(c, "job.show", {{"name", name}});
@@ -131,7 +131,7 @@ int follow_job(rpc::Client& c, const std::string& name, int timeout_s, bool json
 }
 
 // Follows a drain until the machine runs no task of the cluster's.
-int follow_drain(rpc::Client& c, const std::string& machine, int timeout_s, bool json_out) {
+int follow_drain(CpClient& c, const std::string& machine, int timeout_s, bool json_out) {
   auto poll = [&]() -> Progress {
     json r = call_or_die(c, "machine.show", {{"machine", machine}});
     int left = 0;
@@ -151,7 +151,7 @@ int follow_drain(rpc::Client& c, const std::string& machine, int timeout_s, bool
 }
 
 // entitlement update --profile: the roll's progress until every machine applied it.
-int follow_profile_roll(rpc::Client& c, const std::string& name, int timeout_s, bool json_out) {
+int follow_profile_roll(CpClient& c, const std::string& name, int timeout_s, bool json_out) {
   auto poll = [&]() -> Progress {
     json r = call_or_die(c, "entitlement.show", {{"name", name}});
     json roll = r.value("profile_roll", json{{"done", true}});
@@ -193,7 +193,7 @@ void endpoint_rows(const json& service, std::vector<std::vector<std::string>>* r
   }
 }
 
-int run_service_command(const ClusterCommands& c, const Globals& g, rpc::Client& cp) {
+int run_service_command(const ClusterCommands& c, const Globals& g, CpClient& cp) {
   if (c.s_ls->parsed()) {
     json r = call_or_die(cp, "service.ls", json::object());
     print_json_or(g, r, [&] {
@@ -428,7 +428,7 @@ int cluster_task_ls(const Globals& g) {
 int cluster_logs(const Globals& g, const json& target, LogOptions o) {
   auto c = cp_client(g);
   o.long_poll = true;
-  return stream_logs(*c, target, o);
+  return stream_logs(c->raw(), target, o);
 }
 
 int run_cluster_commands(const ClusterCommands& c, const Globals& g) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
+#include <set>
 
 #include "cli/cli_config.h"
 #include "cli/tls_helper.h"
@@ -83,8 +85,12 @@ json controlplane_statuses(const Globals& g) {
   return out;
 }
 
-std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g) {
+std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g, std::string* endpoint,
+                                                  const std::string& after) {
   std::vector<std::string> endpoints = split_endpoints(g.controlplane);
+  if (auto it = std::find(endpoints.begin(), endpoints.end(), after); it != endpoints.end())
+    std::rotate(endpoints.begin(), it + 1, endpoints.end());
+  if (endpoint) *endpoint = g.controlplane;
   if (endpoints.size() <= 1) {
     auto c = connect_one(g, g.controlplane);
     if (!c.ok()) die(c.error().str() + " (is weft-controlplane running there? --controlplane)");
@@ -105,7 +111,10 @@ std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g) {
       why = ep + ": " + c.error().str();
     } else {
       auto st = (*c)->call("controlplane.status", json::object(), 5000);
-      if (st.ok() && st->value("leading", false)) return std::move(c).value();
+      if (st.ok() && st->value("leading", false)) {
+        if (endpoint) *endpoint = ep;
+        return std::move(c).value();
+      }
       if (st.ok()) {
         leader = st->value("leader", std::string());
         why = ep + ": follows" + (leader.empty() ? "; no leader known" : "; leader " + leader);
@@ -118,6 +127,39 @@ std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g) {
     if (now_monotonic_us() > deadline)
       die("no control plane replica leads (last: " + why + "); tried " + g.controlplane);
     if (tries % endpoints.size() == endpoints.size() - 1) ::usleep(250'000);
+  }
+}
+
+bool safe_to_repeat(const std::string& method) {
+  static const std::set<std::string> kSetters = {"job.scale", "entitlement.update",
+                                                 "machine.drain"};
+  auto ends = [&](const char* s) {
+    std::string suffix(s);
+    return method.size() > suffix.size() &&
+           method.compare(method.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(".ls") || ends(".show") || ends(".status") || ends(".watch") ||
+         method == "web.page" || method == "task.logs" || kSetters.count(method) > 0;
+}
+
+Result<json> CpClient::call(const std::string& method, const json& params, int timeout_ms) {
+  size_t endpoints = split_endpoints(g_.controlplane).size();
+  for (size_t attempt = 0;; ++attempt) {
+    auto r = client_->call(method, params, timeout_ms);
+    // kUnavailable: the session ended before the answer (the far end closed or reset
+    // it); an answer of any kind, even an error, is the control plane's word.
+    if (r.ok() || r.error().code != rpc::kUnavailable || endpoints <= 1) return r;
+    const std::string where = at_;
+    if (!safe_to_repeat(method))
+      return make_error(method + ": the control plane at " + where +
+                        " went away before answering (" + r.error().message +
+                        "); it may or may not have been done: look (e.g. weftctl job show, "
+                        "job ls, entitlement ls) before trying again")
+          .with_code(rpc::kUnavailable);
+    if (attempt + 1 >= endpoints) return r;
+    std::cerr << "weftctl: " << where << " went away before answering " << method
+              << "; asking another of " << g_.controlplane << "\n";
+    client_ = connect_controlplane(g_, &at_, where);
   }
 }
 

@@ -32,8 +32,10 @@ struct Globals {
 // /etc/weft/weftctl.toml; none is fine), then the environment, into `g`; flags are
 // parsed after and win. Errors name the file and line.
 Status load_cli_config(Globals& g);
-// The control plane's session: its Unix socket, or TCP with mutual TLS.
-std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g);
+// The control plane's session: its Unix socket, or TCP with mutual TLS. `endpoint`: which
+// of those given it is; `after`: one to try last (it just went away).
+std::unique_ptr<rpc::Client> connect_controlplane(const Globals& g, std::string* endpoint = nullptr,
+                                                  const std::string& after = "");
 // controlplane.status of each endpoint given (replicas), or its error.
 json controlplane_statuses(const Globals& g);
 
@@ -50,6 +52,34 @@ inline std::unique_ptr<rpc::Client> connect_or_die(const std::string& ep, const 
 }
 
 inline json call_or_die(rpc::Client& c, const std::string& method, const json& params,
+                        int timeout_ms = 30000) {
+  auto r = c.call(method, params, timeout_ms);
+  if (!r.ok()) die(r.error().str());
+  return std::move(r).value();
+}
+
+// Whether a control plane call may be made again after its session was lost before the
+// answer: reads, and changes that set a value (a second one finds it set). A create, an
+// update (a new generation each time), a stop or a removal may have been done already.
+bool safe_to_repeat(const std::string& method);
+
+// weftctl's session with the control plane (connect_controlplane). Given several
+// endpoints (replicas, or a region's front ends), a call whose session is lost before its
+// answer (the process killed mid-call) is made again on another one when safe_to_repeat;
+// any other fails, saying it may or may not have been done and how to look.
+class CpClient {
+ public:
+  explicit CpClient(Globals g) : g_(std::move(g)), client_(connect_controlplane(g_, &at_)) {}
+  Result<json> call(const std::string& method, const json& params, int timeout_ms = 30000);
+  rpc::Client& raw() { return *client_; }
+
+ private:
+  Globals g_;
+  std::string at_;  // the endpoint of client_
+  std::unique_ptr<rpc::Client> client_;
+};
+
+inline json call_or_die(CpClient& c, const std::string& method, const json& params,
                         int timeout_ms = 30000) {
   auto r = c.call(method, params, timeout_ms);
   if (!r.ok()) die(r.error().str());

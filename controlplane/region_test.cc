@@ -8,9 +8,13 @@
 // its own.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -219,6 +223,66 @@ class Region : public ::testing::Test {
   std::vector<std::unique_ptr<Machine>> machines_;
 };
 
+// A front end that dies mid-call, again and again: it answers controlplane.status (so
+// weftctl picks it) and closes the session on any other call without answering, as a
+// front end killed after it read the call does.
+class DyingFrontEnd {
+ public:
+  explicit DyingFrontEnd(const std::string& path) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+          ::listen(fd_, 8) == 0;
+    if (ok_) thread_ = std::thread([this] { serve(); });
+  }
+  ~DyingFrontEnd() {
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  bool ok() const { return ok_; }
+  int dropped() const { return dropped_.load(); }
+
+ private:
+  void serve() {
+    for (;;) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;  // shut down
+      std::string buf;
+      char chunk[4096];
+      for (bool open = true; open;) {
+        ssize_t n = ::read(c, chunk, sizeof chunk);
+        if (n <= 0) break;
+        buf.append(chunk, static_cast<size_t>(n));
+        for (size_t nl; open && (nl = buf.find('\n')) != std::string::npos;) {
+          json req = json::parse(buf.substr(0, nl), nullptr, false);
+          buf.erase(0, nl + 1);
+          if (req.is_object() && req.value("method", "") == "controlplane.status") {
+            std::string reply = json{{"jsonrpc", "2.0"},
+                                     {"id", req.value("id", json())},
+                                     {"result", {{"leading", true}, {"role", "front-end"}}}}
+                                    .dump() +
+                                "\n";
+            if (::write(c, reply.data(), reply.size()) < 0) open = false;
+          } else {
+            ++dropped_;
+            open = false;  // read, and gone without a word
+          }
+        }
+      }
+      ::close(c);
+    }
+  }
+  std::string path_;
+  int fd_ = -1;
+  bool ok_ = false;
+  std::atomic<int> dropped_{0};
+  std::thread thread_;
+};
+
 TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
   ASSERT_TRUE(region_up()) << fe_->call("controlplane.status")->dump();
   add_machines("s1", {a_->sock(), b_->sock()}, 2);
@@ -310,6 +374,33 @@ TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
     carried |= e.value("method", "") == "job.scale" &&
                e.value("who", "").find(" via ") != std::string::npos;
   EXPECT_TRUE(carried) << audit->dump();
+
+  // weftctl given two front ends, the first of which dies mid-call: a read, or a change
+  // that sets a value, is asked again of the other; a stop is not (it may have been
+  // done), and weftctl says so and how to look.
+  DyingFrontEnd dying(dir_ + "/dying.sock");
+  ASSERT_TRUE(dying.ok());
+  auto weftctl = [&](const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    int rc =
+        std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                     dir_ + "/dying.sock," + fe_->sock() + " " + args + " >" + out + " 2>&1")
+                        .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  };
+  auto [rc, out] = weftctl("job ls");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("crunch"), std::string::npos) << out;
+  EXPECT_NE(out.find("went away before answering job.ls; asking another"), std::string::npos)
+      << out;
+  std::tie(rc, out) = weftctl("job scale site 2 --detach");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(wait_for(30, [&] { return running_on("site.") == 2; }));
+  std::tie(rc, out) = weftctl("job stop crunch");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("may or may not have been done"), std::string::npos) << out;
+  EXPECT_TRUE(fe_->call("job.show", {{"name", "crunch"}}).ok()) << "the stop went nowhere";
+  EXPECT_EQ(dying.dropped(), 3);
 }
 
 TEST_F(Region, AShardWhollyDownStopsNothingElse) {
