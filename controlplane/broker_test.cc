@@ -166,6 +166,42 @@ TEST(Broker, WebListenIsLoopbackOnly) {
   EXPECT_EQ(parse_cp_config("", "cp.toml")->web_listen, "");
 }
 
+// A region's broker groups: one (`brokers = "..."`, group "default") or several, each
+// named (after its datacenter); a broker names its own group.
+TEST(Broker, RegionBrokerGroupsConfig) {
+  const std::string etcd = "[store]\nkind = \"etcd\"\netcd_endpoints = [\"http://127.0.0.1:2379\"]\n";
+  auto one = parse_cp_config(etcd +
+                                 "[region]\nrole = \"shard\"\nshard = \"s1\"\nbrokers = "
+                                 "\"b1:7070,b2:7070\"\n",
+                             "cp.toml");
+  ASSERT_TRUE(one.ok()) << one.error().str();
+  EXPECT_EQ(one->region.brokers,
+            (std::map<std::string, std::string>{{"default", "b1:7070,b2:7070"}}));
+  auto two = parse_cp_config(etcd +
+                                 "[region]\nrole = \"shard\"\nshard = \"s1\"\n"
+                                 "[region.brokers]\ndc1 = \"b1:7070\"\ndc2 = \"b3:7070,b4:7070\"\n",
+                             "cp.toml");
+  ASSERT_TRUE(two.ok()) << two.error().str();
+  EXPECT_EQ(two->region.brokers.size(), 2u);
+  EXPECT_EQ(two->region.brokers.at("dc2"), "b3:7070,b4:7070");
+  auto broker = parse_cp_config(etcd +
+                                    "[region]\nrole = \"broker\"\ngroup = \"dc2\"\n"
+                                    "[region.shards]\ns1 = \"s:7070\"\n",
+                                "cp.toml");
+  ASSERT_TRUE(broker.ok()) << broker.error().str();
+  EXPECT_EQ(broker->region.group, "dc2");
+  EXPECT_EQ(parse_cp_config("", "cp.toml")->region.group, "default");
+  // Each refusal names the line and what is wrong.
+  for (const char* bad :
+       {"[region]\ngroup = \"DC 1\"\n", "[region]\nbrokers = 7\n", "[region]\nbrokers = \"\"\n",
+        "[region.brokers]\n\"dc/1\" = \"b1:7070\"\n", "[region.brokers]\ndc1 = 5\n",
+        "[region.brokers]\ndc1 = \"b1:notaport\"\n"}) {
+    auto e = parse_cp_config(std::string(bad), "cp.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("cp.toml:"), std::string::npos) << e.error().str();
+  }
+}
+
 TEST(Broker, HealthVerdictsAndDrain) {
   Allocator a;
   Broker b(a);

@@ -78,7 +78,8 @@ Status parse_store(const TomlDoc& doc, const toml::table& t, const std::string& 
 
 Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string& name,
                     CpConfig* c) {
-  TRY(doc.only_keys(t, "region.", {"role", "shard", "prefix", "shards", "brokers", "return_idle"}));
+  TRY(doc.only_keys(t, "region.",
+                    {"role", "shard", "group", "prefix", "shards", "brokers", "return_idle"}));
   RegionConfig& r = c->region;
   auto where = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
   TRY_ASSIGN(auto role, doc.get_string(t, "role"));
@@ -118,14 +119,44 @@ Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string&
       r.shards[id] = eps->get();
     }
   }
-  TRY_ASSIGN(auto brokers, doc.get_string(t, "brokers"));
-  if (brokers) {
-    if (split_endpoints(*brokers).empty())
-      return field_error(where("brokers"), "'brokers' must list the brokers' replicas");
-    for (const auto& ep : split_endpoints(*brokers))
+  TRY_ASSIGN(auto group, doc.get_string(t, "group"));
+  if (group) {
+    TRY(check_shard_id(where("group"), *group));
+    r.group = *group;
+  }
+  // `brokers = "endpoints"` (one group, "default"), or [region.brokers] (group =
+  // "endpoints", a group a datacenter).
+  auto broker_group = [&](const std::string& id, const std::string& eps,
+                          const std::string& at) -> Status {
+    if (split_endpoints(eps).empty())
+      return field_error(at, "'region.brokers' must list each broker group's replicas");
+    for (const auto& ep : split_endpoints(eps))
       if (auto e = rpc::parse_endpoint(ep); !e.ok())
-        return field_error(where("brokers"), "'" + ep + "': " + e.error().message);
-    r.brokers = *brokers;
+        return field_error(at, "'" + ep + "': " + e.error().message);
+    r.brokers[id] = eps;
+    return {};
+  };
+  if (const toml::node* b = t.get("brokers")) {
+    if (const auto* one = b->as_string()) {
+      TRY(broker_group("default", one->get(), where("brokers")));
+    } else if (const auto* groups = b->as_table()) {
+      if (groups->empty())
+        return field_error(where("brokers"), "[region.brokers] must name at least one group");
+      for (const auto& [key, node] : *groups) {
+        std::string id(key.str());
+        TRY(check_shard_id(doc.where(node), id));
+        const auto* eps = node.as_string();
+        if (!eps)
+          return field_error(doc.where(node), "'region.brokers." + id +
+                                                  "' must list the group's replicas "
+                                                  "(\"tls://b1:7070,tls://b2:7070\")");
+        TRY(broker_group(id, eps->get(), doc.where(node)));
+      }
+    } else {
+      return field_error(where("brokers"),
+                         "'brokers' must be the brokers' replicas (\"a:7070,b:7070\") or a "
+                         "table of broker groups ([region.brokers] dc1 = \"...\")");
+    }
   }
   TRY_ASSIGN(auto idle, doc.get_string(t, "return_idle"));
   if (idle) {

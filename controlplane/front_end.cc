@@ -18,8 +18,14 @@ using Route = FrontEnd::Route;
 
 namespace {
 
-// The brokers' link among the shards' (not a shard id: it cannot be one).
-const char* const kBrokers = "(brokers)";
+// A broker group's link among the shards' (not a shard id: it cannot be one):
+// "(brokers)" for the one group of `brokers = "..."`, "(brokers dc1)" for a named one.
+std::string brokers_link(const std::string& group) {
+  return group == "default" ? "(brokers)" : "(brokers " + group + ")";
+}
+bool is_brokers(const std::string& id) {
+  return id.rfind("(brokers", 0) == 0;
+}
 
 // Every call weftctl makes, with what its caller needs and where it goes. Machine calls
 // are not here: a machine's daemons reach the shard that holds it.
@@ -101,7 +107,7 @@ Status FrontEnd::start() {
   ControlPlaneTls ctls{cfg_.tls, ""};
   // The brokers too, when given: machine listings include the free pool.
   std::map<std::string, std::string> links = cfg_.region.shards;
-  if (!cfg_.region.brokers.empty()) links[kBrokers] = cfg_.region.brokers;
+  for (const auto& [group, endpoints] : cfg_.region.brokers) links[brokers_link(group)] = endpoints;
   for (const auto& [id, endpoints] : links) {
     Shard& s = shards_[id];
     s.id = id;
@@ -289,7 +295,7 @@ void FrontEnd::fan_out(const std::string& method, const json& p, const json& who
   };
   auto g = std::make_shared<Gather>();
   auto asked = [&](const std::string& id) {
-    return id != except && (id != kBrokers || with_brokers);
+    return id != except && (!is_brokers(id) || with_brokers);
   };
   for (const auto& [id, s] : shards_) g->left += asked(id);
   g->done = std::move(done);
@@ -403,7 +409,7 @@ void FrontEnd::route_entitlement_create(const json& p, const json& who, Done don
     // The reachable shard with the fewest entitlements.
     std::map<std::string, size_t> load;
     for (const auto& [id, s] : shards_)
-      if (id != kBrokers && s.link->session()) load[id] = 0;
+      if (!is_brokers(id) && s.link->session()) load[id] = 0;
     for (const auto& [e, s] : homes_)
       if (load.count(s)) ++load[s];
     for (const auto& [id, n] : load)

@@ -14,8 +14,8 @@ Result<std::unique_ptr<Lending>> Lending::create(EventLoop& loop, const CpConfig
                                                  Hooks hooks) {
   std::unique_ptr<Lending> l(new Lending(loop, cfg, std::move(hooks)));
   TRY_ASSIGN(l->etcd_, EtcdWorker::create(loop, cfg.store.etcd.etcd));
-  if (!l->broker() && !cfg.region.brokers.empty()) {
-    // The shard's link to its brokers: its hello and keepalive ask for nothing.
+  if (!l->broker()) {
+    // The shard's link to each broker group: its hello and keepalive ask for nothing.
     json nothing{{"shard", cfg.region.shard}, {"count", 0}};
     auto hello = [nothing](rpc::Session& s, ControlPlaneLink::Done done) {
       s.call("pool.lend", nothing, [done](Result<json> r) {
@@ -24,11 +24,14 @@ Result<std::unique_ptr<Lending>> Lending::create(EventLoop& loop, const CpConfig
       });
     };
     auto report = [nothing](rpc::Session& s) { s.call("pool.lend", nothing, [](Result<json>) {}); };
-    TRY_ASSIGN(l->brokers_, make_control_plane_link(
-                                loop, cfg.region.brokers,
-                                "shard " + cfg.region.shard + " (to its brokers)", &l->no_commands_,
-                                hello, report, cfg.insecure_listen, ControlPlaneTls{cfg.tls, ""}));
-    l->brokers_->start();
+    for (const auto& [group, endpoints] : cfg.region.brokers) {
+      TRY_ASSIGN(
+          l->groups_[group].link,
+          make_control_plane_link(
+              loop, endpoints, "shard " + cfg.region.shard + " (to broker group " + group + ")",
+              &l->no_commands_, hello, report, cfg.insecure_listen, ControlPlaneTls{cfg.tls, ""}));
+      l->groups_[group].link->start();
+    }
   }
   return l;
 }
@@ -37,7 +40,7 @@ Lending::Lending(EventLoop& loop, const CpConfig& cfg, Hooks hooks)
     : loop_(loop), region_(cfg.region), etcd_cfg_(cfg.store.etcd.etcd), hooks_(std::move(hooks)) {}
 
 Lending::~Lending() {
-  brokers_.reset();
+  groups_.clear();
   etcd_.reset();
 }
 
@@ -52,7 +55,10 @@ Status Lending::load() {
     TRY_ASSIGN(MachineHolder h, parse_machine_holder(kv.key, kv.value));
     std::string name = kv.key.substr(base.size());
     TRY(check_machine_name(kv.key, name, true));
-    if (!h.holder.empty() && (broker() || h.holder == region_.shard)) held[name] = h;
+    // A broker: what its own group lent; a shard: what it holds.
+    bool mine = broker() ? (h.broker.empty() ? "default" : h.broker) == region_.group
+                         : h.holder == region_.shard;
+    if (!h.holder.empty() && mine) held[name] = h;
   }
   holders_ = std::move(held);
   log_info("the region's machines read", {{"HELD", std::to_string(holders_.size())}});
@@ -73,7 +79,7 @@ Status Lending::admit(const std::string& machine) const {
     e.leader = shard->second;
     return e;
   }
-  if (!brokers_ || it != holders_.end()) return {};
+  if (groups_.empty() || it != holders_.end()) return {};
   return make_error("machine " + machine + " is not held by shard " + region_.shard +
                     ": it belongs to the region's brokers")
       .with_code(rpc::kMoved);
@@ -102,7 +108,7 @@ void Lending::lend(const std::string& shard, size_t count, rpc::ReplyFn reply) {
     std::vector<std::pair<std::string, MachineHolder>> got;
     std::string why;
     for (const auto& m : picked) {
-      auto h = lend_machine(c, prefix, m, shard);
+      auto h = lend_machine(c, prefix, m, shard, region_.group);
       if (h.ok())
         got.emplace_back(m, *h);
       else
@@ -126,6 +132,12 @@ void Lending::lend(const std::string& shard, size_t count, rpc::ReplyFn reply) {
 
 void Lending::give_back(const std::string& shard, const std::string& machine, uint64_t epoch,
                         rpc::ReplyFn reply) {
+  if (!holders_.count(machine)) {
+    ++refused_;
+    return reply(make_error("machine " + machine + " was not lent by broker group " +
+                            region_.group + ": give it back to the group that lent it")
+                     .with_code(rpc::kConflict));
+  }
   std::string prefix = region_.prefix;
   etcd_->post([this, prefix, shard, machine, epoch, reply](etcd::Client& c) -> EtcdWorker::Then {
     auto r = return_machine(c, prefix, machine, shard, epoch);
@@ -144,22 +156,45 @@ void Lending::give_back(const std::string& shard, const std::string& machine, ui
   });
 }
 
-void Lending::round(uint64_t now_us) {
-  if (broker() || !brokers_ || !brokers_->session()) return;
-  long short_by = hooks_.shortfall();
-  for (auto it = arriving_.begin(); it != arriving_.end();) {
-    if (hooks_.present(it->first) || now_us - it->second > kArrivalUs || !held_here(it->first)) {
-      it = arriving_.erase(it);
-    } else {
-      --short_by;
-      ++it;
-    }
+std::string Lending::group_for(const std::string& dc) {
+  if (auto it = groups_.find(dc); !dc.empty() && it != groups_.end())
+    return it->second.link->session() ? dc : "";
+  // Any datacenter: each connected group in turn.
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    auto it = std::next(groups_.begin(), static_cast<long>((turn_ + i) % groups_.size()));
+    if (!it->second.link->session()) continue;
+    turn_ = (turn_ + i + 1) % groups_.size();
+    return it->first;
   }
-  if (short_by > 0 && !asking_) ask(static_cast<size_t>(std::min<long>(short_by, 64)));
+  return "";
+}
+
+void Lending::round(uint64_t now_us) {
+  if (broker() || groups_.empty()) return;
+  std::map<std::string, long> need = hooks_.shortfall();
+  for (auto it = arriving_.begin(); it != arriving_.end();) {
+    const auto& [since, group] = it->second;
+    if (hooks_.present(it->first) || now_us - since > kArrivalUs || !held_here(it->first)) {
+      it = arriving_.erase(it);
+      continue;
+    }
+    // On its way: counted against its group's datacenter, else against any.
+    auto dc = need.find(group);
+    --(dc != need.end() && dc->second > 0 ? dc->second : need[""]);
+    ++it;
+  }
+  long total = 0;
+  for (const auto& [dc, n] : need) {
+    total += n;
+    if (n <= 0) continue;
+    std::string group = group_for(dc);
+    if (group.empty() || groups_.at(group).asking) continue;
+    ask(group, static_cast<size_t>(std::min<long>(n, 64)));
+  }
   std::set<std::string> spare;
-  if (short_by < 0) {
+  if (total < 0) {
     for (auto& m : hooks_.spare())
-      if (held_here(m) && spare.size() < static_cast<size_t>(-short_by)) spare.insert(m);
+      if (held_here(m) && spare.size() < static_cast<size_t>(-total)) spare.insert(m);
   }
   for (auto it = spare_since_.begin(); it != spare_since_.end();)
     it = spare.count(it->first) ? std::next(it) : spare_since_.erase(it);
@@ -169,13 +204,14 @@ void Lending::round(uint64_t now_us) {
   }
 }
 
-void Lending::ask(size_t count) {
-  asking_ = true;
-  brokers_->session()->call(
-      "pool.lend", json{{"shard", region_.shard}, {"count", count}}, [this](Result<json> r) {
-        asking_ = false;
+void Lending::ask(const std::string& group, size_t count) {
+  Group& g = groups_.at(group);
+  g.asking = true;
+  g.link->session()->call(
+      "pool.lend", json{{"shard", region_.shard}, {"count", count}}, [this, group](Result<json> r) {
+        groups_.at(group).asking = false;
         if (!r.ok()) {
-          log_warn("the brokers lent nothing", {{"ERROR", r.error().str()}});
+          log_warn("the brokers lent nothing", {{"GROUP", group}, {"ERROR", r.error().str()}});
           return;
         }
         const json& ms = r->is_object() && r->contains("machines") ? (*r)["machines"] : json();
@@ -186,22 +222,31 @@ void Lending::ask(size_t count) {
             continue;  // a broker's answer is checked like any other input
           std::string name = m["machine"].get<std::string>();
           if (!check_machine_name("machine", name, true).ok()) continue;
-          holders_[name] = MachineHolder{region_.shard, m["epoch"].get<uint64_t>()};
-          arriving_[name] = now_monotonic_us();
+          holders_[name] = MachineHolder{region_.shard, m["epoch"].get<uint64_t>(), group};
+          arriving_[name] = {now_monotonic_us(), group};
           ++lent_;
-          log_info("machine borrowed", {{"MACHINE", name}});
+          log_info("machine borrowed", {{"MACHINE", name}, {"GROUP", group}});
         }
       });
 }
 
 void Lending::give(const std::string& machine, uint64_t) {
   auto it = holders_.find(machine);
-  if (it == holders_.end() || !brokers_->session()) return;
+  if (it == holders_.end()) return;
+  // Back to the group that lent it (a record from before groups: "default").
+  std::string group = it->second.broker.empty() ? "default" : it->second.broker;
+  auto g = groups_.find(group);
+  if (g == groups_.end()) {
+    log_warn("a machine's broker group is not configured here: it is kept",
+             {{"MACHINE", machine}, {"GROUP", group}});
+    return;
+  }
+  if (!g->second.link->session()) return;
   giving_.insert(machine);
   // Nothing may be placed on it meanwhile: it leaves this shard first. Should the return
   // fail, its daemons come back (it is still held here) and it registers again.
   hooks_.release(machine);
-  brokers_->session()->call(
+  g->second.link->session()->call(
       "pool.return",
       json{{"shard", region_.shard}, {"machine", machine}, {"epoch", it->second.epoch}},
       [this, machine](Result<json> r) {
@@ -223,7 +268,8 @@ void Lending::give(const std::string& machine, uint64_t) {
 json Lending::status() const {
   json j{
       {"held", holders_.size()}, {"lent", lent_}, {"returned", returned_}, {"refused", refused_}};
-  if (brokers_) j["brokers_connected"] = brokers_->session() != nullptr;
+  if (broker()) j["group"] = region_.group;
+  for (const auto& [id, g] : groups_) j["brokers_connected"][id] = g.link->session() != nullptr;
   return j;
 }
 

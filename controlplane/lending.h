@@ -8,7 +8,11 @@
 //
 // A shard with brokers configured serves only the machines it holds: it asks its brokers
 // for machines when its entitlements' quotas need more than it has free, and gives back
-// free machines it has not needed for `return_idle`.
+// free machines it has not needed for `return_idle`. A region may have several broker
+// groups, each named after the datacenter whose machines it keeps: an entitlement of
+// datacenter X borrows from group X; one without a datacenter (or of a datacenter no
+// group is named after) from each group in turn. A machine goes back to the group that
+// lent it (its holder record names the group).
 //
 // A machine's daemons follow: the control plane that does not hold a machine answers its
 // daemons with kMoved naming the one that does (the broker names the shard; a shard
@@ -43,9 +47,10 @@ class Lending {
   struct Hooks {
     // Broker: up to `count` machines it may lend now (free, healthy, empty, in service).
     std::function<std::vector<std::string>(size_t count)> lendable;
-    // Shard: how many more machines its entitlements' quotas need than it has free (<0:
-    // that many to spare), and which free, empty machines it could give back.
-    std::function<long()> shortfall;
+    // Shard: how many more machines its entitlements' quotas need than it has free, by
+    // datacenter ("" = any; a negative sum: that many to spare), and which free, empty
+    // machines it could give back.
+    std::function<std::map<std::string, long>()> shortfall;
     std::function<std::vector<std::string>()> spare;
     // Shard: whether a machine it borrowed has arrived (registered here, in service).
     std::function<bool(const std::string& machine)> present;
@@ -77,7 +82,13 @@ class Lending {
  private:
   Lending(EventLoop& loop, const CpConfig& cfg, Hooks hooks);
   bool broker() const { return region_.role == RegionRole::kBroker; }
-  void ask(size_t count);
+  struct Group {
+    std::unique_ptr<ControlPlaneLink> link;
+    bool asking = false;  // a pool.lend in flight
+  };
+  // The group a shard asks for machines of datacenter `dc` ("": none connected).
+  std::string group_for(const std::string& dc);
+  void ask(const std::string& group, size_t count);
   void give(const std::string& machine, uint64_t now_us);
 
   EventLoop& loop_;
@@ -86,15 +97,16 @@ class Lending {
   Hooks hooks_;
   std::unique_ptr<EtcdWorker> etcd_;
   std::map<std::string, MachineHolder>
-      holders_;                                // the broker: every lent machine; a shard: its own
-  std::unique_ptr<ControlPlaneLink> brokers_;  // a shard's link to its brokers
+      holders_;                          // the broker: every lent machine; a shard: its own
+  std::map<std::string, Group> groups_;  // a shard's links to its broker groups
+  size_t turn_ = 0;                      // the next group asked for any datacenter
   rpc::Dispatcher no_commands_;
-  bool asking_ = false;
   std::set<std::string> giving_;                 // returns in flight
   std::map<std::string, uint64_t> spare_since_;  // a shard's free machines: since when
-  // Borrowed machines whose daemons have not registered yet, and when they were lent:
-  // counted as coming for kArrivalUs, so that a round does not borrow them twice.
-  std::map<std::string, uint64_t> arriving_;
+  // Borrowed machines whose daemons have not registered yet, when and from which group
+  // they were lent: counted as coming for kArrivalUs, so that a round does not borrow
+  // them twice.
+  std::map<std::string, std::pair<uint64_t, std::string>> arriving_;
   static constexpr uint64_t kArrivalUs = 30'000'000;
   uint64_t lent_ = 0, returned_ = 0, refused_ = 0;
 };

@@ -86,7 +86,9 @@ std::string machine_holder_key(const std::string& prefix, const std::string& mac
 }
 
 std::string machine_holder_value(const MachineHolder& h) {
-  return json{{"holder", h.holder}, {"epoch", h.epoch}}.dump();
+  json j{{"holder", h.holder}, {"epoch", h.epoch}};
+  if (!h.broker.empty()) j["broker"] = h.broker;
+  return j.dump();
 }
 
 Result<MachineHolder> parse_machine_holder(const std::string& key, const std::string& value) {
@@ -99,6 +101,11 @@ Result<MachineHolder> parse_machine_holder(const std::string& key, const std::st
   if (!j.contains("epoch") || !j["epoch"].is_number_unsigned())
     return field_error(key, "'epoch' must be a whole number");
   h.epoch = j["epoch"].get<uint64_t>();
+  if (j.contains("broker")) {
+    if (!j["broker"].is_string()) return field_error(key, "'broker' must be a broker group");
+    h.broker = j["broker"].get<std::string>();
+    TRY(check_shard_id(key + ": broker", h.broker));
+  }
   return h;
 }
 
@@ -125,10 +132,11 @@ Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const s
 }
 
 Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
-                                   const std::string& machine, const std::string& shard) {
+                                   const std::string& machine, const std::string& shard,
+                                   const std::string& broker) {
   std::string key = machine_holder_key(prefix, machine);
   TRY_ASSIGN(auto now, c.get(key));
-  MachineHolder next{shard, 1};
+  MachineHolder next{shard, 1, broker};
   etcd::Compare cmp{etcd::Compare::Target::kCreate, key, 0, {}};
   if (now) {
     TRY_ASSIGN(MachineHolder h, parse_machine_holder(key, now->value));
@@ -149,8 +157,15 @@ Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,
                                      const std::string& machine, const std::string& shard,
                                      uint64_t epoch) {
   std::string key = machine_holder_key(prefix, machine);
-  MachineHolder held{shard, epoch}, free{"", epoch + 1};
-  etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, machine_holder_value(held)};
+  TRY_ASSIGN(auto now, c.get(key));
+  if (!now) return fail_conflict("machine " + machine + " was never lent");
+  TRY_ASSIGN(MachineHolder held, parse_machine_holder(key, now->value));
+  if (held.holder != shard || held.epoch != epoch)
+    return fail_conflict("machine " + machine + " is not held by shard " + shard + " at epoch " +
+                         std::to_string(epoch));
+  MachineHolder free{"", epoch + 1, ""};
+  // The whole record as read: a lend or return meanwhile fails this one.
+  etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, now->value};
   etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(free), {}, 0};
   TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
   if (!r.succeeded)

@@ -39,7 +39,11 @@ struct RegionConfig {
   std::string shard;                          // a shard's id ("s1")
   std::string prefix = "/weft-region/";       // the region's records in etcd
   std::map<std::string, std::string> shards;  // the region's shards: id -> endpoints
-  std::string brokers;                        // the brokers' replicas ("a:7070,b:7070")
+  // The region's broker groups (a shard's and a front end's): group -> its replicas
+  // ("a:7070,b:7070"). `brokers = "..."` is one group, "default"; [region.brokers] names
+  // several, each after the datacenter whose machines it keeps.
+  std::map<std::string, std::string> brokers;
+  std::string group = "default";  // a broker's own group
   // A shard gives a free machine back to the brokers once it has not needed it this long.
   uint64_t return_idle_us = 60'000'000;
 };
@@ -59,6 +63,7 @@ Result<std::map<std::string, std::string>> parse_entitlement_homes(
 struct MachineHolder {
   std::string holder;  // "" = in the free pool
   uint64_t epoch = 0;  // raised by every lend and return
+  std::string broker;  // the broker group that lent it ("" = in the free pool, or "default")
 };
 std::string machine_holder_key(const std::string& prefix, const std::string& machine);
 std::string machine_holder_value(const MachineHolder& h);
@@ -75,7 +80,8 @@ Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const s
 // Lends `machine` to `shard`: it must be free (or unknown to the region); kConflict names
 // the shard that holds it. The new record (its epoch) is returned.
 Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
-                                   const std::string& machine, const std::string& shard);
+                                   const std::string& machine, const std::string& shard,
+                                   const std::string& broker = "default");
 // Returns `machine` to the free pool, if `shard` holds it at `epoch`.
 Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,
                                      const std::string& machine, const std::string& shard,

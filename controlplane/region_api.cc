@@ -165,9 +165,20 @@ Status Manager::start_region() {
   };
   Lending::Hooks h;
   h.lendable = [this, free_empty](size_t count) {
+    // Spread over fault domains: one from each domain in turn, so that what a shard
+    // borrows is not one rack.
+    std::map<std::string, std::vector<MachineId>> by_domain;
+    for (MachineId m : free_empty()) by_domain[alloc_.spec(m).domain].push_back(m);
     std::vector<std::string> names;
-    for (MachineId m : free_empty())
-      if (names.size() < count) names.push_back(alloc_.spec(m).name);
+    for (size_t i = 0; names.size() < count; ++i) {
+      bool any = false;
+      for (const auto& [domain, ms] : by_domain)
+        if (i < ms.size() && names.size() < count) {
+          names.push_back(alloc_.spec(ms[i]).name);
+          any = true;
+        }
+      if (!any) break;
+    }
     return names;
   };
   h.spare = [this, free_empty] {
@@ -176,12 +187,24 @@ Status Manager::start_region() {
     return names;
   };
   h.shortfall = [this, free_empty] {
-    long need = 0;
+    // What the quotas lack, by the entitlement's datacenter ("" = any), less the free
+    // machines: each serves its own datacenter's need first, then any datacenter's.
+    std::map<std::string, long> need;
     for (const auto& [id, e] : broker_.entitlements()) {
       size_t have = alloc_.quota_members(id);
-      if (e.quota > have) need += static_cast<long>(e.quota - have);
+      if (e.quota > have) need[e.dc] += static_cast<long>(e.quota - have);
     }
-    return need - static_cast<long>(free_empty().size());
+    std::map<std::string, long> free;
+    for (MachineId m : free_empty()) ++free[alloc_.spec(m).dc];
+    for (const char* pass : {"own", "any"})
+      for (auto& [dc, n] : free) {
+        long& want = need[std::string(pass) == "own" ? dc : ""];
+        long use = std::min(n, std::max(0L, want));
+        want -= use;
+        n -= use;
+      }
+    for (const auto& [dc, n] : free) need[""] -= n;  // to spare
+    return need;
   };
   h.present = [this](const std::string& name) {
     auto m = broker_.find(name);  // registered, and in service (counted as free)

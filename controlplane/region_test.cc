@@ -592,8 +592,9 @@ TEST_F(RegionTls, TheOperatorIsCheckedAtTheFrontEndAndActsAtTheShardAsThemselves
   EXPECT_NE(out.find("\"entitlement\": \"team\""), std::string::npos) << out;
 }
 
-// A region whose machines come from a broker (two replicas): the shards borrow what their
-// entitlements' quotas need and give back what they no longer need; the machines follow.
+// A region whose machines come from two broker groups, one a datacenter, each of two
+// replicas: the shards borrow what their entitlements' quotas need from the group of the
+// entitlement's datacenter, and give back what they no longer need; the machines follow.
 class RegionBroker : public Region {
  protected:
   void SetUp() override {
@@ -603,77 +604,105 @@ class RegionBroker : public Region {
     ASSERT_EQ(etcd_->error(), "");
     // The sockets are known before anything starts (each replica's directory).
     std::string s1 = dir_ + "/s1/cp.sock", s2 = dir_ + "/s2/cp.sock";
-    std::string brokers = dir_ + "/b1/cp.sock," + dir_ + "/b2/cp.sock";
     std::string shards = "[region.shards]\ns1 = \"" + s1 + "\"\ns2 = \"" + s2 + "\"\n";
-    for (const char* name : {"b1", "b2"})
-      brokers_.push_back(std::make_unique<Replica>(
-          WEFT_CONTROLPLANE_BIN, dir_, name, etcd_->client_config(), "2s", "", "/broker/",
-          "[region]\nrole = \"broker\"\nprefix = \"/region/\"\n" + shards));
+    std::string groups = "[region.brokers]\n";
+    for (const char* dc : {"dc1", "dc2"}) {
+      std::string socks = group_socks(dc)[0] + "," + group_socks(dc)[1];
+      groups += std::string(dc) + " = \"" + socks + "\"\n";
+      for (int i = 0; i < 2; ++i)
+        brokers_[dc].push_back(std::make_unique<Replica>(
+            WEFT_CONTROLPLANE_BIN, dir_, std::string(dc) + "b" + std::to_string(i),
+            etcd_->client_config(), "2s", "", std::string("/broker-") + dc + "/",
+            "[region]\nrole = \"broker\"\ngroup = \"" + std::string(dc) +
+                "\"\nprefix = \"/region/\"\n" + shards));
+    }
     auto shard = [&](const char* id) {
-      return std::make_unique<Replica>(
-          WEFT_CONTROLPLANE_BIN, dir_, id, etcd_->client_config(), "2s", "",
-          std::string("/shards/") + id + "/",
-          std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
-              "\"\nprefix = \"/region/\"\nreturn_idle = \"1s\"\nbrokers = \"" + brokers + "\"\n");
+      return std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir_, id, etcd_->client_config(),
+                                       "2s", "", std::string("/shards/") + id + "/",
+                                       std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
+                                           "\"\nprefix = \"/region/\"\nreturn_idle = \"1s\"\n" +
+                                           groups);
     };
     a_ = shard("s1");
     c_ = shard("s2");
     fe_ = std::make_unique<Replica>(
         WEFT_CONTROLPLANE_BIN, dir_, "fe", etcd_->client_config(), "2s", "", "/fe-unused/",
-        "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\nbrokers = \"" + brokers + "\"\n" +
-            shards);
-    for (auto& b : brokers_) b->start();
+        "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\n" + shards + groups);
+    for (auto& [dc, list] : brokers_)
+      for (auto& b : list) b->start();
     for (Replica* r : {a_.get(), c_.get(), fe_.get()}) r->start();
+  }
+  std::vector<std::string> group_socks(const std::string& dc) const {
+    return {dir_ + "/" + dc + "b0/cp.sock", dir_ + "/" + dc + "b1/cp.sock"};
   }
   void TearDown() override {
     if (HasFailure())
-      for (auto& b : brokers_) std::cerr << "---- " << b->sock() << ":\n" << tail(b->log()) << "\n";
+      for (auto& [dc, list] : brokers_)
+        for (auto& b : list) std::cerr << "---- " << b->sock() << ":\n" << tail(b->log()) << "\n";
     machines_.clear();
     brokers_.clear();
     Region::TearDown();
   }
-  int held_by(const Replica& r) {
+  Replica& leader_of(const std::string& dc) {
+    return brokers_[dc][0]->leading() ? *brokers_[dc][0] : *brokers_[dc][1];
+  }
+  int held_by(const Replica& r, const std::string& prefix = "") {
     int n = 0;
     for (auto& m : machines_) {
       auto h = m->held();
-      n += h.size() == 1 && h[0] == r.sock() && m->connected();
+      n += h.size() == 1 && h[0] == r.sock() && m->connected() && m->id().rfind(prefix, 0) == 0;
     }
     return n;
+  }
+  std::map<std::string, MachineHolder> records() {
+    std::map<std::string, MachineHolder> out;
+    auto c = etcd::Client::create(etcd_->client_config());
+    if (!c.ok()) return out;
+    auto kvs = (*c)->range_prefix("/region/machines/");
+    if (!kvs.ok()) return out;
+    for (const auto& kv : *kvs)
+      if (auto h = parse_machine_holder(kv.key, kv.value); h.ok())
+        out[kv.key.substr(std::string("/region/machines/").size())] = *h;
+    return out;
   }
   std::map<std::string, int> holders() {
     std::map<std::string, int> n;
-    auto c = etcd::Client::create(etcd_->client_config());
-    if (!c.ok()) return n;
-    auto kvs = (*c)->range_prefix("/region/machines/");
-    if (!kvs.ok()) return n;
-    for (const auto& kv : *kvs) {
-      auto h = parse_machine_holder(kv.key, kv.value);
-      if (h.ok()) ++n[h->holder.empty() ? "free" : h->holder];
-    }
+    for (const auto& [m, h] : records()) ++n[h.holder.empty() ? "free" : h.holder];
     return n;
   }
-  std::vector<std::unique_ptr<Replica>> brokers_;
+  std::map<std::string, std::vector<std::unique_ptr<Replica>>> brokers_;
 };
 
 TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
   ASSERT_TRUE(region_up()) << fe_->call("controlplane.status")->dump();
-  std::vector<std::string> bsocks{brokers_[0]->sock(), brokers_[1]->sock()};
-  for (int i = 0; i < 6; ++i) {
-    machines_.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
-    machines_.back()->start_reporting(bsocks, 100);
-  }
+  // Three machines in each datacenter, each registered with its datacenter's brokers.
+  for (const char* dc : {"dc1", "dc2"})
+    for (int i = 0; i < 3; ++i) {
+      machines_.push_back(
+          std::make_unique<Machine>(std::string(dc) + "-m" + std::to_string(i), dc));
+      machines_.back()->start_reporting(group_socks(dc), 100);
+    }
   ASSERT_TRUE(wait_for(30, [&] {
     int n = 0;
     for (auto& m : machines_) n += m->connected();
     return n == 6;
   }));
-  ASSERT_TRUE(
-      fe_->call("entitlement.create", {{"name", "web"}, {"quota", 2}, {"shard", "s1"}}).ok());
-  ASSERT_TRUE(
-      fe_->call("entitlement.create", {{"name", "db"}, {"quota", 3}, {"shard", "s2"}}).ok());
-  // Each shard borrows what its quota needs; the machines go there.
-  ASSERT_TRUE(wait_for(30, [&] { return held_by(*a_) == 2 && held_by(*c_) == 3; }))
+  ASSERT_TRUE(fe_->call("entitlement.create",
+                        {{"name", "web"}, {"quota", 2}, {"dc", "dc1"}, {"shard", "s1"}})
+                  .ok());
+  ASSERT_TRUE(fe_->call("entitlement.create",
+                        {{"name", "db"}, {"quota", 3}, {"dc", "dc2"}, {"shard", "s2"}})
+                  .ok());
+  // Each shard borrows what its quota needs from its entitlement's datacenter's group;
+  // the machines go there.
+  ASSERT_TRUE(wait_for(30, [&] { return held_by(*a_, "dc1-") == 2 && held_by(*c_, "dc2-") == 3; }))
       << held_by(*a_) << " " << held_by(*c_) << " " << fe_->call("machine.ls")->dump();
+  EXPECT_EQ(held_by(*a_), 2);
+  EXPECT_EQ(held_by(*c_), 3);
+  auto recs = records();
+  for (const auto& [m, h] : recs)
+    if (!h.holder.empty())
+      EXPECT_EQ(h.broker, m.substr(0, 3)) << m << ": the record names the group that lent it";
   auto h = holders();
   EXPECT_EQ(h["s1"], 2);
   EXPECT_EQ(h["s2"], 3);
@@ -685,7 +714,7 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
   ASSERT_TRUE(made.ok()) << made.error().str();
   ASSERT_TRUE(fe_->call("job.create", job("store", "db", 3)).ok());
   ASSERT_TRUE(wait_for(30, [&] { return running_on("site.") == 2 && running_on("store.") == 3; }));
-  // machine ls through the front end: the shards' and the brokers' free pool.
+  // machine ls through the front end: the shards' and each group's free pool.
   auto ms = fe_->call("machine.ls");
   ASSERT_TRUE(ms.ok());
   ASSERT_EQ((*ms)["machines"].size(), 6u) << ms->dump();
@@ -693,7 +722,7 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
   for (const auto& m : (*ms)["machines"]) ++where[m.value("shard", "")];
   EXPECT_EQ(where["s1"], 2);
   EXPECT_EQ(where["s2"], 3);
-  EXPECT_EQ(where["(brokers)"], 1) << ms->dump();
+  EXPECT_EQ(where["(brokers dc1)"], 1) << ms->dump();
   int starts_before = starts();
   // Each command named the shard that holds the machine and the epoch its registration
   // there was told: what the agent checks before it acts (HolderFence).
@@ -709,8 +738,8 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
   }
   EXPECT_GE(fenced, 3) << "the five tasks' machines";
 
-  // Bad requests to the broker name the field and lend or return nothing.
-  Replica& lb = brokers_[0]->leading() ? *brokers_[0] : *brokers_[1];
+  // Bad requests to a broker name the field and lend or return nothing.
+  Replica& lb = leader_of("dc1");
   for (const json& bad :
        {json{{"shard", "s1"}, {"count", 5000}}, json{{"shard", "s9"}, {"count", 1}},
         json{{"shard", "S/1"}, {"count", 1}}, json{{"count", 1}}}) {
@@ -718,23 +747,33 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
     ASSERT_FALSE(r.ok()) << bad.dump();
     EXPECT_FALSE(r.error().message.empty());
   }
-  auto stale = lb.call("pool.return", {{"shard", "s1"}, {"machine", "m0"}, {"epoch", 999}});
+  auto stale = lb.call("pool.return", {{"shard", "s1"}, {"machine", "dc1-m0"}, {"epoch", 999}});
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.error().code, rpc::kConflict) << stale.error().str();
   EXPECT_FALSE(lb.call("pool.return", {{"shard", "s1"}, {"machine", "../x"}, {"epoch", 1}}).ok());
+  // A machine goes back only to the group that lent it: dc2's brokers refuse one of dc1's.
+  for (const auto& [m, rec] : records())
+    if (rec.holder == "s1") {
+      auto wrong = leader_of("dc2").call("pool.return",
+                                         {{"shard", "s1"}, {"machine", m}, {"epoch", rec.epoch}});
+      ASSERT_FALSE(wrong.ok()) << m;
+      EXPECT_EQ(wrong.error().code, rpc::kConflict) << wrong.error().str();
+      break;
+    }
   EXPECT_EQ(holders()["s1"], 2);
   EXPECT_EQ(holders()["s2"], 3);
 
-  // The leading broker killed: the other takes over; the shards schedule on.
-  Replica& leader = brokers_[0]->leading() ? *brokers_[0] : *brokers_[1];
-  Replica& other = &leader == brokers_[0].get() ? *brokers_[1] : *brokers_[0];
+  // dc1's leading broker killed: its other replica takes over; the shards schedule on.
+  Replica& leader = leader_of("dc1");
+  Replica& other = &leader == brokers_["dc1"][0].get() ? *brokers_["dc1"][1] : *brokers_["dc1"][0];
   leader.stop(SIGKILL);
   ASSERT_TRUE(fe_->call("job.scale", {{"name", "site"}, {"count", 1}}).ok());
   EXPECT_TRUE(wait_for(30, [&] { return running_on("site.") == 1; }));
   ASSERT_TRUE(wait_for(30, [&] { return other.leading(); }));
 
-  // db needs one machine now: s2 gives two back after return_idle; they rejoin the
-  // brokers' free pool. web grows: s1 borrows one more. Nothing else restarts.
+  // db needs one machine now: s2 gives two back to dc2 after return_idle; they rejoin
+  // that group's free pool. web grows: s1 borrows one more from dc1 (its new leader).
+  // Nothing else restarts.
   ASSERT_TRUE(fe_->call("job.scale", {{"name", "store"}, {"count", 1}}).ok());
   ASSERT_TRUE(fe_->call("entitlement.update", {{"name", "db"}, {"quota", 1}}).ok());
   ASSERT_TRUE(fe_->call("entitlement.update", {{"name", "web"}, {"quota", 3}}).ok());
@@ -744,7 +783,15 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
                          return n["s2"] == 1 && n["s1"] == 3 && n["free"] == 2;
                        }))
       << holders()["s1"] << " " << holders()["s2"] << " " << holders()["free"];
-  EXPECT_TRUE(wait_for(30, [&] { return held_by(*a_) == 3 && held_by(*c_) == 1; }));
+  EXPECT_TRUE(wait_for(30, [&] { return held_by(*a_, "dc1-") == 3 && held_by(*c_, "dc2-") == 1; }));
+  EXPECT_TRUE(wait_for(30, [&] {
+    int back = 0;
+    for (auto& m : machines_) {
+      auto h = m->held();
+      back += m->id().rfind("dc2-", 0) == 0 && h.empty() && m->connected();
+    }
+    return back == 2;
+  })) << "dc2's two spare machines back with their own brokers";
   EXPECT_EQ(running_on("site."), 1);
   EXPECT_EQ(running_on("store."), 1);
   EXPECT_EQ(starts() - starts_before, 0) << "nothing started again";

@@ -16,7 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto h = cp::parse_machine_holder("/r/machines/m1", text);
   if (h.ok()) {  // what is accepted is written back the same
     auto again = cp::parse_machine_holder("k", cp::machine_holder_value(*h));
-    if (!again.ok() || again->holder != h->holder || again->epoch != h->epoch) __builtin_trap();
+    if (!again.ok() || again->holder != h->holder || again->epoch != h->epoch ||
+        again->broker != h->broker)
+      __builtin_trap();
   }
   auto kvs = etcd::parse_range(text);
   if (kvs.ok()) (void)cp::parse_entitlement_homes("/weft-region/", *kvs);

@@ -37,7 +37,8 @@ using json = nlohmann::json;
 // control plane that does not answer within `timeout_ms` (a frozen one) for the next.
 class Machine {
  public:
-  explicit Machine(std::string id) : id_(std::move(id)) {
+  explicit Machine(std::string id, std::string dc = "dc1")
+      : id_(std::move(id)), dc_(std::move(dc)) {
     methods_.add("task.run", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       std::string name = p["name"].get<std::string>();
       std::lock_guard<std::recursive_mutex> g(world_mu_);
@@ -94,7 +95,7 @@ class Machine {
       (*c)->set_dispatcher(&methods_);
       auto r = (*c)->call("machine.register",
                           {{"machine", id_},
-                           {"dc", "dc1"},
+                           {"dc", dc_},
                            {"domain", "r-" + id_},
                            {"type", "std"},
                            {"cpu_milli", 4000},
@@ -200,7 +201,7 @@ class Machine {
   }
 
  private:
-  std::string id_, boot_ = random_hex(8);
+  std::string id_, dc_, boot_ = random_hex(8);
   std::vector<std::string> held_;  // a region's holder named by kMoved
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
