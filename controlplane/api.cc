@@ -663,15 +663,17 @@ Result<json> Manager::api_job_stop(const json& p, const CallContext& c) {
 Result<json> Manager::api_job_ls(const json&, const CallContext&) {
   json arr = json::array();
   for (const auto& j : sched_.persisted_jobs()) {
-    int running = 0, ready = 0;
-    for (const auto& t : sched_.tasks_of(j.spec.name)) {
-      running += t.state == TaskState::kRunning;
-      ready += available(t);
+    int running = 0, ready = 0, current = 0;
+    for (const TaskRecord* t : sched_.task_refs_of(j.spec.name)) {
+      running += t->state == TaskState::kRunning;
+      ready += available(*t);
+      current += available(*t) && t->generation == j.generation;
     }
     arr.push_back({{"name", j.spec.name},
                    {"count", j.spec.count},
                    {"running", running},
                    {"ready", ready},
+                   {"current", current},
                    {"generation", j.generation},
                    {"entitlement", j.spec.entitlement},
                    {"stopping", j.stopping}});

@@ -169,7 +169,8 @@ TEST(Broker, WebListenIsLoopbackOnly) {
 // A region's broker groups: one (`brokers = "..."`, group "default") or several, each
 // named (after its datacenter); a broker names its own group.
 TEST(Broker, RegionBrokerGroupsConfig) {
-  const std::string etcd = "[store]\nkind = \"etcd\"\netcd_endpoints = [\"http://127.0.0.1:2379\"]\n";
+  const std::string etcd =
+      "[store]\nkind = \"etcd\"\netcd_endpoints = [\"http://127.0.0.1:2379\"]\n";
   auto one = parse_cp_config(etcd +
                                  "[region]\nrole = \"shard\"\nshard = \"s1\"\nbrokers = "
                                  "\"b1:7070,b2:7070\"\n",

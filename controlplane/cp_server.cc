@@ -7,7 +7,7 @@
 
 namespace weft::cp {
 
-Status CpServer::listen(CpConfig& cfg) {
+Status CpServer::listen(CpConfig& cfg, std::function<Status()> also_reload) {
   gid_ = group_gid(cfg.socket_group);
   server_ = std::make_unique<rpc::Server>(loop_, &methods_);
   server_->set_output_gate(gate_);
@@ -27,15 +27,18 @@ Status CpServer::listen(CpConfig& cfg) {
   }
   // SIGHUP (systemctl reload): certificates, key and CRL are read again; new handshakes
   // use them, sessions already up carry on.
-  TRY_ASSIGN(sighup_, loop_.add_signal(SIGHUP, [this, ticket = cfg.tls.ticket_key_file] {
-    reload_tls(ticket);
-  }));
+  TRY_ASSIGN(sighup_, loop_.add_signal(
+                          SIGHUP, [this, ticket = cfg.tls.ticket_key_file,
+                                   also = std::move(also_reload)] { reload_tls(ticket, also); }));
   return {};
 }
 
-void CpServer::reload_tls(const std::string& ticket_key_file) {
+void CpServer::reload_tls(const std::string& ticket_key_file, const std::function<Status()>& also) {
+  if (also)
+    if (auto s = also(); !s.ok())
+      log_error("SIGHUP: TLS files not reloaded for the outgoing links: " + s.error().str());
   if (!tls_) {
-    log_info("SIGHUP: nothing to reload");
+    log_info(also ? "SIGHUP: outgoing links reloaded" : "SIGHUP: nothing to reload");
     return;
   }
   // A new ticket key first: sessions resumed from now on were verified under the files

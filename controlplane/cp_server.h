@@ -28,7 +28,8 @@ class CpServer {
   rpc::OutputGate& gate() { return *gate_; }
   // Listens on cfg.socket (group cfg.socket_group) and cfg.listen. With TLS resumption
   // the ticket key is made in the state directory (cfg.tls.ticket_key_file is set).
-  Status listen(CpConfig& cfg);
+  // `also_reload`: what else SIGHUP reads again (a front end's links to its shards).
+  Status listen(CpConfig& cfg, std::function<Status()> also_reload = {});
   // The read-only web view on `listen`: `page()` for "/" (docs/web-view.md).
   Status serve_web(const std::string& listen, const std::vector<std::string>& hosts,
                    std::function<std::string()> page);
@@ -39,7 +40,7 @@ class CpServer {
   size_t session_count() const { return server_ ? server_->session_count() : 0; }
 
  private:
-  void reload_tls(const std::string& ticket_key_file);
+  void reload_tls(const std::string& ticket_key_file, const std::function<Status()>& also);
   EventLoop& loop_;
   rpc::Dispatcher methods_;
   std::shared_ptr<rpc::OutputGate> gate_ = std::make_shared<rpc::OutputGate>();

@@ -297,9 +297,16 @@ json Discovery::watch_answer(const std::string& job) const {
   return out;
 }
 
-Result<json> Discovery::ls() const {
+Result<json> Discovery::ls(const json& p) const {
+  if (!p.is_null() && !p.is_object()) return field_error("params", "must be an object");
+  bool local = false;
+  if (p.is_object() && p.contains("local")) {
+    if (!p["local"].is_boolean()) return field_error("local", "must be true or false");
+    local = p["local"].get<bool>();
+  }
   json out = json::array();
   for (const auto& [job, s] : table_.services()) {
+    if (local && foreign_.count(job)) continue;
     std::set<std::string> ports;
     for (const auto& e : s.endpoints)
       for (const auto& [name, p] : e.ports) ports.insert(name);

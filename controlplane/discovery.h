@@ -60,7 +60,8 @@ class Discovery {
   void set_foreign(std::map<std::string, Service> others);
 
   // The service.* methods.
-  Result<nlohmann::json> ls() const;
+  // `params`: optional "local" (true: this shard's own jobs, not the region's others').
+  Result<nlohmann::json> ls(const nlohmann::json& params) const;
   Result<nlohmann::json> show(const nlohmann::json& p) const;
   Result<nlohmann::json> watch(const nlohmann::json& p, const rpc::CallContext& c);
   void write_metrics(metrics::Writer& w) const;

@@ -5,10 +5,12 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/rpc/endpoint.h"
 #include "common/rpc/protocol.h"
+#include "controlplane/web_view.h"
 
 namespace weft::cp {
 
@@ -54,10 +56,12 @@ const FrontEnd::MethodRoute kRoutes[] = {
     {"maintenance.schedule", kAdminCall, Route::kUnsupported, ""},
     {"maintenance.cancel", kAdminCall, Route::kUnsupported, ""},
     {"controlplane.status", kViewerCall, Route::kStatus, ""},
-    {"web.page", kViewerCall, Route::kUnsupported, ""},
+    {"web.page", kViewerCall, Route::kWeb, ""},
     {"service.ls", kViewerCall, Route::kAll, "services"},
     {"service.show", kViewerCall, Route::kJob, "job"},
-    {"service.watch", kViewerCall, Route::kJob, "job"},
+    // Every shard has the whole region's services (RegionServices): one answers a watch
+    // of all of them.
+    {"service.watch", kViewerCall, Route::kJobOrAny, "job"},
 };
 
 template <class T>
@@ -98,7 +102,7 @@ FrontEnd::FrontEnd(CpConfig cfg, std::unique_ptr<EventLoop> loop)
     : cfg_(std::move(cfg)), loop_(std::move(loop)) {}
 
 FrontEnd::~FrontEnd() {
-  server_.reset();
+  server_.close();
   for (auto& [id, s] : shards_) s.link.reset();
 }
 
@@ -142,38 +146,26 @@ Status FrontEnd::run() {
 }
 
 Status FrontEnd::serve() {
-  weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
-  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
   TRY(mkdir_p(cfg_.state_dir, 0750));
-  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
-  if (!cfg_.listen.empty()) {
-    if (cfg_.tls.enabled()) {
-      TRY_ASSIGN(tls_, tls::Context::create(cfg_.tls, tls::Role::kServer));
-      server_->set_tls(tls_);
-    }
-    TRY_ASSIGN(auto ep, rpc::parse_endpoint(cfg_.listen));
-    TRY(server_->listen_tcp(ep.host, ep.port));
+  // SIGHUP reads the TLS files again for the shards' links too.
+  TRY(server_.listen(cfg_, [this]() -> Status {
+    for (auto& [id, sh] : shards_) TRY(sh.link->reload_tls());
+    return {};
+  }));
+  if (!cfg_.web_listen.empty()) {
+    TRY(server_.serve_web(cfg_.web_listen, cfg_.web_hosts, [this] { return web_html_; }));
+    refresh_web();
   }
   TRY(loop_->exit_on_termination());
-  TRY_ASSIGN(sighup_, loop_->add_signal(SIGHUP, [this] {
-    Status s = tls_ ? tls_->reload() : Status{};
-    for (auto& [id, sh] : shards_)
-      if (s.ok()) s = sh.link->reload_tls();
-    if (!s.ok())
-      log_error("SIGHUP: TLS files not reloaded; the previous ones stay in use: " +
-                s.error().str());
-    else
-      log_info("SIGHUP: TLS files reloaded");
-  }));
   loop_->enable_watchdog();
   return {};
 }
 
 void FrontEnd::register_methods() {
   for (const MethodRoute& m : kRoutes)
-    methods_.add(m.name,
-                 [this, &m](const json& p, const CallContext& c) { return handle(m, p, c); });
+    server_.methods().add(
+        m.name, [this, &m](const json& p, const CallContext& c) { return handle(m, p, c); });
 }
 
 json FrontEnd::carried(const Caller& who) const {
@@ -187,7 +179,7 @@ json FrontEnd::carried(const Caller& who) const {
 }
 
 Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallContext& c) {
-  Caller who = identify_caller(c.peer, cfg_.access, weft_gid_, cfg_.socket_group);
+  Caller who = identify_caller(c.peer, cfg_.access, server_.socket_gid(), cfg_.socket_group);
   TRY(permit_call(who, m.access, m.name, cfg_.socket_group));
   if (m.route == Route::kStatus) return status();
   if (m.route == Route::kUnsupported)
@@ -197,7 +189,10 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
         .with_code(rpc::kUnsupported);
   if (!p.is_object()) return field_error("params", "must be an object");
   std::string name;
-  if (m.route != Route::kAll) {
+  if (m.route == Route::kJobOrAny && p.contains(m.key)) {
+    if (!p[m.key].is_string()) return field_error(m.key, "must be a job's name");
+    name = p[m.key].get<std::string>();
+  } else if (m.route != Route::kAll && m.route != Route::kWeb && m.route != Route::kJobOrAny) {
     const char* key = m.route == Route::kNewJob ? "name" : m.key;
     if (!p.contains(key) || !p[key].is_string() || p[key].get_ref<const std::string&>().empty())
       return field_error(key, "is required");
@@ -213,11 +208,53 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
     reply(std::move(r));
   };
   switch (m.route) {
-    case Route::kAll:
+    case Route::kAll: {
+      // A shard lists the region's services (its own and the others'): each shard is
+      // asked for its own only.
+      json params = p;
+      if (method == "service.ls") params["local"] = true;
       fan_out(
-          method, p, w,
-          [this, done, key = std::string(m.key)](auto answers) { done(merge(key, answers)); }, {},
-          method == "machine.ls");
+          method, params, w,
+          [this, done, method, key = std::string(m.key)](auto answers) {
+            json out = merge(key, answers);
+            if (method == "service.ls") {  // each shard's agents, and the stops they hold
+              json agents = json::array();
+              uint64_t held = 0;
+              for (const auto& [shard, r] : answers) {
+                if (!r.ok() || !r->is_object()) continue;
+                held += r->value("stops_waiting", uint64_t{0});
+                if (r->contains("agents") && (*r)["agents"].is_array())
+                  for (json a : (*r)["agents"]) {
+                    if (a.is_object()) a["shard"] = shard;
+                    agents.push_back(std::move(a));
+                  }
+              }
+              out["agents"] = std::move(agents);
+              out["stops_waiting"] = held;
+            }
+            done(std::move(out));
+          },
+          {}, method == "machine.ls");
+      break;
+    }
+    case Route::kWeb:
+      web_page(w, [done](std::string html) { done(json{{"html", std::move(html)}}); });
+      break;
+    case Route::kJobOrAny:
+      if (!name.empty()) {
+        route_to_located(Route::kJob, name, m, p, w, done);
+      } else {
+        std::string any;
+        for (const auto& [id, s] : shards_)
+          if (!is_brokers(id) && s.link->session()) {
+            any = id;
+            break;
+          }
+        if (any.empty())
+          done(unavailable("no shard is reachable now"));
+        else
+          forward(any, m.name, p, w, done);
+      }
       break;
     case Route::kNewEntitlement:
       route_entitlement_create(p, w, done);
@@ -503,6 +540,59 @@ void FrontEnd::refresh_homes(std::function<void()> then) {
       if (t.ok()) refresh_timer_ = std::move(t).value();
     };
   });
+}
+
+void FrontEnd::web_page(const json& who, std::function<void(std::string)> done) {
+  // The four listings the page is made of (web_view.h), each from every shard (and, for
+  // machines, every broker group's free pool).
+  struct Pages {
+    FleetSnapshot s;
+    int left = 4;
+    std::vector<std::string> away;
+    std::function<void(std::string)> done;
+  };
+  auto g = std::make_shared<Pages>();
+  g->s.now_wall_us = static_cast<int64_t>(now_realtime_us());
+  g->s.leader = "front end " + (cfg_.listen.empty() ? cfg_.socket : cfg_.listen);
+  g->done = std::move(done);
+  for (auto [method, key] : {std::pair{"machine.ls", "machines"},
+                             {"entitlement.ls", "entitlements"},
+                             {"job.ls", "jobs"},
+                             {"maintenance.ls", "events"}}) {
+    std::string k = key, mth = method;
+    fan_out(
+        mth, json::object(), who,
+        [this, g, k, mth](std::map<std::string, Result<json>> answers) {
+          json merged = merge(k, answers);
+          for (const auto& [shard, r] : answers)
+            if (!r.ok()) g->away.push_back(shard + " (" + mth + ")");
+          json& rows = merged[k];
+          if (mth == "machine.ls") g->s.machines = std::move(rows);
+          if (mth == "entitlement.ls") g->s.entitlements = std::move(rows);
+          if (mth == "job.ls") g->s.jobs = std::move(rows);
+          if (mth == "maintenance.ls") g->s.maintenance = std::move(rows);
+          if (--g->left > 0) return;
+          std::string html = render_fleet_html(g->s);
+          if (!g->away.empty()) {
+            // Said at the top of the page: what is missing from it.
+            std::string note = "<p id=\"unreachable\">Not shown (unreachable now): ";
+            for (size_t i = 0; i < g->away.size(); ++i)
+              note += (i ? ", " : "") + html_escape(g->away[i]);
+            note += "</p>";
+            size_t body = html.find("<body>");
+            html.insert(body == std::string::npos ? 0 : body + 6, note);
+          }
+          g->done(std::move(html));
+        },
+        {}, mth == "machine.ls");
+  }
+}
+
+void FrontEnd::refresh_web() {
+  web_page({{"role", "viewer"}, {"who", "front end (web_listen)"}},
+           [this](std::string html) { web_html_ = std::move(html); });
+  auto t = loop_->add_timer_in(2'000'000, [this] { refresh_web(); });
+  if (t.ok()) web_timer_ = std::move(t).value();
 }
 
 json FrontEnd::status() const {

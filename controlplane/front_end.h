@@ -20,6 +20,7 @@
 #include "common/rpc/server.h"
 #include "controlplane/access.h"
 #include "controlplane/cp_conf.h"
+#include "controlplane/cp_server.h"
 #include "controlplane/region.h"
 
 namespace weft::cp {
@@ -38,10 +39,12 @@ class FrontEnd {
     kTask,             // params[key] is a task id "<job>.<index>.<generation>": its job's
     kMachine,          // params[key] names a machine: the shard that holds it
     kAll,              // every shard; the lists under `key` merged
+    kJobOrAny,         // params[key] names a job: its shard; none: any one shard
     kNewEntitlement,   // entitlement.create: a home first
     kDropEntitlement,  // entitlement.rm: its home, then the home dropped
     kNewJob,           // job.create: its entitlement's home, the name unused elsewhere
     kStatus,           // answered here
+    kWeb,              // the web view of the whole region, from every shard's listings
     kUnsupported,      // not through a front end (yet): said so
   };
   struct MethodRoute {
@@ -86,14 +89,18 @@ class FrontEnd {
   nlohmann::json merge(const std::string& key,
                        const std::map<std::string, Result<nlohmann::json>>& answers) const;
   nlohmann::json status() const;
+  // The region's web view (web_view.h) from every shard's and broker group's listings,
+  // as `who` sees them.
+  void web_page(const nlohmann::json& who, std::function<void(std::string)> done);
+  // web_listen's page: the last one made, made again every few seconds.
+  void refresh_web();
   // Reads every entitlement's home from etcd (then runs `then`, if any).
   void refresh_homes(std::function<void()> then = {});
 
   CpConfig cfg_;
   std::unique_ptr<EventLoop> loop_;
-  rpc::Dispatcher methods_, shard_commands_;
-  std::unique_ptr<rpc::Server> server_;
-  std::shared_ptr<tls::Context> tls_, client_tls_;
+  CpServer server_{*loop_};
+  rpc::Dispatcher shard_commands_;
   std::map<std::string, Shard> shards_;
   std::unique_ptr<EtcdWorker> etcd_;
   std::map<std::string, std::string> homes_;                // entitlement -> shard
@@ -101,8 +108,8 @@ class FrontEnd {
   std::unordered_map<std::string, std::string> machine_shard_;
   bool homes_read_ = false;
   uint64_t homes_errors_ = 0;
-  Source refresh_timer_, sighup_;
-  int weft_gid_ = -1;
+  Source refresh_timer_, web_timer_;
+  std::string web_html_;  // web_listen's page
 };
 
 }  // namespace weft::cp

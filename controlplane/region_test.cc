@@ -355,6 +355,24 @@ TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
   auto ents = fe_->call("entitlement.ls");
   ASSERT_TRUE(ents.ok());
   EXPECT_EQ((*ents)["entitlements"].size(), 2u);
+  // Services: each job once (a shard lists its own to a front end), with every shard's
+  // agents; a watch of all of them from one shard, which has the whole region's.
+  auto svcs = fe_->call("service.ls");
+  ASSERT_TRUE(svcs.ok()) << svcs.error().str();
+  EXPECT_EQ((*svcs)["services"].size(), 2u) << svcs->dump();
+  EXPECT_EQ(shard_of((*svcs)["services"], "job", "site"), web_shard);
+  EXPECT_TRUE((*svcs)["agents"].is_array());
+  auto watch = fe_->call("service.watch", {{"wait_ms", 0}});
+  ASSERT_TRUE(watch.ok()) << watch.error().str();
+  EXPECT_TRUE((*watch)["services"].contains("site") && (*watch)["services"].contains("crunch"))
+      << watch->dump();
+  // The web view of the whole region: both shards' jobs and machines on one page.
+  auto page = fe_->call("web.page");
+  ASSERT_TRUE(page.ok()) << page.error().str();
+  std::string html = page->value("html", "");
+  for (const char* shown : {"site", "crunch", "s1-m0", "s2-m1", "batch"})
+    EXPECT_NE(html.find(shown), std::string::npos) << shown << " missing from the page";
+  EXPECT_EQ(html.find("id=\"unreachable\""), std::string::npos);
   // Calls that name a job or a machine find its shard.
   auto show = fe_->call("job.show", {{"name", "crunch"}});
   ASSERT_TRUE(show.ok()) << show.error().str();
@@ -438,6 +456,12 @@ TEST_F(Region, AShardWhollyDownStopsNothingElse) {
   EXPECT_EQ(shard_of((*jobs)["jobs"], "name", "store"), "s2");
   ASSERT_TRUE(jobs->contains("unreachable")) << jobs->dump();
   EXPECT_EQ((*jobs)["unreachable"][0]["shard"], "s1");
+  // The web view shows what answered and says what did not.
+  auto page = fe_->call("web.page");
+  ASSERT_TRUE(page.ok()) << page.error().str();
+  std::string html = page->value("html", "");
+  EXPECT_NE(html.find("id=\"unreachable\""), std::string::npos);
+  EXPECT_NE(html.find("store"), std::string::npos);
   auto away = fe_->call("job.scale", {{"name", "site"}, {"count", 1}});
   ASSERT_FALSE(away.ok());
   EXPECT_EQ(away.error().code, rpc::kUnavailable) << away.error().str();

@@ -6,8 +6,8 @@ namespace weft::cp {
 using json = nlohmann::json;
 using rpc::CallContext;
 
-Result<json> Manager::api_service_ls(const json&, const CallContext&) {
-  return discovery_->ls();
+Result<json> Manager::api_service_ls(const json& p, const CallContext&) {
+  return discovery_->ls(p);
 }
 
 Result<json> Manager::api_service_show(const json& p, const CallContext&) {
