@@ -154,11 +154,12 @@ Result<std::unique_ptr<Client>> Client::create(Config cfg) {
 }
 
 Result<std::vector<Kv>> Client::range(const std::string& key, const std::string& end, size_t limit,
-                                      bool descend) {
+                                      bool descend, int64_t at_revision, int64_t* header_revision) {
   pb::RangeRequest req;
   req.set_key(key);
   if (!end.empty()) req.set_range_end(end);
   req.set_limit(static_cast<int64_t>(limit));
+  if (at_revision > 0) req.set_revision(at_revision);
   if (descend) {
     req.set_sort_order(pb::RangeRequest::DESCEND);
     req.set_sort_target(pb::RangeRequest::KEY);
@@ -167,14 +168,17 @@ Result<std::vector<Kv>> Client::range(const std::string& key, const std::string&
   TRY(impl_->call(*this, "range", [&](Impl::Member& m, grpc::ClientContext& ctx) {
     return m.kv->Range(&ctx, req, &resp);
   }));
+  if (header_revision) *header_revision = resp.header().revision();
   return to_kvs(resp);
 }
 
-Result<std::vector<Kv>> Client::range_prefix(const std::string& prefix) {
+Result<std::vector<Kv>> Client::range_prefix(const std::string& prefix, int64_t* revision) {
   std::vector<Kv> all;
   std::string from = prefix, end = prefix_end(prefix);
+  int64_t at = 0;  // the first page's revision: every later page is read at it
   for (;;) {
-    TRY_ASSIGN(auto page, range(from, end, kPage, false));
+    TRY_ASSIGN(auto page, range(from, end, kPage, false, at, at == 0 ? &at : nullptr));
+    if (revision) *revision = at;
     size_t n = page.size();
     for (auto& kv : page) all.push_back(std::move(kv));
     if (n < kPage) return all;
@@ -282,6 +286,16 @@ Status Client::ping() {
 
 Result<bool> Client::wait_deleted(const std::string& key, int64_t after_revision,
                                   uint64_t timeout_ms) {
+  return watch_until(key, "", after_revision, timeout_ms, true);
+}
+
+Result<bool> Client::wait_changed(const std::string& prefix, int64_t after_revision,
+                                  uint64_t timeout_ms) {
+  return watch_until(prefix, prefix_end(prefix), after_revision, timeout_ms, false);
+}
+
+Result<bool> Client::watch_until(const std::string& key, const std::string& range_end,
+                                 int64_t after_revision, uint64_t timeout_ms, bool deletes_only) {
   Impl::Member& m = impl_->members[current_];
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline_in(timeout_ms));
@@ -293,16 +307,17 @@ Result<bool> Client::wait_deleted(const std::string& key, int64_t after_revision
   pb::WatchRequest req;
   pb::WatchCreateRequest* create = req.mutable_create_request();
   create->set_key(key);
+  if (!range_end.empty()) create->set_range_end(range_end);
   create->set_start_revision(after_revision + 1);
-  create->add_filters(pb::WatchCreateRequest::NOPUT);
-  bool deleted = false;
+  if (deletes_only) create->add_filters(pb::WatchCreateRequest::NOPUT);
+  bool fired = false;
   auto stream = m.watch->Watch(&ctx);
   if (stream->Write(req)) {
     pb::WatchResponse resp;
-    while (!deleted && stream->Read(&resp)) {
-      // Compacted past our revision, or cancelled by etcd: read the key again.
-      if (resp.compact_revision() > 0 || resp.canceled()) deleted = true;
-      for (const auto& ev : resp.events()) deleted |= ev.type() == pb::Event::DELETE;
+    while (!fired && stream->Read(&resp)) {
+      // Compacted past our revision, or cancelled by etcd: read again.
+      if (resp.compact_revision() > 0 || resp.canceled()) fired = true;
+      for (const auto& ev : resp.events()) fired |= !deletes_only || ev.type() == pb::Event::DELETE;
     }
   }
   {
@@ -311,7 +326,7 @@ Result<bool> Client::wait_deleted(const std::string& key, int64_t after_revision
   }
   ctx.TryCancel();
   grpc::Status st = stream->Finish();
-  if (deleted) return true;
+  if (fired) return true;
   if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       st.error_code() == grpc::StatusCode::CANCELLED)
     return false;

@@ -70,7 +70,9 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Every key with this prefix, in key order (read in pages).
-  Result<std::vector<Kv>> range_prefix(const std::string& prefix);
+  // Every key under `prefix`, in pages read at one revision (`revision`: that revision,
+  // from which a watch of what changed since starts).
+  Result<std::vector<Kv>> range_prefix(const std::string& prefix, int64_t* revision = nullptr);
   // The last `limit` keys with this prefix, newest key first.
   Result<std::vector<Kv>> last(const std::string& prefix, size_t limit);
   Result<std::optional<Kv>> get(const std::string& key);
@@ -85,7 +87,13 @@ class Client {
   // (or had been since), false when `timeout_ms` passed first or cancel_waits() was
   // called. Followers wait on the leader's key with this instead of polling it.
   Result<bool> wait_deleted(const std::string& key, int64_t after_revision, uint64_t timeout_ms);
-  // Ends a wait_deleted() in progress (from any thread); later waits are not affected.
+  // Watches every key under `prefix` from `after_revision` + 1: true when one was put or
+  // deleted (or the history was compacted past it: read again), false when `timeout_ms`
+  // passed first or cancel_waits() was called. A reader of a prefix waits with this
+  // instead of polling it.
+  Result<bool> wait_changed(const std::string& prefix, int64_t after_revision, uint64_t timeout_ms);
+  // Ends a wait_deleted() or wait_changed() in progress (from any thread); later waits
+  // are not affected.
   void cancel_waits();
 
   const Config& config() const { return cfg_; }
@@ -94,7 +102,12 @@ class Client {
  private:
   explicit Client(Config cfg);
   Result<std::vector<Kv>> range(const std::string& key, const std::string& end, size_t limit,
-                                bool descend);
+                                bool descend, int64_t at_revision = 0,
+                                int64_t* header_revision = nullptr);
+  // The watch behind wait_deleted and wait_changed: true at the first event `fired` says
+  // counts (or a compaction or cancellation by etcd).
+  Result<bool> watch_until(const std::string& key, const std::string& range_end,
+                           int64_t after_revision, uint64_t timeout_ms, bool deletes_only);
   Config cfg_;
   size_t current_ = 0;  // the endpoint that answered last
   std::unique_ptr<Impl> impl_;

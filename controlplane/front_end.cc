@@ -108,6 +108,9 @@ FrontEnd::~FrontEnd() {
 
 Status FrontEnd::start() {
   TRY_ASSIGN(etcd_, EtcdWorker::create(*loop_, cfg_.store.etcd.etcd));
+  TRY_ASSIGN(homes_watch_,
+             PrefixWatch::create(*loop_, cfg_.store.etcd.etcd, cfg_.region.prefix + "entitlements/",
+                                 [this] { refresh_homes(); }));
   ControlPlaneTls ctls{cfg_.tls, ""};
   // The brokers too, when given: machine listings include the free pool.
   std::map<std::string, std::string> links = cfg_.region.shards;
@@ -522,21 +525,24 @@ void FrontEnd::route_job_create(const json& p, const json& who, Done done) {
 void FrontEnd::refresh_homes(std::function<void()> then) {
   std::string prefix = cfg_.region.prefix;
   etcd_->post([this, prefix, then](etcd::Client& c) -> EtcdWorker::Then {
-    auto kvs = c.range_prefix(prefix + "entitlements/");
+    int64_t revision = 0;
+    auto kvs = c.range_prefix(prefix + "entitlements/", &revision);
     Result<std::map<std::string, std::string>> homes =
         kvs.ok() ? parse_entitlement_homes(prefix, *kvs)
                  : Result<std::map<std::string, std::string>>(std::move(kvs).error());
-    return [this, homes = std::move(homes), then]() mutable {
+    return [this, homes = std::move(homes), then, revision]() mutable {
       if (homes.ok()) {
         homes_ = std::move(homes).value();
         homes_read_ = true;
+        homes_watch_->after(revision);  // read again as soon as one changes
       } else if (homes_errors_++ % 30 == 0) {
         log_warn("the region's entitlements not read from etcd; the last copy stays",
                  {{"ERROR", homes.error().str()}});
       }
       if (then) then();
-      // Again a second after the last read (the timer pending, if any, is replaced).
-      auto t = loop_->add_timer_in(1'000'000, [this] { refresh_homes(); });
+      // Besides the watch: again 30 s after the last read (a second after a failed one).
+      auto t =
+          loop_->add_timer_in(homes.ok() ? 30'000'000 : 1'000'000, [this] { refresh_homes(); });
       if (t.ok()) refresh_timer_ = std::move(t).value();
     };
   });

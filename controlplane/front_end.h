@@ -5,9 +5,10 @@
 // by asking every shard and merging, and gives each new entitlement a shard (the one
 // with the fewest) by claiming its home in etcd before the shard creates it.
 //
-// What it keeps is a cache: the entitlements' homes (read from etcd every second and
-// after each change it makes), and which shard had each job and machine it was asked
-// about (checked again when the shard says it has no such thing).
+// What it keeps is a cache: the entitlements' homes (read from etcd at the start, again
+// whenever etcd says one changed (a watch), after each change it makes, and every 30 s),
+// and which shard had each job and machine it was asked about (checked again when the
+// shard says it has no such thing).
 #pragma once
 
 #include <map>
@@ -103,6 +104,7 @@ class FrontEnd {
   rpc::Dispatcher shard_commands_;
   std::map<std::string, Shard> shards_;
   std::unique_ptr<EtcdWorker> etcd_;
+  std::unique_ptr<PrefixWatch> homes_watch_;
   std::map<std::string, std::string> homes_;                // entitlement -> shard
   std::unordered_map<std::string, std::string> job_shard_;  // seen: job -> shard
   std::unordered_map<std::string, std::string> machine_shard_;

@@ -14,6 +14,10 @@ Result<std::unique_ptr<RegionServices>> RegionServices::create(EventLoop& loop, 
   std::unique_ptr<RegionServices> r(
       new RegionServices(cfg.region.prefix, cfg.region.shard, std::move(hooks)));
   TRY_ASSIGN(r->etcd_, EtcdWorker::create(loop, cfg.store.etcd.etcd));
+  RegionServices* self = r.get();
+  TRY_ASSIGN(r->watch_,
+             PrefixWatch::create(loop, cfg.store.etcd.etcd, cfg.region.prefix + "services/",
+                                 [self] { self->round(); }));
   return r;
 }
 
@@ -41,7 +45,8 @@ void RegionServices::round() {
       auto t = c.txn({}, part);
       if (!t.ok()) wrote = std::move(t).error();
     }
-    auto kvs = c.range_prefix(base);
+    int64_t revision = 0;
+    auto kvs = c.range_prefix(base, &revision);
     Services others;
     std::string bad;
     if (kvs.ok())
@@ -67,7 +72,7 @@ void RegionServices::round() {
         others[job] = std::move(s).value();
       }
     Status read = kvs.ok() ? Status{} : Status(std::move(kvs).error());
-    return [this, wrote, read, now, others = std::move(others), bad]() mutable {
+    return [this, wrote, read, now, others = std::move(others), bad, revision]() mutable {
       busy_ = false;
       if (wrote.ok()) published_ = now;
       if (!wrote.ok() || !read.ok() || !bad.empty()) {
@@ -78,6 +83,7 @@ void RegionServices::round() {
                     {"SKIPPED", bad}});
       }
       if (!read.ok()) return;
+      watch_->after(revision);
       foreign_ = others.size();
       hooks_.apply(std::move(others));
     };

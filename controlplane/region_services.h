@@ -10,8 +10,9 @@
 //
 // Rounds are driven by the Manager (every tick): publish what changed since the last
 // round (puts and deletes, in transactions of at most 64 operations), then read the
-// others. A shard whose leader is gone leaves its last endpoints in place: its tasks run
-// on, so they are still where they were.
+// others; and by a watch of the prefix (PrefixWatch): another shard's change is read at
+// once, not at the next tick. A shard whose leader is gone leaves its last endpoints in place: its
+// tasks run on, so they are still where they were.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,7 @@ class RegionServices {
   std::string prefix_, shard_;
   Hooks hooks_;
   std::unique_ptr<EtcdWorker> etcd_;
+  std::unique_ptr<PrefixWatch> watch_;
   std::map<std::string, std::string> published_;  // job -> the value in etcd
   bool busy_ = false;                             // a round in flight
   size_t foreign_ = 0;

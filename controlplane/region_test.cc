@@ -74,6 +74,43 @@ class RegionEtcd : public ::testing::Test {
   std::unique_ptr<etcd::Client> client_;
 };
 
+TEST_F(RegionEtcd, AWatchOfAPrefixWakesOnAChangeAfterTheRevisionRead) {
+  ASSERT_TRUE(claim_entitlement_home(*client_, "/w/", "web", "s1").ok());
+  int64_t rev = 0;
+  auto kvs = client_->range_prefix("/w/entitlements/", &rev);
+  ASSERT_TRUE(kvs.ok()) << kvs.error().str();
+  ASSERT_EQ(kvs->size(), 1u);
+  ASSERT_GT(rev, 0);
+  // Nothing changed since: the wait ends at its timeout, saying so.
+  auto quiet = client_->wait_changed("/w/entitlements/", rev, 300);
+  ASSERT_TRUE(quiet.ok()) << quiet.error().str();
+  EXPECT_FALSE(*quiet);
+  // A key outside the prefix does not wake it; one inside does, at once.
+  auto other = etcd::Client::create(etcd_->client_config());
+  ASSERT_TRUE(other.ok());
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    (void)(*other)->txn({}, {{etcd::Op::Kind::kPut, "/w/elsewhere", "x", {}, 0}});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    (void)claim_entitlement_home(**other, "/w/", "db", "s2");
+  });
+  auto t0 = Clock::now();
+  auto woke = client_->wait_changed("/w/entitlements/", rev, 10'000);
+  auto took = Clock::now() - t0;
+  writer.join();
+  ASSERT_TRUE(woke.ok()) << woke.error().str();
+  EXPECT_TRUE(*woke);
+  EXPECT_GE(took, std::chrono::milliseconds(350)) << "woken by the key outside the prefix";
+  EXPECT_LT(took, std::chrono::seconds(5));
+  // A deletion wakes it too.
+  int64_t now = 0;
+  ASSERT_TRUE(client_->range_prefix("/w/entitlements/", &now).ok());
+  ASSERT_TRUE(drop_entitlement_home(*client_, "/w/", "db", "s2").ok());
+  auto deleted = client_->wait_changed("/w/entitlements/", now, 5'000);
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_TRUE(*deleted);
+}
+
 TEST_F(RegionEtcd, AnEntitlementHasOneHome) {
   ASSERT_TRUE(claim_entitlement_home(*client_, "/r/", "web", "s1").ok());
   for (const char* shard : {"s1", "s2"}) {
