@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/rpc/endpoint.h"
 #include "common/rpc/protocol.h"
+#include "controlplane/maintenance.h"
 #include "controlplane/web_view.h"
 
 namespace weft::cp {
@@ -53,8 +54,8 @@ const FrontEnd::MethodRoute kRoutes[] = {
     {"machine.release", kAdminCall, Route::kMachine, "machine"},
     {"audit.ls", kViewerCall, Route::kAll, "entries"},
     {"maintenance.ls", kViewerCall, Route::kAll, "events"},
-    {"maintenance.schedule", kAdminCall, Route::kUnsupported, ""},
-    {"maintenance.cancel", kAdminCall, Route::kUnsupported, ""},
+    {"maintenance.schedule", kAdminCall, Route::kMaintenance, ""},
+    {"maintenance.cancel", kAdminCall, Route::kMaintenance, ""},
     {"controlplane.status", kViewerCall, Route::kStatus, ""},
     {"web.page", kViewerCall, Route::kWeb, ""},
     {"service.ls", kViewerCall, Route::kAll, "services"},
@@ -195,7 +196,8 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
   if (m.route == Route::kJobOrAny && p.contains(m.key)) {
     if (!p[m.key].is_string()) return field_error(m.key, "must be a job's name");
     name = p[m.key].get<std::string>();
-  } else if (m.route != Route::kAll && m.route != Route::kWeb && m.route != Route::kJobOrAny) {
+  } else if (m.route != Route::kAll && m.route != Route::kWeb && m.route != Route::kJobOrAny &&
+             m.route != Route::kMaintenance) {
     const char* key = m.route == Route::kNewJob ? "name" : m.key;
     if (!p.contains(key) || !p[key].is_string() || p[key].get_ref<const std::string&>().empty())
       return field_error(key, "is required");
@@ -242,6 +244,9 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
     }
     case Route::kWeb:
       web_page(w, [done](std::string html) { done(json{{"html", std::move(html)}}); });
+      break;
+    case Route::kMaintenance:
+      route_maintenance(method, p, w, done);
       break;
     case Route::kJobOrAny:
       if (!name.empty()) {
@@ -544,6 +549,57 @@ void FrontEnd::refresh_homes(std::function<void()> then) {
       auto t =
           loop_->add_timer_in(homes.ok() ? 30'000'000 : 1'000'000, [this] { refresh_homes(); });
       if (t.ok()) refresh_timer_ = std::move(t).value();
+    };
+  });
+}
+
+void FrontEnd::route_maintenance(const std::string& method, const json& p, const json& who,
+                                 Done done) {
+  auto ask_all = [this, method, who, done](json params) {
+    fan_out(
+        method, params, who,
+        [done](std::map<std::string, Result<json>> answers) {
+          json took = json::array(), unreachable = json::array(), first;
+          Result<json> refusal =
+              field_error("id", "no shard or broker has this event").with_code(rpc::kNotFound);
+          bool refused = false;
+          for (auto& [shard, r] : answers) {
+            if (r.ok()) {
+              if (first.is_null()) first = *r;
+              took.push_back(shard);
+            } else if (r.error().code == rpc::kNotFound) {
+              if (!refused) refusal = r.error();  // none of its machines: not for it
+            } else if (r.error().code == rpc::kUnavailable) {
+              unreachable.push_back({{"shard", shard}, {"error", r.error().str()}});
+            } else {
+              refusal = r.error();  // refused (a bad field): said as it is
+              refused = true;
+            }
+          }
+          if (took.empty()) {
+            if (!refused && !unreachable.empty())
+              return done(unavailable("no shard or broker group took it; unreachable: " +
+                                      unreachable.dump()));
+            return done(std::move(refusal));
+          }
+          first["shards"] = std::move(took);
+          if (!unreachable.empty()) first["unreachable"] = std::move(unreachable);
+          done(std::move(first));
+        },
+        {}, /*with_brokers=*/true);
+  };
+  if (method == "maintenance.cancel") return ask_all(p);
+  if (p.contains("id"))
+    return done(field_error("id", "is given by the front end (a region's event id)"));
+  // One id for the event everywhere, from the region's sequence in etcd.
+  std::string key = cfg_.region.prefix + "maintenance-seq";
+  etcd_->post([key, p, ask_all, done](etcd::Client& c) -> EtcdWorker::Then {
+    auto n = next_in_sequence(c, key);
+    return [n, p, ask_all, done] {
+      if (!n.ok()) return done(unavailable("no region event id from etcd: " + n.error().str()));
+      json params = p;
+      params["id"] = Maintenance::kRegionIds + *n;
+      ask_all(std::move(params));
     };
   });
 }

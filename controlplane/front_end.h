@@ -46,6 +46,7 @@ class FrontEnd {
     kNewJob,           // job.create: its entitlement's home, the name unused elsewhere
     kStatus,           // answered here
     kWeb,              // the web view of the whole region, from every shard's listings
+    kMaintenance,      // every shard and broker group: schedule (a region id) or cancel
     kUnsupported,      // not through a front end (yet): said so
   };
   struct MethodRoute {
@@ -95,6 +96,11 @@ class FrontEnd {
   void web_page(const nlohmann::json& who, std::function<void(std::string)> done);
   // web_listen's page: the last one made, made again every few seconds.
   void refresh_web();
+  // maintenance.schedule (with a region id from etcd) and maintenance.cancel, asked of
+  // every shard and broker group: done by those with machines of the target (or the
+  // event); the answer says which, and which did not answer.
+  void route_maintenance(const std::string& method, const nlohmann::json& p,
+                         const nlohmann::json& who, Done done);
   // Reads every entitlement's home from etcd (then runs `then`, if any).
   void refresh_homes(std::function<void()> then = {});
 

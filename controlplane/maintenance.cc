@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/fs.h"
+#include "common/rpc/protocol.h"
 #include "common/units.h"
 
 namespace weft::cp {
@@ -168,13 +169,18 @@ Result<MaintenanceEvent> maintenance_from_json(const json& j) {
   }
 }
 
-Result<uint64_t> Maintenance::schedule(MaintenanceEvent e) {
+Result<uint64_t> Maintenance::schedule(MaintenanceEvent e, uint64_t id) {
   size_t active = 0;
-  for (const auto& [id, ev] : events_) active += ev.active();
+  for (const auto& [n, ev] : events_) active += ev.active();
   if (active >= kMaxEvents)
     return field_error(
         "start", "too many maintenance events scheduled (" + std::to_string(kMaxEvents) + ")");
-  e.id = next_id_++;
+  if (id != 0 && id < kRegionIds)
+    return field_error("id", "a region's event id is at least " + std::to_string(kRegionIds));
+  if (id != 0 && events_.count(id))
+    return field_error("id", "maintenance event " + std::to_string(id) + " exists")
+        .with_code(rpc::kConflict);
+  e.id = id != 0 ? id : next_id_++;
   e.state = "scheduled";
   events_[e.id] = e;
   // Bounded: the oldest ended events go.
@@ -191,7 +197,7 @@ Result<uint64_t> Maintenance::schedule(MaintenanceEvent e) {
 
 void Maintenance::restore(const MaintenanceEvent& e) {
   events_[e.id] = e;
-  next_id_ = std::max(next_id_, e.id + 1);
+  if (e.id < kRegionIds) next_id_ = std::max(next_id_, e.id + 1);  // a region's: not ours
 }
 
 bool Maintenance::cancel(uint64_t id, World& w) {

@@ -81,7 +81,12 @@ class Maintenance {
 
   // At most this many events are kept (ended ones go first).
   static constexpr size_t kMaxEvents = 1000;
-  Result<uint64_t> schedule(MaintenanceEvent e);
+  // Ids from here up are a region's (given by a front end, the same on every shard and
+  // broker the event is for); ids below are this control plane's own.
+  static constexpr uint64_t kRegionIds = 1'000'000'000;
+  // `id`: a region's id (kConflict if this control plane has it already); 0 = the next
+  // of its own.
+  Result<uint64_t> schedule(MaintenanceEvent e, uint64_t id = 0);
   // Ends an event now: what it drained returns to service. Returns false if unknown or
   // already ended.
   bool cancel(uint64_t id, World& w);

@@ -107,7 +107,16 @@ void Manager::maintenance_round() {
 }
 
 Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&) {
-  TRY_ASSIGN(MaintenanceEvent e, parse_maintenance_request(p, now_realtime_us()));
+  // A front end gives the region's id (the same on every shard and broker).
+  uint64_t region_id = 0;
+  json params = p;
+  if (params.is_object() && params.contains("id")) {
+    if (!params["id"].is_number_unsigned())
+      return field_error("id", "must be a region's event id (a number)");
+    region_id = params["id"].get<uint64_t>();
+    params.erase("id");
+  }
+  TRY_ASSIGN(MaintenanceEvent e, parse_maintenance_request(params, now_realtime_us()));
   // The target must name what this control plane knows.
   std::vector<Command> none;
   std::set<MachineId> untouched;
@@ -115,7 +124,7 @@ Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&
     return field_error(e.target_kind,
                        "no machine is known by " + e.target_kind + " '" + e.target + "'")
         .with_code(rpc::kNotFound);
-  TRY_ASSIGN(uint64_t id, maintenance_.schedule(e));
+  TRY_ASSIGN(uint64_t id, maintenance_.schedule(e, region_id));
   group_->unsaved().maintenance.insert(id);
   if (auto s = persist({}, {}); !s.ok()) {
     maintenance_.forget(id);

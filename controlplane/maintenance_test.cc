@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/rpc/protocol.h"
+
 namespace weft::cp {
 namespace {
 
@@ -146,6 +148,32 @@ TEST(Maintenance, OverlappingEventsHoldAMachineUntilBothEnd) {
   plan.step(w, kNow + 211 * kMinute);
   EXPECT_EQ(plan.events().at(*ib).state, "done");
   EXPECT_FALSE(f.drained["m1"]);
+}
+
+TEST(Maintenance, ARegionsIdIsTakenAsGivenAndNeverAsOneOfItsOwn) {
+  Maintenance plan;
+  auto own = plan.schedule(rack_event(false));
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(*own, 1u);
+  uint64_t region = Maintenance::kRegionIds + 7;
+  auto given = plan.schedule(rack_event(false), region);
+  ASSERT_TRUE(given.ok()) << given.error().str();
+  EXPECT_EQ(*given, region);
+  auto twice = plan.schedule(rack_event(false), region);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().code, rpc::kConflict);
+  auto low = plan.schedule(rack_event(false), 5);  // an id of its own is not the caller's
+  ASSERT_FALSE(low.ok());
+  EXPECT_EQ(low.error().field, "id");
+  // Restored, a region's event does not move this control plane's own ids into the
+  // region's range: the next own id follows the own ones.
+  Maintenance again;
+  MaintenanceEvent r = plan.events().at(region);
+  again.restore(r);
+  again.restore(plan.events().at(1));
+  auto next = again.schedule(rack_event(false));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, 2u);
 }
 
 TEST(Maintenance, RequestsAreCheckedFieldByField) {

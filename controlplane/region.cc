@@ -155,6 +155,25 @@ Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
   return next;
 }
 
+Result<uint64_t> next_in_sequence(etcd::Client& c, const std::string& key) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    TRY_ASSIGN(auto now, c.get(key));
+    uint64_t last = 0;
+    etcd::Compare cmp{etcd::Compare::Target::kCreate, key, 0, {}};
+    if (now) {
+      const std::string& v = now->value;
+      if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+        return field_error(key, "is not a sequence number");
+      last = std::stoull(v);
+      cmp = {etcd::Compare::Target::kValue, key, 0, v};
+    }
+    etcd::Op put{etcd::Op::Kind::kPut, key, std::to_string(last + 1), {}, 0};
+    TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
+    if (r.succeeded) return last + 1;  // else another took it: read again
+  }
+  return fail_conflict("the sequence " + key + " is contended; try again");
+}
+
 Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,
                                      const std::string& machine, const std::string& shard,
                                      uint64_t epoch) {

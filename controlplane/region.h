@@ -82,6 +82,9 @@ Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const s
 Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
                                    const std::string& machine, const std::string& shard,
                                    const std::string& broker = "default");
+// The next number of a region-wide sequence at `key` (a transaction on its last value:
+// two callers never get the same one): 1, 2, ...
+Result<uint64_t> next_in_sequence(etcd::Client& c, const std::string& key);
 // Returns `machine` to the free pool, if `shard` holds it at `epoch`.
 Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,
                                      const std::string& machine, const std::string& shard,

@@ -403,6 +403,39 @@ TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
   ASSERT_TRUE(watch.ok()) << watch.error().str();
   EXPECT_TRUE((*watch)["services"].contains("site") && (*watch)["services"].contains("crunch"))
       << watch->dump();
+  // Maintenance through the front end: one region id, scheduled where its machines are.
+  auto all_dc =
+      fe_->call("maintenance.schedule", {{"dc", "dc1"}, {"start", "+1h"}, {"duration", "30m"}});
+  ASSERT_TRUE(all_dc.ok()) << all_dc.error().str();
+  uint64_t region_id = all_dc->value("id", uint64_t{0});
+  EXPECT_GT(region_id, 1'000'000'000u);
+  EXPECT_EQ((*all_dc)["shards"], json({"s1", "s2"})) << all_dc->dump();
+  auto one = fe_->call("maintenance.schedule",
+                       {{"machine", "s2-m1"}, {"start", "+1h"}, {"duration", "30m"}});
+  ASSERT_TRUE(one.ok()) << one.error().str();
+  EXPECT_EQ((*one)["shards"], json({"s2"})) << one->dump();
+  EXPECT_EQ(one->value("id", uint64_t{0}), region_id + 1);
+  auto nowhere = fe_->call("maintenance.schedule",
+                           {{"machine", "nobody"}, {"start", "+1h"}, {"duration", "30m"}});
+  ASSERT_FALSE(nowhere.ok());
+  EXPECT_EQ(nowhere.error().code, rpc::kNotFound) << nowhere.error().str();
+  auto forged_id = fe_->call("maintenance.schedule",
+                             {{"dc", "dc1"}, {"start", "+1h"}, {"duration", "30m"}, {"id", 5}});
+  ASSERT_FALSE(forged_id.ok());
+  EXPECT_NE(forged_id.error().message.find("id: is given by the front end"), std::string::npos)
+      << forged_id.error().str();
+  auto listed = fe_->call("maintenance.ls");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ((*listed)["events"].size(), 3u) << listed->dump();  // the dc's on both shards
+  auto cancelled = fe_->call("maintenance.cancel", {{"id", region_id}});
+  ASSERT_TRUE(cancelled.ok()) << cancelled.error().str();
+  EXPECT_EQ((*cancelled)["shards"], json({"s1", "s2"}));
+  ASSERT_TRUE(fe_->call("maintenance.cancel", {{"id", region_id + 1}}).ok());
+  EXPECT_EQ((*fe_->call("maintenance.ls"))["events"].size(), 0u);
+  auto gone = fe_->call("maintenance.cancel", {{"id", region_id}});
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().code, rpc::kNotFound);
+
   // The web view of the whole region: both shards' jobs and machines on one page.
   auto page = fe_->call("web.page");
   ASSERT_TRUE(page.ok()) << page.error().str();
