@@ -899,9 +899,10 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
 // broker of two replicas, two front ends, six machines lent from the broker, four jobs;
 // one after another, each healed as systemd would (an exited process is started again):
 // a shard's leader or follower SIGKILLed, the broker's leader SIGKILLed, a front end
-// SIGKILLed, a machine's daemon restarting, a job scaled through a front end. Checked
+// SIGKILLed, etcd killed and restarted, a machine's daemon restarting, a job scaled
+// through a front end. Checked
 // continuously: never two copies of a task index, every task on a machine its job's shard
-// holds (etcd's holder records), no job lost; after each fault, within 20 s, every fault
+// holds (etcd's holder records), no job lost; after each fault, within 30 s, every fault
 // healed (every process up, a leader for each shard and the broker, both front ends
 // reaching them, every machine with a session to its holder) and every job at its count.
 // WEFT_CHAOS_SECONDS makes it longer; WEFT_CHAOS_SEED replays one.
@@ -1052,9 +1053,11 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
       if (running[job] != n) return false;
     return healed;
   };
-  auto settle = [&](const std::string& after) {
-    auto t0 = Clock::now();
-    while (Clock::now() - t0 < std::chrono::seconds(20)) {
+  // Healed within 30 s of `t0`, the fault (the time it took is noted from there). Healing
+  // takes a few seconds (10 s under ASan beside the rest of the suite, when etcd went
+  // away): the bound is for a region that does not heal, not a race.
+  auto settle = [&](const std::string& after, Clock::time_point t0) {
+    while (Clock::now() - t0 < std::chrono::seconds(30)) {
       if (tick()) {
         note("  healed, every job at its count, after " +
              std::to_string(
@@ -1064,7 +1067,7 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    ADD_FAILURE() << "not healed and at every job's count 20 s after: " << after << " (seed "
+    ADD_FAILURE() << "not healed and at every job's count 30 s after: " << after << " (seed "
                   << seed << ")\nfaults:\n"
                   << history;
     return false;
@@ -1076,14 +1079,15 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   };
-  ASSERT_TRUE(settle("the start"));
+  ASSERT_TRUE(settle("the start", Clock::now()));
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   int faults = 0;
   while (Clock::now() < deadline && !HasFailure()) {
     std::uniform_real_distribution<double> pause(0.2, 1.0);
-    int kind = static_cast<int>(rng() % 6);
+    int kind = static_cast<int>(rng() % 7);
     size_t shard = 2 + 2 * (rng() % 2);  // s1's replicas or s2's
     std::string what;
+    auto fault_at = Clock::now();
     switch (kind) {
       case 0:
         what = std::string("the leader of ") + (shard == 2 ? "s1" : "s2") + " killed";
@@ -1109,6 +1113,15 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
         m->disconnect();
         break;
       }
+      case 6:
+        // Every role's etcd gone for a moment: leases may lapse, leaders step down and are
+        // elected again; the machines' tasks run on.
+        what = "etcd killed and restarted";
+        etcd_->kill();
+        run_for(pause(rng));
+        etcd_->start();
+        ASSERT_EQ(etcd_->error(), "") << history;
+        break;
       case 5: {
         auto it = std::next(want.begin(), static_cast<long>(rng() % want.size()));
         int n = 1 + static_cast<int>(rng() % 2);
@@ -1127,7 +1140,7 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
     note(what);
     run_for(pause(rng));
     ++faults;
-    if (!settle(what)) break;
+    if (!settle(what, fault_at)) break;
   }
   // Every fault healed: every process up, every machine back with a session.
   EXPECT_TRUE(wait_for(20, [&] {
