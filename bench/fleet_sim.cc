@@ -102,6 +102,9 @@ struct Options {
   // front end, and the create phase's jobs through `jobs_via` ("front-end" or "shard").
   std::string region_etcd;
   std::string jobs_via = "front-end";
+  // "broker": the control plane is the region's broker instead (no shard, no front end):
+  // what its free machines cost it (register and rest phases only).
+  std::string region_role = "shard";
 };
 
 struct Shape {
@@ -1034,6 +1037,10 @@ int main(int argc, char** argv) {
                  "with a front end");
   app.add_option("--jobs-via", o.jobs_via, "region: job.create through 'front-end' or 'shard'")
       ->check(CLI::IsMember({"front-end", "shard"}));
+  app.add_option("--region-role", o.region_role,
+                 "region: the control plane as 'shard' (with a front end) or 'broker' (its "
+                 "machines free; register and rest only)")
+      ->check(CLI::IsMember({"shard", "broker"}));
   app.add_flag("--keep", o.keep, "keep the control plane's directory (log, state)");
   app.add_option("--machine-cpu-milli", o.machine_cpu_milli, "every machine's CPU (0: the list's)");
   app.add_option("--machine-mem-mb", o.machine_mem_mb, "every machine's memory (0: the list's)");
@@ -1051,6 +1058,17 @@ int main(int argc, char** argv) {
                "fig14: exit 1 if a shard had two or more replicas down outside the failure "
                "window (the test of TaskControl)");
   CLI11_PARSE(app, argc, argv);
+  if (o.region_role == "broker") {
+    for (const auto& ph : split(o.phases, ','))
+      if (ph != "register" && ph != "rest") {
+        std::fprintf(stderr, "fleet_sim: --region-role broker runs register and rest only\n");
+        return 2;
+      }
+    if (o.region_etcd.empty()) {
+      std::fprintf(stderr, "fleet_sim: --region-role needs --region-etcd\n");
+      return 2;
+    }
+  }
   signal(SIGPIPE, SIG_IGN);
   log_set_level(LogLevel::kError);
   // The simulator's sessions and the control plane's (which inherits the limit).
@@ -1097,7 +1115,14 @@ int main(int argc, char** argv) {
   // A region: the control plane is shard s1; a front end routes to it.
   pid_t fe = -1;
   std::string api = dir + "/cp.sock", jobs_api = api;
-  if (!o.region_etcd.empty()) {
+  bool broker = !o.region_etcd.empty() && o.region_role == "broker";
+  if (broker) {
+    std::string prefix = "/bench-" + random_hex(4) + "/";
+    conf += "[store]\nkind = \"etcd\"\netcd_endpoints = [\"" + o.region_etcd +
+            "\"]\netcd_prefix = \"" + prefix +
+            "broker/\"\netcd_max_txn_ops = 4096\n[region]\nrole = \"broker\"\nprefix = \"" +
+            prefix + "region/\"\n[region.shards]\ns1 = \"" + dir + "/no-shard.sock\"\n";
+  } else if (!o.region_etcd.empty()) {
     std::string prefix = "/bench-" + random_hex(4) + "/";
     conf += "[store]\nkind = \"etcd\"\netcd_endpoints = [\"" + o.region_etcd +
             "\"]\netcd_prefix = \"" + prefix +
@@ -1115,7 +1140,10 @@ int main(int argc, char** argv) {
   }
   (void)write_file(dir + "/cp.toml", conf);
   pid_t cp = start_controlplane(dir + "/cp.toml", dir + "/cp.log");
-  if (!o.region_etcd.empty()) {
+  if (broker)
+    std::printf("fleet_sim: a region on %s: the control plane as its broker\n",
+                o.region_etcd.c_str());
+  if (!o.region_etcd.empty() && !broker) {
     fe = start_controlplane(dir + "/fe.toml", dir + "/fe.log");
     bool up = false;
     for (int i = 0; i < 300 && !up; ++i) {  // the front end up and reaching its shard
