@@ -67,6 +67,7 @@ struct Options {
   double heartbeat_s = 2;
   double rest_s = 20;
   int jobs = 200, tasks = 36, clients = 4;
+  double create_rate = 0;  // jobs a second in all (0: as fast as the callers go)
   // Each task's request: 2 cores and 4 GiB by default, so that a 96-core machine of the
   // list runs tens of tasks, as a fleet's machines do, not a thousand.
   int64_t task_cpu_milli = 2000, task_mem_mb = 4096;
@@ -633,7 +634,13 @@ struct Creator {
           failed += o.jobs;
           return;
         }
+        uint64_t begun = now_monotonic_us();
         for (int j = c; j < o.jobs; j += o.clients) {
+          if (o.create_rate > 0) {  // job j is due j / rate seconds after the start
+            uint64_t due = begun + static_cast<uint64_t>(j / o.create_rate * 1e6);
+            uint64_t now = now_monotonic_us();
+            if (due > now) std::this_thread::sleep_for(std::chrono::microseconds(due - now));
+          }
           json spec{{"name", "job" + std::to_string(j)},
                     {"entitlement", "fleet"},
                     {"count", o.tasks},
@@ -1013,6 +1020,9 @@ int main(int argc, char** argv) {
   app.add_option("--jobs", o.jobs, "jobs to create");
   app.add_option("--tasks", o.tasks, "tasks per job");
   app.add_option("--clients", o.clients, "job.create callers at once");
+  app.add_option("--create-rate", o.create_rate,
+                 "create: jobs a second in all, paced (0: as fast as the callers go)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--task-cpu-milli", o.task_cpu_milli, "each task's CPU request");
   app.add_option("--task-mem-mb", o.task_mem_mb, "each task's memory request");
   app.add_option("--fail-percent", o.fail_percent, "share of machines that die in 'fail'");
