@@ -309,7 +309,7 @@ Result<json> Discovery::ls(const json& p) const {
     if (local && foreign_.count(job)) continue;
     std::set<std::string> ports;
     for (const auto& e : s.endpoints)
-      for (const auto& [name, p] : e.ports) ports.insert(name);
+      for (const auto& [name, port] : e.ports) ports.insert(name);
     out.push_back({{"job", job},
                    {"entitlement", s.entitlement},
                    {"endpoints", s.endpoints.size()},

@@ -153,10 +153,12 @@ Status FrontEnd::serve() {
   register_methods();
   TRY(mkdir_p(cfg_.state_dir, 0750));
   // SIGHUP reads the TLS files again for the shards' links too.
-  TRY(server_.listen(cfg_, [this]() -> Status {
-    for (auto& [id, sh] : shards_) TRY(sh.link->reload_tls());
+  auto reload_links = [this]() -> Status {
+    for (auto& [id, sh] : shards_)
+      if (Status s = sh.link->reload_tls(); !s.ok()) return s;
     return {};
-  }));
+  };
+  TRY(server_.listen(cfg_, reload_links));
   if (!cfg_.web_listen.empty()) {
     TRY(server_.serve_web(cfg_.web_listen, cfg_.web_hosts, [this] { return web_html_; }));
     refresh_web();
@@ -285,6 +287,9 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
               return {};
             });
           }
+          // Where the entitlement lives (entitlement show): its home.
+          if (r.ok() && r->is_object() && std::string(m.name) == "entitlement.show")
+            (*r)["shard"] = s;
           done(std::move(r));
         });
       });
@@ -420,14 +425,20 @@ void FrontEnd::route_to_located(Route kind, const std::string& name, const Metho
   bool cached = (kind == Route::kJob ? job_shard_ : machine_shard_).count(name) > 0;
   locate(kind, name, who, [this, kind, name, &m, p, who, done, cached](Result<std::string> s) {
     if (!s.ok()) return done(std::move(s).error());
-    forward(*s, m.name, p, who, [this, kind, name, &m, p, who, done, cached](Result<json> r) {
-      // A job stopped and made again on another shard since it was cached: look again once.
-      if (cached && not_found(r)) {
-        (kind == Route::kJob ? job_shard_ : machine_shard_).erase(name);
-        return route_to_located(kind, name, m, p, who, done);
-      }
-      done(std::move(r));
-    });
+    forward(*s, m.name, p, who,
+            [this, kind, name, &m, p, who, done, cached, shard = *s](Result<json> r) {
+              // A job stopped and made again on another shard since it was cached: look again once.
+              if (cached && not_found(r)) {
+                (kind == Route::kJob ? job_shard_ : machine_shard_).erase(name);
+                return route_to_located(kind, name, m, p, who, done);
+              }
+              // job show, machine show: which shard answered.
+              std::string method = m.name;
+              if (r.ok() && r->is_object() && method.size() > 5 &&
+                  method.compare(method.size() - 5, 5, ".show") == 0)
+                (*r)["shard"] = shard;
+              done(std::move(r));
+            });
   });
 }
 

@@ -450,6 +450,10 @@ TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
   auto show = fe_->call("job.show", {{"name", "crunch"}});
   ASSERT_TRUE(show.ok()) << show.error().str();
   EXPECT_EQ(show->value("entitlement", ""), "batch");
+  EXPECT_EQ(show->value("shard", ""), batch_shard) << "job show names the job's shard";
+  auto ent_show = fe_->call("entitlement.show", {{"name", "web"}});
+  ASSERT_TRUE(ent_show.ok()) << ent_show.error().str();
+  EXPECT_EQ(ent_show->value("shard", ""), web_shard) << "entitlement show names its home";
   EXPECT_TRUE(fe_->call("machine.show", {{"machine", "s2-m1"}}).ok());
   auto missing = fe_->call("job.show", {{"name", "nothing"}});
   ASSERT_FALSE(missing.ok());
