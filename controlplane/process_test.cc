@@ -972,9 +972,9 @@ TEST_F(ControlPlane, MachinesPageAndAGoneMachineIsRemoved) {
   ASSERT_EQ((*rest)["machines"].size(), 1u);
   EXPECT_EQ((*rest)["machines"][0]["machine"], "m2");
   EXPECT_FALSE(rest->contains("next"));
-  for (const json& bad : {json{{"limit", 0}}, json{{"limit", 1001}}, json{{"after", "nope"}}}) {
-    auto r = call("machine.ls", bad);
-    EXPECT_FALSE(r.ok()) << bad.dump();
+  for (const json& wrong : {json{{"limit", 0}}, json{{"limit", 1001}}, json{{"after", "nope"}}}) {
+    auto refused = call("machine.ls", wrong);
+    EXPECT_FALSE(refused.ok()) << wrong.dump();
   }
   // A live machine is not removed.
   auto live = call("machine.rm", {{"machine", "m1"}});

@@ -155,6 +155,27 @@ Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
   return next;
 }
 
+Result<MachineHolder> transfer_machine(etcd::Client& c, const std::string& prefix,
+                                       const std::string& machine, const std::string& from,
+                                       uint64_t epoch, const std::string& to) {
+  TRY(check_shard_id("to", to));
+  if (to == from) return field_error("to", "the machine is held by shard " + from + " already");
+  std::string key = machine_holder_key(prefix, machine);
+  TRY_ASSIGN(auto now, c.get(key));
+  if (!now) return fail_conflict("machine " + machine + " was never lent");
+  TRY_ASSIGN(MachineHolder held, parse_machine_holder(key, now->value));
+  if (held.holder != from || held.epoch != epoch)
+    return fail_conflict("machine " + machine + " is not held by shard " + from + " at epoch " +
+                         std::to_string(epoch));
+  MachineHolder next{to, epoch + 1, held.broker};
+  etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, now->value};
+  etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(next), {}, 0};
+  TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
+  if (!r.succeeded)
+    return fail_conflict("machine " + machine + " changed holder meanwhile; try again");
+  return next;
+}
+
 Result<uint64_t> next_in_sequence(etcd::Client& c, const std::string& key) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     TRY_ASSIGN(auto now, c.get(key));

@@ -82,6 +82,13 @@ Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const s
 Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
                                    const std::string& machine, const std::string& shard,
                                    const std::string& broker = "default");
+// Hands `machine` from shard `from` (holding it at `epoch`) straight to shard `to`, not
+// through the free pool (an entitlement moving between shards with its machines): the
+// epoch is raised, the lending group kept. Refused (kConflict) unless `from` holds it at
+// `epoch` now; compares the whole record read, as a lend does.
+Result<MachineHolder> transfer_machine(etcd::Client& c, const std::string& prefix,
+                                       const std::string& machine, const std::string& from,
+                                       uint64_t epoch, const std::string& to);
 // The next number of a region-wide sequence at `key` (a transaction on its last value:
 // two callers never get the same one): 1, 2, ...
 Result<uint64_t> next_in_sequence(etcd::Client& c, const std::string& key);

@@ -114,6 +114,31 @@ TEST_F(RegionEtcd, AWatchOfAPrefixWakesOnAChangeAfterTheRevisionRead) {
   EXPECT_TRUE(*deleted);
 }
 
+TEST_F(RegionEtcd, AMachineIsHandedFromShardToShardOnlyByItsHolderAtItsEpoch) {
+  auto lent = lend_machine(*client_, "/t/", "m1", "s1", "dc1");
+  ASSERT_TRUE(lent.ok()) << lent.error().str();
+  // Not its holder, or not at its epoch, or to itself: refused, nothing changed.
+  EXPECT_EQ(transfer_machine(*client_, "/t/", "m1", "s2", lent->epoch, "s3").error().code,
+            rpc::kConflict);
+  EXPECT_EQ(transfer_machine(*client_, "/t/", "m1", "s1", lent->epoch + 1, "s2").error().code,
+            rpc::kConflict);
+  EXPECT_FALSE(transfer_machine(*client_, "/t/", "m1", "s1", lent->epoch, "s1").ok());
+  EXPECT_FALSE(transfer_machine(*client_, "/t/", "m1", "s1", lent->epoch, "S/2").ok());
+  EXPECT_FALSE(transfer_machine(*client_, "/t/", "nobody", "s1", 1, "s2").ok());
+  auto moved = transfer_machine(*client_, "/t/", "m1", "s1", lent->epoch, "s2");
+  ASSERT_TRUE(moved.ok()) << moved.error().str();
+  EXPECT_EQ(moved->holder, "s2");
+  EXPECT_EQ(moved->epoch, lent->epoch + 1);
+  EXPECT_EQ(moved->broker, "dc1") << "the group that lent it keeps it";
+  // The old holder can neither give it back nor hand it on; the new one can.
+  EXPECT_FALSE(return_machine(*client_, "/t/", "m1", "s1", lent->epoch).ok());
+  EXPECT_FALSE(transfer_machine(*client_, "/t/", "m1", "s1", lent->epoch, "s3").ok());
+  auto back = return_machine(*client_, "/t/", "m1", "s2", moved->epoch);
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->holder, "");
+  EXPECT_EQ(back->epoch, moved->epoch + 1);
+}
+
 TEST_F(RegionEtcd, AnEntitlementHasOneHome) {
   ASSERT_TRUE(claim_entitlement_home(*client_, "/r/", "web", "s1").ok());
   for (const char* shard : {"s1", "s2"}) {

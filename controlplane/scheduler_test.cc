@@ -740,9 +740,11 @@ TEST_F(Sched, TheSameSetupFailureAgainAndAgainHoldsTheIndexWithTheReason) {
   auto u = sched_.update(fixed, now);
   ASSERT_TRUE(u.ok());
   ASSERT_EQ(count_kind(*u, Command::Kind::kStart), 1);
-  for (const auto& cmd : *u)
-    if (cmd.kind == Command::Kind::kStart)
+  for (const auto& cmd : *u) {
+    if (cmd.kind == Command::Kind::kStart) {
       EXPECT_EQ(sched_.tasks().at(cmd.task_id).setup_failures, 0);
+    }
+  }
 }
 
 TEST_F(Sched, ARefusalThatIsNotTheSpecsIsReplacedLikeAFailure) {

@@ -254,7 +254,7 @@ TEST(StateStore, StoredJobRowsOldAndNew) {
 // that was starting a moment before the restart is still starting after it, not lost
 // at once (finding 5), and no age underflows.
 TEST_P(Stores, TaskAgesSurviveARebootAndAClockStep) {
-  constexpr uint64_t kSec = 1'000'000;
+  constexpr uint64_t kSecond = 1'000'000;
   Plane before;
   ASSERT_TRUE(before.broker.register_machine({"h0", "dc1", "r0", "a", {4000, 8192}}, 0).ok());
   ASSERT_TRUE(before.broker.health("h0", "ok", 0).ok());
@@ -267,12 +267,12 @@ TEST_P(Stores, TaskAgesSurviveARebootAndAClockStep) {
   j.per_task = {500, 256};
   j.task = {{"argv", {"/bin/true"}}};
   // Started at monotonic 1,000,000 s (a machine up for 11 days), wall 1.7e9 s.
-  uint64_t mono = 1'000'000 * kSec, wall = 1'700'000'000 * kSec;
+  uint64_t mono = 1'000'000 * kSecond, wall = 1'700'000'000 * kSecond;
   ASSERT_TRUE(before.sched.create(j, mono).ok());
   {
     auto st = open();
     ASSERT_TRUE(st.ok());
-    (*st)->set_clocks([&] { return mono + 2 * kSec; }, [&] { return wall + 2 * kSec; });
+    (*st)->set_clocks([&] { return mono + 2 * kSecond; }, [&] { return wall + 2 * kSecond; });
     persist_all(before, **st);
   }
   auto restored_since = [&](uint64_t now_mono, uint64_t now_wall) {
@@ -285,19 +285,19 @@ TEST_P(Stores, TaskAgesSurviveARebootAndAClockStep) {
     return after.sched.tasks().begin()->second.since_us;
   };
   // Rebooted: monotonic 30 s, wall 10 s after the write (12 s after the start).
-  EXPECT_EQ(restored_since(30 * kSec, wall + 12 * kSec), 18 * kSec);
+  EXPECT_EQ(restored_since(30 * kSecond, wall + 12 * kSecond), 18 * kSecond);
   // Rebooted 5 s ago, task started 12 s ago: its age is kept, its time clamps at 0.
-  EXPECT_EQ(restored_since(5 * kSec, wall + 12 * kSec), 0u);
+  EXPECT_EQ(restored_since(5 * kSecond, wall + 12 * kSecond), 0u);
   // The wall clock stepped back an hour: age 0, never negative.
-  EXPECT_EQ(restored_since(40 * kSec, wall - 3600 * kSec), 40 * kSec);
+  EXPECT_EQ(restored_since(40 * kSecond, wall - 3600 * kSecond), 40 * kSecond);
   // And the scheduler sees the task as recently started: not lost at the next report.
   Plane after;
   auto st = open();
   ASSERT_TRUE(st.ok());
-  (*st)->set_clocks([] { return 30 * kSec; }, [&] { return wall + 12 * kSec; });
-  ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 30 * kSec).ok());
-  ASSERT_TRUE(after.broker.health("h0", "ok", 30 * kSec).ok());
-  auto cmds = after.sched.report(0, {}, 31 * kSec);
+  (*st)->set_clocks([] { return 30 * kSecond; }, [&] { return wall + 12 * kSecond; });
+  ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 30 * kSecond).ok());
+  ASSERT_TRUE(after.broker.health("h0", "ok", 30 * kSecond).ok());
+  auto cmds = after.sched.report(0, {}, 31 * kSecond);
   EXPECT_EQ(after.sched.tasks().begin()->second.state, TaskState::kStarting);
 }
 
