@@ -330,6 +330,12 @@ TEST_F(Replicas, AThreeMemberEtcdOverTlsLosesOneThenAMajority) {
   Result<json> created = make_error("not tried");
   for (int i = 0; i < 50 && !created.ok(); ++i) {
     if ((l = leader(10)) != nullptr) created = l->call("job.create", job);
+    // A create written, its answer lost with a leader that stepped down meanwhile (its
+    // own etcd member was the one killed): the next leader has the job. Made, once.
+    if (!created.ok() && created.error().code == rpc::kInvalidParams &&
+        created.error().message.find("exists") != std::string::npos && l &&
+        l->call("job.show", {{"name", "during"}}).ok())
+      created = json::object();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(created.ok()) << created.error().str();
