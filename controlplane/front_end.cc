@@ -160,7 +160,10 @@ Status FrontEnd::serve() {
   };
   TRY(server_.listen(cfg_, reload_links));
   if (!cfg_.web_listen.empty()) {
-    TRY(server_.serve_web(cfg_.web_listen, cfg_.web_hosts, [this] { return web_html_; }));
+    TRY(server_.serve_web(cfg_.web_listen, cfg_.web_hosts, [this] {
+      if (now_monotonic_us() - web_made_us_ > 2'000'000) refresh_web();
+      return web_html_;
+    }));
     refresh_web();
   }
   TRY(loop_->exit_on_termination());
@@ -662,10 +665,13 @@ void FrontEnd::web_page(const json& who, std::function<void(std::string)> done) 
 }
 
 void FrontEnd::refresh_web() {
-  web_page({{"role", "viewer"}, {"who", "front end (web_listen)"}},
-           [this](std::string html) { web_html_ = std::move(html); });
-  auto t = loop_->add_timer_in(2'000'000, [this] { refresh_web(); });
-  if (t.ok()) web_timer_ = std::move(t).value();
+  if (web_making_) return;
+  web_making_ = true;
+  web_page({{"role", "viewer"}, {"who", "front end (web_listen)"}}, [this](std::string html) {
+    web_html_ = std::move(html);
+    web_made_us_ = now_monotonic_us();
+    web_making_ = false;
+  });
 }
 
 json FrontEnd::status() const {

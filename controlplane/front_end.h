@@ -94,7 +94,8 @@ class FrontEnd {
   // The region's web view (web_view.h) from every shard's and broker group's listings,
   // as `who` sees them.
   void web_page(const nlohmann::json& who, std::function<void(std::string)> done);
-  // web_listen's page: the last one made, made again every few seconds.
+  // web_listen's page: the last one made, made again (in the background) when it is
+  // viewed and older than 2 s: nothing is asked of the shards while nobody looks.
   void refresh_web();
   // maintenance.schedule (with a region id from etcd) and maintenance.cancel, asked of
   // every shard and broker group: done by those with machines of the target (or the
@@ -116,8 +117,10 @@ class FrontEnd {
   std::unordered_map<std::string, std::string> machine_shard_;
   bool homes_read_ = false;
   uint64_t homes_errors_ = 0;
-  Source refresh_timer_, web_timer_;
+  Source refresh_timer_;
   std::string web_html_;  // web_listen's page
+  uint64_t web_made_us_ = 0;
+  bool web_making_ = false;
 };
 
 }  // namespace weft::cp

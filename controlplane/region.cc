@@ -155,24 +155,45 @@ Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
   return next;
 }
 
+namespace {
+
+// `machine`'s holder record as stored (its value, and read), if `shard` holds it at
+// `epoch`; else kConflict.
+Result<std::pair<std::string, MachineHolder>> read_held(etcd::Client& c, const std::string& key,
+                                                        const std::string& machine,
+                                                        const std::string& shard, uint64_t epoch) {
+  TRY_ASSIGN(auto now, c.get(key));
+  if (!now) return fail_conflict("machine " + machine + " was never lent");
+  TRY_ASSIGN(MachineHolder held, parse_machine_holder(key, now->value));
+  if (held.holder != shard || held.epoch != epoch)
+    return fail_conflict("machine " + machine + " is not held by shard " + shard + " at epoch " +
+                         std::to_string(epoch));
+  return std::pair{now->value, held};
+}
+
+// Writes `next` if the record is still `read` (the whole value compared: a lend, return or
+// transfer meanwhile fails this one, with `conflict`).
+Status replace_holder(etcd::Client& c, const std::string& key, const std::string& read,
+                      const MachineHolder& next, const std::string& conflict) {
+  etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, read};
+  etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(next), {}, 0};
+  TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
+  if (!r.succeeded) return fail_conflict(conflict);
+  return {};
+}
+
+}  // namespace
+
 Result<MachineHolder> transfer_machine(etcd::Client& c, const std::string& prefix,
                                        const std::string& machine, const std::string& from,
                                        uint64_t epoch, const std::string& to) {
   TRY(check_shard_id("to", to));
   if (to == from) return field_error("to", "the machine is held by shard " + from + " already");
   std::string key = machine_holder_key(prefix, machine);
-  TRY_ASSIGN(auto now, c.get(key));
-  if (!now) return fail_conflict("machine " + machine + " was never lent");
-  TRY_ASSIGN(MachineHolder held, parse_machine_holder(key, now->value));
-  if (held.holder != from || held.epoch != epoch)
-    return fail_conflict("machine " + machine + " is not held by shard " + from + " at epoch " +
-                         std::to_string(epoch));
-  MachineHolder next{to, epoch + 1, held.broker};
-  etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, now->value};
-  etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(next), {}, 0};
-  TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
-  if (!r.succeeded)
-    return fail_conflict("machine " + machine + " changed holder meanwhile; try again");
+  TRY_ASSIGN(auto held, read_held(c, key, machine, from, epoch));
+  MachineHolder next{to, epoch + 1, held.second.broker};
+  TRY(replace_holder(c, key, held.first, next,
+                     "machine " + machine + " changed holder meanwhile; try again"));
   return next;
 }
 
@@ -199,20 +220,11 @@ Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,
                                      const std::string& machine, const std::string& shard,
                                      uint64_t epoch) {
   std::string key = machine_holder_key(prefix, machine);
-  TRY_ASSIGN(auto now, c.get(key));
-  if (!now) return fail_conflict("machine " + machine + " was never lent");
-  TRY_ASSIGN(MachineHolder held, parse_machine_holder(key, now->value));
-  if (held.holder != shard || held.epoch != epoch)
-    return fail_conflict("machine " + machine + " is not held by shard " + shard + " at epoch " +
-                         std::to_string(epoch));
+  TRY_ASSIGN(auto held, read_held(c, key, machine, shard, epoch));
   MachineHolder free{"", epoch + 1, ""};
-  // The whole record as read: a lend or return meanwhile fails this one.
-  etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, now->value};
-  etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(free), {}, 0};
-  TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
-  if (!r.succeeded)
-    return fail_conflict("machine " + machine + " is not held by shard " + shard + " at epoch " +
-                         std::to_string(epoch));
+  TRY(replace_holder(c, key, held.first, free,
+                     "machine " + machine + " is not held by shard " + shard + " at epoch " +
+                         std::to_string(epoch)));
   return free;
 }
 
