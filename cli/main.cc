@@ -16,6 +16,7 @@
 #include "cli/completion.h"
 #include "cli/health.h"
 #include "cli/profile.h"
+#include "cli/region.h"
 #include "cli/task.h"
 #include "cli/tls_helper.h"
 #include "cli/util.h"
@@ -84,9 +85,9 @@ int main(int argc, char** argv) {
   static constexpr std::pair<const char*, Group> kGroupOf[] = {
       {"machine", kCluster},     {"entitlement", kCluster}, {"job", kCluster},
       {"maintenance", kCluster}, {"audit", kCluster},       {"controlplane", kCluster},
-      {"service", kCluster},     {"web", kCluster},         {"task", kTasks},
-      {"agent", kTasks},         {"image", kTasks},         {"health", kHealth},
-      {"profile", kProfile}};
+      {"service", kCluster},     {"web", kCluster},         {"shard", kCluster},
+      {"task", kTasks},          {"agent", kTasks},         {"image", kTasks},
+      {"health", kHealth},       {"profile", kProfile}};
   bool want[kGroups] = {true, true, true, true};
   const std::string word = command_word(app, argc, argv);
   // Completion is generated from the whole table: every group is built for it.
@@ -96,7 +97,11 @@ int main(int argc, char** argv) {
       want[grp] = true;
     }
   ClusterCommands cluster;
-  if (want[kCluster]) add_cluster_commands(app, cluster);
+  RegionCommands region;
+  if (want[kCluster]) {
+    add_cluster_commands(app, cluster);
+    add_region_commands(app, cluster, region);
+  }
   TaskCommands tasks;
   if (want[kTasks]) add_task_commands(app, tasks);
   HealthCommands health;
@@ -113,8 +118,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (int rc = run_completion_commands(completion, app, g); rc >= 0) return rc;
-  if (want[kCluster])
+  if (want[kCluster]) {
+    if (int rc = run_region_commands(region, g); rc >= 0) return rc;
     if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
+  }
   if (want[kHealth])
     if (int rc = run_health_commands(health, g); rc >= 0) return rc;
   if (want[kProfile])

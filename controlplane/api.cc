@@ -110,6 +110,8 @@ void Manager::register_methods() {
       "pool.lend", [this](const json& p, const CallContext& c) { return api_pool_lend(p, c); });
   server_.methods().add(
       "pool.return", [this](const json& p, const CallContext& c) { return api_pool_return(p, c); });
+  server_.methods().add(
+      "region.move", [this](const json& p, const CallContext& c) { return api_region_move(p, c); });
   for (const auto& m : kMethods)
     server_.methods().add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
       Caller who = caller(c);
@@ -537,6 +539,8 @@ Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {
   j["machines"] = std::move(machines);
   j["jobs"] = std::move(jobs);
   if (profile_rolls_.rolling(*id)) j["profile_roll"] = profile_roll_json(*id);
+  if (region_.moves)
+    if (json m = region_.moves->status(*id); !m.is_null()) j["moving"] = std::move(m);
   return j;
 }
 

@@ -268,6 +268,13 @@ void Broker::begin_failover_grace(uint64_t now) {
   std::erase_if(beats_, [now](const auto& b) { return b.first <= now; });
 }
 
+void Broker::expect(MachineId id, uint64_t until) {
+  Machine& m = machines_.at(by_index_.at(id));
+  std::erase_if(beats_,
+                [&](const auto& b) { return b.second == id && b.first <= m.last_heartbeat; });
+  expected_[id] = {m.last_heartbeat, until};
+}
+
 void Broker::excuse_silence_until(uint64_t now) {
   excused_until_ = std::max(excused_until_, now);
 }
@@ -283,6 +290,17 @@ std::vector<MachineId> Broker::check(uint64_t now) {
       declare_dead(m, now, "not back after the control plane's restart", &dead);
     }
     grace_until_ = 0;
+  }
+  for (auto it = expected_.begin(); it != expected_.end();) {
+    Machine& m = machines_.at(by_index_.at(it->first));
+    if (m.last_heartbeat != it->second.first || m.dead || m.removed) {
+      it = expected_.erase(it);  // heard from (its heartbeats are queued as usual), or gone
+    } else if (now >= it->second.second) {
+      declare_dead(m, now, "not arrived from the shard it moved from", &dead);
+      it = expected_.erase(it);
+    } else {
+      ++it;
+    }
   }
   // Heartbeats in the order they came: only those older than the limit are looked at,
   // and a machine is dead when the oldest of them was its last. The cost follows the

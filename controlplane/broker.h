@@ -126,6 +126,10 @@ class Broker {
   // slow etcd write, the process paused): what machines sent meanwhile waits unread, so
   // their silence is counted from `now_us` at the earliest, not from their last heartbeat.
   void excuse_silence_until(uint64_t now_us);
+  // A machine that came with an entitlement from another shard of the region (its
+  // daemons are on their way from that shard): not dead before `until_us` unless heard
+  // from meanwhile, then judged as usual.
+  void expect(MachineId m, uint64_t until_us);
   // Machines that became unusable through health() since the last call.
   std::vector<MachineId> take_failed();
   // Machines preparing (lent to an entitlement, its profile not applied) for longer than
@@ -208,6 +212,8 @@ class Broker {
   // begin_failover_grace(): when it began, when it ends (0: none under way).
   uint64_t restored_at_ = 0, grace_until_ = 0;
   uint64_t excused_until_ = 0;  // excuse_silence_until()
+  // expect(): the machine, when it was expected from, and until when.
+  std::map<MachineId, std::pair<uint64_t, uint64_t>> expected_;
   std::vector<MachineId> failed_, ready_;
   void record(Unavailability e);
   std::deque<Unavailability> events_;

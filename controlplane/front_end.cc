@@ -56,6 +56,8 @@ const FrontEnd::MethodRoute kRoutes[] = {
     {"maintenance.ls", kViewerCall, Route::kAll, "events"},
     {"maintenance.schedule", kAdminCall, Route::kMaintenance, ""},
     {"maintenance.cancel", kAdminCall, Route::kMaintenance, ""},
+    {"entitlement.move", kAdminCall, Route::kMove, "name"},
+    {"shard.drain", kAdminCall, Route::kDrainShard, "shard"},
     {"controlplane.status", kViewerCall, Route::kStatus, ""},
     {"web.page", kViewerCall, Route::kWeb, ""},
     {"service.ls", kViewerCall, Route::kAll, "services"},
@@ -138,6 +140,15 @@ Status FrontEnd::start() {
                                                hello, report, cfg_.insecure_listen, ctls));
     s.link->start();
   }
+  MoveDriver::Hooks mh;
+  mh.call = [this](const std::string& shard, const json& params, MoveDriver::Done done) {
+    auto it = shards_.find(shard);
+    rpc::Session* s = it == shards_.end() ? nullptr : it->second.link->session();
+    if (!s) return done(unavailable("shard " + shard + " is unreachable now"));
+    s->call("region.move", params, std::move(done));
+  };
+  mh.homes_changed = [this] { refresh_homes(); };
+  TRY_ASSIGN(moves_, MoveDriver::create(*loop_, cfg_, std::move(mh)));
   TRY(serve());
   refresh_homes();
   sd_notify(0, "READY=1");
@@ -290,9 +301,16 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
               return {};
             });
           }
-          // Where the entitlement lives (entitlement show): its home.
-          if (r.ok() && r->is_object() && std::string(m.name) == "entitlement.show")
+          // Where the entitlement lives (entitlement show): its home, and its move if
+          // one is under way.
+          if (r.ok() && r->is_object() && std::string(m.name) == "entitlement.show") {
             (*r)["shard"] = s;
+            return moves_->list([r, name, done](auto moves) mutable {
+              if (moves.ok())
+                if (auto mv = moves->find(name); mv != moves->end()) (*r)["move"] = mv->second;
+              done(std::move(r));
+            });
+          }
           done(std::move(r));
         });
       });
@@ -300,6 +318,12 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
     case Route::kJob:
     case Route::kMachine:
       route_to_located(m.route, name, m, p, w, done);
+      break;
+    case Route::kMove:
+      route_move(p, done);
+      break;
+    case Route::kDrainShard:
+      route_drain(p, done);
       break;
     case Route::kTask: {
       std::string job = job_of_task(name);
@@ -468,7 +492,7 @@ void FrontEnd::route_entitlement_create(const json& p, const json& who, Done don
     // The reachable shard with the fewest entitlements.
     std::map<std::string, size_t> load;
     for (const auto& [id, s] : shards_)
-      if (!is_brokers(id) && s.link->session()) load[id] = 0;
+      if (!is_brokers(id) && !draining_.count(id) && s.link->session()) load[id] = 0;
     for (const auto& [e, s] : homes_)
       if (load.count(s)) ++load[s];
     for (const auto& [id, n] : load)
@@ -500,6 +524,98 @@ void FrontEnd::route_entitlement_create(const json& p, const json& who, Done don
                   });
         };
       });
+}
+
+void FrontEnd::route_move(const json& p, Done done) {
+  std::string name = p["name"].get<std::string>();
+  if (auto s = check_machine_name("name", name, true); !s.ok()) return done(std::move(s).error());
+  if (!p.contains("to") || !p["to"].is_string())
+    return done(field_error("to", "must name a shard"));
+  std::string to = p["to"].get<std::string>();
+  if (!check_shard_id("to", to).ok() || !shards_.count(to) || is_brokers(to))
+    return done(field_error("to", "no shard " + to + " in this front end's [region.shards]"));
+  if (p.contains("wait") && !p["wait"].is_boolean())
+    return done(field_error("wait", "must be true or false"));
+  bool wait = p.value("wait", true);
+  home_of(name, [this, name, to, wait, done](Result<std::string> from) {
+    if (!from.ok()) return done(from.error());
+    if (*from == to)
+      return done(field_error("to", "entitlement " + name + " is on shard " + to + " already"));
+    moves_->start(name, *from, to, wait, done);
+  });
+}
+
+void FrontEnd::route_drain(const json& p, Done done) {
+  std::string shard = p["shard"].get<std::string>();
+  if (!check_shard_id("shard", shard).ok() || !shards_.count(shard) || is_brokers(shard))
+    return done(field_error("shard", "no shard " + shard + " in this front end's [region.shards]"));
+  if (p.contains("wait") && !p["wait"].is_boolean())
+    return done(field_error("wait", "must be true or false"));
+  bool wait = p.value("wait", true);
+  std::string prefix = cfg_.region.prefix;
+  // Marked first, so that no new entitlement is given the shard meanwhile (and none
+  // after: remove it from [region.shards] once it is empty).
+  etcd_->post([this, prefix, shard, wait, done](etcd::Client& c) -> EtcdWorker::Then {
+    auto marked = c.txn({}, {{etcd::Op::Kind::kPut, prefix + "draining/" + shard, "{}", {}, 0}});
+    return [this, marked, shard, wait, done] {
+      if (!marked.ok()) return done(marked.error());
+      draining_.insert(shard);
+      refresh_homes([this, shard, wait, done] {
+        // Each to the reachable shard with the fewest entitlements, one at a time.
+        struct Drain {
+          std::vector<std::string> left;
+          json moved = json::array(), failed = json::array();
+          Done done;
+          std::function<void()> next;
+        };
+        auto d = std::make_shared<Drain>();
+        for (const auto& [e, s] : homes_)
+          if (s == shard) d->left.push_back(e);
+        d->done = done;
+        json plan = d->left;
+        d->next = [this, d, shard] {
+          if (d->left.empty()) {
+            Done finished = std::move(d->done);
+            d->next = nullptr;  // the cycle through the shared state ends here
+            if (finished)
+              finished(json{{"shard", shard},
+                            {"moved", d->moved},
+                            {"failed", d->failed},
+                            {"empty", d->failed.empty()}});
+            return;
+          }
+          std::string e = d->left.back();
+          d->left.pop_back();
+          std::map<std::string, size_t> load;
+          for (const auto& [id, s] : shards_)
+            if (!is_brokers(id) && id != shard && !draining_.count(id) && s.link->session())
+              load[id] = 0;
+          for (const auto& [name, s] : homes_)
+            if (load.count(s)) ++load[s];
+          std::string to;
+          for (const auto& [id, n] : load)
+            if (to.empty() || n < load[to]) to = id;
+          if (to.empty()) {
+            d->failed.push_back({{"entitlement", e}, {"error", "no other shard is reachable"}});
+            return d->next();
+          }
+          moves_->start(e, shard, to, true, [d, e, to](Result<json> r) {
+            if (r.ok())
+              d->moved.push_back({{"entitlement", e}, {"to", to}});
+            else
+              d->failed.push_back({{"entitlement", e}, {"error", r.error().str()}});
+            auto go = d->next;
+            if (go) go();
+          });
+        };
+        if (!wait) {
+          done(json{{"shard", shard}, {"moving", plan}});
+          d->done = nullptr;
+        }
+        d->next();
+      });
+    };
+  });
 }
 
 void FrontEnd::route_job_create(const json& p, const json& who, Done done) {
@@ -549,21 +665,29 @@ void FrontEnd::refresh_homes(std::function<void()> then) {
     Result<std::map<std::string, std::string>> homes =
         kvs.ok() ? parse_entitlement_homes(prefix, *kvs)
                  : Result<std::map<std::string, std::string>>(std::move(kvs).error());
-    return [this, homes = std::move(homes), then, revision]() mutable {
-      if (homes.ok()) {
-        homes_ = std::move(homes).value();
-        homes_read_ = true;
-        homes_watch_->after(revision);  // read again as soon as one changes
-      } else if (homes_errors_++ % 30 == 0) {
-        log_warn("the region's entitlements not read from etcd; the last copy stays",
-                 {{"ERROR", homes.error().str()}});
-      }
-      if (then) then();
-      // Besides the watch: again 30 s after the last read (a second after a failed one).
-      auto t =
-          loop_->add_timer_in(homes.ok() ? 30'000'000 : 1'000'000, [this] { refresh_homes(); });
-      if (t.ok()) refresh_timer_ = std::move(t).value();
-    };
+    // Shards being drained (shard.drain): given no new entitlement.
+    std::set<std::string> draining;
+    std::string base = prefix + "draining/";
+    auto marks = c.range_prefix(base);
+    if (marks.ok())
+      for (const auto& kv : *marks) draining.insert(kv.key.substr(base.size()));
+    return
+        [this, homes = std::move(homes), then, revision, draining, marked = marks.ok()]() mutable {
+          if (marked) draining_ = std::move(draining);
+          if (homes.ok()) {
+            homes_ = std::move(homes).value();
+            homes_read_ = true;
+            homes_watch_->after(revision);  // read again as soon as one changes
+          } else if (homes_errors_++ % 30 == 0) {
+            log_warn("the region's entitlements not read from etcd; the last copy stays",
+                     {{"ERROR", homes.error().str()}});
+          }
+          if (then) then();
+          // Besides the watch: again 30 s after the last read (a second after a failed one).
+          auto t =
+              loop_->add_timer_in(homes.ok() ? 30'000'000 : 1'000'000, [this] { refresh_homes(); });
+          if (t.ok()) refresh_timer_ = std::move(t).value();
+        };
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -22,6 +23,7 @@
 #include "controlplane/access.h"
 #include "controlplane/cp_conf.h"
 #include "controlplane/cp_server.h"
+#include "controlplane/moves.h"
 #include "controlplane/region.h"
 
 namespace weft::cp {
@@ -47,6 +49,8 @@ class FrontEnd {
     kStatus,           // answered here
     kWeb,              // the web view of the whole region, from every shard's listings
     kMaintenance,      // every shard and broker group: schedule (a region id) or cancel
+    kMove,             // entitlement.move: driven from here (moves.h)
+    kDrainShard,       // shard.drain: every entitlement of the shard moved elsewhere
     kUnsupported,      // not through a front end (yet): said so
   };
   struct MethodRoute {
@@ -102,6 +106,10 @@ class FrontEnd {
   // event); the answer says which, and which did not answer.
   void route_maintenance(const std::string& method, const nlohmann::json& p,
                          const nlohmann::json& who, Done done);
+  // entitlement.move and shard.drain (moves.h); entitlement.show says where a move is.
+  void route_move(const nlohmann::json& p, Done done);
+  void route_drain(const nlohmann::json& p, Done done);
+  std::unique_ptr<MoveDriver> moves_;
   // Reads every entitlement's home from etcd (then runs `then`, if any).
   void refresh_homes(std::function<void()> then = {});
 
@@ -113,6 +121,7 @@ class FrontEnd {
   std::unique_ptr<EtcdWorker> etcd_;
   std::unique_ptr<PrefixWatch> homes_watch_;
   std::map<std::string, std::string> homes_;                // entitlement -> shard
+  std::set<std::string> draining_;                          // shards shard.drain marked
   std::unordered_map<std::string, std::string> job_shard_;  // seen: job -> shard
   std::unordered_map<std::string, std::string> machine_shard_;
   bool homes_read_ = false;

@@ -65,6 +65,106 @@ Status Lending::load() {
   return {};
 }
 
+Status Lending::watch() {
+  if (!broker() || watch_) return {};
+  TRY_ASSIGN(watch_, PrefixWatch::create(loop_, etcd_cfg_, region_.prefix + "machines/",
+                                         [this] { reread(); }));
+  reread();
+  return {};
+}
+
+void Lending::reread() {
+  if (rereading_) return;
+  rereading_ = true;
+  std::string base = region_.prefix + "machines/";
+  std::string group = region_.group;
+  etcd_->post([this, base, group](etcd::Client& c) -> EtcdWorker::Then {
+    int64_t rev = 0;
+    auto kvs = c.range_prefix(base, &rev);
+    std::map<std::string, MachineHolder> held;
+    std::string why;
+    if (kvs.ok())
+      for (const auto& kv : *kvs) {
+        auto h = parse_machine_holder(kv.key, kv.value);
+        std::string name = kv.key.substr(base.size());
+        if (!h.ok() || !check_machine_name(kv.key, name, true).ok()) {
+          why = h.ok() ? "a machine's name is not valid: " + kv.key : h.error().str();
+          continue;  // logged below; the rest is still read
+        }
+        if (!h->holder.empty() && (h->broker.empty() ? "default" : h->broker) == group)
+          held[name] = *h;
+      }
+    else
+      why = kvs.error().str();
+    return [this, ok = kvs.ok(), held = std::move(held), why, rev] {
+      rereading_ = false;
+      if (!why.empty())
+        log_warn("the region's machine holders were not all read", {{"ERROR", why}});
+      if (!ok) {
+        if (watch_) watch_->after(0);
+        return;
+      }
+      // Lends and returns of this broker made since the read began are in etcd too: a
+      // read at a later revision has them; one that began before is read again when
+      // their change wakes the watch.
+      holders_ = held;
+      if (watch_) watch_->after(rev);
+    };
+  });
+}
+
+void Lending::take_over(const std::vector<std::string>& machines, const std::string& from,
+                        TakenOver done) {
+  if (broker()) return done({}, "a broker takes over no machines", false);
+  std::string prefix = region_.prefix, me = region_.shard;
+  etcd_->post([this, machines, from, prefix, me, done](etcd::Client& c) -> EtcdWorker::Then {
+    std::vector<std::pair<std::string, MachineHolder>> got;
+    std::string why;
+    bool retry = false;
+    for (const auto& m : machines) {
+      std::string key = machine_holder_key(prefix, m);
+      auto now = c.get(key);
+      if (!now.ok()) {
+        why = now.error().str();
+        retry = true;
+        break;  // etcd unreachable: the move tries again
+      }
+      if (!*now) {
+        why = "machine " + m + " has no holder record";
+        continue;
+      }
+      auto h = parse_machine_holder(key, (*now)->value);
+      if (!h.ok()) {
+        why = h.error().str();
+        continue;
+      }
+      if (h->holder == me) {
+        got.emplace_back(m, *h);  // handed over by an earlier try
+        continue;
+      }
+      if (h->holder != from) {
+        why = "machine " + m + " is held by " + (h->holder.empty() ? "the free pool" : h->holder);
+        continue;
+      }
+      auto next = transfer_machine(c, prefix, m, from, h->epoch, me);
+      if (next.ok()) {
+        got.emplace_back(m, *next);
+      } else {
+        why = next.error().str();
+        retry = retry || next.error().code != rpc::kConflict;
+      }
+    }
+    return [got, why, retry, done, this] {
+      std::vector<std::string> held;
+      for (const auto& [m, h] : got) {
+        holders_[m] = h;
+        held.push_back(m);
+      }
+      done(std::move(held), why, retry);
+    };
+  });
+}
+
 Status Lending::admit(const std::string& machine) const {
   auto it = holders_.find(machine);
   if (broker()) {

@@ -78,6 +78,23 @@ class Lending {
   // every command to it carry (the agent refuses an older holder: agent/cp_session.h
   // HolderFence); null when this shard does not hold it by a lend.
   nlohmann::json holder_of(const std::string& machine) const;
+  // An entitlement moving between shards (entitlement_moves.h). The new shard takes over
+  // its machines from shard `from` (each holder record handed over in a transaction at
+  // the epoch it has, raised by one; a machine this shard holds already is kept): `done`
+  // gets the machines now held here, and why the others are not (`retry`: etcd did not
+  // answer, try again; else they are held elsewhere and will not come).
+  using TakenOver = std::function<void(std::vector<std::string> held, std::string why, bool retry)>;
+  void take_over(const std::vector<std::string>& machines, const std::string& from, TakenOver done);
+  // The old shard: the machine is another shard's now (its holder record says so).
+  void handed_over(const std::string& machine) {
+    holders_.erase(machine);
+    arriving_.erase(machine);
+    spare_since_.erase(machine);
+  }
+  // A broker: follows the holder records in etcd by a watch (a machine handed from
+  // shard to shard by a move changes holder without this broker), so that it sends a
+  // machine's daemons to the shard that holds it now.
+  Status watch();
 
  private:
   Lending(EventLoop& loop, const CpConfig& cfg, Hooks hooks);
@@ -96,6 +113,9 @@ class Lending {
   etcd::Config etcd_cfg_;
   Hooks hooks_;
   std::unique_ptr<EtcdWorker> etcd_;
+  std::unique_ptr<PrefixWatch> watch_;  // watch(): a broker's view of the holders
+  void reread();
+  bool rereading_ = false;
   std::map<std::string, MachineHolder>
       holders_;                          // the broker: every lent machine; a shard: its own
   std::map<std::string, Group> groups_;  // a shard's links to its broker groups

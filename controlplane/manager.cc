@@ -163,6 +163,8 @@ Status Manager::restore_state() {
     auto it = broker_.entitlements().find(e);
     return it == broker_.entitlements().end() ? std::string() : it->second.dc;
   });
+  // Moves of entitlements under way (a shard's): fenced again before anything acts.
+  TRY_CTX(load_moves(), "reading the region's moves");
   // Drains in progress: tasks of jobs with a TaskController that were waiting for its
   // consent to move are wanted again (that wish is not stored); others moved already.
   std::vector<Command> redrain;
@@ -596,6 +598,13 @@ Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
     return field_error("machine", "the machine id is required");
   auto m = broker_.find(p["machine"].get<std::string>());
   if (!m) return field_error("machine", "unknown machine; call machine.register first");
+  // Removed (machine rm, or gone to another control plane of the region): listed no
+  // more, so not found by an operator's call either (a region's front end looks for the
+  // one control plane that has it).
+  if (broker_.removed(*m))
+    return field_error("machine", "machine " + p["machine"].get<std::string>() +
+                                      " was removed (or went to another control plane)")
+        .with_code(rpc::kNotFound);
   return *m;
 }
 
@@ -605,7 +614,9 @@ Result<MachineId> Manager::own_machine(const json& p, const CallContext& c) {
   if (!p.is_object() || !p.contains("machine") || !p["machine"].is_string())
     return field_error("machine", "the machine id is required");
   TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
-  return machine_of(p, c);
+  auto m = broker_.find(p["machine"].get<std::string>());
+  if (!m) return field_error("machine", "unknown machine; call machine.register first");
+  return *m;
 }
 
 void Manager::apply_commands(const std::vector<Command>& cmds) {

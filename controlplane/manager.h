@@ -27,6 +27,7 @@
 #include "controlplane/cp_metrics.h"
 #include "controlplane/cp_server.h"
 #include "controlplane/discovery.h"
+#include "controlplane/entitlement_moves.h"
 #include "controlplane/etcd_store.h"
 #include "controlplane/failure_budget.h"
 #include "controlplane/group_commit.h"
@@ -84,15 +85,24 @@ class Manager {
   // A region's brokers and shards lend machines (lending.h, region_api.cc).
   Result<nlohmann::json> api_pool_lend(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_pool_return(const nlohmann::json& p, const rpc::CallContext& c);
+  // A front end moves an entitlement between shards (entitlement_moves.h).
+  Result<nlohmann::json> api_region_move(const nlohmann::json& p, const rpc::CallContext& c);
+  // Whether the caller is one of the region's front ends (a certificate matching
+  // access.front_end, or an admin on this host's Unix socket); logs a refusal.
+  bool front_end_call(const rpc::CallContext& c, const char* method) const;
   // Whether the caller may act for the shard `p` names (its certificate, or this host).
   Result<std::string> calling_shard(const nlohmann::json& p, const rpc::CallContext& c) const;
   // The region's parts of a broker or shard (lending, services across shards).
   Status start_region();
-  // A broker's lending, or a shard's with brokers; a shard's services across the region.
+  // A broker's lending, or a shard's with brokers; a shard's services across the region
+  // and its side of entitlements' moves.
   struct RegionParts {
     std::unique_ptr<Lending> lending;
     std::unique_ptr<RegionServices> services;
+    std::unique_ptr<EntitlementMoves> moves;
   } region_;
+  // A shard's moves under way, read at the start of its term (restore_state).
+  Status load_moves();
   // machine.rm's work: the machine is listed no more (its registering brings it back).
   // `left_for`: it went, alive, to another control plane of the region (why, logged).
   Status forget_machine(MachineId m, const char* left_for = nullptr);

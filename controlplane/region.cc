@@ -133,6 +133,109 @@ Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const s
   return {};  // not this shard's (any more): nothing to drop
 }
 
+std::string move_key(const std::string& prefix, const std::string& name) {
+  return prefix + "moves/" + name;
+}
+
+std::string move_value(const MoveRecord& m) {
+  json j{{"from", m.from},     {"to", m.to},           {"step", m.step},
+         {"driver", m.driver}, {"beat_us", m.beat_us}, {"started_us", m.started_us}};
+  if (!m.why.empty()) j["why"] = m.why.substr(0, 1024);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<MoveRecord> parse_move(const std::string& key, const std::string& value) {
+  TRY_ASSIGN(json j, parse_record(key, value));
+  MoveRecord m;
+  auto text = [&](const char* k, std::string* out, bool required) -> Status {
+    if (!j.contains(k)) {
+      if (required) return field_error(key, std::string("'") + k + "' is required");
+      return {};
+    }
+    if (!j[k].is_string()) return field_error(key, std::string("'") + k + "' must be a string");
+    *out = j[k].get<std::string>();
+    return {};
+  };
+  TRY(text("from", &m.from, true));
+  TRY(text("to", &m.to, true));
+  TRY(text("step", &m.step, true));
+  TRY(text("driver", &m.driver, false));
+  TRY(text("why", &m.why, false));
+  TRY(check_shard_id(key + ": from", m.from));
+  TRY(check_shard_id(key + ": to", m.to));
+  if (m.from == m.to) return field_error(key, "'to' must not be 'from'");
+  if (m.step != "export" && m.step != "release" && m.step != "rollback")
+    return field_error(key, "'step' must be export, release or rollback");
+  for (auto [k, out] : {std::pair{"beat_us", &m.beat_us}, std::pair{"started_us", &m.started_us}}) {
+    if (!j.contains(k)) continue;
+    if (!j[k].is_number_unsigned())
+      return field_error(key, std::string("'") + k + "' must be a time");
+    *out = j[k].get<uint64_t>();
+  }
+  return m;
+}
+
+Result<std::map<std::string, MoveRead>> read_moves(etcd::Client& c, const std::string& prefix) {
+  std::string base = prefix + "moves/";
+  TRY_ASSIGN(auto kvs, c.range_prefix(base));
+  std::map<std::string, MoveRead> out;
+  for (const auto& kv : kvs) {
+    std::string name = kv.key.substr(base.size());
+    TRY(check_machine_name(kv.key, name, true));
+    TRY_ASSIGN(MoveRecord m, parse_move(kv.key, kv.value));
+    out[name] = {std::move(m), kv.value};
+  }
+  return out;
+}
+
+Status begin_move(etcd::Client& c, const std::string& prefix, const std::string& name,
+                  const MoveRecord& m) {
+  std::string key = move_key(prefix, name);
+  std::string home = entitlement_home_key(prefix, name);
+  etcd::Compare none{etcd::Compare::Target::kCreate, key, 0, {}};
+  etcd::Compare from{etcd::Compare::Target::kValue, home, 0, entitlement_home_value(m.from)};
+  etcd::Op put{etcd::Op::Kind::kPut, key, move_value(m), {}, 0};
+  TRY_ASSIGN(etcd::TxnResult r, c.txn({none, from}, {put}));
+  if (r.succeeded) return {};
+  TRY_ASSIGN(auto under_way, c.get(key));
+  if (under_way) {
+    TRY_ASSIGN(MoveRecord other, parse_move(key, under_way->value));
+    return fail_conflict("entitlement " + name + " is moving already, from shard " + other.from +
+                         " to " + other.to + " (step " + other.step + ")");
+  }
+  return fail_conflict("entitlement " + name + " is not on shard " + m.from + " (any more)");
+}
+
+Status advance_move(etcd::Client& c, const std::string& prefix, const std::string& name,
+                    const std::string& read, const MoveRecord& next) {
+  std::string key = move_key(prefix, name);
+  std::vector<etcd::Compare> cmp{{etcd::Compare::Target::kValue, key, 0, read}};
+  std::vector<etcd::Op> ops{{etcd::Op::Kind::kPut, key, move_value(next), {}, 0}};
+  TRY_ASSIGN(MoveRecord before, parse_move(key, read));
+  if (next.step == "release" && before.step == "export") {
+    std::string home = entitlement_home_key(prefix, name);
+    cmp.push_back({etcd::Compare::Target::kValue, home, 0, entitlement_home_value(next.from)});
+    ops.push_back({etcd::Op::Kind::kPut, home, entitlement_home_value(next.to), {}, 0});
+  }
+  TRY_ASSIGN(etcd::TxnResult r, c.txn(cmp, ops));
+  if (!r.succeeded)
+    return fail_conflict("the move of entitlement " + name +
+                         " changed meanwhile (another front end)");
+  return {};
+}
+
+Status end_move(etcd::Client& c, const std::string& prefix, const std::string& name,
+                const std::string& read) {
+  std::string key = move_key(prefix, name);
+  etcd::Compare same{etcd::Compare::Target::kValue, key, 0, read};
+  etcd::Op del{etcd::Op::Kind::kDelete, key, {}, {}, 0};
+  TRY_ASSIGN(etcd::TxnResult r, c.txn({same}, {del}));
+  if (!r.succeeded)
+    return fail_conflict("the move of entitlement " + name +
+                         " changed meanwhile (another front end)");
+  return {};
+}
+
 Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
                                    const std::string& machine, const std::string& shard,
                                    const std::string& broker) {

@@ -4,6 +4,8 @@
 //
 //   <prefix>entitlements/<name>  {"shard": "s1"}              which shard owns it
 //   <prefix>machines/<name>      {"holder": "s1", "epoch": 4}  which shard holds it
+//   <prefix>moves/<name>         {"from": "s1", "to": "s2", "step": "export", ...}
+//                                an entitlement moving between shards (at most one)
 //
 // Both are hostile input when read back (a corrupt or forged etcd): parsed strictly,
 // refused with the key named. An entitlement's home is created only if absent, so two
@@ -68,6 +70,47 @@ struct MachineHolder {
 std::string machine_holder_key(const std::string& prefix, const std::string& machine);
 std::string machine_holder_value(const MachineHolder& h);
 Result<MachineHolder> parse_machine_holder(const std::string& key, const std::string& value);
+
+// An entitlement's move between shards (docs/regions.md, "Moving an entitlement"), as
+// the front end that drives it records it. Its steps, in order:
+//   export   the old shard fences the entitlement and writes it out; the new one reads
+//            it in, fenced (nothing acts for it on either shard)
+//   release  the home is the new shard's (the one transaction that decides the move):
+//            the new shard takes over the machines' holder records and opens the
+//            entitlement, then the old shard forgets it
+//   rollback the move did not get to `release`: the new shard drops what it read in,
+//            the old one opens the entitlement again
+// The record goes when its last step is done on both shards. `driver` names the front
+// end driving it and `beat_us` when it last did (wall clock): another front end takes
+// it over once the beat is kMoveStaleUs old.
+struct MoveRecord {
+  std::string from, to, step = "export";
+  std::string driver;
+  uint64_t started_us = 0, beat_us = 0;
+  std::string why;  // a rollback's reason
+};
+inline constexpr uint64_t kMoveStaleUs = 10'000'000;
+std::string move_key(const std::string& prefix, const std::string& name);
+std::string move_value(const MoveRecord& m);
+Result<MoveRecord> parse_move(const std::string& key, const std::string& value);
+// Every move under way, by entitlement, with the record's value as read (for compare).
+struct MoveRead {
+  MoveRecord record;
+  std::string value;
+};
+Result<std::map<std::string, MoveRead>> read_moves(etcd::Client& c, const std::string& prefix);
+// Starts a move of `name` from `m.from`: refused unless its home is m.from and no move of
+// it is under way.
+Status begin_move(etcd::Client& c, const std::string& prefix, const std::string& name,
+                  const MoveRecord& m);
+// Replaces the record read as `read` with `next` (kConflict: it changed meanwhile). With
+// `next.step` "release" (from "export") the entitlement's home becomes `next.to` in the
+// same transaction, compared with `next.from` first.
+Status advance_move(etcd::Client& c, const std::string& prefix, const std::string& name,
+                    const std::string& read, const MoveRecord& next);
+// Deletes the record if it is still `read`.
+Status end_move(etcd::Client& c, const std::string& prefix, const std::string& name,
+                const std::string& read);
 
 // The transactions (synchronous: from an EtcdWorker's thread or a tool). The home of
 // `name` becomes `shard` unless it has one (kConflict naming the shard that has it: the

@@ -42,21 +42,25 @@ Status read_identity(const json& j, tls::Identity* id) {
 
 }  // namespace
 
-Result<json> Manager::api_frontend_forward(const json& p, const CallContext& c) {
+bool Manager::front_end_call(const CallContext& c, const char* method) const {
   // Only a front end may speak for an operator: its certificate (access.front_end), or a
   // privileged peer on this host's Unix socket (root or the weft group: an admin already).
   Caller fe = caller(c);
   bool front_end = c.peer.via.empty() && (c.peer.tls ? cfg_.access.is_front_end(c.peer.identity)
                                                      : fe.unix_socket && fe.role == Role::kAdmin);
-  if (!front_end) {
-    log_warn("call refused", {{"PEER", fe.who},
-                              {"METHOD", "frontend.forward"},
-                              {"WHY", "not a front end (access.front_end)"}});
+  if (!front_end)
+    log_warn("call refused",
+             {{"PEER", fe.who}, {"METHOD", method}, {"WHY", "not a front end (access.front_end)"}});
+  return front_end;
+}
+
+Result<json> Manager::api_frontend_forward(const json& p, const CallContext& c) {
+  Caller fe = caller(c);
+  if (!front_end_call(c, "frontend.forward"))
     return make_error(fe.who +
                       ": frontend.forward is for a region's front ends (a certificate "
                       "matching access.front_end)")
         .with_code(rpc::kPermissionDenied);
-  }
   if (!p.is_object()) return field_error("params", "must be an object");
   if (!p.contains("method") || !p["method"].is_string())
     return field_error("method", "must be a method name");
@@ -142,6 +146,44 @@ Result<json> Manager::api_pool_return(const json& p, const CallContext& c) {
   return json();
 }
 
+Result<json> Manager::api_region_move(const json& p, const CallContext& c) {
+  if (cfg_.region.role != RegionRole::kShard || !region_.moves)
+    return make_error("region.move is served by a region's shards").with_code(rpc::kUnsupported);
+  if (!front_end_call(c, "region.move"))
+    return make_error(caller(c).who +
+                      ": region.move is for a region's front ends (a certificate matching "
+                      "access.front_end)")
+        .with_code(rpc::kPermissionDenied);
+  if (!c.session) return make_error("region.move is served on sessions only");
+  region_.moves->call(p, now_us(), c.session->defer_reply());
+  return json();
+}
+
+Status Manager::load_moves() {
+  if (cfg_.region.role != RegionRole::kShard) return {};
+  if (!region_.moves) {
+    EntitlementMoves::Hooks h;
+    h.persist = [this](const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
+      return persist(jobs, machines);
+    };
+    h.delete_entitlement = [this](EntitlementId e) -> Status {
+      profile_rolls_.forget(e);
+      TRY(group_->open());
+      return store_->delete_entitlement(e);
+    };
+    h.forget_machine = [this](MachineId m, const char* why) -> Status {
+      sessions_.close(m);
+      return forget_machine(m, why);
+    };
+    h.lending = [this] { return region_.lending.get(); };
+    h.kick = [this] { kick(); };
+    region_.moves = std::make_unique<EntitlementMoves>(cfg_, alloc_, broker_, sched_, std::move(h));
+  }
+  TRY(region_.moves->load(now_us()));
+  group_->commit();
+  return {};
+}
+
 Status Manager::start_region() {
   const RegionConfig& r = cfg_.region;
   if (r.role == RegionRole::kShard && !region_.services) {
@@ -223,7 +265,8 @@ Status Manager::start_region() {
                  {{"MACHINE", name}, {"ERROR", s.error().str()}});
   };
   TRY_ASSIGN(region_.lending, Lending::create(*loop_, cfg_, std::move(h)));
-  return region_.lending->load();
+  TRY(region_.lending->load());
+  return region_.lending->watch();  // a broker's: holders a move changed
 }
 
 }  // namespace weft::cp

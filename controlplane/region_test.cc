@@ -19,8 +19,10 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "common/fs.h"
 #include "common/rpc/client.h"
@@ -1194,6 +1196,310 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
   std::fprintf(HasFailure() ? stderr : stdout, "seed %llu, %d faults:\n%s",
                static_cast<unsigned long long>(seed), faults, history.c_str());
   EXPECT_GE(faults, 3) << history;
+}
+
+// Moving an entitlement between shards (issue 45; docs/regions.md "Moving an
+// entitlement"), on the chaos test's region: web (3 machines, job site of 3) on s1 and
+// db (2 machines, job store of 2) on s2, machines lent by the broker.
+class RegionMove : public RegionChaos {
+ protected:
+  void SetUp() override {
+    RegionChaos::SetUp();
+    fe_ = nullptr;
+  }
+  void world() {
+    ASSERT_TRUE(wait_for(30, [&] {
+      return fronts_reach_all() && leader_of(0) && leader_of(2) && leader_of(4);
+    })) << "the region did not come up";
+    std::vector<std::string> bsocks{at(0).sock(), at(1).sock()};
+    for (int i = 0; i < 5; ++i) {
+      machines_.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
+      machines_.back()->start_reporting(bsocks, 100);
+    }
+    ASSERT_TRUE(
+        front()->call("entitlement.create", {{"name", "web"}, {"quota", 3}, {"shard", "s1"}}).ok());
+    ASSERT_TRUE(
+        front()->call("entitlement.create", {{"name", "db"}, {"quota", 2}, {"shard", "s2"}}).ok());
+    for (auto [name, ent, n] : {std::tuple{"site", "web", 3}, std::tuple{"store", "db", 2}}) {
+      Result<json> made = make_error("not yet");
+      for (int i = 0; i < 150 && !made.ok(); ++i) {  // once machines are lent and registered
+        made = front()->call("job.create", job(name, ent, n));
+        if (!made.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      ASSERT_TRUE(made.ok()) << name << ": " << made.error().str();
+    }
+    ASSERT_TRUE(
+        wait_for(30, [&] { return running_on("site.") == 3 && running_on("store.") == 2; }));
+  }
+  std::optional<std::string> etcd_get(const std::string& key) {
+    auto c = etcd::Client::create(etcd_->client_config());
+    if (!c.ok()) return std::nullopt;
+    auto kv = (*c)->get(key);
+    if (!kv.ok() || !*kv) return std::nullopt;
+    return (*kv)->value;
+  }
+  std::string home(const std::string& e) {
+    auto v = etcd_get("/region/entitlements/" + e);
+    if (!v) return "";
+    auto h = parse_entitlement_home("home", *v);
+    return h.ok() ? *h : "?";
+  }
+  bool moving(const std::string& e) { return etcd_get("/region/moves/" + e).has_value(); }
+  std::map<std::string, MachineHolder> holders() {
+    std::map<std::string, MachineHolder> out;
+    auto c = etcd::Client::create(etcd_->client_config());
+    if (!c.ok()) return out;
+    auto kvs = (*c)->range_prefix("/region/machines/");
+    if (!kvs.ok()) return out;
+    for (const auto& kv : *kvs)
+      if (auto h = parse_machine_holder(kv.key, kv.value); h.ok())
+        out[kv.key.substr(std::string("/region/machines/").size())] = *h;
+    return out;
+  }
+  // The invariants at one moment: no task id on two machines, and no index of a job
+  // running more than `most` copies (2 while a drain makes before it breaks); every
+  // running task on a machine held by its job's entitlement's home (or by the shard it
+  // is moving from or to while a move is under way). "" when they hold.
+  std::string violated(int most) {
+    std::map<std::string, std::string> held_by;
+    for (const auto& [m, h] : holders()) held_by[m] = h.holder;
+    std::string web = home("web");
+    auto world = Machine::snapshot();
+    std::map<std::string, int> copies, where;
+    for (auto& m : machines_)
+      for (const auto& t : m->running()) {
+        if (++where[t] > 1) return "task " + t + " runs on two machines";
+        std::string index = t.substr(0, t.rfind('.'));
+        if (++copies[index] > most)
+          return "index " + index + " runs " + std::to_string(most + 1) + " copies";
+      }
+    return "";
+  }
+  // The entitlement moved and settled: no move recorded, its home `to`, every machine
+  // of its job connected to that shard and held by it, `tasks` of its job running.
+  bool settled(const std::string& to, int tasks) {
+    if (moving("web") || home("web") != to || running_on("site.") != tasks) return false;
+    size_t first = to == "s1" ? 2 : 4;
+    std::set<std::string> socks{at(first).sock(), at(first + 1).sock()};
+    auto h = holders();
+    auto world = Machine::snapshot();
+    for (auto& m : machines_) {
+      bool has_site = false;
+      for (const auto& t : m->running()) has_site |= t.rfind("site.", 0) == 0;
+      if (!has_site) continue;
+      if (h[m->id()].holder != to || !m->connected()) return false;
+      auto at_now = m->held();
+      if (at_now.empty() || !socks.count(at_now[0])) return false;
+    }
+    return true;
+  }
+  // Restarts whatever exited (systemd would).
+  void heal() {
+    for (auto& r : all_)
+      if (r->exited() >= 0) r->start();
+  }
+};
+
+TEST_F(RegionMove, AnEntitlementMovesInTheMiddleOfAnUpdateAndADrainAndNothingRestarts) {
+  world();
+  int before = starts();
+  std::set<std::string> store_before;
+  for (auto& m : machines_)
+    for (const auto& t : m->running())
+      if (t.rfind("store.", 0) == 0) store_before.insert(t);
+  // Starts are held from now on: a rolling update of site replaces one task and waits for
+  // it, and a drain of one of its machines starts a copy of its task elsewhere and waits.
+  for (auto& m : machines_) m->hold_starts(true);
+  json next = job("site", "web", 3);
+  next["task"]["argv"] = {"/bin/sleep", "1000000"};
+  ASSERT_TRUE(front()->call("job.update", next).ok());
+  std::string drained;
+  ASSERT_TRUE(wait_for(10, [&] {
+    for (auto& m : machines_)
+      for (const auto& t : m->running())
+        if (t.rfind("site.", 0) == 0 && drained.empty()) drained = m->id();
+    return !drained.empty();
+  }));
+  auto drain = front()->call("machine.drain", {{"machine", drained}});
+  ASSERT_TRUE(drain.ok()) << drain.error().str();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int held_starts = starts() - before;
+  EXPECT_GE(held_starts, 1) << "the update's first start, held";
+  // The invariants, looked at all along from here.
+  std::atomic<bool> done{false};
+  std::string broken;
+  std::thread watch([&] {
+    while (!done) {
+      if (auto v = violated(2); !v.empty() && broken.empty()) broken = v;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+
+  // web's machines: those its tasks run on (a machine s1 borrowed and did not need is
+  // in s1's free pool, not web's).
+  std::map<std::string, MachineHolder> web_machines;
+  {
+    auto h = holders();
+    auto world = Machine::snapshot();
+    for (auto& m : machines_)
+      for (const auto& t : m->running())
+        if (t.rfind("site.", 0) == 0) web_machines[m->id()] = h[m->id()];
+  }
+  auto moved = front()->call("entitlement.move", {{"name", "web"}, {"to", "s2"}});
+  ASSERT_TRUE(moved.ok()) << moved.error().str();
+  EXPECT_TRUE(moved->value("moved", false)) << moved->dump();
+  EXPECT_GE(moved->value("machines", 0), static_cast<int>(web_machines.size())) << moved->dump();
+  EXPECT_EQ(moved->value("jobs", 0), 1) << moved->dump();
+  EXPECT_LT(moved->value("fenced_ms", 99999), 5000) << moved->dump();
+  EXPECT_EQ(home("web"), "s2");
+  EXPECT_FALSE(moving("web"));
+  // The old shard has it no more; the new one has it, its job mid-update.
+  Replica* s1 = leader_of(2);
+  ASSERT_NE(s1, nullptr);
+  auto gone = s1->call("entitlement.show", {{"name", "web"}});
+  EXPECT_FALSE(gone.ok());
+  auto show = front()->call("job.show", {{"name", "site"}});
+  ASSERT_TRUE(show.ok()) << show.error().str();
+  EXPECT_EQ(show->value("generation", 0), 2) << show->dump();
+  auto ent = front()->call("entitlement.show", {{"name", "web"}});
+  ASSERT_TRUE(ent.ok());
+  EXPECT_EQ(ent->value("shard", ""), "s2");
+  EXPECT_FALSE(ent->contains("move")) << ent->dump();
+  // Nothing started again while it moved.
+  EXPECT_EQ(starts() - before, held_starts);
+
+  // The held starts run: the new shard carries the update and the drain to their end.
+  for (auto& m : machines_) m->release_starts();
+  EXPECT_TRUE(wait_for(40, [&] {
+    if (!settled("s2", 3)) return false;
+    auto j = front()->call("job.show", {{"name", "site"}});
+    if (!j.ok()) return false;
+    int new_gen = 0;
+    for (const auto& t : (*j)["tasks"])
+      new_gen += t.value("state", "") == "running" && t.value("generation", 0) == 2;
+    return new_gen == 3;
+  })) << front()->call("job.show", {{"name", "site"}})->dump();
+  done = true;
+  watch.join();
+  EXPECT_EQ(broken, "");
+  EXPECT_EQ(violated(1), "") << "one copy of each index once the drain is over";
+  // Exactly one start per index of site (its update), none of store's: no restart.
+  EXPECT_EQ(starts() - before, 3);
+  std::set<std::string> store_after;
+  for (auto& m : machines_)
+    for (const auto& t : m->running())
+      if (t.rfind("store.", 0) == 0) store_after.insert(t);
+  EXPECT_EQ(store_after, store_before);
+  // web's machines are s2's now, each at the epoch it had at s1, raised by one.
+  auto after = holders();
+  for (const auto& [m, h] : web_machines) {
+    EXPECT_EQ(after[m].holder, "s2") << m;
+    EXPECT_EQ(after[m].epoch, h.epoch + 1) << m;
+  }
+  // And s2 acts for it: a scale through the front end lands there.
+  ASSERT_TRUE(front()->call("job.scale", {{"name", "site"}, {"count", 2}}).ok());
+  EXPECT_TRUE(wait_for(20, [&] { return running_on("site.") == 2; }));
+}
+
+// A move stopped after each of its steps (its front end gone there: the test hook
+// WEFT_TEST_MOVE_HOLD_AFTER), and a party killed at that point: the other front end
+// carries it on and it completes; one whose new shard stays away past the decide time
+// rolls back. Nothing restarts, and no index ever runs twice.
+TEST_F(RegionMove, AMoveInterruptedAtEachStepCompletesOrRollsBackOnItsOwn) {
+  world();
+  int before = starts();
+  std::atomic<bool> done{false};
+  std::string broken;
+  std::thread watch([&] {
+    while (!done) {
+      if (auto v = violated(1); !v.empty() && broken.empty()) broken = v;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  std::string where = "s1";
+  // fe1 (index 6) restarted with the hold; `kill` names what dies while it holds.
+  struct Case {
+    const char* hold;
+    std::vector<size_t> kill;  // indexes into all_ (leaders looked up below)
+  };
+  auto restart_fe1 = [&](const std::string& hold) {
+    at(6).stop(SIGKILL);
+    if (!hold.empty()) setenv("WEFT_TEST_MOVE_HOLD_AFTER", hold.c_str(), 1);
+    at(6).start();
+    unsetenv("WEFT_TEST_MOVE_HOLD_AFTER");
+    ASSERT_TRUE(wait_for(30, [&] { return fronts_reach_all(); }));
+  };
+  for (const char* hold : {"out", "in", "decided", "open"}) {
+    SCOPED_TRACE(hold);
+    std::string to = where == "s1" ? "s2" : "s1";
+    size_t from_first = where == "s1" ? 2 : 4, to_first = where == "s1" ? 4 : 2;
+    restart_fe1(hold);
+    auto begun = at(6).call("entitlement.move", {{"name", "web"}, {"to", to}, {"wait", false}});
+    ASSERT_TRUE(begun.ok()) << begun.error().str();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (std::string(hold) == "out") {
+      // Fenced on the old shard: its job refuses changes, saying why.
+      auto scale = at(7).call("job.scale", {{"name", "site"}, {"count", 2}});
+      ASSERT_FALSE(scale.ok());
+      EXPECT_EQ(scale.error().code, rpc::kUnavailable) << scale.error().str();
+      auto show = at(7).call("entitlement.show", {{"name", "web"}});
+      ASSERT_TRUE(show.ok());
+      EXPECT_EQ((*show)["move"].value("to", ""), to) << show->dump();
+    }
+    // The front end that drove it dies, and with it: the old shard's leader (out, open),
+    // the new one's (in), or etcd (decided).
+    at(6).stop(SIGKILL);
+    if (std::string(hold) == "out" || std::string(hold) == "open") {
+      if (Replica* l = leader_of(from_first)) l->stop(SIGKILL);
+    } else if (std::string(hold) == "in") {
+      if (Replica* l = leader_of(to_first)) l->stop(SIGKILL);
+    } else {
+      etcd_->kill();
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      etcd_->start();
+      ASSERT_EQ(etcd_->error(), "");
+    }
+    heal();
+    EXPECT_TRUE(wait_for(60,
+                         [&] {
+                           heal();
+                           return settled(to, 3);
+                         }))
+        << hold << ": home " << home("web") << ", moving " << moving("web") << ", running "
+        << running_on("site.");
+    where = to;
+  }
+  // The new shard stays away: the move rolls back after the decide time, on its own.
+  at(7).stop(SIGKILL);
+  setenv("WEFT_TEST_MOVE_DECIDE_MS", "3000", 1);
+  at(7).start();
+  unsetenv("WEFT_TEST_MOVE_DECIDE_MS");
+  restart_fe1("in");
+  std::string to = where == "s1" ? "s2" : "s1";
+  size_t to_first = where == "s1" ? 4 : 2;
+  ASSERT_TRUE(at(6).call("entitlement.move", {{"name", "web"}, {"to", to}, {"wait", false}}).ok());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  at(6).stop(SIGKILL);
+  at(to_first).stop(SIGKILL);
+  at(to_first + 1).stop(SIGKILL);
+  // fe2 takes the move over once fe1's beat is stale, cannot reach the new shard, and
+  // rolls back after 3 s; the new shard, back, drops what it read in.
+  std::this_thread::sleep_for(std::chrono::seconds(16));
+  heal();
+  EXPECT_TRUE(wait_for(60,
+                       [&] {
+                         heal();
+                         return settled(where, 3);
+                       }))
+      << "home " << home("web") << ", moving " << moving("web");
+  Replica* back = nullptr;
+  ASSERT_TRUE(wait_for(30, [&] { return (back = leader_of(to_first)) != nullptr; }));
+  EXPECT_FALSE(back->call("entitlement.show", {{"name", "web"}}).ok())
+      << "the new shard dropped what it read in";
+  done = true;
+  watch.join();
+  EXPECT_EQ(broken, "");
+  EXPECT_EQ(starts() - before, 0) << "nothing started again";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "controlplane/scheduler.h"
 
+#include "common/rpc/protocol.h"
+
 #include <algorithm>
 
 namespace weft::cp {
@@ -22,6 +24,13 @@ constexpr uint64_t kStartGraceUs = 60'000'000;
 // offline when it was due, or the command was lost); the agent refuses a duplicate name.
 constexpr uint64_t kStartResendUs = 5'000'000;
 }  // namespace
+
+Error Scheduler::moving_error() {
+  return make_error(
+             "its entitlement is moving to another shard: try again in a few seconds "
+             "(weftctl entitlement show)")
+      .with_code(rpc::kUnavailable);
+}
 
 bool Scheduler::refused(const TaskRecord& t, const Job& j) {
   return t.state == TaskState::kFailed && t.held && t.generation == j.generation;
@@ -198,6 +207,7 @@ void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
 
 std::vector<Command> Scheduler::machine_ready(MachineId m, uint64_t now) {
   std::vector<Command> out;
+  if (machine_fenced(m)) return out;
   for_machine(m, [&](TaskRecord& t) {
     if (t.state != TaskState::kPending) return;
     auto jit = jobs_.find(t.job);
@@ -215,6 +225,7 @@ Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now
   if (spec.count < 1 || spec.count > kMaxTasksPerJob) return field_error("count", "out of range");
   if (spec.max_unavailable < 1) return field_error("max_unavailable", "must be at least 1");
   if (jobs_.count(spec.name)) return field_error("name", "job " + spec.name + " exists");
+  if (fenced(spec.entitlement_id)) return moving_error();
   Job j;
   j.spec = spec;
   auto cmds = converge(j, now);
@@ -227,6 +238,7 @@ Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now
 Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count, uint64_t now) {
   auto it = jobs_.find(name);
   if (it == jobs_.end() || it->second.stopping) return field_error("job", "no such job " + name);
+  if (job_fenced(name)) return moving_error();
   if (count < 1) return field_error("count", "must be at least 1 (stop the job instead)");
   Job& j = it->second;
   std::vector<Command> out;
@@ -256,6 +268,7 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   auto it = jobs_.find(spec.name);
   if (it == jobs_.end() || it->second.stopping)
     return field_error("name", "no such job " + spec.name);
+  if (job_fenced(spec.name)) return moving_error();
   Job& j = it->second;
   if (!(spec.per_task == j.spec.per_task) || spec.machine_type != j.spec.machine_type ||
       spec.entitlement_id != j.spec.entitlement_id || spec.count != j.spec.count ||
@@ -307,7 +320,7 @@ std::vector<Command> Scheduler::prefetched(const std::string& job, uint64_t gene
                                            uint64_t now) {
   auto it = jobs_.find(job);
   if (it == jobs_.end() || it->second.stopping || it->second.generation != generation ||
-      !it->second.prefetching.erase(m))
+      job_fenced(job) || !it->second.prefetching.erase(m))
     return {};
   return roll(it->second, now);
 }
@@ -365,6 +378,7 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
 Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t now) {
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return field_error("job", "no such job " + name);
+  if (job_fenced(name)) return moving_error();
   it->second.stopping = true;
   changed_jobs_.insert(name);
   std::vector<Command> out;
@@ -517,6 +531,7 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
 std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& rep, uint64_t now,
                                             std::vector<std::string>* forget,
                                             const weft::TaskFailures* failures) {
+  if (machine_fenced(m)) return {};
   Observed o;
   o.failures = failures;
   for (const auto& [id, state] : rep) observe(m, id, state, now, &o, forget);
@@ -548,6 +563,7 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
 std::vector<Command> Scheduler::report_changes(MachineId m, const weft::TaskChanges& changes,
                                                uint64_t now, std::vector<std::string>* forget,
                                                const weft::TaskFailures* failures) {
+  if (machine_fenced(m)) return {};
   Observed o;
   o.failures = failures;
   for (const auto& [id, state] : changes)
@@ -610,6 +626,7 @@ std::vector<Command> Scheduler::start_refused(const std::string& task_id,
                                               uint64_t now) {
   std::vector<Command> out;
   auto it = tasks_.find(task_id);
+  if (it != tasks_.end() && job_fenced(it->second.job)) return out;
   // Only a start still awaited: a task that ran meanwhile (a resend refused as a
   // duplicate, say) or was stopped is not failed by a late reply.
   if (it == tasks_.end() || it->second.state != TaskState::kStarting) return out;
@@ -627,6 +644,7 @@ std::vector<Command> Scheduler::start_refused(const std::string& task_id,
 
 std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool prepaid) {
   std::vector<Command> out;
+  if (machine_fenced(m)) return out;
   std::vector<std::string> lost;
   std::set<std::string> stopped_jobs;
   for_machine(m, [&](TaskRecord& t) {
@@ -649,8 +667,9 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool pre
 }
 
 std::vector<Command> Scheduler::machine_drain(MachineId m, uint64_t now) {
-  drained_.insert(m);
   std::vector<Command> out;
+  if (machine_fenced(m)) return out;
+  drained_.insert(m);
   std::vector<std::string> move;
   std::vector<std::pair<std::string, int>> slots;
   for_machine(m, [&](TaskRecord& t) {
@@ -710,6 +729,7 @@ void Scheduler::machine_undrained(MachineId m) {
 
 std::vector<Command> Scheduler::machine_evict(MachineId m, uint64_t now) {
   std::vector<Command> out;
+  if (machine_fenced(m)) return out;
   std::vector<std::string> ids;
   for_machine(m, [&](TaskRecord& t) { ids.push_back(t.id); });
   for (const auto& id : ids) {
@@ -760,17 +780,57 @@ void Scheduler::stop_drained_sibling(const TaskRecord& t, uint64_t now, std::vec
   }
 }
 
+std::optional<Scheduler::MovedJob> Scheduler::moved_job(const std::string& name) const {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return std::nullopt;
+  const Job& j = it->second;
+  return MovedJob{
+      {j.spec, j.generation, j.stopping}, j.granted, j.moves, j.in_progress, j.fallback};
+}
+
+void Scheduler::adopt_job(const MovedJob& m, const std::vector<TaskRecord>& tasks) {
+  const std::string& name = m.job.spec.name;
+  forget_job(name);  // taken in again (a move resumed): what it was here goes
+  restore_job(m.job);
+  Job& j = jobs_.at(name);
+  j.granted = m.granted;
+  j.moves = m.moves;
+  j.in_progress = m.in_progress;
+  j.fallback = m.fallback;
+  changed_jobs_.insert(name);
+  for (const auto& t : tasks) put_task(t);
+  queue_waits(&name);
+}
+
+void Scheduler::forget_job(const std::string& name) {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return;
+  for (const auto& t : tasks_of(name)) erase_task(t.id);
+  unwait_if([&](const std::string& id) { return !tasks_.count(id); });
+  jobs_.erase(it);
+  changed_jobs_.insert(name);
+  alloc_.release(name);
+}
+
 void Scheduler::finish_restore() {
   waiting_.clear();
   waiting_set_.clear();
+  queue_waits(nullptr);
+}
+
+void Scheduler::queue_waits(const std::string* only) {
   std::map<std::pair<std::string, int>, const TaskRecord*> latest;  // by job and index
   std::set<std::pair<std::string, int>> running;
-  for (const auto& [id, t] : tasks_) {
+  auto each = [&](const TaskRecord& t) {
     auto key = std::pair{t.job, t.index};
     if (live(t.state)) running.insert(key);
     auto it = latest.find(key);
     if (it == latest.end() || it->second->since_us < t.since_us) latest[key] = &t;
-  }
+  };
+  if (only)
+    for_job(*only, each);
+  else
+    for (const auto& [id, t] : tasks_) each(t);
   for (const auto& [key, t] : latest) {
     auto jit = jobs_.find(key.first);
     if (jit == jobs_.end() || jit->second.stopping || key.second >= jit->second.spec.count ||
@@ -832,11 +892,18 @@ std::vector<Command> Scheduler::tick(uint64_t now) {
       for (size_t j = i; j < waiting.size(); ++j) wait(waiting[j]);
       break;
     }
-    if (tasks_.count(waiting[i])) replace(waiting[i], now, &out);
+    auto t = tasks_.find(waiting[i]);
+    if (t == tasks_.end()) continue;
+    if (job_fenced(t->second.job))
+      wait(waiting[i]);  // its entitlement is moving: it waits on, here or there
+    else
+      replace(waiting[i], now, &out);
   }
   // Updates whose prefetch deadline passed roll on without the machines still fetching.
   for (auto& [name, j] : jobs_) {
-    if (j.prefetching.empty() || now < j.prefetch_deadline_us || j.stopping) continue;
+    if (j.prefetching.empty() || now < j.prefetch_deadline_us || j.stopping ||
+        fenced(j.spec.entitlement_id))
+      continue;
     auto rolled = roll(j, now);
     out.insert(out.end(), rolled.begin(), rolled.end());
   }
@@ -850,7 +917,7 @@ namespace weft::cp {
 std::vector<std::string> Scheduler::controlled_jobs() const {
   std::vector<std::string> out;
   for (const auto& [name, j] : jobs_)
-    if (j.spec.controller && !j.stopping) out.push_back(name);
+    if (j.spec.controller && !j.stopping && !fenced(j.spec.entitlement_id)) out.push_back(name);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -913,7 +980,7 @@ std::vector<std::string> Scheduler::take_completed(const std::string& job) {
 std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<std::string>& ids,
                                       uint64_t now) {
   auto it = jobs_.find(job);
-  if (it == jobs_.end() || it->second.stopping) return {};
+  if (it == jobs_.end() || it->second.stopping || job_fenced(job)) return {};
   Job& j = it->second;
   std::set<std::string> pending;
   for (const auto& op : pending_operations(job)) pending.insert(op.id);
@@ -940,7 +1007,7 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
 std::vector<Command> Scheduler::set_control_fallback(const std::string& job, bool on,
                                                      uint64_t now) {
   auto it = jobs_.find(job);
-  if (it == jobs_.end() || it->second.fallback == on) return {};
+  if (it == jobs_.end() || it->second.fallback == on || job_fenced(job)) return {};
   Job& j = it->second;
   j.fallback = on;
   j.granted.clear();  // an answer from before is not a permission for later

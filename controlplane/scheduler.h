@@ -277,6 +277,34 @@ class Scheduler {
   // After the jobs and tasks are back: lost, failed and draining tasks whose index has no
   // running copy wait for their replacement again.
   void finish_restore();
+  // An entitlement moving between a region's shards (docs/regions.md, "Moving an
+  // entitlement"): while it is fenced the scheduler does nothing for it. Its jobs refuse
+  // create, scale, update and stop; what its machines report is not taken in (its tasks
+  // stay as they were); its machines' failures, drains and readiness are not acted on;
+  // its replacements and rolling updates wait; TaskControl leaves its jobs alone. The
+  // shard it moves to carries on from exactly that state; should the move roll back,
+  // this one does (the next full report says what changed meanwhile).
+  void fence(EntitlementId e, bool on) {
+    if (on)
+      fenced_.insert(e);
+    else
+      fenced_.erase(e);
+  }
+  bool fenced(EntitlementId e) const { return fenced_.count(e) > 0; }
+  // A job as another shard needs it to carry on where this one stopped: what the store
+  // keeps and TaskControl's acknowledgements and moves under way (moved_job); taken in
+  // with its tasks, their machines this scheduler's ids (adopt_job: its lost and failed
+  // indices wait for replacements as after a restart). forget_job drops a job and its
+  // tasks without a command: they run on, another shard's now.
+  struct MovedJob {
+    PersistedJob job;
+    std::set<std::string> granted, moves;
+    std::map<int, std::string> in_progress;
+    bool fallback = false;
+  };
+  std::optional<MovedJob> moved_job(const std::string& name) const;
+  void adopt_job(const MovedJob& j, const std::vector<TaskRecord>& tasks);
+  void forget_job(const std::string& name);
   uint64_t task_seq() const { return seq_; }
   void set_task_seq(uint64_t s) { seq_ = s; }
   std::vector<TaskRecord> tasks_of(const std::string& job) const;
@@ -355,6 +383,7 @@ class Scheduler {
     });
     waiting_.erase(keep, waiting_.end());
   }
+  static Error moving_error();  // a call on a job of a fenced entitlement
   // The task's start was refused under the job's current spec (see start_refused).
   static bool refused(const TaskRecord& t, const Job& j);
   Command start_cmd(const Job& j, const TaskRecord& t) const;
@@ -391,8 +420,21 @@ class Scheduler {
   std::set<std::string> reported_changes_;  // jobs whose tasks a report changed
   std::set<std::string> changed_jobs_;
   std::set<std::string> service_changes_;
-  std::unordered_set<MachineId> drained_;  // machine_drain'ed and not undrained
-  uint64_t seq_ = 0;                       // task id sequence
+  std::unordered_set<MachineId> drained_;     // machine_drain'ed and not undrained
+  std::unordered_set<EntitlementId> fenced_;  // fence()
+  bool job_fenced(const std::string& job) const {
+    if (fenced_.empty()) return false;
+    auto it = jobs_.find(job);
+    return it != jobs_.end() && fenced_.count(it->second.spec.entitlement_id);
+  }
+  bool machine_fenced(MachineId m) const {
+    return !fenced_.empty() && m < alloc_.machine_count() &&
+           fenced_.count(alloc_.entitlement_of(m));
+  }
+  // Lost, failed and draining tasks whose index has no running copy wait for their
+  // replacement (of one job, or of every job when `only` is null).
+  void queue_waits(const std::string* only);
+  uint64_t seq_ = 0;  // task id sequence
 };
 
 }  // namespace weft::cp

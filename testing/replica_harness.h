@@ -43,6 +43,10 @@ class Machine {
       std::string name = p["name"].get<std::string>();
       std::lock_guard<std::recursive_mutex> g(world_mu_);
       if (running_.count(name)) return make_error("exists").with_code(rpc::kConflict);
+      if (hold_starts_) {  // accepted, not running yet (hold_starts)
+        if (held_starts_.insert(name).second) ++starts_;
+        return json{{"id", name}};
+      }
       // A region's shard names itself and the machine's epoch (agent/cp_session.h).
       if (p.contains("epoch"))
         fences_.insert(p.value("holder", "?") + "@" + std::to_string(p.value("epoch", 0ull)));
@@ -53,6 +57,7 @@ class Machine {
     methods_.add("task.stop", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       std::lock_guard<std::recursive_mutex> g(world_mu_);
       running_.erase(p["id"].get<std::string>());
+      held_starts_.erase(p["id"].get<std::string>());
       return json::object();
     });
   }
@@ -191,6 +196,18 @@ class Machine {
     std::lock_guard<std::recursive_mutex> g(world_mu_);
     return registered_holder_;
   }
+  // While on, a task.run is accepted but its task does not run (nor is it reported)
+  // until release_starts(): an update or a drain waits for it, as for a slow start.
+  void hold_starts(bool on) {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    hold_starts_ = on;
+  }
+  void release_starts() {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    hold_starts_ = false;
+    running_.merge(held_starts_);
+    held_starts_.clear();
+  }
   std::set<std::string> fences() const {
     std::lock_guard<std::recursive_mutex> g(world_mu_);
     return fences_;
@@ -214,6 +231,8 @@ class Machine {
   // never seen on both, or on neither, by a check between the two commands).
   inline static std::recursive_mutex world_mu_;
   std::set<std::string> running_;
+  std::set<std::string> held_starts_;
+  bool hold_starts_ = false;
   int starts_ = 0;
   std::string registered_holder_;
   std::set<std::string> fences_;

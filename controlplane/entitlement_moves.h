@@ -1,0 +1,100 @@
+// A shard's side of moving an entitlement between a region's shards (docs/regions.md,
+// "Moving an entitlement"; the front end drives the move: moves.h, and records it in
+// etcd: region.h MoveRecord). Nothing restarts: the tasks run on where they are while
+// their records change shard, and the machines' daemons follow their holder record.
+//
+//   old shard   out()     fences the entitlement (Scheduler::fence: nothing acts for
+//                         it) and writes it out as a MoveDoc
+//   new shard   in()      reads the document in, fenced, under its own ids; its
+//                         machines are expected (not dead) for kArrivalUs
+//   (the front end moves the entitlement's home: the move is decided)
+//   new shard   open()    takes over the machines' holder records and unfences: its
+//                         scheduler carries on exactly where the old one stopped
+//   old shard   forget()  drops the entitlement without a command to its machines, and
+//                         closes their sessions: the daemons go where their holder is
+//   or, before the home moved:
+//   new shard   drop()    forgets what in() read
+//   old shard   unfence() carries on as before (the next full reports say what changed)
+//
+// Each step may be asked again (a front end that died, a resumed move) and answers as the
+// first time did. The fences are not stored: at the start of a leader's term load()
+// reads the moves under way and fences again, rolls forward a forget the old leader did
+// not finish, and drops what a rolled-back move left.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/event.h"
+#include "common/result.h"
+#include "common/rpc/session.h"
+#include "controlplane/allocator.h"
+#include "controlplane/broker.h"
+#include "controlplane/cp_conf.h"
+#include "controlplane/lending.h"
+#include "controlplane/move_doc.h"
+#include "controlplane/scheduler.h"
+
+namespace weft::cp {
+
+class EntitlementMoves {
+ public:
+  struct Hooks {
+    // Writes what changed (jobs, machines, every entitlement) into the open group; the
+    // reply is held until the group commits.
+    std::function<Status(const std::set<std::string>& jobs, const std::set<MachineId>& machines)>
+        persist;
+    std::function<Status(EntitlementId)> delete_entitlement;  // its row
+    // The machine is no longer this shard's: its daemons' sessions closed, listed no more.
+    std::function<Status(MachineId, const char* why)> forget_machine;
+    std::function<Lending*()> lending;
+    std::function<void()> kick;  // a tick soon: what waited on the entitlement goes on
+  };
+  EntitlementMoves(const CpConfig& cfg, Allocator& alloc, Broker& broker, Scheduler& sched,
+                   Hooks hooks)
+      : cfg_(cfg), alloc_(alloc), broker_(broker), sched_(sched), hooks_(std::move(hooks)) {}
+
+  // At the start of a term, after the state is restored (synchronous etcd reads).
+  Status load(uint64_t now_us);
+  // region.move: {"step", "entitlement", "from"/"to", "document"}; a front end's call.
+  void call(const nlohmann::json& p, uint64_t now_us, rpc::ReplyFn reply);
+  // Where an entitlement is going or coming from (entitlement.show), null when it is not
+  // moving.
+  nlohmann::json status(EntitlementId e) const;
+
+  // How long the new shard waits for a moved machine's daemons before it is dead.
+  static constexpr uint64_t kArrivalUs = 60'000'000;
+
+ private:
+  struct Moving {
+    bool outgoing = true;  // this shard is the old one
+    std::string other;     // the other shard
+    uint64_t since_us = 0;
+  };
+  Result<nlohmann::json> out(const std::string& name, const std::string& to, uint64_t now);
+  Result<nlohmann::json> in(const MoveDoc& d, const std::string& from, uint64_t now);
+  void open(const std::string& name, uint64_t now, rpc::ReplyFn reply);
+  Result<nlohmann::json> forget(const std::string& name, const std::string& to);
+  Result<nlohmann::json> drop(const std::string& name);
+  Result<nlohmann::json> unfence(const std::string& name);
+  MoveDoc document(EntitlementId e, uint64_t now) const;
+  // The machines that go with it: its own, and free ones still running its tasks.
+  std::set<MachineId> machines_of(EntitlementId e) const;
+  // Forgets the entitlement's jobs, machines and itself (`why` recorded for its machines).
+  Status remove(EntitlementId e, const char* why);
+
+  const CpConfig& cfg_;
+  Allocator& alloc_;
+  Broker& broker_;
+  Scheduler& sched_;
+  Hooks hooks_;
+  std::map<EntitlementId, Moving> moving_;
+};
+
+}  // namespace weft::cp
