@@ -45,7 +45,9 @@ class Fields {
   Result<uint64_t> u64(const char* key, uint64_t max = std::numeric_limits<int64_t>::max()) const {
     auto it = j_.find(key);
     if (it == j_.end()) return field_error(name(key), "is required");
-    if (!it->is_number_unsigned() || it->get<uint64_t>() > max)
+    // Written from a signed field it is a signed number; read from text, unsigned.
+    bool whole = it->is_number_unsigned() || (it->is_number_integer() && it->get<int64_t>() >= 0);
+    if (!whole || it->get<uint64_t>() > max)
       return field_error(name(key), "must be a number from 0 to " + std::to_string(max));
     return it->get<uint64_t>();
   }

@@ -267,7 +267,9 @@ void MoveDriver::round() {
       reading_ = false;
       if (!moves.ok()) return;
       uint64_t now = now_realtime_us();
-      for (const auto& [name, r] : *moves) {
+      for (const auto& entry : *moves) {
+        const std::string& name = entry.first;  // (captured below: not a structured binding)
+        const MoveRead& r = entry.second;
         if (drives_.count(name)) continue;
         if (r.record.driver != me_ && now < r.record.beat_us + kMoveStaleUs) continue;
         // Its driver is gone (or is this front end from before a restart): carried on.
