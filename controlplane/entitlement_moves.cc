@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/cp_link.h"
+#include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"
 #include "controlplane/region.h"
@@ -89,11 +90,76 @@ Result<json> EntitlementMoves::out(const std::string& name, const std::string& t
     moving_[*id] = {true, to, now};
   }
   sched_.fence(*id, true);
-  MoveDoc d = document(*id, now);
-  return json{{"document", move_doc_to_json(d)},
-              {"machines", d.machines.size()},
-              {"jobs", d.jobs.size()},
-              {"tasks", d.tasks.size()}};
+  // Written once, at the fence: asked again (a resumed move), the same document.
+  Exported& x = exported_[name];
+  if (x.text.empty()) {
+    MoveDoc d = document(*id, now);
+    x.text = move_doc_to_json(d).dump(-1, ' ', false, json::error_handler_t::replace);
+    x.counts = {
+        {"machines", d.machines.size()}, {"jobs", d.jobs.size()}, {"tasks", d.tasks.size()}};
+    // Pages of at most kPageBytes, never cutting a UTF-8 sequence (each page is a JSON
+    // string of its own on the way).
+    for (size_t at = 0; at < x.text.size();) {
+      size_t end = std::min(x.text.size(), at + page_bytes_);
+      while (end < x.text.size() && end > at + 1 &&
+             (static_cast<unsigned char>(x.text[end]) & 0xC0) == 0x80)
+        --end;
+      x.cuts.push_back(end);
+      at = end;
+    }
+  }
+  return page_of(name, 0);
+}
+
+Result<json> EntitlementMoves::page_of(const std::string& name, size_t page) const {
+  auto it = exported_.find(name);
+  if (it == exported_.end())
+    return conflict("entitlement " + name + " was not written out here (ask for step out first)");
+  const Exported& x = it->second;
+  size_t pages = x.cuts.size();
+  if (page >= pages) return field_error("page", "must be below " + std::to_string(pages));
+  size_t from = page == 0 ? 0 : x.cuts[page - 1];
+  json out = x.counts;
+  out["pages"] = pages;
+  out["page"] = page;
+  out["data"] = x.text.substr(from, x.cuts[page] - from);
+  return out;
+}
+
+Result<json> EntitlementMoves::receive(const std::string& name, const std::string& from,
+                                       const json& p, uint64_t now) {
+  auto number = [&](const char* key, uint64_t max) -> Result<uint64_t> {
+    if (!p.contains(key) || !p[key].is_number_unsigned() || p[key].get<uint64_t>() > max)
+      return field_error(key, "must be a number from 0 to " + std::to_string(max));
+    return p[key].get<uint64_t>();
+  };
+  TRY_ASSIGN(uint64_t pages, number("pages", kMaxDocBytes / kPageBytes));
+  if (pages == 0) return field_error("pages", "must be at least 1");
+  TRY_ASSIGN(uint64_t page, number("page", pages - 1));
+  if (!p.contains("data") || !p["data"].is_string() ||
+      p["data"].get_ref<const std::string&>().size() > kPageBytes)
+    return field_error("data", "must be a page of the document (at most " +
+                                   std::to_string(kPageBytes) + " bytes)");
+  Incoming& got = incoming_[name];
+  if (page == 0) got = Incoming{from, pages, 0, {}};
+  if (got.from != from || got.pages != pages || got.next != page) {
+    uint64_t want = got.next;
+    incoming_.erase(name);
+    return conflict("page " + std::to_string(page) + " of " + std::to_string(pages) +
+                    " out of order (expected " + std::to_string(want) + "): send again from 0");
+  }
+  got.text += p["data"].get_ref<const std::string&>();
+  if (++got.next < pages)
+    return json{{"entitlement", name}, {"received", got.next}, {"pages", pages}};
+  std::string text = std::move(got.text);
+  incoming_.erase(name);
+  auto j = parse_json_bounded(text);
+  if (!j.ok()) return field_error("document", j.error().str());
+  auto d = parse_move_doc(*j);
+  if (!d.ok()) return field_error("document", d.error().str());
+  if (d->entitlement.name != name)
+    return field_error("document.entitlement.name", "must be " + name);
+  return in(*d, from, now);
 }
 
 Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uint64_t now) {
@@ -250,6 +316,7 @@ Result<json> EntitlementMoves::forget(const std::string& name, const std::string
   std::string why = "moved with its entitlement to shard " + to;
   TRY(remove(*id, why.c_str()));
   moving_.erase(*id);
+  exported_.erase(name);
   log_info("entitlement forgotten: it moved to another shard", {{"ENTITLEMENT", name}, {"TO", to}});
   return json{{"entitlement", name}, {"forgotten", true}};
 }
@@ -277,6 +344,7 @@ Result<json> EntitlementMoves::unfence(const std::string& name) {
     if (!it->second.outgoing)
       return conflict("entitlement " + name + " is on its way here: drop it instead");
     moving_.erase(it);
+    exported_.erase(name);
     sched_.fence(*id, false);
     hooks_.kick();
     log_info("a move rolled back: this shard acts for the entitlement again",
@@ -303,12 +371,12 @@ void EntitlementMoves::call(const json& p, uint64_t now, rpc::ReplyFn reply) {
     if (step == "in") {
       TRY_ASSIGN(std::string from, text("from"));
       TRY(check_shard_id("from", from));
-      if (!p.contains("document")) return field_error("document", "is required");
-      auto d = parse_move_doc(p["document"]);
-      if (!d.ok()) return field_error("document", d.error().str());
-      if (d->entitlement.name != name)
-        return field_error("document.entitlement.name", "must be " + name);
-      return in(*d, from, now);
+      return receive(name, from, p, now);
+    }
+    if (step == "page") {
+      if (!p.contains("page") || !p["page"].is_number_unsigned())
+        return field_error("page", "must be a page number");
+      return page_of(name, p["page"].get<size_t>());
     }
     if (step == "open") {
       open(name, now, reply);

@@ -22,12 +22,15 @@
 // not finish, and drops what a rolled-back move left.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -58,7 +61,11 @@ class EntitlementMoves {
   };
   EntitlementMoves(const CpConfig& cfg, Allocator& alloc, Broker& broker, Scheduler& sched,
                    Hooks hooks)
-      : cfg_(cfg), alloc_(alloc), broker_(broker), sched_(sched), hooks_(std::move(hooks)) {}
+      : cfg_(cfg), alloc_(alloc), broker_(broker), sched_(sched), hooks_(std::move(hooks)) {
+    // Tests: smaller pages, so that a small entitlement goes in several.
+    if (const char* v = std::getenv("WEFT_TEST_MOVE_PAGE_BYTES"))
+      page_bytes_ = std::clamp<size_t>(std::strtoull(v, nullptr, 10), 64, kPageBytes);
+  }
 
   // At the start of a term, after the state is restored (synchronous etcd reads).
   Status load(uint64_t now_us);
@@ -77,7 +84,28 @@ class EntitlementMoves {
     std::string other;     // the other shard
     uint64_t since_us = 0;
   };
+  // The document goes in pages (a session's line is at most 1 MiB): out answers the
+  // first, `page` each next; `in` takes them in order and reads the document in with the
+  // last.
+  static constexpr size_t kPageBytes = 256 * 1024;
+  static constexpr size_t kMaxDocBytes = 512ull * 1024 * 1024;
   Result<nlohmann::json> out(const std::string& name, const std::string& to, uint64_t now);
+  Result<nlohmann::json> page_of(const std::string& name, size_t page) const;
+  Result<nlohmann::json> receive(const std::string& name, const std::string& from,
+                                 const nlohmann::json& p, uint64_t now);
+  struct Exported {
+    std::string text;          // the document as written at the fence
+    std::vector<size_t> cuts;  // where each page ends
+    nlohmann::json counts;
+  };
+  std::map<std::string, Exported> exported_;  // by entitlement name, until forgotten
+  struct Incoming {
+    std::string from;
+    uint64_t pages = 0, next = 0;
+    std::string text;
+  };
+  std::map<std::string, Incoming> incoming_;
+  size_t page_bytes_ = kPageBytes;
   Result<nlohmann::json> in(const MoveDoc& d, const std::string& from, uint64_t now);
   void open(const std::string& name, uint64_t now, rpc::ReplyFn reply);
   Result<nlohmann::json> forget(const std::string& name, const std::string& to);

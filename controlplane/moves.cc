@@ -130,100 +130,131 @@ void MoveDriver::write(const std::string& name, MoveRecord next, std::function<v
   });
 }
 
+void MoveDriver::failed(const std::string& name, const Error& e, const char* what) {
+  auto d = drives_.find(name);
+  if (d == drives_.end()) return;
+  const MoveRecord& r = d->second.read.record;
+  bool decided = r.step != "export";
+  if (!decided && (!retryable(e) || now_realtime_us() > r.started_us + decide_us_))
+    return rollback(name, std::string(what) + ": " + e.str());
+  log_warn("a move's step is asked again",
+           {{"ENTITLEMENT", name}, {"STEP", what}, {"ERROR", e.str()}});
+  // Beat while waiting, so that no other front end takes it over.
+  MoveRecord same = r;
+  write(name, same, [this, name](Status) { after(name, 1'000'000); });
+}
+
 void MoveDriver::step(const std::string& name) {
   auto it = drives_.find(name);
   if (it == drives_.end()) return;
   const MoveRecord rec = it->second.read.record;
-  auto shard_failed = [this, name](const Error& e, const char* what) {
+  if (rec.step == "export")
+    export_step(name, rec);
+  else if (rec.step == "release")
+    release_step(name, rec);
+  else
+    rollback_step(name, rec);
+}
+
+void MoveDriver::export_step(const std::string& name, const MoveRecord& rec) {
+  json out{{"step", "out"}, {"entitlement", name}, {"to", rec.to}};
+  uint64_t asked = now_monotonic_us();
+  hooks_.call(rec.from, out, [this, name, rec, asked](Result<json> r) {
     auto d = drives_.find(name);
     if (d == drives_.end()) return;
-    const MoveRecord& r = d->second.read.record;
-    bool decided = r.step != "export";
-    if (!decided && (!retryable(e) || now_realtime_us() > r.started_us + decide_us_))
-      return rollback(name, std::string(what) + ": " + e.str());
-    log_warn("a move's step is asked again",
-             {{"ENTITLEMENT", name}, {"STEP", what}, {"ERROR", e.str()}});
-    // Beat while waiting, so that no other front end takes it over.
-    MoveRecord same = r;
-    write(name, same, [this, name](Status) { after(name, 1'000'000); });
-  };
-  std::string hold = hold_after();
-  if (rec.step == "export") {
-    json out{{"step", "out"}, {"entitlement", name}, {"to", rec.to}};
-    uint64_t asked = now_monotonic_us();
-    hooks_.call(rec.from, out, [this, name, rec, asked, shard_failed, hold](Result<json> r) {
-      if (!drives_.count(name)) return;
-      if (!r.ok()) return shard_failed(r.error(), "fencing it on the old shard");
-      drives_[name].fenced_at_us = asked;
-      drives_[name].counts = {{"machines", r->value("machines", 0)},
-                              {"jobs", r->value("jobs", 0)},
-                              {"tasks", r->value("tasks", 0)}};
-      if (hold == "out") return;
-      json in{{"step", "in"},
-              {"entitlement", name},
-              {"from", rec.from},
-              {"document", r->value("document", json())}};
-      hooks_.call(rec.to, in, [this, name, rec, shard_failed, hold](Result<json> r2) {
-        if (!drives_.count(name)) return;
-        if (!r2.ok()) return shard_failed(r2.error(), "reading it in on the new shard");
-        if (hold == "in") return;
-        MoveRecord next = rec;
-        next.step = "release";
-        write(name, next, [this, name, shard_failed, hold](Status s) {
-          if (!s.ok()) return shard_failed(s.error(), "moving its home in etcd");
-          log_info("entitlement move decided: its home is the new shard", {{"ENTITLEMENT", name}});
-          hooks_.homes_changed();
-          if (hold == "decided") return;
-          step(name);
-        });
-      });
-    });
-    return;
-  }
-  if (rec.step == "release") {
-    json open{{"step", "open"}, {"entitlement", name}};
-    hooks_.call(rec.to, open, [this, name, rec, shard_failed, hold](Result<json> r) {
-      if (!drives_.count(name)) return;
-      if (!r.ok()) return shard_failed(r.error(), "opening it on the new shard");
-      Drive& d = drives_[name];
-      if (d.fenced_at_us && !d.fenced_us) d.fenced_us = now_monotonic_us() - d.fenced_at_us;
-      if (hold == "open") return;
-      json forget{{"step", "forget"}, {"entitlement", name}, {"to", rec.to}};
-      hooks_.call(rec.from, forget, [this, name, rec, shard_failed](Result<json> r2) {
-        if (!drives_.count(name)) return;
-        if (!r2.ok()) return shard_failed(r2.error(), "forgetting it on the old shard");
-        MoveRecord done = rec;
-        done.step = "done";
-        write(name, done, [this, name, rec, shard_failed](Status s) {
-          if (!s.ok()) return shard_failed(s.error(), "ending the move in etcd");
-          Drive& drive = drives_[name];
-          json out{{"entitlement", name}, {"from", rec.from}, {"to", rec.to}, {"moved", true}};
-          out.update(drive.counts);
-          if (drive.fenced_us) out["fenced_ms"] = drive.fenced_us / 1000;
-          log_info("entitlement moved", {{"ENTITLEMENT", name},
-                                         {"FROM", rec.from},
-                                         {"TO", rec.to},
-                                         {"FENCED_MS", std::to_string(drive.fenced_us / 1000)}});
-          finish(name, out);
-        });
-      });
-    });
-    return;
-  }
-  // rollback
-  json drop{{"step", "drop"}, {"entitlement", name}};
-  hooks_.call(rec.to, drop, [this, name, rec, shard_failed](Result<json> r) {
+    if (!r.ok()) return failed(name, r.error(), "fencing it on the old shard");
+    d->second.fenced_at_us = asked;
+    d->second.counts = {{"machines", r->value("machines", 0)},
+                        {"jobs", r->value("jobs", 0)},
+                        {"tasks", r->value("tasks", 0)}};
+    if (hold_after() == "out") return;
+    auto pages = std::make_shared<std::vector<std::string>>();
+    pages->push_back(r->value("data", ""));
+    copy_pages(name, rec, pages, r->value("pages", size_t{1}));
+  });
+}
+
+// The document's pages from the old shard (the first came with `out`), then to the new
+// one in order: each page a call, as a session's line is at most 1 MiB.
+void MoveDriver::copy_pages(const std::string& name, const MoveRecord& rec,
+                            std::shared_ptr<std::vector<std::string>> pages, size_t total) {
+  if (!drives_.count(name)) return;
+  if (pages->size() >= total) return send_pages(name, rec, pages, 0);
+  json ask{{"step", "page"}, {"entitlement", name}, {"page", pages->size()}};
+  hooks_.call(rec.from, ask, [this, name, rec, pages, total](Result<json> p) {
     if (!drives_.count(name)) return;
-    if (!r.ok()) return shard_failed(r.error(), "dropping it on the new shard");
-    json unfence{{"step", "unfence"}, {"entitlement", name}};
-    hooks_.call(rec.from, unfence, [this, name, rec, shard_failed](Result<json> r2) {
+    if (!p.ok()) return failed(name, p.error(), "reading its pages from the old shard");
+    pages->push_back(p->value("data", ""));
+    copy_pages(name, rec, pages, total);
+  });
+}
+
+void MoveDriver::send_pages(const std::string& name, const MoveRecord& rec,
+                            std::shared_ptr<std::vector<std::string>> pages, size_t next) {
+  json in{{"step", "in"},           {"entitlement", name}, {"from", rec.from},
+          {"pages", pages->size()}, {"page", next},        {"data", (*pages)[next]}};
+  hooks_.call(rec.to, in, [this, name, rec, pages, next](Result<json> r) {
+    if (!drives_.count(name)) return;
+    if (!r.ok()) return failed(name, r.error(), "reading it in on the new shard");
+    if (next + 1 < pages->size()) return send_pages(name, rec, pages, next + 1);
+    if (hold_after() == "in") return;
+    MoveRecord decided = rec;
+    decided.step = "release";
+    write(name, decided, [this, name](Status s) {
+      if (!s.ok()) return failed(name, s.error(), "moving its home in etcd");
+      log_info("entitlement move decided: its home is the new shard", {{"ENTITLEMENT", name}});
+      hooks_.homes_changed();
+      if (hold_after() == "decided") return;
+      step(name);
+    });
+  });
+}
+
+void MoveDriver::release_step(const std::string& name, const MoveRecord& rec) {
+  json open{{"step", "open"}, {"entitlement", name}};
+  hooks_.call(rec.to, open, [this, name, rec](Result<json> r) {
+    auto d = drives_.find(name);
+    if (d == drives_.end()) return;
+    if (!r.ok()) return failed(name, r.error(), "opening it on the new shard");
+    if (d->second.fenced_at_us && !d->second.fenced_us)
+      d->second.fenced_us = now_monotonic_us() - d->second.fenced_at_us;
+    if (hold_after() == "open") return;
+    json forget{{"step", "forget"}, {"entitlement", name}, {"to", rec.to}};
+    hooks_.call(rec.from, forget, [this, name, rec](Result<json> r2) {
       if (!drives_.count(name)) return;
-      if (!r2.ok() && r2.error().code != rpc::kNotFound)
-        return shard_failed(r2.error(), "opening it again on the old shard");
+      if (!r2.ok()) return failed(name, r2.error(), "forgetting it on the old shard");
       MoveRecord done = rec;
       done.step = "done";
-      write(name, done, [this, name, rec, shard_failed](Status s) {
-        if (!s.ok()) return shard_failed(s.error(), "ending the move in etcd");
+      write(name, done, [this, name, rec](Status s) {
+        if (!s.ok()) return failed(name, s.error(), "ending the move in etcd");
+        Drive& drive = drives_[name];
+        json out{{"entitlement", name}, {"from", rec.from}, {"to", rec.to}, {"moved", true}};
+        out.update(drive.counts);
+        if (drive.fenced_us) out["fenced_ms"] = drive.fenced_us / 1000;
+        log_info("entitlement moved", {{"ENTITLEMENT", name},
+                                       {"FROM", rec.from},
+                                       {"TO", rec.to},
+                                       {"FENCED_MS", std::to_string(drive.fenced_us / 1000)}});
+        finish(name, out);
+      });
+    });
+  });
+}
+
+void MoveDriver::rollback_step(const std::string& name, const MoveRecord& rec) {
+  json drop{{"step", "drop"}, {"entitlement", name}};
+  hooks_.call(rec.to, drop, [this, name, rec](Result<json> r) {
+    if (!drives_.count(name)) return;
+    if (!r.ok()) return failed(name, r.error(), "dropping it on the new shard");
+    json unfence{{"step", "unfence"}, {"entitlement", name}};
+    hooks_.call(rec.from, unfence, [this, name, rec](Result<json> r2) {
+      if (!drives_.count(name)) return;
+      if (!r2.ok() && r2.error().code != rpc::kNotFound)
+        return failed(name, r2.error(), "opening it again on the old shard");
+      MoveRecord done = rec;
+      done.step = "done";
+      write(name, done, [this, name, rec](Status s) {
+        if (!s.ok()) return failed(name, s.error(), "ending the move in etcd");
         log_warn("entitlement move rolled back", {{"ENTITLEMENT", name}, {"WHY", rec.why}});
         finish(name, make_error("the move of " + name + " rolled back (it stays on shard " +
                                 rec.from + "): " + rec.why)

@@ -66,6 +66,16 @@ class MoveDriver {
   };
   void round();
   void step(const std::string& name);
+  void export_step(const std::string& name, const MoveRecord& rec);
+  void copy_pages(const std::string& name, const MoveRecord& rec,
+                  std::shared_ptr<std::vector<std::string>> pages, size_t total);
+  void send_pages(const std::string& name, const MoveRecord& rec,
+                  std::shared_ptr<std::vector<std::string>> pages, size_t next);
+  void release_step(const std::string& name, const MoveRecord& rec);
+  void rollback_step(const std::string& name, const MoveRecord& rec);
+  // A shard did not do a step: asked again a second later, or (not decided yet, and
+  // refused or past kDecideUs) rolled back.
+  void failed(const std::string& name, const Error& e, const char* what);
   void after(const std::string& name, uint64_t us);  // step() again later
   // Writes `next` over the record read (one transaction; `then` on the loop).
   void write(const std::string& name, MoveRecord next, std::function<void(Status)> then);

@@ -1233,7 +1233,10 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
 class RegionMove : public RegionChaos {
  protected:
   void SetUp() override {
+    // The shards write the document in pages of 1 KiB: a move here takes several.
+    setenv("WEFT_TEST_MOVE_PAGE_BYTES", "1024", 1);
     RegionChaos::SetUp();
+    unsetenv("WEFT_TEST_MOVE_PAGE_BYTES");
     fe_ = nullptr;
   }
   void world() {
