@@ -43,7 +43,6 @@
 #include "common/tls.h"
 #include "testing/ports.h"
 
-
 namespace weft::bench::fleet {
 
 using json = nlohmann::json;
@@ -246,7 +245,20 @@ class Fleet {
   size_t daemons_up() const { return up_; }
   // task.run calls accepted (a start, or a restart) and "moved" answers followed.
   uint64_t task_runs() const { return task_runs_; }
+  // Those of jobs whose name starts with `prefix`.
+  uint64_t task_runs(const std::string& prefix) const {
+    uint64_t n = 0;
+    for (const auto& [job, k] : runs_by_job_) n += job.rfind(prefix, 0) == 0 ? k : 0;
+    return n;
+  }
   uint64_t moved() const { return moved_; }
+  // Machines whose agent is up at a control plane the region sent it to (not the
+  // fleet's own port: a shard, not the brokers).
+  size_t up_elsewhere() const {
+    size_t n = 0;
+    for (const auto& m : machines_) n += m->d[kAgent].up && m->port != 0 && m->port != port_;
+    return n;
+  }
   // Machines running a task of `job_prefix` ("" = any), and how many of those have
   // their agent up at the control plane on `port`.
   std::pair<size_t, size_t> hosting(const std::string& job_prefix, uint16_t port) const {
@@ -390,6 +402,7 @@ class Fleet {
     SimTask& t = m->tasks[name];
     t.state = "starting";
     ++task_runs_;
+    ++runs_by_job_[job_index(name).first];
     auto started = [this, m, name] {
       auto at = m->tasks.find(name);
       if (at == m->tasks.end() || at->second.state != "starting") return;
@@ -627,6 +640,7 @@ class Fleet {
   std::unordered_map<rpc::Session*, Machine*> by_session_;
   size_t connecting_ = 0, up_ = 0, running_ = 0, hello_refused_ = 0;
   uint64_t task_runs_ = 0, moved_ = 0;
+  std::unordered_map<std::string, uint64_t> runs_by_job_;
   size_t report_errors_ = 0, full_reports_ = 0, digest_reports_ = 0, change_reports_ = 0;
   uint64_t messages_ = 0;
   std::vector<double> rtt_ms_;
