@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
   app.add_flag("--keep", o.keep, "keep the processes' directory (logs)");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed (a script reads them)
   log_set_level(LogLevel::kError);
   // As many as this workplace allows a process (the region's processes inherit it).
   if (!raise_nofile(std::max<uint64_t>(static_cast<uint64_t>(o.machines) + 512, 19'500))) {
@@ -372,14 +373,15 @@ int main(int argc, char** argv) {
         whole_ms.push_back(whole);
         follow_ms.push_back(followed);
         std::printf(
-            "move %d   %s -> %s: %d machines, %d tasks, paused %.0f ms, answered after %.0f ms, "
+            "move %d   %s -> %s: %d machines, %d tasks, a document of %.1f MB, paused %.0f ms, "
+            "answered after %.0f ms, "
             "every machine at %s after %.0f ms, task.run of its tasks meanwhile %llu | CPU s %s "
             "%.2f, %s "
             "%.2f, fe %.2f\n",
             k + 1, from.name.c_str(), to.name.c_str(), moved->value("machines", 0),
-            moved->value("tasks", 0), pause, whole, to.name.c_str(), followed,
-            static_cast<unsigned long long>(runs), from.name.c_str(), cpu(from) - cpu_from,
-            to.name.c_str(), cpu(to) - cpu_to, cpu(fe) - cpu_fe);
+            moved->value("tasks", 0), moved->value("document_bytes", 0.0) / 1e6, pause, whole,
+            to.name.c_str(), followed, static_cast<unsigned long long>(runs), from.name.c_str(),
+            cpu(from) - cpu_from, to.name.c_str(), cpu(to) - cpu_to, cpu(fe) - cpu_fe);
         std::fflush(stdout);
         run_until(
             *loop, [] { return false; }, 3, pump);
@@ -478,7 +480,9 @@ int main(int argc, char** argv) {
         }
         // Until the shards hold what they asked for (each machine's session at its shard).
         uint64_t t0 = now_monotonic_us();
-        size_t want = static_cast<size_t>(r.hold_machines / 3 * 3);
+        // (this process's machines: another process's half are its own to count)
+        size_t want =
+            std::min<size_t>(static_cast<size_t>(r.hold_machines / 3 * 3), fleet.machines());
         double s = run_until(
             *loop, [&] { return fleet.up_elsewhere() >= want; }, o.timeout_s, pump);
         std::printf("hold      the shards borrowed %zu machines in %.1f s%s\n",
@@ -490,8 +494,11 @@ int main(int argc, char** argv) {
       uint64_t m0 = fleet.messages();
       run_until(
           *loop, [] { return false; }, o.rest_s, pump);
-      std::printf("rest      %.0f s, the fleet sent %.0f msg/s; per role:\n", o.rest_s,
-                  static_cast<double>(fleet.messages() - m0) / o.rest_s);
+      double rate = static_cast<double>(fleet.messages() - m0) / o.rest_s;
+      std::printf(
+          "rest      %.0f s, this process's %zu machines sent %.0f msg/s (%.2f a machine); "
+          "per role:\n",
+          o.rest_s, fleet.machines(), rate, rate / static_cast<double>(fleet.machines()));
       for (size_t i = 0; i < all.size(); ++i)
         if (all[i]->pid > 0)
           std::printf("  %-7s CPU %5.1f%% of a core, RSS %5ld MiB, %6d descriptors\n",

@@ -107,6 +107,8 @@ Result<json> EntitlementMoves::out(const std::string& name, const std::string& t
       x.cuts.push_back(end);
       at = end;
     }
+    x.counts["bytes"] = x.text.size();
+    x.counts["pages"] = x.cuts.size();
   }
   return page_of(name, 0);
 }

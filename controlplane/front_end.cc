@@ -675,6 +675,14 @@ void FrontEnd::refresh_homes(std::function<void()> then) {
         [this, homes = std::move(homes), then, revision, draining, marked = marks.ok()]() mutable {
           if (marked) draining_ = std::move(draining);
           if (homes.ok()) {
+            // An entitlement that changed shard (a move) took its jobs and machines
+            // along: where they were seen is forgotten, and found again when next named.
+            for (const auto& [name, shard] : *homes)
+              if (auto was = homes_.find(name); was != homes_.end() && was->second != shard) {
+                job_shard_.clear();
+                machine_shard_.clear();
+                break;
+              }
             homes_ = std::move(homes).value();
             homes_read_ = true;
             homes_watch_->after(revision);  // read again as soon as one changes

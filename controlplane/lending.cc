@@ -91,8 +91,7 @@ void Lending::reread() {
           why = h.ok() ? "a machine's name is not valid: " + kv.key : h.error().str();
           continue;  // logged below; the rest is still read
         }
-        if (!h->holder.empty() && (h->broker.empty() ? "default" : h->broker) == group)
-          held[name] = *h;
+        if ((h->broker.empty() ? "default" : h->broker) == group) held[name] = *h;
       }
     else
       why = kvs.error().str();
@@ -104,10 +103,16 @@ void Lending::reread() {
         if (watch_) watch_->after(0);
         return;
       }
-      // Lends and returns of this broker made since the read began are in etcd too: a
-      // read at a later revision has them; one that began before is read again when
-      // their change wakes the watch.
-      holders_ = held;
+      // Merged by epoch: a lend or return this broker made after the read began is newer
+      // than what the read saw (its own change wakes the watch again), so it stays.
+      for (const auto& [m, h] : held) {
+        auto it = holders_.find(m);
+        if (it != holders_.end() && it->second.epoch > h.epoch) continue;
+        if (h.holder.empty())
+          holders_.erase(m);
+        else
+          holders_[m] = h;
+      }
       if (watch_) watch_->after(rev);
     };
   });

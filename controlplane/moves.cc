@@ -166,7 +166,8 @@ void MoveDriver::export_step(const std::string& name, const MoveRecord& rec) {
     d->second.fenced_at_us = asked;
     d->second.counts = {{"machines", r->value("machines", 0)},
                         {"jobs", r->value("jobs", 0)},
-                        {"tasks", r->value("tasks", 0)}};
+                        {"tasks", r->value("tasks", 0)},
+                        {"document_bytes", r->value("bytes", 0)}};
     if (hold_after() == "out") return;
     auto pages = std::make_shared<std::vector<std::string>>();
     pages->push_back(r->value("data", ""));

@@ -1534,5 +1534,57 @@ TEST_F(RegionMove, AMoveInterruptedAtEachStepCompletesOrRollsBackOnItsOwn) {
   EXPECT_EQ(starts() - before, 0) << "nothing started again";
 }
 
+// A shard drained of its entitlements (weftctl shard drain, through a front end): each
+// moves to the other shard, nothing restarts, the drained shard is given no new
+// entitlement, and weftctl entitlement move / show work through the front end too.
+TEST_F(RegionMove, AShardIsDrainedOfItsEntitlementsAndGivenNoNewOne) {
+  world();
+  int before = starts();
+  ASSERT_TRUE(
+      front()->call("entitlement.create", {{"name", "spare"}, {"quota", 1}, {"shard", "s1"}}).ok());
+  auto weftctl = [&](const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    int rc =
+        std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                     at(6).sock() + " " + args + " >" + out + " 2>&1")
+                        .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  };
+  auto [rc, out] = weftctl("shard drain s1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("moved web to shard s2"), std::string::npos) << out;
+  EXPECT_NE(out.find("moved spare to shard s2"), std::string::npos) << out;
+  EXPECT_NE(out.find("holds no entitlement now"), std::string::npos) << out;
+  EXPECT_TRUE(wait_for(30, [&] { return settled("s2", 3); }));
+  EXPECT_EQ(home("spare"), "s2");
+  Replica* s1 = leader_of(2);
+  ASSERT_NE(s1, nullptr);
+  auto left = s1->call("entitlement.ls");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE((*left)["entitlements"].empty()) << left->dump();
+  // A new entitlement goes to a shard that is not draining (either front end knows).
+  for (size_t fe : {6, 7}) {
+    std::string name = "new" + std::to_string(fe);
+    auto made = at(fe).call("entitlement.create", {{"name", name}, {"quota", 1}});
+    ASSERT_TRUE(made.ok()) << made.error().str();
+    EXPECT_EQ(made->value("shard", ""), "s2") << made->dump();
+  }
+  // weftctl moves one back (s1 may still be named), and shows where it is.
+  std::tie(rc, out) = weftctl("entitlement move spare --to s1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("moved from shard s2 to shard s1"), std::string::npos) << out;
+  std::tie(rc, out) = weftctl("entitlement show spare --json");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"shard\": \"s1\""), std::string::npos) << out;
+  // Refused with the field named: an unknown shard, the shard it is on.
+  std::tie(rc, out) = weftctl("entitlement move spare --to s9");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("to"), std::string::npos) << out;
+  std::tie(rc, out) = weftctl("entitlement move spare --to s1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("already"), std::string::npos) << out;
+  EXPECT_EQ(starts() - before, 0) << "nothing started again";
+}
+
 }  // namespace
 }  // namespace weft::cp

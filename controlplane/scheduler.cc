@@ -237,7 +237,8 @@ Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now
 
 Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count, uint64_t now) {
   auto it = jobs_.find(name);
-  if (it == jobs_.end() || it->second.stopping) return field_error("job", "no such job " + name);
+  if (it == jobs_.end() || it->second.stopping)
+    return field_error("job", "no such job " + name).with_code(rpc::kNotFound);
   if (job_fenced(name)) return moving_error();
   if (count < 1) return field_error("count", "must be at least 1 (stop the job instead)");
   Job& j = it->second;
@@ -267,7 +268,7 @@ Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count
 Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now) {
   auto it = jobs_.find(spec.name);
   if (it == jobs_.end() || it->second.stopping)
-    return field_error("name", "no such job " + spec.name);
+    return field_error("name", "no such job " + spec.name).with_code(rpc::kNotFound);
   if (job_fenced(spec.name)) return moving_error();
   Job& j = it->second;
   if (!(spec.per_task == j.spec.per_task) || spec.machine_type != j.spec.machine_type ||
@@ -377,7 +378,7 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
 
 Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t now) {
   auto it = jobs_.find(name);
-  if (it == jobs_.end()) return field_error("job", "no such job " + name);
+  if (it == jobs_.end()) return field_error("job", "no such job " + name).with_code(rpc::kNotFound);
   if (job_fenced(name)) return moving_error();
   it->second.stopping = true;
   changed_jobs_.insert(name);
