@@ -931,11 +931,11 @@ TEST_F(RegionBroker, ShardsBorrowWhatTheirQuotasNeedAndGiveBackWhatTheyDoNot) {
 // entitlements; one after another, each healed as systemd would (an exited process is
 // started again): a shard's leader or follower SIGKILLed, the broker's leader SIGKILLed,
 // a front end SIGKILLed, etcd killed and restarted, a machine's daemon restarting, a job
-// scaled through a front end, an entitlement moved to the other shard (the faults after
-// it come while it moves). Checked continuously: never two copies of a task index, every
-// task on a machine held by its entitlement's home shard (or, while it moves, by one of
-// its two shards), no job lost; after each fault, within 30 s, every fault healed (every
-// process up, a leader for each shard and the broker, both front ends reaching them,
+// scaled through a front end, an entitlement moved to the other shard (healed once the
+// move is done; moves interrupted by kills are RegionMove's). Checked continuously: never two
+// copies of a task index, every task on a machine held by its entitlement's home shard (or, while
+// it moves, by one of its two shards), no job lost; after each fault, within 30 s, every fault
+// healed (every process up, a leader for each shard and the broker, both front ends reaching them,
 // every machine with a session to its holder, no move under way) and every job at its
 // count.
 // WEFT_CHAOS_SECONDS makes it longer; WEFT_CHAOS_SEED replays one.
