@@ -72,6 +72,7 @@ MoveDoc EntitlementMoves::document(EntitlementId e, uint64_t now) const {
     d.jobs.push_back(std::move(j));
   }
   d.task_seq = sched_.task_seq();
+  if (hooks_.roll_of) d.profile_roll = hooks_.roll_of(e);
   return d;
 }
 
@@ -89,7 +90,7 @@ Result<json> EntitlementMoves::out(const std::string& name, const std::string& t
     log_info("entitlement fenced: it moves to another shard", {{"ENTITLEMENT", name}, {"TO", to}});
     moving_[*id] = {true, to, now};
   }
-  sched_.fence(*id, true);
+  fence(*id, true);
   // Written once, at the fence: asked again (a resumed move), the same document.
   Exported& x = exported_[name];
   if (x.text.empty()) {
@@ -186,7 +187,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
   EntitlementSpec spec = d.entitlement;
   spec.quota = std::max<size_t>(spec.quota, 1);
   TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(spec));
-  sched_.fence(id, true);  // before anything of it is here: nothing acts for it
+  fence(id, true);  // before anything of it is here: nothing acts for it
   moving_[id] = {false, from, now};
   auto undo = [&](Error e) -> Error {
     if (auto s = remove(id, "its move failed"); !s.ok())
@@ -210,6 +211,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
     alloc_.pin(*mid, m.state.pinned);
     broker_.expect(*mid, now + kArrivalUs);
   }
+  if (d.profile_roll && hooks_.adopt_roll) hooks_.adopt_roll(id, *d.profile_roll, ids);
   std::map<std::string, std::vector<TaskRecord>> tasks;
   for (const auto& t : d.tasks) {
     TaskRecord r = t.record;
@@ -280,7 +282,7 @@ void EntitlementMoves::open(const std::string& name, uint64_t now, rpc::ReplyFn 
         if (held.size() < count)
           log_warn("machines of a moved entitlement are held elsewhere: they are not this shard's",
                    {{"ENTITLEMENT", name}, {"WHY", why}});
-        sched_.fence(e, false);
+        fence(e, false);
         moving_.erase(at);
         hooks_.kick();
         log_info(
@@ -304,7 +306,7 @@ Status EntitlementMoves::remove(EntitlementId e, const char* why) {
     if (lending) lending->handed_over(machine);
   }
   broker_.forget_entitlement(e);
-  sched_.fence(e, false);
+  fence(e, false);
   TRY(hooks_.delete_entitlement(e));
   return hooks_.persist(jobs, {});
 }
@@ -347,7 +349,7 @@ Result<json> EntitlementMoves::unfence(const std::string& name) {
       return conflict("entitlement " + name + " is on its way here: drop it instead");
     moving_.erase(it);
     exported_.erase(name);
-    sched_.fence(*id, false);
+    fence(*id, false);
     hooks_.kick();
     log_info("a move rolled back: this shard acts for the entitlement again",
              {{"ENTITLEMENT", name}});
@@ -439,7 +441,7 @@ Status EntitlementMoves::load(uint64_t now) {
     // Under way: fenced until the front end that drives it says (export: either way;
     // release, here: open).
     moving_[*id] = {outgoing, outgoing ? m.to : m.from, now};
-    sched_.fence(*id, true);
+    fence(*id, true);
     if (!outgoing)
       for (MachineId mid = 0; mid < alloc_.machine_count(); ++mid)
         if (alloc_.entitlement_of(mid) == *id) broker_.expect(mid, now + kArrivalUs);

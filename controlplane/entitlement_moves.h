@@ -58,6 +58,12 @@ class EntitlementMoves {
     std::function<Status(MachineId, const char* why)> forget_machine;
     std::function<Lending*()> lending;
     std::function<void()> kick;  // a tick soon: what waited on the entitlement goes on
+    // Its host profile roll (profile_rolls.h): fenced with it, written out, taken in.
+    std::function<void(EntitlementId, bool)> fence_roll;
+    std::function<std::optional<ProfileRolls::Moved>(EntitlementId)> roll_of;
+    std::function<void(EntitlementId, const ProfileRolls::Moved&,
+                       const std::map<std::string, MachineId>&)>
+        adopt_roll;
   };
   EntitlementMoves(const CpConfig& cfg, Allocator& alloc, Broker& broker, Scheduler& sched,
                    Hooks hooks)
@@ -112,6 +118,11 @@ class EntitlementMoves {
   Result<nlohmann::json> drop(const std::string& name);
   Result<nlohmann::json> unfence(const std::string& name);
   MoveDoc document(EntitlementId e, uint64_t now) const;
+  // The scheduler's fence and the profile roll's, together.
+  void fence(EntitlementId e, bool on) {
+    sched_.fence(e, on);
+    if (hooks_.fence_roll) hooks_.fence_roll(e, on);
+  }
   // The machines that go with it: its own, and free ones still running its tasks.
   std::set<MachineId> machines_of(EntitlementId e) const;
   // Forgets the entitlement's jobs, machines and itself (`why` recorded for its machines).

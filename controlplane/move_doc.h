@@ -18,6 +18,7 @@
 #include "common/result.h"
 #include "controlplane/allocator.h"
 #include "controlplane/broker.h"
+#include "controlplane/profile_rolls.h"
 #include "controlplane/scheduler.h"
 
 namespace weft::cp {
@@ -42,6 +43,8 @@ struct MoveDoc {
     uint64_t age_us = 0;  // how long it has been in its state
   };
   std::vector<Task> tasks;
+  // A host profile roll under way over its machines (every name one of `machines`).
+  std::optional<ProfileRolls::Moved> profile_roll;
   uint64_t task_seq = 0;  // the old shard's task id sequence: the new one goes past it
 };
 

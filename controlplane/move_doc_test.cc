@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/rpc/protocol.h"
+#include "controlplane/profile_rolls.h"
 
 namespace weft::cp {
 namespace {
@@ -40,6 +41,10 @@ TEST(MoveDoc, AWrittenDocumentIsReadBackTheSame) {
   EXPECT_TRUE(d->tasks[1].record.ready);
   EXPECT_EQ(d->tasks[1].record.ports.at("http"), 20001);
   EXPECT_EQ(d->task_seq, 5u);
+  ASSERT_TRUE(d->profile_roll.has_value());
+  EXPECT_EQ(d->profile_roll->from, "old");
+  EXPECT_EQ(d->profile_roll->waiting, std::vector<std::string>{"m2"});
+  EXPECT_EQ(d->profile_roll->applying, std::vector<std::string>{"m1"});
   json again = move_doc_to_json(*d);
   auto back = parse_move_doc(again);
   ASSERT_TRUE(back.ok()) << back.error().str();
@@ -71,6 +76,8 @@ TEST(MoveDoc, WhatDoesNotHoldTogetherIsRefusedWithItsFieldNamed) {
        },
        "entitlement.grants"},
       {[](json& j) { j.erase("task_seq"); }, "task_seq"},
+      {[](json& j) { j["profile_roll"]["waiting"][0] = "m9"; }, "profile_roll.waiting[0]"},
+      {[](json& j) { j["profile_roll"]["pace"] = 0; }, "profile_roll.pace"},
       {[](json& j) { j = json::array(); }, "document"},
   };
   for (const auto& c : cases) {
@@ -140,6 +147,47 @@ TEST_F(Fence, AFencedEntitlementIsLeftAloneAndOthersAreNot) {
   sched_.fence(1, false);
   auto moved = sched_.machine_down(ids_[0], 5);
   EXPECT_EQ(moved.size(), 1u);
+}
+
+TEST(ProfileRollMove, HeldWhileFencedAndGoesOnWhereItWasWhenTakenIn) {
+  Allocator alloc;
+  Broker broker{alloc};
+  std::vector<MachineId> ids;
+  for (int d = 0; d < 2; ++d) {
+    MachineInfo info{"m" + std::to_string(d), "dc1", "rack" + std::to_string(d), "a", {4000, 8192}};
+    auto id = broker.register_machine(info, 0);
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(broker.health(info.id, "ok", 0).ok());
+    ids.push_back(*id);
+  }
+  broker.restore_entitlement(1, EntitlementSpec{"web", 2, "new", "", {}, {}});
+  for (MachineId m : ids) ASSERT_TRUE(alloc.assign(m, 1).ok());
+  ProfileRolls rolls{alloc, broker};
+  rolls.start(1, "old", 1);
+  auto first = rolls.advance();
+  ASSERT_EQ(first.size(), 1u);  // one machine at a time
+  rolls.fence(1, true);
+  ASSERT_TRUE(broker.profile_applied(alloc.spec(*first.begin()).name, "new").ok());
+  EXPECT_TRUE(rolls.advance().empty()) << "fenced: the roll waits";
+  auto name = [&alloc](MachineId m) { return alloc.spec(m).name; };
+  auto moved = rolls.moved(1, name);
+  ASSERT_TRUE(moved.has_value());
+  ASSERT_EQ(moved->applying.size(), 1u);
+  ASSERT_EQ(moved->waiting.size(), 1u);
+  // Taken in by another ProfileRolls (a shard with the same machines): the one waiting
+  // is held at the old profile, and the roll goes on from there.
+  rolls.forget(1);
+  ProfileRolls there{alloc, broker};
+  there.adopt(1, *moved, [&alloc](const std::string& n) -> std::optional<MachineId> {
+    for (MachineId m = 0; m < alloc.machine_count(); ++m)
+      if (alloc.spec(m).name == n) return m;
+    return std::nullopt;
+  });
+  ASSERT_TRUE(there.rolling(1));
+  MachineId waiting = *first.begin() == ids[0] ? ids[1] : ids[0];
+  EXPECT_TRUE(broker.profile_held(waiting));
+  EXPECT_EQ(there.advance(), std::set<MachineId>{waiting})
+      << "the applied one done, the next released";
 }
 
 TEST_F(Fence, AJobHandedOverCarriesOnWhereItWasWithNothingStarted) {

@@ -1,5 +1,7 @@
 #include "controlplane/profile_rolls.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace weft::cp {
@@ -25,6 +27,10 @@ std::set<MachineId> ProfileRolls::advance() {
   for (auto it = rolls_.begin(); it != rolls_.end();) {
     EntitlementId e = it->first;
     Roll& r = it->second;
+    if (fenced_.count(e)) {  // moving between shards: it goes on where it arrives
+      ++it;
+      continue;
+    }
     if (!broker_.entitlements().count(e)) {
       for (MachineId m : r.waiting) broker_.release_profile(m);
       it = rolls_.erase(it);
@@ -57,6 +63,31 @@ std::set<MachineId> ProfileRolls::advance() {
     ++it;
   }
   return released;
+}
+
+std::optional<ProfileRolls::Moved> ProfileRolls::moved(
+    EntitlementId e, const std::function<std::string(MachineId)>& machine_name) const {
+  auto it = rolls_.find(e);
+  if (it == rolls_.end()) return std::nullopt;
+  Moved m{it->second.from, it->second.pace, {}, {}};
+  for (MachineId id : it->second.waiting) m.waiting.push_back(machine_name(id));
+  for (MachineId id : it->second.applying) m.applying.push_back(machine_name(id));
+  return m;
+}
+
+void ProfileRolls::adopt(EntitlementId e, const Moved& m,
+                         const std::function<std::optional<MachineId>(const std::string&)>& id_of) {
+  forget(e);
+  Roll& r = rolls_[e];
+  r.from = m.from;
+  r.pace = std::max<size_t>(m.pace, 1);
+  for (const auto& name : m.waiting)
+    if (auto id = id_of(name); id && alloc_.entitlement_of(*id) == e) {
+      broker_.hold_profile(*id, m.from);
+      r.waiting.push_back(*id);
+    }
+  for (const auto& name : m.applying)
+    if (auto id = id_of(name); id && alloc_.entitlement_of(*id) == e) r.applying.insert(*id);
 }
 
 void ProfileRolls::forget(EntitlementId e) {

@@ -7,11 +7,14 @@
 // A state machine over the allocator (which machines an entitlement has) and the broker
 // (held profiles, what each machine applied): advance() is called every tick and returns
 // the machines it released, whose sidekicks the caller tells. Not stored: a control plane
-// that restarts mid-roll lets the remaining machines switch together.
+// that restarts mid-roll lets the remaining machines switch together. An entitlement that
+// moves to another shard takes its roll along (moved, adopt): it goes on there where it
+// was, and while the entitlement is fenced for the move it does not advance.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +38,25 @@ class ProfileRolls {
   // Forgets e's roll (e was removed), letting go of the machines it held.
   void forget(EntitlementId e);
   bool rolling(EntitlementId e) const { return rolls_.count(e) > 0; }
+  // A roll in machine names (the other shard's ids differ).
+  struct Moved {
+    std::string from;
+    size_t pace = 1;
+    std::vector<std::string> waiting;  // in turn
+    std::vector<std::string> applying;
+  };
+  std::optional<Moved> moved(EntitlementId e,
+                             const std::function<std::string(MachineId)>& machine_name) const;
+  // Takes a moved roll in for e (its machines already e's here): the waiting ones held at
+  // its old profile again. A name `id_of` does not know is left out.
+  void adopt(EntitlementId e, const Moved& r,
+             const std::function<std::optional<MachineId>(const std::string&)>& id_of);
+  void fence(EntitlementId e, bool on) {
+    if (on)
+      fenced_.insert(e);
+    else
+      fenced_.erase(e);
+  }
   // What entitlement.show says of it ({"done": true} when none).
   nlohmann::json status(EntitlementId e,
                         const std::function<std::string(MachineId)>& machine_name) const;
@@ -49,6 +71,7 @@ class ProfileRolls {
   const Allocator& alloc_;
   Broker& broker_;
   std::map<EntitlementId, Roll> rolls_;
+  std::set<EntitlementId> fenced_;  // moving to or from another shard: not advanced
 };
 
 }  // namespace weft::cp

@@ -177,6 +177,18 @@ Status Manager::load_moves() {
     };
     h.lending = [this] { return region_.lending.get(); };
     h.kick = [this] { kick(); };
+    h.fence_roll = [this](EntitlementId e, bool on) { profile_rolls_.fence(e, on); };
+    h.roll_of = [this](EntitlementId e) {
+      return profile_rolls_.moved(e, [this](MachineId m) { return machine_name(m); });
+    };
+    h.adopt_roll = [this](EntitlementId e, const ProfileRolls::Moved& r,
+                          const std::map<std::string, MachineId>& ids) {
+      profile_rolls_.adopt(e, r, [&ids](const std::string& name) -> std::optional<MachineId> {
+        auto it = ids.find(name);
+        if (it == ids.end()) return std::nullopt;
+        return it->second;
+      });
+    };
     region_.moves = std::make_unique<EntitlementMoves>(cfg_, alloc_, broker_, sched_, std::move(h));
   }
   TRY(region_.moves->load(now_us()));

@@ -1058,21 +1058,28 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
     // Where each entitlement may run: its home, and while it moves both of its shards.
     std::map<std::string, std::set<std::string>> may_hold;
     bool moving = false;
-    if (auto c = etcd::Client::create(etcd_->client_config()); c.ok()) {
-      if (auto kvs = (*c)->range_prefix("/region/machines/"); kvs.ok())
-        for (const auto& kv : *kvs)
-          if (auto h = parse_machine_holder(kv.key, kv.value); h.ok())
-            holder[kv.key.substr(std::string("/region/machines/").size())] = h->holder;
-      if (auto kvs = (*c)->range_prefix("/region/entitlements/"); kvs.ok())
-        for (const auto& kv : *kvs)
-          if (auto h = parse_entitlement_home(kv.key, kv.value); h.ok())
-            may_hold[kv.key.substr(std::string("/region/entitlements/").size())].insert(*h);
-      if (auto moves = read_moves(**c, "/region/"); moves.ok())
-        for (const auto& [e, m] : *moves) {
-          may_hold[e].insert({m.record.from, m.record.to});
-          moving = true;
+    // One read of the region's records a look (holders, homes, moves), at one revision.
+    if (auto c = etcd::Client::create(etcd_->client_config()); c.ok())
+      if (auto kvs = (*c)->range_prefix("/region/"); kvs.ok())
+        for (const auto& kv : *kvs) {
+          auto under = [&](const std::string& p, std::string* name) {
+            if (kv.key.rfind("/region/" + p, 0) != 0) return false;
+            *name = kv.key.substr(std::string("/region/").size() + p.size());
+            return true;
+          };
+          std::string name;
+          if (under("machines/", &name)) {
+            if (auto h = parse_machine_holder(kv.key, kv.value); h.ok()) holder[name] = h->holder;
+          } else if (under("entitlements/", &name)) {
+            if (auto h = parse_entitlement_home(kv.key, kv.value); h.ok())
+              may_hold[name].insert(*h);
+          } else if (under("moves/", &name)) {
+            if (auto m = parse_move(kv.key, kv.value); m.ok()) {
+              may_hold[name].insert({m->from, m->to});
+              moving = true;
+            }
+          }
         }
-    }
     healed = healed && !moving;
     auto world = Machine::snapshot();
     std::map<std::string, int> running;
@@ -1081,9 +1088,9 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
       for (const auto& t : m->running()) {
         std::string job = t.substr(0, t.find('.'));
         std::string index = t.substr(0, t.rfind('.'));
-        auto [it, fresh] = index_on.emplace(index, m->id());
-        EXPECT_TRUE(fresh) << index << " runs twice: on " << it->second << " and " << m->id()
-                           << " (seed " << seed << ")\n"
+        auto [it, fresh] = index_on.emplace(index, t + " on " + m->id());
+        EXPECT_TRUE(fresh) << index << " runs twice: " << it->second << " and " << t << " on "
+                           << m->id() << " (seed " << seed << ")\n"
                            << history;
         // A task runs only where its job's shard holds the machine (what the holder fence
         // and the leases promise: a machine lent elsewhere took nothing of it along).
@@ -1459,7 +1466,12 @@ TEST_F(RegionMove, AMoveInterruptedAtEachStepCompletesOrRollsBackOnItsOwn) {
     if (!hold.empty()) setenv("WEFT_TEST_MOVE_HOLD_AFTER", hold.c_str(), 1);
     at(6).start();
     unsetenv("WEFT_TEST_MOVE_HOLD_AFTER");
-    ASSERT_TRUE(wait_for(30, [&] { return fronts_reach_all(); }));
+    // Every role led again (etcd may have been restarted by the case before) and both
+    // front ends reaching them.
+    ASSERT_TRUE(wait_for(60, [&] {
+      heal();
+      return leader_of(0) && leader_of(2) && leader_of(4) && fronts_reach_all();
+    }));
   };
   for (const char* hold : {"out", "in", "decided", "open"}) {
     SCOPED_TRACE(hold);
