@@ -971,8 +971,13 @@ class RegionChaos : public Region {
     for (auto& r : all_) r->start();
   }
   void TearDown() override {
-    if (HasFailure())
-      for (auto& r : all_) std::cerr << "---- " << r->sock() << ":\n" << tail(r->log()) << "\n";
+    if (HasFailure()) {
+      // More of each log than other tests print: what a chaos run did is in all of them.
+      for (auto& r : all_)
+        std::cerr << "---- " << r->sock() << ":\n" << tail(r->log(), 40000) << "\n";
+      std::cerr << "---- the machines' daemons (UTC):\n";
+      for (auto& m : machines_) std::cerr << m->history();
+    }
     machines_.clear();
     all_.clear();
     Region::TearDown();

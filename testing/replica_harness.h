@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <string>
@@ -112,6 +114,7 @@ class Machine {
         last_error_ = r.error();
         if (r.error().code == rpc::kMoved) {
           *moved = r.error().leader;
+          note("sent by " + s + " to " + (moved->empty() ? "the brokers" : *moved));
           return false;
         }
         continue;
@@ -125,6 +128,7 @@ class Machine {
           registered_holder_ = (*r)["holder"].value("shard", "?") + "@" +
                                std::to_string((*r)["holder"].value("epoch", 0ull));
       }
+      note("registered at " + s + " (holder " + registered_holder() + ")");
       client_ = std::move(c).value();
       next_ = (next_ + i) % socks.size();
       connected_ = true;
@@ -208,6 +212,14 @@ class Machine {
     running_.merge(held_starts_);
     held_starts_.clear();
   }
+  // Where its daemon went and when (a test prints it when it fails): each registration
+  // and each "moved", the last 200.
+  std::string history() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    std::string out;
+    for (const auto& line : history_) out += "  " + id_ + " " + line + "\n";
+    return out;
+  }
   std::set<std::string> fences() const {
     std::lock_guard<std::recursive_mutex> g(world_mu_);
     return fences_;
@@ -232,6 +244,17 @@ class Machine {
   inline static std::recursive_mutex world_mu_;
   std::set<std::string> running_;
   std::set<std::string> held_starts_;
+  std::deque<std::string> history_;
+  void note(const std::string& what) {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    char stamp[32];
+    auto now = std::chrono::system_clock::now().time_since_epoch();
+    long long ms = std::chrono::duration_cast<std::chrono::milliseconds>(now).count();
+    std::snprintf(stamp, sizeof stamp, "%02lld:%02lld:%02lld.%03lld", (ms / 3600000) % 24,
+                  (ms / 60000) % 60, (ms / 1000) % 60, ms % 1000);
+    history_.push_back(std::string(stamp) + " " + what);
+    if (history_.size() > 200) history_.pop_front();
+  }
   bool hold_starts_ = false;
   int starts_ = 0;
   std::string registered_holder_;
