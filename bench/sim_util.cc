@@ -181,7 +181,12 @@ long rss_kib(pid_t pid) {
 }
 
 pid_t start_controlplane(const std::string& conf, const std::string& log) {
-  return testing::spawn_process({WEFT_CONTROLPLANE_BIN, "-c", conf}, {log});
+  testing::SpawnOptions o{log};
+  // An allocator measured against the one linked in, in the control plane alone (the
+  // simulator keeps its own): WEFT_BENCH_CP_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+  if (const char* preload = getenv("WEFT_BENCH_CP_PRELOAD"); preload && *preload)
+    o.env["LD_PRELOAD"] = preload;
+  return testing::spawn_process({WEFT_CONTROLPLANE_BIN, "-c", conf}, o);
 }
 
 bool wait_controlplane(const std::string& socket) {

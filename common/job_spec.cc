@@ -60,6 +60,33 @@ json task_run_params(const JobSpec& s, const std::string& task_id,
   return t;
 }
 
+std::string task_run_body(const JobSpec& s) {
+  json t = s.task.is_object() ? s.task : json::object();
+  t.erase("name");
+  t.erase("ports");
+  t["owner"] = "controlplane";
+  t["entitlement"] = s.entitlement;
+  return t.dump();
+}
+
+std::string task_run_text(std::string_view body, const std::string& task_id,
+                          const std::map<std::string, uint16_t>& ports, std::string_view extra) {
+  // body is a serialised object, never "{}" (it always has "owner"): its closing brace
+  // gives way to the task's own keys.
+  std::string out;
+  out.reserve(body.size() + task_id.size() + extra.size() + 16 + 24 * ports.size());
+  out.append(body.substr(0, body.size() - 1));
+  out += ",\"name\":";
+  out += json(task_id).dump();
+  if (!ports.empty()) {
+    out += ",\"ports\":";
+    out += json(ports).dump();
+  }
+  out += extra;
+  out += '}';
+  return out;
+}
+
 Result<JobSpec> parse_job_spec(const json& j) {
   if (!j.is_object()) return field_error("job", "must be an object");
   for (const auto& [k, v] : j.items()) {

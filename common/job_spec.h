@@ -100,4 +100,15 @@ std::string make_task_id(const std::string& job, int index, uint64_t seq);
 nlohmann::json task_run_params(const JobSpec& s, const std::string& task_id,
                                const std::map<std::string, uint16_t>& ports = {});
 
+// The same parameters as text, made per job and not per task: the body every task of a
+// job shares (its task spec serialised once, without "name" and "ports"), then each
+// task's own keys spliced in: its id and its ports (the task's, or else the job's).
+// task_run_text(task_run_body(s), id, ports.empty() ? s.ports : ports) parses to
+// task_run_params(s, id, ports); `extra` is more keys of the same object, already
+// serialised and each led by a comma (`,"holder":"s1","epoch":3`), or empty.
+std::string task_run_body(const JobSpec& s);
+std::string task_run_text(std::string_view body, const std::string& task_id,
+                          const std::map<std::string, uint16_t>& ports,
+                          std::string_view extra = {});
+
 }  // namespace weft

@@ -170,5 +170,35 @@ TEST(JobSpec, PortsAndDiscoveryDrain) {
   EXPECT_EQ(parse_job_spec(bad).error().field, "task.readiness.port");
 }
 
+// The control plane's per-job text is the same object as the per-task JSON, with a
+// region's holder keys spliced in, and the agent's validator takes it.
+TEST(JobSpec, TaskRunTextIsTaskRunParams) {
+  json j{{"name", "web"},
+         {"entitlement", "e1"},
+         {"count", 2},
+         {"ports", {{"http", 0}, {"admin", 9100}}},
+         {"task", {{"argv", {"/bin/echo", "a \"quoted\" word", "ünïcode"}}, {"user", "nobody"}}}};
+  auto s = parse_job_spec(j);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  std::string body = task_run_body(*s);
+  std::map<std::string, uint16_t> mine{{"http", 20005}, {"admin", 9100}};
+  EXPECT_EQ(json::parse(task_run_text(body, "web.1.7", mine)),
+            task_run_params(*s, "web.1.7", mine));
+  EXPECT_EQ(json::parse(task_run_text(body, "web.1.7", s->ports)), task_run_params(*s, "web.1.7"));
+  json fenced = json::parse(task_run_text(body, "web.0.3", mine, R"(,"holder":"s1","epoch":3)"));
+  EXPECT_EQ(fenced["holder"], "s1");
+  EXPECT_EQ(fenced["epoch"], 3);
+  EXPECT_EQ(fenced["name"], "web.0.3");
+  EXPECT_TRUE(parse_task_spec(json::parse(task_run_text(body, "web.0.3", mine))).ok());
+  // A job without ports: no "ports" key at all.
+  json plain = j;
+  plain.erase("ports");
+  auto p = parse_job_spec(plain);
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  json run = json::parse(task_run_text(task_run_body(*p), "web.0.1", {}));
+  EXPECT_FALSE(run.contains("ports"));
+  EXPECT_EQ(run, task_run_params(*p, "web.0.1"));
+}
+
 }  // namespace
 }  // namespace weft

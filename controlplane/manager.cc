@@ -346,17 +346,20 @@ void Manager::dispatch(const std::vector<Command>& cmds) {
       return params;
     };
     if (c.kind == Command::Kind::kStart) {
-      session->call(
-          "task.run", holder.is_null() ? c.spec : fenced(c.spec), [this, task](Result<json> r) {
-            if (r.ok()) return;
-            const Error& e = r.error();
-            // The session went away or timed out: the start is resent when the machine
-            // reports again. A duplicate name: that task runs already (a resend).
-            if (e.code == rpc::kUnavailable || e.code == rpc::kTimeout || e.code == rpc::kConflict)
-              return;
-            log_warn("the machine refused to start a task", {{"TASK", task}, {"ERROR", e.str()}});
-            start_refused(task, e, e.code == rpc::kInvalidParams);
-          });
+      // The job's body serialised once, this task's keys spliced in (no JSON built here).
+      std::string extra;
+      if (!holder.is_null())
+        extra = ",\"holder\":" + holder["shard"].dump() + ",\"epoch\":" + holder["epoch"].dump();
+      session->call_serialized("task.run", c.run_text(extra), [this, task](Result<json> r) {
+        if (r.ok()) return;
+        const Error& e = r.error();
+        // The session went away or timed out: the start is resent when the machine
+        // reports again. A duplicate name: that task runs already (a resend).
+        if (e.code == rpc::kUnavailable || e.code == rpc::kTimeout || e.code == rpc::kConflict)
+          return;
+        log_warn("the machine refused to start a task", {{"TASK", task}, {"ERROR", e.str()}});
+        start_refused(task, e, e.code == rpc::kInvalidParams);
+      });
     } else if (c.kind == Command::Kind::kPrefetch) {
       MachineId m = c.machine;
       uint64_t generation = c.spec.value("generation", uint64_t{0});

@@ -1,5 +1,6 @@
 #include "controlplane/scheduler.h"
 
+#include "common/log.h"
 #include "common/rpc/protocol.h"
 
 #include <algorithm>
@@ -37,8 +38,13 @@ bool Scheduler::refused(const TaskRecord& t, const Job& j) {
 }
 
 Command Scheduler::start_cmd(const Job& j, const TaskRecord& t) const {
-  return Command{Command::Kind::kStart, t.machine, t.id,
-                 weft::task_run_params(j.spec, t.id, t.ports)};
+  if (!j.run_body || j.run_body_generation != j.generation) {
+    j.run_body = std::make_shared<const std::string>(weft::task_run_body(j.spec));
+    j.run_body_generation = j.generation;
+  }
+  Command c{Command::Kind::kStart, t.machine, t.id, {}, j.run_body, {}};
+  c.ports = t.ports.empty() ? j.spec.ports : t.ports;
+  return c;
 }
 
 std::vector<TaskRecord> Scheduler::tasks_of(const std::string& job) const {
@@ -549,6 +555,12 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
     }
     if (t.state == TaskState::kRunning ||
         (t.state == TaskState::kStarting && now - t.since_us > kStartGraceUs)) {
+      log_info("task lost: its machine's report lacks it",
+               {{"TASK", t.id},
+                {"STATE", task_state_name(t.state)},
+                {"MACHINE", std::to_string(m)},
+                {"REPORTED", std::to_string(rep.size())},
+                {"SINCE_MS", std::to_string((now - t.since_us) / 1000)}});
       set_state(t, TaskState::kLost);
       t.since_us = now;
       o.replace_ids.push_back(t.id);
@@ -650,6 +662,9 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool pre
   std::set<std::string> stopped_jobs;
   for_machine(m, [&](TaskRecord& t) {
     if (live(t.state)) {
+      log_info(
+          "task lost: its machine is down",
+          {{"TASK", t.id}, {"STATE", task_state_name(t.state)}, {"MACHINE", std::to_string(m)}});
       set_state(t, TaskState::kLost);
       t.since_us = now;
       lost.push_back(t.id);

@@ -20,9 +20,11 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -87,7 +89,16 @@ struct Command {
   enum class Kind { kStart, kStop, kPrefetch } kind;
   MachineId machine;
   std::string task_id;
-  nlohmann::json spec;  // for kStart: the agent task spec, its name set to the task id
+  nlohmann::json spec;  // kPrefetch: what to fetch
+  // kStart: the job's task.run body, serialised once per job and generation and shared
+  // by its starts (weft::task_run_body), and this task's ports.
+  std::shared_ptr<const std::string> body;
+  std::map<std::string, uint16_t> ports;
+  // kStart: the task.run parameters (`extra`: more keys, see weft::task_run_text).
+  std::string run_text(std::string_view extra = {}) const {
+    return weft::task_run_text(body ? *body : std::string("{}"), task_id, ports, extra);
+  }
+  nlohmann::json run_params() const { return nlohmann::json::parse(run_text()); }
 };
 
 // How long a rolling update waits for a machine to fetch the new image before it stops
@@ -336,6 +347,9 @@ class Scheduler {
     // wait) until the deadline. Not stored: after a restart the update just rolls.
     std::set<MachineId> prefetching;
     uint64_t prefetch_deadline_us = 0;
+    // task.run's body for this generation (start_cmd), made at the first start.
+    mutable std::shared_ptr<const std::string> run_body;
+    mutable uint64_t run_body_generation = 0;
   };
   // One reported task (report_list, report_changes), and what the report led to.
   struct Observed {

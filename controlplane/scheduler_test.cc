@@ -80,8 +80,8 @@ TEST_F(Sched, CreatePlacesAndReportsMakeTasksRunning) {
   std::set<MachineId> machines;
   for (const auto& cmd : *c) {
     EXPECT_EQ(cmd.kind, Command::Kind::kStart);
-    EXPECT_EQ(cmd.spec["name"], cmd.task_id);
-    EXPECT_EQ(cmd.spec["argv"][0], "/bin/sleep");
+    EXPECT_EQ(cmd.run_params()["name"], cmd.task_id);
+    EXPECT_EQ(cmd.run_params()["argv"][0], "/bin/sleep");
     machines.insert(cmd.machine);
   }
   EXPECT_EQ(machines.size(), 3u);  // spread: one per rack
@@ -258,7 +258,7 @@ TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
     EXPECT_LE(count_kind(next, Command::Kind::kStop), 1);
     for (const auto& cmd : next) {
       if (cmd.kind == Command::Kind::kStart) {
-        EXPECT_EQ(cmd.spec["argv"][1], "1000");
+        EXPECT_EQ(cmd.run_params()["argv"][1], "1000");
       }
     }
     sent.insert(sent.end(), next.begin(), next.end());
@@ -692,7 +692,7 @@ TEST_F(Sched, ARefusedSpecFailsAtOnceAndWaitsForAnUpdate) {
   for (const auto& cmd : *u)
     if (cmd.kind == Command::Kind::kStart && sched_.tasks().at(cmd.task_id).index == 0) {
       ++starts_for_0;
-      EXPECT_EQ(cmd.spec["user"], "nobody");
+      EXPECT_EQ(cmd.run_params()["user"], "nobody");
     }
   EXPECT_EQ(starts_for_0, 1);
 }

@@ -136,9 +136,9 @@ TEST(Ports, TheSchedulerStartsEachTaskWithItsPorts) {
   std::set<MachineId> where;
   for (const auto& c : *cmds) {
     where.insert(c.machine);
-    ASSERT_TRUE(c.spec.contains("ports")) << c.spec.dump();
-    EXPECT_EQ(c.spec["ports"]["admin"], 9100);
-    uint16_t http = c.spec["ports"]["http"].get<uint16_t>();
+    ASSERT_TRUE(c.run_params().contains("ports")) << c.run_text();
+    EXPECT_EQ(c.run_params()["ports"]["admin"], 9100);
+    uint16_t http = c.run_params()["ports"]["http"].get<uint16_t>();
     EXPECT_GE(http, 20000);
     EXPECT_LE(http, 20009);
     const TaskRecord& t = s.tasks().at(c.task_id);
