@@ -67,6 +67,7 @@ void GroupCommit::commit_soon() {
   group_ = {};
   bool covers = std::exchange(covers_rewrite_, false);
   ++in_flight_;
+  in_flight_opened_us_ = started_us_;
   uint64_t t0 = mono_us();
   store_.commit_batch_async(loop_,
                             [this, epoch, group = std::move(group), covers, t0](Status st) mutable {

@@ -89,6 +89,13 @@ class GroupCommit {
   bool held() const { return held_; }
   // Groups sent and not yet answered (pipelining stores).
   size_t in_flight() const { return in_flight_; }
+  // Since when (the monotonic clock, µs) the oldest output still held has waited for its
+  // group to commit; 0 when none waits. A store slow to take a group holds every reply,
+  // and a machine daemon with its report unanswered sends no other: its silence then is
+  // the control plane's own (Manager::check_machines).
+  uint64_t waiting_since_us() const {
+    return in_flight_ > 0 ? in_flight_opened_us_ : store_.in_batch() ? started_us_ : 0;
+  }
   uint64_t failures() const { return failures_; }
   const metrics::Histogram& seconds() const { return seconds_; }
 
@@ -113,6 +120,7 @@ class GroupCommit {
   // rewrite of its keys (any write after the failure: persist writes unsaved()) commits.
   bool blocked_ = false, covers_rewrite_ = false;
   uint64_t started_us_ = 0, failure_logged_us_ = 0, failures_ = 0;
+  uint64_t in_flight_opened_us_ = 0;  // when the group in flight was opened
   Source commit_, deadline_, retry_;
   metrics::Histogram seconds_;
 };

@@ -1,6 +1,10 @@
 #include "controlplane/group_commit.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include "common/clock.h"
 
 namespace weft::cp {
 namespace {
@@ -252,6 +256,50 @@ TEST(GroupCommitPipelined, TheNextGroupFillsWhileOneIsInFlightAndFailuresHoldWha
   group->commit();
   EXPECT_EQ(group->in_flight(), 0u);
   EXPECT_FALSE(gate.held());
+}
+
+// What Manager::check_machines excuses: while a group etcd has not answered holds the
+// replies, how long the oldest has waited (from its group's opening, not its sending),
+// through the next group filling meanwhile; nothing once all is released.
+TEST(GroupCommitPipelined, TheOldestHeldOutputIsTimedUntilItsGroupCommits) {
+  auto loop = EventLoop::create().value();
+  FakeAsyncWrites store;
+  rpc::OutputGate gate;
+  GroupCommit::Hooks hooks;
+  hooks.rewrite = [] { return true; };
+  hooks.deposed = [](const std::string&) {};
+  hooks.committed = [](uint64_t, bool) {};
+  GroupCommit group(*loop, store, gate, GroupCommit::Options{true, 20'000, 10'000}, hooks);
+  auto spin = [&](const std::function<bool()>& done) {
+    for (int i = 0; i < 2000 && !done(); ++i) ASSERT_TRUE(loop->run_once(1000).ok());
+    ASSERT_TRUE(done());
+  };
+  EXPECT_EQ(group.waiting_since_us(), 0u);
+  uint64_t before = now_monotonic_us();
+  ASSERT_TRUE(group.open().ok());
+  Written a, b;
+  a.tasks.insert("a");
+  b.tasks.insert("b");
+  group.wrote(a);
+  uint64_t opened = group.waiting_since_us();
+  EXPECT_GE(opened, before);
+  EXPECT_LE(opened, now_monotonic_us());
+  spin([&] { return store.sent.size() == 1; });  // in flight: etcd does not answer
+  usleep(30'000);
+  ASSERT_TRUE(group.open().ok());  // a newer group fills meanwhile
+  group.wrote(b);
+  EXPECT_EQ(group.waiting_since_us(), opened) << "the group in flight is the oldest";
+  EXPECT_GE(now_monotonic_us() - group.waiting_since_us(), 30'000u);
+  auto first = std::move(store.sent[0]);
+  store.sent.clear();
+  first(Status{});  // the first commits: the newer group's output is the oldest waiting
+  EXPECT_GT(group.waiting_since_us(), opened);
+  spin([&] { return store.sent.size() == 1; });
+  auto second = std::move(store.sent[0]);
+  store.sent.clear();
+  second(Status{});
+  EXPECT_FALSE(gate.held());
+  EXPECT_EQ(group.waiting_since_us(), 0u);
 }
 
 }  // namespace

@@ -465,7 +465,14 @@ std::string Manager::prepare_failure(MachineId m) const {
 
 std::vector<MachineId> Manager::check_machines(uint64_t now) {
   // While etcd refuses the groups, every reply waits: the machines cannot be heard out.
-  if (group_->held()) broker_.excuse_silence_until(now);
+  // So too while it is slow to take one (it died, say, and the commit has not failed
+  // yet): each daemon's report waits for its answer and the daemon sends nothing else,
+  // so that silence is no sign of a dead machine (a leader dying with etcd once declared
+  // machines dead this way, and its successor started their tasks a second time).
+  uint64_t waiting = group_->waiting_since_us();
+  if (group_->held() ||
+      (waiting != 0 && now > waiting && now - waiting > cfg_.broker.heartbeat_interval_us))
+    broker_.excuse_silence_until(now);
   if (auto held = rounds_.held_up(now)) {
     broker_.excuse_silence_until(now);
     log_warn("this control plane was held up; the machines' silence meanwhile is not counted",
