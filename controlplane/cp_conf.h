@@ -20,7 +20,7 @@ namespace weft::cp {
 struct StoreConfig {
   std::string kind = "sqlite";
   EtcdStoreConfig etcd;     // endpoints, TLS files, prefix, max_txn_ops, timeout
-  int64_t lease_ttl_s = 3;  // the leader's lease: a dead leader is replaced within it
+  int64_t lease_ttl_s = 2;  // the leader's lease: a dead leader is replaced within it
   std::string advertise;    // this replica's address as followers name it (default: listen)
 };
 

@@ -5,7 +5,7 @@
 // holds it, and campaigns the moment it is deleted (or absent):
 // it takes a lease of `ttl_s` seconds and creates the key with it in one transaction
 // ("create revision is 0", so only one replica can succeed). The winner keeps the lease
-// alive every ttl/3; the key's create revision is its fence (EtcdStore::fence). When a
+// alive every ttl/6; the key's create revision is its fence (EtcdStore::fence). When a
 // keepalive says the lease is gone, or none succeeded for ttl minus a margin (etcd may
 // expire it any moment), the leadership is lost for good: the daemon must stop. A
 // replica that stops cleanly revokes its lease, so a follower takes over at once instead
@@ -29,7 +29,7 @@ struct LeaderConfig {
   etcd::Config etcd;
   std::string key;       // "<prefix>leader"
   std::string identity;  // what followers tell clients: this replica's "host:port"
-  int64_t ttl_s = 3;
+  int64_t ttl_s = 2;
 };
 
 class Leadership {
@@ -39,8 +39,14 @@ class Leadership {
   Leadership(const Leadership&) = delete;
   Leadership& operator=(const Leadership&) = delete;
 
-  bool leading() const { return leading_.load() && !lost_.load(); }
-  bool lost() const { return lost_.load(); }
+  bool leading() const { return leading_.load() && !lost(); }
+  // Lost for good: the thread said so, or it is past the moment it must have renewed the
+  // lease by (TTL minus the margin after the last keepalive that succeeded), even while
+  // its thread still waits on etcd: a keepalive blocked up to its timeout must not keep
+  // a leader acting past the earliest moment etcd may expire its lease.
+  bool lost() const {
+    return lost_.load() || (leading_.load() && now_us() >= valid_until_us_.load());
+  }
   // The election key's create revision when this replica won (the fence).
   int64_t revision() const { return revision_.load(); }
   // The leader's identity as last read ("" when none or unknown).
@@ -59,8 +65,11 @@ class Leadership {
   LeaderConfig cfg_;
   std::atomic<bool> leading_{false}, lost_{false}, stop_{false};
   std::atomic<int64_t> revision_{0};
+  static uint64_t now_us();
+  uint64_t margin_us() const;
   int64_t lease_ = 0;
-  uint64_t last_kept_us_ = 0;  // when the last successful keepalive was sent
+  uint64_t last_kept_us_ = 0;                // when the last successful keepalive was sent
+  std::atomic<uint64_t> valid_until_us_{0};  // last_kept_us_ + TTL - margin
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string leader_, lost_reason_;

@@ -4,13 +4,19 @@
 #include "controlplane/state_store.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
 
 #include <filesystem>
 #include <map>
 
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/strings.h"
 #include "controlplane/etcd_store.h"
+#include "controlplane/leader.h"
 #include "testing/etcd_server.h"
 
 namespace weft::cp {
@@ -463,6 +469,52 @@ TEST_P(Stores, MaintenanceAndAuditAreKept) {
   EXPECT_EQ((*a)[0].target, "j3");
   EXPECT_EQ((*a)[1].target, "j4");
   EXPECT_LT((*a)[0].seq, (*a)[1].seq);
+}
+
+// A leader whose etcd stops answering is lost by TTL minus the margin after its last
+// keepalive that succeeded, even while its thread waits on a keepalive that etcd will
+// never answer: never past the earliest moment etcd may expire the lease (the safety
+// argument of docs/replicas.md). Deterministic: once the clock read before asking is
+// past that bound, lost() must say so.
+TEST(Leadership, IsLostByItsDeadlineEvenWhileAKeepaliveWaitsOnEtcd) {
+  weft::testing::EtcdServer server;
+  ASSERT_EQ(server.error(), "");
+  LeaderConfig cfg;
+  cfg.etcd = server.client_config(2000);
+  cfg.key = "/deadline/leader";
+  cfg.identity = "me";
+  cfg.ttl_s = 2;
+  auto l = Leadership::start(cfg);
+  ASSERT_TRUE(l.ok()) << l.error().str();
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!(*l)->leading() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE((*l)->leading());
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // keepalives succeed
+  ASSERT_TRUE((*l)->leading());
+  pid_t etcd = server.pid();
+  ASSERT_GT(etcd, 0);
+  uint64_t stopped = now_monotonic_us();
+  ASSERT_EQ(::kill(etcd, SIGSTOP), 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{etcd};
+  const uint64_t bound = 2'000'000 - 333'333;  // TTL minus the margin (TTL/6)
+  bool seen_past_bound = false;
+  while (now_monotonic_us() - stopped < 5'000'000) {
+    uint64_t t = now_monotonic_us();
+    bool lost = (*l)->lost();
+    if (t - stopped >= bound) {
+      EXPECT_TRUE(lost) << "still leading " << (t - stopped) / 1000 << " ms after etcd stopped";
+      seen_past_bound = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(seen_past_bound);
+  EXPECT_FALSE((*l)->leading());
+  EXPECT_NE((*l)->lost_reason().find("no keepalive"), std::string::npos) << (*l)->lost_reason();
 }
 
 // Fencing: once the leader key this store was fenced on is gone (its lease expired, a

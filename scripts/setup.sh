@@ -9,7 +9,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
-  libsystemd-dev libsqlite3-dev sqlite3
+  libsystemd-dev libsqlite3-dev sqlite3 libjemalloc-dev
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libnl-3-dev libnl-route-3-dev libnl-genl-3-dev
   libgtest-dev
@@ -29,7 +29,7 @@ if [ "${1:-}" = "--test" ]; then
     qemu-system-x86 mmdebstrap e2fsprogs
     clang-format
     libfuzzer-14-dev libclang-rt-14-dev
-    gnuplot-nox
+    gnuplot-nox libmimalloc2.0
     etcd-server etcd-client
     docker-registry
     chromium zsh bash-completion cpio

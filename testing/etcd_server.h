@@ -91,6 +91,7 @@ class EtcdServer {
       members_[k].pid = -1;
     }
   }
+  pid_t pid(size_t i = 0) const { return members_.at(i).pid; }
   // Started again on its data (after kill()); waits until the cluster serves.
   void start(size_t i = SIZE_MAX) {
     for (size_t k = 0; k < members_.size(); ++k)
