@@ -605,9 +605,9 @@ Result<json> Manager::job_create_resolved(const json& p, const CallContext& c) {
   TRY_ASSIGN(JobSpec spec, job_from_params(p));
   TRY(may_change_jobs(caller(c), spec.entitlement_id));
   TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
-  auto placed = alloc_.placement(spec.name);
-  std::set<MachineId> ms(placed.begin(), placed.end());
-  if (auto s = persist({spec.name}, ms); !s.ok()) {
+  // The job's row and its tasks' (a machine's row changes only when the machine changes
+  // pool, which the allocator reports itself: not one row per machine it placed on).
+  if (auto s = persist({spec.name}, {}); !s.ok()) {
     sched_.abandon(spec.name);  // not durable: not created, nothing was sent
     return std::move(s).error();
   }
@@ -637,9 +637,7 @@ Result<json> Manager::job_op(const std::string& op, const json& p, const CallCon
     cmds = sched_.stop(name, now_us());
   }
   if (!cmds.ok()) return cmds.error();
-  auto placed = alloc_.placement(name);
-  std::set<MachineId> ms(placed.begin(), placed.end());
-  TRY(persist({name}, ms));
+  TRY(persist({name}, {}));
   send(*cmds);
   if (op == "update") {
     if (control_) control_->round();  // a new controller, or new operations: at once

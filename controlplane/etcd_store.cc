@@ -445,16 +445,32 @@ void EtcdStore::set_row(const std::string& job, int bucket, const std::string& i
 }
 
 Status EtcdStore::put_task(const TaskRecord& t) {
-  json row{{"index", t.index},
-           {"generation", t.generation},
-           {"machine", t.machine},
-           {"state", task_state_name(t.state)},
-           {"since_wall_us", wall_of(t.since_us)},
-           {"message", t.message},
-           {"held", t.held}};
-  if (!t.ports.empty()) row["ports"] = task_ports_json(t.ports);
+  // The row written straight, without a JSON document per task (the hot path of a job's
+  // creation: 36 rows a job); the same object the restore reads.
+  std::string row;
+  row.reserve(160 + t.message.size());
+  row += "{\"index\":";
+  row += std::to_string(t.index);
+  row += ",\"generation\":";
+  row += std::to_string(t.generation);
+  row += ",\"machine\":";
+  row += std::to_string(t.machine);
+  row += ",\"state\":\"";
+  row += task_state_name(t.state);
+  row += "\",\"since_wall_us\":";
+  row += std::to_string(wall_of(t.since_us));
+  row += ",\"message\":";
+  row += t.message.empty() ? std::string("\"\"")
+                           : json(t.message).dump(-1, ' ', false, json::error_handler_t::replace);
+  row += ",\"held\":";
+  row += t.held ? "true" : "false";
+  if (!t.ports.empty()) {
+    row += ",\"ports\":";
+    row += task_ports_json(t.ports).dump();
+  }
+  row += '}';
   int bucket = t.index / kTasksPerKey;
-  set_row(t.job, bucket, t.id, row.dump(-1, ' ', false, json::error_handler_t::replace));
+  set_row(t.job, bucket, t.id, std::move(row));
   // The bucket's value is made when the group is sent (flush), from the rows then.
   return add({Op::Kind::kPut, bucket_key(t.job, bucket), std::string(kLazy), {}, 0});
 }
