@@ -345,7 +345,8 @@ std::optional<json> Session::handle_message(const json& msg) {
   }
   const std::string& method = method_it->get_ref<const std::string&>();
   auto params_it = msg.find("params");
-  json params = params_it != msg.end() && !params_it->is_null() ? *params_it : json::object();
+  static const json kNoParams = json::object();
+  const json& params = params_it != msg.end() && !params_it->is_null() ? *params_it : kNoParams;
   if (!params.is_object() && !params.is_array()) {
     if (is_notification) return std::nullopt;
     return error_reply(id,
@@ -422,6 +423,13 @@ void Session::call(const std::string& method, json params, ReplyFn on_reply) {
 void Session::notify(const std::string& method, json params) {
   if (params.is_null()) params = json::object();
   send_json(json{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}});
+}
+
+void Session::notify_serialized(const std::string& method, const std::string& params) {
+  std::string line = "{\"jsonrpc\":\"2.0\",\"method\":" + json(method).dump() + ",\"params\":";
+  line += params;
+  line += "}\n";
+  send_line(std::move(line));
 }
 
 void Session::send_json(const json& msg) {

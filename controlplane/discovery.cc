@@ -105,6 +105,7 @@ void Discovery::on_ack(MachineId m, const Result<json>& r) {
 
 namespace {
 constexpr uint64_t kServicePushUs = 20'000;
+constexpr uint64_t kAckedPushUs = 1'000'000;
 }  // namespace
 
 void Discovery::recompute() {
@@ -114,7 +115,10 @@ void Discovery::recompute() {
   for (const auto& job : jobs) {
     auto spec = sched_.job(job);
     if (!spec) {
-      for (auto& t : table_.erase(job)) left_[t] = {table_.version(), 0, now};
+      for (auto& t : table_.erase(job)) {
+        left_[t] = {table_.version(), 0, now};
+        withdrawn_ = true;
+      }
       continue;
     }
     const auto& ents = broker_.entitlements();
@@ -126,7 +130,10 @@ void Discovery::recompute() {
           auto a = addresses_.find(m);
           return a == addresses_.end() ? std::string() : a->second;
         });
-    for (auto& t : table_.set(job, s)) left_[t] = {table_.version(), spec->discovery_drain_us, now};
+    for (auto& t : table_.set(job, s)) {
+      left_[t] = {table_.version(), spec->discovery_drain_us, now};
+      withdrawn_ = true;
+    }
   }
   // What left and was not stopped by the control plane (it ended by itself) is
   // forgotten after a while; a stop of it later needs no withdrawal (it is withdrawn).
@@ -258,10 +265,45 @@ void Discovery::push() {
   ServiceUpdate u = table_.update_since(pushed_);
   pushed_ = table_.version();
   std::string msg = to_json(u).dump(-1, ' ', false, json::error_handler_t::replace);  // once
+  // Acknowledged when a stop may wait on it (it withdraws an endpoint, or stops are
+  // held), and at least every kAckedPushUs; else a notification: a fleet's answers to
+  // every push of new endpoints (one per agent, 50 pushes a second while jobs start)
+  // cost the control plane as much as the pushes. The next acknowledged push (or the
+  // sync below) brings every agent's acknowledged version up to date.
+  bool acked = withdrawn_ || table_.held() > 0 || now - last_acked_push_us_ >= kAckedPushUs;
+  if (acked) {
+    withdrawn_ = false;
+    last_acked_push_us_ = now;
+  } else {
+    arm_sync(now);
+  }
   for (const auto& [machine, s] : sessions_) {
     MachineId m = machine;  // (a structured binding cannot be captured before C++20's clang 16)
-    s->call_serialized("service.update", msg, [this, m](Result<json> r) { on_ack(m, r); });
+    if (acked)
+      s->call_serialized("service.update", msg, [this, m](Result<json> r) { on_ack(m, r); });
+    else
+      s->notify_serialized("service.update", msg);
   }
+}
+
+void Discovery::arm_sync(uint64_t now) {
+  if (sync_.active()) return;
+  auto t = loop_.add_timer_at(std::max(now, last_acked_push_us_ + kAckedPushUs), [this] {
+    sync_.reset();
+    // Nothing pushed with an answer since: the agents behind are asked for their version
+    // with an update that changes nothing (the version they hold, no job).
+    if (now_monotonic_us() - last_acked_push_us_ < kAckedPushUs || !live_) return;
+    last_acked_push_us_ = now_monotonic_us();
+    ServiceUpdate u;
+    u.version = pushed_;
+    std::string msg = to_json(u).dump();
+    for (const auto& [machine, s] : sessions_) {
+      MachineId m = machine;
+      if (table_.acked(m) < pushed_)
+        s->call_serialized("service.update", msg, [this, m](Result<json> r) { on_ack(m, r); });
+    }
+  });
+  if (t.ok()) sync_ = std::move(t).value();
 }
 
 void Discovery::release_stops() {

@@ -72,6 +72,7 @@ class Discovery {
   void recompute();
   void push();
   void push_soon(uint64_t now);  // at the end of this iteration, at most every 20 ms
+  void arm_sync(uint64_t now);   // an acknowledged push within a second of a notified one
   void release_stops();
   void arm_timer();
   void note_timed_out(const std::vector<std::string>& tasks);
@@ -107,7 +108,9 @@ class Discovery {
   std::vector<Watcher> watchers_;
   // push at the end of this loop iteration (or a bit later); recompute likewise; the
   // held stops' deadline; going live; the watchers' expiry.
-  Source push_soon_, recompute_soon_, timer_, live_timer_, watch_timer_;
+  Source push_soon_, recompute_soon_, timer_, live_timer_, watch_timer_, sync_;
+  bool withdrawn_ = false;           // an endpoint left since the last acknowledged push
+  uint64_t last_acked_push_us_ = 0;  // monotonic
 };
 
 }  // namespace weft::cp

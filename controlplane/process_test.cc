@@ -713,6 +713,20 @@ TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
   };
   for (int i = 0; i < 500 && !(has(a, 2) && has(b, 2)); ++i) pump();
   ASSERT_TRUE(has(a, 2) && has(b, 2));
+  // New endpoints are pushed without asking for an answer; within a second an answered
+  // push (or the sync) brings each agent's acknowledged version up to the table's.
+  bool caught_up = false;
+  json listed;
+  for (int i = 0; i < 200 && !caught_up; ++i) {
+    pump();
+    auto ls = call("service.ls", json::object());
+    if (!ls.ok()) continue;
+    listed = *ls;
+    caught_up = listed["agents"].size() == 2;
+    for (const auto& agent : listed["agents"])
+      caught_up = caught_up && agent["version"] == listed["version"];
+  }
+  EXPECT_TRUE(caught_up) << listed.dump();
 
   // A blocking watch from the job's index answers only once the job changes.
   uint64_t index = shown["index"].get<uint64_t>();

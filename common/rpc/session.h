@@ -158,6 +158,8 @@ class Session {
   // sessions is serialised once.
   void call_serialized(const std::string& method, const std::string& params, ReplyFn on_reply);
   void notify(const std::string& method, json params);
+  // The same notification with params already serialised (one message to many sessions).
+  void notify_serialized(const std::string& method, const std::string& params);
   void close();
   // Closes the session once what it has to say (the reply being made included) is sent:
   // a peer told to go elsewhere hears why first.
