@@ -10,7 +10,9 @@
 #   BASELINE=/tmp/prev/build bench/etcd_store.sh 5000 1000 36
 # ALLOCATORS="glibc jemalloc mimalloc" runs this build's control plane once per malloc
 # (LD_PRELOAD of Debian's libjemalloc2 / libmimalloc2.0 into the control plane alone;
-# "glibc": none, or whatever the binary links), STORES="etcd" one store only.
+# "glibc": none, or whatever the binary links), STORES="etcd" one store only, DAEMONS=1
+# one session a machine instead of three (10,000 machines under a 20,000-descriptor
+# limit).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 builds=("$here/build")
@@ -22,7 +24,7 @@ start_etcd "$dir"
 port=$etcd_port
 common=(--machines "$machines" --jobs "$jobs" --tasks "$tasks" --clients 8 --rest 2
         --phases register,rest,create --machine-cpu-milli 64000 --machine-mem-mb 262144
-        --domain-size 20 --task-cpu-milli 100 --task-mem-mb 64)
+        --domain-size 20 --task-cpu-milli 100 --task-mem-mb 64 --daemons "${DAEMONS:-3}")
 lib=/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 variants=()
 for b in "${builds[@]}"; do
@@ -49,6 +51,6 @@ for store in ${STORES:-sqlite etcd}; do
       extra=(--cp-config "$(printf '[store]\nkind = "etcd"\netcd_endpoints = ["http://127.0.0.1:%s"]\netcd_prefix = "/run%s/"\netcd_max_txn_ops = 4096\n' "$port" "$n")")
     fi
     echo "== $store, $b${alloc:+, $alloc}"
-    "$b/bench/fleet_sim" "${common[@]}" "${extra[@]}" | grep -E "fleet_sim:|create|jobs/s" || true
+    "$b/bench/fleet_sim" "${common[@]}" "${extra[@]}" | grep -E "fleet_sim:|^rest|create|jobs/s" || true
   done
 done

@@ -137,6 +137,37 @@ TEST_F(Sched, MissingFromReportIsLostAndFailedIsReplaced) {
   EXPECT_EQ(count_kind(late, Command::Kind::kStart), 1);
 }
 
+// A whole report is merged with the machine's tasks in id order: a task it should run
+// and lacks is lost, one it runs that is not ours is stopped, a readiness change is seen,
+// and tasks as on record cost nothing, wherever they fall in the order.
+TEST_F(Sched, AWholeReportIsMergedWithTheMachinesTasks) {
+  auto c = sched_.create(spec("web", static_cast<int>(ids_.size()) * 3), 0);
+  ASSERT_TRUE(c.ok());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, *c), 1);
+  MachineId m = (*c)[0].machine;
+  auto mine = running_on(m, *c);
+  ASSERT_GE(mine.size(), 3u);
+  auto it = mine.begin();
+  std::string first = it->first, second = std::next(it)->first, last = mine.rbegin()->first;
+  EXPECT_TRUE(sched_.report(m, mine, 2).empty()) << "as on record: nothing to do";
+  auto report = mine;
+  report.erase(second);                       // lacks one in the middle
+  report[first] = TaskState::kRunning;        // not ready any more
+  report["aaa.0.1"] = TaskState::kRunning;    // not ours, before every id of its own
+  report["web.zzz.9"] = TaskState::kRunning;  // not ours, after them
+  auto r = sched_.report(m, report, 3);
+  std::set<std::string> stopped;
+  for (const auto& cmd : r)
+    if (cmd.kind == Command::Kind::kStop) stopped.insert(cmd.task_id);
+  EXPECT_EQ(stopped, (std::set<std::string>{"aaa.0.1", "web.zzz.9"}));
+  EXPECT_EQ(count_kind(r, Command::Kind::kStart), 1) << "the lost task's replacement";
+  EXPECT_EQ(sched_.tasks().at(second).state, TaskState::kLost);
+  EXPECT_EQ(sched_.tasks().at(first).state, TaskState::kRunning);
+  EXPECT_FALSE(sched_.tasks().at(first).ready);
+  EXPECT_TRUE(sched_.tasks().at(last).ready);
+  EXPECT_EQ(sched_.tasks().at(last).state, TaskState::kRunning);
+}
+
 TEST_F(Sched, DestructiveOperationsAreRateLimited) {
   auto c = sched_.create(spec("web", 6), 0);  // one per machine
   ASSERT_TRUE(c.ok());
