@@ -294,9 +294,7 @@ Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
   if (reports_.running_means_ready.count(m)) {
     auto ready = [](TaskState s) { return s == TaskState::kRunning ? TaskState::kReady : s; };
     if (whole) {
-      weft::TaskList list = last.tasks;
-      for (auto& e : list) e.second = ready(e.second);
-      cmds = sched_.report_list(m, list, now, &forget, &report.failures);
+      cmds = sched_.report_list(m, last.tasks, now, &forget, &report.failures, true);
     } else {
       for (auto& e : applied)
         if (e.second) e.second = ready(*e.second);

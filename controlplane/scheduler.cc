@@ -537,7 +537,8 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
 
 std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& rep, uint64_t now,
                                             std::vector<std::string>* forget,
-                                            const weft::TaskFailures* failures) {
+                                            const weft::TaskFailures* failures,
+                                            bool running_is_ready) {
   if (machine_fenced(m)) return {};
   Observed o;
   o.failures = failures;
@@ -547,24 +548,30 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
   // would change nothing), so a machine at rest costs a walk, not a lookup a task: with
   // 200 tasks a machine and a million in all, the lookups were most of the whole-list
   // check (issue 46's C1M profile).
-  std::vector<const std::pair<std::string, TaskState>*> changed;
+  std::vector<std::pair<const std::string*, TaskState>> changed;
   std::vector<TaskRecord*> missing;
   static const std::map<std::string, TaskRecord*> kNone;
   auto mt = machine_tasks_.find(m);
   const auto& mine = mt == machine_tasks_.end() ? kNone : mt->second;
   auto at = mine.begin();
-  for (const auto& entry : rep) {
-    while (at != mine.end() && at->first < entry.first) missing.push_back((at++)->second);
-    if (at != mine.end() && at->first == entry.first) {
+  for (const auto& [id, reported] : rep) {
+    TaskState state =
+        running_is_ready && reported == TaskState::kRunning ? TaskState::kReady : reported;
+    int order = 1;  // one comparison a step (ids share their job's prefix)
+    while (at != mine.end() && (order = at->first.compare(id)) < 0) {
+      missing.push_back((at++)->second);
+      order = 1;
+    }
+    if (order == 0) {
       const TaskRecord& r = *(at++)->second;
-      bool steady = r.state == TaskState::kRunning && weft::task_present_on_machine(entry.second) &&
-                    r.ready == (entry.second == TaskState::kReady);
+      bool steady = r.state == TaskState::kRunning && weft::task_present_on_machine(state) &&
+                    r.ready == (state == TaskState::kReady);
       if (steady) continue;
     }
-    changed.push_back(&entry);
+    changed.emplace_back(&id, state);
   }
   while (at != mine.end()) missing.push_back((at++)->second);
-  for (const auto* e : changed) observe(m, e->first, e->second, now, &o, forget);
+  for (const auto& [id, state] : changed) observe(m, *id, state, now, &o, forget);
   // Tasks this machine should run but did not report.
   for (TaskRecord* missed : missing) {
     TaskRecord& t = *missed;

@@ -193,9 +193,12 @@ class Scheduler {
   // A task that failed before its program ran (`setup`) with the reason its index's
   // last kSetupFailuresHeld tasks failed with would fail the same way again: it is held,
   // as a refused spec is, until the job's spec changes.
+  // `running_is_ready`: the machine's "running" means ready (a daemon that does not
+  // report readiness), read so without a copy of its list.
   std::vector<Command> report_list(MachineId m, const weft::TaskList& tasks, uint64_t now_us,
                                    std::vector<std::string>* forget = nullptr,
-                                   const weft::TaskFailures* failures = nullptr);
+                                   const weft::TaskFailures* failures = nullptr,
+                                   bool running_is_ready = false);
   // A machine's changes since its last report (weft::apply_task_changes's result): the
   // tasks named are handled as in report_list; tasks not named are as they were, and a
   // task that should run here but is missing is found by the next full report.
