@@ -42,10 +42,15 @@ std::string Leadership::leader() const {
 std::string Leadership::lost_reason() const {
   std::lock_guard<std::mutex> g(mu_);
   if (!lost_reason_.empty() || !lost()) return lost_reason_;
-  uint64_t since = now_us() - valid_until_us_.load() +
-                   static_cast<uint64_t>(cfg_.ttl_s) * 1'000'000 - margin_us();
-  return "no keepalive of the leadership lease succeeded for " + std::to_string(since / 1000) +
-         " ms (etcd may expire it any moment)";
+  return no_keepalive_for(now_us() - valid_until_us_.load() + ttl_us() - margin_us());
+}
+
+std::string Leadership::no_keepalive_for(uint64_t us) {
+  return "no keepalive of the leadership lease succeeded for " + std::to_string(us / 1000) + " ms";
+}
+
+uint64_t Leadership::ttl_us() const {
+  return static_cast<uint64_t>(cfg_.ttl_s) * 1'000'000;
 }
 
 uint64_t Leadership::now_us() {
@@ -53,7 +58,7 @@ uint64_t Leadership::now_us() {
 }
 
 uint64_t Leadership::margin_us() const {
-  return std::max<uint64_t>(static_cast<uint64_t>(cfg_.ttl_s) * 1'000'000 / 6, 300'000);
+  return std::max<uint64_t>(ttl_us() / 6, 300'000);
 }
 
 void Leadership::sleep_us(uint64_t us) {
@@ -124,7 +129,7 @@ void Leadership::campaign(etcd::Client& c) {
       if (won.ok() && won->succeeded) {
         lease_ = *lease;
         last_kept_us_ = t0;
-        valid_until_us_ = t0 + static_cast<uint64_t>(cfg_.ttl_s) * 1'000'000 - margin_us();
+        valid_until_us_ = t0 + ttl_us() - margin_us();
         revision_ = won->revision;
         {
           std::lock_guard<std::mutex> g(mu_);
@@ -142,28 +147,24 @@ void Leadership::campaign(etcd::Client& c) {
 }
 
 void Leadership::keep(etcd::Client& c) {
-  const uint64_t ttl_us = static_cast<uint64_t>(cfg_.ttl_s) * 1'000'000;
   uint64_t t0 = now_monotonic_us();
   // Past the deadline already (lost() says so): a keepalive that succeeds now does not
   // undo it (the daemon may have seen it and stepped down).
-  if (t0 >= valid_until_us_.load())
-    return lose("no keepalive of the leadership lease succeeded for " +
-                std::to_string((t0 - last_kept_us_) / 1000) + " ms");
+  if (t0 >= valid_until_us_.load()) return lose(no_keepalive_for(t0 - last_kept_us_));
   auto left = c.lease_keepalive(lease_);
-  if (left.ok() && *left > 0) {
-    last_kept_us_ = t0;
-    valid_until_us_ = t0 + ttl_us - margin_us();
-  }
-  if (left.ok() && *left == 0) return lose("the leadership lease expired");
   // etcd counts the TTL from when it received the keepalive, which is after t0: acting
   // on until t0 + ttl - margin stays inside the lease whatever the clocks' rates.
-  if (now_monotonic_us() - last_kept_us_ > ttl_us - margin_us())
-    return lose("no keepalive of the leadership lease succeeded for " +
-                std::to_string((now_monotonic_us() - last_kept_us_) / 1000) + " ms" +
+  if (left.ok() && *left > 0) {
+    last_kept_us_ = t0;
+    valid_until_us_ = t0 + ttl_us() - margin_us();
+  }
+  if (left.ok() && *left == 0) return lose("the leadership lease expired");
+  if (uint64_t now = now_monotonic_us(); now >= valid_until_us_.load())
+    return lose(no_keepalive_for(now - last_kept_us_) +
                 (left.ok() ? std::string() : ": " + left.error().str()));
   // Every sixth of the TTL: several tries fit before the margin, and the lease a killed
   // leader leaves expires within TTL/6 of the TTL after the kill (docs/replicas.md).
-  sleep_us(left.ok() ? ttl_us / 6 : 100'000);
+  sleep_us(left.ok() ? ttl_us() / 6 : 100'000);
 }
 
 }  // namespace weft::cp

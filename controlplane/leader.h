@@ -66,6 +66,8 @@ class Leadership {
   std::atomic<bool> leading_{false}, lost_{false}, stop_{false};
   std::atomic<int64_t> revision_{0};
   static uint64_t now_us();
+  static std::string no_keepalive_for(uint64_t us);
+  uint64_t ttl_us() const;
   uint64_t margin_us() const;
   int64_t lease_ = 0;
   uint64_t last_kept_us_ = 0;                // when the last successful keepalive was sent

@@ -142,19 +142,6 @@ Status Manager::start_replica() {
 
 Status Manager::restore_state() {
   TRY_CTX(store_->restore(alloc_, broker_, sched_, now_us()), "restoring the control plane state");
-  // What each job came back with (debug: a term's start is where a lost write shows).
-  for (const auto& j : sched_.persisted_jobs()) {
-    std::map<std::string, int> by_state;
-    for (const TaskRecord* t : sched_.task_refs_of(j.spec.name))
-      ++by_state[task_state_name(t->state)];
-    std::string states;
-    for (const auto& [state, n] : by_state)
-      states += (states.empty() ? "" : " ") + state + "=" + std::to_string(n);
-    log_debug("job restored", {{"JOB", j.spec.name},
-                               {"GENERATION", std::to_string(j.generation)},
-                               {"COUNT", std::to_string(j.spec.count)},
-                               {"TASKS", states.empty() ? "none" : states}});
-  }
   if (store_->secrets_stale()) {
     // Rows written before the key, or under a rotated-out key: every job again, sealed
     // with the current key.

@@ -24,6 +24,16 @@ constexpr uint64_t kStartGraceUs = 60'000'000;
 // A start its machine has not reported after this long is sent again (the machine was
 // offline when it was due, or the command was lost); the agent refuses a duplicate name.
 constexpr uint64_t kStartResendUs = 5'000'000;
+// The tasks a machine's loss (or its report) declared lost, for one log line: the first
+// 20 by id and state, and how many in all (a machine may run hundreds).
+struct LostNote {
+  std::string named;
+  size_t count = 0;
+  void add(const TaskRecord& t) {
+    if (++count <= 20)
+      named += (named.empty() ? "" : ", ") + t.id + " (" + task_state_name(t.state) + ")";
+  }
+};
 }  // namespace
 
 Error Scheduler::moving_error() {
@@ -550,6 +560,7 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
   // check (issue 46's C1M profile).
   std::vector<std::pair<const std::string*, TaskState>> changed;
   std::vector<TaskRecord*> missing;
+  LostNote lost;
   static const std::map<std::string, TaskRecord*> kNone;
   auto mt = machine_tasks_.find(m);
   const auto& mine = mt == machine_tasks_.end() ? kNone : mt->second;
@@ -583,12 +594,7 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
     }
     if (t.state == TaskState::kRunning ||
         (t.state == TaskState::kStarting && now - t.since_us > kStartGraceUs)) {
-      log_info("task lost: its machine's report lacks it",
-               {{"TASK", t.id},
-                {"STATE", task_state_name(t.state)},
-                {"MACHINE", std::to_string(m)},
-                {"REPORTED", std::to_string(rep.size())},
-                {"SINCE_MS", std::to_string((now - t.since_us) / 1000)}});
+      lost.add(t);
       set_state(t, TaskState::kLost);
       t.since_us = now;
       o.replace_ids.push_back(t.id);
@@ -598,6 +604,12 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
       o.rolled.insert(t.job);
     }
   }
+  if (lost.count > 0)
+    log_info("tasks lost: their machine's report lacks them",
+             {{"MACHINE", std::to_string(m)},
+              {"REPORTED", std::to_string(rep.size())},
+              {"LOST", std::to_string(lost.count)},
+              {"TASKS", lost.named}});
   return finish_report(o, now);
 }
 
@@ -688,11 +700,10 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool pre
   if (machine_fenced(m)) return out;
   std::vector<std::string> lost;
   std::set<std::string> stopped_jobs;
+  LostNote noted;
   for_machine(m, [&](TaskRecord& t) {
     if (live(t.state)) {
-      log_info(
-          "task lost: its machine is down",
-          {{"TASK", t.id}, {"STATE", task_state_name(t.state)}, {"MACHINE", std::to_string(m)}});
+      noted.add(t);
       set_state(t, TaskState::kLost);
       t.since_us = now;
       lost.push_back(t.id);
@@ -702,6 +713,10 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool pre
       stopped_jobs.insert(t.job);
     }
   });
+  if (!lost.empty())
+    log_info("tasks lost: their machine is down", {{"MACHINE", std::to_string(m)},
+                                                   {"LOST", std::to_string(noted.count)},
+                                                   {"TASKS", noted.named}});
   for (const auto& id : lost) replace(id, now, &out, prepaid);
   for (const auto& job : stopped_jobs) {
     auto more = after_stopped(job, now);
