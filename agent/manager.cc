@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "agent/init/argv.h"
 #include "agent/runtime.h"
@@ -36,6 +37,23 @@ int64_t now_us() {
 void crash_point(const char* point) {
   static const char* want = std::getenv("WEFT_AGENT_CRASH_AT");
   if (want && std::strcmp(want, point) == 0) ::raise(SIGKILL);
+}
+
+// Fault injection for the start's undo test: WEFT_AGENT_FAIL_AT=<point>[#N] makes a
+// start fail at that point the Nth time one reaches it (the first without #N), as a
+// kernel refusing that step would.
+Status fail_point(const char* point) {
+  static const char* want = std::getenv("WEFT_AGENT_FAIL_AT");
+  static long reached = 0;
+  if (!want) return {};
+  std::string_view w(want);
+  long nth = 1;
+  if (auto hash = w.find('#'); hash != std::string_view::npos) {
+    nth = std::strtol(want + hash + 1, nullptr, 10);
+    w = w.substr(0, hash);
+  }
+  if (w != point || ++reached != nth) return {};
+  return make_error(std::string("injected failure at ") + point + " (WEFT_AGENT_FAIL_AT)");
 }
 
 }  // namespace
@@ -488,41 +506,64 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   raw->start_phases = {{"validate", now_monotonic_us() - began_us}};
   Status s = start_incarnation(*raw, sandbox ? &*sandbox : nullptr);
   if (!s.ok()) {
-    // Nothing half-made survives a failed start: no cgroup, no state, no row.
-    (void)cgroups_->remove_task(raw->id);
-    (void)remove_tree(task_state_dir(raw->id));
-    (void)erase(raw->id);
-    images_->release(raw->id);
-    tasks_.erase(raw->id);
+    // Nothing half-made survives a failed start: start_incarnation unmade its cgroup,
+    // namespace and sandbox; the task's row and directory go here.
+    forget_unstarted(raw->id);
     return std::move(s).error();
   }
   for (const auto& w : raw->warnings) log_warn(w, {{"TASK_ID", raw->id}});
   return raw;
 }
 
-Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
-  uint64_t began_us = now_us();
-  // Whatever happens below, a sandbox given here is used or ended.
-  struct EndUnused {
-    Manager* m;
-    Sandbox* s;
-    ~EndUnused() {
-      if (s && s->pidfd.valid()) m->sandboxes_->discard(*s);
-    }
-  } end_unused{this, sandbox};
-  if (t.incarnation > 0) t.start_phases.clear();  // a restart: this start's phases only
-  uint64_t phase_us = now_monotonic_us();
-  auto phase = [&](const char* name) {
-    uint64_t now = now_monotonic_us();
-    t.start_phases.emplace_back(name, now - phase_us);
-    phase_us = now;
-  };
-  TRY_ASSIGN(LimitPlan plan,
-             plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
-  if (!have_local(t)) {  // evicted while the task was not running (not held): again
-    begin_fetch(t);
-    return {};
+void Manager::forget_unstarted(const std::string& id) {
+  (void)remove_tree(task_state_dir(id));
+  (void)erase(id);
+  images_->release(id);
+  tasks_.erase(id);
+}
+
+namespace {
+
+// The one way back from a start that failed part-way: what the start made is unmade,
+// newest first, and a sandbox it was given and did not use is ended (its cgroup, which
+// is the task's, with it). Disarmed by done() once weft-init runs the task.
+class StartUndo {
+ public:
+  StartUndo(CgroupTree& cgroups, SandboxPool& sandboxes, std::string id, Sandbox* sandbox)
+      : cgroups_(cgroups), sandboxes_(sandboxes), id_(std::move(id)), sandbox_(sandbox) {}
+  StartUndo(const StartUndo&) = delete;
+  StartUndo& operator=(const StartUndo&) = delete;
+  ~StartUndo() {
+    if (!done_) unwind();
   }
+  // This start made the task's cgroup (not a sandbox's).
+  void made_cgroup() { cgroup_ = true; }
+  // The sandbox could not take the task: ended now (with its cgroup), before the start
+  // makes a cgroup of the same name.
+  void end_sandbox() {
+    if (sandbox_ && sandbox_->pidfd.valid()) sandboxes_.discard(*sandbox_);
+    sandbox_ = nullptr;
+  }
+  void done() { done_ = true; }
+
+ private:
+  void unwind() {
+    end_sandbox();
+    if (cgroup_) (void)cgroups_.remove_task(id_);
+  }
+  CgroupTree& cgroups_;
+  SandboxPool& sandboxes_;
+  std::string id_;
+  Sandbox* sandbox_;
+  bool cgroup_ = false, done_ = false;
+};
+
+}  // namespace
+
+Result<IncarnationPlan> Manager::plan_incarnation(Task& t) {
+  IncarnationPlan plan;
+  TRY_ASSIGN(plan.limits,
+             plan_limits(t.spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
   StartInputs in;
   in.spec = &t.spec;
   in.policy = &start_policy_;
@@ -530,24 +571,54 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   in.package = t.package ? &*t.package : nullptr;
   in.layers_root = images_->layers_root();
   in.task_dir = task_state_dir(t.id);
-  TRY_ASSIGN(StartPlan sp, plan_start(in));
-  const std::optional<OverlayRoot>& overlay = sp.overlay;
-  const TaskSpec& run_spec = sp.run_spec;
-  TRY_ASSIGN(Identity ident, identity_of(&t, run_spec, overlay ? &sp.image_roots : nullptr));
-  t.identity = ident;
-  if (overlay) TRY(make_overlay_dirs(*overlay));
-  const std::vector<std::string>& bind_sources = sp.bind_sources;
-  Fd files;
-  if (!run_spec.files.empty()) {
-    TRY_ASSIGN(Fd made, files_memfd(run_spec));
-    files = std::move(made);
-  }
-  bool bridged = run_spec.ns.network == NetworkMode::kBridge;
-  if (bridged) {
+  TRY_ASSIGN(plan.start, plan_start(in));
+  const TaskSpec& run_spec = plan.start.run_spec;
+  TRY_ASSIGN(plan.identity,
+             identity_of(&t, run_spec, plan.start.overlay ? &plan.start.image_roots : nullptr));
+  plan.bridged = run_spec.ns.network == NetworkMode::kBridge;
+  if (plan.bridged) {
     TRY(refuse_without_bridge(run_spec));
     if (t.bridge_addr == 0) {
       TRY_ASSIGN(t.bridge_addr, bridge_->addresses().take(t.id));
     }
+  }
+  return plan;
+}
+
+std::vector<std::string> Manager::incarnation_argv(const Task& t, const IncarnationPlan& plan,
+                                                   bool lo_up) const {
+  const StartPlan& sp = plan.start;
+  return init_argv(sp.run_spec, plan.identity,
+                   InitStart{t.incarnation, sp.overlay ? &*sp.overlay : nullptr, sp.bind_sources,
+                             lo_up, journal_fields(t), cfg_.journald_socket});
+}
+
+Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
+  uint64_t began_us = now_us();
+  // Whatever happens below, a sandbox given here is used or ended, and what this start
+  // made is unmade unless weft-init runs the task.
+  StartUndo undo(*cgroups_, *sandboxes_, t.id, sandbox);
+  if (t.incarnation > 0) t.start_phases.clear();  // a restart: this start's phases only
+  uint64_t phase_us = now_monotonic_us();
+  auto phase = [&](const char* name) {
+    uint64_t now = now_monotonic_us();
+    t.start_phases.emplace_back(name, now - phase_us);
+    phase_us = now;
+  };
+  if (!have_local(t)) {  // evicted while the task was not running (not held): again
+    begin_fetch(t);
+    return {};
+  }
+  // ---- decided: nothing is made above this line
+  TRY_ASSIGN(IncarnationPlan plan, plan_incarnation(t));
+  t.identity = plan.identity;
+  const StartPlan& sp = plan.start;
+  // ---- made
+  if (sp.overlay) TRY(make_overlay_dirs(*sp.overlay));
+  Fd files;
+  if (!sp.run_spec.files.empty()) {
+    TRY_ASSIGN(Fd made, files_memfd(sp.run_spec));
+    files = std::move(made);
   }
   t.incarnation++;
   t.state = TaskState::kStarting;
@@ -562,21 +633,35 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   ::unlink((dir + "/exit").c_str());
   if (sandbox) {
     // The sandbox's cgroup is the task's: only its limits are left to write.
-    Status applied = cgroups_->apply_limits(t.id, plan.apply);
-    if (!applied.ok()) {
-      sandboxes_->discard(*sandbox);
-      return std::move(applied).error().wrap("set the task's limits");
-    }
+    TRY_CTX(cgroups_->apply_limits(t.id, plan.limits.apply), "set the task's limits");
   } else {
-    TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
+    TRY_CTX(cgroups_->create_task(t.id, plan.limits.apply), "create cgroup");
+    undo.made_cgroup();
   }
   crash_point("start.cgroup");
+  TRY(fail_point("start.cgroup"));
   phase("cgroup");
   Fd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dirfd.valid()) {
-    Error e = sys_error("open " + dir);
-    (void)cgroups_->remove_task(t.id);
-    return e;
+  if (!dirfd.valid()) return sys_error("open " + dir);
+  if (sandbox) {
+    // weft-init is there already, in the task's namespaces: it is handed the task (the
+    // sandbox brought its loopback up while it waited).
+    TRY(fail_point("start.handoff"));
+    Status handed = hand_off(*sandbox, incarnation_argv(t, plan, /*lo_up=*/true), dirfd.get(),
+                             files.valid() ? files.get() : -1);
+    if (handed.ok()) {
+      ++handoffs_;
+      crash_point("start.spawned");
+      phase("handoff");
+      undo.done();
+      return started(t, sandbox->pid, std::move(sandbox->pidfd), began_us, phase_us);
+    }
+    // Gone (killed, or the message did not fit): the usual start, with the same id.
+    log_warn("a sandbox made ahead could not take the task; starting it the usual way",
+             {{"TASK_ID", t.id}, {"ERROR", handed.error().str()}});
+    undo.end_sandbox();
+    TRY_CTX(cgroups_->create_task(t.id, plan.limits.apply), "create cgroup");
+    undo.made_cgroup();
   }
   SpawnRequest req;
   req.init_path = cfg_.init_path;
@@ -587,52 +672,22 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   req.new_uts = t.spec.ns.uts;
   req.new_ipc = t.spec.ns.ipc;
   req.new_net = t.spec.ns.own_network();
-  if (sandbox) {
-    // weft-init is there already, in the task's namespaces: it is handed the task.
-    std::vector<std::string> argv =
-        init_argv(run_spec, ident,
-                  InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
-                            /*lo_up=*/true,  // the sandbox brought its loopback up while it waited
-                            journal_fields(t), cfg_.journald_socket});
-    Status handed = hand_off(*sandbox, argv, dirfd.get(), files.valid() ? files.get() : -1);
-    if (handed.ok()) {
-      ++handoffs_;
-      crash_point("start.spawned");
-      phase("handoff");
-      return started(t, sandbox->pid, std::move(sandbox->pidfd), began_us, phase_us);
-    }
-    // Gone (killed, or the message did not fit): the usual start, with the same id.
-    log_warn("a sandbox made ahead could not take the task; starting it the usual way",
-             {{"TASK_ID", t.id}, {"ERROR", handed.error().str()}});
-    sandboxes_->discard(*sandbox);
-    TRY_CTX(cgroups_->create_task(t.id, plan.apply), "create cgroup");
-  }
   Fd netns;
   if (req.new_net) {
-    auto ns = task_netns(t, bridged);
-    if (!ns.ok()) {
-      (void)cgroups_->remove_task(t.id);
-      return std::move(ns).error();
-    }
-    netns = std::move(ns).value();
-    if (bridged) phase("bridge");
+    TRY_ASSIGN(netns, task_netns(t, plan.bridged));
+    if (plan.bridged) phase("bridge");
     if (netns.valid()) {
       req.new_net = false;  // the child enters this one
       req.netns_fd = netns.get();
     }
   }
-  req.init_argv = init_argv(run_spec, ident,
-                            InitStart{t.incarnation, overlay ? &*overlay : nullptr, bind_sources,
-                                      netns.valid(), journal_fields(t), cfg_.journald_socket});
+  req.init_argv = incarnation_argv(t, plan, netns.valid());
   req.files_fd = files.valid() ? files.get() : -1;
-  auto spawned = spawn_init(req);
-  if (!spawned.ok()) {
-    (void)cgroups_->remove_task(t.id);
-    return std::move(spawned).error();
-  }
+  TRY(fail_point("start.spawn"));
+  TRY_ASSIGN(Spawned spawned, spawn_init(req));
   crash_point("start.spawned");
   phase("spawn");
-  if (spawned->used == SpawnRequest::Mode::kFork && req.mode != SpawnRequest::Mode::kFork &&
+  if (spawned.used == SpawnRequest::Mode::kFork && req.mode != SpawnRequest::Mode::kFork &&
       !warned_fork_start_) {
     warned_fork_start_ = true;
     log_warn(
@@ -641,7 +696,8 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
         "write, about 15 ms slower each",
         {});
   }
-  return started(t, spawned->pid, std::move(spawned->pidfd), began_us, phase_us);
+  undo.done();
+  return started(t, spawned.pid, std::move(spawned.pidfd), began_us, phase_us);
 }
 
 Result<Fd> Manager::task_netns(Task& t, bool bridged) {
@@ -964,10 +1020,7 @@ void Manager::on_fetched(const std::string& id, bool package, Result<image::Loca
   images_->hold(t.id, *img);
   if (!have_local(t)) return begin_fetch(t);  // the package after the image
   Status s = start_incarnation(t);
-  if (!s.ok()) {
-    (void)cgroups_->remove_task(t.id);
-    fail_task(t, "start failed: " + s.error().str());
-  }
+  if (!s.ok()) fail_task(t, "start failed: " + s.error().str());
 }
 
 void Manager::fail_task(Task& t, std::string reason) {

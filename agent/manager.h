@@ -74,6 +74,14 @@ struct Task : TaskRecord {
   std::vector<std::pair<const char*, uint64_t>> start_phases;
 };
 
+// What one incarnation's start decided before anything was made (Manager::plan_incarnation).
+struct IncarnationPlan {
+  LimitPlan limits;      // the cgroup's writes
+  StartPlan start;       // the spec under its image, its root, its bind mounts' sources
+  Identity identity;     // who its main process runs as
+  bool bridged = false;  // its network namespace is made here and plugged into the bridge
+};
+
 class Manager {
  public:
   // `fs` is the cgroup filesystem (real in production).
@@ -128,9 +136,23 @@ class Manager {
 
   // Lifecycle.
   Result<Task*> create_task(TaskSpec spec);
-  // With `sandbox` (the task's first start, the sandbox whose id it has), the task is
-  // handed to that weft-init instead of a new one; it is used up either way.
+  // A task that never started (its first start failed): its row, directory, image hold
+  // and entry go, as if it had not been asked for.
+  void forget_unstarted(const std::string& id);
+  // Everything an incarnation's start decides before it makes anything: every refusal
+  // (limits, the spec under the machine's policy, identity, bridge) comes from here with
+  // nothing made; what it holds for the task (its own uid, its bridge address) is the
+  // task's until it is removed, as at any start.
+  Result<IncarnationPlan> plan_incarnation(Task& t);
+  // Carries the plan out: records the task "starting", then makes its directory, cgroup,
+  // network namespace and weft-init. On a failure part-way, one undo path (StartUndo in
+  // manager.cc) unmakes what this start made, newest first. With `sandbox` (the task's
+  // first start, the sandbox whose id it has), the task is handed to that weft-init
+  // instead of a new one; it is used up either way.
   Status start_incarnation(Task& t, Sandbox* sandbox = nullptr);
+  // weft-init's arguments for this incarnation (`lo_up`: its loopback is up already).
+  std::vector<std::string> incarnation_argv(const Task& t, const IncarnationPlan& plan,
+                                            bool lo_up) const;
   // The network namespace a task with one of its own enters: one made ahead (NetnsPool)
   // or, for a bridge task, one made now and plugged into the bridge; an invalid Fd when
   // none is ready for a task without a bridge (the child then makes its own).

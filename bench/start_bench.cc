@@ -542,6 +542,7 @@ class Bench {
       for (Side side : {kCli, kApi, kCrun}) {
         std::vector<double> out(static_cast<size_t>(conc));
         wait_until_idle();
+        uint64_t burst0 = now_monotonic_us();
         std::vector<std::thread> th;
         std::barrier sync(conc);
         for (int i = 0; i < conc; ++i) {
@@ -555,6 +556,10 @@ class Bench {
           });
         }
         for (auto& t : th) t.join();
+        if (marks_)
+          std::fprintf(stderr, "life burst %s: %.6f,%.6f\n", names[side],
+                       static_cast<double>(burst0) / 1e6,
+                       static_cast<double>(now_monotonic_us()) / 1e6);
         for (double t : out)
           if (t < 0) die(std::string(names[side]) + ": a task did not run to its end");
         many[side].insert(many[side].end(), out.begin(), out.end());

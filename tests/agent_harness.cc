@@ -180,15 +180,18 @@ void AgentHarness::append_config(const std::string& lines) {
   ASSERT_TRUE(write_file(config_, *text + "\n" + lines + "\n").ok());
 }
 
-void AgentHarness::start(const std::string& crash_at) {
+void AgentHarness::start(const std::string& crash_at, const std::string& fail_at) {
   ASSERT_LT(pid_, 0) << "agent already running";
   testing::SpawnOptions o;
   o.log = dir_ + "/agent.log";
   o.unset_env = {"INVOCATION_ID"};
-  if (!crash_at.empty())
-    o.env["WEFT_AGENT_CRASH_AT"] = crash_at;
-  else
-    o.unset_env.push_back("WEFT_AGENT_CRASH_AT");
+  for (const auto& [var, value] :
+       {std::pair{"WEFT_AGENT_CRASH_AT", crash_at}, std::pair{"WEFT_AGENT_FAIL_AT", fail_at}}) {
+    if (!value.empty())
+      o.env[var] = value;
+    else
+      o.unset_env.push_back(var);
+  }
   pid_t p = testing::spawn_process({WEFT_AGENT_BIN, "-c", config_}, o);
   ASSERT_GE(p, 0);
   pid_ = p;

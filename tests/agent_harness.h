@@ -62,8 +62,9 @@ class AgentHarness {
   ~AgentHarness();
 
   // Starts weft-agent and waits until its socket answers. With crash_at, the agent is
-  // started with WEFT_AGENT_CRASH_AT set and may die later at that point.
-  void start(const std::string& crash_at = "");
+  // started with WEFT_AGENT_CRASH_AT set and may die later at that point; with fail_at,
+  // WEFT_AGENT_FAIL_AT (a start fails there once: "point" or "point#N", its Nth time).
+  void start(const std::string& crash_at = "", const std::string& fail_at = "");
   // More top-level agent.toml lines (before start).
   void add_config(const std::string& lines);
   // Lines at the end of agent.toml (tables such as [images]).

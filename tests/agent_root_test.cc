@@ -767,6 +767,90 @@ INSTANTIATE_TEST_SUITE_P(Lifecycle, CrashAt,
                            return n + (std::get<1>(p.param) ? "_PrivateNet" : "_HostNet");
                          });
 
+// A start that fails part-way leaves nothing of itself (the agent's StartUndo): made to
+// fail once at each point, with a sandbox given (the host's network: the pool's
+// namespace set) and without (a private network, its namespace from the netns pool),
+// the caller gets the error, and no task, cgroup, directory or sandbox of it is left;
+// the agent keeps serving and the same start then works.
+class FailAt : public AgentRoot,
+               public ::testing::WithParamInterface<std::tuple<const char*, bool>> {};
+
+TEST_P(FailAt, AStartThatFailsPartWayLeavesNothingBehind) {
+  const std::string point = std::get<0>(GetParam());
+  const bool private_net = std::get<1>(GetParam());
+  agent_->terminate();
+  agent_->start("", point);
+  json spec = {{"name", "undone"}, {"argv", {"sleep", "100"}}};
+  if (private_net) spec["namespaces"] = {{"network", "private"}};
+  std::vector<std::string> sandboxes;
+  for (int i = 0; i < 500 && sandboxes.size() < 2; ++i, sleep_ms(10))
+    sandboxes = agent_->sandbox_ids();
+  ASSERT_EQ(sandboxes.size(), 2u) << "the agent made no sandboxes ahead";
+  auto r = agent_->try_call("task.run", spec);
+  ASSERT_FALSE(r.ok()) << r->dump();
+  EXPECT_NE(r.error().str().find("injected failure at " + point), std::string::npos)
+      << r.error().str();
+  EXPECT_EQ(agent_->call("task.ls", json::object())["tasks"].size(), 0u);
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+  // The pool settles: two sandboxes again, for the namespaces last asked for (with a
+  // private network, new ones; with the host's, the one the start was given replaced).
+  std::vector<std::string> now;
+  auto kept = [&] {
+    return std::count_if(now.begin(), now.end(), [&](const std::string& id) {
+      return std::count(sandboxes.begin(), sandboxes.end(), id) > 0;
+    });
+  };
+  for (int i = 0; i < 500; ++i, sleep_ms(10)) {
+    now = agent_->sandbox_ids();
+    if (now.size() == 2 && kept() == (private_net ? 0 : 1)) break;
+  }
+  ASSERT_EQ(now.size(), 2u);
+  ASSERT_EQ(kept(), private_net ? 0 : 1) << "the pool did not settle";
+  auto dirs = list_dir(agent_->dir() + "/state/tasks");
+  ASSERT_TRUE(dirs.ok());
+  for (const auto& d : *dirs)  // only the ready sandboxes' directories are left
+    EXPECT_EQ(std::count(now.begin(), now.end(), d), 1) << "left behind: " << d;
+  // Every sandbox no longer ready (the one the start was given, those of namespaces no
+  // longer asked for) is gone with its cgroup.
+  for (const auto& sb : sandboxes)
+    EXPECT_EQ(path_exists(agent_->task_cgroup(sb)), std::count(now.begin(), now.end(), sb) > 0)
+        << sb;
+  std::string id = run(spec);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(agent_->wait_state(id, "running")["state"], "running");
+  agent_->call("task.stop", {{"id", id}});
+  agent_->wait_state(id, "stopped");
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+INSTANTIATE_TEST_SUITE_P(Lifecycle, FailAt,
+                         ::testing::Values(std::tuple{"start.cgroup", false},
+                                           std::tuple{"start.cgroup", true},
+                                           std::tuple{"start.handoff", false},  // a sandbox's
+                                           std::tuple{"start.spawn", true}),    // its own
+                         [](const auto& p) {
+                           std::string n = std::get<0>(p.param);
+                           std::replace(n.begin(), n.end(), '.', '_');
+                           return n + (std::get<1>(p.param) ? "_PrivateNet" : "_HostNet");
+                         });
+
+// A restart that fails part-way: the task is failed with the reason, and its cgroup and
+// namespace are gone.
+TEST_F(AgentRoot, ARestartThatFailsPartWayFailsTheTaskAndLeavesNoCgroup) {
+  agent_->terminate();
+  agent_->start("", "start.spawn#2");
+  std::string id = run({{"name", "again"},
+                        {"argv", {"sh", "-c", "exit 1"}},
+                        {"namespaces", {{"network", "private"}}},
+                        {"restart", {{"policy", "always"}, {"delay", "50ms"}}}});
+  ASSERT_FALSE(id.empty());
+  json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+  EXPECT_EQ(t["state"], "failed") << t.dump();
+  EXPECT_NE(t.value("reason", "").find("restart failed: injected failure at start.spawn"),
+            std::string::npos)
+      << t.dump();
+  EXPECT_TRUE(agent_->task_cgroups().empty());
+}
+
 class CrashAtExit : public AgentRoot, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CrashAtExit, ExitIsNeverLost) {
