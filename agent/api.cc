@@ -342,11 +342,11 @@ Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {
     return api_task_logs(q, c);
   }
   // Forgotten once it ended: its kept output, if it is among the last ones kept.
-  if (std::find(ended_logs_.begin(), ended_logs_.end(), name) == ended_logs_.end())
+  const std::string dir = dirs_.ended_logs(name);
+  if (dir.empty())
     return make_error("this machine no longer has the output of " + name + " (it keeps the last " +
-                      std::to_string(kEndedLogsKept) + " ended tasks')")
+                      std::to_string(TaskDirs::kEndedLogsKept) + " ended tasks')")
         .with_code(RpcCode::kNotFound);
-  const std::string dir = cfg_.state_dir + "/ended-logs/" + name;
   TRY_ASSIGN(LogRequest req, agent_log_request(p));
   TRY_ASSIGN(LogChunk chunk, read_log(dir, req.stream, agent_cursor(req), req.max_bytes, req.tail));
   auto state = read_file_bounded(dir + "/state", 64);
@@ -360,7 +360,7 @@ Result<json> Manager::api_task_remove(const json& p, const rpc::CallContext&) {
         .with_code(RpcCode::kConflict);
   std::string id = t->id;
   TRY(erase(id));
-  (void)remove_tree(task_state_dir(id));
+  dirs_.remove(id);
   tasks_.erase(id);
   return json{{"id", id}, {"removed", true}};
 }
@@ -404,7 +404,7 @@ Result<json> Manager::wait_answer(Task& t, bool remove) {
   if (remove && t.terminal()) {
     std::string id = t.id;
     TRY(erase(id));
-    (void)remove_tree(task_state_dir(id));
+    dirs_.remove(id);
     tasks_.erase(id);  // `t` is gone
     j["removed"] = true;
   }

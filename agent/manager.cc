@@ -79,7 +79,7 @@ Status Manager::start() {
   // One pidfd per running task: weft-agent's main raised RLIMIT_NOFILE to the hard
   // limit already (raise_fd_limit, common/daemon.h).
   TRY(mkdir_p(cfg_.state_dir, 0750));
-  TRY(mkdir_p(cfg_.state_dir + "/tasks", 0750));
+  TRY(dirs_.open());
   // Process-crash durability: a task record lost with the power is harmless (the agent
   // kills and removes cgroups it has no record of, and the control plane sends its
   // start again), and an fsync per start would sit on every task's start path.
@@ -130,7 +130,6 @@ Status Manager::start() {
   TRY_ASSIGN(images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
 
   TRY(load_tasks());
-  load_ended_logs();
   recover();
   if (bridge_) {
     // After a crash: what the live tasks need, and nothing a dead start left behind.
@@ -205,8 +204,7 @@ Status Manager::start() {
   register_metrics();
   metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
   sandboxes_ = std::make_unique<SandboxPool>(
-      *loop_, *cgroups_,
-      SandboxPool::Config{cfg_.sandbox_pool, cfg_.init_path, cfg_.state_dir + "/tasks"},
+      *loop_, *cgroups_, SandboxPool::Config{cfg_.sandbox_pool, cfg_.init_path}, dirs_,
       [this](const std::string& id) { return tasks_.count(id) > 0; });
   sandboxes_->start();
   sd_notify(0, "READY=1");
@@ -457,9 +455,7 @@ void Manager::recover() {
   if (auto entries = list_dir(cfg_.state_dir + "/tasks"); entries.ok()) {
     for (const auto& e : *entries) {
       if (tasks_.count(e)) continue;
-      if (auto s = remove_tree(task_state_dir(e)); !s.ok())
-        log_error("could not remove an unknown task directory",
-                  {{"PATH", task_state_dir(e)}, {"ERROR", s.error().str()}});
+      dirs_.remove(e);
     }
   }
 }
@@ -516,7 +512,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
 }
 
 void Manager::forget_unstarted(const std::string& id) {
-  (void)remove_tree(task_state_dir(id));
+  dirs_.remove(id);
   (void)erase(id);
   images_->release(id);
   tasks_.erase(id);
@@ -628,9 +624,8 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   crash_point("run.recorded");
   phase("record");
   std::string dir = task_state_dir(t.id);
-  // weft-init makes logs/ in it.
-  TRY(mkdir_p(dir, 0750));
-  ::unlink((dir + "/exit").c_str());
+  TRY(dirs_.make(t.id));
+  dirs_.exit_recorded(t.id);  // an earlier incarnation's, if any: not this one's
   if (sandbox) {
     // The sandbox's cgroup is the task's: only its limits are left to write.
     TRY_CTX(cgroups_->apply_limits(t.id, plan.limits.apply), "set the task's limits");
@@ -914,7 +909,7 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
     log_error("could not record task exit", {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
   crash_point("exit.recorded");
   // The exit record has served its purpose only once the database holds it.
-  ::unlink((task_state_dir(t.id) + "/exit").c_str());
+  dirs_.exit_recorded(t.id);
   if (t.state == TaskState::kBackoff) schedule_restart(t);
   if (t.terminal()) release_image(t);
   update_status();
@@ -1163,61 +1158,10 @@ void Manager::forget_ended(const std::set<std::string>& wanted) {
       log_warn("cannot forget an ended task", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
       continue;
     }
-    keep_ended_logs(*tasks_.at(id));
-    (void)remove_tree(task_state_dir(id));
+    const Task& t = *tasks_.at(id);
+    dirs_.keep_logs(id, t.spec.name, task_state_name(t.state));
+    dirs_.remove(id);
     tasks_.erase(id);
-  }
-}
-
-namespace {
-// A control-plane task's name as a directory name: the job-name alphabet and dots.
-bool safe_name(const std::string& n) {
-  if (n.empty() || n.size() > 200 || n[0] == '.') return false;
-  return std::all_of(n.begin(), n.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-           c == '-' || c == '_';
-  });
-}
-}  // namespace
-
-// The output of a forgotten control-plane task stays readable (`weftctl job logs` of a
-// task that crashed and was replaced) for kEndedLogsKept tasks, the oldest dropped first.
-void Manager::keep_ended_logs(const Task& t) {
-  if (!safe_name(t.spec.name)) return;
-  const std::string root = cfg_.state_dir + "/ended-logs";
-  if (!mkdir_p(root, 0700).ok()) return;
-  const std::string dest = root + "/" + t.spec.name;
-  (void)remove_tree(dest);
-  if (::rename((task_state_dir(t.id) + "/logs").c_str(), dest.c_str()) != 0) return;
-  (void)write_file(dest + "/state", task_state_name(t.state));
-  ended_logs_.push_back(t.spec.name);
-  while (ended_logs_.size() > kEndedLogsKept) {
-    (void)remove_tree(root + "/" + ended_logs_.front());
-    ended_logs_.pop_front();
-  }
-}
-
-// After a restart: what ended-logs holds, oldest first (by modification time).
-void Manager::load_ended_logs() {
-  const std::string root = cfg_.state_dir + "/ended-logs";
-  auto names = list_dir(root);
-  if (!names.ok()) return;
-  std::vector<std::pair<int64_t, std::string>> by_age;
-  for (const auto& n : *names) {
-    struct stat st {};
-    if (!safe_name(n) || ::lstat((root + "/" + n).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      (void)remove_tree(root + "/" + n);
-      continue;
-    }
-    by_age.emplace_back(
-        static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, n);
-  }
-  std::sort(by_age.begin(), by_age.end());
-  ended_logs_.clear();
-  for (auto& [at, n] : by_age) ended_logs_.push_back(std::move(n));
-  while (ended_logs_.size() > kEndedLogsKept) {
-    (void)remove_tree(root + "/" + ended_logs_.front());
-    ended_logs_.pop_front();
   }
 }
 

@@ -32,6 +32,7 @@
 #include "agent/readiness.h"
 #include "agent/sandbox_pool.h"
 #include "agent/start_plan.h"
+#include "agent/task_dirs.h"
 #include "agent/task_store.h"
 #include "common/cp_link.h"
 #include "common/event.h"
@@ -110,14 +111,10 @@ class Manager {
   Result<nlohmann::json> api_task_thaw(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
   // The control plane's task.logs: only its own tasks, named as it named them; those it
-  // had the agent forget from ended-logs/ (keep_ended_logs).
+  // had the agent forget, from ended-logs/ (TaskDirs::keep_logs).
   Result<nlohmann::json> cp_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
-  void keep_ended_logs(const Task& t);
   // weft-init's journald fields for a task (agent.toml log_journald), or none.
   std::vector<std::string> journal_fields(const Task& t) const;
-  void load_ended_logs();
-  static constexpr size_t kEndedLogsKept = 64;
-  std::deque<std::string> ended_logs_;  // names under state_dir/ended-logs, oldest first
   Result<nlohmann::json> api_task_remove(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_wait(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> freeze_task(const nlohmann::json& p, bool freeze);
@@ -195,9 +192,7 @@ class Manager {
   Status save(const Task& t);
   Status erase(const std::string& id);
 
-  std::string task_state_dir(const std::string& id) const {
-    return cfg_.state_dir + "/tasks/" + id;
-  }
+  std::string task_state_dir(const std::string& id) const { return dirs_.path(id); }
   std::string cgroup_rel(const std::string& id) const;
   nlohmann::json summary(const Task& t) const;
   nlohmann::json detail(Task& t);
@@ -212,6 +207,8 @@ class Manager {
   std::unique_ptr<NetnsPool> netns_pool_;
   bool netns_pool_failure_logged_ = false;
   bool warned_fork_start_ = false;  // clone3 was unusable: logged once
+  // The tasks' directories, recycled (agent/task_dirs.h), and their kept logs.
+  TaskDirs dirs_{cfg_.state_dir, 256};
   // Sandboxes made ahead (agent/sandbox_pool.h); made at start(), after the cgroups.
   std::unique_ptr<SandboxPool> sandboxes_;
   std::unique_ptr<TaskStore> store_;

@@ -126,9 +126,13 @@ namespace {
 constexpr uint64_t kQuietUs = 5'000;
 }  // namespace
 
-SandboxPool::SandboxPool(EventLoop& loop, CgroupTree& cgroups, Config cfg,
+SandboxPool::SandboxPool(EventLoop& loop, CgroupTree& cgroups, Config cfg, TaskDirs& dirs,
                          std::function<bool(const std::string&)> id_in_use)
-    : loop_(loop), cgroups_(cgroups), cfg_(std::move(cfg)), id_in_use_(std::move(id_in_use)) {}
+    : loop_(loop),
+      cgroups_(cgroups),
+      cfg_(std::move(cfg)),
+      dirs_(dirs),
+      id_in_use_(std::move(id_in_use)) {}
 
 SandboxPool::~SandboxPool() {
   refill_.reset();
@@ -208,16 +212,15 @@ void SandboxPool::refill() {
     id = random_hex(8);
   } while (id_in_use_(id) || std::any_of(ready_.begin(), ready_.end(),
                                          [&](const Sandbox& sb) { return sb.id == id; }));
-  // The task's directory and its logs/ too: two directory creations (about 0.1 ms each
-  // on ext4 here) off the start.
-  std::string dir = cfg_.tasks_dir + "/" + id;
-  (void)mkdir_p(dir + "/logs", 0750);
-  Status made = cgroups_.create_task(id, {});
+  // The task's directory and its logs/ too (recycled ones when there are: TaskDirs),
+  // off the start.
+  Status made = dirs_.make(id);
+  if (made.ok()) made = cgroups_.create_task(id, {});
   Result<Sandbox> sb = made.ok() ? start_sandbox(cfg_.init_path, id, cgroups_.task_dir(id), ns_)
                                  : Result<Sandbox>(std::move(made).error());
   if (!sb.ok()) {
     (void)cgroups_.remove_task(id);
-    (void)remove_tree(dir);
+    dirs_.remove(id);
     failure_ = sb.error().str();
     log_warn("sandboxes are not made ahead (sandbox_pool stopped); each start makes its own",
              {{"ERROR", failure_}});
@@ -231,7 +234,7 @@ void SandboxPool::discard(Sandbox& s, bool remove_dir) {
   if (auto st = cgroups_.remove_task(s.id); !st.ok())
     log_error("could not remove a sandbox's cgroup",
               {{"CGROUP", cgroups_.task_dir(s.id)}, {"ERROR", st.error().str()}});
-  if (remove_dir) (void)remove_tree(cfg_.tasks_dir + "/" + s.id);
+  if (remove_dir) dirs_.remove(s.id);
 }
 
 }  // namespace weft::agent

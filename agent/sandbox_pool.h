@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "agent/cgroup.h"
+#include "agent/task_dirs.h"
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/result.h"
@@ -71,10 +72,10 @@ class SandboxPool {
   struct Config {
     size_t size = 0;        // sandboxes kept ready (0: none)
     std::string init_path;  // weft-init
-    std::string tasks_dir;  // <state_dir>/tasks: a sandbox's directory is made ahead too
   };
-  // `id_in_use`: whether a task has that id (a sandbox's id is one no task has).
-  SandboxPool(EventLoop& loop, CgroupTree& cgroups, Config cfg,
+  // `id_in_use`: whether a task has that id (a sandbox's id is one no task has). A
+  // sandbox's task directory is made ahead too, in `dirs`.
+  SandboxPool(EventLoop& loop, CgroupTree& cgroups, Config cfg, TaskDirs& dirs,
               std::function<bool(const std::string&)> id_in_use);
   // Sandboxes hold no task: a clean stop leaves none behind (a crash leaves them to the
   // next agent, which removes their cgroups as unknown ones).
@@ -104,6 +105,7 @@ class SandboxPool {
   EventLoop& loop_;
   CgroupTree& cgroups_;
   const Config cfg_;
+  TaskDirs& dirs_;
   std::function<bool(const std::string&)> id_in_use_;
   std::deque<Sandbox> ready_;  // oldest first
   unsigned ns_ = 0;            // what new ones are made for: the last a task asked for
