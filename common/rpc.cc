@@ -19,6 +19,9 @@
 
 #include <cstring>
 #include <thread>
+#include <utility>
+
+#include <simdjson.h>
 
 #include "common/clock.h"
 #include "common/json_bounded.h"
@@ -284,6 +287,7 @@ void Session::handle_line(const std::string& line) {
   // No exception may reach the event loop: every access below checks types, and this is
   // the last line of defence for a bug in that.
   try {
+    if (dispatcher_ && dispatcher_->has_raw() && handle_raw(line)) return;
     auto parsed = parse_json_bounded(line);
     if (!parsed.ok()) {
       reply_error(nullptr, {kParseError, "parse error: " + parsed.error().str(), {}});
@@ -374,6 +378,80 @@ std::optional<json> Session::handle_message(const json& msg) {
   if (result.ok())
     return json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result).value()}};
   return error_reply(id, to_rpc_error(result.error()));
+}
+
+bool Session::handle_raw(const std::string& line) {
+  namespace od = simdjson::ondemand;
+  // Bounded as the usual path bounds it (a deep line is refused there, as a parse error).
+  if (json_nesting_depth(line) > kMaxJsonDepth) return false;
+  thread_local od::parser parser;
+  simdjson::padded_string text(line);
+  od::document doc;
+  od::object obj;
+  if (parser.iterate(text).get(doc) || doc.get_object().get(obj)) return false;
+  std::string_view version, method, params;
+  json id;
+  bool has_id = false, has_version = false, has_method = false, has_params = false;
+  for (auto member : obj) {
+    od::field f;
+    std::string_view key;
+    if (std::move(member).get(f) || f.unescaped_key().get(key)) return false;
+    od::value v = f.value();
+    bool dup = false;
+    if (key == "jsonrpc") {
+      dup = std::exchange(has_version, true);
+      if (v.get_string().get(version)) return false;
+    } else if (key == "method") {
+      dup = std::exchange(has_method, true);
+      // (The view stays valid: the document's strings are unescaped one after another.)
+      if (v.get_string().get(method)) return false;
+    } else if (key == "id") {
+      dup = std::exchange(has_id, true);
+      od::json_type type;
+      if (v.type().get(type)) return false;
+      int64_t n;
+      std::string_view s;
+      if (type == od::json_type::number && !v.get_int64().get(n))
+        id = n;
+      else if (type == od::json_type::string && !v.get_string().get(s))
+        id = std::string(s);
+      else if (type == od::json_type::null)
+        id = nullptr;
+      else
+        return false;
+    } else if (key == "params") {
+      dup = std::exchange(has_params, true);
+      od::object p;
+      if (v.get_object().get(p) || p.raw_json().get(params)) return false;
+      // raw_json() runs to the next member (its spacing included); an object the
+      // iterator could not delimit is the usual path's to refuse.
+      while (!params.empty() && (params.back() == ' ' || params.back() == '\t' ||
+                                 params.back() == '\r' || params.back() == '\n'))
+        params.remove_suffix(1);
+      if (params.size() < 2 || params.front() != '{' || params.back() != '}') return false;
+    }
+    if (dup) return false;
+  }
+  if (!has_version || version != "2.0" || !has_method) return false;
+  const RawHandler* h = dispatcher_->find_raw(method);
+  if (!h) return false;
+  const bool is_notification = !has_id;
+  Result<json> result = make_error("internal error");
+  handling_id_ = is_notification ? nullptr : &id;
+  deferred_ = false;
+  try {
+    result = (*h)(has_params ? params : std::string_view("{}"), CallContext{this, peer_});
+  } catch (const std::exception& e) {
+    log_error("handler threw", {{"METHOD", std::string(method)}, {"WHAT", e.what()}});
+    result = make_error(std::string("internal error: ") + e.what()).with_code(kInternalError);
+  }
+  handling_id_ = nullptr;
+  if (is_notification || closed_ || deferred_) return true;
+  if (result.ok())
+    send_json(json{{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result).value()}});
+  else
+    send_json(error_reply(id, to_rpc_error(result.error())));
+  return true;
 }
 
 ReplyFn Session::defer_reply() {

@@ -355,6 +355,68 @@ TEST_F(ServerTest, BatchesAnswerEveryRequestAndNoNotification) {
   EXPECT_EQ(next["id"], 4);
 }
 
+// A raw method (Dispatcher::add_raw) reads its params as the text they came as; what it
+// cannot take as is (a batch, an override, a malformed or hostile envelope) goes the
+// usual way, which still reaches it, with the usual errors.
+TEST_F(ServerTest, ARawMethodReadsItsParamsAsSent) {
+  std::string path = dir_ + "/s.sock";
+  server_ = std::make_unique<Server>(*loop_, &methods_);  // the real 1 MiB line limit
+  std::atomic<int> calls{0};
+  methods_.add_raw("raw", [&](std::string_view text, const CallContext& c) -> Result<json> {
+    ++calls;
+    if (text.find("fail") != std::string_view::npos) return field_error("x", "refused");
+    return json{{"text", std::string(text)}, {"unix", c.peer.is_unix}};
+  });
+  ASSERT_TRUE(server_->listen_unix(path, 0660).ok());
+  serve();
+  auto fd = connect_endpoint(*parse_endpoint(path));
+  ASSERT_TRUE(fd.ok());
+  int f = fd->get();
+  fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK);
+  auto ask = [&](const std::string& line) { return json::parse(raw_exchange(f, line + "\n")); };
+  // As sent, spacing and escapes included, whatever the members' order.
+  json r =
+      ask(R"({"params": {"b" : "\u0041", "a":[1, 2]}, "id":7, "method":"raw", "jsonrpc":"2.0"})");
+  EXPECT_EQ(r["id"], 7);
+  EXPECT_EQ(r["result"]["text"], R"({"b" : "\u0041", "a":[1, 2]})");
+  EXPECT_EQ(r["result"]["unix"], true);
+  r = ask(R"({"jsonrpc":"2.0","id":"s","method":"raw"})");  // no params: an empty object
+  EXPECT_EQ(r["id"], "s");
+  EXPECT_EQ(r["result"]["text"], "{}");
+  r = ask(R"({"jsonrpc":"2.0","id":null,"method":"raw","params":{"fail":1}})");
+  EXPECT_TRUE(r["id"].is_null());
+  EXPECT_EQ(r["error"]["code"], kInvalidParams);
+  // A notification: handled, not answered.
+  int before = calls;
+  std::string note = R"({"jsonrpc":"2.0","method":"raw","params":{}})"
+                     "\n";
+  ASSERT_EQ(::write(f, note.data(), note.size()), static_cast<ssize_t>(note.size()));
+  r = ask(R"({"jsonrpc":"2.0","id":8,"method":"echo"})");
+  EXPECT_EQ(r["id"], 8);
+  EXPECT_EQ(calls, before + 1);
+  // In a batch: the params serialised again.
+  r = ask(R"([{"jsonrpc":"2.0","id":1,"method":"raw","params":{"k": 1}}])");
+  ASSERT_TRUE(r.is_array());
+  EXPECT_EQ(r[0]["result"]["text"], R"({"k":1})");
+  // Envelopes it does not take as is get the usual errors.
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1,"method":"raw","params":"x"})")["error"]["code"],
+            kInvalidRequest);
+  EXPECT_EQ(ask(R"({"jsonrpc":"1.0","id":1,"method":"raw"})")["error"]["code"], kInvalidRequest);
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1.5,"method":"raw"})")["error"]["code"], kInvalidRequest);
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1,"method":"raw","params":{"a":})")["error"]["code"],
+            kParseError);
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1,"method":"raw","params":{"a":)" + deep +
+                "}}")["error"]["code"],
+            kParseError);
+  // A follower's override takes every call, raw ones too.
+  methods_.set_override([](const json&, const CallContext&) -> Result<json> {
+    return make_error("not the leader").with_code(kNotLeader);
+  });
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":2,"method":"raw","params":{}})")["error"]["code"],
+            kNotLeader);
+}
+
 TEST(JsonBounded, DepthIgnoresBracketsInStrings) {
   EXPECT_EQ(json_nesting_depth(R"({"a":[1,{"b":"[[[[{{{{"}]})"), 3u);
   EXPECT_EQ(json_nesting_depth(R"(["\"[[[["])"), 1u);

@@ -59,6 +59,7 @@ using TaskFailures = std::map<std::string, TaskFailure>;
 inline constexpr size_t kMaxFailureReason = 512;
 
 struct TaskReport {
+  std::string machine;                 // "machine", as sent (checked by the control plane)
   std::optional<TaskList> tasks;       // the whole list, when sent
   std::optional<TaskChanges> changes;  // or the changes since the list digested `base`
   std::string base;
@@ -69,10 +70,18 @@ struct TaskReport {
 // The one reader of a report's params: "tasks" (an object of at most kMaxReportedTasks
 // task id -> state names of common/task_state.h), or "changes" (at most as many; a state
 // or null) with "base" and "digest", or "digest" alone (32 hex digits); with either list,
-// "failures" (at most as many; a reason longer than kMaxFailureReason bytes is cut);
-// errors name the field.
+// "failures" (at most as many; a reason longer than kMaxFailureReason bytes is cut); a
+// member or a task named twice is refused; errors name the field.
+//
+// It reads the params' JSON text straight into the report (simdjson's on-demand API: the
+// bytes are read once and no document is built; members it does not know are skipped
+// unread), as the control plane gets them on its hot path (rpc::Dispatcher::add_raw).
 inline constexpr size_t kMaxReportedTasks = 100000;
+Result<TaskReport> parse_task_report(std::string_view params_json);
+// The same of a document (its text): tests and tools.
 Result<TaskReport> parse_task_report(const nlohmann::json& params);
+// The "machine" a report's params name, or "" (for a report parse_task_report refused).
+std::string report_machine(std::string_view params_json);
 
 // Applies changes to a list (kept in id order) and its digest. Removing a task the list
 // does not hold changes nothing (the digests then disagree, and the list is sent again).

@@ -70,7 +70,6 @@ void Manager::register_methods() {
   static const rpc::Method<Manager> kMethods[] = {
       {"machine.register", &Manager::api_machine_register, kMachineCall},
       {"machine.heartbeat", &Manager::api_machine_heartbeat, kMachineCall},
-      {"machine.report", &Manager::api_machine_report, kMachineCall},
       {"health.report", &Manager::api_health_report, kMachineCall},
       {"profile.report", &Manager::api_profile_report, kMachineCall},
       {"entitlement.create", &Manager::api_entitlement_create, kAdminCall},
@@ -112,43 +111,64 @@ void Manager::register_methods() {
       "pool.return", [this](const json& p, const CallContext& c) { return api_pool_return(p, c); });
   server_.methods().add(
       "region.move", [this](const json& p, const CallContext& c) { return api_region_move(p, c); });
-  for (const auto& m : kMethods)
-    server_.methods().add(m.name, [this, m](const json& p, const CallContext& c) -> Result<json> {
-      Caller who = caller(c);
-      Result<json> r = json();
-      // Operator and admin calls are rare and must hear whether their change was
-      // written (a full disk refuses the create, nothing half-made): they commit on
-      // their own, after the machines' batch so far, not in the next group commit.
-      // With etcd they join the group like the machines' calls: a group etcd did not
-      // take is never answered (the group commit holds it and writes it again), so the
-      // reply still means "written".
-      bool own_commit = m.access >= kOperatorCall && !replica_.on_etcd();
-      if (own_commit) {
-        group_->commit();
-        group_->set_sync(true);
-      }
-      uint64_t t0 = now_us();
-      if (auto s = permit(who, m.access, m.name); !s.ok()) {
-        r = std::move(s).error();
-      } else if (m.access == kMachineCall && region_.lending && p.is_object() &&
-                 p.contains("machine") && p["machine"].is_string()) {
-        // A region's machine that belongs elsewhere is told where (kMoved), and its
-        // session ends once it has heard it: its daemon goes there.
-        if (auto a = region_.lending->admit(p["machine"].get<std::string>()); !a.ok()) {
-          if (c.session) c.session->close_when_sent();
-          r = std::move(a).error();
-        } else {
-          r = (this->*m.handler)(p, c);
-        }
+  // What every method goes through: its caller's check, a region's machine that belongs
+  // elsewhere sent there, its metrics and (operator and admin calls) its audit entry.
+  // `machine`: the machine a machine's call names, if it names one.
+  auto guarded = [this](const rpc::Method<Manager>& m, const CallContext& c,
+                        const std::string* machine, const json& audited,
+                        const std::function<Result<json>()>& handle) -> Result<json> {
+    Caller who = caller(c);
+    Result<json> r = json();
+    // Operator and admin calls are rare and must hear whether their change was
+    // written (a full disk refuses the create, nothing half-made): they commit on
+    // their own, after the machines' batch so far, not in the next group commit.
+    // With etcd they join the group like the machines' calls: a group etcd did not
+    // take is never answered (the group commit holds it and writes it again), so the
+    // reply still means "written".
+    bool own_commit = m.access >= kOperatorCall && !replica_.on_etcd();
+    if (own_commit) {
+      group_->commit();
+      group_->set_sync(true);
+    }
+    uint64_t t0 = now_us();
+    if (auto s = permit(who, m.access, m.name); !s.ok()) {
+      r = std::move(s).error();
+    } else if (m.access == kMachineCall && region_.lending && machine) {
+      // A region's machine that belongs elsewhere is told where (kMoved), and its
+      // session ends once it has heard it: its daemon goes there.
+      if (auto a = region_.lending->admit(*machine); !a.ok()) {
+        if (c.session) c.session->close_when_sent();
+        r = std::move(a).error();
       } else {
-        r = (this->*m.handler)(p, c);
+        r = handle();
       }
-      metrics_.request(m.name, static_cast<double>(now_us() - t0) / 1e6, r.ok());
-      // The audit entry joins the next group commit; the reply waits for it.
-      group_->set_sync(false);
-      if (m.access >= kOperatorCall) audit(who, m.name, p, r);
-      return r;
+    } else {
+      r = handle();
+    }
+    metrics_.request(m.name, static_cast<double>(now_us() - t0) / 1e6, r.ok());
+    // The audit entry joins the next group commit; the reply waits for it.
+    group_->set_sync(false);
+    if (m.access >= kOperatorCall) audit(who, m.name, audited, r);
+    return r;
+  };
+  for (const auto& m : kMethods)
+    server_.methods().add(m.name, [this, m, guarded](const json& p, const CallContext& c) {
+      const std::string* machine =
+          p.is_object() && p.contains("machine") && p["machine"].is_string()
+              ? &p["machine"].get_ref<const std::string&>()
+              : nullptr;
+      return guarded(m, c, machine, p, [&] { return (this->*m.handler)(p, c); });
     });
+  // A machine's report every heartbeat: read straight from its text (docs/protocol.md).
+  server_.methods().add_raw(
+      "machine.report", [this, guarded](std::string_view text, const CallContext& c) {
+        static const rpc::Method<Manager> kReport{"machine.report", nullptr, kMachineCall};
+        Result<weft::TaskReport> report = weft::parse_task_report(text);
+        // A refused report still names its machine (it is alive whatever it says).
+        std::string machine = report.ok() ? report->machine : weft::report_machine(text);
+        return guarded(kReport, c, machine.empty() ? nullptr : &machine, json(),
+                       [&] { return api_machine_report(machine, std::move(report), c); });
+      });
 }
 
 Result<json> Manager::api_machine_register(const json& p, const CallContext& c) {
@@ -255,13 +275,14 @@ Result<json> Manager::api_machine_heartbeat(const json& p, const CallContext& c)
   return json{{"profile", broker_.desired_profile(m)}};
 }
 
-Result<json> Manager::api_machine_report(const json& p, const CallContext& c) {
-  TRY_ASSIGN(MachineId m, own_machine(p, c));
+Result<json> Manager::api_machine_report(const std::string& machine,
+                                         Result<weft::TaskReport> parsed, const CallContext& c) {
+  TRY_ASSIGN(MachineId m, own_machine(machine, c));
   TRY(claim_session(MachineSessions::Daemon::kAgent, m, c));
   // The machine is alive whatever its report says: a report refused below (a state this
   // version does not know, from a newer agent) must not get its tasks declared lost.
-  (void)broker_.heartbeat(p["machine"].get<std::string>(), now_us());
-  TRY_ASSIGN(weft::TaskReport report, weft::parse_task_report(p));
+  (void)broker_.heartbeat(machine, now_us());
+  TRY_ASSIGN(weft::TaskReport report, std::move(parsed));
   MachineReports::TaskListSeen& last = reports_.lists[m];
   uint64_t now = now_us();
   weft::TaskChanges applied;

@@ -619,12 +619,17 @@ Result<MachineId> Manager::machine_of(const json& p, const CallContext&) {
 }
 
 Result<MachineId> Manager::own_machine(const json& p, const CallContext& c) {
-  // The certificate first: a machine certificate learns nothing of other machines, not
-  // even whether an id exists.
   if (!p.is_object() || !p.contains("machine") || !p["machine"].is_string())
     return field_error("machine", "the machine id is required");
-  TRY(check_machine_identity(c.peer, p["machine"].get<std::string>()));
-  auto m = broker_.find(p["machine"].get<std::string>());
+  return own_machine(p["machine"].get_ref<const std::string&>(), c);
+}
+
+Result<MachineId> Manager::own_machine(const std::string& id, const CallContext& c) {
+  if (id.empty()) return field_error("machine", "the machine id is required");
+  // The certificate first: a machine certificate learns nothing of other machines, not
+  // even whether an id exists.
+  TRY(check_machine_identity(c.peer, id));
+  auto m = broker_.find(id);
   if (!m) return field_error("machine", "unknown machine; call machine.register first");
   return *m;
 }

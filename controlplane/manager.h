@@ -19,6 +19,7 @@
 #include "common/registry.h"
 #include "common/rpc/client.h"
 #include "common/rpc/server.h"
+#include "common/task_report.h"
 #include "controlplane/allocator.h"
 #include "controlplane/audit_log.h"
 #include "controlplane/broker.h"
@@ -71,7 +72,11 @@ class Manager {
   // The API (api.cc): one handler per method.
   Result<nlohmann::json> api_machine_register(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_machine_heartbeat(const nlohmann::json& p, const rpc::CallContext& c);
-  Result<nlohmann::json> api_machine_report(const nlohmann::json& p, const rpc::CallContext& c);
+  // machine.report, read without a document (rpc::Dispatcher::add_raw): `report` as
+  // weft::parse_task_report read it, or why not, from `machine`.
+  Result<nlohmann::json> api_machine_report(const std::string& machine,
+                                            Result<weft::TaskReport> report,
+                                            const rpc::CallContext& c);
   Result<nlohmann::json> api_health_report(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_profile_report(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_entitlement_create(const nlohmann::json& p, const rpc::CallContext& c);
@@ -199,6 +204,7 @@ class Manager {
   // machine_of for a machine's own calls (register aside): the session must be allowed to
   // speak for it (check_machine_identity).
   Result<MachineId> own_machine(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<MachineId> own_machine(const std::string& id, const rpc::CallContext& c);
   // A job file's JSON with its entitlement named: the spec with the entitlement's id.
   Result<JobSpec> job_from_params(const nlohmann::json& p) const;
   nlohmann::json machine_json(MachineId m) const;

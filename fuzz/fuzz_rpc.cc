@@ -1,5 +1,6 @@
 // The line protocol as a daemon serves it: bytes from a peer, split into lines, parsed
-// and dispatched (requests, batches, replies to this side's calls). Nothing may crash,
+// and dispatched (requests, batches, replies to this side's calls, methods that read
+// their params as text). Nothing may crash,
 // throw into the loop or grow without bound.
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 
 #include "common/json_bounded.h"
 #include "common/rpc/session.h"
+#include "common/task_report.h"
 
 using namespace weft;
 using namespace weft::rpc;
@@ -20,6 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     x.add("echo", [](const json& p, const CallContext&) -> Result<json> { return p; });
     x.add("fail", [](const json& p, const CallContext&) -> Result<json> {
       return field_error(p.value("field", std::string("x")), "bad");
+    });
+    // Read as text (the control plane's machine.report path), answered with what it got.
+    x.add_raw("raw", [](std::string_view text, const CallContext&) -> Result<json> {
+      if (text.empty() || text.front() != '{' || text.back() != '}') __builtin_trap();
+      auto report = parse_task_report(text);
+      return report.ok() ? json(report->digest) : json(std::string(text.substr(0, 64)));
     });
     return x;
   }();

@@ -1,6 +1,7 @@
 // Task specs (task.run params), the control plane's job specs, an entitlement's grants
-// and a machine's task report: JSON from the network into plain structs, every error
-// an Error, and what parses round-trips. Also, the same bytes as text: a /proc/net table
+// and a machine's task report (also read from its text, as the control plane reads it):
+// JSON from the network into plain structs, every error an Error, and what parses
+// round-trips. Also, the same bytes as text: a /proc/net table
 // the agent reads for the machine's own ports, and task output escaped for a terminal
 // (no control character may be left in it).
 #include <cstdint>
@@ -24,7 +25,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (port == 0) __builtin_trap();
   for (unsigned char c : escape_terminal(text))
     if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) __builtin_trap();
+  // A machine's report read straight from its text (the control plane's hot path): any
+  // bytes; what it accepts says the same when read again from its document.
+  auto report = parse_task_report(text);
+  (void)report_machine(text);
   auto j = parse_json_bounded(text);
+  if (report.ok() && j.ok()) {
+    auto again = parse_task_report(*j);
+    if (!again.ok() || again->machine != report->machine || again->tasks != report->tasks ||
+        again->changes != report->changes || again->base != report->base ||
+        again->digest != report->digest || again->failures.size() != report->failures.size())
+      __builtin_trap();
+  }
   if (!j.ok()) return 0;
   auto spec = parse_task_spec(*j);
   if (spec.ok()) {

@@ -86,12 +86,31 @@ struct CallContext {
 };
 
 using Handler = std::function<Result<json>(const json& params, const CallContext& ctx)>;
+// A handler that reads its params as the JSON text they came as (an object's), straight
+// into structs of its own without a document: the hot path's messages (machine.report).
+using RawHandler = std::function<Result<json>(std::string_view params, const CallContext& ctx)>;
 using ReplyFn = std::function<void(Result<json> result)>;
 
 // Method table shared by the sessions of one server (or one client).
 class Dispatcher {
  public:
   void add(const std::string& method, Handler h) { handlers_[method] = std::move(h); }
+  // A method whose params are read as text: a request on its own line reaches `h` without
+  // a document being made of it; in a batch (or while overridden) it is made one and
+  // its params serialised again for `h`, so that `h` is its one reader.
+  void add_raw(const std::string& method, RawHandler h) {
+    auto shared = std::make_shared<RawHandler>(std::move(h));
+    raw_[method] = shared;
+    handlers_[method] = [shared](const json& p, const CallContext& c) -> Result<json> {
+      return (*shared)(p.dump(-1, ' ', false, json::error_handler_t::replace), c);
+    };
+  }
+  bool has_raw() const { return !raw_.empty() && !override_; }
+  const RawHandler* find_raw(std::string_view method) const {
+    if (override_) return nullptr;
+    auto it = raw_.find(method);
+    return it == raw_.end() ? nullptr : it->second.get();
+  }
   // While set, every call (whatever its method, but `except`) goes to `h`: a control
   // plane replica that does not lead refuses them all. Unset with an empty function.
   void set_override(Handler h, std::string except = {}) {
@@ -106,6 +125,7 @@ class Dispatcher {
 
  private:
   std::map<std::string, Handler> handlers_;
+  std::map<std::string, std::shared_ptr<RawHandler>, std::less<>> raw_;
   Handler override_;
   std::string except_;
 };
@@ -189,6 +209,10 @@ class Session {
   void handle_line(const std::string& line);
   // One request, notification or response; the reply to send, if any.
   std::optional<json> handle_message(const json& msg);
+  // A request for a raw handler (Dispatcher::add_raw), answered without a document; false
+  // when the line is not one (a batch, another method, an envelope it does not take as
+  // is): the usual path then reads it, and gives the errors.
+  bool handle_raw(const std::string& line);
   void handle_response(const json& msg);
   void account_buffered();
   void send_json(const json& msg);
