@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "agent/host_ports.h"
+#include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -145,11 +146,14 @@ Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const Agent
   auto hello = [self, cfg, serves_discovery](rpc::Session& session, ControlPlaneLink::Done done) {
     self->acked_digest_.clear();  // a new session: the whole list first
     self->in_flight_ = self->again_ = false;
+    self->quiet_ok_ = false;
     std::set<uint16_t> held =
         self->hooks_.task_ports ? self->hooks_.task_ports() : std::set<uint16_t>{};
     session.call("machine.register", machine_registration(cfg, serves_discovery, held),
                  [self, done = std::move(done)](Result<nlohmann::json> r) {
                    if (r.ok()) self->fence_.registered(*r);
+                   if (r.ok() && r->is_object())
+                     self->quiet_ok_ = r->value("quiet_heartbeats", false);
                    done(std::move(r));
                  });
   };
@@ -188,6 +192,17 @@ void CpSession::report(rpc::Session& s) {
     return;
   }
   Report r = build_report(machine_, hooks_.tasks(), acked_, acked_digest_);
+  // Nothing changed and the control plane holds our list: while it has spoken within the
+  // last interval and a half, the heartbeat needs no answer (a fleet's answers cost a
+  // control plane as much as its heartbeats). Every other one is still a request, so a
+  // control plane that stopped answering is found within the link's three intervals; a
+  // refusal comes back as report.resend.
+  bool unchanged = r.params.size() == 2 && r.params.contains("digest");
+  if (quiet_ok_ && unchanged &&
+      now_monotonic_us() - s.last_heard_us() < link_->interval_us() * 3 / 2) {
+    s.notify("machine.report", std::move(r.params));
+    return;
+  }
   in_flight_ = true;
   s.call("machine.report", std::move(r.params),
          [this, digest = std::move(r.digest),
@@ -216,6 +231,19 @@ void CpSession::report(rpc::Session& s) {
              hooks_.forget(names);
            }
          });
+}
+
+void CpSession::resend() {
+  acked_digest_.clear();
+  link_->report_now();
+}
+
+void CpSession::forget(const nlohmann::json& p) {
+  if (!p.is_object() || !p.contains("forget") || !p["forget"].is_array()) return;
+  std::set<std::string> names;
+  for (const auto& n : p["forget"])
+    if (n.is_string()) names.insert(n.get<std::string>());
+  hooks_.forget(names);
 }
 
 }  // namespace weft::agent

@@ -88,6 +88,10 @@ class CpSession {
   void report_now();
   bool connected() { return link_->session() != nullptr; }
   ControlPlaneLink* link() { return link_.get(); }
+  // What the control plane says of a quiet heartbeat (report.resend, report.forget):
+  // the whole list now, or these ended tasks dropped.
+  void resend();
+  void forget(const nlohmann::json& params);
   // A command from the control plane (task.run, task.stop, image.pull): its params
   // without the holder fields, or refused when from a holder this machine left.
   Result<nlohmann::json> admit(nlohmann::json params, const std::string& method) const {
@@ -108,6 +112,7 @@ class CpSession {
   std::map<std::string, std::string> acked_;
   std::string acked_digest_;
   bool in_flight_ = false, again_ = false;
+  bool quiet_ok_ = false;  // the control plane takes unanswered heartbeats (its hello said)
   HolderFence fence_;
   Source later_, soon_;
 };

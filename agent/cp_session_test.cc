@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "common/clock.h"
+#include "common/fs.h"
+#include "common/rpc/server.h"
+#include "common/strings.h"
 #include "common/task_report.h"
 
 namespace weft::agent {
@@ -73,6 +79,78 @@ TEST(CpReport, FailuresAreNamedOnlyForFailedTasksTheReportCarriesAndAreCut) {
   Report next = build_report("m1", tasks, first.states, first.digest);
   EXPECT_FALSE(next.params.contains("failures"));
 }
+
+// A session with a control plane that takes quiet heartbeats (docs/protocol.md): while
+// nothing changes and the control plane spoke within an interval and a half, the digest
+// goes as a notification; every other heartbeat stays a request; report.resend brings the
+// whole list at once and report.forget reaches the agent's hook. One that does not say
+// it takes them gets requests only.
+class QuietHeartbeats : public ::testing::TestWithParam<bool> {};
+
+TEST_P(QuietHeartbeats, AnUnchangedMachinesHeartbeatIsQuietWhileTheControlPlaneSpeaks) {
+  const bool quiet = GetParam();
+  std::string dir = std::filesystem::temp_directory_path() / ("weft-quiet-" + random_hex(5));
+  ASSERT_TRUE(mkdir_p(dir).ok());
+  auto loop = std::move(EventLoop::create()).value();
+  rpc::Dispatcher cp;
+  int calls = 0, notes = 0, wholes = 0;
+  rpc::Session* agent = nullptr;
+  cp.add("machine.register", [&](const nlohmann::json&, const rpc::CallContext& c) {
+    agent = c.session;
+    return Result<nlohmann::json>(
+        nlohmann::json{{"heartbeat_interval_ms", 100}, {"quiet_heartbeats", quiet}});
+  });
+  cp.add("machine.report", [&](const nlohmann::json& p, const rpc::CallContext& c) {
+    (c.session->answering() ? calls : notes)++;
+    wholes += p.contains("tasks");
+    return Result<nlohmann::json>(nlohmann::json::object());
+  });
+  rpc::Server server(*loop, &cp);
+  ASSERT_TRUE(server.listen_unix(dir + "/cp.sock", 0600).ok());
+  AgentConfig cfg;
+  cfg.machine_id = "m1";
+  cfg.control_plane = dir + "/cp.sock";
+  cfg.cgroup_root = dir;
+  std::set<std::string> forgotten;
+  CpSession::Hooks hooks;
+  hooks.tasks = [] { return std::map<std::string, ReportedTask>{{"web.0.1", in("ready")}}; };
+  hooks.forget = [&](const std::set<std::string>& names) { forgotten = names; };
+  rpc::Dispatcher commands;
+  std::unique_ptr<CpSession> session;
+  commands.add("report.resend", [&](const nlohmann::json&, const rpc::CallContext&) {
+    session->resend();
+    return Result<nlohmann::json>(nlohmann::json::object());
+  });
+  commands.add("report.forget", [&](const nlohmann::json& p, const rpc::CallContext&) {
+    session->forget(p);
+    return Result<nlohmann::json>(nlohmann::json::object());
+  });
+  auto started = CpSession::start(*loop, cfg, &commands, false, hooks);
+  ASSERT_TRUE(started.ok()) << started.error().str();
+  session = std::move(started).value();
+  auto run_for = [&](int ms) {
+    auto until = now_monotonic_us() + static_cast<uint64_t>(ms) * 1000;
+    while (now_monotonic_us() < until) (void)loop->run_once(10'000);
+  };
+  run_for(1500);  // about 15 heartbeats
+  EXPECT_EQ(wholes, 1);
+  EXPECT_GE(calls, 3) << "a control plane that stopped answering would not be noticed";
+  if (!quiet) {
+    EXPECT_EQ(notes, 0);
+  } else {
+    EXPECT_GE(notes, 3);
+    ASSERT_NE(agent, nullptr);
+    agent->notify("report.resend", nlohmann::json::object());
+    run_for(300);
+    EXPECT_EQ(wholes, 2);  // the whole list, at once
+    agent->notify("report.forget", {{"forget", {"web.0.0", "web.0.9"}}});
+    run_for(100);
+    EXPECT_EQ(forgotten, (std::set<std::string>{"web.0.0", "web.0.9"}));
+  }
+  session.reset();
+  (void)remove_tree(dir);
+}
+INSTANTIATE_TEST_SUITE_P(CpSession, QuietHeartbeats, ::testing::Bool());
 
 TEST(HolderFence, CommandsFromTheHolderPassWithoutTheFieldsAndOthersAreRefused) {
   HolderFence f;

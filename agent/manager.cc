@@ -185,6 +185,15 @@ Status Manager::start() {
                       TRY_ASSIGN(json params, cp_->admit(p, "image.pull"));
                       return api_image_pull(params, c);
                     });
+    // What the control plane says of a quiet heartbeat (a notification each).
+    cp_methods_.add("report.resend", [this](const nlohmann::json&, const rpc::CallContext&) {
+      if (cp_) cp_->resend();
+      return Result<json>(json::object());
+    });
+    cp_methods_.add("report.forget", [this](const nlohmann::json& p, const rpc::CallContext&) {
+      if (cp_) cp_->forget(p);
+      return Result<json>(json::object());
+    });
     // Service discovery: the endpoints this agent answers DNS from, in order; the answer
     // is the acknowledgement a stop elsewhere waits for.
     cp_methods_.add("service.update",

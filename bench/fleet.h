@@ -61,7 +61,8 @@ struct Options {
   int connect_window = 2000;
   int daemons = 3;  // sessions per machine: agent, sidekick, hcs (1 = the agent only)
   bool tls = false;
-  bool full_reports = false;  // the pre-issue-14 agent: the whole task list every time
+  bool full_reports = false;     // the pre-issue-14 agent: the whole task list every time
+  bool loud_heartbeats = false;  // the pre-issue-46 agent: every heartbeat a request
   std::string phases = "register,rest,create,rest,fail";
   std::string cp_extra;  // more controlplane.toml lines
   std::string data =
@@ -156,6 +157,7 @@ struct Machine {
   std::string acked_digest;                  // the digest the control plane holds for this machine
   std::map<std::string, std::string> acked;  // and the list it stands for
   bool reporting = false, report_again = false;
+  bool quiet_ok = false;  // its control plane takes unanswered heartbeats (its hello said)
   bool dead = false;
   // A region: the control plane that holds it (its port; 0: the one the fleet was given,
   // the brokers'), learnt from "moved" (-32009) as the daemons' links do.
@@ -184,6 +186,19 @@ class Fleet {
                        [this](const json& p, const rpc::CallContext& c) { return task_run(p, c); });
     agent_methods_.add(
         "task.stop", [this](const json& p, const rpc::CallContext& c) { return task_stop(p, c); });
+    // What the control plane says of a quiet heartbeat, as weft-agent takes it.
+    agent_methods_.add("report.resend", [this](const json&, const rpc::CallContext& c) {
+      if (Machine* m = machine_of(c)) {
+        m->acked_digest.clear();
+        report_soon(m->d[kAgent]);
+      }
+      return Result<json>(json::object());
+    });
+    agent_methods_.add("report.forget", [this](const json& p, const rpc::CallContext& c) {
+      if (Machine* m = machine_of(c); m && p.is_object() && p.contains("forget"))
+        forget_tasks(*m, p["forget"]);
+      return Result<json>(json::object());
+    });
     // An agent that answers DNS: the agent's own reader and copy of each update.
     agent_methods_.add("service.update",
                        [this](const json& p, const rpc::CallContext& c) -> Result<json> {
@@ -279,6 +294,7 @@ class Fleet {
   std::vector<double> take_rtts() { return std::exchange(rtt_ms_, {}); }
   size_t report_errors() const { return report_errors_; }
   size_t full_reports() const { return full_reports_; }
+  size_t quiet_reports() const { return quiet_reports_; }
   size_t digest_reports() const { return digest_reports_; }
   size_t change_reports() const { return change_reports_; }
 
@@ -520,6 +536,9 @@ class Fleet {
       d.up = true;
       ++up_;
       d.backoff_us = 500'000;
+      if (d.kind == kAgent)
+        d.m->quiet_ok =
+            !o_.loud_heartbeats && r->is_object() && r->value("quiet_heartbeats", false);
       take_interval(d, *r);
       schedule(d);
       if (d.kind == kAgent && o_.daemons == 1) {
@@ -585,6 +604,12 @@ class Fleet {
     if (!o_.full_reports && !m.acked_digest.empty() && digest == m.acked_digest) {
       p["digest"] = digest;
       ++digest_reports_;
+      // As weft-agent: no answer needed while the control plane spoke within 1.5 intervals.
+      if (m.quiet_ok && now_monotonic_us() - d.session->last_heard_us() < d.interval_us * 3 / 2) {
+        ++quiet_reports_;
+        d.session->notify("machine.report", std::move(p));
+        return;
+      }
     } else if (!o_.full_reports && !m.acked_digest.empty()) {  // as weft-agent does
       p["changes"] = task_changes_json(m.acked, states);
       p["base"] = m.acked_digest;
@@ -612,15 +637,18 @@ class Fleet {
                       }
                       m.acked_digest = digest;
                       m.acked = states;
-                      if (r->is_object() && r->contains("forget") && (*r)["forget"].is_array())
-                        for (const auto& id : (*r)["forget"])
-                          if (id.is_string()) {
-                            auto it = m.tasks.find(id.get<std::string>());
-                            if (it != m.tasks.end() && it->second.state != "running" &&
-                                it->second.state != "starting")
-                              m.tasks.erase(it);  // gone from the next report's changes
-                          }
+                      if (r->is_object() && r->contains("forget")) forget_tasks(m, (*r)["forget"]);
                     });
+  }
+
+  void forget_tasks(Machine& m, const json& names) {
+    if (!names.is_array()) return;
+    for (const auto& id : names)
+      if (id.is_string()) {
+        auto it = m.tasks.find(id.get<std::string>());
+        if (it != m.tasks.end() && it->second.state != "running" && it->second.state != "starting")
+          m.tasks.erase(it);  // gone from the next report's changes
+      }
   }
 
   void retry_later(Daemon& d) {
@@ -642,6 +670,7 @@ class Fleet {
   uint64_t task_runs_ = 0, moved_ = 0;
   std::unordered_map<std::string, uint64_t> runs_by_job_;
   size_t report_errors_ = 0, full_reports_ = 0, digest_reports_ = 0, change_reports_ = 0;
+  size_t quiet_reports_ = 0;
   uint64_t messages_ = 0;
   std::vector<double> rtt_ms_;
   std::mt19937 rng_{7};

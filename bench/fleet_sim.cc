@@ -412,6 +412,8 @@ int main(int argc, char** argv) {
   app.add_option("--daemons", o.daemons, "sessions per machine: 3 (agent, sidekick, hcs) or 1")
       ->check(CLI::Range(1, 3));
   app.add_flag("--tls", o.tls, "mutual TLS (a certificate per machine)");
+  app.add_flag("--loud-heartbeats", o.loud_heartbeats,
+               "every heartbeat a request, as agents before issue 46 (none unanswered)");
   app.add_flag("--full-reports", o.full_reports,
                "report the whole task list every heartbeat (agents before issue 14)");
   app.add_option("--phases", o.phases,
@@ -617,7 +619,8 @@ int main(int argc, char** argv) {
             *loop, [] { return false; }, o.rest_s, pump);
         return std::to_string(fleet.full_reports()) + " full, " +
                std::to_string(fleet.change_reports()) + " change and " +
-               std::to_string(fleet.digest_reports()) + " digest reports so far, " +
+               std::to_string(fleet.digest_reports()) + " digest reports (" +
+               std::to_string(fleet.quiet_reports()) + " unanswered) so far, " +
                std::to_string(fleet.report_errors()) + " errors";
       });
     } else if (phase == "create") {

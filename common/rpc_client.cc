@@ -394,6 +394,12 @@ Status Client::send_line(const std::string& line) {
   return {};
 }
 
+Status Client::notify(const std::string& method, json params) {
+  if (params.is_null()) params = json::object();
+  json msg{{"jsonrpc", "2.0"}, {"method", method}, {"params", std::move(params)}};
+  return send_line(msg.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+}
+
 Result<json> Client::call(const std::string& method, json params, int timeout_ms) {
   if (params.is_null()) params = json::object();
   int64_t id = next_id_++;
@@ -411,12 +417,22 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
       if (!parsed.ok() || !parsed->is_object()) continue;
       const json& msg = *parsed;
       if (msg.contains("method")) {
-        // A request from the server while we wait: answer it.
-        if (!msg.contains("id")) continue;
-        json reply{{"jsonrpc", "2.0"}, {"id", msg["id"]}};
+        // A request from the server while we wait: answer it (a notification: handle it).
         const Handler* h = dispatcher_ && msg["method"].is_string()
                                ? dispatcher_->find(msg["method"].get<std::string>())
                                : nullptr;
+        if (!msg.contains("id")) {
+          auto pit = msg.find("params");
+          if (h) {
+            try {
+              (void)(*h)(pit != msg.end() && pit->is_object() ? *pit : json::object(),
+                         CallContext{nullptr, server_peer_});
+            } catch (const std::exception&) {
+            }
+          }
+          continue;
+        }
+        json reply{{"jsonrpc", "2.0"}, {"id", msg["id"]}};
         if (!h) {
           reply["error"] = error_object({kMethodNotFound, "unknown method", {}});
         } else {

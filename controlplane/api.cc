@@ -166,8 +166,18 @@ void Manager::register_methods() {
         Result<weft::TaskReport> report = weft::parse_task_report(text);
         // A refused report still names its machine (it is alive whatever it says).
         std::string machine = report.ok() ? report->machine : weft::report_machine(text);
-        return guarded(kReport, c, machine.empty() ? nullptr : &machine, json(),
-                       [&] { return api_machine_report(machine, std::move(report), c); });
+        Result<json> r = guarded(kReport, c, machine.empty() ? nullptr : &machine, json(),
+                                 [&] { return api_machine_report(machine, std::move(report), c); });
+        // A quiet heartbeat (a notification: docs/protocol.md) is answered only when there
+        // is something to say: send the whole list (any refusal too: the list comes as a
+        // request, whose answer says why), or forget these ended tasks.
+        if (c.session && !c.session->answering()) {
+          if (!r.ok() || r->value("resend", false))
+            c.session->notify("report.resend", json::object());
+          else if (r->is_object() && r->contains("forget") && !(*r)["forget"].empty())
+            c.session->notify("report.forget", json{{"forget", (*r)["forget"]}});
+        }
+        return r;
       });
 }
 
@@ -261,7 +271,9 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   TRY(persist({}, {m}));
   json reply{{"machine", info.id},
              {"profile", broker_.desired_profile(m)},
-             {"heartbeat_interval_ms", cfg_.broker.heartbeat_interval_us / 1000}};
+             {"heartbeat_interval_ms", cfg_.broker.heartbeat_interval_us / 1000},
+             // An unchanged machine's heartbeat may come as a notification (docs/protocol.md).
+             {"quiet_heartbeats", true}};
   // A region's shard: who holds the machine, and since which epoch (HolderFence).
   if (region_.lending)
     if (json h = region_.lending->holder_of(info.id); !h.is_null()) reply["holder"] = std::move(h);

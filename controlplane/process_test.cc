@@ -397,6 +397,55 @@ TEST_F(ControlPlane, AnUnchangedTaskListIsReportedByItsDigest) {
   EXPECT_TRUE(report({{"digest", now}}).ok());
 }
 
+// A quiet heartbeat (docs/protocol.md): an unchanged machine's digest sent as a
+// notification. The control plane answers only when there is something to say
+// (report.resend when it does not hold the list, or refuses the report), and a machine
+// is kept alive by quiet heartbeats alone.
+TEST_F(ControlPlane, AQuietHeartbeatIsAnsweredOnlyWhenThereIsSomethingToSay) {
+  start();
+  if (HasFatalFailure()) return;
+  // The control plane says it takes them.
+  auto c = rpc::Client::connect(sock());
+  ASSERT_TRUE(c.ok());
+  auto reg =
+      (*c)->call("machine.register", {{"machine", "h9"}, {"cpu_milli", 1000}, {"mem_mb", 1024}});
+  ASSERT_TRUE(reg.ok()) << reg.error().str();
+  EXPECT_EQ(reg->value("quiet_heartbeats", false), true) << reg->dump();
+  FakeMachine m("h0", "r0");
+  ASSERT_TRUE(m.connect(sock()));
+  std::string empty = tasks_digest(std::map<std::string, std::string>{});
+  auto resends = [&] {
+    auto e = m.events();
+    return std::count(e.begin(), e.end(), "resend");
+  };
+  // Before any whole list, a digest is not enough.
+  auto r = m.quiet_report_with({{"digest", empty}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(resends(), 1);
+  ASSERT_TRUE(m.report_with({{"tasks", json::object()}}).ok());
+  // Held: nothing is said, and the machine stays up well past the dead-machine timeout
+  // (3 x 200 ms) on quiet heartbeats alone.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(m.quiet_report_with({{"digest", empty}}).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(resends(), 1);
+  auto shown = call("machine.show", {{"machine", "h0"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_NE((*shown)["state"], "dead") << shown->dump();
+  // A refused one is said the same way: the whole list then comes as a request, whose
+  // answer says why.
+  ASSERT_TRUE(m.quiet_report_with({{"digest", "not-a-digest"}}).ok());
+  EXPECT_EQ(resends(), 2);
+  // Silence (no heartbeat at all): dead at the timeout as before.
+  bool dead = false;
+  for (int i = 0; i < 150 && !dead; ++i) {
+    dead = (*call("machine.show", {{"machine", "h0"}}))["state"] == "dead";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(dead);
+}
+
 // A machine that runs many tasks reports only what changed, against the list the
 // control plane acknowledged; a base or a result the control plane does not hold gets
 // `resend`, and the whole list puts them back in step.

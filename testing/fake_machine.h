@@ -60,6 +60,15 @@ class FakeMachine {
       ++stops_;
       return json::object();
     });
+    // What the control plane says of a quiet heartbeat (docs/protocol.md).
+    methods_.add("report.resend", [this](const json&, const rpc::CallContext&) -> Result<json> {
+      events_.push_back("resend");
+      return json::object();
+    });
+    methods_.add("report.forget", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      events_.push_back("forget " + p.value("forget", json::array()).dump());
+      return json::object();
+    });
     // Service discovery (an agent with dns_listen): the agent's own reader of updates.
     methods_.add("service.update", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
@@ -134,6 +143,16 @@ class FakeMachine {
     json p{{"machine", id_}};
     p.update(fields);
     return client_->call("machine.report", p);
+  }
+  // The same as a quiet heartbeat (a notification), then a controlplane.status request
+  // (no heartbeat of its own), whose answer comes after whatever the control plane said
+  // of the notification.
+  Result<json> quiet_report_with(const json& fields) {
+    std::lock_guard lock(mu_);
+    json p{{"machine", id_}};
+    p.update(fields);
+    TRY(client_->notify("machine.report", p));
+    return client_->call("controlplane.status", json::object());
   }
   void disconnect() {
     std::lock_guard lock(mu_);

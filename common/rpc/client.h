@@ -81,7 +81,8 @@ struct ClientTls {
 ClientTls client_tls(std::shared_ptr<tls::Context> context, std::string server_name = {});
 
 // A blocking client for CLIs and tests: one call at a time. Requests the server sends
-// meanwhile are answered by `dispatcher` (method-not-found when null). An endpoint
+// meanwhile are answered by `dispatcher` (method-not-found when null); its notifications
+// are handed to `dispatcher` too (and dropped without one). An endpoint
 // "tls://host:port" (or any TCP endpoint when `tls` is given) is a mutual-TLS session;
 // the handshake completes (or fails, saying why) in connect().
 class Client {
@@ -92,6 +93,8 @@ class Client {
                                                  int timeout_ms = 10000);
   ~Client();
   Result<json> call(const std::string& method, json params, int timeout_ms = 30000);
+  // A notification (no answer comes).
+  Status notify(const std::string& method, json params);
   void set_dispatcher(const Dispatcher* d) { dispatcher_ = d; }
   int fd() const { return fd_.get(); }
   // The server's certificate (TLS sessions).

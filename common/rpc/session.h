@@ -197,6 +197,9 @@ class Session {
   // function may outlive the session: a reply to a closed session is dropped. A
   // request of a batch answered this way is answered on its own line.
   ReplyFn defer_reply();
+  // From inside a handler: whether the message being handled is a request (answered),
+  // not a notification.
+  bool answering() const { return handling_id_ != nullptr; }
 
  private:
   void on_io(uint32_t revents);
