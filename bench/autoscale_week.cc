@@ -1,0 +1,149 @@
+// A week of load through autoscaling's decisions (controlplane/autoscale.h): the
+// proportional rule alone (Kubernetes' HPA, its defaults) against the same with the
+// forecast (Twine's SRM), on the same load, side by side.
+//
+// The load is a synthesis, shipped here: a day of 5 units at night rising over an hour
+// from 8:00 to a plateau (30 units on weekdays, 10 at weekends) until 17:00, falling over
+// an hour; multiplied by 1 + N(0, `noise`) every sample, seeded. A task serves at most
+// 1 unit (its limit) and the job runs at `target` units a task (70%); a new task is
+// ready `start` seconds after it is asked for (the image is local: a process and its
+// warm-up); tasks asked away go at once. The metric the decisions see is the load the
+// ready tasks serve: at most 1 unit each, as a CPU metric saturates at the limit.
+//
+// Decisions are made every 15 s. The first `warmup` days give the forecast its history
+// (both run through them); the figures are over the 7 days after: task-hours, the time
+// the job ran under its target capacity (ready tasks × target < load) and the time it
+// was overloaded (ready tasks × 1 < load: requests beyond the tasks' limits).
+//
+//   build/bench/autoscale_week [--noise 0.05] [--start 60] [--lead 900] [--csv FILE]
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "controlplane/autoscale.h"
+
+using weft::cp::AutoscaleDecision;
+using weft::cp::AutoscalePolicy;
+using weft::cp::Autoscaler;
+
+namespace {
+
+constexpr uint64_t kSec = 1'000'000;
+constexpr uint64_t kHour = 3600 * kSec;
+constexpr uint64_t kDay = 24 * kHour;
+
+double weekly_load(uint64_t t) {
+  double hour = static_cast<double>(t % kDay) / static_cast<double>(kHour);
+  int day = static_cast<int>(t / kDay) % 7;  // days 5 and 6: the weekend
+  double peak = day >= 5 ? 10 : 30;
+  double shape = hour < 8 || hour >= 18 ? 0 : hour < 9 ? hour - 8 : hour >= 17 ? 18 - hour : 1;
+  return 5 + (peak - 5) * shape;
+}
+
+struct Result {
+  double task_hours = 0, under_target_h = 0, overloaded_h = 0;
+  int64_t changes = 0;
+};
+
+struct Run {
+  Autoscaler a;
+  int64_t desired = 0;
+  std::deque<uint64_t> starting;  // when each task asked for becomes ready
+  int64_t ready = 0;
+  Result r;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"A week of load through autoscaling's decisions: HPA's rule against the forecast"};
+  double noise = 0.05, target = 0.7;
+  int start_s = 60, lead_s = 900, warmup_days = 8, seed = 46;
+  std::string csv;
+  app.add_option("--noise", noise, "relative noise of each sample (standard deviation)");
+  app.add_option("--target", target, "the load a task runs at (a task serves at most 1)");
+  app.add_option("--start", start_s, "seconds from a task asked for to its being ready");
+  app.add_option("--lead", lead_s, "how far ahead the forecast looks, seconds");
+  app.add_option("--warmup", warmup_days, "days of history before the measured week");
+  app.add_option("--seed", seed, "the noise's seed");
+  app.add_option("--csv", csv, "t_hours,load,hpa_tasks,predictive_tasks every 5 minutes");
+  CLI11_PARSE(app, argc, argv);
+
+  AutoscalePolicy base;
+  base.min = 2;
+  base.max = 200;
+  base.target = target;
+  AutoscalePolicy pred = base;
+  pred.predictive = true;
+  pred.lead_us = static_cast<uint64_t>(lead_s) * kSec;
+  Run runs[2] = {Run{Autoscaler(base), 8, {}, 8, {}}, Run{Autoscaler(pred), 8, {}, 8, {}}};
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<double> jitter(0, noise);
+  std::ofstream out;
+  if (!csv.empty()) {
+    out.open(csv);
+    out << "t_hours,load,hpa_tasks,predictive_tasks\n";
+  }
+  const uint64_t step = 15 * kSec;
+  const uint64_t measured_from = static_cast<uint64_t>(warmup_days) * kDay;
+  const uint64_t end = measured_from + 7 * kDay;
+  const double step_h = static_cast<double>(step) / static_cast<double>(kHour);
+  for (uint64_t t = 0; t < end; t += step) {
+    double load = std::max(0.0, weekly_load(t) * (1 + jitter(rng)));
+    for (Run& run : runs) {
+      while (!run.starting.empty() && run.starting.front() <= t) {
+        run.starting.pop_front();
+        ++run.ready;
+      }
+      double served = std::min(load, static_cast<double>(run.ready));
+      run.a.observe(t, served, run.ready);
+      AutoscaleDecision d = run.a.decide(t, run.desired, base.max);
+      if (d.desired != run.desired) {
+        run.a.changed(t, run.desired, d.desired);
+        if (t >= measured_from) ++run.r.changes;
+        if (d.desired > run.desired) {
+          for (int64_t i = run.desired; i < d.desired; ++i)
+            run.starting.push_back(t + static_cast<uint64_t>(start_s) * kSec);
+        } else {
+          // Those still starting go first, then ready ones.
+          int64_t drop = run.desired - d.desired;
+          while (drop > 0 && !run.starting.empty()) {
+            run.starting.pop_back();
+            --drop;
+          }
+          run.ready -= drop;
+        }
+        run.desired = d.desired;
+      }
+      if (t >= measured_from) {
+        run.r.task_hours += static_cast<double>(run.desired) * step_h;
+        if (static_cast<double>(run.ready) * target < load) run.r.under_target_h += step_h;
+        if (static_cast<double>(run.ready) < load) run.r.overloaded_h += step_h;
+      }
+    }
+    if (out && t % (300 * kSec) == 0)
+      out << static_cast<double>(t) / static_cast<double>(kHour) << ',' << load << ','
+          << runs[0].desired << ',' << runs[1].desired << '\n';
+  }
+  std::printf(
+      "a week of load (weekdays 5 -> 30 units, weekends 5 -> 10, noise %.0f%%), target %.2f a "
+      "task, tasks ready %d s after asked, forecast %d min ahead, after %d days of history:\n",
+      noise * 100, target, start_s, lead_s / 60, warmup_days);
+  const char* names[] = {"proportional rule (HPA defaults)", "with the forecast"};
+  for (int i = 0; i < 2; ++i)
+    std::printf(
+        "  %-34s task-hours %8.1f | under target capacity %6.2f h | overloaded %6.2f h | "
+        "%lld changes\n",
+        names[i], runs[i].r.task_hours, runs[i].r.under_target_h, runs[i].r.overloaded_h,
+        static_cast<long long>(runs[i].r.changes));
+  std::printf(
+      "  forecast / proportional: task-hours %.3fx, under target capacity %.3fx\n",
+      runs[1].r.task_hours / runs[0].r.task_hours,
+      runs[0].r.under_target_h > 0 ? runs[1].r.under_target_h / runs[0].r.under_target_h : 0.0);
+  return 0;
+}
