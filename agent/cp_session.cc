@@ -205,8 +205,8 @@ void CpSession::report(rpc::Session& s) {
   }
   in_flight_ = true;
   s.call("machine.report", std::move(r.params),
-         [this, digest = std::move(r.digest),
-          states = std::move(r.states)](Result<nlohmann::json> reply) mutable {
+         [this, digest = std::move(r.digest), states = std::move(r.states),
+          sent_after = resends_](Result<nlohmann::json> reply) mutable {
            in_flight_ = false;
            if (std::exchange(again_, false)) {
              auto later = loop_.add_defer([this] { link_->report_now(); });
@@ -222,6 +222,9 @@ void CpSession::report(rpc::Session& s) {
              link_->report_now();
              return;
            }
+           // A report.resend came while this one was unanswered: the whole list goes next,
+           // whatever this answer says of the list it was sent against.
+           if (sent_after != resends_) return;
            acked_digest_ = std::move(digest);
            acked_ = std::move(states);
            if (reply->is_object() && reply->contains("forget") && (*reply)["forget"].is_array()) {
@@ -234,6 +237,7 @@ void CpSession::report(rpc::Session& s) {
 }
 
 void CpSession::resend() {
+  ++resends_;
   acked_digest_.clear();
   link_->report_now();
 }

@@ -113,6 +113,9 @@ class CpSession {
   std::string acked_digest_;
   bool in_flight_ = false, again_ = false;
   bool quiet_ok_ = false;  // the control plane takes unanswered heartbeats (its hello said)
+  // report.resend came: a report sent before it must not set the acknowledged list when
+  // its answer comes (the control plane had not kept it).
+  uint64_t resends_ = 0;
   HolderFence fence_;
   Source later_, soon_;
 };

@@ -158,6 +158,7 @@ struct Machine {
   std::map<std::string, std::string> acked;  // and the list it stands for
   bool reporting = false, report_again = false;
   bool quiet_ok = false;  // its control plane takes unanswered heartbeats (its hello said)
+  uint64_t resends = 0;   // report.resend notifications so far (as weft-agent's CpSession)
   bool dead = false;
   // A region: the control plane that holds it (its port; 0: the one the fleet was given,
   // the brokers'), learnt from "moved" (-32009) as the daemons' links do.
@@ -189,6 +190,7 @@ class Fleet {
     // What the control plane says of a quiet heartbeat, as weft-agent takes it.
     agent_methods_.add("report.resend", [this](const json&, const rpc::CallContext& c) {
       if (Machine* m = machine_of(c)) {
+        ++m->resends;
         m->acked_digest.clear();
         report_soon(m->d[kAgent]);
       }
@@ -622,7 +624,7 @@ class Fleet {
     uint64_t t0 = now_monotonic_us();
     m.reporting = true;
     d.session->call("machine.report", std::move(p),
-                    [this, &m, &d, t0, digest, states](Result<json> r) {
+                    [this, &m, &d, t0, digest, states, resends = m.resends](Result<json> r) {
                       m.reporting = false;
                       if (std::exchange(m.report_again, false)) report_soon(d);
                       rtt_ms_.push_back(static_cast<double>(now_monotonic_us() - t0) / 1e3);
@@ -635,6 +637,7 @@ class Fleet {
                         report_soon(d);
                         return;
                       }
+                      if (resends != m.resends) return;  // a resend came meanwhile
                       m.acked_digest = digest;
                       m.acked = states;
                       if (r->is_object() && r->contains("forget")) forget_tasks(m, (*r)["forget"]);
