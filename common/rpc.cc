@@ -388,7 +388,18 @@ bool Session::handle_raw(const std::string& line) {
   simdjson::padded_string text(line);
   od::document doc;
   od::object obj;
-  if (parser.iterate(text).get(doc) || doc.get_object().get(obj)) return false;
+  // One JSON value and nothing after it ("{...} {}" is the usual path's parse error).
+  auto trimmed = [](std::string_view s) {
+    while (!s.empty() &&
+           (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+      s.remove_suffix(1);
+    return s.size();
+  };
+  std::string_view whole;
+  if (parser.iterate(text).get(doc) || doc.raw_json().get(whole) || trimmed(whole) != trimmed(line))
+    return false;
+  doc.rewind();
+  if (doc.get_object().get(obj)) return false;
   std::string_view version, method, params;
   json id;
   bool has_id = false, has_version = false, has_method = false, has_params = false;
@@ -425,9 +436,7 @@ bool Session::handle_raw(const std::string& line) {
       if (v.get_object().get(p) || p.raw_json().get(params)) return false;
       // raw_json() runs to the next member (its spacing included); an object the
       // iterator could not delimit is the usual path's to refuse.
-      while (!params.empty() && (params.back() == ' ' || params.back() == '\t' ||
-                                 params.back() == '\r' || params.back() == '\n'))
-        params.remove_suffix(1);
+      params = params.substr(0, trimmed(params));
       if (params.size() < 2 || params.front() != '{' || params.back() != '}') return false;
     }
     if (dup) return false;

@@ -405,6 +405,12 @@ TEST_F(ServerTest, ARawMethodReadsItsParamsAsSent) {
   EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1.5,"method":"raw"})")["error"]["code"], kInvalidRequest);
   EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1,"method":"raw","params":{"a":})")["error"]["code"],
             kParseError);
+  // Anything after the request is the usual path's parse error too.
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1,"method":"raw","params":{}} {})")["error"]["code"],
+            kParseError);
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1,"method":"raw","params":{}} x)")["error"]["code"],
+            kParseError);
+  EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":5,"method":"raw","params":{}}  )")["id"], 5);
   std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_EQ(ask(R"({"jsonrpc":"2.0","id":1,"method":"raw","params":{"a":)" + deep +
                 "}}")["error"]["code"],
