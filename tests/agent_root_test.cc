@@ -704,19 +704,42 @@ TEST_F(AgentRoot, UnknownCgroupsAreKilledAndRemoved) {
 // set), so each step is crossed on the hand-off path; with a private network (a set not
 // asked for yet) on the usual path, its namespace from the agent's netns pool. What
 // the dead agent held (sandboxes, namespaces) is gone after the restart.
-class CrashAt : public AgentRoot,
-                public ::testing::WithParamInterface<std::tuple<const char*, bool>> {};
+// A point of a task's start, and whether the task has a network of its own (the usual
+// start) or the host's (a sandbox's hand-off): what CrashAt and FailAt are run at.
+class AtPoint : public AgentRoot,
+                public ::testing::WithParamInterface<std::tuple<const char*, bool>> {
+ public:
+  static std::string name_of(const ::testing::TestParamInfo<ParamType>& p) {
+    std::string n = std::get<0>(p.param);
+    std::replace(n.begin(), n.end(), '.', '_');
+    return n + (std::get<1>(p.param) ? "_PrivateNet" : "_HostNet");
+  }
+
+ protected:
+  std::string point() const { return std::get<0>(GetParam()); }
+  bool private_net() const { return std::get<1>(GetParam()); }
+  json sleeper(const char* name) const {
+    json spec = {{"name", name}, {"argv", {"sleep", "100"}}};
+    if (private_net()) spec["namespaces"] = {{"network", "private"}};
+    return spec;
+  }
+  // The two sandboxes the agent makes ahead, once made.
+  std::vector<std::string> made_sandboxes() {
+    std::vector<std::string> ids;
+    for (int i = 0; i < 500 && ids.size() < 2; ++i, sleep_ms(10)) ids = agent_->sandbox_ids();
+    return ids;
+  }
+};
+
+class CrashAt : public AtPoint {};
 
 TEST_P(CrashAt, StartIsRecoveredWithoutOrphansOrDuplicates) {
-  const std::string point = std::get<0>(GetParam());
-  const bool private_net = std::get<1>(GetParam());
+  const std::string point = this->point();
+  const bool private_net = this->private_net();
   agent_->terminate();
   agent_->start(point);
-  json spec = {{"name", "crashy"}, {"argv", {"sleep", "100"}}};
-  if (private_net) spec["namespaces"] = {{"network", "private"}};
-  std::vector<std::string> sandboxes;
-  for (int i = 0; i < 500 && sandboxes.size() < 2; ++i, sleep_ms(10))
-    sandboxes = agent_->sandbox_ids();
+  json spec = sleeper("crashy");
+  std::vector<std::string> sandboxes = made_sandboxes();
   ASSERT_EQ(sandboxes.size(), 2u) << "the agent made no sandboxes ahead";
   auto r = agent_->try_call("task.run", spec);
   EXPECT_FALSE(r.ok()) << "the agent should have died at " << point;
@@ -761,30 +784,22 @@ INSTANTIATE_TEST_SUITE_P(Lifecycle, CrashAt,
                          ::testing::Combine(::testing::Values("run.recorded", "start.cgroup",
                                                               "start.spawned"),
                                             ::testing::Bool()),
-                         [](const auto& p) {
-                           std::string n = std::get<0>(p.param);
-                           std::replace(n.begin(), n.end(), '.', '_');
-                           return n + (std::get<1>(p.param) ? "_PrivateNet" : "_HostNet");
-                         });
+                         CrashAt::name_of);
 
 // A start that fails part-way leaves nothing of itself (the agent's StartUndo): made to
 // fail once at each point, with a sandbox given (the host's network: the pool's
 // namespace set) and without (a private network, its namespace from the netns pool),
 // the caller gets the error, and no task, cgroup, directory or sandbox of it is left;
 // the agent keeps serving and the same start then works.
-class FailAt : public AgentRoot,
-               public ::testing::WithParamInterface<std::tuple<const char*, bool>> {};
+class FailAt : public AtPoint {};
 
 TEST_P(FailAt, AStartThatFailsPartWayLeavesNothingBehind) {
-  const std::string point = std::get<0>(GetParam());
-  const bool private_net = std::get<1>(GetParam());
+  const std::string point = this->point();
+  const bool private_net = this->private_net();
   agent_->terminate();
   agent_->start("", point);
-  json spec = {{"name", "undone"}, {"argv", {"sleep", "100"}}};
-  if (private_net) spec["namespaces"] = {{"network", "private"}};
-  std::vector<std::string> sandboxes;
-  for (int i = 0; i < 500 && sandboxes.size() < 2; ++i, sleep_ms(10))
-    sandboxes = agent_->sandbox_ids();
+  json spec = sleeper("undone");
+  std::vector<std::string> sandboxes = made_sandboxes();
   ASSERT_EQ(sandboxes.size(), 2u) << "the agent made no sandboxes ahead";
   auto r = agent_->try_call("task.run", spec);
   ASSERT_FALSE(r.ok()) << r->dump();
@@ -827,11 +842,7 @@ INSTANTIATE_TEST_SUITE_P(Lifecycle, FailAt,
                                            std::tuple{"start.cgroup", true},
                                            std::tuple{"start.handoff", false},  // a sandbox's
                                            std::tuple{"start.spawn", true}),    // its own
-                         [](const auto& p) {
-                           std::string n = std::get<0>(p.param);
-                           std::replace(n.begin(), n.end(), '.', '_');
-                           return n + (std::get<1>(p.param) ? "_PrivateNet" : "_HostNet");
-                         });
+                         FailAt::name_of);
 
 // A restart that fails part-way: the task is failed with the reason, and its cgroup and
 // namespace are gone.
