@@ -1,5 +1,7 @@
 #include "controlplane/state_store.h"
 
+#include <limits>
+
 #include "common/clock.h"
 #include "common/json_bounded.h"
 #include "common/log.h"
@@ -202,17 +204,35 @@ std::map<std::string, uint16_t> task_ports_from(const json& j) {
 
 Result<Request> request_from_json(const json& j) {
   try {
+    // A number that is not an integer in range (a stored row is read as hostile) would be
+    // undefined behaviour to convert: refused like any other malformed field.
+    auto integer = [](const json& v, const char* field, int64_t lo, int64_t hi) {
+      if (!v.is_number_integer() ||
+          (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
+                                  : v.get<int64_t>() < lo || v.get<int64_t>() > hi))
+        throw json::type_error::create(302, std::string(field) + " is not an integer in range", &v);
+      return v.get<int64_t>();
+    };
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
     Request r;
     r.job = j.at("job").get<std::string>();
-    r.generation = j.at("generation").get<uint64_t>();
-    r.entitlement = j.at("entitlement").get<EntitlementId>();
-    r.tasks = j.at("tasks").get<int>();
-    r.per_task = {j.at("cpu_milli").get<int64_t>(), j.at("mem_mb").get<int64_t>()};
+    r.generation = static_cast<uint64_t>(integer(j.at("generation"), "generation", 0, kMax));
+    r.entitlement =
+        static_cast<EntitlementId>(integer(j.at("entitlement"), "entitlement", 0, kMaxInt));
+    r.tasks = static_cast<int>(integer(j.at("tasks"), "tasks", 0, kMaxInt));
+    r.per_task = {integer(j.at("cpu_milli"), "cpu_milli", 0, kMax),
+                  integer(j.at("mem_mb"), "mem_mb", 0, kMax)};
     r.machine_type = j.at("machine_type").get<std::string>();
     r.dc = j.at("dc").get<std::string>();
     r.spread = j.at("spread").get<bool>();
-    if (j.contains("fixed_ports")) r.fixed_ports = j.at("fixed_ports").get<std::vector<uint16_t>>();
-    if (j.contains("dynamic_ports")) r.dynamic_ports = j.at("dynamic_ports").get<int>();
+    if (j.contains("fixed_ports")) {
+      if (!j.at("fixed_ports").is_array()) throw json::type_error::create(302, "fixed_ports", &j);
+      for (const auto& p : j.at("fixed_ports"))
+        r.fixed_ports.push_back(static_cast<uint16_t>(integer(p, "fixed_ports", 0, 65535)));
+    }
+    if (j.contains("dynamic_ports"))
+      r.dynamic_ports = static_cast<int>(integer(j.at("dynamic_ports"), "dynamic_ports", 0, 64));
     if (r.dynamic_ports < 0 || r.dynamic_ports > 64)
       return make_error("stored placement request: dynamic_ports out of range");
     return r;
