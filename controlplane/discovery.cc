@@ -290,10 +290,18 @@ void Discovery::arm_sync(uint64_t now) {
   if (sync_.active()) return;
   auto t = loop_.add_timer_at(std::max(now, last_acked_push_us_ + kAckedPushUs), [this] {
     sync_.reset();
+    if (!live_) return;
+    // An answered push went out since the timer was set: the sync is due an interval
+    // after it (returning here without a timer left a later unanswered push
+    // unacknowledged for as long as nothing changed).
+    uint64_t at = now_monotonic_us();
+    if (at - last_acked_push_us_ < kAckedPushUs) {
+      arm_sync(at);
+      return;
+    }
     // Nothing pushed with an answer since: the agents behind are asked for their version
     // with an update that changes nothing (the version they hold, no job).
-    if (now_monotonic_us() - last_acked_push_us_ < kAckedPushUs || !live_) return;
-    last_acked_push_us_ = now_monotonic_us();
+    last_acked_push_us_ = at;
     ServiceUpdate u;
     u.version = pushed_;
     std::string msg = to_json(u).dump();
