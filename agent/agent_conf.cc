@@ -119,6 +119,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                      "port_range",
                      "dns_listen",
                      "dns_ttl",
+                     "usage_interval",
                      "reserved_ports",
                      "advertise_address",
                      "bridge"},
@@ -199,6 +200,14 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
       return field_error(doc.where(*t.get("dns_ttl")),
                          "'dns_ttl' must be a duration of at most 1h, such as \"1s\"");
     c.dns_ttl_s = static_cast<uint32_t>(*us / 1'000'000);
+  }
+  TRY_ASSIGN(auto usage, doc.get_string(t, "usage_interval"));
+  if (usage) {
+    auto us = parse_duration_us(*usage);
+    if (!us.ok() || *us < 1'000'000 || *us > 300'000'000)
+      return field_error(doc.where(*t.get("usage_interval")),
+                         "'usage_interval' must be a duration from 1s to 5m, such as \"10s\"");
+    c.usage_interval_us = *us;
   }
   TRY(str("advertise_address", &c.advertise_address));
   if (!c.advertise_address.empty() && !valid_ip_address(c.advertise_address))

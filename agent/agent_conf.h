@@ -68,6 +68,9 @@ struct AgentConfig {
   // ("host:port" on UDP; "" = it does not, and keeps no copy); the TTL of its answers.
   std::string dns_listen;
   uint32_t dns_ttl_s = 1;
+  // How often each task's cgroup is sampled for task.usage (docs/protocol.md): CPU and
+  // I/O are averaged over this interval. 1s to 5m.
+  uint64_t usage_interval_us = 10'000'000;
   // The address other machines reach this machine's tasks at (published in discovery);
   // "" = the address its control-plane session comes from.
   std::string advertise_address;

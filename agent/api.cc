@@ -161,6 +161,36 @@ Result<json> Manager::stop_task(const json& p) {
   return summary(*t);
 }
 
+Result<json> Manager::api_task_usage(const json& p, const rpc::CallContext&) {
+  return task_usage(p, /*control_plane_only=*/false);
+}
+
+Result<json> Manager::task_usage(const json& p, bool control_plane_only) const {
+  TRY_ASSIGN(std::vector<std::string> names, parse_usage_request(p));
+  // Asked by name (the control plane's task ids are the names it gave); sampled by id.
+  std::map<std::string, std::string> id_of;  // live tasks: a name is one task's
+  for (const auto& [id, t] : tasks_)
+    if (!t->terminal() && (!control_plane_only || t->spec.owner == "controlplane"))
+      id_of[t->name] = id;
+  std::vector<std::string> ids;
+  std::map<std::string, std::string> name_of;
+  auto want = [&](const std::string& name) {
+    if (auto it = id_of.find(name); it != id_of.end()) {
+      ids.push_back(it->second);
+      name_of[it->second] = name;
+    }
+  };
+  if (names.empty())
+    for (const auto& [name, id] : id_of) want(name);
+  else
+    for (const auto& name : names) want(name);
+  if (ids.empty()) return to_json(UsageReport{usage_->report({}).interval_ms, {}});
+  UsageReport r = usage_->report(ids);
+  UsageReport named{r.interval_ms, {}};
+  for (auto& [id, u] : r.tasks) named.tasks[name_of[id]] = u;
+  return to_json(named);
+}
+
 void Manager::register_methods() {
   // Guarded: changes tasks, root or the socket group only (check_privileged).
   static const rpc::Method<Manager> kMethods[] = {
@@ -173,6 +203,7 @@ void Manager::register_methods() {
       {"task.freeze", &Manager::api_task_freeze, rpc::kPrivileged},
       {"task.thaw", &Manager::api_task_thaw, rpc::kPrivileged},
       {"task.logs", &Manager::api_task_logs},
+      {"task.usage", &Manager::api_task_usage},
       {"task.remove", &Manager::api_task_remove, rpc::kPrivileged},
       {"task.wait", &Manager::api_task_wait},
       {"image.ls", &Manager::api_image_ls},

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <thread>
+#include <tuple>
 
 #include "common/fs.h"
 #include "common/strings.h"
@@ -363,6 +364,33 @@ CgroupStats CgroupTree::stats(const std::string& id) {
     s.pressure[res] = p;
   }
   return s;
+}
+
+std::pair<uint64_t, uint64_t> io_stat_bytes(std::string_view io_stat) {
+  uint64_t r = 0, w = 0;
+  for (const auto& line : split(std::string(io_stat), '\n'))
+    for (const auto& part : split(trim(line), ' ')) {
+      auto eq = part.find('=');
+      if (eq == std::string::npos) continue;
+      std::string_view k(part.data(), eq);
+      uint64_t v = std::strtoull(part.c_str() + eq + 1, nullptr, 10);
+      if (k == "rbytes") r += v;
+      if (k == "wbytes") w += v;
+    }
+  return {r, w};
+}
+
+std::optional<UsageCounters> CgroupTree::usage(const std::string& id) {
+  std::string dir = task_dir(id);
+  auto cpu = read_keyed(dir + "/cpu.stat");  // always there on a cgroup v2 directory
+  if (!cpu.ok()) return std::nullopt;
+  UsageCounters c;
+  c.cpu_usec = to_u64(*cpu, "usage_usec").value_or(0);
+  if (auto m = fs_.read(dir + "/memory.current"); m.ok())
+    c.mem_bytes = std::strtoull(trim(*m).c_str(), nullptr, 10);
+  if (auto io = fs_.read(dir + "/io.stat"); io.ok())
+    std::tie(c.io_read_bytes, c.io_write_bytes) = io_stat_bytes(*io);
+  return c;
 }
 
 nlohmann::json CgroupStats::to_json() const {

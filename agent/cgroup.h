@@ -21,6 +21,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +86,15 @@ struct CgroupStats {
   nlohmann::json to_json() const;
 };
 
+// The counters task.usage is worked out from (agent/usage.h).
+struct UsageCounters {
+  uint64_t cpu_usec = 0;                           // cpu.stat usage_usec
+  uint64_t mem_bytes = 0;                          // memory.current
+  uint64_t io_read_bytes = 0, io_write_bytes = 0;  // io.stat, summed over devices
+};
+// io.stat's rbytes and wbytes summed over its devices ("8:0 rbytes=1 wbytes=2 ...").
+std::pair<uint64_t, uint64_t> io_stat_bytes(std::string_view io_stat);
+
 class CgroupTree {
  public:
   CgroupTree(CgroupFs& fs, std::string root, HostPaths host);
@@ -107,6 +118,9 @@ class CgroupTree {
   // processes to go. Ok if it does not exist.
   Status remove_task(const std::string& id, int wait_ms = 2000);
   Status kill_task(const std::string& id);
+  // The task's usage counters; none when its cgroup is gone (a controller this machine
+  // lacks counts 0).
+  std::optional<UsageCounters> usage(const std::string& id);
   // The cgroup an exec readiness check runs in, beneath its task's (made if missing):
   // what the check's command starts stays in it, so a check ends with everything it
   // started. end_check kills what is left and removes it (if the killed are still

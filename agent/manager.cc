@@ -179,6 +179,10 @@ Status Manager::start() {
     cp_methods_.add("task.logs", [this](const nlohmann::json& p, const rpc::CallContext& c) {
       return cp_task_logs(p, c);
     });
+    // Autoscaling's figures (and an operator's, through the control plane).
+    cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext&) {
+      return task_usage(p, /*control_plane_only=*/true);
+    });
     // A rolling update to a new image asks for it before it stops the old tasks here.
     cp_methods_.add("image.pull",
                     [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
@@ -216,6 +220,15 @@ Status Manager::start() {
       *loop_, *cgroups_, SandboxPool::Config{cfg_.sandbox_pool, cfg_.init_path}, dirs_,
       [this](const std::string& id) { return tasks_.count(id) > 0; });
   sandboxes_->start();
+  usage_ = std::make_unique<UsageSampler>(
+      cfg_.usage_interval_us, [this](const std::string& id) { return cgroups_->usage(id); },
+      [this] {
+        std::vector<std::string> ids;
+        for (const auto& [id, t] : tasks_)
+          if (t->state == TaskState::kRunning) ids.push_back(id);
+        return ids;
+      });
+  TRY(usage_->start(*loop_));
   sd_notify(0, "READY=1");
   update_status();
   return {};

@@ -34,6 +34,7 @@
 #include "agent/start_plan.h"
 #include "agent/task_dirs.h"
 #include "agent/task_store.h"
+#include "agent/usage.h"
 #include "common/cp_link.h"
 #include "common/event.h"
 #include "common/fs.h"
@@ -113,6 +114,10 @@ class Manager {
   // The control plane's task.logs: only its own tasks, named as it named them; those it
   // had the agent forget, from ended-logs/ (TaskDirs::keep_logs).
   Result<nlohmann::json> cp_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
+  // task.usage (common/task_usage.h): tasks named as their owner named them; the control
+  // plane's only its own.
+  Result<nlohmann::json> task_usage(const nlohmann::json& p, bool control_plane_only) const;
+  Result<nlohmann::json> api_task_usage(const nlohmann::json& p, const rpc::CallContext& c);
   // weft-init's journald fields for a task (agent.toml log_journald), or none.
   std::vector<std::string> journal_fields(const Task& t) const;
   Result<nlohmann::json> api_task_remove(const nlohmann::json& p, const rpc::CallContext& c);
@@ -211,6 +216,7 @@ class Manager {
   TaskDirs dirs_{cfg_.state_dir, 256};
   // Sandboxes made ahead (agent/sandbox_pool.h); made at start(), after the cgroups.
   std::unique_ptr<SandboxPool> sandboxes_;
+  std::unique_ptr<UsageSampler> usage_;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<image::Service> images_;
   rpc::Dispatcher methods_;

@@ -70,9 +70,10 @@ const toml::node* locate(const toml::table& root, const std::string& field) {
 Result<json> parse_job_file(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement",
-                     "resources", "task_controller", "task", "ports", "discovery_drain"}));
+  TRY(doc.only_keys(
+      t, "",
+      {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement", "resources",
+       "task_controller", "task", "ports", "discovery_drain", "autoscale"}));
   // The file's own forms first (its tables and their types), then the one job
   // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
   // at the file's line.
@@ -127,6 +128,9 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   // checked by the job validator below.
   TRY_ASSIGN(const toml::table* controller, doc.get_table(t, "task_controller"));
   if (controller) j["task_controller"] = to_json(*controller);
+  // [autoscale]: as it is, checked by the job validator.
+  TRY_ASSIGN(const toml::table* autoscale, doc.get_table(t, "autoscale"));
+  if (autoscale) j["autoscale"] = to_json(*autoscale);
   TRY_ASSIGN(const toml::table* ports, doc.get_table(t, "ports"));
   if (ports) j["ports"] = to_json(*ports);
   TRY_ASSIGN(const toml::table* task, doc.get_table(t, "task"));

@@ -47,6 +47,22 @@ TEST(JobFile, MillicoresAndDefaults) {
   EXPECT_FALSE(j->contains("count"));  // the control plane's default (1)
 }
 
+TEST(JobFile, AutoscaleTable) {
+  auto j = parse_job_file(
+      "name = \"web\"\nentitlement = \"e\"\ncount = 2\n[resources]\ncpu = \"500m\"\n"
+      "[autoscale]\nmin = 2\nmax = 8\ntarget = 0.6\nscale_down_window = \"2m\"\n"
+      "[task]\nargv = [\"x\"]\n",
+      "j.toml");
+  ASSERT_TRUE(j.ok()) << j.error().str();
+  EXPECT_EQ((*j)["autoscale"]["max"], 8);
+  auto bad = parse_job_file(
+      "name = \"web\"\nentitlement = \"e\"\n[resources]\ncpu = 1\n"
+      "[autoscale]\nmin = 1\nmax = 8\ntarget = -1\n[task]\nargv = [\"x\"]\n",
+      "j.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().str().find("j.toml:8"), std::string::npos) << bad.error().str();
+}
+
 TEST(JobFile, ErrorsNameTheLine) {
   struct Case {
     const char* text;

@@ -87,12 +87,91 @@ std::string task_run_text(std::string_view body, const std::string& task_id,
   return out;
 }
 
+const char* autoscale_metric_name(AutoscaleMetric m) {
+  return m == AutoscaleMetric::kMemory ? "memory" : "cpu";
+}
+
+namespace {
+// A number member in [lo, hi], or `def` when absent.
+Result<double> number_member(const json& j, const char* key, double def, double lo, double hi,
+                             const std::string& prefix) {
+  if (!j.contains(key)) return def;
+  const json& v = j[key];
+  double x = v.is_number() ? v.get<double>() : -1;
+  if (!v.is_number() || !(x >= lo && x <= hi))
+    return field_error(prefix + key,
+                       "must be a number from " + json(lo).dump() + " to " + json(hi).dump());
+  return x;
+}
+Result<bool> bool_member(const json& j, const char* key, const std::string& prefix) {
+  if (!j.contains(key)) return false;
+  if (!j[key].is_boolean()) return field_error(prefix + key, "must be true or false");
+  return j[key].get<bool>();
+}
+}  // namespace
+
+Result<AutoscaleSpec> parse_autoscale_spec(const json& a, const JobResources& per_task) {
+  const std::string p = "autoscale.";
+  if (!a.is_object()) return field_error("autoscale", "must be an object");
+  for (const auto& [k, v] : a.items())
+    if (k != "min" && k != "max" && k != "metric" && k != "target" && k != "tolerance" &&
+        k != "scale_down_window" && k != "predictive" && k != "paused")
+      return field_error(p + k, "unknown field");
+  AutoscaleSpec s;
+  if (!a.contains("min")) return field_error(p + "min", "is required");
+  if (!a.contains("max")) return field_error(p + "max", "is required");
+  TRY_ASSIGN(auto mn, int_member(a, "min", 1, 1, kMaxTasksPerJob, p));
+  TRY_ASSIGN(auto mx, int_member(a, "max", 1, 1, kMaxTasksPerJob, p));
+  if (mx < mn) return field_error(p + "max", "must be at least min (" + std::to_string(mn) + ")");
+  s.min = static_cast<int>(mn);
+  s.max = static_cast<int>(mx);
+  TRY_ASSIGN(std::string metric, str_field(a, "metric", p));
+  if (metric == "memory")
+    s.metric = AutoscaleMetric::kMemory;
+  else if (!metric.empty() && metric != "cpu")
+    return field_error(p + "metric", "must be \"cpu\" (the default) or \"memory\"");
+  if (s.metric == AutoscaleMetric::kCpu && per_task.cpu_milli <= 0)
+    return field_error(p + "metric",
+                       "cpu needs per_task.cpu_milli (resources.cpu): the target is a fraction "
+                       "of it");
+  if (s.metric == AutoscaleMetric::kMemory && per_task.mem_mb <= 0)
+    return field_error(p + "metric",
+                       "memory needs per_task.mem_mb (resources.memory): the target is a "
+                       "fraction of it");
+  TRY_ASSIGN(s.target, number_member(a, "target", 0.7, 0.01, 10, p));
+  TRY_ASSIGN(s.tolerance, number_member(a, "tolerance", 0.1, 0, 0.5, p));
+  if (a.contains("scale_down_window")) {
+    const json& d = a["scale_down_window"];
+    Result<uint64_t> us = d.is_string()   ? parse_duration_us(d.get<std::string>())
+                          : d.is_number() ? seconds_to_us(d.get<double>())
+                                          : Result<uint64_t>(make_error("must be a duration"));
+    if (!us.ok() || *us > 3'600'000'000)
+      return field_error(p + "scale_down_window",
+                         "must be a duration of at most an hour, such as \"5m\"");
+    s.down_window_us = *us;
+  }
+  TRY_ASSIGN(s.predictive, bool_member(a, "predictive", p));
+  TRY_ASSIGN(s.paused, bool_member(a, "paused", p));
+  return s;
+}
+
+json to_json(const AutoscaleSpec& a) {
+  return json{{"min", a.min},
+              {"max", a.max},
+              {"metric", autoscale_metric_name(a.metric)},
+              {"target", a.target},
+              {"tolerance", a.tolerance},
+              {"scale_down_window", std::to_string(a.down_window_us) + "us"},
+              {"predictive", a.predictive},
+              {"paused", a.paused}};
+}
+
 Result<JobSpec> parse_job_spec(const json& j) {
   if (!j.is_object()) return field_error("job", "must be an object");
   for (const auto& [k, v] : j.items()) {
     static const char* kKeys[] = {
-        "name",      "entitlement",     "count", "per_task", "machine_type",   "max_unavailable",
-        "placement", "task_controller", "task",  "ports",    "discovery_drain"};
+        "name",      "entitlement",     "count", "per_task", "machine_type",    "max_unavailable",
+        "placement", "task_controller", "task",  "ports",    "discovery_drain", "autoscale"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");
@@ -198,6 +277,13 @@ Result<JobSpec> parse_job_spec(const json& j) {
                          "must be a duration of at most 10 minutes, such as \"5s\"");
     s.discovery_drain_us = *us;
   }
+  if (j.contains("autoscale") && !j["autoscale"].is_null()) {
+    TRY_ASSIGN(s.autoscale, parse_autoscale_spec(j["autoscale"], s.per_task));
+    if (s.count < s.autoscale->min || s.count > s.autoscale->max)
+      return field_error("count", "must be within autoscale.min (" +
+                                      std::to_string(s.autoscale->min) + ") and autoscale.max (" +
+                                      std::to_string(s.autoscale->max) + ")");
+  }
   if (!j.contains("task") || !j["task"].is_object())
     return field_error("task", "is required: the task spec to run (an object)");
   s.task = j["task"];
@@ -230,6 +316,7 @@ json to_json(const JobSpec& s) {
            {"task", s.task}};
   if (!s.ports.empty()) out["ports"] = s.ports;
   if (s.discovery_drain_us) out["discovery_drain"] = std::to_string(s.discovery_drain_us) + "us";
+  if (s.autoscale) out["autoscale"] = to_json(*s.autoscale);
   if (s.controller) {
     out["task_controller"] = {
         {"timeout_ms", s.controller->timeout_ms},

@@ -12,6 +12,8 @@
 //    "task_controller": {"address": "10.1.2.3:7400", "timeout_ms": 10000,
 //                        "when_unreachable": "proceed", "identity": "shardctl.web"},
 //    "ports": {"http": 0, "admin": 9100}, "discovery_drain": "5s",
+//    "autoscale": {"min": 2, "max": 20, "metric": "cpu", "target": 0.6, "tolerance": 0.1,
+//                  "scale_down_window": "5m", "predictive": true, "paused": false},
 //    "task": {<a task spec without name and owner: common/task_spec.h>}}
 #pragma once
 
@@ -60,6 +62,24 @@ struct TaskControllerSpec {
   bool operator==(const TaskControllerSpec&) const = default;
 };
 
+// Autoscaling (docs/jobs.md, "Autoscaling"): the control plane resizes the job between
+// `min` and `max` (never past what its entitlement's quota leaves) so that the metric
+// per ready task stays near `target`, a fraction of the task's reservation
+// (per_task.cpu_milli for "cpu", per_task.mem_mb for "memory"), as Kubernetes'
+// HorizontalPodAutoscaler does with a utilization target.
+enum class AutoscaleMetric { kCpu, kMemory };
+const char* autoscale_metric_name(AutoscaleMetric m);
+struct AutoscaleSpec {
+  int min = 1, max = 1;
+  AutoscaleMetric metric = AutoscaleMetric::kCpu;
+  double target = 0.7;
+  double tolerance = 0.1;
+  uint64_t down_window_us = 300'000'000;  // "scale_down_window"
+  bool predictive = false;
+  bool paused = false;  // set by `weftctl job autoscale pause`, kept with the job
+  bool operator==(const AutoscaleSpec&) const = default;
+};
+
 struct JobSpec {
   std::string name;
   std::string entitlement;  // the entitlement's name
@@ -76,6 +96,7 @@ struct JobSpec {
   // After a task leaves service discovery and every agent has its new answers, how long
   // its stop still waits (clients' cached answers, open connections); 0 = not at all.
   uint64_t discovery_drain_us = 0;
+  std::optional<AutoscaleSpec> autoscale;
   // The task spec as the operator wrote it (validated; no name or owner: each task gets
   // its own id, and the control plane marks what it starts).
   nlohmann::json task = nlohmann::json::object();
@@ -87,6 +108,11 @@ struct JobSpec {
 // something else (docs/security.md).
 bool valid_job_name(std::string_view name);
 bool valid_entitlement_name(std::string_view name);
+
+// The "autoscale" member's reader (errors name "autoscale.<field>"), given the job's
+// reservation per task; and its protocol form.
+Result<AutoscaleSpec> parse_autoscale_spec(const nlohmann::json& a, const JobResources& per_task);
+nlohmann::json to_json(const AutoscaleSpec& a);
 
 // Parses and validates. Errors name the field: "count", "per_task.mem_mb",
 // "task.resources.memory_max", "task.argv[0]".

@@ -170,6 +170,57 @@ TEST(JobSpec, PortsAndDiscoveryDrain) {
   EXPECT_EQ(parse_job_spec(bad).error().field, "task.readiness.port");
 }
 
+TEST(JobSpec, AutoscaleIsReadCheckedAndGivenBack) {
+  json j = valid();
+  j["per_task"] = {{"cpu_milli", 500}, {"mem_mb", 0}};
+  j["autoscale"] = {
+      {"min", 2}, {"max", 10}, {"target", 0.6}, {"scale_down_window", "2m"}, {"predictive", true}};
+  auto s = parse_job_spec(j);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  ASSERT_TRUE(s->autoscale);
+  EXPECT_EQ(s->autoscale->min, 2);
+  EXPECT_EQ(s->autoscale->max, 10);
+  EXPECT_EQ(s->autoscale->metric, AutoscaleMetric::kCpu);
+  EXPECT_DOUBLE_EQ(s->autoscale->target, 0.6);
+  EXPECT_DOUBLE_EQ(s->autoscale->tolerance, 0.1);
+  EXPECT_EQ(s->autoscale->down_window_us, 120'000'000u);
+  EXPECT_TRUE(s->autoscale->predictive);
+  EXPECT_FALSE(s->autoscale->paused);
+  auto back = parse_job_spec(to_json(*s));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->autoscale, s->autoscale);
+  struct Case {
+    json autoscale;
+    const char* field;
+  } cases[] = {
+      {json::array(), "autoscale"},
+      {{{"max", 3}}, "autoscale.min"},
+      {{{"min", 1}}, "autoscale.max"},
+      {{{"min", 0}, {"max", 3}}, "autoscale.min"},
+      {{{"min", 4}, {"max", 3}}, "autoscale.max"},
+      {{{"min", 1}, {"max", 3}, {"metric", "gpu"}}, "autoscale.metric"},
+      {{{"min", 1}, {"max", 3}, {"metric", "memory"}}, "autoscale.metric"},  // no mem_mb
+      {{{"min", 1}, {"max", 3}, {"target", 0}}, "autoscale.target"},
+      {{{"min", 1}, {"max", 3}, {"target", "high"}}, "autoscale.target"},
+      {{{"min", 1}, {"max", 3}, {"tolerance", 0.9}}, "autoscale.tolerance"},
+      {{{"min", 1}, {"max", 3}, {"scale_down_window", "2h"}}, "autoscale.scale_down_window"},
+      {{{"min", 1}, {"max", 3}, {"predictive", "yes"}}, "autoscale.predictive"},
+      {{{"min", 1}, {"max", 3}, {"cooldown", 1}}, "autoscale.cooldown"},
+      {{{"min", 4}, {"max", 8}}, "count"},  // count 3 is outside
+  };
+  for (const auto& c : cases) {
+    json bad = j;
+    bad["autoscale"] = c.autoscale;
+    auto r = parse_job_spec(bad);
+    ASSERT_FALSE(r.ok()) << c.autoscale.dump();
+    EXPECT_EQ(r.error().field, c.field) << c.autoscale.dump() << ": " << r.error().str();
+  }
+  // cpu needs a reservation of CPU to be a fraction of
+  json no_cpu = valid();
+  no_cpu["autoscale"] = {{"min", 1}, {"max", 3}};
+  EXPECT_EQ(parse_job_spec(no_cpu).error().field, "autoscale.metric");
+}
+
 // The control plane's per-job text is the same object as the per-task JSON, with a
 // region's holder keys spliced in, and the agent's validator takes it.
 TEST(JobSpec, TaskRunTextIsTaskRunParams) {

@@ -287,8 +287,9 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
     return field_error("name", "no such job " + spec.name).with_code(rpc::kNotFound);
   if (job_fenced(spec.name)) return moving_error();
   Job& j = it->second;
+  bool autoscaled = spec.autoscale || j.spec.autoscale;  // its count is autoscaling's
   if (!(spec.per_task == j.spec.per_task) || spec.machine_type != j.spec.machine_type ||
-      spec.entitlement_id != j.spec.entitlement_id || spec.count != j.spec.count ||
+      spec.entitlement_id != j.spec.entitlement_id || (spec.count != j.spec.count && !autoscaled) ||
       spec.placement != j.spec.placement || spec.ports != j.spec.ports)
     return field_error("resources",
                        "an update changes the task spec, max_unavailable and discovery_drain; "
@@ -302,6 +303,7 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   j.spec.max_unavailable = spec.max_unavailable;
   j.spec.controller = spec.controller;
   j.spec.discovery_drain_us = spec.discovery_drain_us;
+  j.spec.autoscale = spec.autoscale;
   ++j.generation;
   j.rolling = true;
   changed_jobs_.insert(j.spec.name);
@@ -331,6 +333,16 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   out.insert(out.end(), rolled.begin(), rolled.end());
   out.insert(out.begin(), prefetch.begin(), prefetch.end());
   return out;
+}
+
+Status Scheduler::set_autoscale(const std::string& job, const std::optional<AutoscaleSpec>& a) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.stopping)
+    return field_error("name", "no such job " + job).with_code(rpc::kNotFound);
+  if (job_fenced(job)) return moving_error();
+  it->second.spec.autoscale = a;
+  changed_jobs_.insert(job);
+  return {};
 }
 
 std::vector<Command> Scheduler::prefetched(const std::string& job, uint64_t generation, MachineId m,

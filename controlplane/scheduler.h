@@ -143,8 +143,12 @@ class Scheduler {
 
   Result<std::vector<Command>> create(const JobSpec& spec, uint64_t now_us);
   Result<std::vector<Command>> scale(const std::string& job, int count, uint64_t now_us);
-  // A new spec for a running job: tasks are replaced max_unavailable at a time.
+  // A new spec for a running job: tasks are replaced max_unavailable at a time. A job
+  // that autoscales (before or after) keeps the size autoscaling gave it.
   Result<std::vector<Command>> update(const JobSpec& spec, uint64_t now_us);
+  // The job's autoscaling settings (paused or resumed, say), kept with the job; nothing
+  // of its tasks changes.
+  Status set_autoscale(const std::string& job, const std::optional<AutoscaleSpec>& a);
   // Machine `m` answered the prefetch of `job`'s update `generation` (fetched, or
   // failed: either way its old tasks may roll now).
   std::vector<Command> prefetched(const std::string& job, uint64_t generation, MachineId m,
