@@ -278,11 +278,10 @@ Result<JobSpec> parse_job_spec(const json& j) {
     s.discovery_drain_us = *us;
   }
   if (j.contains("autoscale") && !j["autoscale"].is_null()) {
+    // `count` is the size to start with: autoscaling brings it within min and max at
+    // its next round (a stored job keeps the size autoscaling gave it, whatever its
+    // settings became since).
     TRY_ASSIGN(s.autoscale, parse_autoscale_spec(j["autoscale"], s.per_task));
-    if (s.count < s.autoscale->min || s.count > s.autoscale->max)
-      return field_error("count", "must be within autoscale.min (" +
-                                      std::to_string(s.autoscale->min) + ") and autoscale.max (" +
-                                      std::to_string(s.autoscale->max) + ")");
   }
   if (!j.contains("task") || !j["task"].is_object())
     return field_error("task", "is required: the task spec to run (an object)");

@@ -83,6 +83,8 @@ void Manager::register_methods() {
       {"job.stop", &Manager::api_job_stop, kOperatorCall},
       {"job.ls", &Manager::api_job_ls, kViewerCall},
       {"job.show", &Manager::api_job_show, kViewerCall},
+      {"job.autoscale", &Manager::api_job_autoscale, kViewerCall},
+      {"job.autoscale.pause", &Manager::api_job_autoscale_pause, kOperatorCall},
       {"task.ls", &Manager::api_task_ls, kViewerCall},
       // Its own check (may_read_logs) and audit: logs can hold secrets.
       {"task.logs", &Manager::api_task_logs, kViewerCall},
@@ -712,6 +714,35 @@ Result<json> Manager::api_job_ls(const json&, const CallContext&) {
                    {"stopping", j.stopping}});
   }
   return json{{"jobs", arr}};
+}
+
+Result<json> Manager::api_job_autoscale(const json& p, const CallContext&) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required");
+  std::string name = p["name"].get<std::string>();
+  auto spec = sched_.job(name);
+  if (!spec) return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
+  if (!spec->autoscale) return field_error("name", "job " + name + " does not autoscale");
+  auto shown = autoscaling_ ? autoscaling_->show(name) : std::nullopt;
+  if (!shown) return make_error("autoscaling is not running here").with_code(rpc::kUnavailable);
+  return *shown;
+}
+
+Result<json> Manager::api_job_autoscale_pause(const json& p, const CallContext& c) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required");
+  if (!p.contains("paused") || !p["paused"].is_boolean())
+    return field_error("paused", "is required: true to pause, false to resume");
+  std::string name = p["name"].get<std::string>();
+  auto spec = sched_.job(name);
+  if (!spec) return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
+  TRY(may_change_jobs(caller(c), spec->entitlement_id));
+  if (!spec->autoscale) return field_error("name", "job " + name + " does not autoscale");
+  AutoscaleSpec a = *spec->autoscale;
+  a.paused = p["paused"].get<bool>();
+  TRY(sched_.set_autoscale(name, a));
+  TRY(persist({name}, {}));
+  return json{{"job", name}, {"paused", a.paused}};
 }
 
 Result<json> Manager::api_job_show(const json& p, const CallContext& c) {

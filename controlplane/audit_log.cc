@@ -45,6 +45,22 @@ void AuditLog::write(const AuditRecord& a) {
               written.error().str());
 }
 
+void AuditLog::autoscaler(const std::string& job, int64_t from, int64_t to,
+                          const std::string& reason, const Status& done) {
+  AuditRecord a;
+  a.who = "autoscaler for " + job_operator(job);
+  a.role = "autoscaler";
+  a.method = "job.scale";
+  a.target = job;
+  std::string what = reason.find(" -> ") == std::string::npos
+                         ? std::to_string(from) + " -> " + std::to_string(to) + ": " + reason
+                         : reason;
+  a.digest = tls::sha256_hex(what);
+  a.result = (done.ok() ? "ok: " : "error: " + done.error().str() + ": ") + what;
+  a.result = a.result.substr(0, 768);
+  write(a);
+}
+
 std::string AuditLog::job_operator(const std::string& job) {
   if (!loaded_) {
     loaded_ = true;

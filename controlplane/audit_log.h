@@ -26,6 +26,10 @@ class AuditLog {
   // acknowledged `acks`. Nothing is written when nothing was done.
   void controller(const std::string& job, const std::string& controller,
                   const std::vector<std::string>& acks, const std::vector<Command>& done);
+  // An autoscaling decision carried out (or refused): the job resized from `from` to
+  // `to`, and why.
+  void autoscaler(const std::string& job, int64_t from, int64_t to, const std::string& reason,
+                  const Status& done);
 
  private:
   void write(const AuditRecord& a);  // the journal and the store

@@ -211,6 +211,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "failover_grace",
                      "prepare_timeout",
                      "discovery_ack_timeout",
+                     "autoscale_interval",
                      "discovery_withdraw",
                      "destructive_per_min",
                      "destructive_burst",
@@ -326,6 +327,14 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                          "'discovery_ack_timeout' must be a duration from 100ms to 10m, such as "
                          "\"5s\"");
     c.discovery_ack_timeout_us = *us;
+  }
+  TRY_ASSIGN(auto autoscale_every, doc.get_string(t, "autoscale_interval"));
+  if (autoscale_every) {
+    auto us = parse_duration_us(*autoscale_every);
+    if (!us.ok() || *us < 1'000'000 || *us > 600'000'000ull)
+      return field_error(doc.where(*t.get("autoscale_interval")),
+                         "'autoscale_interval' must be a duration from 1s to 10m, such as \"15s\"");
+    c.autoscale_interval_us = *us;
   }
   TRY_ASSIGN(auto withdraw, doc.get_bool(t, "discovery_withdraw"));
   if (withdraw) c.discovery_withdraw = *withdraw;

@@ -32,6 +32,9 @@ struct CpConfig {
   // in most schedulers; for comparisons).
   uint64_t discovery_ack_timeout_us = 5'000'000;
   bool discovery_withdraw = true;
+  // Autoscaling (docs/jobs.md): how often autoscaled jobs' usage is asked of the agents
+  // and decided on.
+  uint64_t autoscale_interval_us = 15'000'000;
   std::string socket_group = "weft";
   std::string listen = "127.0.0.1:7070";  // machines' sessions ("" = Unix socket only)
   bool insecure_listen = false;           // plaintext off loopback (tests only)

@@ -44,6 +44,8 @@ const FrontEnd::MethodRoute kRoutes[] = {
     {"job.stop", kOperatorCall, Route::kJob, "name"},
     {"job.ls", kViewerCall, Route::kAll, "jobs"},
     {"job.show", kViewerCall, Route::kJob, "name"},
+    {"job.autoscale", kViewerCall, Route::kJob, "name"},
+    {"job.autoscale.pause", kOperatorCall, Route::kJob, "name"},
     {"task.ls", kViewerCall, Route::kAll, "tasks"},
     {"task.logs", kViewerCall, Route::kTask, "task"},
     {"machine.ls", kViewerCall, Route::kAll, "machines"},

@@ -201,6 +201,7 @@ void Manager::lead() {
     if (replica_.replicated()) return step_down("the region's machines could not be read");
   }
   start_task_control();
+  start_autoscaling();
   discovery_->start();
   rounds_.start();
   log_info(replica_.replicated() ? "control plane ready: leading" : "control plane ready",
@@ -664,6 +665,25 @@ void Manager::start_task_control() {
       ctx = std::move(c).value();
   }
   control_->start(cfg_.tls.enabled(), std::move(ctx));
+}
+
+void Manager::start_autoscaling() {
+  Autoscaling::Hooks hooks;
+  hooks.agent = [this](MachineId m) { return sessions_.agent(m); };
+  hooks.scale = [this](const std::string& job, int count) -> Status {
+    TRY_ASSIGN(auto cmds, sched_.scale(job, count, now_us()));
+    TRY(persist({job}, {}));
+    send(cmds);
+    kick();
+    return {};
+  };
+  hooks.decided = [this](const std::string& job, int64_t from, int64_t to,
+                         const std::string& reason,
+                         const Status& done) { audit_->autoscaler(job, from, to, reason, done); };
+  autoscaling_ = std::make_unique<Autoscaling>(
+      *loop_, sched_, Autoscaling::Options{cfg_.autoscale_interval_us, 5'000'000},
+      std::move(hooks));
+  autoscaling_->start();
 }
 
 std::string Manager::controller_address(const TaskControllerSpec& c) const {

@@ -22,6 +22,7 @@
 #include "common/task_report.h"
 #include "controlplane/allocator.h"
 #include "controlplane/audit_log.h"
+#include "controlplane/autoscaling.h"
 #include "controlplane/broker.h"
 #include "controlplane/control_rounds.h"
 #include "controlplane/cp_conf.h"
@@ -250,6 +251,12 @@ class Manager {
   Result<nlohmann::json> api_service_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_service_watch(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<Discovery> discovery_;
+  // Autoscaling (autoscaling.h): the leader's rounds; job.autoscale shows and pauses it.
+  Result<nlohmann::json> api_job_autoscale(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_autoscale_pause(const nlohmann::json& p,
+                                                 const rpc::CallContext& c);
+  void start_autoscaling();
+  std::unique_ptr<Autoscaling> autoscaling_;
 
   // Start-up pieces: the state read into the modules, the sockets and methods, and the
   // leader's own work (ticks, heartbeat checks, TaskControl, maintenance).

@@ -993,6 +993,13 @@ std::vector<std::string> Scheduler::controlled_jobs() const {
   return out;
 }
 
+std::vector<std::string> Scheduler::autoscaled_jobs() const {
+  std::vector<std::string> out;
+  for (const auto& [name, j] : jobs_)
+    if (j.spec.autoscale && !j.stopping && !fenced(j.spec.entitlement_id)) out.push_back(name);
+  return out;  // jobs_ is ordered by name
+}
+
 std::vector<Operation> Scheduler::pending_operations(const std::string& job) const {
   std::vector<Operation> out;
   auto it = jobs_.find(job);

@@ -156,6 +156,8 @@ class Scheduler {
   Result<std::vector<Command>> stop(const std::string& job, uint64_t now_us);
   // TaskControl. Jobs that name a TaskController, in name order.
   std::vector<std::string> controlled_jobs() const;
+  // Jobs with autoscale settings (paused or not), not stopping, in name order.
+  std::vector<std::string> autoscaled_jobs() const;
   // What the scheduler wants to do to the job's tasks and waits to be acknowledged for,
   // in task index order.
   std::vector<Operation> pending_operations(const std::string& job) const;

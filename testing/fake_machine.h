@@ -19,6 +19,7 @@
 #include "common/services.h"
 #include "common/strings.h"
 #include "common/task_spec.h"
+#include "common/task_usage.h"
 
 namespace weft::testing {
 
@@ -69,6 +70,15 @@ class FakeMachine {
       events_.push_back("forget " + p.value("forget", json::array()).dump());
       return json::object();
     });
+    // Usage, as an agent samples it: every running task asked for at cpu_milli_.
+    methods_.add("task.usage", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      TRY_ASSIGN(auto ids, parse_usage_request(p));
+      UsageReport r{1000, {}};
+      for (const auto& id : ids)
+        if (running_.count(id)) r.tasks[id] = TaskUsage{cpu_milli_, 64 << 20, 0, 0};
+      ++usage_asks_;
+      return to_json(r);
+    });
     // Service discovery (an agent with dns_listen): the agent's own reader of updates.
     methods_.add("service.update", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
@@ -77,6 +87,11 @@ class FakeMachine {
       ordered_.push_back({next_seq(), "update " + std::to_string(u.version)});
       return json{{"version", catalog_.version()}};
     });
+  }
+  // Answers task.usage (common/task_usage.h) with `cpu_milli` for every task it runs.
+  void set_cpu_milli(uint64_t cpu_milli) {
+    std::lock_guard lock(mu_);
+    cpu_milli_ = cpu_milli;
   }
   // Registers as an agent that answers DNS (service.update), before connect().
   void serve_discovery() { serves_discovery_ = true; }
@@ -217,6 +232,8 @@ class FakeMachine {
   std::vector<std::string> events_;
   int starts_ = 0, stops_ = 0;
   bool serves_discovery_ = false, mute_updates_ = false;
+  uint64_t cpu_milli_ = 0;
+  int usage_asks_ = 0;
   ServiceCatalog catalog_;
   std::vector<std::pair<int, std::string>> ordered_;
   static int next_seq() {
