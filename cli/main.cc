@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/autoscale.h"
 #include "cli/cluster.h"
 #include "cli/completion.h"
 #include "cli/health.h"
@@ -98,9 +99,11 @@ int main(int argc, char** argv) {
     }
   ClusterCommands cluster;
   RegionCommands region;
+  AutoscaleCommands autoscale;
   if (want[kCluster]) {
     add_cluster_commands(app, cluster);
     add_region_commands(app, cluster, region);
+    add_autoscale_commands(cluster, autoscale);
   }
   TaskCommands tasks;
   if (want[kTasks]) add_task_commands(app, tasks);
@@ -120,6 +123,7 @@ int main(int argc, char** argv) {
   if (int rc = run_completion_commands(completion, app, g); rc >= 0) return rc;
   if (want[kCluster]) {
     if (int rc = run_region_commands(region, g); rc >= 0) return rc;
+    if (int rc = run_autoscale_commands(autoscale, g); rc >= 0) return rc;
     if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
   }
   if (want[kHealth])
