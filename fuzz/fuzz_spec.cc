@@ -1,5 +1,6 @@
 // Task specs (task.run params), the control plane's job specs, an entitlement's grants
-// and a machine's task report (also read from its text, as the control plane reads it):
+// a machine's task report (also read from its text, as the control plane reads it) and
+// its agent's task.usage answer:
 // JSON from the network into plain structs, every error an Error, and what parses
 // round-trips. Also, the same bytes as text: a /proc/net table
 // the agent reads for the machine's own ports, and task output escaped for a terminal
@@ -14,6 +15,7 @@
 #include "common/task_grants.h"
 #include "common/task_report.h"
 #include "common/task_spec.h"
+#include "common/task_usage.h"
 #include "controlplane/state_store.h"
 
 using namespace weft;
@@ -59,6 +61,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (spec.ok()) (void)check_task_grants(*spec, *grants, "fuzz", "weft");
   }
   (void)parse_task_report(*j);
+  // An agent's task.usage answer and request (common/task_usage.h): what parses
+  // round-trips exactly.
+  auto usage = parse_usage_report(*j);
+  if (usage.ok()) {
+    auto again = parse_usage_report(to_json(*usage));
+    if (!again.ok() || again->tasks != usage->tasks || again->interval_ms != usage->interval_ms)
+      __builtin_trap();
+  }
+  (void)parse_usage_request(*j);
   auto job = cp::job_spec_from_json(*j);
   if (job.ok()) (void)cp::job_spec_to_json(*job);
   (void)cp::request_from_json(*j);

@@ -205,6 +205,51 @@ TEST_F(AgentRoot, ProcessRunsInsideItsCgroup) {
   EXPECT_EQ(s["signal"], "SIGTERM");
 }
 
+// task.usage (what autoscaling measures) against the cgroup's own counters: a task that
+// spins shows the CPU its cgroup's cpu.stat says it used, an idle one next to none, and
+// memory is memory.current.
+TEST_F(AgentRoot, TaskUsageIsWhatTheCgroupCounted) {
+  agent_.reset();
+  agent_ = std::make_unique<AgentHarness>();
+  agent_->add_config("usage_interval = \"1s\"\n");
+  agent_->start();
+  std::string busy = run({{"name", "busy"}, {"argv", {"sh", "-c", "while :; do :; done"}}});
+  std::string idle = run({{"name", "idle"}, {"argv", {"sleep", "100"}}});
+  agent_->wait_state(busy, "running");
+  agent_->wait_state(idle, "running");
+  auto usec = [&](const std::string& id) -> uint64_t {
+    std::string stat = read_file(agent_->task_cgroup(id) + "/cpu.stat").value_or("");
+    size_t at = stat.find("usage_usec ");
+    return at == std::string::npos ? 0 : std::stoull(stat.substr(at + 11));
+  };
+  // The cgroup's own mean over 3 s, and the agent's figure of its last second then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  uint64_t a = usec(busy);
+  auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  json u = agent_->call("task.usage", {{"tasks", {"busy", "idle", "nosuch"}}});
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double counted = static_cast<double>(usec(busy) - a) / secs / 1000.0;  // millicores
+  std::string mem = read_file(agent_->task_cgroup(busy) + "/memory.current").value_or("0");
+  ASSERT_TRUE(u["tasks"].contains("busy")) << u.dump();
+  ASSERT_TRUE(u["tasks"].contains("idle")) << u.dump();
+  EXPECT_FALSE(u["tasks"].contains("nosuch"));
+  EXPECT_EQ(u["interval_ms"], 1000);
+  double reported = u["tasks"]["busy"][0].get<double>();
+  EXPECT_GT(counted, 200) << "the spinning task hardly ran: " << counted;
+  EXPECT_NEAR(reported, counted, std::max(150.0, 0.3 * counted)) << u.dump();
+  EXPECT_LT(u["tasks"]["idle"][0].get<double>(), 50) << u.dump();
+  double mem_now = std::stod(mem);
+  EXPECT_NEAR(u["tasks"]["busy"][1].get<double>(), mem_now, 0.25 * mem_now + 65536) << u.dump();
+  // Bad input names the field.
+  auto bad = agent_->try_call("task.usage", {{"tasks", {1}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().str().find("tasks[0]"), std::string::npos) << bad.error().str();
+  for (const auto& id : {busy, idle}) {
+    agent_->call("task.kill", {{"id", id}, {"signal", "SIGKILL"}});
+  }
+}
+
 TEST_F(AgentRoot, MissingBinaryFailsWithReasonAndNoCgroup) {
   std::string id = run({{"name", "nobin"}, {"argv", {"/no/such/binary"}}});
   json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
