@@ -129,7 +129,8 @@ void Autoscaling::decide(const std::string& job, JobState& st, const JobSpec& sp
                          uint64_t now_us) {
   auto sum = sums_.find(job);
   int64_t measured = sum == sums_.end() ? 0 : sum->second.second;
-  int64_t current = spec.count;
+  // A scale-down waiting for the job's TaskController counts as made.
+  int64_t current = sched_.target_count(job);
   bool in_bounds = current >= st.spec.min && current <= st.spec.max;
   if (measured > 0) {
     // The tasks not measured (their machine did not answer in time) are taken at the

@@ -671,10 +671,12 @@ void Manager::start_autoscaling() {
   Autoscaling::Hooks hooks;
   hooks.agent = [this](MachineId m) { return sessions_.agent(m); };
   hooks.scale = [this](const std::string& job, int count) -> Status {
-    TRY_ASSIGN(auto cmds, sched_.scale(job, count, now_us()));
+    // Down through the job's TaskController, when it has one: its stops wait for consent.
+    TRY_ASSIGN(auto cmds, sched_.scale(job, count, now_us(), /*through_controller=*/true));
     TRY(persist({job}, {}));
     send(cmds);
     kick();
+    if (control_) control_->ask(job);  // (nothing when it has no controller)
     return {};
   };
   hooks.decided = [this](const std::string& job, int64_t from, int64_t to,

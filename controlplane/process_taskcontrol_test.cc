@@ -137,6 +137,81 @@ class FakeController {
 // TaskControl through the daemon: a rolling update of a job with a controller restarts
 // only what the controller acknowledges, tells it what completed, and, when the
 // controller is gone past its timeout, goes on at max_unavailable pacing.
+// Autoscaling's scale-down of a job with a TaskController: the tasks above the new size
+// are pending `stop` operations, nothing stops until the controller acknowledges them,
+// and then exactly those stop and the size follows (docs/taskcontrol.md).
+TEST_F(ControlPlane, AnAutoscalingScaleDownWaitsForItsTaskController) {
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
+                                                "autoscale_interval = \"1s\"\n")
+                  .ok());
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r1");
+  ASSERT_TRUE(a.connect(sock()));
+  ASSERT_TRUE(b.connect(sock()));
+  FakeController ctl;
+  ASSERT_NE(ctl.port(), 0);
+  std::atomic<bool> consent{false};
+  ctl.set_policy([&](const json& plan) {
+    json ack = json::array();
+    if (consent)
+      for (const auto& op : plan.value("pending", json::array()))
+        if (op["kind"] == "stop") ack.push_back(op["op"]);
+    return ack;
+  });
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
+  json job{{"name", "kv"},
+           {"entitlement", "e"},
+           {"count", 4},
+           {"per_task", {{"cpu_milli", 1000}, {"mem_mb", 64}}},
+           {"task_controller",
+            {{"address", "127.0.0.1:" + std::to_string(ctl.port())}, {"timeout_ms", 5000}}},
+           {"autoscale", {{"min", 1}, {"max", 8}, {"target", 0.5}, {"scale_down_window", "1s"}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  auto created = call("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  // Idle but for a tenth of a core a task: 0.4 cores over 4 tasks of a 0.5-core target
+  // wants 1 task.
+  a.set_cpu_milli(100);
+  b.set_cpu_milli(100);
+  auto pump_until = [&](auto pred, int ms_total) {
+    for (int i = 0; i < ms_total / 50 && !pred(); ++i) {
+      a.report();
+      b.report();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return pred();
+  };
+  auto running = [&] { return a.running().size() + b.running().size(); };
+  auto pending_stops = [&] {
+    auto p = ctl.plans();
+    size_t n = 0;
+    if (!p.empty())
+      for (const auto& op : p.back().value("pending", json::array())) n += op["kind"] == "stop";
+    return n;
+  };
+  ASSERT_TRUE(pump_until([&] { return pending_stops() == 3; }, 15000))
+      << (ctl.plans().empty() ? "no plan" : ctl.plans().back().dump());
+  pump_until([] { return false; }, 2000);  // the controller still says no
+  EXPECT_EQ(running(), 4u);
+  EXPECT_EQ(a.stops() + b.stops(), 0);
+  auto show = call("job.autoscale", {{"name", "kv"}});
+  ASSERT_TRUE(show.ok());
+  EXPECT_EQ((*show)["count"], 4) << show->dump();
+  EXPECT_EQ((*show)["changes"].size(), 1u) << show->dump();  // once, not every round
+  json op = ctl.plans().back()["pending"][0];
+  EXPECT_EQ(op["reason"], "scale down from 4 to 1") << op.dump();
+  // Consent: exactly the three stop, and the job is of 1.
+  consent = true;
+  ASSERT_TRUE(pump_until([&] { return running() == 1; }, 10000)) << running();
+  pump_until([] { return false; }, 1500);
+  EXPECT_EQ(running(), 1u);
+  EXPECT_EQ(a.stops() + b.stops(), 3);
+  auto shown = call("job.show", {{"name", "kv"}});
+  ASSERT_TRUE(shown.ok());
+  EXPECT_EQ((*shown)["spec"]["count"], 1);
+}
+
 TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   start();
   if (HasFatalFailure()) return;

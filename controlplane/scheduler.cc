@@ -185,7 +185,7 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
     if (auto w = tasks_.find(id); w != tasks_.end() && w->second.job == j.spec.name)
       have.insert(w->second.index);
   std::vector<Command> out;
-  for (int i = 0; i < j.spec.count; ++i) {
+  for (int i = 0; i < j.wanted(); ++i) {
     if (have.count(i)) continue;
     // Its slot is on a drained machine (an update's restart performed there after the
     // drain began): the new task starts elsewhere, or waits there if nothing has room.
@@ -251,13 +251,26 @@ Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now
   return cmds;
 }
 
-Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count, uint64_t now) {
+int Scheduler::target_count(const std::string& job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second.wanted();
+}
+
+Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count, uint64_t now,
+                                              bool through_controller) {
   auto it = jobs_.find(name);
   if (it == jobs_.end() || it->second.stopping)
     return field_error("job", "no such job " + name).with_code(rpc::kNotFound);
   if (job_fenced(name)) return moving_error();
   if (count < 1) return field_error("count", "must be at least 1 (stop the job instead)");
   Job& j = it->second;
+  if (through_controller && j.controlled() && count < j.spec.count) {
+    j.shrink_to = count;  // its stops are pending operations now (pending_operations)
+    std::vector<Command> out;
+    finish_shrink(j, now, &out);  // nothing above it runs any more: at once
+    return out;
+  }
+  j.shrink_to = 0;
   std::vector<Command> out;
   if (count < j.spec.count) {
     for_job(name, [&](TaskRecord& t) {
@@ -446,7 +459,7 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
                         bool prepaid) {
   TaskRecord old = tasks_.at(task_id);
   auto jit = jobs_.find(old.job);
-  if (jit == jobs_.end() || jit->second.stopping || old.index >= jit->second.spec.count) return;
+  if (jit == jobs_.end() || jit->second.stopping || old.index >= jit->second.wanted()) return;
   if (!prepaid && !tokens_.take(now)) {
     wait(task_id);
     return;
@@ -904,7 +917,7 @@ void Scheduler::queue_waits(const std::string* only) {
     for (const auto& [id, t] : tasks_) each(t);
   for (const auto& [key, t] : latest) {
     auto jit = jobs_.find(key.first);
-    if (jit == jobs_.end() || jit->second.stopping || key.second >= jit->second.spec.count ||
+    if (jit == jobs_.end() || jit->second.stopping || key.second >= jit->second.wanted() ||
         running.count(key) || refused(*t, jit->second))
       continue;
     if (t->state == TaskState::kLost || t->state == TaskState::kFailed ||
@@ -1013,6 +1026,13 @@ std::vector<Operation> Scheduler::pending_operations(const std::string& job) con
   for (const auto& id : j.moves)
     if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state))
       out.push_back(Operation{"move/" + id, "move", id, t->second.index, "its machine is drained"});
+  if (j.shrink_to)
+    if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())
+      for (const auto& [key, t] : jt->second)
+        if (t->index >= j.shrink_to && running_copy(t->state))
+          out.push_back(Operation{"stop/" + t->id, "stop", t->id, t->index,
+                                  "scale down from " + std::to_string(j.spec.count) + " to " +
+                                      std::to_string(j.shrink_to)});
   std::stable_sort(out.begin(), out.end(),
                    [](const Operation& a, const Operation& b) { return a.index < b.index; });
   return out;
@@ -1066,8 +1086,18 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
   std::erase_if(j.moves, [&](const std::string& id) { return !pending.count("move/" + id); });
   std::vector<Command> out;
   bool any = false;
+  bool stopped = false;
   for (const auto& id : ids) {
     if (!pending.count(id)) continue;
+    if (id.rfind("stop/", 0) == 0) {
+      if (auto t = tasks_.find(id.substr(5)); t != tasks_.end() && running_copy(t->second.state)) {
+        set_state(t->second, TaskState::kStopping);
+        t->second.since_us = now;
+        out.push_back(Command{Command::Kind::kStop, t->second.machine, t->second.id, {}});
+        stopped = true;
+      }
+      continue;
+    }
     if (id.rfind("move/", 0) == 0) {
       std::string task = id.substr(5);
       if (j.moves.erase(task)) move_now(j, task, now, &out);
@@ -1079,7 +1109,20 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
     auto rolled = roll(j, now);
     out.insert(out.end(), rolled.begin(), rolled.end());
   }
+  if (stopped) finish_shrink(j, now, &out);
   return out;
+}
+
+void Scheduler::finish_shrink(Job& j, uint64_t now, std::vector<Command>* out) {
+  if (!j.shrink_to) return;
+  bool left = false;
+  for_job(j.spec.name,
+          [&](TaskRecord& t) { left |= t.index >= j.shrink_to && running_copy(t.state); });
+  if (left && j.controlled()) return;  // more to consent to
+  // None of the indices above runs (or the controller is out of the way): the count
+  // follows, and what still runs there stops now.
+  auto r = scale(j.spec.name, j.shrink_to, now);
+  if (r.ok()) out->insert(out->end(), r->begin(), r->end());
 }
 
 std::vector<Command> Scheduler::set_control_fallback(const std::string& job, bool on,
@@ -1096,6 +1139,7 @@ std::vector<Command> Scheduler::set_control_fallback(const std::string& job, boo
   for (const auto& id : std::exchange(j.moves, {})) move_now(j, id, now, &out);
   auto rolled = roll(j, now);
   out.insert(out.end(), rolled.begin(), rolled.end());
+  finish_shrink(j, now, &out);
   return out;
 }
 

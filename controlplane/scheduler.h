@@ -142,7 +142,14 @@ class Scheduler {
   Scheduler(Allocator& alloc, SchedulerLimits limits = {}) : alloc_(alloc), limits_(limits) {}
 
   Result<std::vector<Command>> create(const JobSpec& spec, uint64_t now_us);
-  Result<std::vector<Command>> scale(const std::string& job, int count, uint64_t now_us);
+  // A new task count. `through_controller`: a job with a TaskController (not in its
+  // fallback) is shrunk as its controller consents: each task above the new count is a
+  // pending `stop` operation until acknowledged (autoscaling's scale-downs; an
+  // operator's job.scale is the operator's own decision and goes at once).
+  Result<std::vector<Command>> scale(const std::string& job, int count, uint64_t now_us,
+                                     bool through_controller = false);
+  // The count the job is going to: a controlled shrink's while it waits, else its count.
+  int target_count(const std::string& job) const;
   // A new spec for a running job: tasks are replaced max_unavailable at a time. A job
   // that autoscales (before or after) keeps the size autoscaling gave it.
   Result<std::vector<Command>> update(const JobSpec& spec, uint64_t now_us);
@@ -352,6 +359,12 @@ class Scheduler {
     std::vector<std::string> completed;
     bool fallback = false;
     bool controlled() const { return spec.controller.has_value() && !fallback; }
+    // A shrink waiting for the controller (scale's through_controller): the indices from
+    // here up stop as it consents, are not replaced meanwhile, and the count becomes this
+    // once none of them runs; 0 = none. Not stored: after a restart the job keeps its
+    // count (and autoscaling decides again).
+    int shrink_to = 0;
+    int wanted() const { return shrink_to ? shrink_to : spec.count; }
     // A rolling update to a new image: the machines still fetching it (their old tasks
     // wait) until the deadline. Not stored: after a restart the update just rolls.
     std::set<MachineId> prefetching;
@@ -374,6 +387,9 @@ class Scheduler {
   // A controlled job's task moved off its drained machine (make before break); false
   // when it is not live any more.
   bool move_now(Job& j, const std::string& task_id, uint64_t now_us, std::vector<Command>* out);
+  // A controlled shrink whose tasks above it all stopped (or whose controller fell back):
+  // the count becomes shrink_to.
+  void finish_shrink(Job& j, uint64_t now_us, std::vector<Command>* out);
   // The task tables, with their indexes by job (and index) and by machine.
   void put_task(const TaskRecord& t);
   void set_state(TaskRecord& t, TaskState s) {

@@ -1003,6 +1003,76 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
   EXPECT_EQ(sched_.pending_operations("web").size(), 4u);
 }
 
+// Autoscaling's scale-down of a controlled job goes through its controller: each task
+// above the new count is a pending `stop`, stopped when acknowledged and not replaced
+// meanwhile; the count follows once none runs. The controller unreachable, the rest
+// stops at once; an operator's scale goes at once and ends a shrink waiting.
+TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
+  JobSpec s = spec("web", 5);
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  auto r = sched_.scale("web", 2, 2, /*through_controller=*/true);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->empty());  // nothing stops before the controller says so
+  EXPECT_EQ(sched_.job("web")->count, 5);
+  EXPECT_EQ(sched_.target_count("web"), 2);
+  auto ops = sched_.pending_operations("web");
+  ASSERT_EQ(ops.size(), 3u);
+  for (const auto& op : ops) {
+    EXPECT_EQ(op.kind, "stop");
+    EXPECT_GE(op.index, 2);
+    EXPECT_EQ(op.reason, "scale down from 5 to 2");
+  }
+  // One acknowledged: it stops, and its index is not started again when it has.
+  auto g = sched_.grant("web", {ops[0].id}, 3);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(g[0].task_id, ops[0].task);
+  sent.insert(sent.end(), g.begin(), g.end());
+  auto next = report_all(sent, 4);
+  EXPECT_EQ(count_kind(next, Command::Kind::kStart), 0);
+  EXPECT_EQ(sched_.pending_operations("web").size(), 2u);
+  EXPECT_EQ(sched_.job("web")->count, 5);
+  // The rest acknowledged: the count is 2.
+  g = sched_.grant("web", {ops[1].id, ops[2].id}, 5);
+  EXPECT_EQ(count_kind(g, Command::Kind::kStop), 2);
+  EXPECT_EQ(count_kind(g, Command::Kind::kStart), 0);
+  sent.insert(sent.end(), g.begin(), g.end());
+  EXPECT_EQ(sched_.job("web")->count, 2);
+  EXPECT_EQ(sched_.target_count("web"), 2);
+  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  next = report_all(sent, 6);
+  EXPECT_EQ(count_kind(next, Command::Kind::kStart), 0);
+  EXPECT_EQ(live("web").size(), 2u);
+
+  // Again to 1, and the controller becomes unreachable: it stops at once.
+  ASSERT_TRUE(sched_.scale("web", 1, 7, true).ok());
+  EXPECT_EQ(sched_.pending_operations("web").size(), 1u);
+  auto f = sched_.set_control_fallback("web", true, 8);
+  EXPECT_EQ(count_kind(f, Command::Kind::kStop), 1);
+  EXPECT_EQ(sched_.job("web")->count, 1);
+  ASSERT_TRUE(sched_.set_control_fallback("web", false, 9).empty());
+
+  // A shrink waiting, then the operator's own scale: at once, and no shrink is left.
+  ASSERT_TRUE(sched_.scale("web", 4, 10).ok());
+  ASSERT_TRUE(sched_.scale("web", 2, 11, true).ok());
+  EXPECT_EQ(sched_.target_count("web"), 2);
+  auto op = sched_.scale("web", 3, 12);
+  ASSERT_TRUE(op.ok());
+  EXPECT_EQ(count_kind(*op, Command::Kind::kStop), 1);
+  EXPECT_EQ(sched_.target_count("web"), 3);
+  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  // Without a controller, through_controller changes nothing: at once.
+  ASSERT_TRUE(sched_.create(spec("plain", 3), 13).ok());
+  auto plain = sched_.scale("plain", 1, 14, true);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(count_kind(*plain, Command::Kind::kStop), 2);
+  EXPECT_EQ(sched_.job("plain")->count, 1);
+}
+
 // A drain of a machine running a controlled job's task waits for the controller's ack
 // of the move; acked, the move is make-before-break as for any job; undrained before the
 // ack, nothing moves; the controller unreachable, the move goes at once.
