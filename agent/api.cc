@@ -161,12 +161,14 @@ Result<json> Manager::stop_task(const json& p) {
   return summary(*t);
 }
 
-Result<json> Manager::api_task_usage(const json& p, const rpc::CallContext&) {
-  return task_usage(p, /*control_plane_only=*/false);
+Result<json> Manager::api_task_usage(const json& p, const rpc::CallContext& c) {
+  return task_usage(p, c, /*control_plane_only=*/false);
 }
 
-Result<json> Manager::task_usage(const json& p, bool control_plane_only) const {
-  TRY_ASSIGN(std::vector<std::string> names, parse_usage_request(p));
+Result<json> Manager::task_usage(const json& p, const rpc::CallContext& c,
+                                 bool control_plane_only) {
+  TRY_ASSIGN(UsageRequest req, parse_usage_request(p));
+  const std::vector<std::string>& names = req.tasks;
   // Asked by name (the control plane's task ids are the names it gave); sampled by id.
   std::map<std::string, std::string> id_of;  // live tasks: a name is one task's
   for (const auto& [id, t] : tasks_)
@@ -184,11 +186,30 @@ Result<json> Manager::task_usage(const json& p, bool control_plane_only) const {
     for (const auto& [name, id] : id_of) want(name);
   else
     for (const auto& name : names) want(name);
-  if (ids.empty()) return to_json(UsageReport{usage_->report({}).interval_ms, {}});
-  UsageReport r = usage_->report(ids);
-  UsageReport named{r.interval_ms, {}};
-  for (auto& [id, u] : r.tasks) named.tasks[name_of[id]] = u;
-  return to_json(named);
+  UsageReport named{usage_->report({}).interval_ms, {}, {}};
+  if (!ids.empty()) {
+    UsageReport r = usage_->report(ids);
+    for (auto& [id, u] : r.tasks) named.tasks[name_of[id]] = u;
+  }
+  if (req.scrape.empty() || !c.session) return to_json(named);
+  // App metrics: each task's named port on its own network; answered when all ended.
+  std::vector<ScrapeTarget> targets;
+  for (const auto& g : req.scrape)
+    for (const auto& name : g.tasks) {
+      auto it = id_of.find(name);
+      if (it == id_of.end() || !named.tasks.count(name)) continue;  // not here, or not sampled
+      const Task& t = *tasks_.at(it->second);
+      if (t.state != TaskState::kRunning) continue;
+      auto port = t.spec.ports.find(g.port);
+      targets.push_back(ScrapeTarget{name, port == t.spec.ports.end() ? uint16_t{0} : port->second,
+                                     t.pidfd.get(), t.spec.ns.own_network(), g.path, g.name});
+    }
+  if (targets.empty()) return to_json(named);
+  auto reply = c.session->defer_reply();  // from here the answer goes through `reply`
+  Status started = usage_->scrape(*loop_, *http_, std::move(named), std::move(targets),
+                                  [reply](UsageReport r) { reply(to_json(r)); });
+  if (!started.ok()) reply(started.error());
+  return json();
 }
 
 void Manager::register_methods() {

@@ -180,8 +180,8 @@ Status Manager::start() {
       return cp_task_logs(p, c);
     });
     // Autoscaling's figures (and an operator's, through the control plane).
-    cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext&) {
-      return task_usage(p, /*control_plane_only=*/true);
+    cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext& c) {
+      return task_usage(p, c, /*control_plane_only=*/true);
     });
     // A rolling update to a new image asks for it before it stops the old tasks here.
     cp_methods_.add("image.pull",

@@ -116,7 +116,8 @@ class Manager {
   Result<nlohmann::json> cp_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
   // task.usage (common/task_usage.h): tasks named as their owner named them; the control
   // plane's only its own.
-  Result<nlohmann::json> task_usage(const nlohmann::json& p, bool control_plane_only) const;
+  Result<nlohmann::json> task_usage(const nlohmann::json& p, const rpc::CallContext& c,
+                                    bool control_plane_only);
   Result<nlohmann::json> api_task_usage(const nlohmann::json& p, const rpc::CallContext& c);
   // weft-init's journald fields for a task (agent.toml log_journald), or none.
   std::vector<std::string> journal_fields(const Task& t) const;

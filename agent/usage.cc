@@ -1,6 +1,7 @@
 #include "agent/usage.h"
 
 #include "common/clock.h"
+#include "common/rpc/protocol.h"
 
 namespace weft::agent {
 
@@ -36,6 +37,30 @@ void UsageSampler::sample(uint64_t now_us) {
     next.emplace(id, s);
   }
   seen_ = std::move(next);
+}
+
+Status UsageSampler::scrape(EventLoop& loop, HttpClient& http, UsageReport base,
+                            std::vector<ScrapeTarget> targets,
+                            std::function<void(UsageReport)> reply) {
+  if (batches_.size() >= kMaxBatches)
+    return make_error("too many metric scrapes at once").with_code(rpc::kUnavailable);
+  uint64_t n = ++next_batch_;
+  auto batch = ScrapeBatch::start(loop, http, std::move(targets),
+                                  [this, n, base = std::move(base), reply = std::move(reply)](
+                                      std::map<std::string, Result<double>> results) mutable {
+                                    for (auto& [task, r] : results) {
+                                      if (r.ok()) {
+                                        if (auto it = base.tasks.find(task); it != base.tasks.end())
+                                          it->second.metric = *r;
+                                      } else if (base.scrape_errors.size() < kMaxScrapeErrors) {
+                                        base.scrape_errors[task] = r.error().message.substr(0, 256);
+                                      }
+                                    }
+                                    reply(std::move(base));
+                                    batches_.erase(n);  // (this batch: nothing of it is used after)
+                                  });
+  batches_[n] = std::move(batch);
+  return {};
 }
 
 UsageReport UsageSampler::report(const std::vector<std::string>& ids) const {

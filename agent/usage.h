@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/cgroup.h"
+#include "agent/metric_scrape.h"
 #include "common/event.h"
 #include "common/task_usage.h"
 
@@ -30,6 +32,12 @@ class UsageSampler {
   void sample(uint64_t now_us);
   // The figures of `ids` (empty: every task sampled twice at least).
   UsageReport report(const std::vector<std::string>& ids) const;
+  // `base` with the app metrics of `targets` added (each a fifth figure, or its reason in
+  // scrape_errors), given to `reply` once every scrape ended; at most kMaxBatches at once
+  // (an error then, at once).
+  static constexpr size_t kMaxBatches = 16;
+  Status scrape(EventLoop& loop, HttpClient& http, UsageReport base,
+                std::vector<ScrapeTarget> targets, std::function<void(UsageReport)> reply);
 
  private:
   struct Seen {
@@ -42,6 +50,8 @@ class UsageSampler {
   Ids ids_;
   std::map<std::string, Seen> seen_;
   Source timer_;
+  std::map<uint64_t, std::unique_ptr<ScrapeBatch>> batches_;
+  uint64_t next_batch_ = 0;
 };
 
 }  // namespace weft::agent

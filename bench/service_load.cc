@@ -5,6 +5,9 @@
 //                                     $WEFT_PORT_HTTP) that shuts down the way careful
 //                                     servers do on SIGTERM: it stops accepting, answers
 //                                     the requests it has, closes idle connections, exits.
+//                                     GET /metrics answers Prometheus text: the requests
+//                                     served and service_in_flight, which is
+//                                     $SERVICE_IN_FLIGHT (an app metric for autoscaling).
 //   service_load load --name _http._tcp.web.e.weft. [--dns 127.0.0.1:8600] [--workers 16]
 //                     [--per-connection 20]
 //                                     a client as ordinary ones are: it resolves the SRV
@@ -77,6 +80,9 @@ int serve(int port) {
   ::gethostname(host, sizeof host - 1);
   const std::string body = "served by " + std::string(host) + ":" + std::to_string(port) + "\n";
   std::fprintf(stderr, "service_load: serving on port %d\n", port);
+  const char* env_in_flight = std::getenv("SERVICE_IN_FLIGHT");
+  const std::string in_flight = env_in_flight ? env_in_flight : "0";
+  uint64_t served = 0;
   bool draining = false;
   uint64_t drain_deadline = 0;
   for (;;) {
@@ -122,10 +128,17 @@ int serve(int port) {
       if (got > 0) it->second.append(buf, static_cast<size_t>(got));
       size_t end;
       while (!close_it && (end = it->second.find("\r\n\r\n")) != std::string::npos) {
+        bool metrics = it->second.rfind("GET /metrics", 0) == 0;
         it->second.erase(0, end + 4);
+        ++served;
+        std::string text = body;
+        if (metrics)
+          text = "# TYPE service_requests_total counter\nservice_requests_total{port=\"" +
+                 std::to_string(port) + "\"} " + std::to_string(served) +
+                 "\n# TYPE service_in_flight gauge\nservice_in_flight " + in_flight + "\n";
         std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\n" +
-                           (draining ? "Connection: close\r\n" : "") + "\r\n" + body;
+                           std::to_string(text.size()) + "\r\n" +
+                           (draining ? "Connection: close\r\n" : "") + "\r\n" + text;
         (void)::send(fd, resp.data(), resp.size(), MSG_NOSIGNAL);
         if (draining) close_it = true;
       }

@@ -6,6 +6,7 @@
 
 #include "common/fs.h"
 #include "common/json_bounded.h"
+#include "common/prometheus_text.h"
 #include "common/rpc/endpoint.h"
 #include "common/task_spec.h"
 #include "common/units.h"
@@ -88,7 +89,7 @@ std::string task_run_text(std::string_view body, const std::string& task_id,
 }
 
 const char* autoscale_metric_name(AutoscaleMetric m) {
-  return m == AutoscaleMetric::kMemory ? "memory" : "cpu";
+  return m == AutoscaleMetric::kMemory ? "memory" : m == AutoscaleMetric::kApp ? "app" : "cpu";
 }
 
 namespace {
@@ -110,12 +111,13 @@ Result<bool> bool_member(const json& j, const char* key, const std::string& pref
 }
 }  // namespace
 
-Result<AutoscaleSpec> parse_autoscale_spec(const json& a, const JobResources& per_task) {
+Result<AutoscaleSpec> parse_autoscale_spec(const json& a, const JobResources& per_task,
+                                           const std::map<std::string, uint16_t>& ports) {
   const std::string p = "autoscale.";
   if (!a.is_object()) return field_error("autoscale", "must be an object");
   for (const auto& [k, v] : a.items())
     if (k != "min" && k != "max" && k != "metric" && k != "target" && k != "tolerance" &&
-        k != "scale_down_window" && k != "predictive" && k != "paused")
+        k != "scale_down_window" && k != "predictive" && k != "paused" && k != "app_metric")
       return field_error(p + k, "unknown field");
   AutoscaleSpec s;
   if (!a.contains("min")) return field_error(p + "min", "is required");
@@ -128,8 +130,34 @@ Result<AutoscaleSpec> parse_autoscale_spec(const json& a, const JobResources& pe
   TRY_ASSIGN(std::string metric, str_field(a, "metric", p));
   if (metric == "memory")
     s.metric = AutoscaleMetric::kMemory;
+  else if (metric == "app")
+    s.metric = AutoscaleMetric::kApp;
   else if (!metric.empty() && metric != "cpu")
-    return field_error(p + "metric", "must be \"cpu\" (the default) or \"memory\"");
+    return field_error(p + "metric", "must be \"cpu\" (the default), \"memory\" or \"app\"");
+  if (a.contains("app_metric") != (s.metric == AutoscaleMetric::kApp))
+    return field_error(p + "app_metric", "goes with metric = \"app\", and only with it");
+  if (s.metric == AutoscaleMetric::kApp) {
+    const json& m = a["app_metric"];
+    const std::string q = p + "app_metric.";
+    if (!m.is_object()) return field_error(p + "app_metric", "must be a table: port, path, name");
+    for (const auto& [k, v] : m.items())
+      if (k != "port" && k != "path" && k != "name") return field_error(q + k, "unknown field");
+    TRY_ASSIGN(s.app.port, str_field(m, "port", q));
+    if (!ports.count(s.app.port))
+      return field_error(q + "port", "must be one of the job's ports (ports = { name = ... })");
+    TRY_ASSIGN(std::string path, str_field(m, "path", q));
+    if (!path.empty()) s.app.path = path;
+    bool path_ok = s.app.path.size() <= 256 && s.app.path[0] == '/' &&
+                   std::all_of(s.app.path.begin(), s.app.path.end(),
+                               [](char c) { return c > 0x20 && c < 0x7f && c != '#'; });
+    if (!path_ok)
+      return field_error(q + "path",
+                         "must be a URL path of at most 256 characters, such as "
+                         "\"/metrics\"");
+    TRY_ASSIGN(s.app.name, str_field(m, "name", q));
+    if (!valid_metric_name(s.app.name))
+      return field_error(q + "name", "must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
+  }
   if (s.metric == AutoscaleMetric::kCpu && per_task.cpu_milli <= 0)
     return field_error(p + "metric",
                        "cpu needs per_task.cpu_milli (resources.cpu): the target is a fraction "
@@ -138,7 +166,14 @@ Result<AutoscaleSpec> parse_autoscale_spec(const json& a, const JobResources& pe
     return field_error(p + "metric",
                        "memory needs per_task.mem_mb (resources.memory): the target is a "
                        "fraction of it");
-  TRY_ASSIGN(s.target, number_member(a, "target", 0.7, 0.01, 10, p));
+  if (s.metric == AutoscaleMetric::kApp) {
+    // The metric's own value per ready task: required, there is no sensible default.
+    if (!a.contains("target"))
+      return field_error(p + "target", "is required with metric = \"app\"");
+    TRY_ASSIGN(s.target, number_member(a, "target", 1, 1e-6, 1e12, p));
+  } else {
+    TRY_ASSIGN(s.target, number_member(a, "target", 0.7, 0.01, 10, p));
+  }
   TRY_ASSIGN(s.tolerance, number_member(a, "tolerance", 0.1, 0, 0.5, p));
   if (a.contains("scale_down_window")) {
     const json& d = a["scale_down_window"];
@@ -156,14 +191,17 @@ Result<AutoscaleSpec> parse_autoscale_spec(const json& a, const JobResources& pe
 }
 
 json to_json(const AutoscaleSpec& a) {
-  return json{{"min", a.min},
-              {"max", a.max},
-              {"metric", autoscale_metric_name(a.metric)},
-              {"target", a.target},
-              {"tolerance", a.tolerance},
-              {"scale_down_window", std::to_string(a.down_window_us) + "us"},
-              {"predictive", a.predictive},
-              {"paused", a.paused}};
+  json out{{"min", a.min},
+           {"max", a.max},
+           {"metric", autoscale_metric_name(a.metric)},
+           {"target", a.target},
+           {"tolerance", a.tolerance},
+           {"scale_down_window", std::to_string(a.down_window_us) + "us"},
+           {"predictive", a.predictive},
+           {"paused", a.paused}};
+  if (a.metric == AutoscaleMetric::kApp)
+    out["app_metric"] = {{"port", a.app.port}, {"path", a.app.path}, {"name", a.app.name}};
+  return out;
 }
 
 Result<JobSpec> parse_job_spec(const json& j) {
@@ -281,7 +319,7 @@ Result<JobSpec> parse_job_spec(const json& j) {
     // `count` is the size to start with: autoscaling brings it within min and max at
     // its next round (a stored job keeps the size autoscaling gave it, whatever its
     // settings became since).
-    TRY_ASSIGN(s.autoscale, parse_autoscale_spec(j["autoscale"], s.per_task));
+    TRY_ASSIGN(s.autoscale, parse_autoscale_spec(j["autoscale"], s.per_task, s.ports));
   }
   if (!j.contains("task") || !j["task"].is_object())
     return field_error("task", "is required: the task spec to run (an object)");

@@ -14,6 +14,8 @@
 //    "ports": {"http": 0, "admin": 9100}, "discovery_drain": "5s",
 //    "autoscale": {"min": 2, "max": 20, "metric": "cpu", "target": 0.6, "tolerance": 0.1,
 //                  "scale_down_window": "5m", "predictive": true, "paused": false},
+//    (or "metric": "app", "app_metric": {"port": "http", "path": "/metrics",
+//                                        "name": "http_in_flight"}, "target": 20)
 //    "task": {<a task spec without name and owner: common/task_spec.h>}}
 #pragma once
 
@@ -66,13 +68,22 @@ struct TaskControllerSpec {
 // `min` and `max` (never past what its entitlement's quota leaves) so that the metric
 // per ready task stays near `target`, a fraction of the task's reservation
 // (per_task.cpu_milli for "cpu", per_task.mem_mb for "memory"), as Kubernetes'
-// HorizontalPodAutoscaler does with a utilization target.
-enum class AutoscaleMetric { kCpu, kMemory };
+// HorizontalPodAutoscaler does with a utilization target; or, for "app", a metric the
+// task serves itself (Prometheus text at http://<task>:<port><path>), whose value per
+// ready task `target` is.
+enum class AutoscaleMetric { kCpu, kMemory, kApp };
+struct AppMetric {
+  std::string port;  // one of the job's named ports
+  std::string path = "/metrics";
+  std::string name;  // the metric (its samples summed over their labels)
+  bool operator==(const AppMetric&) const = default;
+};
 const char* autoscale_metric_name(AutoscaleMetric m);
 struct AutoscaleSpec {
   int min = 1, max = 1;
   AutoscaleMetric metric = AutoscaleMetric::kCpu;
   double target = 0.7;
+  AppMetric app;  // metric "app"
   double tolerance = 0.1;
   uint64_t down_window_us = 300'000'000;  // "scale_down_window"
   bool predictive = false;
@@ -111,7 +122,8 @@ bool valid_entitlement_name(std::string_view name);
 
 // The "autoscale" member's reader (errors name "autoscale.<field>"), given the job's
 // reservation per task; and its protocol form.
-Result<AutoscaleSpec> parse_autoscale_spec(const nlohmann::json& a, const JobResources& per_task);
+Result<AutoscaleSpec> parse_autoscale_spec(const nlohmann::json& a, const JobResources& per_task,
+                                           const std::map<std::string, uint16_t>& ports);
 nlohmann::json to_json(const AutoscaleSpec& a);
 
 // Parses and validates. Errors name the field: "count", "per_task.mem_mb",

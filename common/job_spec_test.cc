@@ -214,6 +214,44 @@ TEST(JobSpec, AutoscaleIsReadCheckedAndGivenBack) {
     ASSERT_FALSE(r.ok()) << c.autoscale.dump();
     EXPECT_EQ(r.error().field, c.field) << c.autoscale.dump() << ": " << r.error().str();
   }
+  // An app metric: one of the job's named ports, a path, a metric name; target required.
+  json app = j;
+  app["ports"] = {{"http", 0}};
+  app["autoscale"] = {{"min", 1},
+                      {"max", 5},
+                      {"metric", "app"},
+                      {"target", 20},
+                      {"app_metric", {{"port", "http"}, {"name", "http_in_flight"}}}};
+  auto a = parse_job_spec(app);
+  ASSERT_TRUE(a.ok()) << a.error().str();
+  EXPECT_EQ(a->autoscale->metric, AutoscaleMetric::kApp);
+  EXPECT_EQ(a->autoscale->app.path, "/metrics");
+  EXPECT_DOUBLE_EQ(a->autoscale->target, 20);
+  EXPECT_EQ(parse_job_spec(to_json(*a))->autoscale, a->autoscale);
+  struct AppCase {
+    const char* key;
+    json value;
+    const char* field;
+  } app_cases[] = {
+      {"port", "grpc", "autoscale.app_metric.port"},
+      {"path", "metrics", "autoscale.app_metric.path"},
+      {"name", "http-in-flight", "autoscale.app_metric.name"},
+      {"scheme", "https", "autoscale.app_metric.scheme"},
+  };
+  for (const auto& c : app_cases) {
+    json bad = app;
+    bad["autoscale"]["app_metric"][c.key] = c.value;
+    EXPECT_EQ(parse_job_spec(bad).error().field, c.field) << c.key;
+  }
+  json no_target = app;
+  no_target["autoscale"].erase("target");
+  EXPECT_EQ(parse_job_spec(no_target).error().field, "autoscale.target");
+  json no_metric = app;
+  no_metric["autoscale"].erase("app_metric");
+  EXPECT_EQ(parse_job_spec(no_metric).error().field, "autoscale.app_metric");
+  json stray = j;
+  stray["autoscale"]["app_metric"] = {{"port", "http"}, {"name", "x"}};
+  EXPECT_EQ(parse_job_spec(stray).error().field, "autoscale.app_metric");
   // cpu needs a reservation of CPU to be a fraction of
   json no_cpu = valid();
   no_cpu["autoscale"] = {{"min", 1}, {"max", 3}};

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 namespace weft {
 namespace {
 
@@ -44,8 +46,32 @@ TEST(TaskUsage, ErrorsNameTheField) {
   EXPECT_EQ(parse_usage_request(json{{"tasks", "a"}}).error().field, "tasks");
   auto ok = parse_usage_request(json{{"tasks", {"a", "b"}}});
   ASSERT_TRUE(ok.ok());
-  EXPECT_EQ(ok->size(), 2u);
-  EXPECT_TRUE(parse_usage_request(json()).value().empty());
+  EXPECT_EQ(ok->tasks.size(), 2u);
+  EXPECT_TRUE(parse_usage_request(json()).value().tasks.empty());
+  json group{{"tasks", {"a"}}, {"port", "http"}, {"path", "/metrics"}, {"name", "inflight"}};
+  auto scrape = parse_usage_request(json{{"scrape", {group}}});
+  ASSERT_TRUE(scrape.ok()) << scrape.error().str();
+  ASSERT_EQ(scrape->scrape.size(), 1u);
+  EXPECT_EQ(scrape->scrape[0].name, "inflight");
+  EXPECT_EQ(to_json(*scrape)["scrape"][0], group);
+  for (auto [key, value, field] : {std::tuple{"path", json("metrics"), "scrape[0].path"},
+                                   std::tuple{"name", json("in-flight"), "scrape[0].name"},
+                                   std::tuple{"port", json(8080), "scrape[0].port"},
+                                   std::tuple{"extra", json(1), "scrape[0].extra"}}) {
+    json bad = group;
+    bad[key] = value;
+    EXPECT_EQ(parse_usage_request(json{{"scrape", {bad}}}).error().field, field) << key;
+  }
+  // The metric, when scraped, is a fifth figure; the reasons of failed scrapes beside.
+  UsageReport r;
+  r.tasks["a"] = TaskUsage{1, 2, 3, 4, 17.5};
+  r.scrape_errors["b"] = "connection refused";
+  auto back = parse_usage_report(to_json(r));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->tasks, r.tasks);
+  EXPECT_EQ(back->scrape_errors, r.scrape_errors);
+  EXPECT_EQ(parse_usage_report(json{{"tasks", {{"a", {1, 2, 3, 4, "x"}}}}}).error().field,
+            "tasks.a[4]");
 }
 
 }  // namespace

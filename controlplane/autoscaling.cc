@@ -34,10 +34,11 @@ AutoscalePolicy Autoscaling::policy_of(const JobSpec& spec) const {
   AutoscalePolicy p;
   p.min = a.min;
   p.max = a.max;
-  // The target per task in the figures' units: cores, or MiB.
-  double reserved = a.metric == AutoscaleMetric::kCpu
-                        ? static_cast<double>(spec.per_task.cpu_milli) / 1000.0
-                        : static_cast<double>(spec.per_task.mem_mb);
+  // The target per task in the figures' units: cores, MiB, or the app metric's own.
+  double reserved =
+      a.metric == AutoscaleMetric::kCpu      ? static_cast<double>(spec.per_task.cpu_milli) / 1000.0
+      : a.metric == AutoscaleMetric::kMemory ? static_cast<double>(spec.per_task.mem_mb)
+                                             : 1.0;
   p.target = a.target * reserved;
   p.tolerance = a.tolerance;
   p.down_window_us = a.down_window_us;
@@ -50,7 +51,7 @@ void Autoscaling::round() {
   uint64_t id = ++round_id_;
   sums_.clear();
   job_of_.clear();
-  std::map<MachineId, std::vector<std::string>> asks;
+  std::map<MachineId, UsageRequest> asks;
   std::map<std::string, JobState> kept;
   for (const auto& name : sched_.autoscaled_jobs()) {
     auto spec = sched_.job(name);
@@ -64,20 +65,30 @@ void Autoscaling::round() {
       st.scaler = std::make_unique<Autoscaler>(policy_of(*spec));
     st.spec = *spec->autoscale;
     st.ready = 0;
+    const AutoscaleSpec& a = *spec->autoscale;
     for (const TaskRecord* t : sched_.task_refs_of(name)) {
       if (!available(*t)) continue;
       ++st.ready;
       job_of_[t->id] = name;
-      asks[t->machine].push_back(t->id);
+      UsageRequest& req = asks[t->machine];
+      req.tasks.push_back(t->id);
+      if (a.metric != AutoscaleMetric::kApp) continue;
+      // The job's tasks on this machine are one group of the machine's request.
+      if (req.scrape.empty() || req.scrape.back().tasks.empty() ||
+          job_of_[req.scrape.back().tasks.front()] != name) {
+        if (req.scrape.size() >= kMaxScrapeGroups) continue;  // 64 app-metric jobs a machine
+        req.scrape.push_back(ScrapeGroup{{}, a.app.port, a.app.path, a.app.name});
+      }
+      req.scrape.back().tasks.push_back(t->id);
     }
   }
   jobs_ = std::move(kept);  // jobs that stopped autoscaling are forgotten
   outstanding_ = 1;         // this loop's own, so that an answer given at once cannot end the round
-  for (auto& [m, ids] : asks) {
+  for (auto& [m, req] : asks) {
     rpc::Session* s = hooks_.agent ? hooks_.agent(m) : nullptr;
     if (!s) continue;
     ++outstanding_;
-    s->call("task.usage", json{{"tasks", std::move(ids)}}, [this, id](Result<json> r) {
+    s->call("task.usage", to_json(req), [this, id](Result<json> r) {
       if (id != round_id_ || outstanding_ == 0) return;  // a round that ended
       if (r.ok()) {
         auto usage = parse_usage_report(*r);
@@ -87,9 +98,12 @@ void Autoscaling::round() {
             if (j == job_of_.end()) continue;  // not asked for
             auto st = jobs_.find(j->second);
             if (st == jobs_.end()) continue;
-            double figure = st->second.spec.metric == AutoscaleMetric::kCpu
-                                ? static_cast<double>(u.cpu_milli) / 1000.0
-                                : static_cast<double>(u.mem_bytes) / (1 << 20);
+            AutoscaleMetric metric = st->second.spec.metric;
+            if (metric == AutoscaleMetric::kApp && !u.metric) continue;  // its scrape failed
+            double figure =
+                metric == AutoscaleMetric::kCpu      ? static_cast<double>(u.cpu_milli) / 1000.0
+                : metric == AutoscaleMetric::kMemory ? static_cast<double>(u.mem_bytes) / (1 << 20)
+                                                     : *u.metric;
             auto& [load, n] = sums_[j->second];
             load += figure;
             ++n;
@@ -189,7 +203,9 @@ std::optional<json> Autoscaling::show(const std::string& job) const {
            {"paused", a.paused},
            {"settings", to_json(a)},
            {"target_per_task", policy_of(*spec).target},
-           {"unit", a.metric == AutoscaleMetric::kCpu ? "cores" : "MiB"}};
+           {"unit", a.metric == AutoscaleMetric::kCpu      ? "cores"
+                    : a.metric == AutoscaleMetric::kMemory ? "MiB"
+                                                           : a.app.name}};
   auto it = jobs_.find(job);
   if (it == jobs_.end() || it->second.measured_at_us == 0) {
     out["measured"] = nullptr;

@@ -1,16 +1,18 @@
 // Task specs (task.run params), the control plane's job specs, an entitlement's grants
 // a machine's task report (also read from its text, as the control plane reads it) and
-// its agent's task.usage answer:
+// its agent's task.usage answer, and a task's Prometheus text (its app metric):
 // JSON from the network into plain structs, every error an Error, and what parses
 // round-trips. Also, the same bytes as text: a /proc/net table
 // the agent reads for the machine's own ports, and task output escaped for a terminal
 // (no control character may be left in it).
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
 #include "agent/host_ports.h"
 #include "common/job_spec.h"
 #include "common/json_bounded.h"
+#include "common/prometheus_text.h"
 #include "common/strings.h"
 #include "common/task_grants.h"
 #include "common/task_report.h"
@@ -27,6 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (port == 0) __builtin_trap();
   for (unsigned char c : escape_terminal(text))
     if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) __builtin_trap();
+  // A task's Prometheus text (autoscaling's app metric): any bytes; a sum is finite.
+  for (std::string_view metric : {"x", "http_in_flight"})
+    if (auto v = prometheus_sum(text, metric); v.ok() && !std::isfinite(*v)) __builtin_trap();
   // A machine's report read straight from its text (the control plane's hot path): any
   // bytes; what it accepts says the same when read again from its document.
   auto report = parse_task_report(text);

@@ -72,10 +72,15 @@ class FakeMachine {
     });
     // Usage, as an agent samples it: every running task asked for at cpu_milli_.
     methods_.add("task.usage", [this](const json& p, const rpc::CallContext&) -> Result<json> {
-      TRY_ASSIGN(auto ids, parse_usage_request(p));
-      UsageReport r{1000, {}};
-      for (const auto& id : ids)
-        if (running_.count(id)) r.tasks[id] = TaskUsage{cpu_milli_, 64 << 20, 0, 0};
+      TRY_ASSIGN(UsageRequest req, parse_usage_request(p));
+      UsageReport r{1000, {}, {}};
+      for (const auto& id : req.tasks)
+        if (running_.count(id)) r.tasks[id] = TaskUsage{cpu_milli_, 64 << 20, 0, 0, std::nullopt};
+      // An app metric: as much per task as the CPU figure, in thousandths.
+      for (const auto& g : req.scrape)
+        for (const auto& id : g.tasks)
+          if (auto it = r.tasks.find(id); it != r.tasks.end())
+            it->second.metric = static_cast<double>(cpu_milli_) / 1000.0;
       ++usage_asks_;
       return to_json(r);
     });

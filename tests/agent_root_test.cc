@@ -250,6 +250,53 @@ TEST_F(AgentRoot, TaskUsageIsWhatTheCgroupCounted) {
   }
 }
 
+// An app metric (autoscaling's metric = "app"): task.usage with a scrape reads each
+// task's named port and sums the metric; what cannot be read is a reason, not a figure.
+// (A task on the machine's bridge is read from inside its network namespace:
+// MultiMachine.AJobScalesOnItsOwnMetricReadOnItsBridge.)
+TEST_F(AgentRoot, AnAppMetricIsScrapedFromTheTasksPort) {
+  agent_.reset();
+  agent_ = std::make_unique<AgentHarness>();
+  agent_->add_config("usage_interval = \"1s\"\n");
+  agent_->start();
+  auto server = [&](const std::string& name, const std::string& network, const char* in_flight) {
+    return run({{"name", name},
+                {"ports", {{"http", 0}}},
+                {"env", {{"SERVICE_IN_FLIGHT", in_flight}}},
+                {"namespaces", {{"network", network}}},
+                {"argv", {SERVICE_LOAD_BIN, "serve"}}});
+  };
+  std::string own = server("own", "host", "3.5");
+  std::string host = server("host", "host", "1");
+  std::string mute = run({{"name", "mute"}, {"ports", {{"http", 0}}}, {"argv", {"sleep", "100"}}});
+  for (const auto& id : {own, host, mute}) agent_->wait_state(id, "running");
+  json ask{{"tasks", {"own", "host", "mute"}},
+           {"scrape",
+            {{{"tasks", {"own", "host", "mute"}},
+              {"port", "http"},
+              {"path", "/metrics"},
+              {"name", "service_in_flight"}}}}};
+  json u;
+  for (int i = 0; i < 100; ++i) {  // until both servers listen and every task has a sample
+    u = agent_->call("task.usage", ask);
+    if (u["tasks"].size() == 3 && u["tasks"]["own"].size() == 5 && u["tasks"]["host"].size() == 5)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(u["tasks"]["own"].size(), 5u) << u.dump();
+  EXPECT_DOUBLE_EQ(u["tasks"]["own"][4].get<double>(), 3.5) << u.dump();
+  EXPECT_DOUBLE_EQ(u["tasks"]["host"][4].get<double>(), 1.0) << u.dump();
+  EXPECT_EQ(u["tasks"]["mute"].size(), 4u) << u.dump();
+  ASSERT_TRUE(u["scrape_errors"].contains("mute")) << u.dump();
+  // A metric the task does not serve.
+  ask["scrape"][0]["name"] = "nope";
+  json none = agent_->call("task.usage", ask);
+  EXPECT_NE(none["scrape_errors"].value("own", "").find("no sample of nope"), std::string::npos)
+      << none.dump();
+  for (const auto& id : {own, host, mute})
+    agent_->call("task.kill", {{"id", id}, {"signal", "SIGKILL"}});
+}
+
 TEST_F(AgentRoot, MissingBinaryFailsWithReasonAndNoCgroup) {
   std::string id = run({{"name", "nobin"}, {"argv", {"/no/such/binary"}}});
   json t = agent_->wait_task(id, [&](const json& j) { return terminal(j); });

@@ -150,6 +150,7 @@ bool ClusterHarness::setup() {
                                               "\"\nlog_level = \"debug\"\n"
                                               "allow_root_tasks = true\ndefault_task_user = \"\"\n"
                                               "dns_listen = \"127.0.0.1:8600\"\n"
+                                              "usage_interval = \"1s\"\n"
                                               "[labels]\ndc = \"e2e\"\nrack = \"rack" +
                                               std::to_string(i) +
                                               "\"\n"
@@ -191,7 +192,9 @@ bool ClusterHarness::setup() {
                  : std::string("insecure_listen = true\n")) +
       "heartbeat_interval = \"" + opts_.heartbeat +
       "\"\nmissed_heartbeats = " + std::to_string(opts_.missed_heartbeats) +
-      "\ndestructive_per_min = 600\ndestructive_burst = 50\n" +
+      "\ndestructive_per_min = 600\ndestructive_burst = 50\n"
+      // Autoscaling decides every second (it touches only jobs that autoscale).
+      "autoscale_interval = \"1s\"\n" +
       (opts_.prepare_timeout.empty() ? std::string()
                                      : "prepare_timeout = \"" + opts_.prepare_timeout + "\"\n");
   return write_file(dir_ + "/cp.toml", cp_conf_).ok();

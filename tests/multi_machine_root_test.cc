@@ -564,6 +564,50 @@ TEST_F(MultiMachine, ABridgeTaskIsReachedOnItsMachinesAddressAndReachesOnlyWhatI
 // never placed, and the error names the port; a port a process of the machine listens
 // on is refused by the agent with the port named, and the machine's own server still
 // answers there from another machine.
+// Autoscaling on an application's own metric, end to end: each task of a bridge job
+// serves Prometheus text on its named port (busybox httpd, a file), every agent reads it
+// from inside the task's network namespace (task.usage with a scrape), and the control
+// plane grows the job to its max since each task reports twice its target.
+TEST_F(MultiMachine, AJobScalesOnItsOwnMetricReadOnItsBridge) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  json job{{"name", "api"},
+           {"entitlement", "e"},
+           {"count", 1},
+           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+           {"ports", {{"http", 0}}},
+           {"autoscale",
+            {{"min", 1},
+             {"max", 3},
+             {"metric", "app"},
+             {"app_metric", {{"port", "http"}, {"path", "/metrics"}, {"name", "api_in_flight"}}},
+             {"target", 1}}},
+           {"task",
+            {{"argv",
+              {"/bin/sh", "-c",
+               "d=$(mktemp -d); printf '# TYPE api_in_flight gauge\\napi_in_flight{w=\"a\"} "
+               "1.5\\napi_in_flight{w=\"b\"} 0.5\\n' > $d/metrics; "
+               "exec /bin/busybox httpd -f -p $WEFT_PORT_HTTP -h $d"}},
+             {"namespaces", {{"network", "bridge"}}},
+             {"readiness", {{"type", "http"}, {"port", "http"}, {"path", "/metrics"}}}}}};
+  auto created = c_.cp("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  // 2 a task against a target of 1: 1 -> 2 -> 3 (its max).
+  ASSERT_FALSE(wait_running("api", 3, 0, 60000).is_null())
+      << c_.cp("job.autoscale", {{"name", "api"}})->dump(2) << c_.logs();
+  json shown = c_.wait_cp(
+      "job.autoscale", {{"name", "api"}},
+      [](const json& j) {
+        return j["measured"].is_object() && j["measured"]["tasks_measured"] == 3;
+      },
+      30000);
+  ASSERT_FALSE(shown.is_null()) << c_.cp("job.autoscale", {{"name", "api"}})->dump(2);
+  EXPECT_DOUBLE_EQ(shown["measured"]["load_per_task"].get<double>(), 2.0) << shown.dump(2);
+  EXPECT_EQ(shown["unit"], "api_in_flight");
+  EXPECT_EQ(shown["count"], 3);
+  EXPECT_EQ(shown["decision"]["desired"], 3) << shown.dump(2);  // held at its max
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "api"}}).ok());
+}
+
 TEST_F(MultiMachine, AJobNeverTakesAPortTheMachineServesItself) {
   ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
   json low = job_params("low", "e", 1, 100);

@@ -71,9 +71,10 @@ class ShardManager {
         current.insert(static_cast<int>(index));
     }
     // A completion this controller did not hear of (its answer was lost): an operation
-    // no longer pending whose index runs the current generation is done.
+    // no longer pending whose index runs the current generation is done, and so is a
+    // `stop` (a scale-down) whose index is past the job's count now.
     std::erase_if(in_flight_, [&](const auto& e) {
-      return !pending_ids.count(e.first) && current.count(e.second);
+      return !pending_ids.count(e.first) && (current.count(e.second) || e.second >= count);
     });
     for (const auto& [id, index] : in_flight_) down.insert(index);
     nlohmann::json ack = nlohmann::json::array();
