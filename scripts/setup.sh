@@ -9,7 +9,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
-  libsystemd-dev libsqlite3-dev sqlite3 libjemalloc-dev libsimdjson-dev
+  libsystemd-dev libsqlite3-dev sqlite3 libjemalloc-dev libsimdjson-dev libglpk-dev
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
   libnl-3-dev libnl-route-3-dev libnl-genl-3-dev
   libgtest-dev
