@@ -28,7 +28,7 @@ namespace {
 // domain and its fair share, and what the plan moved of each job.
 class Book {
  public:
-  explicit Book(const Fleet& f) : f_(f), where_(f.tasks.size()) {
+  explicit Book(const Fleet& f, double fill = 1.0) : f_(f), where_(f.tasks.size()), fill_(fill) {
     cpu_.assign(f.machines.size(), 0);
     mem_.assign(f.machines.size(), 0);
     on_.assign(f.machines.size(), {});
@@ -67,7 +67,9 @@ class Book {
   bool fits(uint32_t t, uint32_t m) const {
     const Task& task = f_.tasks[t];
     const Machine& mc = f_.machines[m];
-    return mc.usable && where_[t] != m && cpu_[m] + task.cpu_milli <= mc.cpu_milli &&
+    return mc.usable && where_[t] != m &&
+           static_cast<double>(cpu_[m] + task.cpu_milli) <=
+               fill_ * static_cast<double>(mc.cpu_milli) &&
            mem_[m] + task.mem_mb <= mc.mem_mb;
   }
   // Moving t to m makes its job's spread no worse.
@@ -114,6 +116,7 @@ class Book {
   std::vector<int> tasks_of_, moved_;
   std::set<uint32_t> done_;  // a task moves once a plan
   size_t domains_ = 1;
+  double fill_ = 1.0;  // what a move may fill a machine's CPU to
 };
 
 // The best machine for task t among those `allowed`: it fits, keeps the spread, is not
@@ -173,7 +176,7 @@ void apply_moves(Fleet& f, const std::vector<Move>& moves) {
 }
 
 std::vector<Move> plan_local(const Fleet& f, const Options& o) {
-  Book b(f);
+  Book b(f, o.fill);
   std::vector<Move> out;
   auto take = [&](uint32_t t, uint32_t to, Aim aim) {
     out.push_back(Move{t, b.where(t), to, aim});
@@ -218,6 +221,7 @@ std::vector<Move> plan_local(const Fleet& f, const Options& o) {
     if (f.machines[m].usable && !b.on(m).empty() && b.use(m) < o.light) light.push_back(m);
   std::sort(light.begin(), light.end(),
             [&](uint32_t x, uint32_t y) { return b.cpu(x) < b.cpu(y); });
+  if (o.max_candidates && light.size() > o.max_candidates) light.resize(o.max_candidates);
   std::set<uint32_t> emptied;
   for (uint32_t m : light) {
     if (out.size() + b.on(m).size() > o.move_budget) continue;
@@ -294,7 +298,7 @@ std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* stat
   std::set<uint32_t> cand_set(cand.begin(), cand.end());
   std::vector<uint32_t> targets = cand;
   for (auto it = used.rbegin(); it != used.rend() && targets.size() < cand.size() * 5; ++it)
-    if (!cand_set.count(*it) && b.use(*it) < 1) targets.push_back(*it);
+    if (!cand_set.count(*it) && b.use(*it) < o.fill) targets.push_back(*it);
   std::vector<uint32_t> tasks;
   for (uint32_t m : cand)
     for (uint32_t t : b.on(m)) tasks.push_back(t);
@@ -322,7 +326,8 @@ std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* stat
       if (pinned && !home) continue;
       int64_t fixed_cpu = b.cpu(m), fixed_mem = 0;
       (void)fixed_mem;
-      if (!home && !cand_set.count(m) && fixed_cpu + task.cpu_milli > f.machines[m].cpu_milli)
+      if (!home && !cand_set.count(m) &&
+          static_cast<double>(fixed_cpu + task.cpu_milli) > o.fill * f.machines[m].cpu_milli)
         continue;
       x[{t, m}] = add_col(home ? 0.0 : 1.0);  // a move costs one
     }
@@ -363,7 +368,10 @@ std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* stat
         cpu_terms.emplace_back(it->second, static_cast<double>(f.tasks[t].cpu_milli));
         mem_terms.emplace_back(it->second, static_cast<double>(f.tasks[t].mem_mb));
       }
-    double cpu_room = static_cast<double>(f.machines[m].cpu_milli - stay_cpu[m]);
+    // A machine's own tasks may stay on it however full it is; what comes is held to `fill`.
+    double cpu_room = std::max(o.fill * static_cast<double>(f.machines[m].cpu_milli),
+                               static_cast<double>(b.cpu(m))) -
+                      static_cast<double>(stay_cpu[m]);
     double mem_room = static_cast<double>(f.machines[m].mem_mb - stay_mem[m]);
     if (cand_set.count(m)) {
       cpu_terms.emplace_back(y[m], -cpu_room);
@@ -420,8 +428,9 @@ std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* stat
   int rc = glp_intopt(lp, &parm);
   int st = glp_mip_status(lp);
   if (st != GLP_OPT && st != GLP_FEAS) {
-    say(rc == GLP_ENOPFS || st == GLP_NOFEAS ? "no feasible plan"
-                                             : "GLPK: no solution (" + std::to_string(rc) + ")");
+    say(rc == GLP_ETMLIM                       ? "time limit, no plan found"
+        : rc == GLP_ENOPFS || st == GLP_NOFEAS ? "no feasible plan"
+                                               : "GLPK failed (" + std::to_string(rc) + ")");
     return {};
   }
   say(st == GLP_OPT ? "optimal" : "feasible (time limit)");

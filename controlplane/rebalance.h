@@ -66,6 +66,8 @@ struct Options {
   double balance_gap = 0.2;  // balance until the most and least used differ by less
   uint64_t time_limit_us = 2'000'000;  // the exact planner's (GLPK's) limit
   size_t neighbourhood = 16;           // the exact planner: the lightest machines it may empty
+  size_t max_candidates = 0;           // the local search's (0: every light machine)
+  double fill = 0.85;  // no move fills a machine's CPU beyond this (headroom for load)
 };
 
 struct Score {

@@ -91,6 +91,7 @@ TEST(Rebalance, LightMachinesAreEmptiedForTheFreePool) {
   add_task(f, a, 2, 500);
   add_task(f, b, 3, 900);
   Options o;
+  o.fill = 1.0;  // (the default keeps 15% of each machine free)
   auto plan = plan_local(f, o);
   check_plan(f, plan, o);
   Fleet local = f;
