@@ -17,6 +17,7 @@
 #include "cli/completion.h"
 #include "cli/health.h"
 #include "cli/profile.h"
+#include "cli/rebalance.h"
 #include "cli/region.h"
 #include "cli/task.h"
 #include "cli/tls_helper.h"
@@ -87,8 +88,8 @@ int main(int argc, char** argv) {
       {"machine", kCluster},     {"entitlement", kCluster}, {"job", kCluster},
       {"maintenance", kCluster}, {"audit", kCluster},       {"controlplane", kCluster},
       {"service", kCluster},     {"web", kCluster},         {"shard", kCluster},
-      {"task", kTasks},          {"agent", kTasks},         {"image", kTasks},
-      {"health", kHealth},       {"profile", kProfile}};
+      {"rebalance", kCluster},   {"task", kTasks},          {"agent", kTasks},
+      {"image", kTasks},         {"health", kHealth},       {"profile", kProfile}};
   bool want[kGroups] = {true, true, true, true};
   const std::string word = command_word(app, argc, argv);
   // Completion is generated from the whole table: every group is built for it.
@@ -100,10 +101,12 @@ int main(int argc, char** argv) {
   ClusterCommands cluster;
   RegionCommands region;
   AutoscaleCommands autoscale;
+  RebalanceCommands rebalance;
   if (want[kCluster]) {
     add_cluster_commands(app, cluster);
     add_region_commands(app, cluster, region);
     add_autoscale_commands(cluster, autoscale);
+    add_rebalance_commands(app, rebalance);
   }
   TaskCommands tasks;
   if (want[kTasks]) add_task_commands(app, tasks);
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   if (want[kCluster]) {
     if (int rc = run_region_commands(region, g); rc >= 0) return rc;
     if (int rc = run_autoscale_commands(autoscale, g); rc >= 0) return rc;
+    if (int rc = run_rebalance_commands(rebalance, g); rc >= 0) return rc;
     if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
   }
   if (want[kHealth])

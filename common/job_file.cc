@@ -73,7 +73,7 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   TRY(doc.only_keys(
       t, "",
       {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement", "resources",
-       "task_controller", "task", "ports", "discovery_drain", "autoscale"}));
+       "task_controller", "task", "ports", "discovery_drain", "autoscale", "rebalance"}));
   // The file's own forms first (its tables and their types), then the one job
   // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
   // at the file's line.
@@ -81,6 +81,10 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   for (const char* key : {"name", "entitlement", "machine_type", "placement", "discovery_drain"}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) j[key] = *v;
+  }
+  if (const toml::node* r = t.get("rebalance")) {
+    if (!r->is_boolean()) return field_error(doc.where(*r), "'rebalance' must be true or false");
+    j["rebalance"] = r->as_boolean()->get();
   }
   for (const char* key : {"count", "max_unavailable"}) {
     TRY_ASSIGN(auto v, doc.get_int(t, key));

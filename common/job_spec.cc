@@ -209,7 +209,8 @@ Result<JobSpec> parse_job_spec(const json& j) {
   for (const auto& [k, v] : j.items()) {
     static const char* kKeys[] = {
         "name",      "entitlement",     "count", "per_task", "machine_type",    "max_unavailable",
-        "placement", "task_controller", "task",  "ports",    "discovery_drain", "autoscale"};
+        "placement", "task_controller", "task",  "ports",    "discovery_drain", "autoscale",
+        "rebalance"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");
@@ -321,6 +322,10 @@ Result<JobSpec> parse_job_spec(const json& j) {
     // settings became since).
     TRY_ASSIGN(s.autoscale, parse_autoscale_spec(j["autoscale"], s.per_task, s.ports));
   }
+  if (j.contains("rebalance")) {
+    if (!j["rebalance"].is_boolean()) return field_error("rebalance", "must be true or false");
+    s.rebalance = j["rebalance"].get<bool>();
+  }
   if (!j.contains("task") || !j["task"].is_object())
     return field_error("task", "is required: the task spec to run (an object)");
   s.task = j["task"];
@@ -354,6 +359,7 @@ json to_json(const JobSpec& s) {
   if (!s.ports.empty()) out["ports"] = s.ports;
   if (s.discovery_drain_us) out["discovery_drain"] = std::to_string(s.discovery_drain_us) + "us";
   if (s.autoscale) out["autoscale"] = to_json(*s.autoscale);
+  if (!s.rebalance) out["rebalance"] = false;
   if (s.controller) {
     out["task_controller"] = {
         {"timeout_ms", s.controller->timeout_ms},

@@ -107,6 +107,9 @@ struct JobSpec {
   // After a task leaves service discovery and every agent has its new answers, how long
   // its stop still waits (clients' cached answers, open connections); 0 = not at all.
   uint64_t discovery_drain_us = 0;
+  // Whether the ReBalancer may move the job's tasks to improve the fleet
+  // (docs/rebalancer.md); false: never (a job pinned where it is for its own reasons).
+  bool rebalance = true;
   std::optional<AutoscaleSpec> autoscale;
   // The task spec as the operator wrote it (validated; no name or owner: each task gets
   // its own id, and the control plane marks what it starts).

@@ -252,6 +252,14 @@ TEST(JobSpec, AutoscaleIsReadCheckedAndGivenBack) {
   json stray = j;
   stray["autoscale"]["app_metric"] = {{"port", "http"}, {"name", "x"}};
   EXPECT_EQ(parse_job_spec(stray).error().field, "autoscale.app_metric");
+  // The ReBalancer may move the job's tasks unless it says not to.
+  EXPECT_TRUE(parse_job_spec(valid())->rebalance);
+  json fixed = valid();
+  fixed["rebalance"] = false;
+  EXPECT_FALSE(parse_job_spec(fixed)->rebalance);
+  EXPECT_FALSE(parse_job_spec(to_json(*parse_job_spec(fixed)))->rebalance);
+  fixed["rebalance"] = "no";
+  EXPECT_EQ(parse_job_spec(fixed).error().field, "rebalance");
   // cpu needs a reservation of CPU to be a fraction of
   json no_cpu = valid();
   no_cpu["autoscale"] = {{"min", 1}, {"max", 3}};

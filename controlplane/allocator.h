@@ -115,6 +115,8 @@ class Allocator {
   // Jobs whose placement was made, changed or released since the last call.
   std::set<std::string> take_changed_jobs() { return std::exchange(changed_, {}); }
   EntitlementId entitlement_of(MachineId m) const { return machines_.at(m).ent; }
+  // Healthy and ready (takes new tasks).
+  bool usable(MachineId m) const { return machines_.at(m).healthy && machines_.at(m).ready; }
   Resources free(MachineId m) const { return machines_.at(m).free; }
   int tasks_on(MachineId m) const { return machines_.at(m).tasks; }
 

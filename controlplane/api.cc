@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/oci.h"
 #include "controlplane/manager.h"
+#include "controlplane/rebalancer.h"
 
 namespace weft::cp {
 
@@ -85,6 +86,7 @@ void Manager::register_methods() {
       {"job.show", &Manager::api_job_show, kViewerCall},
       {"job.autoscale", &Manager::api_job_autoscale, kViewerCall},
       {"job.autoscale.pause", &Manager::api_job_autoscale_pause, kOperatorCall},
+      {"rebalance.plan", &Manager::api_rebalance_plan, kViewerCall},
       {"task.ls", &Manager::api_task_ls, kViewerCall},
       // Its own check (may_read_logs) and audit: logs can hold secrets.
       {"task.logs", &Manager::api_task_logs, kViewerCall},
@@ -555,6 +557,29 @@ Result<json> Manager::api_entitlement_ls(const json&, const CallContext&) {
     arr.push_back(std::move(j));
   }
   return json{{"entitlements", arr}};
+}
+
+Result<json> Manager::api_rebalance_plan(const json& p, const CallContext&) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required: the entitlement's name");
+  auto id = broker_.entitlement(p["name"].get<std::string>());
+  if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
+  std::string planner = "local";
+  if (p.contains("planner")) {
+    if (!p["planner"].is_string() || (p["planner"] != "local" && p["planner"] != "exact"))
+      return field_error("planner", "must be \"local\" (the default) or \"exact\"");
+    planner = p["planner"].get<std::string>();
+  }
+  rebalance::Options o;
+  if (p.contains("budget")) {
+    const json& b = p["budget"];
+    if (!b.is_number_integer() || b.get<int64_t>() < 1 || b.get<int64_t>() > 10000)
+      return field_error("budget", "must be an integer of moves from 1 to 10000");
+    o.move_budget = b.get<size_t>();
+  }
+  json out = rebalance_plan_json(rebalance_snapshot(alloc_, sched_, *id), o, planner == "exact");
+  out["entitlement"] = p["name"];
+  return out;
 }
 
 Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {

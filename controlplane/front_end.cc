@@ -46,6 +46,7 @@ const FrontEnd::MethodRoute kRoutes[] = {
     {"job.show", kViewerCall, Route::kJob, "name"},
     {"job.autoscale", kViewerCall, Route::kJob, "name"},
     {"job.autoscale.pause", kOperatorCall, Route::kJob, "name"},
+    {"rebalance.plan", kViewerCall, Route::kEntitlement, "name"},
     {"task.ls", kViewerCall, Route::kAll, "tasks"},
     {"task.logs", kViewerCall, Route::kTask, "task"},
     {"machine.ls", kViewerCall, Route::kAll, "machines"},

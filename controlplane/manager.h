@@ -256,6 +256,8 @@ class Manager {
   Result<nlohmann::json> api_job_autoscale_pause(const nlohmann::json& p,
                                                  const rpc::CallContext& c);
   void start_autoscaling();
+  // The ReBalancer's plan for an entitlement now (rebalancer.h): what it would move.
+  Result<nlohmann::json> api_rebalance_plan(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<Autoscaling> autoscaling_;
 
   // Start-up pieces: the state read into the modules, the sockets and methods, and the

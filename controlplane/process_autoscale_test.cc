@@ -138,3 +138,72 @@ TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
 
 }  // namespace
 }  // namespace weft::testing
+
+namespace weft::testing {
+namespace {
+
+// The ReBalancer's plan for an entitlement (rebalance.plan): lightly used machines of one
+// fault domain are emptied onto the fullest (what the entitlement could give back); a job
+// with rebalance = false is never moved; nothing moves (it is a plan).
+TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r0"), c("c", "r0");
+  for (FakeMachine* m : {&a, &b, &c}) ASSERT_TRUE(m->connect(sock()));
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 3}}).ok());
+  auto job = [](const std::string& name, int count) {
+    return json{{"name", name},
+                {"entitlement", "e"},
+                {"count", count},
+                {"max_unavailable", count},
+                {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+                {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  };
+  ASSERT_TRUE(call("job.create", job("web", 3)).ok());
+  json pinned = job("pinned", 1);
+  pinned["rebalance"] = false;
+  auto created = call("job.create", pinned);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  auto ready = [&] {
+    auto r = call("job.ls");
+    int n = 0;
+    if (r.ok())
+      for (const auto& j : (*r)["jobs"]) n += j["ready"].get<int>();
+    return n;
+  };
+  for (int i = 0; i < 200 && ready() < 4; ++i) {
+    for (FakeMachine* m : {&a, &b, &c}) m->report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ready(), 4);
+  for (const char* planner : {"local", "exact"}) {
+    auto plan = call("rebalance.plan", {{"name", "e"}, {"planner", planner}});
+    ASSERT_TRUE(plan.ok()) << plan.error().str();
+    const json& p = *plan;
+    EXPECT_EQ(p["machines"], 3) << p.dump();
+    EXPECT_EQ(p["tasks"], 4) << p.dump();
+    EXPECT_EQ(p["before"]["machines_used"], 3) << p.dump();
+    EXPECT_EQ(p["after"]["machines_used"], 1) << planner << ": " << p.dump();
+    EXPECT_EQ(p["moves"].size(), 2u) << p.dump();
+    for (const auto& m : p["moves"]) {
+      EXPECT_EQ(m["job"], "web") << m.dump();
+      EXPECT_EQ(m["aim"], "free a whole machine") << m.dump();
+    }
+    if (std::string(planner) == "exact") EXPECT_EQ(p["solver"], "optimal");
+  }
+  // A plan moves nothing.
+  int stops = a.stops() + b.stops() + c.stops();
+  EXPECT_EQ(stops, 0);
+  // Bad input names the field.
+  auto bad = call("rebalance.plan", {{"name", "e"}, {"planner", "magic"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("planner: ", 0), 0u) << bad.error().str();
+  bad = call("rebalance.plan", {{"name", "e"}, {"budget", 0}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("budget: ", 0), 0u) << bad.error().str();
+  EXPECT_EQ(call("rebalance.plan", {{"name", "nope"}}).error().code, rpc::kNotFound);
+  EXPECT_EQ(call("rebalance.plan", json::object()).error().message.rfind("name: ", 0), 0u);
+}
+
+}  // namespace
+}  // namespace weft::testing

@@ -317,6 +317,7 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   j.spec.controller = spec.controller;
   j.spec.discovery_drain_us = spec.discovery_drain_us;
   j.spec.autoscale = spec.autoscale;
+  j.spec.rebalance = spec.rebalance;
   ++j.generation;
   j.rolling = true;
   changed_jobs_.insert(j.spec.name);
