@@ -80,7 +80,7 @@ Status check(Kind k, const std::string& text, const std::string& name) {
 }
 
 Kind kind_of_doc(const std::string& file) {
-  if (file == "jobs.md" || file == "services.md") return Kind::kJob;
+  if (file == "jobs.md" || file == "services.md" || file == "rebalancer.md") return Kind::kJob;
   if (file == "profiles.md") return Kind::kProfile;
   if (file == "health.md") return Kind::kHcs;
   return Kind::kUnknown;
