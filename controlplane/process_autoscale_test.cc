@@ -149,7 +149,10 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
   start();
   if (HasFatalFailure()) return;
   FakeMachine a("a", "r0"), b("b", "r0"), c("c", "r0");
-  for (FakeMachine* m : {&a, &b, &c}) ASSERT_TRUE(m->connect(sock()));
+  for (FakeMachine* m : {&a, &b, &c}) {
+    ASSERT_TRUE(m->connect(sock()));
+    m->keep_alive();  // alive however slowly the rest is set up (a sanitizer build)
+  }
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 3}}).ok());
   auto job = [](const std::string& name, int count) {
     return json{{"name", name},

@@ -175,6 +175,10 @@ void Failures::lose_four_of_ten(const std::string& conf, int* replaced) {
         std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
     ms_[i] = owned_.back().get();
     ASSERT_TRUE(ms_[i]->connect(sock()));
+    // Alive while the rest is set up: on a loaded machine (the sanitizer pass) ten
+    // connections and a job took longer than the dead-machine timeout (600 ms), and the
+    // first machines were lost before the test chose its victims.
+    ms_[i]->keep_alive();
   }
   FakeMachine** ms = ms_;
   ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 10}}).ok());
@@ -193,6 +197,7 @@ void Failures::lose_four_of_ten(const std::string& conf, int* replaced) {
     for (int k = 0; k < 10; ++k) ms[k]->report();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  for (int k = 0; k < 10; ++k) ms[k]->stop_keep_alive();  // from here the test speaks for them
   ASSERT_EQ(running(), 6u);
   std::vector<int> victims, survivors;
   for (int k = 0; k < 10; ++k)
