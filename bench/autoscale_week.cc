@@ -26,24 +26,18 @@
 #include <CLI/CLI.hpp>
 
 #include "controlplane/autoscale.h"
+#include "controlplane/autoscale_load.h"
 
 using weft::cp::AutoscaleDecision;
 using weft::cp::AutoscalePolicy;
 using weft::cp::Autoscaler;
+using weft::cp::weekly_load;
 
 namespace {
 
 constexpr uint64_t kSec = 1'000'000;
 constexpr uint64_t kHour = 3600 * kSec;
 constexpr uint64_t kDay = 24 * kHour;
-
-double weekly_load(uint64_t t) {
-  double hour = static_cast<double>(t % kDay) / static_cast<double>(kHour);
-  int day = static_cast<int>(t / kDay) % 7;  // days 5 and 6: the weekend
-  double peak = day >= 5 ? 10 : 30;
-  double shape = hour < 8 || hour >= 18 ? 0 : hour < 9 ? hour - 8 : hour >= 17 ? 18 - hour : 1;
-  return 5 + (peak - 5) * shape;
-}
 
 struct Result {
   double task_hours = 0, under_target_h = 0, overloaded_h = 0;

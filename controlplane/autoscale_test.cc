@@ -2,6 +2,7 @@
 // tolerance, the stabilisation windows, the rate limits, min/max/quota, and the
 // prediction on a synthetic daily and weekly pattern.
 #include "controlplane/autoscale.h"
+#include "controlplane/autoscale_load.h"
 
 #include <gtest/gtest.h>
 
@@ -166,16 +167,9 @@ TEST(Autoscale, NoOscillation) {
   EXPECT_LE(changes_of_direction, 1);
 }
 
-// A diurnal load with weekday/weekend shape (peak 9:00-17:00 on weekdays, a third of it at
-// weekends): after a week and a day of history the forecast grows the job before the
-// morning peak, where the proportional rule alone grows it only once the load is there.
-double weekly_load(uint64_t t) {
-  double hour = static_cast<double>(t % kDay) / static_cast<double>(kHour);
-  int day = static_cast<int>(t / kDay) % 7;  // day 5 and 6: the weekend
-  double peak = day >= 5 ? 10 : 30;
-  double shape = hour < 8 || hour >= 18 ? 0 : hour < 9 ? hour - 8 : hour >= 17 ? 18 - hour : 1;
-  return 5 + (peak - 5) * shape;
-}
+// A diurnal load with weekday/weekend shape (controlplane/autoscale_load.h): after a week
+// and a day of history the forecast grows the job before the morning peak, where the
+// proportional rule alone grows it only once the load is there.
 
 TEST(Autoscale, TheForecastGrowsTheJobBeforeTheMorningPeak) {
   AutoscalePolicy p = policy(1, 100, 1.0);
