@@ -693,6 +693,13 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
                 << ")"
                 << "\nper task: " << str_or(s["per_task"], "cpu_milli") << " millicores, "
                 << str_or(s["per_task"], "mem_mb") << " MiB\n";
+      if (s.contains("autoscale") && s["autoscale"].is_object()) {
+        const json& a = s["autoscale"];
+        std::cout << "autoscale: " << str_or(a, "min") << " to " << str_or(a, "max") << " tasks, "
+                  << str_or(a, "metric") << " at " << str_or(a, "target") << " a task"
+                  << (a.value("paused", false) ? " (paused)" : "")
+                  << " (weftctl job autoscale show " << c.name << ")\n";
+      }
       if (r.contains("task_controller") && r["task_controller"].is_object()) {
         const json& tc = r["task_controller"];
         std::cout << "task controller: " << str_or(tc, "address")

@@ -6,8 +6,12 @@
 // not resized; every resize is in the audit log with its reason.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <thread>
+#include <tuple>
 
 #include "testing/cp_process.h"
 #include "testing/fake_machine.h"
@@ -134,6 +138,28 @@ TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
   EXPECT_EQ(bad.error().message.rfind("paused: ", 0), 0u) << bad.error().str();
   EXPECT_EQ(call("job.autoscale", {{"name", "nope"}}).error().code, rpc::kNotFound);
   EXPECT_EQ(count(), 6);
+
+  // What an operator types.
+  auto weftctl = [&](const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    int rc =
+        std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                     sock() + " " + args + " >" + out + " 2>&1")
+                        .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  };
+  auto [rc, out] = weftctl("job autoscale show web");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("count: 6 (min 1, max 12)"), std::string::npos) << out;
+  EXPECT_NE(out.find("0.25 cores a task"), std::string::npos) << out;
+  EXPECT_NE(out.find("3 -> 6"), std::string::npos) << out;
+  std::tie(rc, out) = weftctl("job autoscale pause web");
+  EXPECT_EQ(rc, 0) << out;
+  std::tie(rc, out) = weftctl("job show web");
+  EXPECT_NE(out.find("autoscale: 1 to 12 tasks, cpu at 0.5 a task (paused)"), std::string::npos)
+      << out;
+  std::tie(rc, out) = weftctl("job autoscale resume nope");
+  EXPECT_NE(rc, 0) << out;
 }
 
 }  // namespace
@@ -206,6 +232,16 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
   EXPECT_EQ(bad.error().message.rfind("budget: ", 0), 0u) << bad.error().str();
   EXPECT_EQ(call("rebalance.plan", {{"name", "nope"}}).error().code, rpc::kNotFound);
   EXPECT_EQ(call("rebalance.plan", json::object()).error().message.rfind("name: ", 0), 0u);
+  std::string out = dir_ + "/weftctl.out";
+  int rc =
+      std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                   sock() + " rebalance plan e >" + out + " 2>&1")
+                      .c_str());
+  std::string text = read_file(out).value_or("");
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << text;
+  EXPECT_NE(text.find("after:  spread violations 0, machines used 1, empty 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("2 moves"), std::string::npos) << text;
 }
 
 }  // namespace
