@@ -571,6 +571,12 @@ Result<json> Manager::api_rebalance_plan(const json& p, const CallContext&) {
     planner = p["planner"].get<std::string>();
   }
   rebalance::Options o;
+  // The plan is made on the loop: the exact planner is held to 200 ms and 8 machines
+  // (an operator's request; the loop's heartbeats wait at most that), the local search
+  // takes milliseconds. A ReBalancer that plans continuously runs the solver off the
+  // loop (docs/decisions.md).
+  o.time_limit_us = 200'000;
+  o.neighbourhood = 8;
   if (p.contains("budget")) {
     const json& b = p["budget"];
     if (!b.is_number_integer() || b.get<int64_t>() < 1 || b.get<int64_t>() > 10000)
