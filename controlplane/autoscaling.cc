@@ -47,7 +47,9 @@ AutoscalePolicy Autoscaling::policy_of(const JobSpec& spec) const {
 }
 
 void Autoscaling::round() {
-  if (outstanding_ > 0) finish(round_id_);  // the last round's late answers are not awaited
+  // The last round still waits for answers (a loaded fleet, or an interval shorter than
+  // the timeout): it ends at its deadline; cutting it short would decide on nothing.
+  if (outstanding_ > 0) return;
   uint64_t id = ++round_id_;
   sums_.clear();
   job_of_.clear();

@@ -76,7 +76,14 @@ TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
   // 3 cores would be 12, but the quota's one machine holds 8: the job stays at 8 and the
   // refusal is in the audit log.
   load = 3.0;
-  for (int i = 0; i < 60; ++i) pump();
+  bool refused_seen = false;
+  for (int i = 0; i < 400 && !refused_seen; ++i) {
+    pump();
+    auto r = call("job.autoscale", {{"name", "web"}});
+    refused_seen = r.ok() && !(*r)["changes"].empty() && (*r)["changes"].back()["result"] != "ok";
+  }
+  EXPECT_TRUE(refused_seen);
+  for (int i = 0; i < 20; ++i) pump();
   EXPECT_EQ(count(), 8);
   // Down to 0.75 cores: 3 tasks, once the scale-down window (3 s) saw nothing higher.
   load = 0.75;
