@@ -186,7 +186,7 @@ Result<json> Manager::task_usage(const json& p, const rpc::CallContext& c,
     for (const auto& [name, id] : id_of) want(name);
   else
     for (const auto& name : names) want(name);
-  UsageReport named{usage_->report({}).interval_ms, {}, {}};
+  UsageReport named{usage_->interval_ms(), {}, {}};
   if (!ids.empty()) {
     UsageReport r = usage_->report(ids);
     for (auto& [id, u] : r.tasks) named.tasks[name_of[id]] = u;

@@ -65,7 +65,7 @@ Status UsageSampler::scrape(EventLoop& loop, HttpClient& http, UsageReport base,
 
 UsageReport UsageSampler::report(const std::vector<std::string>& ids) const {
   UsageReport r;
-  r.interval_ms = interval_us_ / 1000;
+  r.interval_ms = interval_ms();
   auto put = [&](const std::string& id, const Seen& s) {
     if (s.usage) r.tasks[id] = *s.usage;
   };

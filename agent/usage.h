@@ -32,6 +32,7 @@ class UsageSampler {
   void sample(uint64_t now_us);
   // The figures of `ids` (empty: every task sampled twice at least).
   UsageReport report(const std::vector<std::string>& ids) const;
+  uint64_t interval_ms() const { return interval_us_ / 1000; }
   // `base` with the app metrics of `targets` added (each a fifth figure, or its reason in
   // scrape_errors), given to `reply` once every scrape ended; at most kMaxBatches at once
   // (an error then, at once).

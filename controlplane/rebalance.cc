@@ -324,8 +324,7 @@ std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* stat
     for (uint32_t m : targets) {
       bool home = task.machine == m;
       if (pinned && !home) continue;
-      int64_t fixed_cpu = b.cpu(m), fixed_mem = 0;
-      (void)fixed_mem;
+      int64_t fixed_cpu = b.cpu(m);
       if (!home && !cand_set.count(m) &&
           static_cast<double>(fixed_cpu + task.cpu_milli) > o.fill * f.machines[m].cpu_milli)
         continue;
