@@ -1,4 +1,5 @@
-// weftctl's ReBalancer commands (docs/rebalancer.md): rebalance plan.
+// weftctl's ReBalancer commands (docs/rebalancer.md): rebalance plan, status, pause,
+// resume.
 #pragma once
 
 #include <string>
@@ -10,7 +11,8 @@
 namespace weft::cli {
 
 struct RebalanceCommands {
-  CLI::App *group = nullptr, *plan = nullptr;
+  CLI::App *group = nullptr, *plan = nullptr, *status = nullptr, *pause = nullptr,
+           *resume = nullptr;
   std::string entitlement;
   bool exact = false;
   int64_t budget = 0;

@@ -291,6 +291,36 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
   return Placement{h.machines, std::move(joined), false};
 }
 
+Status Allocator::move_task_to(const std::string& job, int index, MachineId to) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return field_error("job", "job " + job + " holds no placement");
+  Held& h = it->second;
+  if (index < 0 || static_cast<size_t>(index) >= h.machines.size())
+    return field_error("task", "job " + job + " has no task " + std::to_string(index));
+  if (to >= machines_.size()) return field_error("machine", "no such machine");
+  const size_t i = static_cast<size_t>(index);
+  if (h.machines[i] == to) return field_error("machine", "the task is on that machine already");
+  const Machine& m = machines_[to];
+  auto lookup = [&](const std::string& s) {
+    if (s.empty()) return kAny;
+    auto n = names_.find(s);
+    return n == names_.end() ? kUnknown : n->second;
+  };
+  if (m.ent != h.req.entitlement)
+    return field_error("machine", m.spec.name + " is not a machine of the job's entitlement");
+  if (!usable_for(m, h.req, lookup(h.req.dc), lookup(h.req.machine_type)))
+    return field_error("machine", m.spec.name + " cannot take the job's tasks now");
+  if (!m.free.fits(h.req.per_task))
+    return field_error("machine", m.spec.name + " has no room for the task");
+  if (!ports_fit(m, h.req, 0))
+    return field_error("machine", m.spec.name + " lacks the ports the task needs");
+  unhold(h, i);
+  h.machines[i] = to;
+  hold(h, i, to);
+  changed_.insert(job);
+  return {};
+}
+
 Result<Placement> Allocator::resize(const std::string& job, int tasks) {
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return field_error("job", "job " + job + " holds no placement");

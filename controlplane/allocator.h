@@ -126,6 +126,10 @@ class Allocator {
   // that failed (mark it unusable first) or is being drained. Spread counts the tasks
   // that stay. All or nothing; the tasks keep their indices.
   Result<Placement> move_tasks(const std::string& job, const std::vector<int>& indices);
+  // Moves task `index` of a placed job to machine `to` of the job's entitlement (the
+  // ReBalancer's choice): `to` must be usable for the job (dc, type), have room and the
+  // job's ports. Nothing changes when it cannot.
+  Status move_task_to(const std::string& job, int index, MachineId to);
   // Scales a placed job: adds tasks (spread against the ones it has, all or nothing) or
   // drops its highest-indexed ones. Existing tasks never move.
   Result<Placement> resize(const std::string& job, int tasks);
@@ -165,6 +169,14 @@ class Allocator {
   size_t quota_members(EntitlementId e) const;
   // An entitlement's quota in machines: placement takes free machines only up to it.
   void set_quota(EntitlementId e, size_t machines) { quotas_[e] = machines; }
+  // How many more machines the entitlement may take from the free pool (SIZE_MAX: no
+  // quota set).
+  size_t room(EntitlementId e) const {
+    auto q = quotas_.find(e);
+    if (q == quotas_.end()) return SIZE_MAX;
+    size_t members = quota_members(e);
+    return q->second > members ? q->second - members : 0;
+  }
 
  private:
   std::vector<MachineId> moved_;

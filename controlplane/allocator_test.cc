@@ -249,6 +249,49 @@ TEST(Allocator, MovesTasksOffAFailedMachineKeepingTheSpread) {
   EXPECT_FALSE(a.move_tasks("nope", {0}).ok());
 }
 
+// The ReBalancer's targeted move: to a machine of the job's entitlement with room and
+// the ports; anything else refused with nothing changed.
+TEST(Allocator, MovesATaskToAChosenMachineOrNothing) {
+  std::vector<MachineId> ids;
+  Allocator a = fleet(2, 3, &ids);
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(a.assign(ids[i], 1).ok());  // ids[4..5] free
+  Request r = job("web", 2, 3000, 1024);
+  r.fixed_ports = {8080};
+  auto p = a.allocate(r);
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  const MachineId from = p->machines[0];
+  MachineId to = 0;
+  for (size_t i = 0; i < 4; ++i)
+    if (ids[i] != p->machines[0] && ids[i] != p->machines[1]) to = ids[i];
+  const auto before_from = a.free(from), before_to = a.free(to);
+  // Refused: the machine it is on, another's, out of range, a free-pool machine.
+  EXPECT_FALSE(a.move_task_to("web", 0, from).ok());
+  EXPECT_FALSE(a.move_task_to("web", 0, p->machines[1]).ok());  // port 8080 is held there
+  EXPECT_FALSE(a.move_task_to("web", 5, to).ok());
+  EXPECT_FALSE(a.move_task_to("nope", 0, to).ok());
+  EXPECT_FALSE(a.move_task_to("web", 0, 99).ok());
+  auto other = a.move_task_to("web", 0, ids[4]);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.error().str().find("not a machine of the job's entitlement"), std::string::npos);
+  // Refused: unusable, and without room.
+  a.set_usable(to, false, true);
+  EXPECT_FALSE(a.move_task_to("web", 0, to).ok());
+  a.set_usable(to, true, true);
+  EXPECT_EQ(a.free(from), before_from);
+  EXPECT_EQ(a.free(to), before_to);
+  // Moved: the slot and its port follow the task.
+  ASSERT_TRUE(a.move_task_to("web", 0, to).ok());
+  EXPECT_EQ(a.placement("web")[0], to);
+  EXPECT_EQ(a.free(from).cpu_milli, before_from.cpu_milli + 3000);
+  EXPECT_EQ(a.free(to).cpu_milli, before_to.cpu_milli - 3000);
+  EXPECT_TRUE(a.port_held(to, 8080));
+  EXPECT_FALSE(a.port_held(from, 8080));
+  auto changed = a.take_changed_jobs();
+  EXPECT_TRUE(changed.count("web"));
+  // No room left on `to` for another 3-core task.
+  EXPECT_FALSE(a.move_task_to("web", 1, to).ok());
+}
+
 TEST(Allocator, QuotaCapsFreeMachinesTaken) {
   Allocator a = fleet(4, 1);
   a.set_quota(1, 2);

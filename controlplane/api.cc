@@ -87,6 +87,8 @@ void Manager::register_methods() {
       {"job.autoscale", &Manager::api_job_autoscale, kViewerCall},
       {"job.autoscale.pause", &Manager::api_job_autoscale_pause, kOperatorCall},
       {"rebalance.plan", &Manager::api_rebalance_plan, kViewerCall},
+      {"rebalance.status", &Manager::api_rebalance_status, kViewerCall},
+      {"rebalance.pause", &Manager::api_rebalance_pause, kOperatorCall},
       {"task.ls", &Manager::api_task_ls, kViewerCall},
       // Its own check (may_read_logs) and audit: logs can hold secrets.
       {"task.logs", &Manager::api_task_logs, kViewerCall},
@@ -583,9 +585,40 @@ Result<json> Manager::api_rebalance_plan(const json& p, const CallContext&) {
       return field_error("budget", "must be an integer of moves from 1 to 10000");
     o.move_budget = b.get<size_t>();
   }
-  json out = rebalance_plan_json(rebalance_snapshot(alloc_, sched_, *id), o, planner == "exact");
+  json out =
+      rebalance_plan_json(rebalance_snapshot(alloc_, sched_, *id, broker_.entitlement_spec(*id).dc),
+                          o, planner == "exact");
   out["entitlement"] = p["name"];
   return out;
+}
+
+Result<json> Manager::api_rebalance_status(const json& p, const CallContext&) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required: the entitlement's name");
+  auto id = broker_.entitlement(p["name"].get<std::string>());
+  if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
+  if (!rebalancer_)
+    return make_error("the ReBalancer is off here ([rebalancer] enabled = false)")
+        .with_code(rpc::kUnavailable);
+  const EntitlementSpec& e = broker_.entitlement_spec(*id);
+  return rebalancer_->status({*id, e.name, e.rebalance_paused, e.dc});
+}
+
+Result<json> Manager::api_rebalance_pause(const json& p, const CallContext& c) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required: the entitlement's name");
+  if (!p.contains("paused") || !p["paused"].is_boolean())
+    return field_error("paused", "is required: true to pause, false to resume");
+  auto id = broker_.entitlement(p["name"].get<std::string>());
+  if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
+  TRY(may_change_jobs(caller(c), *id));
+  const bool paused = p["paused"].get<bool>();
+  const bool before = broker_.set_rebalance_paused(*id, paused);
+  if (auto s = persist({}, {}); !s.ok()) {
+    broker_.set_rebalance_paused(*id, before);  // not durable: not changed
+    return std::move(s).error();
+  }
+  return json{{"entitlement", p["name"]}, {"paused", paused}};
 }
 
 Result<json> Manager::api_entitlement_show(const json& p, const CallContext&) {

@@ -61,6 +61,19 @@ void AuditLog::autoscaler(const std::string& job, int64_t from, int64_t to,
   write(a);
 }
 
+void AuditLog::rebalancer(const std::string& ent, const std::string& job, const std::string& task,
+                          const std::string& from, const std::string& to, const std::string& aim) {
+  AuditRecord a;
+  a.who = "rebalancer of entitlement " + ent;
+  a.role = "rebalancer";
+  a.method = "task.move";
+  a.target = task;
+  std::string what = "job " + job + ": " + from + " -> " + to + ": " + aim;
+  a.digest = tls::sha256_hex(what);
+  a.result = ("ok: " + what).substr(0, 768);
+  write(a);
+}
+
 std::string AuditLog::job_operator(const std::string& job) {
   if (!loaded_) {
     loaded_ = true;

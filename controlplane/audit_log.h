@@ -30,6 +30,10 @@ class AuditLog {
   // `to`, and why.
   void autoscaler(const std::string& job, int64_t from, int64_t to, const std::string& reason,
                   const Status& done);
+  // A ReBalancer's move (rebalancer.h) in entitlement `ent`: task of job from one
+  // machine to another, and its aim.
+  void rebalancer(const std::string& ent, const std::string& job, const std::string& task,
+                  const std::string& from, const std::string& to, const std::string& aim);
 
  private:
   void write(const AuditRecord& a);  // the journal and the store

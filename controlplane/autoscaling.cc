@@ -137,12 +137,11 @@ void Autoscaling::finish(uint64_t round_id) {
   for (auto& [name, st] : jobs_) {
     auto spec = sched_.job(name);
     if (!spec || !spec->autoscale) continue;
-    decide(name, st, *spec, now);
+    decide(name, st, now);
   }
 }
 
-void Autoscaling::decide(const std::string& job, JobState& st, const JobSpec& spec,
-                         uint64_t now_us) {
+void Autoscaling::decide(const std::string& job, JobState& st, uint64_t now_us) {
   auto sum = sums_.find(job);
   int64_t measured = sum == sums_.end() ? 0 : sum->second.second;
   // A scale-down waiting for the job's TaskController counts as made.

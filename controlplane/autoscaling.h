@@ -70,7 +70,7 @@ class Autoscaling {
   static constexpr size_t kChangesKept = 20;
   void round();
   void finish(uint64_t round_id);
-  void decide(const std::string& job, JobState& st, const JobSpec& spec, uint64_t now_us);
+  void decide(const std::string& job, JobState& st, uint64_t now_us);
   AutoscalePolicy policy_of(const JobSpec& spec) const;
 
   EventLoop& loop_;

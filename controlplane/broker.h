@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -43,6 +44,8 @@ struct EntitlementSpec {
   // What its jobs' tasks may ask of the host beyond the restricted default
   // (common/task_grants.h, docs/security.md); set by admins.
   TaskGrants grants;
+  // `weftctl rebalance pause`: the ReBalancer makes no moves in it (docs/rebalancer.md).
+  bool rebalance_paused = false;
 };
 
 struct Unavailability {
@@ -90,6 +93,9 @@ class Broker {
   // before, to undo a failed write.
   size_t set_quota(EntitlementId id, size_t quota);
   std::string set_profile(EntitlementId id, std::string profile);
+  bool set_rebalance_paused(EntitlementId id, bool paused) {
+    return std::exchange(ents_.at(id).rebalance_paused, paused);
+  }
   // A profile roll (entitlement.update --profile): machines held at `profile` keep it as
   // their desired one until released, a few at a time.
   void hold_profile(MachineId m, std::string profile) { held_profile_[m] = std::move(profile); }

@@ -149,6 +149,55 @@ TEST(Broker, FailoverGraceConfig) {
   }
 }
 
+// The ReBalancer's settings: defaults, a table, dotted keys; bad values name the key and
+// its line; durations converted by one reader also keep their old errors.
+TEST(Broker, RebalancerConfig) {
+  auto d = parse_cp_config("", "cp.toml");
+  ASSERT_TRUE(d.ok()) << d.error().str();
+  EXPECT_TRUE(d->rebalancer.enabled);
+  EXPECT_EQ(d->rebalancer.interval_us, 60 * kS);
+  EXPECT_EQ(d->rebalancer.moves_per_round, 5);
+  EXPECT_EQ(d->rebalancer.moves_per_hour, 30);
+  EXPECT_EQ(d->rebalancer.move_timeout_us, 600 * kS);
+  auto c = parse_cp_config(
+      "[rebalancer]\nenabled = false\ninterval = \"5m\"\nmoves_per_round = 0\n"
+      "moves_per_hour = 200\nmove_timeout = \"30s\"\n",
+      "cp.toml");
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_FALSE(c->rebalancer.enabled);
+  EXPECT_EQ(c->rebalancer.interval_us, 300 * kS);
+  EXPECT_EQ(c->rebalancer.moves_per_round, 0);
+  EXPECT_EQ(c->rebalancer.moves_per_hour, 200);
+  EXPECT_EQ(c->rebalancer.move_timeout_us, 30 * kS);
+  auto dotted =
+      parse_cp_config("rebalancer.enabled = false\nautoscale_interval = \"2s\"\n", "cp.toml");
+  ASSERT_TRUE(dotted.ok()) << dotted.error().str();
+  EXPECT_FALSE(dotted->rebalancer.enabled);
+  EXPECT_EQ(dotted->autoscale_interval_us, 2 * kS);
+  for (auto [bad, key] : {std::pair{"interval = \"0s\"", "rebalancer.interval"},
+                          {"interval = \"2h\"", "rebalancer.interval"},
+                          {"move_timeout = \"1s\"", "rebalancer.move_timeout"},
+                          {"moves_per_round = -1", "rebalancer.moves_per_round"},
+                          {"moves_per_hour = 100001", "rebalancer.moves_per_hour"},
+                          {"enabled = \"yes\"", "enabled"},
+                          {"often = true", "often"}}) {
+    auto e = parse_cp_config(std::string("[rebalancer]\n") + bad + "\n", "cp.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("cp.toml:2"), std::string::npos) << e.error().str();
+    EXPECT_NE(e.error().str().find(key), std::string::npos) << e.error().str();
+  }
+  for (auto [bad, text] :
+       {std::pair{"prepare_timeout = \"0s\"", "'prepare_timeout' must be a duration from 1s to 1h"},
+        {"discovery_ack_timeout = \"1h\"", "'discovery_ack_timeout' must be a duration from 100ms"},
+        {"autoscale_interval = \"20m\"",
+         "'autoscale_interval' must be a duration from 1s to 10m"}}) {
+    auto e = parse_cp_config(std::string("\n") + bad + "\n", "cp.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("cp.toml:2"), std::string::npos) << e.error().str();
+    EXPECT_NE(e.error().str().find(text), std::string::npos) << e.error().str();
+  }
+}
+
 // The web view has no authentication of its own: plain HTTP on loopback only.
 TEST(Broker, WebListenIsLoopbackOnly) {
   for (const char* ok : {"127.0.0.1:9480", "[::1]:9480"}) {

@@ -1,5 +1,7 @@
 #include "controlplane/cp_conf.h"
 
+#include <tuple>
+
 #include "common/config.h"
 #include "common/cp_link.h"
 #include "common/fs.h"
@@ -195,6 +197,48 @@ Status parse_region(const TomlDoc& doc, const toml::table& t, const std::string&
   return {};
 }
 
+// A duration key of `t` (its path `prefix` + key), within a range: its error names the
+// key, the range and an example.
+struct DurationRange {
+  uint64_t min_us, max_us;
+  const char* text;     // "1s to 10m"
+  const char* example;  // "15s"
+};
+Status read_duration(const TomlDoc& doc, const toml::table& t, const std::string& prefix,
+                     const char* key, const DurationRange& range, uint64_t* out) {
+  TRY_ASSIGN(auto text, doc.get_string(t, key));
+  if (!text) return {};
+  auto us = parse_duration_us(*text);
+  if (!us.ok() || *us < range.min_us || *us > range.max_us)
+    return field_error(doc.where(*t.get(key)), "'" + prefix + key + "' must be a duration from " +
+                                                   range.text + ", such as \"" + range.example +
+                                                   "\"");
+  *out = *us;
+  return {};
+}
+
+Status read_rebalancer(const TomlDoc& doc, const toml::table& t, CpConfig::Rebalancer* r) {
+  TRY(doc.only_keys(t, "rebalancer.",
+                    {"enabled", "interval", "moves_per_round", "moves_per_hour", "move_timeout"}));
+  TRY_ASSIGN(auto enabled, doc.get_bool(t, "enabled"));
+  r->enabled = enabled.value_or(true);
+  TRY(read_duration(doc, t, "rebalancer.", "interval",
+                    {1'000'000, 3600'000'000ull, "1s to 1h", "1m"}, &r->interval_us));
+  TRY(read_duration(doc, t, "rebalancer.", "move_timeout",
+                    {10'000'000, 3600'000'000ull, "10s to 1h", "10m"}, &r->move_timeout_us));
+  for (auto [key, out, max] : {std::tuple{"moves_per_round", &r->moves_per_round, int64_t{1000}},
+                               std::tuple{"moves_per_hour", &r->moves_per_hour, int64_t{100000}}}) {
+    TRY_ASSIGN(auto n, doc.get_int(t, key));
+    if (!n) continue;
+    if (*n < 0 || *n > max)
+      return field_error(doc.where(*t.get(key)), std::string("'rebalancer.") + key +
+                                                     "' must be a number of moves from 0 to " +
+                                                     std::to_string(max));
+    *out = *n;
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name) {
@@ -212,6 +256,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "prepare_timeout",
                      "discovery_ack_timeout",
                      "autoscale_interval",
+                     "rebalancer",
                      "discovery_withdraw",
                      "destructive_per_min",
                      "destructive_burst",
@@ -311,31 +356,14 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                          "'failover_grace' must be a duration of at most 1h, such as \"60s\"");
     c.broker.failover_grace_us = *us;
   }
-  TRY_ASSIGN(auto prepare, doc.get_string(t, "prepare_timeout"));
-  if (prepare) {
-    auto us = parse_duration_us(*prepare);
-    if (!us.ok() || *us < 1'000'000 || *us > 3600'000'000ull)
-      return field_error(doc.where(*t.get("prepare_timeout")),
-                         "'prepare_timeout' must be a duration from 1s to 1h, such as \"2m\"");
-    c.broker.prepare_timeout_us = *us;
-  }
-  TRY_ASSIGN(auto ack_timeout, doc.get_string(t, "discovery_ack_timeout"));
-  if (ack_timeout) {
-    auto us = parse_duration_us(*ack_timeout);
-    if (!us.ok() || *us < 100'000 || *us > 600'000'000ull)
-      return field_error(doc.where(*t.get("discovery_ack_timeout")),
-                         "'discovery_ack_timeout' must be a duration from 100ms to 10m, such as "
-                         "\"5s\"");
-    c.discovery_ack_timeout_us = *us;
-  }
-  TRY_ASSIGN(auto autoscale_every, doc.get_string(t, "autoscale_interval"));
-  if (autoscale_every) {
-    auto us = parse_duration_us(*autoscale_every);
-    if (!us.ok() || *us < 1'000'000 || *us > 600'000'000ull)
-      return field_error(doc.where(*t.get("autoscale_interval")),
-                         "'autoscale_interval' must be a duration from 1s to 10m, such as \"15s\"");
-    c.autoscale_interval_us = *us;
-  }
+  TRY(read_duration(doc, t, "", "prepare_timeout", {1'000'000, 3600'000'000ull, "1s to 1h", "2m"},
+                    &c.broker.prepare_timeout_us));
+  TRY(read_duration(doc, t, "", "discovery_ack_timeout",
+                    {100'000, 600'000'000, "100ms to 10m", "5s"}, &c.discovery_ack_timeout_us));
+  TRY(read_duration(doc, t, "", "autoscale_interval", {1'000'000, 600'000'000, "1s to 10m", "15s"},
+                    &c.autoscale_interval_us));
+  TRY_ASSIGN(const toml::table* rebalancer, doc.get_table(t, "rebalancer"));
+  if (rebalancer) TRY(read_rebalancer(doc, *rebalancer, &c.rebalancer));
   TRY_ASSIGN(auto withdraw, doc.get_bool(t, "discovery_withdraw"));
   if (withdraw) c.discovery_withdraw = *withdraw;
   TRY_ASSIGN(auto retention, doc.get_string(t, "ended_task_retention"));

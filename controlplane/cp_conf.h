@@ -35,6 +35,16 @@ struct CpConfig {
   // Autoscaling (docs/jobs.md): how often autoscaled jobs' usage is asked of the agents
   // and decided on.
   uint64_t autoscale_interval_us = 15'000'000;
+  // The ReBalancer (docs/rebalancer.md, [rebalancer]): its rounds, and how many moves it
+  // may make in one entitlement in a round and in an hour.
+  struct Rebalancer {
+    bool enabled = true;
+    uint64_t interval_us = 60'000'000;
+    int64_t moves_per_round = 5;
+    int64_t moves_per_hour = 30;
+    // A move its job's TaskController has not acknowledged this long is withdrawn.
+    uint64_t move_timeout_us = 600'000'000;
+  } rebalancer;
   std::string socket_group = "weft";
   std::string listen = "127.0.0.1:7070";  // machines' sessions ("" = Unix socket only)
   bool insecure_listen = false;           // plaintext off loopback (tests only)

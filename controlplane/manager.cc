@@ -202,6 +202,7 @@ void Manager::lead() {
   }
   start_task_control();
   start_autoscaling();
+  start_rebalancer();
   discovery_->start();
   rounds_.start();
   log_info(replica_.replicated() ? "control plane ready: leading" : "control plane ready",
@@ -686,6 +687,49 @@ void Manager::start_autoscaling() {
       *loop_, sched_, Autoscaling::Options{cfg_.autoscale_interval_us, 5'000'000},
       std::move(hooks));
   autoscaling_->start();
+}
+
+void Manager::start_rebalancer() {
+  if (!cfg_.rebalancer.enabled) return;
+  Rebalancer::Hooks hooks;
+  hooks.entitlements = [this] {
+    std::vector<Rebalancer::Entitlement> out;
+    for (const auto& [id, e] : broker_.entitlements())
+      if (!sched_.fenced(id)) out.push_back({id, e.name, e.rebalance_paused, e.dc});
+    return out;
+  };
+  hooks.move = [this](const std::string& task, MachineId to, const std::string& reason) -> Status {
+    auto t = sched_.tasks().find(task);
+    if (t == sched_.tasks().end()) return field_error("task", "no such task: " + task);
+    const EntitlementId e = t->second.entitlement;
+    const std::string job = t->second.job;
+    // A spare from the free pool joins the entitlement first (its profile, if another,
+    // is applied before the task starts there); given back if the move is refused.
+    const bool joins = alloc_.entitlement_of(to) == kFreePool;
+    if (joins) {
+      if (alloc_.room(e) == 0) return make_error("the entitlement's quota is full");
+      TRY(alloc_.assign(to, e));
+    }
+    auto cmds = sched_.move_task(task, to, reason, now_us());
+    if (!cmds.ok()) {
+      if (joins) (void)alloc_.assign(to, kFreePool);
+      return std::move(cmds).error();
+    }
+    TRY(persist({}, {}));
+    send(*cmds);
+    kick();
+    if (control_) control_->ask(job);  // (nothing when it has no controller)
+    return {};
+  };
+  hooks.moved = [this](const std::string& ent, const Rebalancer::Event& e) {
+    audit_->rebalancer(ent, e.job, e.task, e.from, e.to, e.aim);
+  };
+  const auto& r = cfg_.rebalancer;
+  rebalancer_ = std::make_unique<Rebalancer>(
+      *loop_, alloc_, sched_,
+      Rebalancer::Options{r.interval_us, r.moves_per_round, r.moves_per_hour, r.move_timeout_us},
+      std::move(hooks));
+  rebalancer_->start();
 }
 
 std::string Manager::controller_address(const TaskControllerSpec& c) const {

@@ -39,6 +39,7 @@
 #include "controlplane/machine_links.h"
 #include "controlplane/maintenance.h"
 #include "controlplane/profile_rolls.h"
+#include "controlplane/rebalancer.h"
 #include "controlplane/region_services.h"
 #include "controlplane/replica_role.h"
 #include "controlplane/rounds.h"
@@ -256,9 +257,14 @@ class Manager {
   Result<nlohmann::json> api_job_autoscale_pause(const nlohmann::json& p,
                                                  const rpc::CallContext& c);
   void start_autoscaling();
-  // The ReBalancer's plan for an entitlement now (rebalancer.h): what it would move.
-  Result<nlohmann::json> api_rebalance_plan(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<Autoscaling> autoscaling_;
+  // The ReBalancer (rebalancer.h): the plan for an entitlement now (what it would move),
+  // the leader's loop that carries plans out, its status and pause.
+  Result<nlohmann::json> api_rebalance_plan(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_rebalance_status(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_rebalance_pause(const nlohmann::json& p, const rpc::CallContext& c);
+  void start_rebalancer();
+  std::unique_ptr<Rebalancer> rebalancer_;
 
   // Start-up pieces: the state read into the modules, the sockets and methods, and the
   // leader's own work (ticks, heartbeat checks, TaskControl, maintenance).

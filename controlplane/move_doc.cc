@@ -96,6 +96,7 @@ Result<EntitlementSpec> read_entitlement(const json& j) {
   TRY_ASSIGN(e.dc, f.str("dc", false));
   TRY_ASSIGN(auto owners, f.strings("owners"));
   e.owners.assign(owners.begin(), owners.end());
+  TRY_ASSIGN(e.rebalance_paused, f.flag("rebalance_paused"));
   if (j.contains("grants")) {
     auto g = parse_task_grants(j["grants"], "");
     if (!g.ok()) return field_error("entitlement.grants", g.error().str());
@@ -213,8 +214,13 @@ Result<MoveDoc::Task> read_task(const json& j, const std::string& path,
 json move_doc_to_json(const MoveDoc& d) {
   json out;
   const EntitlementSpec& e = d.entitlement;
-  out["entitlement"] = {{"name", e.name}, {"quota", e.quota},   {"profile", e.profile},
-                        {"dc", e.dc},     {"owners", e.owners}, {"grants", to_json(e.grants)}};
+  out["entitlement"] = {{"name", e.name},
+                        {"quota", e.quota},
+                        {"profile", e.profile},
+                        {"dc", e.dc},
+                        {"owners", e.owners},
+                        {"grants", to_json(e.grants)},
+                        {"rebalance_paused", e.rebalance_paused}};
   json machines = json::array();
   for (const auto& m : d.machines) {
     const MachineInfo& i = m.state.info;

@@ -28,6 +28,7 @@ TEST(MoveDoc, AWrittenDocumentIsReadBackTheSame) {
   auto d = parse_move_doc(seed());
   ASSERT_TRUE(d.ok()) << d.error().str();
   EXPECT_EQ(d->entitlement.name, "web");
+  EXPECT_TRUE(d->entitlement.rebalance_paused);
   ASSERT_EQ(d->machines.size(), 2u);
   EXPECT_EQ(d->machines[0].epoch, 3u);
   EXPECT_TRUE(d->machines[1].state.drained);
@@ -58,6 +59,8 @@ TEST(MoveDoc, WhatDoesNotHoldTogetherIsRefusedWithItsFieldNamed) {
   };
   const Bad cases[] = {
       {[](json& j) { j["tasks"][0]["machine"] = "m9"; }, "tasks[0].machine"},
+      {[](json& j) { j["entitlement"]["rebalance_paused"] = "yes"; },
+       "entitlement.rebalance_paused"},
       {[](json& j) { j["tasks"][1]["job"] = "other"; }, "tasks[1].job"},
       {[](json& j) { j["tasks"][1]["id"] = "other.1.4"; }, "tasks[1].id"},
       {[](json& j) { j["tasks"][0]["state"] = "dancing"; }, "tasks[0].state"},

@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -169,12 +171,6 @@ TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
   EXPECT_NE(rc, 0) << out;
 }
 
-}  // namespace
-}  // namespace weft::testing
-
-namespace weft::testing {
-namespace {
-
 // The ReBalancer's plan for an entitlement (rebalance.plan): lightly used machines of one
 // fault domain are emptied onto the fullest (what the entitlement could give back); a job
 // with rebalance = false is never moved; nothing moves (it is a plan).
@@ -225,7 +221,9 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
       EXPECT_EQ(m["job"], "web") << m.dump();
       EXPECT_EQ(m["aim"], "free a whole machine") << m.dump();
     }
-    if (std::string(planner) == "exact") EXPECT_EQ(p["solver"], "optimal");
+    if (std::string(planner) == "exact") {
+      EXPECT_EQ(p["solver"], "optimal");
+    }
   }
   // A plan moves nothing.
   int stops = a.stops() + b.stops() + c.stops();
@@ -249,6 +247,170 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
   EXPECT_NE(text.find("after:  spread violations 0, machines used 1, empty 2"), std::string::npos)
       << text;
   EXPECT_NE(text.find("2 moves"), std::string::npos) << text;
+}
+
+// The ReBalancer's loop (docs/rebalancer.md) against the real control plane: a fault
+// domain fails (its machines go back to the free pool), the job's tasks all land in the
+// other domain; the domain returns while the entitlement's rebalancing is paused:
+// nothing moves; resumed, the loop moves one task back to the returned domain (a spare
+// from the free pool joins the entitlement), make before break, the job never below
+// count - max_unavailable ready; the move is in the audit log with its aim, and in
+// `rebalance status`; the job that opted out never moves.
+TEST_F(ControlPlane, TheRebalancerRestoresSpreadWhenADomainComesBack) {
+  enable_rebalancer();
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r0"), c("c", "r1"), d("d", "r1");
+  for (FakeMachine* m : {&a, &b, &c, &d}) {
+    ASSERT_TRUE(m->connect(sock()));
+    m->keep_alive();
+  }
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  auto job = [](const std::string& name, int count) {
+    return json{{"name", name},
+                {"entitlement", "e"},
+                {"count", count},
+                {"max_unavailable", 1},
+                {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+                {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  };
+  ASSERT_TRUE(call("job.create", job("web", 2)).ok());
+  // The job's ready tasks, the fault domains of its running ones, and their ids.
+  int ready = 0;
+  std::set<std::string> racks, ids;
+  auto tasks = [&](const std::string& name) {
+    ready = 0;
+    racks.clear();
+    ids.clear();
+    auto r = call("job.show", {{"name", name}});
+    if (!r.ok()) return;
+    for (const auto& t : (*r)["tasks"]) {
+      ready += t["ready"].get<bool>();
+      if (t["state"] == "running") {
+        std::string m = t["machine"];
+        racks.insert(m == "a" || m == "b" ? "r0" : "r1");
+        ids.insert(t["id"].get<std::string>());
+      }
+    }
+  };
+  auto wait_for = [&](const std::function<bool()>& done, int seconds) {
+    for (int i = 0; i < seconds * 20 && !done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return done();
+  };
+  ASSERT_TRUE(wait_for(
+      [&] {
+        tasks("web");
+        return ready == 2 && racks.size() == 2;
+      },
+      20));
+
+  // Domain r1 fails: its machines stop answering; the job is all in r0.
+  c.reboot();
+  d.reboot();
+  ASSERT_TRUE(wait_for(
+      [&] {
+        tasks("web");
+        return ready == 2 && racks == std::set<std::string>{"r0"};
+      },
+      30));
+  // A job that opts out, in r0 only now.
+  json pinned = job("pinned", 1);
+  pinned["rebalance"] = false;
+  ASSERT_TRUE(call("job.create", pinned).ok());
+  ASSERT_TRUE(wait_for(
+      [&] {
+        tasks("pinned");
+        return ready == 1;
+      },
+      20));
+  const std::set<std::string> pinned_ids = ids;
+  auto paused = call("rebalance.pause", {{"name", "e"}, {"paused", true}});
+  ASSERT_TRUE(paused.ok()) << paused.error().str();
+  // r1 comes back: paused, nothing moves for three rounds.
+  ASSERT_TRUE(c.connect(sock()));
+  ASSERT_TRUE(d.connect(sock()));
+  auto machines_ok = [&] {
+    auto r = call("machine.ls");
+    int ok = 0;
+    if (r.ok())
+      for (const auto& m : (*r)["machines"]) ok += m["state"] == "ok";
+    return ok == 4;
+  };
+  ASSERT_TRUE(wait_for(machines_ok, 20)) << call("machine.ls")->dump();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  tasks("web");
+  EXPECT_EQ(racks, std::set<std::string>{"r0"});
+  auto st = call("rebalance.status", {{"name", "e"}});
+  ASSERT_TRUE(st.ok()) << st.error().str();
+  EXPECT_EQ((*st)["paused"], true) << st->dump();
+  EXPECT_EQ((*st)["outcome"], "paused") << st->dump();
+  auto plan = call("rebalance.plan", {{"name", "e"}});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ((*plan)["before"]["spread_violations"], 1) << plan->dump();
+  EXPECT_EQ((*plan)["after"]["spread_violations"], 0) << plan->dump();
+
+  // Resumed: one task goes back to r1, never leaving the job below 1 ready task.
+  ASSERT_TRUE(call("rebalance.pause", {{"name", "e"}, {"paused", false}}).ok());
+  int lowest = 2;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        tasks("web");
+        lowest = std::min(lowest, ready);
+        return ready == 2 && racks.size() == 2;
+      },
+      30))
+      << call("rebalance.status", {{"name", "e"}})->dump(2);
+  EXPECT_GE(lowest, 1);
+  // Done: the status says so, and the audit log has the move with its aim.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto s = call("rebalance.status", {{"name", "e"}});
+        if (!s.ok()) return false;
+        for (const auto& m : (*s)["recent"])
+          if (m["result"] == "done" && m["aim"] == "spread over fault domains") return true;
+        return false;
+      },
+      10))
+      << call("rebalance.status", {{"name", "e"}})->dump(2);
+  st = call("rebalance.status", {{"name", "e"}});
+  ASSERT_TRUE(st.ok());
+  EXPECT_GE((*st)["moves_last_hour"].get<int>(), 1) << st->dump();
+  EXPECT_EQ((*st)["paused"], false);
+  auto audit = call("audit.ls", {{"limit", 200}});
+  ASSERT_TRUE(audit.ok()) << audit.error().str();
+  int spread_moves = 0;
+  for (const auto& e : (*audit)["entries"]) {
+    if (e["role"] != "rebalancer") continue;
+    std::string result = e["result"];
+    EXPECT_EQ(result.find("job pinned"), std::string::npos) << result;
+    spread_moves += result.find("job web") != std::string::npos &&
+                    result.find("spread over fault domains") != std::string::npos;
+  }
+  EXPECT_GE(spread_moves, 1) << audit->dump(2);
+  tasks("pinned");
+  EXPECT_EQ(ids, pinned_ids);  // opted out: never moved
+
+  // weftctl, and bad input naming the field.
+  std::string out = dir_ + "/weftctl.out";
+  int rc =
+      std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                   sock() + " rebalance status e >" + out + " 2>&1")
+                      .c_str());
+  std::string text = read_file(out).value_or("");
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << text;
+  EXPECT_NE(text.find("entitlement e: rebalancing"), std::string::npos) << text;
+  EXPECT_NE(text.find("spread over fault domains"), std::string::npos) << text;
+  auto bad = call("rebalance.pause", {{"name", "e"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("paused: ", 0), 0u) << bad.error().str();
+  bad = call("rebalance.pause", {{"name", "e"}, {"paused", 1}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("paused: ", 0), 0u) << bad.error().str();
+  EXPECT_EQ(call("rebalance.pause", {{"name", "nope"}, {"paused", true}}).error().code,
+            rpc::kNotFound);
+  EXPECT_EQ(call("rebalance.status", json::object()).error().message.rfind("name: ", 0), 0u);
+  EXPECT_EQ(call("rebalance.status", {{"name", "nope"}}).error().code, rpc::kNotFound);
 }
 
 }  // namespace

@@ -153,7 +153,7 @@ Score score(const Fleet& f) {
   for (uint32_t m = 0; m < f.machines.size(); ++m) {
     if (!f.machines[m].usable) continue;
     if (b.on(m).empty()) {
-      ++s.machines_empty;
+      s.machines_empty += !f.machines[m].spare;
       continue;
     }
     ++s.machines_used;

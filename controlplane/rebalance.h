@@ -32,6 +32,10 @@ struct Machine {
   uint32_t domain = 0;  // fault domain (rack / MSB)
   int64_t cpu_milli = 0, mem_mb = 0;
   bool usable = true;  // healthy, not drained: takes tasks (an unusable one keeps its own)
+  // In the free pool, and the entitlement has room for it under its quota: a task may
+  // move there to restore its job's spread (the machine then joins the entitlement); no
+  // other aim uses an empty machine.
+  bool spare = false;
 };
 struct Job {
   std::string name;
@@ -73,7 +77,7 @@ struct Options {
 struct Score {
   int64_t spread_violations = 0;  // tasks beyond their job's fair share of a domain, summed
   size_t machines_used = 0;       // usable machines with a task
-  size_t machines_empty = 0;      // usable machines without (returnable to the free pool)
+  size_t machines_empty = 0;      // usable machines without, not spare (returnable)
   double cpu_stddev = 0;          // of CPU use (fraction of capacity) over machines used
 };
 Score score(const Fleet& f);

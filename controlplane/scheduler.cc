@@ -470,12 +470,18 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
     wait(task_id);
     return;
   }
-  Job& j = jit->second;
+  launch_copy(jit->second, old, p->machines[static_cast<size_t>(old.index)], now, out);
+  if (waiting_set_.erase(task_id))
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
+}
+
+void Scheduler::launch_copy(Job& j, const TaskRecord& old, MachineId machine, uint64_t now,
+                            std::vector<Command>* out) {
   TaskRecord t;
   t.job = old.job;
   t.index = old.index;
   t.generation = j.generation;
-  t.machine = p->machines[static_cast<size_t>(old.index)];
+  t.machine = machine;
   t.id = weft::make_task_id(old.job, old.index, ++seq_);
   t.since_us = now;
   if (old.generation == j.generation) {  // a new spec starts the count again
@@ -483,8 +489,6 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
     t.setup_reason = old.setup_reason;
   }
   launch(j, t, out);
-  if (waiting_set_.erase(task_id))
-    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
 }
 
 std::vector<Command> Scheduler::report(MachineId m, const std::map<std::string, TaskState>& rep,
@@ -852,6 +856,73 @@ bool Scheduler::move_now(Job& j, const std::string& id, uint64_t now, std::vecto
   return true;
 }
 
+Result<std::vector<Command>> Scheduler::move_task(const std::string& id, MachineId to,
+                                                  const std::string& reason, uint64_t now) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return field_error("task", "no such task: " + id);
+  TaskRecord& t = it->second;
+  auto jit = jobs_.find(t.job);
+  if (jit == jobs_.end() || jit->second.stopping)
+    return field_error("task", "its job " + t.job + " is stopping");
+  Job& j = jit->second;
+  if (job_fenced(t.job)) return moving_error();
+  if (!available(t)) return field_error("task", id + " is not running and ready");
+  if (t.generation != j.generation || j.rolling)
+    return field_error("task", "its job " + t.job + " is being updated");
+  if (to >= alloc_.machine_count()) return field_error("machine", "no such machine");
+  if (to == t.machine) return field_error("machine", "the task runs there already");
+  if (alloc_.entitlement_of(to) != j.spec.entitlement_id)
+    return field_error("machine", alloc_.spec(to).name + " is not in the job's entitlement");
+  // One index a move at a time, and only while every index of the job is available: a
+  // move never takes a job below count - 1 ready tasks, whatever else happens.
+  int ready = 0;
+  bool busy = !j.moves.empty() || !j.retargets.empty() || j.shrink_to;
+  for_job(t.job, [&](TaskRecord& o) {
+    ready += available(o) && o.index < j.spec.count;
+    busy = busy || o.state == TaskState::kDraining || o.state == TaskState::kStopping ||
+           o.state == TaskState::kPending || o.state == TaskState::kStarting;
+  });
+  if (busy || ready < j.spec.count)
+    return field_error("task", "its job " + t.job + " has tasks that are not ready or moving");
+  if (!tokens_.take(now))
+    return make_error("the destructive-operation budget is spent for now")
+        .with_code(rpc::kUnavailable);
+  std::vector<Command> out;
+  if (j.controlled()) {
+    j.retargets[id] = Job::Retarget{to, reason};  // its controller says when
+    return out;
+  }
+  TRY(move_to(j, t, to, now, &out));
+  return out;
+}
+
+Status Scheduler::move_to(Job& j, TaskRecord& t, MachineId to, uint64_t now,
+                          std::vector<Command>* out) {
+  TRY(alloc_.move_task_to(j.spec.name, t.index, to));
+  set_state(t, TaskState::kDraining);  // make before break: it stops once its copy is ready
+  t.since_us = now;
+  reported_changes_.insert(t.job);
+  if (j.spec.controller) j.in_progress[t.index] = "move/" + t.id;
+  const TaskRecord old = t;
+  launch_copy(j, old, to, now, out);
+  return {};
+}
+
+bool Scheduler::withdraw_move(const std::string& id) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return false;
+  auto jit = jobs_.find(it->second.job);
+  return jit != jobs_.end() && jit->second.retargets.erase(id) > 0;
+}
+
+bool Scheduler::moving(const std::string& id) const {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return false;
+  if (it->second.state == TaskState::kDraining) return true;
+  auto jit = jobs_.find(it->second.job);
+  return jit != jobs_.end() && jit->second.retargets.count(id) > 0;
+}
+
 void Scheduler::stop_drained_sibling(const TaskRecord& t, uint64_t now, std::vector<Command>* out) {
   auto j = job_tasks_.find(t.job);
   if (j == job_tasks_.end()) return;
@@ -1027,6 +1098,9 @@ std::vector<Operation> Scheduler::pending_operations(const std::string& job) con
   for (const auto& id : j.moves)
     if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state))
       out.push_back(Operation{"move/" + id, "move", id, t->second.index, "its machine is drained"});
+  for (const auto& [id, r] : j.retargets)
+    if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state) && !j.moves.count(id))
+      out.push_back(Operation{"move/" + id, "move", id, t->second.index, r.reason});
   if (j.shrink_to)
     if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())
       for (const auto& [key, t] : jt->second)
@@ -1085,6 +1159,7 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
   for (const auto& op : pending_operations(job)) pending.insert(op.id);
   std::erase_if(j.granted, [&](const std::string& id) { return !pending.count(id); });
   std::erase_if(j.moves, [&](const std::string& id) { return !pending.count("move/" + id); });
+  std::erase_if(j.retargets, [&](const auto& r) { return !pending.count("move/" + r.first); });
   std::vector<Command> out;
   bool any = false;
   bool stopped = false;
@@ -1101,7 +1176,19 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
     }
     if (id.rfind("move/", 0) == 0) {
       std::string task = id.substr(5);
-      if (j.moves.erase(task)) move_now(j, task, now, &out);
+      if (j.moves.erase(task)) {
+        j.retargets.erase(task);
+        move_now(j, task, now, &out);
+      } else if (auto r = j.retargets.find(task); r != j.retargets.end()) {
+        MachineId to = r->second.to;
+        j.retargets.erase(r);
+        auto t = tasks_.find(task);
+        // Where it was to go may not take it any more: the move is dropped.
+        if (t != tasks_.end() && available(t->second))
+          if (auto s = move_to(j, t->second, to, now, &out); !s.ok())
+            log_info("a rebalancing move was dropped",
+                     {{"TASK", task}, {"ERROR", s.error().str()}});
+      }
       continue;
     }
     any |= j.granted.insert(id).second;
@@ -1132,7 +1219,8 @@ std::vector<Command> Scheduler::set_control_fallback(const std::string& job, boo
   if (it == jobs_.end() || it->second.fallback == on || job_fenced(job)) return {};
   Job& j = it->second;
   j.fallback = on;
-  j.granted.clear();  // an answer from before is not a permission for later
+  j.granted.clear();    // an answer from before is not a permission for later
+  j.retargets.clear();  // the ReBalancer's moves are not worth doing without consent
   if (!on || j.stopping) return {};
   // As for a job without a controller: drained machines' tasks move now, the update
   // rolls at max_unavailable pacing.

@@ -247,6 +247,21 @@ class Scheduler {
   // index is replaced elsewhere), and a draining copy stops whether or not its
   // replacement is ready.
   std::vector<Command> machine_evict(MachineId m, uint64_t now_us);
+  // The ReBalancer moves a ready task to machine `to` (rebalancer.h), make before break:
+  // a copy of its index starts there and the task stops once the copy is ready. A job
+  // with a TaskController (not in its fallback) is asked first: a pending `move`
+  // operation with `reason`, carried out when acknowledged (dropped if `to` cannot take
+  // it by then). Every move takes a token of the destructive-operation budget. Refused
+  // (nothing changes) when the task is not ready, its job is stopping, updating, fenced,
+  // has a task not available or a move under way, or `to` cannot take the task.
+  Result<std::vector<Command>> move_task(const std::string& task_id, MachineId to,
+                                         const std::string& reason, uint64_t now_us);
+  // A move asked of a job's controller that it has not acknowledged: withdrawn (the
+  // ReBalancer's moves that waited too long). False if there was none.
+  bool withdraw_move(const std::string& task_id);
+  // Whether the task's move (move_task) is still under way: asked and not acknowledged,
+  // or the task still runs beside its copy.
+  bool moving(const std::string& task_id) const;
   // Continues what waited: rate-limited replacements, rolling updates.
   std::vector<Command> tick(uint64_t now_us);
   // Forgets ended tasks (stopped, failed, lost) that nothing waits on any more: those of
@@ -355,6 +370,13 @@ class Scheduler {
     // index until that index runs again; the controller unreachable (fallback pacing).
     std::set<std::string> granted;
     std::set<std::string> moves;  // tasks a drain wants moved, waiting for an ack
+    // Tasks the ReBalancer wants moved to a machine, waiting for an ack (not stored, not
+    // carried to another shard: the ReBalancer plans again there).
+    struct Retarget {
+      MachineId to = 0;
+      std::string reason;
+    };
+    std::map<std::string, Retarget> retargets;
     std::map<int, std::string> in_progress;
     std::vector<std::string> completed;
     bool fallback = false;
@@ -387,6 +409,12 @@ class Scheduler {
   // A controlled job's task moved off its drained machine (make before break); false
   // when it is not live any more.
   bool move_now(Job& j, const std::string& task_id, uint64_t now_us, std::vector<Command>* out);
+  // The ReBalancer's move of a live task to `to`, now: the allocator's slot moves, the
+  // task drains and its copy starts there.
+  Status move_to(Job& j, TaskRecord& t, MachineId to, uint64_t now_us, std::vector<Command>* out);
+  // A new task for old's index on `machine` (the allocator placed it there).
+  void launch_copy(Job& j, const TaskRecord& old, MachineId machine, uint64_t now_us,
+                   std::vector<Command>* out);
   // A controlled shrink whose tasks above it all stopped (or whose controller fell back):
   // the count becomes shrink_to.
   void finish_shrink(Job& j, uint64_t now_us, std::vector<Command>* out);

@@ -1007,6 +1007,128 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
 // above the new count is a pending `stop`, stopped when acknowledged and not replaced
 // meanwhile; the count follows once none runs. The controller unreachable, the rest
 // stops at once; an operator's scale goes at once and ends a shrink waiting.
+// The ReBalancer's move: make before break to the machine it chose (the copy starts
+// there; the task stops once the copy is ready), one token of the destructive budget a
+// move, never more of a job at once than its max_unavailable, and refused with nothing
+// changed when the job is not all ready or the machine cannot take the task.
+TEST_F(Sched, ARebalancingMoveIsMakeBeforeBreakToTheChosenMachine) {
+  auto c = sched_.create(spec("web", 3), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  const std::string moved = sent[0].task_id;
+  const MachineId from = sent[0].machine;
+  std::set<MachineId> used;
+  for (const auto& cmd : sent) used.insert(cmd.machine);
+  MachineId to = ids_[0];
+  for (MachineId m : ids_)
+    if (!used.count(m)) to = m;
+  // Refused: where it runs, no such task or machine.
+  EXPECT_FALSE(sched_.move_task(moved, from, "r", 2).ok());
+  EXPECT_FALSE(sched_.move_task("web.9.9", to, "r", 2).ok());
+  EXPECT_FALSE(sched_.move_task(moved, 999, "r", 2).ok());
+
+  auto r = sched_.move_task(moved, to, "rebalance: spread", 2);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].kind, Command::Kind::kStart);
+  EXPECT_EQ((*r)[0].machine, to);
+  EXPECT_EQ(sched_.tasks().at(moved).state, TaskState::kDraining);  // still running
+  EXPECT_TRUE(sched_.moving(moved));
+  EXPECT_EQ(alloc_.placement("web")[static_cast<size_t>(sched_.tasks().at(moved).index)], to);
+  // max_unavailable 1: no second move of the job while this one is under way.
+  auto second = sched_.move_task(sent[1].task_id, from, "r", 3);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.error().str().find("not ready or moving"), std::string::npos);
+  sent.insert(sent.end(), r->begin(), r->end());
+  // The copy runs but is not ready: the task runs on.
+  std::map<std::string, TaskState> at_to = running_on(to, sent);
+  at_to[(*r)[0].task_id] = TaskState::kRunning;
+  EXPECT_TRUE(sched_.report(to, at_to, 4).empty());
+  EXPECT_EQ(sched_.tasks().at(moved).state, TaskState::kDraining);
+  // Ready: the task is stopped.
+  auto next = sched_.report(to, running_on(to, sent), 5);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(next[0].task_id, moved);
+  EXPECT_EQ(next[0].machine, from);
+  sent.insert(sent.end(), next.begin(), next.end());
+  report_all(sent, 6);
+  EXPECT_FALSE(sched_.moving(moved));
+  EXPECT_EQ(live("web").size(), 3u);
+  // The machine it left is empty: back in the free pool (so are the ones never used).
+  EXPECT_EQ(alloc_.entitlement_of(from), kFreePool);
+  ASSERT_TRUE(alloc_.assign(from, 1).ok());
+
+  // The budget (a burst of 2 here): the second move takes the last token, a third waits.
+  auto again = sched_.move_task(sent[1].task_id, from, "r", 7);
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  sent.insert(sent.end(), again->begin(), again->end());
+  auto stops = report_all(sent, 8);  // the copy is ready: the task stops
+  ASSERT_EQ(count_kind(stops, Command::Kind::kStop), 1);
+  sent.insert(sent.end(), stops.begin(), stops.end());
+  report_all(sent, 9);
+  ASSERT_EQ(live("web").size(), 3u);
+  std::set<MachineId> now_used;
+  for (const auto& t : live("web")) now_used.insert(t.machine);
+  MachineId spare = ids_[0];
+  for (MachineId m : ids_)
+    if (!now_used.count(m)) spare = m;
+  ASSERT_TRUE(alloc_.assign(spare, 1).ok());
+  auto spent = sched_.move_task(live("web")[0].id, spare, "r", 11);
+  ASSERT_FALSE(spent.ok());
+  EXPECT_NE(spent.error().str().find("budget"), std::string::npos);
+}
+
+// A job with a TaskController is asked first: a pending `move` with the ReBalancer's
+// reason, carried out to the chosen machine when acknowledged; withdrawn, it is gone.
+TEST_F(Sched, ARebalancingMoveOfAControlledJobWaitsForItsController) {
+  JobSpec s = spec("web", 2);
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::set<MachineId> used;
+  for (const auto& cmd : sent) used.insert(cmd.machine);
+  std::vector<MachineId> spare;
+  for (MachineId m : ids_)
+    if (!used.count(m)) spare.push_back(m);
+  const std::string task = sent[0].task_id;
+  auto r = sched_.move_task(task, spare[0], "rebalance: free a whole machine", 2);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_TRUE(r->empty());  // nothing before the controller says so
+  EXPECT_TRUE(sched_.moving(task));
+  auto ops = sched_.pending_operations("web");
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].id, "move/" + task);
+  EXPECT_EQ(ops[0].kind, "move");
+  EXPECT_EQ(ops[0].reason, "rebalance: free a whole machine");
+  auto g = sched_.grant("web", {ops[0].id}, 3);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].kind, Command::Kind::kStart);
+  EXPECT_EQ(g[0].machine, spare[0]);
+  EXPECT_EQ(sched_.tasks().at(task).state, TaskState::kDraining);
+  sent.insert(sent.end(), g.begin(), g.end());
+  auto stop = report_all(sent, 4);
+  ASSERT_EQ(count_kind(stop, Command::Kind::kStop), 1);
+  sent.insert(sent.end(), stop.begin(), stop.end());
+  report_all(sent, 5);
+  EXPECT_FALSE(sched_.moving(task));
+  EXPECT_EQ(sched_.take_completed("web"), std::vector<std::string>{"move/" + task});
+
+  // Asked and withdrawn (its controller took too long): nothing pending, nothing moved.
+  const std::string other = live("web")[0].id;
+  ASSERT_TRUE(alloc_.assign(spare[1], 1).ok());  // (empty machines went back to the free pool)
+  ASSERT_TRUE(sched_.move_task(other, spare[1], "rebalance: balance CPU", 6).ok());
+  EXPECT_EQ(sched_.pending_operations("web").size(), 1u);
+  EXPECT_TRUE(sched_.withdraw_move(other));
+  EXPECT_FALSE(sched_.withdraw_move(other));
+  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  EXPECT_FALSE(sched_.moving(other));
+  EXPECT_EQ(sched_.tasks().at(other).state, TaskState::kRunning);
+}
+
 TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
   JobSpec s = spec("web", 5);
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};

@@ -248,8 +248,13 @@ Result<std::unique_ptr<StateStore>> StateStore::open(const std::string& path) {
 }
 
 json StateStore::entitlement_row(const EntitlementSpec& e) {
-  return {{"name", e.name}, {"quota", e.quota},   {"profile", e.profile},
-          {"dc", e.dc},     {"owners", e.owners}, {"grants", to_json(e.grants)}};
+  return {{"name", e.name},
+          {"quota", e.quota},
+          {"profile", e.profile},
+          {"dc", e.dc},
+          {"owners", e.owners},
+          {"grants", to_json(e.grants)},
+          {"rebalance_paused", e.rebalance_paused}};
 }
 
 json StateStore::machine_row(const Broker::Persisted& m) {
@@ -571,6 +576,7 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
       if (!grants.ok()) return make_error("corrupt entitlement row: " + grants.error().str());
       e.grants = std::move(grants).value();
     }
+    e.rebalance_paused = j.value("rebalance_paused", false);
     broker.restore_entitlement(id, e);
   }
   for (const auto& m : st.machines) {

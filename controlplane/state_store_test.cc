@@ -75,6 +75,27 @@ class Stores : public ::testing::TestWithParam<std::string> {
 INSTANTIATE_TEST_SUITE_P(Both, Stores, ::testing::Values("sqlite", "etcd"),
                          [](const auto& p) { return p.param; });
 
+// An operator's `rebalance pause` is kept with the entitlement across a restart (and an
+// entitlement stored before the pause existed is not paused).
+TEST_P(Stores, AnEntitlementsRebalancePauseIsKept) {
+  Plane before;
+  auto paused = before.broker.create_entitlement({"web", 1, "", ""});
+  auto other = before.broker.create_entitlement({"batch", 1, "", ""});
+  ASSERT_TRUE(paused.ok() && other.ok());
+  EXPECT_FALSE(before.broker.set_rebalance_paused(*paused, true));
+  {
+    auto st = open();
+    ASSERT_TRUE(st.ok()) << st.error().str();
+    persist_all(before, **st);
+  }
+  Plane after;
+  auto st = open();
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
+  EXPECT_TRUE(after.broker.entitlement_spec(*paused).rebalance_paused);
+  EXPECT_FALSE(after.broker.entitlement_spec(*other).rebalance_paused);
+}
+
 // Issue 32 (5): a job's secrets (env values, file contents) are sealed in the store
 // with the secrets_key, opened on restore, refused without the key, and resealed under
 // a rotated key.

@@ -35,9 +35,23 @@ class ControlPlane : public ::testing::Test {
                                                   "/state\"\nlisten = \"\"\n"
                                                   "heartbeat_interval = \"200ms\"\n"
                                                   "missed_heartbeats = 3\nlog_level = \"debug\"\n"
-                                                  "metrics_listen = \"127.0.0.1:0\"\n" +
+                                                  "metrics_listen = \"127.0.0.1:0\"\n"
+                                                  // No task moves a test did not ask for
+                                                  // (enable_rebalancer()).
+                                                  "rebalancer.enabled = false\n" +
                                                   secrets_line())
                     .ok());
+  }
+  // The ReBalancer's loop on, every second, `moves_per_round` moves a round.
+  void enable_rebalancer(int moves_per_round = 5) {
+    std::string conf = read_file(dir_ + "/cp.toml").value_or("");
+    auto at = conf.find("rebalancer.enabled = false\n");
+    ASSERT_NE(at, std::string::npos);
+    conf.replace(at, std::string("rebalancer.enabled = false\n").size(),
+                 "rebalancer.enabled = true\nrebalancer.interval = \"1s\"\n"
+                 "rebalancer.moves_per_round = " +
+                     std::to_string(moves_per_round) + "\n");
+    ASSERT_TRUE(write_file(dir_ + "/cp.toml", conf).ok());
   }
   void TearDown() override {
     stop(SIGTERM);

@@ -283,7 +283,8 @@ class Replica {
                        "/cp.sock\"\nstate_dir = \"" + dir_ +
                        "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
                        "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
-                       "log_level = \"debug\"\nmetrics_listen = \"\"\n" +
+                       "log_level = \"debug\"\nmetrics_listen = \"\"\n"
+                       "rebalancer.enabled = false\n" +
                        top + "[store]\nkind = \"etcd\"\netcd_endpoints = [" + eps +
                        "]\netcd_prefix = \"" + prefix + "\"\nlease_ttl = \"" + lease_ttl + "\"\n";
     if (!etcd.ca.empty())

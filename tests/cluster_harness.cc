@@ -194,7 +194,10 @@ bool ClusterHarness::setup() {
       "\"\nmissed_heartbeats = " + std::to_string(opts_.missed_heartbeats) +
       "\ndestructive_per_min = 600\ndestructive_burst = 50\n"
       // Autoscaling decides every second (it touches only jobs that autoscale).
-      "autoscale_interval = \"1s\"\n" +
+      "autoscale_interval = \"1s\"\n"
+      // The ReBalancer moves nothing a test did not ask for (ClusterOptions::rebalance).
+      "rebalancer.enabled = " +
+      (opts_.rebalance ? "true\nrebalancer.interval = \"1s\"\n" : std::string("false\n")) +
       (opts_.prepare_timeout.empty() ? std::string()
                                      : "prepare_timeout = \"" + opts_.prepare_timeout + "\"\n");
   return write_file(dir_ + "/cp.toml", cp_conf_).ok();

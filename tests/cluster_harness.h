@@ -34,6 +34,9 @@ struct ClusterOptions {
   bool tls = true;
   // The control plane's prepare_timeout ("" = its default).
   std::string prepare_timeout;
+  // The ReBalancer's loop runs (every second); off by default: no task moves that a
+  // test did not ask for.
+  bool rebalance = false;
   // Machine index -> a host profile ("dev" or "web") its weft-sidekick does not have.
   std::map<int, std::string> lacks_profile;
 };
