@@ -82,6 +82,10 @@ std::optional<double> Autoscaler::predict(uint64_t at_us) const {
   return std::nullopt;
 }
 
+std::string Autoscaler::horizon() const {
+  return p_.lead_us ? "in the next " + duration(p_.lead_us) : "for this time of day";
+}
+
 int64_t Autoscaler::replicas_for(double total) const {
   if (p_.target <= 0) return p_.max;
   return static_cast<int64_t>(std::ceil(total / p_.target - 1e-9));
@@ -141,15 +145,13 @@ AutoscaleDecision Autoscaler::decide(uint64_t now_us, int64_t current, int64_t c
     desired = std::min(current, floor);
     if (desired > prop)
       held = ahead && *ahead >= desired
-                 ? "; held at " + std::to_string(desired) + " by the load predicted in the next " +
-                       duration(p_.lead_us)
+                 ? "; held at " + std::to_string(desired) + " by the load predicted " + horizon()
                  : "; held at " + std::to_string(desired) + " by the scale-down window (" +
                        duration(p_.down_window_us) + ")";
   }
   if (ahead && *ahead > desired) {
     desired = *ahead;
-    held += "; " + std::to_string(*ahead) + " for the load predicted in the next " +
-            duration(p_.lead_us);
+    held += "; " + std::to_string(*ahead) + " for the load predicted " + horizon();
   }
   // Rate limits over the last period.
   while (!changes_.empty() && changes_.front().first + p_.rate_period_us <= now_us)

@@ -134,8 +134,7 @@ void Rebalancer::stop() {
   timer_.reset();
 }
 
-void Rebalancer::round() {
-  const uint64_t now = now_monotonic_us();
+void Rebalancer::round_at(uint64_t now) {
   std::map<EntitlementId, State> kept;
   for (const auto& e : hooks_.entitlements()) {
     State& st = kept[e.id];

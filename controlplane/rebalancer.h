@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/event.h"
 #include "common/result.h"
 #include "controlplane/allocator.h"
@@ -83,8 +84,10 @@ class Rebalancer {
   // Rounds every interval from now (the leader's: stop() when it steps down).
   void start();
   void stop();
-  // One round now (also what the timer runs).
-  void round();
+  // One round now (also what the timer runs); at a given monotonic time (a simulation's,
+  // bench/autoscale_fleet: the budgets count in that clock).
+  void round() { round_at(now_monotonic_us()); }
+  void round_at(uint64_t now_us);
   // rebalance.status for one entitlement: paused or not, budgets, moves under way, the
   // last round's plan and outcome, the latest moves.
   nlohmann::json status(const Entitlement& e) const;
