@@ -873,17 +873,19 @@ Result<std::vector<Command>> Scheduler::move_task(const std::string& id, Machine
   if (to == t.machine) return field_error("machine", "the task runs there already");
   if (alloc_.entitlement_of(to) != j.spec.entitlement_id)
     return field_error("machine", alloc_.spec(to).name + " is not in the job's entitlement");
-  // One index a move at a time, and only while every index of the job is available: a
-  // move never takes a job below count - 1 ready tasks, whatever else happens.
+  // Never more than max_unavailable of the job's indices unavailable, this move (its
+  // task drains while its copy starts) and those asked of its controller counted: a
+  // move never takes a job below count - max_unavailable ready tasks. Not while a
+  // drain's moves or a shrink wait for its controller.
+  if (!j.moves.empty() || j.shrink_to)
+    return field_error("task", "its job " + t.job + " is being drained or shrunk");
   int ready = 0;
-  bool busy = !j.moves.empty() || !j.retargets.empty() || j.shrink_to;
-  for_job(t.job, [&](TaskRecord& o) {
-    ready += available(o) && o.index < j.spec.count;
-    busy = busy || o.state == TaskState::kDraining || o.state == TaskState::kStopping ||
-           o.state == TaskState::kPending || o.state == TaskState::kStarting;
-  });
-  if (busy || ready < j.spec.count)
-    return field_error("task", "its job " + t.job + " has tasks that are not ready or moving");
+  for_job(t.job, [&](TaskRecord& o) { ready += available(o) && o.index < j.spec.count; });
+  const int unavailable = j.spec.count - ready + static_cast<int>(j.retargets.size());
+  if (unavailable + 1 > std::max(1, j.spec.max_unavailable))
+    return field_error("task", "its job " + t.job + " has " + std::to_string(unavailable) +
+                                   " tasks not ready or moving (max_unavailable " +
+                                   std::to_string(j.spec.max_unavailable) + ")");
   if (!tokens_.take(now))
     return make_error("the destructive-operation budget is spent for now")
         .with_code(rpc::kUnavailable);

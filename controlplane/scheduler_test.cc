@@ -1080,6 +1080,29 @@ TEST_F(Sched, ARebalancingMoveIsMakeBeforeBreakToTheChosenMachine) {
   EXPECT_NE(spent.error().str().find("budget"), std::string::npos);
 }
 
+// max_unavailable 2: two of the job's tasks may move at once, not a third; a task that
+// is not ready counts against it as a move does.
+TEST_F(Sched, RebalancingMovesOfAJobStayWithinItsMaxUnavailable) {
+  JobSpec s = spec("web", 3);
+  s.max_unavailable = 2;
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, *c), 1);
+  std::set<MachineId> used;
+  for (const auto& cmd : *c) used.insert(cmd.machine);
+  std::vector<MachineId> spare;
+  for (MachineId m : ids_)
+    if (!used.count(m)) spare.push_back(m);
+  ASSERT_GE(spare.size(), 3u);
+  ASSERT_TRUE(sched_.move_task((*c)[0].task_id, spare[0], "r", 2).ok());
+  ASSERT_TRUE(sched_.move_task((*c)[1].task_id, spare[1], "r", 2).ok());
+  auto third = sched_.move_task((*c)[2].task_id, spare[2], "r", 2);
+  ASSERT_FALSE(third.ok());
+  EXPECT_NE(third.error().str().find("2 tasks not ready or moving (max_unavailable 2)"),
+            std::string::npos)
+      << third.error().str();
+}
+
 // A job with a TaskController is asked first: a pending `move` with the ReBalancer's
 // reason, carried out to the chosen machine when acknowledged; withdrawn, it is gone.
 TEST_F(Sched, ARebalancingMoveOfAControlledJobWaitsForItsController) {
