@@ -79,12 +79,13 @@ class Run {
     Rebalancer::Hooks hooks;
     hooks.entitlements = [] { return std::vector<Rebalancer::Entitlement>{{kEnt, "web", false}}; };
     hooks.move = [this](const std::string& task, MachineId to, const std::string& reason) {
-      if (alloc_.entitlement_of(to) == kFreePool) {  // a spare joins first (as the daemon)
-        if (alloc_.room(kEnt) == 0) return weft::Status(weft::make_error("quota full"));
-        if (auto st = alloc_.assign(to, kEnt); !st.ok()) return st;
-      }
+      bool joined = false;  // a spare joins first, as in the daemon
+      if (auto st = join_spare(alloc_, sched_, task, to, &joined); !st.ok()) return st;
       auto cmds = sched_.move_task(task, to, reason, now_);
-      if (!cmds.ok()) return weft::Status(std::move(cmds).error());
+      if (!cmds.ok()) {
+        if (joined) (void)alloc_.assign(to, kFreePool);
+        return weft::Status(std::move(cmds).error());
+      }
       apply(*cmds);
       return weft::Status{};
     };

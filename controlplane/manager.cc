@@ -701,15 +701,11 @@ void Manager::start_rebalancer() {
   hooks.move = [this](const std::string& task, MachineId to, const std::string& reason) -> Status {
     auto t = sched_.tasks().find(task);
     if (t == sched_.tasks().end()) return field_error("task", "no such task: " + task);
-    const EntitlementId e = t->second.entitlement;
     const std::string job = t->second.job;
     // A spare from the free pool joins the entitlement first (its profile, if another,
     // is applied before the task starts there); given back if the move is refused.
-    const bool joins = alloc_.entitlement_of(to) == kFreePool;
-    if (joins) {
-      if (alloc_.room(e) == 0) return make_error("the entitlement's quota is full");
-      TRY(alloc_.assign(to, e));
-    }
+    bool joins = false;
+    TRY(join_spare(alloc_, sched_, task, to, &joins));
     auto cmds = sched_.move_task(task, to, reason, now_us());
     if (!cmds.ok()) {
       if (joins) (void)alloc_.assign(to, kFreePool);

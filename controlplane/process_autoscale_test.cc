@@ -249,6 +249,99 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
   EXPECT_NE(text.find("2 moves"), std::string::npos) << text;
 }
 
+// Two fault domains of two fake machines (a and b in r0, c and d in r1), the
+// ReBalancer's loop every second, an entitlement "e" and a job "web" of two spread tasks
+// with max_unavailable 1, placed one in each domain; and what job.show says of a job.
+class RebalancerLoop : public ControlPlane {
+ protected:
+  void set_up(int quota) {
+    enable_rebalancer();
+    start();
+    if (HasFatalFailure()) return;
+    for (FakeMachine* m : {&a_, &b_, &c_, &d_}) {
+      ASSERT_TRUE(m->connect(sock()));
+      m->keep_alive();
+    }
+    ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", quota}}).ok());
+    ASSERT_TRUE(call("job.create", job("web", 2)).ok());
+    ASSERT_TRUE(wait_for(
+        [&] {
+          tasks("web");
+          return ready_ == 2 && racks_.size() == 2;
+        },
+        20));
+  }
+  static json job(const std::string& name, int count) {
+    return json{{"name", name},
+                {"entitlement", "e"},
+                {"count", count},
+                {"max_unavailable", 1},
+                {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+                {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  }
+  // The job's ready tasks, the fault domains of its running ones, and their ids.
+  void tasks(const std::string& name) {
+    ready_ = 0;
+    racks_.clear();
+    ids_.clear();
+    auto r = call("job.show", {{"name", name}});
+    if (!r.ok()) return;
+    for (const auto& t : (*r)["tasks"]) {
+      ready_ += t["ready"].get<bool>();
+      if (t["state"] == "running") {
+        std::string m = t["machine"];
+        racks_.insert(m == "a" || m == "b" ? "r0" : "r1");
+        ids_.insert(t["id"].get<std::string>());
+      }
+    }
+  }
+  bool wait_for(const std::function<bool()>& done, int seconds) {
+    for (int i = 0; i < seconds * 20 && !done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return done();
+  }
+  // r1 fails (its machines stop answering) until the job is all in r0.
+  void fail_r1() {
+    c_.reboot();
+    d_.reboot();
+    ASSERT_TRUE(wait_for(
+        [&] {
+          tasks("web");
+          return ready_ == 2 && racks_ == std::set<std::string>{"r0"};
+        },
+        30));
+  }
+  // r1 comes back: both its machines registered and healthy.
+  void return_r1() {
+    ASSERT_TRUE(c_.connect(sock()));
+    ASSERT_TRUE(d_.connect(sock()));
+    auto machines_ok = [&] {
+      auto r = call("machine.ls");
+      int ok = 0;
+      if (r.ok())
+        for (const auto& m : (*r)["machines"]) ok += m["state"] == "ok";
+      return ok == 4;
+    };
+    ASSERT_TRUE(wait_for(machines_ok, 20)) << call("machine.ls")->dump();
+  }
+  // Until the job is in both domains again; the fewest ready tasks seen meanwhile.
+  int wait_for_spread() {
+    int lowest = 2;
+    EXPECT_TRUE(wait_for(
+        [&] {
+          tasks("web");
+          lowest = std::min(lowest, ready_);
+          return ready_ == 2 && racks_.size() == 2;
+        },
+        30))
+        << call("rebalance.status", {{"name", "e"}})->dump(2);
+    return lowest;
+  }
+  FakeMachine a_{"a", "r0"}, b_{"b", "r0"}, c_{"c", "r1"}, d_{"d", "r1"};
+  int ready_ = 0;
+  std::set<std::string> racks_, ids_;
+};
+
 // The ReBalancer's loop (docs/rebalancer.md) against the real control plane: a fault
 // domain fails (its machines go back to the free pool), the job's tasks all land in the
 // other domain; the domain returns while the entitlement's rebalancing is paused:
@@ -256,64 +349,11 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
 // from the free pool joins the entitlement), make before break, the job never below
 // count - max_unavailable ready; the move is in the audit log with its aim, and in
 // `rebalance status`; the job that opted out never moves.
-TEST_F(ControlPlane, TheRebalancerRestoresSpreadWhenADomainComesBack) {
-  enable_rebalancer();
-  start();
+TEST_F(RebalancerLoop, TheRebalancerRestoresSpreadWhenADomainComesBack) {
+  set_up(4);
   if (HasFatalFailure()) return;
-  FakeMachine a("a", "r0"), b("b", "r0"), c("c", "r1"), d("d", "r1");
-  for (FakeMachine* m : {&a, &b, &c, &d}) {
-    ASSERT_TRUE(m->connect(sock()));
-    m->keep_alive();
-  }
-  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
-  auto job = [](const std::string& name, int count) {
-    return json{{"name", name},
-                {"entitlement", "e"},
-                {"count", count},
-                {"max_unavailable", 1},
-                {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
-                {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
-  };
-  ASSERT_TRUE(call("job.create", job("web", 2)).ok());
-  // The job's ready tasks, the fault domains of its running ones, and their ids.
-  int ready = 0;
-  std::set<std::string> racks, ids;
-  auto tasks = [&](const std::string& name) {
-    ready = 0;
-    racks.clear();
-    ids.clear();
-    auto r = call("job.show", {{"name", name}});
-    if (!r.ok()) return;
-    for (const auto& t : (*r)["tasks"]) {
-      ready += t["ready"].get<bool>();
-      if (t["state"] == "running") {
-        std::string m = t["machine"];
-        racks.insert(m == "a" || m == "b" ? "r0" : "r1");
-        ids.insert(t["id"].get<std::string>());
-      }
-    }
-  };
-  auto wait_for = [&](const std::function<bool()>& done, int seconds) {
-    for (int i = 0; i < seconds * 20 && !done(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return done();
-  };
-  ASSERT_TRUE(wait_for(
-      [&] {
-        tasks("web");
-        return ready == 2 && racks.size() == 2;
-      },
-      20));
-
-  // Domain r1 fails: its machines stop answering; the job is all in r0.
-  c.reboot();
-  d.reboot();
-  ASSERT_TRUE(wait_for(
-      [&] {
-        tasks("web");
-        return ready == 2 && racks == std::set<std::string>{"r0"};
-      },
-      30));
+  fail_r1();
+  if (HasFatalFailure()) return;
   // A job that opts out, in r0 only now.
   json pinned = job("pinned", 1);
   pinned["rebalance"] = false;
@@ -321,26 +361,18 @@ TEST_F(ControlPlane, TheRebalancerRestoresSpreadWhenADomainComesBack) {
   ASSERT_TRUE(wait_for(
       [&] {
         tasks("pinned");
-        return ready == 1;
+        return ready_ == 1;
       },
       20));
-  const std::set<std::string> pinned_ids = ids;
+  const std::set<std::string> pinned_ids = ids_;
   auto paused = call("rebalance.pause", {{"name", "e"}, {"paused", true}});
   ASSERT_TRUE(paused.ok()) << paused.error().str();
   // r1 comes back: paused, nothing moves for three rounds.
-  ASSERT_TRUE(c.connect(sock()));
-  ASSERT_TRUE(d.connect(sock()));
-  auto machines_ok = [&] {
-    auto r = call("machine.ls");
-    int ok = 0;
-    if (r.ok())
-      for (const auto& m : (*r)["machines"]) ok += m["state"] == "ok";
-    return ok == 4;
-  };
-  ASSERT_TRUE(wait_for(machines_ok, 20)) << call("machine.ls")->dump();
+  return_r1();
+  if (HasFatalFailure()) return;
   std::this_thread::sleep_for(std::chrono::seconds(3));
   tasks("web");
-  EXPECT_EQ(racks, std::set<std::string>{"r0"});
+  EXPECT_EQ(racks_, std::set<std::string>{"r0"});
   auto st = call("rebalance.status", {{"name", "e"}});
   ASSERT_TRUE(st.ok()) << st.error().str();
   EXPECT_EQ((*st)["paused"], true) << st->dump();
@@ -350,18 +382,9 @@ TEST_F(ControlPlane, TheRebalancerRestoresSpreadWhenADomainComesBack) {
   EXPECT_EQ((*plan)["before"]["spread_violations"], 1) << plan->dump();
   EXPECT_EQ((*plan)["after"]["spread_violations"], 0) << plan->dump();
 
-  // Resumed: one task goes back to r1, never leaving the job below 1 ready task.
+  // Resumed: one task goes back to r1, never leaving the job below 1 ready_ task.
   ASSERT_TRUE(call("rebalance.pause", {{"name", "e"}, {"paused", false}}).ok());
-  int lowest = 2;
-  ASSERT_TRUE(wait_for(
-      [&] {
-        tasks("web");
-        lowest = std::min(lowest, ready);
-        return ready == 2 && racks.size() == 2;
-      },
-      30))
-      << call("rebalance.status", {{"name", "e"}})->dump(2);
-  EXPECT_GE(lowest, 1);
+  EXPECT_GE(wait_for_spread(), 1);
   // Done: the status says so, and the audit log has the move with its aim.
   ASSERT_TRUE(wait_for(
       [&] {
@@ -389,7 +412,7 @@ TEST_F(ControlPlane, TheRebalancerRestoresSpreadWhenADomainComesBack) {
   }
   EXPECT_GE(spread_moves, 1) << audit->dump(2);
   tasks("pinned");
-  EXPECT_EQ(ids, pinned_ids);  // opted out: never moved
+  EXPECT_EQ(ids_, pinned_ids);  // opted out: never moved
 
   // weftctl, and bad input naming the field.
   std::string out = dir_ + "/weftctl.out";
@@ -411,6 +434,29 @@ TEST_F(ControlPlane, TheRebalancerRestoresSpreadWhenADomainComesBack) {
             rpc::kNotFound);
   EXPECT_EQ(call("rebalance.status", json::object()).error().message.rfind("name: ", 0), 0u);
   EXPECT_EQ(call("rebalance.status", {{"name", "nope"}}).error().code, rpc::kNotFound);
+}
+
+// An entitlement at its quota when the domain comes back: no room for another machine,
+// so the spread is restored by a swap: the task alone on its machine moves to a returned
+// machine, and the machine it left goes back to the free pool; the entitlement holds its
+// quota's two machines again once the move is done.
+TEST_F(RebalancerLoop, AtItsQuotaTheSpreadIsRestoredByASwap) {
+  set_up(2);
+  if (HasFatalFailure()) return;
+  fail_r1();
+  if (HasFatalFailure()) return;
+  return_r1();
+  if (HasFatalFailure()) return;
+  EXPECT_GE(wait_for_spread(), 1);
+  auto held = [&] {
+    auto r = call("entitlement.show", {{"name", "e"}});
+    return r.ok() ? (*r)["machines"].size() : size_t{0};
+  };
+  EXPECT_TRUE(wait_for([&] { return held() == 2; }, 10))
+      << call("entitlement.show", {{"name", "e"}})->dump();
+  auto st = call("rebalance.status", {{"name", "e"}});
+  ASSERT_TRUE(st.ok());
+  EXPECT_GE((*st)["moves_last_hour"].get<int>(), 1) << st->dump();
 }
 
 }  // namespace

@@ -185,6 +185,7 @@ std::vector<Move> plan_local(const Fleet& f, const Options& o) {
   // 1. Spread: from a domain over the job's share to one under it.
   std::vector<std::vector<uint32_t>> by_job(f.jobs.size());
   for (uint32_t t = 0; t < f.tasks.size(); ++t) by_job[f.tasks[t].job].push_back(t);
+  bool swapped = false;  // a swap-only spare taken (one a plan)
   for (uint32_t j = 0; j < f.jobs.size() && out.size() < o.move_budget; ++j) {
     if (!f.jobs[j].spread || f.jobs[j].opt_out) continue;
     for (uint32_t t : by_job[j]) {
@@ -196,6 +197,7 @@ std::vector<Move> plan_local(const Fleet& f, const Options& o) {
       int64_t best_left = 0;
       for (uint32_t m = 0; m < f.machines.size(); ++m) {
         if (!b.fits(t, m)) continue;
+        if (f.machines[m].swap_only && (swapped || b.on(b.where(t)).size() != 1)) continue;
         int count = b.in_domain(j, f.machines[m].domain);
         if (count + 1 > b.cap(j)) continue;
         int64_t left = f.machines[m].cpu_milli - b.cpu(m);
@@ -211,7 +213,9 @@ std::vector<Move> plan_local(const Fleet& f, const Options& o) {
           best_left = left;
         }
       }
-      if (best >= 0) take(t, static_cast<uint32_t>(best), Aim::kSpread);
+      if (best < 0) continue;
+      swapped = swapped || f.machines[static_cast<uint32_t>(best)].swap_only;
+      take(t, static_cast<uint32_t>(best), Aim::kSpread);
     }
   }
   // 2. Whole machines: the lightest first, each emptied only if all its tasks find room

@@ -36,6 +36,9 @@ struct Machine {
   // move there to restore its job's spread (the machine then joins the entitlement); no
   // other aim uses an empty machine.
   bool spare = false;
+  // A spare the entitlement has no room for under its quota: only a task alone on its
+  // machine may move there (that machine empties and goes back: a swap), one a plan.
+  bool swap_only = false;
 };
 struct Job {
   std::string name;

@@ -109,6 +109,53 @@ TEST(Rebalance, LightMachinesAreEmptiedForTheFreePool) {
 }
 
 // A job that opted out is never moved; a machine holding one of its tasks stays.
+// Spares (free-pool machines the entitlement may take): only spread moves use one, never
+// consolidation or balance; a swap-only spare (no room under the quota) only takes a task
+// alone on its machine, and one a plan.
+TEST(Rebalance, SparesServeSpreadOnlyAndSwapsTakeALoneTask) {
+  Fleet f = machines(1, 3);  // m0-0, m0-1, m0-2 in domain 0: the entitlement's
+  for (int i = 0; i < 2; ++i) {
+    f.machines.push_back(Machine{"spare" + std::to_string(i), 1, 4000, 8192, true, true});
+  }
+  uint32_t web = add_job(f, "web", 2);
+  uint32_t db = add_job(f, "db", 2);
+  add_task(f, web, 0, 500);
+  add_task(f, web, 0, 500);  // web: two tasks on m0-0, both in domain 0 (cap 1)
+  add_task(f, db, 1, 500);
+  add_task(f, db, 2, 500);  // db: one task each on m0-1 and m0-2
+  Options o;
+  auto plan = plan_local(f, o);
+  check_plan(f, plan, o);
+  // The first move onto a spare is a spread move (others may follow it there: it is the
+  // entitlement's then).
+  auto first_onto_spares = [&](const std::vector<Move>& p) {
+    std::map<uint32_t, Move> first;
+    for (const auto& m : p)
+      if (f.machines[m.to].spare) first.emplace(m.to, m);
+    return first;
+  };
+  int spread = 0;
+  for (const auto& [to, m] : first_onto_spares(plan)) EXPECT_EQ(m.aim, Aim::kSpread);
+  for (const auto& m : plan) spread += m.aim == Aim::kSpread;
+  EXPECT_EQ(spread, 2);  // one of web's and one of db's go to the other domain
+  Fleet after = f;
+  apply_moves(after, plan);
+  EXPECT_EQ(score(after).spread_violations, 0);
+  EXPECT_EQ(score(f).machines_empty, 0u);  // spares are not the entitlement's empty machines
+
+  // No room: the spares are for swaps. web's tasks share m0-0: neither may go; db's are
+  // alone on theirs: one goes (one swap a plan).
+  for (auto& m : f.machines)
+    if (m.spare) m.swap_only = true;
+  plan = plan_local(f, o);
+  check_plan(f, plan, o);
+  auto swaps = first_onto_spares(plan);
+  ASSERT_EQ(swaps.size(), 1u);
+  const Move& swap = swaps.begin()->second;
+  EXPECT_EQ(swap.aim, Aim::kSpread);
+  EXPECT_EQ(f.jobs[f.tasks[swap.task].job].name, "db");
+}
+
 TEST(Rebalance, AnOptedOutJobStaysWhereItIs) {
   Fleet f = machines(1, 3);
   uint32_t a = add_job(f, "a", 4, false), keep = add_job(f, "keep", 4, false);

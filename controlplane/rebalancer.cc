@@ -25,12 +25,15 @@ RebalanceSnapshot rebalance_snapshot(const Allocator& alloc, const Scheduler& sc
     s.fleet.machines.push_back(rebalance::Machine{spec.name, d, spec.capacity.cpu_milli,
                                                   spec.capacity.mem_mb, alloc.usable(m)});
   }
-  if (size_t room = alloc.room(e); room > 0) {
+  {
+    // Without room under the quota, spares for swaps only (rebalance.h).
+    const size_t room = alloc.room(e);
     std::map<std::string, size_t> spares;
     for (MachineId m = 0; m < alloc.machine_count(); ++m) {
       const MachineSpec& spec = alloc.spec(m);
       if (alloc.entitlement_of(m) != kFreePool || !alloc.usable(m) || alloc.tasks_on(m) > 0 ||
-          (!dc.empty() && spec.dc != dc) || spares[spec.domain] >= std::min(room, kSparePerDomain))
+          (!dc.empty() && spec.dc != dc) ||
+          spares[spec.domain] >= std::min(std::max<size_t>(room, 1), kSparePerDomain))
         continue;
       ++spares[spec.domain];
       uint32_t d =
@@ -38,7 +41,7 @@ RebalanceSnapshot rebalance_snapshot(const Allocator& alloc, const Scheduler& sc
       index[m] = static_cast<uint32_t>(s.fleet.machines.size());
       s.machine_ids.push_back(m);
       s.fleet.machines.push_back(rebalance::Machine{spec.name, d, spec.capacity.cpu_milli,
-                                                    spec.capacity.mem_mb, true, true});
+                                                    spec.capacity.mem_mb, true, true, room == 0});
     }
   }
   std::vector<int64_t> listed_cpu(s.fleet.machines.size()), listed_mem(s.fleet.machines.size());
@@ -115,6 +118,23 @@ json rebalance_plan_json(const RebalanceSnapshot& s, const rebalance::Options& o
            {"planning_ms", ms}};
   if (exact) out["solver"] = status;
   return out;
+}
+
+Status join_spare(Allocator& alloc, const Scheduler& sched, const std::string& task, MachineId to,
+                  bool* joined) {
+  *joined = false;
+  if (to >= alloc.machine_count() || alloc.entitlement_of(to) != kFreePool) return {};
+  auto t = sched.tasks().find(task);
+  if (t == sched.tasks().end()) return field_error("task", "no such task: " + task);
+  const EntitlementId e = t->second.entitlement;
+  const MachineId from = t->second.machine;
+  if (alloc.room(e) == 0 && (alloc.tasks_on(from) != 1 || alloc.pinned(from)))
+    return make_error(
+        "the entitlement's quota is full (a swap needs the task alone on an "
+        "unpinned machine)");
+  TRY(alloc.assign(to, e));
+  *joined = true;
+  return {};
 }
 
 Rebalancer::Rebalancer(EventLoop& loop, const Allocator& alloc, Scheduler& sched, Options opts,

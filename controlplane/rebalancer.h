@@ -51,6 +51,14 @@ RebalanceSnapshot rebalance_snapshot(const Allocator& alloc, const Scheduler& sc
 nlohmann::json rebalance_plan_json(const RebalanceSnapshot& s, const rebalance::Options& o,
                                    bool exact);
 
+// A move's target in the free pool (a spare, rebalance_snapshot) joins the task's
+// entitlement first: when the entitlement has room under its quota, or as a swap (the
+// task is alone on an unpinned machine, which goes back to the free pool once the task
+// left it: the quota is exceeded by one machine only while the move is under way).
+// `joined`: whether it did (the caller gives it back when the move is then refused).
+Status join_spare(Allocator& alloc, const Scheduler& sched, const std::string& task, MachineId to,
+                  bool* joined);
+
 class Rebalancer {
  public:
   struct Options {
