@@ -202,10 +202,11 @@ json Lending::holder_of(const std::string& machine) const {
   return json{{"shard", region_.shard}, {"epoch", it->second.epoch}};
 }
 
-void Lending::lend(const std::string& shard, size_t count, rpc::ReplyFn reply) {
+void Lending::lend(const std::string& shard, size_t count, const std::set<std::string>& avoid,
+                   rpc::ReplyFn reply) {
   if (count == 0) return reply(json{{"machines", json::array()}});
   std::vector<std::string> picked;
-  for (auto& m : hooks_.lendable(count))
+  for (auto& m : hooks_.lendable(count, avoid))
     if (!held_here(m)) picked.push_back(std::move(m));
   if (picked.empty()) return reply(json{{"machines", json::array()}});
   std::string prefix = region_.prefix;
@@ -289,12 +290,28 @@ void Lending::round(uint64_t now_us) {
     ++it;
   }
   long total = 0;
+  // The ReBalancer's wants: a datacenter whose quota still lacks machines borrows them
+  // outside the crowded domains; one that lacks none borrows one such machine (a
+  // swap: the entitlement gives back the machine it leaves, as a spare).
+  std::map<std::string, std::set<std::string>> wanted;
+  if (hooks_.wanted) wanted = hooks_.wanted();
   for (const auto& [dc, n] : need) {
     total += n;
     if (n <= 0) continue;
     std::string group = group_for(dc);
     if (group.empty() || groups_.at(group).asking) continue;
-    ask(group, static_cast<size_t>(std::min<long>(n, 64)));
+    auto w = wanted.find(dc);
+    ask(group, static_cast<size_t>(std::min<long>(n, 64)),
+        w == wanted.end() ? std::set<std::string>() : w->second);
+    if (w != wanted.end()) wanted.erase(w);
+  }
+  for (const auto& [dc, avoid] : wanted) {
+    if (auto next = wanted_next_.find(dc); next != wanted_next_.end() && now_us < next->second)
+      continue;
+    std::string group = group_for(dc);
+    if (group.empty() || groups_.at(group).asking) continue;
+    wanted_next_[dc] = now_us + kWantedEveryUs;
+    ask(group, 1, avoid, &dc);
   }
   std::set<std::string> spare;
   if (total < 0) {
@@ -309,30 +326,36 @@ void Lending::round(uint64_t now_us) {
   }
 }
 
-void Lending::ask(const std::string& group, size_t count) {
+void Lending::ask(const std::string& group, size_t count, const std::set<std::string>& avoid,
+                  const std::string* wanted_dc) {
   Group& g = groups_.at(group);
   g.asking = true;
-  g.link->session()->call(
-      "pool.lend", json{{"shard", region_.shard}, {"count", count}}, [this, group](Result<json> r) {
-        groups_.at(group).asking = false;
-        if (!r.ok()) {
-          log_warn("the brokers lent nothing", {{"GROUP", group}, {"ERROR", r.error().str()}});
-          return;
-        }
-        const json& ms = r->is_object() && r->contains("machines") ? (*r)["machines"] : json();
-        if (!ms.is_array()) return;
-        for (const json& m : ms) {
-          if (!m.is_object() || !m.contains("machine") || !m["machine"].is_string() ||
-              !m.contains("epoch") || !m["epoch"].is_number_unsigned())
-            continue;  // a broker's answer is checked like any other input
-          std::string name = m["machine"].get<std::string>();
-          if (!check_machine_name("machine", name, true).ok()) continue;
-          holders_[name] = MachineHolder{region_.shard, m["epoch"].get<uint64_t>(), group};
-          arriving_[name] = {now_monotonic_us(), group};
-          ++lent_;
-          log_info("machine borrowed", {{"MACHINE", name}, {"GROUP", group}});
-        }
-      });
+  json params{{"shard", region_.shard}, {"count", count}};
+  if (!avoid.empty()) params["avoid_domains"] = avoid;
+  std::optional<std::string> want;
+  if (wanted_dc) want = *wanted_dc;
+  g.link->session()->call("pool.lend", params, [this, group, want](Result<json> r) {
+    groups_.at(group).asking = false;
+    json ms = r.ok() && r->is_object() && r->contains("machines") ? (*r)["machines"] : json();
+    if (want && (!ms.is_array() || ms.empty()))  // none of another domain: asked again sooner
+      wanted_next_[*want] = now_monotonic_us() + kWantedRetryUs;
+    if (!r.ok()) {
+      log_warn("the brokers lent nothing", {{"GROUP", group}, {"ERROR", r.error().str()}});
+      return;
+    }
+    if (!ms.is_array()) return;
+    for (const json& m : ms) {
+      if (!m.is_object() || !m.contains("machine") || !m["machine"].is_string() ||
+          !m.contains("epoch") || !m["epoch"].is_number_unsigned())
+        continue;  // a broker's answer is checked like any other input
+      std::string name = m["machine"].get<std::string>();
+      if (!check_machine_name("machine", name, true).ok()) continue;
+      holders_[name] = MachineHolder{region_.shard, m["epoch"].get<uint64_t>(), group};
+      arriving_[name] = {now_monotonic_us(), group};
+      ++lent_;
+      log_info("machine borrowed", {{"MACHINE", name}, {"GROUP", group}});
+    }
+  });
 }
 
 void Lending::give(const std::string& machine, uint64_t) {

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,13 +46,19 @@ namespace weft::cp {
 class Lending {
  public:
   struct Hooks {
-    // Broker: up to `count` machines it may lend now (free, healthy, empty, in service).
-    std::function<std::vector<std::string>(size_t count)> lendable;
+    // Broker: up to `count` machines it may lend now (free, healthy, empty, in service),
+    // none in the fault domains `avoid`.
+    std::function<std::vector<std::string>(size_t count, const std::set<std::string>& avoid)>
+        lendable;
     // Shard: how many more machines its entitlements' quotas need than it has free, by
     // datacenter ("" = any; a negative sum: that many to spare), and which free, empty
     // machines it could give back.
     std::function<std::map<std::string, long>()> shortfall;
     std::function<std::vector<std::string>()> spare;
+    // Shard (optional): datacenters whose entitlements' spread its ReBalancer could not
+    // restore with the machines it holds, and the fault domains crowded there: a machine
+    // of another domain is borrowed for it (Rebalancer::wanted).
+    std::function<std::map<std::string, std::set<std::string>>()> wanted;
     // Shard: whether a machine it borrowed has arrived (registered here, in service).
     std::function<bool(const std::string& machine)> present;
     // Either: the machine is no longer this control plane's (lent, or given back): close
@@ -67,7 +74,8 @@ class Lending {
   // naming where it belongs.
   Status admit(const std::string& machine) const;
   // Broker: pool.lend and pool.return (the reply once etcd has the change).
-  void lend(const std::string& shard, size_t count, rpc::ReplyFn reply);
+  void lend(const std::string& shard, size_t count, const std::set<std::string>& avoid,
+            rpc::ReplyFn reply);
   void give_back(const std::string& shard, const std::string& machine, uint64_t epoch,
                  rpc::ReplyFn reply);
   // Shard: asks for or gives back machines as the quotas need (every tick).
@@ -105,7 +113,9 @@ class Lending {
   };
   // The group a shard asks for machines of datacenter `dc` ("": none connected).
   std::string group_for(const std::string& dc);
-  void ask(const std::string& group, size_t count);
+  // `wanted_dc`: the datacenter whose ReBalancer's want this ask serves, if any.
+  void ask(const std::string& group, size_t count, const std::set<std::string>& avoid = {},
+           const std::string* wanted_dc = nullptr);
   void give(const std::string& machine, uint64_t now_us);
 
   EventLoop& loop_;
@@ -123,6 +133,11 @@ class Lending {
   rpc::Dispatcher no_commands_;
   std::set<std::string> giving_;                 // returns in flight
   std::map<std::string, uint64_t> spare_since_;  // a shard's free machines: since when
+  // When a shard may next borrow for its ReBalancer's spread, by datacenter: a machine
+  // lent for it, kWantedEveryUs later (one it then cannot use is not borrowed again at
+  // once); none, kWantedRetryUs later.
+  std::map<std::string, uint64_t> wanted_next_;
+  static constexpr uint64_t kWantedEveryUs = 300'000'000, kWantedRetryUs = 15'000'000;
   // Borrowed machines whose daemons have not registered yet, when and from which group
   // they were lent: counted as coming for kArrivalUs, so that a round does not borrow
   // them twice.

@@ -170,6 +170,28 @@ Score score(const Fleet& f) {
   return s;
 }
 
+std::vector<uint32_t> crowded_domains(const Fleet& f) {
+  Book b(f);
+  std::set<uint32_t> domains, out;
+  for (const auto& m : f.machines) domains.insert(m.domain);
+  std::set<uint32_t> usable;
+  for (const auto& m : f.machines)
+    if (m.usable) usable.insert(m.domain);
+  std::vector<int> tasks(f.jobs.size());
+  for (const auto& t : f.tasks) ++tasks[t.job];
+  for (uint32_t j = 0; j < f.jobs.size(); ++j) {
+    if (!f.jobs[j].spread || f.jobs[j].opt_out) continue;
+    int most = 0;
+    for (uint32_t d : domains) most = std::max(most, b.in_domain(j, d));
+    const int wider = (tasks[j] + static_cast<int>(usable.size())) /
+                      (static_cast<int>(usable.size()) + 1);  // ceil(n / (D + 1))
+    for (uint32_t d : domains)
+      if (b.in_domain(j, d) > b.cap(j) || (wider < most && b.in_domain(j, d) == most))
+        out.insert(d);
+  }
+  return {out.begin(), out.end()};
+}
+
 void apply_moves(Fleet& f, const std::vector<Move>& moves) {
   for (const auto& m : moves)
     if (m.task < f.tasks.size() && m.to < f.machines.size()) f.tasks[m.task].machine = m.to;

@@ -84,6 +84,10 @@ struct Score {
   double cpu_stddev = 0;          // of CPU use (fraction of capacity) over machines used
 };
 Score score(const Fleet& f);
+// The fault domains a machine of another domain would help a spread job leave: where it
+// has more than its fair share of tasks, or its most crowded domains when one more
+// domain would lower that share (ceil(tasks / (domains + 1)) below its most in one).
+std::vector<uint32_t> crowded_domains(const Fleet& f);
 // The fleet after the moves.
 void apply_moves(Fleet& f, const std::vector<Move>& moves);
 

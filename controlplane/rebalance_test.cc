@@ -156,6 +156,26 @@ TEST(Rebalance, SparesServeSpreadOnlyAndSwapsTakeALoneTask) {
   EXPECT_EQ(f.jobs[f.tasks[swap.task].job].name, "db");
 }
 
+// What a machine of another fault domain would help: a violation's domain, and a job's
+// most crowded domain when one more domain would lower its share; not a job as spread
+// as one more domain could make it, nor one that opted out.
+TEST(Rebalance, CrowdedDomainsAreWhereAnotherDomainWouldHelp) {
+  Fleet f = machines(2, 2);  // domains 0 and 1
+  uint32_t web = add_job(f, "web", 1);
+  add_task(f, web, 0, 100);
+  add_task(f, web, 1, 100);                                 // web: 2 tasks in domain 0
+  EXPECT_EQ(crowded_domains(f), std::vector<uint32_t>{0});  // a violation (cap 1)
+  f.tasks[1].machine = 2;                                   // one in each domain: fine
+  EXPECT_TRUE(crowded_domains(f).empty());
+  uint32_t api = add_job(f, "api", 1);
+  for (int i = 0; i < 3; ++i) add_task(f, api, i < 2 ? 0 : 2, 100);  // 2 + 1 over 2 domains
+  // No violation (cap 2), but a third domain would make it 1 each.
+  EXPECT_EQ(score(f).spread_violations, 0);
+  EXPECT_EQ(crowded_domains(f), std::vector<uint32_t>{0});
+  f.jobs[api].opt_out = true;
+  EXPECT_TRUE(crowded_domains(f).empty());
+}
+
 TEST(Rebalance, AnOptedOutJobStaysWhereItIs) {
   Fleet f = machines(1, 3);
   uint32_t a = add_job(f, "a", 4, false), keep = add_job(f, "keep", 4, false);

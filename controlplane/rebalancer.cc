@@ -20,6 +20,7 @@ RebalanceSnapshot rebalance_snapshot(const Allocator& alloc, const Scheduler& sc
     if (alloc.entitlement_of(m) != e) continue;
     const MachineSpec& spec = alloc.spec(m);
     uint32_t d = domains.emplace(spec.domain, static_cast<uint32_t>(domains.size())).first->second;
+    if (d == s.domains.size()) s.domains.push_back(spec.domain);
     index[m] = static_cast<uint32_t>(s.fleet.machines.size());
     s.machine_ids.push_back(m);
     s.fleet.machines.push_back(rebalance::Machine{spec.name, d, spec.capacity.cpu_milli,
@@ -38,6 +39,7 @@ RebalanceSnapshot rebalance_snapshot(const Allocator& alloc, const Scheduler& sc
       ++spares[spec.domain];
       uint32_t d =
           domains.emplace(spec.domain, static_cast<uint32_t>(domains.size())).first->second;
+      if (d == s.domains.size()) s.domains.push_back(spec.domain);
       index[m] = static_cast<uint32_t>(s.fleet.machines.size());
       s.machine_ids.push_back(m);
       s.fleet.machines.push_back(rebalance::Machine{spec.name, d, spec.capacity.cpu_milli,
@@ -192,6 +194,7 @@ void Rebalancer::tend(const Entitlement& e, State& st, uint64_t now) {
   while (!st.made.empty() && now - st.made.front() >= 3600'000'000ull) st.made.pop_front();
   if (e.paused) {
     st.outcome = "paused";
+    st.crowded.clear();  // nothing borrowed for it either
     return;
   }
   if (!st.moving.empty()) {
@@ -210,9 +213,13 @@ void Rebalancer::tend(const Entitlement& e, State& st, uint64_t now) {
   auto plan = rebalance::plan_local(snap.fleet, o);
   rebalance::Fleet after = snap.fleet;
   rebalance::apply_moves(after, plan);
+  const rebalance::Score after_score = rebalance::score(after);
   st.last_plan = nlohmann::json{{"before", score_json(rebalance::score(snap.fleet))},
-                                {"after", score_json(rebalance::score(after))},
+                                {"after", score_json(after_score)},
                                 {"planned", plan.size()}};
+  st.dc = e.dc;
+  st.crowded.clear();
+  for (uint32_t d : rebalance::crowded_domains(after)) st.crowded.insert(snap.domains.at(d));
   size_t made = 0, refused = 0;
   for (const auto& m : plan) {
     const auto& t = snap.fleet.tasks[m.task];
@@ -241,6 +248,14 @@ void Rebalancer::tend(const Entitlement& e, State& st, uint64_t now) {
   st.outcome = plan.empty() ? "nothing to improve"
                             : std::to_string(made) + " moves made" +
                                   (refused ? ", " + std::to_string(refused) + " refused" : "");
+}
+
+std::map<std::string, std::set<std::string>> Rebalancer::wanted() const {
+  std::map<std::string, std::set<std::string>> out;
+  for (const auto& [id, st] : states_)
+    if (!st.crowded.empty() && st.moving.empty())
+      out[st.dc].insert(st.crowded.begin(), st.crowded.end());
+  return out;
 }
 
 nlohmann::json Rebalancer::status(const Entitlement& e) const {

@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ namespace weft::cp {
 struct RebalanceSnapshot {
   rebalance::Fleet fleet;
   std::vector<MachineId> machine_ids;  // fleet.machines[i] is machine_ids[i]
+  std::vector<std::string> domains;    // fault domain names by the fleet's index
 };
 
 // The entitlement's machines (each with the capacity its listed tasks may use: what
@@ -99,15 +101,22 @@ class Rebalancer {
   // rebalance.status for one entitlement: paused or not, budgets, moves under way, the
   // last round's plan and outcome, the latest moves.
   nlohmann::json status(const Entitlement& e) const;
+  // Entitlements whose spread the last plan could not restore with the machines this
+  // control plane holds, by datacenter ("" = any): the fault domains crowded there. A
+  // region's shard borrows a machine of another domain from its brokers for them
+  // (lending.h).
+  std::map<std::string, std::set<std::string>> wanted() const;
 
  private:
   struct State {
     std::deque<uint64_t> made;               // monotonic times of moves in the last hour
     std::map<std::string, uint64_t> moving;  // task -> when its move was made
     std::map<std::string, Event> moving_event;
-    std::deque<Event> recent;    // newest last, at most kRecent
-    nlohmann::json last_plan;    // scores before and after, moves planned
-    uint64_t last_round_us = 0;  // wall clock
+    std::deque<Event> recent;  // newest last, at most kRecent
+    nlohmann::json last_plan;  // scores before and after, moves planned
+    std::string dc;
+    std::set<std::string> crowded;  // after the last plan (wanted())
+    uint64_t last_round_us = 0;     // wall clock
     std::string outcome;
   };
   static constexpr size_t kRecent = 50;

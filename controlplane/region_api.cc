@@ -126,8 +126,19 @@ Result<json> Manager::api_pool_lend(const json& p, const CallContext& c) {
     return field_error("shard", "no shard " + shard + " in this broker's [region.shards]");
   if (!p.contains("count") || !p["count"].is_number_unsigned() || p["count"].get<uint64_t>() > 1000)
     return field_error("count", "must be a number of machines from 0 to 1000");
+  std::set<std::string> avoid;
+  if (p.contains("avoid_domains")) {
+    const json& a = p["avoid_domains"];
+    if (!a.is_array() || a.size() > 256)
+      return field_error("avoid_domains", "must be a list of at most 256 fault domains");
+    for (const auto& d : a) {
+      if (!d.is_string()) return field_error("avoid_domains", "must be a list of names");
+      TRY(check_machine_name("avoid_domains", d.get<std::string>(), false));
+      avoid.insert(d.get<std::string>());
+    }
+  }
   if (!c.session) return make_error("pool.lend is served on sessions only");
-  region_.lending->lend(shard, p["count"].get<size_t>(), c.session->defer_reply());
+  region_.lending->lend(shard, p["count"].get<size_t>(), avoid, c.session->defer_reply());
   return json();
 }
 
@@ -218,11 +229,12 @@ Status Manager::start_region() {
     return out;
   };
   Lending::Hooks h;
-  h.lendable = [this, free_empty](size_t count) {
+  h.lendable = [this, free_empty](size_t count, const std::set<std::string>& avoid) {
     // Spread over fault domains: one from each domain in turn, so that what a shard
-    // borrows is not one rack.
+    // borrows is not one rack; none of the domains it asked to avoid.
     std::map<std::string, std::vector<MachineId>> by_domain;
-    for (MachineId m : free_empty()) by_domain[alloc_.spec(m).domain].push_back(m);
+    for (MachineId m : free_empty())
+      if (!avoid.count(alloc_.spec(m).domain)) by_domain[alloc_.spec(m).domain].push_back(m);
     std::vector<std::string> names;
     for (size_t i = 0; names.size() < count; ++i) {
       bool any = false;
@@ -236,9 +248,20 @@ Status Manager::start_region() {
     return names;
   };
   h.spare = [this, free_empty] {
-    std::vector<std::string> names;
-    for (MachineId m : free_empty()) names.push_back(alloc_.spec(m).name);
-    return names;
+    // Those in domains the ReBalancer finds crowded go back first: a machine it borrowed
+    // for an entitlement's spread is kept for it.
+    std::set<std::string> crowded;
+    if (rebalancer_)
+      for (const auto& [dc, domains] : rebalancer_->wanted())
+        crowded.insert(domains.begin(), domains.end());
+    std::vector<std::string> first, then;
+    for (MachineId m : free_empty())
+      (crowded.count(alloc_.spec(m).domain) ? first : then).push_back(alloc_.spec(m).name);
+    first.insert(first.end(), then.begin(), then.end());
+    return first;
+  };
+  h.wanted = [this] {
+    return rebalancer_ ? rebalancer_->wanted() : std::map<std::string, std::set<std::string>>();
   };
   h.shortfall = [this, free_empty] {
     // What the quotas lack, by the entitlement's datacenter ("" = any), less the free

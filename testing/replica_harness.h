@@ -39,8 +39,9 @@ using json = nlohmann::json;
 // control plane that does not answer within `timeout_ms` (a frozen one) for the next.
 class Machine {
  public:
-  explicit Machine(std::string id, std::string dc = "dc1")
-      : id_(std::move(id)), dc_(std::move(dc)) {
+  // `domain`: its fault domain ("" = one of its own, "r-<id>").
+  explicit Machine(std::string id, std::string dc = "dc1", std::string domain = "")
+      : id_(std::move(id)), dc_(std::move(dc)), domain_(domain.empty() ? "r-" + id_ : domain) {
     methods_.add("task.run", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       std::string name = p["name"].get<std::string>();
       std::lock_guard<std::recursive_mutex> g(world_mu_);
@@ -103,7 +104,7 @@ class Machine {
       auto r = (*c)->call("machine.register",
                           {{"machine", id_},
                            {"dc", dc_},
-                           {"domain", "r-" + id_},
+                           {"domain", domain_},
                            {"type", "std"},
                            {"cpu_milli", 4000},
                            {"mem_mb", 8192},
@@ -230,7 +231,7 @@ class Machine {
   }
 
  private:
-  std::string id_, dc_, boot_ = random_hex(8);
+  std::string id_, dc_, domain_, boot_ = random_hex(8);
   std::vector<std::string> held_;  // a region's holder named by kMoved
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
@@ -279,14 +280,17 @@ class Replica {
     for (const auto& e : etcd.endpoints) eps += (eps.empty() ? "\"" : ", \"") + e + "\"";
     // Every replica the same key for secrets at rest (docs/replicas.md), in its own file.
     (void)write_file_atomic(dir_ + "/secrets.key", "k1 " + std::string(64, 'e') + "\n", 0600);
-    std::string conf = "secrets_key = \"" + dir_ + "/secrets.key\"\n" + "socket = \"" + dir_ +
-                       "/cp.sock\"\nstate_dir = \"" + dir_ +
-                       "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
-                       "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
-                       "log_level = \"debug\"\nmetrics_listen = \"\"\n"
-                       "rebalancer.enabled = false\n" +
-                       top + "[store]\nkind = \"etcd\"\netcd_endpoints = [" + eps +
-                       "]\netcd_prefix = \"" + prefix + "\"\nlease_ttl = \"" + lease_ttl + "\"\n";
+    std::string conf =
+        "secrets_key = \"" + dir_ + "/secrets.key\"\n" + "socket = \"" + dir_ +
+        "/cp.sock\"\nstate_dir = \"" + dir_ +
+        "/state\"\nlisten = \"127.0.0.1:" + std::to_string(port_) +
+        "\"\nheartbeat_interval = \"200ms\"\nmissed_heartbeats = 5\n"
+        "log_level = \"debug\"\nmetrics_listen = \"\"\n" +
+        // The ReBalancer moves nothing a test did not ask for (a test that
+        // does sets rebalancer.* in `top`).
+        (top.find("rebalancer.") == std::string::npos ? "rebalancer.enabled = false\n" : "") + top +
+        "[store]\nkind = \"etcd\"\netcd_endpoints = [" + eps + "]\netcd_prefix = \"" + prefix +
+        "\"\nlease_ttl = \"" + lease_ttl + "\"\n";
     if (!etcd.ca.empty())
       conf += "etcd_ca = \"" + etcd.ca + "\"\netcd_cert = \"" + etcd.cert + "\"\netcd_key = \"" +
               etcd.key + "\"\n";
