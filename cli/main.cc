@@ -21,6 +21,7 @@
 #include "cli/region.h"
 #include "cli/task.h"
 #include "cli/tls_helper.h"
+#include "cli/top.h"
 #include "cli/util.h"
 #include "common/config.h"
 #include "common/fs.h"
@@ -88,8 +89,9 @@ int main(int argc, char** argv) {
       {"machine", kCluster},     {"entitlement", kCluster}, {"job", kCluster},
       {"maintenance", kCluster}, {"audit", kCluster},       {"controlplane", kCluster},
       {"service", kCluster},     {"web", kCluster},         {"shard", kCluster},
-      {"rebalance", kCluster},   {"task", kTasks},          {"agent", kTasks},
-      {"image", kTasks},         {"health", kHealth},       {"profile", kProfile}};
+      {"rebalance", kCluster},   {"top", kCluster},         {"task", kTasks},
+      {"agent", kTasks},         {"image", kTasks},         {"health", kHealth},
+      {"profile", kProfile}};
   bool want[kGroups] = {true, true, true, true};
   const std::string word = command_word(app, argc, argv);
   // Completion is generated from the whole table: every group is built for it.
@@ -102,11 +104,13 @@ int main(int argc, char** argv) {
   RegionCommands region;
   AutoscaleCommands autoscale;
   RebalanceCommands rebalance;
+  TopCommands top;
   if (want[kCluster]) {
     add_cluster_commands(app, cluster);
     add_region_commands(app, cluster, region);
     add_autoscale_commands(cluster, autoscale);
     add_rebalance_commands(app, rebalance);
+    add_top_commands(app, top);
   }
   TaskCommands tasks;
   if (want[kTasks]) add_task_commands(app, tasks);
@@ -128,6 +132,7 @@ int main(int argc, char** argv) {
     if (int rc = run_region_commands(region, g); rc >= 0) return rc;
     if (int rc = run_autoscale_commands(autoscale, g); rc >= 0) return rc;
     if (int rc = run_rebalance_commands(rebalance, g); rc >= 0) return rc;
+    if (int rc = run_top_commands(top, g); rc >= 0) return rc;
     if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
   }
   if (want[kHealth])

@@ -16,6 +16,7 @@
 #include "common/oci.h"
 #include "controlplane/manager.h"
 #include "controlplane/rebalancer.h"
+#include "controlplane/top.h"
 
 namespace weft::cp {
 
@@ -88,6 +89,7 @@ void Manager::register_methods() {
       {"job.autoscale.pause", &Manager::api_job_autoscale_pause, kOperatorCall},
       {"rebalance.plan", &Manager::api_rebalance_plan, kViewerCall},
       {"rebalance.status", &Manager::api_rebalance_status, kViewerCall},
+      {"top", &Manager::api_top, kViewerCall},
       {"rebalance.pause", &Manager::api_rebalance_pause, kOperatorCall},
       {"task.ls", &Manager::api_task_ls, kViewerCall},
       // Its own check (may_read_logs) and audit: logs can hold secrets.
@@ -590,6 +592,18 @@ Result<json> Manager::api_rebalance_plan(const json& p, const CallContext&) {
                           o, planner == "exact");
   out["entitlement"] = p["name"];
   return out;
+}
+
+Result<json> Manager::api_top(const json& p, const CallContext& c) {
+  TRY_ASSIGN(TopQuery q, parse_top_query(p));
+  if (!usage_asks_) return make_error("not leading").with_code(rpc::kUnavailable);
+  if (!c.session) return make_error("top is served on sessions only");
+  auto reply = c.session->defer_reply();
+  // At most 3 s: a machine that has not answered by then is named, not waited for.
+  usage_asks_->ask(top_asks(q, alloc_, sched_), 3'000'000, [this, q, reply](UsageAsks::Answer a) {
+    reply(top_json(q, a, alloc_, sched_));
+  });
+  return json();
 }
 
 Result<json> Manager::api_rebalance_status(const json& p, const CallContext&) {

@@ -10,8 +10,9 @@ namespace weft::cp {
 
 using json = nlohmann::json;
 
-Autoscaling::Autoscaling(EventLoop& loop, const Scheduler& sched, Options opts, Hooks hooks)
-    : loop_(loop), sched_(sched), opts_(opts), hooks_(std::move(hooks)) {}
+Autoscaling::Autoscaling(EventLoop& loop, const Scheduler& sched, UsageAsks& asks, Options opts,
+                         Hooks hooks)
+    : loop_(loop), sched_(sched), asks_(asks), opts_(opts), hooks_(std::move(hooks)) {}
 
 void Autoscaling::start() {
   auto t = loop_.add_timer_in(opts_.interval_us, [this] {
@@ -24,9 +25,8 @@ void Autoscaling::start() {
 
 void Autoscaling::stop() {
   timer_.reset();
-  deadline_.reset();
   ++round_id_;  // answers still to come are ignored
-  outstanding_ = 0;
+  asking_ = false;
 }
 
 AutoscalePolicy Autoscaling::policy_of(const JobSpec& spec) const {
@@ -49,7 +49,7 @@ AutoscalePolicy Autoscaling::policy_of(const JobSpec& spec) const {
 void Autoscaling::round() {
   // The last round still waits for answers (a loaded fleet, or an interval shorter than
   // the timeout): it ends at its deadline; cutting it short would decide on nothing.
-  if (outstanding_ > 0) return;
+  if (asking_) return;
   uint64_t id = ++round_id_;
   sums_.clear();
   job_of_.clear();
@@ -85,54 +85,31 @@ void Autoscaling::round() {
     }
   }
   jobs_ = std::move(kept);  // jobs that stopped autoscaling are forgotten
-  outstanding_ = 1;         // this loop's own, so that an answer given at once cannot end the round
-  for (auto& [m, req] : asks) {
-    rpc::Session* s = hooks_.agent ? hooks_.agent(m) : nullptr;
-    if (!s) continue;
-    ++outstanding_;
-    s->call("task.usage", to_json(req), [this, id](Result<json> r) {
-      if (id != round_id_ || outstanding_ == 0) return;  // a round that ended
-      if (r.ok()) {
-        auto usage = parse_usage_report(*r);
-        if (usage.ok()) {
-          for (const auto& [task, u] : usage->tasks) {
-            auto j = job_of_.find(task);
-            if (j == job_of_.end()) continue;  // not asked for
-            auto st = jobs_.find(j->second);
-            if (st == jobs_.end()) continue;
-            AutoscaleMetric metric = st->second.spec.metric;
-            if (metric == AutoscaleMetric::kApp && !u.metric) continue;  // its scrape failed
-            double figure =
-                metric == AutoscaleMetric::kCpu      ? static_cast<double>(u.cpu_milli) / 1000.0
-                : metric == AutoscaleMetric::kMemory ? static_cast<double>(u.mem_bytes) / (1 << 20)
-                                                     : *u.metric;
-            auto& [load, n] = sums_[j->second];
-            load += figure;
-            ++n;
-          }
-        } else {
-          log_warn("an agent's task.usage answer was refused", {{"ERROR", usage.error().str()}});
-        }
-      }
-      if (--outstanding_ == 0) finish(id);
-    });
-  }
-  if (--outstanding_ == 0) {
-    finish(id);
-    return;
-  }
-  auto d = loop_.add_timer_in(opts_.timeout_us, [this, id] {
-    deadline_.reset();
+  asking_ = true;
+  asks_.ask(std::move(asks), opts_.timeout_us, [this, id](UsageAsks::Answer a) {
+    if (id != round_id_) return;  // stopped meanwhile
+    for (const auto& [task, u] : a.tasks) {
+      auto j = job_of_.find(task);
+      if (j == job_of_.end()) continue;
+      auto st = jobs_.find(j->second);
+      if (st == jobs_.end()) continue;
+      AutoscaleMetric metric = st->second.spec.metric;
+      if (metric == AutoscaleMetric::kApp && !u.metric) continue;  // its scrape failed
+      double figure = metric == AutoscaleMetric::kCpu ? static_cast<double>(u.cpu_milli) / 1000.0
+                      : metric == AutoscaleMetric::kMemory
+                          ? static_cast<double>(u.mem_bytes) / (1 << 20)
+                          : *u.metric;
+      auto& [load, n] = sums_[j->second];
+      load += figure;
+      ++n;
+    }
     finish(id);
   });
-  if (d.ok()) deadline_ = std::move(d).value();
 }
 
 void Autoscaling::finish(uint64_t round_id) {
   if (round_id != round_id_) return;
-  outstanding_ = 0;
-  ++round_id_;  // late answers are ignored
-  deadline_.reset();
+  asking_ = false;
   uint64_t now = now_realtime_us();
   for (auto& [name, st] : jobs_) {
     auto spec = sched_.job(name);

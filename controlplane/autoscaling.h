@@ -8,7 +8,7 @@
 // paused job is measured and decided for, not resized: `job.autoscale` shows what it
 // would do.
 //
-// Owned by the Manager; reads the scheduler, reaches machines through the agent hook.
+// Owned by the Manager; reads the scheduler, asks the agents through UsageAsks.
 // Its history is the process's (a restarted or new leader starts a new one).
 #pragma once
 
@@ -27,13 +27,13 @@
 #include "common/rpc/session.h"
 #include "controlplane/autoscale.h"
 #include "controlplane/scheduler.h"
+#include "controlplane/usage_asks.h"
 
 namespace weft::cp {
 
 class Autoscaling {
  public:
   struct Hooks {
-    std::function<rpc::Session*(MachineId)> agent;  // the machine's agent session, or null
     // Resizes the job (persisted and sent, as job.scale does); an error when it does not
     // fit or cannot change now.
     std::function<Status(const std::string& job, int count)> scale;
@@ -46,7 +46,7 @@ class Autoscaling {
     uint64_t interval_us = 15'000'000;  // HPA's sync period
     uint64_t timeout_us = 5'000'000;    // a round's answers are awaited this long
   };
-  Autoscaling(EventLoop& loop, const Scheduler& sched, Options opts, Hooks hooks);
+  Autoscaling(EventLoop& loop, const Scheduler& sched, UsageAsks& asks, Options opts, Hooks hooks);
 
   // Rounds every interval from now (the leader's: stop() when it steps down).
   void start();
@@ -75,15 +75,16 @@ class Autoscaling {
 
   EventLoop& loop_;
   const Scheduler& sched_;
+  UsageAsks& asks_;
   Options opts_;
   Hooks hooks_;
   std::map<std::string, JobState> jobs_;
   // The round under way: answers outstanding, the load summed per job so far.
   uint64_t round_id_ = 0;
-  size_t outstanding_ = 0;
+  bool asking_ = false;
   std::map<std::string, std::pair<double, int64_t>> sums_;  // job -> (load, tasks measured)
   std::map<std::string, std::string> job_of_;               // task id -> job, this round
-  Source timer_, deadline_;
+  Source timer_;
 };
 
 }  // namespace weft::cp

@@ -258,6 +258,10 @@ class Manager {
                                                  const rpc::CallContext& c);
   void start_autoscaling();
   std::unique_ptr<Autoscaling> autoscaling_;
+  // What tasks use, asked of the agents (usage_asks.h): autoscaling's rounds and `top`
+  // (top.h, weftctl top).
+  Result<nlohmann::json> api_top(const nlohmann::json& p, const rpc::CallContext& c);
+  std::unique_ptr<UsageAsks> usage_asks_;
   // The ReBalancer (rebalancer.h): the plan for an entitlement now (what it would move),
   // the leader's loop that carries plans out, its status and pause.
   Result<nlohmann::json> api_rebalance_plan(const nlohmann::json& p, const rpc::CallContext& c);

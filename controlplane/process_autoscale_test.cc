@@ -21,6 +21,18 @@
 namespace weft::testing {
 namespace {
 
+// What an operator types: weftctl against the test's control plane; its exit code and
+// what it printed.
+std::pair<int, std::string> run_weftctl(const std::string& dir, const std::string& sock,
+                                        const std::string& args) {
+  std::string out = dir + "/weftctl.out";
+  int rc =
+      std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir + " " WEFTCTL_BIN " --controlplane " +
+                   sock + " " + args + " >" + out + " 2>&1")
+                      .c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+}
+
 TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
   ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
                                                 "autoscale_interval = \"1s\"\n")
@@ -148,15 +160,7 @@ TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
   EXPECT_EQ(call("job.autoscale", {{"name", "nope"}}).error().code, rpc::kNotFound);
   EXPECT_EQ(count(), 6);
 
-  // What an operator types.
-  auto weftctl = [&](const std::string& args) {
-    std::string out = dir_ + "/weftctl.out";
-    int rc =
-        std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
-                     sock() + " " + args + " >" + out + " 2>&1")
-                        .c_str());
-    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
-  };
+  auto weftctl = [&](const std::string& args) { return run_weftctl(dir_, sock(), args); };
   auto [rc, out] = weftctl("job autoscale show web");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("count: 6 (min 1, max 12)"), std::string::npos) << out;
@@ -237,13 +241,8 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
   EXPECT_EQ(bad.error().message.rfind("budget: ", 0), 0u) << bad.error().str();
   EXPECT_EQ(call("rebalance.plan", {{"name", "nope"}}).error().code, rpc::kNotFound);
   EXPECT_EQ(call("rebalance.plan", json::object()).error().message.rfind("name: ", 0), 0u);
-  std::string out = dir_ + "/weftctl.out";
-  int rc =
-      std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
-                   sock() + " rebalance plan e >" + out + " 2>&1")
-                      .c_str());
-  std::string text = read_file(out).value_or("");
-  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << text;
+  auto [rc, text] = run_weftctl(dir_, sock(), "rebalance plan e");
+  EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("after:  spread violations 0, machines used 1, empty 2"), std::string::npos)
       << text;
   EXPECT_NE(text.find("2 moves"), std::string::npos) << text;
@@ -415,13 +414,8 @@ TEST_F(RebalancerLoop, TheRebalancerRestoresSpreadWhenADomainComesBack) {
   EXPECT_EQ(ids_, pinned_ids);  // opted out: never moved
 
   // weftctl, and bad input naming the field.
-  std::string out = dir_ + "/weftctl.out";
-  int rc =
-      std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
-                   sock() + " rebalance status e >" + out + " 2>&1")
-                      .c_str());
-  std::string text = read_file(out).value_or("");
-  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << text;
+  auto [rc, text] = run_weftctl(dir_, sock(), "rebalance status e");
+  EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("entitlement e: rebalancing"), std::string::npos) << text;
   EXPECT_NE(text.find("spread over fault domains"), std::string::npos) << text;
   auto bad = call("rebalance.pause", {{"name", "e"}});
@@ -457,6 +451,94 @@ TEST_F(RebalancerLoop, AtItsQuotaTheSpreadIsRestoredByASwap) {
   auto st = call("rebalance.status", {{"name", "e"}});
   ASSERT_TRUE(st.ok());
   EXPECT_GE((*st)["moves_last_hour"].get<int>(), 1) << st->dump();
+}
+
+}  // namespace
+}  // namespace weft::testing
+
+namespace weft::testing {
+namespace {
+
+// `top` through the control plane (docs/operations.md): the agents' figures by job, task
+// and machine, with what was reserved and the machines' capacity; filters; a machine
+// without a session is named, not waited for; bad input names the field; weftctl top.
+TEST_F(ControlPlane, TopShowsWhatTheAgentsMeasuredByJobTaskAndMachine) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r1");
+  a.set_cpu_milli(300);
+  b.set_cpu_milli(700);
+  for (FakeMachine* m : {&a, &b}) {
+    ASSERT_TRUE(m->connect(sock()));
+    m->keep_alive();
+  }
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "e"},
+                                  {"count", 2},
+                                  {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  for (int i = 0; i < 200; ++i) {
+    auto r = call("job.ls");
+    if (r.ok() && !(*r)["jobs"].empty() && (*r)["jobs"][0]["ready"] == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto jobs = call("top", json::object());
+  ASSERT_TRUE(jobs.ok()) << jobs.error().str();
+  ASSERT_EQ((*jobs)["rows"].size(), 1u) << jobs->dump();
+  const json& web = (*jobs)["rows"][0];
+  EXPECT_EQ(web["job"], "web");
+  EXPECT_EQ(web["entitlement"], "e");
+  EXPECT_EQ(web["tasks"], 2);
+  EXPECT_EQ(web["measured"], 2);
+  EXPECT_EQ(web["cpu_milli"], 1000);
+  EXPECT_EQ(web["mem_bytes"], 2 * (64 << 20));
+  EXPECT_EQ(web["cpu_request_milli"], 1000);
+  EXPECT_EQ((*jobs)["interval_ms"], 1000);
+  EXPECT_TRUE((*jobs)["silent"].empty());
+  auto tasks = call("top", {{"of", "tasks"}});
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ((*tasks)["rows"].size(), 2u) << tasks->dump();
+  EXPECT_EQ((*tasks)["rows"][0]["machine"], "b");  // the busiest first
+  EXPECT_EQ((*tasks)["rows"][0]["cpu_milli"], 700);
+  EXPECT_EQ((*tasks)["rows"][1]["cpu_milli"], 300);
+  auto machines = call("top", {{"of", "machines"}});
+  ASSERT_TRUE(machines.ok());
+  ASSERT_EQ((*machines)["rows"].size(), 2u);
+  EXPECT_EQ((*machines)["rows"][0]["machine"], "b");
+  EXPECT_EQ((*machines)["rows"][0]["cpu_capacity_milli"], 4000);
+  auto on_a = call("top", {{"of", "tasks"}, {"machine", "a"}});
+  ASSERT_TRUE(on_a.ok());
+  ASSERT_EQ((*on_a)["rows"].size(), 1u);
+  EXPECT_EQ((*on_a)["rows"][0]["cpu_milli"], 300);
+  EXPECT_TRUE((*call("top", {{"job", "nope"}}))["rows"].empty());
+  EXPECT_TRUE((*call("top", {{"entitlement", "other"}}))["rows"].empty());
+  // weftctl top.
+  auto [rc, text] = run_weftctl(dir_, sock(), "top tasks");
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("0.70"), std::string::npos) << text;  // b's task: 0.7 of a core
+  EXPECT_NE(text.find("web."), std::string::npos) << text;
+  // b's agent gone (not dead yet): named, and its task left unmeasured.
+  b.stop_keep_alive();
+  b.disconnect();
+  json silent;
+  for (int i = 0; i < 100; ++i) {
+    auto r = call("top", json::object());
+    ASSERT_TRUE(r.ok());
+    silent = *r;
+    if (!(*r)["silent"].empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(silent["silent"], json::array({"b"})) << silent.dump();
+  EXPECT_EQ(silent["rows"][0]["measured"], 1) << silent.dump();
+  // Bad input names the field.
+  for (const json& bad : {json{{"of", "bogus"}}, json{{"of", 3}}, json{{"job", 3}}}) {
+    auto r = call("top", bad);
+    ASSERT_FALSE(r.ok()) << bad.dump();
+    std::string field = bad.begin().key();
+    EXPECT_EQ(r.error().message.rfind(field + ": ", 0), 0u) << r.error().str();
+  }
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "common/rpc/client.h"
 #include "common/strings.h"
 #include "tests/agent_harness.h"
+#include "tests/cpu_record.h"
 
 namespace weft::testing {
 namespace {
@@ -217,44 +218,21 @@ TEST_F(AgentRoot, TaskUsageIsWhatTheCgroupCounted) {
   std::string idle = run({{"name", "idle"}, {"argv", {"sleep", "100"}}});
   agent_->wait_state(busy, "running");
   agent_->wait_state(idle, "running");
-  auto usec = [&](const std::string& id) -> uint64_t {
-    std::string stat = read_file(agent_->task_cgroup(id) + "/cpu.stat").value_or("");
-    size_t at = stat.find("usage_usec ");
-    return at == std::string::npos ? 0 : std::stoull(stat.substr(at + 11));
-  };
   // The cgroup's own counter read every 50 ms for 3 s, then the agent's figure: it is the
-  // rate over one of the windows of about its interval (1 s) in that record (the machine
-  // may be loaded: the rate changes from second to second, so the figure is compared with
-  // the counter over the same span, not with a mean).
+  // rate over one of the windows of about its interval (1 s) in that record.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  std::vector<std::pair<double, uint64_t>> record;  // (seconds, usage_usec)
-  auto t0 = std::chrono::steady_clock::now();
-  auto since = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  while (since() < 3.0) {
-    record.emplace_back(since(), usec(busy));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  CpuRecord record(agent_->task_cgroup(busy));
+  record.record_for(3.0);
   json u = agent_->call("task.usage", {{"tasks", {"busy", "idle", "nosuch"}}});
-  record.emplace_back(since(), usec(busy));
+  record.sample();
   std::string mem = read_file(agent_->task_cgroup(busy) + "/memory.current").value_or("0");
   ASSERT_TRUE(u["tasks"].contains("busy")) << u.dump();
   ASSERT_TRUE(u["tasks"].contains("idle")) << u.dump();
   EXPECT_FALSE(u["tasks"].contains("nosuch"));
   EXPECT_EQ(u["interval_ms"], 1000);
   double reported = u["tasks"]["busy"][0].get<double>();
-  double total = static_cast<double>(record.back().second - record.front().second) /
-                 (record.back().first - record.front().first) / 1000.0;  // millicores
-  EXPECT_GT(total, 50) << "the spinning task hardly ran";
-  double closest = 1e18;
-  for (size_t i = 0; i < record.size(); ++i)
-    for (size_t j = i + 1; j < record.size(); ++j) {
-      double span = record[j].first - record[i].first;
-      if (span < 0.9 || span > 1.1) continue;
-      double rate = static_cast<double>(record[j].second - record[i].second) / span / 1000.0;
-      closest = std::min(closest, std::abs(rate - reported));
-    }
+  EXPECT_GT(record.mean_millicores(), 50) << "the spinning task hardly ran";
+  double closest = record.closest(reported, 1.0);
   EXPECT_LE(closest, std::max(60.0, 0.1 * reported))
       << "no second of the cgroup's own record used what the agent says: " << u.dump();
   EXPECT_LT(u["tasks"]["idle"][0].get<double>(), 50) << u.dump();

@@ -83,7 +83,11 @@ class ClusterHarness {
   // More controlplane.toml lines, for the next start_cp() (replacing earlier ones).
   void set_cp_extra(const std::string& lines);
   int machine_index(const std::string& id) const;  // -1 if not one of ours
-  std::string logs() const;                        // every daemon's log, for failure messages
+  // A task's cgroup on machine i (the agent's layout: <cgroup_root>/tasks/<id>).
+  std::string task_cgroup(int i, const std::string& id) const {
+    return machines_.at(static_cast<size_t>(i)).cgroup_root + "/tasks/" + id;
+  }
+  std::string logs() const;  // every daemon's log, for failure messages
   const std::string& dir() const { return dir_; }
   // The network namespace the control plane runs in (its loopback: web_listen).
   const std::string& hub_netns() const { return hub_; }

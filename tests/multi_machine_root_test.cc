@@ -15,6 +15,7 @@
 #include "common/rpc/protocol.h"
 #include "tests/agent_harness.h"
 #include "tests/cluster_harness.h"
+#include "tests/cpu_record.h"
 
 namespace weft::testing {
 namespace {
@@ -606,6 +607,52 @@ TEST_F(MultiMachine, AJobScalesOnItsOwnMetricReadOnItsBridge) {
   EXPECT_EQ(shown["count"], 3);
   EXPECT_EQ(shown["decision"]["desired"], 3) << shown.dump(2);  // held at its max
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "api"}}).ok());
+}
+
+// `top` through the control plane against the cgroups' own counters (weftctl top): a
+// task that spins shows the CPU its cgroup counted over one of the agent's intervals (1 s
+// here), its memory is memory.current, and its job's row sums its tasks.
+TEST_F(MultiMachine, TopIsWhatTheCgroupsCounted) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  json job = job_params("burn", "e", 1, 500);
+  job["task"]["argv"] = {"/bin/sh", "-c", "while :; do :; done"};
+  ASSERT_TRUE(c_.cp("job.create", job).ok());
+  json shown = wait_running("burn", 1);
+  ASSERT_FALSE(shown.is_null());
+  const json task = running_by_index(shown).at(0);
+  const int machine = c_.machine_index(task["machine"].get<std::string>());
+  ASSERT_GE(machine, 0) << task.dump();
+  // Its cgroup is named with the agent's own id of the task (agent/sandbox_pool.h).
+  auto local = c_.agent(machine, "task.show", {{"id", task["id"]}});
+  ASSERT_TRUE(local.ok()) << local.error().str();
+  const std::string cgroup = c_.task_cgroup(machine, (*local)["id"].get<std::string>());
+  ASSERT_TRUE(path_exists(cgroup + "/cpu.stat")) << cgroup << " " << local->dump();
+  // The agent samples every second: two samples before its first figure.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  CpuRecord record(cgroup);
+  record.record_for(3.0);
+  auto top = c_.cp("top", {{"of", "tasks"}, {"job", "burn"}});
+  record.sample();
+  double mem_now = std::stod(read_file(cgroup + "/memory.current").value_or("0"));
+  ASSERT_TRUE(top.ok()) << top.error().str();
+  ASSERT_EQ((*top)["rows"].size(), 1u) << top->dump();
+  const json& row = (*top)["rows"][0];
+  ASSERT_TRUE(row.contains("cpu_milli")) << top->dump();
+  EXPECT_EQ(row["task"], task["id"]);
+  EXPECT_EQ(row["cpu_request_milli"], 500);
+  double reported = row["cpu_milli"].get<double>();
+  EXPECT_GT(record.mean_millicores(), 50) << "the spinning task hardly ran";
+  EXPECT_LE(record.closest(reported, 1.0), std::max(60.0, 0.1 * reported))
+      << "no second of the cgroup's own record used what top says: " << top->dump();
+  EXPECT_NEAR(row["mem_bytes"].get<double>(), mem_now, 0.25 * mem_now + 65536) << top->dump();
+  // The job's row: its one task's figures.
+  auto jobs = c_.cp("top", {{"job", "burn"}});
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ((*jobs)["rows"].size(), 1u);
+  EXPECT_EQ((*jobs)["rows"][0]["tasks"], 1);
+  EXPECT_EQ((*jobs)["rows"][0]["measured"], 1);
+  EXPECT_TRUE((*jobs)["silent"].empty()) << jobs->dump();
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "burn"}}).ok());
 }
 
 TEST_F(MultiMachine, AJobNeverTakesAPortTheMachineServesItself) {
