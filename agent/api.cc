@@ -379,8 +379,7 @@ Result<json> Manager::api_task_logs(const json& p, const rpc::CallContext&) {
   return log_reply(chunk, task_state_name(t->state));
 }
 
-Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {
-  TRY_ASSIGN(std::string name, param_string(p, "id"));
+Task* Manager::cp_task(const std::string& name) {
   Task* best = nullptr;
   for (auto& [id, t] : tasks_) {
     if (t->spec.owner != "controlplane" || t->spec.name != name) continue;
@@ -388,6 +387,28 @@ Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {
         (t->terminal() == best->terminal() && t->created_us > best->created_us))
       best = t.get();
   }
+  return best;
+}
+
+Result<json> Manager::cp_task_show(const json& p) {
+  TRY_ASSIGN(std::string name, param_string(p, "id"));
+  Task* t = cp_task(name);
+  if (!t) return make_error("no task " + name + " on this machine").with_code(RpcCode::kNotFound);
+  return detail(*t);
+}
+
+Result<json> Manager::cp_task_kill(const json& p, const rpc::CallContext& c) {
+  TRY_ASSIGN(std::string name, param_string(p, "id"));
+  Task* t = cp_task(name);
+  if (!t) return make_error("no task " + name + " on this machine").with_code(RpcCode::kNotFound);
+  json q = p;
+  q["id"] = t->id;
+  return api_task_kill(q, c);
+}
+
+Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {
+  TRY_ASSIGN(std::string name, param_string(p, "id"));
+  Task* best = cp_task(name);
   json q = p;
   if (best) {
     q["id"] = best->id;

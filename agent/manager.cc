@@ -179,6 +179,16 @@ Status Manager::start() {
     cp_methods_.add("task.logs", [this](const nlohmann::json& p, const rpc::CallContext& c) {
       return cp_task_logs(p, c);
     });
+    // One task's detail and a signal to it, for `weftctl task show|signal|kill` through
+    // the control plane (which checked the caller; it hides secrets from viewers).
+    cp_methods_.add("task.show", [this](const nlohmann::json& p, const rpc::CallContext&) {
+      return cp_task_show(p);
+    });
+    cp_methods_.add("task.kill",
+                    [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
+                      TRY_ASSIGN(json params, cp_->admit(p, "task.kill"));
+                      return cp_task_kill(params, c);
+                    });
     // Autoscaling's figures (and an operator's, through the control plane).
     cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext& c) {
       return task_usage(p, c, /*control_plane_only=*/true);

@@ -114,6 +114,14 @@ class Manager {
   // The control plane's task.logs: only its own tasks, named as it named them; those it
   // had the agent forget, from ended-logs/ (TaskDirs::keep_logs).
   Result<nlohmann::json> cp_task_logs(const nlohmann::json& p, const rpc::CallContext& c);
+  // The control plane's task by the name it gave it: the live one, else the newest (null
+  // when this machine has none; never an operator's local task).
+  Task* cp_task(const std::string& name);
+  // task.show and task.kill (a signal) of the control plane's own tasks, by name: what
+  // `weftctl task show|signal|kill --cluster` reach through the control plane, which
+  // checks the caller and hides secrets.
+  Result<nlohmann::json> cp_task_show(const nlohmann::json& p);
+  Result<nlohmann::json> cp_task_kill(const nlohmann::json& p, const rpc::CallContext& c);
   // task.usage (common/task_usage.h): tasks named as their owner named them; the control
   // plane's only its own.
   Result<nlohmann::json> task_usage(const nlohmann::json& p, const rpc::CallContext& c,

@@ -14,6 +14,7 @@
 
 #include "cli/autoscale.h"
 #include "cli/cluster.h"
+#include "cli/cluster_task.h"
 #include "cli/completion.h"
 #include "cli/health.h"
 #include "cli/profile.h"
@@ -113,7 +114,11 @@ int main(int argc, char** argv) {
     add_top_commands(app, top);
   }
   TaskCommands tasks;
-  if (want[kTasks]) add_task_commands(app, tasks);
+  ClusterTaskCommands cluster_tasks;
+  if (want[kTasks]) {
+    add_task_commands(app, tasks);
+    add_cluster_task_commands(tasks, cluster_tasks);
+  }
   HealthCommands health;
   if (want[kHealth]) add_health_commands(app, health);
   ProfileCommands profile;
@@ -139,7 +144,9 @@ int main(int argc, char** argv) {
     if (int rc = run_health_commands(health, g); rc >= 0) return rc;
   if (want[kProfile])
     if (int rc = run_profile_commands(profile, g); rc >= 0) return rc;
-  if (want[kTasks])
+  if (want[kTasks]) {
+    if (int rc = run_cluster_task_commands(tasks, cluster_tasks, g); rc >= 0) return rc;
     if (int rc = run_task_commands(tasks, g); rc >= 0) return rc;
+  }
   return 0;
 }

@@ -92,6 +92,9 @@ void Manager::register_methods() {
       {"top", &Manager::api_top, kViewerCall},
       {"rebalance.pause", &Manager::api_rebalance_pause, kOperatorCall},
       {"task.ls", &Manager::api_task_ls, kViewerCall},
+      {"task.show", &Manager::api_task_show, kViewerCall},
+      {"task.signal", &Manager::api_task_signal, kOperatorCall},
+      {"task.restart", &Manager::api_task_restart, kOperatorCall},
       // Its own check (may_read_logs) and audit: logs can hold secrets.
       {"task.logs", &Manager::api_task_logs, kViewerCall},
       {"machine.ls", &Manager::api_machine_ls, kViewerCall},
@@ -596,11 +599,11 @@ Result<json> Manager::api_rebalance_plan(const json& p, const CallContext&) {
 
 Result<json> Manager::api_top(const json& p, const CallContext& c) {
   TRY_ASSIGN(TopQuery q, parse_top_query(p));
-  if (!usage_asks_) return make_error("not leading").with_code(rpc::kUnavailable);
+  if (!agent_asks_) return make_error("not leading").with_code(rpc::kUnavailable);
   if (!c.session) return make_error("top is served on sessions only");
   auto reply = c.session->defer_reply();
   // At most 3 s: a machine that has not answered by then is named, not waited for.
-  usage_asks_->ask(top_asks(q, alloc_, sched_), 3'000'000, [this, q, reply](UsageAsks::Answer a) {
+  agent_asks_->usage(top_asks(q, alloc_, sched_), 3'000'000, [this, q, reply](AgentAsks::Answer a) {
     reply(top_json(q, a, alloc_, sched_));
   });
   return json();

@@ -10,7 +10,7 @@ namespace weft::cp {
 
 using json = nlohmann::json;
 
-Autoscaling::Autoscaling(EventLoop& loop, const Scheduler& sched, UsageAsks& asks, Options opts,
+Autoscaling::Autoscaling(EventLoop& loop, const Scheduler& sched, AgentAsks& asks, Options opts,
                          Hooks hooks)
     : loop_(loop), sched_(sched), asks_(asks), opts_(opts), hooks_(std::move(hooks)) {}
 
@@ -86,7 +86,7 @@ void Autoscaling::round() {
   }
   jobs_ = std::move(kept);  // jobs that stopped autoscaling are forgotten
   asking_ = true;
-  asks_.ask(std::move(asks), opts_.timeout_us, [this, id](UsageAsks::Answer a) {
+  asks_.usage(std::move(asks), opts_.timeout_us, [this, id](AgentAsks::Answer a) {
     if (id != round_id_) return;  // stopped meanwhile
     for (const auto& [task, u] : a.tasks) {
       auto j = job_of_.find(task);

@@ -8,7 +8,7 @@
 // paused job is measured and decided for, not resized: `job.autoscale` shows what it
 // would do.
 //
-// Owned by the Manager; reads the scheduler, asks the agents through UsageAsks.
+// Owned by the Manager; reads the scheduler, asks the agents through AgentAsks.
 // Its history is the process's (a restarted or new leader starts a new one).
 #pragma once
 
@@ -25,9 +25,9 @@
 
 #include "common/event.h"
 #include "common/rpc/session.h"
+#include "controlplane/agent_asks.h"
 #include "controlplane/autoscale.h"
 #include "controlplane/scheduler.h"
-#include "controlplane/usage_asks.h"
 
 namespace weft::cp {
 
@@ -46,7 +46,7 @@ class Autoscaling {
     uint64_t interval_us = 15'000'000;  // HPA's sync period
     uint64_t timeout_us = 5'000'000;    // a round's answers are awaited this long
   };
-  Autoscaling(EventLoop& loop, const Scheduler& sched, UsageAsks& asks, Options opts, Hooks hooks);
+  Autoscaling(EventLoop& loop, const Scheduler& sched, AgentAsks& asks, Options opts, Hooks hooks);
 
   // Rounds every interval from now (the leader's: stop() when it steps down).
   void start();
@@ -75,7 +75,7 @@ class Autoscaling {
 
   EventLoop& loop_;
   const Scheduler& sched_;
-  UsageAsks& asks_;
+  AgentAsks& asks_;
   Options opts_;
   Hooks hooks_;
   std::map<std::string, JobState> jobs_;

@@ -669,8 +669,8 @@ void Manager::start_task_control() {
 }
 
 void Manager::start_autoscaling() {
-  usage_asks_ =
-      std::make_unique<UsageAsks>(*loop_, [this](MachineId m) { return sessions_.agent(m); });
+  agent_asks_ =
+      std::make_unique<AgentAsks>(*loop_, [this](MachineId m) { return sessions_.agent(m); });
   Autoscaling::Hooks hooks;
   hooks.scale = [this](const std::string& job, int count) -> Status {
     // Down through the job's TaskController, when it has one: its stops wait for consent.
@@ -685,7 +685,7 @@ void Manager::start_autoscaling() {
                          const std::string& reason,
                          const Status& done) { audit_->autoscaler(job, from, to, reason, done); };
   autoscaling_ = std::make_unique<Autoscaling>(
-      *loop_, sched_, *usage_asks_, Autoscaling::Options{cfg_.autoscale_interval_us, 5'000'000},
+      *loop_, sched_, *agent_asks_, Autoscaling::Options{cfg_.autoscale_interval_us, 5'000'000},
       std::move(hooks));
   autoscaling_->start();
 }

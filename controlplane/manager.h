@@ -258,10 +258,15 @@ class Manager {
                                                  const rpc::CallContext& c);
   void start_autoscaling();
   std::unique_ptr<Autoscaling> autoscaling_;
-  // What tasks use, asked of the agents (usage_asks.h): autoscaling's rounds and `top`
+  // What tasks use, asked of the agents (agent_asks.h): autoscaling's rounds and `top`
   // (top.h, weftctl top).
   Result<nlohmann::json> api_top(const nlohmann::json& p, const rpc::CallContext& c);
-  std::unique_ptr<UsageAsks> usage_asks_;
+  // One task's operations through the control plane (task_ops_api.cc).
+  Result<const TaskRecord*> task_for_operation(const nlohmann::json& p) const;
+  Result<nlohmann::json> api_task_show(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_signal(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_task_restart(const nlohmann::json& p, const rpc::CallContext& c);
+  std::unique_ptr<AgentAsks> agent_asks_;
   // The ReBalancer (rebalancer.h): the plan for an entitlement now (what it would move),
   // the leader's loop that carries plans out, its status and pause.
   Result<nlohmann::json> api_rebalance_plan(const nlohmann::json& p, const rpc::CallContext& c);

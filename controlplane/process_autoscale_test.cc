@@ -21,18 +21,6 @@
 namespace weft::testing {
 namespace {
 
-// What an operator types: weftctl against the test's control plane; its exit code and
-// what it printed.
-std::pair<int, std::string> run_weftctl(const std::string& dir, const std::string& sock,
-                                        const std::string& args) {
-  std::string out = dir + "/weftctl.out";
-  int rc =
-      std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir + " " WEFTCTL_BIN " --controlplane " +
-                   sock + " " + args + " >" + out + " 2>&1")
-                      .c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
-}
-
 TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
   ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
                                                 "autoscale_interval = \"1s\"\n")
@@ -160,7 +148,6 @@ TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
   EXPECT_EQ(call("job.autoscale", {{"name", "nope"}}).error().code, rpc::kNotFound);
   EXPECT_EQ(count(), 6);
 
-  auto weftctl = [&](const std::string& args) { return run_weftctl(dir_, sock(), args); };
   auto [rc, out] = weftctl("job autoscale show web");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("count: 6 (min 1, max 12)"), std::string::npos) << out;
@@ -241,7 +228,7 @@ TEST_F(ControlPlane, TheRebalancerPlansToFreeLightMachinesAndMovesNothing) {
   EXPECT_EQ(bad.error().message.rfind("budget: ", 0), 0u) << bad.error().str();
   EXPECT_EQ(call("rebalance.plan", {{"name", "nope"}}).error().code, rpc::kNotFound);
   EXPECT_EQ(call("rebalance.plan", json::object()).error().message.rfind("name: ", 0), 0u);
-  auto [rc, text] = run_weftctl(dir_, sock(), "rebalance plan e");
+  auto [rc, text] = weftctl("rebalance plan e");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("after:  spread violations 0, machines used 1, empty 2"), std::string::npos)
       << text;
@@ -414,7 +401,7 @@ TEST_F(RebalancerLoop, TheRebalancerRestoresSpreadWhenADomainComesBack) {
   EXPECT_EQ(ids_, pinned_ids);  // opted out: never moved
 
   // weftctl, and bad input naming the field.
-  auto [rc, text] = run_weftctl(dir_, sock(), "rebalance status e");
+  auto [rc, text] = weftctl("rebalance status e");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("entitlement e: rebalancing"), std::string::npos) << text;
   EXPECT_NE(text.find("spread over fault domains"), std::string::npos) << text;
@@ -515,7 +502,7 @@ TEST_F(ControlPlane, TopShowsWhatTheAgentsMeasuredByJobTaskAndMachine) {
   EXPECT_TRUE((*call("top", {{"job", "nope"}}))["rows"].empty());
   EXPECT_TRUE((*call("top", {{"entitlement", "other"}}))["rows"].empty());
   // weftctl top.
-  auto [rc, text] = run_weftctl(dir_, sock(), "top tasks");
+  auto [rc, text] = weftctl("top tasks");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("0.70"), std::string::npos) << text;  // b's task: 0.7 of a core
   EXPECT_NE(text.find("web."), std::string::npos) << text;

@@ -540,3 +540,157 @@ TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
 
 }  // namespace
 }  // namespace weft::testing
+
+namespace weft::testing {
+namespace {
+
+// One task's operations through the control plane (docs/operations.md, "One task"):
+// task.show (the record and the agent's detail), task.signal (a signal to the task on its
+// machine; SIGKILL ends it and it is replaced), task.restart of a job without a
+// TaskController (it stops and its index starts again on its machine); bad input names
+// the field, an unknown task is not found.
+TEST_F(ControlPlane, OneTasksOperationsReachItsMachine) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0");
+  ASSERT_TRUE(a.connect(sock()));
+  a.keep_alive();
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 1}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "web"},
+                                  {"entitlement", "e"},
+                                  {"count", 1},
+                                  {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  auto live_task = [&] {
+    for (int i = 0; i < 200; ++i) {
+      auto r = call("job.show", {{"name", "web"}});
+      if (r.ok())
+        for (const auto& t : (*r)["tasks"])
+          if (t["state"] == "running" && a.running().count(t["id"].get<std::string>()))
+            return t["id"].get<std::string>();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return std::string();
+  };
+  const std::string first = live_task();
+  ASSERT_FALSE(first.empty());
+  auto shown = call("task.show", {{"id", first}});
+  ASSERT_TRUE(shown.ok()) << shown.error().str();
+  EXPECT_EQ((*shown)["id"], first);
+  EXPECT_EQ((*shown)["machine"], "a");
+  EXPECT_EQ((*shown)["agent"]["state"], "running") << shown->dump();
+
+  auto sent = call("task.signal", {{"id", first}, {"signal", "SIGHUP"}});
+  ASSERT_TRUE(sent.ok()) << sent.error().str();
+  auto events = a.events();
+  EXPECT_NE(std::find(events.begin(), events.end(), "signal " + first + " SIGHUP"), events.end());
+  EXPECT_EQ(a.running().count(first), 1u);
+
+  // Restarted: it stops, and its index runs again on its machine as a new task.
+  auto restarted = call("task.restart", {{"id", first}});
+  ASSERT_TRUE(restarted.ok()) << restarted.error().str();
+  EXPECT_EQ((*restarted)["waiting_for_controller"], false);
+  std::string second;
+  for (int i = 0; i < 100 && (second.empty() || second == first); ++i) second = live_task();
+  EXPECT_NE(second, first);
+  EXPECT_EQ(a.running().count(first), 0u);
+  EXPECT_EQ(a.stops(), 1);
+
+  // Killed: it ends on its machine and is replaced as a failed task is.
+  ASSERT_TRUE(call("task.signal", {{"id", second}}).ok());  // SIGKILL
+  std::string third;
+  for (int i = 0; i < 100 && (third.empty() || third == second); ++i) third = live_task();
+  EXPECT_NE(third, second);
+
+  // Bad input and unknown tasks.
+  for (const char* m : {"task.show", "task.signal", "task.restart"}) {
+    auto r = call(m, json::object());
+    ASSERT_FALSE(r.ok()) << m;
+    EXPECT_EQ(r.error().message.rfind("id: ", 0), 0u) << r.error().str();
+    EXPECT_EQ(call(m, {{"id", "web.9.999"}}).error().code, rpc::kNotFound) << m;
+  }
+  for (const json& sig :
+       {json("hup; rm -rf /"), json(""), json(9), json("SIGTOOLONGFORANYSIGNAL")}) {
+    auto r = call("task.signal", {{"id", third}, {"signal", sig}});
+    ASSERT_FALSE(r.ok()) << sig.dump();
+    EXPECT_EQ(r.error().message.rfind("signal: ", 0), 0u) << r.error().str();
+  }
+  // weftctl: task show --cluster, task signal.
+  auto [rc, text] = weftctl("task show --cluster " + third);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("task " + third + ": running on a"), std::string::npos) << text;
+  std::tie(rc, text) = weftctl("task signal " + third + " SIGUSR1");
+  EXPECT_EQ(rc, 0) << text;
+  events = a.events();
+  EXPECT_NE(std::find(events.begin(), events.end(), "signal " + third + " SIGUSR1"), events.end());
+}
+
+// A restart of one task of a job with a TaskController waits for the controller: a
+// pending `restart` operation naming who asked; nothing stops until it is acknowledged,
+// then exactly that task stops and its index runs again.
+TEST_F(ControlPlane, ARestartOfOneTaskWaitsForItsTaskController) {
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r1");
+  for (FakeMachine* m : {&a, &b}) {
+    ASSERT_TRUE(m->connect(sock()));
+    m->keep_alive();
+  }
+  FakeController ctl;
+  ASSERT_NE(ctl.port(), 0);
+  std::atomic<bool> consent{false};
+  ctl.set_policy([&](const json& plan) {
+    json ack = json::array();
+    if (consent)
+      for (const auto& op : plan.value("pending", json::array()))
+        if (op["kind"] == "restart") ack.push_back(op["op"]);
+    return ack;
+  });
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
+  ASSERT_TRUE(call("job.create", {{"name", "kv"},
+                                  {"entitlement", "e"},
+                                  {"count", 2},
+                                  {"per_task", {{"cpu_milli", 1000}, {"mem_mb", 64}}},
+                                  {"task_controller",
+                                   {{"address", "127.0.0.1:" + std::to_string(ctl.port())},
+                                    {"timeout_ms", 5000}}},
+                                  {"task", {{"argv", {"/bin/sleep", "infinity"}}}}})
+                  .ok());
+  auto running = [&] { return a.running().size() + b.running().size(); };
+  for (int i = 0; i < 200 && running() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(running(), 2u);
+  std::string task = *(a.running().empty() ? b.running() : a.running()).begin();
+  auto r = call("task.restart", {{"id", task}});
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ((*r)["waiting_for_controller"], true);
+  auto pending = [&] {
+    auto p = ctl.plans();
+    json ops = json::array();
+    if (!p.empty())
+      for (const auto& op : p.back().value("pending", json::array()))
+        if (op["kind"] == "restart") ops.push_back(op);
+    return ops;
+  };
+  for (int i = 0; i < 200 && pending().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  json ops = pending();
+  ASSERT_EQ(ops.size(), 1u) << (ctl.plans().empty() ? "no plan" : ctl.plans().back().dump());
+  EXPECT_EQ(ops[0]["task"], task);
+  EXPECT_EQ(ops[0]["reason"].get<std::string>().rfind("restarted by ", 0), 0u) << ops.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the controller says no
+  EXPECT_EQ(a.stops() + b.stops(), 0);
+  consent = true;
+  for (int i = 0; i < 200 && a.stops() + b.stops() < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(a.stops() + b.stops(), 1);
+  for (int i = 0; i < 200 && running() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(running(), 2u);
+  EXPECT_EQ(a.running().count(task) + b.running().count(task), 0u);
+  EXPECT_EQ(a.starts() + b.starts(), 3);  // the two, and the restarted index again
+}
+
+}  // namespace
+}  // namespace weft::testing

@@ -376,7 +376,7 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   std::vector<TaskRecord*> old;
   for_job(j.spec.name, [&](TaskRecord& t) {
     if (available(t)) running_idx.insert(t.index);
-    if (t.generation < j.generation && live(t.state)) old.push_back(&t);
+    if ((t.generation < j.generation || j.restarts.count(t.id)) && live(t.state)) old.push_back(&t);
   });
   j.rolling = !old.empty();
   if (j.controlled()) {
@@ -394,6 +394,7 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
       if (!j.granted.count(op)) continue;
       if (ours >= j.spec.max_unavailable) break;
       j.granted.erase(op);
+      j.restarts.erase(t->id);
       ++ours;
       set_state(*t, TaskState::kStopping);
       t->since_us = now;
@@ -410,6 +411,7 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   for (TaskRecord* t : old) {
     if (in_flight >= j.spec.max_unavailable) break;
     if (j.prefetching.count(t->machine)) continue;  // its machine is fetching the image
+    j.restarts.erase(t->id);
     set_state(*t, TaskState::kStopping);
     t->since_us = now;
     out.push_back(Command{Command::Kind::kStop, t->machine, t->id, {}});
@@ -910,6 +912,34 @@ Status Scheduler::move_to(Job& j, TaskRecord& t, MachineId to, uint64_t now,
   return {};
 }
 
+Result<std::vector<Command>> Scheduler::restart_task(const std::string& id,
+                                                     const std::string& reason, uint64_t now,
+                                                     bool* waits) {
+  *waits = false;
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return field_error("id", "no such task: " + id).with_code(rpc::kNotFound);
+  TaskRecord& t = it->second;
+  auto jit = jobs_.find(t.job);
+  if (jit == jobs_.end() || jit->second.stopping)
+    return field_error("id", "its job " + t.job + " is stopping");
+  if (job_fenced(t.job)) return moving_error();
+  if (t.state != TaskState::kRunning && t.state != TaskState::kStarting)
+    return field_error("id", id + " is " + task_state_name(t.state) + ", not running")
+        .with_code(rpc::kConflict);
+  Job& j = jit->second;
+  std::vector<Command> out;
+  if (j.controlled()) {
+    j.restarts[id] = reason;  // its controller says when (pending_operations)
+    *waits = true;
+    return out;
+  }
+  set_state(t, TaskState::kStopping);  // its index starts again once it stopped
+  t.since_us = now;
+  reported_changes_.insert(t.job);
+  out.push_back(Command{Command::Kind::kStop, t.machine, t.id, {}});
+  return out;
+}
+
 bool Scheduler::withdraw_move(const std::string& id) {
   auto it = tasks_.find(id);
   if (it == tasks_.end()) return false;
@@ -1100,6 +1130,10 @@ std::vector<Operation> Scheduler::pending_operations(const std::string& job) con
   for (const auto& id : j.moves)
     if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state))
       out.push_back(Operation{"move/" + id, "move", id, t->second.index, "its machine is drained"});
+  for (const auto& [id, why] : j.restarts)
+    if (auto t = tasks_.find(id);
+        t != tasks_.end() && live(t->second.state) && t->second.generation == j.generation)
+      out.push_back(Operation{"restart/" + id, "restart", id, t->second.index, why});
   for (const auto& [id, r] : j.retargets)
     if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state) && !j.moves.count(id))
       out.push_back(Operation{"move/" + id, "move", id, t->second.index, r.reason});
@@ -1162,6 +1196,7 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
   std::erase_if(j.granted, [&](const std::string& id) { return !pending.count(id); });
   std::erase_if(j.moves, [&](const std::string& id) { return !pending.count("move/" + id); });
   std::erase_if(j.retargets, [&](const auto& r) { return !pending.count("move/" + r.first); });
+  std::erase_if(j.restarts, [&](const auto& r) { return !pending.count("restart/" + r.first); });
   std::vector<Command> out;
   bool any = false;
   bool stopped = false;
@@ -1223,6 +1258,7 @@ std::vector<Command> Scheduler::set_control_fallback(const std::string& job, boo
   j.fallback = on;
   j.granted.clear();    // an answer from before is not a permission for later
   j.retargets.clear();  // the ReBalancer's moves are not worth doing without consent
+  // (An operator's restarts go on at max_unavailable pacing, as an update's do: roll.)
   if (!on || j.stopping) return {};
   // As for a job without a controller: drained machines' tasks move now, the update
   // rolls at max_unavailable pacing.

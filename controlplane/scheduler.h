@@ -256,6 +256,14 @@ class Scheduler {
   // has a task not available or a move under way, or `to` cannot take the task.
   Result<std::vector<Command>> move_task(const std::string& task_id, MachineId to,
                                          const std::string& reason, uint64_t now_us);
+  // An operator restarts one task (task.restart): it stops, and its index starts again
+  // on its machine. A job with a TaskController (not in its fallback) is asked first: a
+  // pending `restart` operation with `reason`, carried out when acknowledged (at most
+  // max_unavailable of the job's indices down for weft's operations at once), as an
+  // update's restarts are. Returns the commands to send now (none while it waits), and
+  // whether it waits.
+  Result<std::vector<Command>> restart_task(const std::string& task_id, const std::string& reason,
+                                            uint64_t now_us, bool* waits);
   // A move asked of a job's controller that it has not acknowledged: withdrawn (the
   // ReBalancer's moves that waited too long). False if there was none.
   bool withdraw_move(const std::string& task_id);
@@ -377,6 +385,9 @@ class Scheduler {
       std::string reason;
     };
     std::map<std::string, Retarget> retargets;
+    // Tasks an operator restarts (restart_task), waiting for the controller: task ->
+    // reason. Not stored (a restarted control plane forgets the request).
+    std::map<std::string, std::string> restarts;
     std::map<int, std::string> in_progress;
     std::vector<std::string> completed;
     bool fallback = false;

@@ -1152,6 +1152,54 @@ TEST_F(Sched, ARebalancingMoveOfAControlledJobWaitsForItsController) {
   EXPECT_EQ(sched_.tasks().at(other).state, TaskState::kRunning);
 }
 
+// An operator's restart of one task: at once without a controller (it stops, and its
+// index starts again on its machine once it has); with one, a pending `restart` with the
+// reason, performed when acknowledged; a task that is not running is refused.
+TEST_F(Sched, AnOperatorRestartsOneTask) {
+  auto c = sched_.create(spec("web", 2), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  const std::string task = sent[0].task_id;
+  const MachineId machine = sent[0].machine;
+  bool waits = true;
+  auto r = sched_.restart_task(task, "restarted by alice", 2, &waits);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_FALSE(waits);
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].kind, Command::Kind::kStop);
+  EXPECT_EQ((*r)[0].task_id, task);
+  sent.insert(sent.end(), r->begin(), r->end());
+  auto next = report_all(sent, 3);  // it stopped: its index starts again, on its machine
+  ASSERT_EQ(count_kind(next, Command::Kind::kStart), 1);
+  EXPECT_EQ(next[0].machine, machine);
+  EXPECT_NE(next[0].task_id, task);
+  EXPECT_FALSE(sched_.restart_task(task, "again", 4, &waits).ok());  // stopped now
+  EXPECT_EQ(sched_.restart_task("web.7.7", "x", 4, &waits).error().code, rpc::kNotFound);
+
+  JobSpec s = spec("kv", 2);
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto k = sched_.create(s, 5);
+  ASSERT_TRUE(k.ok());
+  sent.insert(sent.end(), k->begin(), k->end());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 6);
+  const std::string kv = (*k)[1].task_id;
+  r = sched_.restart_task(kv, "restarted by bob", 7, &waits);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(waits);
+  EXPECT_TRUE(r->empty());
+  auto ops = sched_.pending_operations("kv");
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].id, "restart/" + kv);
+  EXPECT_EQ(ops[0].kind, "restart");
+  EXPECT_EQ(ops[0].reason, "restarted by bob");
+  auto g = sched_.grant("kv", {ops[0].id}, 8);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(g[0].task_id, kv);
+  EXPECT_TRUE(sched_.pending_operations("kv").empty());
+}
+
 TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
   JobSpec s = spec("web", 5);
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};

@@ -78,7 +78,7 @@ std::map<MachineId, UsageRequest> top_asks(const TopQuery& q, const Allocator& a
   return asks;
 }
 
-json top_json(const TopQuery& q, const UsageAsks::Answer& a, const Allocator& alloc,
+json top_json(const TopQuery& q, const AgentAsks::Answer& a, const Allocator& alloc,
               const Scheduler& sched) {
   json rows = json::array();
   std::map<std::string, Sum> by_job;

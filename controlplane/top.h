@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "controlplane/agent_asks.h"
 #include "controlplane/allocator.h"
 #include "controlplane/scheduler.h"
-#include "controlplane/usage_asks.h"
 
 namespace weft::cp {
 
@@ -29,7 +29,7 @@ std::map<MachineId, UsageRequest> top_asks(const TopQuery& q, const Allocator& a
 
 // top's answer from the agents' (tasks gone meanwhile are left out): rows by task, job
 // or machine, largest CPU first, with what was reserved (or the machine's capacity).
-nlohmann::json top_json(const TopQuery& q, const UsageAsks::Answer& a, const Allocator& alloc,
+nlohmann::json top_json(const TopQuery& q, const AgentAsks::Answer& a, const Allocator& alloc,
                         const Scheduler& sched);
 
 }  // namespace weft::cp

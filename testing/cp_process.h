@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
+
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -42,6 +44,18 @@ class ControlPlane : public ::testing::Test {
                                                   secrets_line())
                     .ok());
   }
+#ifdef WEFTCTL_BIN
+  // What an operator types: weftctl against this control plane; its exit code and what
+  // it printed.
+  std::pair<int, std::string> weftctl(const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    int rc =
+        std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                     sock() + " " + args + " >" + out + " 2>&1")
+                        .c_str());
+    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  }
+#endif
   // The ReBalancer's loop on, every second, `moves_per_round` moves a round.
   void enable_rebalancer(int moves_per_round = 5) {
     std::string conf = read_file(dir_ + "/cp.toml").value_or("");
@@ -85,8 +99,12 @@ class ControlPlane : public ::testing::Test {
     TRY_ASSIGN(auto c, rpc::Client::connect(dir_ + "/cp.sock"));
     return c->call(m, p, 5000);
   }
-  std::string sock() const { return dir_ + "/cp.sock"; }
-  std::string secrets_line() const { return "secrets_key = \"" + dir_ + "/secrets.key\"\n"; }
+  std::string sock() const {
+    return dir_ + "/cp.sock";
+  }
+  std::string secrets_line() const {
+    return "secrets_key = \"" + dir_ + "/secrets.key\"\n";
+  }
   std::string dir_;
   pid_t pid_ = -1;
 };

@@ -61,6 +61,23 @@ class FakeMachine {
       ++stops_;
       return json::object();
     });
+    // One task's detail and a signal to it (task.show, task.signal through the control
+    // plane): a SIGKILL ends the task, as the agent's would.
+    methods_.add("task.show", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      std::string id = p.value("id", "");
+      if (!running_.count(id)) return make_error("no task " + id).with_code(rpc::kNotFound);
+      return json{{"id", id},
+                  {"name", id},
+                  {"state", "running"},
+                  {"spec", {{"argv", {"/bin/sleep", "infinity"}}, {"env", {{"TOKEN", "s3cret"}}}}}};
+    });
+    methods_.add("task.kill", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      std::string id = p.value("id", ""), sig = p.value("signal", "SIGKILL");
+      if (!running_.count(id)) return make_error("no task " + id).with_code(rpc::kNotFound);
+      events_.push_back("signal " + id + " " + sig);
+      if (sig == "SIGKILL") running_.erase(id);
+      return json{{"id", id}};
+    });
     // What the control plane says of a quiet heartbeat (docs/protocol.md).
     methods_.add("report.resend", [this](const json&, const rpc::CallContext&) -> Result<json> {
       events_.push_back("resend");

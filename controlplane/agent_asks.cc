@@ -1,4 +1,4 @@
-#include "controlplane/usage_asks.h"
+#include "controlplane/agent_asks.h"
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@ namespace weft::cp {
 
 using json = nlohmann::json;
 
-void UsageAsks::ask(std::map<MachineId, UsageRequest> asks, uint64_t timeout_us, Done done) {
+void AgentAsks::usage(std::map<MachineId, UsageRequest> asks, uint64_t timeout_us, Done done) {
   const uint64_t id = ++next_;
   Pending& p = pending_[id];
   p.done = std::move(done);
@@ -34,7 +34,7 @@ void UsageAsks::ask(std::map<MachineId, UsageRequest> asks, uint64_t timeout_us,
   }
 }
 
-void UsageAsks::answered(uint64_t id, MachineId m, Result<json> r) {
+void AgentAsks::answered(uint64_t id, MachineId m, Result<json> r) {
   auto it = pending_.find(id);
   if (it == pending_.end() || !it->second.waiting.count(m)) return;  // ended, or twice
   Pending& p = it->second;
@@ -54,7 +54,7 @@ void UsageAsks::answered(uint64_t id, MachineId m, Result<json> r) {
   if (p.waiting.empty()) finish(id);
 }
 
-void UsageAsks::finish(uint64_t id) {
+void AgentAsks::finish(uint64_t id) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending p = std::move(it->second);
@@ -62,6 +62,30 @@ void UsageAsks::finish(uint64_t id) {
   for (MachineId m : p.waiting) p.answer.silent.push_back(m);  // not answered in time
   std::sort(p.answer.silent.begin(), p.answer.silent.end());
   p.done(std::move(p.answer));
+}
+
+void AgentAsks::call(MachineId m, const std::string& method, json params, uint64_t timeout_us,
+                     rpc::ReplyFn reply) {
+  rpc::Session* s = agent_ ? agent_(m) : nullptr;
+  if (!s)
+    return reply(make_error("the machine's agent is not connected").with_code(rpc::kUnavailable));
+  const uint64_t id = ++next_;
+  Call& c = calls_[id];
+  c.reply = std::move(reply);
+  auto d = loop_.add_timer_in(timeout_us, [this, id, method] {
+    called(id, make_error("the machine's agent did not answer " + method + " in time")
+                   .with_code(rpc::kTimeout));
+  });
+  if (d.ok()) c.deadline = std::move(d).value();
+  s->call(method, std::move(params), [this, id](Result<json> r) { called(id, std::move(r)); });
+}
+
+void AgentAsks::called(uint64_t id, Result<json> r) {
+  auto it = calls_.find(id);
+  if (it == calls_.end()) return;  // answered already (or timed out)
+  Call c = std::move(it->second);
+  calls_.erase(it);
+  c.reply(std::move(r));
 }
 
 }  // namespace weft::cp

@@ -1,6 +1,10 @@
-// What tasks use, asked of their machines' agents (task.usage, common/task_usage.h): one
-// call a machine, all at once, answered together once every machine answered or the
-// timeout passed. Autoscaling's rounds and `top` (weftctl top) ask through it.
+// The control plane's questions to machines' agents, each bounded in time (a session's
+// call waits as long as the agent does):
+//  - usage: what tasks use (task.usage, common/task_usage.h), one call a machine, all at
+//    once, answered together once every machine answered or the timeout passed
+//    (autoscaling's rounds, `top`);
+//  - call: one call to one machine's agent, answered by the agent or, past the timeout,
+//    with kTimeout (task.show, task.signal through the control plane).
 //
 // Owned by the Manager; an ask outstanding when it is destroyed is never answered (the
 // sessions are closed before it).
@@ -20,7 +24,7 @@
 
 namespace weft::cp {
 
-class UsageAsks {
+class AgentAsks {
  public:
   struct Answer {
     uint64_t interval_ms = 0;  // the agents' sampling interval (the largest answered)
@@ -31,15 +35,19 @@ class UsageAsks {
   using Agent = std::function<rpc::Session*(MachineId)>;  // the machine's agent, or null
   using Done = std::function<void(Answer)>;
 
-  UsageAsks(EventLoop& loop, Agent agent) : loop_(loop), agent_(std::move(agent)) {}
-  UsageAsks(const UsageAsks&) = delete;
-  UsageAsks& operator=(const UsageAsks&) = delete;
+  AgentAsks(EventLoop& loop, Agent agent) : loop_(loop), agent_(std::move(agent)) {}
+  AgentAsks(const AgentAsks&) = delete;
+  AgentAsks& operator=(const AgentAsks&) = delete;
 
   // Asks each machine its request at once; `done` once all answered or `timeout_us`
   // after (at once when there is nothing to ask). Figures of tasks not asked for are
   // left out.
-  void ask(std::map<MachineId, UsageRequest> asks, uint64_t timeout_us, Done done);
-  size_t outstanding() const { return pending_.size(); }
+  void usage(std::map<MachineId, UsageRequest> asks, uint64_t timeout_us, Done done);
+  // `method` of machine m's agent; `reply` with its answer, kUnavailable at once when the
+  // machine has no session, kTimeout when it has not answered within `timeout_us`.
+  void call(MachineId m, const std::string& method, nlohmann::json params, uint64_t timeout_us,
+            rpc::ReplyFn reply);
+  size_t outstanding() const { return pending_.size() + calls_.size(); }
 
  private:
   struct Pending {
@@ -55,6 +63,12 @@ class UsageAsks {
   EventLoop& loop_;
   Agent agent_;
   std::map<uint64_t, Pending> pending_;
+  struct Call {
+    rpc::ReplyFn reply;
+    Source deadline;
+  };
+  void called(uint64_t id, Result<nlohmann::json> r);
+  std::map<uint64_t, Call> calls_;
   uint64_t next_ = 0;
 };
 
