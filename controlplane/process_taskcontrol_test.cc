@@ -45,6 +45,17 @@
 namespace weft::testing {
 namespace {
 
+// A controller's policy: every pending operation of `kind`, once `consent` is set.
+std::function<json(const json&)> consent_to(const std::atomic<bool>& consent, std::string kind) {
+  return [&consent, kind](const json& plan) {
+    json ack = json::array();
+    if (consent)
+      for (const auto& op : plan.value("pending", json::array()))
+        if (op["kind"] == kind) ack.push_back(op["op"]);
+    return ack;
+  };
+}
+
 // A TaskController on loopback TCP, in a thread of the test: answers every
 // taskcontrol.plan with the ids its policy picks, and keeps the plans it was sent.
 class FakeController {
@@ -152,13 +163,7 @@ TEST_F(ControlPlane, AnAutoscalingScaleDownWaitsForItsTaskController) {
   FakeController ctl;
   ASSERT_NE(ctl.port(), 0);
   std::atomic<bool> consent{false};
-  ctl.set_policy([&](const json& plan) {
-    json ack = json::array();
-    if (consent)
-      for (const auto& op : plan.value("pending", json::array()))
-        if (op["kind"] == "stop") ack.push_back(op["op"]);
-    return ack;
-  });
+  ctl.set_policy(consent_to(consent, "stop"));
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
   json job{{"name", "kv"},
            {"entitlement", "e"},
@@ -640,13 +645,7 @@ TEST_F(ControlPlane, ARestartOfOneTaskWaitsForItsTaskController) {
   FakeController ctl;
   ASSERT_NE(ctl.port(), 0);
   std::atomic<bool> consent{false};
-  ctl.set_policy([&](const json& plan) {
-    json ack = json::array();
-    if (consent)
-      for (const auto& op : plan.value("pending", json::array()))
-        if (op["kind"] == "restart") ack.push_back(op["op"]);
-    return ack;
-  });
+  ctl.set_policy(consent_to(consent, "restart"));
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
   ASSERT_TRUE(call("job.create", {{"name", "kv"},
                                   {"entitlement", "e"},
