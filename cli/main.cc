@@ -17,6 +17,7 @@
 #include "cli/cluster_task.h"
 #include "cli/completion.h"
 #include "cli/health.h"
+#include "cli/job_events.h"
 #include "cli/profile.h"
 #include "cli/rebalance.h"
 #include "cli/region.h"
@@ -104,12 +105,14 @@ int main(int argc, char** argv) {
   ClusterCommands cluster;
   RegionCommands region;
   AutoscaleCommands autoscale;
+  JobEventsCommands job_events;
   RebalanceCommands rebalance;
   TopCommands top;
   if (want[kCluster]) {
     add_cluster_commands(app, cluster);
     add_region_commands(app, cluster, region);
     add_autoscale_commands(cluster, autoscale);
+    add_job_events_commands(cluster, job_events);
     add_rebalance_commands(app, rebalance);
     add_top_commands(app, top);
   }
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
   if (want[kCluster]) {
     if (int rc = run_region_commands(region, g); rc >= 0) return rc;
     if (int rc = run_autoscale_commands(autoscale, g); rc >= 0) return rc;
+    if (int rc = run_job_events_commands(job_events, g); rc >= 0) return rc;
     if (int rc = run_rebalance_commands(rebalance, g); rc >= 0) return rc;
     if (int rc = run_top_commands(top, g); rc >= 0) return rc;
     if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;

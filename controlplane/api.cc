@@ -86,6 +86,7 @@ void Manager::register_methods() {
       {"job.ls", &Manager::api_job_ls, kViewerCall},
       {"job.show", &Manager::api_job_show, kViewerCall},
       {"job.autoscale", &Manager::api_job_autoscale, kViewerCall},
+      {"job.events", &Manager::api_job_events, kViewerCall},
       {"job.autoscale.pause", &Manager::api_job_autoscale_pause, kOperatorCall},
       {"rebalance.plan", &Manager::api_rebalance_plan, kViewerCall},
       {"rebalance.status", &Manager::api_rebalance_status, kViewerCall},
@@ -795,6 +796,23 @@ Result<json> Manager::api_job_ls(const json&, const CallContext&) {
                    {"stopping", j.stopping}});
   }
   return json{{"jobs", arr}};
+}
+
+Result<json> Manager::api_job_events(const json& p, const CallContext&) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required: the job's name");
+  const std::string name = p["name"].get<std::string>();
+  TRY_ASSIGN(const int64_t after, int_member(p, "after", 0, 0, INT64_MAX));
+  TRY_ASSIGN(const int64_t limit, int_member(p, "limit", 100, 1, 1000));
+  take_events();  // what happened up to now
+  uint64_t next = 0;
+  auto events =
+      job_events_.list(name, static_cast<uint64_t>(after), static_cast<size_t>(limit), &next);
+  if (events.empty() && !sched_.job(name) && after == 0)
+    return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
+  json out = json::array();
+  for (const auto& e : events) out.push_back(JobEvents::to_json(e));
+  return json{{"job", name}, {"events", out}, {"next", next}};
 }
 
 Result<json> Manager::api_job_autoscale(const json& p, const CallContext&) {

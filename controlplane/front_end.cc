@@ -45,6 +45,7 @@ const FrontEnd::MethodRoute kRoutes[] = {
     {"job.ls", kViewerCall, Route::kAll, "jobs"},
     {"job.show", kViewerCall, Route::kJob, "name"},
     {"job.autoscale", kViewerCall, Route::kJob, "name"},
+    {"job.events", kViewerCall, Route::kJob, "name"},
     {"job.autoscale.pause", kOperatorCall, Route::kJob, "name"},
     {"rebalance.plan", kViewerCall, Route::kEntitlement, "name"},
     {"rebalance.status", kViewerCall, Route::kEntitlement, "name"},

@@ -260,6 +260,7 @@ void Manager::audit_controller(const std::string& job, const std::vector<std::st
 }
 
 Status Manager::persist(const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
+  take_events();
   // What changed since the last write: machines that moved between pools, tasks created
   // or changed (kept across a failed write, for the next one). A write costs what
   // changed, not the size of the jobs or of the fleet.
@@ -395,8 +396,20 @@ void Manager::start_refused(const std::string& task, const Error& e, bool bad_sp
   send(cmds);
 }
 
+void Manager::take_events() {
+  const uint64_t at = now_realtime_us();
+  for (auto& e : sched_.take_events())
+    job_events_.record(e.job, JobEvents::Event{0, at, std::move(e.task), machine_name(e.machine),
+                                               std::move(e.what), std::move(e.detail)});
+  // Gone jobs' events stay (an operator asks what happened to a job that stopped) until
+  // there are many more of them than live jobs.
+  if (job_events_.jobs() > 2 * sched_.job_count() + 1000)
+    job_events_.keep_only([this](const std::string& job) { return sched_.job(job).has_value(); });
+}
+
 void Manager::tick() {
   uint64_t now = now_us();
+  take_events();
   if (region_.lending) region_.lending->round(now);
   if (region_.services) region_.services->round();
   std::vector<Command> cmds;

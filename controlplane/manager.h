@@ -33,6 +33,7 @@
 #include "controlplane/etcd_store.h"
 #include "controlplane/failure_budget.h"
 #include "controlplane/group_commit.h"
+#include "controlplane/job_events.h"
 #include "controlplane/leader.h"
 #include "controlplane/lending.h"
 #include "controlplane/log_relay.h"
@@ -267,6 +268,10 @@ class Manager {
   Result<nlohmann::json> api_task_signal(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_restart(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<AgentAsks> agent_asks_;
+  // A job's events (job_events.h): the scheduler's, taken after every batch and tick.
+  Result<nlohmann::json> api_job_events(const nlohmann::json& p, const rpc::CallContext& c);
+  void take_events();
+  JobEvents job_events_;
   // The ReBalancer (rebalancer.h): the plan for an entitlement now (what it would move),
   // the leader's loop that carries plans out, its status and pause.
   Result<nlohmann::json> api_rebalance_plan(const nlohmann::json& p, const rpc::CallContext& c);

@@ -629,6 +629,42 @@ TEST_F(ControlPlane, OneTasksOperationsReachItsMachine) {
   EXPECT_EQ(rc, 0) << text;
   events = a.events();
   EXPECT_NE(std::find(events.begin(), events.end(), "signal " + third + " SIGUSR1"), events.end());
+
+  // The job's events say what happened, in order, paged.
+  auto all = call("job.events", {{"name", "web"}, {"limit", 1000}});
+  ASSERT_TRUE(all.ok()) << all.error().str();
+  std::vector<std::string> seen;
+  for (const auto& e : (*all)["events"])
+    seen.push_back(e["task"].get<std::string>() + " " + e["what"].get<std::string>() +
+                   (e.contains("detail") ? " (" + e["detail"].get<std::string>() + ")" : ""));
+  auto index_of = [&](const std::string& line) {
+    for (size_t i = 0; i < seen.size(); ++i)
+      if (seen[i].rfind(line, 0) == 0) return static_cast<int>(i);
+    return -1;
+  };
+  const int placed = index_of(first + " placed (a)"), ran = index_of(first + " running"),
+            asked = index_of(first + " restart asked (restarted by "),
+            stopping = index_of(first + " stopping"), again = index_of(second + " placed (a)");
+  EXPECT_GE(placed, 0) << ::testing::PrintToString(seen);
+  EXPECT_GT(ran, placed) << ::testing::PrintToString(seen);
+  EXPECT_GT(asked, ran) << ::testing::PrintToString(seen);
+  EXPECT_GT(stopping, asked) << ::testing::PrintToString(seen);
+  EXPECT_GT(again, stopping) << ::testing::PrintToString(seen);
+  EXPECT_GE(index_of(third + " placed"), 0) << ::testing::PrintToString(seen);
+  // Paged: two at a time from the start give the same first events.
+  auto page = call("job.events", {{"name", "web"}, {"limit", 2}});
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ((*page)["events"].size(), 2u);
+  auto next = call("job.events", {{"name", "web"}, {"limit", 2}, {"after", (*page)["next"]}});
+  ASSERT_TRUE(next.ok());
+  ASSERT_FALSE((*next)["events"].empty());
+  EXPECT_EQ((*next)["events"][0]["seq"], (*all)["events"][2]["seq"]);
+  EXPECT_EQ(call("job.events", {{"name", "nope"}}).error().code, rpc::kNotFound);
+  EXPECT_EQ(call("job.events", {{"name", "web"}, {"limit", 0}}).error().message.rfind("limit", 0),
+            0u);
+  std::tie(rc, text) = weftctl("job events web");
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("restart asked"), std::string::npos) << text;
 }
 
 // A restart of one task of a job with a TaskController waits for the controller: a

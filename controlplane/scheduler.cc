@@ -218,7 +218,20 @@ void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
   } else {
     t.state = TaskState::kPending;
   }
+  event(t, "placed", alloc_.spec(t.machine).name);
   put_task(t);
+}
+
+std::vector<TaskEvent> Scheduler::take_events() {
+  std::vector<TaskEvent> out(std::make_move_iterator(events_.begin()),
+                             std::make_move_iterator(events_.end()));
+  events_.clear();
+  for (auto& e : out)
+    if (e.detail.empty())
+      if (auto it = tasks_.find(e.task); it != tasks_.end() && !it->second.message.empty() &&
+                                         e.what == task_state_name(it->second.state))
+        e.detail = it->second.message;
+  return out;
 }
 
 std::vector<Command> Scheduler::machine_ready(MachineId m, uint64_t now) {
@@ -525,6 +538,7 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
     if (t.state == TaskState::kRunning && t.ready != ready) {
       // Available or not any more: what a rolling update, a drain and a controller count.
       t.ready = ready;
+      event(t, ready ? "ready" : "not ready");
       reported_changes_.insert(t.job);
       service_changes_.insert(t.job);
       if (ready) {
@@ -892,6 +906,7 @@ Result<std::vector<Command>> Scheduler::move_task(const std::string& id, Machine
     return make_error("the destructive-operation budget is spent for now")
         .with_code(rpc::kUnavailable);
   std::vector<Command> out;
+  event(t, "move asked", reason);
   if (j.controlled()) {
     j.retargets[id] = Job::Retarget{to, reason};  // its controller says when
     return out;
@@ -928,6 +943,7 @@ Result<std::vector<Command>> Scheduler::restart_task(const std::string& id,
         .with_code(rpc::kConflict);
   Job& j = jit->second;
   std::vector<Command> out;
+  event(t, "restart asked", reason);
   if (j.controlled()) {
     j.restarts[id] = reason;  // its controller says when (pending_operations)
     *waits = true;

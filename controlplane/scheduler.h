@@ -128,6 +128,16 @@ struct ControlledTask {
   bool ready = false;
 };
 
+// Something that happened to a task, for its job's events (job.events): "placed",
+// a state it entered ("starting", "running", "failed", "lost", "stopping", "draining",
+// "stopped"), "ready" or "not ready", or an operation asked of it ("restart asked",
+// "move asked") with its reason in `detail`.
+struct TaskEvent {
+  std::string job, task;
+  MachineId machine = 0;
+  std::string what, detail;
+};
+
 // An index whose tasks failed this many times in a row before their program ran, with
 // one reason, is held (see Scheduler::report_list).
 inline constexpr int kSetupFailuresHeld = 3;
@@ -288,6 +298,12 @@ class Scheduler {
   void set_entitlement_dc(std::function<std::string(EntitlementId)> dc) { dc_of_ = std::move(dc); }
   std::vector<Command> machine_ready(MachineId m, uint64_t now_us);
 
+  // What happened to tasks since the last call, in order (at most kEventsKept: the
+  // oldest go first when nobody takes them). A state event's detail is the task's
+  // message when it has one (why it failed).
+  std::vector<TaskEvent> take_events();
+  static constexpr size_t kEventsKept = 100000;
+
   // Jobs whose published endpoints may have changed since the last call: a task became
   // ready or not, started, stopped, ended, or moved (controlplane/services.h).
   std::set<std::string> take_service_changes() { return std::exchange(service_changes_, {}); }
@@ -437,7 +453,13 @@ class Scheduler {
     t.state = s;
     dirty_.insert(t.id);
     service_changes_.insert(t.job);
+    event(t, task_state_name(s));
   }
+  void event(const TaskRecord& t, std::string what, std::string detail = "") {
+    if (events_.size() >= kEventsKept) events_.pop_front();
+    events_.push_back(TaskEvent{t.job, t.id, t.machine, std::move(what), std::move(detail)});
+  }
+  std::deque<TaskEvent> events_;
   std::unordered_map<std::string, Erased> erased_;
   std::deque<std::string> erased_order_;
   void erase_task(const std::string& id);

@@ -1200,6 +1200,25 @@ TEST_F(Sched, AnOperatorRestartsOneTask) {
   EXPECT_TRUE(sched_.pending_operations("kv").empty());
 }
 
+// The job's events, in order: placed (on which machine), running, ready, failed with
+// the machine's reason, and the operations asked with their reasons.
+TEST_F(Sched, WhatHappensToTasksIsTakenAsEvents) {
+  auto c = sched_.create(spec("web", 1), 0);
+  ASSERT_TRUE(c.ok());
+  const std::string id = (*c)[0].task_id;
+  const MachineId m = (*c)[0].machine;
+  sched_.report(m, {{id, TaskState::kRunning}}, 1);
+  sched_.report(m, {{id, TaskState::kReady}}, 2);
+  weft::TaskFailures why{{id, weft::TaskFailure{"exit status 3", false}}};
+  sched_.report_list(m, weft::TaskList{{id, TaskState::kFailed}}, 3, nullptr, &why);
+  std::vector<std::string> seen;
+  for (const auto& e : sched_.take_events())
+    if (e.task == id) seen.push_back(e.what + (e.detail.empty() ? "" : ": " + e.detail));
+  EXPECT_EQ(seen, (std::vector<std::string>{"placed: " + alloc_.spec(m).name, "running", "ready",
+                                            "failed: exit status 3"}));
+  EXPECT_TRUE(sched_.take_events().empty());  // taken
+}
+
 TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
   JobSpec s = spec("web", 5);
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
