@@ -25,6 +25,24 @@ std::vector<JobEvents::Event> JobEvents::list(const std::string& job, uint64_t a
   return out;
 }
 
+nlohmann::json JobEvents::latest(size_t n) const {
+  std::vector<std::pair<const std::string*, const Event*>> all;
+  for (const auto& [job, q] : jobs_) {
+    size_t from = q.size() > n ? q.size() - n : 0;
+    for (size_t i = from; i < q.size(); ++i) all.emplace_back(&job, &q[i]);
+  }
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.second->seq > b.second->seq; });
+  if (all.size() > n) all.resize(n);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [job, e] : all) {
+    nlohmann::json j = to_json(*e);
+    j["job"] = *job;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 nlohmann::json JobEvents::to_json(const Event& e) {
   nlohmann::json j{{"seq", e.seq},
                    {"at_us", e.at_us},

@@ -37,6 +37,8 @@ class JobEvents {
   }
   size_t jobs() const { return jobs_.size(); }
 
+  // The latest `n` events of every job, newest first, each with its "job".
+  nlohmann::json latest(size_t n) const;
   static nlohmann::json to_json(const Event& e);
 
  private:

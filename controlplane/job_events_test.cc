@@ -39,3 +39,23 @@ TEST(JobEvents, PagedAndBoundedPerJob) {
 
 }  // namespace
 }  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+TEST(JobEvents, TheLatestOfEveryJobNewestFirst) {
+  JobEvents ev;
+  ev.record("a", {0, 1, "a.0.1", "m1", "placed", ""});
+  ev.record("b", {0, 2, "b.0.1", "m2", "placed", ""});
+  ev.record("a", {0, 3, "a.0.1", "m1", "running", ""});
+  auto latest = ev.latest(2);
+  ASSERT_EQ(latest.size(), 2u);
+  EXPECT_EQ(latest[0]["job"], "a");
+  EXPECT_EQ(latest[0]["what"], "running");
+  EXPECT_EQ(latest[1]["job"], "b");
+  EXPECT_EQ(ev.latest(10).size(), 3u);
+  EXPECT_TRUE(JobEvents().latest(5).empty());
+}
+
+}  // namespace
+}  // namespace weft::cp

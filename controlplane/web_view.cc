@@ -247,6 +247,18 @@ std::string render_fleet_html(const FleetSnapshot& s) {
       << html_escape(str(e, "start")) << "</td><td>" << html_escape(str(e, "end")) << "</td><td>"
       << html_escape(str(e, "state")) << "</td><td>" << (e.value("reboot", false) ? "yes" : "no")
       << "</td><td>" << html_escape(str(e, "reason")) << "</td></tr>\n";
+  o << "</table></section>\n";
+
+  // What happened to tasks lately (weftctl job events), newest first.
+  o << "<section id=\"events\"><h2>Recent task events</h2><table><tr><th>ago</th><th>job</th>"
+    << "<th>task</th><th>machine</th><th>what</th><th>detail</th></tr>\n";
+  for (const auto& e : s.events) {
+    int64_t ago_s = std::max<int64_t>(0, (s.now_wall_us - num(e, "at_us")) / 1'000'000);
+    o << "<tr class=\"event what-" << html_escape(str(e, "what")) << "\"><td>" << ago_s
+      << " s</td><td>" << html_escape(str(e, "job")) << "</td><td>" << html_escape(str(e, "task"))
+      << "</td><td>" << html_escape(str(e, "machine")) << "</td><td>" << html_escape(str(e, "what"))
+      << "</td><td>" << html_escape(str(e, "detail")) << "</td></tr>\n";
+  }
   o << "</table></section>\n</body></html>\n";
   return o.str();
 }

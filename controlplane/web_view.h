@@ -2,8 +2,9 @@
 // rendered by the server, no script. Machines as a grid by data centre and fault domain,
 // coloured by health and outlined by entitlement; each entitlement's machines against its
 // quota and its profile; jobs with ready/count and rollout progress; the maintenance
-// calendar. A pure function of the listings the API gives (machine.ls, entitlement.ls,
-// job.ls with rollout counts, maintenance.ls), so it is tested without a daemon.
+// calendar; the latest task events of every job. A pure function of the listings the API
+// gives (machine.ls, entitlement.ls, job.ls with rollout counts, maintenance.ls,
+// job.events), so it is tested without a daemon.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct FleetSnapshot {
   nlohmann::json entitlements = nlohmann::json::array();  // entitlement.ls rows (+ roll)
   nlohmann::json jobs = nlohmann::json::array();          // job.ls rows (+ "current")
   nlohmann::json maintenance = nlohmann::json::array();   // maintenance.ls events
+  nlohmann::json events = nlohmann::json::array();        // job.events rows (+ "job"), newest first
   int64_t now_wall_us = 0;
   std::string leader;  // this replica's address
 };

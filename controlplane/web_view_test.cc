@@ -43,7 +43,17 @@ TEST(WebView, EveryMachineEntitlementJobAndEventIsDrawnAndNothingIsTrusted) {
                            {"state", "scheduled"},
                            {"reboot", true},
                            {"reason", "a & b"}});
+  s.events.push_back({{"seq", 9},
+                      {"at_us", s.now_wall_us - 5'000'000},
+                      {"job", "site"},
+                      {"task", "site.0.3"},
+                      {"machine", "m1"},
+                      {"what", "failed"},
+                      {"detail", "exit status 3 <b>"}});
   std::string html = render_fleet_html(s);
+  EXPECT_EQ(count_of(html, "<tr class=\"event what-failed\">"), 1u);
+  EXPECT_NE(html.find("<td>5 s</td><td>site</td><td>site.0.3</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("exit status 3 &lt;b&gt;"), std::string::npos);
   EXPECT_EQ(count_of(html, "<rect class=\"machine "), 100u);
   EXPECT_EQ(count_of(html, "class=\"machine state-failed\""), 20u);
   EXPECT_EQ(count_of(html, "<svg class=\"grid\""), 2u);  // one per data centre
