@@ -213,14 +213,8 @@ Result<MoveDoc::Task> read_task(const json& j, const std::string& path,
 
 json move_doc_to_json(const MoveDoc& d) {
   json out;
-  const EntitlementSpec& e = d.entitlement;
-  out["entitlement"] = {{"name", e.name},
-                        {"quota", e.quota},
-                        {"profile", e.profile},
-                        {"dc", e.dc},
-                        {"owners", e.owners},
-                        {"grants", to_json(e.grants)},
-                        {"rebalance_paused", e.rebalance_paused}};
+  // The entitlement as the store keeps it: one writer of its fields.
+  out["entitlement"] = StateStore::entitlement_row(d.entitlement);
   json machines = json::array();
   for (const auto& m : d.machines) {
     const MachineInfo& i = m.state.info;

@@ -183,6 +183,10 @@ class StateStore : public GroupWrites {
                            uint64_t now_us, uint64_t wall_now_us);
 
  public:
+  // An entitlement as the store keeps it (also the document that moves it between a
+  // region's shards, move_doc.h).
+  static nlohmann::json entitlement_row(const EntitlementSpec& e);
+
  protected:
   // A monotonic time of this process as the wall-clock time it stands for (never 0).
   int64_t wall_of(uint64_t mono_us) const;
@@ -190,7 +194,6 @@ class StateStore : public GroupWrites {
   // clocks now).
   static uint64_t mono_of(uint64_t wall_us, uint64_t wall_now, uint64_t mono_now);
   uint64_t wall_now() const { return wall_(); }
-  static nlohmann::json entitlement_row(const EntitlementSpec& e);
   static nlohmann::json machine_row(const Broker::Persisted& m);
   // job_spec_to_json with the secret values sealed (when a box is set).
   nlohmann::json job_row_spec(const JobSpec& s) const;
