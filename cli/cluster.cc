@@ -86,6 +86,27 @@ int follow_job(CpClient& c, const std::string& name, int timeout_s, bool json_ou
   std::set<std::string> told;  // refusals already printed
   auto poll = [&]() -> Progress {
     json r = call_or_die(c, "job.show", {{"name", name}});
+    Progress p;
+    if (r.contains("periodic") && r["periodic"].is_object()) {  // its runs come at their times
+      p.line = "periodic job " + name + ": next run " + str_or(r["periodic"], "next_period");
+      p.j = r["periodic"];
+      p.verdict = Progress::Verdict::kDone;
+      return p;
+    }
+    if (r.contains("batch") && r["batch"].is_object()) {  // until it ends
+      const json& b = r["batch"];
+      int running = 0;
+      for (const auto& t : r["tasks"]) running += state_of(t) == TaskState::kRunning;
+      std::string outcome = b.value("outcome", "running");
+      p.line = "batch job " + name + ": " + str_or(b, "succeeded") + "/" +
+               str_or(b, "completions") + " completed, " + str_or(b, "failed") + " failed, " +
+               std::to_string(running) + " running";
+      if (outcome != "running") p.line += "; " + outcome + ": " + b.value("reason", "");
+      p.j = b;
+      if (outcome == "succeeded") p.verdict = Progress::Verdict::kDone;
+      if (outcome == "failed") p.verdict = Progress::Verdict::kFailed;
+      return p;
+    }
     int want = r["spec"].value("count", 0);
     uint64_t gen = r.value("generation", uint64_t{0});
     std::map<std::string, int> at_gen;
@@ -111,7 +132,6 @@ int follow_job(CpClient& c, const std::string& name, int timeout_s, bool json_ou
                        st == TaskState::kStopping || st == TaskState::kPending))
         old_live++;
     }
-    Progress p;
     p.line = "job " + name + " generation " + std::to_string(gen) + ": " + std::to_string(ready) +
              "/" + std::to_string(want) + " ready";
     if (running > ready) p.line += ", " + std::to_string(running - ready) + " running not ready";
@@ -676,10 +696,17 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
     print_json_or(g, r, [&] {
       std::vector<std::vector<std::string>> rows = {
           {"JOB", "ENTITLEMENT", "COUNT", "RUNNING", "GENERATION", "STATE"}};
-      for (const auto& j : r["jobs"])
+      for (const auto& j : r["jobs"]) {
+        // A batch job's state is its progress; a periodic job's, that it is one.
+        std::string state = j.value("stopping", false) ? "stopping" : "active";
+        std::string kind = j.value("kind", "");
+        if (kind == "periodic" && state == "active") state = "periodic";
+        if (kind == "batch" && state == "active")
+          state = (j.value("outcome", "").empty() ? std::string("running") : str_or(j, "outcome")) +
+                  " " + str_or(j, "succeeded") + "/" + str_or(j, "completions");
         rows.push_back({str_or(j, "name"), str_or(j, "entitlement"), str_or(j, "count"),
-                        str_or(j, "running"), str_or(j, "generation"),
-                        j.value("stopping", false) ? "stopping" : "active"});
+                        str_or(j, "running"), str_or(j, "generation"), state});
+      }
       print_table(rows);
     });
   } else if (c.j_show->parsed()) {
@@ -699,6 +726,27 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
                   << str_or(a, "metric") << " at " << str_or(a, "target") << " a task"
                   << (a.value("paused", false) ? " (paused)" : "")
                   << " (weftctl job autoscale show " << c.name << ")\n";
+      }
+      if (r.contains("batch") && r["batch"].is_object()) {
+        const json& b = r["batch"];
+        std::cout << "batch: " << str_or(b, "succeeded") << "/" << str_or(b, "completions")
+                  << " completed, " << str_or(b, "failed") << " failed (max_failures "
+                  << str_or(b, "max_failures") << "), parallelism " << str_or(b, "parallelism")
+                  << "\noutcome: " << str_or(b, "outcome");
+        if (!b.value("reason", "").empty()) std::cout << " (" << str_or(b, "reason") << ")";
+        std::cout << "\n";
+        if (b.contains("deadline")) std::cout << "deadline: " << str_or(b, "deadline") << "\n";
+        if (b.contains("periodic_job"))
+          std::cout << "a run of periodic job: " << str_or(b, "periodic_job") << "\n";
+      }
+      if (r.contains("periodic") && r["periodic"].is_object()) {
+        const json& pj = r["periodic"];
+        std::cout << "periodic: " << str_or(pj, "schedule") << " (UTC), overlap "
+                  << str_or(pj, "overlap") << "\nlast period: " << str_or(pj, "last_period")
+                  << "\nnext period: " << str_or(pj, "next_period") << "\nruns:";
+        for (const auto& run : pj.value("runs", json::array()))
+          std::cout << " " << str_or(run, "job") << " (" << str_or(run, "outcome") << ")";
+        std::cout << "\n";
       }
       if (r.contains("task_controller") && r["task_controller"].is_object()) {
         const json& tc = r["task_controller"];

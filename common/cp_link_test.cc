@@ -14,6 +14,7 @@
 
 #include "common/cp_link.h"
 #include "common/fs.h"
+#include "common/rpc/server.h"
 #include "common/strings.h"
 
 namespace weft {

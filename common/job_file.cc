@@ -70,15 +70,16 @@ const toml::node* locate(const toml::table& root, const std::string& field) {
 Result<json> parse_job_file(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(
-      t, "",
-      {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement", "resources",
-       "task_controller", "task", "ports", "discovery_drain", "autoscale", "rebalance"}));
+  TRY(doc.only_keys(t, "",
+                    {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement",
+                     "resources", "task_controller", "task", "ports", "discovery_drain",
+                     "autoscale", "rebalance", "kind", "batch", "periodic"}));
   // The file's own forms first (its tables and their types), then the one job
   // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
   // at the file's line.
   json j = json::object();
-  for (const char* key : {"name", "entitlement", "machine_type", "placement", "discovery_drain"}) {
+  for (const char* key :
+       {"name", "entitlement", "machine_type", "placement", "discovery_drain", "kind"}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) j[key] = *v;
   }
@@ -135,6 +136,11 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
   // [autoscale]: as it is, checked by the job validator.
   TRY_ASSIGN(const toml::table* autoscale, doc.get_table(t, "autoscale"));
   if (autoscale) j["autoscale"] = to_json(*autoscale);
+  // [batch] and [periodic]: as they are, checked by the job validator.
+  for (const char* key : {"batch", "periodic"}) {
+    TRY_ASSIGN(const toml::table* table, doc.get_table(t, key));
+    if (table) j[key] = to_json(*table);
+  }
   TRY_ASSIGN(const toml::table* ports, doc.get_table(t, "ports"));
   if (ports) j["ports"] = to_json(*ports);
   TRY_ASSIGN(const toml::table* task, doc.get_table(t, "task"));

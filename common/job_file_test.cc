@@ -1,6 +1,7 @@
 // Job files: what an operator writes becomes job.create params; every mistake is named
 // with its line.
 #include "common/job_file.h"
+#include "common/job_spec.h"
 
 #include <gtest/gtest.h>
 
@@ -105,6 +106,75 @@ TEST(JobFile, ErrorsNameTheLine) {
     ASSERT_FALSE(j.ok()) << c.text;
     EXPECT_NE(j.error().str().find(c.expect), std::string::npos)
         << c.text << "\n-> " << j.error().str();
+  }
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+TEST(JobFile, BatchAndPeriodicTables) {
+  auto j = parse_job_file(
+      "name = \"report\"\nentitlement = \"e\"\nkind = \"batch\"\n"
+      "[batch]\ncompletions = 10\nparallelism = 3\nmax_failures = 2\ndeadline = \"1h\"\n"
+      "[periodic]\nschedule = \"0 3 * * *\"\noverlap = \"forbid\"\n"
+      "[task]\nargv = [\"/bin/true\"]\n",
+      "b.toml");
+  ASSERT_TRUE(j.ok()) << j.error().str();
+  auto spec = parse_job_spec(*j);
+  ASSERT_TRUE(spec.ok()) << spec.error().str();
+  EXPECT_TRUE(spec->is_batch());
+  EXPECT_EQ(spec->count, 3);
+  EXPECT_EQ(spec->batch.completions, 10);
+  EXPECT_EQ(spec->batch.max_failures, 2);
+  EXPECT_EQ(spec->batch.deadline_us, 3600ull * 1'000'000);
+  ASSERT_TRUE(spec->periodic);
+  EXPECT_EQ(spec->periodic->overlap, PeriodOverlap::kForbid);
+  // The protocol form gives the same spec back.
+  auto back = parse_job_spec(to_json(*spec));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(to_json(*back), to_json(*spec));
+
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"cron\"\n[task]\nargv=[\"x\"]\n",
+       "b.toml:3: 'kind' must be"},
+      {"name = \"a\"\nentitlement = \"e\"\n[batch]\ncompletions = 2\n[task]\nargv=[\"x\"]\n",
+       "'batch' goes with kind = \"batch\""},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\ncount = 2\n[task]\nargv=[\"x\"]\n",
+       "b.toml:4: 'count' a batch job runs batch.parallelism"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[batch]\ncompletions = 2\n"
+       "parallelism = 3\n[task]\nargv=[\"x\"]\n",
+       "b.toml:6: 'batch.parallelism' must be at most completions (2)"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[batch]\ndeadline = \"soon\"\n"
+       "[task]\nargv=[\"x\"]\n",
+       "b.toml:5: 'batch.deadline'"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\nschedule = \"61 * * * "
+       "*\"\n"
+       "[task]\nargv=[\"x\"]\n",
+       "b.toml:5: 'periodic.schedule' minute: 61 is out of range"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\nschedule = \"@daily\"\n"
+       "overlap = \"queue\"\n[task]\nargv=[\"x\"]\n",
+       "b.toml:6: 'periodic.overlap'"},
+      {"name = \"a234567890123456789012\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\n"
+       "schedule = \"@daily\"\n[task]\nargv=[\"x\"]\n",
+       "b.toml:1: 'name' a periodic job's name has at most 21"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[resources]\ncpu = 1\n"
+       "[autoscale]\nmin = 1\nmax = 2\n[task]\nargv=[\"x\"]\n",
+       "'autoscale' a batch job's size"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[task]\nargv=[\"x\"]\n"
+       "[task.restart]\npolicy = \"on-failure\"\n",
+       "b.toml:7: 'task.restart.policy' a batch job's failed tasks are retried"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_job_file(c.text, "b.toml");
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_NE(r.error().str().find(c.expect), std::string::npos)
+        << c.text << "\n  got: " << r.error().str();
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <climits>
 
+#include "common/cron.h"
 #include "common/fs.h"
 #include "common/json_bounded.h"
 #include "common/prometheus_text.h"
@@ -204,13 +205,29 @@ json to_json(const AutoscaleSpec& a) {
   return out;
 }
 
+namespace {
+Status parse_job_kind(const json& j, JobSpec* s);
+}  // namespace
+
 Result<JobSpec> parse_job_spec(const json& j) {
   if (!j.is_object()) return field_error("job", "must be an object");
   for (const auto& [k, v] : j.items()) {
-    static const char* kKeys[] = {
-        "name",      "entitlement",     "count", "per_task", "machine_type",    "max_unavailable",
-        "placement", "task_controller", "task",  "ports",    "discovery_drain", "autoscale",
-        "rebalance"};
+    static const char* kKeys[] = {"name",
+                                  "entitlement",
+                                  "count",
+                                  "per_task",
+                                  "machine_type",
+                                  "max_unavailable",
+                                  "placement",
+                                  "task_controller",
+                                  "task",
+                                  "ports",
+                                  "discovery_drain",
+                                  "autoscale",
+                                  "rebalance",
+                                  "kind",
+                                  "batch",
+                                  "periodic"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");
@@ -226,6 +243,7 @@ Result<JobSpec> parse_job_spec(const json& j) {
     return field_error("entitlement", "is required: an entitlement's name");
   TRY_ASSIGN(auto count, int_member(j, "count", 1, 1, kMaxTasksPerJob));
   s.count = static_cast<int>(count);
+  TRY(parse_job_kind(j, &s));
   TRY_ASSIGN(auto mu, int_member(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
   s.max_unavailable = static_cast<int>(mu);
   if (j.contains("per_task") && !j["per_task"].is_null()) {
@@ -321,6 +339,8 @@ Result<JobSpec> parse_job_spec(const json& j) {
     // its next round (a stored job keeps the size autoscaling gave it, whatever its
     // settings became since).
     TRY_ASSIGN(s.autoscale, parse_autoscale_spec(j["autoscale"], s.per_task, s.ports));
+    if (s.is_batch())
+      return field_error("autoscale", "a batch job's size is its batch.parallelism");
   }
   if (j.contains("rebalance")) {
     if (!j["rebalance"].is_boolean()) return field_error("rebalance", "must be true or false");
@@ -335,6 +355,11 @@ Result<JobSpec> parse_job_spec(const json& j) {
     if (s.task.contains(key))
       return field_error(std::string("task.") + key,
                          "is set by the control plane (each task gets its own id)");
+  if (s.is_batch() && s.task.contains("restart") && s.task["restart"].is_object() &&
+      s.task["restart"].value("policy", json("never")) != json("never"))
+    return field_error("task.restart.policy",
+                       "a batch job's failed tasks are retried by the control plane "
+                       "(batch.max_failures): leave it \"never\"");
   // The agent's own validator, on the task exactly as an agent will receive it (with the
   // longest id this job's tasks can have).
   auto task =
@@ -346,6 +371,89 @@ Result<JobSpec> parse_job_spec(const json& j) {
   }
   return s;
 }
+
+const char* overlap_name(PeriodOverlap o) {
+  return o == PeriodOverlap::kForbid    ? "forbid"
+         : o == PeriodOverlap::kReplace ? "replace"
+                                        : "allow";
+}
+
+std::string period_run_name(const std::string& job, int64_t period) {
+  return job + "-" + std::to_string(period);
+}
+
+namespace {
+// "kind", "batch" and "periodic" (a batch job's count is its batch.parallelism).
+Status parse_job_kind(const json& j, JobSpec* s) {
+  TRY_ASSIGN(std::string kind, str_field(j, "kind"));
+  if (kind == "batch")
+    s->kind = JobKind::kBatch;
+  else if (!kind.empty() && kind != "service")
+    return field_error("kind", "must be \"service\" (the default) or \"batch\"");
+  auto present = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  if (!s->is_batch()) {
+    for (const char* k : {"batch", "periodic"})
+      if (present(k)) return field_error(k, "goes with kind = \"batch\"");
+    return {};
+  }
+  if (present("count"))
+    return field_error("count",
+                       "a batch job runs batch.parallelism tasks at once and "
+                       "batch.completions in all: it has no count");
+  const json none = json::object();
+  const json& b = present("batch") ? j["batch"] : none;
+  if (!b.is_object()) return field_error("batch", "must be a table");
+  const std::string p = "batch.";
+  for (const auto& [k, v] : b.items())
+    if (k != "completions" && k != "parallelism" && k != "max_failures" && k != "deadline")
+      return field_error(p + k, "unknown field");
+  TRY_ASSIGN(auto completions, int_member(b, "completions", 1, 1, kMaxTasksPerJob, p));
+  s->batch.completions = static_cast<int>(completions);
+  TRY_ASSIGN(auto parallelism, int_member(b, "parallelism", 1, 1, kMaxTasksPerJob, p));
+  if (parallelism > completions)
+    return field_error(p + "parallelism",
+                       "must be at most completions (" + std::to_string(completions) + ")");
+  s->count = static_cast<int>(parallelism);
+  TRY_ASSIGN(auto failures, int_member(b, "max_failures", 6, 0, 10000, p));
+  s->batch.max_failures = static_cast<int>(failures);
+  if (b.contains("deadline") && !b["deadline"].is_null()) {
+    const json& d = b["deadline"];
+    Result<uint64_t> us = d.is_string()   ? parse_duration_us(d.get<std::string>())
+                          : d.is_number() ? seconds_to_us(d.get<double>())
+                                          : Result<uint64_t>(make_error("must be a duration"));
+    if (!us.ok() || *us == 0 || *us > 30ull * 86400 * 1'000'000)
+      return field_error(p + "deadline", "must be a duration of at most 30 days, such as \"1h\"");
+    s->batch.deadline_us = *us;
+  }
+  if (present("periodic")) {
+    const json& r = j["periodic"];
+    const std::string q = "periodic.";
+    if (!r.is_object()) return field_error("periodic", "must be a table: schedule, overlap");
+    for (const auto& [k, v] : r.items())
+      if (k != "schedule" && k != "overlap") return field_error(q + k, "unknown field");
+    PeriodicSpec ps;
+    TRY_ASSIGN(ps.schedule, str_field(r, "schedule", q));
+    if (ps.schedule.empty())
+      return field_error(q + "schedule", "is required: a cron schedule, such as \"0 * * * *\"");
+    if (auto c = parse_cron(ps.schedule); !c.ok())
+      return field_error(q + "schedule", c.error().message);
+    TRY_ASSIGN(std::string overlap, str_field(r, "overlap", q));
+    if (overlap == "forbid")
+      ps.overlap = PeriodOverlap::kForbid;
+    else if (overlap == "replace")
+      ps.overlap = PeriodOverlap::kReplace;
+    else if (!overlap.empty() && overlap != "allow")
+      return field_error(q + "overlap",
+                         "must be \"allow\" (the default), \"forbid\" or \"replace\"");
+    if (s->name.size() > kMaxPeriodicNameLength)
+      return field_error("name", "a periodic job's name has at most " +
+                                     std::to_string(kMaxPeriodicNameLength) +
+                                     " characters (its runs add \"-<unix time>\")");
+    s->periodic = std::move(ps);
+  }
+  return {};
+}
+}  // namespace
 
 json to_json(const JobSpec& s) {
   json out{{"name", s.name},
@@ -360,6 +468,17 @@ json to_json(const JobSpec& s) {
   if (s.discovery_drain_us) out["discovery_drain"] = std::to_string(s.discovery_drain_us) + "us";
   if (s.autoscale) out["autoscale"] = to_json(*s.autoscale);
   if (!s.rebalance) out["rebalance"] = false;
+  if (s.is_batch()) {
+    out.erase("count");
+    out["kind"] = "batch";
+    out["batch"] = {{"completions", s.batch.completions},
+                    {"parallelism", s.count},
+                    {"max_failures", s.batch.max_failures}};
+    if (s.batch.deadline_us) out["batch"]["deadline"] = std::to_string(s.batch.deadline_us) + "us";
+    if (s.periodic)
+      out["periodic"] = {{"schedule", s.periodic->schedule},
+                         {"overlap", overlap_name(s.periodic->overlap)}};
+  }
   if (s.controller) {
     out["task_controller"] = {
         {"timeout_ms", s.controller->timeout_ms},

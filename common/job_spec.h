@@ -91,6 +91,35 @@ struct AutoscaleSpec {
   bool operator==(const AutoscaleSpec&) const = default;
 };
 
+// Batch jobs (docs/jobs.md, "Batch jobs"): tasks that end. A task that exits 0 is
+// complete and not replaced; `parallelism` (the job's count) run at once until
+// `completions` of them succeeded. A task that fails is retried elsewhere until
+// `max_failures` failures: one more and the job fails, as it does past its `deadline`
+// (from its creation; 0 = none). Kubernetes' Job: completions, parallelism,
+// backoffLimit, activeDeadlineSeconds.
+enum class JobKind { kService, kBatch };
+struct BatchSpec {
+  int completions = 1;
+  int max_failures = 6;
+  uint64_t deadline_us = 0;
+  bool operator==(const BatchSpec&) const = default;
+};
+// A periodic batch job: the control plane starts a run of it (a batch job named
+// "<name>-<period's unix time>") at each time its cron schedule names (common/cron.h);
+// a run still going when the next period comes is left alone ("allow", the default),
+// makes the period skipped ("forbid") or is stopped for the new one ("replace").
+enum class PeriodOverlap { kAllow, kForbid, kReplace };
+const char* overlap_name(PeriodOverlap o);
+struct PeriodicSpec {
+  std::string schedule;
+  PeriodOverlap overlap = PeriodOverlap::kAllow;
+  bool operator==(const PeriodicSpec&) const = default;
+};
+// A periodic job's runs are named "<name>-<unix seconds>" (10 digits): its own name is
+// shorter by 11.
+inline constexpr size_t kMaxPeriodicNameLength = 21;
+std::string period_run_name(const std::string& job, int64_t period);
+
 struct JobSpec {
   std::string name;
   std::string entitlement;  // the entitlement's name
@@ -111,6 +140,10 @@ struct JobSpec {
   // (docs/rebalancer.md); false: never (a job pinned where it is for its own reasons).
   bool rebalance = true;
   std::optional<AutoscaleSpec> autoscale;
+  JobKind kind = JobKind::kService;  // "kind"
+  BatchSpec batch;                   // kind batch: "batch" (count is its parallelism)
+  std::optional<PeriodicSpec> periodic;
+  bool is_batch() const { return kind == JobKind::kBatch; }
   // The task spec as the operator wrote it (validated; no name or owner: each task gets
   // its own id, and the control plane marks what it starts).
   nlohmann::json task = nlohmann::json::object();

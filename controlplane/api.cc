@@ -720,6 +720,9 @@ Result<json> Manager::job_create_resolved(const json& p, const CallContext& c) {
   TRY_ASSIGN(JobSpec spec, job_from_params(p));
   TRY(may_change_jobs(caller(c), spec.entitlement_id));
   TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
+  // A periodic job's first period is the first after now.
+  if (spec.periodic)
+    sched_.skip_period(spec.name, static_cast<int64_t>(now_realtime_us() / 1'000'000), "");
   // The job's row and its tasks' (a machine's row changes only when the machine changes
   // pool, which the allocator reports itself: not one row per machine it placed on).
   if (auto s = persist({spec.name}, {}); !s.ok()) {
@@ -786,14 +789,22 @@ Result<json> Manager::api_job_ls(const json&, const CallContext&) {
       ready += available(*t);
       current += available(*t) && t->generation == j.generation;
     }
-    arr.push_back({{"name", j.spec.name},
-                   {"count", j.spec.count},
-                   {"running", running},
-                   {"ready", ready},
-                   {"current", current},
-                   {"generation", j.generation},
-                   {"entitlement", j.spec.entitlement},
-                   {"stopping", j.stopping}});
+    json row{{"name", j.spec.name},
+             {"count", j.spec.count},
+             {"running", running},
+             {"ready", ready},
+             {"current", current},
+             {"generation", j.generation},
+             {"entitlement", j.spec.entitlement},
+             {"stopping", j.stopping}};
+    if (j.spec.is_batch()) {
+      row["kind"] = j.spec.periodic ? "periodic" : "batch";
+      row["completions"] = j.spec.batch.completions;
+      row["succeeded"] = j.progress.succeeded;
+      row["failed"] = j.progress.failed;
+      row["outcome"] = j.progress.outcome;
+    }
+    arr.push_back(std::move(row));
   }
   return json{{"jobs", arr}};
 }
@@ -873,6 +884,7 @@ Result<json> Manager::api_job_show(const json& p, const CallContext& c) {
            {"network", network},
            {"network_detail", kNetworks.count(network) ? kNetworks.at(network) : ""},
            {"tasks", tasks}};
+  if (spec->is_batch()) out[spec->periodic ? "periodic" : "batch"] = batch_json(spec->name, *spec);
   if (spec->controller) {
     json ops = json::array();
     for (const auto& op : sched_.pending_operations(spec->name)) ops.push_back(op.id);
@@ -887,6 +899,50 @@ Result<json> Manager::api_job_show(const json& p, const CallContext& c) {
       out["task_controller"]["port"] = spec->controller->port;
     }
   }
+  return out;
+}
+
+json Manager::batch_json(const std::string& name, const JobSpec& spec) {
+  JobProgress p = sched_.progress(name).value_or(JobProgress{});
+  uint64_t now = now_us();
+  int64_t wall = static_cast<int64_t>(now_realtime_us());
+  auto at = [&](uint64_t mono) {
+    return format_rfc3339(wall + (static_cast<int64_t>(mono) - static_cast<int64_t>(now)));
+  };
+  if (spec.periodic) {
+    int64_t wall_s = wall / 1'000'000;
+    json runs = json::array();
+    auto live = sched_.periodic_jobs();
+    std::vector<std::string> all = sched_.ended_runs(name);
+    if (auto it = live.find(name); it != live.end())
+      all.insert(all.end(), it->second.begin(), it->second.end());
+    for (const auto& run : all) {
+      auto rp = sched_.progress(run).value_or(JobProgress{});
+      runs.push_back({{"job", run},
+                      {"outcome", rp.outcome.empty() ? "running" : rp.outcome},
+                      {"succeeded", rp.succeeded},
+                      {"failed", rp.failed}});
+    }
+    json out{{"schedule", spec.periodic->schedule},
+             {"overlap", weft::overlap_name(spec.periodic->overlap)},
+             {"runs", runs}};
+    if (p.last_period) out["last_period"] = format_rfc3339(p.last_period * 1'000'000);
+    if (auto next = periodic_.next_period(sched_, name, std::max(wall_s, p.last_period)))
+      out["next_period"] = format_rfc3339(*next * 1'000'000);
+    return out;
+  }
+  json out{{"completions", spec.batch.completions},
+           {"parallelism", spec.count},
+           {"max_failures", spec.batch.max_failures},
+           {"succeeded", p.succeeded},
+           {"failed", p.failed},
+           {"outcome", p.outcome.empty() ? "running" : p.outcome},
+           {"reason", p.reason}};
+  if (p.started_us) out["started"] = at(p.started_us);
+  if (p.ended_us) out["ended"] = at(p.ended_us);
+  if (spec.batch.deadline_us && p.started_us)
+    out["deadline"] = at(p.started_us + spec.batch.deadline_us);
+  if (!p.parent.empty()) out["periodic_job"] = p.parent;
   return out;
 }
 

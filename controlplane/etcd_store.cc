@@ -406,7 +406,7 @@ Status EtcdStore::put_machine(MachineId idx, const Broker::Persisted& m, Entitle
 Status EtcdStore::put_job(const Scheduler::PersistedJob& j, const std::optional<Request>& req,
                           const std::vector<MachineId>& placement,
                           const std::vector<std::vector<uint16_t>>& dynamic_ports) {
-  json row{{"spec", job_row_spec(j.spec)},
+  json row{{"spec", job_row_spec(j)},
            {"generation", j.generation},
            {"stopping", j.stopping},
            {"request", req ? request_to_json(*req, dynamic_ports) : json()},

@@ -398,9 +398,11 @@ void Manager::start_refused(const std::string& task, const Error& e, bool bad_sp
 
 void Manager::take_events() {
   const uint64_t at = now_realtime_us();
-  for (auto& e : sched_.take_events())
-    job_events_.record(e.job, JobEvents::Event{0, at, std::move(e.task), machine_name(e.machine),
+  for (auto& e : sched_.take_events()) {
+    std::string machine = e.task.empty() ? std::string() : machine_name(e.machine);  // a job's own
+    job_events_.record(e.job, JobEvents::Event{0, at, std::move(e.task), std::move(machine),
                                                std::move(e.what), std::move(e.detail)});
+  }
   // Gone jobs' events stay (an operator asks what happened to a job that stopped) until
   // there are many more of them than live jobs.
   if (job_events_.jobs() > 2 * sched_.job_count() + 1000)
@@ -439,6 +441,8 @@ void Manager::tick() {
   advance_profile_rolls();
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
+  auto runs = periodic_.tick(sched_, static_cast<int64_t>(now_realtime_us() / 1'000'000), now);
+  cmds.insert(cmds.end(), runs.begin(), runs.end());
   auto pruned = sched_.prune(now, cfg_.ended_task_retention_us, kPruneBudget);
   if (!pruned.empty()) {
     Status deleted = group_->open();

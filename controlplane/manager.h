@@ -39,6 +39,7 @@
 #include "controlplane/log_relay.h"
 #include "controlplane/machine_links.h"
 #include "controlplane/maintenance.h"
+#include "controlplane/periodic.h"
 #include "controlplane/profile_rolls.h"
 #include "controlplane/rebalancer.h"
 #include "controlplane/region_services.h"
@@ -272,6 +273,10 @@ class Manager {
   Result<nlohmann::json> api_job_events(const nlohmann::json& p, const rpc::CallContext& c);
   void take_events();
   JobEvents job_events_;
+  // Periodic jobs' runs, started at the tick (periodic.h); a batch or periodic job's
+  // part of job.show and job.ls.
+  PeriodicRuns periodic_;
+  nlohmann::json batch_json(const std::string& job, const JobSpec& spec);
   // The ReBalancer (rebalancer.h): the plan for an entitlement now (what it would move),
   // the leader's loop that carries plans out, its status and pause.
   Result<nlohmann::json> api_rebalance_plan(const nlohmann::json& p, const rpc::CallContext& c);

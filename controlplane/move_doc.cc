@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "common/clock.h"
 #include "common/cp_link.h"
 #include "common/job_spec.h"
 #include "common/json_bounded.h"
@@ -130,6 +131,19 @@ Result<MoveDoc::Machine> read_machine(const json& j, const std::string& path) {
   return m;
 }
 
+// A batch job's times travel as wall-clock µs (each shard's steady clock is its own).
+int64_t wall_of_steady(uint64_t mono) {
+  uint64_t now = now_monotonic_us();
+  return static_cast<int64_t>(now_realtime_us()) -
+         static_cast<int64_t>(now > mono ? now - mono : 0);
+}
+uint64_t steady_of_wall(int64_t wall) {
+  int64_t ago = static_cast<int64_t>(now_realtime_us()) - wall;
+  uint64_t now = now_monotonic_us();
+  if (wall <= 0) return 0;
+  return ago <= 0 ? now : static_cast<uint64_t>(ago) < now ? now - static_cast<uint64_t>(ago) : 1;
+}
+
 Result<MoveDoc::Job> read_job(const json& j, const std::string& path,
                               const std::set<std::string>& machines) {
   Fields f(j, path);
@@ -142,6 +156,8 @@ Result<MoveDoc::Job> read_job(const json& j, const std::string& path,
   TRY_ASSIGN(out.job.job.generation, f.u64("generation"));
   if (out.job.job.generation < 1) return field_error(f.name("generation"), "must be at least 1");
   TRY_ASSIGN(out.job.job.stopping, f.flag("stopping"));
+  if (j.contains("progress"))
+    out.job.job.progress = progress_from_json(j["progress"], steady_of_wall);
   TRY_ASSIGN(out.job.granted, f.strings("granted"));
   TRY_ASSIGN(out.job.moves, f.strings("moves"));
   TRY_ASSIGN(out.job.fallback, f.flag("fallback"));
@@ -240,6 +256,8 @@ json move_doc_to_json(const MoveDoc& d) {
              {"granted", j.job.granted},
              {"moves", j.job.moves},
              {"fallback", j.job.fallback}};
+    if (!(j.job.job.progress == JobProgress{}))
+      row["progress"] = progress_json(j.job.job.progress, wall_of_steady);
     json ops = json::array();
     for (const auto& [index, op] : j.job.in_progress) ops.push_back({{"index", index}, {"op", op}});
     row["in_progress"] = std::move(ops);

@@ -241,6 +241,57 @@ TEST_F(Replicas, AFrozenLeaderWokenAfterItsLeaseStopsAndWritesNothing) {
   EXPECT_NE(ents->dump().find("web"), std::string::npos) << ents->dump();
 }
 
+// Issue 48: a periodic job's runs across a failover. The leader is killed; the new one
+// carries on after the last period written, and runs the periods it missed meanwhile:
+// every period has exactly one run, started once, none skipped.
+TEST_F(Replicas, APeriodicJobRunsEachPeriodOnceAcrossAFailover) {
+  a_->start();
+  ASSERT_TRUE(wait_leading(*a_, 10)) << a_->log();
+  b_->start();
+  std::vector<std::unique_ptr<Machine>> ms;
+  for (int i = 0; i < 2; ++i) {
+    ms.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
+    ASSERT_TRUE(ms.back()->connect(socks()));
+  }
+  ASSERT_TRUE(a_->call("entitlement.create", {{"name", "web"}, {"quota", 2}}).ok());
+  json job{{"name", "tick"},
+           {"entitlement", "web"},
+           {"kind", "batch"},
+           {"periodic", {{"schedule", "*/2 * * * * *"}}},
+           {"per_task", {{"cpu_milli", 10}, {"mem_mb", 1}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  auto created = a_->call("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  auto runs = [&] {
+    std::map<std::string, int> out;  // run -> tasks started for it
+    for (auto& m : ms)
+      for (const auto& id : m->started())
+        if (id.rfind("tick-", 0) == 0) ++out[id.substr(0, id.find('.'))];
+    return out;
+  };
+  for (int i = 0; i < 60 && runs().size() < 2; ++i) {
+    round(ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(runs().size(), 2u) << a_->log();
+  a_->stop(SIGKILL);
+  ASSERT_TRUE(wait_leading(*b_, 15)) << b_->log();
+  size_t before = runs().size();
+  for (int i = 0; i < 80 && runs().size() < before + 3; ++i) {
+    round(ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto all = runs();
+  ASSERT_GE(all.size(), before + 3) << b_->log();
+  std::vector<int64_t> periods;
+  for (const auto& [run, n] : all) {
+    EXPECT_EQ(n, 1) << run << " started more than once";
+    periods.push_back(std::stoll(run.substr(run.rfind('-') + 1)));
+  }
+  for (size_t i = 1; i < periods.size(); ++i)
+    EXPECT_EQ(periods[i] - periods[i - 1], 2) << "a period was skipped: " << periods[i];
+}
+
 // etcd lost and back (its only member killed, restarted on its data): the leader cannot
 // write meanwhile and stops; a replica leads again once etcd serves, with nothing lost.
 TEST_F(Replicas, ServingStopsWithoutEtcdAndResumesWithoutLoss) {

@@ -134,13 +134,25 @@ void Scheduler::restore_task(const TaskRecord& t) {
 std::optional<Scheduler::PersistedJob> Scheduler::persisted_job(const std::string& name) const {
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return std::nullopt;
-  return PersistedJob{it->second.spec, it->second.generation, it->second.stopping};
+  return PersistedJob{it->second.spec, it->second.generation, it->second.stopping,
+                      it->second.progress};
 }
 
 std::vector<Scheduler::PersistedJob> Scheduler::persisted_jobs() const {
   std::vector<PersistedJob> out;
-  for (const auto& [name, j] : jobs_) out.push_back({j.spec, j.generation, j.stopping});
+  for (const auto& [name, j] : jobs_) out.push_back({j.spec, j.generation, j.stopping, j.progress});
   return out;
+}
+
+void Scheduler::restore_job(const PersistedJob& p) {
+  Job j;
+  j.spec = p.spec;
+  j.generation = p.generation;
+  j.stopping = p.stopping;
+  j.rolling = true;
+  j.progress = p.progress;
+  if (j.spec.is_batch() && !j.spec.periodic && !j.ended()) batch_idle_.insert(j.spec.name);
+  jobs_[p.spec.name] = std::move(j);
 }
 
 std::optional<JobSpec> Scheduler::job(const std::string& name) const {
@@ -155,6 +167,9 @@ uint64_t Scheduler::generation(const std::string& job) const {
 }
 
 Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
+  // A periodic job is a template (its runs are jobs of their own); an ended batch job
+  // runs nothing again.
+  if (j.spec.periodic || j.ended()) return std::vector<Command>{};
   Request r;
   r.job = j.spec.name;
   r.generation = 1;  // placement slots outlive spec generations (see update)
@@ -185,8 +200,13 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
     if (auto w = tasks_.find(id); w != tasks_.end() && w->second.job == j.spec.name)
       have.insert(w->second.index);
   std::vector<Command> out;
-  for (int i = 0; i < j.wanted(); ++i) {
+  // A batch job starts no more tasks than its completions still need.
+  int room = j.spec.is_batch()
+                 ? j.spec.batch.completions - j.progress.succeeded - static_cast<int>(have.size())
+                 : j.wanted();
+  for (int i = 0; i < j.wanted() && room > 0; ++i) {
     if (have.count(i)) continue;
+    --room;
     // Its slot is on a drained machine (an update's restart performed there after the
     // drain began): the new task starts elsewhere, or waits there if nothing has room.
     if (drained_.count(p.machines[static_cast<size_t>(i)]))
@@ -257,6 +277,7 @@ Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now
   if (fenced(spec.entitlement_id)) return moving_error();
   Job j;
   j.spec = spec;
+  if (spec.is_batch()) j.progress.started_us = now;
   auto cmds = converge(j, now);
   if (!cmds.ok()) return cmds.error();  // nothing placed, nothing recorded
   jobs_[spec.name] = j;
@@ -277,6 +298,16 @@ Result<std::vector<Command>> Scheduler::scale(const std::string& name, int count
   if (job_fenced(name)) return moving_error();
   if (count < 1) return field_error("count", "must be at least 1 (stop the job instead)");
   Job& j = it->second;
+  if (j.ended())
+    return field_error("job", "batch job " + name + " has ended: " + j.progress.outcome);
+  if (j.spec.is_batch() && count > j.spec.batch.completions)
+    return field_error("count", "a batch job's parallelism is at most its completions (" +
+                                    std::to_string(j.spec.batch.completions) + ")");
+  if (j.spec.periodic) {  // the parallelism of its next runs
+    j.spec.count = count;
+    changed_jobs_.insert(name);
+    return std::vector<Command>{};
+  }
   if (through_controller && j.controlled() && count < j.spec.count) {
     j.shrink_to = count;  // its stops are pending operations now (pending_operations)
     std::vector<Command> out;
@@ -313,6 +344,19 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
     return field_error("name", "no such job " + spec.name).with_code(rpc::kNotFound);
   if (job_fenced(spec.name)) return moving_error();
   Job& j = it->second;
+  if (j.spec.periodic || spec.periodic) {
+    // A periodic job's spec is its next runs' (the runs under way keep theirs).
+    if (!j.spec.periodic || !spec.periodic)
+      return field_error("periodic", "a job becomes periodic, or stops being so, as a new job");
+    if (spec.entitlement_id != j.spec.entitlement_id)
+      return field_error("entitlement", "a job moves to another entitlement as a new job");
+    j.spec = spec;
+    ++j.generation;
+    changed_jobs_.insert(j.spec.name);
+    return std::vector<Command>{};
+  }
+  if (j.spec.is_batch() || spec.is_batch())
+    return field_error("kind", "a batch job is not updated: stop it and create another");
   bool autoscaled = spec.autoscale || j.spec.autoscale;  // its count is autoscaling's
   if (!(spec.per_task == j.spec.per_task) || spec.machine_type != j.spec.machine_type ||
       spec.entitlement_id != j.spec.entitlement_id || (spec.count != j.spec.count && !autoscaled) ||
@@ -383,6 +427,7 @@ std::vector<Command> Scheduler::prefetched(const std::string& job, uint64_t gene
 
 std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   std::vector<Command> out;
+  if (j.spec.is_batch()) return out;  // batch jobs are not updated
   // Unavailable, whatever the reason (Twine §2.4): every index of the job with no task
   // running now: stopping for this update, starting, pending, lost, failed or draining.
   std::set<int> running_idx;
@@ -437,9 +482,17 @@ Result<std::vector<Command>> Scheduler::stop(const std::string& name, uint64_t n
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return field_error("job", "no such job " + name).with_code(rpc::kNotFound);
   if (job_fenced(name)) return moving_error();
+  std::vector<Command> out;
+  if (it->second.spec.periodic) {  // its runs stop with it
+    std::vector<std::string> runs;
+    for (const auto& [run, j] : jobs_)
+      if (j.progress.parent == name && !j.stopping) runs.push_back(run);
+    for (const auto& run : runs)
+      if (auto more = stop(run, now); more.ok()) out.insert(out.end(), more->begin(), more->end());
+    it = jobs_.find(name);
+  }
   it->second.stopping = true;
   changed_jobs_.insert(name);
-  std::vector<Command> out;
   for_job(name, [&](TaskRecord& t) {
     if (!running_copy(t.state)) return;
     t.since_us = now;
@@ -475,7 +528,12 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
                         bool prepaid) {
   TaskRecord old = tasks_.at(task_id);
   auto jit = jobs_.find(old.job);
-  if (jit == jobs_.end() || jit->second.stopping || old.index >= jit->second.wanted()) return;
+  if (jit == jobs_.end() || jit->second.stopping || old.index >= jit->second.wanted() ||
+      jit->second.ended())
+    return;
+  if (jit->second.spec.is_batch() &&
+      jit->second.progress.failed > jit->second.spec.batch.max_failures)
+    return;  // past its budget: the job fails (check_batch)
   if (!prepaid && !tokens_.take(now)) {
     wait(task_id);
     return;
@@ -555,10 +613,18 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
   }
   // The task ended.
   reported_changes_.insert(t.job);
+  auto jit = jobs_.find(t.job);
+  Job* batch = jit != jobs_.end() && jit->second.spec.is_batch() ? &jit->second : nullptr;
   if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
     // A draining copy that ended is as good as stopped: its replacement is on its way.
     set_state(t, TaskState::kStopped);
     t.since_us = now;
+    o->rolled.insert(t.job);
+  } else if (batch && state == TaskState::kExited) {
+    // A batch task that exited 0 is complete: not replaced.
+    set_state(t, TaskState::kExited);
+    t.since_us = now;
+    batch_task_ended(*batch, t, true);
     o->rolled.insert(t.job);
   } else {
     set_state(t, TaskState::kFailed);
@@ -586,6 +652,10 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
       o->rolled.insert(t.job);  // a rolling update goes on past it
     } else {
       o->replace_ids.push_back(id);
+    }
+    if (batch) {
+      batch_task_ended(*batch, t, false);
+      o->rolled.insert(t.job);
     }
   }
   if (forget) forget->push_back(id);  // recorded (and persisted before the reply)
@@ -696,10 +766,21 @@ std::vector<Command> Scheduler::after_stopped(const std::string& name, uint64_t 
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return out;
   Job& j = it->second;
+  if (j.spec.is_batch() && !j.stopping) check_batch(j, now, &out);
   bool any_live = false;
   for_job(name, [&](TaskRecord& t) {
     any_live = any_live || running_copy(t.state) || t.state == TaskState::kStopping;
   });
+  if (j.ended() && !j.stopping) {
+    // An ended batch job gives its slots back once nothing of it runs; it stays listed
+    // with its outcome until it is stopped.
+    if (!any_live && alloc_.request(name)) {
+      alloc_.release(name);
+      (void)alloc_.shrink(j.spec.entitlement_id);
+      changed_jobs_.insert(name);
+    }
+    return out;
+  }
   if (j.stopping) {
     if (!any_live) {  // every task stopped: the job and its resources go
       EntitlementId e = j.spec.entitlement_id;
@@ -735,6 +816,8 @@ std::vector<Command> Scheduler::start_refused(const std::string& task_id,
   t.message = message;
   t.held = bad_spec;
   reported_changes_.insert(t.job);
+  if (auto jit = jobs_.find(t.job); jit != jobs_.end() && jit->second.spec.is_batch())
+    batch_task_ended(jit->second, t, false);
   if (!bad_spec) replace(task_id, now, &out);
   auto more = after_stopped(t.job, now);  // a rolling update goes on past a refused task
   out.insert(out.end(), more.begin(), more.end());
@@ -988,8 +1071,11 @@ std::optional<Scheduler::MovedJob> Scheduler::moved_job(const std::string& name)
   auto it = jobs_.find(name);
   if (it == jobs_.end()) return std::nullopt;
   const Job& j = it->second;
-  return MovedJob{
-      {j.spec, j.generation, j.stopping}, j.granted, j.moves, j.in_progress, j.fallback};
+  return MovedJob{{j.spec, j.generation, j.stopping, j.progress},
+                  j.granted,
+                  j.moves,
+                  j.in_progress,
+                  j.fallback};
 }
 
 void Scheduler::adopt_job(const MovedJob& m, const std::vector<TaskRecord>& tasks) {
@@ -1037,8 +1123,8 @@ void Scheduler::queue_waits(const std::string* only) {
     for (const auto& [id, t] : tasks_) each(t);
   for (const auto& [key, t] : latest) {
     auto jit = jobs_.find(key.first);
-    if (jit == jobs_.end() || jit->second.stopping || key.second >= jit->second.wanted() ||
-        running.count(key) || refused(*t, jit->second))
+    if (jit == jobs_.end() || jit->second.stopping || jit->second.ended() ||
+        key.second >= jit->second.wanted() || running.count(key) || refused(*t, jit->second))
       continue;
     if (t->state == TaskState::kLost || t->state == TaskState::kFailed ||
         t->state == TaskState::kDraining)
@@ -1103,6 +1189,26 @@ std::vector<Command> Scheduler::tick(uint64_t now) {
     else
       replace(waiting[i], now, &out);
   }
+  // Batch jobs past their deadline fail; restored ones fill their free slots.
+  for (auto& [name, j] : jobs_) {
+    if (!j.spec.is_batch() || j.ended() || j.stopping || j.spec.periodic ||
+        fenced(j.spec.entitlement_id))
+      continue;
+    if (j.spec.batch.deadline_us && now > j.progress.started_us &&
+        now - j.progress.started_us > j.spec.batch.deadline_us) {
+      end_batch(j, "failed",
+                "its deadline (" + std::to_string(j.spec.batch.deadline_us / 1'000'000) +
+                    " s) passed with " + std::to_string(j.progress.succeeded) + " of " +
+                    std::to_string(j.spec.batch.completions) + " completions",
+                now, &out);
+      auto more = after_stopped(name, now);
+      out.insert(out.end(), more.begin(), more.end());
+    } else if (batch_idle_.erase(name)) {
+      auto more = converge(j, now);
+      if (more.ok()) out.insert(out.end(), more->begin(), more->end());
+    }
+  }
+  batch_idle_.clear();
   // Updates whose prefetch deadline passed roll on without the machines still fetching.
   for (auto& [name, j] : jobs_) {
     if (j.prefetching.empty() || now < j.prefetch_deadline_us || j.stopping ||

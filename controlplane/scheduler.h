@@ -138,6 +138,26 @@ struct TaskEvent {
   std::string what, detail;
 };
 
+// A batch job's progress (docs/jobs.md, "Batch jobs") and a periodic job's last period:
+// kept with the job, across restarts, failovers and moves between shards.
+struct JobProgress {
+  int succeeded = 0;        // batch: tasks that exited 0
+  int failed = 0;           // batch: failures counted against batch.max_failures
+  std::string outcome;      // batch: "" while it runs, "succeeded" or "failed"
+  std::string reason;       // why it ended; while it runs, its last failure
+  uint64_t started_us = 0;  // batch: made (its deadline counts from here)
+  uint64_t ended_us = 0;    // batch: when outcome was set
+  int64_t last_period = 0;  // periodic: the newest period (unix seconds) run or skipped
+  std::string parent;       // a periodic job's run: that job
+  bool operator==(const JobProgress&) const = default;
+};
+// Its stored and carried form: `time_of` turns the monotonic times into the form's own
+// (wall-clock µs in a store, ages in a move document), `mono_of` back. A hostile or
+// malformed member reads as its default.
+nlohmann::json progress_json(const JobProgress& p, const std::function<int64_t(uint64_t)>& time_of);
+JobProgress progress_from_json(const nlohmann::json& j,
+                               const std::function<uint64_t(int64_t)>& mono_of);
+
 // An index whose tasks failed this many times in a row before their program ran, with
 // one reason, is held (see Scheduler::report_list).
 inline constexpr int kSetupFailuresHeld = 3;
@@ -280,8 +300,23 @@ class Scheduler {
   // Whether the task's move (move_task) is still under way: asked and not acknowledged,
   // or the task still runs beside its copy.
   bool moving(const std::string& task_id) const;
-  // Continues what waited: rate-limited replacements, rolling updates.
+  // Continues what waited: rate-limited replacements, rolling updates, batch jobs'
+  // deadlines.
   std::vector<Command> tick(uint64_t now_us);
+  // Batch and periodic jobs (scheduler_batch.cc). A job's progress (nullopt: no job).
+  std::optional<JobProgress> progress(const std::string& job) const;
+  // Periodic jobs (not stopping) and their runs that have not ended, by name.
+  std::map<std::string, std::vector<std::string>> periodic_jobs() const;
+  // Runs of a periodic job that ended, oldest first (for its history limits).
+  std::vector<std::string> ended_runs(const std::string& job) const;
+  // Starts the run of periodic `job` for `period` (unix seconds): a batch job named
+  // weft::period_run_name(job, period), recorded with the period as the job's last in
+  // the same write, so that no period runs twice. Fails (nothing changes) when the run
+  // cannot be placed; the caller tries again.
+  Result<std::vector<Command>> start_period(const std::string& job, int64_t period,
+                                            uint64_t now_us);
+  // The period passes without a run (overlap "forbid", or the first look at a new job).
+  void skip_period(const std::string& job, int64_t period, const std::string& why);
   // Forgets ended tasks (stopped, failed, lost) that nothing waits on any more: those of
   // jobs that are gone at once, others once they ended `retain_us` ago and a newer task
   // has their index (or the index no longer exists). Returns their ids, for the store.
@@ -334,11 +369,10 @@ class Scheduler {
     JobSpec spec;
     uint64_t generation = 1;
     bool stopping = false;
+    JobProgress progress;
   };
   std::vector<PersistedJob> persisted_jobs() const;
-  void restore_job(const PersistedJob& j) {
-    jobs_[j.spec.name] = Job{j.spec, j.generation, j.stopping, true};
-  }
+  void restore_job(const PersistedJob& j);
   void restore_task(const TaskRecord& t);
   // After the jobs and tasks are back: lost, failed and draining tasks whose index has no
   // running copy wait for their replacement again.
@@ -387,6 +421,9 @@ class Scheduler {
     JobSpec spec;
     uint64_t generation = 1;
     bool stopping = false;
+    JobProgress progress;
+    // A batch job that ended (succeeded or failed): nothing of it runs again.
+    bool ended() const { return !progress.outcome.empty(); }
     // An update may have live tasks of an older generation left to roll (cleared by
     // roll() once none is left): a task that starts running only matters to roll().
     bool rolling = false;
@@ -454,6 +491,20 @@ class Scheduler {
     dirty_.insert(t.id);
     service_changes_.insert(t.job);
     event(t, task_state_name(s));
+  }
+  // Batch jobs (scheduler_batch.cc). A task of batch job `j` ended: it exited 0 (a
+  // completion) or failed (counted against max_failures).
+  void batch_task_ended(Job& j, const TaskRecord& t, bool succeeded);
+  // The job completed, failed past its budget or has a task that cannot start: it ends.
+  void check_batch(Job& j, uint64_t now_us, std::vector<Command>* out);
+  void end_batch(Job& j, const char* outcome, const std::string& reason, uint64_t now_us,
+                 std::vector<Command>* out);
+  // Batch jobs whose free slots need a look (restored, adopted): converged at the tick.
+  std::set<std::string> batch_idle_;
+  // An event of the job itself (task ""): a batch job's end, a period's run or skip.
+  void job_event(const std::string& job, std::string what, std::string detail) {
+    if (events_.size() >= kEventsKept) events_.pop_front();
+    events_.push_back(TaskEvent{job, "", 0, std::move(what), std::move(detail)});
   }
   void event(const TaskRecord& t, std::string what, std::string detail = "") {
     if (events_.size() >= kEventsKept) events_.pop_front();

@@ -115,6 +115,7 @@ Result<JobSpec> job_spec_from_json(const json& j) {
   if (!j.is_object()) return field_error("job", "must be an object");
   json q = j;
   q.erase("entitlement_id");
+  q.erase("progress");  // a stored row's (job_row_spec)
   TRY_ASSIGN(weft::JobSpec base, weft::parse_job_spec(q));
   JobSpec s;
   static_cast<weft::JobSpec&>(s) = std::move(base);
@@ -297,7 +298,7 @@ Status SqliteStore::put_job(const Scheduler::PersistedJob& j, const std::optiona
   TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO jobs (name, spec, generation, "
                                   "stopping, request, placement) VALUES (?1,?2,?3,?4,?5,?6)"));
   s.bind(1, j.spec.name)
-      .bind(2, job_row_spec(j.spec).dump())
+      .bind(2, job_row_spec(j).dump())
       .bind(3, static_cast<int64_t>(j.generation))
       .bind(4, int64_t{j.stopping});
   if (req)
@@ -526,8 +527,10 @@ Result<StoredState> SqliteStore::load() {
   return st;
 }
 
-json StateStore::job_row_spec(const JobSpec& s) const {
-  json j = job_spec_to_json(s);
+json StateStore::job_row_spec(const Scheduler::PersistedJob& p) const {
+  json j = job_spec_to_json(p.spec);
+  if (!(p.progress == JobProgress{}))
+    j["progress"] = progress_json(p.progress, [this](uint64_t mono) { return wall_of(mono); });
   return secrets_ ? seal_job_secrets(std::move(j), *secrets_) : j;
 }
 
@@ -615,7 +618,12 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
       }
       TRY(alloc.restore(r, placement, request_dynamic_ports(*j.request)));
     }
-    sched.restore_job({spec, j.generation, j.stopping});
+    JobProgress progress;
+    if (j.spec.contains("progress"))
+      progress = progress_from_json(j.spec["progress"], [&](int64_t at) {
+        return at > 0 ? mono_of(static_cast<uint64_t>(at), wall, now) : uint64_t{0};
+      });
+    sched.restore_job({spec, j.generation, j.stopping, progress});
   }
   for (auto& t : st.tasks) {
     TaskRecord r = std::move(t.record);

@@ -196,7 +196,8 @@ class StateStore : public GroupWrites {
   uint64_t wall_now() const { return wall_(); }
   static nlohmann::json machine_row(const Broker::Persisted& m);
   // job_spec_to_json with the secret values sealed (when a box is set).
-  nlohmann::json job_row_spec(const JobSpec& s) const;
+  // The job's spec, its progress (batch and periodic jobs) within it.
+  nlohmann::json job_row_spec(const Scheduler::PersistedJob& j) const;
 
  private:
   std::shared_ptr<const SecretBox> secrets_;

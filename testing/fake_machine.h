@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -172,7 +173,14 @@ class FakeMachine {
     if (!client_) return;  // down (rebooting)
     json tasks = json::object();
     for (const auto& t : running_) tasks[t] = "running";
-    (void)client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}});
+    for (const auto& [t, state] : ended_) tasks[t] = state;
+    if (client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}}).ok()) ended_.clear();
+  }
+  // The task ends by itself ("exited": its program exited 0; "failed"): said in the
+  // next report.
+  void end_task(const std::string& id, const std::string& state) {
+    std::lock_guard lock(mu_);
+    if (running_.erase(id)) ended_[id] = state;
   }
   // A machine.report of this machine with these fields (a digest, changes, ...).
   Result<json> report_with(const json& fields) {
@@ -245,7 +253,9 @@ class FakeMachine {
   std::string id_, rack_;
   bool reports_ready_ = false;
   std::string boot_id_ = random_hex(8);
-  mutable std::mutex mu_;  // the session and everything its commands change
+  mutable std::mutex mu_;
+  std::map<std::string, std::string>
+      ended_;  // end_task's, until reported  // the session and everything its commands change
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Client> client_;
   std::set<std::string> running_;

@@ -55,6 +55,7 @@ class Machine {
         fences_.insert(p.value("holder", "?") + "@" + std::to_string(p.value("epoch", 0ull)));
       running_.insert(name);
       ++starts_;
+      started_.insert(name);
       return json{{"id", name}};
     });
     methods_.add("task.stop", [this](const json& p, const rpc::CallContext&) -> Result<json> {
@@ -195,6 +196,11 @@ class Machine {
     std::lock_guard<std::recursive_mutex> g(world_mu_);
     return starts_;
   }
+  // Every task it was asked to run (and ran), by name.
+  std::set<std::string> started() const {
+    std::lock_guard<std::recursive_mutex> g(world_mu_);
+    return started_;
+  }
   // A region's: the holder and epoch ("s1@3") its last registration's reply named (""
   // none), and those every task.run carried.
   std::string registered_holder() const {
@@ -258,6 +264,7 @@ class Machine {
   }
   bool hold_starts_ = false;
   int starts_ = 0;
+  std::set<std::string> started_;
   std::string registered_holder_;
   std::set<std::string> fences_;
   Error last_error_;
