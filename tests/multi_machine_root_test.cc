@@ -3,6 +3,10 @@
 // and its own cgroup subtree. Tasks really run; machines really die.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include <chrono>
@@ -893,6 +897,66 @@ TEST_F(MultiMachine, TheJobsGuideExampleRuns) {
   EXPECT_EQ(per.size(), std::min<size_t>(count, static_cast<size_t>(c_.machines())));
   for (const auto& [m, n] : per) EXPECT_LE(n, 2) << m;
   ASSERT_TRUE(c_.cp("job.stop", {{"name", (*job)["name"]}}).ok());
+}
+
+// Issue 48: a batch job on real machines. Ten completions, three at a time; the first
+// task to finish fails (exit 3) and is retried; the rest exit 0 and are not replaced.
+// Each task writes when its program started and ended: at no moment did more than three
+// run.
+TEST_F(MultiMachine, ABatchJobRunsTenCompletionsThreeAtATimeAndRetriesAFailure) {
+  std::string d = c_.dir() + "/batch";
+  ASSERT_TRUE(mkdir_p(d).ok());
+  ASSERT_EQ(::chmod(d.c_str(), 0777), 0);  // the tasks' user writes here
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "etl"}, {"quota", 4}}).ok());
+  std::string script = "f=$(mktemp " + d + "/run.XXXXXX); date +%s%N > $f.start; sleep 1; " +
+                       "date +%s%N > $f.end; if mkdir " + d +
+                       "/failed-once 2>/dev/null; then exit 3; fi; exit 0";
+  json job{{"name", "crunch"},
+           {"entitlement", "etl"},
+           {"kind", "batch"},
+           {"batch", {{"completions", 10}, {"parallelism", 3}, {"max_failures", 2}}},
+           {"per_task", {{"cpu_milli", 250}, {"mem_mb", 16}}},
+           {"task", {{"argv", {"/bin/sh", "-c", script}}}}};
+  auto created = c_.cp("job.create", job);
+  ASSERT_TRUE(created.ok()) << created.error().str();
+  json done = c_.wait_cp(
+      "job.show", {{"name", "crunch"}},
+      [](const json& j) { return j["batch"].value("outcome", "running") != "running"; }, 90000);
+  ASSERT_FALSE(done.is_null()) << c_.cp("job.show", {{"name", "crunch"}})->dump(2) << c_.logs();
+  const json& b = done["batch"];
+  EXPECT_EQ(b["outcome"], "succeeded") << done.dump(2);
+  EXPECT_EQ(b["succeeded"], 10);
+  EXPECT_EQ(b["failed"], 1);
+  // Eleven programs ran (ten completions and the failure), never more than three at once.
+  std::vector<std::pair<int64_t, int>> edges;
+  int started = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d)) {
+    std::string f = e.path().filename();
+    if (f.size() < 6 || f.substr(f.size() - 6) != ".start") continue;
+    ++started;
+    std::string base = e.path().string();
+    base.resize(base.size() - 6);
+    auto from = read_file(base + ".start"), to = read_file(base + ".end");
+    ASSERT_TRUE(from.ok() && to.ok()) << base;
+    edges.push_back({std::stoll(*from), +1});
+    edges.push_back({std::stoll(*to), -1});
+  }
+  EXPECT_EQ(started, 11) << [&] {
+    std::string names;
+    for (const auto& e : std::filesystem::directory_iterator(d)) names += e.path().filename().string() + " ";
+    return names;
+  }();
+  std::sort(edges.begin(), edges.end());
+  int now = 0, most = 0;
+  for (const auto& [at, step] : edges) most = std::max(most, now += step);
+  EXPECT_LE(most, 3);
+  EXPECT_GE(most, 2);  // and they did run side by side
+  // Nothing of it runs on any machine; the failure is in its events with the reason.
+  for (const auto& [id, m] : agents_running()) EXPECT_NE(id.rfind("crunch.", 0), 0u) << id;
+  auto events = c_.cp("job.events", {{"name", "crunch"}});
+  ASSERT_TRUE(events.ok());
+  EXPECT_NE(events->dump().find("exited with code 3"), std::string::npos) << events->dump(2);
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "crunch"}}).ok());
 }
 
 }  // namespace
