@@ -108,6 +108,10 @@ json Manager::detail(Task& t) {
                       {"passes_in_a_row", t.check_passes},
                       {"failures_in_a_row", t.check_failures},
                       {"last_failure", t.check_detail}};
+  if (t.spec.liveness)
+    j["liveness"] = {{"type", readiness_kind_name(t.spec.liveness->kind)},
+                     {"failures_in_a_row", t.live.failures},
+                     {"last_failure", t.live.detail}};
   if (t.state == TaskState::kRunning || t.state == TaskState::kStopping) {
     j["stats"] = cgroups_->stats(t.id).to_json();
     auto fr = cgroups_->frozen(t.id);

@@ -241,16 +241,17 @@ Status CgroupTree::kill_task(const std::string& id) {
 
 namespace {
 constexpr const char* kCheckCgroup = "/weft-check";
+constexpr const char* kLiveCgroup = "/weft-live";
 }  // namespace
 
-Result<std::string> CgroupTree::check_dir(const std::string& id) {
-  std::string dir = task_dir(id) + kCheckCgroup;
+Result<std::string> CgroupTree::check_dir(const std::string& id, bool liveness) {
+  std::string dir = task_dir(id) + (liveness ? kLiveCgroup : kCheckCgroup);
   if (!fs_.exists(dir)) TRY(fs_.mkdir(dir));
   return dir;
 }
 
-void CgroupTree::end_check(const std::string& id) {
-  std::string dir = task_dir(id) + kCheckCgroup;
+void CgroupTree::end_check(const std::string& id, bool liveness) {
+  std::string dir = task_dir(id) + (liveness ? kLiveCgroup : kCheckCgroup);
   if (!fs_.exists(dir)) return;
   if (fs_.exists(dir + "/cgroup.kill")) (void)fs_.write(dir + "/cgroup.kill", "1");
   (void)fs_.rmdir(dir);  // EBUSY while the killed leave: the next check or remove_task
@@ -261,7 +262,7 @@ Status CgroupTree::remove_task(const std::string& id, int wait_ms) {
   if (!fs_.exists(dir)) return {};
   TRY(kill_task(id));  // cgroup.kill takes the check's cgroup beneath too
   int waited = 0;
-  for (const std::string& d : {dir + kCheckCgroup, dir}) {
+  for (const std::string& d : {dir + kCheckCgroup, dir + kLiveCgroup, dir}) {
     if (d != dir && !fs_.exists(d)) continue;
     for (;; ++waited) {
       Status s = fs_.rmdir(d);

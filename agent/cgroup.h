@@ -121,12 +121,13 @@ class CgroupTree {
   // The task's usage counters; none when its cgroup is gone (a controller this machine
   // lacks counts 0).
   std::optional<UsageCounters> usage(const std::string& id);
-  // The cgroup an exec readiness check runs in, beneath its task's (made if missing):
-  // what the check's command starts stays in it, so a check ends with everything it
-  // started. end_check kills what is left and removes it (if the killed are still
-  // leaving, the next check reuses it and remove_task removes it).
-  Result<std::string> check_dir(const std::string& id);
-  void end_check(const std::string& id);
+  // The cgroup an exec readiness check (or, `liveness`, an exec liveness check: one of
+  // each may run at once) runs in, beneath its task's (made if missing): what the
+  // check's command starts stays in it, so a check ends with everything it started.
+  // end_check kills what is left and removes it (if the killed are still leaving, the
+  // next check reuses it and remove_task removes it).
+  Result<std::string> check_dir(const std::string& id, bool liveness = false);
+  void end_check(const std::string& id, bool liveness = false);
   Status freeze_task(const std::string& id, bool frozen);
   Result<bool> frozen(const std::string& id);
   Result<bool> populated(const std::string& id);

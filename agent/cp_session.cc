@@ -184,6 +184,14 @@ void CpSession::report_now() {
   link_->report_now();
 }
 
+bool CpSession::unhealthy(const std::string& task, const std::string& reason) {
+  rpc::Session* s = link_->session();
+  if (!s) return false;
+  s->notify("task.unhealthy",
+            {{"machine", machine_}, {"task", task}, {"reason", reason.substr(0, 500)}});
+  return true;
+}
+
 void CpSession::report(rpc::Session& s) {
   // One report at a time: a change while one is unanswered is sent when it is (against
   // the list that one makes the control plane hold), not against a stale base.

@@ -92,6 +92,10 @@ class CpSession {
   // the whole list now, or these ended tasks dropped.
   void resend();
   void forget(const nlohmann::json& params);
+  // One of the control plane's tasks failed its liveness check `failure_threshold`
+  // times in a row (task.unhealthy, a notification): the control plane restarts it,
+  // asking its TaskController first. False when there is no session to say it on.
+  bool unhealthy(const std::string& task, const std::string& reason);
   // A command from the control plane (task.run, task.stop, image.pull): its params
   // without the holder fields, or refused when from a holder this machine left.
   Result<nlohmann::json> admit(nlohmann::json params, const std::string& method) const {

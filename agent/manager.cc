@@ -777,6 +777,7 @@ Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_
 
 void Manager::start_readiness(Task& t) {
   stop_readiness(t);
+  start_liveness(t);
   if (!t.spec.readiness) return set_ready(t, true);  // no check: ready once running
   schedule_check(t, t.spec.readiness->initial_delay_us);
 }
@@ -789,6 +790,99 @@ void Manager::stop_readiness(Task& t) {
   t.check_passes = t.check_failures = 0;
   t.check_detail.clear();
   t.ready = false;  // what is not running is not ready; reported with the new state
+  stop_liveness(t);
+}
+
+// ---------------------------------------------------------------- liveness
+
+void Manager::start_liveness(Task& t) {
+  stop_liveness(t);
+  if (!t.spec.liveness) return;
+  std::string id = t.id;
+  auto timer =
+      loop_->add_timer_in(t.spec.liveness->initial_delay_us, [this, id] { run_liveness(id); });
+  if (timer.ok()) t.live.timer = std::move(timer).value();
+}
+
+void Manager::stop_liveness(Task& t) {
+  bool exec_running =
+      t.live.run && t.spec.liveness && t.spec.liveness->kind == ReadinessKind::kExec;
+  t.live.run.reset();
+  if (exec_running) cgroups_->end_check(t.id, true);
+  t.live.timer.reset();
+  t.live.passes = t.live.failures = 0;
+  t.live.detail.clear();
+}
+
+void Manager::run_liveness(const std::string& id) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end() || it->second->state != TaskState::kRunning || !it->second->spec.liveness)
+    return;
+  Task& t = *it->second;
+  t.live.timer.reset();
+  CheckTarget target;
+  target.pid = t.pid;
+  target.pidfd = t.pidfd.get();
+  target.own_network = t.spec.ns.own_network();
+  if (t.spec.liveness->kind == ReadinessKind::kExec) {
+    auto ident = t.identity ? Result<Identity>(*t.identity) : identity_of(&t, t.spec);
+    if (!ident.ok()) return on_liveness(id, false, ident.error().message);
+    target.init_path = cfg_.init_path;
+    auto dir = cgroups_->check_dir(t.id, true);
+    if (!dir.ok()) return on_liveness(id, false, dir.error().str());
+    target.cgroup_dir = *dir;
+    target.join_argv = init_argv(t.spec, *ident, InitJoin{t.pid, t.spec.liveness->command});
+  }
+  t.live.run = start_check(
+      *loop_, *http_, *reaper_, *t.spec.liveness, target,
+      [this, id](bool passed, std::string detail) { on_liveness(id, passed, std::move(detail)); });
+}
+
+void Manager::on_liveness(const std::string& id, bool passed, std::string detail) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return;
+  Task& t = *it->second;
+  t.live.run.reset();
+  if (t.spec.liveness && t.spec.liveness->kind == ReadinessKind::kExec)
+    cgroups_->end_check(t.id, true);
+  if (t.state != TaskState::kRunning || !t.spec.liveness) return;
+  const ReadinessCheck& c = *t.spec.liveness;
+  if (passed) {
+    ++t.live.passes;
+    t.live.failures = 0;
+    t.live.detail.clear();
+  } else {
+    ++t.live.failures;
+    t.live.passes = 0;
+    t.live.detail = std::move(detail);
+    // Every failure_threshold failures in a row: a control plane that did not hear it
+    // (no session then, or its budget for restarts spent) hears it again.
+    if (t.live.failures % c.failure_threshold == 0) not_live(t);
+  }
+  if (t.state != TaskState::kRunning) return;
+  std::string tid = t.id;
+  auto timer = loop_->add_timer_in(c.interval_us, [this, tid] { run_liveness(tid); });
+  if (timer.ok()) t.live.timer = std::move(timer).value();
+}
+
+void Manager::not_live(Task& t) {
+  std::string why = std::to_string(t.live.failures) +
+                    " liveness checks failed in a row, the last: " + t.live.detail;
+  log_warn("task not live: restarting it",
+           {{"TASK_ID", t.id}, {"TASK_NAME", t.name}, {"REASON", why}});
+  if (t.spec.owner == "controlplane") {
+    // The control plane restarts it (its TaskController asked first); without a session
+    // it waits for one (the next failures say it again).
+    if (!cp_ || !cp_->unhealthy(t.spec.name, why))
+      log_warn("no control plane to restart a task that is not live", {{"TASK_ID", t.id}});
+    return;
+  }
+  // A local task: killed; its restart policy decides what follows.
+  t.killed_for = why;
+  t.kill_sent = true;
+  if (auto s = cgroups_->kill_task(t.id); !s.ok())
+    log_error("cannot kill a task that is not live",
+              {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
 }
 
 void Manager::schedule_check(Task& t, uint64_t after_us) {
@@ -817,7 +911,7 @@ void Manager::run_check(const std::string& id) {
     auto dir = cgroups_->check_dir(t.id);
     if (!dir.ok()) return on_check(id, false, dir.error().str());
     target.cgroup_dir = *dir;
-    target.join_argv = init_argv(t.spec, *ident, InitJoin{t.pid});
+    target.join_argv = init_argv(t.spec, *ident, InitJoin{t.pid, t.spec.readiness->command});
   }
   t.check = start_check(
       *loop_, *http_, *reaper_, *t.spec.readiness, target,
@@ -926,6 +1020,8 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   t.core_dumped = out.core_dumped;
   t.oom_killed = out.oom_killed;
   t.reason = out.reason;
+  if (!t.killed_for.empty())
+    t.reason = "killed: " + std::exchange(t.killed_for, {}) + " (" + t.reason + ")";
   t.setup_failed = out.setup;
   t.state = out.state;
   if (out.oom_killed) ++oom_kills_;

@@ -66,6 +66,10 @@ struct Task : TaskRecord {
   std::string check_detail;                       // why the last check failed
   Source check_timer;
   std::unique_ptr<CheckRun> check;
+  // Liveness (docs/jobs.md): its check's state, and why this agent killed the current
+  // incarnation when it did (said in the task's reason). Not stored.
+  Probe live;
+  std::string killed_for;
   // An image or package task: its pull while fetching, and the image and package once
   // local (held in the cache while the task may run).
   uint64_t fetch_ticket = 0;
@@ -195,6 +199,13 @@ class Manager {
   void run_check(const std::string& id);
   void on_check(const std::string& id, bool passed, std::string detail);
   void set_ready(Task& t, bool ready);
+  // Liveness: started and stopped with readiness; a task that failed its check
+  // failure_threshold times in a row is restarted (not_live).
+  void start_liveness(Task& t);
+  void stop_liveness(Task& t);
+  void run_liveness(const std::string& id);
+  void on_liveness(const std::string& id, bool passed, std::string detail);
+  void not_live(Task& t);
 
   // Recovery.
   Status load_tasks();

@@ -48,6 +48,15 @@ class CheckRun {
   virtual ~CheckRun() = default;
 };
 
+// A check's state on one task (its liveness check's; readiness keeps its own on the
+// task): its outcomes in a row, why the last failed, the next run and the run under way.
+struct Probe {
+  uint64_t passes = 0, failures = 0;
+  std::string detail;
+  Source timer;
+  std::unique_ptr<CheckRun> run;
+};
+
 // Reaps exec checks abandoned while their command still ran (killed, not yet exited),
 // from the loop; owned by the agent for as long as its loop.
 class Reaper {

@@ -116,7 +116,7 @@ TEST(InitArgv, AJoinedCheckCarriesTheTasksIdentityAndItsCommand) {
   id.set = true;
   id.uid = 1000;
   id.gid = 1000;
-  auto argv = init_argv(*s, id, InitJoin{4321});
+  auto argv = init_argv(*s, id, InitJoin{4321, s->readiness->command});
   std::vector<char*> ptrs;
   weft_init::Args a = parsed(argv, ptrs);
   EXPECT_EQ(a.join_pid, 4321);

@@ -490,10 +490,10 @@ json readiness_json(const ReadinessCheck& c) {
 Result<TaskSpec> parse_task_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
-  TRY(r.only({"name",       "argv",   "env",        "cwd",      "user",       "group",
-              "resources",  "rootfs", "namespaces", "hostname", "restart",    "stop_signal",
-              "stop_grace", "logs",   "owner",      "seccomp",  "readiness",  "image",
-              "mounts",     "files",  "package",    "ports",    "entitlement"}));
+  TRY(r.only({"name",       "argv",   "env",        "cwd",      "user",      "group",
+              "resources",  "rootfs", "namespaces", "hostname", "restart",   "stop_signal",
+              "stop_grace", "logs",   "owner",      "seccomp",  "readiness", "liveness",
+              "image",      "mounts", "files",      "package",  "ports",     "entitlement"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
@@ -687,16 +687,18 @@ Result<TaskSpec> parse_task_spec(const json& j) {
                          "namespaces.network = \"private\" cannot be reached on them (use "
                          "\"bridge\" or \"host\")");
   }
-  if (r.has("readiness")) {
+  for (auto [key, out] :
+       {std::pair{"readiness", &s.readiness}, std::pair{"liveness", &s.liveness}}) {
+    if (!r.has(key)) continue;
     ReadinessCheck c;
-    TRY(parse_readiness(Reader(r.at("readiness"), "readiness"), &c));
+    TRY(parse_readiness(Reader(r.at(key), key), &c));
     if (!c.port_name.empty()) {
       auto it = s.ports.find(c.port_name);
       if (it == s.ports.end())
-        return field_error("readiness.port", "names no port of ports: " + c.port_name);
+        return field_error(std::string(key) + ".port", "names no port of ports: " + c.port_name);
       c.port = it->second;
     }
-    s.readiness = std::move(c);
+    *out = std::move(c);
   }
   return s;
 }
@@ -750,8 +752,8 @@ Status resolve_task_ports(TaskSpec* spec, uint16_t first, uint16_t last,
     mine.insert(port);
   }
   if (next && first != 0) *next = static_cast<uint16_t>(first + at);
-  if (spec->readiness && !spec->readiness->port_name.empty())
-    spec->readiness->port = spec->ports[spec->readiness->port_name];
+  for (auto* check : {&spec->readiness, &spec->liveness})
+    if (*check && !(*check)->port_name.empty()) (*check)->port = spec->ports[(*check)->port_name];
   for (const auto& [name, port] : spec->ports)
     spec->env[port_env_name(name)] = std::to_string(port);
   return {};
@@ -845,6 +847,7 @@ json to_json(const TaskSpec& s) {
   j["stop_grace"] = std::to_string(s.stop_grace_us) + "us";
   j["logs"] = {{"max_file_size", s.logs.max_file_bytes}, {"max_files", s.logs.max_files}};
   if (s.readiness) j["readiness"] = readiness_json(*s.readiness);
+  if (s.liveness) j["liveness"] = readiness_json(*s.liveness);
   if (!s.ports.empty()) j["ports"] = s.ports;
   return j;
 }

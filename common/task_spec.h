@@ -149,6 +149,12 @@ struct TaskSpec {
   uint64_t stop_grace_us = 10'000'000;
   LogSpec logs;
   std::optional<ReadinessCheck> readiness;
+  // A liveness check (docs/jobs.md, "Liveness checks"): the same kinds and fields as
+  // readiness (success_threshold unused). After `failure_threshold` failures in a row
+  // the task is restarted: a local task by its agent (killed; its restart policy
+  // decides), a control plane's task by the control plane (its TaskController asked
+  // first, as for any restart).
+  std::optional<ReadinessCheck> liveness;
   // Named ports the task listens on in the host's network (docs/services.md): name ->
   // port; 0 = any free port of the agent's port_range, chosen at start. The task finds
   // them as WEFT_PORT_<NAME> in its environment.

@@ -74,6 +74,7 @@ void Manager::register_methods() {
       {"machine.heartbeat", &Manager::api_machine_heartbeat, kMachineCall},
       {"health.report", &Manager::api_health_report, kMachineCall},
       {"profile.report", &Manager::api_profile_report, kMachineCall},
+      {"task.unhealthy", &Manager::api_task_unhealthy, kMachineCall},
       {"entitlement.create", &Manager::api_entitlement_create, kAdminCall},
       {"entitlement.update", &Manager::api_entitlement_update, kAdminCall},
       {"entitlement.rm", &Manager::api_entitlement_rm, kAdminCall},

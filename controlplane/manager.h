@@ -268,6 +268,8 @@ class Manager {
   Result<nlohmann::json> api_task_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_signal(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_restart(const nlohmann::json& p, const rpc::CallContext& c);
+  // A machine's task failed its liveness check (task.unhealthy, from its agent).
+  Result<nlohmann::json> api_task_unhealthy(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<AgentAsks> agent_asks_;
   // A job's events (job_events.h): the scheduler's, taken after every batch and tick.
   Result<nlohmann::json> api_job_events(const nlohmann::json& p, const rpc::CallContext& c);

@@ -1039,6 +1039,27 @@ Result<std::vector<Command>> Scheduler::restart_task(const std::string& id,
   return out;
 }
 
+Result<std::vector<Command>> Scheduler::liveness_failed(const std::string& id,
+                                                        const std::string& why, uint64_t now,
+                                                        bool* waits) {
+  *waits = false;
+  auto it = tasks_.find(id);
+  if (it == tasks_.end())
+    return field_error("task", "no such task: " + id).with_code(rpc::kNotFound);
+  auto jit = jobs_.find(it->second.job);
+  if (jit != jobs_.end() && jit->second.restarts.count(id)) {
+    *waits = true;  // asked of its controller already
+    return std::vector<Command>{};
+  }
+  if (it->second.state != TaskState::kRunning)
+    return field_error("task", id + " is " + task_state_name(it->second.state) + ", not running")
+        .with_code(rpc::kConflict);
+  if (!tokens_.take(now))
+    return make_error("the budget for destructive operations is spent: restarted later")
+        .with_code(rpc::kUnavailable);
+  return restart_task(id, "liveness: " + why, now, waits);
+}
+
 bool Scheduler::withdraw_move(const std::string& id) {
   auto it = tasks_.find(id);
   if (it == tasks_.end()) return false;

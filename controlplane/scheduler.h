@@ -294,6 +294,13 @@ class Scheduler {
   // whether it waits.
   Result<std::vector<Command>> restart_task(const std::string& task_id, const std::string& reason,
                                             uint64_t now_us, bool* waits);
+  // A task's machine says it failed its liveness check again and again (`why`): it is
+  // restarted as an operator's restart_task is (its TaskController asked first), paid
+  // for from the destructive-operation budget. Nothing happens (ok, no commands) when a
+  // restart is already asked of its controller; refused when it is not running or the
+  // budget is spent (its machine says it again after more failures).
+  Result<std::vector<Command>> liveness_failed(const std::string& task_id, const std::string& why,
+                                               uint64_t now_us, bool* waits);
   // A move asked of a job's controller that it has not acknowledged: withdrawn (the
   // ReBalancer's moves that waited too long). False if there was none.
   bool withdraw_move(const std::string& task_id);

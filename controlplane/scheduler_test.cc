@@ -1200,6 +1200,50 @@ TEST_F(Sched, AnOperatorRestartsOneTask) {
   EXPECT_TRUE(sched_.pending_operations("kv").empty());
 }
 
+// A task its machine says is not live is restarted as an operator's restart is: its
+// controller asked first (once, however often the machine says it), and paid for from
+// the destructive budget (spent: refused, said again later).
+TEST_F(Sched, ATaskThatIsNotLiveIsRestartedThroughItsController) {
+  auto c = sched_.create(spec("web", 3), 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  bool waits = true;
+  auto r = sched_.liveness_failed(sent[0].task_id, "3 failed: exit status 1", 2, &waits);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_FALSE(waits);
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(sched_.liveness_failed(sent[0].task_id, "again", 2, &waits).error().code,
+            rpc::kConflict);  // stopping now
+  // The budget (burst 2 in this fixture): a second goes, the third waits.
+  EXPECT_TRUE(sched_.liveness_failed(sent[1].task_id, "x", 2, &waits).ok());
+  auto spent = sched_.liveness_failed(sent[2].task_id, "x", 2, &waits);
+  ASSERT_FALSE(spent.ok());
+  EXPECT_EQ(spent.error().code, rpc::kUnavailable);
+
+  JobSpec s = spec("kv", 1);
+  s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto k = sched_.create(s, 100 * kMin);
+  ASSERT_TRUE(k.ok());
+  sent.insert(sent.end(), k->begin(), k->end());
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 100 * kMin + 1);
+  const std::string kv = (*k)[0].task_id;
+  r = sched_.liveness_failed(kv, "stuck", 100 * kMin + 2, &waits);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_TRUE(waits);
+  EXPECT_TRUE(r->empty());
+  auto ops = sched_.pending_operations("kv");
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].kind, "restart");
+  EXPECT_EQ(ops[0].reason, "liveness: stuck");
+  // Said again while the controller has not answered: still the one operation.
+  r = sched_.liveness_failed(kv, "stuck", 100 * kMin + 3, &waits);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(waits);
+  EXPECT_EQ(sched_.pending_operations("kv").size(), 1u);
+}
+
 // The job's events, in order: placed (on which machine), running, ready, failed with
 // the machine's reason, and the operations asked with their reasons.
 TEST_F(Sched, WhatHappensToTasksIsTakenAsEvents) {

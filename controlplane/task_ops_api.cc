@@ -108,4 +108,28 @@ Result<json> Manager::api_task_restart(const json& p, const CallContext& c) {
   return json{{"id", id}, {"job", job}, {"waiting_for_controller", waits}};
 }
 
+Result<json> Manager::api_task_unhealthy(const json& p, const CallContext& c) {
+  TRY_ASSIGN(MachineId m, own_machine(p, c));
+  if (!p.contains("task") || !p["task"].is_string())
+    return field_error("task", "is required: the task's id");
+  if (!p.contains("reason") || !p["reason"].is_string() ||
+      p["reason"].get<std::string>().size() > 1024)
+    return field_error("reason", "is required: why its liveness check fails (at most 1 KiB)");
+  const std::string id = p["task"].get<std::string>();
+  auto it = sched_.tasks().find(id);
+  // A machine speaks for its own tasks only.
+  if (it == sched_.tasks().end() || it->second.machine != m)
+    return field_error("task", "no task " + id + " on this machine").with_code(rpc::kNotFound);
+  const std::string job = it->second.job;
+  bool waits = false;
+  TRY_ASSIGN(auto cmds,
+             sched_.liveness_failed(id, p["reason"].get<std::string>(), now_us(), &waits));
+  if (cmds.empty() && !waits) return json{{"task", id}};
+  TRY(persist({job}, {}));
+  send(cmds);
+  kick();
+  if (waits && control_) control_->ask(job);
+  return json{{"task", id}, {"waiting_for_controller", waits}};
+}
+
 }  // namespace weft::cp

@@ -437,6 +437,46 @@ TEST_F(AgentRoot, RestartWithBackoffUntilLimit) {
   EXPECT_EQ(agent_->call("task.show", {{"id", a}})["restarts"], restarts);
 }
 
+// Issue 48: a local task alive but stuck. Its liveness check (exec, inside the task)
+// fails three times in a row: the agent kills it and its restart policy starts it
+// again; the reason says why. The check's cgroup is its own, beside readiness's.
+TEST_F(AgentRoot, AStuckLocalTaskIsKilledByItsLivenessCheckAndRestarted) {
+  std::string d = agent_->dir() + "/live";
+  ASSERT_TRUE(mkdir_p(d).ok());
+  ASSERT_EQ(::chmod(d.c_str(), 0777), 0);
+  ASSERT_TRUE(write_file(d + "/stuck", "").ok());
+  std::string id =
+      run({{"name", "stuck"},
+           {"argv", {"sleep", "600"}},
+           {"restart", {{"policy", "always"}, {"delay", "100ms"}}},
+           {"readiness",
+            {{"type", "exec"}, {"command", {"/bin/sh", "-c", "true"}}, {"interval", "100ms"}}},
+           {"liveness",
+            {{"type", "exec"},
+             {"command", {"/bin/sh", "-c", "test ! -e " + d + "/stuck"}},
+             {"interval", "200ms"},
+             {"failure_threshold", 3}}}});
+  json t = agent_->wait_task(id, [](const json& j) { return j["restarts"].get<int>() >= 1; });
+  EXPECT_NE(t["reason"].get<std::string>().find(
+                "killed: 3 liveness checks failed in a row, the last: exit status 1"),
+            std::string::npos)
+      << t.dump(2);
+  // Live again: it runs on, restarted no more, and ready (both checks side by side).
+  ASSERT_EQ(::unlink((d + "/stuck").c_str()), 0);
+  t = agent_->wait_task(id, [](const json& j) {
+    return j["state"] == "running" && j["liveness"]["failures_in_a_row"] == 0 &&
+           j.value("ready", false);
+  });
+  int restarts = t["restarts"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  json now = agent_->call("task.show", {{"id", id}});
+  EXPECT_EQ(now["restarts"], restarts) << now.dump(2);
+  EXPECT_EQ(now["liveness"]["failures_in_a_row"], 0) << now.dump(2);
+  EXPECT_TRUE(now.value("ready", false)) << now.dump(2);
+  agent_->call("task.stop", {{"id", id}});
+  agent_->wait_state(id, "stopped");
+}
+
 TEST_F(AgentRoot, LogsRotateByNewFilesWithBoundedSize) {
   std::string id =
       run({{"name", "chatty"},

@@ -943,7 +943,8 @@ TEST_F(MultiMachine, ABatchJobRunsTenCompletionsThreeAtATimeAndRetriesAFailure) 
   }
   EXPECT_EQ(started, 11) << [&] {
     std::string names;
-    for (const auto& e : std::filesystem::directory_iterator(d)) names += e.path().filename().string() + " ";
+    for (const auto& e : std::filesystem::directory_iterator(d))
+      names += e.path().filename().string() + " ";
     return names;
   }();
   std::sort(edges.begin(), edges.end());
@@ -957,6 +958,53 @@ TEST_F(MultiMachine, ABatchJobRunsTenCompletionsThreeAtATimeAndRetriesAFailure) 
   ASSERT_TRUE(events.ok());
   EXPECT_NE(events->dump().find("exited with code 3"), std::string::npos) << events->dump(2);
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "crunch"}}).ok());
+}
+
+// Issue 48: a task alive but stuck, through the control plane. Its liveness check fails
+// three times in a row on its machine; the agent says so and the control plane restarts
+// it (as `weftctl task restart` would, a job's TaskController asked first), on its
+// machine; once live again it runs on.
+TEST_F(MultiMachine, AStuckTaskIsRestartedByItsLivenessCheck) {
+  std::string d = c_.dir() + "/live";
+  ASSERT_TRUE(mkdir_p(d).ok());
+  ASSERT_EQ(::chmod(d.c_str(), 0777), 0);
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "svc"}, {"quota", 4}}).ok());
+  json job = job_params("stuck", "svc", 1, 100);
+  job["task"]["liveness"] = {{"type", "exec"},
+                             {"command", {"/bin/sh", "-c", "test ! -e " + d + "/stuck"}},
+                             {"interval", "200ms"},
+                             {"failure_threshold", 3}};
+  ASSERT_TRUE(c_.cp("job.create", job).ok());
+  json first = wait_running("stuck", 1);
+  ASSERT_FALSE(first.is_null());
+  std::string id0 = running_by_index(first).at(0)["id"];
+  ASSERT_TRUE(write_file(d + "/stuck", "").ok());
+  json next = c_.wait_cp(
+      "job.show", {{"name", "stuck"}},
+      [&](const json& j) {
+        auto run = running_by_index(j);
+        return run.count(0) && run.at(0)["id"] != id0;
+      },
+      30000);
+  ASSERT_FALSE(next.is_null()) << c_.cp("job.show", {{"name", "stuck"}})->dump(2) << c_.logs();
+  EXPECT_EQ(running_by_index(next).at(0)["machine"], running_by_index(first).at(0)["machine"]);
+  auto events = c_.cp("job.events", {{"name", "stuck"}});
+  ASSERT_TRUE(events.ok());
+  bool asked = false;
+  for (const auto& e : (*events)["events"])
+    asked |= e["task"] == id0 && e["what"] == "restart asked" &&
+             e.value("detail", "").find("liveness: 3 liveness checks failed") == 0;
+  EXPECT_TRUE(asked) << events->dump(2);
+  // Live again: the new task runs on.
+  ASSERT_EQ(::unlink((d + "/stuck").c_str()), 0);
+  std::string id1 = running_by_index(next).at(0)["id"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  auto now = c_.cp("job.show", {{"name", "stuck"}});
+  ASSERT_TRUE(now.ok());
+  auto run = running_by_index(*now);
+  ASSERT_TRUE(run.count(0)) << now->dump(2);
+  EXPECT_EQ(run.at(0)["id"], id1) << now->dump(2);
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "stuck"}}).ok());
 }
 
 }  // namespace

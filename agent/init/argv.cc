@@ -28,8 +28,8 @@ std::vector<std::string> init_argv(const TaskSpec& spec, const Identity& id,
     if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
     for (const auto& [k, v] : env) a.insert(a.end(), {"--env", k + "=" + v});
     a.push_back("--");
-    if (spec.readiness)
-      a.insert(a.end(), spec.readiness->command.begin(), spec.readiness->command.end());
+    const auto& command = std::get<InitJoin>(call).command;
+    a.insert(a.end(), command.begin(), command.end());
     return a;
   }
   if (!spec.hostname.empty()) a.insert(a.end(), {"--hostname", spec.hostname});

@@ -28,10 +28,11 @@ struct InitStart {
   std::vector<std::string> journal_fields;
   std::string journal_socket;
 };
-// A command inside a running task (`pid`: its weft-init; fd 3 its pidfd): the spec's
-// readiness command, with the task's identity, cwd, confinement and environment.
+// A command inside a running task (`pid`: its weft-init; fd 3 its pidfd): a readiness
+// or liveness check's, with the task's identity, cwd, confinement and environment.
 struct InitJoin {
   pid_t pid = -1;
+  std::vector<std::string> command;
 };
 
 std::vector<std::string> init_argv(const TaskSpec& spec, const Identity& id,
