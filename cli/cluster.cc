@@ -79,6 +79,8 @@ TaskState state_of(const json& task) {
   return parse_task_state(task.value("state", "")).value_or(TaskState::kLost);
 }
 
+}  // namespace
+
 // Follows a job until every task runs its current generation (create, scale, update).
 // Tasks whose start their machine refused are printed with the machine's message; when
 // nothing else is in flight the follow ends there, failed.
@@ -149,6 +151,8 @@ int follow_job(CpClient& c, const std::string& name, int timeout_s, bool json_ou
   };
   return follow(poll, timeout_s, json_out, "weftctl job show " + name);
 }
+
+namespace {
 
 // Follows a drain until the machine runs no task of the cluster's.
 int follow_drain(CpClient& c, const std::string& machine, int timeout_s, bool json_out) {

@@ -49,6 +49,9 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c);
 int run_cluster_commands(const ClusterCommands& c, const Globals& g);
 // `weftctl task ls --cluster`: every task the control plane knows.
 int cluster_task_ls(const Globals& g);
+// Follows a job until every task runs its current generation, a batch job until it
+// ends (create, scale, update, revert): its exit code.
+int follow_job(CpClient& c, const std::string& name, int timeout_s, bool json_out);
 // `weftctl task logs` of a task the local agent does not have, and `weftctl job logs`:
 // through the control plane (docs/logs.md).
 int cluster_logs(const Globals& g, const json& target, LogOptions o);

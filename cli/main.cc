@@ -18,6 +18,7 @@
 #include "cli/completion.h"
 #include "cli/health.h"
 #include "cli/job_events.h"
+#include "cli/job_rollout.h"
 #include "cli/profile.h"
 #include "cli/rebalance.h"
 #include "cli/region.h"
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   RegionCommands region;
   AutoscaleCommands autoscale;
   JobEventsCommands job_events;
+  JobRolloutCommands job_rollout;
   RebalanceCommands rebalance;
   TopCommands top;
   if (want[kCluster]) {
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
     add_region_commands(app, cluster, region);
     add_autoscale_commands(cluster, autoscale);
     add_job_events_commands(cluster, job_events);
+    add_job_rollout_commands(cluster, job_rollout);
     add_rebalance_commands(app, rebalance);
     add_top_commands(app, top);
   }
@@ -140,6 +143,7 @@ int main(int argc, char** argv) {
     if (int rc = run_region_commands(region, g); rc >= 0) return rc;
     if (int rc = run_autoscale_commands(autoscale, g); rc >= 0) return rc;
     if (int rc = run_job_events_commands(job_events, g); rc >= 0) return rc;
+    if (int rc = run_job_rollout_commands(job_rollout, g); rc >= 0) return rc;
     if (int rc = run_rebalance_commands(rebalance, g); rc >= 0) return rc;
     if (int rc = run_top_commands(top, g); rc >= 0) return rc;
     if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;

@@ -70,16 +70,17 @@ const toml::node* locate(const toml::table& root, const std::string& field) {
 Result<json> parse_job_file(const std::string& text, const std::string& name) {
   TRY_ASSIGN(TomlDoc doc, TomlDoc::parse(text, name));
   const auto& t = doc.root();
-  TRY(doc.only_keys(t, "",
-                    {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement",
-                     "resources", "task_controller", "task", "ports", "discovery_drain",
-                     "autoscale", "rebalance", "kind", "batch", "periodic"}));
+  TRY(doc.only_keys(
+      t, "",
+      {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement", "resources",
+       "task_controller", "task", "ports", "discovery_drain", "autoscale", "rebalance", "kind",
+       "batch", "periodic", "canary", "auto_promote"}));
   // The file's own forms first (its tables and their types), then the one job
   // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
   // at the file's line.
   json j = json::object();
-  for (const char* key :
-       {"name", "entitlement", "machine_type", "placement", "discovery_drain", "kind"}) {
+  for (const char* key : {"name", "entitlement", "machine_type", "placement", "discovery_drain",
+                          "kind", "auto_promote"}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) j[key] = *v;
   }
@@ -87,7 +88,7 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
     if (!r->is_boolean()) return field_error(doc.where(*r), "'rebalance' must be true or false");
     j["rebalance"] = r->as_boolean()->get();
   }
-  for (const char* key : {"count", "max_unavailable"}) {
+  for (const char* key : {"count", "max_unavailable", "canary"}) {
     TRY_ASSIGN(auto v, doc.get_int(t, key));
     if (v) j[key] = *v;
   }

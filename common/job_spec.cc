@@ -227,7 +227,9 @@ Result<JobSpec> parse_job_spec(const json& j) {
                                   "rebalance",
                                   "kind",
                                   "batch",
-                                  "periodic"};
+                                  "periodic",
+                                  "canary",
+                                  "auto_promote"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");
@@ -246,6 +248,19 @@ Result<JobSpec> parse_job_spec(const json& j) {
   TRY(parse_job_kind(j, &s));
   TRY_ASSIGN(auto mu, int_member(j, "max_unavailable", 1, 1, kMaxTasksPerJob));
   s.max_unavailable = static_cast<int>(mu);
+  TRY_ASSIGN(auto canary, int_member(j, "canary", 0, 0, kMaxTasksPerJob));
+  s.canary = static_cast<int>(canary);
+  if (j.contains("auto_promote") && !j["auto_promote"].is_null()) {
+    const json& d = j["auto_promote"];
+    Result<uint64_t> us = d.is_string()   ? parse_duration_us(d.get<std::string>())
+                          : d.is_number() ? seconds_to_us(d.get<double>())
+                                          : Result<uint64_t>(make_error("must be a duration"));
+    if (!us.ok() || *us > 86400ull * 1'000'000)
+      return field_error("auto_promote", "must be a duration of at most a day, such as \"5m\"");
+    if (s.canary == 0)
+      return field_error("auto_promote", "goes with canary (the tasks it promotes)");
+    s.auto_promote_us = *us;
+  }
   if (j.contains("per_task") && !j["per_task"].is_null()) {
     const json& r = j["per_task"];
     if (!r.is_object()) return field_error("per_task", "must be an object");
@@ -468,6 +483,8 @@ json to_json(const JobSpec& s) {
   if (s.discovery_drain_us) out["discovery_drain"] = std::to_string(s.discovery_drain_us) + "us";
   if (s.autoscale) out["autoscale"] = to_json(*s.autoscale);
   if (!s.rebalance) out["rebalance"] = false;
+  if (s.canary) out["canary"] = s.canary;
+  if (s.auto_promote_us) out["auto_promote"] = std::to_string(s.auto_promote_us) + "us";
   if (s.is_batch()) {
     out.erase("count");
     out["kind"] = "batch";

@@ -127,6 +127,11 @@ struct JobSpec {
   JobResources per_task;
   std::string machine_type;  // "" = any
   int max_unavailable = 1;
+  // An update's canary phase (docs/jobs.md, "Rollouts"): `canary` tasks get the new
+  // spec first and the rollout holds until `weftctl job promote`, or until they have all
+  // been ready for `auto_promote` (0: promoted by hand only), or a revert. 0: none.
+  int canary = 0;
+  uint64_t auto_promote_us = 0;
   PlacementPolicy placement = PlacementPolicy::kSpread;
   std::optional<TaskControllerSpec> controller;  // "task_controller"
   // Named ports (docs/services.md): name -> port on the task's machine; 0 = one the

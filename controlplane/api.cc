@@ -88,6 +88,9 @@ void Manager::register_methods() {
       {"job.show", &Manager::api_job_show, kViewerCall},
       {"job.autoscale", &Manager::api_job_autoscale, kViewerCall},
       {"job.events", &Manager::api_job_events, kViewerCall},
+      {"job.history", &Manager::api_job_history, kViewerCall},
+      {"job.revert", &Manager::api_job_revert, kOperatorCall},
+      {"job.rollout", &Manager::api_job_rollout, kOperatorCall},
       {"job.autoscale.pause", &Manager::api_job_autoscale_pause, kOperatorCall},
       {"rebalance.plan", &Manager::api_rebalance_plan, kViewerCall},
       {"rebalance.status", &Manager::api_rebalance_status, kViewerCall},
@@ -721,6 +724,7 @@ Result<json> Manager::job_create_resolved(const json& p, const CallContext& c) {
   TRY_ASSIGN(JobSpec spec, job_from_params(p));
   TRY(may_change_jobs(caller(c), spec.entitlement_id));
   TRY_ASSIGN(auto cmds, sched_.create(spec, now_us()));
+  sched_.note_revision(spec.name, "created by " + caller(c).who);
   // A periodic job's first period is the first after now.
   if (spec.periodic)
     sched_.skip_period(spec.name, static_cast<int64_t>(now_realtime_us() / 1'000'000), "");
@@ -734,7 +738,8 @@ Result<json> Manager::job_create_resolved(const json& p, const CallContext& c) {
   return json{{"job", spec.name}, {"tasks", cmds.size()}};
 }
 
-Result<json> Manager::job_op(const std::string& op, const json& p, const CallContext& c) {
+Result<json> Manager::job_op(const std::string& op, const json& p, const CallContext& c,
+                             const std::string& note) {
   if (!p.contains("name") || !p["name"].is_string()) return field_error("name", "is required");
   std::string name = p["name"].get<std::string>();
   Caller who = caller(c);
@@ -752,6 +757,7 @@ Result<json> Manager::job_op(const std::string& op, const json& p, const CallCon
     TRY_ASSIGN(JobSpec spec, job_from_params(p));
     TRY(may_change_jobs(who, spec.entitlement_id));  // the entitlement it moves to, too
     cmds = sched_.update(spec, now_us());
+    if (cmds.ok()) sched_.note_revision(name, note.empty() ? "updated by " + who.who : note);
   } else {
     cmds = sched_.stop(name, now_us());
   }
@@ -825,6 +831,115 @@ Result<json> Manager::api_job_events(const json& p, const CallContext&) {
   json out = json::array();
   for (const auto& e : events) out.push_back(JobEvents::to_json(e));
   return json{{"job", name}, {"events", out}, {"next", next}};
+}
+
+Result<json> Manager::api_job_history(const json& p, const CallContext& c) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required: the job's name");
+  std::string name = p["name"].get<std::string>();
+  auto spec = sched_.job(name);
+  auto progress = sched_.progress(name);
+  if (!spec || !progress)
+    return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
+  bool may_see_secrets = may_change_jobs(caller(c), spec->entitlement_id).ok();
+  uint64_t now = now_us();
+  int64_t wall = static_cast<int64_t>(now_realtime_us());
+  json revs = json::array();
+  for (const auto& r : progress->revisions) {
+    json shown = r.spec;
+    if (!may_see_secrets) hide_secrets(shown);
+    revs.push_back(
+        {{"generation", r.generation},
+         {"at", format_rfc3339(wall - static_cast<int64_t>(now > r.at_us ? now - r.at_us : 0))},
+         {"note", r.note},
+         {"spec", shown}});
+  }
+  return json{{"job", name},
+              {"generation", sched_.generation(name)},
+              {"paused", progress->paused},
+              {"canary", progress->canary},
+              {"revisions", revs}};
+}
+
+Result<json> Manager::api_job_revert(const json& p, const CallContext& c) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required: the job's name");
+  std::string name = p["name"].get<std::string>();
+  TRY_ASSIGN(const int64_t gen, int_member(p, "generation", 0, 1, INT64_MAX));
+  if (gen == 0) return field_error("generation", "is required: the revision to go back to");
+  return revert_to(name, static_cast<uint64_t>(gen),
+                   "revert to generation " + std::to_string(gen) + " by " + caller(c).who, c);
+}
+
+Result<json> Manager::revert_to(const std::string& name, uint64_t gen, const std::string& note,
+                                const CallContext& c) {
+  auto progress = sched_.progress(name);
+  auto current = sched_.job(name);
+  if (!progress || !current)
+    return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
+  TRY(may_change_jobs(caller(c), current->entitlement_id));
+  const Revision* rev = nullptr;
+  for (const auto& r : progress->revisions)
+    if (r.generation == gen) rev = &r;
+  if (!rev)
+    return field_error("generation", "job " + name + " keeps no revision " + std::to_string(gen) +
+                                         " (weftctl job history " + name + ")")
+        .with_code(rpc::kNotFound);
+  // A rolling update to that spec (its own validation and grants), without a canary
+  // phase: a revert rolls to every task. The job's size stays what it is now.
+  json params = rev->spec;
+  params["name"] = name;
+  if (!current->is_batch()) params["count"] = current->count;
+  TRY_ASSIGN(json r, job_op("update", params, c, note));
+  if (sched_.progress(name).value_or(JobProgress{}).canary) {
+    TRY_ASSIGN(auto cmds, sched_.promote(name, now_us(), note));
+    TRY(persist({name}, {}));
+    send(cmds);
+  }
+  r["generation"] = sched_.generation(name);
+  r["reverted_to"] = gen;
+  return r;
+}
+
+Result<json> Manager::api_job_rollout(const json& p, const CallContext& c) {
+  if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
+    return field_error("name", "is required: the job's name");
+  if (!p.contains("action") || !p["action"].is_string())
+    return field_error("action", "is required: pause, resume, abort or promote");
+  std::string name = p["name"].get<std::string>(), action = p["action"].get<std::string>();
+  auto spec = sched_.job(name);
+  auto progress = sched_.progress(name);
+  if (!spec || !progress)
+    return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
+  TRY(may_change_jobs(caller(c), spec->entitlement_id));
+  std::string who = caller(c).who;
+  if (action == "abort") {
+    // Back to the revision before the current one, at once and whole.
+    const auto& revs = progress->revisions;
+    uint64_t gen = sched_.generation(name);
+    const Revision* before = nullptr;
+    for (const auto& r : revs)
+      if (r.generation < gen) before = &r;
+    if (!before)
+      return field_error("name", "job " + name + " has no earlier revision to go back to")
+          .with_code(rpc::kConflict);
+    return revert_to(name, before->generation,
+                     "rollout of generation " + std::to_string(gen) + " aborted by " + who, c);
+  }
+  Result<std::vector<Command>> cmds = make_error("unknown");
+  if (action == "pause" || action == "resume")
+    cmds = sched_.pause_rollout(name, action == "pause", now_us());
+  else if (action == "promote")
+    cmds = sched_.promote(name, now_us(), "promoted by " + who);
+  else
+    return field_error("action", "must be pause, resume, abort or promote");
+  if (!cmds.ok()) return cmds.error();
+  TRY(persist({name}, {}));
+  send(*cmds);
+  if (control_) control_->round();
+  auto now = sched_.progress(name).value_or(JobProgress{});
+  return json{
+      {"job", name}, {"paused", now.paused}, {"canary", now.canary}, {"commands", cmds->size()}};
 }
 
 Result<json> Manager::api_job_autoscale(const json& p, const CallContext&) {

@@ -154,7 +154,7 @@ class Manager {
   Maintenance maintenance_;
   // job.scale, job.update and job.stop: the operation, persisted, then sent.
   Result<nlohmann::json> job_op(const std::string& op, const nlohmann::json& p,
-                                const rpc::CallContext& c);
+                                const rpc::CallContext& c, const std::string& note = "");
   // Sends commands down the machines' sessions; a stop of a task that just left service
   // discovery waits for the agents first (refresh_services).
   void send(const std::vector<Command>& cmds);
@@ -278,6 +278,13 @@ class Manager {
   // Periodic jobs' runs, started at the tick (periodic.h); a batch or periodic job's
   // part of job.show and job.ls.
   PeriodicRuns periodic_;
+  // Rollouts (docs/jobs.md "Rollouts"): a job's revisions, a revert to one (a rolling
+  // update to its spec, without canaries), pause, resume, abort and promote.
+  Result<nlohmann::json> api_job_history(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_revert(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_job_rollout(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> revert_to(const std::string& name, uint64_t generation,
+                                   const std::string& note, const rpc::CallContext& c);
   nlohmann::json batch_json(const std::string& job, const JobSpec& spec);
   // The ReBalancer (rebalancer.h): the plan for an entitlement now (what it would move),
   // the leader's loop that carries plans out, its status and pause.

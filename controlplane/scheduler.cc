@@ -10,14 +10,6 @@ namespace weft::cp {
 using json = nlohmann::json;
 
 namespace {
-bool live(TaskState s) {
-  return s == TaskState::kPending || s == TaskState::kStarting || s == TaskState::kRunning;
-}
-// Live, or running on a drained machine until its replacement runs: what a stop or a
-// scale-down must stop, and what keeps a stopping job alive.
-bool running_copy(TaskState s) {
-  return live(s) || s == TaskState::kDraining;
-}
 // A task that has not shown up in its machine's report this long after the start was
 // sent is lost (the start command or the machine went missing).
 constexpr uint64_t kStartGraceUs = 60'000'000;
@@ -191,7 +183,8 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   // update).
   std::set<int> have;
   for_job(j.spec.name, [&](TaskRecord& t) {
-    if (live(t.state) || t.state == TaskState::kStopping || refused(t, j)) have.insert(t.index);
+    if (task_live(t.state) || t.state == TaskState::kStopping || refused(t, j))
+      have.insert(t.index);
   });
   // An index whose task failed or was lost is replace()'s, which takes a token from the
   // destructive-operation budget: converging must not start it for free (that path
@@ -278,6 +271,7 @@ Result<std::vector<Command>> Scheduler::create(const JobSpec& spec, uint64_t now
   Job j;
   j.spec = spec;
   if (spec.is_batch()) j.progress.started_us = now;
+  add_revision(j, now);
   auto cmds = converge(j, now);
   if (!cmds.ok()) return cmds.error();  // nothing placed, nothing recorded
   jobs_[spec.name] = j;
@@ -352,6 +346,7 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
       return field_error("entitlement", "a job moves to another entitlement as a new job");
     j.spec = spec;
     ++j.generation;
+    add_revision(j, now);
     changed_jobs_.insert(j.spec.name);
     return std::vector<Command>{};
   }
@@ -375,7 +370,10 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   j.spec.discovery_drain_us = spec.discovery_drain_us;
   j.spec.autoscale = spec.autoscale;
   j.spec.rebalance = spec.rebalance;
+  j.spec.canary = spec.canary;
+  j.spec.auto_promote_us = spec.auto_promote_us;
   ++j.generation;
+  add_revision(j, now);
   j.rolling = true;
   changed_jobs_.insert(j.spec.name);
   // A new image or package: every machine of the job fetches it first, so that
@@ -390,7 +388,7 @@ Result<std::vector<Command>> Scheduler::update(const JobSpec& spec, uint64_t now
   j.prefetching.clear();
   if (!fetch.empty()) {
     for_job(j.spec.name, [&](TaskRecord& t) {
-      if (live(t.state) && t.state != TaskState::kPending) j.prefetching.insert(t.machine);
+      if (task_live(t.state) && t.state != TaskState::kPending) j.prefetching.insert(t.machine);
     });
     j.prefetch_deadline_us = now + kPrefetchTimeoutUs;
     for (MachineId m : j.prefetching)
@@ -434,9 +432,21 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   std::vector<TaskRecord*> old;
   for_job(j.spec.name, [&](TaskRecord& t) {
     if (available(t)) running_idx.insert(t.index);
-    if ((t.generation < j.generation || j.restarts.count(t.id)) && live(t.state)) old.push_back(&t);
+    if ((t.generation < j.generation || j.restarts.count(t.id)) && task_live(t.state))
+      old.push_back(&t);
   });
   j.rolling = !old.empty();
+  if (old.empty() && j.progress.canary) {  // every task has the new spec: nothing to hold
+    j.progress.canary = false;
+    changed_jobs_.insert(j.spec.name);
+  }
+  // An update's restarts (not an operator's restart of one task) as the rollout allows:
+  // none while paused, the canaries in a canary phase.
+  int allowed = update_restarts_allowed(j);
+  auto may_restart = [&](const TaskRecord* t) {
+    if (j.restarts.count(t->id) && t->generation == j.generation) return true;
+    return allowed > 0;
+  };
   if (j.controlled()) {
     // The controller decides which restarts go, and weft bounds how many: never more
     // than max_unavailable of the job's indices down for weft's own operations at once,
@@ -451,6 +461,8 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
       std::string op = "restart/" + t->id;
       if (!j.granted.count(op)) continue;
       if (ours >= j.spec.max_unavailable) break;
+      if (!may_restart(t)) continue;
+      if (!(j.restarts.count(t->id) && t->generation == j.generation)) --allowed;
       j.granted.erase(op);
       j.restarts.erase(t->id);
       ++ours;
@@ -469,6 +481,8 @@ std::vector<Command> Scheduler::roll(Job& j, uint64_t now) {
   for (TaskRecord* t : old) {
     if (in_flight >= j.spec.max_unavailable) break;
     if (j.prefetching.count(t->machine)) continue;  // its machine is fetching the image
+    if (!may_restart(t)) continue;
+    if (!(j.restarts.count(t->id) && t->generation == j.generation)) --allowed;
     j.restarts.erase(t->id);
     set_state(*t, TaskState::kStopping);
     t->since_us = now;
@@ -831,7 +845,7 @@ std::vector<Command> Scheduler::machine_down(MachineId m, uint64_t now, bool pre
   std::set<std::string> stopped_jobs;
   LostNote noted;
   for_machine(m, [&](TaskRecord& t) {
-    if (live(t.state)) {
+    if (task_live(t.state)) {
       noted.add(t);
       set_state(t, TaskState::kLost);
       t.since_us = now;
@@ -945,7 +959,7 @@ std::vector<Command> Scheduler::machine_evict(MachineId m, uint64_t now) {
 
 bool Scheduler::move_now(Job& j, const std::string& id, uint64_t now, std::vector<Command>* out) {
   auto it = tasks_.find(id);
-  if (it == tasks_.end() || !live(it->second.state) || it->second.state == TaskState::kPending)
+  if (it == tasks_.end() || !task_live(it->second.state) || it->second.state == TaskState::kPending)
     return false;
   TaskRecord& t = it->second;
   set_state(t, TaskState::kDraining);  // make before break: it stops once its copy runs
@@ -1134,7 +1148,7 @@ void Scheduler::queue_waits(const std::string* only) {
   std::set<std::pair<std::string, int>> running;
   auto each = [&](const TaskRecord& t) {
     auto key = std::pair{t.job, t.index};
-    if (live(t.state)) running.insert(key);
+    if (task_live(t.state)) running.insert(key);
     auto it = latest.find(key);
     if (it == latest.end() || it->second->since_us < t.since_us) latest[key] = &t;
   };
@@ -1210,6 +1224,7 @@ std::vector<Command> Scheduler::tick(uint64_t now) {
     else
       replace(waiting[i], now, &out);
   }
+  auto_promote(now, &out);
   // Batch jobs past their deadline fail; restored ones fill their free slots.
   for (auto& [name, j] : jobs_) {
     if (!j.spec.is_batch() || j.ended() || j.stopping || j.spec.periodic ||
@@ -1265,20 +1280,22 @@ std::vector<Operation> Scheduler::pending_operations(const std::string& job) con
   auto it = jobs_.find(job);
   if (it == jobs_.end() || !it->second.spec.controller || it->second.stopping) return out;
   const Job& j = it->second;
+  int allowed = update_restarts_allowed(j);  // paused or canaries: only those it may do
   if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())
     for (const auto& [key, t] : jt->second)
-      if (t->generation < j.generation && live(t->state))
+      if (t->generation < j.generation && task_live(t->state) && allowed-- > 0)
         out.push_back(Operation{"restart/" + t->id, "restart", t->id, t->index,
                                 "update to generation " + std::to_string(j.generation)});
   for (const auto& id : j.moves)
-    if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state))
+    if (auto t = tasks_.find(id); t != tasks_.end() && task_live(t->second.state))
       out.push_back(Operation{"move/" + id, "move", id, t->second.index, "its machine is drained"});
   for (const auto& [id, why] : j.restarts)
     if (auto t = tasks_.find(id);
-        t != tasks_.end() && live(t->second.state) && t->second.generation == j.generation)
+        t != tasks_.end() && task_live(t->second.state) && t->second.generation == j.generation)
       out.push_back(Operation{"restart/" + id, "restart", id, t->second.index, why});
   for (const auto& [id, r] : j.retargets)
-    if (auto t = tasks_.find(id); t != tasks_.end() && live(t->second.state) && !j.moves.count(id))
+    if (auto t = tasks_.find(id);
+        t != tasks_.end() && task_live(t->second.state) && !j.moves.count(id))
       out.push_back(Operation{"move/" + id, "move", id, t->second.index, r.reason});
   if (j.shrink_to)
     if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())

@@ -78,6 +78,15 @@ struct TaskRecord {
   // once the job is gone and another job has its name.
   EntitlementId entitlement = 0;
 };
+// Placed and not ended: pending, starting or running.
+inline bool task_live(TaskState s) {
+  return s == TaskState::kPending || s == TaskState::kStarting || s == TaskState::kRunning;
+}
+// Live, or running on a drained machine until its replacement runs: what a stop or a
+// scale-down must stop, and what keeps a stopping job alive.
+inline bool running_copy(TaskState s) {
+  return task_live(s) || s == TaskState::kDraining;
+}
 // Counted as available by rolling updates, drains and TaskControllers.
 inline bool available(const TaskRecord& t) {
   return t.state == TaskState::kRunning && t.ready;
@@ -138,17 +147,33 @@ struct TaskEvent {
   std::string what, detail;
 };
 
-// A batch job's progress (docs/jobs.md, "Batch jobs") and a periodic job's last period:
-// kept with the job, across restarts, failovers and moves between shards.
+// One of a job's specs as it was created or updated (docs/jobs.md, "Rollouts"): its
+// generation, the spec's protocol form, when and by whom.
+struct Revision {
+  uint64_t generation = 0;
+  nlohmann::json spec;
+  uint64_t at_us = 0;  // monotonic (stored as wall-clock time)
+  std::string note;    // "created by CN=alice", "revert to generation 3 by ..."
+  bool operator==(const Revision&) const = default;
+};
+inline constexpr size_t kRevisionsKept = 10;
+
+// A job's state beyond its spec: a batch job's progress (docs/jobs.md, "Batch jobs"), a
+// periodic job's last period, its rollout's pause and canary phase and its last
+// revisions (docs/jobs.md, "Rollouts"): kept with the job, across restarts, failovers
+// and moves between shards.
 struct JobProgress {
-  int succeeded = 0;        // batch: tasks that exited 0
-  int failed = 0;           // batch: failures counted against batch.max_failures
-  std::string outcome;      // batch: "" while it runs, "succeeded" or "failed"
-  std::string reason;       // why it ended; while it runs, its last failure
-  uint64_t started_us = 0;  // batch: made (its deadline counts from here)
-  uint64_t ended_us = 0;    // batch: when outcome was set
-  int64_t last_period = 0;  // periodic: the newest period (unix seconds) run or skipped
-  std::string parent;       // a periodic job's run: that job
+  int succeeded = 0;                // batch: tasks that exited 0
+  int failed = 0;                   // batch: failures counted against batch.max_failures
+  std::string outcome;              // batch: "" while it runs, "succeeded" or "failed"
+  std::string reason;               // why it ended; while it runs, its last failure
+  uint64_t started_us = 0;          // batch: made (its deadline counts from here)
+  uint64_t ended_us = 0;            // batch: when outcome was set
+  int64_t last_period = 0;          // periodic: the newest period (unix seconds) run or skipped
+  std::string parent;               // a periodic job's run: that job
+  bool paused = false;              // its rollouts hold (weftctl job rollout pause)
+  bool canary = false;              // its update's canaries wait for a promotion
+  std::vector<Revision> revisions;  // the latest kRevisionsKept, oldest first
   bool operator==(const JobProgress&) const = default;
 };
 // Its stored and carried form: `time_of` turns the monotonic times into the form's own
@@ -324,6 +349,15 @@ class Scheduler {
                                             uint64_t now_us);
   // The period passes without a run (overlap "forbid", or the first look at a new job).
   void skip_period(const std::string& job, int64_t period, const std::string& why);
+  // Rollouts (scheduler_rollout.cc). Paused: no task is restarted for an update (an
+  // operator's restart of one task still goes); resumed: it rolls on.
+  Result<std::vector<Command>> pause_rollout(const std::string& job, bool paused, uint64_t now_us);
+  // The canaries are good: the update rolls on to every task. A job without a canary
+  // phase: refused.
+  Result<std::vector<Command>> promote(const std::string& job, uint64_t now_us,
+                                       const std::string& why);
+  // Says who made the job's latest revision and how ("updated by CN=alice").
+  void note_revision(const std::string& job, const std::string& note);
   // Forgets ended tasks (stopped, failed, lost) that nothing waits on any more: those of
   // jobs that are gone at once, others once they ended `retain_us` ago and a newer task
   // has their index (or the index no longer exists). Returns their ids, for the store.
@@ -431,6 +465,8 @@ class Scheduler {
     JobProgress progress;
     // A batch job that ended (succeeded or failed): nothing of it runs again.
     bool ended() const { return !progress.outcome.empty(); }
+    // Since when all its canaries are ready (auto_promote); 0: not all. Not stored.
+    uint64_t canaries_ready_since_us = 0;
     // An update may have live tasks of an older generation left to roll (cleared by
     // roll() once none is left): a task that starts running only matters to roll().
     bool rolling = false;
@@ -509,6 +545,14 @@ class Scheduler {
   // Batch jobs whose free slots need a look (restored, adopted): converged at the tick.
   std::set<std::string> batch_idle_;
   // An event of the job itself (task ""): a batch job's end, a period's run or skip.
+  // The job's spec as a new revision (create, update): the oldest beyond
+  // kRevisionsKept goes. An update with canaries starts its canary phase.
+  void add_revision(Job& j, uint64_t now_us);
+  // How many more tasks an update may restart now: none while paused, the canaries
+  // left to start in a canary phase, else any number (the pacing is max_unavailable's).
+  int update_restarts_allowed(const Job& j) const;
+  // Canary phases whose canaries have been ready for auto_promote: promoted.
+  void auto_promote(uint64_t now_us, std::vector<Command>* out);
   void job_event(const std::string& job, std::string what, std::string detail) {
     if (events_.size() >= kEventsKept) events_.pop_front();
     events_.push_back(TaskEvent{job, "", 0, std::move(what), std::move(detail)});

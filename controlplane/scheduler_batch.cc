@@ -18,6 +18,17 @@ json progress_json(const JobProgress& p, const std::function<int64_t(uint64_t)>&
   if (p.ended_us) j["ended"] = time_of(p.ended_us);
   if (p.last_period) j["last_period"] = p.last_period;
   if (!p.parent.empty()) j["parent"] = p.parent;
+  if (p.paused) j["paused"] = true;
+  if (p.canary) j["canary"] = true;
+  if (!p.revisions.empty()) {
+    json revs = json::array();
+    for (const auto& r : p.revisions)
+      revs.push_back({{"generation", r.generation},
+                      {"spec", r.spec},
+                      {"at", time_of(r.at_us)},
+                      {"note", r.note}});
+    j["revisions"] = std::move(revs);
+  }
   return j;
 }
 
@@ -52,6 +63,25 @@ JobProgress progress_from_json(const json& j, const std::function<uint64_t(int64
   if (auto t = number("last_period"); t && *t > 0) p.last_period = *t;
   p.parent = text("parent");
   if (!weft::valid_job_name(p.parent)) p.parent.clear();
+  auto flag = [&](const char* k) { return j.contains(k) && j[k].is_boolean() && j[k].get<bool>(); };
+  p.paused = flag("paused");
+  p.canary = flag("canary");
+  if (j.contains("revisions") && j["revisions"].is_array())
+    for (const auto& r : j["revisions"]) {
+      if (!r.is_object() || p.revisions.size() >= kRevisionsKept) continue;
+      Revision rev;
+      const json& g = r.contains("generation") ? r["generation"] : json();
+      if (!g.is_number_unsigned() || g.get<uint64_t>() == 0) continue;
+      rev.generation = g.get<uint64_t>();
+      if (!r.contains("spec") || !r["spec"].is_object()) continue;
+      rev.spec = r["spec"];
+      if (r.contains("at") && r["at"].is_number_integer() && r["at"].get<int64_t>() > 0)
+        rev.at_us = mono_of(r["at"].get<int64_t>());
+      if (r.contains("note") && r["note"].is_string() &&
+          r["note"].get_ref<const std::string&>().size() <= 256)
+        rev.note = r["note"].get<std::string>();
+      p.revisions.push_back(std::move(rev));
+    }
   return p;
 }
 

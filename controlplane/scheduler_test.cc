@@ -1244,6 +1244,101 @@ TEST_F(Sched, ATaskThatIsNotLiveIsRestartedThroughItsController) {
   EXPECT_EQ(sched_.pending_operations("kv").size(), 1u);
 }
 
+// Rollouts: a canary phase starts `canary` tasks of the new spec and holds until a
+// promotion (by hand or after the canaries were ready for auto_promote); a paused
+// rollout restarts nothing until resumed; every spec is a revision, the last ten kept.
+TEST_F(Sched, CanariesHoldTheRolloutUntilPromotedAndAPauseHoldsIt) {
+  JobSpec s = spec("web", 4);
+  s.max_unavailable = 2;
+  s.canary = 1;
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  auto of_gen = [&](uint64_t g) {
+    int n = 0;
+    for (const auto& t : sched_.tasks_of("web"))
+      n += t.generation == g && (t.state == TaskState::kRunning || t.state == TaskState::kStarting);
+    return n;
+  };
+  auto settle = [&](uint64_t now) {  // reports until nothing more is sent
+    for (int i = 0; i < 10; ++i) {
+      auto next = report_all(sent, now + static_cast<uint64_t>(i));
+      if (next.empty()) break;
+      sent.insert(sent.end(), next.begin(), next.end());
+    }
+  };
+  s.task = {{"argv", {"/bin/sleep", "1000"}}};
+  auto u = sched_.update(s, 10);
+  ASSERT_TRUE(u.ok());
+  sent.insert(sent.end(), u->begin(), u->end());
+  settle(11);
+  EXPECT_EQ(of_gen(2), 1);  // one canary, however large max_unavailable
+  EXPECT_EQ(of_gen(1), 3);
+  EXPECT_TRUE(sched_.progress("web")->canary);
+  EXPECT_TRUE(sched_.tick(30).empty());  // no auto_promote: it holds
+  auto p = sched_.promote("web", 40, "promoted by alice");
+  ASSERT_TRUE(p.ok());
+  sent.insert(sent.end(), p->begin(), p->end());
+  settle(41);
+  EXPECT_EQ(of_gen(2), 4);
+  EXPECT_FALSE(sched_.progress("web")->canary);
+  EXPECT_FALSE(sched_.promote("web", 60, "again").ok());  // nothing waits
+
+  // Paused: an update restarts nothing; resumed, it rolls.
+  ASSERT_TRUE(sched_.pause_rollout("web", true, 70).ok());
+  s.canary = 0;
+  s.task = {{"argv", {"/bin/sleep", "1001"}}};
+  u = sched_.update(s, 71);
+  ASSERT_TRUE(u.ok());
+  sent.insert(sent.end(), u->begin(), u->end());
+  settle(72);
+  EXPECT_EQ(of_gen(3), 0);
+  EXPECT_TRUE(sched_.persisted_job("web")->progress.paused);  // written with the job
+  auto r = sched_.pause_rollout("web", false, 80);
+  ASSERT_TRUE(r.ok());
+  sent.insert(sent.end(), r->begin(), r->end());
+  settle(81);
+  EXPECT_EQ(of_gen(3), 4);
+  // The revisions: 1, 2 and 3, with their specs.
+  auto revs = sched_.progress("web")->revisions;
+  ASSERT_EQ(revs.size(), 3u);
+  EXPECT_EQ(revs[1].generation, 2u);
+  EXPECT_EQ(revs[1].spec["task"]["argv"][1], "1000");
+  for (int i = 0; i < 12; ++i) {
+    s.task = {{"argv", {"/bin/sleep", std::to_string(2000 + i)}}};
+    ASSERT_TRUE(sched_.update(s, 100 + static_cast<uint64_t>(i)).ok());
+  }
+  revs = sched_.progress("web")->revisions;
+  ASSERT_EQ(revs.size(), kRevisionsKept);
+  EXPECT_EQ(revs.back().generation, 15u);
+  EXPECT_EQ(revs.front().generation, 6u);
+}
+
+TEST_F(Sched, CanariesReadyForAutoPromoteArePromoted) {
+  JobSpec s = spec("web", 3);
+  s.canary = 1;
+  s.auto_promote_us = 10 * kMin;
+  auto c = sched_.create(s, 0);
+  ASSERT_TRUE(c.ok());
+  std::vector<Command> sent = *c;
+  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  s.task = {{"argv", {"/bin/sleep", "1000"}}};
+  auto u = sched_.update(s, 2);
+  ASSERT_TRUE(u.ok());
+  sent.insert(sent.end(), u->begin(), u->end());
+  for (uint64_t t = 3; t < 8; ++t) {
+    auto next = report_all(sent, t);
+    sent.insert(sent.end(), next.begin(), next.end());
+  }
+  EXPECT_TRUE(sched_.progress("web")->canary);
+  EXPECT_TRUE(sched_.tick(kMin).empty());  // ready from now on
+  EXPECT_TRUE(sched_.tick(5 * kMin).empty());
+  auto promoted = sched_.tick(12 * kMin);
+  EXPECT_FALSE(sched_.progress("web")->canary);
+  EXPECT_EQ(count_kind(promoted, Command::Kind::kStop), 1);  // max_unavailable 1: the next
+}
+
 // The job's events, in order: placed (on which machine), running, ready, failed with
 // the machine's reason, and the operations asked with their reasons.
 TEST_F(Sched, WhatHappensToTasksIsTakenAsEvents) {

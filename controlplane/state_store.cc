@@ -531,7 +531,12 @@ json StateStore::job_row_spec(const Scheduler::PersistedJob& p) const {
   json j = job_spec_to_json(p.spec);
   if (!(p.progress == JobProgress{}))
     j["progress"] = progress_json(p.progress, [this](uint64_t mono) { return wall_of(mono); });
-  return secrets_ ? seal_job_secrets(std::move(j), *secrets_) : j;
+  if (!secrets_) return j;
+  // The revisions' specs hold the job's secrets too: sealed as the spec's are.
+  if (j.contains("progress") && j["progress"].contains("revisions"))
+    for (auto& r : j["progress"]["revisions"])
+      r["spec"] = seal_job_secrets(std::move(r["spec"]), *secrets_);
+  return seal_job_secrets(std::move(j), *secrets_);
 }
 
 Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, uint64_t now) {
@@ -548,6 +553,13 @@ Status StateStore::restore(Allocator& alloc, Broker& broker, Scheduler& sched, u
                         "secrets_key: secrets are kept sealed at rest (set secrets_key to the "
                         "key file the packages made, /etc/weft/secrets.key; docs/security.md)");
     TRY_ASSIGN(j.spec, open_job_secrets(std::move(j.spec), secrets_.get()));
+    if (j.spec.contains("progress") && j.spec["progress"].is_object() &&
+        j.spec["progress"].contains("revisions") && j.spec["progress"]["revisions"].is_array())
+      for (auto& r : j.spec["progress"]["revisions"])
+        if (r.is_object() && r.contains("spec")) {
+          if (secrets_ && !job_secrets_current(r["spec"], *secrets_)) secrets_stale_ = true;
+          TRY_ASSIGN(r["spec"], open_job_secrets(std::move(r["spec"]), secrets_.get()));
+        }
   }
   return apply(std::move(st), alloc, broker, sched, now, wall_now());
 }
