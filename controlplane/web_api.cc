@@ -35,13 +35,19 @@ std::string Manager::web_page() const {
       ready += available(*t);
       current += available(*t) && t->generation == j.generation;
     }
-    s.jobs.push_back({{"name", j.spec.name},
-                      {"entitlement", j.spec.entitlement},
-                      {"count", j.spec.count},
-                      {"ready", ready},
-                      {"current", current},
-                      {"generation", j.generation},
-                      {"stopping", j.stopping}});
+    json row{{"name", j.spec.name},        {"entitlement", j.spec.entitlement},
+             {"count", j.spec.count},      {"ready", ready},
+             {"current", current},         {"generation", j.generation},
+             {"stopping", j.stopping},     {"paused", j.progress.paused},
+             {"canary", j.progress.canary}};
+    if (j.spec.is_batch()) {
+      row["kind"] = j.spec.periodic ? "periodic" : "batch";
+      row["completions"] = j.spec.batch.completions;
+      row["succeeded"] = j.progress.succeeded;
+      row["outcome"] = j.progress.outcome;
+      if (j.spec.periodic) row["schedule"] = j.spec.periodic->schedule;
+    }
+    s.jobs.push_back(std::move(row));
   }
   for (const auto& [id, e] : maintenance_.events())
     if (e.active()) s.maintenance.push_back(to_json(e));

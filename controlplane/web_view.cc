@@ -205,6 +205,19 @@ std::string render_fleet_html(const FleetSnapshot& s) {
         j.value("stopping", false) ? "stopping"
         : current >= count         ? "done"
                            : std::to_string(current) + " of " + std::to_string(count) + " updated";
+    // A batch job's progress, a periodic job's schedule; a rollout's pause or canaries.
+    std::string kind = str(j, "kind");
+    if (kind == "batch")
+      rollout = (str(j, "outcome").empty() ? "running" : str(j, "outcome")) + " " +
+                std::to_string(num(j, "succeeded")) + "/" + std::to_string(num(j, "completions")) +
+                " completed";
+    else if (kind == "periodic")
+      rollout = "periodic: " + str(j, "schedule");
+    else if (j.value("paused", false))
+      rollout += " (paused)";
+    else if (j.value("canary", false))
+      rollout += " (canaries: weftctl job promote)";
+    rollout = html_escape(rollout);
     o << "<tr class=\"job\" data-job=\"" << html_escape(str(j, "name")) << "\"><td>"
       << html_escape(str(j, "name")) << "</td><td>" << html_escape(str(j, "entitlement"))
       << "</td><td class=\"ready\">" << ready << " / " << count << "</td><td>"

@@ -35,6 +35,23 @@ TEST(WebView, EveryMachineEntitlementJobAndEventIsDrawnAndNothingIsTrusted) {
                     {"current", 5},
                     {"generation", 3},
                     {"stopping", false}});
+  s.jobs.push_back({{"name", "etl"},
+                    {"entitlement", "web"},
+                    {"count", 3},
+                    {"ready", 3},
+                    {"current", 3},
+                    {"generation", 1},
+                    {"kind", "batch"},
+                    {"completions", 10},
+                    {"succeeded", 4},
+                    {"outcome", ""}});
+  s.jobs.push_back({{"name", "api"},
+                    {"entitlement", "web"},
+                    {"count", 4},
+                    {"ready", 4},
+                    {"current", 1},
+                    {"generation", 2},
+                    {"canary", true}});
   s.maintenance.push_back({{"id", 7},
                            {"target_kind", "domain"},
                            {"target", "rack1"},
@@ -62,6 +79,9 @@ TEST(WebView, EveryMachineEntitlementJobAndEventIsDrawnAndNothingIsTrusted) {
             std::string::npos);
   EXPECT_NE(html.find("<td class=\"used\">10 / 12</td>"), std::string::npos);
   EXPECT_NE(html.find("<td class=\"rollout\">5 of 20 updated</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"rollout\">running 4/10 completed</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"rollout\">1 of 4 updated (canaries: weftctl job promote)</td>"),
+            std::string::npos);
   EXPECT_NE(html.find("<td class=\"ready\">18 / 20</td>"), std::string::npos);
   EXPECT_EQ(count_of(html, "<tr class=\"maintenance\">"), 1u);
   EXPECT_NE(html.find("a &amp; b"), std::string::npos);
