@@ -81,7 +81,9 @@ Result<std::vector<Command>> Scheduler::promote(const std::string& job, uint64_t
 }
 
 void Scheduler::auto_promote(uint64_t now, std::vector<Command>* out) {
-  for (auto& [name, j] : jobs_) {
+  for (auto& entry : jobs_) {  // (a lambda below uses the job: no structured binding)
+    const std::string& name = entry.first;
+    Job& j = entry.second;
     if (!j.progress.canary || !j.spec.auto_promote_us || j.stopping || j.progress.paused ||
         fenced(j.spec.entitlement_id))
       continue;
