@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "agent/host_ports.h"
+#include "agent/init/argv.h"
 #include "agent/logs.h"
 #include "agent/manager.h"
 #include "agent/runtime.h"
@@ -408,6 +409,27 @@ Result<json> Manager::cp_task_kill(const json& p, const rpc::CallContext& c) {
   json q = p;
   q["id"] = t->id;
   return api_task_kill(q, c);
+}
+
+Result<json> Manager::cp_exec(const json& p, const rpc::CallContext& c) {
+  TRY_ASSIGN(ExecRequest req, parse_exec_request(p));
+  Task* t = cp_task(req.task);
+  if (!t)
+    return make_error("no task " + req.task + " on this machine").with_code(RpcCode::kNotFound);
+  if (t->state != TaskState::kRunning || t->pid <= 0 || !t->pidfd.valid())
+    return make_error(req.task + " is " + task_state_name(t->state) + ", not running")
+        .with_code(RpcCode::kConflict);
+  TRY_ASSIGN(Identity ident,
+             t->identity ? Result<Identity>(*t->identity) : identity_of(t, t->spec));
+  InitJoin join{t->pid, req.command, req.options.tty, {}};
+  if (req.options.tty) join.env_defaults["TERM"] = req.term.empty() ? "xterm" : req.term;
+  std::vector<std::string> argv = init_argv(t->spec, ident, join);
+  const std::string id = t->id;
+  const int pidfd = t->pidfd.get();
+  return execs_->start(c.session, id, req.options, [&](uint64_t n) -> Result<ExecStart> {
+    TRY_ASSIGN(std::string dir, cgroups_->exec_dir(id, n));
+    return ExecStart{cfg_.init_path, argv, pidfd, dir};
+  });
 }
 
 Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {

@@ -242,19 +242,38 @@ Status CgroupTree::kill_task(const std::string& id) {
 namespace {
 constexpr const char* kCheckCgroup = "/weft-check";
 constexpr const char* kLiveCgroup = "/weft-live";
+const std::string kExecCgroup = "/weft-exec-";
 }  // namespace
 
-Result<std::string> CgroupTree::check_dir(const std::string& id, bool liveness) {
-  std::string dir = task_dir(id) + (liveness ? kLiveCgroup : kCheckCgroup);
+Result<std::string> CgroupTree::helper_dir(const std::string& id, const std::string& name) {
+  std::string dir = task_dir(id) + name;
   if (!fs_.exists(dir)) TRY(fs_.mkdir(dir));
   return dir;
 }
 
-void CgroupTree::end_check(const std::string& id, bool liveness) {
-  std::string dir = task_dir(id) + (liveness ? kLiveCgroup : kCheckCgroup);
-  if (!fs_.exists(dir)) return;
+bool CgroupTree::end_helper(const std::string& id, const std::string& name) {
+  std::string dir = task_dir(id) + name;
+  if (!fs_.exists(dir)) return true;
   if (fs_.exists(dir + "/cgroup.kill")) (void)fs_.write(dir + "/cgroup.kill", "1");
-  (void)fs_.rmdir(dir);  // EBUSY while the killed leave: the next check or remove_task
+  // EBUSY while the killed leave: the caller asks again, or the next check or
+  // remove_task removes it.
+  return fs_.rmdir(dir).ok();
+}
+
+Result<std::string> CgroupTree::check_dir(const std::string& id, bool liveness) {
+  return helper_dir(id, liveness ? kLiveCgroup : kCheckCgroup);
+}
+
+void CgroupTree::end_check(const std::string& id, bool liveness) {
+  (void)end_helper(id, liveness ? kLiveCgroup : kCheckCgroup);
+}
+
+Result<std::string> CgroupTree::exec_dir(const std::string& id, uint64_t n) {
+  return helper_dir(id, kExecCgroup + std::to_string(n));
+}
+
+bool CgroupTree::end_exec(const std::string& id, uint64_t n) {
+  return end_helper(id, kExecCgroup + std::to_string(n));
 }
 
 Status CgroupTree::remove_task(const std::string& id, int wait_ms) {
@@ -262,7 +281,12 @@ Status CgroupTree::remove_task(const std::string& id, int wait_ms) {
   if (!fs_.exists(dir)) return {};
   TRY(kill_task(id));  // cgroup.kill takes the check's cgroup beneath too
   int waited = 0;
-  for (const std::string& d : {dir + kCheckCgroup, dir + kLiveCgroup, dir}) {
+  std::vector<std::string> dirs = {dir + kCheckCgroup, dir + kLiveCgroup};
+  if (auto subs = fs_.subdirs(dir); subs.ok())
+    for (const auto& sub : *subs)
+      if (sub.rfind(kExecCgroup.substr(1), 0) == 0) dirs.push_back(dir + "/" + sub);
+  dirs.push_back(dir);
+  for (const std::string& d : dirs) {
     if (d != dir && !fs_.exists(d)) continue;
     for (;; ++waited) {
       Status s = fs_.rmdir(d);

@@ -128,6 +128,11 @@ class CgroupTree {
   // next check reuses it and remove_task removes it).
   Result<std::string> check_dir(const std::string& id, bool liveness = false);
   void end_check(const std::string& id, bool liveness = false);
+  // The same for one `weftctl task exec` (`n`: its number on this agent): each in a
+  // cgroup of its own, which ends with everything the command started.
+  // end_exec: true once the cgroup is gone (false while the killed still leave: ask again).
+  Result<std::string> exec_dir(const std::string& id, uint64_t n);
+  bool end_exec(const std::string& id, uint64_t n);
   Status freeze_task(const std::string& id, bool frozen);
   Result<bool> frozen(const std::string& id);
   Result<bool> populated(const std::string& id);
@@ -138,6 +143,9 @@ class CgroupTree {
   CgroupStats stats(const std::string& id);
 
  private:
+  // A cgroup beneath the task's for a command joined to it (`name` starts with '/').
+  Result<std::string> helper_dir(const std::string& id, const std::string& name);
+  bool end_helper(const std::string& id, const std::string& name);
   Result<std::map<std::string, std::string>> read_keyed(const std::string& file);
   Status enable_in_ancestors();
   CgroupFs& fs_;

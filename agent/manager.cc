@@ -189,6 +189,19 @@ Status Manager::start() {
                       TRY_ASSIGN(json params, cp_->admit(p, "task.kill"));
                       return cp_task_kill(params, c);
                     });
+    // `weftctl task exec` (the control plane checked and audited the caller).
+    execs_ = std::make_unique<ExecSessions>(
+        *loop_, *reaper_,
+        [this](const std::string& id, uint64_t n) { return cgroups_->end_exec(id, n); });
+    cp_methods_.add("task.exec",
+                    [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
+                      TRY_ASSIGN(json params, cp_->admit(p, "task.exec"));
+                      return cp_exec(params, c);
+                    });
+    cp_methods_.add("task.exec.input", [this](const nlohmann::json& p, const rpc::CallContext& c) {
+      execs_->input(c.session, p);
+      return Result<json>(json::object());
+    });
     // Autoscaling's figures (and an operator's, through the control plane).
     cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext& c) {
       return task_usage(p, c, /*control_plane_only=*/true);

@@ -26,6 +26,7 @@
 #include "agent/cgroup.h"
 #include "agent/cp_session.h"
 #include "agent/dns_server.h"
+#include "agent/exec_sessions.h"
 #include "agent/image/service.h"
 #include "agent/lifecycle.h"
 #include "agent/netns_pool.h"
@@ -252,6 +253,11 @@ class Manager {
   std::unique_ptr<CpSession> cp_;
   std::unique_ptr<HttpClient> http_;  // readiness checks over HTTP
   std::unique_ptr<Reaper> reaper_;    // exec checks abandoned mid-run
+  // `weftctl task exec` (agent/exec_sessions.h): commands joined to the control plane's
+  // tasks, their bytes over its session. cp_exec plans one (the task running, its
+  // identity, a cgroup of its own).
+  std::unique_ptr<ExecSessions> execs_;
+  Result<nlohmann::json> cp_exec(const nlohmann::json& p, const rpc::CallContext& c);
   // Prometheus /metrics (docs/metrics.md).
   void register_metrics();
   metrics::Registry metrics_;

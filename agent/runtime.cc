@@ -42,8 +42,9 @@ bool all_digits(const std::string& s) {
   if (!err && req.netns_fd >= 0 && ::setns(req.netns_fd, CLONE_NEWNET) < 0) err = errno;
   if (!err) {
     int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null_fd < 0 || ::dup2(null_fd, 0) < 0 || ::dup2(null_fd, 1) < 0 || ::dup2(null_fd, 2) < 0)
-      err = errno;
+    if (null_fd < 0) err = errno;
+    for (int i = 0; i < 3 && !err; ++i)
+      if (::dup2(req.stdio[i] >= 0 ? req.stdio[i] : null_fd, i) < 0) err = errno;
     // fd 4 (the files' contents) goes in place first if the error pipe sits there.
     if (!err && req.files_fd >= 0 && err_w == 4) {
       err_w = ::fcntl(err_w, F_DUPFD_CLOEXEC, 5);

@@ -36,6 +36,9 @@ struct SpawnRequest {
   // A network namespace made ahead of time (netns_pool.h) the child enters instead of
   // making one (new_net is then false), or -1.
   int netns_fd = -1;
+  // The child's stdin, stdout and stderr (-1: /dev/null): a command joined to a task
+  // for `weftctl task exec` (a terminal or pipes).
+  int stdio[3] = {-1, -1, -1};
 };
 
 struct Spawned {

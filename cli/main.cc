@@ -23,6 +23,7 @@
 #include "cli/rebalance.h"
 #include "cli/region.h"
 #include "cli/task.h"
+#include "cli/task_exec.h"
 #include "cli/tls_helper.h"
 #include "cli/top.h"
 #include "cli/util.h"
@@ -121,9 +122,11 @@ int main(int argc, char** argv) {
   }
   TaskCommands tasks;
   ClusterTaskCommands cluster_tasks;
+  TaskExecCommand task_exec;
   if (want[kTasks]) {
     add_task_commands(app, tasks);
     add_cluster_task_commands(tasks, cluster_tasks);
+    add_task_exec_command(tasks, task_exec);
   }
   HealthCommands health;
   if (want[kHealth]) add_health_commands(app, health);
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
   if (want[kProfile])
     if (int rc = run_profile_commands(profile, g); rc >= 0) return rc;
   if (want[kTasks]) {
+    if (int rc = run_task_exec_command(task_exec, g); rc >= 0) return rc;
     if (int rc = run_cluster_task_commands(tasks, cluster_tasks, g); rc >= 0) return rc;
     if (int rc = run_task_commands(tasks, g); rc >= 0) return rc;
   }

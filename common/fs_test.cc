@@ -104,6 +104,12 @@ TEST(Base64, RoundTripsAndRefusesGarbage) {
   }
   EXPECT_FALSE(base64_decode("abc").ok());   // not a multiple of 4
   EXPECT_FALSE(base64_decode("ab!=").ok());  // outside the alphabet
+  // Hostile input: white space, padding inside, bits after the data, too much padding.
+  EXPECT_EQ(base64_decode("QQ==").value_or("?"), "A");
+  for (std::string bad :
+       {std::string(" QQ="), std::string("QQ=\n"), std::string("Q=Q="), std::string("QR=="),
+        std::string("Q==="), std::string("===="), std::string("QUJD\0QUJ", 8)})
+    EXPECT_FALSE(base64_decode(bad).ok()) << bad;
 }
 
 }  // namespace

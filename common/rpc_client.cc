@@ -400,6 +400,61 @@ Status Client::notify(const std::string& method, json params) {
   return send_line(msg.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
+Status Client::serve(const json& msg) {
+  // A request from the server while we wait: answer it (a notification: handle it).
+  const Handler* h = dispatcher_ && msg["method"].is_string()
+                         ? dispatcher_->find(msg["method"].get<std::string>())
+                         : nullptr;
+  if (!msg.contains("id")) {
+    auto pit = msg.find("params");
+    if (h) {
+      try {
+        (void)(*h)(pit != msg.end() && pit->is_object() ? *pit : json::object(),
+                   CallContext{nullptr, server_peer_});
+      } catch (const std::exception&) {
+      }
+    }
+    return {};
+  }
+  json reply{{"jsonrpc", "2.0"}, {"id", msg["id"]}};
+  if (!h) {
+    reply["error"] = error_object({kMethodNotFound, "unknown method", {}});
+  } else {
+    auto pit = msg.find("params");
+    json call_params = pit != msg.end() && pit->is_object() ? *pit : json::object();
+    Result<json> r = make_error("internal error");
+    try {
+      r = (*h)(call_params, CallContext{nullptr, server_peer_});
+    } catch (const std::exception& e) {
+      r = make_error(std::string("internal error: ") + e.what()).with_code(kInternalError);
+    }
+    if (r.ok())
+      reply["result"] = *r;
+    else
+      reply["error"] = error_object(to_rpc_error(r.error()));
+  }
+  return send_line(reply.dump() + "\n");
+}
+
+Status Client::pump() {
+  for (;;) {
+    std::string line;
+    for (;;) {
+      auto kind = reader_.next(&line);
+      if (kind == LineReader::Kind::kNone) break;
+      if (kind == LineReader::Kind::kOverflow)
+        return make_error("a message exceeds the maximum line length");
+      auto parsed = parse_json_bounded(line);
+      if (!parsed.ok() || !parsed->is_object() || !parsed->contains("method")) continue;
+      TRY(serve(*parsed));
+    }
+    char buf[65536];
+    TRY_ASSIGN(size_t n, read_some(buf, sizeof buf));
+    if (n == 0) return {};
+    reader_.feed(buf, n);
+  }
+}
+
 Result<json> Client::call(const std::string& method, json params, int timeout_ms) {
   if (params.is_null()) params = json::object();
   int64_t id = next_id_++;
@@ -417,39 +472,7 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
       if (!parsed.ok() || !parsed->is_object()) continue;
       const json& msg = *parsed;
       if (msg.contains("method")) {
-        // A request from the server while we wait: answer it (a notification: handle it).
-        const Handler* h = dispatcher_ && msg["method"].is_string()
-                               ? dispatcher_->find(msg["method"].get<std::string>())
-                               : nullptr;
-        if (!msg.contains("id")) {
-          auto pit = msg.find("params");
-          if (h) {
-            try {
-              (void)(*h)(pit != msg.end() && pit->is_object() ? *pit : json::object(),
-                         CallContext{nullptr, server_peer_});
-            } catch (const std::exception&) {
-            }
-          }
-          continue;
-        }
-        json reply{{"jsonrpc", "2.0"}, {"id", msg["id"]}};
-        if (!h) {
-          reply["error"] = error_object({kMethodNotFound, "unknown method", {}});
-        } else {
-          auto pit = msg.find("params");
-          json call_params = pit != msg.end() && pit->is_object() ? *pit : json::object();
-          Result<json> r = make_error("internal error");
-          try {
-            r = (*h)(call_params, CallContext{nullptr, server_peer_});
-          } catch (const std::exception& e) {
-            r = make_error(std::string("internal error: ") + e.what()).with_code(kInternalError);
-          }
-          if (r.ok())
-            reply["result"] = *r;
-          else
-            reply["error"] = error_object(to_rpc_error(r.error()));
-        }
-        TRY(send_line(reply.dump() + "\n"));
+        TRY(serve(msg));
         continue;
       }
       if (!msg.contains("id") || msg["id"] != id) continue;

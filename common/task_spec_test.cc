@@ -1,4 +1,5 @@
 #include "common/task_spec.h"
+#include "common/exec_request.h"
 
 #include <gtest/gtest.h>
 
@@ -374,4 +375,48 @@ TEST(TaskSpec, PortsAreNamedCheckedAndGivenNumbers) {
 }
 
 }  // namespace
+// `weftctl task exec`'s request: one reader for the control plane and the agent.
+TEST(ExecRequest, ReadsWhatWeftctlSendsAndNamesTheFieldOfAMistake) {
+  ExecRequest r;
+  r.task = "web.0.1";
+  r.command = {"sh", "-c", "echo hi"};
+  r.options.tty = true;
+  r.options.rows = 50;
+  r.options.cols = 132;
+  r.term = "xterm-256color";
+  auto back = parse_exec_request(exec_request_json(r));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->task, "web.0.1");
+  EXPECT_EQ(back->command, r.command);
+  EXPECT_TRUE(back->options.tty);
+  EXPECT_EQ(back->options.rows, 50);
+  EXPECT_EQ(back->options.cols, 132);
+  EXPECT_EQ(back->term, "xterm-256color");
+  auto field = [](const json& p) {
+    auto x = parse_exec_request(p);
+    return x.ok() ? std::string("ok") : x.error().str().substr(0, x.error().str().find(':'));
+  };
+  const json ok{{"id", "web.0.1"}, {"command", {"id"}}};
+  EXPECT_EQ(field(ok), "ok");
+  auto with = [&](const char* k, json v) {
+    json p = ok;
+    p[k] = std::move(v);
+    return p;
+  };
+  EXPECT_EQ(field(json::array()), "params must be an object");
+  EXPECT_EQ(field(with("id", "")), "id");
+  EXPECT_EQ(field(with("id", 7)), "id");
+  EXPECT_EQ(field(with("command", json::array())), "command");
+  EXPECT_EQ(field(with("command", {""})), "command");
+  EXPECT_EQ(field(with("command", {"sh", 1})), "command");
+  EXPECT_EQ(field(with("command", {std::string("a\0b", 3)})), "command");
+  EXPECT_EQ(field(with("command", json(std::vector<std::string>(257, "x")))), "command");
+  EXPECT_EQ(field(with("command", {std::string(70000, 'x')})), "command");
+  EXPECT_EQ(field(with("tty", "yes")), "tty");
+  EXPECT_EQ(field(with("rows", 0)), "rows");
+  EXPECT_EQ(field(with("cols", 1001)), "cols");
+  EXPECT_EQ(field(with("cols", -3)), "cols");
+  EXPECT_EQ(field(with("term", "xterm; rm -rf /")), "term");
+}
+
 }  // namespace weft

@@ -100,6 +100,8 @@ void Manager::register_methods() {
       {"task.show", &Manager::api_task_show, kViewerCall},
       {"task.signal", &Manager::api_task_signal, kOperatorCall},
       {"task.restart", &Manager::api_task_restart, kOperatorCall},
+      // Audited with its command line; its input and output are not calls of their own.
+      {"task.exec", &Manager::api_task_exec, kOperatorCall},
       // Its own check (may_read_logs) and audit: logs can hold secrets.
       {"task.logs", &Manager::api_task_logs, kViewerCall},
       {"machine.ls", &Manager::api_machine_ls, kViewerCall},
@@ -121,6 +123,18 @@ void Manager::register_methods() {
   server_.methods().add("frontend.forward", [this](const json& p, const CallContext& c) {
     return api_frontend_forward(p, c);
   });
+  // task.exec's bytes (exec_relay.h): taken only from the session that started the exec,
+  // or from the agent's it runs on; notifications, neither answered nor audited.
+  server_.methods().add("task.exec.input", [this](const json& p, const CallContext& c) {
+    if (exec_relay_ && c.session) exec_relay_->from_caller(c.session, p);
+    return Result<json>(json::object());
+  });
+  for (const char* m : {"task.exec.output", "task.exec.exit"})
+    server_.methods().add(
+        m, [this, exit = std::string(m) == "task.exec.exit"](const json& p, const CallContext& c) {
+          if (exec_relay_ && c.session) exec_relay_->from_agent(c.session, p, exit);
+          return Result<json>(json::object());
+        });
   server_.methods().add(
       "pool.lend", [this](const json& p, const CallContext& c) { return api_pool_lend(p, c); });
   server_.methods().add(

@@ -14,11 +14,23 @@ void AuditLog::call(const Caller& who, const std::string& method, const json& p,
   a.who = who.who;
   a.role = role_name(who.role);
   a.method = method;
-  for (const char* key : {"name", "machine"})
+  for (const char* key : {"name", "machine", "id"})
     if (p.is_object() && p.contains(key) && p[key].is_string()) {
       a.target = p[key].get<std::string>().substr(0, 256);
       break;
     }
+  // A command run inside a task is audited with its command line (each argument quoted
+  // where it must be, the whole cut at 2 KiB).
+  if (method == "task.exec" && p.is_object() && p.contains("command") && p["command"].is_array()) {
+    std::string line;
+    for (const auto& arg : p["command"]) {
+      std::string s = arg.is_string() ? arg.get<std::string>() : arg.dump();
+      bool plain = !s.empty() && s.find_first_of(" \t\n'\"\\$`;&|<>()*?") == std::string::npos;
+      line += (line.empty() ? "" : " ") +
+              (plain ? s : json(s).dump(-1, ' ', false, json::error_handler_t::replace));
+    }
+    a.target += " -- " + line.substr(0, 2048);
+  }
   a.digest = tls::sha256_hex(p.dump(-1, ' ', false, json::error_handler_t::replace));
   if (r.ok())
     a.result = "ok";

@@ -199,6 +199,14 @@ void FrontEnd::register_methods() {
   for (const MethodRoute& m : kRoutes)
     server_.methods().add(
         m.name, [this, &m](const json& p, const CallContext& c) { return handle(m, p, c); });
+  // A command inside a task streams its bytes over one session with the shard that holds
+  // the task; a front end forwards calls, not streams.
+  server_.methods().add("task.exec", [](const json&, const CallContext&) -> Result<json> {
+    return make_error(
+               "task.exec is not carried by a region's front end: run weftctl task exec with "
+               "--controlplane set to the shard that holds the task's entitlement")
+        .with_code(rpc::kMethodNotFound);
+  });
 }
 
 json FrontEnd::carried(const Caller& who) const {

@@ -688,6 +688,7 @@ void Manager::start_task_control() {
 void Manager::start_autoscaling() {
   agent_asks_ =
       std::make_unique<AgentAsks>(*loop_, [this](MachineId m) { return sessions_.agent(m); });
+  exec_relay_ = std::make_unique<ExecRelay>([this](MachineId m) { return sessions_.agent(m); });
   Autoscaling::Hooks hooks;
   hooks.scale = [this](const std::string& job, int count) -> Status {
     // Down through the job's TaskController, when it has one: its stops wait for consent.

@@ -31,6 +31,7 @@
 #include "controlplane/discovery.h"
 #include "controlplane/entitlement_moves.h"
 #include "controlplane/etcd_store.h"
+#include "controlplane/exec_relay.h"
 #include "controlplane/failure_budget.h"
 #include "controlplane/group_commit.h"
 #include "controlplane/job_events.h"
@@ -268,6 +269,9 @@ class Manager {
   Result<nlohmann::json> api_task_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_signal(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_restart(const nlohmann::json& p, const rpc::CallContext& c);
+  // A command inside a running task (`weftctl task exec`), carried by exec_relay_.
+  Result<nlohmann::json> api_task_exec(const nlohmann::json& p, const rpc::CallContext& c);
+  std::unique_ptr<ExecRelay> exec_relay_;
   // A machine's task failed its liveness check (task.unhealthy, from its agent).
   Result<nlohmann::json> api_task_unhealthy(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<AgentAsks> agent_asks_;

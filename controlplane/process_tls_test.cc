@@ -647,5 +647,79 @@ TEST_F(ControlPlaneTls, WeftctlOverTlsTakesFlagsEnvironmentOrItsConfigFile) {
   EXPECT_NE(out8.find("weftctl.toml:1"), std::string::npos) << out8;
 }
 
+// Issue 48: `weftctl task exec` reaches the task's machine for an operator of the task's
+// entitlement, never for a viewer or another entitlement's operator, and every call,
+// refusals included, is audited with its command line. The bytes both ways go through
+// the control plane (the fake machine's agent echoes its command line, keeps the input,
+// and exits 3 once its input ended).
+TEST_F(ControlPlaneTls, TaskExecIsForOperatorsOfItsEntitlementAndAudited) {
+  start();
+  if (HasFatalFailure()) return;
+  auto t1 = tls_as("m1");
+  FakeMachine m1("m1", "r1");
+  ASSERT_TRUE(m1.connect(tcp(), &t1)) << m1.error().str();
+  m1.keep_alive();
+  ASSERT_TRUE(
+      call("entitlement.create", {{"name", "a"}, {"quota", 1}, {"owners", {"CN=alice"}}}).ok());
+  ASSERT_TRUE(
+      call("entitlement.create", {{"name", "b"}, {"quota", 1}, {"owners", {"CN=bob"}}}).ok());
+  ASSERT_TRUE(call("job.create", job("web", "a")).ok());
+  std::string task;
+  for (int i = 0; i < 500 && task.empty(); ++i) {
+    auto shown = call("job.show", {{"name", "web"}});
+    if (shown.ok() && (*shown)["tasks"].size() == 1 && (*shown)["tasks"][0]["state"] == "running")
+      task = (*shown)["tasks"][0]["id"];
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(task.empty()) << call("job.show", {{"name", "web"}})->dump(2);
+  ASSERT_TRUE(write_file(dir_ + "/typed", "typed line\n").ok());
+  auto run = [&](const std::string& who, const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    int rc = std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ +
+                          " " WEFTCTL_BIN " --controlplane " + tcp() + " --tls-ca " + pki_ +
+                          "/ca.pem --tls-cert " + pki_ + "/" + who + ".pem --tls-key " + pki_ +
+                          "/" + who + ".key " + args + " <" + dir_ + "/typed >" + out + " 2>&1")
+                             .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  };
+  // Alice runs a command in her task: its output, its exit status, and her input there.
+  auto [rc, out] = run("alice", "task exec -T " + task + " -- sh -c 'echo hi'");
+  EXPECT_EQ(rc, 3) << out;
+  EXPECT_NE(out.find("ran: sh -c echo hi"), std::string::npos) << out;
+  EXPECT_EQ(m1.exec_input(), "typed line\n");
+  auto events = m1.events();
+  EXPECT_NE(std::find(events.begin(), events.end(), "exec " + task), events.end());
+  // A viewer and another entitlement's operator are refused before any machine hears.
+  auto [rc_viewer, out_viewer] = run("viewer", "task exec -T " + task + " -- id");
+  EXPECT_EQ(rc_viewer, 1) << out_viewer;
+  EXPECT_NE(out_viewer.find("needs the operator role"), std::string::npos) << out_viewer;
+  auto [rc_bob, out_bob] = run("bob", "task exec -T " + task + " -- cat /etc/shadow");
+  EXPECT_EQ(rc_bob, 1) << out_bob;
+  EXPECT_EQ(m1.events().size(), events.size());
+  // A bad request names its field; an unknown task says so.
+  EXPECT_EQ(field_named(call_as("alice", "task.exec", {{"id", task}, {"command", json::array()}})),
+            "command");
+  EXPECT_EQ(
+      field_named(call_as("alice", "task.exec", {{"id", task}, {"command", {"sh"}}, {"rows", 0}})),
+      "rows");
+  EXPECT_EQ(field_named(call_as("alice", "task.exec", {{"id", "web.0.9"}, {"command", {"sh"}}})),
+            "id");
+  // Every call is in the audit log with its command line, refusals included.
+  auto audit = call("audit.ls");
+  ASSERT_TRUE(audit.ok());
+  auto has = [&](const std::string& who, const std::string& target, const std::string& result) {
+    for (const auto& e : (*audit)["entries"])
+      if (e["who"].get<std::string>().find(who) != std::string::npos &&
+          e["method"] == "task.exec" && e["target"] == target &&
+          e["result"].get<std::string>().rfind(result, 0) == 0)
+        return true;
+    return false;
+  };
+  EXPECT_TRUE(has("CN=alice", task + " -- sh -c \"echo hi\"", "ok")) << audit->dump(1);
+  EXPECT_TRUE(has("CN=viewer", task + " -- id", "denied")) << audit->dump(1);
+  EXPECT_TRUE(has("CN=bob", task + " -- cat /etc/shadow", "denied")) << audit->dump(1);
+}
+
 }  // namespace
 }  // namespace weft::testing

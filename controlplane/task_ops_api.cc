@@ -1,10 +1,12 @@
 // One task's operations through the control plane (docs/operations.md, "One task"):
 // task.show (the record and its agent's detail, from anywhere), task.signal (a signal,
-// SIGKILL for `weftctl task kill`) and task.restart (its TaskController asked first).
+// SIGKILL for `weftctl task kill`), task.restart (its TaskController asked first) and
+// task.exec (a command inside it, its bytes carried by ExecRelay).
 // The changes are for operators of the task's entitlement, audited as every operator
 // call is; the agent is asked with a deadline (AgentAsks), never waited on.
 #include <cctype>
 
+#include "common/exec_request.h"
 #include "common/rpc/protocol.h"
 #include "common/secret_box.h"
 #include "controlplane/manager.h"
@@ -92,6 +94,25 @@ Result<json> Manager::api_task_signal(const json& p, const CallContext& c) {
                       if (!r.ok()) return reply(std::move(r).error());
                       reply(json{{"id", id}, {"signal", signal}});
                     });
+  return json();
+}
+
+Result<json> Manager::api_task_exec(const json& p, const CallContext& c) {
+  TRY_ASSIGN(const TaskRecord* t, task_for_operation(p));
+  TRY(may_change_jobs(caller(c), t->entitlement));
+  TRY_ASSIGN(ExecRequest req, parse_exec_request(p));
+  if (t->state != TaskState::kRunning && t->state != TaskState::kDraining)
+    return field_error("id", t->id + " is " + task_state_name(t->state) + ", not running")
+        .with_code(rpc::kConflict);
+  const std::string machine = alloc_.spec(t->machine).name;
+  TRY(exec_relay_->admit(c.session, t->machine, machine));
+  json params = exec_request_json(req);
+  if (region_.lending)
+    if (json h = region_.lending->holder_of(machine); !h.is_null()) {
+      params["holder"] = h["shard"];
+      params["epoch"] = h["epoch"];
+    }
+  exec_relay_->start(c.session, t->machine, machine, std::move(params), c.session->defer_reply());
   return json();
 }
 

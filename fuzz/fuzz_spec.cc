@@ -4,12 +4,14 @@
 // JSON from the network into plain structs, every error an Error, and what parses
 // round-trips. Also, the same bytes as text: a /proc/net table
 // the agent reads for the machine's own ports, and task output escaped for a terminal
-// (no control character may be left in it).
+// (no control character may be left in it), base64 and `task exec`'s request.
 #include <cmath>
 #include <cstdint>
 #include <string_view>
 
 #include "agent/host_ports.h"
+#include "common/base64.h"
+#include "common/exec_request.h"
 #include "common/job_spec.h"
 #include "common/json_bounded.h"
 #include "common/prometheus_text.h"
@@ -34,6 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto v = prometheus_sum(text, metric); v.ok() && !std::isfinite(*v)) __builtin_trap();
   // A machine's report read straight from its text (the control plane's hot path): any
   // bytes; what it accepts says the same when read again from its document.
+  // Base64 from the network (task exec's bytes): what decodes encodes back the same.
+  if (auto d = base64_decode(text); d.ok() && base64_encode(*d) != text) __builtin_trap();
   auto report = parse_task_report(text);
   (void)report_machine(text);
   auto j = parse_json_bounded(text);
@@ -45,6 +49,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       __builtin_trap();
   }
   if (!j.ok()) return 0;
+  // task.exec's params (the control plane and the agent read them alike): what parses
+  // says the same when read again from what weftctl would send.
+  if (auto ex = parse_exec_request(*j); ex.ok()) {
+    auto again = parse_exec_request(exec_request_json(*ex));
+    if (!again.ok() || again->command != ex->command || again->options.tty != ex->options.tty)
+      __builtin_trap();
+  }
   auto spec = parse_task_spec(*j);
   if (spec.ok()) {
     auto again = parse_task_spec(to_json(*spec));

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
 #include "common/fs.h"
 #include "common/rpc/client.h"
 #include "common/services.h"
@@ -103,6 +104,28 @@ class FakeMachine {
       return to_json(r);
     });
     // Service discovery (an agent with dns_listen): the agent's own reader of updates.
+    // task.exec (weftctl task exec): started at once; the command's output ("ran:" and
+    // its command line) goes with the next report, and its exit (status 3) with the one
+    // after the end of its input. Input is kept.
+    methods_.add("task.exec", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      std::string id = p.value("id", "");
+      if (!running_.count(id)) return make_error("no task " + id).with_code(rpc::kNotFound);
+      const uint64_t n = ++execs_;
+      std::string line = "ran:";
+      for (const auto& a : p["command"]) line += " " + a.get<std::string>();
+      events_.push_back("exec " + id + (p.value("tty", false) ? " tty" : ""));
+      exec_out_.push_back(
+          {"task.exec.output",
+           {{"exec", n}, {"stream", "stdout"}, {"data", base64_encode(line + "\n")}}});
+      return json{{"exec", n}};
+    });
+    methods_.add("task.exec.input", [this](const json& p, const rpc::CallContext&) -> Result<json> {
+      if (p.contains("data"))
+        if (auto d = base64_decode(p["data"].get<std::string>()); d.ok()) exec_in_ += *d;
+      if (p.value("eof", false))
+        exec_out_.push_back({"task.exec.exit", {{"exec", p["exec"]}, {"status", 3}}});
+      return json::object();
+    });
     methods_.add("service.update", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
       if (mute_updates_) return make_error("muted");  // no acknowledgement
@@ -175,6 +198,12 @@ class FakeMachine {
     for (const auto& t : running_) tasks[t] = "running";
     for (const auto& [t, state] : ended_) tasks[t] = state;
     if (client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}}).ok()) ended_.clear();
+    for (auto& [method, params] : exec_out_) (void)client_->notify(method, params);
+    exec_out_.clear();
+  }
+  std::string exec_input() const {
+    std::lock_guard lock(mu_);
+    return exec_in_;
   }
   // The task ends by itself ("exited": its program exited 0; "failed"): said in the
   // next report.
@@ -261,6 +290,9 @@ class FakeMachine {
   std::set<std::string> running_;
   std::vector<std::string> refusals_;
   std::vector<json> runs_;
+  uint64_t execs_ = 0;
+  std::vector<std::pair<std::string, json>> exec_out_;  // notifications for the next report
+  std::string exec_in_;
   std::vector<std::string> events_;
   int starts_ = 0, stops_ = 0;
   bool serves_discovery_ = false, mute_updates_ = false;

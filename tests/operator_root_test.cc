@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include "common/fs.h"
 #include "common/rpc/protocol.h"
+#include "common/strings.h"
 #include "tests/agent_harness.h"
 #include "tests/cluster_harness.h"
 
@@ -213,6 +215,95 @@ TEST_F(Operator, FollowingATaskThatEndsPrintsAllOfItAndStops) {
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_EQ(count_of((*r)["data"], "line "), 10u) << r->dump();
   EXPECT_EQ((*r)["state"], "exited") << r->dump();
+}
+
+// Issue 48: `weftctl task exec` runs a command inside a running task (its pid namespace,
+// its uid), with pipes (input in, stdout and stderr apart, its exit status) and with a
+// terminal; a viewer and another team's operator are refused; each call is audited with
+// its command line; a caller that goes away takes its command and the command's cgroup.
+TEST_F(Operator, ACommandRunsInsideATaskWithPipesAndWithATerminal) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 3}, {"owners", {"CN=alice"}}}).ok());
+  ASSERT_TRUE(c_.cp("job.create", job_params("shell", "web", 1, "exec sleep 600")).ok());
+  json show = wait_running("shell", 1);
+  ASSERT_FALSE(show.is_null());
+  const std::string t0 = show["tasks"][0]["id"];
+  const int m = c_.machine_index(show["tasks"][0]["machine"]);
+  ASSERT_GE(m, 0);
+  // The task's own program, as its agent runs it: its cgroup and its uid.
+  std::string agent_id;
+  auto ls = c_.agent(m, "task.ls");
+  ASSERT_TRUE(ls.ok());
+  for (const auto& t : (*ls)["tasks"])
+    if (t["name"] == t0) agent_id = t["id"];
+  ASSERT_FALSE(agent_id.empty()) << ls->dump(2);
+  const std::string cgroup = c_.task_cgroup(m, agent_id);
+  std::string task_uid;
+  for (const auto& pid : split(read_file(cgroup + "/cgroup.procs").value_or(""), '\n')) {
+    if (pid.empty() || read_file("/proc/" + pid + "/comm").value_or("") != "sleep\n") continue;
+    for (const auto& line : split(read_file("/proc/" + pid + "/status").value_or(""), '\n'))
+      if (line.rfind("Uid:", 0) == 0) task_uid = split(trim(line.substr(4)), '\t').at(0);
+  }
+  ASSERT_FALSE(task_uid.empty());
+
+  // Pipes.
+  ASSERT_TRUE(write_file(c_.dir() + "/in", "piped in\n").ok());
+  auto [rc, out] = weftctl("alice", "task exec -T " + t0 +
+                                        " -- sh -c \"cat; cat /proc/1/comm; id -u; echo oops >&2; "
+                                        "exit 7\" <" +
+                                        c_.dir() + "/in 2>" + c_.dir() + "/err");
+  EXPECT_EQ(rc, 7) << out << c_.logs();
+  EXPECT_EQ(out, "piped in\nweft-init\n" + task_uid + "\n");
+  EXPECT_EQ(read_file(c_.dir() + "/err").value_or(""), "oops\n");
+
+  // A terminal: the command's stdin is one, of the default size; ^D ends nothing here.
+  ASSERT_TRUE(
+      write_file(c_.dir() + "/typed", "test -t 0 && echo TTY-$((2+3))\nstty size\nexit 5\n").ok());
+  auto [rc_tty, out_tty] =
+      weftctl("alice", "task exec -t " + t0 + " -- sh <" + c_.dir() + "/typed");
+  EXPECT_EQ(rc_tty, 5) << out_tty << c_.logs();
+  EXPECT_NE(out_tty.find("TTY-5\r\n"), std::string::npos) << out_tty;
+  EXPECT_NE(out_tty.find("24 80\r\n"), std::string::npos) << out_tty;
+
+  // Refused to a viewer and to another entitlement's operator.
+  auto [rc_vic, out_vic] = weftctl("vic", "task exec -T " + t0 + " -- id");
+  EXPECT_EQ(rc_vic, 1) << out_vic;
+  EXPECT_NE(out_vic.find("needs the operator role"), std::string::npos) << out_vic;
+  auto [rc_bob, out_bob] = weftctl("bob", "task exec -T " + t0 + " -- id");
+  EXPECT_EQ(rc_bob, 1) << out_bob;
+
+  // A caller that goes away (weftctl killed): its command is killed, its cgroup removed.
+  auto [rc_gone, out_gone] =
+      weftctl("alice", "task exec -T " + t0 + " -- sleep 1000 </dev/null", 2);
+  EXPECT_EQ(rc_gone, 124) << out_gone;
+  auto exec_cgroups = [&] {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(cgroup))
+      n += e.is_directory() && e.path().filename().string().rfind("weft-exec-", 0) == 0;
+    return n;
+  };
+  for (int i = 0; i < 100 && exec_cgroups() != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(exec_cgroups(), 0u);
+
+  // The audit log has each call with its command line.
+  auto audit = c_.cp("audit.ls");
+  ASSERT_TRUE(audit.ok());
+  auto has = [&](const std::string& who, const std::string& target, const std::string& result) {
+    for (const auto& e : (*audit)["entries"])
+      if (e["method"] == "task.exec" &&
+          e["who"].get<std::string>().find(who) != std::string::npos && e["target"] == target &&
+          e["result"].get<std::string>().rfind(result, 0) == 0)
+        return true;
+    return false;
+  };
+  EXPECT_TRUE(has("CN=alice",
+                  t0 + " -- sh -c \"cat; cat /proc/1/comm; id -u; echo oops >&2; exit 7\"", "ok"))
+      << audit->dump(1);
+  EXPECT_TRUE(has("CN=alice", t0 + " -- sh", "ok")) << audit->dump(1);
+  EXPECT_TRUE(has("CN=vic", t0 + " -- id", "denied")) << audit->dump(1);
+  EXPECT_TRUE(has("CN=bob", t0 + " -- id", "denied")) << audit->dump(1);
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "shell"}}).ok());
 }
 
 // Machines of an entitlement, from machine.ls: id -> its row.

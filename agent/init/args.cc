@@ -31,6 +31,10 @@ bool parse_args(int argc, char** argv, Args* out) {
       o.seccomp = false;
       continue;
     }
+    if (!strcmp(a, "--tty")) {
+      o.tty = true;
+      continue;
+    }
     if (!v) return false;
     ++i;
     if (!strcmp(a, "--task-dir-fd"))

@@ -48,6 +48,9 @@ struct Args {
   int nenv = 0;
   char** argv = nullptr;  // the program and its arguments: what follows "--"
   long join_pid = -1;     // --join-pid: run argv inside that task (fd 3: its pidfd)
+  // --tty (with --join-pid): stdin is a terminal the command takes as its controlling one
+  // in a session of its own (`weftctl task exec --tty`).
+  bool tty = false;
 };
 
 // Parses argv[1..argc) into *out. False on an unknown option, an option without its

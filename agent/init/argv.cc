@@ -25,11 +25,13 @@ std::vector<std::string> init_argv(const TaskSpec& spec, const Identity& id,
   env.emplace("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
   if (!start) {
     // A joined command enters the task's namespaces and root as they are.
+    const auto& join = std::get<InitJoin>(call);
     if (spec.seccomp_unconfined) a.push_back("--seccomp-unconfined");
+    if (join.tty) a.push_back("--tty");
+    for (const auto& [k, v] : join.env_defaults) env.emplace(k, v);
     for (const auto& [k, v] : env) a.insert(a.end(), {"--env", k + "=" + v});
     a.push_back("--");
-    const auto& command = std::get<InitJoin>(call).command;
-    a.insert(a.end(), command.begin(), command.end());
+    a.insert(a.end(), join.command.begin(), join.command.end());
     return a;
   }
   if (!spec.hostname.empty()) a.insert(a.end(), {"--hostname", spec.hostname});

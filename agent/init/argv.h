@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -33,6 +34,10 @@ struct InitStart {
 struct InitJoin {
   pid_t pid = -1;
   std::vector<std::string> command;
+  // `weftctl task exec`: stdin is a terminal (weft-init --tty), and variables set where
+  // the task's own environment does not (TERM).
+  bool tty = false;
+  std::map<std::string, std::string> env_defaults;
 };
 
 std::vector<std::string> init_argv(const TaskSpec& spec, const Identity& id,

@@ -756,6 +756,9 @@ int start_main(void* fds) {
   // After the credential change (which clears it): dies with its parent. The parent is
   // outside this pid namespace (getppid() says 0): a pipe whose other end only it holds
   // tells whether it still lives.
+  // A terminal (task exec --tty): a session of its own with it as the controlling one,
+  // so that ^C on the caller's keyboard reaches the command's foreground group.
+  if (opt.tty && (setsid() < 0 || ioctl(0, TIOCSCTTY, 0) < 0)) _exit(126);
   struct pollfd alive = {parent_alive, POLLIN, 0};
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || poll(&alive, 1, 0) != 0) _exit(126);
   close(parent_alive);
@@ -764,7 +767,9 @@ int start_main(void* fds) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   opt.env[opt.nenv] = nullptr;
-  execve(opt.argv[0], opt.argv, opt.env);
+  // A name without a slash is looked up in the task's PATH (`weftctl task exec ID -- sh`).
+  environ = opt.env;
+  execvp(opt.argv[0], opt.argv);
   _exit(127);
 }
 
@@ -872,7 +877,7 @@ int main(int argc, char** argv) {
   }
   if (opt.join_pid == -1 && argc > 2 && !strcmp(argv[1], "--join-pid")) {
     if (!weft_init::parse_args(argc, argv, &opt) || opt.join_pid <= 0 || fcntl(3, F_GETFD) < 0 ||
-        opt.argv[0][0] != '/') {
+        opt.argv[0][0] == '\0') {
       fprintf(stderr, "weft-init: bad arguments (this program is started by weft-agent)\n");
       return 125;
     }

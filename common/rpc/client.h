@@ -96,6 +96,10 @@ class Client {
   // A notification (no answer comes).
   Status notify(const std::string& method, json params);
   void set_dispatcher(const Dispatcher* d) { dispatcher_ = d; }
+  // Handles what the server sent that is here now (its requests and notifications, to
+  // the dispatcher), without waiting: a caller that polls fd() for a stream of
+  // notifications (`weftctl task exec`). An error once the session is closed.
+  Status pump();
   int fd() const { return fd_.get(); }
   // The server's certificate (TLS sessions).
   const tls::Identity& server_identity() const { return server_peer_.identity; }
@@ -106,6 +110,7 @@ class Client {
   explicit Client(Fd fd, size_t max_line) : fd_(std::move(fd)), reader_(max_line) {}
   Status handshake(const std::string& server, int timeout_ms);
   Status send_line(const std::string& line);
+  Status serve(const json& msg);  // a request or notification from the server
   // Bytes available now (0: none yet, wait for the socket); an error when closed.
   Result<size_t> read_some(char* buf, size_t n);
   Fd fd_;
