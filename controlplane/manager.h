@@ -50,6 +50,7 @@
 #include "controlplane/services.h"
 #include "controlplane/state_store.h"
 #include "controlplane/task_control.h"
+#include "controlplane/usage_glance.h"
 
 namespace weft::cp {
 
@@ -272,6 +273,9 @@ class Manager {
   // A command inside a running task (`weftctl task exec`), carried by exec_relay_.
   Result<nlohmann::json> api_task_exec(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<ExecRelay> exec_relay_;
+  // The web view's "what tasks use" (usage_glance.h): top's figures, asked in the
+  // background while pages are looked at.
+  std::unique_ptr<UsageGlance> usage_glance_;
   // A machine's task failed its liveness check (task.unhealthy, from its agent).
   Result<nlohmann::json> api_task_unhealthy(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<AgentAsks> agent_asks_;

@@ -52,6 +52,7 @@ std::string Manager::web_page() const {
   for (const auto& [id, e] : maintenance_.events())
     if (e.active()) s.maintenance.push_back(to_json(e));
   s.events = job_events_.latest(30);
+  if (usage_glance_) s.usage = usage_glance_->glance(now_monotonic_us());
   return render_fleet_html(s);
 }
 

@@ -262,6 +262,55 @@ std::string render_fleet_html(const FleetSnapshot& s) {
       << "</td><td>" << html_escape(str(e, "reason")) << "</td></tr>\n";
   o << "</table></section>\n";
 
+  // What tasks use (weftctl top): by job, then the busiest machines.
+  o << "<section id=\"usage\"><h2>What tasks use</h2>\n";
+  if (s.usage.is_null()) {
+    o << "<p class=\"legend\">Asking the machines; reload in a few seconds.</p>";
+  } else {
+    auto cores = [](int64_t milli) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.2f", static_cast<double>(milli) / 1000.0);
+      return std::string(b);
+    };
+    auto mib = [](int64_t bytes) { return std::to_string(bytes / (1024 * 1024)); };
+    o << "<p class=\"legend\">as of " << num(s.usage, "age_s") << " s ago";
+    if (s.usage.contains("silent") && !s.usage["silent"].empty())
+      o << "; no answer from " << s.usage["silent"].size() << " machine(s)";
+    o << "</p><table><tr><th>job</th><th>entitlement</th><th>tasks</th><th>CPU (cores)</th>"
+      << "<th>of reserved</th><th>memory (MiB)</th><th>of reserved</th><th>I/O read/write "
+      << "(KiB/s)</th></tr>\n";
+    for (const auto& r : s.usage.value("jobs", json::array())) {
+      int64_t cpu = num(r, "cpu_milli"), cpu_req = num(r, "cpu_request_milli");
+      int64_t mem = num(r, "mem_bytes"), mem_req = num(r, "mem_request_mb");
+      o << "<tr class=\"usage-job\" data-job=\"" << html_escape(str(r, "job")) << "\"><td>"
+        << html_escape(str(r, "job")) << "</td><td>" << html_escape(str(r, "entitlement"))
+        << "</td><td>" << num(r, "tasks") << "</td><td class=\"cpu\">" << cores(cpu) << " / "
+        << cores(cpu_req) << "</td><td>"
+        << bar(cpu, std::max<int64_t>(cpu_req, 1), "#3b7dd8", "cpu") << "</td><td class=\"mem\">"
+        << mib(mem) << " / " << mem_req << "</td><td>"
+        << bar(mem / (1024 * 1024), std::max<int64_t>(mem_req, 1), "#8a5cc2", "memory")
+        << "</td><td>" << num(r, "io_read_bps") / 1024 << " / " << num(r, "io_write_bps") / 1024
+        << "</td></tr>\n";
+    }
+    o << "</table>\n<table><tr><th>machine</th><th>tasks</th><th>CPU (cores)</th>"
+      << "<th>of capacity</th><th>memory (MiB)</th><th>of capacity</th></tr>\n";
+    size_t shown = 0;
+    for (const auto& r : s.usage.value("machines", json::array())) {
+      if (++shown > 20) break;  // the busiest (rows come largest CPU first)
+      int64_t cpu = num(r, "cpu_milli"), cap = num(r, "cpu_capacity_milli");
+      int64_t mem = num(r, "mem_bytes"), mem_cap = num(r, "mem_capacity_mb");
+      o << "<tr class=\"usage-machine\" data-machine=\"" << html_escape(str(r, "machine"))
+        << "\"><td>" << html_escape(str(r, "machine")) << "</td><td>" << num(r, "tasks")
+        << "</td><td class=\"cpu\">" << cores(cpu) << " / " << cores(cap) << "</td><td>"
+        << bar(cpu, std::max<int64_t>(cap, 1), "#3b7dd8", "cpu") << "</td><td class=\"mem\">"
+        << mib(mem) << " / " << mem_cap << "</td><td>"
+        << bar(mem / (1024 * 1024), std::max<int64_t>(mem_cap, 1), "#8a5cc2", "memory")
+        << "</td></tr>\n";
+    }
+    o << "</table>";
+  }
+  o << "</section>\n";
+
   // What happened to tasks lately (weftctl job events), newest first.
   o << "<section id=\"events\"><h2>Recent task events</h2><table><tr><th>ago</th><th>job</th>"
     << "<th>task</th><th>machine</th><th>what</th><th>detail</th></tr>\n";

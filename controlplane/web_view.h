@@ -2,7 +2,8 @@
 // rendered by the server, no script. Machines as a grid by data centre and fault domain,
 // coloured by health and outlined by entitlement; each entitlement's machines against its
 // quota and its profile; jobs with ready/count and rollout progress; the maintenance
-// calendar; the latest task events of every job. A pure function of the listings the API
+// calendar; what tasks use by job and by machine (weftctl top's figures, at most seconds
+// old); the latest task events of every job. A pure function of the listings the API
 // gives (machine.ls, entitlement.ls, job.ls with rollout counts, maintenance.ls,
 // job.events), so it is tested without a daemon.
 #pragma once
@@ -20,6 +21,9 @@ struct FleetSnapshot {
   nlohmann::json jobs = nlohmann::json::array();          // job.ls rows (+ "current")
   nlohmann::json maintenance = nlohmann::json::array();   // maintenance.ls events
   nlohmann::json events = nlohmann::json::array();        // job.events rows (+ "job"), newest first
+  // What tasks use (usage_glance.h): {"jobs", "machines": top rows, "age_s", "silent"},
+  // or null while the first answer is awaited.
+  nlohmann::json usage;
   int64_t now_wall_us = 0;
   std::string leader;  // this replica's address
 };

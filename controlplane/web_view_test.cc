@@ -90,6 +90,44 @@ TEST(WebView, EveryMachineEntitlementJobAndEventIsDrawnAndNothingIsTrusted) {
   EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
 }
 
+// Issue 48: what tasks use, by job and by machine, with its age; none yet: the page says
+// it is asking.
+TEST(WebView, WhatTasksUseIsShownByJobAndMachineWithItsAge) {
+  FleetSnapshot s;
+  std::string waiting = render_fleet_html(s);
+  EXPECT_NE(waiting.find("Asking the machines"), std::string::npos);
+  s.usage = {{"age_s", 4},
+             {"silent", {"m9"}},
+             {"jobs",
+              {{{"job", "web<1>"},
+                {"entitlement", "svc"},
+                {"tasks", 3},
+                {"cpu_milli", 1500},
+                {"cpu_request_milli", 3000},
+                {"mem_bytes", 300 * 1024 * 1024},
+                {"mem_request_mb", 600},
+                {"io_read_bps", 2048},
+                {"io_write_bps", 4096}}}},
+             {"machines",
+              {{{"machine", "m1"},
+                {"tasks", 2},
+                {"cpu_milli", 1000},
+                {"cpu_capacity_milli", 4000},
+                {"mem_bytes", 200 * 1024 * 1024},
+                {"mem_capacity_mb", 8192}}}}};
+  std::string html = render_fleet_html(s);
+  EXPECT_NE(html.find("as of 4 s ago; no answer from 1 machine(s)"), std::string::npos) << html;
+  EXPECT_NE(html.find("<tr class=\"usage-job\" data-job=\"web&lt;1&gt;\"><td>web&lt;1&gt;</td>"
+                      "<td>svc</td><td>3</td><td class=\"cpu\">1.50 / 3.00</td>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<td class=\"mem\">300 / 600</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>2 / 4</td></tr>"), std::string::npos);  // KiB/s read / write
+  EXPECT_NE(html.find("<td>m1</td><td>2</td><td class=\"cpu\">1.00 / 4.00</td>"),
+            std::string::npos);
+  EXPECT_EQ(count_of(html, "<tr class=\"usage-machine\""), 1u);
+}
+
 TEST(WebView, AnEmptyFleetIsAPage) {
   std::string html = render_fleet_html(FleetSnapshot{});
   EXPECT_NE(html.find("0 machines"), std::string::npos);

@@ -491,6 +491,22 @@ TEST_F(Operator, TheWebViewShowsTheFleetInABrowser) {
   auto [rc, out] = weftctl("vic", "web");
   EXPECT_EQ(rc, 0) << out.substr(0, 500);
   EXPECT_EQ(in_service(out), 3u) << out.substr(0, 500);
+  // What tasks use (issue 48): asked of the agents while pages are looked at; a later
+  // page has both jobs' figures, with what they reserved.
+  std::string usage;
+  for (int i = 0; i < 20; ++i) {
+    usage = weftctl("vic", "web").second;
+    if (usage.find("data-job=\"crunch\"><td>crunch</td><td>batch</td><td>1</td>") !=
+        std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_NE(usage.find("<tr class=\"usage-job\" data-job=\"site\"><td>site</td><td>web</td>"
+                       "<td>2</td><td class=\"cpu\">"),
+            std::string::npos)
+      << usage;
+  EXPECT_NE(usage.find("/ 0.20</td>"), std::string::npos) << usage;  // site's 2 × 100 m
+  EXPECT_EQ(count_of(usage, "<tr class=\"usage-machine\""), 3u) << usage;
 
   // Issue 43 (7): only the host names it is configured for. A page an attacker's DNS
   // name rebinds to 127.0.0.1 sends its own name: refused, with nothing of the fleet.
