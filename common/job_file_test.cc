@@ -115,6 +115,48 @@ TEST(JobFile, ErrorsNameTheLine) {
 namespace weft {
 namespace {
 
+// Issue 48: opportunistic batch jobs and their notice.
+TEST(JobFile, OpportunisticBatchJobs) {
+  const std::string head = "name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n";
+  auto j = parse_job_file(head +
+                              "[batch]\ncompletions = 4\nopportunistic = true\n"
+                              "notice = \"45s\"\n[task]\nargv = [\"/bin/true\"]\n",
+                          "o.toml");
+  ASSERT_TRUE(j.ok()) << j.error().str();
+  auto spec = parse_job_spec(*j);
+  ASSERT_TRUE(spec.ok()) << spec.error().str();
+  EXPECT_TRUE(spec->batch.opportunistic);
+  EXPECT_EQ(spec->batch.notice_us, 45ull * 1'000'000);
+  auto back = parse_job_spec(to_json(*spec));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(to_json(*back), to_json(*spec));
+  auto plain =
+      parse_job_file(head + "[batch]\nopportunistic = true\n[task]\nargv = [\"x\"]\n", "o.toml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(parse_job_spec(*plain)->batch.notice_us, 30ull * 1'000'000);  // the default
+  struct Case {
+    std::string text;
+    const char* expect;
+  } cases[] = {
+      {head + "[batch]\nnotice = \"10s\"\n[task]\nargv=[\"x\"]\n",
+       "o.toml:5: 'batch.notice' goes with batch.opportunistic = true"},
+      {head + "[batch]\nopportunistic = true\nnotice = \"1h\"\n[task]\nargv=[\"x\"]\n",
+       "o.toml:6: 'batch.notice' must be a duration from 1s to 10m"},
+      {head + "[batch]\nopportunistic = true\nnotice = \"0s\"\n[task]\nargv=[\"x\"]\n",
+       "'batch.notice' must be a duration from 1s to 10m"},
+      {head + "[batch]\nopportunistic = \"yes\"\n[task]\nargv=[\"x\"]\n",
+       "o.toml:5: 'batch.opportunistic' must be true or false"},
+      {head + "[batch]\nopportunistic = true\n[ports]\nhttp = 8080\n[task]\nargv=[\"x\"]\n",
+       "'ports.http' an opportunistic batch job's ports are picked"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_job_file(c.text, "o.toml");
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_NE(r.error().str().find(c.expect), std::string::npos)
+        << c.text << "\n-> " << r.error().str();
+  }
+}
+
 TEST(JobFile, BatchAndPeriodicTables) {
   auto j = parse_job_file(
       "name = \"report\"\nentitlement = \"e\"\nkind = \"batch\"\n"

@@ -336,6 +336,11 @@ Result<JobSpec> parse_job_spec(const json& j) {
                            "a port's name is 1-15 lowercase letters, digits and '-', starting "
                            "with a letter");
       TRY_ASSIGN(auto port, int_member(ports, name.c_str(), 0, 0, 65535, "ports."));
+      // A guest on other entitlements' machines claims no fixed port there.
+      if (port != 0 && s.batch.opportunistic)
+        return field_error("ports." + name,
+                           "an opportunistic batch job's ports are picked from the machine's "
+                           "range: give 0");
       s.ports[name] = static_cast<uint16_t>(port);
     }
   }
@@ -420,7 +425,8 @@ Status parse_job_kind(const json& j, JobSpec* s) {
   if (!b.is_object()) return field_error("batch", "must be a table");
   const std::string p = "batch.";
   for (const auto& [k, v] : b.items())
-    if (k != "completions" && k != "parallelism" && k != "max_failures" && k != "deadline")
+    if (k != "completions" && k != "parallelism" && k != "max_failures" && k != "deadline" &&
+        k != "opportunistic" && k != "notice")
       return field_error(p + k, "unknown field");
   TRY_ASSIGN(auto completions, int_member(b, "completions", 1, 1, kMaxTasksPerJob, p));
   s->batch.completions = static_cast<int>(completions);
@@ -439,6 +445,22 @@ Status parse_job_kind(const json& j, JobSpec* s) {
     if (!us.ok() || *us == 0 || *us > 30ull * 86400 * 1'000'000)
       return field_error(p + "deadline", "must be a duration of at most 30 days, such as \"1h\"");
     s->batch.deadline_us = *us;
+  }
+  if (b.contains("opportunistic") && !b["opportunistic"].is_null()) {
+    if (!b["opportunistic"].is_boolean())
+      return field_error(p + "opportunistic", "must be true or false");
+    s->batch.opportunistic = b["opportunistic"].get<bool>();
+  }
+  if (b.contains("notice") && !b["notice"].is_null()) {
+    if (!s->batch.opportunistic)
+      return field_error(p + "notice", "goes with batch.opportunistic = true");
+    const json& d = b["notice"];
+    Result<uint64_t> us = d.is_string()   ? parse_duration_us(d.get<std::string>())
+                          : d.is_number() ? seconds_to_us(d.get<double>())
+                                          : Result<uint64_t>(make_error("must be a duration"));
+    if (!us.ok() || *us < 1'000'000 || *us > 600'000'000)
+      return field_error(p + "notice", "must be a duration from 1s to 10m, such as \"30s\"");
+    s->batch.notice_us = *us;
   }
   if (present("periodic")) {
     const json& r = j["periodic"];
@@ -492,6 +514,10 @@ json to_json(const JobSpec& s) {
                     {"parallelism", s.count},
                     {"max_failures", s.batch.max_failures}};
     if (s.batch.deadline_us) out["batch"]["deadline"] = std::to_string(s.batch.deadline_us) + "us";
+    if (s.batch.opportunistic) {
+      out["batch"]["opportunistic"] = true;
+      out["batch"]["notice"] = std::to_string(s.batch.notice_us) + "us";
+    }
     if (s.periodic)
       out["periodic"] = {{"schedule", s.periodic->schedule},
                          {"overlap", overlap_name(s.periodic->overlap)}};

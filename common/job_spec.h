@@ -102,6 +102,12 @@ struct BatchSpec {
   int completions = 1;
   int max_failures = 6;
   uint64_t deadline_us = 0;
+  // Runs on capacity nobody uses now (docs/jobs.md "Opportunistic batch jobs"): the free
+  // pool and other entitlements' idle room, not counted against any quota; a task there
+  // is taken back when the owner needs the room, with `notice_us` to finish (SIGTERM,
+  // then SIGKILL), and runs again elsewhere without counting as a failure.
+  bool opportunistic = false;
+  uint64_t notice_us = 30'000'000;
   bool operator==(const BatchSpec&) const = default;
 };
 // A periodic batch job: the control plane starts a run of it (a batch job named

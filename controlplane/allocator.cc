@@ -95,8 +95,9 @@ Status Allocator::assign(MachineId id, EntitlementId e) {
   if (id >= machines_.size()) return field_error("machine", "no such machine");
   Machine& m = machines_[id];
   if (m.ent == e) return {};
-  if (m.tasks > 0)
-    return field_error("machine", m.spec.name + " still runs " + std::to_string(m.tasks) +
+  if (m.tasks - m.guests > 0)  // guests do not keep a machine where it is
+    return field_error("machine", m.spec.name + " still runs " +
+                                      std::to_string(m.tasks - m.guests) +
                                       " task(s) of its entitlement");
   pool_erase(id);
   m.ent = e;
@@ -139,6 +140,10 @@ void Allocator::place(const Request& r, size_t count, const std::vector<MachineI
     const Machine& m = machines_[id];
     if (!usable_for(m, r, dc, type)) return false;
     Resources avail = m.free;
+    if (!r.opportunistic) {  // a guest's room is anyone else's to take back
+      avail.cpu_milli += m.guest.cpu_milli;
+      avail.mem_mb += m.guest.mem_mb;
+    }
     auto t = taken.find(id);
     int n = t == taken.end() ? 0 : t->second;
     avail.cpu_milli -= r.per_task.cpu_milli * n;
@@ -178,7 +183,7 @@ void Allocator::place(const Request& r, size_t count, const std::vector<MachineI
         }
         if (k == bucket.size()) break;  // nothing more fits in this domain
         MachineId id = bucket[k];
-        if (e == kFreePool && taken[id] == 0) {
+        if (e == kFreePool && taken[id] == 0 && !r.opportunistic) {  // a guest joins nothing
           if (quota_members(r.entitlement) + joined.size() >= quota) return res;  // at quota
           joined.push_back(id);
         }
@@ -194,6 +199,17 @@ void Allocator::place(const Request& r, size_t count, const std::vector<MachineI
     if (n) pool.cursor = (pool.cursor + 1) % n;
     return res;
   };
+  if (r.opportunistic) {
+    // A guest: its own entitlement's room, then the free pool's, then every other
+    // entitlement's, one task a machine first (spread), then as many as fit.
+    std::vector<EntitlementId> pools = {r.entitlement, kFreePool};
+    for (const auto& [e, pool] : pools_)
+      if (e != r.entitlement && e != kFreePool) pools.push_back(e);
+    for (int per_machine : {r.spread ? 1 : INT_MAX, INT_MAX})
+      for (EntitlementId e : pools)
+        if (out.size() < tasks) pass(e, INT_MAX, per_machine);
+    return;
+  }
   if (!r.spread) {
     // Packing: stack on the entitlement's machines; take free machines for the rest.
     pass(r.entitlement, INT_MAX, INT_MAX);
@@ -242,8 +258,10 @@ Result<Placement> Allocator::allocate(const Request& r) {
   if (old) (void)release(r.job);
   for (MachineId id : joined) (void)assign(id, r.entitlement);  // free machines hold no tasks
   Held& h = jobs_[r.job];
-  h = Held{r, out, {}};
+  h = Held{r, out, {}, {}};
   for (size_t i = 0; i < out.size(); ++i) hold(h, i, out[i]);
+  if (!r.opportunistic)
+    for (MachineId id : out) take_back(id);
   changed_.insert(r.job);
   return Placement{std::move(out), std::move(joined), false};
 }
@@ -262,7 +280,9 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
   // tasks that stay. Machines the broker marked unusable are not candidates.
   std::vector<MachineId> staying;
   std::vector<std::vector<uint16_t>> had = h.dynamic;
+  std::vector<bool> was_evicted(h.machines.size(), false);  // held nothing already
   for (size_t i = 0; i < h.machines.size(); ++i) {
+    was_evicted[i] = evicted(h, i);
     if (moving[i])
       unhold(h, i);
     else
@@ -273,8 +293,13 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
   std::vector<MachineId> out, joined;
   place(h.req, count, staying, &out, &joined);
   if (out.size() < count) {
-    for (size_t i = 0; i < h.machines.size(); ++i)  // all or nothing: take them back
-      if (moving[i]) hold(h, i, h.machines[i], i < had.size() ? &had[i] : nullptr);
+    for (size_t i = 0; i < h.machines.size(); ++i) {  // all or nothing: take them back
+      if (!moving[i]) continue;
+      if (was_evicted[i])
+        h.evicted[i] = true;  // still without room: it waits
+      else
+        hold(h, i, h.machines[i], i < had.size() ? &had[i] : nullptr);
+    }
     return make_error("job " + job + ": " + std::to_string(out.size()) + " of " +
                       std::to_string(count) + " tasks could be moved")
         .wrap("allocate");
@@ -286,6 +311,7 @@ Result<Placement> Allocator::move_tasks(const std::string& job, const std::vecto
     MachineId id = out[k++];
     h.machines[i] = id;
     hold(h, i, id);
+    if (!h.req.opportunistic) take_back(id);
   }
   changed_.insert(job);
   return Placement{h.machines, std::move(joined), false};
@@ -345,6 +371,8 @@ Result<Placement> Allocator::resize(const std::string& job, int tasks) {
       h.machines.push_back(id);
       hold(h, h.machines.size() - 1, id);
     }
+    if (!h.req.opportunistic)
+      for (MachineId id : out) take_back(id);
     h.req.tasks = tasks;
     return Placement{h.machines, std::move(joined), false};
   }
@@ -421,10 +449,35 @@ bool Allocator::ports_fit(const Machine& m, const Request& r, int taken) {
   return true;
 }
 
+void Allocator::take_back(MachineId id) {
+  Machine& m = machines_[id];
+  if (m.guests == 0 || (m.free.cpu_milli >= 0 && m.free.mem_mb >= 0)) return;
+  // The newest guests leave first (the end of the job table's order is as good as any;
+  // what matters is that only as many leave as the room needs).
+  for (auto& [name, h] : jobs_) {
+    if (!h.req.opportunistic) continue;
+    for (size_t i = 0; i < h.machines.size(); ++i) {
+      if (h.machines[i] != id || evicted(h, i)) continue;
+      unhold(h, i);
+      if (h.evicted.size() < h.machines.size()) h.evicted.resize(h.machines.size(), false);
+      h.evicted[i] = true;
+      evictions_.push_back(Eviction{name, static_cast<int>(i), id});
+      changed_.insert(name);
+      if (m.free.cpu_milli >= 0 && m.free.mem_mb >= 0) return;
+    }
+  }
+}
+
 void Allocator::hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t>* known) {
   Machine& m = machines_[id];
   m.free -= h.req.per_task;
   ++m.tasks;
+  if (h.req.opportunistic) {
+    m.guest.cpu_milli += h.req.per_task.cpu_milli;
+    m.guest.mem_mb += h.req.per_task.mem_mb;
+    ++m.guests;
+  }
+  if (i < h.evicted.size()) h.evicted[i] = false;
   for (uint16_t p : h.req.fixed_ports) claim_port(m, p);
   if (h.dynamic.size() <= i) h.dynamic.resize(i + 1);
   std::vector<uint16_t>& mine = h.dynamic[i];
@@ -456,9 +509,18 @@ void Allocator::hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t
 }
 
 void Allocator::unhold(Held& h, size_t i) {
+  if (evicted(h, i)) {  // its room was taken back: it holds nothing
+    h.evicted[i] = false;
+    return;
+  }
   Machine& m = machines_[h.machines[i]];
   m.free += h.req.per_task;
   --m.tasks;
+  if (h.req.opportunistic) {
+    m.guest.cpu_milli -= h.req.per_task.cpu_milli;
+    m.guest.mem_mb -= h.req.per_task.mem_mb;
+    --m.guests;
+  }
   for (uint16_t p : h.req.fixed_ports) free_port(m, p);
   if (i < h.dynamic.size()) {
     for (uint16_t p : h.dynamic[i]) free_port(m, p);

@@ -80,6 +80,18 @@ struct Request {
   // task takes from its machine's port range (chosen here, kept per task index).
   std::vector<uint16_t> fixed_ports;
   int dynamic_ports = 0;
+  // A guest (an opportunistic batch job): placed on room nobody uses now, its own
+  // entitlement's, the free pool's (the machines stay free) and other entitlements';
+  // any other job's placement may take that room back (take_evictions).
+  bool opportunistic = false;
+};
+
+// A guest's task whose room a placement took back: it must leave its machine (with its
+// job's notice) and is placed again elsewhere.
+struct Eviction {
+  std::string job;
+  int index = 0;
+  MachineId machine = 0;
 };
 
 struct Placement {
@@ -112,6 +124,10 @@ class Allocator {
   Status assign(MachineId m, EntitlementId e);
   // Machines that changed pools since the last call (what the daemon must persist).
   std::vector<MachineId> take_moved() { return std::exchange(moved_, {}); }
+  // Guests' tasks whose room placements took since the last call. Their resources are
+  // no longer held (the placement that took them holds them); the task still runs until
+  // its job is told, and its index is placed again by move_tasks.
+  std::vector<Eviction> take_evictions() { return std::exchange(evictions_, {}); }
   // Jobs whose placement was made, changed or released since the last call.
   std::set<std::string> take_changed_jobs() { return std::exchange(changed_, {}); }
   EntitlementId entitlement_of(MachineId m) const { return machines_.at(m).ent; }
@@ -189,6 +205,10 @@ class Allocator {
     uint32_t domain = 0, dc = 0, type = 0;  // interned
     uint32_t slot = 0;                      // position in its pool's domain bucket
     int tasks = 0;
+    // What guests hold here (counted in `free` and `tasks` as well): room other jobs may
+    // take back.
+    Resources guest;
+    int guests = 0;
     std::unordered_set<uint16_t> ports;     // claimed: fixed ports and ones from the range
     std::unordered_set<uint16_t> reserved;  // the machine's own (set_reserved_ports)
     uint32_t reserved_in_range = 0;
@@ -210,7 +230,13 @@ class Allocator {
     Request req;
     std::vector<MachineId> machines;
     std::vector<std::vector<uint16_t>> dynamic;  // per index: ports from the range
+    std::vector<bool> evicted;  // per index: a guest's, taken back (holds nothing now)
   };
+  bool evicted(const Held& h, size_t i) const { return i < h.evicted.size() && h.evicted[i]; }
+  // After a placement that is not a guest's put a task on machine id: guests there leave
+  // until its resources are not overdrawn.
+  void take_back(MachineId id);
+  std::vector<Eviction> evictions_;
   // Task i of h on machine id (h.machines[i] = id): its resources and ports are held
   // there (`known`: the ports from the range it had, kept where still free).
   void hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t>* known = nullptr);

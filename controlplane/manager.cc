@@ -362,7 +362,10 @@ void Manager::dispatch(const std::vector<Command>& cmds) {
         prefetched(task, generation, m);
       });
     } else {
-      session->call("task.stop", fenced({{"id", task}}), [task](Result<json> r) {
+      json stop{{"id", task}};
+      // A guest taken back stops within its job's notice (its SIGKILL then).
+      if (c.spec.is_object() && c.spec.contains("grace")) stop["grace"] = c.spec["grace"];
+      session->call("task.stop", fenced(std::move(stop)), [task](Result<json> r) {
         if (!r.ok())
           log_debug("task.stop failed on the machine",
                     {{"TASK", task}, {"ERROR", r.error().str()}});

@@ -170,6 +170,7 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
   r.per_task = {j.spec.per_task.cpu_milli, j.spec.per_task.mem_mb};
   r.machine_type = j.spec.machine_type;
   r.spread = j.spec.placement == weft::PlacementPolicy::kSpread;
+  r.opportunistic = j.spec.is_batch() && j.spec.batch.opportunistic;
   if (dc_of_) r.dc = dc_of_(j.spec.entitlement_id);
   for (const auto& [name, port] : j.spec.ports) {
     if (port)
@@ -214,7 +215,28 @@ Result<std::vector<Command>> Scheduler::converge(Job& j, uint64_t now) {
     t.since_us = now;
     launch(j, t, &out);
   }
+  preempt_guests(now, &out);
   return out;
+}
+
+void Scheduler::preempt_guests(uint64_t now, std::vector<Command>* out) {
+  for (const Eviction& e : alloc_.take_evictions()) {
+    auto jit = jobs_.find(e.job);
+    if (jit == jobs_.end()) continue;
+    const uint64_t notice = jit->second.spec.batch.notice_us;
+    for_job(e.job, [&](TaskRecord& t) {
+      if (t.index != e.index || t.machine != e.machine || !task_live(t.state)) return;
+      t.preempted = true;
+      t.since_us = now;
+      set_state(t, TaskState::kStopping);
+      reported_changes_.insert(t.job);
+      event(t, "taken back",
+            "its machine's owner needs the room: " + std::to_string(notice / 1'000'000) +
+                " s to finish, then it runs elsewhere");
+      out->push_back(Command{
+          Command::Kind::kStop, t.machine, t.id, {{"grace", static_cast<double>(notice) / 1e6}}});
+    });
+  }
 }
 
 void Scheduler::launch(const Job& j, TaskRecord t, std::vector<Command>* out) {
@@ -558,6 +580,7 @@ void Scheduler::replace(const std::string& task_id, uint64_t now, std::vector<Co
     return;
   }
   launch_copy(jit->second, old, p->machines[static_cast<size_t>(old.index)], now, out);
+  preempt_guests(now, out);
   if (waiting_set_.erase(task_id))
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), task_id), waiting_.end());
 }
@@ -629,7 +652,19 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
   reported_changes_.insert(t.job);
   auto jit = jobs_.find(t.job);
   Job* batch = jit != jobs_.end() && jit->second.spec.is_batch() ? &jit->second : nullptr;
-  if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
+  if (t.preempted && t.state == TaskState::kStopping) {
+    // A guest that left the room it was asked to give back: done if it finished in its
+    // notice, else placed again elsewhere (not a failure: replace, not batch_task_ended).
+    if (batch && state == TaskState::kExited) {
+      set_state(t, TaskState::kExited);
+      batch_task_ended(*batch, t, true);
+    } else {
+      set_state(t, TaskState::kStopped);
+      o->replace_ids.push_back(id);
+    }
+    t.since_us = now;
+    o->rolled.insert(t.job);
+  } else if (t.state == TaskState::kStopping || t.state == TaskState::kDraining) {
     // A draining copy that ended is as good as stopped: its replacement is on its way.
     set_state(t, TaskState::kStopped);
     t.since_us = now;
@@ -1225,6 +1260,7 @@ std::vector<Command> Scheduler::tick(uint64_t now) {
       replace(waiting[i], now, &out);
   }
   auto_promote(now, &out);
+  preempt_guests(now, &out);  // room taken back by any placement since
   // Batch jobs past their deadline fail; restored ones fill their free slots.
   for (auto& [name, j] : jobs_) {
     if (!j.spec.is_batch() || j.ended() || j.stopping || j.spec.periodic ||
@@ -1297,6 +1333,15 @@ std::vector<Operation> Scheduler::pending_operations(const std::string& job) con
     if (auto t = tasks_.find(id);
         t != tasks_.end() && task_live(t->second.state) && !j.moves.count(id))
       out.push_back(Operation{"move/" + id, "move", id, t->second.index, r.reason});
+  // A guest taken back: told, not asked (its notice runs whatever the controller says).
+  if (j.spec.batch.opportunistic)
+    if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())
+      for (const auto& [key, t] : jt->second)
+        if (t->preempted && t->state == TaskState::kStopping)
+          out.push_back(Operation{"preempt/" + t->id, "preempt", t->id, t->index,
+                                  "its machine's owner took the room back: it stops within " +
+                                      std::to_string(j.spec.batch.notice_us / 1'000'000) +
+                                      " s (SIGTERM now, SIGKILL then) and runs again elsewhere"});
   if (j.shrink_to)
     if (auto jt = job_tasks_.find(job); jt != job_tasks_.end())
       for (const auto& [key, t] : jt->second)
@@ -1361,7 +1406,7 @@ std::vector<Command> Scheduler::grant(const std::string& job, const std::vector<
   bool any = false;
   bool stopped = false;
   for (const auto& id : ids) {
-    if (!pending.count(id)) continue;
+    if (!pending.count(id) || id.rfind("preempt/", 0) == 0) continue;  // preempt: a notice
     if (id.rfind("stop/", 0) == 0) {
       if (auto t = tasks_.find(id.substr(5)); t != tasks_.end() && running_copy(t->second.state)) {
         set_state(t->second, TaskState::kStopping);

@@ -77,6 +77,10 @@ struct TaskRecord {
   // Its job's entitlement when it was made (put_task): its output belongs there, also
   // once the job is gone and another job has its name.
   EntitlementId entitlement = 0;
+  // A guest's task (an opportunistic batch job's) whose room its machine's owner took
+  // back: stopping with its job's notice, then placed again elsewhere (not a failure).
+  // Not stored: a restarted control plane sees a stopping task and replaces it as well.
+  bool preempted = false;
 };
 // Placed and not ended: pending, starting or running.
 inline bool task_live(TaskState s) {
@@ -119,7 +123,7 @@ inline constexpr uint64_t kPrefetchTimeoutUs = 10ull * 60 * 1'000'000;
 // acknowledged it (or, the controller unreachable, at max_unavailable pacing).
 struct Operation {
   std::string id;    // "<kind>/<task id>": the same operation keeps its id across asks
-  std::string kind;  // "restart" (a rolling update)
+  std::string kind;  // "restart", "move", "stop"; "preempt": told, not asked (a guest's notice)
   std::string task;
   int index = 0;
   std::string reason;
@@ -592,6 +596,9 @@ class Scheduler {
   // Places the job's current layout with the allocator and creates tasks for indices
   // that have none live.
   Result<std::vector<Command>> converge(Job& j, uint64_t now_us);
+  // Guests' tasks whose room placements took back (Allocator::take_evictions): each is
+  // told to stop within its job's notice, and placed again once it ended.
+  void preempt_guests(uint64_t now_us, std::vector<Command>* out);
   void replace(const std::string& task_id, uint64_t now_us, std::vector<Command>* out,
                bool prepaid = false);
   std::vector<Command> roll(Job& j, uint64_t now_us);

@@ -74,6 +74,70 @@ class Batch : public ::testing::Test {
   std::map<std::string, MachineId> on_;
 };
 
+// Issue 48: an opportunistic batch job runs on room another entitlement does not use,
+// not counted against anything; when that entitlement's job needs the room it is taken
+// back at once: the guest is told to stop within its notice, and runs again elsewhere
+// once there is room, without counting as a failure.
+TEST_F(Batch, AnOpportunisticJobRunsOnIdleRoomAndIsTakenBackWithItsNotice) {
+  JobSpec guest = batch("crunch", 100, 8, 0);
+  guest.entitlement_id = 2;  // an entitlement without machines of its own
+  guest.per_task = {2000, 1024};
+  guest.batch.opportunistic = true;
+  guest.batch.notice_us = 30 * kSecond;
+  guest.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  auto started = sched_.create(guest, 0);
+  ASSERT_TRUE(started.ok()) << started.error().str();
+  apply(*started);
+  ASSERT_EQ(live("crunch"), 8);        // every machine of entitlement 1 full of guests
+  EXPECT_EQ(alloc_.pool_size(2), 0u);  // nothing joined the guest's entitlement
+  for (MachineId m : ids_) EXPECT_EQ(alloc_.free(m).cpu_milli, 0);
+
+  // The owner's job takes back one guest's room; its own task starts at once.
+  JobSpec web;
+  web.name = "web";
+  web.entitlement_id = 1;
+  web.count = 1;
+  web.per_task = {1000, 512};
+  web.task = {{"argv", {"/bin/sleep", "600"}}};
+  auto made = sched_.create(web, kSecond);
+  ASSERT_TRUE(made.ok()) << made.error().str();
+  int starts = 0;
+  std::vector<Command> stops;
+  for (const auto& c : *made) {
+    starts += c.kind == Command::Kind::kStart;
+    if (c.kind == Command::Kind::kStop) stops.push_back(c);
+  }
+  EXPECT_EQ(starts, 1);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].spec.value("grace", 0.0), 30.0);  // its notice
+  const std::string taken = stops[0].task_id;
+  EXPECT_EQ(sched_.tasks().at(taken).state, TaskState::kStopping);
+  EXPECT_TRUE(sched_.tasks().at(taken).preempted);
+  const MachineId m = stops[0].machine;
+  // Its TaskController is told (preempt: an operation it cannot hold back; an
+  // acknowledgement changes nothing).
+  auto ops = sched_.pending_operations("crunch");
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].id, "preempt/" + taken);
+  EXPECT_EQ(ops[0].kind, "preempt");
+  EXPECT_TRUE(sched_.grant("crunch", {ops[0].id}, kSecond).empty());
+  EXPECT_EQ(alloc_.free(m).cpu_milli, 1000);  // the owner's task holds the rest
+  apply(*made);
+
+  // The guest left: not a failure, and no room for it now: it waits.
+  auto r = sched_.report(m, {{taken, TaskState::kStopped}}, 2 * kSecond);
+  apply(r);
+  EXPECT_EQ(sched_.progress("crunch")->failed, 0);
+  EXPECT_EQ(live("crunch"), 7);
+  // The owner's job goes: the guest runs again, on the room it left.
+  apply(*sched_.stop("web", 3 * kSecond));
+  for (const auto& t : sched_.tasks_of("web"))
+    apply(sched_.report(t.machine, {{t.id, TaskState::kStopped}}, 4 * kSecond));
+  apply(sched_.tick(5 * kSecond));
+  EXPECT_EQ(live("crunch"), 8);
+  EXPECT_EQ(sched_.progress("crunch")->failed, 0);
+}
+
 TEST_F(Batch, TenCompletionsAtParallelismThreeWithOneFailureRetried) {
   auto c = sched_.create(batch("b", 10, 3, 2), 0);
   ASSERT_TRUE(c.ok()) << c.error().str();

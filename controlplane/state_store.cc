@@ -173,6 +173,7 @@ json request_to_json(const Request& r, const std::vector<std::vector<uint16_t>>&
          {"spread", r.spread}};
   if (!r.fixed_ports.empty()) j["fixed_ports"] = r.fixed_ports;
   if (r.dynamic_ports) j["dynamic_ports"] = r.dynamic_ports;
+  if (r.opportunistic) j["opportunistic"] = true;
   if (!dynamic.empty()) j["dynamic"] = dynamic;
   return j;
 }
@@ -236,6 +237,7 @@ Result<Request> request_from_json(const json& j) {
       r.dynamic_ports = static_cast<int>(integer(j.at("dynamic_ports"), "dynamic_ports", 0, 64));
     if (r.dynamic_ports < 0 || r.dynamic_ports > 64)
       return make_error("stored placement request: dynamic_ports out of range");
+    if (j.contains("opportunistic")) r.opportunistic = j.at("opportunistic").get<bool>();
     return r;
   } catch (const json::exception& e) {
     return make_error(std::string("stored placement request: ") + e.what());

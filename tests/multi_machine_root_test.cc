@@ -1007,5 +1007,85 @@ TEST_F(MultiMachine, AStuckTaskIsRestartedByItsLivenessCheck) {
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "stuck"}}).ok());
 }
 
+// Issue 48: an opportunistic batch job runs on room nobody uses (the free pool's and
+// another entitlement's idle machines), counted against no quota; when that entitlement's
+// job scales up, the room is taken back at once: the owner's tasks run without waiting
+// for the guests, which are told to stop (SIGTERM) and killed at their notice, and run
+// again, without counting as failures, once there is room.
+TEST_F(MultiMachine, AnOpportunisticJobGivesItsRoomBackWithinItsNotice) {
+  auto ls = c_.cp("machine.ls");
+  ASSERT_TRUE(ls.ok());
+  const int64_t cap = (*ls)["machines"][0]["cpu_milli"].get<int64_t>();
+  const int64_t half = cap / 2;
+  std::string d = c_.dir() + "/guests";
+  ASSERT_TRUE(mkdir_p(d).ok());
+  ASSERT_EQ(::chmod(d.c_str(), 0777), 0);
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "svc"}, {"quota", 2}}).ok());
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "lab"}, {"quota", 1}}).ok());
+  json web = job_params("web", "svc", 2, static_cast<int>(half));
+  ASSERT_TRUE(c_.cp("job.create", web).ok());
+  ASSERT_FALSE(wait_running("web", 2).is_null());
+  // Six guests of half a machine each: the two free machines' room and svc's idle halves.
+  json crunch{{"name", "crunch"},
+              {"entitlement", "lab"},
+              {"kind", "batch"},
+              {"batch",
+               {{"completions", 100},
+                {"parallelism", 6},
+                {"opportunistic", true},
+                {"notice", "3s"},
+                {"max_failures", 0}}},
+              {"per_task", {{"cpu_milli", half}, {"mem_mb", 16}}},
+              {"task",
+               {{"argv",
+                 {"/bin/sh", "-c",
+                  "f=$(mktemp " + d +
+                      "/g.XXXXXX); trap 'echo term >> $f' TERM; "
+                      "while :; do sleep 0.1; done"}}}}};
+  auto made = c_.cp("job.create", crunch);
+  ASSERT_TRUE(made.ok()) << made.error().str();
+  ASSERT_FALSE(wait_running("crunch", 6).is_null());
+  // Nothing joined lab's entitlement: its guests are counted against no quota.
+  auto ents = c_.cp("entitlement.ls");
+  ASSERT_TRUE(ents.ok());
+  for (const auto& e : (*ents)["entitlements"])
+    if (e["name"] == "lab") EXPECT_EQ(e["machines"], 0) << e.dump();
+
+  // svc's job grows into the room its guests hold: its tasks run at once.
+  auto t0 = Clock::now();
+  ASSERT_TRUE(c_.cp("job.scale", {{"name", "web"}, {"count", 4}}).ok());
+  ASSERT_FALSE(wait_running("web", 4).is_null());
+  double owner_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(owner_s, 3.0) << "the owner waited longer than the guests' notice";
+  // Two guests were taken back: asked to stop, killed at their 3 s notice, not failed.
+  json after = c_.wait_cp(
+      "job.show", {{"name", "crunch"}},
+      [&](const json& j) {
+        int stopped = 0;
+        for (const auto& t : j["tasks"]) stopped += t["state"] == "stopped";
+        return stopped == 2;
+      },
+      15000);
+  ASSERT_FALSE(after.is_null()) << c_.cp("job.show", {{"name", "crunch"}})->dump(2) << c_.logs();
+  double left_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(left_s, 3.0 + 3.0) << "a guest outstayed its notice";
+  EXPECT_GT(left_s, 2.5) << "the guests did not have their notice (they ignore SIGTERM)";
+  EXPECT_EQ(after.value("failed", 0), 0) << after.dump(2);
+  int terms = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d))
+    terms += read_file(e.path().string()).value_or("") == "term\n";
+  EXPECT_EQ(terms, 2);
+  auto events = c_.cp("job.events", {{"name", "crunch"}});
+  ASSERT_TRUE(events.ok());
+  int taken = 0;
+  for (const auto& e : (*events)["events"]) taken += e["what"] == "taken back";
+  EXPECT_EQ(taken, 2) << events->dump(2);
+  // The room comes back: so do the guests.
+  ASSERT_TRUE(c_.cp("job.scale", {{"name", "web"}, {"count", 2}}).ok());
+  ASSERT_FALSE(wait_running("crunch", 6).is_null());
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "crunch"}}).ok());
+  ASSERT_TRUE(c_.cp("job.stop", {{"name", "web"}}).ok());
+}
+
 }  // namespace
 }  // namespace weft::testing
