@@ -23,15 +23,16 @@ Result<std::string> base64_decode(std::string_view in) {
   size_t pad = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const char c = in[i];
-    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                       (c >= '0' && c <= '9') || c == '+' || c == '/';
+    const bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                       c == '+' || c == '/';
     if (c == '=' && i + 2 >= in.size()) {
       ++pad;
     } else if (!alpha || pad != 0) {
       return make_error("bad base64: a character outside its alphabet");
     }
   }
-  if (pad == 1 && in.back() != '=') return make_error("bad base64: a character outside its alphabet");
+  if (pad == 1 && in.back() != '=')
+    return make_error("bad base64: a character outside its alphabet");
   std::string out(3 * (in.size() / 4) + 1, '\0');
   // A NUL-terminated copy: b64_pton reads a C string.
   std::string text(in);
