@@ -138,7 +138,12 @@ void Autoscaling::decide(const std::string& job, JobState& st, uint64_t now_us) 
   }
   AutoscaleDecision d = st.scaler->decide(now_us, current, st.spec.max);
   st.last = d;
-  if (d.desired == current || st.spec.paused) return;
+  // Paused now, not only when the round began: a pause that came while the agents were
+  // being asked holds this round's decision too.
+  auto now_spec = sched_.job(job);
+  const bool paused =
+      st.spec.paused || !now_spec || !now_spec->autoscale || now_spec->autoscale->paused;
+  if (d.desired == current || paused) return;
   std::string reason = d.reason;
   Status done = hooks_.scale(job, static_cast<int>(d.desired));
   int64_t reached = done.ok() ? d.desired : current;
