@@ -140,12 +140,7 @@ Result<json> ExecSessions::spawn(rpc::Session* session, const std::string& task,
   }
   for (Fd* f : {&e->in, &e->out[0], &e->out[1]})
     if (f->valid()) (void)::fcntl(f->get(), F_SETFL, ::fcntl(f->get(), F_GETFL) | O_NONBLOCK);
-  SpawnRequest req;
-  req.init_path = how.init_path;
-  req.cgroup_dir = how.cgroup_dir;
-  req.task_dir_fd = how.pidfd;  // fd 3 of weft-init --join-pid
-  req.init_argv = how.init_argv;
-  req.new_pid = req.new_mount = req.new_uts = req.new_ipc = req.new_net = false;
+  SpawnRequest req = join_request(how.init_path, how.cgroup_dir, how.pidfd, how.init_argv);
   for (int i = 0; i < 3; ++i) req.stdio[i] = child[i].get();
   TRY_ASSIGN(Spawned spawned, spawn_init(req));
   for (Fd& f : child) f.reset();  // the command's ends are the command's alone

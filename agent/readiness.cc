@@ -131,13 +131,7 @@ class ExecRun : public CheckRun {
   ExecRun(EventLoop& loop, Reaper& reaper, const ReadinessCheck& c, const CheckTarget& t,
           CheckDone done)
       : reaper_(reaper), done_(std::move(done)) {
-    SpawnRequest req;
-    req.init_path = t.init_path;
-    req.cgroup_dir = t.cgroup_dir;
-    req.task_dir_fd = t.pidfd;  // fd 3 of weft-init --join-pid
-    req.init_argv = t.join_argv;
-    req.new_pid = req.new_mount = req.new_uts = req.new_ipc = req.new_net = false;
-    auto spawned = spawn_init(req);
+    auto spawned = spawn_init(join_request(t.init_path, t.cgroup_dir, t.pidfd, t.join_argv));
     if (!spawned.ok()) {
       auto d = loop.add_defer([this, why = spawned.error().message] { finish(false, why); });
       if (d.ok()) timer_ = std::move(d).value();

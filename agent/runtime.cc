@@ -459,6 +459,17 @@ std::atomic<bool> g_clone3_unusable{false};
 
 }  // namespace
 
+SpawnRequest join_request(std::string init_path, std::string cgroup_dir, int task_pidfd,
+                          std::vector<std::string> init_argv) {
+  SpawnRequest req;
+  req.init_path = std::move(init_path);
+  req.cgroup_dir = std::move(cgroup_dir);
+  req.task_dir_fd = task_pidfd;  // fd 3 of weft-init --join-pid
+  req.init_argv = std::move(init_argv);
+  req.new_pid = req.new_mount = req.new_uts = req.new_ipc = req.new_net = false;
+  return req;
+}
+
 Result<Spawned> spawn_init(const SpawnRequest& req) {
   std::vector<char*> argv;
   for (const auto& s : req.init_argv) argv.push_back(const_cast<char*>(s.c_str()));

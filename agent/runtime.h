@@ -90,6 +90,11 @@ TaskSpec apply_image_defaults(const TaskSpec& spec, const std::vector<std::strin
                               const std::vector<std::string>& env, const std::string& workdir,
                               const std::string& user);
 Result<Spawned> spawn_init(const SpawnRequest& req);
+// The request for weft-init --join-pid (a command joined to a running task: readiness
+// and liveness exec checks, `task exec`): no namespace of its own, the task's pidfd as
+// fd 3, in `cgroup_dir` beneath the task's.
+SpawnRequest join_request(std::string init_path, std::string cgroup_dir, int task_pidfd,
+                          std::vector<std::string> init_argv);
 // pidfd_send_signal(2): signals the process behind a pidfd (no pid reuse races).
 Status signal_pidfd(int pidfd, int sig);
 
