@@ -829,7 +829,8 @@ void Manager::stop_liveness(Task& t) {
 
 void Manager::run_liveness(const std::string& id) {
   auto it = tasks_.find(id);
-  if (it == tasks_.end() || it->second->state != TaskState::kRunning || !it->second->spec.liveness)
+  if (it == tasks_.end() || it->second->state != TaskState::kRunning ||
+      !it->second->spec.liveness || it->second->kill_sent)
     return;
   Task& t = *it->second;
   t.live.timer.reset();
@@ -872,7 +873,9 @@ void Manager::on_liveness(const std::string& id, bool passed, std::string detail
     // (no session then, or its budget for restarts spent) hears it again.
     if (t.live.failures % c.failure_threshold == 0) not_live(t);
   }
-  if (t.state != TaskState::kRunning) return;
+  // A task this agent is killing is ending: no more checks (they could only fail to
+  // enter it, and its reason is the decision's, not theirs).
+  if (t.state != TaskState::kRunning || t.kill_sent) return;
   std::string tid = t.id;
   auto timer = loop_->add_timer_in(c.interval_us, [this, tid] { run_liveness(tid); });
   if (timer.ok()) t.live.timer = std::move(timer).value();
@@ -890,9 +893,12 @@ void Manager::not_live(Task& t) {
       log_warn("no control plane to restart a task that is not live", {{"TASK_ID", t.id}});
     return;
   }
-  // A local task: killed; its restart policy decides what follows.
+  // A local task: killed; its restart policy decides what follows. Its checks end
+  // here: the reason is this decision's.
+  if (t.kill_sent) return;
   t.killed_for = why;
   t.kill_sent = true;
+  stop_liveness(t);
   if (auto s = cgroups_->kill_task(t.id); !s.ok())
     log_error("cannot kill a task that is not live",
               {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
