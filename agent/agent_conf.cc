@@ -119,6 +119,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                      "port_range",
                      "dns_listen",
                      "dns_ttl",
+                     "dns_services",
                      "usage_interval",
                      "reserved_ports",
                      "advertise_address",
@@ -200,6 +201,14 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
       return field_error(doc.where(*t.get("dns_ttl")),
                          "'dns_ttl' must be a duration of at most 1h, such as \"1s\"");
     c.dns_ttl_s = static_cast<uint32_t>(*us / 1'000'000);
+  }
+  TRY_ASSIGN(auto dns_services, doc.get_string(t, "dns_services"));
+  if (dns_services) {
+    if (*dns_services != "asked" && *dns_services != "all")
+      return field_error(doc.where(*t.get("dns_services")),
+                         "'dns_services' must be \"asked\" (the jobs its DNS clients ask for) or "
+                         "\"all\" (every job of the region)");
+    c.dns_all_services = *dns_services == "all";
   }
   TRY_ASSIGN(auto usage, doc.get_string(t, "usage_interval"));
   if (usage) {

@@ -68,6 +68,10 @@ struct AgentConfig {
   // ("host:port" on UDP; "" = it does not, and keeps no copy); the TTL of its answers.
   std::string dns_listen;
   uint32_t dns_ttl_s = 1;
+  // Which jobs the control plane tells it of: those its DNS clients ask for (false, the
+  // default: a query for a job not asked about before waits while the agent asks), or
+  // every job of the region (true: dns_services = "all").
+  bool dns_all_services = false;
   // How often each task's cgroup is sampled for task.usage (docs/protocol.md): CPU and
   // I/O are averaged over this interval. 1s to 5m.
   uint64_t usage_interval_us = 10'000'000;

@@ -185,11 +185,16 @@ TEST(AgentConfig, DiscoveryKeysAndTheirErrors) {
   EXPECT_EQ(ok->port_last, 21999);
   EXPECT_EQ(ok->dns_ttl_s, 5u);
   EXPECT_EQ(ok->task_uid_first, 4000000);
+  EXPECT_FALSE(ok->dns_all_services);  // told of the jobs its clients ask for
+  auto all = parse_agent_config("dns_services = \"all\"\n", "agent.toml");
+  ASSERT_TRUE(all.ok()) << all.error().str();
+  EXPECT_TRUE(all->dns_all_services);
   for (const char* bad :
        {"port_range = \"80-90\"", "port_range = \"30000-20000\"", "port_range = \"20000-\"",
         "port_range = \"-20000\"", "port_range = \"20000-70000\"", "port_range = \"2x-30000\"",
         "dns_listen = \"unix:/run/x\"", "dns_listen = \"127.0.0.1\"", "dns_ttl = \"2h\"",
-        "advertise_address = \"host.example\"", "task_uids = \"1000-2000\""}) {
+        "advertise_address = \"host.example\"", "task_uids = \"1000-2000\"",
+        "dns_services = \"some\"", "dns_services = 1"}) {
     auto e = parse_agent_config(std::string(bad) + "\n", "agent.toml");
     ASSERT_FALSE(e.ok()) << bad;
     std::string key = std::string(bad).substr(0, std::string(bad).find(' '));

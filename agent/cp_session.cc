@@ -48,7 +48,8 @@ Report build_report(const std::string& machine, const std::map<std::string, Repo
 }
 
 nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery,
-                                    const std::set<uint16_t>& task_ports) {
+                                    const std::set<uint16_t>& task_ports,
+                                    const std::vector<std::string>* discovery_interest) {
   std::set<uint16_t> own = host_ports_of(cfg).snapshot(kMaxReservedPorts + task_ports.size());
   for (uint16_t p : task_ports) own.erase(p);
   while (own.size() > kMaxReservedPorts) own.erase(std::prev(own.end()));
@@ -80,6 +81,7 @@ nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discover
       {"serves_discovery", serves_discovery},
       {"boot_id", trim(read_file("/proc/sys/kernel/random/boot_id").value_or(""))}};
   if (!cfg.advertise_address.empty()) reg["address"] = cfg.advertise_address;
+  if (serves_discovery && discovery_interest) reg["discovery_interest"] = *discovery_interest;
   return reg;
 }
 
@@ -149,7 +151,10 @@ Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const Agent
     self->quiet_ok_ = false;
     std::set<uint16_t> held =
         self->hooks_.task_ports ? self->hooks_.task_ports() : std::set<uint16_t>{};
-    session.call("machine.register", machine_registration(cfg, serves_discovery, held),
+    std::optional<std::vector<std::string>> interest;
+    if (self->hooks_.discovery_interest) interest = self->hooks_.discovery_interest();
+    session.call("machine.register",
+                 machine_registration(cfg, serves_discovery, held, interest ? &*interest : nullptr),
                  [self, done = std::move(done)](Result<nlohmann::json> r) {
                    if (r.ok()) self->fence_.registered(*r);
                    if (r.ok() && r->is_object())
@@ -189,6 +194,14 @@ bool CpSession::unhealthy(const std::string& task, const std::string& reason) {
   if (!s) return false;
   s->notify("task.unhealthy",
             {{"machine", machine_}, {"task", task}, {"reason", reason.substr(0, 500)}});
+  return true;
+}
+
+bool CpSession::ask_services(const std::vector<std::string>& jobs,
+                             std::function<void(Result<nlohmann::json>)> reply) {
+  rpc::Session* s = link_->session();
+  if (!s) return false;
+  s->call("service.interest", {{"machine", machine_}, {"jobs", jobs}}, std::move(reply));
   return true;
 }
 

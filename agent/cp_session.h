@@ -48,8 +48,10 @@ Report build_report(const std::string& machine, const std::map<std::string, Repo
 // machine.register's params: `cfg`'s machine and labels, this host's CPUs, memory,
 // controllers and boot id.
 // `task_ports`: the ports its tasks hold now (their own listeners are not the machine's).
+// `discovery_interest`: the jobs its DNS clients asked for (null: it is told of every job).
 nlohmann::json machine_registration(const AgentConfig& cfg, bool serves_discovery,
-                                    const std::set<uint16_t>& task_ports = {});
+                                    const std::set<uint16_t>& task_ports = {},
+                                    const std::vector<std::string>* discovery_interest = nullptr);
 
 // Which control plane of a region holds this machine, and under which epoch
 // (docs/regions.md): learnt from each machine.register reply's "holder". A command that
@@ -76,6 +78,9 @@ class CpSession {
     std::function<std::map<std::string, ReportedTask>()> tasks;  // the control plane's, now
     std::function<void(const std::set<std::string>&)> forget;    // names of ended tasks
     std::function<std::set<uint16_t>()> task_ports;  // ports its tasks hold (registration)
+    // The jobs its DNS clients asked for (registration's discovery_interest); unset: the
+    // agent is told of every job.
+    std::function<std::vector<std::string>()> discovery_interest;
   };
   static Result<std::unique_ptr<CpSession>> start(EventLoop& loop, const AgentConfig& cfg,
                                                   const rpc::Dispatcher* commands,
@@ -96,6 +101,10 @@ class CpSession {
   // times in a row (task.unhealthy, a notification): the control plane restarts it,
   // asking its TaskController first. False when there is no session to say it on.
   bool unhealthy(const std::string& task, const std::string& reason);
+  // service.interest: the control plane tells this agent of these jobs from now on; the
+  // reply is their endpoints now. False when there is no session to ask on.
+  bool ask_services(const std::vector<std::string>& jobs,
+                    std::function<void(Result<nlohmann::json>)> reply);
   // A command from the control plane (task.run, task.stop, image.pull): its params
   // without the holder fields, or refused when from a holder this machine left.
   Result<nlohmann::json> admit(nlohmann::json params, const std::string& method) const {

@@ -74,6 +74,7 @@ void DnsServer::on_readable() {
     if (n < 0) return;  // EAGAIN: nothing more now (errors are per datagram on UDP)
     ++queries_;
     const auto size = static_cast<size_t>(n);
+    if (wait(buf, size, &from, from_len, -1)) continue;
     std::vector<uint8_t> answer =
         dns::respond(buf, size, *catalog_, options_, dns::udp_limit(buf, size), rotate_++);
     if (answer.empty()) continue;
@@ -126,6 +127,7 @@ void DnsServer::on_accept() {
     conn->fd = std::move(c);
     conn->source = std::move(source);
     conn->last_us = now_monotonic_us();
+    conn->serial = ++tcp_serial_;
     auto io = loop_->add_io(fd, EPOLLIN, [this, fd](uint32_t) { on_tcp(fd); });
     if (!io.ok()) continue;
     conn->io = std::move(io).value();
@@ -151,22 +153,96 @@ void DnsServer::on_tcp(int fd) {
         (static_cast<size_t>(static_cast<uint8_t>(c.in[0])) << 8) | static_cast<uint8_t>(c.in[1]);
     if (c.in.size() < 2 + len) break;
     ++queries_;
-    std::vector<uint8_t> answer = dns::respond(reinterpret_cast<const uint8_t*>(c.in.data()) + 2,
-                                               len, *catalog_, options_, 65535, rotate_++);
+    const auto* q = reinterpret_cast<const uint8_t*>(c.in.data()) + 2;
+    std::vector<uint8_t> answer;
+    // (Answers on a connection may come out of order: RFC 7766 6.2.1.1.)
+    if (!wait(q, len, nullptr, 0, fd))
+      answer = dns::respond(q, len, *catalog_, options_, 65535, rotate_++);
     c.in.erase(0, 2 + len);
     c.last_us = now_monotonic_us();
     c.partial_us = c.in.empty() ? 0 : c.last_us;
     if (answer.empty()) continue;
-    std::string out;
-    out.push_back(static_cast<char>(answer.size() >> 8));
-    out.push_back(static_cast<char>(answer.size() & 0xff));
-    out.append(reinterpret_cast<const char*>(answer.data()), answer.size());
-    // A client that does not read what it asked for is dropped, not buffered for.
-    if (::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
-        static_cast<ssize_t>(out.size()))
-      close_it = true;
+    send_tcp(fd, answer);
+    if (!tcp_.count(fd)) return;  // dropped: it does not read
   }
   if (close_it) tcp_.erase(it);
+}
+
+void DnsServer::send_tcp(int fd, const std::vector<uint8_t>& answer) {
+  auto it = tcp_.find(fd);
+  if (it == tcp_.end()) return;
+  std::string out;
+  out.push_back(static_cast<char>(answer.size() >> 8));
+  out.push_back(static_cast<char>(answer.size() & 0xff));
+  out.append(reinterpret_cast<const char*>(answer.data()), answer.size());
+  // A client that does not read what it asked for is dropped, not buffered for.
+  if (::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(out.size()))
+    tcp_.erase(it);
+}
+
+bool DnsServer::wait(const uint8_t* data, size_t n, const sockaddr_storage* from,
+                     socklen_t from_len, int tcp_fd) {
+  if (!must_wait_ || waiting_.size() >= kMaxWaiting) return false;
+  auto job = dns::asked_job(data, n);
+  if (!job || !must_wait_(*job)) return false;
+  Waiting w;
+  w.packet.assign(data, data + n);
+  w.job = std::move(*job);
+  if (from) {
+    w.from = *from;
+    w.from_len = from_len;
+  }
+  w.tcp_fd = tcp_fd;
+  if (auto c = tcp_.find(tcp_fd); c != tcp_.end()) w.tcp_serial = c->second->serial;
+  w.deadline_us = now_monotonic_us() + kWaitUs;
+  waiting_.push_back(std::move(w));
+  ++waited_;
+  if (!wait_timer_.active()) {
+    auto t = loop_->add_timer_in(kWaitUs, [this] {
+      wait_timer_.reset();
+      answer_waiting(true);
+    });
+    if (t.ok()) wait_timer_ = std::move(t).value();
+  }
+  return true;
+}
+
+void DnsServer::answered() {
+  answer_waiting(false);
+}
+
+void DnsServer::answer_waiting(bool deadlines) {
+  uint64_t now = now_monotonic_us();
+  std::vector<Waiting> keep;
+  std::vector<Waiting> due;
+  for (auto& w : waiting_) {
+    bool go = (deadlines && now >= w.deadline_us) || !must_wait_ || !must_wait_(w.job);
+    (go ? due : keep).push_back(std::move(w));
+  }
+  waiting_ = std::move(keep);
+  for (const auto& w : due) {
+    if (w.tcp_fd < 0) {
+      auto answer = dns::respond(w.packet.data(), w.packet.size(), *catalog_, options_,
+                                 dns::udp_limit(w.packet.data(), w.packet.size()), rotate_++);
+      if (!answer.empty())
+        (void)::sendto(fd_.get(), answer.data(), answer.size(), MSG_DONTWAIT,
+                       reinterpret_cast<const sockaddr*>(&w.from), w.from_len);
+    } else if (auto c = tcp_.find(w.tcp_fd); c != tcp_.end() && c->second->serial == w.tcp_serial) {
+      auto answer =
+          dns::respond(w.packet.data(), w.packet.size(), *catalog_, options_, 65535, rotate_++);
+      if (!answer.empty()) send_tcp(w.tcp_fd, answer);
+    }
+  }
+  if (!waiting_.empty() && !wait_timer_.active()) {
+    uint64_t next = waiting_.front().deadline_us;
+    for (const auto& w : waiting_) next = std::min(next, w.deadline_us);
+    auto t = loop_->add_timer_at(next, [this] {
+      wait_timer_.reset();
+      answer_waiting(true);
+    });
+    if (t.ok()) wait_timer_ = std::move(t).value();
+  }
 }
 
 void DnsServer::sweep() {

@@ -13,9 +13,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <set>
 #include <thread>
 
 namespace weft::agent {
@@ -262,6 +265,66 @@ TEST(DnsServer, ClientsThatTrickleBytesDoNotKeepFreshQueriesOut) {
   serve_while(**loop, attack);
   EXPECT_EQ(answered, 7);
   EXPECT_EQ(trickled_closed, 80);
+}
+
+// Issue 46 (docs/services.md "Interest"): a query for a job the agent has not asked the
+// control plane about waits while it asks, and is answered from what the answer
+// brought; one whose answer never comes is answered from the copy after kWaitUs, over
+// UDP and TCP alike; a job asked about before is answered at once.
+TEST(DnsServer, AQueryForAJobNotAskedAboutWaitsForTheAnswer) {
+  ServiceCatalog catalog;
+  auto loop = EventLoop::create();
+  ASSERT_TRUE(loop.ok());
+  auto server = DnsServer::serve(**loop, "127.0.0.1:0", &catalog, dns::Options{});
+  ASSERT_TRUE(server.ok()) << server.error().str();
+  DnsServer* dns = server->get();
+  uint16_t port = dns->port();
+  std::set<std::string> asked, waiting;
+  std::vector<std::string> seen;
+  Source answer_web;
+  dns->hold_while([&](const std::string& job) {
+    seen.push_back(job);
+    if (waiting.count(job)) return true;
+    if (asked.count(job)) return false;
+    asked.insert(job);
+    waiting.insert(job);
+    if (job == "web") {  // the control plane answers in 200 ms; "db" it never answers
+      auto t = (*loop)->add_timer_in(200'000, [&] {
+        add_web(&catalog, 2);
+        waiting.erase("web");
+        dns->answered();
+      });
+      if (t.ok()) answer_web = std::move(t).value();
+    }
+    return true;
+  });
+  using clock = std::chrono::steady_clock;
+  std::pair<int, int> first, again, db_tcp;
+  double first_s = 0, again_s = 0, db_s = 0;
+  serve_while(**loop, [&] {
+    auto t0 = clock::now();
+    first = ask_udp(port, 7);
+    first_s = std::chrono::duration<double>(clock::now() - t0).count();
+    t0 = clock::now();
+    again = ask_udp(port, 8);
+    again_s = std::chrono::duration<double>(clock::now() - t0).count();
+    int fd = tcp_connect(port);
+    ASSERT_GE(fd, 0);
+    t0 = clock::now();
+    send_all(fd, framed(query("_http._tcp.db.frontend.weft.", 9)));
+    db_tcp = read_framed(fd);
+    db_s = std::chrono::duration<double>(clock::now() - t0).count();
+    ::close(fd);
+  });
+  EXPECT_EQ(first, (std::pair{7, 2}));  // both endpoints, from the answer
+  EXPECT_GE(first_s, 0.15);
+  EXPECT_EQ(again, (std::pair{8, 2}));
+  EXPECT_LT(again_s, 0.15);
+  EXPECT_EQ(db_tcp, (std::pair{9, 0}));  // nothing known of db: answered at the deadline
+  EXPECT_GE(db_s, 0.9);
+  EXPECT_LT(db_s, 3.0);
+  EXPECT_EQ(dns->waited(), 2u);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), "db"), 2);  // asked, then due
 }
 
 }  // namespace

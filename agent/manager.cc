@@ -62,6 +62,9 @@ Manager::Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<
     : cfg_(std::move(cfg)), fs_(std::move(fs)), loop_(std::move(loop)) {}
 
 Manager::~Manager() {
+  // The session first: replies it fails on closing go to what is still here
+  // (interest_'s service.interest among them).
+  cp_.reset();
   server_.reset();
   sandboxes_.reset();
   tasks_.clear();  // drops watches before the loop goes
@@ -234,6 +237,19 @@ Status Manager::start() {
           DnsServer::serve(*loop_, cfg_.dns_listen, &services_, dns::Options{cfg_.dns_ttl_s});
       if (!dns.ok()) return std::move(dns).error().wrap("dns_listen");
       dns_ = std::move(dns).value();
+      if (!cfg_.dns_all_services) {
+        // Told of the jobs its DNS clients ask for: a query for a new one waits while
+        // the agent asks (docs/services.md "Interest").
+        interest_ = std::make_unique<ServiceInterest>(
+            *loop_, services_,
+            [this](const std::vector<std::string>& jobs, ServiceInterest::Reply reply) {
+              return cp_ && cp_->ask_services(jobs, std::move(reply));
+            },
+            [this] {
+              if (dns_) dns_->answered();
+            });
+        dns_->hold_while([this](const std::string& job) { return interest_->must_wait(job); });
+      }
     }
     TRY(cp_start());
   }
@@ -1239,6 +1255,9 @@ void Manager::register_metrics() {
     w.family("weft_agent_dns_queries_total", "counter",
              "DNS packets received on dns_listen (docs/services.md).");
     w.sample("weft_agent_dns_queries_total", static_cast<double>(dns_ ? dns_->queries() : 0));
+    w.family("weft_agent_dns_waited_total", "counter",
+             "DNS queries that waited while the agent asked the control plane for their job.");
+    w.sample("weft_agent_dns_waited_total", static_cast<double>(dns_ ? dns_->waited() : 0));
     w.family("weft_agent_discovery_version", "gauge",
              "The version of the service discovery copy this agent answers from.");
     w.sample("weft_agent_discovery_version", static_cast<double>(services_.version()));
@@ -1279,6 +1298,7 @@ Status Manager::cp_start() {
         for (const auto& [name, port] : t->spec.ports) held.insert(port);
     return held;
   };
+  if (interest_) hooks.discovery_interest = [this] { return interest_->jobs(); };
   TRY_ASSIGN(cp_, CpSession::start(*loop_, cfg_, &cp_methods_, dns_ != nullptr, std::move(hooks)));
   return {};
 }

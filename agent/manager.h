@@ -32,6 +32,7 @@
 #include "agent/netns_pool.h"
 #include "agent/readiness.h"
 #include "agent/sandbox_pool.h"
+#include "agent/service_interest.h"
 #include "agent/start_plan.h"
 #include "agent/task_dirs.h"
 #include "agent/task_store.h"
@@ -317,6 +318,7 @@ class Manager {
   // port of port_range starts (in turn, as for uids).
   ServiceCatalog services_;
   std::unique_ptr<DnsServer> dns_;
+  std::unique_ptr<ServiceInterest> interest_;  // the jobs dns_ asked for (null: every job)
   uint16_t next_port_ = 0;
   // Gives the spec's ports their numbers (a 0 a free port of port_range), refusing one
   // another live task holds; WEFT_PORT_<NAME> in its environment.

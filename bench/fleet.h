@@ -84,6 +84,10 @@ struct Options {
   // of `discovery_tasks` is scaled down step by step; each step's withdrawal is timed
   // until every agent holds it, and until the stop reaches the task's machine.
   int discovery_tasks = 20, discovery_steps = 10;
+  // Which jobs the agents answer DNS for (issue 46): "" = none (they do not answer DNS)
+  // unless the discovery phase runs, then every job; "all": every job; else a comma list
+  // of job names (registration's discovery_interest: pushes by interest).
+  std::string dns_interest;
   // A region (docs/regions.md): the control plane is shard s1 of a region whose records
   // are in this etcd, with a front end of its own; the entitlement is made through the
   // front end, and the create phase's jobs through `jobs_via` ("front-end" or "shard").
@@ -558,14 +562,23 @@ class Fleet {
   }
   json hello(const Daemon& d) const {
     const Machine& m = *d.m;
-    if (d.kind == kAgent)
-      return {{"machine", m.id},
-              {"dc", m.shape.dc},
-              {"domain", m.shape.domain},
-              {"cpu_milli", m.shape.cpu_milli},
-              {"mem_mb", m.shape.mem_mb},
-              {"controllers", {"cpu", "memory", "io", "pids"}},
-              {"serves_discovery", o_.phases.find("discovery") != std::string::npos}};
+    if (d.kind == kAgent) {
+      json reg{{"machine", m.id},
+               {"dc", m.shape.dc},
+               {"domain", m.shape.domain},
+               {"cpu_milli", m.shape.cpu_milli},
+               {"mem_mb", m.shape.mem_mb},
+               {"controllers", {"cpu", "memory", "io", "pids"}},
+               {"serves_discovery",
+                !o_.dns_interest.empty() || o_.phases.find("discovery") != std::string::npos}};
+      if (!o_.dns_interest.empty() && o_.dns_interest != "all") {
+        json jobs = json::array();
+        for (const auto& j : split(o_.dns_interest, ','))
+          if (!j.empty()) jobs.push_back(j);
+        reg["discovery_interest"] = jobs;
+      }
+      return reg;
+    }
     return report_params(d);
   }
   json report_params(const Daemon& d) const {

@@ -418,6 +418,10 @@ int main(int argc, char** argv) {
                "report the whole task list every heartbeat (agents before issue 14)");
   app.add_option("--phases", o.phases,
                  "register,rest,create,rest,fail (in order); also fig14, discovery");
+  app.add_option("--dns-interest", o.dns_interest,
+                 "the agents answer DNS: \"all\" (told of every job) or a comma list of "
+                 "jobs (told of those: pushes by interest); default: only in the discovery "
+                 "phase, every job");
   app.add_option("--discovery-tasks", o.discovery_tasks, "discovery: the job's tasks");
   app.add_option("--discovery-steps", o.discovery_steps, "discovery: scale-downs timed");
   app.add_option("--cp-config", o.cp_extra, "extra controlplane.toml lines");

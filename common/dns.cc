@@ -93,6 +93,26 @@ void each_rotated(const std::vector<Endpoint>& eps, uint32_t rotate, F&& f) {
 
 }  // namespace
 
+std::optional<std::string> asked_job(const uint8_t* data, size_t n) {
+  if (n < LDNS_HEADER_SIZE) return std::nullopt;
+  ldns_pkt* raw = nullptr;
+  if (ldns_wire2pkt(&raw, data, n) != LDNS_STATUS_OK || !raw) return std::nullopt;
+  Pkt q(raw);
+  if (ldns_pkt_qr(q.get()) || ldns_pkt_get_opcode(q.get()) != LDNS_PACKET_QUERY)
+    return std::nullopt;
+  ldns_rr_list* questions = ldns_pkt_question(q.get());
+  if (!questions || ldns_rr_list_rr_count(questions) != 1) return std::nullopt;
+  const ldns_rr* question = ldns_rr_list_rr(questions, 0);
+  if (ldns_rr_get_class(question) != LDNS_RR_CLASS_IN &&
+      ldns_rr_get_class(question) != LDNS_RR_CLASS_ANY)
+    return std::nullopt;
+  std::vector<std::string> labels;
+  const ldns_rdf* qname = ldns_rr_owner(question);
+  if (!qname || !labels_of(qname, &labels) || labels.size() < 3 || labels.back() != "weft")
+    return std::nullopt;
+  return labels[labels.size() - 3];
+}
+
 size_t udp_limit(const uint8_t* data, size_t n) {
   ldns_pkt* raw = nullptr;
   if (ldns_wire2pkt(&raw, data, n) != LDNS_STATUS_OK || !raw) return 512;

@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/services.h"
@@ -29,6 +31,11 @@ struct Options {
 // or not a DNS packet at all). `rotate` turns the order of the records (load spreading).
 std::vector<uint8_t> respond(const uint8_t* data, size_t n, const ServiceCatalog& catalog,
                              const Options& o, size_t max_size, uint32_t rotate = 0);
+
+// The job a query packet asks about: the lower-case <job> of a name
+// "...<job>.<entitlement>.weft." in class IN or ANY; nothing for a packet that is not
+// such a query (a response, another zone, a name with no job, a malformed packet).
+std::optional<std::string> asked_job(const uint8_t* data, size_t n);
 
 // The largest response the asker of this query takes over UDP (512, or its EDNS size up
 // to 4096); 512 when the packet is not a query.

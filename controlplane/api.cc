@@ -119,6 +119,7 @@ void Manager::register_methods() {
       {"service.ls", &Manager::api_service_ls, kViewerCall},
       {"service.show", &Manager::api_service_show, kViewerCall},
       {"service.watch", &Manager::api_service_watch, kViewerCall},
+      {"service.interest", &Manager::api_service_interest, kMachineCall},
   };
   server_.methods().add("frontend.forward", [this](const json& p, const CallContext& c) {
     return api_frontend_forward(p, c);
@@ -246,6 +247,20 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
     return field_error("reports_ready", "must be true or false");
   if (p.contains("serves_discovery") && !p["serves_discovery"].is_boolean())
     return field_error("serves_discovery", "must be true or false");
+  // The jobs its DNS clients asked for (an agent that names none here is told of every
+  // job, as agents before interest were).
+  std::optional<std::vector<std::string>> interest;
+  if (p.contains("discovery_interest")) {
+    const json& d = p["discovery_interest"];
+    bool ok = d.is_array() && d.size() <= ServiceTable::kMaxInterests;
+    for (size_t i = 0; ok && i < d.size(); ++i)
+      ok = d[i].is_string() && valid_job_name(d[i].get_ref<const std::string&>());
+    if (!ok)
+      return field_error("discovery_interest", "must be a list of at most " +
+                                                   std::to_string(ServiceTable::kMaxInterests) +
+                                                   " job names");
+    interest = d.get<std::vector<std::string>>();
+  }
   if (p.contains("port_range")) {
     const json& r = p["port_range"];
     bool ok = r.is_array() && r.size() == 2 && r[0].is_number_unsigned() &&
@@ -291,8 +306,10 @@ Result<json> Manager::api_machine_register(const json& p, const CallContext& c) 
   // address its session comes from (loopback for a Unix socket).
   if (address.empty()) address = c.peer.is_unix || c.peer.host.empty() ? "127.0.0.1" : c.peer.host;
   discovery_->set_address(m, address);
-  // The agent answers DNS for service discovery: it gets the whole table, then changes.
-  if (p.value("serves_discovery", false)) discovery_->subscribe(m, c.session);
+  // The agent answers DNS for service discovery: it gets the table (every job's, or
+  // those it asked for), then their changes.
+  if (p.value("serves_discovery", false))
+    discovery_->subscribe(m, c.session, !interest, interest.value_or(std::vector<std::string>{}));
   // An agent older than readiness checks reports "running" for what is available.
   if (p.value("reports_ready", false))
     reports_.running_means_ready.erase(m);

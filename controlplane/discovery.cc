@@ -42,9 +42,12 @@ void Discovery::write_metrics(metrics::Writer& w) const {
   w.sample("weft_cp_discovery_version", static_cast<double>(table_.version()));
   w.family("weft_cp_discovery_agents_behind", "gauge",
            "Agents answering DNS that have not acknowledged the latest version.");
-  size_t behind = 0;
-  for (const auto& [m, sess] : sessions_) behind += table_.acked(m) < table_.version();
-  w.sample("weft_cp_discovery_agents_behind", static_cast<double>(behind));
+  w.sample("weft_cp_discovery_agents_behind", static_cast<double>(behind()));
+  w.family("weft_cp_discovery_interests", "gauge",
+           "Jobs the agents asked to be told of (agents subscribed to every job not counted).");
+  size_t interests = 0;
+  for (const auto& [m, sess] : sessions_) interests += table_.interests(m);
+  w.sample("weft_cp_discovery_interests", static_cast<double>(interests));
   w.family("weft_cp_discovery_stops_waiting", "gauge",
            "Stops held until every agent has the task withdrawn (and the drain).");
   w.sample("weft_cp_discovery_stops_waiting", static_cast<double>(table_.held()));
@@ -67,9 +70,17 @@ void Discovery::start() {
   if (t.ok()) live_timer_ = std::move(t).value();
 }
 
-void Discovery::subscribe(MachineId m, rpc::Session* s) {
+size_t Discovery::behind() const {
+  size_t n = 0;
+  for (const auto& [m, sess] : sessions_) n += table_.acked(m) < table_.sent_to(m);
+  return n;
+}
+
+void Discovery::subscribe(MachineId m, rpc::Session* s, bool everything,
+                          const std::vector<std::string>& jobs) {
   if (!s) return;
-  table_.subscribe(m);
+  table_.subscribe(m, everything);
+  for (const auto& job : jobs) (void)table_.interest(m, job);
   sessions_[m] = s;
   s->watch_close([this, m, s] {
     auto it = sessions_.find(m);
@@ -82,7 +93,19 @@ void Discovery::subscribe(MachineId m, rpc::Session* s) {
 }
 
 void Discovery::send_snapshot(MachineId m, rpc::Session* s) {
-  auto chunks = table_.snapshot(kJobsPerSnapshotMessage);
+  std::vector<ServiceUpdate> chunks;
+  if (table_.everything(m)) {
+    chunks = table_.snapshot(kJobsPerSnapshotMessage);
+  } else {
+    // The jobs it asked for (at most kMaxInterests, well inside one message).
+    ServiceUpdate u;
+    u.version = table_.version();
+    u.reset = true;
+    for (const auto& [job, svc] : table_.services())
+      if (table_.wants(m, job)) u.services.emplace(job, svc);
+    chunks.push_back(std::move(u));
+  }
+  table_.sent(m, table_.version());
   for (size_t i = 0; i < chunks.size(); ++i) {
     bool last = i + 1 == chunks.size();
     s->call("service.update", to_json(chunks[i]), [this, m, last](Result<json> r) {
@@ -116,7 +139,7 @@ void Discovery::recompute() {
     auto spec = sched_.job(job);
     if (!spec) {
       for (auto& t : table_.erase(job)) {
-        left_[t] = {table_.version(), 0, now};
+        left_[t] = {job, table_.version(), 0, now};
         withdrawn_ = true;
       }
       continue;
@@ -131,7 +154,7 @@ void Discovery::recompute() {
           return a == addresses_.end() ? std::string() : a->second;
         });
     for (auto& t : table_.set(job, s)) {
-      left_[t] = {table_.version(), spec->discovery_drain_us, now};
+      left_[t] = {job, table_.version(), spec->discovery_drain_us, now};
       withdrawn_ = true;
     }
   }
@@ -218,7 +241,7 @@ std::vector<Command> Discovery::refresh(const std::vector<Command>& cmds) {
       // The drain counts from the withdrawal (it may have been worked out a push ago).
       uint64_t since = now_monotonic_us() - it->second.at_us;
       uint64_t drain = it->second.drain_us > since ? it->second.drain_us - since : 0;
-      table_.hold_stop(c, it->second.version, now, opts_.ack_timeout_us, drain);
+      table_.hold_stop(c, it->second.job, it->second.version, now, opts_.ack_timeout_us, drain);
       left_.erase(it);
       continue;
     }
@@ -239,7 +262,7 @@ void Discovery::note_timed_out(const std::vector<std::string>& tasks) {
     ++ack_timeouts_;
     std::string behind;
     for (const auto& [m, s] : sessions_)
-      if (table_.acked(m) < table_.version()) {
+      if (table_.acked(m) < table_.sent_to(m)) {
         if (!behind.empty()) behind += ",";
         behind += name(m);
         if (behind.size() > 200) break;
@@ -264,7 +287,6 @@ void Discovery::push() {
   if (!live_) return;
   ServiceUpdate u = table_.update_since(pushed_);
   pushed_ = table_.version();
-  std::string msg = to_json(u).dump(-1, ' ', false, json::error_handler_t::replace);  // once
   // Acknowledged when a stop may wait on it (it withdraws an endpoint, or stops are
   // held), and at least every kAckedPushUs; else a notification: a fleet's answers to
   // every push of new endpoints (one per agent, 50 pushes a second while jobs start)
@@ -277,13 +299,81 @@ void Discovery::push() {
   } else {
     arm_sync(now);
   }
-  for (const auto& [machine, s] : sessions_) {
-    MachineId m = machine;  // (a structured binding cannot be captured before C++20's clang 16)
+  auto send = [&](MachineId m, rpc::Session* s, const std::string& msg) {
+    table_.sent(m, u.version);
     if (acked)
       s->call_serialized("service.update", msg, [this, m](Result<json> r) { on_ack(m, r); });
     else
       s->notify_serialized("service.update", msg);
+  };
+  // Agents subscribed to every job: the whole update, serialised once.
+  std::string whole;
+  for (const auto& [machine, s] : sessions_) {
+    if (!table_.everything(machine)) continue;
+    if (whole.empty()) whole = to_json(u).dump(-1, ' ', false, json::error_handler_t::replace);
+    send(machine, s, whole);
   }
+  // Agents that asked for jobs: those of theirs that changed, nothing when none did (they
+  // hold no stop of the others back). Agents asking for the same jobs share one
+  // serialisation.
+  auto wanted = table_.wanted(u);
+  std::map<std::vector<std::string>, std::string> texts;
+  for (const auto& [machine, jobs] : wanted) {
+    auto sess = sessions_.find(machine);
+    if (sess == sessions_.end() || table_.everything(machine)) continue;
+    auto text = texts.find(jobs);
+    if (text == texts.end()) {
+      ServiceUpdate part;
+      part.version = u.version;
+      for (const auto& job : jobs) part.services.emplace(job, u.services.at(job));
+      text = texts.emplace(jobs, to_json(part).dump(-1, ' ', false, json::error_handler_t::replace))
+                 .first;
+    }
+    send(machine, sess->second, text->second);
+  }
+  // A reset (an update further behind than the removals kept) goes to every agent.
+  if (u.reset)
+    for (const auto& [machine, s] : sessions_)
+      if (!table_.everything(machine) && !wanted.count(machine))
+        send(machine, s,
+             to_json(table_.part_for(machine, u))
+                 .dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Result<json> Discovery::interest(MachineId m, const rpc::Session* s, const json& p) {
+  auto sess = sessions_.find(m);
+  if (sess == sessions_.end() || sess->second != s)
+    return make_error("this session does not serve discovery: register with serves_discovery")
+        .with_code(rpc::kInvalidParams);
+  if (!p.is_object() || !p.contains("jobs") || !p["jobs"].is_array() ||
+      p["jobs"].size() > ServiceTable::kMaxInterests)
+    return field_error("jobs", "must be a list of at most " +
+                                   std::to_string(ServiceTable::kMaxInterests) + " job names");
+  for (const auto& j : p["jobs"])
+    if (!j.is_string() || !valid_job_name(j.get_ref<const std::string&>()))
+      return field_error(
+          "jobs",
+          "names no job: " + (j.is_string() ? j.get<std::string>().substr(0, 64) : j.dump()));
+  ServiceUpdate u;
+  u.version = table_.version();
+  size_t full = 0;
+  for (const auto& j : p["jobs"]) {
+    const std::string& job = j.get_ref<const std::string&>();
+    if (table_.interest(m, job) == ServiceTable::Interest::kFull) ++full;
+    // Its endpoints now, whatever the name's case (DNS names are case-insensitive).
+    for (const auto& name : table_.any_case(job)) u.services.emplace(name, *table_.find(name));
+  }
+  // What it was sent: these jobs as they are now, and the others as pushed. The next
+  // acknowledged update (a push of its jobs, or the sync) says when it holds them, so a
+  // stop held for a job it asked for late waits for that, not for the timeout.
+  table_.sent(m, pushed_);
+  arm_sync(now_monotonic_us());
+  if (full)
+    log_warn("an agent asked for more jobs than it may answer for",
+             {{"MACHINE", name(m)}, {"REFUSED", std::to_string(full)}});
+  json out = to_json(u);
+  out["refused"] = full;
+  return out;
 }
 
 void Discovery::arm_sync(uint64_t now) {
@@ -307,7 +397,7 @@ void Discovery::arm_sync(uint64_t now) {
     std::string msg = to_json(u).dump();
     for (const auto& [machine, s] : sessions_) {
       MachineId m = machine;
-      if (table_.acked(m) < pushed_)
+      if (table_.acked(m) < table_.sent_to(m))
         s->call_serialized("service.update", msg, [this, m](Result<json> r) { on_ack(m, r); });
     }
   });
@@ -368,8 +458,17 @@ Result<json> Discovery::ls(const json& p) const {
                    {"dns", job + "." + s.entitlement + ".weft."}});
   }
   json agents = json::array();
-  for (const auto& [m, sess] : sessions_)
-    agents.push_back({{"machine", name(m)}, {"version", table_.acked(m)}});
+  for (const auto& [m, sess] : sessions_) {
+    // `behind`: it has not acknowledged all it was sent.
+    json a{{"machine", name(m)},
+           {"version", table_.acked(m)},
+           {"behind", table_.acked(m) < table_.sent_to(m)}};
+    if (table_.everything(m))
+      a["jobs"] = "all";
+    else
+      a["jobs"] = table_.interests(m);
+    agents.push_back(std::move(a));
+  }
   return json{{"services", out},
               {"version", table_.version()},
               {"agents", agents},

@@ -45,9 +45,15 @@ class Discovery {
   // The leader's term begins: versions go on from the wall clock; agents keep their
   // copies until every machine had the chance to report (live_after).
   void start();
-  // An agent that answers DNS: the whole table now (once live) and every change after;
-  // its acknowledgements hold stops back.
-  void subscribe(MachineId m, rpc::Session* s);
+  // An agent that answers DNS: the table now (once live) and every change after, of
+  // every job (`everything`) or of the jobs it asked for (`jobs`, then interest());
+  // its acknowledgements hold back the stops of those jobs' tasks.
+  void subscribe(MachineId m, rpc::Session* s, bool everything = true,
+                 const std::vector<std::string>& jobs = {});
+  // service.interest from agent m on session `s`: it answers for these jobs from now on
+  // (its DNS clients asked for them). The answer is their endpoints now, as an update
+  // ("services": each job, null when there is none); their changes follow in the pushes.
+  Result<nlohmann::json> interest(MachineId m, const rpc::Session* s, const nlohmann::json& params);
   // Where machine m's tasks are reached; its jobs' endpoints change with it.
   void set_address(MachineId m, const std::string& address);
   // The commands to send now of `cmds`: stops of tasks that just left discovery are held
@@ -68,6 +74,7 @@ class Discovery {
 
  private:
   void send_snapshot(MachineId m, rpc::Session* s);
+  size_t behind() const;  // agents that have not acknowledged what was sent to them
   void on_ack(MachineId m, const Result<nlohmann::json>& r);
   void recompute();
   void push();
@@ -94,6 +101,7 @@ class Discovery {
   // Tasks that left their job's endpoints: the version that withdrew them, the job's
   // drain, when (monotonic). A stop of one waits until the agents have that version.
   struct Left {
+    std::string job;
     uint64_t version = 0, drain_us = 0, at_us = 0;
   };
   std::unordered_map<std::string, Left> left_;

@@ -255,6 +255,7 @@ class Manager {
   Result<nlohmann::json> api_service_ls(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_service_show(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_service_watch(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> api_service_interest(const nlohmann::json& p, const rpc::CallContext& c);
   std::unique_ptr<Discovery> discovery_;
   // Autoscaling (autoscaling.h): the leader's rounds; job.autoscale shows and pauses it.
   Result<nlohmann::json> api_job_autoscale(const nlohmann::json& p, const rpc::CallContext& c);

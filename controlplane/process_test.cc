@@ -834,6 +834,126 @@ TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
             std::string::npos);
 }
 
+// Issue 46, pushes by interest (docs/services.md "Interest"): an agent that names the
+// jobs its DNS clients asked for is told only of those (and of those it asks for later,
+// whose endpoints come in the answer), and only the agents that answer for a job hold
+// its stops back. An agent that names none is told of every job, as before.
+TEST_F(ControlPlane, AnAgentIsToldOnlyOfTheJobsItsClientsAskFor) {
+  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
+                                                "discovery_ack_timeout = \"3s\"\n")
+                  .ok());
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0"), b("b", "r1"), c("c", "r2"), d("d", "r3");
+  a.serve_discovery_of({"web"});
+  b.serve_discovery_of({});
+  c.serve_discovery();  // every job
+  for (FakeMachine* m : {&a, &b, &c, &d}) ASSERT_TRUE(m->connect(sock())) << m->error().str();
+  auto pump = [&] {
+    for (FakeMachine* m : {&a, &b, &c, &d}) m->report();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  auto job = [](const std::string& name, int count) {
+    return json{{"name", name},           {"entitlement", "e"},
+                {"count", count},         {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+                {"ports", {{"http", 0}}}, {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  };
+  ASSERT_TRUE(call("job.create", job("web", 1)).ok());
+  ASSERT_TRUE(call("job.create", job("db", 2)).ok());
+  auto holds = [](const FakeMachine& m, const std::string& name) -> int {
+    ServiceCatalog copy = m.catalog();
+    const Service* s = copy.find(name, "e");
+    return s ? static_cast<int>(s->endpoints.size()) : -1;
+  };
+  // (Pushes begin after the table's start-up grace.)
+  for (int i = 0; i < 500 && !(holds(a, "web") == 1 && holds(c, "db") == 2); ++i) pump();
+  for (int i = 0; i < 10; ++i) pump();
+  EXPECT_EQ(holds(a, "web"), 1);
+  EXPECT_EQ(holds(a, "db"), -1);  // never asked for
+  EXPECT_EQ(holds(b, "web"), -1);
+  EXPECT_EQ(holds(b, "db"), -1);
+  EXPECT_EQ(holds(c, "web"), 1);
+  EXPECT_EQ(holds(c, "db"), 2);
+  EXPECT_EQ(d.catalog().version(), 0u);  // it does not answer DNS
+  auto ls = call("service.ls", json::object());
+  ASSERT_TRUE(ls.ok());
+  std::map<std::string, json> agents;
+  for (const auto& ag : (*ls)["agents"]) agents[ag["machine"]] = ag["jobs"];
+  EXPECT_EQ(agents["a"], 1) << ls->dump();
+  EXPECT_EQ(agents["b"], 0) << ls->dump();
+  EXPECT_EQ(agents["c"], "all") << ls->dump();
+  EXPECT_EQ(agents.count("d"), 0u);
+
+  // b's clients ask for db (DNS names are case-insensitive): the answer has its
+  // endpoints now, and db's changes follow.
+  auto asked = b.call("service.interest", {{"machine", "b"}, {"jobs", {"DB"}}});
+  ASSERT_TRUE(asked.ok()) << asked.error().str();
+  ASSERT_TRUE((*asked)["services"].contains("db")) << asked->dump();
+  EXPECT_EQ((*asked)["services"]["db"]["endpoints"].size(), 2u) << asked->dump();
+  EXPECT_EQ((*asked)["refused"], 0);
+  ASSERT_TRUE(call("job.scale", {{"name", "db"}, {"count", 3}}).ok());
+  for (int i = 0; i < 500 && holds(b, "db") != 3; ++i) pump();
+  EXPECT_EQ(holds(b, "db"), 3);
+  EXPECT_EQ(holds(b, "web"), -1);
+  EXPECT_EQ(holds(a, "db"), -1);
+
+  // A stop of web's task waits for a and c, not for b, which does not answer for web
+  // and acknowledges nothing now; a stop of db's waits for b until the timeout.
+  b.mute_updates(true);
+  auto stopped = [&](const std::string& task) {
+    for (FakeMachine* m : {&a, &b, &c, &d})
+      for (const auto& [seq, what] : m->ordered())
+        if (what == "stop " + task) return true;
+    return false;
+  };
+  auto first_task = [&](const std::string& name) {
+    auto shown = call("service.show", {{"job", name}});
+    return shown.ok() && !(*shown)["endpoints"].empty()
+               ? (*shown)["endpoints"][0]["task"].get<std::string>()
+               : std::string();
+  };
+  std::string web_task = first_task("web");
+  ASSERT_FALSE(web_task.empty());
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(call("job.stop", {{"name", "web"}}).ok());
+  for (int i = 0; i < 500 && !stopped(web_task); ++i) pump();
+  ASSERT_TRUE(stopped(web_task));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2500));
+  std::string db_task = first_task("db");
+  ASSERT_FALSE(db_task.empty());
+  t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(call("job.stop", {{"name", "db"}}).ok());
+  for (int i = 0; i < 1000 && !stopped(db_task); ++i) pump();
+  ASSERT_TRUE(stopped(db_task));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2900));
+
+  // Bad input is refused with the field named, and nothing is added.
+  auto bad = b.call("service.interest", {{"machine", "b"}, {"jobs", "db"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("jobs"), std::string::npos) << bad.error().str();
+  bad = b.call("service.interest", {{"machine", "b"}, {"jobs", {"ok", "../etc"}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("../etc"), std::string::npos) << bad.error().str();
+  bad = d.call("service.interest", {{"machine", "d"}, {"jobs", {"db"}}});  // no DNS here
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("serves_discovery"), std::string::npos) << bad.error().str();
+  bad = a.call("service.interest", {{"machine", "b"}, {"jobs", {"db"}}});  // not its own
+  EXPECT_FALSE(bad.ok());
+  ls = call("service.ls", json::object());
+  ASSERT_TRUE(ls.ok());
+  for (const auto& ag : (*ls)["agents"]) {
+    if (ag["machine"] == "b") {
+      EXPECT_EQ(ag["jobs"], 1) << ls->dump();
+    }
+  }
+  // A registration's list is checked as strictly.
+  FakeMachine e("e", "r4");
+  e.serve_discovery_of({"web", "no/such"});
+  EXPECT_FALSE(e.connect(sock()));
+  EXPECT_NE(e.error().message.find("discovery_interest"), std::string::npos) << e.error().str();
+}
+
 // An unanswered push (new endpoints) that follows an answered one (a withdrawal) within
 // the sync's interval is still acknowledged by every agent within about a second: the
 // sync set before the answered push is set again, not dropped (a rolling update in

@@ -1,10 +1,17 @@
 #include "controlplane/services.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace weft::cp {
 
 namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
 
 std::set<std::string> task_ids(const Service* s) {
   std::set<std::string> out;
@@ -20,6 +27,12 @@ const Service* ServiceTable::find(const std::string& job) const {
   return it == services_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> ServiceTable::any_case(const std::string& job) const {
+  auto it = by_lower_.find(lower(job));
+  if (it == by_lower_.end()) return {};
+  return {it->second.begin(), it->second.end()};
+}
+
 uint64_t ServiceTable::changed_at(const std::string& job) const {
   auto it = changed_.find(job);
   return it == changed_.end() ? 0 : it->second;
@@ -32,6 +45,7 @@ std::vector<std::string> ServiceTable::set(const std::string& job, const Service
   std::vector<std::string> left;
   std::set_difference(before.begin(), before.end(), now.begin(), now.end(),
                       std::back_inserter(left));
+  if (!old) by_lower_[lower(job)].insert(job);
   services_[job] = s;
   if (auto c = changed_.find(job); c != changed_.end()) by_version_.erase(c->second);
   changed_[job] = ++version_;
@@ -44,6 +58,10 @@ std::vector<std::string> ServiceTable::erase(const std::string& job) {
   if (it == services_.end()) return {};
   std::set<std::string> before = task_ids(&it->second);
   services_.erase(it);
+  if (auto l = by_lower_.find(lower(job)); l != by_lower_.end()) {
+    l->second.erase(job);
+    if (l->second.empty()) by_lower_.erase(l);
+  }
   if (auto c = changed_.find(job); c != changed_.end()) {
     by_version_.erase(c->second);
     changed_.erase(c);
@@ -94,27 +112,107 @@ std::vector<ServiceUpdate> ServiceTable::snapshot(size_t per_chunk) const {
   return out;
 }
 
+void ServiceTable::subscribe(MachineId m, bool everything) {
+  unsubscribe(m);  // a new session starts from nothing
+  subs_[m].everything = everything;
+}
+
+void ServiceTable::unsubscribe(MachineId m) {
+  auto it = subs_.find(m);
+  if (it == subs_.end()) return;
+  for (const auto& job : it->second.jobs) {
+    auto w = wanted_by_.find(job);
+    if (w == wanted_by_.end()) continue;
+    w->second.erase(m);
+    if (w->second.empty()) wanted_by_.erase(w);
+  }
+  subs_.erase(it);
+}
+
+ServiceTable::Interest ServiceTable::interest(MachineId m, const std::string& job) {
+  auto it = subs_.find(m);
+  if (it == subs_.end()) return Interest::kFull;
+  Subscriber& s = it->second;
+  if (s.everything) return Interest::kHad;
+  std::string key = lower(job);
+  if (s.jobs.count(key)) return Interest::kHad;
+  if (s.jobs.size() >= kMaxInterests) return Interest::kFull;
+  s.jobs.insert(key);
+  wanted_by_[key].insert(m);
+  return Interest::kAdded;
+}
+
+bool ServiceTable::wants(MachineId m, const std::string& job) const {
+  auto it = subs_.find(m);
+  return it != subs_.end() && (it->second.everything || it->second.jobs.count(lower(job)));
+}
+
+bool ServiceTable::everything(MachineId m) const {
+  auto it = subs_.find(m);
+  return it != subs_.end() && it->second.everything;
+}
+
+size_t ServiceTable::interests(MachineId m) const {
+  auto it = subs_.find(m);
+  return it == subs_.end() ? 0 : it->second.jobs.size();
+}
+
+std::map<MachineId, std::vector<std::string>> ServiceTable::wanted(const ServiceUpdate& u) const {
+  std::map<MachineId, std::vector<std::string>> out;
+  if (wanted_by_.empty()) return out;
+  for (const auto& [job, s] : u.services) {
+    auto w = wanted_by_.find(lower(job));
+    if (w == wanted_by_.end()) continue;
+    for (MachineId m : w->second) out[m].push_back(job);
+  }
+  return out;
+}
+
+ServiceUpdate ServiceTable::part_for(MachineId m, const ServiceUpdate& u) const {
+  auto it = subs_.find(m);
+  if (it == subs_.end() || it->second.everything) return u;
+  ServiceUpdate part;
+  part.version = u.version;
+  part.reset = u.reset;
+  for (const auto& [job, s] : u.services)
+    if (it->second.jobs.count(lower(job))) part.services.emplace(job, s);
+  return part;
+}
+
+void ServiceTable::sent(MachineId m, uint64_t version) {
+  auto it = subs_.find(m);
+  if (it != subs_.end()) it->second.sent = std::max(it->second.sent, version);
+}
+
+uint64_t ServiceTable::sent_to(MachineId m) const {
+  auto it = subs_.find(m);
+  return it == subs_.end() ? 0 : it->second.sent;
+}
+
 void ServiceTable::ack(MachineId m, uint64_t version) {
-  auto it = acked_.find(m);
-  if (it != acked_.end()) it->second = std::max(it->second, std::min(version, version_));
+  auto it = subs_.find(m);
+  if (it != subs_.end()) it->second.acked = std::max(it->second.acked, std::min(version, version_));
 }
 
 uint64_t ServiceTable::acked(MachineId m) const {
-  auto it = acked_.find(m);
-  return it == acked_.end() ? 0 : it->second;
+  auto it = subs_.find(m);
+  return it == subs_.end() ? 0 : it->second.acked;
 }
 
-uint64_t ServiceTable::everywhere() const {
+uint64_t ServiceTable::acked_by_all(const std::string& job) const {
   uint64_t low = version_;
-  for (const auto& [m, v] : acked_) low = std::min(low, v);
+  for (const auto& [m, s] : subs_)
+    if (s.everything) low = std::min(low, s.acked);
+  if (auto w = wanted_by_.find(lower(job)); w != wanted_by_.end())
+    for (MachineId m : w->second) low = std::min(low, subs_.at(m).acked);
   return low;
 }
 
-void ServiceTable::hold_stop(Command c, uint64_t version, uint64_t now, uint64_t ack_timeout_us,
-                             uint64_t drain_us) {
+void ServiceTable::hold_stop(Command c, const std::string& job, uint64_t version, uint64_t now,
+                             uint64_t ack_timeout_us, uint64_t drain_us) {
   for (const auto& h : held_)
     if (h.command.task_id == c.task_id && h.command.machine == c.machine) return;  // once
-  held_.push_back(Held{std::move(c), version, now + ack_timeout_us, drain_us, 0});
+  held_.push_back(Held{std::move(c), job, version, now + ack_timeout_us, drain_us, 0});
 }
 
 bool ServiceTable::holds(const std::string& task) const {
@@ -124,11 +222,13 @@ bool ServiceTable::holds(const std::string& task) const {
 
 ServiceTable::Released ServiceTable::release(uint64_t now) {
   Released out;
-  const uint64_t low = everywhere();
+  std::map<std::string, uint64_t> low;  // per job: one walk of its agents a release
   std::vector<Held> keep;
   for (auto& h : held_) {
     if (h.acked_at_us == 0) {
-      if (low >= h.version) {
+      auto l = low.find(h.job);
+      if (l == low.end()) l = low.emplace(h.job, acked_by_all(h.job)).first;
+      if (l->second >= h.version) {
         h.acked_at_us = now;
       } else if (now >= h.ack_deadline_us) {
         h.acked_at_us = now;

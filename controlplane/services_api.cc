@@ -14,6 +14,13 @@ Result<json> Manager::api_service_show(const json& p, const CallContext&) {
   return discovery_->show(p);
 }
 
+// An agent's DNS clients asked for jobs it had not been told of (docs/services.md
+// "Interest").
+Result<json> Manager::api_service_interest(const json& p, const CallContext& c) {
+  TRY_ASSIGN(MachineId m, own_machine(p, c));
+  return discovery_->interest(m, c.session, p);
+}
+
 Result<json> Manager::api_service_watch(const json& p, const CallContext& c) {
   return discovery_->watch(p, c);
 }

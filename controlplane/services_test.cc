@@ -197,8 +197,8 @@ TEST(ServiceTable, AStopWaitsForEveryAgentThenTheDrain) {
   t.ack(2, t.version());
   auto left = t.set("web", svc({"web.0.1"}));
   ASSERT_EQ(left.size(), 1u);
-  t.hold_stop(stop("web.1.2"), t.version(), 1000, 5'000'000, 2'000'000);
-  t.hold_stop(stop("web.1.2"), t.version(), 1000, 5'000'000, 2'000'000);  // once
+  t.hold_stop(stop("web.1.2"), "web", t.version(), 1000, 5'000'000, 2'000'000);
+  t.hold_stop(stop("web.1.2"), "web", t.version(), 1000, 5'000'000, 2'000'000);  // once
   EXPECT_EQ(t.held(), 1u);
   EXPECT_TRUE(t.release(2000).commands.empty());
   t.ack(1, t.version());
@@ -218,7 +218,7 @@ TEST(ServiceTable, AnAgentThatNeverAnswersHoldsAStopOnlyUntilTheTimeout) {
   t.set("web", svc({"web.0.1"}));
   t.subscribe(1);
   t.set("web", svc({}));
-  t.hold_stop(stop("web.0.1"), t.version(), 0, 5'000'000, 0);
+  t.hold_stop(stop("web.0.1"), "web", t.version(), 0, 5'000'000, 0);
   EXPECT_TRUE(t.release(4'999'999).commands.empty());
   auto r = t.release(5'000'000);
   ASSERT_EQ(r.commands.size(), 1u);
@@ -226,9 +226,60 @@ TEST(ServiceTable, AnAgentThatNeverAnswersHoldsAStopOnlyUntilTheTimeout) {
   // An agent that went away does not hold anything back.
   t.set("web", svc({"web.0.2"}));
   t.set("web", svc({}));
-  t.hold_stop(stop("web.0.2"), t.version(), 6'000'000, 5'000'000, 0);
+  t.hold_stop(stop("web.0.2"), "web", t.version(), 6'000'000, 5'000'000, 0);
   t.unsubscribe(1);
   EXPECT_EQ(t.release(6'000'001).commands.size(), 1u);
+}
+
+// Issue 46: an agent that asked for some jobs is sent those, and holds back only their
+// stops; one subscribed to everything is sent and holds back every job's.
+TEST(ServiceTable, AnAgentThatAskedForJobsGetsAndHoldsBackOnlyThose) {
+  ServiceTable t;
+  t.subscribe(1);  // every job
+  t.subscribe(2, /*everything=*/false);
+  EXPECT_EQ(t.interest(2, "WEB"), ServiceTable::Interest::kAdded);  // case-insensitive
+  EXPECT_EQ(t.interest(2, "web"), ServiceTable::Interest::kHad);
+  EXPECT_EQ(t.interest(1, "db"), ServiceTable::Interest::kHad);
+  EXPECT_TRUE(t.wants(2, "Web"));
+  EXPECT_FALSE(t.wants(2, "db"));
+  EXPECT_TRUE(t.wants(1, "db"));
+  uint64_t from = t.version();
+  t.set("web", svc({"web.0.1", "web.1.2"}));
+  t.set("db", svc({"db.0.3"}));
+  ServiceUpdate u = t.update_since(from);
+  auto wanted = t.wanted(u);
+  ASSERT_EQ(wanted.size(), 1u);  // agent 1 takes all of it; agent 2 only web
+  EXPECT_EQ(wanted[2], std::vector<std::string>{"web"});
+  ServiceUpdate part = t.part_for(2, u);
+  ASSERT_EQ(part.services.size(), 1u);
+  EXPECT_TRUE(part.services.count("web"));
+  EXPECT_EQ(t.part_for(1, u).services.size(), 2u);
+  EXPECT_EQ(t.any_case("WEB"), std::vector<std::string>{"web"});
+  // db's stop: agent 2 does not answer for db and never acknowledges; agent 1 does.
+  t.sent(1, t.version());
+  t.sent(2, t.version());
+  t.set("db", svc({}));
+  t.hold_stop(stop("db.0.3"), "db", t.version(), 0, 5'000'000, 0);
+  EXPECT_TRUE(t.release(1).commands.empty());
+  t.ack(1, t.version());
+  auto r = t.release(2);
+  ASSERT_EQ(r.commands.size(), 1u);
+  EXPECT_TRUE(r.timed_out.empty());
+  // web's stop waits for agent 2 as well.
+  t.set("web", svc({"web.0.1"}));
+  t.hold_stop(stop("web.1.2"), "web", t.version(), 10, 5'000'000, 0);
+  t.ack(1, t.version());
+  EXPECT_TRUE(t.release(20).commands.empty());
+  EXPECT_LT(t.acked(2), t.sent_to(2));
+  t.ack(2, t.version());
+  EXPECT_EQ(t.release(30).commands.size(), 1u);
+  // At most kMaxInterests jobs an agent; a new session starts from none.
+  for (size_t i = t.interests(2); i < ServiceTable::kMaxInterests; ++i)
+    EXPECT_EQ(t.interest(2, "j" + std::to_string(i)), ServiceTable::Interest::kAdded);
+  EXPECT_EQ(t.interest(2, "one-more"), ServiceTable::Interest::kFull);
+  t.subscribe(2, false);
+  EXPECT_EQ(t.interests(2), 0u);
+  EXPECT_TRUE(t.wanted(u).empty());
 }
 
 TEST(ServiceTable, EndpointsAreTheReadyTasksOnMachinesWithAnAddress) {

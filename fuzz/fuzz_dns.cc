@@ -1,7 +1,8 @@
 // Service discovery's hostile inputs: a DNS packet from anyone who can reach an agent's
 // dns_listen, answered from a catalog (common/dns.h, ldns), and a service.update from the
-// control plane's session read into that catalog (common/services.h). The first byte
-// picks which. Nothing may crash, leak or answer more than the asker's limit.
+// control plane's session read into that catalog (common/services.h), and the job a
+// query names (dns::asked_job: what an agent asks the control plane about). The first
+// byte picks which. Nothing may crash, leak or answer more than the asker's limit.
 #include <cstdint>
 #include <cstdlib>
 
@@ -56,5 +57,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t limit = dns::udp_limit(body, n);
   auto out = dns::respond(body, n, catalog(), dns::Options{}, limit, data[0]);
   if (out.size() > limit) std::abort();
+  // The job a query asks about (what makes the agent ask the control plane): a DNS
+  // label of our zone, lower case, or nothing.
+  if (auto job = dns::asked_job(body, n)) {
+    if (job->empty() || job->size() > 63) std::abort();
+    for (char c : *job)
+      if (c >= 'A' && c <= 'Z') std::abort();
+  }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -37,8 +38,8 @@ class FakeMachine {
  public:
   // reports_ready: registers as an agent that reports "ready" (readiness checks); an
   // older agent's "running" counts as ready.
-  FakeMachine(std::string id, std::string rack, bool reports_ready = false)
-      : id_(std::move(id)), rack_(std::move(rack)), reports_ready_(reports_ready) {
+  FakeMachine(std::string machine_id, std::string rack, bool reports_ready = false)
+      : id_(std::move(machine_id)), rack_(std::move(rack)), reports_ready_(reports_ready) {
     methods_.add("task.run", [this](const json& p, const rpc::CallContext&) -> Result<json> {
       // The agent's own validator on what the control plane sends.
       auto spec = parse_task_spec(p);
@@ -141,6 +142,12 @@ class FakeMachine {
   }
   // Registers as an agent that answers DNS (service.update), before connect().
   void serve_discovery() { serves_discovery_ = true; }
+  // ... told only of these jobs and those it asks for later (service.interest), as
+  // weft-agent is unless dns_services = "all".
+  void serve_discovery_of(std::vector<std::string> jobs) {
+    serves_discovery_ = true;
+    interest_ = std::move(jobs);
+  }
   void mute_updates(bool on) {
     std::lock_guard lock(mu_);
     mute_updates_ = on;
@@ -167,15 +174,17 @@ class FakeMachine {
     }
     client_ = std::move(c).value();
     client_->set_dispatcher(&methods_);
-    auto r = client_->call("machine.register", {{"machine", id_},
-                                                {"dc", "dc1"},
-                                                {"domain", rack_},
-                                                {"type", "std"},
-                                                {"cpu_milli", 4000},
-                                                {"mem_mb", 8192},
-                                                {"reports_ready", reports_ready_},
-                                                {"serves_discovery", serves_discovery_},
-                                                {"boot_id", boot_id_}});
+    json reg{{"machine", id_},
+             {"dc", "dc1"},
+             {"domain", rack_},
+             {"type", "std"},
+             {"cpu_milli", 4000},
+             {"mem_mb", 8192},
+             {"reports_ready", reports_ready_},
+             {"serves_discovery", serves_discovery_},
+             {"boot_id", boot_id_}};
+    if (interest_) reg["discovery_interest"] = *interest_;
+    auto r = client_->call("machine.register", reg);
     if (r.ok()) r = client_->call("health.report", {{"machine", id_}, {"verdict", verdict}});
     if (!r.ok()) error_ = r.error();
     return r.ok();
@@ -299,6 +308,7 @@ class FakeMachine {
   uint64_t cpu_milli_ = 0;
   int usage_asks_ = 0;
   ServiceCatalog catalog_;
+  std::optional<std::vector<std::string>> interest_;
   std::vector<std::pair<int, std::string>> ordered_;
   static int next_seq() {
     static std::atomic<int> seq{0};

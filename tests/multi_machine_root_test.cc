@@ -54,6 +54,28 @@ class MultiMachine : public ::testing::Test {
     for (int i = 0; i < c_.machines(); ++i) c_.start_machine(i);
     ASSERT_TRUE(c_.wait_all_ready()) << c_.cp("machine.ls")->dump(2) << c_.logs();
   }
+  // The SRV records machine `machine`'s agent answers for `name` (one query, drill):
+  // (port, target) each. An answer that is not NOERROR or NXDOMAIN (no answer at all, a
+  // refusal) is a record "none" that no test expects.
+  std::vector<std::pair<int, std::string>> dns_srv(int machine, const std::string& name) {
+    std::vector<std::pair<int, std::string>> out;
+    auto r = c_.run_in(machine, "drill -p 8600 @127.0.0.1 " + name + " SRV");
+    if (!r.ok() || (r->find("rcode: NOERROR") == std::string::npos &&
+                    r->find("rcode: NXDOMAIN") == std::string::npos)) {
+      out.push_back({-1, "none"});
+      return out;
+    }
+    std::istringstream in(*r);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == ';') continue;
+      std::istringstream f(line);
+      std::string rname, ttl, cls, type, prio, weight, port, target;
+      if (f >> rname >> ttl >> cls >> type >> prio >> weight >> port >> target && type == "SRV")
+        out.push_back({std::stoi(port), target});
+    }
+    return out;
+  }
   // Waits until the job has `count` running tasks (optionally all at generation gen).
   json wait_running(const std::string& job, size_t count, uint64_t gen = 0, int ms = 30000) {
     json r = c_.wait_cp(
@@ -306,28 +328,7 @@ TEST_F(MultiMachine, AServiceIsFoundByDnsOnEveryMachineAndReachedOnItsPort) {
     ASSERT_TRUE(t.ok()) << t.error().str();
     EXPECT_EQ((*t)["spec"]["namespaces"]["network"], "bridge") << t->dump(2);
   }
-  // SRV records from an agent's DNS: "<name> <ttl> IN SRV 0 1 <port> <target>".
-  // An answer that is not NOERROR or NXDOMAIN (no answer at all, a refusal) is a record
-  // "none" that no test expects.
-  auto srv = [&](int machine) {
-    std::vector<std::pair<int, std::string>> out;
-    auto r = c_.run_in(machine, "drill -p 8600 @127.0.0.1 _http._tcp.web.e.weft SRV");
-    if (!r.ok() || (r->find("rcode: NOERROR") == std::string::npos &&
-                    r->find("rcode: NXDOMAIN") == std::string::npos)) {
-      out.push_back({-1, "none"});
-      return out;
-    }
-    std::istringstream in(*r);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == ';') continue;
-      std::istringstream f(line);
-      std::string name, ttl, cls, type, prio, weight, port, target;
-      if (f >> name >> ttl >> cls >> type >> prio >> weight >> port >> target && type == "SRV")
-        out.push_back({std::stoi(port), target});
-    }
-    return out;
-  };
+  auto srv = [&](int machine) { return dns_srv(machine, "_http._tcp.web.e.weft"); };
   auto wait_srv = [&](int machine, size_t n) {
     std::vector<std::pair<int, std::string>> got;
     for (int i = 0; i < 200; ++i) {
@@ -377,6 +378,70 @@ TEST_F(MultiMachine, AServiceIsFoundByDnsOnEveryMachineAndReachedOnItsPort) {
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "web"}}).ok());
   for (int m = 0; m < c_.machines(); ++m)
     EXPECT_TRUE(wait_srv(m, 0).empty()) << "machine " << m << ": " << srv(m).size();
+}
+
+// Issue 46 (docs/services.md "Interest"): an agent is told only of the jobs its DNS
+// clients ask for. The first query for a job waits while the agent asks the control
+// plane, and is answered with the job's endpoints; the job's changes then reach that
+// agent and no other; a name asked before its job exists is answered once it does.
+TEST_F(MultiMachine, AnAgentIsToldOnlyOfTheServicesItsClientsAskFor) {
+  ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
+  auto job = [](const std::string& name, int count) {
+    return json{{"name", name},           {"entitlement", "e"},
+                {"count", count},         {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+                {"ports", {{"http", 0}}}, {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  };
+  ASSERT_TRUE(c_.cp("job.create", job("web", 2)).ok());
+  ASSERT_TRUE(c_.cp("job.create", job("api", 1)).ok());
+  for (const char* name : {"web", "api"})
+    ASSERT_FALSE(c_.wait_cp("service.show", {{"job", name}},
+                            [&](const json& j) {
+                              return j["endpoints"].size() ==
+                                     (std::string(name) == "web" ? 2u : 1u);
+                            })
+                     .is_null())
+        << c_.logs();
+  auto jobs_of = [&]() {
+    std::map<std::string, json> out;
+    auto ls = c_.cp("service.ls", json::object());
+    if (ls.ok())
+      for (const auto& a : (*ls)["agents"]) out[a["machine"]] = a["jobs"];
+    return out;
+  };
+  // No DNS client asked anything yet: no agent is told of any job.
+  auto before = jobs_of();
+  ASSERT_EQ(before.size(), static_cast<size_t>(c_.machines()));
+  for (const auto& [m, n] : before) EXPECT_EQ(n, 0) << m;
+  // The first query on machine 1 is answered with both endpoints (it waited).
+  EXPECT_EQ(dns_srv(1, "_http._tcp.web.e.weft").size(), 2u) << c_.logs();
+  auto after = jobs_of();
+  EXPECT_EQ(after[c_.machine_id(1)], 1);
+  for (int m : {0, 2, 3}) EXPECT_EQ(after[c_.machine_id(m)], 0) << m;
+  // web's changes reach machine 1.
+  ASSERT_TRUE(c_.cp("job.scale", {{"name", "web"}, {"count", 3}}).ok());
+  size_t seen = 0;
+  for (int i = 0; i < 100 && seen != 3; ++i) {
+    seen = dns_srv(1, "_http._tcp.web.e.weft").size();
+    if (seen != 3) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(seen, 3u);
+  // A job that does not exist yet: no record (after at most the wait), then its records
+  // once it is created, pushed to the agent that was asked.
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(dns_srv(2, "_http._tcp.later.e.weft").empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  ASSERT_TRUE(c_.cp("job.create", job("later", 1)).ok());
+  seen = 0;
+  for (int i = 0; i < 300 && seen != 1; ++i) {
+    seen = dns_srv(2, "_http._tcp.later.e.weft").size();
+    if (seen != 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(seen, 1u) << c_.logs();
+  after = jobs_of();
+  EXPECT_EQ(after[c_.machine_id(2)], 1);
+  EXPECT_EQ(after[c_.machine_id(0)], 0);
+  for (const char* name : {"web", "api", "later"})
+    ASSERT_TRUE(c_.cp("job.stop", {{"name", name}}).ok());
 }
 
 // Issue 33: a task with namespaces.network = "bridge" has an address of its own on its

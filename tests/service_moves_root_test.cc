@@ -55,7 +55,8 @@ class ServiceMoves : public ::testing::Test {
   }
 
   // The job's tasks all ready at `generation`, and only those running; every agent that
-  // answers DNS holds the table's latest version.
+  // answers DNS acknowledged what it was sent (the agent whose DNS clients asked for web
+  // holds its latest endpoints).
   bool settled(uint64_t generation) {
     json r = c_.wait_cp(
         "job.show", {{"name", "web"}},
@@ -78,7 +79,7 @@ class ServiceMoves : public ::testing::Test {
         [](const json& j) {
           if (j["stops_waiting"] != 0) return false;
           for (const auto& a : j["agents"])
-            if (a["version"] != j["version"]) return false;
+            if (a["behind"] != false) return false;
           for (const auto& svc : j["services"])
             if (svc["job"] == "web") return svc["endpoints"] == 6;
           return false;

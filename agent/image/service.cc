@@ -38,9 +38,12 @@ uint64_t tree_bytes(const std::string& dir) {
   return total;
 }
 
+}  // namespace
+
 // The registry client's sink over a store ingest.
 // A blob of unknown size (a package) stops at `max` bytes: a server sending forever
-// does not fill the disk.
+// does not fill the disk. (Not in the anonymous namespace: Service::LayerJob holds one.)
+namespace service_detail {
 class IngestSink : public registry::BlobSink {
  public:
   // `size` < 0: unknown (a package), so at most `max` bytes.
@@ -67,8 +70,8 @@ class IngestSink : public registry::BlobSink {
   int64_t size_;
   uint64_t max_;
 };
-
-}  // namespace
+}  // namespace service_detail
+using service_detail::IngestSink;
 
 struct Service::Pull {
   std::string key;  // the reference as asked ("package <digest>" for a package)
