@@ -63,7 +63,7 @@ Manager::Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<
 
 Manager::~Manager() {
   // The session first: replies it fails on closing go to what is still here
-  // (interest_'s service.interest among them).
+  // (discovery_'s service.interest among them).
   cp_.reset();
   server_.reset();
   sandboxes_.reset();
@@ -226,31 +226,16 @@ Status Manager::start() {
     });
     // Service discovery: the endpoints this agent answers DNS from, in order; the answer
     // is the acknowledgement a stop elsewhere waits for.
+    TRY_ASSIGN(discovery_,
+               LocalDiscovery::start(
+                   *loop_, cfg_,
+                   [this](const std::vector<std::string>& jobs, ServiceInterest::Reply reply) {
+                     return cp_ && cp_->ask_services(jobs, std::move(reply));
+                   }));
     cp_methods_.add("service.update",
                     [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
-                      TRY_ASSIGN(ServiceUpdate u, parse_service_update(p));
-                      services_.apply(u);
-                      return json{{"version", services_.version()}};
+                      return discovery_->update(p);
                     });
-    if (!cfg_.dns_listen.empty()) {
-      auto dns =
-          DnsServer::serve(*loop_, cfg_.dns_listen, &services_, dns::Options{cfg_.dns_ttl_s});
-      if (!dns.ok()) return std::move(dns).error().wrap("dns_listen");
-      dns_ = std::move(dns).value();
-      if (!cfg_.dns_all_services) {
-        // Told of the jobs its DNS clients ask for: a query for a new one waits while
-        // the agent asks (docs/services.md "Interest").
-        interest_ = std::make_unique<ServiceInterest>(
-            *loop_, services_,
-            [this](const std::vector<std::string>& jobs, ServiceInterest::Reply reply) {
-              return cp_ && cp_->ask_services(jobs, std::move(reply));
-            },
-            [this] {
-              if (dns_) dns_->answered();
-            });
-        dns_->hold_while([this](const std::string& job) { return interest_->must_wait(job); });
-      }
-    }
     TRY(cp_start());
   }
   register_metrics();
@@ -1252,15 +1237,7 @@ void Manager::register_metrics() {
     start_seconds_.write(w, "weft_agent_task_start_seconds");
     w.family("weft_agent_task_restarts_total", "counter", "Restarts after a task ended.");
     w.sample("weft_agent_task_restarts_total", static_cast<double>(restarts_));
-    w.family("weft_agent_dns_queries_total", "counter",
-             "DNS packets received on dns_listen (docs/services.md).");
-    w.sample("weft_agent_dns_queries_total", static_cast<double>(dns_ ? dns_->queries() : 0));
-    w.family("weft_agent_dns_waited_total", "counter",
-             "DNS queries that waited while the agent asked the control plane for their job.");
-    w.sample("weft_agent_dns_waited_total", static_cast<double>(dns_ ? dns_->waited() : 0));
-    w.family("weft_agent_discovery_version", "gauge",
-             "The version of the service discovery copy this agent answers from.");
-    w.sample("weft_agent_discovery_version", static_cast<double>(services_.version()));
+    if (discovery_) discovery_->write_metrics(w);
     w.family("weft_agent_oom_kills_total", "counter", "Task incarnations ended by the OOM killer.");
     w.sample("weft_agent_oom_kills_total", static_cast<double>(oom_kills_));
     w.family("weft_agent_sandboxes_ready", "gauge",
@@ -1298,8 +1275,12 @@ Status Manager::cp_start() {
         for (const auto& [name, port] : t->spec.ports) held.insert(port);
     return held;
   };
-  if (interest_) hooks.discovery_interest = [this] { return interest_->jobs(); };
-  TRY_ASSIGN(cp_, CpSession::start(*loop_, cfg_, &cp_methods_, dns_ != nullptr, std::move(hooks)));
+  if (discovery_ && discovery_->interest())
+    hooks.discovery_interest = [this] {
+      return discovery_->interest().value_or(std::vector<std::string>{});
+    };
+  bool answers_dns = discovery_ && discovery_->answers_dns();
+  TRY_ASSIGN(cp_, CpSession::start(*loop_, cfg_, &cp_methods_, answers_dns, std::move(hooks)));
   return {};
 }
 

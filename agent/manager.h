@@ -25,14 +25,13 @@
 #include "agent/bridge.h"
 #include "agent/cgroup.h"
 #include "agent/cp_session.h"
-#include "agent/dns_server.h"
 #include "agent/exec_sessions.h"
 #include "agent/image/service.h"
 #include "agent/lifecycle.h"
+#include "agent/local_discovery.h"
 #include "agent/netns_pool.h"
 #include "agent/readiness.h"
 #include "agent/sandbox_pool.h"
-#include "agent/service_interest.h"
 #include "agent/start_plan.h"
 #include "agent/task_dirs.h"
 #include "agent/task_store.h"
@@ -313,12 +312,10 @@ class Manager {
   Status refuse_without_bridge(const TaskSpec& spec) const;
   std::string cgroup_mount_;
   uint64_t started_at_us_ = 0;
-  // Service discovery (docs/services.md): the copy of the endpoints the control plane
-  // pushes (service.update) and the DNS answers from it; where the search for a free
-  // port of port_range starts (in turn, as for uids).
-  ServiceCatalog services_;
-  std::unique_ptr<DnsServer> dns_;
-  std::unique_ptr<ServiceInterest> interest_;  // the jobs dns_ asked for (null: every job)
+  // Service discovery (docs/services.md): the copy of the endpoints, the DNS answers
+  // from it and the jobs asked for; where the search for a free port of port_range
+  // starts (in turn, as for uids).
+  std::unique_ptr<LocalDiscovery> discovery_;
   uint16_t next_port_ = 0;
   // Gives the spec's ports their numbers (a 0 a free port of port_range), refusing one
   // another live task holds; WEFT_PORT_<NAME> in its environment.

@@ -360,11 +360,12 @@ Result<json> Discovery::interest(MachineId m, const rpc::Session* s, const json&
   for (const auto& j : p["jobs"]) {
     const std::string& job = j.get_ref<const std::string&>();
     if (table_.interest(m, job) == ServiceTable::Interest::kFull) ++full;
-    // Its endpoints now, whatever the name's case (DNS names are case-insensitive). Not
-    // while the table is being rebuilt from the machines' reports after a start: the
-    // agent keeps what it has, and the whole of it comes with the snapshot when live.
-    if (live_)
-      for (const auto& name : table_.any_case(job)) u.services.emplace(name, *table_.find(name));
+    // Its endpoints now, whatever the name's case (DNS names are case-insensitive).
+    // While the table is still being rebuilt from the machines' reports after a start,
+    // that may be part of them: better than nothing for a job the agent did not hold
+    // (one it held it does not ask for again), and the snapshot brings the whole once
+    // the table is live.
+    for (const auto& name : table_.any_case(job)) u.services.emplace(name, *table_.find(name));
   }
   // What it was sent: these jobs as they are now, and the others as pushed. The next
   // acknowledged update (a push of its jobs, or the sync) says when it holds them, so a
