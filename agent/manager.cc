@@ -419,6 +419,20 @@ int Manager::find_init_pid(const std::string& id) {
   return -1;
 }
 
+namespace {
+// Whether `pid` is a sandbox's weft-init still waiting for its task (agent/init/init.cc
+// await_task): its fd 3 is a socket until it is handed the task directory. False when
+// that cannot be read (then it is taken for the task, as before sandboxes).
+bool awaits_task(const HostPaths& host, int pid) {
+  char target[64] = "";
+  std::string link = host.proc(std::to_string(pid) + "/fd/3");
+  ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  return std::string_view(target).rfind("socket:", 0) == 0;
+}
+}  // namespace
+
 void Manager::adopt_or_collect(Task& t) {
   HostPaths host(cfg_.host_root);
   int pid = -1;
@@ -427,6 +441,15 @@ void Manager::adopt_or_collect(Task& t) {
     if (cg.ok() && cg->find("0::" + cgroup_rel(t.id) + "\n") != std::string::npos) pid = t.pid;
   }
   if (pid < 0) pid = find_init_pid(t.id);
+  if (pid > 0 && t.state == TaskState::kStarting && awaits_task(host, pid)) {
+    // A sandbox made ahead that the dead agent never handed this task (its fd 3 is still
+    // the socket it waits on; a handed one has the task's directory there): the start
+    // did not happen. It is ending (its agent's end closed), or is ended here; the task
+    // is collected as one whose start the restart cut short, not adopted.
+    log_info("a sandbox the task was never handed is not the task", {{"TASK_ID", t.id}});
+    (void)cgroups_->kill_task(t.id);
+    pid = -1;
+  }
   if (pid > 0) {
     int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
     if (fd >= 0) {
