@@ -226,10 +226,17 @@ int run_service_command(const ClusterCommands& c, const Globals& g, CpClient& cp
         rows.push_back(
             {str_or(s, "job"), str_or(s, "entitlement"), s["endpoints"].dump(), str_or(s, "dns")});
       print_table(rows);
-      size_t behind = 0;
-      for (const auto& a : r["agents"]) behind += a["version"] != r["version"];
-      std::cout << r["agents"].size() << " agent(s) answer DNS; " << behind
-                << " behind the latest version; " << r["stops_waiting"]
+      // An agent is behind when it has not acknowledged all it was sent (a control plane
+      // before interest says only its version: behind the table's).
+      size_t behind = 0, all = 0;
+      for (const auto& a : r["agents"]) {
+        if (!a.is_object()) continue;
+        behind += a.contains("behind") ? a["behind"] == true : a["version"] != r["version"];
+        all += a.value("jobs", json("all")) == "all";
+      }
+      std::cout << r["agents"].size() << " agent(s) answer DNS (" << all
+                << " for every job, the others for the jobs their clients asked for); " << behind
+                << " behind what they were sent; " << r["stops_waiting"]
                 << " stop(s) waiting for them\n";
     });
     return 0;

@@ -440,6 +440,27 @@ TEST_F(MultiMachine, AnAgentIsToldOnlyOfTheServicesItsClientsAskFor) {
   after = jobs_of();
   EXPECT_EQ(after[c_.machine_id(2)], 1);
   EXPECT_EQ(after[c_.machine_id(0)], 0);
+  // weftctl's summary: every agent answers for the jobs its clients asked for, none is
+  // behind what it was sent.
+  std::string summary;
+  for (int i = 0; i < 50; ++i) {
+    std::string cmd =
+        std::string(WEFTCTL_BIN) + " --controlplane " + c_.dir() + "/cp.sock service ls 2>&1";
+    summary.clear();
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) summary.append(buf, n);
+      EXPECT_EQ(::pclose(f), 0) << summary;
+    }
+    if (summary.find(" 0 behind") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(summary.find(std::to_string(c_.machines()) +
+                         " agent(s) answer DNS (0 for every job, the others for the jobs their "
+                         "clients asked for); 0 behind what they were sent"),
+            std::string::npos)
+      << summary;
   for (const char* name : {"web", "api", "later"})
     ASSERT_TRUE(c_.cp("job.stop", {{"name", name}}).ok());
 }
