@@ -1,10 +1,9 @@
 #include "agent/service_interest.h"
 
-#include <cctype>
-
 #include "common/job_spec.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"
+#include "common/strings.h"
 
 namespace weft::agent {
 
@@ -55,11 +54,7 @@ void ServiceInterest::on_reply(const std::vector<std::string>& jobs, Result<nloh
     if (u.ok()) {
       // Only the jobs asked for: an answer cannot reset the copy or bring others.
       u->reset = false;
-      std::erase_if(u->services, [&](const auto& e) {
-        std::string lower = e.first;
-        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        return !jobs_.count(lower);
-      });
+      std::erase_if(u->services, [&](const auto& e) { return !jobs_.count(ascii_lower(e.first)); });
       u->version = catalog_.version();  // the pushes say which version the copy is at
       catalog_.apply(*u);
     } else {

@@ -32,6 +32,12 @@ std::string utf8_prefix(std::string_view s, size_t max_bytes) {
   return std::string(s.substr(0, cut));
 }
 
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 std::string random_hex(size_t bytes) {
   std::string raw(bytes, '\0');
   size_t got = 0;

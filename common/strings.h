@@ -9,6 +9,8 @@
 namespace weft {
 
 std::string trim(std::string_view s);
+// `s` with ASCII letters in lower case (names compared case-insensitively, as DNS's).
+std::string ascii_lower(std::string_view s);
 std::vector<std::string> split(std::string_view s, char sep);
 // The longest prefix of `s` of at most `max_bytes` that does not end inside a UTF-8
 // character: a message cut to a bound stays valid text.

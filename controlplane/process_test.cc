@@ -834,6 +834,14 @@ TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
             std::string::npos);
 }
 
+// A job of `count` sleeping tasks with a dynamic port, in entitlement "e" (the discovery
+// tests').
+json port_job(const std::string& name, int count) {
+  return json{{"name", name},           {"entitlement", "e"},
+              {"count", count},         {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+              {"ports", {{"http", 0}}}, {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+}
+
 // Issue 46, pushes by interest (docs/services.md "Interest"): an agent that names the
 // jobs its DNS clients asked for is told only of those (and of those it asks for later,
 // whose endpoints come in the answer), and only the agents that answer for a job hold
@@ -854,13 +862,8 @@ TEST_F(ControlPlane, AnAgentIsToldOnlyOfTheJobsItsClientsAskFor) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   };
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
-  auto job = [](const std::string& name, int count) {
-    return json{{"name", name},           {"entitlement", "e"},
-                {"count", count},         {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
-                {"ports", {{"http", 0}}}, {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
-  };
-  ASSERT_TRUE(call("job.create", job("web", 1)).ok());
-  ASSERT_TRUE(call("job.create", job("db", 2)).ok());
+  ASSERT_TRUE(call("job.create", port_job("web", 1)).ok());
+  ASSERT_TRUE(call("job.create", port_job("db", 2)).ok());
   auto holds = [](const FakeMachine& m, const std::string& name) -> int {
     ServiceCatalog copy = m.catalog();
     const Service* s = copy.find(name, "e");
@@ -976,11 +979,6 @@ TEST_F(ControlPlane, AnUnansweredPushAfterAnAnsweredOneIsStillAcknowledged) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   };
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
-  auto job = [](const std::string& name, int count) {
-    return json{{"name", name},           {"entitlement", "e"},
-                {"count", count},         {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
-                {"ports", {{"http", 0}}}, {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
-  };
   auto endpoints = [&](const std::string& name) -> int {
     auto r = call("service.show", {{"job", name}});
     return r.ok() ? static_cast<int>((*r)["endpoints"].size()) : -1;
@@ -1005,18 +1003,18 @@ TEST_F(ControlPlane, AnUnansweredPushAfterAnAnsweredOneIsStillAcknowledged) {
     for (int i = 0; i < 300 && !caught_up(); ++i) pump();
     return caught_up();
   };
-  ASSERT_TRUE(call("job.create", job("x", 3)).ok());
+  ASSERT_TRUE(call("job.create", port_job("x", 3)).ok());
   ASSERT_TRUE(until("x", 3));
   ASSERT_TRUE(settles()) << listed.dump();
   // answered (a withdrawal), unanswered (new), answered, unanswered, within a second
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(call("job.scale", {{"name", "x"}, {"count", 2}}).ok());
   ASSERT_TRUE(until("x", 2));
-  ASSERT_TRUE(call("job.create", job("y", 1)).ok());
+  ASSERT_TRUE(call("job.create", port_job("y", 1)).ok());
   ASSERT_TRUE(until("y", 1));
   ASSERT_TRUE(call("job.scale", {{"name", "x"}, {"count", 1}}).ok());
   ASSERT_TRUE(until("x", 1));
-  ASSERT_TRUE(call("job.create", job("z", 1)).ok());
+  ASSERT_TRUE(call("job.create", port_job("z", 1)).ok());
   ASSERT_TRUE(until("z", 1));
   auto took = std::chrono::steady_clock::now() - t0;
   // Nothing changes from here on; the agents catch up within the sync's interval (here

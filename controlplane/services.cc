@@ -1,17 +1,12 @@
 #include "controlplane/services.h"
 
 #include <algorithm>
-#include <cctype>
+
+#include "common/strings.h"
 
 namespace weft::cp {
 
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::set<std::string> task_ids(const Service* s) {
   std::set<std::string> out;
@@ -28,7 +23,7 @@ const Service* ServiceTable::find(const std::string& job) const {
 }
 
 std::vector<std::string> ServiceTable::any_case(const std::string& job) const {
-  auto it = by_lower_.find(lower(job));
+  auto it = by_lower_.find(ascii_lower(job));
   if (it == by_lower_.end()) return {};
   return {it->second.begin(), it->second.end()};
 }
@@ -45,7 +40,7 @@ std::vector<std::string> ServiceTable::set(const std::string& job, const Service
   std::vector<std::string> left;
   std::set_difference(before.begin(), before.end(), now.begin(), now.end(),
                       std::back_inserter(left));
-  if (!old) by_lower_[lower(job)].insert(job);
+  if (!old) by_lower_[ascii_lower(job)].insert(job);
   services_[job] = s;
   if (auto c = changed_.find(job); c != changed_.end()) by_version_.erase(c->second);
   changed_[job] = ++version_;
@@ -58,7 +53,7 @@ std::vector<std::string> ServiceTable::erase(const std::string& job) {
   if (it == services_.end()) return {};
   std::set<std::string> before = task_ids(&it->second);
   services_.erase(it);
-  if (auto l = by_lower_.find(lower(job)); l != by_lower_.end()) {
+  if (auto l = by_lower_.find(ascii_lower(job)); l != by_lower_.end()) {
     l->second.erase(job);
     if (l->second.empty()) by_lower_.erase(l);
   }
@@ -134,7 +129,7 @@ ServiceTable::Interest ServiceTable::interest(MachineId m, const std::string& jo
   if (it == subs_.end()) return Interest::kFull;
   Subscriber& s = it->second;
   if (s.everything) return Interest::kHad;
-  std::string key = lower(job);
+  std::string key = ascii_lower(job);
   if (s.jobs.count(key)) return Interest::kHad;
   if (s.jobs.size() >= kMaxInterests) return Interest::kFull;
   s.jobs.insert(key);
@@ -144,7 +139,7 @@ ServiceTable::Interest ServiceTable::interest(MachineId m, const std::string& jo
 
 bool ServiceTable::wants(MachineId m, const std::string& job) const {
   auto it = subs_.find(m);
-  return it != subs_.end() && (it->second.everything || it->second.jobs.count(lower(job)));
+  return it != subs_.end() && (it->second.everything || it->second.jobs.count(ascii_lower(job)));
 }
 
 bool ServiceTable::everything(MachineId m) const {
@@ -161,7 +156,7 @@ std::map<MachineId, std::vector<std::string>> ServiceTable::wanted(const Service
   std::map<MachineId, std::vector<std::string>> out;
   if (wanted_by_.empty()) return out;
   for (const auto& [job, s] : u.services) {
-    auto w = wanted_by_.find(lower(job));
+    auto w = wanted_by_.find(ascii_lower(job));
     if (w == wanted_by_.end()) continue;
     for (MachineId m : w->second) out[m].push_back(job);
   }
@@ -175,7 +170,7 @@ ServiceUpdate ServiceTable::part_for(MachineId m, const ServiceUpdate& u) const 
   part.version = u.version;
   part.reset = u.reset;
   for (const auto& [job, s] : u.services)
-    if (it->second.jobs.count(lower(job))) part.services.emplace(job, s);
+    if (it->second.jobs.count(ascii_lower(job))) part.services.emplace(job, s);
   return part;
 }
 
@@ -199,11 +194,15 @@ uint64_t ServiceTable::acked(MachineId m) const {
   return it == subs_.end() ? 0 : it->second.acked;
 }
 
-uint64_t ServiceTable::acked_by_all(const std::string& job) const {
+uint64_t ServiceTable::acked_by_all() const {
   uint64_t low = version_;
   for (const auto& [m, s] : subs_)
     if (s.everything) low = std::min(low, s.acked);
-  if (auto w = wanted_by_.find(lower(job)); w != wanted_by_.end())
+  return low;
+}
+
+uint64_t ServiceTable::acked_by_all(const std::string& job, uint64_t low) const {
+  if (auto w = wanted_by_.find(ascii_lower(job)); w != wanted_by_.end())
     for (MachineId m : w->second) low = std::min(low, subs_.at(m).acked);
   return low;
 }
@@ -222,12 +221,14 @@ bool ServiceTable::holds(const std::string& task) const {
 
 ServiceTable::Released ServiceTable::release(uint64_t now) {
   Released out;
-  std::map<std::string, uint64_t> low;  // per job: one walk of its agents a release
+  // One walk of the agents told of every job a release, then per job its own agents'.
+  const uint64_t everywhere = held_.empty() ? version_ : acked_by_all();
+  std::map<std::string, uint64_t> low;
   std::vector<Held> keep;
   for (auto& h : held_) {
     if (h.acked_at_us == 0) {
       auto l = low.find(h.job);
-      if (l == low.end()) l = low.emplace(h.job, acked_by_all(h.job)).first;
+      if (l == low.end()) l = low.emplace(h.job, acked_by_all(h.job, everywhere)).first;
       if (l->second >= h.version) {
         h.acked_at_us = now;
       } else if (now >= h.ack_deadline_us) {

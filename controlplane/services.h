@@ -109,9 +109,10 @@ class ServiceTable {
   };
   std::map<MachineId, Subscriber> subs_;
   std::map<std::string, std::set<MachineId>> wanted_by_;  // lower-case job -> who asked
-  // The lowest version the agents that answer for `job` acknowledged (version() when
-  // none does).
-  uint64_t acked_by_all(const std::string& job) const;
+  // The lowest version the agents told of every job acknowledged (version() when none
+  // is); then that and the lowest of the agents that asked for `job`.
+  uint64_t acked_by_all() const;
+  uint64_t acked_by_all(const std::string& job, uint64_t everywhere) const;
   struct Held {
     Command command;
     std::string job;
