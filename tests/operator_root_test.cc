@@ -238,13 +238,18 @@ TEST_F(Operator, ACommandRunsInsideATaskWithPipesAndWithATerminal) {
     if (t["name"] == t0) agent_id = t["id"];
   ASSERT_FALSE(agent_id.empty()) << ls->dump(2);
   const std::string cgroup = c_.task_cgroup(m, agent_id);
+  // "Running" is said once weft-init started the program: its shell may not yet have
+  // exec'd sleep on a loaded machine, so look until it has (at most 10 s).
   std::string task_uid;
-  for (const auto& pid : split(read_file(cgroup + "/cgroup.procs").value_or(""), '\n')) {
-    if (pid.empty() || read_file("/proc/" + pid + "/comm").value_or("") != "sleep\n") continue;
-    for (const auto& line : split(read_file("/proc/" + pid + "/status").value_or(""), '\n'))
-      if (line.rfind("Uid:", 0) == 0) task_uid = split(trim(line.substr(4)), '\t').at(0);
+  for (int i = 0; i < 100 && task_uid.empty(); ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (const auto& pid : split(read_file(cgroup + "/cgroup.procs").value_or(""), '\n')) {
+      if (pid.empty() || read_file("/proc/" + pid + "/comm").value_or("") != "sleep\n") continue;
+      for (const auto& line : split(read_file("/proc/" + pid + "/status").value_or(""), '\n'))
+        if (line.rfind("Uid:", 0) == 0) task_uid = split(trim(line.substr(4)), '\t').at(0);
+    }
   }
-  ASSERT_FALSE(task_uid.empty());
+  ASSERT_FALSE(task_uid.empty()) << read_file(cgroup + "/cgroup.procs").value_or("no cgroup");
 
   // Pipes.
   ASSERT_TRUE(write_file(c_.dir() + "/in", "piped in\n").ok());
