@@ -41,7 +41,7 @@ class TaskDirs {
   // (or when it cannot be emptied).
   void remove(const std::string& id);
   // The exit record has been read and recorded: its file is kept for the next one
-  // (renamed back to exit.tmp, which weft-init truncates and writes).
+  // (renamed back to exit.tmp, which weft-init overwrites).
   void exit_recorded(const std::string& id);
 
   // Keeps the task's logs/ as ended-logs/<name> with its final `state`, dropping the

@@ -314,6 +314,23 @@ TEST_F(AgentRoot, MissingBinaryFailsWithReasonAndNoCgroup) {
             std::string::npos);
 }
 
+// A removed task's directory is recycled with its exit record's file (agent/task_dirs.h),
+// which weft-init overwrites in place: a shorter record leaves nothing of a longer one.
+TEST_F(AgentRoot, ARecycledDirectoryKeepsNothingOfTheLastExitRecord) {
+  std::string failed = run({{"name", "long"}, {"argv", {"/no/such/binary"}}});
+  json t = agent_->wait_task(failed, [&](const json& j) { return terminal(j); });
+  ASSERT_EQ(t["state"], "failed") << t.dump();
+  agent_->call("task.remove", {{"id", failed}});
+  for (int i = 0; i < 3; ++i) {
+    std::string id = run({{"name", "short" + std::to_string(i)}, {"argv", {"true"}}});
+    json done = agent_->wait_task(id, [&](const json& j) { return terminal(j); });
+    EXPECT_EQ(done["state"], "exited") << done.dump();
+    EXPECT_EQ(done.value("exit_code", -1), 0) << done.dump();
+    EXPECT_EQ(done.value("reason", ""), "") << done.dump();
+    agent_->call("task.remove", {{"id", id}});
+  }
+}
+
 TEST_F(AgentRoot, PidUtsAndPrivateNetworkNamespaces) {
   std::string id = run(
       {{"name", "ns"},

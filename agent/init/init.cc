@@ -98,15 +98,23 @@ bool write_exit_record(bool have_status, int status, int exec_errno) {
   if (setup_error[0]) n += snprintf(buf + n, sizeof buf - n, "setup_error=%s\n", setup_error);
   if (n > static_cast<int>(sizeof buf) - 1) n = sizeof buf - 1;
   const char* failed = nullptr;
-  int fd = openat(opt.task_dir_fd, "exit.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The file is the last record's, recycled with the task's directory (agent/task_dirs.h):
+  // overwritten from its start and cut to this record's length, never truncated to zero
+  // first. On ext4 a file truncated to zero is flushed to disk when it is closed (the
+  // auto_da_alloc heuristic), which put block I/O on every task's end.
+  int fd = openat(opt.task_dir_fd, "exit.tmp", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     failed = "open";
   } else {
     ssize_t w;
     do {
-      w = write(fd, buf, static_cast<size_t>(n));
+      w = pwrite(fd, buf, static_cast<size_t>(n), 0);
     } while (w < 0 && errno == EINTR);
-    if (w != n) failed = "write";
+    struct stat st;
+    if (w != n)
+      failed = "write";
+    else if (fstat(fd, &st) < 0 || (st.st_size > n && ftruncate(fd, n) < 0))
+      failed = "truncate";
     close(fd);
     // The page cache outlives any process: once renamed, the agent (or its next start)
     // reads the whole record.
