@@ -198,10 +198,13 @@ bool CpSession::unhealthy(const std::string& task, const std::string& reason) {
 }
 
 bool CpSession::ask_services(const std::vector<std::string>& jobs,
+                             const std::vector<std::string>& forget,
                              std::function<void(Result<nlohmann::json>)> reply) {
   rpc::Session* s = link_->session();
   if (!s) return false;
-  s->call("service.interest", {{"machine", machine_}, {"jobs", jobs}}, std::move(reply));
+  nlohmann::json p{{"machine", machine_}, {"jobs", jobs}};
+  if (!forget.empty()) p["forget"] = forget;
+  s->call("service.interest", p, std::move(reply));
   return true;
 }
 

@@ -101,9 +101,10 @@ class CpSession {
   // times in a row (task.unhealthy, a notification): the control plane restarts it,
   // asking its TaskController first. False when there is no session to say it on.
   bool unhealthy(const std::string& task, const std::string& reason);
-  // service.interest: the control plane tells this agent of these jobs from now on; the
-  // reply is their endpoints now. False when there is no session to ask on.
-  bool ask_services(const std::vector<std::string>& jobs,
+  // service.interest: the control plane tells this agent of these jobs from now on, and
+  // no more of those in `forget`; the reply is the asked jobs' endpoints now. False when
+  // there is no session to ask on.
+  bool ask_services(const std::vector<std::string>& jobs, const std::vector<std::string>& forget,
                     std::function<void(Result<nlohmann::json>)> reply);
   // A command from the control plane (task.run, task.stop, image.pull): its params
   // without the holder fields, or refused when from a holder this machine left.

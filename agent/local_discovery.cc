@@ -24,6 +24,7 @@ Result<std::unique_ptr<LocalDiscovery>> LocalDiscovery::start(EventLoop& loop,
 
 Result<json> LocalDiscovery::update(const json& params) {
   TRY_ASSIGN(ServiceUpdate u, parse_service_update(params));
+  if (interest_) interest_->filter(u);
   catalog_.apply(u);
   return json{{"version", catalog_.version()}};
 }
@@ -40,6 +41,14 @@ void LocalDiscovery::write_metrics(metrics::Writer& w) const {
   w.family("weft_agent_dns_waited_total", "counter",
            "DNS queries that waited while the agent asked the control plane for their job.");
   w.sample("weft_agent_dns_waited_total", static_cast<double>(dns_ ? dns_->waited() : 0));
+  w.family("weft_agent_dns_interests", "gauge",
+           "Jobs this agent's DNS clients asked for that it is told of (docs/services.md "
+           "\"Interest\").");
+  w.sample("weft_agent_dns_interests", static_cast<double>(interest_ ? interest_->size() : 0));
+  w.family("weft_agent_dns_forgotten_total", "counter",
+           "Jobs forgotten because no client asked for them lately, or to make room.");
+  w.sample("weft_agent_dns_forgotten_total",
+           static_cast<double>(interest_ ? interest_->forgotten() : 0));
   w.family("weft_agent_discovery_version", "gauge",
            "The version of the service discovery copy this agent answers from.");
   w.sample("weft_agent_discovery_version", static_cast<double>(catalog_.version()));

@@ -229,8 +229,9 @@ Status Manager::start() {
     TRY_ASSIGN(discovery_,
                LocalDiscovery::start(
                    *loop_, cfg_,
-                   [this](const std::vector<std::string>& jobs, ServiceInterest::Reply reply) {
-                     return cp_ && cp_->ask_services(jobs, std::move(reply));
+                   [this](const std::vector<std::string>& jobs,
+                          const std::vector<std::string>& forget, ServiceInterest::Reply reply) {
+                     return cp_ && cp_->ask_services(jobs, forget, std::move(reply));
                    }));
     cp_methods_.add("service.update",
                     [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {

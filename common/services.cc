@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "common/job_spec.h"
+#include "common/strings.h"
 #include "common/task_spec.h"
 
 namespace weft {
@@ -147,6 +148,17 @@ void ServiceCatalog::apply(const ServiceUpdate& u) {
     by_name_[key(job, s->entitlement)] = job;
   }
   version_ = u.version;
+}
+
+void ServiceCatalog::forget(const std::string& job) {
+  for (auto it = services_.begin(); it != services_.end();) {
+    if (ascii_lower(it->first) != job) {
+      ++it;
+      continue;
+    }
+    by_name_.erase(key(it->first, it->second.entitlement));
+    it = services_.erase(it);
+  }
 }
 
 const Service* ServiceCatalog::find(std::string_view job, std::string_view entitlement) const {

@@ -67,6 +67,9 @@ nlohmann::json to_json(const ServiceUpdate& u);
 class ServiceCatalog {
  public:
   void apply(const ServiceUpdate& u);
+  // Drops the job's endpoints whatever the name's case (`job` in lower case); the version
+  // stays.
+  void forget(const std::string& job);
   uint64_t version() const { return version_; }
   size_t size() const { return services_.size(); }
   const std::map<std::string, Service>& services() const { return services_; }

@@ -345,15 +345,24 @@ Result<json> Discovery::interest(MachineId m, const rpc::Session* s, const json&
   if (sess == sessions_.end() || sess->second != s)
     return make_error("this session does not serve discovery: register with serves_discovery")
         .with_code(rpc::kInvalidParams);
-  if (!p.is_object() || !p.contains("jobs") || !p["jobs"].is_array() ||
-      p["jobs"].size() > ServiceTable::kMaxInterests)
-    return field_error("jobs", "must be a list of at most " +
-                                   std::to_string(ServiceTable::kMaxInterests) + " job names");
-  for (const auto& j : p["jobs"])
-    if (!j.is_string() || !valid_job_name(j.get_ref<const std::string&>()))
-      return field_error(
-          "jobs",
-          "names no job: " + (j.is_string() ? j.get<std::string>().substr(0, 64) : j.dump()));
+  if (!p.is_object()) return field_error("params", "must be an object");
+  // `jobs`: what it answers for from now on; `forget` (optional): what it no longer does.
+  for (const char* field : {"jobs", "forget"}) {
+    if (!p.contains(field) && std::string_view(field) == "forget") continue;
+    if (!p.contains(field) || !p[field].is_array() || p[field].size() > ServiceTable::kMaxInterests)
+      return field_error(field, "must be a list of at most " +
+                                    std::to_string(ServiceTable::kMaxInterests) + " job names");
+    for (const auto& j : p[field])
+      if (!j.is_string() || !valid_job_name(j.get_ref<const std::string&>()))
+        return field_error(
+            field,
+            "names no job: " + (j.is_string() ? j.get<std::string>().substr(0, 64) : j.dump()));
+  }
+  // Forgotten first: an agent at its bound forgets one job to ask for another.
+  bool forgot = false;
+  if (p.contains("forget"))
+    for (const auto& j : p["forget"]) forgot |= table_.forget(m, j.get_ref<const std::string&>());
+  if (forgot) release_stops();  // a stop may have waited for this agent only
   ServiceUpdate u;
   u.version = table_.version();
   size_t full = 0;

@@ -137,6 +137,18 @@ ServiceTable::Interest ServiceTable::interest(MachineId m, const std::string& jo
   return Interest::kAdded;
 }
 
+bool ServiceTable::forget(MachineId m, const std::string& job) {
+  auto it = subs_.find(m);
+  if (it == subs_.end() || it->second.everything) return false;
+  std::string key = ascii_lower(job);
+  if (!it->second.jobs.erase(key)) return false;
+  if (auto w = wanted_by_.find(key); w != wanted_by_.end()) {
+    w->second.erase(m);
+    if (w->second.empty()) wanted_by_.erase(w);
+  }
+  return true;
+}
+
 bool ServiceTable::wants(MachineId m, const std::string& job) const {
   auto it = subs_.find(m);
   return it != subs_.end() && (it->second.everything || it->second.jobs.count(ascii_lower(job)));

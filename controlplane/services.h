@@ -58,6 +58,9 @@ class ServiceTable {
   // Agent m answers for `job` (case-insensitive) from now on; at most kMaxInterests a
   // machine. An agent subscribed to everything has every job.
   Interest interest(MachineId m, const std::string& job);
+  // Agent m no longer answers for `job` (its clients stopped asking): nothing of it is
+  // sent there, and no stop waits for m for it. False when m did not have it.
+  bool forget(MachineId m, const std::string& job);
   bool wants(MachineId m, const std::string& job) const;
   bool everything(MachineId m) const;
   size_t interests(MachineId m) const;

@@ -273,6 +273,20 @@ TEST(ServiceTable, AnAgentThatAskedForJobsGetsAndHoldsBackOnlyThose) {
   EXPECT_LT(t.acked(2), t.sent_to(2));
   t.ack(2, t.version());
   EXPECT_EQ(t.release(30).commands.size(), 1u);
+  // An agent that forgets web (its clients stopped asking) is sent nothing of it, and a
+  // stop of web's held for its acknowledgement goes without it.
+  t.set("web", svc({}));
+  t.hold_stop(stop("web.0.1"), "web", t.version(), 40, 5'000'000, 0);
+  t.ack(1, t.version());
+  EXPECT_TRUE(t.release(50).commands.empty());
+  EXPECT_FALSE(t.forget(1, "web"));  // told of every job: nothing to forget
+  EXPECT_TRUE(t.forget(2, "WEB"));
+  EXPECT_FALSE(t.forget(2, "web"));
+  EXPECT_FALSE(t.wants(2, "web"));
+  EXPECT_EQ(t.release(60).commands.size(), 1u);
+  EXPECT_TRUE(t.wanted(t.update_since(from)).empty());
+  EXPECT_TRUE(t.part_for(2, t.update_since(from)).services.empty());
+  EXPECT_EQ(t.interests(2), 0u);
   // At most kMaxInterests jobs an agent; a new session starts from none.
   for (size_t i = t.interests(2); i < ServiceTable::kMaxInterests; ++i)
     EXPECT_EQ(t.interest(2, "j" + std::to_string(i)), ServiceTable::Interest::kAdded);
