@@ -1125,12 +1125,21 @@ TEST_F(MultiMachine, AnOpportunisticJobGivesItsRoomBackWithinItsNotice) {
               {"task",
                {{"argv",
                  {"/bin/sh", "-c",
-                  "f=$(mktemp " + d +
-                      "/g.XXXXXX); trap 'echo term >> $f' TERM; "
-                      "while :; do sleep 0.1; done"}}}}};
+                  "trap 'echo term >> $f' TERM; f=$(mktemp " + d +
+                      "/g.XXXXXX); while :; do sleep 0.1; done"}}}}};
   auto made = c_.cp("job.create", crunch);
   ASSERT_TRUE(made.ok()) << made.error().str();
   ASSERT_FALSE(wait_running("crunch", 6).is_null());
+  // Each guest's file says its trap is set ("running" is said once its shell started: on
+  // a loaded machine a guest asked to stop before that died without writing "term").
+  auto files = [&] {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d)) n += e.is_regular_file();
+    return n;
+  };
+  for (int i = 0; i < 100 && files() < 6; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(files(), 6u);
   // Nothing joined lab's entitlement: its guests are counted against no quota.
   auto ents = c_.cp("entitlement.ls");
   ASSERT_TRUE(ents.ok());
