@@ -53,14 +53,11 @@ bool ServiceInterest::must_wait(const std::string& job) {
   return waiting_.count(job) > 0;  // a flush without a control plane answers at once
 }
 
-void ServiceInterest::forget(const std::string& job) {
+void ServiceInterest::forget(std::string job) {
+  // (Never one being asked: a name waiting for its answer is neither stale nor evicted.)
   asked_.erase(job);
   catalog_.forget(job);
-  // Asked in this same iteration and forgotten again: the control plane never heard.
-  if (auto it = std::find(to_ask_.begin(), to_ask_.end(), job); it != to_ask_.end())
-    to_ask_.erase(it);
-  else
-    to_forget_.push_back(job);
+  to_forget_.push_back(std::move(job));
   ++forgotten_;
 }
 

@@ -64,7 +64,8 @@ class ServiceInterest {
  private:
   void schedule_flush();
   void flush();
-  void forget(const std::string& job);
+  // By value: the caller's name may be the key this erases.
+  void forget(std::string job);
   void on_reply(const std::vector<std::string>& jobs, Result<nlohmann::json> r);
   EventLoop& loop_;
   ServiceCatalog& catalog_;
