@@ -5,11 +5,11 @@
 #include "agent/dns_server.h"
 
 #include <arpa/inet.h>
-#include <ldns/ldns.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "common/ldns.h"
 
 #include <gtest/gtest.h>
 

@@ -22,7 +22,6 @@
 // DNS packets are made and read by ldns.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ldns/ldns.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -43,6 +42,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/ldns.h"
 
 namespace {
 

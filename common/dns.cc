@@ -1,7 +1,7 @@
 #include "common/dns.h"
 
 #include <arpa/inet.h>
-#include <ldns/ldns.h>
+#include "common/ldns.h"
 
 #include <algorithm>
 #include <cctype>

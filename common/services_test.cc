@@ -1,7 +1,7 @@
 #include "common/services.h"
 
 #include <gtest/gtest.h>
-#include <ldns/ldns.h>
+#include "common/ldns.h"
 
 #include <cstdlib>
 
