@@ -470,7 +470,6 @@ Result<json> Manager::api_task_remove(const json& p, const rpc::CallContext&) {
 // caller that needs longer asks again. With "remove" (privileged, as task.remove) the
 // ended task is forgotten once the answer is made: `weftctl task run --wait --rm`.
 namespace {
-constexpr size_t kMaxTaskWaiters = 4096;
 constexpr uint64_t kMaxTaskWaitUs = 600'000'000;
 }  // namespace
 
@@ -488,84 +487,26 @@ Result<json> Manager::api_task_wait(const json& p, const rpc::CallContext& c) {
     remove = p["remove"].get<bool>();
     if (remove) TRY(check_privileged(c.peer));
   }
-  if (t->terminal() || wait_us == 0 || !c.session) return wait_answer(*t, remove);
-  if (task_waiters_.size() >= kMaxTaskWaiters)
+  if (t->terminal() || wait_us == 0 || !c.session) return wait_answer(t->id, remove);
+  if (waiters_->size() >= TaskWaiters::kMax)
     return make_error("too many task waits; try again").with_code(RpcCode::kUnavailable);
-  uint64_t deadline = now_monotonic_us() + wait_us;
-  task_waiters_.emplace(t->id, TaskWaiter{c.session->defer_reply(), deadline, remove});
-  if (!wait_timer_.active() || deadline < wait_timer_at_) arm_wait_timer(deadline);
+  (void)waiters_->add(t->id, c.session->defer_reply(), now_monotonic_us() + wait_us, remove);
   return json();
 }
 
-Result<json> Manager::wait_answer(Task& t, bool remove) {
+Result<json> Manager::wait_answer(const std::string& id, bool remove) {
+  auto it = tasks_.find(id);
+  if (it == tasks_.end()) return make_error("no task '" + id + "'").with_code(RpcCode::kNotFound);
+  Task& t = *it->second;
   json j = summary(t);
   j["ended"] = t.terminal();
   if (remove && t.terminal()) {
-    std::string id = t.id;
     TRY(erase(id));
     dirs_.remove(id);
-    tasks_.erase(id);  // `t` is gone
+    tasks_.erase(it);  // `t` is gone
     j["removed"] = true;
   }
   return j;
-}
-
-void Manager::answer_waiters(Task& t) {
-  auto [first, last] = task_waiters_.equal_range(t.id);
-  if (first == last) return;
-  std::vector<TaskWaiter> waiting;
-  for (auto it = first; it != last; ++it) waiting.push_back(std::move(it->second));
-  task_waiters_.erase(first, last);
-  // Those who asked to remove it are answered last: the others see the task first.
-  std::stable_partition(waiting.begin(), waiting.end(),
-                        [](const TaskWaiter& w) { return !w.remove; });
-  std::string id = t.id;
-  for (auto& w : waiting) {
-    auto it = tasks_.find(id);
-    if (it == tasks_.end()) {
-      w.reply(make_error("no task '" + id + "'").with_code(RpcCode::kNotFound));
-      continue;
-    }
-    w.reply(wait_answer(*it->second, w.remove));
-  }
-}
-
-void Manager::task_ended(const std::string& id) {
-  if (task_waiters_.find(id) == task_waiters_.end()) return;
-  ended_.insert(id);
-  if (ended_defer_.active()) return;
-  auto d = loop_->add_defer([this] {
-    ended_defer_.reset();
-    for (const auto& ended : std::exchange(ended_, {}))
-      if (auto it = tasks_.find(ended); it != tasks_.end()) answer_waiters(*it->second);
-  });
-  if (d.ok()) ended_defer_ = std::move(d).value();
-}
-
-void Manager::expire_task_waiters() {
-  wait_timer_.reset();
-  uint64_t now = now_monotonic_us(), next = 0;
-  for (auto it = task_waiters_.begin(); it != task_waiters_.end();) {
-    if (now < it->second.deadline_us) {
-      next = next == 0 ? it->second.deadline_us : std::min(next, it->second.deadline_us);
-      ++it;
-      continue;
-    }
-    auto t = tasks_.find(it->first);
-    if (t == tasks_.end())
-      it->second.reply(make_error("no task '" + it->first + "'").with_code(RpcCode::kNotFound));
-    else
-      it->second.reply(wait_answer(*t->second, false));  // not ended: nothing to remove
-    it = task_waiters_.erase(it);
-  }
-  if (next) arm_wait_timer(next);
-}
-
-void Manager::arm_wait_timer(uint64_t at_us) {
-  auto timer = loop_->add_timer_at(at_us, [this] { expire_task_waiters(); });
-  if (!timer.ok()) return;  // answered by the next wait's timer, or the task's end
-  wait_timer_ = std::move(timer).value();
-  wait_timer_at_ = at_us;
 }
 
 // ---------------------------------------------------------------- images

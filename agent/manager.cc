@@ -77,6 +77,8 @@ Result<std::unique_ptr<Manager>> Manager::create(AgentConfig cfg, std::unique_pt
 
 Status Manager::start() {
   started_at_us_ = now_monotonic_us();
+  waiters_ = std::make_unique<TaskWaiters>(
+      *loop_, [this](const std::string& id, bool remove) { return wait_answer(id, remove); });
   TRY_ASSIGN(http_, HttpClient::create(*loop_));
   reaper_ = std::make_unique<Reaper>(*loop_);
   // One pidfd per running task: weft-agent's main raised RLIMIT_NOFILE to the hard

@@ -35,6 +35,7 @@
 #include "agent/start_plan.h"
 #include "agent/task_dirs.h"
 #include "agent/task_store.h"
+#include "agent/task_waiters.h"
 #include "agent/usage.h"
 #include "common/cp_link.h"
 #include "common/event.h"
@@ -268,25 +269,13 @@ class Manager {
   rpc::Dispatcher cp_methods_;
   std::map<std::string, std::unique_ptr<Task>> tasks_;
   std::vector<Source> signals_;
-  // task.wait: callers waiting for a task to end (answered when it does, or with
-  // "ended": false at their deadline); expired by one timer.
-  struct TaskWaiter {
-    rpc::ReplyFn reply;
-    uint64_t deadline_us = 0;
-    bool remove = false;  // forget the task once it ended and this one is answered
-  };
-  std::multimap<std::string, TaskWaiter> task_waiters_;
-  Source wait_timer_;
-  uint64_t wait_timer_at_ = 0;
-  void arm_wait_timer(uint64_t at_us);
-  void answer_waiters(Task& t);
-  // A task ended: its waiters are answered on the next loop iteration (after the code
-  // that ended it has finished with it: a waiter may remove the task).
-  void task_ended(const std::string& id);
-  std::set<std::string> ended_;
-  Source ended_defer_;
-  Result<nlohmann::json> wait_answer(Task& t, bool remove);
-  void expire_task_waiters();
+  // task.wait's callers (agent/task_waiters.h), answered when their task ends or at
+  // their deadline with wait_answer.
+  std::unique_ptr<TaskWaiters> waiters_;
+  Result<nlohmann::json> wait_answer(const std::string& id, bool remove);
+  void task_ended(const std::string& id) {
+    if (waiters_) waiters_->ended(id);
+  }
   // The kernel's boot id at the agent's last start (state_dir/boot_id): another one now
   // means the machine restarted, and every task it ran died with it.
   bool machine_restarted_ = false;
