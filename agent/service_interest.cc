@@ -78,15 +78,7 @@ void ServiceInterest::filter(ServiceUpdate& u) const {
 }
 
 void ServiceInterest::schedule_flush() {
-  if (flush_.active()) return;
-  auto d = loop_.add_defer([this] {
-    flush_.reset();
-    flush();
-  });
-  if (d.ok())
-    flush_ = std::move(d).value();
-  else
-    flush();
+  loop_.defer_once(flush_, [this] { flush(); });
 }
 
 void ServiceInterest::flush() {

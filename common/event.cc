@@ -132,6 +132,19 @@ Result<Source> EventLoop::add_defer(Fn fn) {
   return Source(std::move(impl));
 }
 
+void EventLoop::defer_once(Source& slot, Fn fn) {
+  if (slot.active()) return;
+  // (on_defer copies the callback before it runs: resetting `slot` inside is safe.)
+  auto d = add_defer([&slot, fn] {
+    slot.reset();
+    fn();
+  });
+  if (d.ok())
+    slot = std::move(d).value();
+  else
+    fn();
+}
+
 void EventLoop::enable_watchdog() {
   sd_event_set_watchdog(ev_, 1);
 }

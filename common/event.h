@@ -60,6 +60,10 @@ class EventLoop {
   // Blocks the signal in this thread and delivers it through the loop.
   Result<Source> add_signal(int sig, Fn fn);
   Result<Source> add_defer(Fn fn);
+  // Runs fn on the next iteration unless `slot` already holds a pending run (calls in
+  // between coalesce into it); at once when no defer can be added. `slot` must outlive
+  // the run or be reset first.
+  void defer_once(Source& slot, Fn fn);
 
   // SIGTERM and SIGINT end run() with exit code 0, after on_exit (if any) has run. The
   // loop owns these sources.

@@ -221,15 +221,8 @@ std::vector<Command> Discovery::refresh(const std::vector<Command>& cmds) {
   for (const auto& c : cmds) stops |= c.kind == Command::Kind::kStop && opts_.withdraw;
   if (stops) {
     recompute();
-  } else if (!recompute_soon_.active()) {
-    auto d = loop_.add_defer([this] {
-      recompute_soon_.reset();
-      recompute();
-    });
-    if (d.ok())
-      recompute_soon_ = std::move(d).value();
-    else
-      recompute();
+  } else {
+    loop_.defer_once(recompute_soon_, [this] { recompute(); });
   }
   std::vector<Command> now_out;
   for (const auto& c : cmds) {
