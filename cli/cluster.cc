@@ -449,10 +449,25 @@ void add_cluster_commands(CLI::App& app, ClusterCommands& c) {
       "status", "each replica given (--controlplane): whether it leads, and which one does");
 }
 
+// A region's front end answers a listing with what it could reach: the shards it could
+// not (`unreachable`) and a list cut short (`truncated`) are said on stderr, so a table
+// with rows missing never passes for the whole.
+static void warn_partial(const json& r, const char* what) {
+  if (r.contains("unreachable") && r["unreachable"].is_array())
+    for (const auto& u : r["unreachable"])
+      std::cerr << "weftctl: shard " << str_or(u, "shard") << " did not answer, its " << what
+                << " are not listed: " << str_or(u, "error") << "\n";
+  if (r.value("truncated", false))
+    std::cerr << "weftctl: the list of " << what << " is cut short (a shard has more)\n";
+}
+
 int cluster_task_ls(const Globals& g) {
   auto c = cp_client(g);
   json r = call_or_die(*c, "task.ls", json::object());
-  print_json_or(g, r, [&] { task_table(r["tasks"]); });
+  print_json_or(g, r, [&] {
+    task_table(r["tasks"]);
+    warn_partial(r, "tasks");
+  });
   return 0;
 }
 
@@ -500,17 +515,28 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
   auto cp = cp_client(g);
   if (c.svc->parsed()) return run_service_command(c, g, *cp);
   if (c.m_ls->parsed()) {
-    // Page by page (machine.ls answers at most 1000 machines at a time).
-    json all = json::array();
+    // Page by page (machine.ls answers at most 1000 machines at a time; through a
+    // region's front end, `next` is each shard's cursor). What the front end could not
+    // reach is kept and said, never dropped.
+    json all = json::array(), away = json::array();
     json params = json::object();
+    bool truncated = false;
     for (;;) {
       json r = call_or_die(*cp, "machine.ls", params);
       for (auto& m : r["machines"]) all.push_back(std::move(m));
-      if (!r.contains("next") || !r["next"].is_string()) break;
+      if (r.contains("unreachable") && r["unreachable"].is_array())
+        for (auto& u : r["unreachable"]) away.push_back(std::move(u));
+      truncated |= r.value("truncated", false);
+      if (!r.contains("next") || !(r["next"].is_string() || r["next"].is_object())) break;
       params["after"] = r["next"];
     }
     json r{{"machines", all}};
-    print_json_or(g, r, [&] { machine_table(r["machines"]); });
+    if (!away.empty()) r["unreachable"] = away;
+    if (truncated) r["truncated"] = true;
+    print_json_or(g, r, [&] {
+      machine_table(r["machines"]);
+      warn_partial(r, "machines");
+    });
   } else if (c.m_rm->parsed()) {
     json r = call_or_die(*cp, "machine.rm", {{"machine", c.name}});
     print_json_or(g, r, [&] { std::cout << c.name << " removed\n"; });
@@ -705,6 +731,7 @@ int run_cluster_commands(const ClusterCommands& c, const Globals& g) {
   } else if (c.j_ls->parsed()) {
     json r = call_or_die(*cp, "job.ls", json::object());
     print_json_or(g, r, [&] {
+      warn_partial(r, "jobs");
       std::vector<std::vector<std::string>> rows = {
           {"JOB", "ENTITLEMENT", "COUNT", "RUNNING", "GENERATION", "STATE"}};
       for (const auto& j : r["jobs"]) {

@@ -1,5 +1,7 @@
 #include "common/cron.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <ctime>
 #include <vector>
@@ -142,6 +144,25 @@ Result<CronSchedule> parse_cron(std::string_view text) {
   if (!c.next_after(0))
     return make_error("'" + std::string(text) + "' names no date (such as February 30)");
   return c;
+}
+
+int64_t CronSchedule::shortest_gap() const {
+  int64_t first = -1, last = -1, gap = 86400;
+  for (int64_t h = 0; h < 24; ++h) {
+    if (!hours[static_cast<size_t>(h)]) continue;
+    for (int64_t m = 0; m < 60; ++m) {
+      if (!minutes[static_cast<size_t>(m)]) continue;
+      for (int64_t sec = 0; sec < 60; ++sec) {
+        if (!seconds[static_cast<size_t>(sec)]) continue;
+        const int64_t t = h * 3600 + m * 60 + sec;
+        if (last >= 0) gap = std::min(gap, t - last);
+        if (first < 0) first = t;
+        last = t;
+      }
+    }
+  }
+  if (first >= 0) gap = std::min(gap, 86400 - last + first);
+  return gap;
 }
 
 std::optional<int64_t> CronSchedule::next_after(int64_t after) const {

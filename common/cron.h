@@ -32,6 +32,10 @@ struct CronSchedule {
   // The first time strictly after `after` (seconds since the epoch, UTC) the schedule
   // names, or nullopt when there is none in the next ten years (Feb 30, say).
   std::optional<int64_t> next_after(int64_t after) const;
+  // The shortest time, in seconds, between two times it names: within a day, and from a
+  // day's last to the next day's first as if every day ran (so never more than the real
+  // gap; a schedule that names one time a day gives 86400).
+  int64_t shortest_gap() const;
 };
 
 // Errors name the field ("minute: 61 is out of range 0-59").

@@ -46,6 +46,21 @@ TEST(Cron, EitherRestrictedDayMatches) {
   EXPECT_EQ(next("0 0 29 * *", kSat), kSat + 86400);
 }
 
+TEST(Cron, TheShortestGapBetweenTwoTimesItNames) {
+  auto gap = [](const char* text) {
+    auto c = parse_cron(text);
+    EXPECT_TRUE(c.ok()) << text;
+    return c.ok() ? c->shortest_gap() : -1;
+  };
+  EXPECT_EQ(gap("* * * * * *"), 1);
+  EXPECT_EQ(gap("*/2 * * * * *"), 2);
+  EXPECT_EQ(gap("0,1 3 * * * *"), 1);       // twice a day, a second apart
+  EXPECT_EQ(gap("59 59 23 * * *"), 86400);  // once a day
+  EXPECT_EQ(gap("*/15 * * * *"), 900);
+  EXPECT_EQ(gap("58,2 * * * * *"), 4);  // across the minute
+  EXPECT_EQ(gap("@daily"), 86400);
+}
+
 TEST(Cron, BadSchedulesNameTheField) {
   struct Bad {
     const char* text;

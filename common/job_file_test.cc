@@ -174,6 +174,7 @@ TEST(JobFile, BatchAndPeriodicTables) {
   EXPECT_EQ(spec->batch.deadline_us, 3600ull * 1'000'000);
   ASSERT_TRUE(spec->periodic);
   EXPECT_EQ(spec->periodic->overlap, PeriodOverlap::kForbid);
+  EXPECT_EQ(spec->periodic->max_running, kDefaultMaxRunning);
   // The protocol form gives the same spec back.
   auto back = parse_job_spec(to_json(*spec));
   ASSERT_TRUE(back.ok()) << back.error().str();
@@ -202,6 +203,18 @@ TEST(JobFile, BatchAndPeriodicTables) {
       {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\nschedule = \"@daily\"\n"
        "overlap = \"queue\"\n[task]\nargv=[\"x\"]\n",
        "b.toml:6: 'periodic.overlap'"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\nschedule = \"* * * * * "
+       "*\"\n[task]\nargv=[\"x\"]\n",
+       "b.toml:5: 'periodic.schedule' names times 1 s apart: periods must be at least 2 s"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\nschedule = \"0,1 3 * * "
+       "* *\"\n[task]\nargv=[\"x\"]\n",
+       "'periodic.schedule' names times 1 s apart"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\nschedule = \"@daily\"\n"
+       "max_running = 0\n[task]\nargv=[\"x\"]\n",
+       "b.toml:6: 'periodic.max_running' must be an integer from 1 to 100"},
+      {"name = \"a\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\nschedule = \"@daily\"\n"
+       "max_running = 101\n[task]\nargv=[\"x\"]\n",
+       "'periodic.max_running' must be an integer from 1 to 100"},
       {"name = \"a234567890123456789012\"\nentitlement = \"e\"\nkind = \"batch\"\n[periodic]\n"
        "schedule = \"@daily\"\n[task]\nargv=[\"x\"]\n",
        "b.toml:1: 'name' a periodic job's name has at most 21"},

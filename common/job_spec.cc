@@ -465,15 +465,24 @@ Status parse_job_kind(const json& j, JobSpec* s) {
   if (present("periodic")) {
     const json& r = j["periodic"];
     const std::string q = "periodic.";
-    if (!r.is_object()) return field_error("periodic", "must be a table: schedule, overlap");
+    if (!r.is_object())
+      return field_error("periodic", "must be a table: schedule, overlap, max_running");
     for (const auto& [k, v] : r.items())
-      if (k != "schedule" && k != "overlap") return field_error(q + k, "unknown field");
+      if (k != "schedule" && k != "overlap" && k != "max_running")
+        return field_error(q + k, "unknown field");
     PeriodicSpec ps;
     TRY_ASSIGN(ps.schedule, str_field(r, "schedule", q));
     if (ps.schedule.empty())
       return field_error(q + "schedule", "is required: a cron schedule, such as \"0 * * * *\"");
-    if (auto c = parse_cron(ps.schedule); !c.ok())
-      return field_error(q + "schedule", c.error().message);
+    auto cron = parse_cron(ps.schedule);
+    if (!cron.ok()) return field_error(q + "schedule", cron.error().message);
+    if (int64_t gap = cron->shortest_gap(); gap < kMinPeriodSeconds)
+      return field_error(q + "schedule", "names times " + std::to_string(gap) +
+                                             " s apart: periods must be at least " +
+                                             std::to_string(kMinPeriodSeconds) + " s apart");
+    TRY_ASSIGN(int64_t max_running,
+               int_member(r, "max_running", kDefaultMaxRunning, 1, kMaxMaxRunning, q));
+    ps.max_running = static_cast<int>(max_running);
     TRY_ASSIGN(std::string overlap, str_field(r, "overlap", q));
     if (overlap == "forbid")
       ps.overlap = PeriodOverlap::kForbid;
@@ -520,7 +529,8 @@ json to_json(const JobSpec& s) {
     }
     if (s.periodic)
       out["periodic"] = {{"schedule", s.periodic->schedule},
-                         {"overlap", overlap_name(s.periodic->overlap)}};
+                         {"overlap", overlap_name(s.periodic->overlap)},
+                         {"max_running", s.periodic->max_running}};
   }
   if (s.controller) {
     out["task_controller"] = {

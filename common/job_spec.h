@@ -116,9 +116,15 @@ struct BatchSpec {
 // makes the period skipped ("forbid") or is stopped for the new one ("replace").
 enum class PeriodOverlap { kAllow, kForbid, kReplace };
 const char* overlap_name(PeriodOverlap o);
+// Bounds (issue 59): a schedule's periods are at least kMinPeriodSeconds apart (the
+// leader starts runs at its tick), and at most `max_running` runs are in flight at once
+// (a period due beyond that is skipped, said in the job's events).
+inline constexpr int64_t kMinPeriodSeconds = 2;
+inline constexpr int kDefaultMaxRunning = 10, kMaxMaxRunning = 100;
 struct PeriodicSpec {
   std::string schedule;
   PeriodOverlap overlap = PeriodOverlap::kAllow;
+  int max_running = kDefaultMaxRunning;
   bool operator==(const PeriodicSpec&) const = default;
 };
 // A periodic job's runs are named "<name>-<unix seconds>" (10 digits): its own name is

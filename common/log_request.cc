@@ -1,6 +1,8 @@
 #include "common/log_request.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
 
 namespace weft {
 
@@ -24,6 +26,10 @@ Result<LogRequest> parse_log_request(const nlohmann::json& p, size_t max_bytes_c
         c["seq"].get<uint64_t>() > UINT32_MAX || !c.contains("offset") ||
         !c["offset"].is_number_unsigned())
       return field_error("cursor", "must be {\"seq\": N, \"offset\": N} from an earlier reply");
+    // A file offset is an off_t: past INT64_MAX no read could start there (pread would
+    // take it as negative).
+    if (c["offset"].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      return field_error("cursor.offset", "must be at most " + std::to_string(INT64_MAX));
     r.cursor = LogRequest::Cursor{static_cast<uint32_t>(c["seq"].get<uint64_t>()),
                                   c["offset"].get<uint64_t>()};
   }

@@ -36,6 +36,8 @@ TEST(LogRequest, DefaultsCapsAndEveryBadFieldNamed) {
            {R"({"cursor": {"seq": 1}})", "cursor"},
            {R"({"cursor": {"seq": 4294967296, "offset": 0}})", "cursor"},
            {R"({"cursor": {"seq": 1, "offset": -1}})", "cursor"},
+           {R"({"cursor": {"seq": 1, "offset": 18446744073709551615}})", "cursor.offset"},
+           {R"({"cursor": {"seq": 1, "offset": 9223372036854775808}})", "cursor.offset"},
            {R"({"tail": 11})", "tail"},
            {R"({"tail": "3"})", "tail"}}) {
     json bad = json::parse(text);

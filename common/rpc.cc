@@ -543,6 +543,7 @@ void Session::call_serialized(const std::string& method, const std::string& para
 
 void Session::send_line(std::string line) {
   if (closed_) return;
+  bytes_queued_ += line.size();
   if (gate_ && gate_->held()) {  // not yet durable: sent when its epoch is released
     uint64_t e = gate_->epoch();
     if (gated_.empty() || gated_.back().first != e) gated_.emplace_back(e, std::string());
@@ -569,6 +570,7 @@ void Session::flush() {
       std::string why;
       tls::Want w = tls::write(ssl_.get(), out_.data(), out_.size(), &put, &why);
       if (w == tls::Want::kDone) {
+        bytes_sent_ += put;
         out_.erase(0, put);
         continue;
       }
@@ -589,6 +591,7 @@ void Session::flush() {
       close();
       return;
     }
+    bytes_sent_ += static_cast<uint64_t>(n);
     out_.erase(0, static_cast<size_t>(n));
   }
   if (close_when_sent_ && out_.empty() && gated_.empty()) {

@@ -133,7 +133,7 @@ void Manager::register_methods() {
   for (const char* m : {"task.exec.output", "task.exec.exit"})
     server_.methods().add(
         m, [this, exit = std::string(m) == "task.exec.exit"](const json& p, const CallContext& c) {
-          if (exec_relay_ && c.session) exec_relay_->from_agent(c.session, p, exit);
+          if (exec_relay_ && c.session) exec_relay_->from_upstream(c.session, p, exit);
           return Result<json>(json::object());
         });
   server_.methods().add(
@@ -423,6 +423,7 @@ Result<json> Manager::api_health_report(const json& p, const CallContext& c) {
   }
   std::string before = broker_.state_of(m);
   TRY(broker_.health(p["machine"].get<std::string>(), p["verdict"].get<std::string>(), now_us()));
+  sessions_.track_hcs(m, c.session);
   reports_.problems[m] = std::move(problems);
   // A machine that failed has its tasks replaced now, and one that became healthy
   // takes what waited for it, not at the next tick; an unchanged verdict (every
@@ -506,6 +507,23 @@ Result<json> Manager::api_entitlement_create(const json& p, const CallContext& c
   if (p.contains("grants")) {
     TRY_ASSIGN(e.grants, parse_task_grants(p["grants"], cfg_.socket_group));
   }
+  if (cfg_.region.role == RegionRole::kShard) {
+    // The front end's word is checked: the home it claimed must be in etcd, this shard's
+    // (issue 59: a forwarded create made an entitlement with no home, or another's).
+    if (!region_.checks || !c.session)
+      return make_error("this shard cannot check the entitlement's home now")
+          .with_code(rpc::kUnavailable);
+    rpc::ReplyFn reply = c.session->defer_reply();
+    region_.checks->home_is_mine(e.name, [this, e, reply](Status s) {
+      if (!s.ok()) return reply(std::move(s).error());
+      reply(create_entitlement(e));
+    });
+    return json();
+  }
+  return create_entitlement(e);
+}
+
+Result<json> Manager::create_entitlement(const EntitlementSpec& e) {
   TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(e));
   if (auto s = persist({}, {}); !s.ok()) {
     broker_.forget_entitlement(id);  // not durable: not created

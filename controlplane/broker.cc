@@ -71,6 +71,10 @@ Status Broker::heartbeat(const std::string& machine, uint64_t now) {
   return {};
 }
 
+const std::string& Broker::verdict_of(MachineId m) const {
+  return machines_.at(by_index_.at(m)).verdict;
+}
+
 Status Broker::health(const std::string& machine, const std::string& verdict, uint64_t now) {
   if (verdict != "ok" && verdict != "degraded" && verdict != "failed" && verdict != "unknown")
     return field_error("verdict", "must be ok, degraded, failed or unknown");

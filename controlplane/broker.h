@@ -178,6 +178,8 @@ class Broker {
   void restore_events(std::vector<Unavailability> events);
   std::string state_of(MachineId m)
       const;  // "ok", "degraded", "failed", "dead", "drained", "preparing", "unprepared"
+  // HCS's last verdict of machine m ("unknown" until one came).
+  const std::string& verdict_of(MachineId m) const;
 
  private:
   struct Machine {

@@ -42,7 +42,7 @@ MoveDoc EntitlementMoves::document(EntitlementId e, uint64_t now) const {
   Lending* lending = hooks_.lending();
   std::set<MachineId> mine;
   for (MachineId m : machines_of(e)) {
-    MoveDoc::Machine dm{broker_.persisted(m), 0};
+    MoveDoc::Machine dm{broker_.persisted(m), 0, broker_.verdict_of(m)};
     dm.state.pinned = alloc_.pinned(m);
     if (lending)
       if (json h = lending->holder_of(dm.state.info.id); h.is_object())
@@ -208,6 +208,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
       return undo(s.error());
     if (auto s = broker_.profile_applied(m.state.info.id, m.state.applied_profile); !s.ok())
       return undo(s.error());
+    if (auto s = broker_.health(m.state.info.id, m.verdict, now); !s.ok()) return undo(s.error());
     alloc_.pin(*mid, m.state.pinned);
     broker_.expect(*mid, now + kArrivalUs);
   }
@@ -358,6 +359,44 @@ Result<json> EntitlementMoves::unfence(const std::string& name) {
 }
 
 void EntitlementMoves::call(const json& p, uint64_t now, rpc::ReplyFn reply) {
+  RegionChecks* checks = hooks_.checks ? hooks_.checks() : nullptr;
+  if (!checks) return act(p, now, std::move(reply));
+  // The fields first (a bad one is refused without a read), then the records.
+  auto text = [&](const char* key) -> Result<std::string> {
+    if (!p.is_object() || !p.contains(key) || !p[key].is_string())
+      return field_error(key, "is required");
+    return p[key].get<std::string>();
+  };
+  auto fields = [&]() -> Result<std::pair<std::string, std::string>> {
+    TRY_ASSIGN(std::string step, text("step"));
+    TRY_ASSIGN(std::string name, text("entitlement"));
+    TRY(check_machine_name("entitlement", name, true));
+    if (step == "out" || step == "forget" || step == "in") {
+      const char* key = step == "in" ? "from" : "to";
+      TRY_ASSIGN(std::string other, text(key));
+      TRY(check_shard_id(key, other));
+    }
+    return std::pair{step, name};
+  };
+  auto f = fields();
+  if (!f.ok()) return reply(std::move(f).error());
+  const auto& [step, name] = *f;
+  std::string other = step == "in"                        ? p["from"].get<std::string>()
+                      : step == "out" || step == "forget" ? p["to"].get<std::string>()
+                                                          : std::string();
+  std::weak_ptr<bool> alive = alive_;
+  checks->move_step(name, step, other, [this, alive, p, now, reply](Status s) {
+    if (!alive.lock()) return;
+    if (!s.ok()) {
+      log_warn("a move's step refused: the region's records do not say it",
+               {{"ERROR", s.error().str()}});
+      return reply(std::move(s).error());
+    }
+    act(p, now, reply);
+  });
+}
+
+void EntitlementMoves::act(const json& p, uint64_t now, rpc::ReplyFn reply) {
   auto text = [&](const char* key) -> Result<std::string> {
     if (!p.is_object() || !p.contains(key) || !p[key].is_string())
       return field_error(key, "is required");

@@ -42,6 +42,7 @@
 #include "controlplane/cp_conf.h"
 #include "controlplane/lending.h"
 #include "controlplane/move_doc.h"
+#include "controlplane/region_checks.h"
 #include "controlplane/scheduler.h"
 
 namespace weft::cp {
@@ -64,6 +65,9 @@ class EntitlementMoves {
     std::function<void(EntitlementId, const ProfileRolls::Moved&,
                        const std::map<std::string, MachineId>&)>
         adopt_roll;
+    // The region's records, which every step is checked against before it is done
+    // (region_checks.h); null: not checked (unit tests without etcd).
+    std::function<RegionChecks*()> checks;
   };
   EntitlementMoves(const CpConfig& cfg, Allocator& alloc, Broker& broker, Scheduler& sched,
                    Hooks hooks)
@@ -76,7 +80,11 @@ class EntitlementMoves {
   // At the start of a term, after the state is restored (synchronous etcd reads).
   Status load(uint64_t now_us);
   // region.move: {"step", "entitlement", "from"/"to", "document"}; a front end's call.
+  // The step is done only if the move's record in etcd says it (Hooks::checks).
   void call(const nlohmann::json& p, uint64_t now_us, rpc::ReplyFn reply);
+  ~EntitlementMoves() { *alive_ = false; }
+  EntitlementMoves(const EntitlementMoves&) = delete;
+  EntitlementMoves& operator=(const EntitlementMoves&) = delete;
   // Where an entitlement is going or coming from (entitlement.show), null when it is not
   // moving.
   nlohmann::json status(EntitlementId e) const;
@@ -85,6 +93,9 @@ class EntitlementMoves {
   static constexpr uint64_t kArrivalUs = 60'000'000;
 
  private:
+  // The step checked: done, and answered.
+  void act(const nlohmann::json& p, uint64_t now_us, rpc::ReplyFn reply);
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   struct Moving {
     bool outgoing = true;  // this shard is the old one
     std::string other;     // the other shard

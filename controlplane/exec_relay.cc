@@ -8,44 +8,6 @@ namespace weft::cp {
 
 using json = nlohmann::json;
 
-namespace {
-
-// What a caller's input may carry to the agent (the agent checks each again): the
-// window's worth of bytes in base64, and a few numbers and flags.
-constexpr size_t kMaxDataChars = 400 * 1024;
-
-json input_fields(const json& p) {
-  json q = json::object();
-  if (auto d = p.find("data");
-      d != p.end() && d->is_string() && d->get_ref<const std::string&>().size() <= kMaxDataChars)
-    q["data"] = *d;
-  for (const char* flag : {"eof", "close"})
-    if (auto f = p.find(flag); f != p.end() && f->is_boolean()) q[flag] = *f;
-  for (const char* number : {"ack", "rows", "cols"})
-    if (auto n = p.find(number); n != p.end() && n->is_number_unsigned()) q[number] = *n;
-  return q;
-}
-
-json output_fields(const json& p, bool exit) {
-  json q = json::object();
-  if (exit) {
-    if (auto s = p.find("status"); s != p.end() && s->is_number_integer()) q["status"] = *s;
-    if (auto e = p.find("error");
-        e != p.end() && e->is_string() && e->get_ref<const std::string&>().size() <= 1024)
-      q["error"] = *e;
-    return q;
-  }
-  if (auto s = p.find("stream"); s != p.end() && (*s == "stdout" || *s == "stderr"))
-    q["stream"] = *s;
-  if (auto d = p.find("data");
-      d != p.end() && d->is_string() && d->get_ref<const std::string&>().size() <= kMaxDataChars)
-    q["data"] = *d;
-  if (auto a = p.find("ack"); a != p.end() && a->is_number_unsigned()) q["ack"] = *a;
-  return q;
-}
-
-}  // namespace
-
 void ExecRelay::watch(rpc::Session* s) {
   if (watched_.count(s)) return;
   watched_[s] = true;
@@ -55,81 +17,117 @@ void ExecRelay::watch(rpc::Session* s) {
   });
 }
 
-Status ExecRelay::admit(rpc::Session* caller, MachineId m, const std::string& machine_name) const {
+Status ExecRelay::admit(rpc::Session* caller, const std::string& who, bool shared) const {
   if (!caller) return make_error("task.exec is served on sessions only");
   if (execs_.size() >= kMax)
-    return make_error("the control plane carries " + std::to_string(kMax) + " execs already")
+    return make_error("this control plane carries " + std::to_string(kMax) + " execs already")
         .with_code(rpc::kConflict);
-  size_t mine = 0;
-  for (const auto& [id, e] : execs_) mine += e.caller == caller;
-  if (mine >= kMaxPerCaller)
+  size_t mine = 0, theirs = 0;
+  for (const auto& [id, e] : execs_) {
+    mine += e.caller == caller;
+    theirs += e.who == who;
+  }
+  if (!shared && mine >= kMaxPerCaller)
     return make_error("this connection has " + std::to_string(kMaxPerCaller) + " execs already")
         .with_code(rpc::kConflict);
-  if (!agent_(m))
-    return make_error("machine " + machine_name + " has no session with the control plane")
-        .with_code(rpc::kUnavailable);
+  if (theirs >= kMaxPerOperator)
+    return make_error(who + " has " + std::to_string(kMaxPerOperator) + " execs already")
+        .with_code(rpc::kConflict);
   return {};
 }
 
-void ExecRelay::start(rpc::Session* caller, MachineId m, const std::string& machine_name,
-                      json params, rpc::ReplyFn reply) {
-  if (auto s = admit(caller, m, machine_name); !s.ok()) return reply(std::move(s).error());
-  rpc::Session* agent = agent_(m);
+void ExecRelay::start(rpc::Session* caller, const std::string& who, rpc::Session* upstream,
+                      const std::string& method, json params, rpc::ReplyFn reply, bool shared) {
+  if (auto s = admit(caller, who, shared); !s.ok()) return reply(std::move(s).error());
+  if (!upstream)
+    return reply(make_error(upstream_ + " is unreachable now").with_code(rpc::kUnavailable));
   const uint64_t id = ++next_;
-  execs_[id] = Exec{caller, agent, 0};
+  Exec& e = execs_[id];
+  e.caller = caller;
+  e.upstream = upstream;
+  e.who = who;
   watch(caller);
-  watch(agent);
+  watch(upstream);
   std::weak_ptr<bool> alive = alive_;
-  agent->call("task.exec", std::move(params),
-              [this, alive, id, agent, machine_name, reply](Result<json> r) {
-                if (!alive.lock()) return;
-                auto it = execs_.find(id);
-                uint64_t n = r.ok() && r->is_object() && (*r).contains("exec") &&
-                                     (*r)["exec"].is_number_unsigned()
-                                 ? (*r)["exec"].get<uint64_t>()
-                                 : 0;
-                if (it == execs_.end()) {  // the caller left meanwhile: it goes
-                  if (n != 0 && !agent->closed())
-                    agent->notify("task.exec.input", json{{"exec", n}, {"close", true}});
-                  return;
-                }
-                if (n == 0) {
-                  execs_.erase(it);
-                  if (!r.ok()) return reply(std::move(r).error());
-                  return reply(make_error("machine " + machine_name + " did not start the exec"));
-                }
-                it->second.agent_exec = n;
-                by_agent_[{agent, n}] = id;
-                reply(json{{"exec", id}, {"machine", machine_name}});
-              });
+  upstream->call(method, std::move(params), [this, alive, id, upstream, reply](Result<json> r) {
+    if (!alive.lock()) return;
+    auto it = execs_.find(id);
+    uint64_t n =
+        r.ok() && r->is_object() && (*r).contains("exec") && (*r)["exec"].is_number_unsigned()
+            ? (*r)["exec"].get<uint64_t>()
+            : 0;
+    if (it == execs_.end()) {  // the caller left meanwhile: it goes
+      if (n != 0 && !upstream->closed())
+        upstream->notify("task.exec.input", json{{"exec", n}, {"close", true}});
+      return;
+    }
+    if (n == 0) {
+      execs_.erase(it);
+      if (!r.ok()) return reply(std::move(r).error());
+      return reply(make_error(upstream_ + " did not start the exec"));
+    }
+    it->second.upstream_exec = n;
+    by_upstream_[{upstream, n}] = id;
+    json out = std::move(r).value();
+    out["exec"] = id;
+    reply(std::move(out));
+  });
+}
+
+void ExecRelay::end(uint64_t id, const std::string& why) {
+  auto it = execs_.find(id);
+  if (it == execs_.end()) return;
+  Exec e = std::move(it->second);
+  execs_.erase(it);
+  if (e.upstream_exec != 0) {
+    by_upstream_.erase({e.upstream, e.upstream_exec});
+    if (!e.upstream->closed())
+      e.upstream->notify("task.exec.input", json{{"exec", e.upstream_exec}, {"close", true}});
+  }
+  if (!e.caller->closed()) e.caller->notify("task.exec.exit", json{{"exec", id}, {"error", why}});
 }
 
 void ExecRelay::from_caller(rpc::Session* caller, const json& p) {
   if (!p.is_object() || !p.contains("exec") || !p["exec"].is_number_unsigned()) return;
-  auto it = execs_.find(p["exec"].get<uint64_t>());
-  if (it == execs_.end() || it->second.caller != caller || it->second.agent_exec == 0) return;
-  json q = input_fields(p);
-  q["exec"] = it->second.agent_exec;
-  it->second.agent->notify("task.exec.input", std::move(q));
+  const uint64_t id = p["exec"].get<uint64_t>();
+  auto it = execs_.find(id);
+  if (it == execs_.end() || it->second.caller != caller || it->second.upstream_exec == 0) return;
+  json q = exec_input_fields(p);
+  if (q.contains("ack")) {
+    Result<std::optional<uint64_t>> ack = it->second.window.ack(*caller, q["ack"].get<uint64_t>());
+    if (!ack.ok()) return end(id, ack.error().message);
+    if (*ack)
+      q["ack"] = **ack;
+    else
+      q.erase("ack");
+  }
+  if (q.empty()) return;
+  q["exec"] = it->second.upstream_exec;
+  it->second.upstream->notify("task.exec.input", std::move(q));
 }
 
-void ExecRelay::from_agent(rpc::Session* agent, const json& p, bool exit) {
+void ExecRelay::from_upstream(rpc::Session* upstream, const json& p, bool exit) {
   if (!p.is_object() || !p.contains("exec") || !p["exec"].is_number_unsigned()) return;
   const uint64_t n = p["exec"].get<uint64_t>();
-  auto b = by_agent_.find({agent, n});
-  if (b == by_agent_.end()) {
-    // Nobody reads it (its caller left): the agent stops it.
-    if (!exit) agent->notify("task.exec.input", json{{"exec", n}, {"close", true}});
+  auto b = by_upstream_.find({upstream, n});
+  if (b == by_upstream_.end()) {
+    // Nobody reads it (its caller left): the upstream stops it.
+    if (!exit) upstream->notify("task.exec.input", json{{"exec", n}, {"close", true}});
     return;
   }
   const uint64_t id = b->second;
   auto it = execs_.find(id);
-  json q = output_fields(p, exit);
+  json q = exec_output_fields(p, exit);
   q["exec"] = id;
-  if (it != execs_.end())
-    it->second.caller->notify(exit ? "task.exec.exit" : "task.exec.output", std::move(q));
+  if (it != execs_.end()) {
+    Exec& e = it->second;
+    const uint64_t bytes =
+        q.contains("data") ? base64_decoded_size(q["data"].get_ref<const std::string&>()) : 0;
+    e.caller->notify(exit ? "task.exec.exit" : "task.exec.output", std::move(q));
+    e.window.gave(*e.caller, bytes);
+  }
   if (exit) {
-    by_agent_.erase(b);
+    by_upstream_.erase(b);
     execs_.erase(id);
   }
 }
@@ -138,17 +136,16 @@ void ExecRelay::closed(rpc::Session* s) {
   watched_.erase(s);
   std::vector<uint64_t> gone;
   for (const auto& [id, e] : execs_)
-    if (e.caller == s || e.agent == s) gone.push_back(id);
+    if (e.caller == s || e.upstream == s) gone.push_back(id);
   for (uint64_t id : gone) {
-    Exec e = execs_[id];
+    Exec e = std::move(execs_[id]);
     execs_.erase(id);
-    if (e.agent_exec != 0) by_agent_.erase({e.agent, e.agent_exec});
+    if (e.upstream_exec != 0) by_upstream_.erase({e.upstream, e.upstream_exec});
     if (e.caller == s) {
-      if (e.agent_exec != 0 && !e.agent->closed())
-        e.agent->notify("task.exec.input", json{{"exec", e.agent_exec}, {"close", true}});
+      if (e.upstream_exec != 0 && !e.upstream->closed())
+        e.upstream->notify("task.exec.input", json{{"exec", e.upstream_exec}, {"close", true}});
     } else if (!e.caller->closed()) {
-      e.caller->notify("task.exec.exit",
-                       json{{"exec", id}, {"error", "the machine's agent went away"}});
+      e.caller->notify("task.exec.exit", json{{"exec", id}, {"error", upstream_ + " went away"}});
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <systemd/sd-daemon.h>
 
 #include <algorithm>
+#include <set>
 
 #include "common/clock.h"
 #include "common/fs.h"
@@ -199,14 +200,47 @@ void FrontEnd::register_methods() {
   for (const MethodRoute& m : kRoutes)
     server_.methods().add(
         m.name, [this, &m](const json& p, const CallContext& c) { return handle(m, p, c); });
-  // A command inside a task streams its bytes over one session with the shard that holds
-  // the task; a front end forwards calls, not streams.
-  server_.methods().add("task.exec", [](const json&, const CallContext&) -> Result<json> {
-    return make_error(
-               "task.exec is not carried by a region's front end: run weftctl task exec with "
-               "--controlplane set to the shard that holds the task's entitlement")
-        .with_code(rpc::kMethodNotFound);
+  // A command inside a task (issue 59): carried to the shard that holds the task's job,
+  // as the operator, its bytes relayed both ways (exec_relay.h); the shard checks the
+  // operator and audits the command as for a call of its own.
+  server_.methods().add("task.exec",
+                        [this](const json& p, const CallContext& c) { return route_exec(p, c); });
+  server_.methods().add("task.exec.input", [this](const json& p, const CallContext& c) {
+    if (c.session) execs_.from_caller(c.session, p);
+    return Result<json>(json::object());
   });
+  for (const char* m : {"task.exec.output", "task.exec.exit"})
+    shard_commands_.add(
+        m, [this, exit = std::string(m) == "task.exec.exit"](const json& p, const CallContext& c) {
+          if (c.session) execs_.from_upstream(c.session, p, exit);
+          return Result<json>(json::object());
+        });
+}
+
+Result<json> FrontEnd::route_exec(const json& p, const CallContext& c) {
+  Caller who = identify_caller(c.peer, cfg_.access, server_.socket_gid(), cfg_.socket_group);
+  TRY(permit_call(who, kOperatorCall, "task.exec", cfg_.socket_group));
+  if (!p.is_object() || !p.contains("id") || !p["id"].is_string())
+    return field_error("id", "is required: the task's id");
+  std::string job = job_of_task(p["id"].get<std::string>());
+  if (job.empty()) return field_error("id", "is not a task id (<job>.<index>.<generation>)");
+  TRY(execs_.admit(c.session, who.who));
+  rpc::Session* caller = c.session;
+  // The operator's session may close while the job is looked for: then it is not used.
+  auto gone = std::make_shared<bool>(false);
+  caller->watch_close([gone] { *gone = true; });
+  json w = carried(who);
+  rpc::ReplyFn reply = caller->defer_reply();
+  locate(Route::kJob, job, w,
+         [this, p, w, reply, caller, gone, name = who.who](Result<std::string> shard) {
+           if (*gone) return;
+           if (!shard.ok()) return reply(std::move(shard).error());
+           auto it = shards_.find(*shard);
+           rpc::Session* s = it == shards_.end() ? nullptr : it->second.link->session();
+           execs_.start(caller, name, s, "frontend.forward",
+                        {{"method", "task.exec"}, {"params", p}, {"caller", w}}, reply);
+         });
+  return json();
 }
 
 json FrontEnd::carried(const Caller& who) const {
@@ -255,6 +289,26 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
       // asked for its own only.
       json params = p;
       if (method == "service.ls") params["local"] = true;
+      // machine.ls's pages: `after` is an earlier answer's `next`, each shard's cursor;
+      // only the shards it names are asked again, each from its own.
+      std::map<std::string, json> cursors;
+      if (method == "machine.ls" && p.contains("after")) {
+        Status read = [&]() -> Status {
+          if (!p["after"].is_object() || p["after"].empty())
+            return field_error("after", "must be the `next` of an earlier machine.ls");
+          for (const auto& [shard, at] : p["after"].items()) {
+            if (!shards_.count(shard) || !at.is_string())
+              return field_error("after." + shard, "is no shard's cursor");
+            cursors[shard] = params;
+            cursors[shard]["after"] = at;
+          }
+          return {};
+        }();
+        if (!read.ok()) {
+          done(std::move(read).error());
+          break;
+        }
+      }
       fan_out(
           method, params, w,
           [this, done, method, key = std::string(m.key)](auto answers) {
@@ -276,7 +330,7 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
             }
             done(std::move(out));
           },
-          {}, method == "machine.ls");
+          {}, method == "machine.ls", cursors.empty() ? nullptr : &cursors);
       break;
     }
     case Route::kWeb:
@@ -385,7 +439,8 @@ void FrontEnd::forward(const std::string& shard, const std::string& method, cons
 
 void FrontEnd::fan_out(const std::string& method, const json& p, const json& who,
                        std::function<void(std::map<std::string, Result<json>>)> done,
-                       const std::string& except, bool with_brokers) {
+                       const std::string& except, bool with_brokers,
+                       const std::map<std::string, json>* only) {
   struct Gather {
     size_t left = 0;
     std::map<std::string, Result<json>> answers;
@@ -393,14 +448,14 @@ void FrontEnd::fan_out(const std::string& method, const json& p, const json& who
   };
   auto g = std::make_shared<Gather>();
   auto asked = [&](const std::string& id) {
-    return id != except && (!is_brokers(id) || with_brokers);
+    return id != except && (!is_brokers(id) || with_brokers) && (!only || only->count(id));
   };
   for (const auto& [id, s] : shards_) g->left += asked(id);
   g->done = std::move(done);
   if (g->left == 0) return g->done({});
   for (const auto& [id, s] : shards_)
     if (asked(id))
-      forward(id, method, p, who, [g, id = id](Result<json> r) {
+      forward(id, method, only ? only->at(id) : p, who, [g, id = id](Result<json> r) {
         g->answers.emplace(id, std::move(r));
         if (--g->left == 0) g->done(std::move(g->answers));
       });
@@ -408,7 +463,7 @@ void FrontEnd::fan_out(const std::string& method, const json& p, const json& who
 
 json FrontEnd::merge(const std::string& key,
                      const std::map<std::string, Result<json>>& answers) const {
-  json list = json::array(), unreachable = json::array();
+  json list = json::array(), unreachable = json::array(), next = json::object();
   bool truncated = false;
   for (const auto& [shard, r] : answers) {
     if (!r.ok()) {
@@ -416,7 +471,10 @@ json FrontEnd::merge(const std::string& key,
       continue;
     }
     if (!r->is_object() || !r->contains(key) || !(*r)[key].is_array()) continue;
-    if (r->contains("next")) truncated = true;
+    if (r->contains("next")) {
+      truncated = true;
+      next[shard] = (*r)["next"];
+    }
     for (json e : (*r)[key]) {
       if (e.is_object()) e["shard"] = shard;
       list.push_back(std::move(e));
@@ -435,7 +493,11 @@ json FrontEnd::merge(const std::string& key,
     });
   json out{{key, std::move(list)}};
   if (!unreachable.empty()) out["unreachable"] = std::move(unreachable);
-  if (truncated) out["truncated"] = true;
+  // A shard that has more says where it stopped: `next` (shard -> its cursor) asks each
+  // for the rest (machine.ls pages so; a list that cannot page says it is cut short).
+  if (truncated)
+    out[key == "machines" ? "next" : "truncated"] =
+        key == "machines" ? std::move(next) : json(true);
   return out;
 }
 
@@ -447,12 +509,32 @@ void FrontEnd::locate(Route kind, const std::string& name, const json& who,
   json p = kind == Route::kJob ? json{{"name", name}} : json{{"machine", name}};
   auto found_at = [this, kind, name, done](std::map<std::string, Result<json>> answers) {
     std::string lost, found;
+    std::set<std::string> at, entitlements;
     for (const auto& [shard, r] : answers) {
-      if (r.ok()) found += (found.empty() ? "" : " and ") + shard;
+      if (r.ok()) {
+        found += (found.empty() ? "" : " and ") + shard;
+        at.insert(shard);
+        if (r->is_object() && (*r).contains("entitlement") && (*r)["entitlement"].is_string())
+          entitlements.insert((*r)["entitlement"].get<std::string>());
+      }
       if (!r.ok() && !not_found(r)) lost += (lost.empty() ? "" : ", ") + shard;
     }
     std::string what = (kind == Route::kJob ? "job " : "machine ") + name;
-    if (found.find(" and ") != std::string::npos)
+    if (at.size() > 1 && kind == Route::kJob && entitlements.size() == 1) {
+      // One job on two shards, in one entitlement: it is moving (the new shard has read
+      // it in, both fenced) or was just moved (the old one not yet forgotten). Its home in
+      // etcd, read again now, says which shard acts for it: asked there, a fenced shard
+      // answers "moving" (issue 59: this was answered as two jobs, "stop one"). Not
+      // cached: the home changes when the move is decided.
+      const std::string ent = *entitlements.begin();
+      return refresh_homes([this, ent, at, found, what, done] {
+        auto it = homes_.find(ent);
+        if (it != homes_.end() && at.count(it->second)) return done(it->second);
+        done(unavailable(what + " is moving between shards " + found +
+                         ": try again in a few seconds (weftctl entitlement show " + ent + ")"));
+      });
+    }
+    if (at.size() > 1)
       return done(make_error(what + " is on shards " + found +
                              " (made while one did not answer): stop one through its shard")
                       .with_code(rpc::kConflict));

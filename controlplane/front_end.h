@@ -23,6 +23,7 @@
 #include "controlplane/access.h"
 #include "controlplane/cp_conf.h"
 #include "controlplane/cp_server.h"
+#include "controlplane/exec_relay.h"
 #include "controlplane/moves.h"
 #include "controlplane/region.h"
 
@@ -80,9 +81,11 @@ class FrontEnd {
                const nlohmann::json& who, Done done);
   // The same call to every shard (but `except`; and the brokers, for machines);
   // `done` gets each one's answer.
+  // With `only`, just the shards it names, each with its own params.
   void fan_out(const std::string& method, const nlohmann::json& p, const nlohmann::json& who,
                std::function<void(std::map<std::string, Result<nlohmann::json>>)> done,
-               const std::string& except = {}, bool with_brokers = false);
+               const std::string& except = {}, bool with_brokers = false,
+               const std::map<std::string, nlohmann::json>* only = nullptr);
   // Which shard has job (or machine) `name`: the cache, else asked of every shard.
   void locate(Route kind, const std::string& name, const nlohmann::json& who,
               std::function<void(Result<std::string>)> done);
@@ -108,6 +111,8 @@ class FrontEnd {
                          const nlohmann::json& who, Done done);
   // entitlement.move and shard.drain (moves.h); entitlement.show says where a move is.
   void route_move(const nlohmann::json& p, Done done);
+  // task.exec: to the shard that holds the task's job, its bytes through execs_.
+  Result<nlohmann::json> route_exec(const nlohmann::json& p, const rpc::CallContext& c);
   void route_drain(const nlohmann::json& p, Done done);
   std::unique_ptr<MoveDriver> moves_;
   // Reads every entitlement's home from etcd (then runs `then`, if any).
@@ -118,6 +123,7 @@ class FrontEnd {
   CpServer server_{*loop_};
   rpc::Dispatcher shard_commands_;
   std::map<std::string, Shard> shards_;
+  ExecRelay execs_{"the task's shard"};
   std::unique_ptr<EtcdWorker> etcd_;
   std::unique_ptr<PrefixWatch> homes_watch_;
   std::map<std::string, std::string> homes_;                // entitlement -> shard

@@ -60,6 +60,8 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   EntitlementId ent = 0;  // the entitlement the task ran in (TaskRecord::entitlement)
   MachineId machine = 0;
   TaskState state = TaskState::kExited;
+  // Checked whenever it is given, also beside `task`, which it does not select.
+  TRY_ASSIGN(const int64_t index, int_member(p, "index", 0, 0, INT32_MAX));
   if (p.contains("task")) {
     if (!p["task"].is_string()) return field_error("task", "must be a task id");
     id = p["task"].get<std::string>();
@@ -78,7 +80,6 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
     }
   } else if (p.contains("job")) {
     if (!p["job"].is_string()) return field_error("job", "must be a job's name");
-    TRY_ASSIGN(const int64_t index, int_member(p, "index", 0, 0, INT32_MAX));
     job_name = p["job"].get<std::string>();
     if (!sched_.job(job_name)) return make_error("no job " + job_name).with_code(rpc::kNotFound);
     const TaskRecord* task = nullptr;

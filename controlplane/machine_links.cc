@@ -60,8 +60,12 @@ Status MachineSessions::claim(Daemon daemon, MachineId m, const std::string& nam
   return {};
 }
 
+void MachineSessions::track_hcs(MachineId m, rpc::Session* s) {
+  track_session(hcs_, m, s);
+}
+
 void MachineSessions::close(MachineId m) {
-  for (auto* table : {&agents_, &sidekicks_})
+  for (auto* table : {&agents_, &sidekicks_, &hcs_})
     if (auto it = table->find(m); it != table->end() && it->second) it->second->close();
 }
 

@@ -43,7 +43,12 @@ class MachineSessions {
   rpc::Session* sidekick(MachineId m) const { return find(sidekicks_, m); }
   size_t agents() const { return agents_.size(); }
   size_t sidekicks() const { return sidekicks_.size(); }
-  // Closes both of machine m's sessions (it went to another control plane).
+  // HCS's session of machine m (health.report's): not claimed (HCS speaks in calls of
+  // its own), only known, so that close() sends HCS along with the others.
+  void track_hcs(MachineId m, rpc::Session* s);
+  // Closes machine m's sessions, its agent's, sidekick's and HCS's (it went to another
+  // control plane: issue 59, HCS came only at its next keepalive, and the machine was
+  // not usable there until then).
   void close(MachineId m);
 
  private:
@@ -53,7 +58,7 @@ class MachineSessions {
   }
   uint64_t heartbeat_us_;
   int missed_;
-  std::map<MachineId, rpc::Session*> agents_, sidekicks_;
+  std::map<MachineId, rpc::Session*> agents_, sidekicks_, hcs_;
   std::map<rpc::Session*, uint64_t> heard_;  // when each session was last heard from
 };
 

@@ -691,7 +691,7 @@ void Manager::start_task_control() {
 void Manager::start_autoscaling() {
   agent_asks_ =
       std::make_unique<AgentAsks>(*loop_, [this](MachineId m) { return sessions_.agent(m); });
-  exec_relay_ = std::make_unique<ExecRelay>([this](MachineId m) { return sessions_.agent(m); });
+  exec_relay_ = std::make_unique<ExecRelay>("the machine's agent");
   usage_glance_ = std::make_unique<UsageGlance>(*agent_asks_, alloc_, sched_);
   Autoscaling::Hooks hooks;
   hooks.scale = [this](const std::string& job, int count) -> Status {

@@ -43,6 +43,7 @@
 #include "controlplane/periodic.h"
 #include "controlplane/profile_rolls.h"
 #include "controlplane/rebalancer.h"
+#include "controlplane/region_checks.h"
 #include "controlplane/region_services.h"
 #include "controlplane/replica_role.h"
 #include "controlplane/rounds.h"
@@ -110,8 +111,13 @@ class Manager {
   struct RegionParts {
     std::unique_ptr<Lending> lending;
     std::unique_ptr<RegionServices> services;
+    // A shard's checks of the front ends' word against etcd (before `moves`, which
+    // uses it: destroyed after it).
+    std::unique_ptr<RegionChecks> checks;
     std::unique_ptr<EntitlementMoves> moves;
   } region_;
+  // entitlement.create's work once its spec is read (and, on a shard, its home checked).
+  Result<nlohmann::json> create_entitlement(const EntitlementSpec& e);
   // A shard's moves under way, read at the start of its term (restore_state).
   Status load_moves();
   // machine.rm's work: the machine is listed no more (its registering brings it back).

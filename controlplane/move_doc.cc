@@ -128,6 +128,12 @@ Result<MoveDoc::Machine> read_machine(const json& j, const std::string& path) {
   TRY_ASSIGN(m.state.applied_profile, f.str("applied_profile", false));
   TRY_ASSIGN(m.state.pinned, f.flag("pinned"));
   TRY_ASSIGN(m.epoch, f.u64("epoch"));
+  TRY_ASSIGN(std::string verdict, f.str("verdict", false));
+  if (!verdict.empty()) {
+    if (verdict != "ok" && verdict != "degraded" && verdict != "failed" && verdict != "unknown")
+      return field_error(f.name("verdict"), "must be ok, degraded, failed or unknown");
+    m.verdict = verdict;
+  }
   return m;
 }
 
@@ -245,7 +251,8 @@ json move_doc_to_json(const MoveDoc& d) {
                         {"drained", m.state.drained},
                         {"applied_profile", m.state.applied_profile},
                         {"pinned", m.state.pinned},
-                        {"epoch", m.epoch}});
+                        {"epoch", m.epoch},
+                        {"verdict", m.verdict}});
   }
   out["machines"] = std::move(machines);
   json jobs = json::array();

@@ -28,6 +28,9 @@ struct MoveDoc {
   struct Machine {
     Broker::Persisted state;  // info.id is the machine's name
     uint64_t epoch = 0;       // its holder epoch at the old shard (0: not lent)
+    // HCS's last verdict at the old shard: the new one can place on the machine before
+    // HCS is heard again there (issue 59: it waited for HCS's next keepalive).
+    std::string verdict = "unknown";
   };
   std::vector<Machine> machines;
   struct Job {

@@ -31,6 +31,8 @@ TEST(MoveDoc, AWrittenDocumentIsReadBackTheSame) {
   EXPECT_TRUE(d->entitlement.rebalance_paused);
   ASSERT_EQ(d->machines.size(), 2u);
   EXPECT_EQ(d->machines[0].epoch, 3u);
+  EXPECT_EQ(d->machines[0].verdict, "ok");       // HCS's verdict travels with it
+  EXPECT_EQ(d->machines[1].verdict, "unknown");  // (absent: none heard)
   EXPECT_TRUE(d->machines[1].state.drained);
   ASSERT_EQ(d->jobs.size(), 1u);
   EXPECT_EQ(d->jobs[0].job.job.generation, 2u);
@@ -74,6 +76,7 @@ TEST(MoveDoc, WhatDoesNotHoldTogetherIsRefusedWithItsFieldNamed) {
       {[](json& j) { j["machines"][0]["name"] = "../etc"; }, "machines[0].name"},
       {[](json& j) { j["machines"][0]["port_first"] = 70000; }, "machines[0].port_first"},
       {[](json& j) { j["machines"][0]["epoch"] = -1; }, "machines[0].epoch"},
+      {[](json& j) { j["machines"][0]["verdict"] = "great"; }, "machines[0].verdict"},
       {[](json& j) {
          j["entitlement"]["grants"] = {{"users", {"root"}}};
        },

@@ -53,6 +53,14 @@ std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t n
                           " still runs");
         continue;
       }
+      if (running.size() >= static_cast<size_t>(spec->periodic->max_running) &&
+          spec->periodic->overlap == weft::PeriodOverlap::kAllow) {
+        s.skip_period(name, p,
+                      "period " + std::to_string(p) + ": " + std::to_string(running.size()) +
+                          " runs still going, as many as max_running allows (the oldest " +
+                          running.front() + ")");
+        continue;
+      }
       if (!running.empty() && spec->periodic->overlap == weft::PeriodOverlap::kReplace) {
         for (const auto& run : running)
           if (auto stopped = s.stop(run, now); stopped.ok())

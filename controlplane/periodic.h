@@ -6,7 +6,9 @@
 // the periods it missed meanwhile in turn, at most kCatchUp of them (older ones are
 // skipped, each said in the job's events). A run still going when its next period comes
 // is left alone, makes that period skipped, or is stopped for it, as the job's overlap
-// says. The runs that ended are kept for `weftctl job show`: the latest kKeepSucceeded
+// says; with "allow", a period that comes while `max_running` runs are still going is
+// skipped (issue 59: a run a second that never ended once filled its entitlement). The
+// runs that ended are kept for `weftctl job show`: the latest kKeepSucceeded
 // that succeeded and kKeepFailed that failed.
 #pragma once
 

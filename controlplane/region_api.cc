@@ -172,6 +172,10 @@ Result<json> Manager::api_region_move(const json& p, const CallContext& c) {
 
 Status Manager::load_moves() {
   if (cfg_.region.role != RegionRole::kShard) return {};
+  if (!region_.checks) {
+    TRY_ASSIGN(region_.checks, RegionChecks::create(*loop_, cfg_.store.etcd.etcd,
+                                                    cfg_.region.prefix, cfg_.region.shard));
+  }
   if (!region_.moves) {
     EntitlementMoves::Hooks h;
     h.persist = [this](const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
@@ -200,6 +204,7 @@ Status Manager::load_moves() {
         return it->second;
       });
     };
+    h.checks = [this] { return region_.checks.get(); };
     region_.moves = std::make_unique<EntitlementMoves>(cfg_, alloc_, broker_, sched_, std::move(h));
   }
   TRY(region_.moves->load(now_us()));

@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -419,6 +420,26 @@ TEST_F(Region, CallsThroughTheFrontEndLandOnTheOwningShard) {
   auto ms = fe_->call("machine.ls");
   ASSERT_TRUE(ms.ok());
   EXPECT_EQ((*ms)["machines"].size(), 4u) << ms->dump();
+  // Page by page across the shards (issue 59: a shard's `next` was dropped, so a shard
+  // with more than a page was cut short): `next` is each shard's cursor, and following
+  // it lists every machine once.
+  {
+    std::set<std::string> paged;
+    json params{{"limit", 1}};
+    for (int pages = 0; pages < 10; ++pages) {
+      auto page = fe_->call("machine.ls", params);
+      ASSERT_TRUE(page.ok()) << page.error().str();
+      for (const auto& m : (*page)["machines"])
+        EXPECT_TRUE(paged.insert(m["machine"].get<std::string>()).second) << m.dump();
+      if (!page->contains("next")) break;
+      ASSERT_TRUE((*page)["next"].is_object()) << page->dump();
+      params["after"] = (*page)["next"];
+    }
+    EXPECT_EQ(paged.size(), 4u);
+    auto bad = fe_->call("machine.ls", {{"after", "s1-0"}});
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().str().find("after"), std::string::npos) << bad.error().str();
+  }
   auto ents = fe_->call("entitlement.ls");
   ASSERT_TRUE(ents.ok());
   EXPECT_EQ((*ents)["entitlements"].size(), 2u);
@@ -560,6 +581,28 @@ TEST_F(Region, AShardWhollyDownStopsNothingElse) {
   EXPECT_EQ(shard_of((*jobs)["jobs"], "name", "store"), "s2");
   ASSERT_TRUE(jobs->contains("unreachable")) << jobs->dump();
   EXPECT_EQ((*jobs)["unreachable"][0]["shard"], "s1");
+  // weftctl keeps what the front end said (issue 59: its paging loop dropped it): the
+  // JSON has the away shard, the tables say it on stderr.
+  auto weftctl = [&](const std::string& args) {
+    std::string out = dir_ + "/weftctl.out";
+    int rc =
+        std::system(("env -u WEFT_CONTROLPLANE HOME=" + dir_ + " " WEFTCTL_BIN " --controlplane " +
+                     fe_->sock() + " " + args + " >" + out + " 2>&1")
+                        .c_str());
+    return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
+  };
+  for (const char* cmd : {"machine ls", "job ls"}) {
+    auto [rc, out] = weftctl(cmd);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("weftctl: shard s1 did not answer"), std::string::npos)
+        << cmd << ": " << out;
+  }
+  auto [jrc, jout] = weftctl("--json machine ls");
+  EXPECT_EQ(jrc, 0) << jout;
+  json listed = json::parse(jout, nullptr, false);
+  ASSERT_TRUE(listed.is_object() && listed.contains("unreachable")) << jout;
+  EXPECT_EQ(listed["unreachable"][0]["shard"], "s1") << jout;
+  EXPECT_EQ(listed["machines"].size(), 3u) << jout;  // s2's three (s1's are away)
   // The web view shows what answered and says what did not.
   auto page = fe_->call("web.page");
   ASSERT_TRUE(page.ok()) << page.error().str();
@@ -635,6 +678,13 @@ class RegionTls : public ::testing::Test {
     auto t = rpc::client_tls(*ctx);
     TRY_ASSIGN(auto c, rpc::Client::connect("tls://" + r.address(), rpc::kDefaultMaxLine, &t));
     return c->call(m, p, 5000);
+  }
+  std::optional<std::string> etcd_get(const std::string& key) {
+    auto c = etcd::Client::create(etcd_->client_config());
+    if (!c.ok()) return std::nullopt;
+    auto kv = (*c)->get(key);
+    if (!kv.ok() || !*kv) return std::nullopt;
+    return (*kv)->value;
   }
   bool connected(Replica& fe) {
     auto end = Clock::now() + std::chrono::seconds(30);
@@ -718,6 +768,63 @@ TEST_F(RegionTls, TheOperatorIsCheckedAtTheFrontEndAndActsAtTheShardAsThemselves
   std::tie(rc, out) = weftctl("alice", "job show web --json");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("\"entitlement\": \"team\""), std::string::npos) << out;
+}
+
+// Issue 59: a shard took a front end's word for a move's step and for a create. With the
+// front end's own certificate, each step the records in etcd do not say is refused with
+// the reason, and nothing is done: a forget of an entitlement that is not moving, out to
+// itself or to no shard, in and open with no move recorded, a create with no home or
+// another shard's.
+TEST_F(RegionTls, AShardChecksAFrontEndsStepsAndCreatesAgainstEtcd) {
+  ASSERT_TRUE(connected(*fes_[0]) && connected(*fes_[1]));
+  auto made = call_as(*fes_[0], "root", "entitlement.create",
+                      {{"name", "team"}, {"quota", 1}, {"owners", {"CN=alice"}}, {"shard", "s2"}});
+  ASSERT_TRUE(made.ok()) << made.error().str();
+  Replica& s1 = *shards_[0];
+  Replica& s2 = *shards_[1];
+  auto refused = [&](Replica& shard, const json& p, const char* why) {
+    auto r = call_as(shard, "fe", "region.move", p);
+    ASSERT_FALSE(r.ok()) << why << ": " << p.dump() << " -> " << r->dump();
+    EXPECT_EQ(r.error().code, rpc::kConflict) << why << ": " << r.error().str();
+    EXPECT_NE(r.error().str().find("in etcd"), std::string::npos) << why << ": " << r.error().str();
+  };
+  refused(s2, {{"step", "forget"}, {"entitlement", "team"}, {"to", "s9"}}, "forget, no move");
+  refused(s2, {{"step", "forget"}, {"entitlement", "team"}, {"to", "s1"}}, "forget to s1");
+  refused(s2, {{"step", "out"}, {"entitlement", "team"}, {"to", "s1"}}, "out, no move");
+  refused(s2, {{"step", "out"}, {"entitlement", "team"}, {"to", "s2"}}, "out to itself");
+  refused(s2, {{"step", "out"}, {"entitlement", "team"}, {"to", "s9"}}, "out to no shard");
+  refused(s1,
+          {{"step", "in"},
+           {"entitlement", "team"},
+           {"from", "s2"},
+           {"pages", 1},
+           {"page", 0},
+           {"data", "{}"}},
+          "in, no move");
+  refused(s1, {{"step", "open"}, {"entitlement", "team"}}, "open, no move");
+  // Nothing happened: the entitlement is s2's, unfenced, listed once, its home s2's.
+  auto shown = call_as(s2, "root", "entitlement.show", {{"name", "team"}});
+  ASSERT_TRUE(shown.ok()) << shown.error().str();
+  EXPECT_FALSE(shown->contains("moving")) << shown->dump();
+  EXPECT_FALSE(call_as(s1, "root", "entitlement.show", {{"name", "team"}}).ok());
+  auto listed = call_as(*fes_[0], "root", "entitlement.ls");
+  ASSERT_TRUE(listed.ok()) << listed.error().str();
+  EXPECT_EQ((*listed)["entitlements"].size(), 1u) << listed->dump();
+  auto home = etcd_get("/region/entitlements/team");
+  ASSERT_TRUE(home.has_value());
+  EXPECT_NE(home->find("s2"), std::string::npos) << *home;
+  // A create carried to a shard without its home claimed there.
+  for (auto [shard, name] : {std::pair{&s1, "ghost"}, std::pair{&s1, "team"}}) {
+    auto forged = call_as(*shard, "fe", "frontend.forward",
+                          {{"method", "entitlement.create"},
+                           {"params", {{"name", name}, {"quota", 1}}},
+                           {"caller", {{"role", "admin"}, {"who", "root"}}}});
+    ASSERT_FALSE(forged.ok()) << name;
+    EXPECT_EQ(forged.error().code, rpc::kConflict) << forged.error().str();
+    EXPECT_NE(forged.error().str().find("home"), std::string::npos) << forged.error().str();
+  }
+  EXPECT_FALSE(call_as(s1, "root", "entitlement.show", {{"name", "ghost"}}).ok());
+  EXPECT_FALSE(call_as(s1, "root", "entitlement.show", {{"name", "team"}}).ok());
 }
 
 // A region whose machines come from two broker groups, one a datacenter, each of two
@@ -1563,6 +1670,18 @@ TEST_F(RegionMove, AMoveInterruptedAtEachStepCompletesOrRollsBackOnItsOwn) {
       auto show = at(7).call("entitlement.show", {{"name", "web"}});
       ASSERT_TRUE(show.ok());
       EXPECT_EQ((*show)["move"].value("to", ""), to) << show->dump();
+    }
+    if (std::string(hold) == "in" || std::string(hold) == "decided") {
+      // Read in on the new shard, so the job is on both: a front end that never looked
+      // it up (fe2 restarted) says it is moving, never "stop one" (issue 59).
+      at(7).stop(SIGKILL);
+      at(7).start();
+      ASSERT_TRUE(wait_for(30, [&] { return fronts_reach_all(); }));
+      // (job.show goes where job.scale would: to the shard its entitlement's home names.)
+      auto shown = at(7).call("job.show", {{"name", "site"}});
+      ASSERT_TRUE(shown.ok()) << shown.error().str();
+      std::string answered = shown->value("shard", "");
+      EXPECT_TRUE(answered == "s1" || answered == "s2") << shown->dump();
     }
     // The front end that drove it dies, and with it: the old shard's leader (out, open),
     // the new one's (in), or etcd (decided).

@@ -354,6 +354,36 @@ TEST_F(Batch, OverlapForbidSkipsAndReplaceStops) {
   EXPECT_EQ(replaced[1].kind, Command::Kind::kStart);
 }
 
+// Issue 59: a run a second that never ended started one run a second until its
+// entitlement was full. With overlap "allow", at most max_running runs go at once.
+TEST_F(Batch, APeriodBeyondMaxRunningRunsInFlightIsSkipped) {
+  JobSpec s = batch("p", 1, 1, 0);
+  s.periodic = weft::PeriodicSpec{"*/5 * * * * *", weft::PeriodOverlap::kAllow, 2};
+  ASSERT_TRUE(sched_.create(s, 0).ok());
+  sched_.skip_period("p", kWall, "");
+  PeriodicRuns periodic;
+  auto two = periodic.tick(sched_, kWall + 10, kSecond);  // two periods due: both run
+  EXPECT_EQ(two.size(), 2u);
+  apply(two);
+  sched_.take_events();
+  // A third while both still run: skipped, and said why.
+  EXPECT_TRUE(periodic.tick(sched_, kWall + 15, 2 * kSecond).empty());
+  EXPECT_EQ(sched_.progress("p")->last_period, kWall + 15);
+  EXPECT_FALSE(sched_.job("p-" + std::to_string(kWall + 15)).has_value());
+  std::string why;
+  for (const auto& e : sched_.take_events())
+    if (e.job == "p" && e.what == "period skipped") why = e.detail;
+  EXPECT_NE(why.find("max_running"), std::string::npos) << why;
+  // One ends: the next period runs again.
+  end_all(3 * kSecond, [](const std::string& id) {
+    return id.rfind("p-" + std::to_string(kWall + 5), 0) == 0 ? TaskState::kExited
+                                                              : TaskState::kRunning;
+  });
+  auto again = periodic.tick(sched_, kWall + 20, 4 * kSecond);
+  EXPECT_EQ(again.size(), 1u);
+  EXPECT_TRUE(sched_.job("p-" + std::to_string(kWall + 20)).has_value());
+}
+
 TEST_F(Batch, MoreThanTenMissedPeriodsSkipTheOldest) {
   JobSpec s = batch("p", 1, 1, 0);
   s.periodic = weft::PeriodicSpec{"* * * * * *", weft::PeriodOverlap::kAllow};

@@ -105,14 +105,27 @@ Result<json> Manager::api_task_exec(const json& p, const CallContext& c) {
     return field_error("id", t->id + " is " + task_state_name(t->state) + ", not running")
         .with_code(rpc::kConflict);
   const std::string machine = alloc_.spec(t->machine).name;
-  TRY(exec_relay_->admit(c.session, t->machine, machine));
+  const std::string who = caller(c).who;
+  const bool shared = !c.peer.via.empty();  // a front end's session: many operators'
+  TRY(exec_relay_->admit(c.session, who, shared));
+  rpc::Session* agent = sessions_.agent(t->machine);
+  if (!agent)
+    return make_error("machine " + machine + " has no session with the control plane")
+        .with_code(rpc::kUnavailable);
   json params = exec_request_json(req);
   if (region_.lending)
     if (json h = region_.lending->holder_of(machine); !h.is_null()) {
       params["holder"] = h["shard"];
       params["epoch"] = h["epoch"];
     }
-  exec_relay_->start(c.session, t->machine, machine, std::move(params), c.session->defer_reply());
+  rpc::ReplyFn reply = c.session->defer_reply();
+  exec_relay_->start(
+      c.session, who, agent, "task.exec", std::move(params),
+      [reply, machine](Result<json> r) {
+        if (r.ok()) r = json{{"exec", (*r)["exec"]}, {"machine", machine}};
+        reply(std::move(r));
+      },
+      shared);
   return json();
 }
 

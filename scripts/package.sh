@@ -9,6 +9,9 @@
 #                        options (scripts/lib.sh), so the suite compiles the product once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What building, packaging and linting need (rpmbuild, lintian, rpmlint): this command
+# installs them itself, as the demo and the test command do.
+./scripts/setup.sh --package
 . scripts/lib.sh
 dir="${WEFT_BUILD_DIR:-build-pkg}"
 mkdir -p dist

@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Installs weft's dependencies from Debian's packages. Safe to run again; needs root (or
-# sudo).
-#   scripts/setup.sh          what building weft and running it needs (scripts/demo.sh)
-#   scripts/setup.sh --test   and what the test suite needs: the peers the tests run
-#                             (crun, etcd, docker-registry), the packaging linters, the
-#                             QEMU guest's tools, the fuzzers' runtime (scripts/test.sh)
+# sudo). Each of the README's commands installs what it needs through this script:
+#   scripts/setup.sh            what building weft and running it needs (scripts/demo.sh)
+#   scripts/setup.sh --package  and what making the .deb and .rpm needs: rpmbuild and the
+#                               linters (scripts/package.sh)
+#   scripts/setup.sh --test     and what the test suite needs: the peers the tests run
+#                               (crun, etcd, docker-registry), the QEMU guest's tools, the
+#                               fuzzers' runtime (scripts/test.sh)
+#   scripts/setup.sh --list [--package|--test]
+#                               prints that set's packages, one a line, installs nothing
+#                               (tests/fresh_clone.sh checks each command's needs with it)
 set -euo pipefail
+
+list=0
+if [ "${1:-}" = "--list" ]; then list=1; shift; fi
+mode="${1:-}"
+case "$mode" in
+  ""|--package|--test) ;;
+  *) echo "setup: unknown option $mode (--package, --test, --list)" >&2; exit 2 ;;
+esac
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache
@@ -21,11 +34,14 @@ PACKAGES=(
   libldns-dev libnftables-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
-if [ "${1:-}" = "--test" ]; then
+# scripts/package.sh: cpack's RPM generator runs rpmbuild; the .deb is checked by lintian
+# (which reads man pages with man-db's tools and types with file), the .rpm by rpmlint.
+PACKAGE_TOOLS=(dpkg-dev rpm lintian rpmlint file man-db)
+if [ "$mode" = "--package" ] || [ "$mode" = "--test" ]; then PACKAGES+=("${PACKAGE_TOOLS[@]}"); fi
+if [ "$mode" = "--test" ]; then
   PACKAGES+=(
     libgmock-dev googletest
-    crun socat python3 ldnsutils nftables
-    dpkg-dev rpm lintian rpmlint file man-db
+    crun socat python3 ldnsutils nftables strace
     qemu-system-x86 mmdebstrap e2fsprogs
     clang-format
     libfuzzer-14-dev libclang-rt-14-dev
@@ -34,6 +50,11 @@ if [ "${1:-}" = "--test" ]; then
     docker-registry
     chromium zsh bash-completion cpio
   )
+fi
+
+if [ "$list" = 1 ]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
 fi
 
 SUDO=""

@@ -494,6 +494,65 @@ TEST_F(AgentRoot, AStuckLocalTaskIsKilledByItsLivenessCheckAndRestarted) {
   agent_->wait_state(id, "stopped");
 }
 
+// Issue 59: a liveness check that writes 50 MB and then hangs (a child left behind in
+// the background, and itself asleep) times out, counts as failed, and takes its whole
+// process tree with it: no check's process outlives its timeout, and after three the
+// task is killed for it.
+TEST_F(AgentRoot, ALivenessCheckThatHangsAfterWritingTimesOutAndLeavesNothingBehind) {
+  std::string d = agent_->dir() + "/hang";
+  ASSERT_TRUE(mkdir_p(d).ok());
+  ASSERT_EQ(::chmod(d.c_str(), 0777), 0);
+  // Check n (0, 1, ...) marks its start, writes 50 MB, and hangs in `sleep 7000+n` (in
+  // the background) and `sleep 8000+n`.
+  const std::string check = "n=$(ls " + d + " | wc -l); touch " + d +
+                            "/c$n; head -c 50000000 /dev/zero; sleep $((7000+n)) & "
+                            "sleep $((8000+n))";
+  std::string id = run({{"name", "hangs"},
+                        {"argv", {"sleep", "600"}},
+                        {"restart", {{"policy", "never"}}},
+                        {"liveness",
+                         {{"type", "exec"},
+                          {"command", {"/bin/sh", "-c", check}},
+                          {"interval", "2s"},
+                          {"timeout", "1s"},
+                          {"failure_threshold", 3}}}});
+  // Processes whose command line is `sleep N`.
+  auto sleeping = [](int n) {
+    size_t count = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::string cmd = read_file(e.path().string() + "/cmdline").value_or("");
+      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+      count += cmd == "sleep " + std::to_string(n) + " ";
+    }
+    return count;
+  };
+  // Once the second check has started, the first's whole tree is gone (its timeout
+  // killed it, the child in the background too).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(d + "/c1") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(std::filesystem::exists(d + "/c1")) << agent_->call("task.show", {{"id", id}}).dump();
+  while ((sleeping(7000) + sleeping(8000)) > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(sleeping(7000) + sleeping(8000), 0u) << "the first check's processes outlived it";
+  // Three timeouts in a row: the task is killed, the last failure said.
+  json t = agent_->wait_task(
+      id, [](const json& j) { return j["state"] != "running" && j["state"] != "starting"; });
+  EXPECT_NE(t["reason"].get<std::string>().find(
+                "3 liveness checks failed in a row, the last: timed out after 1000ms"),
+            std::string::npos)
+      << t.dump(2);
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto left = [&] {
+    size_t n = 0;
+    for (int i = 0; i < 4; ++i) n += sleeping(7000 + i) + sleeping(8000 + i);
+    return n;
+  };
+  while (left() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(left(), 0u) << "a check's process outlived it";
+}
+
 TEST_F(AgentRoot, LogsRotateByNewFilesWithBoundedSize) {
   std::string id =
       run({{"name", "chatty"},

@@ -89,6 +89,8 @@ class ClusterHarness {
   }
   std::string logs() const;  // every daemon's log, for failure messages
   const std::string& dir() const { return dir_; }
+  pid_t cp_pid() const { return cp_; }  // -1 when it is not running
+  std::string cp_socket() const { return dir_ + "/cp.sock"; }
   // The network namespace the control plane runs in (its loopback: web_listen).
   const std::string& hub_netns() const { return hub_; }
 

@@ -6,7 +6,12 @@
 #  - scripts/package.sh makes the .deb and .rpm, with everything they install;
 #  - scripts/demo.sh starts the single-machine cluster, runs the sample job, follows a
 #    task's output, and Ctrl-C (SIGINT to its process group) stops it cleanly: no error
-#    printed, its cgroups and directory gone.
+#    printed, its cgroups and directory gone;
+#  - each of the two installs what it runs (issue 59: package.sh once needed rpmbuild
+#    that only the test command installed, unseen here because this machine has the
+#    test packages): both run under strace, and every program they executed must come
+#    from a package their `scripts/setup.sh` set names, a dependency of one, or a
+#    package every Debian machine has (tests/command_needs.py).
 # (The test command is this suite itself.) Compiles go through ccache when it is there
 # (keyed on content, so the copy's compiles are the suite's own). Root; cleans up.
 #   fresh_clone.sh SOURCE_DIR
@@ -47,7 +52,15 @@ start=$SECONDS
 # At the lowest priority: the tests beside this one mostly wait, on heartbeats among
 # other things, and get the CPU whenever they want it (as scripts/test.sh's background
 # builds do).
-if (cd "$clone" && exec nice -n 19 scripts/package.sh) >"$work/package.log" 2>&1; then
+# Every program it runs, traced (seccomp-filtered: only execve stops the tracee).
+trace() { strace -f -qq --seccomp-bpf -e trace=execve -e status=successful -o "$1" -- "${@:2}"; }
+needs() {  # needs MODE TRACE WHAT
+  local out
+  out=$("$(dirname "$0")/command_needs.py" "$clone/scripts/setup.sh" "$1" "$2" 2>&1) ||
+    bad "$3 runs what it does not install: $out"
+  echo "$3: $out"
+}
+if (cd "$clone" && trace "$work/package.trace" nice -n 19 scripts/package.sh) >"$work/package.log" 2>&1; then
   deb=$(ls "$clone"/dist/weft_*.deb 2>/dev/null)
   rpm=$(ls "$clone"/dist/weft-*.rpm 2>/dev/null)
   [ -f "$deb" ] || bad "package.sh made no .deb"
@@ -58,6 +71,7 @@ if (cd "$clone" && exec nice -n 19 scripts/package.sh) >"$work/package.log" 2>&1
     dpkg-deb -c "$deb" | awk '{print $6}' | grep -qxF "$f" || bad "the .deb lacks $f"
   done
   echo "package.sh in a fresh copy: $((SECONDS - start)) s"
+  needs --package "$work/package.trace" package.sh
 else
   bad "scripts/package.sh in a fresh copy: $(tail -n 20 "$work/package.log")"
 fi
@@ -65,8 +79,18 @@ fi
 # scripts/demo.sh on its own, stopped by Ctrl-C.
 lease_take || bad "cannot take the subtree_control lease"
 start=$SECONDS
-(cd "$clone" && WEFT_DEMO_KEEP_CONTROLLERS=1 exec nice -n 19 setsid scripts/demo.sh </dev/null) >"$work/demo.log" 2>&1 &
-demo_pid=$!
+# Traced: strace stays out of the demo's process group (the demo is its child, in a
+# session of its own), so Ctrl-C reaches the demo alone and strace ends when it has.
+(cd "$clone" && WEFT_DEMO_KEEP_CONTROLLERS=1 exec nice -n 19 strace -f -qq --seccomp-bpf \
+  -e trace=execve -e status=successful -o "$work/demo.trace" -- setsid scripts/demo.sh </dev/null) \
+  >"$work/demo.log" 2>&1 &
+strace_pid=$!
+for _ in $(seq 100); do
+  demo_pid=$(pgrep -P "$strace_pid" | head -n 1)
+  [ -n "$demo_pid" ] && break
+  sleep 0.1
+done
+[ -n "$demo_pid" ] || { bad "the demo did not start under strace: $(cat "$work/demo.log")"; demo_pid=$strace_pid; }
 followed=0
 for _ in $(seq 1500); do  # up to 300 s: it builds the programs first
   if grep -q '^hello [0-9]* from pid' "$work/demo.log"; then followed=1; break; fi
@@ -82,7 +106,13 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 [ "$stopped" = 1 ] || bad "the demo did not stop within 60 s of Ctrl-C"
-wait "$demo_pid" 2>/dev/null
+# strace ends with the last process the demo made: one left behind is a defect.
+for _ in $(seq 300); do kill -0 "$strace_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$strace_pid" 2>/dev/null; then
+  bad "a process of the demo outlived it: $(pgrep -a -P "$strace_pid")"
+  kill "$strace_pid" 2>/dev/null
+fi
+wait "$strace_pid" 2>/dev/null
 grep -q '^== stopped' "$work/demo.log" || bad "the demo did not say it stopped: $(tail -n 20 "$work/demo.log")"
 if grep -qiE 'broken pipe|weftctl: |demo: ' "$work/demo.log"; then
   bad "the demo printed an error: $(grep -iE 'broken pipe|weftctl: |demo: ' "$work/demo.log" | head -n 5)"
@@ -91,5 +121,6 @@ left=$(ls -d "$cg2"/weft-demo-* /tmp/weft-demo.* 2>/dev/null)
 [ -z "$left" ] || bad "the demo left: $left"
 demo_pid=""
 lease_release
+needs "" "$work/demo.trace" demo.sh
 [ "$fail" = 0 ] && echo "fresh copy: package.sh and demo.sh each work on their own"
 exit $fail

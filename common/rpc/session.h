@@ -189,6 +189,11 @@ class Session {
   void set_on_close(std::function<void()> fn) { on_close_ = std::move(fn); }
   // Further code that must know when the session closes (the owner's on_close stays).
   void watch_close(std::function<void()> fn) { close_watchers_.push_back(std::move(fn)); }
+  // Bytes of lines given to this session to send (gated or not), and bytes of them that
+  // have left it for the socket (or the TLS engine): output queued at bytes_queued() == q
+  // has left once bytes_sent() >= q. A relay bounds what it holds for a peer by them.
+  uint64_t bytes_queued() const { return bytes_queued_; }
+  uint64_t bytes_sent() const { return bytes_sent_; }
   // When the peer last sent a whole message (CLOCK_MONOTONIC, microseconds; the start
   // until then): a peer that stopped answering is told from a slow one by how long ago.
   uint64_t last_heard_us() const { return last_heard_us_; }
@@ -233,6 +238,7 @@ class Session {
   bool closed_ = false;
   bool close_when_sent_ = false;
   bool want_out_ = false;
+  uint64_t bytes_queued_ = 0, bytes_sent_ = 0;
   int64_t next_id_ = 1;
   uint64_t last_heard_us_ = 0;
   // defer_reply(): the id of the request being handled, and whether it was deferred.
