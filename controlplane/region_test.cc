@@ -760,6 +760,24 @@ TEST_F(RegionTls, TheOperatorIsCheckedAtTheFrontEndAndActsAtTheShardAsThemselves
   }
   EXPECT_TRUE(named) << audit->dump();
 
+  // A command inside the task through a front end (issue 59: refused there before): the
+  // shard checks alice as the owner and its relay and the front end's carry the bytes.
+  std::string task;
+  for (auto end = Clock::now() + std::chrono::seconds(30); task.empty() && Clock::now() < end;) {
+    auto shown = call_as(*fes_[0], "alice", "job.show", {{"name", "web"}});
+    if (shown.ok())
+      for (const auto& t : (*shown)["tasks"])
+        if (t.value("state", "") == "running") task = t["id"];
+    if (task.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(task.empty());
+  auto [erc, eout] = weftctl("alice", "task exec -T " + task + " -- true </dev/null");
+  EXPECT_EQ(erc, 0) << eout;
+  EXPECT_EQ(eout, "exec in " + task + " on m1\n");
+  std::tie(erc, eout) = weftctl("bob", "task exec -T " + task + " -- true </dev/null");
+  EXPECT_NE(erc, 0) << eout;
+  EXPECT_EQ(eout.find("exec in"), std::string::npos) << eout;
+
   // weftctl, unchanged, given both front ends: one killed, the other answers.
   auto [rc, out] = weftctl("alice", "job ls");
   EXPECT_EQ(rc, 0) << out;
