@@ -162,12 +162,13 @@ class Failures : public ControlPlane {
   // which (running tasks of a 6-task job) fall silent together: how many tasks the six
   // others were given in the next 3 s (up to 6 s until four were), in *replaced (left -1
   // on a fatal failure).
-  void lose_four_of_ten(const std::string& conf, int* replaced);
+  // `expect`: the replacements the test waits for (0: none may come, watched for 3 s).
+  void lose_four_of_ten(const std::string& conf, int* replaced, int expect);
   std::vector<std::unique_ptr<FakeMachine>> owned_;
   FakeMachine* ms_[10] = {};
 };
 
-void Failures::lose_four_of_ten(const std::string& conf, int* replaced) {
+void Failures::lose_four_of_ten(const std::string& conf, int* replaced, int expect) {
   ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value() + conf).ok());
   start();
   if (HasFatalFailure()) return;
@@ -205,18 +206,22 @@ void Failures::lose_four_of_ten(const std::string& conf, int* replaced) {
     (ms[k]->running().empty() || victims.size() == 4 ? survivors : victims).push_back(k);
   int starts_before = 0;
   for (int k : survivors) starts_before += ms[k]->starts();
-  // The victims fall silent; the others keep reporting for 3 s (dead after 600 ms), and
-  // up to 3 s more while fewer than the four lost tasks were replaced (a loaded machine:
-  // one whole-suite run once counted before the last replacement came).
+  // The victims fall silent (dead after 600 ms); the others keep reporting: until the
+  // replacements expected have come (at most 30 s: a loaded machine is waited for, not
+  // held to a window), then 1 s more for any beyond them; or, when none may come, 3 s.
   auto given = [&] {
     int n = 0;
     for (int k : survivors) n += ms[k]->starts();
     return n - starts_before;
   };
-  for (int i = 0; i < 120 && (i < 60 || given() < 4); ++i) {
-    for (int k : survivors) ms[k]->report();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  auto report_for = [&](int rounds, const std::function<bool()>& until) {
+    for (int i = 0; i < rounds && !until(); ++i) {
+      for (int k : survivors) ms[k]->report();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  };
+  if (expect > 0) report_for(600, [&] { return given() >= expect; });
+  report_for(expect > 0 ? 20 : 60, [] { return false; });
   *replaced = given();
 }
 
@@ -227,7 +232,7 @@ TEST_F(Failures, LosingMuchOfTheFleetAtOnceOpensTheCircuitBreaker) {
   // (the sanitizer pass) their last reports spread over several ticks, the first one
   // alone was under a 30% breaker and its task was replaced: the test does not depend on
   // which tick sees them.
-  lose_four_of_ten("failure_breaker = 0.05\n", &replaced);
+  lose_four_of_ten("failure_breaker = 0.05\n", &replaced, 0);
   if (HasFatalFailure()) return;
   // The fleet down at once is over the breaker's share: nothing is replaced, and the
   // log says why.
@@ -239,7 +244,7 @@ TEST_F(Failures, LosingMuchOfTheFleetAtOnceOpensTheCircuitBreaker) {
 TEST_F(Failures, MachinesLostTogetherAreReplacedAtOnceUnderTheBreaker) {
   int replaced = -1;
   lose_four_of_ten("failure_breaker = 0.5\ndestructive_per_min = 1\ndestructive_burst = 1\n",
-                   &replaced);
+                   &replaced, 4);
   if (HasFatalFailure()) return;
   // Under the breaker, lost machines are paid for by the machine-failure budget (in
   // fault domains), not task by task: all four tasks are replaced at once although the

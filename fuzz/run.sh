@@ -3,7 +3,7 @@
 # fuzz; scripts/fuzz.sh and scripts/test.sh run them). A crash, leak, timeout or
 # sanitizer report fails it and leaves the reproducer in BUILD/fuzz/artifacts/.
 #   fuzz/run.sh HARNESS_BINARY SEED_DIR WORK_DIR
-#   WEFT_FUZZ_SECONDS=N   seconds (default 30; CI uses the default)
+#   WEFT_FUZZ_SECONDS=N   seconds (default 30; scripts/test.sh gives 20, scripts/fuzz.sh 300)
 set -euo pipefail
 bin=$1 seeds=$2 work=$3
 name=$(basename "$bin")

@@ -22,6 +22,7 @@
 
 #include "common/fs.h"
 #include "common/rpc/client.h"
+#include "testing/sanitizers.h"
 #include "tests/agent_harness.h"
 
 namespace weft::testing {
@@ -230,14 +231,24 @@ TEST_F(Cluster, AnUnprivilegedControlPlaneSocketIsRefused) {
   ASSERT_EQ(ready, 'L');
   agent_.add_config("control_plane = \"unix:" + path + "\"\nmachine_id = \"testhost\"");
   agent_.start();
-  std::this_thread::sleep_for(std::chrono::seconds(4));
-  kill(impostor, SIGKILL);
-  waitpid(impostor, nullptr, 0);
+  // What the impostor saw: until the agent has connected (waited for, at most 30 s), and
+  // then 2 s more for anything the agent would say to it.
   std::string seen;
   char buf[4096];
-  fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
-  ssize_t n;
-  while ((n = read(pipefd[0], buf, sizeof buf)) > 0) seen.append(buf, static_cast<size_t>(n));
+  auto read_until = [&](std::chrono::steady_clock::time_point end, bool stop_at_connect) {
+    while (std::chrono::steady_clock::now() < end) {
+      if (stop_at_connect && seen.find('C') != std::string::npos) return;
+      pollfd p{pipefd[0], POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      ssize_t n = read(pipefd[0], buf, sizeof buf);
+      if (n <= 0) return;
+      seen.append(buf, static_cast<size_t>(n));
+    }
+  };
+  read_until(std::chrono::steady_clock::now() + std::chrono::seconds(30), true);
+  read_until(std::chrono::steady_clock::now() + std::chrono::seconds(2), false);
+  kill(impostor, SIGKILL);
+  waitpid(impostor, nullptr, 0);
   close(pipefd[0]);
   EXPECT_NE(seen.find('C'), std::string::npos) << "the agent never tried: " << seen;
   EXPECT_EQ(seen.find("machine.register"), std::string::npos) << "the agent spoke to it: " << seen;
@@ -323,7 +334,7 @@ TEST_F(Cluster, ChurnOfControlPlaneTasksKeepsStateAndReportsFlat) {
   // What the agent reports: the job's four tasks and the few not yet acknowledged.
   EXPECT_LE(end.agent_listed, 40u);
   EXPECT_LE(end.cp_listed, warm.cp_listed * 2 + 100);
-#if defined(__SANITIZE_ADDRESS__)
+#if WEFT_UNDER_ASAN
   // AddressSanitizer's quarantine holds freed memory back (up to 256 MiB), so resident
   // size says nothing about leaks here: memory is asserted in the normal build.
   std::cerr << "soak: RSS not asserted under AddressSanitizer\n";
