@@ -59,6 +59,9 @@ Result<LogChunk> read_log(const std::string& dir, const std::string& stream,
     return out;
   }
   LogCursor cur;
+  // A tail ends where the files ended when it was found: lines written meanwhile are the
+  // next call's (from the cursor), not extra lines of this one.
+  std::optional<LogCursor> stop;
   if (from) {
     cur = *from;
     if (cur.seq < seqs.front()) {
@@ -94,6 +97,8 @@ Result<LogChunk> read_log(const std::string& dir, const std::string& stream,
       pos = nl;
     }
     if (*tail_lines == 0) pos = all.size();
+    if (!tail_files.empty())
+      stop = LogCursor{tail_files.back().first, tail_files.back().second.size()};
     // Map the offset in `all` back to (file, offset).
     cur = {seqs.back(), tail_files.empty() ? 0 : tail_files.back().second.size()};
     size_t acc = 0;
@@ -108,10 +113,14 @@ Result<LogChunk> read_log(const std::string& dir, const std::string& stream,
     cur = {seqs.front(), 0};
   }
   while (out.data.size() < max_bytes) {
+    if (stop && cur.seq == stop->seq && cur.offset >= stop->offset) break;
     std::string path = file_of(dir, stream, cur.seq);
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.valid()) {
-      std::string buf(max_bytes - out.data.size(), '\0');
+      size_t want = max_bytes - out.data.size();
+      if (stop && cur.seq == stop->seq)
+        want = std::min<size_t>(want, static_cast<size_t>(stop->offset - cur.offset));
+      std::string buf(want, '\0');
       ssize_t n = ::pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(cur.offset));
       if (n > 0) {
         out.data.append(buf.data(), static_cast<size_t>(n));

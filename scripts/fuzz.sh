@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (in build-san: clang, ASan+UBSan, the libraries with the
-# fuzzer's coverage, the tree scripts/test.sh's sanitizer pass uses) and runs each for a
-# bounded time from its seed corpus in fuzz/corpus/, two side by side. A crash, leak,
-# timeout or sanitizer report fails the run and leaves the reproducer in
-# build-san/fuzz/artifacts/.
+# Builds the libFuzzer harnesses (build-fuzz: clang, ASan+UBSan, the libraries with the
+# fuzzer's coverage, as scripts/test.sh builds it) and runs each for a bounded time from
+# its seed corpus in fuzz/corpus/, two side by side. A crash, leak, timeout or sanitizer
+# report fails the run and leaves the reproducer in build-fuzz/fuzz/artifacts/.
 #
 #   WEFT_FUZZ_SECONDS=N            seconds per harness (default 300: the long run; the
 #                                  suite's bounded one, scripts/test.sh, gives 20)
@@ -11,10 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-weft_configure_san
-cmake --build build-san --target fuzz_all
+weft_configure_fuzz
+cmake --build build-fuzz --target fuzz_all
 export WEFT_FUZZ_SECONDS="${WEFT_FUZZ_SECONDS:-300}"
 filter=()
 if [ "$#" -gt 0 ]; then filter=(-R "^($(IFS='|'; echo "$*"))\$"); fi
-scripts/ctest-pass.sh build-san -j 2 -L fuzz "${filter[@]}"
+scripts/ctest-pass.sh build-fuzz -j 2 -L fuzz "${filter[@]}"
 echo "== fuzzing passed"

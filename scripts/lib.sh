@@ -16,16 +16,10 @@ weft_configure() {
     "$@" >/dev/null
 }
 
-# weft_configure_san: the sanitizers' tree, build-san (issue 59: one tree where there were
-# two, build-asan with gcc and build-fuzz with clang, each compiling the product again):
-# clang, every object with ASan+UBSan and libFuzzer's coverage (fuzzer-no-link), -O1 (the
-# sanitizers' usual level: tests and fuzzers run at speed, compiles stay cheap). Its unit,
-# process and root tests are the sanitizer pass; its libFuzzer harnesses (fuzz_all) the
-# fuzz pass.
-weft_configure_san() {
-  CC=clang CXX=clang++ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-    -DWEFT_SANITIZE=ON -DWEFT_FUZZ=ON -DWEFT_BENCH=OFF >/dev/null
+# weft_configure_fuzz: the fuzzers' tree (clang, ASan+UBSan, libFuzzer's coverage).
+weft_configure_fuzz() {
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DWEFT_FUZZ=ON -DWEFT_BENCH=OFF >/dev/null
 }
 
 # weft_machine_configs DIR MACHINE CGROUP_ROOT CONTROL_PLANE: the configuration of this
