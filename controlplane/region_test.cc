@@ -193,6 +193,16 @@ TEST_F(RegionEtcd, AMachineClaimedByTwoShardsAtOnceGoesToOne) {
   }
 }
 
+// A key's value in the test's etcd, read the way a role reads it (nullopt: none, or etcd
+// did not answer).
+std::optional<std::string> etcd_value(const etcd::Config& cfg, const std::string& key) {
+  auto c = etcd::Client::create(cfg);
+  if (!c.ok()) return std::nullopt;
+  auto kv = (*c)->get(key);
+  if (!kv.ok() || !*kv) return std::nullopt;
+  return (*kv)->value;
+}
+
 // A region of real processes: shard s1 (replicas a and b), shard s2 (replica c), a front
 // end; four fake machines, two on each shard.
 class Region : public ::testing::Test {
@@ -684,11 +694,7 @@ class RegionTls : public ::testing::Test {
     return c->call(m, p, 5000);
   }
   std::optional<std::string> etcd_get(const std::string& key) {
-    auto c = etcd::Client::create(etcd_->client_config());
-    if (!c.ok()) return std::nullopt;
-    auto kv = (*c)->get(key);
-    if (!kv.ok() || !*kv) return std::nullopt;
-    return (*kv)->value;
+    return etcd_value(etcd_->client_config(), key);
   }
   bool connected(Replica& fe) {
     auto end = Clock::now() + std::chrono::seconds(30);
@@ -1474,11 +1480,7 @@ class RegionMove : public RegionChaos {
         wait_for(30, [&] { return running_on("site.") == 3 && running_on("store.") == 2; }));
   }
   std::optional<std::string> etcd_get(const std::string& key) {
-    auto c = etcd::Client::create(etcd_->client_config());
-    if (!c.ok()) return std::nullopt;
-    auto kv = (*c)->get(key);
-    if (!kv.ok() || !*kv) return std::nullopt;
-    return (*kv)->value;
+    return etcd_value(etcd_->client_config(), key);
   }
   std::string home(const std::string& e) {
     auto v = etcd_get("/region/entitlements/" + e);

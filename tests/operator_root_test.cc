@@ -113,6 +113,15 @@ class Operator : public ::testing::Test {
                               << c_.logs();
     return r;
   }
+  // Alice's entitlement web and its job "shell" of `count` tasks that sleep, running: the
+  // job.show of it (null if it did not start).
+  json alices_shells(int count) {
+    EXPECT_TRUE(
+        c_.cp("entitlement.create", {{"name", "web"}, {"quota", 3}, {"owners", {"CN=alice"}}})
+            .ok());
+    EXPECT_TRUE(c_.cp("job.create", job_params("shell", "web", count, "exec sleep 600")).ok());
+    return wait_running("shell", static_cast<size_t>(count));
+  }
   ClusterHarness c_;
 };
 
@@ -240,10 +249,7 @@ TEST_F(Operator, FollowingATaskThatEndsPrintsAllOfItAndStops) {
 // terminal; a viewer and another team's operator are refused; each call is audited with
 // its command line; a caller that goes away takes its command and the command's cgroup.
 TEST_F(Operator, ACommandRunsInsideATaskWithPipesAndWithATerminal) {
-  ASSERT_TRUE(
-      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 3}, {"owners", {"CN=alice"}}}).ok());
-  ASSERT_TRUE(c_.cp("job.create", job_params("shell", "web", 1, "exec sleep 600")).ok());
-  json show = wait_running("shell", 1);
+  json show = alices_shells(1);
   ASSERT_FALSE(show.is_null());
   const std::string t0 = show["tasks"][0]["id"];
   const int m = c_.machine_index(show["tasks"][0]["machine"]);
@@ -393,11 +399,7 @@ uint64_t rss_kib(pid_t pid) {
 // acknowledgement beyond what was sent ends the exec, and what reaches the agent is at
 // most what has left the control plane: it holds one window an exec, whatever is said.
 TEST_F(Operator, AnExecClientThatAcknowledgesWhatItNeverReadGetsNoMoreThanItsWindow) {
-  ASSERT_TRUE(
-      c_.cp("entitlement.create", {{"name", "web"}, {"quota", 3}, {"owners", {"CN=alice"}}}).ok());
-  // Two tasks: an agent runs at most 4 execs a task.
-  ASSERT_TRUE(c_.cp("job.create", job_params("shell", "web", 2, "exec sleep 600")).ok());
-  json show = wait_running("shell", 2);
+  json show = alices_shells(2);  // two tasks: an agent runs at most 4 execs a task
   ASSERT_FALSE(show.is_null());
   const std::string t0 = show["tasks"][0]["id"], t1 = show["tasks"][1]["id"];
   const pid_t cp = c_.cp_pid();
