@@ -217,7 +217,9 @@ int fig14(EventLoop& loop, Fleet& fleet, const Options& o, const std::string& di
   Fig14Sampler sampler;
   if (status == 0) {
     uint64_t t0 = now_monotonic_us();
-    job["task"]["argv"] = {"/bin/sleep", "1000000"};
+    // json::array, not `= {...}`: clang before 17 leaks the old value when a braced list is
+    // assigned inside a template (llvm/llvm-project#51037); the sanitizer tree is clang's.
+    job["task"]["argv"] = json::array({"/bin/sleep", "1000000"});
     auto updated = a.call("job.update", job, 120'000);
     if (!updated.ok()) status = 1;
     sampler.start(dir + "/cp.sock", o, t0);

@@ -45,7 +45,8 @@
 namespace weft::testing {
 namespace {
 
-// A controller's policy: every pending operation of `kind`, once `consent` is set.
+// A controller's policy: every pending operation of `kind`, once `consent` is set (which
+// must outlive the controller that holds the policy).
 std::function<json(const json&)> consent_to(const std::atomic<bool>& consent, std::string kind) {
   return [&consent, kind](const json& plan) {
     json ack = json::array();
@@ -160,9 +161,10 @@ TEST_F(ControlPlane, AnAutoscalingScaleDownWaitsForItsTaskController) {
   FakeMachine a("a", "r0"), b("b", "r1");
   ASSERT_TRUE(a.connect(sock()));
   ASSERT_TRUE(b.connect(sock()));
+  // Before the controller: its thread reads it until the controller is destroyed.
+  std::atomic<bool> consent{false};
   FakeController ctl;
   ASSERT_NE(ctl.port(), 0);
-  std::atomic<bool> consent{false};
   ctl.set_policy(consent_to(consent, "stop"));
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
   json job{{"name", "kv"},
@@ -678,9 +680,10 @@ TEST_F(ControlPlane, ARestartOfOneTaskWaitsForItsTaskController) {
     ASSERT_TRUE(m->connect(sock()));
     m->keep_alive();
   }
+  // Before the controller: its thread reads it until the controller is destroyed.
+  std::atomic<bool> consent{false};
   FakeController ctl;
   ASSERT_NE(ctl.port(), 0);
-  std::atomic<bool> consent{false};
   ctl.set_policy(consent_to(consent, "restart"));
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
   ASSERT_TRUE(call("job.create", {{"name", "kv"},

@@ -6,9 +6,9 @@
 # the tree (alone). Run as root so the root tests run (CI does).
 #
 # Where the time goes (docs/testing.md): the normal tree is the demo's and the packages'
-# tree too (one build); tests that wait run side by side; the sanitizer and fuzzer trees
-# compile at the lowest priority while the packages are made and the normal pass's tests
-# run, so their waits are not idle cores. Each stage prints its start minute and each
+# tree too (one build); tests that wait run side by side; the sanitizer tree (clang, which
+# holds the fuzzers too) compiles at the lowest priority while the packages are made and
+# the normal pass's tests run, so their waits are not idle cores. Each stage prints its start minute and each
 # pass its ten slowest tests.
 #
 #   WEFT_SKIP_SANITIZERS=1   skip the sanitizer pass
@@ -51,18 +51,13 @@ cmake --build build
 bg_pid=""
 bg_log=build-background.log
 if [ -z "${WEFT_SKIP_SANITIZERS:-}" ] || [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
-  # The sanitizer tree and the fuzzers' tree, compiled while the packages are made and
-  # the normal pass's tests run: nice 19 gives the tests the CPU whenever they want it
-  # (they mostly wait), the compiler the rest. The output goes to a log, shown if it fails.
-  stage "build (build-asan, build-fuzz: in the background while the packages and the normal tests run)"
+  # The sanitizer tree (build-san: clang, ASan+UBSan, the harnesses too), compiled while
+  # the packages are made and the normal pass's tests run: nice 19 gives the tests the
+  # CPU whenever they want it (they mostly wait), the compiler the rest. The output goes
+  # to a log, shown if it fails.
+  stage "build (build-san: in the background while the packages and the normal tests run)"
   background_builds() {
-    if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
-      cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON \
-        -DWEFT_BENCH=OFF >/dev/null && nice -n 19 cmake --build build-asan || return 1
-    fi
-    if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
-      weft_configure_fuzz && nice -n 19 cmake --build build-fuzz --target fuzz_all || return 1
-    fi
+    weft_configure_san && nice -n 19 cmake --build build-san
   }
   background_builds >"$bg_log" 2>&1 &
   bg_pid=$!
@@ -91,18 +86,18 @@ fi
 if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
   # Fewer side by side than in the normal pass: every process is two to three times
   # heavier under the sanitizers.
-  stage "test (build-asan)"
+  stage "test (build-san)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    scripts/ctest-pass.sh build-asan -j "${WEFT_ASAN_TEST_JOBS:-4}"
+    scripts/ctest-pass.sh build-san -j "${WEFT_ASAN_TEST_JOBS:-4}" -LE fuzz
 fi
 # Every parser's libFuzzer harness, bounded (WEFT_FUZZ_SECONDS per harness, two side by
 # side: they are the only tests that keep a core busy; a crash fails the suite).
 if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
-  stage "fuzz (build-fuzz)"
-  # The suite's bounded run: 20 s a harness (the long form, 5 minutes each by default:
-  # scripts/fuzz.sh).
+  stage "fuzz (build-san)"
+  # The suite's bounded run: 20 s a harness, built at -O0 in the sanitizer tree (the long
+  # form, 5 minutes each by default at -O2: scripts/fuzz.sh).
   export WEFT_FUZZ_SECONDS="${WEFT_FUZZ_SECONDS:-20}"
-  scripts/ctest-pass.sh build-fuzz -j 2 -L fuzz
+  scripts/ctest-pass.sh build-san -j 2 -L fuzz
 fi
 # The README's commands on their own in a fresh copy of the tree (tests/fresh_clone.sh),
 # alone: it compiles, copies and lints, and beside other tests its disk load stalled

@@ -1,17 +1,23 @@
 #!/bin/sh
 # weftctl is a static PIE (docs/decisions.md, issue 18): no dynamic loader and no shared
 # library is mapped and relocated at every command an operator or a script runs, and
-# its addresses are still randomised. In sanitizer builds it links the sanitizers'
-# shared runtimes: then only those, libstdc++, libc and libm. OpenSSL is weftctl-tls's,
+# its addresses are still randomised. In sanitizer builds (BUILD "sanitized") it is
+# linked dynamically, with the sanitizers' runtimes (gcc's shared, clang's inside the
+# program): then only those, libstdc++, libgcc, libc and libm. OpenSSL is weftctl-tls's,
 # executed for a control plane over TCP: without it a tls:// command says where it
 # looked; with it next to weftctl it gets as far as reading the certificate files; a
 # weftctl-tls of another build refuses to run. Fails naming what it found.
 set -eu
-bin=$1 helper=$2
+#   weftctl_static.sh WEFTCTL WEFTCTL_TLS static|sanitized
+bin=$1 helper=$2 build=$3
 needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+if [ "$build" = sanitized ]; then
+  readelf -Ws "$bin" | grep -q '__asan_init' || { echo "weftctl of a sanitizer tree has no ASan" >&2; exit 1; }
+  needed="sanitized: $needed"
+fi
 case "$needed" in
-  *libasan*|*libubsan*)
-    for lib in $needed; do
+  sanitized:*)
+    for lib in ${needed#sanitized:}; do
       case "$lib" in
         libc.so.*|libm.so.*|ld-linux*|libasan.so.*|libubsan.so.*|libstdc++.so.*|libgcc_s.so.*) ;;
         *) echo "the sanitizer build of weftctl loads $lib" >&2; exit 1 ;;
