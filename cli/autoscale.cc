@@ -1,21 +1,10 @@
-#include "cli/autoscale.h"
+// weftctl job autoscale: a job's autoscaling, what it measures and would do, pause and
+// resume (docs/jobs.md, "Autoscaling").
+#include "cli/cluster.h"
 
 #include <iostream>
 
 namespace weft::cli {
-
-void add_autoscale_commands(ClusterCommands& cluster, AutoscaleCommands& c) {
-  c.group = cluster.job->add_subcommand(
-      "autoscale", "a job's autoscaling: what it measures and would do, pause and resume");
-  c.group->require_subcommand(1);
-  c.show = c.group->add_subcommand(
-      "show", "the job's settings, latest load, what autoscaling would do now, and its changes");
-  c.pause = c.group->add_subcommand(
-      "pause", "keep measuring and deciding but resize nothing (kept across restarts)");
-  c.resume = c.group->add_subcommand("resume", "let autoscaling resize the job again");
-  for (CLI::App* sub : {c.show, c.pause, c.resume})
-    sub->add_option("name", c.name, "job name")->required();
-}
 
 namespace {
 
@@ -59,20 +48,32 @@ void print_show(const json& r) {
 
 }  // namespace
 
-int run_autoscale_commands(const AutoscaleCommands& c, const Globals& g) {
-  if (!c.group || !c.group->parsed()) return -1;
-  CpClient cp(g);
-  if (c.show->parsed()) {
-    json r = call_or_die(cp, "job.autoscale", {{"name", c.name}});
+void add_autoscale_commands(CLI::App* job, Handlers& h) {
+  auto name = std::make_shared<std::string>();
+  CLI::App* group = job->add_subcommand(
+      "autoscale", "a job's autoscaling: what it measures and would do, pause and resume");
+  group->require_subcommand(1);
+  CLI::App* show = group->add_subcommand(
+      "show", "the job's settings, latest load, what autoscaling would do now, and its changes");
+  CLI::App* pause = group->add_subcommand(
+      "pause", "keep measuring and deciding but resize nothing (kept across restarts)");
+  CLI::App* resume = group->add_subcommand("resume", "let autoscaling resize the job again");
+  for (CLI::App* sub : {show, pause, resume})
+    sub->add_option("name", *name, "job name")->required();
+  h.on(show, [name](const Globals& g) {
+    json r = call_or_die(*cp_client(g), "job.autoscale", {{"name", *name}});
     print_json_or(g, r, [&] { print_show(r); });
     return 0;
-  }
-  bool pause = c.pause->parsed();
-  json r = call_or_die(cp, "job.autoscale.pause", {{"name", c.name}, {"paused", pause}});
-  print_json_or(g, r, [&] {
-    std::cout << "job " << c.name << " autoscaling " << (pause ? "paused" : "resumed") << "\n";
   });
-  return 0;
+  for (bool paused : {true, false})
+    h.on(paused ? pause : resume, [name, paused](const Globals& g) {
+      json r =
+          call_or_die(*cp_client(g), "job.autoscale.pause", {{"name", *name}, {"paused", paused}});
+      print_json_or(g, r, [&] {
+        std::cout << "job " << *name << " autoscaling " << (paused ? "paused" : "resumed") << "\n";
+      });
+      return 0;
+    });
 }
 
 }  // namespace weft::cli

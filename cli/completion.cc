@@ -136,22 +136,12 @@ void common_part(const CLI::App& app, std::ostream& o) {
 
 }  // namespace
 
-void add_completion_commands(CLI::App& app, CompletionCommands& c) {
-  c.completion = app.add_subcommand(
-      "completion", "print shell completion for weftctl (bash or zsh; the packages install both)");
-  c.completion->add_option("shell", c.shell, "bash or zsh")
-      ->required()
-      ->check(CLI::IsMember({"bash", "zsh"}));
-  c.names = app.add_subcommand("__names", "names for completion (jobs, entitlements, ...)");
-  c.names->group("");  // hidden
-  c.names->add_option("kind", c.kind)->required();
-}
+namespace {
 
-int run_completion_commands(const CompletionCommands& c, const CLI::App& app, const Globals& g) {
-  if (c.completion && c.completion->parsed()) {
-    if (c.shell == "bash") {
-      common_part(app, std::cout);
-      std::cout << R"SH(_weftctl_bash() {
+int print_completion(const CLI::App& app, const std::string& shell) {
+  if (shell == "bash") {
+    common_part(app, std::cout);
+    std::cout << R"SH(_weftctl_bash() {
   # Candidates are data (names come from the control plane): read line by line, never
   # split, globbed or handed to compgen -W (which expands $(...) and `...` in them);
   # matched as literal prefixes and quoted for the command line.
@@ -167,10 +157,10 @@ int run_completion_commands(const CompletionCommands& c, const CLI::App& app, co
 }
 complete -o default -F _weftctl_bash weftctl
 )SH";
-    } else {
-      std::cout << "#compdef weftctl\n";
-      common_part(app, std::cout);
-      std::cout << R"SH(_weftctl_zsh() {
+  } else {
+    std::cout << "#compdef weftctl\n";
+    common_part(app, std::cout);
+    std::cout << R"SH(_weftctl_zsh() {
   local -a cands
   local c files=0
   for c in ${(f)"$(_weftctl_complete "$PREFIX" "${(@)words[2,CURRENT-1]}")"}; do
@@ -182,35 +172,52 @@ complete -o default -F _weftctl_bash weftctl
 }
 _weftctl_zsh "$@"
 )SH";
-    }
-    return 0;
   }
-  if (c.names && c.names->parsed()) {
-    static const std::map<std::string, std::pair<const char*, const char*>> kCalls = {
-        {"jobs", {"job.ls", "jobs"}},
-        {"entitlements", {"entitlement.ls", "entitlements"}},
-        {"machines", {"machine.ls", "machines"}},
-        {"tasks", {"task.ls", "tasks"}}};
-    auto it = kCalls.find(c.kind);
-    if (it == kCalls.end()) return 2;
-    auto cp = connect_controlplane(g);
-    auto r = cp->call(it->second.first, nlohmann::json::object(), 1000);
-    if (!r.ok() || !r->contains(it->second.second)) return 1;
-    for (const auto& row : (*r)[it->second.second]) {
-      const char* key = c.kind == "machines" ? "machine" : c.kind == "tasks" ? "id" : "name";
-      if (!row.is_object() || !row.contains(key) || !(*row.find(key)).is_string()) continue;
-      // Only names of weft's own alphabets (a name stored before they were enforced, or
-      // a hostile control plane's, is left out): completion puts them on a command line.
-      const auto& name = row[key].get_ref<const std::string&>();
-      if (!name.empty() && name.size() <= 253 &&
-          name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                 "0123456789._:-") == std::string::npos &&
-          name[0] != '-')
-        std::cout << name << "\n";
-    }
-    return 0;
+  return 0;
+}
+
+// The names of one kind the control plane knows, one a line (for the scripts).
+int print_names(const Globals& g, const std::string& kind) {
+  static const std::map<std::string, std::pair<const char*, const char*>> kCalls = {
+      {"jobs", {"job.ls", "jobs"}},
+      {"entitlements", {"entitlement.ls", "entitlements"}},
+      {"machines", {"machine.ls", "machines"}},
+      {"tasks", {"task.ls", "tasks"}}};
+  auto it = kCalls.find(kind);
+  if (it == kCalls.end()) return 2;
+  auto cp = connect_controlplane(g);
+  auto r = cp->call(it->second.first, nlohmann::json::object(), 1000);
+  if (!r.ok() || !r->contains(it->second.second)) return 1;
+  for (const auto& row : (*r)[it->second.second]) {
+    const char* key = kind == "machines" ? "machine" : kind == "tasks" ? "id" : "name";
+    if (!row.is_object() || !row.contains(key) || !(*row.find(key)).is_string()) continue;
+    // Only names of weft's own alphabets (a name stored before they were enforced, or
+    // a hostile control plane's, is left out): completion puts them on a command line.
+    const auto& name = row[key].get_ref<const std::string&>();
+    if (!name.empty() && name.size() <= 253 &&
+        name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789._:-") == std::string::npos &&
+        name[0] != '-')
+      std::cout << name << "\n";
   }
-  return -1;
+  return 0;
+}
+
+}  // namespace
+
+void add_completion_commands(CLI::App& app, Handlers& h) {
+  auto shell = std::make_shared<std::string>(), kind = std::make_shared<std::string>();
+  CLI::App* completion = app.add_subcommand(
+      "completion", "print shell completion for weftctl (bash or zsh; the packages install both)");
+  completion->add_option("shell", *shell, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
+  // `app` is the whole command table (every group is built for completion).
+  h.on(completion, [&app, shell](const Globals&) { return print_completion(app, *shell); });
+  CLI::App* names = app.add_subcommand("__names", "names for completion (jobs, entitlements, ...)");
+  names->group("");  // hidden
+  names->add_option("kind", *kind)->required();
+  h.on(names, [kind](const Globals& g) { return print_names(g, *kind); });
 }
 
 }  // namespace weft::cli

@@ -6,18 +6,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/handlers.h"
 #include "cli/util.h"
 
 namespace weft::cli {
 
-struct CompletionCommands {
-  CLI::App *completion = nullptr, *names = nullptr;
-  std::string shell, kind;
-};
-
-void add_completion_commands(CLI::App& app, CompletionCommands& c);
-// `app` is the whole command table (every group built). Returns the exit code, or -1
-// when neither command was given.
-int run_completion_commands(const CompletionCommands& c, const CLI::App& app, const Globals& g);
+// completion bash|zsh and __names KIND; built with every group (the table is whole).
+void add_completion_commands(CLI::App& app, Handlers& h);
 
 }  // namespace weft::cli

@@ -1,64 +1,69 @@
-#include "cli/health.h"
-
+// weftctl health: the machine's verdict and probes (weft-hcs): health, health probes,
+// health history.
 #include <algorithm>
+
+#include "cli/health.h"
 
 namespace weft::cli {
 
-void add_health_commands(CLI::App& app, HealthCommands& c) {
-  c.health = app.add_subcommand("health", "machine health (weft-hcs): verdict and failing probes");
-  c.probes = c.health->add_subcommand("probes", "every probe with its state and figures");
-  c.probes->add_option("names", c.names, "only these probes (e.g. oom link:eth0)");
-  c.history = c.health->add_subcommand("history", "probe state changes");
-  c.history->add_option("-n,--limit", c.limit, "how many");
+namespace {
+
+struct HealthOptions {
+  std::vector<std::string> names;
+  int limit = 50;
+};
+
+std::unique_ptr<rpc::Client> hcs_client(const Globals& g) {
+  return connect_or_die(g.hcs, "weft-hcs", "--hcs");
 }
 
-int run_health_commands(const HealthCommands& c, const Globals& g) {
-  if (!c.health->parsed()) return -1;
-  auto hc = connect_or_die(g.hcs, "weft-hcs", "--hcs");
-  if (c.probes->parsed()) {
-    json r = call_or_die(*hc, "health.probes", json::object());
-    if (!c.names.empty()) {
-      json keep = json::array();
-      for (const auto& p : r["probes"])
-        if (std::find(c.names.begin(), c.names.end(), str_or(p, "probe")) != c.names.end())
-          keep.push_back(p);
-      if (keep.size() != c.names.size()) {
-        std::cerr << "weftctl: no such probe; `weftctl health probes` lists them\n";
-        return 1;
-      }
-      r["probes"] = keep;
+int health_probes(const Globals& g, const HealthOptions& o) {
+  json r = call_or_die(*hcs_client(g), "health.probes", json::object());
+  if (!o.names.empty()) {
+    json keep = json::array();
+    for (const auto& p : r["probes"])
+      if (std::find(o.names.begin(), o.names.end(), str_or(p, "probe")) != o.names.end())
+        keep.push_back(p);
+    if (keep.size() != o.names.size()) {
+      std::cerr << "weftctl: no such probe; `weftctl health probes` lists them\n";
+      return 1;
     }
-    if (g.json_out)
-      std::cout << r.dump(2) << "\n";
-    else {
-      std::vector<std::vector<std::string>> rows = {
-          {"PROBE", "STATE", "SINCE", "SOURCE", "DETAIL"}};
-      for (const auto& p : r["probes"]) {
-        std::string source = "-";
-        if (p.contains("metrics") && p["metrics"].is_object())
-          source = str_or(p["metrics"], "source", "-");
-        rows.push_back({str_or(p, "probe"),
-                        str_or(p, "state") + (p.value("pinned", false) ? " (flapping)" : ""),
-                        str_or(p, "since"), source, str_or(p, "detail")});
-      }
-      print_table(rows);
-    }
-    return 0;
+    r["probes"] = keep;
   }
-  if (c.history->parsed()) {
-    json r = call_or_die(*hc, "health.history", {{"limit", c.limit}});
-    if (g.json_out)
-      std::cout << r.dump(2) << "\n";
-    else {
-      std::vector<std::vector<std::string>> rows = {{"AT", "PROBE", "FROM", "TO", "DETAIL"}};
-      for (const auto& t : r["transitions"])
-        rows.push_back({str_or(t, "at"), str_or(t, "probe"), str_or(t, "from"), str_or(t, "to"),
-                        str_or(t, "detail")});
-      print_table(rows);
+  if (g.json_out)
+    std::cout << r.dump(2) << "\n";
+  else {
+    std::vector<std::vector<std::string>> rows = {{"PROBE", "STATE", "SINCE", "SOURCE", "DETAIL"}};
+    for (const auto& p : r["probes"]) {
+      std::string source = "-";
+      if (p.contains("metrics") && p["metrics"].is_object())
+        source = str_or(p["metrics"], "source", "-");
+      rows.push_back({str_or(p, "probe"),
+                      str_or(p, "state") + (p.value("pinned", false) ? " (flapping)" : ""),
+                      str_or(p, "since"), source, str_or(p, "detail")});
     }
-    return 0;
+    print_table(rows);
   }
-  json r = call_or_die(*hc, "health.verdict", json::object());
+  return 0;
+}
+
+int health_history(const Globals& g, const HealthOptions& o) {
+  json r = call_or_die(*hcs_client(g), "health.history", {{"limit", o.limit}});
+  if (g.json_out)
+    std::cout << r.dump(2) << "\n";
+  else {
+    std::vector<std::vector<std::string>> rows = {{"AT", "PROBE", "FROM", "TO", "DETAIL"}};
+    for (const auto& t : r["transitions"])
+      rows.push_back({str_or(t, "at"), str_or(t, "probe"), str_or(t, "from"), str_or(t, "to"),
+                      str_or(t, "detail")});
+    print_table(rows);
+  }
+  return 0;
+}
+
+// The verdict: 0 ok, 3 degraded, 1 failed or unknown.
+int health_verdict(const Globals& g) {
+  json r = call_or_die(*hcs_client(g), "health.verdict", json::object());
   if (g.json_out)
     std::cout << r.dump(2) << "\n";
   else {
@@ -70,6 +75,21 @@ int run_health_commands(const HealthCommands& c, const Globals& g) {
   }
   std::string v = r.value("verdict", "unknown");
   return v == "ok" ? 0 : v == "degraded" ? 3 : 1;
+}
+
+}  // namespace
+
+void add_health_commands(CLI::App& app, Handlers& h) {
+  auto o = std::make_shared<HealthOptions>();
+  CLI::App* health =
+      app.add_subcommand("health", "machine health (weft-hcs): verdict and failing probes");
+  h.on(health, health_verdict);
+  CLI::App* probes = health->add_subcommand("probes", "every probe with its state and figures");
+  probes->add_option("names", o->names, "only these probes (e.g. oom link:eth0)");
+  h.on(probes, [o](const Globals& g) { return health_probes(g, *o); });
+  CLI::App* history = health->add_subcommand("history", "probe state changes");
+  history->add_option("-n,--limit", o->limit, "how many");
+  h.on(history, [o](const Globals& g) { return health_history(g, *o); });
 }
 
 }  // namespace weft::cli

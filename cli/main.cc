@@ -12,20 +12,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli/autoscale.h"
 #include "cli/cluster.h"
-#include "cli/cluster_task.h"
 #include "cli/completion.h"
 #include "cli/health.h"
-#include "cli/job_events.h"
-#include "cli/job_rollout.h"
 #include "cli/profile.h"
-#include "cli/rebalance.h"
-#include "cli/region.h"
 #include "cli/task.h"
-#include "cli/task_exec.h"
 #include "cli/tls_helper.h"
-#include "cli/top.h"
 #include "cli/util.h"
 #include "common/config.h"
 #include "common/fs.h"
@@ -104,61 +96,24 @@ int main(int argc, char** argv) {
       std::fill(std::begin(want), std::end(want), false);
       want[grp] = true;
     }
-  ClusterCommands cluster;
-  RegionCommands region;
-  AutoscaleCommands autoscale;
-  JobEventsCommands job_events;
-  JobRolloutCommands job_rollout;
-  RebalanceCommands rebalance;
-  TopCommands top;
-  if (want[kCluster]) {
-    add_cluster_commands(app, cluster);
-    add_region_commands(app, cluster, region);
-    add_autoscale_commands(cluster, autoscale);
-    add_job_events_commands(cluster, job_events);
-    add_job_rollout_commands(cluster, job_rollout);
-    add_rebalance_commands(app, rebalance);
-    add_top_commands(app, top);
-  }
-  TaskCommands tasks;
-  ClusterTaskCommands cluster_tasks;
-  TaskExecCommand task_exec;
+  // Each command file registers its subcommands with the handlers that run them.
+  Handlers handlers;
+  if (want[kCluster]) add_cluster_commands(app, handlers);
   if (want[kTasks]) {
-    add_task_commands(app, tasks);
-    add_cluster_task_commands(tasks, cluster_tasks);
-    add_task_exec_command(tasks, task_exec);
+    CLI::App* task = add_task_commands(app, handlers);
+    add_cluster_task_commands(task, handlers);
+    add_task_exec_command(task, handlers);
   }
-  HealthCommands health;
-  if (want[kHealth]) add_health_commands(app, health);
-  ProfileCommands profile;
-  if (want[kProfile]) add_profile_commands(app, profile);
-  CompletionCommands completion;
+  if (want[kHealth]) add_health_commands(app, handlers);
+  if (want[kProfile]) add_profile_commands(app, handlers);
   if (word.empty() || word == "completion" || word == "__names")
-    add_completion_commands(app, completion);
+    add_completion_commands(app, handlers);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (int rc = run_completion_commands(completion, app, g); rc >= 0) return rc;
-  if (want[kCluster]) {
-    if (int rc = run_region_commands(region, g); rc >= 0) return rc;
-    if (int rc = run_autoscale_commands(autoscale, g); rc >= 0) return rc;
-    if (int rc = run_job_events_commands(job_events, g); rc >= 0) return rc;
-    if (int rc = run_job_rollout_commands(job_rollout, g); rc >= 0) return rc;
-    if (int rc = run_rebalance_commands(rebalance, g); rc >= 0) return rc;
-    if (int rc = run_top_commands(top, g); rc >= 0) return rc;
-    if (int rc = run_cluster_commands(cluster, g); rc >= 0) return rc;
-  }
-  if (want[kHealth])
-    if (int rc = run_health_commands(health, g); rc >= 0) return rc;
-  if (want[kProfile])
-    if (int rc = run_profile_commands(profile, g); rc >= 0) return rc;
-  if (want[kTasks]) {
-    if (int rc = run_task_exec_command(task_exec, g); rc >= 0) return rc;
-    if (int rc = run_cluster_task_commands(tasks, cluster_tasks, g); rc >= 0) return rc;
-    if (int rc = run_task_commands(tasks, g); rc >= 0) return rc;
-  }
+  if (int rc = handlers.run(g); rc >= 0) return rc;
   return 0;
 }

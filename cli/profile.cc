@@ -1,3 +1,5 @@
+// weftctl profile: host profiles (weft-sidekick): ls, show, active, plan, switch, verify,
+// off, import-tuned, history.
 #include "cli/profile.h"
 
 #include <functional>
@@ -28,36 +30,25 @@ int report_profile(const json& r, bool as_json) {
   return r.value("exit_code", 1);
 }
 
-}  // namespace
+struct ProfileOptions {
+  std::string name, tuned_path;
+  int limit = 20;
+  bool no_wait = false;
+};
 
-void add_profile_commands(CLI::App& app, ProfileCommands& c) {
-  c.profile = app.add_subcommand("profile", "host profiles (weft-sidekick)");
-  c.profile->require_subcommand(1);
-  c.ls = c.profile->add_subcommand("ls", "list profiles");
-  c.show = c.profile->add_subcommand("show", "a profile's compiled knobs");
-  c.show->add_option("name", c.name, "profile")->required();
-  c.active = c.profile->add_subcommand("active", "the active profile and its last verification");
-  c.plan = c.profile->add_subcommand("plan", "what switching to a profile would change");
-  c.plan->add_option("name", c.name, "profile")->required();
-  c.switch_to =
-      c.profile->add_subcommand("switch", "switch to a profile (only changed knobs are written)");
-  c.switch_to->add_option("name", c.name, "profile")->required();
-  c.switch_to->add_flag("--no-wait", c.no_wait,
-                        "do not follow huge pages converging in the background");
-  c.verify = c.profile->add_subcommand("verify", "compare the machine with the active profile");
-  c.off = c.profile->add_subcommand("off", "restore every setting weft changed");
-  c.import_tuned = c.profile->add_subcommand(
-      "import-tuned", "convert a TuneD profile (tuned.conf) to weft's format");
-  c.import_tuned->add_option("path", c.tuned_path, "TuneD profile directory or tuned.conf")
-      ->required();
-  c.history = c.profile->add_subcommand("history", "past switches");
-  c.history->add_option("-n,--limit", c.limit, "how many");
+std::unique_ptr<rpc::Client> sidekick_client(const Globals& g) {
+  return connect_or_die(g.sidekick, "weft-sidekick", "--sidekick");
 }
 
-int run_profile_commands(const ProfileCommands& c, const Globals& g) {
-  if (!c.profile->parsed()) return -1;
-  auto sk = connect_or_die(g.sidekick, "weft-sidekick", "--sidekick");
-  if (c.ls->parsed()) {
+}  // namespace
+
+void add_profile_commands(CLI::App& app, Handlers& h) {
+  auto o = std::make_shared<ProfileOptions>();
+  CLI::App* profile = app.add_subcommand("profile", "host profiles (weft-sidekick)");
+  profile->require_subcommand(1);
+  CLI::App* ls = profile->add_subcommand("ls", "list profiles");
+  h.on(ls, [](const Globals& g) {
+    auto sk = sidekick_client(g);
     json r = call_or_die(*sk, "profile.ls", json::object());
     print_json_or(g, r, [&] {
       std::vector<std::vector<std::string>> rows = {{"NAME", "ACTIVE", "DESCRIPTION"}};
@@ -67,8 +58,13 @@ int run_profile_commands(const ProfileCommands& c, const Globals& g) {
              p.value("valid", true) ? str_or(p, "description") : "INVALID: " + str_or(p, "error")});
       print_table(rows);
     });
-  } else if (c.show->parsed()) {
-    json r = call_or_die(*sk, "profile.show", {{"name", c.name}});
+    return 0;
+  });
+  CLI::App* show = profile->add_subcommand("show", "a profile's compiled knobs");
+  show->add_option("name", o->name, "profile")->required();
+  h.on(show, [o](const Globals& g) {
+    auto sk = sidekick_client(g);
+    json r = call_or_die(*sk, "profile.show", {{"name", o->name}});
     print_json_or(g, r, [&] {
       std::cout << r["name"].get<std::string>() << ": " << str_or(r, "description") << "\n";
       std::vector<std::vector<std::string>> rows = {
@@ -78,13 +74,23 @@ int run_profile_commands(const ProfileCommands& c, const Globals& g) {
                         k.value("required", true) ? "yes" : "no", str_or(k, "source")});
       print_table(rows);
     });
-  } else if (c.active->parsed()) {
+    return 0;
+  });
+  CLI::App* active =
+      profile->add_subcommand("active", "the active profile and its last verification");
+  h.on(active, [](const Globals& g) {
+    auto sk = sidekick_client(g);
     json r = call_or_die(*sk, "profile.active", json::object());
     print_json_or(g, r, [&] {
       std::cout << str_or(r, "profile", "none") << " (" << str_or(r, "state") << ")\n";
     });
-  } else if (c.plan->parsed()) {
-    json r = call_or_die(*sk, "profile.plan", {{"name", c.name}});
+    return 0;
+  });
+  CLI::App* plan = profile->add_subcommand("plan", "what switching to a profile would change");
+  plan->add_option("name", o->name, "profile")->required();
+  h.on(plan, [o](const Globals& g) {
+    auto sk = sidekick_client(g);
+    json r = call_or_die(*sk, "profile.plan", {{"name", o->name}});
     print_json_or(g, r, [&] {
       for (const auto& k : r.value("conflicts", json::array()))
         std::cerr << "conflict: " << str_or(k, "knob") << " also set by " << str_or(k, "owner")
@@ -99,13 +105,21 @@ int run_profile_commands(const ProfileCommands& c, const Globals& g) {
       for (const auto& a : r.value("reboot_pending", json::array()))
         std::cout << "needs a reboot: kernel argument " << a.get<std::string>() << "\n";
     });
-  } else if (c.switch_to->parsed()) {
-    json r = call_or_die(*sk, "profile.switch", {{"name", c.name}});
+    return 0;
+  });
+  CLI::App* switch_to =
+      profile->add_subcommand("switch", "switch to a profile (only changed knobs are written)");
+  switch_to->add_option("name", o->name, "profile")->required();
+  switch_to->add_flag("--no-wait", o->no_wait,
+                      "do not follow huge pages converging in the background");
+  h.on(switch_to, [o](const Globals& g) {
+    auto sk = sidekick_client(g);
+    json r = call_or_die(*sk, "profile.switch", {{"name", o->name}});
     int rc = report_profile(r, g.json_out);
     bool converging = false;
     for (const auto& k : r.value("knobs", json::array()))
       converging |= k.value("status", "") == "converging";
-    if (!converging || c.no_wait) return rc;
+    if (!converging || o->no_wait) return rc;
     // Slow knobs (huge pages) converge in the background: show their progress.
     for (;;) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -124,16 +138,30 @@ int run_profile_commands(const ProfileCommands& c, const Globals& g) {
       std::cout.flush();
       if (!pending) return failed ? 1 : rc;
     }
-  } else if (c.verify->parsed()) {
+    return 0;
+  });
+  CLI::App* verify =
+      profile->add_subcommand("verify", "compare the machine with the active profile");
+  h.on(verify, [](const Globals& g) {
+    auto sk = sidekick_client(g);
     return report_profile(call_or_die(*sk, "profile.verify", json::object()), g.json_out);
-  } else if (c.off->parsed()) {
+  });
+  CLI::App* off = profile->add_subcommand("off", "restore every setting weft changed");
+  h.on(off, [](const Globals& g) {
+    auto sk = sidekick_client(g);
     return report_profile(call_or_die(*sk, "profile.off", json::object()), g.json_out);
-  } else if (c.import_tuned->parsed()) {
-    std::string file = c.tuned_path;
+  });
+  CLI::App* import_tuned = profile->add_subcommand(
+      "import-tuned", "convert a TuneD profile (tuned.conf) to weft's format");
+  import_tuned->add_option("path", o->tuned_path, "TuneD profile directory or tuned.conf")
+      ->required();
+  h.on(import_tuned, [o](const Globals& g) {
+    auto sk = sidekick_client(g);
+    std::string file = o->tuned_path;
     if (path_exists(file + "/tuned.conf")) file += "/tuned.conf";
     auto text = read_file_bounded(file, kMaxTomlBytes);
     if (!text.ok()) die(text.error().str(), 1);
-    std::string name = c.tuned_path;
+    std::string name = o->tuned_path;
     while (name.size() > 1 && name.back() == '/') name.pop_back();
     if (name.size() > 11 && name.compare(name.size() - 11, 11, "/tuned.conf") == 0)
       name.resize(name.size() - 11);
@@ -147,18 +175,22 @@ int run_profile_commands(const ProfileCommands& c, const Globals& g) {
         std::cerr << "not converted: " << u.get<std::string>() << "\n";
     }
     return r["unconverted"].empty() ? 0 : 3;
-  } else if (c.history->parsed()) {
-    json r = call_or_die(*sk, "profile.history", {{"limit", c.limit}});
+  });
+  CLI::App* history = profile->add_subcommand("history", "past switches");
+  history->add_option("-n,--limit", o->limit, "how many");
+  h.on(history, [o](const Globals& g) {
+    auto sk = sidekick_client(g);
+    json r = call_or_die(*sk, "profile.history", {{"limit", o->limit}});
     print_json_or(g, r, [&] {
       std::vector<std::vector<std::string>> rows = {
           {"ID", "FROM", "TO", "STATE", "STARTED", "DETAIL"}};
-      for (const auto& h : r["switches"])
-        rows.push_back({str_or(h, "id"), str_or(h, "from"), str_or(h, "to"), str_or(h, "state"),
-                        str_or(h, "started_at"), str_or(h, "detail")});
+      for (const auto& sw : r["switches"])
+        rows.push_back({str_or(sw, "id"), str_or(sw, "from"), str_or(sw, "to"), str_or(sw, "state"),
+                        str_or(sw, "started_at"), str_or(sw, "detail")});
       print_table(rows);
     });
-  }
-  return 0;
+    return 0;
+  });
 }
 
 }  // namespace weft::cli

@@ -6,22 +6,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/handlers.h"
 #include "cli/util.h"
 
 namespace weft::cli {
 
-struct ProfileCommands {
-  CLI::App* profile = nullptr;
-  CLI::App *ls = nullptr, *show = nullptr, *active = nullptr, *plan = nullptr, *switch_to = nullptr,
-           *verify = nullptr, *off = nullptr, *import_tuned = nullptr, *history = nullptr;
-  std::string name, tuned_path;
-  int limit = 20;
-  bool no_wait = false;
-};
-
-void add_profile_commands(CLI::App& app, ProfileCommands& c);
-// Runs the parsed profile command and returns its exit code (switch, verify and off:
-// 0 ok, 1 failed, 3 degraded, 4 reboot required, 5 drift), or -1 when none was given.
-int run_profile_commands(const ProfileCommands& c, const Globals& g);
+// switch, verify and off exit with 0 ok, 1 failed, 3 degraded, 4 reboot required, 5 drift.
+void add_profile_commands(CLI::App& app, Handlers& h);
 
 }  // namespace weft::cli

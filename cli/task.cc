@@ -189,167 +189,20 @@ int stream_logs(rpc::Client& c, const json& first_target, const LogOptions& o) {
   }
 }
 
-void add_task_commands(CLI::App& app, TaskCommands& c) {
-  c.task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
-  c.task->require_subcommand(1);
-  c.agent = app.add_subcommand("agent", "the local agent");
-  c.agent->require_subcommand(1);
-  c.agent_info = c.agent->add_subcommand("info", "machine id, labels, cgroup controllers");
-  c.run = c.task->add_subcommand("run", "start a task; prints its id");
-  c.run->add_option("--name", c.ro.name, "task name (default: from the command)");
-  c.run->add_option("--spec", c.ro.spec_file, "JSON task spec file (flags override it)");
-  c.run->add_option("--cpu", c.ro.cpu, "CPU limit in cores, e.g. 0.5");
-  c.run->add_option("--cpu-weight", c.ro.cpu_weight, "cpu.weight 1..10000");
-  c.run->add_option("--memory", c.ro.memory, "memory.max, e.g. 256M");
-  c.run->add_option("--memory-high", c.ro.memory_high, "memory.high");
-  c.run->add_option("--swap", c.ro.swap, "memory.swap.max");
-  c.run->add_option("--pids", c.ro.pids, "pids.max");
-  c.run->add_option("--io-max", c.ro.io_max,
-                    "io.max line, e.g. '8:0 rbps=10M wiops=100' (repeatable)");
-  c.run->add_option("--hugetlb", c.ro.hugetlb,
-                    "huge page limit SIZE=LIMIT, e.g. 2M=64M (repeatable)");
-  c.run->add_option("--cpuset-cpus", c.ro.cpuset_cpus, "cpuset.cpus, e.g. 0-1");
-  c.run->add_option("--cpuset-mems", c.ro.cpuset_mems, "cpuset.mems");
-  c.run->add_flag("--best-effort", c.ro.best_effort,
-                  "skip limits whose controller is missing instead of failing");
-  c.run->add_option("-e,--env", c.ro.env, "environment NAME=VALUE (repeatable)");
-  c.run->add_option("--cwd", c.ro.cwd, "working directory");
-  c.run->add_option("--user", c.ro.user, "user name or uid");
-  c.run->add_option("--group", c.ro.group, "group name or gid");
-  c.run->add_option("--rootfs", c.ro.rootfs, "root filesystem directory (pivot_root)");
-  c.run->add_option("--image", c.ro.image,
-                    "OCI image <registry>/<repo>[:tag][@digest]: the task's root, and its "
-                    "entrypoint, cmd, env, workdir and user as defaults");
-  c.run->add_option("--package", c.ro.package,
-                    "http(s) URL of a tarball the task runs (a .tar, .tar.gz or .tar.zst)");
-  c.run->add_option("--package-sha256", c.ro.package_sha256,
-                    "the tarball's SHA-256 (it is used only if its bytes match)");
-  c.run->add_option("--package-target", c.ro.package_target,
-                    "where the package appears: \"/\" (default) makes it the task's root; "
-                    "with --image or --rootfs, a directory, mounted read-only");
-  c.run->add_option("--hostname", c.ro.hostname, "hostname in the task's UTS namespace");
-  c.run
-      ->add_option("--net", c.ro.net,
-                   "network: host (the default here), private (only lo), bridge (an address "
-                   "on the machine's bridge) or own (bridge where there is one, else private)")
-      ->check(CLI::IsMember({"host", "private", "bridge", "own"}));
-  c.run->add_option("--share", c.ro.share,
-                    "share a host namespace: pid, mount, uts, ipc (repeatable)");
-  c.run->add_option("--restart", c.ro.restart, "never, on-failure or always")
-      ->check(CLI::IsMember({"never", "on-failure", "always"}));
-  c.run->add_option("--restart-delay", c.ro.restart_delay, "first restart delay, e.g. 1s");
-  c.run->add_option("--restart-max-delay", c.ro.restart_max_delay, "backoff cap, e.g. 1m");
-  c.run->add_option("--restart-reset", c.ro.restart_reset, "a run this long resets the backoff");
-  c.run->add_option("--max-restarts", c.ro.max_restarts, "restart limit (-1 = unlimited)");
-  c.run->add_option("--stop-signal", c.ro.stop_signal, "signal sent by stop (default SIGTERM)");
-  c.run->add_option("--stop-grace", c.ro.stop_grace,
-                    "time between stop signal and kill (default 10s)");
-  c.run->add_option("--log-max-size", c.ro.log_max_size,
-                    "size of one log file before a new one starts");
-  c.run->add_option("--log-max-files", c.ro.log_max_files, "log files kept per stream");
-  c.run->add_flag("--wait", c.run_wait,
-                  "wait until the task ends; weftctl exits with its status: its exit code "
-                  "(127: its program could not be run), 128+signal, or 125 when the task "
-                  "could not start");
-  c.run->add_flag("--rm", c.run_rm, "with --wait: forget the task and its logs once it ended")
-      ->needs("--wait");
-  c.run->add_option("command", c.ro.argv, "the command and its arguments (after --)");
-
-  c.ls = c.task->add_subcommand("ls", "list tasks");
-  c.ls->add_flag("--running{false},-r{false}", c.ls_all, "only tasks that are not finished");
-  c.ls->add_flag("--cluster", c.ls_cluster, "every task of the cluster (weft-controlplane)");
-  c.show = c.task->add_subcommand("show", "show one task with stats");
-  c.show->add_option("id", c.id, "task id or name")->required();
-  c.stop = c.task->add_subcommand("stop", "stop signal, grace period, then kill");
-  c.stop->add_option("id", c.id, "task id or name")->required();
-  c.stop->add_option("--grace", c.grace, "override the task's grace period, e.g. 2s");
-  c.kill = c.task->add_subcommand("kill", "send a signal (default SIGKILL: the whole cgroup)");
-  c.kill->add_option("id", c.id, "task id or name")->required();
-  c.kill->add_option("-s,--signal", c.sig, "signal name or number");
-  c.freeze = c.task->add_subcommand("freeze", "freeze every process of a task (cgroup.freeze)");
-  c.freeze->add_option("id", c.id, "task id or name")->required();
-  c.thaw = c.task->add_subcommand("thaw", "thaw a frozen task");
-  c.thaw->add_option("id", c.id, "task id or name")->required();
-  c.rm = c.task->add_subcommand("rm", "forget a finished task and delete its logs");
-  c.rm->add_option("id", c.id, "task id or name")->required();
-  c.logs = c.task->add_subcommand(
-      "logs",
-      "print a task's output: from this machine's agent, else (or with --cluster) "
-      "through the control plane from the task's machine");
-  c.logs->add_option("id", c.id, "task id or name (a control-plane task's id: job.index.N)")
-      ->required();
-  c.logs->add_flag("--cluster", c.logs_cluster, "ask the control plane, wherever the task runs");
-  c.logs->add_flag("-f,--follow", c.follow, "keep printing new output until the task ends");
-  c.logs->add_option("--stream", c.stream, "stdout, stderr or all")
-      ->check(CLI::IsMember({"stdout", "stderr", "all"}));
-  c.logs->add_option("--tail", c.tail, "start this many lines before the end");
-  c.logs->add_flag("--raw", c.raw,
-                   "write the output's bytes as they are, also to a terminal (control "
-                   "characters are otherwise shown as \\xNN)");
-
-  c.image = app.add_subcommand("image", "the machine's image cache (weft-agent)");
-  c.image->require_subcommand(1);
-  c.image_ls = c.image->add_subcommand("ls", "list cached images, their size and users");
-  c.image_pull = c.image->add_subcommand("pull", "fetch an image into the cache now");
-  c.image_pull->add_option("image", c.image_ref, "<registry>/<repo>[:tag][@digest]")->required();
-  c.image_rm = c.image->add_subcommand("rm", "remove an image no task uses");
-  c.image_rm->add_option("image", c.image_ref, "reference or manifest digest")->required();
-  c.image_prune = c.image->add_subcommand("prune", "remove every image no task uses");
-}
-
 namespace {
 
-int run_image_commands(const TaskCommands& c, const Globals& g) {
-  auto client = connect_or_die(g.agent, "weft-agent", "--agent");
-  auto out = [&](const json& j, const std::function<void()>& human) { print_json_or(g, j, human); };
-  if (c.image_ls->parsed()) {
-    json r = call_or_die(*client, "image.ls", json::object());
-    out(r, [&] {
-      std::vector<std::vector<std::string>> rows = {
-          {"KIND", "REFERENCE", "DIGEST", "LAYERS", "SIZE", "LAST USED", "USED BY"}};
-      for (const auto& img : r["images"]) {
-        std::string refs, users;
-        for (const auto& x : img["refs"]) refs += (refs.empty() ? "" : ",") + x.get<std::string>();
-        for (const auto& x : img["used_by"])
-          users += (users.empty() ? "" : ",") + x.get<std::string>();
-        std::string d = img.value("digest", "");
-        rows.push_back({img.value("kind", "image"), refs.empty() ? "-" : refs, d.substr(0, 19),
-                        str_or(img, "layers"), format_size(img.value("size", uint64_t{0})),
-                        str_or(img, "last_used"), users.empty() ? "-" : users});
-      }
-      print_table(rows);
-      std::cout << "cache: " << format_size(r.value("size", uint64_t{0})) << " of "
-                << format_size(r.value("limit", uint64_t{0})) << "\n";
-      if (r.contains("refused") && r["refused"].is_array())
-        for (const auto& x : r["refused"])
-          std::cout << "refused layer " << x.value("layer", "").substr(0, 19) << " until "
-                    << x.value("until", "") << ": " << x.value("reason", "") << "\n";
-    });
-  } else if (c.image_pull->parsed()) {
-    // A large image on a slow link takes minutes: wait up to an hour.
-    auto pulled = client->call("image.pull", {{"image", c.image_ref}, {"wait", true}}, 3'600'000);
-    if (!pulled.ok()) die(pulled.error().str());
-    json r = std::move(pulled).value();
-    out(r, [&] { std::cout << r.value("manifest", "") << "\n"; });
-  } else if (c.image_rm->parsed()) {
-    json r = call_or_die(*client, "image.rm", {{"image", c.image_ref}});
-    out(r, [&] {
-      std::cout << "removed " << r.value("removed", "") << " ("
-                << format_size(r.value("freed", uint64_t{0})) << " freed)\n";
-    });
-  } else {
-    json r = call_or_die(*client, "image.prune", json::object());
-    out(r, [&] {
-      std::cout << "removed " << r["removed"].size() << " image(s), "
-                << format_size(r.value("freed", uint64_t{0})) << " freed\n";
-    });
-  }
-  return 0;
+struct TaskOptions {
+  RunOptions ro;
+  std::string id, grace, sig = "SIGKILL", stream = "all", image_ref;
+  bool ls_all = true, ls_cluster = false, follow = false, logs_cluster = false, raw = false;
+  bool show_cluster = false, kill_cluster = false;
+  bool run_wait = false, run_rm = false;  // task run --wait [--rm]
+  int64_t tail = -1;
+};
+
+std::unique_ptr<rpc::Client> agent_client(const Globals& g) {
+  return connect_or_die(g.agent, "weft-agent", "--agent");
 }
-
-}  // namespace
-
-namespace {
 
 // task run --wait: task.wait until the task ended (each call a long poll of a minute;
 // with --rm the agent forgets it as it answers), then its status as weftctl's: the exit code,
@@ -374,87 +227,270 @@ int wait_for_task(rpc::Client& client, const json& started, bool rm, const Globa
   return 125;
 }
 
+int task_run(const Globals& g, const TaskOptions& o) {
+  auto client = agent_client(g);
+  if (o.ro.argv.empty() && o.ro.spec_file.empty() && o.ro.image.empty())
+    die("task run needs a command or an image: weftctl task run [options] -- CMD ARGS", 2);
+  json r = call_or_die(*client, "task.run", build_spec(o.ro));
+  if (o.run_wait) return wait_for_task(*client, r, o.run_rm, g);
+  print_json_or(g, r, [&] {
+    std::cout << r["id"].get<std::string>() << "\n";
+    for (const auto& w : r.value("warnings", json::array()))
+      std::cerr << "weftctl: warning: " << w.get<std::string>() << "\n";
+  });
+  return 0;
+}
+
+int task_ls(const Globals& g, const TaskOptions& o) {
+  json r = call_or_die(*agent_client(g), "task.ls", json::object());
+  json tasks = json::array();
+  for (const auto& t : r["tasks"]) {
+    auto st = parse_task_state(t.value("state", ""));
+    if (!o.ls_all && st && task_ended(*st)) continue;
+    tasks.push_back(t);
+  }
+  print_json_or(g, tasks, [&] {
+    std::vector<std::vector<std::string>> rows = {
+        {"ID", "NAME", "STATE", "PID", "EXIT", "SIGNAL", "OOM", "RESTARTS", "CGROUP"}};
+    for (const auto& t : tasks)
+      rows.push_back({str_or(t, "id"), str_or(t, "name"), str_or(t, "state"), str_or(t, "pid"),
+                      str_or(t, "exit_code"), str_or(t, "signal"),
+                      t.value("oom_killed", false) ? "yes" : "no", str_or(t, "restarts"),
+                      str_or(t, "cgroup")});
+    print_table(rows);
+  });
+  return 0;
+}
+
+int task_logs(const Globals& g, const TaskOptions& t) {
+  // The local agent's task if it has one by that id or name; else the control plane's.
+  LogOptions o{t.stream, t.follow, t.tail, g.json_out, false, t.raw};
+  if (!t.logs_cluster) {
+    auto local = rpc::Client::connect(g.agent);
+    if (local.ok()) {
+      auto has = (*local)->call("task.show", {{"id", t.id}}, 10000);
+      if (has.ok()) return stream_logs(**local, {{"id", t.id}}, o);
+      if (has.error().code != rpc::kNotFound) die(has.error().str());
+      // Not here, and no control plane to ask: the agent's answer is the one to give.
+      if (g.controlplane.rfind("tls://", 0) != 0 && g.controlplane.find(',') == std::string::npos &&
+          !path_exists(g.controlplane))
+        die(has.error().str());
+    }
+  }
+  return cluster_logs(g, {{"task", t.id}}, o);
+}
+
+int image_ls_command(const Globals& g) {
+  json r = call_or_die(*agent_client(g), "image.ls", json::object());
+  print_json_or(g, r, [&] {
+    std::vector<std::vector<std::string>> rows = {
+        {"KIND", "REFERENCE", "DIGEST", "LAYERS", "SIZE", "LAST USED", "USED BY"}};
+    for (const auto& img : r["images"]) {
+      std::string refs, users;
+      for (const auto& x : img["refs"]) refs += (refs.empty() ? "" : ",") + x.get<std::string>();
+      for (const auto& x : img["used_by"])
+        users += (users.empty() ? "" : ",") + x.get<std::string>();
+      std::string d = img.value("digest", "");
+      rows.push_back({img.value("kind", "image"), refs.empty() ? "-" : refs, d.substr(0, 19),
+                      str_or(img, "layers"), format_size(img.value("size", uint64_t{0})),
+                      str_or(img, "last_used"), users.empty() ? "-" : users});
+    }
+    print_table(rows);
+    std::cout << "cache: " << format_size(r.value("size", uint64_t{0})) << " of "
+              << format_size(r.value("limit", uint64_t{0})) << "\n";
+    if (r.contains("refused") && r["refused"].is_array())
+      for (const auto& x : r["refused"])
+        std::cout << "refused layer " << x.value("layer", "").substr(0, 19) << " until "
+                  << x.value("until", "") << ": " << x.value("reason", "") << "\n";
+  });
+  return 0;
+}
+
 }  // namespace
 
-int run_task_commands(const TaskCommands& c, const Globals& g) {
-  if (c.image->parsed()) return run_image_commands(c, g);
-  if (!c.task->parsed() && !c.agent->parsed()) return -1;
-  if (c.ls->parsed() && c.ls_cluster) return cluster_task_ls(g);
-  if (c.logs->parsed()) {
-    // The local agent's task if it has one by that id or name; else the control plane's.
-    LogOptions o{c.stream, c.follow, c.tail, g.json_out, false, c.raw};
-    if (!c.logs_cluster) {
-      auto local = rpc::Client::connect(g.agent);
-      if (local.ok()) {
-        auto has = (*local)->call("task.show", {{"id", c.id}}, 10000);
-        if (has.ok()) return stream_logs(**local, {{"id", c.id}}, o);
-        if (has.error().code != rpc::kNotFound) die(has.error().str());
-        // Not here, and no control plane to ask: the agent's answer is the one to give.
-        if (g.controlplane.rfind("tls://", 0) != 0 &&
-            g.controlplane.find(',') == std::string::npos && !path_exists(g.controlplane))
-          die(has.error().str());
-      }
-    }
-    return cluster_logs(g, {{"task", c.id}}, o);
-  }
-  auto client = connect_or_die(g.agent, "weft-agent", "--agent");
-  auto out = [&](const json& j, const std::function<void()>& human) { print_json_or(g, j, human); };
+CLI::App* add_task_commands(CLI::App& app, Handlers& h) {
+  auto o = std::make_shared<TaskOptions>();
+  CLI::App* task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
+  task->require_subcommand(1);
+  CLI::App* agent = app.add_subcommand("agent", "the local agent");
+  agent->require_subcommand(1);
+  CLI::App* agent_info = agent->add_subcommand("info", "machine id, labels, cgroup controllers");
+  CLI::App* run = task->add_subcommand("run", "start a task; prints its id");
+  run->add_option("--name", o->ro.name, "task name (default: from the command)");
+  run->add_option("--spec", o->ro.spec_file, "JSON task spec file (flags override it)");
+  run->add_option("--cpu", o->ro.cpu, "CPU limit in cores, e.g. 0.5");
+  run->add_option("--cpu-weight", o->ro.cpu_weight, "cpu.weight 1..10000");
+  run->add_option("--memory", o->ro.memory, "memory.max, e.g. 256M");
+  run->add_option("--memory-high", o->ro.memory_high, "memory.high");
+  run->add_option("--swap", o->ro.swap, "memory.swap.max");
+  run->add_option("--pids", o->ro.pids, "pids.max");
+  run->add_option("--io-max", o->ro.io_max,
+                  "io.max line, e.g. '8:0 rbps=10M wiops=100' (repeatable)");
+  run->add_option("--hugetlb", o->ro.hugetlb,
+                  "huge page limit SIZE=LIMIT, e.g. 2M=64M (repeatable)");
+  run->add_option("--cpuset-cpus", o->ro.cpuset_cpus, "cpuset.cpus, e.g. 0-1");
+  run->add_option("--cpuset-mems", o->ro.cpuset_mems, "cpuset.mems");
+  run->add_flag("--best-effort", o->ro.best_effort,
+                "skip limits whose controller is missing instead of failing");
+  run->add_option("-e,--env", o->ro.env, "environment NAME=VALUE (repeatable)");
+  run->add_option("--cwd", o->ro.cwd, "working directory");
+  run->add_option("--user", o->ro.user, "user name or uid");
+  run->add_option("--group", o->ro.group, "group name or gid");
+  run->add_option("--rootfs", o->ro.rootfs, "root filesystem directory (pivot_root)");
+  run->add_option("--image", o->ro.image,
+                  "OCI image <registry>/<repo>[:tag][@digest]: the task's root, and its "
+                  "entrypoint, cmd, env, workdir and user as defaults");
+  run->add_option("--package", o->ro.package,
+                  "http(s) URL of a tarball the task runs (a .tar, .tar.gz or .tar.zst)");
+  run->add_option("--package-sha256", o->ro.package_sha256,
+                  "the tarball's SHA-256 (it is used only if its bytes match)");
+  run->add_option("--package-target", o->ro.package_target,
+                  "where the package appears: \"/\" (default) makes it the task's root; "
+                  "with --image or --rootfs, a directory, mounted read-only");
+  run->add_option("--hostname", o->ro.hostname, "hostname in the task's UTS namespace");
+  run->add_option("--net", o->ro.net,
+                  "network: host (the default here), private (only lo), bridge (an address "
+                  "on the machine's bridge) or own (bridge where there is one, else private)")
+      ->check(CLI::IsMember({"host", "private", "bridge", "own"}));
+  run->add_option("--share", o->ro.share,
+                  "share a host namespace: pid, mount, uts, ipc (repeatable)");
+  run->add_option("--restart", o->ro.restart, "never, on-failure or always")
+      ->check(CLI::IsMember({"never", "on-failure", "always"}));
+  run->add_option("--restart-delay", o->ro.restart_delay, "first restart delay, e.g. 1s");
+  run->add_option("--restart-max-delay", o->ro.restart_max_delay, "backoff cap, e.g. 1m");
+  run->add_option("--restart-reset", o->ro.restart_reset, "a run this long resets the backoff");
+  run->add_option("--max-restarts", o->ro.max_restarts, "restart limit (-1 = unlimited)");
+  run->add_option("--stop-signal", o->ro.stop_signal, "signal sent by stop (default SIGTERM)");
+  run->add_option("--stop-grace", o->ro.stop_grace,
+                  "time between stop signal and kill (default 10s)");
+  run->add_option("--log-max-size", o->ro.log_max_size,
+                  "size of one log file before a new one starts");
+  run->add_option("--log-max-files", o->ro.log_max_files, "log files kept per stream");
+  run->add_flag("--wait", o->run_wait,
+                "wait until the task ends; weftctl exits with its status: its exit code "
+                "(127: its program could not be run), 128+signal, or 125 when the task "
+                "could not start");
+  run->add_flag("--rm", o->run_rm, "with --wait: forget the task and its logs once it ended")
+      ->needs("--wait");
+  run->add_option("command", o->ro.argv, "the command and its arguments (after --)");
 
-  if (c.agent_info->parsed()) {
-    json r = call_or_die(*client, "agent.info", json::object());
-    out(r, [&] { print_kv(r); });
-  } else if (c.run->parsed()) {
-    if (c.ro.argv.empty() && c.ro.spec_file.empty() && c.ro.image.empty())
-      die("task run needs a command or an image: weftctl task run [options] -- CMD ARGS", 2);
-    json r = call_or_die(*client, "task.run", build_spec(c.ro));
-    if (c.run_wait) return wait_for_task(*client, r, c.run_rm, g);
-    out(r, [&] {
-      std::cout << r["id"].get<std::string>() << "\n";
-      for (const auto& w : r.value("warnings", json::array()))
-        std::cerr << "weftctl: warning: " << w.get<std::string>() << "\n";
+  CLI::App* ls = task->add_subcommand("ls", "list tasks");
+  ls->add_flag("--running{false},-r{false}", o->ls_all, "only tasks that are not finished");
+  ls->add_flag("--cluster", o->ls_cluster, "every task of the cluster (weft-controlplane)");
+  CLI::App* show = task->add_subcommand("show", "show one task with stats");
+  show->add_option("id", o->id, "task id or name")->required();
+  show->add_flag("--cluster", o->show_cluster,
+                 "ask the control plane, wherever the task runs (its record, and its agent's "
+                 "detail)");
+  CLI::App* stop = task->add_subcommand("stop", "stop signal, grace period, then kill");
+  stop->add_option("id", o->id, "task id or name")->required();
+  stop->add_option("--grace", o->grace, "override the task's grace period, e.g. 2s");
+  CLI::App* kill =
+      task->add_subcommand("kill", "send a signal (default SIGKILL: the whole cgroup)");
+  kill->add_option("id", o->id, "task id or name")->required();
+  kill->add_option("-s,--signal", o->sig, "signal name or number");
+  kill->add_flag("--cluster", o->kill_cluster,
+                 "through the control plane, wherever the task runs (it is replaced as a "
+                 "failed task is)");
+  CLI::App* freeze =
+      task->add_subcommand("freeze", "freeze every process of a task (cgroup.freeze)");
+  freeze->add_option("id", o->id, "task id or name")->required();
+  CLI::App* thaw = task->add_subcommand("thaw", "thaw a frozen task");
+  thaw->add_option("id", o->id, "task id or name")->required();
+  CLI::App* rm = task->add_subcommand("rm", "forget a finished task and delete its logs");
+  rm->add_option("id", o->id, "task id or name")->required();
+  CLI::App* logs = task->add_subcommand(
+      "logs",
+      "print a task's output: from this machine's agent, else (or with --cluster) "
+      "through the control plane from the task's machine");
+  logs->add_option("id", o->id, "task id or name (a control-plane task's id: job.index.N)")
+      ->required();
+  logs->add_flag("--cluster", o->logs_cluster, "ask the control plane, wherever the task runs");
+  logs->add_flag("-f,--follow", o->follow, "keep printing new output until the task ends");
+  logs->add_option("--stream", o->stream, "stdout, stderr or all")
+      ->check(CLI::IsMember({"stdout", "stderr", "all"}));
+  logs->add_option("--tail", o->tail, "start this many lines before the end");
+  logs->add_flag("--raw", o->raw,
+                 "write the output's bytes as they are, also to a terminal (control "
+                 "characters are otherwise shown as \\xNN)");
+
+  CLI::App* image = app.add_subcommand("image", "the machine's image cache (weft-agent)");
+  image->require_subcommand(1);
+  CLI::App* image_ls = image->add_subcommand("ls", "list cached images, their size and users");
+  CLI::App* image_pull = image->add_subcommand("pull", "fetch an image into the cache now");
+  image_pull->add_option("image", o->image_ref, "<registry>/<repo>[:tag][@digest]")->required();
+  CLI::App* image_rm = image->add_subcommand("rm", "remove an image no task uses");
+  image_rm->add_option("image", o->image_ref, "reference or manifest digest")->required();
+  CLI::App* image_prune = image->add_subcommand("prune", "remove every image no task uses");
+
+  h.on(agent_info, [](const Globals& g) {
+    json r = call_or_die(*agent_client(g), "agent.info", json::object());
+    print_json_or(g, r, [&] { print_kv(r); });
+    return 0;
+  });
+  h.on(run, [o](const Globals& g) { return task_run(g, *o); });
+  h.on(ls, [o](const Globals& g) { return o->ls_cluster ? cluster_task_ls(g) : task_ls(g, *o); });
+  h.on(show, [o](const Globals& g) {
+    if (o->show_cluster) return cluster_task_show(g, o->id);
+    json r = call_or_die(*agent_client(g), "task.show", {{"id", o->id}});
+    print_json_or(g, r, [&] { print_kv(r); });
+    return 0;
+  });
+  h.on(stop, [o](const Globals& g) {
+    json p{{"id", o->id}};
+    if (!o->grace.empty()) p["grace"] = o->grace;
+    json r = call_or_die(*agent_client(g), "task.stop", p);
+    print_json_or(g, r, [&] { print_task_line(r); });
+    return 0;
+  });
+  h.on(kill, [o](const Globals& g) {
+    if (o->kill_cluster) return cluster_task_signal(g, o->id, o->sig.empty() ? "SIGKILL" : o->sig);
+    json r = call_or_die(*agent_client(g), "task.kill", {{"id", o->id}, {"signal", o->sig}});
+    print_json_or(g, r, [&] { print_task_line(r); });
+    return 0;
+  });
+  for (bool frozen : {true, false})
+    h.on(frozen ? freeze : thaw, [o, frozen](const Globals& g) {
+      json r = call_or_die(*agent_client(g), frozen ? "task.freeze" : "task.thaw", {{"id", o->id}});
+      print_json_or(g, r, [&] {
+        std::cout << r["id"].get<std::string>()
+                  << (r.value("frozen", false) ? " frozen" : " thawed") << "\n";
+      });
+      return 0;
     });
-  } else if (c.ls->parsed()) {
-    json r = call_or_die(*client, "task.ls", json::object());
-    json tasks = json::array();
-    for (const auto& t : r["tasks"]) {
-      auto st = parse_task_state(t.value("state", ""));
-      if (!c.ls_all && st && task_ended(*st)) continue;
-      tasks.push_back(t);
-    }
-    out(tasks, [&] {
-      std::vector<std::vector<std::string>> rows = {
-          {"ID", "NAME", "STATE", "PID", "EXIT", "SIGNAL", "OOM", "RESTARTS", "CGROUP"}};
-      for (const auto& t : tasks)
-        rows.push_back({str_or(t, "id"), str_or(t, "name"), str_or(t, "state"), str_or(t, "pid"),
-                        str_or(t, "exit_code"), str_or(t, "signal"),
-                        t.value("oom_killed", false) ? "yes" : "no", str_or(t, "restarts"),
-                        str_or(t, "cgroup")});
-      print_table(rows);
+  h.on(rm, [o](const Globals& g) {
+    json r = call_or_die(*agent_client(g), "task.remove", {{"id", o->id}});
+    print_json_or(g, r, [&] { std::cout << r["id"].get<std::string>() << " removed\n"; });
+    return 0;
+  });
+  h.on(logs, [o](const Globals& g) { return task_logs(g, *o); });
+  h.on(image_ls, image_ls_command);
+  h.on(image_pull, [o](const Globals& g) {
+    // A large image on a slow link takes minutes: wait up to an hour.
+    auto pulled =
+        agent_client(g)->call("image.pull", {{"image", o->image_ref}, {"wait", true}}, 3'600'000);
+    if (!pulled.ok()) die(pulled.error().str());
+    json r = std::move(pulled).value();
+    print_json_or(g, r, [&] { std::cout << r.value("manifest", "") << "\n"; });
+    return 0;
+  });
+  h.on(image_rm, [o](const Globals& g) {
+    json r = call_or_die(*agent_client(g), "image.rm", {{"image", o->image_ref}});
+    print_json_or(g, r, [&] {
+      std::cout << "removed " << r.value("removed", "") << " ("
+                << format_size(r.value("freed", uint64_t{0})) << " freed)\n";
     });
-  } else if (c.show->parsed()) {
-    json r = call_or_die(*client, "task.show", {{"id", c.id}});
-    out(r, [&] { print_kv(r); });
-  } else if (c.stop->parsed()) {
-    json p{{"id", c.id}};
-    if (!c.grace.empty()) p["grace"] = c.grace;
-    json r = call_or_die(*client, "task.stop", p);
-    out(r, [&] { print_task_line(r); });
-  } else if (c.kill->parsed()) {
-    json r = call_or_die(*client, "task.kill", {{"id", c.id}, {"signal", c.sig}});
-    out(r, [&] { print_task_line(r); });
-  } else if (c.freeze->parsed() || c.thaw->parsed()) {
-    json r = call_or_die(*client, c.freeze->parsed() ? "task.freeze" : "task.thaw", {{"id", c.id}});
-    out(r, [&] {
-      std::cout << r["id"].get<std::string>() << (r.value("frozen", false) ? " frozen" : " thawed")
-                << "\n";
+    return 0;
+  });
+  h.on(image_prune, [](const Globals& g) {
+    json r = call_or_die(*agent_client(g), "image.prune", json::object());
+    print_json_or(g, r, [&] {
+      std::cout << "removed " << r["removed"].size() << " image(s), "
+                << format_size(r.value("freed", uint64_t{0})) << " freed\n";
     });
-  } else if (c.rm->parsed()) {
-    json r = call_or_die(*client, "task.remove", {{"id", c.id}});
-    out(r, [&] { std::cout << r["id"].get<std::string>() << " removed\n"; });
-  } else if (c.logs->parsed()) {
-    return stream_logs(*client, {{"id", c.id}}, {c.stream, c.follow, c.tail, g.json_out, false});
-  }
-  return 0;
+    return 0;
+  });
+  return task;
 }
 
 }  // namespace weft::cli

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/handlers.h"
 #include "cli/util.h"
 
 namespace weft::cli {
@@ -20,21 +21,6 @@ struct RunOptions {
   int64_t cpu_weight = 0, pids = 0, max_restarts = -2, log_max_files = 0;
   std::vector<std::string> env, io_max, hugetlb, share, argv;
   bool best_effort = false;
-};
-
-struct TaskCommands {
-  CLI::App *task = nullptr, *agent = nullptr, *agent_info = nullptr;
-  CLI::App *run = nullptr, *ls = nullptr, *show = nullptr, *stop = nullptr, *kill = nullptr,
-           *freeze = nullptr, *thaw = nullptr, *rm = nullptr, *logs = nullptr;
-  // weftctl image ls | pull | rm | prune (the agent's image cache).
-  CLI::App *image = nullptr, *image_ls = nullptr, *image_pull = nullptr, *image_rm = nullptr,
-           *image_prune = nullptr;
-  std::string image_ref;
-  RunOptions ro;
-  std::string id, grace, sig = "SIGKILL", stream = "all";
-  bool ls_all = true, ls_cluster = false, follow = false, logs_cluster = false, raw = false;
-  bool run_wait = false, run_rm = false;  // task run --wait [--rm]
-  int64_t tail = -1;
 };
 
 // How `task logs` and `job logs` print: the streams ("stdout", "stderr" or "all"), follow
@@ -54,9 +40,14 @@ struct LogOptions {
 // ({"task"} or {"job", "index"}): the same cursors either way. Returns the exit code.
 int stream_logs(rpc::Client& c, const json& target, const LogOptions& o);
 
-void add_task_commands(CLI::App& app, TaskCommands& c);
-// Runs the parsed task or agent command and returns its exit code, or -1 when none was
-// given.
-int run_task_commands(const TaskCommands& c, const Globals& g);
+// task, agent and image; returns `task`, which the commands below join.
+CLI::App* add_task_commands(CLI::App& app, Handlers& h);
+// `task restart` and `task signal` through the control plane (cli/cluster_task.cc), and
+// what `task show --cluster` and `task kill --cluster` call.
+void add_cluster_task_commands(CLI::App* task, Handlers& h);
+int cluster_task_show(const Globals& g, const std::string& id);
+int cluster_task_signal(const Globals& g, const std::string& id, const std::string& signal);
+// `task exec` (cli/task_exec.cc).
+void add_task_exec_command(CLI::App* task, Handlers& h);
 
 }  // namespace weft::cli

@@ -1,4 +1,9 @@
-#include "cli/task_exec.h"
+// `weftctl task exec ID -- CMD...` (docs/operations.md, "A command inside a task"): a
+// command inside a running task of the cluster, with a terminal (-t; the default when
+// stdin and stdout are terminals) or with pipes (-T), its input and output carried over
+// the session with the control plane. The exit status is the command's.
+#include <string>
+#include <vector>
 
 #include <poll.h>
 #include <signal.h>
@@ -11,6 +16,7 @@
 #include <iostream>
 #include <optional>
 
+#include "cli/task.h"
 #include "common/base64.h"
 #include "common/exec_request.h"
 
@@ -76,26 +82,14 @@ struct Stream {
   std::string error;
 };
 
-}  // namespace
+struct TaskExecOptions {
+  std::string id;
+  std::vector<std::string> command;
+  bool tty = false, no_tty = false;
+};
 
-void add_task_exec_command(TaskCommands& t, TaskExecCommand& c) {
-  c.exec = t.task->add_subcommand(
-      "exec",
-      "run a command inside a running task of the cluster (its namespaces, root, user and "
-      "confinement), with a terminal or pipes, through the control plane; for operators of "
-      "its entitlement, audited with the command line");
-  c.exec->add_option("id", c.id, "the task's id (job.index.N: weftctl task ls --cluster)")
-      ->required();
-  c.exec->add_option("command", c.command, "the command and its arguments, after --")->required();
-  c.exec->add_flag("-t,--tty", c.tty, "a terminal (the default when stdin and stdout are ones)");
-  c.exec->add_flag("-T,--no-tty", c.no_tty, "pipes, even at a terminal");
-  c.exec->footer(
-      "Example: weftctl task exec web.0.1 -- sh\n"
-      "         weftctl task exec -T web.0.1 -- tar -C /data -cf - . > data.tar");
-}
-
-int run_task_exec_command(const TaskExecCommand& c, const Globals& g) {
-  if (!c.exec || !c.exec->parsed()) return -1;
+// Runs it: the command's exit code.
+int task_exec(const TaskExecOptions& c, const Globals& g) {
   if (c.tty && c.no_tty) die("--tty and --no-tty: give one of them");
   ExecRequest req;
   req.task = c.id;
@@ -198,6 +192,26 @@ int run_task_exec_command(const TaskExecCommand& c, const Globals& g) {
     std::cerr << "weftctl: exec in " << c.id << ": " << st.error << "\n";
   if (!st.status) return 1;
   return *st.status;
+}
+
+}  // namespace
+
+void add_task_exec_command(CLI::App* task, Handlers& h) {
+  auto o = std::make_shared<TaskExecOptions>();
+  CLI::App* exec = task->add_subcommand(
+      "exec",
+      "run a command inside a running task of the cluster (its namespaces, root, user and "
+      "confinement), with a terminal or pipes, through the control plane; for operators of "
+      "its entitlement, audited with the command line");
+  exec->add_option("id", o->id, "the task's id (job.index.N: weftctl task ls --cluster)")
+      ->required();
+  exec->add_option("command", o->command, "the command and its arguments, after --")->required();
+  exec->add_flag("-t,--tty", o->tty, "a terminal (the default when stdin and stdout are ones)");
+  exec->add_flag("-T,--no-tty", o->no_tty, "pipes, even at a terminal");
+  exec->footer(
+      "Example: weftctl task exec web.0.1 -- sh\n"
+      "         weftctl task exec -T web.0.1 -- tar -C /data -cf - . > data.tar");
+  h.on(exec, [o](const Globals& g) { return task_exec(*o, g); });
 }
 
 }  // namespace weft::cli
