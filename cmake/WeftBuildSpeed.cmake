@@ -21,6 +21,12 @@
 # environment, compiles everything.
 
 option(WEFT_PCH "Precompile the heavy third-party headers (json, gtest, CLI11)" ON)
+# The tests' own code (every target that links GTest: the tests and their harnesses) is
+# compiled without optimisation in an optimised tree: the product they test stays as
+# built (-O2), and a test's own translation unit compiles in half the CPU (one of the
+# control plane's unity batches: 43 s at -O2, 20 s at -O0). The sanitizer pass already
+# runs every test with all of it at -O0. OFF: the tests as optimised as the product.
+option(WEFT_TESTS_O0 "Compile the tests' own code at -O0 in an optimised tree" ON)
 option(WEFT_CCACHE "Compile through ccache when it is installed" ON)
 
 if(WEFT_CCACHE)
@@ -42,6 +48,14 @@ set(WEFT_PCH_STD
     <algorithm> <array> <atomic> <chrono> <cstddef> <cstdint> <cstdio> <cstdlib> <cstring>
     <deque> <filesystem> <functional> <map> <memory> <mutex> <optional> <set> <sstream>
     <string> <string_view> <thread> <unordered_map> <utility> <variant> <vector>)
+
+# weft_tests_o0(TARGET): -O0 for a target of the tests (WEFT_TESTS_O0), after the build
+# type's -O2 on the command line, so it wins.
+function(weft_tests_o0 target)
+  if(WEFT_TESTS_O0)
+    target_compile_options(${target} PRIVATE $<$<CONFIG:RelWithDebInfo,Release>:-O0>)
+  endif()
+endfunction()
 
 # Called once, after weft-common exists (the donors take its definitions and flags).
 function(weft_pch_donors)
@@ -66,6 +80,7 @@ function(weft_pch_donors)
   target_link_libraries(weft-pch-lib PRIVATE nlohmann_json::nlohmann_json)
   target_precompile_headers(weft-pch-lib PRIVATE ${WEFT_PCH_STD} <nlohmann/json.hpp>)
   target_link_libraries(weft-pch-test PRIVATE nlohmann_json::nlohmann_json GTest::gtest)
+  weft_tests_o0(weft-pch-test)  # a precompiled header is used only with the same -O
   target_precompile_headers(weft-pch-test PRIVATE ${WEFT_PCH_STD} <nlohmann/json.hpp>
                             <gtest/gtest.h>)
   target_link_libraries(weft-pch-cli PRIVATE nlohmann_json::nlohmann_json CLI11::CLI11)
@@ -115,6 +130,22 @@ function(weft_apply_pch)
     endif()
     if(kind)
       target_precompile_headers(${t} REUSE_FROM weft-pch-${kind})
+    endif()
+  endforeach()
+endfunction()
+
+# Called at the end of the top-level CMakeLists: -O0 for every target of the tests (those
+# that link GTest) when WEFT_TESTS_O0.
+function(weft_apply_tests_o0)
+  weft_collect_targets(${PROJECT_SOURCE_DIR} targets)
+  foreach(t ${targets})
+    get_target_property(type ${t} TYPE)
+    if(NOT type MATCHES "^(EXECUTABLE|STATIC_LIBRARY|OBJECT_LIBRARY)$")
+      continue()
+    endif()
+    get_target_property(links ${t} LINK_LIBRARIES)
+    if(links MATCHES "GTest::")
+      weft_tests_o0(${t})
     endif()
   endforeach()
 endfunction()
