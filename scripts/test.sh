@@ -92,33 +92,16 @@ if [ -z "${WEFT_SKIP_SANITIZERS:-}" ]; then
 fi
 # Every parser's libFuzzer harness, bounded (WEFT_FUZZ_SECONDS per harness, two side by
 # side: they are the only tests that keep a core busy; a crash fails the suite).
-# The README's commands on their own in a fresh copy of the tree (tests/fresh_clone.sh),
-# apart from the other tests: it compiles, copies and lints, and beside them its disk load
-# stalled etcd's fsyncs. Beside it, every parser's libFuzzer harness, bounded
-# (WEFT_FUZZ_SECONDS each, two side by side, a crash fails the suite) and at nice 19: a
-# harness runs for its time whatever CPU it gets, so the fresh copy keeps the machine and
-# the fuzzers take what it leaves (they use no disk, no etcd, no daemon).
-fuzz_pid=""
-fuzz_log=build-san/fuzz-pass.out
 if [ -z "${WEFT_SKIP_FUZZ:-}" ]; then
-  stage "fuzz (build-san), beside the fresh copy"
+  stage "fuzz (build-san)"
   # The suite's bounded run: 20 s a harness, built at -O0 in the sanitizer tree (the long
   # form, 5 minutes each by default at -O2: scripts/fuzz.sh).
   export WEFT_FUZZ_SECONDS="${WEFT_FUZZ_SECONDS:-20}"
-  nice -n 19 scripts/ctest-pass.sh build-san -j 2 -L fuzz >"$fuzz_log" 2>&1 &
-  fuzz_pid=$!
-  trap '[ -n "$bg_pid" ] && kill "$bg_pid" 2>/dev/null; [ -n "$fuzz_pid" ] && kill "$fuzz_pid" 2>/dev/null; true' EXIT
+  scripts/ctest-pass.sh build-san -j 2 -L fuzz
 fi
+# The README's commands on their own in a fresh copy of the tree (tests/fresh_clone.sh),
+# alone: it compiles, copies and lints, and beside other tests its disk load stalled
+# etcd's fsyncs.
 stage "fresh copy (build)"
-fresh_rc=0
-scripts/ctest-pass.sh build -L fresh || fresh_rc=$?
-if [ -n "$fuzz_pid" ]; then
-  fuzz_rc=0
-  wait "$fuzz_pid" || fuzz_rc=$?
-  fuzz_pid=""
-  echo "== the fuzzers' pass (beside the fresh copy):"
-  cat "$fuzz_log"
-  [ "$fuzz_rc" -eq 0 ] || { echo "the fuzzers failed" >&2; exit 1; }
-fi
-[ "$fresh_rc" -eq 0 ] || exit "$fresh_rc"
+scripts/ctest-pass.sh build -L fresh
 stage "all tests passed"
