@@ -30,7 +30,7 @@
 
 #include "common/fs.h"
 #include "common/strings.h"
-#include "controlplane/allocator.h"
+#include "controlplane/scheduling/allocator.h"
 
 using namespace weft;
 

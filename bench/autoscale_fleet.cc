@@ -5,13 +5,13 @@
 //
 // The control plane's own parts run here in simulated time, without the network: the
 // Allocator and the Scheduler (placement, scale-ups onto free machines, scale-downs),
-// autoscaling's decision rules (controlplane/autoscale.h, the forecast's history filled
+// autoscaling's decision rules (controlplane/tend/autoscaler.h, the forecast's history filled
 // by `warmup` days of the same load first) and the ReBalancer's loop
-// (controlplane/rebalancer.h, its real rounds every minute with the shipped budgets).
+// (controlplane/tend/rebalancer.h, its real rounds every minute with the shipped budgets).
 // What is simulated is the machines: a task started is running at once and ready
 // `start` seconds later; a task stopped is gone at once; machines report every step.
 //
-// The load is bench/autoscale_week's synthesis (controlplane/autoscale_load.h) times
+// The load is bench/autoscale_week's synthesis (controlplane/tend/week_load.h) times
 // `scale`: weekdays 5 -> 30 units, weekends 5 -> 10, noise 5%, seeded. A task of 2 cores
 // serves at most 1 unit and the job runs at 0.7 a task; the machines: `machines` of 16
 // cores in 6 fault domains, all in the free pool, the entitlement's quota 40.
@@ -36,9 +36,9 @@
 #include <CLI/CLI.hpp>
 
 #include "common/event.h"
-#include "controlplane/autoscale.h"
-#include "controlplane/autoscale_load.h"
-#include "controlplane/rebalancer.h"
+#include "controlplane/tend/autoscaler.h"
+#include "controlplane/tend/rebalancer.h"
+#include "controlplane/tend/week_load.h"
 
 using namespace weft::cp;
 

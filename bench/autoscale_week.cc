@@ -1,4 +1,4 @@
-// A week of load through autoscaling's decisions (controlplane/autoscale.h): the
+// A week of load through autoscaling's decisions (controlplane/tend/autoscaler.h): the
 // proportional rule alone (Kubernetes' HPA, its defaults) against the same with the
 // forecast (Twine's SRM), on the same load, side by side.
 //
@@ -27,8 +27,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "controlplane/autoscale.h"
-#include "controlplane/autoscale_load.h"
+#include "controlplane/tend/autoscaler.h"
+#include "controlplane/tend/week_load.h"
 
 using weft::cp::AutoscaleDecision;
 using weft::cp::AutoscalePolicy;

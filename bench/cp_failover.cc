@@ -38,7 +38,7 @@ double pct(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   CLI::App app{"control plane failover on etcd"};
   int rounds = 20;
-  int64_t ttl = 2;  // the shipped lease_ttl (controlplane/cp_conf.h)
+  int64_t ttl = 2;  // the shipped lease_ttl (controlplane/daemon/cp_conf.h)
   app.add_option("--rounds", rounds, "leader kills");
   app.add_option("--lease-ttl", ttl, "the leader's lease, seconds");
   std::string grace = "0s";

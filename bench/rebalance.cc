@@ -1,9 +1,9 @@
-// The ReBalancer's planner (controlplane/rebalance.h) on a fleet of real machines: the
+// The ReBalancer's planner (controlplane/tend/rebalance_plan.h) on a fleet of real machines: the
 // Alibaba cluster-trace-v2018 machines (../shared/data/alibaba-v2018-machine_meta.csv:
 // each machine's last record; failure_domain_2 (21 values) as its fault domain, or
 // failure_domain_1 (292) with --domain-level 1; cpu_num cores; the
 // trace's memory is normalised 0-100, taken here as 100 = 256 GiB) in one entitlement,
-// placed by weft's own allocator (controlplane/allocator.h).
+// placed by weft's own allocator (controlplane/scheduling/allocator.h).
 //
 // The jobs are a synthesis (labelled as such in docs/benchmarks.md): `--steps` steps; at
 // each, a job arrives with probability `--arrival` (tasks: lognormal, median 12, 1-200; a task
@@ -37,8 +37,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "controlplane/allocator.h"
-#include "controlplane/rebalance.h"
+#include "controlplane/scheduling/allocator.h"
+#include "controlplane/tend/rebalance_plan.h"
 
 namespace rb = weft::cp::rebalance;
 using weft::cp::Allocator;

@@ -8,9 +8,9 @@
 
 #include "common/daemon.h"
 #include "common/log.h"
-#include "controlplane/etcd_store.h"
-#include "controlplane/front_end.h"
-#include "controlplane/manager.h"
+#include "controlplane/daemon/manager.h"
+#include "controlplane/region/front_end.h"
+#include "controlplane/store/etcd_store.h"
 
 using namespace weft;
 

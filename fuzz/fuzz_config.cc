@@ -7,7 +7,7 @@
 #include "agent/agent_conf.h"
 #include "cli/cli_config.h"
 #include "common/secret_box.h"
-#include "controlplane/cp_conf.h"
+#include "controlplane/daemon/cp_conf.h"
 #include "hcs/hcs_conf.h"
 #include "sidekick/sidekick_conf.h"
 

@@ -14,7 +14,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/strings.h"
-#include "controlplane/manager.h"
+#include "controlplane/daemon/manager.h"
 
 using namespace weft;
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "controlplane/etcd_client.h"
-#include "controlplane/etcd_store.h"
+#include "controlplane/store/etcd_client.h"
+#include "controlplane/store/etcd_store.h"
 
 using namespace weft;
 

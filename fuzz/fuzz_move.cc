@@ -1,13 +1,13 @@
-// What a shard reads when an entitlement moves to it (controlplane/move_doc.h): the
+// What a shard reads when an entitlement moves to it (controlplane/region/move_doc.h): the
 // document the old shard wrote, carried over the network by a front end, and the move's
-// record in etcd (controlplane/region.h). Both are hostile: refused with the field or key
+// record in etcd (controlplane/region/region.h). Both are hostile: refused with the field or key
 // named, never a crash; what is accepted is written back and read again the same.
 #include <cstdint>
 #include <string>
 
 #include "common/json_bounded.h"
-#include "controlplane/move_doc.h"
-#include "controlplane/region.h"
+#include "controlplane/region/move_doc.h"
+#include "controlplane/region/region.h"
 
 using namespace weft;
 

@@ -1,12 +1,12 @@
-// What a region's roles read back from etcd (controlplane/region.h): an entitlement's
+// What a region's roles read back from etcd (controlplane/region/region.h): an entitlement's
 // home and a machine's holder as stored values, and a whole range of homes as the network
 // delivered it (a protobuf RangeResponse). A forged or corrupt etcd must be refused with
 // the key named, never crash a front end or a shard.
 #include <cstdint>
 #include <string>
 
-#include "controlplane/etcd_client.h"
-#include "controlplane/region.h"
+#include "controlplane/region/region.h"
+#include "controlplane/store/etcd_client.h"
 
 using namespace weft;
 

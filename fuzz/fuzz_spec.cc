@@ -20,7 +20,7 @@
 #include "common/task_report.h"
 #include "common/task_spec.h"
 #include "common/task_usage.h"
-#include "controlplane/state_store.h"
+#include "controlplane/store/state_store.h"
 
 using namespace weft;
 

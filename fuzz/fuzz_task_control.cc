@@ -5,7 +5,7 @@
 #include <string>
 
 #include "common/json_bounded.h"
-#include "controlplane/task_control.h"
+#include "controlplane/taskcontrol/links.h"
 #include "examples/shard_controller/shard_manager.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

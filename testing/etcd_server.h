@@ -25,7 +25,7 @@
 
 #include "common/fs.h"
 #include "common/strings.h"
-#include "controlplane/etcd_client.h"
+#include "controlplane/store/etcd_client.h"
 #include "testing/ports.h"
 #include "testing/process.h"
 

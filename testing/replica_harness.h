@@ -1,4 +1,4 @@
-// For tests and benchmarks of control plane replicas (controlplane/replica_test.cc,
+// For tests and benchmarks of control plane replicas (controlplane/store/replica_test.cc,
 // bench/cp_failover.cc): weft-controlplane processes on one etcd, and machines as the
 // control plane sees them (sessions that register, report and run what they are told,
 // driven by the test or by a thread of their own), which look for the leader among the

@@ -11,7 +11,7 @@
 #include "cli/cli_config.h"
 #include "common/fs.h"
 #include "common/job_file.h"
-#include "controlplane/cp_conf.h"
+#include "controlplane/daemon/cp_conf.h"
 #include "hcs/hcs_conf.h"
 #include "sidekick/profile.h"
 #include "sidekick/sidekick_conf.h"

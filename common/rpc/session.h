@@ -133,7 +133,7 @@ class Dispatcher {
 // A daemon's methods as one table of member functions (named handlers apart from the
 // logic, like systemd's bus vtables). A method with a nonzero `access` runs only after
 // `guard(ctx)` accepted the caller (kPrivileged for the machine daemons; the control
-// plane reads the levels itself: Access in controlplane/manager.h).
+// plane reads the levels itself: Access in controlplane/daemon/manager.h).
 template <class T>
 struct Method {
   const char* name;

@@ -1,0 +1,94 @@
+#include "controlplane/jobs/periodic.h"
+
+#include "common/log.h"
+
+namespace weft::cp {
+
+const CronSchedule* PeriodicRuns::schedule(const std::string& job, const std::string& text) {
+  auto it = schedules_.find(job);
+  if (it != schedules_.end() && it->second.first == text) return &it->second.second;
+  auto parsed = parse_cron(text);
+  if (!parsed.ok()) return nullptr;  // (the job validator accepted it: never here)
+  return &(schedules_[job] = {text, *parsed}).second;
+}
+
+std::optional<int64_t> PeriodicRuns::next_period(const Scheduler& s, const std::string& job,
+                                                 int64_t wall_s) {
+  auto spec = s.job(job);
+  if (!spec || !spec->periodic) return std::nullopt;
+  const CronSchedule* c = schedule(job, spec->periodic->schedule);
+  return c ? c->next_after(wall_s) : std::nullopt;
+}
+
+std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t now) {
+  std::vector<Command> out;
+  auto jobs = s.periodic_jobs();
+  for (auto it = schedules_.begin(); it != schedules_.end();)  // jobs that went
+    it = jobs.count(it->first) ? std::next(it) : schedules_.erase(it);
+  for (auto& [name, running] : jobs) {
+    auto spec = s.job(name);
+    auto progress = s.progress(name);
+    if (!spec || !spec->periodic || !progress) continue;
+    if (progress->last_period == 0) {  // a job created without its first mark: from now on
+      s.skip_period(name, wall_s, "");
+      continue;
+    }
+    const CronSchedule* c = schedule(name, spec->periodic->schedule);
+    if (!c) continue;
+    std::vector<int64_t> due;
+    for (auto p = c->next_after(progress->last_period); p && *p <= wall_s; p = c->next_after(*p))
+      due.push_back(*p);
+    if (due.size() > kCatchUp) {
+      size_t missed = due.size() - kCatchUp;
+      s.skip_period(name, due[missed - 1],
+                    std::to_string(missed) + " periods up to " + std::to_string(due[missed - 1]) +
+                        " were missed while no control plane led; the latest " +
+                        std::to_string(kCatchUp) + " run in turn");
+      due.erase(due.begin(), due.begin() + static_cast<std::ptrdiff_t>(missed));
+    }
+    for (int64_t p : due) {
+      if (!running.empty() && spec->periodic->overlap == weft::PeriodOverlap::kForbid) {
+        s.skip_period(name, p,
+                      "period " + std::to_string(p) + ": overlap forbidden, " + running.front() +
+                          " still runs");
+        continue;
+      }
+      if (running.size() >= static_cast<size_t>(spec->periodic->max_running) &&
+          spec->periodic->overlap == weft::PeriodOverlap::kAllow) {
+        s.skip_period(name, p,
+                      "period " + std::to_string(p) + ": " + std::to_string(running.size()) +
+                          " runs still going, as many as max_running allows (the oldest " +
+                          running.front() + ")");
+        continue;
+      }
+      if (!running.empty() && spec->periodic->overlap == weft::PeriodOverlap::kReplace) {
+        for (const auto& run : running)
+          if (auto stopped = s.stop(run, now); stopped.ok())
+            out.insert(out.end(), stopped->begin(), stopped->end());
+        running.clear();
+      }
+      auto started = s.start_period(name, p, now);
+      if (!started.ok()) {
+        // No room now, say: the period stays due and is tried again at the next tick.
+        log_warn("a periodic job's run cannot start yet",
+                 {{"JOB", name}, {"PERIOD", std::to_string(p)}, {"ERROR", started.error().str()}});
+        break;
+      }
+      out.insert(out.end(), started->begin(), started->end());
+      running.push_back(weft::period_run_name(name, p));
+    }
+    // The history it keeps: the latest runs that succeeded and that failed.
+    std::vector<std::string> ok, failed;
+    for (const auto& run : s.ended_runs(name)) {
+      auto p = s.progress(run);
+      (p && p->outcome == "succeeded" ? ok : failed).push_back(run);
+    }
+    for (auto [runs, keep] : {std::pair{&ok, kKeepSucceeded}, std::pair{&failed, kKeepFailed}})
+      for (size_t i = 0; i + keep < runs->size(); ++i)
+        if (auto stopped = s.stop((*runs)[i], now); stopped.ok())
+          out.insert(out.end(), stopped->begin(), stopped->end());
+  }
+  return out;
+}
+
+}  // namespace weft::cp

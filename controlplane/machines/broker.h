@@ -1,0 +1,231 @@
+// The Resource Broker (Twine §2.4): the machine inventory, each machine's health and
+// availability, and the entitlements machines belong to. Pure state: the daemon feeds it
+// what machines say (register, heartbeats, HCS verdicts, sidekick's applied profile) and
+// the time; it tells the allocator which machines may take new tasks and tells the
+// caller which machines went down, so the scheduler replaces their tasks.
+//
+// A machine takes new tasks only when it is alive (a heartbeat within
+// missed_heartbeats x heartbeat interval), healthy (its HCS verdict is ok or degraded),
+// not drained for maintenance, and running its entitlement's host profile. Machines
+// that fail or die produce unavailability events; so does a drain.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "common/task_grants.h"
+#include "controlplane/scheduling/allocator.h"
+
+namespace weft::cp {
+
+struct MachineInfo {
+  std::string id;  // the agent's machine id
+  std::string dc, domain, type;
+  Resources capacity;
+  uint16_t port_first = 20000, port_last = 32767;  // the agent's port_range
+  // The machine's own ports (its listeners, weft's, its reserved_ports): no task's.
+  std::vector<uint16_t> reserved_ports;
+};
+
+struct EntitlementSpec {
+  std::string name;
+  size_t quota = 0;     // machines
+  std::string profile;  // host profile its machines run ("" = the default)
+  std::string dc;       // "" = any
+  // Who may change its jobs besides admins: principal patterns (controlplane/api/access.h).
+  std::vector<std::string> owners;
+  // What its jobs' tasks may ask of the host beyond the restricted default
+  // (common/task_grants.h, docs/security.md); set by admins.
+  TaskGrants grants;
+  // `weftctl rebalance pause`: the ReBalancer makes no moves in it (docs/rebalancer.md).
+  bool rebalance_paused = false;
+};
+
+struct Unavailability {
+  uint64_t at_us = 0;
+  std::string machine;
+  std::string kind;  // "dead", "failed", "drain", "back"
+  std::string detail;
+};
+
+struct BrokerConfig {
+  uint64_t heartbeat_interval_us = 2'000'000;
+  int missed_heartbeats = 3;
+  // After this control plane restores the state (a restart, a new leader): a machine it
+  // has not heard from since is not dead before this long. Its agent was cut off by the
+  // restart, not by a failure, and reconnects with a backoff (up to 30 s and a quarter).
+  uint64_t failover_grace_us = 60'000'000;
+  // A machine lent to an entitlement that has not applied its profile this long after
+  // it began preparing is marked unprepared (take_unprepared): no task waits on it.
+  uint64_t prepare_timeout_us = 120'000'000;
+  // How long the mark holds unless its sidekick applies the profile (or the machine
+  // registers again) sooner: the machine takes no tasks meanwhile.
+  uint64_t unprepared_hold_us = 3'600'000'000;
+};
+
+class Broker {
+ public:
+  Broker(Allocator& alloc, BrokerConfig cfg = {}) : alloc_(alloc), cfg_(cfg) {}
+
+  // Idempotent: a machine registering again (agent restart) keeps its id and pool.
+  Result<MachineId> register_machine(const MachineInfo& info, uint64_t now_us);
+  Status heartbeat(const std::string& machine, uint64_t now_us);
+  // HCS's verdict: "ok", "degraded", "failed" or "unknown".
+  Status health(const std::string& machine, const std::string& verdict, uint64_t now_us);
+  // Sidekick reports the profile it has applied.
+  Status profile_applied(const std::string& machine, const std::string& profile);
+  Status drain(const std::string& machine, bool drained, uint64_t now_us);
+
+  Result<EntitlementId> create_entitlement(const EntitlementSpec& spec);
+  // Undoes a create whose write failed (nothing can use it yet).
+  void forget_entitlement(EntitlementId id);
+  // Replaces an entitlement's owners; returns the previous ones (to undo a failed write).
+  std::vector<std::string> set_owners(EntitlementId id, std::vector<std::string> owners);
+  TaskGrants set_grants(EntitlementId id, TaskGrants grants);  // returns the grants before
+  // entitlement.update --quota / --profile (the caller checked them); return the value
+  // before, to undo a failed write.
+  size_t set_quota(EntitlementId id, size_t quota);
+  std::string set_profile(EntitlementId id, std::string profile);
+  bool set_rebalance_paused(EntitlementId id, bool paused) {
+    return std::exchange(ents_.at(id).rebalance_paused, paused);
+  }
+  // A profile roll (entitlement.update --profile): machines held at `profile` keep it as
+  // their desired one until released, a few at a time.
+  void hold_profile(MachineId m, std::string profile) { held_profile_[m] = std::move(profile); }
+  void release_profile(MachineId m) { held_profile_.erase(m); }
+  bool profile_held(MachineId m) const { return held_profile_.count(m) > 0; }
+  // Applied what it should run now (or it may run any).
+  bool profile_ready(MachineId m) const;
+  // After a restart: the entitlement as it was stored, with its id.
+  void restore_entitlement(EntitlementId id, const EntitlementSpec& spec);
+  const std::map<EntitlementId, EntitlementSpec>& entitlements() const { return ents_; }
+  // What the store keeps of a machine.
+  struct Persisted {
+    MachineInfo info;
+    bool drained = false;
+    std::string applied_profile;
+    bool removed = false;
+    bool pinned = false;  // the allocator's (machine.assign); filled in by the daemon
+  };
+  Persisted persisted(MachineId m) const;
+  std::optional<EntitlementId> entitlement(const std::string& name) const;
+  const EntitlementSpec& entitlement_spec(EntitlementId e) const { return ents_.at(e); }
+  // The profile a machine should run now (its entitlement's), for sidekick.
+  std::string desired_profile(MachineId m) const;
+
+  // Machines whose heartbeats stopped since the last call (dead now); call it every
+  // heartbeat interval. Together with health(), the machines to hand to
+  // Scheduler::machine_down.
+  std::vector<MachineId> check(uint64_t now_us);
+  // The state was just restored (every machine registered at `now_us`): machines not
+  // heard from again are judged at now + max(failover grace, the dead-machine timeout),
+  // not at the usual timeout. Machines heard from since are judged as usual.
+  void begin_failover_grace(uint64_t now_us);
+  // The control plane itself was not listening until `now_us` (its loop held up by a
+  // slow etcd write, the process paused): what machines sent meanwhile waits unread, so
+  // their silence is counted from `now_us` at the earliest, not from their last heartbeat.
+  void excuse_silence_until(uint64_t now_us);
+  // A machine that came with an entitlement from another shard of the region (its
+  // daemons are on their way from that shard): not dead before `until_us` unless heard
+  // from meanwhile, then judged as usual.
+  void expect(MachineId m, uint64_t until_us);
+  // Machines that became unusable through health() since the last call.
+  std::vector<MachineId> take_failed();
+  // Machines preparing (lent to an entitlement, its profile not applied) for longer than
+  // prepare_timeout at `now`: the caller marks them (mark_unprepared) and moves what
+  // waits on them. Also ends marks whose hold is over. Costs the machines preparing.
+  std::vector<MachineId> take_unprepared(uint64_t now_us);
+  // The machine takes no tasks and holds no quota slot until its sidekick applies
+  // `profile` (the one it failed to), it registers again, or the hold ends; `why` is
+  // shown by machine ls and recorded as an "unprepared" event.
+  void mark_unprepared(MachineId m, const std::string& why, uint64_t now_us);
+  // Why it is marked ("" when it is not).
+  std::string unprepared_reason(MachineId m) const;
+  // An operator forgets a machine that is gone (weftctl machine rm): only a dead one.
+  // It is listed no more and takes nothing; registering or beating again brings it back
+  // (a machine that returns is a machine). Its id keeps its place (MachineId).
+  // `left_for`: a region's machine that went, alive, to another control plane (the
+  // reason recorded); removed whether dead or not.
+  Status remove(const std::string& machine, uint64_t now_us, const char* left_for = nullptr);
+  // After a restart (it was removed), or to undo a remove() that could not be stored.
+  void set_removed(MachineId m, bool removed);
+  bool removed(MachineId m) const;
+  // Machines that became usable again (profile applied, back alive) since the last call:
+  // the scheduler may start what waited for them.
+  std::vector<MachineId> take_ready();
+  // The same when only `moved` (machines whose entitlement changed) and machines whose
+  // own reports changed them need a look: no scan of the fleet.
+  std::vector<MachineId> take_ready(const std::set<MachineId>& moved);
+
+  std::optional<MachineId> find(const std::string& machine) const;
+  // Alive and its HCS verdict ok or degraded, drained or not (what planned maintenance
+  // waits for before it returns a machine to service).
+  bool healthy(MachineId m) const;
+  bool usable(MachineId m) const;
+  // The latest unavailability events, oldest first (at most kMaxEvents).
+  const std::deque<Unavailability>& events() const { return events_; }
+  static constexpr size_t kMaxEvents = 10000;
+  // Events recorded since the last call: what the daemon must persist.
+  std::vector<Unavailability> take_new_events();
+  // After a restart: the stored events, oldest first, instead of any the restore made.
+  void restore_events(std::vector<Unavailability> events);
+  std::string state_of(MachineId m)
+      const;  // "ok", "degraded", "failed", "dead", "drained", "preparing", "unprepared"
+  // HCS's last verdict of machine m ("unknown" until one came).
+  const std::string& verdict_of(MachineId m) const;
+
+ private:
+  struct Machine {
+    MachineInfo info;
+    MachineId id = 0;
+    uint64_t last_heartbeat = 0;
+    std::string verdict = "unknown";
+    std::string applied_profile;
+    bool dead = false, drained = false;
+    bool removed = false;           // remove()
+    uint64_t unprepared_until = 0;  // mark_unprepared
+    std::string unprepared_profile, unprepared_reason;
+  };
+  void refresh(Machine& m);
+  void beat(Machine& m, uint64_t now);  // a heartbeat (or registration) at `now`
+  // How long a machine may be silent before it is dead (missed_heartbeats intervals).
+  uint64_t dead_after_us() const;
+  // Marks `m` dead at `now` for `why` (an unavailability event) and appends it to `dead`.
+  void declare_dead(Machine& m, uint64_t now, const std::string& why, std::vector<MachineId>* dead);
+  std::vector<MachineId> take_ready_only();
+  bool profile_ready(
+      const Machine& m) const;  // pushes usability to the allocator, notes transitions
+  Machine* get(const std::string& machine);
+
+  Allocator& alloc_;
+  BrokerConfig cfg_;
+  std::map<std::string, Machine> machines_;  // by machine id
+  std::vector<std::string> by_index_;        // MachineId -> machine id
+  std::map<EntitlementId, EntitlementSpec> ents_;
+  EntitlementId next_entitlement_id_ = 1;
+  std::map<MachineId, std::string> held_profile_;  // hold_profile
+  std::map<MachineId, bool> was_usable_;
+  std::map<MachineId, uint64_t> preparing_;           // machines preparing, and since when
+  std::set<MachineId> unprepared_;                    // marked (mark_unprepared)
+  uint64_t now_ = 0;                                  // the latest time any call was given
+  std::set<MachineId> lost_;                          // failed or dead, and reported so (refresh)
+  std::deque<std::pair<uint64_t, MachineId>> beats_;  // heartbeats, oldest first
+  // begin_failover_grace(): when it began, when it ends (0: none under way).
+  uint64_t restored_at_ = 0, grace_until_ = 0;
+  uint64_t excused_until_ = 0;  // excuse_silence_until()
+  // expect(): the machine, when it was expected from, and until when.
+  std::map<MachineId, std::pair<uint64_t, uint64_t>> expected_;
+  std::vector<MachineId> failed_, ready_;
+  void record(Unavailability e);
+  std::deque<Unavailability> events_;
+  size_t unsaved_ = 0;  // events at the end of events_ not yet taken
+};
+
+}  // namespace weft::cp

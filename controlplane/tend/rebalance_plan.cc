@@ -1,0 +1,475 @@
+#include "controlplane/tend/rebalance_plan.h"
+
+#include <glpk.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace weft::cp::rebalance {
+
+const char* aim_name(Aim a) {
+  switch (a) {
+    case Aim::kSpread:
+      return "spread over fault domains";
+    case Aim::kFree:
+      return "free a whole machine";
+    case Aim::kBalance:
+      return "balance CPU";
+  }
+  return "";
+}
+
+namespace {
+
+// The fleet's books while a plan is made: what each machine holds, each job's tasks per
+// domain and its fair share, and what the plan moved of each job.
+class Book {
+ public:
+  explicit Book(const Fleet& f, double fill = 1.0) : f_(f), where_(f.tasks.size()), fill_(fill) {
+    cpu_.assign(f.machines.size(), 0);
+    mem_.assign(f.machines.size(), 0);
+    on_.assign(f.machines.size(), {});
+    std::set<uint32_t> domains;
+    for (const auto& m : f.machines)
+      if (m.usable) domains.insert(m.domain);
+    domains_ = std::max<size_t>(domains.size(), 1);
+    tasks_of_.assign(f.jobs.size(), 0);
+    moved_.assign(f.jobs.size(), 0);
+    for (uint32_t t = 0; t < f.tasks.size(); ++t) {
+      const Task& task = f.tasks[t];
+      where_[t] = task.machine;
+      cpu_[task.machine] += task.cpu_milli;
+      mem_[task.machine] += task.mem_mb;
+      on_[task.machine].insert(t);
+      ++per_domain_[{task.job, f.machines[task.machine].domain}];
+      ++tasks_of_[task.job];
+    }
+  }
+  const Fleet& fleet() const { return f_; }
+  uint32_t where(uint32_t t) const { return where_[t]; }
+  const std::set<uint32_t>& on(uint32_t m) const { return on_[m]; }
+  double use(uint32_t m) const {
+    const Machine& mc = f_.machines[m];
+    return mc.cpu_milli > 0 ? static_cast<double>(cpu_[m]) / static_cast<double>(mc.cpu_milli) : 1;
+  }
+  int64_t cpu(uint32_t m) const { return cpu_[m]; }
+  int cap(uint32_t job) const {  // a job's fair share of one domain
+    int n = tasks_of_[job];
+    return std::max(1, static_cast<int>((n + domains_ - 1) / domains_));
+  }
+  int in_domain(uint32_t job, uint32_t domain) const {
+    auto it = per_domain_.find({job, domain});
+    return it == per_domain_.end() ? 0 : it->second;
+  }
+  bool fits(uint32_t t, uint32_t m) const {
+    const Task& task = f_.tasks[t];
+    const Machine& mc = f_.machines[m];
+    return mc.usable && where_[t] != m &&
+           static_cast<double>(cpu_[m] + task.cpu_milli) <=
+               fill_ * static_cast<double>(mc.cpu_milli) &&
+           mem_[m] + task.mem_mb <= mc.mem_mb;
+  }
+  // Moving t to m makes its job's spread no worse.
+  bool spread_ok(uint32_t t, uint32_t m) const {
+    const Task& task = f_.tasks[t];
+    const Job& j = f_.jobs[task.job];
+    uint32_t from = f_.machines[where_[t]].domain, to = f_.machines[m].domain;
+    if (!j.spread || from == to) return true;
+    return in_domain(task.job, to) + 1 <= std::max(cap(task.job), in_domain(task.job, from) - 1);
+  }
+  // The job may have one more task moved in this plan.
+  bool may_move(uint32_t t) const {
+    const Task& task = f_.tasks[t];
+    const Job& j = f_.jobs[task.job];
+    return !j.opt_out && moved_[task.job] < std::max(1, j.max_unavailable) && !done_.count(t);
+  }
+  void move(uint32_t t, uint32_t m) {
+    const Task& task = f_.tasks[t];
+    uint32_t from = where_[t];
+    cpu_[from] -= task.cpu_milli;
+    mem_[from] -= task.mem_mb;
+    on_[from].erase(t);
+    --per_domain_[{task.job, f_.machines[from].domain}];
+    cpu_[m] += task.cpu_milli;
+    mem_[m] += task.mem_mb;
+    on_[m].insert(t);
+    ++per_domain_[{task.job, f_.machines[m].domain}];
+    where_[t] = m;
+    ++moved_[task.job];
+    done_.insert(t);
+  }
+  void unmove(uint32_t t, uint32_t back) {  // a tentative move undone
+    move(t, back);
+    moved_[f_.tasks[t].job] -= 2;
+    done_.erase(t);
+  }
+
+ private:
+  const Fleet& f_;
+  std::vector<uint32_t> where_;
+  std::vector<int64_t> cpu_, mem_;
+  std::vector<std::set<uint32_t>> on_;
+  std::map<std::pair<uint32_t, uint32_t>, int> per_domain_;
+  std::vector<int> tasks_of_, moved_;
+  std::set<uint32_t> done_;  // a task moves once a plan
+  size_t domains_ = 1;
+  double fill_ = 1.0;  // what a move may fill a machine's CPU to
+};
+
+// The best machine for task t among those `allowed`: it fits, keeps the spread, is not
+// empty (an empty machine is one the entitlement may give back) and, best fit, has the
+// least CPU left once it takes t.
+template <class Allowed>
+int64_t best_target(const Book& b, uint32_t t, Allowed allowed) {
+  const Fleet& f = b.fleet();
+  int64_t best = -1;
+  int64_t best_left = 0;
+  for (uint32_t m = 0; m < f.machines.size(); ++m) {
+    if (!allowed(m) || b.on(m).empty() || !b.fits(t, m) || !b.spread_ok(t, m)) continue;
+    int64_t left = f.machines[m].cpu_milli - b.cpu(m) - f.tasks[t].cpu_milli;
+    if (best < 0 || left < best_left) {
+      best = m;
+      best_left = left;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Score score(const Fleet& f) {
+  Book b(f);
+  Score s;
+  for (uint32_t j = 0; j < f.jobs.size(); ++j) {
+    if (!f.jobs[j].spread) continue;
+    std::set<uint32_t> domains;
+    for (const auto& m : f.machines) domains.insert(m.domain);
+    for (uint32_t d : domains) s.spread_violations += std::max(0, b.in_domain(j, d) - b.cap(j));
+  }
+  std::vector<double> uses;
+  for (uint32_t m = 0; m < f.machines.size(); ++m) {
+    if (!f.machines[m].usable) continue;
+    if (b.on(m).empty()) {
+      s.machines_empty += !f.machines[m].spare;
+      continue;
+    }
+    ++s.machines_used;
+    uses.push_back(b.use(m));
+  }
+  if (!uses.empty()) {
+    double mean = 0;
+    for (double u : uses) mean += u;
+    mean /= static_cast<double>(uses.size());
+    double var = 0;
+    for (double u : uses) var += (u - mean) * (u - mean);
+    s.cpu_stddev = std::sqrt(var / static_cast<double>(uses.size()));
+  }
+  return s;
+}
+
+std::vector<uint32_t> crowded_domains(const Fleet& f) {
+  Book b(f);
+  std::set<uint32_t> domains, out;
+  for (const auto& m : f.machines) domains.insert(m.domain);
+  std::set<uint32_t> usable;
+  for (const auto& m : f.machines)
+    if (m.usable) usable.insert(m.domain);
+  std::vector<int> tasks(f.jobs.size());
+  for (const auto& t : f.tasks) ++tasks[t.job];
+  for (uint32_t j = 0; j < f.jobs.size(); ++j) {
+    if (!f.jobs[j].spread || f.jobs[j].opt_out) continue;
+    int most = 0;
+    for (uint32_t d : domains) most = std::max(most, b.in_domain(j, d));
+    const int wider = (tasks[j] + static_cast<int>(usable.size())) /
+                      (static_cast<int>(usable.size()) + 1);  // ceil(n / (D + 1))
+    for (uint32_t d : domains)
+      if (b.in_domain(j, d) > b.cap(j) || (wider < most && b.in_domain(j, d) == most))
+        out.insert(d);
+  }
+  return {out.begin(), out.end()};
+}
+
+void apply_moves(Fleet& f, const std::vector<Move>& moves) {
+  for (const auto& m : moves)
+    if (m.task < f.tasks.size() && m.to < f.machines.size()) f.tasks[m.task].machine = m.to;
+}
+
+std::vector<Move> plan_local(const Fleet& f, const Options& o) {
+  Book b(f, o.fill);
+  std::vector<Move> out;
+  auto take = [&](uint32_t t, uint32_t to, Aim aim) {
+    out.push_back(Move{t, b.where(t), to, aim});
+    b.move(t, to);
+  };
+  // 1. Spread: from a domain over the job's share to one under it.
+  std::vector<std::vector<uint32_t>> by_job(f.jobs.size());
+  for (uint32_t t = 0; t < f.tasks.size(); ++t) by_job[f.tasks[t].job].push_back(t);
+  bool swapped = false;  // a swap-only spare taken (one a plan)
+  for (uint32_t j = 0; j < f.jobs.size() && out.size() < o.move_budget; ++j) {
+    if (!f.jobs[j].spread || f.jobs[j].opt_out) continue;
+    for (uint32_t t : by_job[j]) {
+      if (out.size() >= o.move_budget) break;
+      uint32_t d = f.machines[b.where(t)].domain;
+      if (b.in_domain(j, d) <= b.cap(j) || !b.may_move(t)) continue;
+      int64_t best = -1;
+      int best_count = 0;
+      int64_t best_left = 0;
+      for (uint32_t m = 0; m < f.machines.size(); ++m) {
+        if (!b.fits(t, m)) continue;
+        if (f.machines[m].swap_only && (swapped || b.on(b.where(t)).size() != 1)) continue;
+        int count = b.in_domain(j, f.machines[m].domain);
+        if (count + 1 > b.cap(j)) continue;
+        int64_t left = f.machines[m].cpu_milli - b.cpu(m);
+        // The least crowded domain first, then a machine in use, then the fullest.
+        bool better =
+            best < 0 || count < best_count ||
+            (count == best_count && b.on(m).empty() < b.on(static_cast<uint32_t>(best)).empty()) ||
+            (count == best_count && b.on(m).empty() == b.on(static_cast<uint32_t>(best)).empty() &&
+             left < best_left);
+        if (better) {
+          best = m;
+          best_count = count;
+          best_left = left;
+        }
+      }
+      if (best < 0) continue;
+      swapped = swapped || f.machines[static_cast<uint32_t>(best)].swap_only;
+      take(t, static_cast<uint32_t>(best), Aim::kSpread);
+    }
+  }
+  // 2. Whole machines: the lightest first, each emptied only if all its tasks find room
+  // on machines that stay.
+  std::vector<uint32_t> light;
+  for (uint32_t m = 0; m < f.machines.size(); ++m)
+    if (f.machines[m].usable && !b.on(m).empty() && b.use(m) < o.light) light.push_back(m);
+  std::sort(light.begin(), light.end(),
+            [&](uint32_t x, uint32_t y) { return b.cpu(x) < b.cpu(y); });
+  if (o.max_candidates && light.size() > o.max_candidates) light.resize(o.max_candidates);
+  std::set<uint32_t> emptied;
+  for (uint32_t m : light) {
+    if (out.size() + b.on(m).size() > o.move_budget) continue;
+    std::vector<uint32_t> tasks(b.on(m).begin(), b.on(m).end());
+    std::sort(tasks.begin(), tasks.end(),
+              [&](uint32_t x, uint32_t y) { return f.tasks[x].cpu_milli > f.tasks[y].cpu_milli; });
+    std::vector<std::pair<uint32_t, uint32_t>> tried;  // (task, target)
+    bool all = true;
+    for (uint32_t t : tasks) {
+      int64_t to = b.may_move(t)
+                       ? best_target(b, t, [&](uint32_t c) { return c != m && !emptied.count(c); })
+                       : -1;
+      if (to < 0) {
+        all = false;
+        break;
+      }
+      tried.emplace_back(t, static_cast<uint32_t>(to));
+      b.move(t, static_cast<uint32_t>(to));
+    }
+    if (!all) {
+      for (auto it = tried.rbegin(); it != tried.rend(); ++it) b.unmove(it->first, m);
+      continue;
+    }
+    for (const auto& [t, to] : tried) out.push_back(Move{t, m, to, Aim::kFree});
+    emptied.insert(m);
+  }
+  // 3. Balance: the most used machine's smallest task that narrows the gap, to the least
+  // used machine in use.
+  while (out.size() < o.move_budget) {
+    int64_t hot = -1, cold = -1;
+    for (uint32_t m = 0; m < f.machines.size(); ++m) {
+      if (!f.machines[m].usable || b.on(m).empty()) continue;
+      if (hot < 0 || b.use(m) > b.use(static_cast<uint32_t>(hot))) hot = m;
+      if (cold < 0 || b.use(m) < b.use(static_cast<uint32_t>(cold))) cold = m;
+    }
+    if (hot < 0 || hot == cold) break;
+    uint32_t h = static_cast<uint32_t>(hot), c = static_cast<uint32_t>(cold);
+    double gap = b.use(h) - b.use(c);
+    if (gap < o.balance_gap) break;
+    int64_t pick = -1;
+    for (uint32_t t : b.on(h)) {
+      if (!b.may_move(t) || !b.fits(t, c) || !b.spread_ok(t, c)) continue;
+      double dt = static_cast<double>(f.tasks[t].cpu_milli);
+      double after = std::abs((b.cpu(h) - dt) / f.machines[h].cpu_milli -
+                              (b.cpu(c) + dt) / f.machines[c].cpu_milli);
+      if (after >= gap) continue;
+      if (pick < 0 || f.tasks[t].cpu_milli < f.tasks[static_cast<uint32_t>(pick)].cpu_milli)
+        pick = t;
+    }
+    if (pick < 0) break;
+    take(static_cast<uint32_t>(pick), c, Aim::kBalance);
+  }
+  return out;
+}
+
+std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* status) {
+  Book b(f);
+  auto say = [&](const std::string& s) {
+    if (status) *status = s;
+  };
+  // The neighbourhood: the lightest machines in use (their tasks may move, each machine
+  // may be emptied) and, as targets, those and the fullest machines in use with room.
+  std::vector<uint32_t> used;
+  for (uint32_t m = 0; m < f.machines.size(); ++m)
+    if (f.machines[m].usable && !b.on(m).empty()) used.push_back(m);
+  std::sort(used.begin(), used.end(), [&](uint32_t x, uint32_t y) { return b.use(x) < b.use(y); });
+  std::vector<uint32_t> cand;
+  for (uint32_t m : used)
+    if (cand.size() < o.neighbourhood && b.use(m) < o.light) cand.push_back(m);
+  if (cand.empty()) {
+    say("no improvement");
+    return {};
+  }
+  std::set<uint32_t> cand_set(cand.begin(), cand.end());
+  std::vector<uint32_t> targets = cand;
+  for (auto it = used.rbegin(); it != used.rend() && targets.size() < cand.size() * 5; ++it)
+    if (!cand_set.count(*it) && b.use(*it) < o.fill) targets.push_back(*it);
+  std::vector<uint32_t> tasks;
+  for (uint32_t m : cand)
+    for (uint32_t t : b.on(m)) tasks.push_back(t);
+
+  glp_prob* lp = glp_create_prob();
+  struct Free {
+    glp_prob* p;
+    ~Free() { glp_delete_prob(p); }
+  } free_lp{lp};
+  glp_set_obj_dir(lp, GLP_MIN);
+  // Columns: x[t][m] for targets m that could hold t alone, then y[m] for candidates.
+  std::map<std::pair<uint32_t, uint32_t>, int> x;
+  std::map<uint32_t, int> y;
+  auto add_col = [&](double cost) {
+    int c = glp_add_cols(lp, 1);
+    glp_set_col_kind(lp, c, GLP_BV);
+    glp_set_obj_coef(lp, c, cost);
+    return c;
+  };
+  for (uint32_t t : tasks) {
+    const Task& task = f.tasks[t];
+    bool pinned = f.jobs[task.job].opt_out;
+    for (uint32_t m : targets) {
+      bool home = task.machine == m;
+      if (pinned && !home) continue;
+      int64_t fixed_cpu = b.cpu(m);
+      if (!home && !cand_set.count(m) &&
+          static_cast<double>(fixed_cpu + task.cpu_milli) > o.fill * f.machines[m].cpu_milli)
+        continue;
+      x[{t, m}] = add_col(home ? 0.0 : 1.0);  // a move costs one
+    }
+  }
+  for (uint32_t m : cand)
+    y[m] = add_col(1000.0);  // a machine kept costs more than any plan's moves
+  std::vector<int> ia{0}, ja{0};
+  std::vector<double> ar{0};
+  auto row = [&](int type, double lo, double hi, const std::vector<std::pair<int, double>>& terms) {
+    int r = glp_add_rows(lp, 1);
+    glp_set_row_bnds(lp, r, type, lo, hi);
+    for (const auto& [c, v] : terms) {
+      ia.push_back(r);
+      ja.push_back(c);
+      ar.push_back(v);
+    }
+  };
+  // Each task somewhere.
+  for (uint32_t t : tasks) {
+    std::vector<std::pair<int, double>> terms;
+    for (uint32_t m : targets)
+      if (auto it = x.find({t, m}); it != x.end()) terms.emplace_back(it->second, 1.0);
+    row(GLP_FX, 1, 1, terms);
+  }
+  // Capacity: what stays of other tasks plus what the plan puts there; a candidate holds
+  // anything only if kept (y).
+  std::map<uint32_t, int64_t> stay_cpu, stay_mem;
+  for (uint32_t m : targets)
+    for (uint32_t t : b.on(m))
+      if (!cand_set.count(m)) {
+        stay_cpu[m] += f.tasks[t].cpu_milli;
+        stay_mem[m] += f.tasks[t].mem_mb;
+      }
+  for (uint32_t m : targets) {
+    std::vector<std::pair<int, double>> cpu_terms, mem_terms;
+    for (uint32_t t : tasks)
+      if (auto it = x.find({t, m}); it != x.end()) {
+        cpu_terms.emplace_back(it->second, static_cast<double>(f.tasks[t].cpu_milli));
+        mem_terms.emplace_back(it->second, static_cast<double>(f.tasks[t].mem_mb));
+      }
+    // A machine's own tasks may stay on it however full it is; what comes is held to `fill`.
+    double cpu_room = std::max(o.fill * static_cast<double>(f.machines[m].cpu_milli),
+                               static_cast<double>(b.cpu(m))) -
+                      static_cast<double>(stay_cpu[m]);
+    double mem_room = static_cast<double>(f.machines[m].mem_mb - stay_mem[m]);
+    if (cand_set.count(m)) {
+      cpu_terms.emplace_back(y[m], -cpu_room);
+      mem_terms.emplace_back(y[m], -mem_room);
+      row(GLP_UP, 0, 0, cpu_terms);
+      row(GLP_UP, 0, 0, mem_terms);
+      for (uint32_t t : tasks)  // x <= y (a task of no CPU still keeps its machine)
+        if (auto it = x.find({t, m}); it != x.end())
+          row(GLP_UP, 0, 0, {{it->second, 1}, {y[m], -1}});
+    } else {
+      row(GLP_UP, 0, cpu_room, cpu_terms);
+      row(GLP_UP, 0, mem_room, mem_terms);
+    }
+  }
+  // Spread: no job's domain beyond its share (or beyond what it has now, if it is).
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<std::pair<int, double>>> spread;
+  std::map<std::pair<uint32_t, uint32_t>, int> moving_now;
+  for (uint32_t t : tasks) {
+    uint32_t j = f.tasks[t].job;
+    if (!f.jobs[j].spread) continue;
+    ++moving_now[{j, f.machines[f.tasks[t].machine].domain}];
+    for (uint32_t m : targets)
+      if (auto it = x.find({t, m}); it != x.end())
+        spread[{j, f.machines[m].domain}].emplace_back(it->second, 1.0);
+  }
+  for (const auto& [key, terms] : spread) {
+    auto [j, d] = key;
+    int fixed = b.in_domain(j, d) - moving_now[key];
+    double limit = std::max(b.cap(j) - fixed, moving_now[key]);
+    row(GLP_UP, 0, limit, terms);
+  }
+  // At most max_unavailable of a job and move_budget in all: counted as tasks not home.
+  std::map<uint32_t, std::vector<std::pair<int, double>>> home_of_job;
+  std::vector<std::pair<int, double>> all_home;
+  std::map<uint32_t, int> n_of_job;
+  for (uint32_t t : tasks) {
+    auto it = x.find({t, f.tasks[t].machine});
+    uint32_t j = f.tasks[t].job;
+    ++n_of_job[j];
+    if (it == x.end()) continue;
+    home_of_job[j].emplace_back(it->second, 1.0);
+    all_home.emplace_back(it->second, 1.0);
+  }
+  for (const auto& [j, n] : n_of_job)
+    row(GLP_LO, n - std::max(1, f.jobs[j].max_unavailable), 0, home_of_job[j]);
+  row(GLP_LO, static_cast<double>(tasks.size()) - static_cast<double>(o.move_budget), 0, all_home);
+  glp_load_matrix(lp, static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
+
+  glp_iocp parm;
+  glp_init_iocp(&parm);
+  parm.presolve = GLP_ON;
+  parm.msg_lev = GLP_MSG_OFF;
+  parm.tm_lim = static_cast<int>(std::min<uint64_t>(o.time_limit_us / 1000, 3'600'000));
+  int rc = glp_intopt(lp, &parm);
+  int st = glp_mip_status(lp);
+  if (st != GLP_OPT && st != GLP_FEAS) {
+    say(rc == GLP_ETMLIM                       ? "time limit, no plan found"
+        : rc == GLP_ENOPFS || st == GLP_NOFEAS ? "no feasible plan"
+                                               : "GLPK failed (" + std::to_string(rc) + ")");
+    return {};
+  }
+  say(st == GLP_OPT ? "optimal" : "feasible (time limit)");
+  std::vector<Move> out;
+  std::set<uint32_t> emptied;
+  for (uint32_t m : cand)
+    if (glp_mip_col_val(lp, y[m]) < 0.5) emptied.insert(m);
+  for (uint32_t t : tasks)
+    for (uint32_t m : targets)
+      if (auto it = x.find({t, m});
+          it != x.end() && m != f.tasks[t].machine && glp_mip_col_val(lp, it->second) > 0.5)
+        out.push_back(Move{t, f.tasks[t].machine, m,
+                           emptied.count(f.tasks[t].machine) ? Aim::kFree : Aim::kBalance});
+  return out;
+}
+
+}  // namespace weft::cp::rebalance
