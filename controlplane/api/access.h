@@ -61,7 +61,8 @@ struct Caller {
   const tls::Identity* id = nullptr;  // TLS callers
 };
 
-// What each method needs (the `access` column of a method table: api.cc, front_end.cc).
+// What each method needs (the level a feature registers a call with: calls.h Calls::add;
+// a front end's own table in region/front_end.cc).
 enum Access : int {
   kMachineCall = 1,  // a machine's daemons: Unix, plaintext TCP, or a machine certificate
   kViewerCall,       // ls/show: viewer or above

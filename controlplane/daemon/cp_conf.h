@@ -98,4 +98,9 @@ struct CpConfig {
 Result<CpConfig> parse_cp_config(const std::string& text, const std::string& name);
 Result<CpConfig> load_cp_config(const std::string& path);
 
+// Where other control planes and clients reach this one: store.advertise, else listen.
+inline std::string advertised(const CpConfig& cfg) {
+  return !cfg.store.advertise.empty() ? cfg.store.advertise : cfg.listen;
+}
+
 }  // namespace weft::cp

@@ -1,23 +1,26 @@
 // The control plane's side of planned maintenance (controlplane/maintenance/maintenance.h): the
 // maintenance.* methods, and the World through which events drain, stop, reboot and
 // return machines.
+#include "controlplane/maintenance/calls.h"
 #include "common/clock.h"
 #include "common/fs.h"
 #include "common/log.h"
-#include "controlplane/daemon/manager.h"
 
 namespace weft::cp {
 
 using json = nlohmann::json;
 using rpc::CallContext;
 
-Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
-                                              std::set<MachineId>* touched) {
+MaintenanceCalls::MaintenanceCalls(const ShardParts& s)
+    : model_(s.model), maintenance_(s.maintenance), group_(s.group), clocks_(s.clocks), fx_(s.fx) {}
+
+Maintenance::World MaintenanceCalls::maintenance_world(std::vector<Command>* cmds,
+                                                       std::set<MachineId>* touched) {
   Maintenance::World w;
   w.machines_of = [this](const MaintenanceEvent& e) {
     std::vector<std::string> out;
-    for (MachineId m = 0; m < alloc_.machine_count(); ++m) {
-      const MachineInfo info = broker_.persisted(m).info;
+    for (MachineId m = 0; m < model_.alloc.machine_count(); ++m) {
+      const MachineInfo info = model_.broker.persisted(m).info;
       const std::string& key = e.target_kind == "machine"  ? info.id
                                : e.target_kind == "domain" ? info.domain
                                                            : info.dc;
@@ -26,25 +29,25 @@ Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
     return out;
   };
   w.is_drained = [this](const std::string& name) {
-    auto m = broker_.find(name);
-    return m && broker_.persisted(*m).drained;
+    auto m = model_.broker.find(name);
+    return m && model_.broker.persisted(*m).drained;
   };
   w.set_drained = [this, cmds, touched](const std::string& name, bool on) {
-    auto m = broker_.find(name);
-    if (!m || !broker_.drain(name, on, now_us()).ok()) return;
+    auto m = model_.broker.find(name);
+    if (!m || !model_.broker.drain(name, on, now_us()).ok()) return;
     touched->insert(*m);
     if (on) {
-      auto c = sched_.machine_drain(*m, now_us());
+      auto c = model_.sched.machine_drain(*m, now_us());
       cmds->insert(cmds->end(), c.begin(), c.end());
     } else {
-      sched_.machine_undrained(*m);
+      model_.sched.machine_undrained(*m);
     }
     log_info(on ? "maintenance: machine drained" : "maintenance: machine back in service",
              {{"MACHINE", name}});
   };
   w.evict = [this, cmds](const std::string& name) {
-    if (auto m = broker_.find(name)) {
-      auto c = sched_.machine_evict(*m, now_us());
+    if (auto m = model_.broker.find(name)) {
+      auto c = model_.sched.machine_evict(*m, now_us());
       if (!c.empty())
         log_info("maintenance deadline: stopping what is left on the machine",
                  {{"MACHINE", name}, {"COMMANDS", std::to_string(c.size())}});
@@ -52,22 +55,22 @@ Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
     }
   };
   w.empty = [this](const std::string& name) {
-    auto m = broker_.find(name);
+    auto m = model_.broker.find(name);
     if (!m) return true;
-    for (const auto& t : sched_.tasks_on(*m))
+    for (const auto& t : model_.sched.tasks_on(*m))
       if (t.state == TaskState::kStarting || t.state == TaskState::kRunning ||
           t.state == TaskState::kStopping || t.state == TaskState::kDraining)
         return false;
     return true;
   };
   w.healthy = [this](const std::string& name) {
-    auto m = broker_.find(name);
-    return m && broker_.healthy(*m) && sessions_.agent(*m) != nullptr;
+    auto m = model_.broker.find(name);
+    return m && model_.broker.healthy(*m) && model_.sessions.agent(*m) != nullptr;
   };
   w.reboot = [this](const std::string& name) {
-    auto m = broker_.find(name);
+    auto m = model_.broker.find(name);
     if (!m) return false;
-    rpc::Session* sidekick = sessions_.sidekick(*m);
+    rpc::Session* sidekick = model_.sessions.sidekick(*m);
     if (!sidekick) return false;
     std::string reasons;
     for (const auto* e : maintenance_.affecting(name))
@@ -84,29 +87,29 @@ Maintenance::World Manager::maintenance_world(std::vector<Command>* cmds,
     return true;
   };
   w.boot_id = [this](const std::string& name) {
-    auto m = broker_.find(name);
-    auto it = m ? reports_.boot_ids.find(*m) : reports_.boot_ids.end();
-    return it == reports_.boot_ids.end() ? std::string() : it->second;
+    auto m = model_.broker.find(name);
+    auto it = m ? model_.reports.boot_ids.find(*m) : model_.reports.boot_ids.end();
+    return it == model_.reports.boot_ids.end() ? std::string() : it->second;
   };
   return w;
 }
 
-void Manager::maintenance_round() {
+void MaintenanceCalls::maintenance_round() {
   std::vector<Command> cmds;
   std::set<MachineId> touched;
   auto w = maintenance_world(&cmds, &touched);
   for (uint64_t id : maintenance_.step(w, now_realtime_us()))
     group_->unsaved().maintenance.insert(id);
   if (!group_->unsaved().maintenance.empty() || !cmds.empty() || !touched.empty()) {
-    if (auto s = persist({}, touched); !s.ok())
+    if (auto s = fx_.persist({}, touched); !s.ok())
       log_error("cannot write maintenance state: " + s.error().str());
     else
-      send(cmds);
-    kick();
+      fx_.send(cmds);
+    fx_.kick();
   }
 }
 
-Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&) {
+Result<json> MaintenanceCalls::maintenance_schedule(const json& p, const CallContext&) {
   // A front end gives the region's id (the same on every shard and broker).
   uint64_t region_id = 0;
   json params = p;
@@ -126,7 +129,7 @@ Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&
         .with_code(rpc::kNotFound);
   TRY_ASSIGN(uint64_t id, maintenance_.schedule(e, region_id));
   group_->unsaved().maintenance.insert(id);
-  if (auto s = persist({}, {}); !s.ok()) {
+  if (auto s = fx_.persist({}, {}); !s.ok()) {
     maintenance_.forget(id);
     group_->unsaved().maintenance.insert(id);  // the next write deletes what may have been written
     return s.error();
@@ -136,7 +139,7 @@ Result<json> Manager::api_maintenance_schedule(const json& p, const CallContext&
   return to_json(maintenance_.events().at(id));
 }
 
-Result<json> Manager::api_maintenance_ls(const json& p, const CallContext&) {
+Result<json> MaintenanceCalls::maintenance_ls(const json& p, const CallContext&) {
   if (!p.is_object() && !p.is_null()) return field_error("params", "must be an object");
   bool all = false;
   if (p.is_object() && p.contains("all")) {
@@ -149,7 +152,7 @@ Result<json> Manager::api_maintenance_ls(const json& p, const CallContext&) {
   return json{{"events", arr}};
 }
 
-Result<json> Manager::api_maintenance_cancel(const json& p, const CallContext&) {
+Result<json> MaintenanceCalls::maintenance_cancel(const json& p, const CallContext&) {
   if (!p.is_object() || !p.contains("id") || !p["id"].is_number_unsigned())
     return field_error("id", "the event's id (a number) is required");
   uint64_t id = p["id"].get<uint64_t>();
@@ -160,10 +163,14 @@ Result<json> Manager::api_maintenance_cancel(const json& p, const CallContext&) 
     return field_error("id", "no scheduled or running maintenance event " + std::to_string(id))
         .with_code(rpc::kNotFound);
   group_->unsaved().maintenance.insert(id);
-  TRY(persist({}, touched));
-  send(cmds);
-  kick();
+  TRY(fx_.apply({std::move(cmds), {}, touched, true}));
   return to_json(maintenance_.events().at(id));
+}
+
+void MaintenanceCalls::register_calls(Calls& calls) {
+  calls.add("maintenance.schedule", kAdminCall, this, &MaintenanceCalls::maintenance_schedule);
+  calls.add("maintenance.ls", kViewerCall, this, &MaintenanceCalls::maintenance_ls);
+  calls.add("maintenance.cancel", kAdminCall, this, &MaintenanceCalls::maintenance_cancel);
 }
 
 }  // namespace weft::cp

@@ -1,6 +1,8 @@
 // The shard's side of a region (docs/regions.md): the calls its front ends carry.
+#include "controlplane/region/calls.h"
 #include "common/log.h"
-#include "controlplane/daemon/manager.h"
+
+#include "controlplane/region/lending_policy.h"
 
 namespace weft::cp {
 
@@ -42,21 +44,25 @@ Status read_identity(const json& j, tls::Identity* id) {
 
 }  // namespace
 
-bool Manager::front_end_call(const CallContext& c, const char* method) const {
-  // Only a front end may speak for an operator: its certificate (access.front_end), or a
-  // privileged peer on this host's Unix socket (root or the weft group: an admin already).
-  Caller fe = caller(c);
-  bool front_end = c.peer.via.empty() && (c.peer.tls ? cfg_.access.is_front_end(c.peer.identity)
-                                                     : fe.unix_socket && fe.role == Role::kAdmin);
-  if (!front_end)
-    log_warn("call refused",
-             {{"PEER", fe.who}, {"METHOD", method}, {"WHY", "not a front end (access.front_end)"}});
-  return front_end;
-}
+RegionCalls::RegionCalls(const ShardParts& s, MachineCalls& machines,
+                         std::function<std::map<std::string, std::set<std::string>>()> wanted)
+    : cfg_(s.cfg),
+      loop_(s.loop),
+      model_(s.model),
+      profile_rolls_(s.profile_rolls),
+      store_(s.store),
+      group_(s.group),
+      discovery_(s.discovery),
+      region_(s.region),
+      methods_(s.methods),
+      fx_(s.fx),
+      gate_(s.gate),
+      machines_(machines),
+      wanted_(std::move(wanted)) {}
 
-Result<json> Manager::api_frontend_forward(const json& p, const CallContext& c) {
-  Caller fe = caller(c);
-  if (!front_end_call(c, "frontend.forward"))
+Result<json> RegionCalls::frontend_forward(const json& p, const CallContext& c) {
+  Caller fe = gate_.caller(c);
+  if (!gate_.front_end_call(c, "frontend.forward"))
     return make_error(fe.who +
                       ": frontend.forward is for a region's front ends (a certificate "
                       "matching access.front_end)")
@@ -69,7 +75,7 @@ Result<json> Manager::api_frontend_forward(const json& p, const CallContext& c) 
       method == "machine.heartbeat" || method == "machine.report" || method == "health.report" ||
       method == "profile.report")
     return field_error("method", method + " cannot be carried by a front end");
-  const rpc::Handler* h = server_.methods().find(method);
+  const rpc::Handler* h = methods_.find(method);
   if (!h) return make_error("no such method: " + method).with_code(rpc::kMethodNotFound);
   if (!p.contains("caller") || !p["caller"].is_object())
     return field_error("caller", "must name the operator");
@@ -94,34 +100,10 @@ Result<json> Manager::api_frontend_forward(const json& p, const CallContext& c) 
   return (*h)(params, CallContext{c.session, op});
 }
 
-}  // namespace weft::cp
-
-namespace weft::cp {
-
-Result<std::string> Manager::calling_shard(const json& p, const CallContext& c) const {
-  if (!p.is_object() || !p.contains("shard") || !p["shard"].is_string())
-    return field_error("shard", "must name the calling shard");
-  std::string shard = p["shard"].get<std::string>();
-  TRY(check_shard_id("shard", shard));
-  Caller who = caller(c);
-  bool ok = c.peer.via.empty() && (c.peer.tls ? cfg_.access.is_shard(c.peer.identity) &&
-                                                    c.peer.identity.common_name == shard
-                                              : who.unix_socket && who.role == Role::kAdmin);
-  if (!ok) {
-    log_warn("call refused",
-             {{"PEER", who.who}, {"METHOD", "pool"}, {"WHY", "not shard " + shard}});
-    return make_error(who.who + ": only shard " + shard +
-                      " may borrow or give back its machines (a certificate matching "
-                      "access.shard whose CN is the shard's id)")
-        .with_code(rpc::kPermissionDenied);
-  }
-  return shard;
-}
-
-Result<json> Manager::api_pool_lend(const json& p, const CallContext& c) {
+Result<json> RegionCalls::pool_lend(const json& p, const CallContext& c) {
   if (cfg_.region.role != RegionRole::kBroker || !region_.lending)
     return make_error("pool.lend is served by a region's broker").with_code(rpc::kUnsupported);
-  TRY_ASSIGN(std::string shard, calling_shard(p, c));
+  TRY_ASSIGN(std::string shard, gate_.calling_shard(p, c));
   if (!cfg_.region.shards.count(shard))
     return field_error("shard", "no shard " + shard + " in this broker's [region.shards]");
   if (!p.contains("count") || !p["count"].is_number_unsigned() || p["count"].get<uint64_t>() > 1000)
@@ -142,10 +124,10 @@ Result<json> Manager::api_pool_lend(const json& p, const CallContext& c) {
   return json();
 }
 
-Result<json> Manager::api_pool_return(const json& p, const CallContext& c) {
+Result<json> RegionCalls::pool_return(const json& p, const CallContext& c) {
   if (cfg_.region.role != RegionRole::kBroker || !region_.lending)
     return make_error("pool.return is served by a region's broker").with_code(rpc::kUnsupported);
-  TRY_ASSIGN(std::string shard, calling_shard(p, c));
+  TRY_ASSIGN(std::string shard, gate_.calling_shard(p, c));
   if (!p.contains("machine") || !p["machine"].is_string())
     return field_error("machine", "must name a machine");
   std::string machine = p["machine"].get<std::string>();
@@ -157,11 +139,11 @@ Result<json> Manager::api_pool_return(const json& p, const CallContext& c) {
   return json();
 }
 
-Result<json> Manager::api_region_move(const json& p, const CallContext& c) {
+Result<json> RegionCalls::region_move(const json& p, const CallContext& c) {
   if (cfg_.region.role != RegionRole::kShard || !region_.moves)
     return make_error("region.move is served by a region's shards").with_code(rpc::kUnsupported);
-  if (!front_end_call(c, "region.move"))
-    return make_error(caller(c).who +
+  if (!gate_.front_end_call(c, "region.move"))
+    return make_error(gate_.caller(c).who +
                       ": region.move is for a region's front ends (a certificate matching "
                       "access.front_end)")
         .with_code(rpc::kPermissionDenied);
@@ -170,16 +152,16 @@ Result<json> Manager::api_region_move(const json& p, const CallContext& c) {
   return json();
 }
 
-Status Manager::load_moves() {
+Status RegionCalls::load_moves() {
   if (cfg_.region.role != RegionRole::kShard) return {};
   if (!region_.checks) {
-    TRY_ASSIGN(region_.checks, RegionChecks::create(*loop_, cfg_.store.etcd.etcd,
-                                                    cfg_.region.prefix, cfg_.region.shard));
+    TRY_ASSIGN(region_.checks, RegionChecks::create(loop_, cfg_.store.etcd.etcd, cfg_.region.prefix,
+                                                    cfg_.region.shard));
   }
   if (!region_.moves) {
     EntitlementMoves::Hooks h;
     h.persist = [this](const std::set<std::string>& jobs, const std::set<MachineId>& machines) {
-      return persist(jobs, machines);
+      return fx_.persist(jobs, machines);
     };
     h.delete_entitlement = [this](EntitlementId e) -> Status {
       profile_rolls_.forget(e);
@@ -187,14 +169,14 @@ Status Manager::load_moves() {
       return store_->delete_entitlement(e);
     };
     h.forget_machine = [this](MachineId m, const char* why) -> Status {
-      sessions_.close(m);
-      return forget_machine(m, why);
+      model_.sessions.close(m);
+      return machines_.forget_machine(m, why);
     };
     h.lending = [this] { return region_.lending.get(); };
-    h.kick = [this] { kick(); };
+    h.kick = [this] { fx_.kick(); };
     h.fence_roll = [this](EntitlementId e, bool on) { profile_rolls_.fence(e, on); };
     h.roll_of = [this](EntitlementId e) {
-      return profile_rolls_.moved(e, [this](MachineId m) { return machine_name(m); });
+      return profile_rolls_.moved(e, [this](MachineId m) { return fx_.machine_name(m); });
     };
     h.adopt_roll = [this](EntitlementId e, const ProfileRolls::Moved& r,
                           const std::map<std::string, MachineId>& ids) {
@@ -205,108 +187,64 @@ Status Manager::load_moves() {
       });
     };
     h.checks = [this] { return region_.checks.get(); };
-    region_.moves = std::make_unique<EntitlementMoves>(cfg_, alloc_, broker_, sched_, std::move(h));
+    region_.moves = std::make_unique<EntitlementMoves>(cfg_, model_.alloc, model_.broker,
+                                                       model_.sched, std::move(h));
   }
   TRY(region_.moves->load(now_us()));
   group_->commit();
   return {};
 }
 
-Status Manager::start_region() {
+Status RegionCalls::start_region() {
   const RegionConfig& r = cfg_.region;
   if (r.role == RegionRole::kShard && !region_.services) {
     RegionServices::Hooks sh{
         [this] { return discovery_->local(); },
         [this](RegionServices::Services others) { discovery_->set_foreign(std::move(others)); }};
-    TRY_ASSIGN(region_.services, RegionServices::create(*loop_, cfg_, std::move(sh)));
+    TRY_ASSIGN(region_.services, RegionServices::create(loop_, cfg_, std::move(sh)));
   }
   bool lends =
       r.role == RegionRole::kBroker || (r.role == RegionRole::kShard && !r.brokers.empty());
   if (!lends || region_.lending) return {};
-  // Free machines in service that hold nothing: what a broker may lend, what a shard has
-  // spare.
-  auto free_empty = [this] {
-    std::vector<MachineId> out;
-    for (MachineId m = 0; m < alloc_.machine_count(); ++m)
-      if (!broker_.removed(m) && alloc_.entitlement_of(m) == kFreePool && broker_.usable(m) &&
-          !alloc_.pinned(m) && alloc_.tasks_on(m) == 0)
-        out.push_back(m);
-    return out;
-  };
+  // Which machines go is the lending policy's (lending_policy.h); Lending moves them.
   Lending::Hooks h;
-  h.lendable = [this, free_empty](size_t count, const std::set<std::string>& avoid) {
-    // Spread over fault domains: one from each domain in turn, so that what a shard
-    // borrows is not one rack; none of the domains it asked to avoid.
-    std::map<std::string, std::vector<MachineId>> by_domain;
-    for (MachineId m : free_empty())
-      if (!avoid.count(alloc_.spec(m).domain)) by_domain[alloc_.spec(m).domain].push_back(m);
-    std::vector<std::string> names;
-    for (size_t i = 0; names.size() < count; ++i) {
-      bool any = false;
-      for (const auto& [domain, ms] : by_domain)
-        if (i < ms.size() && names.size() < count) {
-          names.push_back(alloc_.spec(ms[i]).name);
-          any = true;
-        }
-      if (!any) break;
-    }
-    return names;
+  h.lendable = [this](size_t count, const std::set<std::string>& avoid) {
+    return lendable_machines(model_.alloc, model_.broker, count, avoid);
   };
-  h.spare = [this, free_empty] {
-    // Those in domains the ReBalancer finds crowded go back first: a machine it borrowed
-    // for an entitlement's spread is kept for it.
+  h.spare = [this] {
     std::set<std::string> crowded;
-    if (rebalancer_)
-      for (const auto& [dc, domains] : rebalancer_->wanted())
-        crowded.insert(domains.begin(), domains.end());
-    std::vector<std::string> first, then;
-    for (MachineId m : free_empty())
-      (crowded.count(alloc_.spec(m).domain) ? first : then).push_back(alloc_.spec(m).name);
-    first.insert(first.end(), then.begin(), then.end());
-    return first;
+    for (const auto& [dc, domains] : wanted_()) crowded.insert(domains.begin(), domains.end());
+    return spare_machines(model_.alloc, model_.broker, crowded);
   };
-  h.wanted = [this] {
-    return rebalancer_ ? rebalancer_->wanted() : std::map<std::string, std::set<std::string>>();
-  };
-  h.shortfall = [this, free_empty] {
-    // What the quotas lack, by the entitlement's datacenter ("" = any), less the free
-    // machines: each serves its own datacenter's need first, then any datacenter's.
-    std::map<std::string, long> need;
-    for (const auto& [id, e] : broker_.entitlements()) {
-      size_t have = alloc_.quota_members(id);
-      if (e.quota > have) need[e.dc] += static_cast<long>(e.quota - have);
-    }
-    std::map<std::string, long> free;
-    for (MachineId m : free_empty()) ++free[alloc_.spec(m).dc];
-    for (const char* pass : {"own", "any"})
-      for (auto& [dc, n] : free) {
-        long& want = need[std::string(pass) == "own" ? dc : ""];
-        long use = std::min(n, std::max(0L, want));
-        want -= use;
-        n -= use;
-      }
-    for (const auto& [dc, n] : free) need[""] -= n;  // to spare
-    return need;
-  };
-  h.present = [this](const std::string& name) {
-    auto m = broker_.find(name);  // registered, and in service (counted as free)
-    return m && !broker_.removed(*m) && broker_.usable(*m);
-  };
+  h.wanted = [this] { return wanted_(); };
+  h.shortfall = [this] { return quota_shortfall(model_.alloc, model_.broker); };
+  h.present = [this](const std::string& name) { return machine_present(model_.broker, name); };
   h.release = [this](const std::string& name) {
-    auto m = broker_.find(name);
+    auto m = model_.broker.find(name);
     if (!m) return;
-    sessions_.close(*m);
-    if (!broker_.removed(*m))
-      if (auto s = forget_machine(*m, cfg_.region.role == RegionRole::kBroker
-                                          ? "lent to a shard"
-                                          : "given back to the brokers");
+    model_.sessions.close(*m);
+    if (!model_.broker.removed(*m))
+      if (auto s = machines_.forget_machine(*m, cfg_.region.role == RegionRole::kBroker
+                                                    ? "lent to a shard"
+                                                    : "given back to the brokers");
           !s.ok())
         log_warn("a machine that left was not forgotten",
                  {{"MACHINE", name}, {"ERROR", s.error().str()}});
   };
-  TRY_ASSIGN(region_.lending, Lending::create(*loop_, cfg_, std::move(h)));
+  TRY_ASSIGN(region_.lending, Lending::create(loop_, cfg_, std::move(h)));
   TRY(region_.lending->load());
   return region_.lending->watch();  // a broker's: holders a move changed
+}
+
+void RegionCalls::register_calls(Calls& calls) {
+  calls.add_plain("frontend.forward",
+                  [this](const json& p, const CallContext& c) { return frontend_forward(p, c); });
+  calls.add_plain("pool.lend",
+                  [this](const json& p, const CallContext& c) { return pool_lend(p, c); });
+  calls.add_plain("pool.return",
+                  [this](const json& p, const CallContext& c) { return pool_return(p, c); });
+  calls.add_plain("region.move",
+                  [this](const json& p, const CallContext& c) { return region_move(p, c); });
 }
 
 }  // namespace weft::cp

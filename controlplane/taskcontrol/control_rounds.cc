@@ -67,4 +67,19 @@ void ControlRounds::reachability(const std::string& job, bool unreachable) {
   hooks_.apply(sched_.set_control_fallback(job, unreachable, now_monotonic_us()));
 }
 
+std::string controller_address(const Scheduler& sched, const MachineSessions& sessions,
+                               const TaskControllerSpec& c) {
+  for (const auto& t : sched.tasks_of(c.job)) {
+    if (!available(t)) continue;
+    rpc::Session* s = sessions.agent(t.machine);
+    if (!s) continue;
+    const rpc::Peer& peer = s->peer();
+    // An agent on this host (a Unix socket) serves on loopback.
+    std::string host = peer.is_unix || peer.host.empty() ? "127.0.0.1" : peer.host;
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    return host + ":" + std::to_string(c.port);
+  }
+  return "";  // none ready: unreachable until one is
+}
+
 }  // namespace weft::cp

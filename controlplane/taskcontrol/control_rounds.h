@@ -15,6 +15,7 @@
 
 #include "common/event.h"
 #include "common/tls.h"
+#include "controlplane/machines/machine_links.h"
 #include "controlplane/maintenance/maintenance.h"
 #include "controlplane/scheduling/allocator.h"
 #include "controlplane/scheduling/scheduler.h"
@@ -59,5 +60,10 @@ class ControlRounds {
   std::map<std::string, std::vector<std::string>> completed_;  // not yet told
   Source timer_;
 };
+
+// The address of a controller named by its job (task_controller.job): its first ready
+// task's machine (the agent session's address) and the port; "" when none is ready.
+std::string controller_address(const Scheduler& sched, const MachineSessions& sessions,
+                               const TaskControllerSpec& c);
 
 }  // namespace weft::cp

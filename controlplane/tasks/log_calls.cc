@@ -6,11 +6,11 @@
 // viewer is not enough. A caller's first read of a task on a connection is audited, and
 // so is every refusal. At most kMaxChunk bytes a reply.
 
+#include "controlplane/tasks/log_calls.h"
 #include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/log_request.h"
 #include "common/rpc/protocol.h"
-#include "controlplane/daemon/manager.h"
 
 namespace weft::cp {
 
@@ -31,18 +31,22 @@ bool ended(TaskState s) {
 
 }  // namespace
 
-std::string Manager::machine_name(MachineId m) const {
-  return broker_.persisted(m).info.id;
-}
+LogCalls::LogCalls(const ShardParts& s)
+    : cfg_(s.cfg),
+      model_(s.model),
+      log_relay_(s.log_relay),
+      audit_(s.audit),
+      fx_(s.fx),
+      gate_(s.gate) {}
 
-bool Manager::may_read_logs(const Caller& who, EntitlementId e) const {
+bool LogCalls::may_read_logs(const Caller& who, EntitlementId e) const {
   if (who.role == Role::kAdmin) return true;
   if (who.id && any_matches(cfg_.access.logs, *who.id)) return true;
-  auto it = broker_.entitlements().find(e);
-  return it != broker_.entitlements().end() && may_operate(who, it->second.owners);
+  auto it = model_.broker.entitlements().find(e);
+  return it != model_.broker.entitlements().end() && may_operate(who, it->second.owners);
 }
 
-Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
+Result<json> LogCalls::task_logs(const json& p, const CallContext& c) {
   if (!p.is_object()) return field_error("params", "must be an object");
   // The agent's own parameters, checked here as the agent checks them (one validator),
   // and what the control plane adds: the task, a long poll.
@@ -65,12 +69,12 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   if (p.contains("task")) {
     if (!p["task"].is_string()) return field_error("task", "must be a task id");
     id = p["task"].get<std::string>();
-    if (auto it = sched_.tasks().find(id); it != sched_.tasks().end()) {
+    if (auto it = model_.sched.tasks().find(id); it != model_.sched.tasks().end()) {
       job_name = it->second.job;
       machine = it->second.machine;
       state = it->second.state;
       ent = it->second.entitlement;
-    } else if (auto gone = sched_.erased_on(id)) {
+    } else if (auto gone = model_.sched.erased_on(id)) {
       job_name = id.substr(0, id.find('.'));
       machine = gone->machine;
       ent = gone->entitlement;
@@ -81,9 +85,10 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   } else if (p.contains("job")) {
     if (!p["job"].is_string()) return field_error("job", "must be a job's name");
     job_name = p["job"].get<std::string>();
-    if (!sched_.job(job_name)) return make_error("no job " + job_name).with_code(rpc::kNotFound);
+    if (!model_.sched.job(job_name))
+      return make_error("no job " + job_name).with_code(rpc::kNotFound);
     const TaskRecord* task = nullptr;
-    for (const TaskRecord* t : sched_.task_refs_of(job_name)) {
+    for (const TaskRecord* t : model_.sched.task_refs_of(job_name)) {
       if (t->index != index) continue;
       bool live = !ended(t->state);
       if (!task || (live && ended(task->state)) ||
@@ -101,7 +106,7 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
     return field_error("task", "is required (or job and index)");
   }
 
-  Caller who = caller(c);
+  Caller who = gate_.caller(c);
   // A task's output belongs to the entitlement it ran in, recorded with the task (never
   // that of a job that took its job's name since). An entitlement removed since has no
   // owners: admins and access.logs only.
@@ -111,12 +116,12 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
                                  ": logs need the admin role, an owner of the job's "
                                  "entitlement, or a certificate matching access.logs")
                           .with_code(rpc::kPermissionDenied);
-    audit(who, "task.logs", audited, no);
+    audit_->call(who, "task.logs", audited, no);
     return no;
   }
   if (!c.session) return make_error("task.logs needs a session").with_code(rpc::kUnavailable);
   TRY(log_relay_->admit(c.session, who.who));
-  if (log_relay_->first_read(c.session, id)) audit(who, "task.logs", audited, json());
+  if (log_relay_->first_read(c.session, id)) audit_->call(who, "task.logs", audited, json());
   if (state == TaskState::kPending)
     return json{{"task", id},
                 {"data", ""},
@@ -128,6 +133,10 @@ Result<json> Manager::api_task_logs(const json& p, const CallContext& c) {
   log_relay_->start(c.session, {who.who, id, machine, std::move(ask), max_bytes,
                                 static_cast<uint64_t>(wait_ms) * 1000});
   return json();
+}
+
+void LogCalls::register_calls(Calls& calls) {
+  calls.add("task.logs", kViewerCall, this, &LogCalls::task_logs);
 }
 
 }  // namespace weft::cp

@@ -7,7 +7,7 @@
 // It owns the reads in flight and what bounds them: at most 4 reads in flight and a byte
 // rate (4 MiB/s, bursts of 1 MiB: a token bucket) per caller connection, 16 reads per
 // identity whatever its connections, 256 in all. Who may read, and the audit, are the
-// caller's (Manager::api_task_logs): the relay is told a read is allowed.
+// caller's (LogCalls::task_logs, log_calls.h): the relay is told a read is allowed.
 //
 // Single-threaded: every call on the event loop's thread. Replies go out through the
 // caller's session (a deferred reply); a connection that closes drops its reads' replies.
