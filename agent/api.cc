@@ -232,13 +232,10 @@ void Manager::register_methods() {
       {"task.usage", &Manager::api_task_usage},
       {"task.remove", &Manager::api_task_remove, rpc::kPrivileged},
       {"task.wait", &Manager::api_task_wait},
-      {"image.ls", &Manager::api_image_ls},
-      {"image.pull", &Manager::api_image_pull, rpc::kPrivileged},
-      {"image.rm", &Manager::api_image_rm, rpc::kPrivileged},
-      {"image.prune", &Manager::api_image_prune, rpc::kPrivileged},
   };
-  rpc::add_methods(methods_, this, kMethods,
-                   [this](const rpc::CallContext& c) { return check_privileged(c.peer); });
+  rpc::Guard guard = [this](const rpc::CallContext& c) { return check_privileged(c.peer); };
+  rpc::add_methods(methods_, this, kMethods, guard);
+  image_calls_->add_to(methods_, guard);
 }
 
 Result<json> Manager::api_agent_info(const json&, const rpc::CallContext&) {
@@ -510,99 +507,5 @@ Result<json> Manager::wait_answer(const std::string& id, bool remove) {
 }
 
 // ---------------------------------------------------------------- images
-
-Result<json> Manager::api_image_ls(const json&, const rpc::CallContext&) {
-  return json{{"images", images_->list()},
-              {"size", images_->size_bytes()},
-              {"limit", cfg_.image_cache_max},
-              {"reserve", cfg_.image_reserve},
-              {"refused", images_->refused()},
-              {"blob_downloads", images_->blob_downloads()},
-              {"downloaded_bytes", images_->downloaded_bytes()},
-              {"evictions", images_->evictions()}};
-}
-
-// {"image": ref, "package": {url, sha256}, "wait": bool}: either or both. Without
-// wait (or off a session) the fetch starts and the call answers at once; with it, the
-// answer comes when both are local, or with the first failure.
-Result<json> Manager::api_image_pull(const json& p, const rpc::CallContext& c) {
-  if (!p.is_object()) return field_error("params", "must be an object");
-  std::string canonical;
-  if (p.contains("image")) {
-    TRY_ASSIGN(std::string ref, param_string(p, "image"));
-    auto parsed = oci::parse_image_ref(ref);
-    if (!parsed.ok()) return field_error("image", parsed.error().message);
-    canonical = parsed->str();
-  }
-  std::optional<PackageSpec> pkg;
-  std::optional<oci::Digest> pkg_digest;
-  if (p.contains("package")) {
-    TRY_ASSIGN(PackageSpec parsed, parse_package_spec(p["package"]));
-    auto d = oci::parse_digest("sha256:" + parsed.sha256);
-    if (!d.ok()) return field_error("package.sha256", d.error().message);
-    pkg = std::move(parsed);
-    pkg_digest = *d;
-  }
-  if (canonical.empty() && !pkg) return field_error("image", "is required (or package)");
-  bool wait = p.contains("wait") && p["wait"].is_boolean() && p["wait"].get<bool>();
-  json started{{"started", true}};
-  if (!canonical.empty()) started["image"] = canonical;
-  if (pkg) started["package"] = pkg_digest->str();
-  if (!wait || !c.session) {
-    // A prefetch: local soon; nothing holds it until a task does.
-    if (!canonical.empty()) images_->pull(canonical, {}, [](Result<image::LocalImage>) {});
-    if (pkg) images_->pull_package(pkg->url, *pkg_digest, {}, [](Result<image::LocalImage>) {});
-    return started;
-  }
-  // One answer for both: the first failure, or everything once the last is here.
-  struct Join {
-    int left = 0;
-    bool answered = false;
-    json out = json::object();
-    rpc::ReplyFn reply;
-  };
-  auto join = std::make_shared<Join>();
-  join->reply = c.session->defer_reply();
-  join->left = (canonical.empty() ? 0 : 1) + (pkg ? 1 : 0);
-  auto done = [join](const char* key, Result<image::LocalImage> img) {
-    if (join->answered) return;
-    if (!img.ok()) {
-      join->answered = true;
-      return join->reply(std::move(img).error().wrap(key));
-    }
-    json layers = json::array();
-    for (const auto& l : img->layers) layers.push_back(l.str());
-    if (std::string(key) == "image") {
-      join->out["manifest"] = img->manifest.str();
-      join->out["layers"] = layers;
-    } else {
-      join->out["package"] = img->manifest.str();
-    }
-    if (--join->left == 0) {
-      join->answered = true;
-      join->reply(join->out);
-    }
-  };
-  if (!canonical.empty()) {
-    join->out["image"] = canonical;
-    images_->pull(canonical, {},
-                  [done](Result<image::LocalImage> img) { done("image", std::move(img)); });
-  }
-  if (pkg)
-    images_->pull_package(pkg->url, *pkg_digest, {}, [done](Result<image::LocalImage> img) {
-      done("package", std::move(img));
-    });
-  return json();
-}
-
-Result<json> Manager::api_image_rm(const json& p, const rpc::CallContext&) {
-  TRY_ASSIGN(std::string what, param_string(p, "image"));
-  if (auto parsed = oci::parse_image_ref(what); parsed.ok()) what = parsed->str();
-  return images_->remove(what);
-}
-
-Result<json> Manager::api_image_prune(const json&, const rpc::CallContext&) {
-  return images_->prune();
-}
 
 }  // namespace weft::agent

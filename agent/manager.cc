@@ -75,24 +75,10 @@ Result<std::unique_ptr<Manager>> Manager::create(AgentConfig cfg, std::unique_pt
   return std::unique_ptr<Manager>(new Manager(std::move(cfg), std::move(fs), std::move(loop)));
 }
 
-Status Manager::start() {
-  started_at_us_ = now_monotonic_us();
-  waiters_ = std::make_unique<TaskWaiters>(
-      *loop_, [this](const std::string& id, bool remove) { return wait_answer(id, remove); });
-  TRY_ASSIGN(http_, HttpClient::create(*loop_));
-  reaper_ = std::make_unique<Reaper>(*loop_);
-  // One pidfd per running task: weft-agent's main raised RLIMIT_NOFILE to the hard
-  // limit already (raise_fd_limit, common/daemon.h).
-  TRY(mkdir_p(cfg_.state_dir, 0750));
-  TRY(dirs_.open());
-  // Process-crash durability: a task record lost with the power is harmless (the agent
-  // kills and removes cgroups it has no record of, and the control plane sends its
-  // start again), and an fsync per start would sit on every task's start path.
-  // Tasks' secret values are sealed in agent.db with a key of the agent's own, made at
-  // the first start (agent/task_store.h).
-  TRY_ASSIGN(auto box, SecretBox::load_or_create(cfg_.state_dir + "/secrets.key"));
-  TRY_ASSIGN(store_, TaskStore::open(cfg_.state_dir + "/agent.db", std::move(box)));
-
+// This host: whether it restarted since the last start, its cgroup tree (set up), the
+// network namespaces made ahead, and the bridge when one is configured (a bridge that
+// cannot be made refuses bridge tasks, not the agent).
+Status Manager::open_host() {
   HostPaths host(cfg_.host_root);
   // Did the machine restart since the last start? Then no task of the database survived
   // (exit records are not flushed to disk: docs/decisions.md).
@@ -121,6 +107,122 @@ Status Manager::start() {
   }
   TRY_CTX(cgroups_->setup(cfg_.agent_in_root ? getpid() : 0),
           "set up cgroup tree at " + cfg_.cgroup_root);
+  return {};
+}
+
+// The calls the control plane's session makes of this agent (cp_methods_), and the parts
+// only they use (exec sessions, the local discovery copy).
+Status Manager::add_cp_methods() {
+  // The control plane's commands reach the task logic directly; the session was
+  // authenticated when it connected (check_control_plane_peer).
+  // A region's shard names itself and its epoch (HolderFence): a command from one
+  // this machine left is refused.
+  cp_methods_.add("task.run",
+                  [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
+                    TRY_ASSIGN(json params, cp_->admit(p, "task.run"));
+                    return run_task(std::move(params), /*for_control_plane=*/true);
+                  });
+  cp_methods_.add("task.stop",
+                  [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
+                    TRY_ASSIGN(json params, cp_->admit(p, "task.stop"));
+                    return stop_task(params);
+                  });
+  // `weftctl task logs` from anywhere: the control plane reads its own tasks' output
+  // (by the name it gave them; never an operator's local task), the caller's
+  // permission checked and audited there.
+  cp_methods_.add("task.logs", [this](const nlohmann::json& p, const rpc::CallContext& c) {
+    return cp_task_logs(p, c);
+  });
+  // One task's detail and a signal to it, for `weftctl task show|signal|kill` through
+  // the control plane (which checked the caller; it hides secrets from viewers).
+  cp_methods_.add("task.show", [this](const nlohmann::json& p, const rpc::CallContext&) {
+    return cp_task_show(p);
+  });
+  cp_methods_.add("task.kill",
+                  [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
+                    TRY_ASSIGN(json params, cp_->admit(p, "task.kill"));
+                    return cp_task_kill(params, c);
+                  });
+  // `weftctl task exec` (the control plane checked and audited the caller).
+  execs_ = std::make_unique<ExecSessions>(
+      *loop_, *reaper_,
+      [this](const std::string& id, uint64_t n) { return cgroups_->end_exec(id, n); });
+  cp_methods_.add("task.exec",
+                  [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
+                    TRY_ASSIGN(json params, cp_->admit(p, "task.exec"));
+                    return cp_exec(params, c);
+                  });
+  cp_methods_.add("task.exec.input", [this](const nlohmann::json& p, const rpc::CallContext& c) {
+    execs_->input(c.session, p);
+    return Result<json>(json::object());
+  });
+  // Autoscaling's figures (and an operator's, through the control plane).
+  cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext& c) {
+    return task_usage(p, c, /*control_plane_only=*/true);
+  });
+  // A rolling update to a new image asks for it before it stops the old tasks here.
+  cp_methods_.add("image.pull",
+                  [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
+                    TRY_ASSIGN(json params, cp_->admit(p, "image.pull"));
+                    return image_calls_->pull(params, c);
+                  });
+  // What the control plane says of a quiet heartbeat (a notification each).
+  cp_methods_.add("report.resend", [this](const nlohmann::json&, const rpc::CallContext&) {
+    if (cp_) cp_->resend();
+    return Result<json>(json::object());
+  });
+  cp_methods_.add("report.forget", [this](const nlohmann::json& p, const rpc::CallContext&) {
+    if (cp_) cp_->forget(p);
+    return Result<json>(json::object());
+  });
+  // Service discovery: the endpoints this agent answers DNS from, in order; the answer
+  // is the acknowledgement a stop elsewhere waits for.
+  TRY_ASSIGN(discovery_,
+             LocalDiscovery::start(
+                 *loop_, cfg_,
+                 [this](const std::vector<std::string>& jobs,
+                        const std::vector<std::string>& forget, ServiceInterest::Reply reply) {
+                   return cp_ && cp_->ask_services(jobs, forget, std::move(reply));
+                 }));
+  cp_methods_.add("service.update",
+                  [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
+                    return discovery_->update(p);
+                  });
+  return {};
+}
+
+Status Manager::start() {
+  started_at_us_ = now_monotonic_us();
+  waiters_ = std::make_unique<TaskWaiters>(
+      *loop_, [this](const std::string& id, bool remove) { return wait_answer(id, remove); });
+  TRY_ASSIGN(http_, HttpClient::create(*loop_));
+  reaper_ = std::make_unique<Reaper>(*loop_);
+  // One pidfd per running task: weft-agent's main raised RLIMIT_NOFILE to the hard
+  // limit already (raise_fd_limit, common/daemon.h).
+  TRY(mkdir_p(cfg_.state_dir, 0750));
+  TRY(dirs_.open());
+  // Process-crash durability: a task record lost with the power is harmless (the agent
+  // kills and removes cgroups it has no record of, and the control plane sends its
+  // start again), and an fsync per start would sit on every task's start path.
+  // Tasks' secret values are sealed in agent.db with a key of the agent's own, made at
+  // the first start (agent/task_store.h).
+  TRY_ASSIGN(auto box, SecretBox::load_or_create(cfg_.state_dir + "/secrets.key"));
+  TRY_ASSIGN(store_, TaskStore::open(cfg_.state_dir + "/agent.db", std::move(box)));
+
+  TRY(open_host());
+  checks_ = std::make_unique<TaskChecks>(
+      *loop_, *http_, *reaper_, *cgroups_, cfg_.init_path,
+      TaskChecks::Hooks{[this](const std::string& id) -> Task* {
+                          auto it = tasks_.find(id);
+                          return it == tasks_.end() ? nullptr : it->second.get();
+                        },
+                        [this](Task& t) { return identity_of(&t, t.spec); },
+                        [this](Task& t) {
+                          if (cp_ && t.spec.owner == "controlplane") cp_->report_now();
+                        },
+                        [this](Task& t, const std::string& why) {
+                          return cp_ && cp_->unhealthy(t.spec.name, why);
+                        }});
 
   weft_gid_ = group_gid(cfg_.socket_group);
   if (weft_gid_ < 0) {
@@ -133,6 +235,7 @@ Status Manager::start() {
   icfg.cache_max_bytes = cfg_.image_cache_max;
   icfg.reserve_bytes = cfg_.image_reserve;
   TRY_ASSIGN(images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
+  image_calls_ = std::make_unique<ImageCalls>(cfg_, *images_);
 
   TRY(load_tasks());
   recover();
@@ -164,81 +267,7 @@ Status Manager::start() {
                            {"CONTROLLERS", ctrls.empty() ? "none" : ctrls},
                            {"TASKS", std::to_string(tasks_.size())}});
   if (!cfg_.control_plane.empty()) {
-    // The control plane's commands reach the task logic directly; the session was
-    // authenticated when it connected (check_control_plane_peer).
-    // A region's shard names itself and its epoch (HolderFence): a command from one
-    // this machine left is refused.
-    cp_methods_.add("task.run",
-                    [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
-                      TRY_ASSIGN(json params, cp_->admit(p, "task.run"));
-                      return run_task(std::move(params), /*for_control_plane=*/true);
-                    });
-    cp_methods_.add("task.stop",
-                    [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
-                      TRY_ASSIGN(json params, cp_->admit(p, "task.stop"));
-                      return stop_task(params);
-                    });
-    // `weftctl task logs` from anywhere: the control plane reads its own tasks' output
-    // (by the name it gave them; never an operator's local task), the caller's
-    // permission checked and audited there.
-    cp_methods_.add("task.logs", [this](const nlohmann::json& p, const rpc::CallContext& c) {
-      return cp_task_logs(p, c);
-    });
-    // One task's detail and a signal to it, for `weftctl task show|signal|kill` through
-    // the control plane (which checked the caller; it hides secrets from viewers).
-    cp_methods_.add("task.show", [this](const nlohmann::json& p, const rpc::CallContext&) {
-      return cp_task_show(p);
-    });
-    cp_methods_.add("task.kill",
-                    [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
-                      TRY_ASSIGN(json params, cp_->admit(p, "task.kill"));
-                      return cp_task_kill(params, c);
-                    });
-    // `weftctl task exec` (the control plane checked and audited the caller).
-    execs_ = std::make_unique<ExecSessions>(
-        *loop_, *reaper_,
-        [this](const std::string& id, uint64_t n) { return cgroups_->end_exec(id, n); });
-    cp_methods_.add("task.exec",
-                    [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
-                      TRY_ASSIGN(json params, cp_->admit(p, "task.exec"));
-                      return cp_exec(params, c);
-                    });
-    cp_methods_.add("task.exec.input", [this](const nlohmann::json& p, const rpc::CallContext& c) {
-      execs_->input(c.session, p);
-      return Result<json>(json::object());
-    });
-    // Autoscaling's figures (and an operator's, through the control plane).
-    cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext& c) {
-      return task_usage(p, c, /*control_plane_only=*/true);
-    });
-    // A rolling update to a new image asks for it before it stops the old tasks here.
-    cp_methods_.add("image.pull",
-                    [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
-                      TRY_ASSIGN(json params, cp_->admit(p, "image.pull"));
-                      return api_image_pull(params, c);
-                    });
-    // What the control plane says of a quiet heartbeat (a notification each).
-    cp_methods_.add("report.resend", [this](const nlohmann::json&, const rpc::CallContext&) {
-      if (cp_) cp_->resend();
-      return Result<json>(json::object());
-    });
-    cp_methods_.add("report.forget", [this](const nlohmann::json& p, const rpc::CallContext&) {
-      if (cp_) cp_->forget(p);
-      return Result<json>(json::object());
-    });
-    // Service discovery: the endpoints this agent answers DNS from, in order; the answer
-    // is the acknowledgement a stop elsewhere waits for.
-    TRY_ASSIGN(discovery_,
-               LocalDiscovery::start(
-                   *loop_, cfg_,
-                   [this](const std::vector<std::string>& jobs,
-                          const std::vector<std::string>& forget, ServiceInterest::Reply reply) {
-                     return cp_ && cp_->ask_services(jobs, forget, std::move(reply));
-                   }));
-    cp_methods_.add("service.update",
-                    [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
-                      return discovery_->update(p);
-                    });
+    TRY(add_cp_methods());
     TRY(cp_start());
   }
   register_metrics();
@@ -466,7 +495,7 @@ void Manager::adopt_or_collect(Task& t) {
       (void)save(t);
       watch_init(t);
       if (t.state == TaskState::kStopping) arm_stop_timer(t);
-      if (t.state == TaskState::kRunning) start_readiness(t);
+      if (t.state == TaskState::kRunning) checks_->start(t);
       log_info("adopted running task", {{"TASK_ID", t.id}, {"PID", std::to_string(pid)}});
       return;
     }
@@ -800,7 +829,7 @@ Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_
   Status saved = save(t);
   t.start_phases.emplace_back("record_running", now_monotonic_us() - phase_us);
   watch_init(t);
-  start_readiness(t);
+  checks_->start(t);
   if (!saved.ok())
     log_error("could not record running task", {{"TASK_ID", t.id}, {"ERROR", saved.error().str()}});
   log_info("task started", {{"TASK_ID", t.id},
@@ -811,192 +840,6 @@ Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_
   ++starts_;
   update_status();
   return {};
-}
-
-// ---------------------------------------------------------------- readiness
-
-void Manager::start_readiness(Task& t) {
-  stop_readiness(t);
-  start_liveness(t);
-  if (!t.spec.readiness) return set_ready(t, true);  // no check: ready once running
-  schedule_check(t, t.spec.readiness->initial_delay_us);
-}
-
-void Manager::stop_readiness(Task& t) {
-  bool exec_running = t.check && t.spec.readiness && t.spec.readiness->kind == ReadinessKind::kExec;
-  t.check.reset();
-  if (exec_running) cgroups_->end_check(t.id);
-  t.check_timer.reset();
-  t.check_passes = t.check_failures = 0;
-  t.check_detail.clear();
-  t.ready = false;  // what is not running is not ready; reported with the new state
-  stop_liveness(t);
-}
-
-// ---------------------------------------------------------------- liveness
-
-void Manager::start_liveness(Task& t) {
-  stop_liveness(t);
-  if (!t.spec.liveness) return;
-  std::string id = t.id;
-  auto timer =
-      loop_->add_timer_in(t.spec.liveness->initial_delay_us, [this, id] { run_liveness(id); });
-  if (timer.ok()) t.live.timer = std::move(timer).value();
-}
-
-void Manager::stop_liveness(Task& t) {
-  bool exec_running =
-      t.live.run && t.spec.liveness && t.spec.liveness->kind == ReadinessKind::kExec;
-  t.live.run.reset();
-  if (exec_running) cgroups_->end_check(t.id, true);
-  t.live.timer.reset();
-  t.live.passes = t.live.failures = 0;
-  t.live.detail.clear();
-}
-
-void Manager::run_liveness(const std::string& id) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end() || it->second->state != TaskState::kRunning ||
-      !it->second->spec.liveness || it->second->kill_sent)
-    return;
-  Task& t = *it->second;
-  t.live.timer.reset();
-  CheckTarget target;
-  target.pid = t.pid;
-  target.pidfd = t.pidfd.get();
-  target.own_network = t.spec.ns.own_network();
-  if (t.spec.liveness->kind == ReadinessKind::kExec) {
-    auto ident = t.identity ? Result<Identity>(*t.identity) : identity_of(&t, t.spec);
-    if (!ident.ok()) return on_liveness(id, false, ident.error().message);
-    target.init_path = cfg_.init_path;
-    auto dir = cgroups_->check_dir(t.id, true);
-    if (!dir.ok()) return on_liveness(id, false, dir.error().str());
-    target.cgroup_dir = *dir;
-    target.join_argv = init_argv(t.spec, *ident, InitJoin{t.pid, t.spec.liveness->command});
-  }
-  t.live.run = start_check(
-      *loop_, *http_, *reaper_, *t.spec.liveness, target,
-      [this, id](bool passed, std::string detail) { on_liveness(id, passed, std::move(detail)); });
-}
-
-void Manager::on_liveness(const std::string& id, bool passed, std::string detail) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end()) return;
-  Task& t = *it->second;
-  t.live.run.reset();
-  if (t.spec.liveness && t.spec.liveness->kind == ReadinessKind::kExec)
-    cgroups_->end_check(t.id, true);
-  if (t.state != TaskState::kRunning || !t.spec.liveness) return;
-  const ReadinessCheck& c = *t.spec.liveness;
-  if (passed) {
-    ++t.live.passes;
-    t.live.failures = 0;
-    t.live.detail.clear();
-  } else {
-    ++t.live.failures;
-    t.live.passes = 0;
-    t.live.detail = std::move(detail);
-    // Every failure_threshold failures in a row: a control plane that did not hear it
-    // (no session then, or its budget for restarts spent) hears it again.
-    if (t.live.failures % c.failure_threshold == 0) not_live(t);
-  }
-  // A task this agent is killing is ending: no more checks (they could only fail to
-  // enter it, and its reason is the decision's, not theirs).
-  if (t.state != TaskState::kRunning || t.kill_sent) return;
-  std::string tid = t.id;
-  auto timer = loop_->add_timer_in(c.interval_us, [this, tid] { run_liveness(tid); });
-  if (timer.ok()) t.live.timer = std::move(timer).value();
-}
-
-void Manager::not_live(Task& t) {
-  std::string why = std::to_string(t.live.failures) +
-                    " liveness checks failed in a row, the last: " + t.live.detail;
-  log_warn("task not live: restarting it",
-           {{"TASK_ID", t.id}, {"TASK_NAME", t.name}, {"REASON", why}});
-  if (t.spec.owner == "controlplane") {
-    // The control plane restarts it (its TaskController asked first); without a session
-    // it waits for one (the next failures say it again).
-    if (!cp_ || !cp_->unhealthy(t.spec.name, why))
-      log_warn("no control plane to restart a task that is not live", {{"TASK_ID", t.id}});
-    return;
-  }
-  // A local task: killed; its restart policy decides what follows. Its checks end
-  // here: the reason is this decision's.
-  if (t.kill_sent) return;
-  t.killed_for = why;
-  t.kill_sent = true;
-  stop_liveness(t);
-  if (auto s = cgroups_->kill_task(t.id); !s.ok())
-    log_error("cannot kill a task that is not live",
-              {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
-}
-
-void Manager::schedule_check(Task& t, uint64_t after_us) {
-  std::string id = t.id;
-  auto timer = loop_->add_timer_in(after_us, [this, id] { run_check(id); });
-  if (timer.ok())
-    t.check_timer = std::move(timer).value();
-  else
-    log_error("cannot schedule a readiness check", {{"TASK_ID", id}});
-}
-
-void Manager::run_check(const std::string& id) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end() || it->second->state != TaskState::kRunning || !it->second->spec.readiness)
-    return;
-  Task& t = *it->second;
-  t.check_timer.reset();
-  CheckTarget target;
-  target.pid = t.pid;
-  target.pidfd = t.pidfd.get();
-  target.own_network = t.spec.ns.own_network();
-  if (t.spec.readiness->kind == ReadinessKind::kExec) {
-    auto ident = t.identity ? Result<Identity>(*t.identity) : identity_of(&t, t.spec);
-    if (!ident.ok()) return on_check(id, false, ident.error().message);
-    target.init_path = cfg_.init_path;
-    auto dir = cgroups_->check_dir(t.id);
-    if (!dir.ok()) return on_check(id, false, dir.error().str());
-    target.cgroup_dir = *dir;
-    target.join_argv = init_argv(t.spec, *ident, InitJoin{t.pid, t.spec.readiness->command});
-  }
-  t.check = start_check(
-      *loop_, *http_, *reaper_, *t.spec.readiness, target,
-      [this, id](bool passed, std::string detail) { on_check(id, passed, std::move(detail)); });
-}
-
-void Manager::on_check(const std::string& id, bool passed, std::string detail) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end()) return;
-  Task& t = *it->second;
-  t.check.reset();
-  // Whatever the check's command started goes with it (killed at a timeout, or left
-  // behind by a command that exited).
-  if (t.spec.readiness && t.spec.readiness->kind == ReadinessKind::kExec) cgroups_->end_check(t.id);
-  if (t.state != TaskState::kRunning || !t.spec.readiness) return;
-  const ReadinessCheck& c = *t.spec.readiness;
-  if (passed) {
-    ++t.check_passes;
-    t.check_failures = 0;
-    t.check_detail.clear();
-    if (t.check_passes >= c.success_threshold) set_ready(t, true);
-  } else {
-    ++t.check_failures;
-    t.check_passes = 0;
-    t.check_detail = std::move(detail);
-    if (t.check_failures >= c.failure_threshold && t.ready) {
-      log_warn("task not ready: readiness check failing",
-               {{"TASK_ID", t.id}, {"TASK_NAME", t.name}, {"REASON", t.check_detail}});
-      set_ready(t, false);
-    }
-  }
-  schedule_check(t, c.interval_us);
-}
-
-void Manager::set_ready(Task& t, bool ready) {
-  if (t.ready == ready) return;
-  t.ready = ready;
-  if (ready && t.spec.readiness) log_info("task ready", {{"TASK_ID", t.id}, {"TASK_NAME", t.name}});
-  if (cp_ && t.spec.owner == "controlplane") cp_->report_now();
 }
 
 void Manager::watch_init(Task& t) {
@@ -1039,7 +882,7 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
                                  std::optional<int> init_status) {
   t.watch.reset();
   t.timer.reset();
-  stop_readiness(t);
+  checks_->stop(t);
   // A fresh cgroup per incarnation: any oom_kill count is this incarnation's delta.
   bool oom = cgroups_->oom_kills(t.id).value_or(0) > 0;
   if (auto s = cgroups_->remove_task(t.id); !s.ok())
@@ -1231,7 +1074,7 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
     return {};  // already on its way
   t.stop_requested = true;
   t.state = TaskState::kStopping;
-  stop_readiness(t);
+  checks_->stop(t);
   t.stop_deadline_us = deadline;
   TRY(save(t));
   (void)cgroups_->freeze_task(t.id, false);  // a frozen task cannot act on its stop signal

@@ -27,12 +27,15 @@
 #include "agent/cp_session.h"
 #include "agent/exec_sessions.h"
 #include "agent/image/service.h"
+#include "agent/image_calls.h"
 #include "agent/lifecycle.h"
 #include "agent/local_discovery.h"
 #include "agent/netns_pool.h"
 #include "agent/readiness.h"
 #include "agent/sandbox_pool.h"
 #include "agent/start_plan.h"
+#include "agent/task.h"
+#include "agent/task_checks.h"
 #include "agent/task_dirs.h"
 #include "agent/task_store.h"
 #include "agent/task_waiters.h"
@@ -47,48 +50,6 @@
 #include "common/task_spec.h"
 
 namespace weft::agent {
-
-// A task: its durable record (agent/task_store.h) and what only this process holds.
-struct Task : TaskRecord {
-  Fd pidfd;
-  Source watch;
-  Source timer;
-  bool is_child = false;
-  bool kill_sent = false;  // this agent wrote cgroup.kill for the current incarnation
-  // It failed before its program ran (setup or exec): told to the control plane, which
-  // holds an index that fails so again and again. Not stored.
-  bool setup_failed = false;
-  // Who its current incarnation runs as (its image's user included); readiness exec
-  // checks run as the same. Not stored: recomputed when a restarted agent needs it.
-  std::optional<Identity> identity;
-  // Readiness (agent/readiness.h): reported "ready" while running and available. Not
-  // stored: a restarted agent checks again before it says ready.
-  bool ready = false;
-  uint64_t check_passes = 0, check_failures = 0;  // in a row
-  std::string check_detail;                       // why the last check failed
-  Source check_timer;
-  std::unique_ptr<CheckRun> check;
-  // Liveness (docs/jobs.md): its check's state, and why this agent killed the current
-  // incarnation when it did (said in the task's reason). Not stored.
-  Probe live;
-  std::string killed_for;
-  // An image or package task: its pull while fetching, and the image and package once
-  // local (held in the cache while the task may run).
-  uint64_t fetch_ticket = 0;
-  image::PullProgress fetch;
-  std::optional<image::LocalImage> image;
-  std::optional<image::LocalImage> package;
-  // Where the last start's time went (phase, microseconds), for task.run's reply.
-  std::vector<std::pair<const char*, uint64_t>> start_phases;
-};
-
-// What one incarnation's start decided before anything was made (Manager::plan_incarnation).
-struct IncarnationPlan {
-  LimitPlan limits;      // the cgroup's writes
-  StartPlan start;       // the spec under its image, its root, its bind mounts' sources
-  Identity identity;     // who its main process runs as
-  bool bridged = false;  // its network namespace is made here and plugged into the bridge
-};
 
 class Manager {
  public:
@@ -138,10 +99,6 @@ class Manager {
   Result<nlohmann::json> api_task_remove(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> api_task_wait(const nlohmann::json& p, const rpc::CallContext& c);
   Result<nlohmann::json> freeze_task(const nlohmann::json& p, bool freeze);
-  Result<nlohmann::json> api_image_ls(const nlohmann::json& p, const rpc::CallContext& c);
-  Result<nlohmann::json> api_image_rm(const nlohmann::json& p, const rpc::CallContext& c);
-  Result<nlohmann::json> api_image_prune(const nlohmann::json& p, const rpc::CallContext& c);
-  Result<nlohmann::json> api_image_pull(const nlohmann::json& p, const rpc::CallContext& c);
   // task.run and task.stop: from the local API (after its privilege check) and from the
   // control plane's session (authenticated when it connected), which marks its tasks.
   Result<nlohmann::json> run_task(nlohmann::json params, bool for_control_plane);
@@ -193,22 +150,6 @@ class Manager {
   void arm_stop_timer(Task& t);
   void on_stop_deadline(const std::string& id);
   Status request_stop(Task& t, std::optional<uint64_t> grace_us);
-  // Readiness: checks start when the task runs (after the check's initial delay) and
-  // stop when it stops running; a change of readiness is reported at once.
-  void start_readiness(Task& t);
-  void stop_readiness(Task& t);
-  void schedule_check(Task& t, uint64_t after_us);
-  void run_check(const std::string& id);
-  void on_check(const std::string& id, bool passed, std::string detail);
-  void set_ready(Task& t, bool ready);
-  // Liveness: started and stopped with readiness; a task that failed its check
-  // failure_threshold times in a row is restarted (not_live).
-  void start_liveness(Task& t);
-  void stop_liveness(Task& t);
-  void run_liveness(const std::string& id);
-  void on_liveness(const std::string& id, bool passed, std::string detail);
-  void not_live(Task& t);
-
   // Recovery.
   Status load_tasks();
   void recover();
@@ -241,6 +182,7 @@ class Manager {
   std::unique_ptr<UsageSampler> usage_;
   std::unique_ptr<TaskStore> store_;
   std::unique_ptr<image::Service> images_;
+  std::unique_ptr<ImageCalls> image_calls_;  // image.* (image_calls.h)
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
 
@@ -251,9 +193,14 @@ class Manager {
   // The session to the control plane (agent/cp_session.h), when cfg_.control_plane is
   // set; task.run and task.stop arrive on it through cp_methods_.
   Status cp_start();
+  // start()'s parts: this host's cgroup tree, namespaces and bridge; the calls the
+  // control plane's session makes of this agent.
+  Status open_host();
+  Status add_cp_methods();
   std::unique_ptr<CpSession> cp_;
-  std::unique_ptr<HttpClient> http_;  // readiness checks over HTTP
-  std::unique_ptr<Reaper> reaper_;    // exec checks abandoned mid-run
+  std::unique_ptr<HttpClient> http_;    // readiness checks over HTTP
+  std::unique_ptr<Reaper> reaper_;      // exec checks abandoned mid-run
+  std::unique_ptr<TaskChecks> checks_;  // readiness and liveness (task_checks.h)
   // `weftctl task exec` (agent/exec_sessions.h): commands joined to the control plane's
   // tasks, their bytes over its session. cp_exec plans one (the task running, its
   // identity, a cgroup of its own).

@@ -306,16 +306,9 @@ int image_ls_command(const Globals& g) {
   return 0;
 }
 
-}  // namespace
-
-CLI::App* add_task_commands(CLI::App& app, Handlers& h) {
-  auto o = std::make_shared<TaskOptions>();
-  CLI::App* task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
-  task->require_subcommand(1);
-  CLI::App* agent = app.add_subcommand("agent", "the local agent");
-  agent->require_subcommand(1);
-  CLI::App* agent_info = agent->add_subcommand("info", "machine id, labels, cgroup controllers");
-  CLI::App* run = task->add_subcommand("run", "start a task; prints its id");
+// `task run`: the spec from its options (and --spec), beside its handler.
+void add_task_run(CLI::App& task, Handlers& h, const std::shared_ptr<TaskOptions>& o) {
+  CLI::App* run = task.add_subcommand("run", "start a task; prints its id");
   run->add_option("--name", o->ro.name, "task name (default: from the command)");
   run->add_option("--spec", o->ro.spec_file, "JSON task spec file (flags override it)");
   run->add_option("--cpu", o->ro.cpu, "CPU limit in cores, e.g. 0.5");
@@ -374,6 +367,58 @@ CLI::App* add_task_commands(CLI::App& app, Handlers& h) {
       ->needs("--wait");
   run->add_option("command", o->ro.argv, "the command and its arguments (after --)");
 
+  h.on(run, [o](const Globals& g) { return task_run(g, *o); });
+}
+
+// `image ls/pull/rm/prune`: the machine's image cache.
+void add_image_commands(CLI::App& app, Handlers& h, const std::shared_ptr<TaskOptions>& o) {
+  CLI::App* image = app.add_subcommand("image", "the machine's image cache (weft-agent)");
+  image->require_subcommand(1);
+  CLI::App* image_ls = image->add_subcommand("ls", "list cached images, their size and users");
+  CLI::App* image_pull = image->add_subcommand("pull", "fetch an image into the cache now");
+  image_pull->add_option("image", o->image_ref, "<registry>/<repo>[:tag][@digest]")->required();
+  CLI::App* image_rm = image->add_subcommand("rm", "remove an image no task uses");
+  image_rm->add_option("image", o->image_ref, "reference or manifest digest")->required();
+  CLI::App* image_prune = image->add_subcommand("prune", "remove every image no task uses");
+  h.on(image_ls, image_ls_command);
+  h.on(image_pull, [o](const Globals& g) {
+    // A large image on a slow link takes minutes: wait up to an hour.
+    auto pulled =
+        agent_client(g)->call("image.pull", {{"image", o->image_ref}, {"wait", true}}, 3'600'000);
+    if (!pulled.ok()) die(pulled.error().str());
+    json r = std::move(pulled).value();
+    print_json_or(g, r, [&] { std::cout << r.value("manifest", "") << "\n"; });
+    return 0;
+  });
+  h.on(image_rm, [o](const Globals& g) {
+    json r = call_or_die(*agent_client(g), "image.rm", {{"image", o->image_ref}});
+    print_json_or(g, r, [&] {
+      std::cout << "removed " << r.value("removed", "") << " ("
+                << format_size(r.value("freed", uint64_t{0})) << " freed)\n";
+    });
+    return 0;
+  });
+  h.on(image_prune, [](const Globals& g) {
+    json r = call_or_die(*agent_client(g), "image.prune", json::object());
+    print_json_or(g, r, [&] {
+      std::cout << "removed " << r["removed"].size() << " image(s), "
+                << format_size(r.value("freed", uint64_t{0})) << " freed\n";
+    });
+    return 0;
+  });
+}
+
+}  // namespace
+
+CLI::App* add_task_commands(CLI::App& app, Handlers& h) {
+  auto o = std::make_shared<TaskOptions>();
+  CLI::App* task = app.add_subcommand("task", "run and manage tasks on this machine's agent");
+  task->require_subcommand(1);
+  CLI::App* agent = app.add_subcommand("agent", "the local agent");
+  agent->require_subcommand(1);
+  CLI::App* agent_info = agent->add_subcommand("info", "machine id, labels, cgroup controllers");
+  add_task_run(*task, h, o);
+
   CLI::App* ls = task->add_subcommand("ls", "list tasks");
   ls->add_flag("--running{false},-r{false}", o->ls_all, "only tasks that are not finished");
   ls->add_flag("--cluster", o->ls_cluster, "every task of the cluster (weft-controlplane)");
@@ -414,21 +459,11 @@ CLI::App* add_task_commands(CLI::App& app, Handlers& h) {
                  "write the output's bytes as they are, also to a terminal (control "
                  "characters are otherwise shown as \\xNN)");
 
-  CLI::App* image = app.add_subcommand("image", "the machine's image cache (weft-agent)");
-  image->require_subcommand(1);
-  CLI::App* image_ls = image->add_subcommand("ls", "list cached images, their size and users");
-  CLI::App* image_pull = image->add_subcommand("pull", "fetch an image into the cache now");
-  image_pull->add_option("image", o->image_ref, "<registry>/<repo>[:tag][@digest]")->required();
-  CLI::App* image_rm = image->add_subcommand("rm", "remove an image no task uses");
-  image_rm->add_option("image", o->image_ref, "reference or manifest digest")->required();
-  CLI::App* image_prune = image->add_subcommand("prune", "remove every image no task uses");
-
   h.on(agent_info, [](const Globals& g) {
     json r = call_or_die(*agent_client(g), "agent.info", json::object());
     print_json_or(g, r, [&] { print_kv(r); });
     return 0;
   });
-  h.on(run, [o](const Globals& g) { return task_run(g, *o); });
   h.on(ls, [o](const Globals& g) { return o->ls_cluster ? cluster_task_ls(g) : task_ls(g, *o); });
   h.on(show, [o](const Globals& g) {
     if (o->show_cluster) return cluster_task_show(g, o->id);
@@ -464,32 +499,8 @@ CLI::App* add_task_commands(CLI::App& app, Handlers& h) {
     return 0;
   });
   h.on(logs, [o](const Globals& g) { return task_logs(g, *o); });
-  h.on(image_ls, image_ls_command);
-  h.on(image_pull, [o](const Globals& g) {
-    // A large image on a slow link takes minutes: wait up to an hour.
-    auto pulled =
-        agent_client(g)->call("image.pull", {{"image", o->image_ref}, {"wait", true}}, 3'600'000);
-    if (!pulled.ok()) die(pulled.error().str());
-    json r = std::move(pulled).value();
-    print_json_or(g, r, [&] { std::cout << r.value("manifest", "") << "\n"; });
-    return 0;
-  });
-  h.on(image_rm, [o](const Globals& g) {
-    json r = call_or_die(*agent_client(g), "image.rm", {{"image", o->image_ref}});
-    print_json_or(g, r, [&] {
-      std::cout << "removed " << r.value("removed", "") << " ("
-                << format_size(r.value("freed", uint64_t{0})) << " freed)\n";
-    });
-    return 0;
-  });
-  h.on(image_prune, [](const Globals& g) {
-    json r = call_or_die(*agent_client(g), "image.prune", json::object());
-    print_json_or(g, r, [&] {
-      std::cout << "removed " << r["removed"].size() << " image(s), "
-                << format_size(r.value("freed", uint64_t{0})) << " freed\n";
-    });
-    return 0;
-  });
+  add_image_commands(app, h, o);
+
   return task;
 }
 

@@ -9,6 +9,7 @@
 // roll get the new profile at once.
 #include "controlplane/entitlements/calls.h"
 #include "common/cp_link.h"
+#include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"
 

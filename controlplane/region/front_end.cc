@@ -284,55 +284,9 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
     reply(std::move(r));
   };
   switch (m.route) {
-    case Route::kAll: {
-      // A shard lists the region's services (its own and the others'): each shard is
-      // asked for its own only.
-      json params = p;
-      if (method == "service.ls") params["local"] = true;
-      // machine.ls's pages: `after` is an earlier answer's `next`, each shard's cursor;
-      // only the shards it names are asked again, each from its own.
-      std::map<std::string, json> cursors;
-      if (method == "machine.ls" && p.contains("after")) {
-        Status read = [&]() -> Status {
-          if (!p["after"].is_object() || p["after"].empty())
-            return field_error("after", "must be the `next` of an earlier machine.ls");
-          for (const auto& [shard, at] : p["after"].items()) {
-            if (!shards_.count(shard) || !at.is_string())
-              return field_error("after." + shard, "is no shard's cursor");
-            cursors[shard] = params;
-            cursors[shard]["after"] = at;
-          }
-          return {};
-        }();
-        if (!read.ok()) {
-          done(std::move(read).error());
-          break;
-        }
-      }
-      fan_out(
-          method, params, w,
-          [this, done, method, key = std::string(m.key)](auto answers) {
-            json out = merge(key, answers);
-            if (method == "service.ls") {  // each shard's agents, and the stops they hold
-              json agents = json::array();
-              uint64_t held = 0;
-              for (const auto& [shard, r] : answers) {
-                if (!r.ok() || !r->is_object()) continue;
-                held += r->value("stops_waiting", uint64_t{0});
-                if (r->contains("agents") && (*r)["agents"].is_array())
-                  for (json a : (*r)["agents"]) {
-                    if (a.is_object()) a["shard"] = shard;
-                    agents.push_back(std::move(a));
-                  }
-              }
-              out["agents"] = std::move(agents);
-              out["stops_waiting"] = held;
-            }
-            done(std::move(out));
-          },
-          {}, method == "machine.ls", cursors.empty() ? nullptr : &cursors);
+    case Route::kAll:
+      route_all(method, m.key, p, w, done);
       break;
-    }
     case Route::kWeb:
       web_page(w, [done](std::string html) { done(json{{"html", std::move(html)}}); });
       break;
@@ -340,20 +294,7 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
       route_maintenance(method, p, w, done);
       break;
     case Route::kJobOrAny:
-      if (!name.empty()) {
-        route_to_located(Route::kJob, name, m, p, w, done);
-      } else {
-        std::string any;
-        for (const auto& [id, s] : shards_)
-          if (!is_brokers(id) && s.link->session()) {
-            any = id;
-            break;
-          }
-        if (any.empty())
-          done(unavailable("no shard is reachable now"));
-        else
-          forward(any, m.name, p, w, done);
-      }
+      route_job_or_any(m, name, p, w, done);
       break;
     case Route::kNewEntitlement:
       route_entitlement_create(p, w, done);
@@ -363,32 +304,7 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
       break;
     case Route::kEntitlement:
     case Route::kDropEntitlement:
-      home_of(name, [this, &m, p, w, done, name](Result<std::string> shard) {
-        if (!shard.ok()) return done(std::move(shard).error());
-        forward(*shard, m.name, p, w, [this, &m, done, name, s = *shard](Result<json> r) {
-          if (r.ok() && m.route == Route::kDropEntitlement) {
-            homes_.erase(name);
-            std::string prefix = cfg_.region.prefix;
-            etcd_->post([prefix, name, s](etcd::Client& client) -> EtcdWorker::Then {
-              if (auto d = drop_entitlement_home(client, prefix, name, s); !d.ok())
-                log_warn("entitlement home not dropped",
-                         {{"ENTITLEMENT", name}, {"ERROR", d.error().str()}});
-              return {};
-            });
-          }
-          // Where the entitlement lives (entitlement show): its home, and its move if
-          // one is under way.
-          if (r.ok() && r->is_object() && std::string(m.name) == "entitlement.show") {
-            (*r)["shard"] = s;
-            return moves_->list([r, name, done](auto moves) mutable {
-              if (moves.ok())
-                if (auto mv = moves->find(name); mv != moves->end()) (*r)["move"] = mv->second;
-              done(std::move(r));
-            });
-          }
-          done(std::move(r));
-        });
-      });
+      route_entitlement(m, name, p, w, done);
       break;
     case Route::kJob:
     case Route::kMachine:
@@ -413,6 +329,104 @@ Result<json> FrontEnd::handle(const MethodRoute& m, const json& p, const CallCon
       done(make_error("unrouted method"));
   }
   return json();  // the deferred reply answers
+}
+
+// Every shard's answer, merged (ls calls, services, machine.ls's pages by shard).
+void FrontEnd::route_all(const std::string& method, const char* key, const json& p, const json& w,
+                         Done done) {
+  // A shard lists the region's services (its own and the others'): each shard is
+  // asked for its own only.
+  json params = p;
+  if (method == "service.ls") params["local"] = true;
+  // machine.ls's pages: `after` is an earlier answer's `next`, each shard's cursor;
+  // only the shards it names are asked again, each from its own.
+  std::map<std::string, json> cursors;
+  if (method == "machine.ls" && p.contains("after")) {
+    Status read = [&]() -> Status {
+      if (!p["after"].is_object() || p["after"].empty())
+        return field_error("after", "must be the `next` of an earlier machine.ls");
+      for (const auto& [shard, at] : p["after"].items()) {
+        if (!shards_.count(shard) || !at.is_string())
+          return field_error("after." + shard, "is no shard's cursor");
+        cursors[shard] = params;
+        cursors[shard]["after"] = at;
+      }
+      return {};
+    }();
+    if (!read.ok()) return done(std::move(read).error());
+  }
+  fan_out(
+      method, params, w,
+      [this, done, method, key = std::string(key)](auto answers) {
+        json out = merge(key, answers);
+        if (method == "service.ls") {  // each shard's agents, and the stops they hold
+          json agents = json::array();
+          uint64_t held = 0;
+          for (const auto& [shard, r] : answers) {
+            if (!r.ok() || !r->is_object()) continue;
+            held += r->value("stops_waiting", uint64_t{0});
+            if (r->contains("agents") && (*r)["agents"].is_array())
+              for (json a : (*r)["agents"]) {
+                if (a.is_object()) a["shard"] = shard;
+                agents.push_back(std::move(a));
+              }
+          }
+          out["agents"] = std::move(agents);
+          out["stops_waiting"] = held;
+        }
+        done(std::move(out));
+      },
+      {}, method == "machine.ls", cursors.empty() ? nullptr : &cursors);
+}
+
+// A job's shard when the call names one, else any reachable shard.
+void FrontEnd::route_job_or_any(const MethodRoute& m, const std::string& name, const json& p,
+                                const json& w, Done done) {
+  if (!name.empty()) {
+    route_to_located(Route::kJob, name, m, p, w, done);
+  } else {
+    std::string any;
+    for (const auto& [id, s] : shards_)
+      if (!is_brokers(id) && s.link->session()) {
+        any = id;
+        break;
+      }
+    if (any.empty())
+      done(unavailable("no shard is reachable now"));
+    else
+      forward(any, m.name, p, w, done);
+  }
+}
+
+// The entitlement's home shard (and, for entitlement.rm, the home dropped after it).
+void FrontEnd::route_entitlement(const MethodRoute& m, const std::string& name, const json& p,
+                                 const json& w, Done done) {
+  home_of(name, [this, &m, p, w, done, name](Result<std::string> shard) {
+    if (!shard.ok()) return done(std::move(shard).error());
+    forward(*shard, m.name, p, w, [this, &m, done, name, s = *shard](Result<json> r) {
+      if (r.ok() && m.route == Route::kDropEntitlement) {
+        homes_.erase(name);
+        std::string prefix = cfg_.region.prefix;
+        etcd_->post([prefix, name, s](etcd::Client& client) -> EtcdWorker::Then {
+          if (auto d = drop_entitlement_home(client, prefix, name, s); !d.ok())
+            log_warn("entitlement home not dropped",
+                     {{"ENTITLEMENT", name}, {"ERROR", d.error().str()}});
+          return {};
+        });
+      }
+      // Where the entitlement lives (entitlement show): its home, and its move if
+      // one is under way.
+      if (r.ok() && r->is_object() && std::string(m.name) == "entitlement.show") {
+        (*r)["shard"] = s;
+        return moves_->list([r, name, done](auto moves) mutable {
+          if (moves.ok())
+            if (auto mv = moves->find(name); mv != moves->end()) (*r)["move"] = mv->second;
+          done(std::move(r));
+        });
+      }
+      done(std::move(r));
+    });
+  });
 }
 
 void FrontEnd::forward(const std::string& shard, const std::string& method, const json& p,
@@ -557,7 +571,8 @@ void FrontEnd::route_to_located(Route kind, const std::string& name, const Metho
     if (!s.ok()) return done(std::move(s).error());
     forward(*s, m.name, p, who,
             [this, kind, name, &m, p, who, done, cached, shard = *s](Result<json> r) {
-              // A job stopped and made again on another shard since it was cached: look again once.
+              // A job stopped and made again on another shard since it was cached: look again
+              // once.
               if (cached && not_found(r)) {
                 (kind == Route::kJob ? job_shard_ : machine_shard_).erase(name);
                 return route_to_located(kind, name, m, p, who, done);

@@ -111,6 +111,12 @@ class FrontEnd {
                          const nlohmann::json& who, Done done);
   // entitlement.move and shard.drain (moves.h); entitlement.show says where a move is.
   void route_move(const nlohmann::json& p, Done done);
+  void route_all(const std::string& method, const char* key, const nlohmann::json& p,
+                 const nlohmann::json& w, Done done);
+  void route_job_or_any(const MethodRoute& m, const std::string& name, const nlohmann::json& p,
+                        const nlohmann::json& w, Done done);
+  void route_entitlement(const MethodRoute& m, const std::string& name, const nlohmann::json& p,
+                         const nlohmann::json& w, Done done);
   // task.exec: to the shard that holds the task's job, its bytes through execs_.
   Result<nlohmann::json> route_exec(const nlohmann::json& p, const rpc::CallContext& c);
   void route_drain(const nlohmann::json& p, Done done);

@@ -92,24 +92,29 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
-std::string render_fleet_html(const FleetSnapshot& s) {
-  std::ostringstream o;
-  // Entitlement outline colours, by name.
-  std::map<std::string, std::string> ent_colour;
-  {
-    std::vector<std::string> names;
-    for (const auto& e : s.entitlements) names.push_back(str(e, "name"));
-    std::sort(names.begin(), names.end());
-    for (size_t i = 0; i < names.size(); ++i)
-      ent_colour[names[i]] = kEntColours[i % (sizeof kEntColours / sizeof *kEntColours)];
-  }
+namespace {
+
+using Colours = std::map<std::string, std::string>;
+
+// Entitlement outline colours, by name.
+Colours entitlement_colours(const FleetSnapshot& s) {
+  Colours ent_colour;
+  std::vector<std::string> names;
+  for (const auto& e : s.entitlements) names.push_back(str(e, "name"));
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i < names.size(); ++i)
+    ent_colour[names[i]] = kEntColours[i % (sizeof kEntColours / sizeof *kEntColours)];
+  return ent_colour;
+}
+
+// The page's head and the summary line.
+void write_head(std::ostringstream& o, const FleetSnapshot& s) {
   std::map<std::string, int> by_state;
   int64_t tasks = 0;
   for (const auto& m : s.machines) {
     ++by_state[str(m, "state")];
     tasks += num(m, "tasks");
   }
-
   o << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
     << "<title>weft fleet</title><style>"
     << "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fafafa}"
@@ -128,8 +133,10 @@ std::string render_fleet_html(const FleetSnapshot& s) {
     << " tasks placed · as of " << utc(s.now_wall_us);
   if (!s.leader.empty()) o << " · leader " << html_escape(s.leader);
   o << "</p></header>\n";
+}
 
-  // Machines: one grid per data centre, one row per fault domain.
+// Machines: one grid per data centre, one row per fault domain.
+void write_machines(std::ostringstream& o, const FleetSnapshot& s, Colours& ent_colour) {
   o << "<section id=\"machines\"><h2>Machines</h2><p class=\"legend\">";
   for (const auto& [st, c] : state_colours())
     o << "<span><span class=\"swatch\" style=\"background:" << c << ";border-color:" << c
@@ -172,8 +179,10 @@ std::string render_fleet_html(const FleetSnapshot& s) {
     o << "</svg>\n";
   }
   o << "</section>\n";
+}
 
-  // Entitlements.
+// Entitlements: machines against quota, profile (and its roll), owners.
+void write_entitlements(std::ostringstream& o, const FleetSnapshot& s, Colours& ent_colour) {
   o << "<section id=\"entitlements\"><h2>Entitlements</h2><table><tr><th>entitlement</th>"
     << "<th>machines / quota</th><th></th><th>profile</th><th>owners</th></tr>\n";
   for (const auto& e : s.entitlements) {
@@ -195,8 +204,10 @@ std::string render_fleet_html(const FleetSnapshot& s) {
       << "</td></tr>\n";
   }
   o << "</table></section>\n";
+}
 
-  // Jobs.
+// Jobs: ready against count, generation, rollout or run.
+void write_jobs(std::ostringstream& o, const FleetSnapshot& s) {
   o << "<section id=\"jobs\"><h2>Jobs</h2><table><tr><th>job</th><th>entitlement</th>"
     << "<th>ready / count</th><th></th><th>generation</th><th>rollout</th></tr>\n";
   for (const auto& j : s.jobs) {
@@ -225,8 +236,10 @@ std::string render_fleet_html(const FleetSnapshot& s) {
       << "</td><td class=\"rollout\">" << rollout << "</td></tr>\n";
   }
   o << "</table></section>\n";
+}
 
-  // Maintenance: the next 72 hours as a timeline, then every event not yet ended.
+// Maintenance: the next 72 hours as a timeline, then every event not yet ended.
+void write_maintenance(std::ostringstream& o, const FleetSnapshot& s) {
   o << "<section id=\"maintenance\"><h2>Maintenance calendar</h2>\n";
   constexpr int kW = 720, kRowH = 20;
   const int64_t span = 72LL * 3600 * 1'000'000;
@@ -261,8 +274,10 @@ std::string render_fleet_html(const FleetSnapshot& s) {
       << html_escape(str(e, "state")) << "</td><td>" << (e.value("reboot", false) ? "yes" : "no")
       << "</td><td>" << html_escape(str(e, "reason")) << "</td></tr>\n";
   o << "</table></section>\n";
+}
 
-  // What tasks use (weftctl top): by job, then the busiest machines.
+// What tasks use (weftctl top): by job, then the busiest machines.
+void write_usage(std::ostringstream& o, const FleetSnapshot& s) {
   o << "<section id=\"usage\"><h2>What tasks use</h2>\n";
   if (s.usage.is_null()) {
     o << "<p class=\"legend\">Asking the machines; reload in a few seconds.</p>";
@@ -310,8 +325,10 @@ std::string render_fleet_html(const FleetSnapshot& s) {
     o << "</table>";
   }
   o << "</section>\n";
+}
 
-  // What happened to tasks lately (weftctl job events), newest first.
+// What happened to tasks lately (weftctl job events), newest first.
+void write_events(std::ostringstream& o, const FleetSnapshot& s) {
   o << "<section id=\"events\"><h2>Recent task events</h2><table><tr><th>ago</th><th>job</th>"
     << "<th>task</th><th>machine</th><th>what</th><th>detail</th></tr>\n";
   for (const auto& e : s.events) {
@@ -322,6 +339,20 @@ std::string render_fleet_html(const FleetSnapshot& s) {
       << "</td><td>" << html_escape(str(e, "detail")) << "</td></tr>\n";
   }
   o << "</table></section>\n</body></html>\n";
+}
+
+}  // namespace
+
+std::string render_fleet_html(const FleetSnapshot& s) {
+  std::ostringstream o;
+  Colours ent_colour = entitlement_colours(s);
+  write_head(o, s);
+  write_machines(o, s, ent_colour);
+  write_entitlements(o, s, ent_colour);
+  write_jobs(o, s);
+  write_maintenance(o, s);
+  write_usage(o, s);
+  write_events(o, s);
   return o.str();
 }
 
