@@ -58,7 +58,7 @@ class ConnectAttempt {
 };
 
 // What a blocking Client reads and writes through when it is not the bare socket: TLS
-// (rpc_client_tls.cc). Made by ClientTls::open over a connected socket.
+// (common/rpc/client_tls.cc). Made by ClientTls::open over a connected socket.
 class ClientStream {
  public:
   virtual ~ClientStream() = default;
@@ -77,7 +77,7 @@ struct ClientTls {
   std::function<Result<std::unique_ptr<ClientStream>>(int fd, const std::string& server_name)> open;
   std::string server_name;  // default: the endpoint's host
 };
-// TLS with `context` (its certificate, key and CA): rpc_client_tls.cc, which links OpenSSL.
+// TLS with `context` (its certificate, key and CA): common/rpc/client_tls.cc, which links OpenSSL.
 ClientTls client_tls(std::shared_ptr<tls::Context> context, std::string server_name = {});
 
 // A blocking client for CLIs and tests: one call at a time. Requests the server sends

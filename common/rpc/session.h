@@ -1,5 +1,6 @@
-// One connected peer of the line protocol on an event loop (Session), who it is (Peer),
-// the methods it answers (Dispatcher, Method tables), and the group-commit gate.
+// One connected peer of the line protocol on an event loop (Session) and the input budget
+// the sessions of a server share. Who the peer is: peer.h; the methods it answers:
+// dispatcher.h; the gate group commits hold its output behind: output_gate.h.
 #pragma once
 
 #include <sys/types.h>
@@ -16,7 +17,10 @@
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/result.h"
+#include "common/rpc/dispatcher.h"
 #include "common/rpc/line_reader.h"
+#include "common/rpc/output_gate.h"
+#include "common/rpc/peer.h"
 #include "common/rpc/protocol.h"
 #include "common/tls.h"
 
@@ -28,129 +32,6 @@ struct BufferBudget {
   size_t limit = 64u << 20;
   size_t used = 0;
 };
-
-struct Peer {
-  bool is_unix = false;
-  pid_t pid = -1;
-  uid_t uid = static_cast<uid_t>(-1);
-  gid_t gid = static_cast<gid_t>(-1);
-  // Supplementary groups of the peer when it connected (SO_PEERGROUPS): taken from the
-  // socket, not from /proc/<pid>, so a pid reused after the peer exited cannot lend
-  // its groups.
-  std::vector<gid_t> groups;
-  std::string address;  // "unix" or "ip:port"
-  std::string host;     // TCP: the source address without the port
-  // TLS sessions: the peer's certificate verified against the CA bundle (and CRL), and
-  // who it says the peer is. Set once the handshake is done.
-  bool tls = false;
-  tls::Identity identity;
-  // A call a region's front end carried for an operator (docs/regions.md): the front
-  // end as the callee knows it, and the operator's role as the front end found it;
-  // `identity` (with `tls`) or `address` is then the operator's.
-  std::string via;
-  std::string via_role;
-};
-
-class Session;
-
-// Group commit (the control plane): while a gate is held, the sessions that share it
-// keep what they would send (replies, requests) until release(): a daemon writes many
-// calls' changes in one transaction and answers none of them before it is durable.
-//
-// Pipelined commits (a store that writes off the loop): output is kept by epoch. seal()
-// closes the current epoch (what was said so far waits for the group being committed)
-// and later output belongs to the next; release_through(e) sends what epochs up to `e`
-// said, in order, while the gate stays held for the newer ones.
-class OutputGate {
- public:
-  void hold() { held_ = true; }
-  bool held() const { return held_; }
-  // Sends what waited, session by session; the gate is open again.
-  void release();
-  uint64_t epoch() const { return epoch_; }
-  // Output so far belongs to the returned epoch, later output to the next one.
-  uint64_t seal() { return epoch_++; }
-  // Sends what epochs up to `e` said; the gate stays held.
-  void release_through(uint64_t e);
-
- private:
-  friend class Session;
-  bool held_ = false;
-  uint64_t epoch_ = 1;
-  std::vector<Session*> waiting_;
-};
-
-struct CallContext {
-  Session* session;  // null when the call arrived on a blocking Client
-  const Peer& peer;
-};
-
-using Handler = std::function<Result<json>(const json& params, const CallContext& ctx)>;
-// A handler that reads its params as the JSON text they came as (an object's), straight
-// into structs of its own without a document: the hot path's messages (machine.report).
-using RawHandler = std::function<Result<json>(std::string_view params, const CallContext& ctx)>;
-using ReplyFn = std::function<void(Result<json> result)>;
-
-// Method table shared by the sessions of one server (or one client).
-class Dispatcher {
- public:
-  void add(const std::string& method, Handler h) { handlers_[method] = std::move(h); }
-  // A method whose params are read as text: a request on its own line reaches `h` without
-  // a document being made of it; in a batch (or while overridden) it is made one and
-  // its params serialised again for `h`, so that `h` is its one reader.
-  void add_raw(const std::string& method, RawHandler h) {
-    auto shared = std::make_shared<RawHandler>(std::move(h));
-    raw_[method] = shared;
-    handlers_[method] = [shared](const json& p, const CallContext& c) -> Result<json> {
-      return (*shared)(p.dump(-1, ' ', false, json::error_handler_t::replace), c);
-    };
-  }
-  bool has_raw() const { return !raw_.empty() && !override_; }
-  const RawHandler* find_raw(std::string_view method) const {
-    if (override_) return nullptr;
-    auto it = raw_.find(method);
-    return it == raw_.end() ? nullptr : it->second.get();
-  }
-  // While set, every call (whatever its method, but `except`) goes to `h`: a control
-  // plane replica that does not lead refuses them all. Unset with an empty function.
-  void set_override(Handler h, std::string except = {}) {
-    override_ = std::move(h);
-    except_ = std::move(except);
-  }
-  const Handler* find(const std::string& method) const {
-    if (override_ && method != except_) return &override_;
-    auto it = handlers_.find(method);
-    return it == handlers_.end() ? nullptr : &it->second;
-  }
-
- private:
-  std::map<std::string, Handler> handlers_;
-  std::map<std::string, std::shared_ptr<RawHandler>, std::less<>> raw_;
-  Handler override_;
-  std::string except_;
-};
-
-// A daemon's methods as one table of member functions (named handlers apart from the
-// logic, like systemd's bus vtables). A method with a nonzero `access` runs only after
-// `guard(ctx)` accepted the caller (kPrivileged for the machine daemons; the control
-// plane reads the levels itself: Access in controlplane/daemon/manager.h).
-template <class T>
-struct Method {
-  const char* name;
-  Result<json> (T::*handler)(const json& params, const CallContext& ctx);
-  int access = 0;
-};
-// The machine daemons' one level: root, the daemon's user or the weft group.
-inline constexpr int kPrivileged = 1;
-using Guard = std::function<Status(const CallContext&)>;
-template <class T, size_t N>
-void add_methods(Dispatcher& d, T* self, const Method<T> (&table)[N], Guard guard = {}) {
-  for (const Method<T>& m : table)
-    d.add(m.name, [self, m, guard](const json& p, const CallContext& c) -> Result<json> {
-      if (m.access != 0) TRY(guard(c));
-      return (self->*m.handler)(p, c);
-    });
-}
 
 // One connected peer on an EventLoop. Owns the socket. Requests the peer sends are
 // answered through the Dispatcher; requests this side sends get their reply through a
@@ -269,11 +150,5 @@ class Session {
   void ungate(uint64_t e);
   friend class OutputGate;
 };
-
-// The local-socket access rule of every weft daemon: a Unix peer that is root, the
-// daemon's own user, or a member (primary or supplementary, from the socket's
-// SO_PEERGROUPS) of `gid`. Errors carry kPermissionDenied and say what `action` needed.
-Status require_privileged(const Peer& peer, int gid, const std::string& group_name,
-                          const std::string& action);
 
 }  // namespace weft::rpc

@@ -1,4 +1,4 @@
-// Internal to the protocol's implementation (rpc.cc and rpc_client.cc): shared by the
+// Internal to the protocol's implementation (common/rpc/*.cc): shared by the
 // blocking client and the event-loop sessions. Not for other code.
 #pragma once
 

@@ -1,5 +1,5 @@
 // rpc::Client's TLS: OpenSSL's stream over the connected socket (tls.h). Apart from
-// rpc_client.cc so that a client without TLS links no OpenSSL.
+// client.cc so that a client without TLS links no OpenSSL.
 #include <openssl/ssl.h>
 
 #include "common/rpc/client.h"

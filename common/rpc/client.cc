@@ -17,7 +17,7 @@
 #include "common/clock.h"
 #include "common/json_bounded.h"
 #include "common/rpc/client.h"
-#include "common/rpc_detail.h"
+#include "common/rpc/detail.h"
 #include "common/strings.h"
 
 namespace weft::rpc {
