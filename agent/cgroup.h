@@ -44,7 +44,7 @@ class CgroupFs {
   virtual Result<std::vector<std::string>> subdirs(const std::string& dir) = 0;
 };
 
-// The kernel's cgroupfs (agent/fake_cgroupfs.h fakes it for unit tests).
+// The kernel's cgroupfs (testing/fake_cgroupfs.h fakes it for unit tests).
 class RealCgroupFs : public CgroupFs {
  public:
   Status mkdir(const std::string& dir) override;

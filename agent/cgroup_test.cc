@@ -3,7 +3,7 @@
 // ../shared/TESTING.md); here we check that exactly the right values reach the right
 // files, through the same code the agent runs.
 #include "agent/cgroup.h"
-#include "agent/fake_cgroupfs.h"
+#include "testing/fake_cgroupfs.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

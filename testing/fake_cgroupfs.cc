@@ -1,4 +1,4 @@
-#include "agent/fake_cgroupfs.h"
+#include "testing/fake_cgroupfs.h"
 
 #include <unistd.h>
 
