@@ -40,6 +40,60 @@ std::unique_ptr<rpc::Client> sidekick_client(const Globals& g) {
   return connect_or_die(g.sidekick, "weft-sidekick", "--sidekick");
 }
 
+// `profile switch`: the switch, then (unless --no-wait) huge pages converging shown.
+int profile_switch(const Globals& g, const ProfileOptions& opts) {
+  auto sk = sidekick_client(g);
+  json r = call_or_die(*sk, "profile.switch", {{"name", opts.name}});
+  int rc = report_profile(r, g.json_out);
+  bool converging = false;
+  for (const auto& k : r.value("knobs", json::array()))
+    converging |= k.value("status", "") == "converging";
+  if (!converging || opts.no_wait) return rc;
+  // Slow knobs (huge pages) converge in the background: show their progress.
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    json a = call_or_die(*sk, "profile.active", json::object());
+    bool pending = false, failed = false;
+    std::string line;
+    for (const auto& k : a.value("convergence", json::array())) {
+      line += "  " + str_or(k, "id") + " " + str_or(k, "progress") + " " + str_or(k, "state");
+      pending |= k.value("state", "") == "converging";
+      failed |= k.value("state", "") == "failed";
+    }
+    if (g.json_out)
+      std::cout << a["convergence"].dump() << "\n";
+    else
+      std::cout << "converging:" << line << "\n";
+    std::cout.flush();
+    if (!pending) return failed ? 1 : rc;
+  }
+  return 0;
+}
+
+// `profile import-tuned`: a TuneD profile converted by the sidekick; 3 when some of it
+// could not be.
+int profile_import_tuned(const Globals& g, const ProfileOptions& opts) {
+  auto sk = sidekick_client(g);
+  std::string file = opts.tuned_path;
+  if (path_exists(file + "/tuned.conf")) file += "/tuned.conf";
+  auto text = read_file_bounded(file, kMaxTomlBytes);
+  if (!text.ok()) die(text.error().str(), 1);
+  std::string name = opts.tuned_path;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  if (name.size() > 11 && name.compare(name.size() - 11, 11, "/tuned.conf") == 0)
+    name.resize(name.size() - 11);
+  name = name.substr(name.rfind('/') + 1);
+  json r = call_or_die(*sk, "profile.import_tuned", {{"text", *text}, {"name", name}});
+  if (g.json_out) {
+    std::cout << r.dump(2) << "\n";
+  } else {
+    std::cout << r["toml"].get<std::string>();
+    for (const auto& u : r["unconverted"])
+      std::cerr << "not converted: " << u.get<std::string>() << "\n";
+  }
+  return r["unconverted"].empty() ? 0 : 3;
+}
+
 }  // namespace
 
 void add_profile_commands(CLI::App& app, Handlers& h) {
@@ -112,34 +166,7 @@ void add_profile_commands(CLI::App& app, Handlers& h) {
   switch_to->add_option("name", o->name, "profile")->required();
   switch_to->add_flag("--no-wait", o->no_wait,
                       "do not follow huge pages converging in the background");
-  h.on(switch_to, [o](const Globals& g) {
-    auto sk = sidekick_client(g);
-    json r = call_or_die(*sk, "profile.switch", {{"name", o->name}});
-    int rc = report_profile(r, g.json_out);
-    bool converging = false;
-    for (const auto& k : r.value("knobs", json::array()))
-      converging |= k.value("status", "") == "converging";
-    if (!converging || o->no_wait) return rc;
-    // Slow knobs (huge pages) converge in the background: show their progress.
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::seconds(1));
-      json a = call_or_die(*sk, "profile.active", json::object());
-      bool pending = false, failed = false;
-      std::string line;
-      for (const auto& k : a.value("convergence", json::array())) {
-        line += "  " + str_or(k, "id") + " " + str_or(k, "progress") + " " + str_or(k, "state");
-        pending |= k.value("state", "") == "converging";
-        failed |= k.value("state", "") == "failed";
-      }
-      if (g.json_out)
-        std::cout << a["convergence"].dump() << "\n";
-      else
-        std::cout << "converging:" << line << "\n";
-      std::cout.flush();
-      if (!pending) return failed ? 1 : rc;
-    }
-    return 0;
-  });
+  h.on(switch_to, [o](const Globals& g) { return profile_switch(g, *o); });
   CLI::App* verify =
       profile->add_subcommand("verify", "compare the machine with the active profile");
   h.on(verify, [](const Globals& g) {
@@ -155,27 +182,7 @@ void add_profile_commands(CLI::App& app, Handlers& h) {
       "import-tuned", "convert a TuneD profile (tuned.conf) to weft's format");
   import_tuned->add_option("path", o->tuned_path, "TuneD profile directory or tuned.conf")
       ->required();
-  h.on(import_tuned, [o](const Globals& g) {
-    auto sk = sidekick_client(g);
-    std::string file = o->tuned_path;
-    if (path_exists(file + "/tuned.conf")) file += "/tuned.conf";
-    auto text = read_file_bounded(file, kMaxTomlBytes);
-    if (!text.ok()) die(text.error().str(), 1);
-    std::string name = o->tuned_path;
-    while (name.size() > 1 && name.back() == '/') name.pop_back();
-    if (name.size() > 11 && name.compare(name.size() - 11, 11, "/tuned.conf") == 0)
-      name.resize(name.size() - 11);
-    name = name.substr(name.rfind('/') + 1);
-    json r = call_or_die(*sk, "profile.import_tuned", {{"text", *text}, {"name", name}});
-    if (g.json_out) {
-      std::cout << r.dump(2) << "\n";
-    } else {
-      std::cout << r["toml"].get<std::string>();
-      for (const auto& u : r["unconverted"])
-        std::cerr << "not converted: " << u.get<std::string>() << "\n";
-    }
-    return r["unconverted"].empty() ? 0 : 3;
-  });
+  h.on(import_tuned, [o](const Globals& g) { return profile_import_tuned(g, *o); });
   CLI::App* history = profile->add_subcommand("history", "past switches");
   history->add_option("-n,--limit", o->limit, "how many");
   h.on(history, [o](const Globals& g) {
