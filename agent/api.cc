@@ -13,6 +13,7 @@
 #include "agent/manager.h"
 #include "agent/runtime.h"
 #include "common/clock.h"
+#include "common/json_bounded.h"
 #include "common/log_request.h"
 #include "common/units.h"
 
@@ -21,16 +22,6 @@ namespace weft::agent {
 using json = nlohmann::json;
 using rpc::RpcCode;
 
-namespace {
-
-Result<std::string> param_string(const json& p, const char* key) {
-  if (!p.is_object() || !p.contains(key) || !p[key].is_string())
-    return field_error(key, "is required and must be a string");
-  return p[key].get<std::string>();
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------- API
 
 Status Manager::check_privileged(const rpc::Peer& peer) const {
@@ -38,7 +29,7 @@ Status Manager::check_privileged(const rpc::Peer& peer) const {
 }
 
 Result<Task*> Manager::find_task(const json& params) {
-  TRY_ASSIGN(std::string key, param_string(params, "id"));
+  TRY_ASSIGN(std::string key, string_member(params, "id"));
   if (auto it = tasks_.find(key); it != tasks_.end()) return it->second.get();
   // A name: the live task of that name, else the most recent one.
   Task* best = nullptr;
@@ -393,14 +384,14 @@ Task* Manager::cp_task(const std::string& name) {
 }
 
 Result<json> Manager::cp_task_show(const json& p) {
-  TRY_ASSIGN(std::string name, param_string(p, "id"));
+  TRY_ASSIGN(std::string name, string_member(p, "id"));
   Task* t = cp_task(name);
   if (!t) return make_error("no task " + name + " on this machine").with_code(RpcCode::kNotFound);
   return detail(*t);
 }
 
 Result<json> Manager::cp_task_kill(const json& p, const rpc::CallContext& c) {
-  TRY_ASSIGN(std::string name, param_string(p, "id"));
+  TRY_ASSIGN(std::string name, string_member(p, "id"));
   Task* t = cp_task(name);
   if (!t) return make_error("no task " + name + " on this machine").with_code(RpcCode::kNotFound);
   json q = p;
@@ -430,7 +421,7 @@ Result<json> Manager::cp_exec(const json& p, const rpc::CallContext& c) {
 }
 
 Result<json> Manager::cp_task_logs(const json& p, const rpc::CallContext& c) {
-  TRY_ASSIGN(std::string name, param_string(p, "id"));
+  TRY_ASSIGN(std::string name, string_member(p, "id"));
   Task* best = cp_task(name);
   json q = p;
   if (best) {

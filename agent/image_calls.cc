@@ -3,22 +3,13 @@
 #include <memory>
 #include <optional>
 
+#include "common/json_bounded.h"
 #include "common/oci.h"
 #include "common/task_spec.h"
 
 namespace weft::agent {
 
 using json = nlohmann::json;
-
-namespace {
-
-Result<std::string> image_param(const json& p, const char* key) {
-  if (!p.is_object() || !p.contains(key) || !p[key].is_string())
-    return field_error(key, "is required and must be a string");
-  return p[key].get<std::string>();
-}
-
-}  // namespace
 
 void ImageCalls::add_to(rpc::Dispatcher& d, const rpc::Guard& guard) {
   // Guarded: changes the cache, root or the socket group only.
@@ -49,7 +40,7 @@ Result<json> ImageCalls::pull(const json& p, const rpc::CallContext& c) {
   if (!p.is_object()) return field_error("params", "must be an object");
   std::string canonical;
   if (p.contains("image")) {
-    TRY_ASSIGN(std::string ref, image_param(p, "image"));
+    TRY_ASSIGN(std::string ref, string_member(p, "image"));
     auto parsed = oci::parse_image_ref(ref);
     if (!parsed.ok()) return field_error("image", parsed.error().message);
     canonical = parsed->str();
@@ -116,7 +107,7 @@ Result<json> ImageCalls::pull(const json& p, const rpc::CallContext& c) {
 }
 
 Result<json> ImageCalls::rm(const json& p, const rpc::CallContext&) {
-  TRY_ASSIGN(std::string what, image_param(p, "image"));
+  TRY_ASSIGN(std::string what, string_member(p, "image"));
   if (auto parsed = oci::parse_image_ref(what); parsed.ok()) what = parsed->str();
   return images_.remove(what);
 }

@@ -56,4 +56,10 @@ Result<int64_t> int_member(const nlohmann::json& j, const char* key, int64_t dfl
   return v.get<int64_t>();
 }
 
+Result<std::string> string_member(const nlohmann::json& p, const char* key) {
+  if (!p.is_object() || !p.contains(key) || !p[key].is_string())
+    return field_error(key, "is required and must be a string");
+  return p[key].get<std::string>();
+}
+
 }  // namespace weft

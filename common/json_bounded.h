@@ -30,5 +30,8 @@ Result<nlohmann::json> parse_json_bounded(std::string_view text, size_t max_dept
 // `prefix + key`, never truncated.
 Result<int64_t> int_member(const nlohmann::json& j, const char* key, int64_t dflt, int64_t min,
                            int64_t max, const std::string& prefix = "");
+// The string member `key` of object `p`, required: an error naming `key` when `p` is not
+// an object or the member is absent or not a string.
+Result<std::string> string_member(const nlohmann::json& p, const char* key);
 
 }  // namespace weft

@@ -43,15 +43,6 @@ Result<json> Calls::guarded(const std::string& method, int access, const CallCon
   return r;
 }
 
-void Calls::add(const std::string& method, int access, Handler h) {
-  table_.add(method, [this, method, access, h = std::move(h)](const json& p, const CallContext& c) {
-    const std::string* machine = p.is_object() && p.contains("machine") && p["machine"].is_string()
-                                     ? &p["machine"].get_ref<const std::string&>()
-                                     : nullptr;
-    return guarded(method, access, c, machine, p, [&] { return h(p, c); });
-  });
-}
-
 void Calls::add_report(ReportHandler h) {
   table_.add_raw(
       "machine.report", [this, h = std::move(h)](std::string_view text, const CallContext& c) {

@@ -50,12 +50,14 @@ class Calls {
   Calls(rpc::Dispatcher& table, Parts parts) : table_(table), parts_(std::move(parts)) {}
 
   // A guarded call of level `access` (Access).
-  void add(const std::string& method, int access, Handler h);
+  void add(const std::string& method, int access, Handler h) {
+    add_guarded(method, access, std::move(h));
+  }
   template <class F>
   void add(const std::string& method, int access, F* self,
            Result<json> (F::*fn)(const json&, const rpc::CallContext&)) {
-    add(method, access,
-        [self, fn](const json& p, const rpc::CallContext& c) { return (self->*fn)(p, c); });
+    add_guarded(method, access,
+                [self, fn](const json& p, const rpc::CallContext& c) { return (self->*fn)(p, c); });
   }
   // machine.report (a machine call): its quiet form is answered only when there is
   // something to say (report.resend, report.forget: docs/protocol.md).
@@ -66,6 +68,20 @@ class Calls {
   const rpc::Dispatcher& table() const { return table_; }
 
  private:
+  // The table's entry for a guarded call: `call` kept as it is, not in a second function.
+  template <class Call>
+  void add_guarded(const std::string& method, int access, Call call) {
+    table_.add(method, [this, method, access, call = std::move(call)](const json& p,
+                                                                      const rpc::CallContext& c) {
+      return guarded(method, access, c, machine_named(p), p, [&] { return call(p, c); });
+    });
+  }
+  // The machine a machine's call names, if it names one.
+  static const std::string* machine_named(const json& p) {
+    return p.is_object() && p.contains("machine") && p["machine"].is_string()
+               ? &p["machine"].get_ref<const std::string&>()
+               : nullptr;
+  }
   Result<json> guarded(const std::string& method, int access, const rpc::CallContext& c,
                        const std::string* machine, const json& audited,
                        const std::function<Result<json>()>& handle);

@@ -1,15 +1,6 @@
 #include "controlplane/daemon/status_calls.h"
 
-#include <algorithm>
-#include <map>
-#include <set>
-
-#include "common/clock.h"
-#include "common/cp_link.h"
 #include "common/json_bounded.h"
-#include "common/log.h"
-#include "common/oci.h"
-#include "common/tls.h"
 
 namespace weft::cp {
 

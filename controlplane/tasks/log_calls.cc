@@ -32,12 +32,7 @@ bool ended(TaskState s) {
 }  // namespace
 
 LogCalls::LogCalls(const ShardParts& s)
-    : cfg_(s.cfg),
-      model_(s.model),
-      log_relay_(s.log_relay),
-      audit_(s.audit),
-      fx_(s.fx),
-      gate_(s.gate) {}
+    : cfg_(s.cfg), model_(s.model), log_relay_(s.log_relay), audit_(s.audit), gate_(s.gate) {}
 
 bool LogCalls::may_read_logs(const Caller& who, EntitlementId e) const {
   if (who.role == Role::kAdmin) return true;

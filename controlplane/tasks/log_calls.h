@@ -21,7 +21,6 @@ class LogCalls : public Feature {
   Model& model_;
   const std::unique_ptr<LogRelay>& log_relay_;
   const std::unique_ptr<AuditLog>& audit_;
-  Effects& fx_;
   const Gate& gate_;
 };
 

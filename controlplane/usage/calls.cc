@@ -1,15 +1,5 @@
 #include "controlplane/usage/calls.h"
 
-#include <algorithm>
-#include <map>
-#include <set>
-
-#include "common/clock.h"
-#include "common/cp_link.h"
-#include "common/json_bounded.h"
-#include "common/log.h"
-#include "common/oci.h"
-#include "common/tls.h"
 #include "controlplane/usage/top.h"
 
 namespace weft::cp {
