@@ -81,7 +81,7 @@ class Run {
     hooks.move = [this](const std::string& task, MachineId to, const std::string& reason) {
       bool joined = false;  // a spare joins first, as in the daemon
       if (auto st = join_spare(alloc_, sched_, task, to, &joined); !st.ok()) return st;
-      auto cmds = sched_.move_task(task, to, reason, now_);
+      auto cmds = sched_.moves().move_task(task, to, reason, now_);
       if (!cmds.ok()) {
         if (joined) (void)alloc_.assign(to, kFreePool);
         return weft::Status(std::move(cmds).error());

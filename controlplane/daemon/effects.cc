@@ -79,7 +79,7 @@ Status Effects::persist(const std::set<std::string>& jobs, const std::set<Machin
     if (auto s = p_.store->put_machine(m, row, m_.alloc.entitlement_of(m)); !s.ok()) return fail(s);
   }
   for (const auto& name : w.jobs) {
-    auto j = m_.sched.persisted_job(name);
+    auto j = m_.sched.handover().persisted_job(name);
     auto s = j ? p_.store->put_job(*j, m_.alloc.request(name), m_.alloc.placement(name),
                                    m_.alloc.dynamic_ports(name))
                : p_.store->delete_job(name);
@@ -165,7 +165,7 @@ void Effects::dispatch(const std::vector<Command>& cmds) {
 }
 
 void Effects::prefetched(const std::string& job, uint64_t generation, MachineId m) {
-  auto cmds = m_.sched.prefetched(job, generation, m, now_us());
+  auto cmds = m_.sched.rollouts().prefetched(job, generation, m, now_us());
   if (cmds.empty()) return;
   std::set<MachineId> machines;
   for (const auto& c : cmds) machines.insert(c.machine);

@@ -176,7 +176,7 @@ Status Manager::restore_state() {
     // Rows written before the key, or under a rotated-out key: every job again, sealed
     // with the current key.
     std::set<std::string> all;
-    for (const auto& j : sched_.persisted_jobs()) all.insert(j.spec.name);
+    for (const auto& j : sched_.handover().persisted_jobs()) all.insert(j.spec.name);
     log_info("sealing the stored jobs' secrets with the current key",
              {{"JOBS", std::to_string(all.size())}});
     TRY(fx_.persist(all, {}));
@@ -187,9 +187,9 @@ Status Manager::restore_state() {
   broker_.begin_failover_grace(now_us());
   TRY_ASSIGN(auto events, store_->maintenance());
   for (const auto& e : events) rounds_.maintenance.restore(e);
-  sched_.set_ready_check(
+  sched_.placer().set_ready_check(
       [this](MachineId m) { return broker_.usable(m) && broker_.state_of(m) != "preparing"; });
-  sched_.set_entitlement_dc([this](EntitlementId e) {
+  sched_.placer().set_entitlement_dc([this](EntitlementId e) {
     auto it = broker_.entitlements().find(e);
     return it == broker_.entitlements().end() ? std::string() : it->second.dc;
   });
@@ -200,7 +200,7 @@ Status Manager::restore_state() {
   std::vector<Command> redrain;
   for (MachineId m = 0; m < alloc_.machine_count(); ++m)
     if (broker_.persisted(m).drained) {
-      auto c = sched_.machine_drain(m, now_us());
+      auto c = sched_.moves().machine_drain(m, now_us());
       redrain.insert(redrain.end(), c.begin(), c.end());
     }
   if (!redrain.empty()) {
@@ -276,7 +276,7 @@ void Manager::tick() {
   rounds_.failures.count_waiting();
   for (MachineId m : broker_.take_ready(pool_changes_.take_ready())) {
     rounds_.failures.back(m);
-    auto c = sched_.machine_ready(m, now);
+    auto c = sched_.placer().machine_ready(m, now);
     cmds.insert(cmds.end(), c.begin(), c.end());
   }
   // Machines that did not prepare in time: marked, what waited on them placed elsewhere,
@@ -287,7 +287,7 @@ void Manager::tick() {
     log_warn("machine did not apply its entitlement's profile in time",
              {{"MACHINE", broker_.persisted(m).info.id}, {"REASON", why}});
     broker_.mark_unprepared(m, why, now);
-    auto c = sched_.machine_unprepared(m, why, now);
+    auto c = sched_.placer().machine_unprepared(m, why, now);
     cmds.insert(cmds.end(), c.begin(), c.end());
     touched.insert(m);
     (void)alloc_.shrink(e);
@@ -368,7 +368,7 @@ void Manager::register_metrics() {
     metrics_.write_ticks(w);
     w.family("weft_cp_tasks", "gauge", "Tasks the scheduler knows, by state.");
     for (TaskState s : kAllTaskStates)
-      if (size_t n = sched_.count_in(s); n > 0)
+      if (size_t n = sched_.tasks().count_in(s); n > 0)
         w.sample("weft_cp_tasks", static_cast<double>(n), {{"state", task_state_name(s)}});
     std::map<std::string, size_t> machines;
     for (MachineId m = 0; m < alloc_.machine_count(); ++m)
@@ -384,8 +384,8 @@ void Manager::register_metrics() {
              "the per-task budget.");
     w.sample("weft_cp_replacements_waiting", static_cast<double>(rounds_.failures.waiting()),
              {{"kind", "machines"}});
-    w.sample("weft_cp_replacements_waiting", static_cast<double>(sched_.waiting_for_budget()),
-             {{"kind", "tasks"}});
+    w.sample("weft_cp_replacements_waiting",
+             static_cast<double>(sched_.replacement().waiting_for_budget()), {{"kind", "tasks"}});
     w.family("weft_cp_circuit_breaker_open", "gauge",
              "1 while too much of the fleet is down to replace anything (failure_breaker).");
     w.sample("weft_cp_circuit_breaker_open", rounds_.failures.breaker_open() ? 1 : 0);
@@ -413,7 +413,7 @@ void Manager::replace_down_machines(uint64_t now, std::vector<Command>* cmds,
         "circuit breaker closed: replacing the tasks of machines that went down",
         {{"DOWN", std::to_string(rounds_.failures.down())}, {"MACHINES", std::to_string(fleet)}});
   for (MachineId m : step.replace) {
-    auto c = sched_.machine_down(m, now, true);
+    auto c = sched_.replacement().machine_down(m, now, true);
     cmds->insert(cmds->end(), c.begin(), c.end());
     touched->insert(m);
   }

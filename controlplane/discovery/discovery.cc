@@ -33,7 +33,7 @@ void Discovery::set_address(MachineId m, const std::string& address) {
   auto& a = addresses_[m];
   if (a == address) return;
   a = address;
-  for (const auto& t : sched_.tasks_on(m)) dirty_.insert(t.job);
+  for (const auto& t : sched_.tasks().on(m)) dirty_.insert(t.job);
 }
 
 void Discovery::write_metrics(metrics::Writer& w) const {
@@ -147,7 +147,7 @@ void Discovery::recompute() {
     const auto& ents = broker_.entitlements();
     auto e = ents.find(spec->entitlement_id);
     Service s = endpoints_of(
-        e == ents.end() ? std::string() : e->second.name, sched_.task_refs_of(job),
+        e == ents.end() ? std::string() : e->second.name, sched_.tasks().refs_of(job),
         [this](MachineId m) { return name(m); },
         [this](MachineId m) {
           auto a = addresses_.find(m);

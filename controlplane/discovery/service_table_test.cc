@@ -148,7 +148,7 @@ TEST(Ports, TheSchedulerStartsEachTaskWithItsPorts) {
   // An update that changes the ports is refused (they are placement).
   JobSpec changed = j;
   changed.ports["admin"] = 9200;
-  EXPECT_FALSE(s.update(changed, 2).ok());
+  EXPECT_FALSE(s.rollouts().update(changed, 2).ok());
 }
 
 Service svc(std::initializer_list<std::string> tasks) {

@@ -194,7 +194,7 @@ Result<json> EntitlementCalls::entitlement_show(const json& p, const CallContext
     if (model_.alloc.entitlement_of(m) == *id)
       machines.push_back(
           machine_json(m, model_.alloc, model_.broker, model_.reports, model_.sessions));
-  for (const auto& j : model_.sched.persisted_jobs())
+  for (const auto& j : model_.sched.handover().persisted_jobs())
     if (j.spec.entitlement_id == *id) jobs.push_back(j.spec.name);
   json j = entitlement_json(*id, e);
   j["machines"] = std::move(machines);
@@ -213,7 +213,7 @@ Result<json> EntitlementCalls::entitlement_rm(const json& p, const CallContext&)
   auto id = model_.broker.entitlement(name);
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
   std::string jobs;
-  for (const auto& j : model_.sched.persisted_jobs())
+  for (const auto& j : model_.sched.handover().persisted_jobs())
     if (j.spec.entitlement_id == *id) jobs += (jobs.empty() ? "" : ", ") + j.spec.name;
   if (!jobs.empty())
     return field_error("name", "entitlement " + name + " still has jobs (" + jobs.substr(0, 300) +

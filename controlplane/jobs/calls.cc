@@ -95,10 +95,11 @@ Result<json> JobCalls::job_create_resolved(const json& p, const CallContext& c) 
   TRY_ASSIGN(JobSpec spec, job_from_params(p));
   TRY(gate_.may_change_jobs(gate_.caller(c), spec.entitlement_id));
   TRY_ASSIGN(auto cmds, model_.sched.create(spec, now_us()));
-  model_.sched.note_revision(spec.name, "created by " + gate_.caller(c).who);
+  model_.sched.rollouts().note_revision(spec.name, "created by " + gate_.caller(c).who);
   // A periodic job's first period is the first after now.
   if (spec.periodic)
-    model_.sched.skip_period(spec.name, static_cast<int64_t>(now_realtime_us() / 1'000'000), "");
+    model_.sched.batch().skip_period(spec.name, static_cast<int64_t>(now_realtime_us() / 1'000'000),
+                                     "");
   // The job's row and its tasks' (a machine's row changes only when the machine changes
   // pool, which the allocator reports itself: not one row per machine it placed on).
   if (auto s = fx_.persist({spec.name}, {}); !s.ok()) {
@@ -128,8 +129,9 @@ Result<json> JobCalls::job_op(const std::string& op, const json& p, const CallCo
   } else if (op == "update") {
     TRY_ASSIGN(JobSpec spec, job_from_params(p));
     TRY(gate_.may_change_jobs(who, spec.entitlement_id));  // the entitlement it moves to, too
-    cmds = model_.sched.update(spec, now_us());
-    if (cmds.ok()) model_.sched.note_revision(name, note.empty() ? "updated by " + who.who : note);
+    cmds = model_.sched.rollouts().update(spec, now_us());
+    if (cmds.ok())
+      model_.sched.rollouts().note_revision(name, note.empty() ? "updated by " + who.who : note);
   } else {
     cmds = model_.sched.stop(name, now_us());
   }
@@ -161,9 +163,9 @@ Result<json> JobCalls::job_stop(const json& p, const CallContext& c) {
 
 Result<json> JobCalls::job_ls(const json&, const CallContext&) {
   json arr = json::array();
-  for (const auto& j : model_.sched.persisted_jobs()) {
+  for (const auto& j : model_.sched.handover().persisted_jobs()) {
     int running = 0, ready = 0, current = 0;
-    for (const TaskRecord* t : model_.sched.task_refs_of(j.spec.name)) {
+    for (const TaskRecord* t : model_.sched.tasks().refs_of(j.spec.name)) {
       running += t->state == TaskState::kRunning;
       ready += available(*t);
       current += available(*t) && t->generation == j.generation;
@@ -210,7 +212,7 @@ Result<json> JobCalls::job_history(const json& p, const CallContext& c) {
     return field_error("name", "is required: the job's name");
   std::string name = p["name"].get<std::string>();
   auto spec = model_.sched.job(name);
-  auto progress = model_.sched.progress(name);
+  auto progress = model_.sched.batch().progress(name);
   if (!spec || !progress)
     return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
   bool may_see_secrets = gate_.may_change_jobs(gate_.caller(c), spec->entitlement_id).ok();
@@ -245,7 +247,7 @@ Result<json> JobCalls::job_revert(const json& p, const CallContext& c) {
 
 Result<json> JobCalls::revert_to(const std::string& name, uint64_t gen, const std::string& note,
                                  const CallContext& c) {
-  auto progress = model_.sched.progress(name);
+  auto progress = model_.sched.batch().progress(name);
   auto current = model_.sched.job(name);
   if (!progress || !current)
     return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
@@ -263,8 +265,8 @@ Result<json> JobCalls::revert_to(const std::string& name, uint64_t gen, const st
   params["name"] = name;
   if (!current->is_batch()) params["count"] = current->count;
   TRY_ASSIGN(json r, job_op("update", params, c, note));
-  if (model_.sched.progress(name).value_or(JobProgress{}).canary) {
-    TRY_ASSIGN(auto cmds, model_.sched.promote(name, now_us(), note));
+  if (model_.sched.batch().progress(name).value_or(JobProgress{}).canary) {
+    TRY_ASSIGN(auto cmds, model_.sched.rollouts().promote(name, now_us(), note));
     TRY(fx_.persist({name}, {}));
     fx_.send(cmds);
   }
@@ -280,7 +282,7 @@ Result<json> JobCalls::job_rollout(const json& p, const CallContext& c) {
     return field_error("action", "is required: pause, resume, abort or promote");
   std::string name = p["name"].get<std::string>(), action = p["action"].get<std::string>();
   auto spec = model_.sched.job(name);
-  auto progress = model_.sched.progress(name);
+  auto progress = model_.sched.batch().progress(name);
   if (!spec || !progress)
     return field_error("name", "no such job " + name).with_code(rpc::kNotFound);
   TRY(gate_.may_change_jobs(gate_.caller(c), spec->entitlement_id));
@@ -300,16 +302,16 @@ Result<json> JobCalls::job_rollout(const json& p, const CallContext& c) {
   }
   Result<std::vector<Command>> cmds = make_error("unknown");
   if (action == "pause" || action == "resume")
-    cmds = model_.sched.pause_rollout(name, action == "pause", now_us());
+    cmds = model_.sched.rollouts().pause_rollout(name, action == "pause", now_us());
   else if (action == "promote")
-    cmds = model_.sched.promote(name, now_us(), "promoted by " + who);
+    cmds = model_.sched.rollouts().promote(name, now_us(), "promoted by " + who);
   else
     return field_error("action", "must be pause, resume, abort or promote");
   if (!cmds.ok()) return cmds.error();
   TRY(fx_.persist({name}, {}));
   fx_.send(*cmds);
   if (control_) control_->round();
-  auto now = model_.sched.progress(name).value_or(JobProgress{});
+  auto now = model_.sched.batch().progress(name).value_or(JobProgress{});
   return json{
       {"job", name}, {"paused", now.paused}, {"canary", now.canary}, {"commands", cmds->size()}};
 }
@@ -319,7 +321,7 @@ Result<json> JobCalls::job_show(const json& p, const CallContext& c) {
   auto spec = model_.sched.job(p["name"].get<std::string>());
   if (!spec) return field_error("name", "no such job").with_code(rpc::kNotFound);
   json tasks = json::array();
-  for (const auto& t : model_.sched.tasks_of(spec->name))
+  for (const auto& t : model_.sched.tasks().of_job(spec->name))
     tasks.push_back(task_json(t, model_.alloc));
   json shown = weft::to_json(*spec);
   // The environment carries secrets: shown to those who may change the job only.
@@ -347,13 +349,14 @@ Result<json> JobCalls::job_show(const json& p, const CallContext& c) {
   if (spec->is_batch()) out[spec->periodic ? "periodic" : "batch"] = batch_json(spec->name, *spec);
   if (spec->controller) {
     json ops = json::array();
-    for (const auto& op : model_.sched.pending_operations(spec->name)) ops.push_back(op.id);
+    for (const auto& op : model_.sched.operations().pending_operations(spec->name))
+      ops.push_back(op.id);
     out["task_controller"] = {
         {"address", spec->controller->job.empty()
                         ? spec->controller->address
                         : controller_address(model_.sched, model_.sessions, *spec->controller)},
         {"unreachable", control_ && control_->unreachable(spec->name)},
-        {"fallback", model_.sched.control_fallback(spec->name)},
+        {"fallback", model_.sched.operations().control_fallback(spec->name)},
         {"pending", ops}};
     if (!spec->controller->job.empty()) {
       out["task_controller"]["job"] = spec->controller->job;
@@ -364,7 +367,7 @@ Result<json> JobCalls::job_show(const json& p, const CallContext& c) {
 }
 
 json JobCalls::batch_json(const std::string& name, const JobSpec& spec) {
-  JobProgress p = model_.sched.progress(name).value_or(JobProgress{});
+  JobProgress p = model_.sched.batch().progress(name).value_or(JobProgress{});
   uint64_t now = now_us();
   int64_t wall = static_cast<int64_t>(now_realtime_us());
   auto at = [&](uint64_t mono) {
@@ -373,12 +376,12 @@ json JobCalls::batch_json(const std::string& name, const JobSpec& spec) {
   if (spec.periodic) {
     int64_t wall_s = wall / 1'000'000;
     json runs = json::array();
-    auto live = model_.sched.periodic_jobs();
-    std::vector<std::string> all = model_.sched.ended_runs(name);
+    auto live = model_.sched.batch().periodic_jobs();
+    std::vector<std::string> all = model_.sched.batch().ended_runs(name);
     if (auto it = live.find(name); it != live.end())
       all.insert(all.end(), it->second.begin(), it->second.end());
     for (const auto& run : all) {
-      auto rp = model_.sched.progress(run).value_or(JobProgress{});
+      auto rp = model_.sched.batch().progress(run).value_or(JobProgress{});
       runs.push_back({{"job", run},
                       {"outcome", rp.outcome.empty() ? "running" : rp.outcome},
                       {"succeeded", rp.succeeded},

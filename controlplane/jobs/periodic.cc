@@ -22,15 +22,15 @@ std::optional<int64_t> PeriodicRuns::next_period(const Scheduler& s, const std::
 
 std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t now) {
   std::vector<Command> out;
-  auto jobs = s.periodic_jobs();
+  auto jobs = s.batch().periodic_jobs();
   for (auto it = schedules_.begin(); it != schedules_.end();)  // jobs that went
     it = jobs.count(it->first) ? std::next(it) : schedules_.erase(it);
   for (auto& [name, running] : jobs) {
     auto spec = s.job(name);
-    auto progress = s.progress(name);
+    auto progress = s.batch().progress(name);
     if (!spec || !spec->periodic || !progress) continue;
     if (progress->last_period == 0) {  // a job created without its first mark: from now on
-      s.skip_period(name, wall_s, "");
+      s.batch().skip_period(name, wall_s, "");
       continue;
     }
     const CronSchedule* c = schedule(name, spec->periodic->schedule);
@@ -40,25 +40,27 @@ std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t n
       due.push_back(*p);
     if (due.size() > kCatchUp) {
       size_t missed = due.size() - kCatchUp;
-      s.skip_period(name, due[missed - 1],
-                    std::to_string(missed) + " periods up to " + std::to_string(due[missed - 1]) +
-                        " were missed while no control plane led; the latest " +
-                        std::to_string(kCatchUp) + " run in turn");
+      s.batch().skip_period(name, due[missed - 1],
+                            std::to_string(missed) + " periods up to " +
+                                std::to_string(due[missed - 1]) +
+                                " were missed while no control plane led; the latest " +
+                                std::to_string(kCatchUp) + " run in turn");
       due.erase(due.begin(), due.begin() + static_cast<std::ptrdiff_t>(missed));
     }
     for (int64_t p : due) {
       if (!running.empty() && spec->periodic->overlap == weft::PeriodOverlap::kForbid) {
-        s.skip_period(name, p,
-                      "period " + std::to_string(p) + ": overlap forbidden, " + running.front() +
-                          " still runs");
+        s.batch().skip_period(name, p,
+                              "period " + std::to_string(p) + ": overlap forbidden, " +
+                                  running.front() + " still runs");
         continue;
       }
       if (running.size() >= static_cast<size_t>(spec->periodic->max_running) &&
           spec->periodic->overlap == weft::PeriodOverlap::kAllow) {
-        s.skip_period(name, p,
-                      "period " + std::to_string(p) + ": " + std::to_string(running.size()) +
-                          " runs still going, as many as max_running allows (the oldest " +
-                          running.front() + ")");
+        s.batch().skip_period(name, p,
+                              "period " + std::to_string(p) + ": " +
+                                  std::to_string(running.size()) +
+                                  " runs still going, as many as max_running allows (the oldest " +
+                                  running.front() + ")");
         continue;
       }
       if (!running.empty() && spec->periodic->overlap == weft::PeriodOverlap::kReplace) {
@@ -67,7 +69,7 @@ std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t n
             out.insert(out.end(), stopped->begin(), stopped->end());
         running.clear();
       }
-      auto started = s.start_period(name, p, now);
+      auto started = s.batch().start_period(name, p, now);
       if (!started.ok()) {
         // No room now, say: the period stays due and is tried again at the next tick.
         log_warn("a periodic job's run cannot start yet",
@@ -79,8 +81,8 @@ std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t n
     }
     // The history it keeps: the latest runs that succeeded and that failed.
     std::vector<std::string> ok, failed;
-    for (const auto& run : s.ended_runs(name)) {
-      auto p = s.progress(run);
+    for (const auto& run : s.batch().ended_runs(name)) {
+      auto p = s.batch().progress(run);
       (p && p->outcome == "succeeded" ? ok : failed).push_back(run);
     }
     for (auto [runs, keep] : {std::pair{&ok, kKeepSucceeded}, std::pair{&failed, kKeepFailed}})

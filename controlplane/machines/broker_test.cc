@@ -285,7 +285,8 @@ TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
   EXPECT_EQ(b.create_entitlement({"x", 0, "", ""}).error().field, "quota");
 
   Scheduler s(a);
-  s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
+  s.placer().set_ready_check(
+      [&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
   JobSpec j;
   j.name = "site";
   j.entitlement_id = *e;
@@ -295,17 +296,17 @@ TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
   ASSERT_TRUE(c.ok()) << c.error().str();
   // Both machines joined the entitlement but run no "web" profile yet: nothing starts.
   EXPECT_TRUE(c->empty());
-  for (const auto& t : s.tasks_of("site")) {
+  for (const auto& t : s.tasks().of_job("site")) {
     EXPECT_EQ(t.state, TaskState::kPending);
     EXPECT_EQ(b.desired_profile(t.machine), "web");  // what sidekick is told to apply
   }
   b.take_ready();
-  MachineId first = s.tasks_of("site")[0].machine;
+  MachineId first = s.tasks().of_job("site")[0].machine;
   EXPECT_EQ(b.state_of(first), "preparing");
   ASSERT_TRUE(b.profile_applied(a.spec(first).name, "web").ok());  // sidekick reports
   auto ready = b.take_ready();
   ASSERT_EQ(ready, std::vector<MachineId>{first});
-  auto started = s.machine_ready(first, 1);
+  auto started = s.placer().machine_ready(first, 1);
   ASSERT_EQ(started.size(), 1u);
   EXPECT_EQ(started[0].machine, first);
   // The quota (2) stops a third machine from joining.
@@ -331,7 +332,8 @@ TEST(Broker, AMachineThatDoesNotPrepareInTimeIsMarkedAndItsTasksMove) {
   auto e = b.create_entitlement({"web", 2, "web", ""});
   ASSERT_TRUE(e.ok());
   Scheduler s(a);
-  s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
+  s.placer().set_ready_check(
+      [&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
   JobSpec j;
   j.name = "site";
   j.entitlement_id = *e;
@@ -339,7 +341,7 @@ TEST(Broker, AMachineThatDoesNotPrepareInTimeIsMarkedAndItsTasksMove) {
   j.per_task = {1000, 256};
   auto c = s.create(j, 0);
   ASSERT_TRUE(c.ok()) << c.error().str();
-  MachineId slow = s.tasks_of("site")[0].machine;
+  MachineId slow = s.tasks().of_job("site")[0].machine;
   MachineId other = slow == 0 ? 1 : 0;
   b.take_ready();  // the machine joined: it prepares from now
   // The other machine is in the entitlement and ready (its profile applied).
@@ -353,11 +355,11 @@ TEST(Broker, AMachineThatDoesNotPrepareInTimeIsMarkedAndItsTasksMove) {
   EXPECT_EQ(b.state_of(slow), "unprepared");
   EXPECT_FALSE(b.usable(slow));
   EXPECT_EQ(b.unprepared_reason(slow), "no weft-sidekick session");
-  auto cmds = s.machine_unprepared(slow, "no weft-sidekick session", 10'000'001);
+  auto cmds = s.placer().machine_unprepared(slow, "no weft-sidekick session", 10'000'001);
   ASSERT_EQ(cmds.size(), 1u);
   EXPECT_EQ(cmds[0].kind, Command::Kind::kStart);
   EXPECT_EQ(cmds[0].machine, other);
-  for (const auto& t : s.tasks_of("site"))
+  for (const auto& t : s.tasks().of_job("site"))
     if (t.machine == slow) {
       EXPECT_EQ(t.state, TaskState::kLost);
       EXPECT_EQ(t.message, "no weft-sidekick session");
@@ -380,18 +382,19 @@ TEST(Broker, ProfileReportedBeforeAnyRefreshStillWakesTasks) {
   auto e = b.create_entitlement({"web", 1, "web", ""});
   ASSERT_TRUE(e.ok());
   Scheduler s(a);
-  s.set_ready_check([&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
+  s.placer().set_ready_check(
+      [&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
   JobSpec j;
   j.name = "site";
   j.entitlement_id = *e;
   j.count = 1;
   ASSERT_TRUE(s.create(j, 0).ok());
-  EXPECT_EQ(s.tasks_of("site")[0].state, TaskState::kPending);
+  EXPECT_EQ(s.tasks().of_job("site")[0].state, TaskState::kPending);
   ASSERT_TRUE(b.profile_applied("h0", "web").ok());
   auto ready = b.take_ready();
   ASSERT_FALSE(ready.empty());
-  EXPECT_EQ(s.machine_ready(ready[0], 1).size(), 1u);
-  EXPECT_EQ(s.tasks_of("site")[0].state, TaskState::kStarting);
+  EXPECT_EQ(s.placer().machine_ready(ready[0], 1).size(), 1u);
+  EXPECT_EQ(s.tasks().of_job("site")[0].state, TaskState::kStarting);
 }
 
 // Issue 13: over TLS a machine's session speaks for the machine its certificate names.

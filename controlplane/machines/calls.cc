@@ -322,7 +322,7 @@ Result<json> MachineCalls::machine_show(const json& p, const CallContext&) {
   TRY_ASSIGN(MachineId m, machine_of(model_.broker, p));
   json j = machine_json(m, model_.alloc, model_.broker, model_.reports, model_.sessions);
   json tasks = json::array();
-  for (const auto& t : model_.sched.tasks_on(m)) tasks.push_back(task_json(t, model_.alloc));
+  for (const auto& t : model_.sched.tasks().on(m)) tasks.push_back(task_json(t, model_.alloc));
   j["task_list"] = tasks;
   json events = json::array();
   for (const auto& e : model_.broker.events())
@@ -340,9 +340,9 @@ Result<json> MachineCalls::machine_drain(const json& p, const CallContext&) {
   TRY(model_.broker.drain(p["machine"].get<std::string>(), drained, now_us()));
   std::vector<Command> cmds;
   if (drained)
-    cmds = model_.sched.machine_drain(m, now_us());
+    cmds = model_.sched.moves().machine_drain(m, now_us());
   else
-    model_.sched.machine_undrained(m);
+    model_.sched.moves().machine_undrained(m);
   // Written (with the tasks the drain changed and their jobs), sent, the tick soon.
   TRY(fx_.apply({std::move(cmds), {}, {m}, true}));
   return json{{"machine", p["machine"]}, {"drained", drained}};

@@ -37,17 +37,17 @@ Maintenance::World MaintenanceCalls::maintenance_world(std::vector<Command>* cmd
     if (!m || !model_.broker.drain(name, on, now_us()).ok()) return;
     touched->insert(*m);
     if (on) {
-      auto c = model_.sched.machine_drain(*m, now_us());
+      auto c = model_.sched.moves().machine_drain(*m, now_us());
       cmds->insert(cmds->end(), c.begin(), c.end());
     } else {
-      model_.sched.machine_undrained(*m);
+      model_.sched.moves().machine_undrained(*m);
     }
     log_info(on ? "maintenance: machine drained" : "maintenance: machine back in service",
              {{"MACHINE", name}});
   };
   w.evict = [this, cmds](const std::string& name) {
     if (auto m = model_.broker.find(name)) {
-      auto c = model_.sched.machine_evict(*m, now_us());
+      auto c = model_.sched.moves().machine_evict(*m, now_us());
       if (!c.empty())
         log_info("maintenance deadline: stopping what is left on the machine",
                  {{"MACHINE", name}, {"COMMANDS", std::to_string(c.size())}});
@@ -57,7 +57,7 @@ Maintenance::World MaintenanceCalls::maintenance_world(std::vector<Command>* cmd
   w.empty = [this](const std::string& name) {
     auto m = model_.broker.find(name);
     if (!m) return true;
-    for (const auto& t : model_.sched.tasks_on(*m))
+    for (const auto& t : model_.sched.tasks().on(*m))
       if (t.state == TaskState::kStarting || t.state == TaskState::kRunning ||
           t.state == TaskState::kStopping || t.state == TaskState::kDraining)
         return false;

@@ -131,7 +131,7 @@ TEST_F(Fence, AFencedEntitlementIsLeftAloneAndOthersAreNot) {
   ASSERT_TRUE(sched_.create(spec("a", 1, 2), 0).ok());
   ASSERT_TRUE(sched_.create(spec("b", 2, 2), 0).ok());
   for (MachineId m : ids_) report(m, 1);
-  sched_.fence(1, true);
+  sched_.handover().fence(1, true);
   // Calls on its jobs are refused, saying why; another entitlement's go on.
   auto scale = sched_.scale("a", 1, 2);
   ASSERT_FALSE(scale.ok());
@@ -142,16 +142,16 @@ TEST_F(Fence, AFencedEntitlementIsLeftAloneAndOthersAreNot) {
   // Its machines' silence, death and drains change nothing, and send nothing.
   for (int i = 0; i < 2; ++i) {
     EXPECT_TRUE(sched_.report(ids_[i], {}, 600'000'000).empty());
-    EXPECT_TRUE(sched_.machine_down(ids_[i], 3).empty());
-    EXPECT_TRUE(sched_.machine_drain(ids_[i], 3).empty());
+    EXPECT_TRUE(sched_.replacement().machine_down(ids_[i], 3).empty());
+    EXPECT_TRUE(sched_.moves().machine_drain(ids_[i], 3).empty());
   }
   EXPECT_TRUE(sched_.tick(4).empty());
   int running = 0;
-  for (const auto& t : sched_.tasks_of("a")) running += t.state == TaskState::kRunning;
+  for (const auto& t : sched_.tasks().of_job("a")) running += t.state == TaskState::kRunning;
   EXPECT_EQ(running, 2);
   // Unfenced (the move rolled back): a machine that died meanwhile is acted on now.
-  sched_.fence(1, false);
-  auto moved = sched_.machine_down(ids_[0], 5);
+  sched_.handover().fence(1, false);
+  auto moved = sched_.replacement().machine_down(ids_[0], 5);
   EXPECT_EQ(moved.size(), 1u);
 }
 
@@ -199,19 +199,19 @@ TEST(ProfileRollMove, HeldWhileFencedAndGoesOnWhereItWasWhenTakenIn) {
 TEST_F(Fence, AJobHandedOverCarriesOnWhereItWasWithNothingStarted) {
   ASSERT_TRUE(sched_.create(spec("a", 1, 2), 0).ok());
   for (MachineId m : ids_) report(m, 1);
-  auto moved = sched_.moved_job("a");
+  auto moved = sched_.handover().moved_job("a");
   ASSERT_TRUE(moved.has_value());
-  std::vector<TaskRecord> tasks = sched_.tasks_of("a");
+  std::vector<TaskRecord> tasks = sched_.tasks().of_job("a");
   auto request = alloc_.request("a");
   auto placement = alloc_.placement("a");
-  sched_.forget_job("a");
+  sched_.handover().forget_job("a");
   EXPECT_FALSE(sched_.job("a").has_value());
-  EXPECT_TRUE(sched_.tasks_of("a").empty());
+  EXPECT_TRUE(sched_.tasks().of_job("a").empty());
   // Taken in again (as another shard would, its ids being the same here): no command,
   // the tasks as they were.
   ASSERT_TRUE(alloc_.restore(*request, placement).ok());
-  sched_.adopt_job(*moved, tasks);
-  EXPECT_EQ(sched_.tasks_of("a").size(), 2u);
+  sched_.handover().adopt_job(*moved, tasks);
+  EXPECT_EQ(sched_.tasks().of_job("a").size(), 2u);
   for (MachineId m : ids_) EXPECT_TRUE(report(m, 2).empty());
   EXPECT_TRUE(sched_.tick(3).empty());
 }

@@ -24,9 +24,9 @@ std::set<MachineId> EntitlementMoves::machines_of(EntitlementId e) const {
   // Free machines that still run a task of its jobs: a drained machine whose slots moved
   // on (the allocator gave it back) while its task runs until the replacement does.
   std::set<MachineId> out;
-  for (const auto& pj : sched_.persisted_jobs())
+  for (const auto& pj : sched_.handover().persisted_jobs())
     if (pj.spec.entitlement_id == e)
-      for (const TaskRecord* t : sched_.task_refs_of(pj.spec.name))
+      for (const TaskRecord* t : sched_.tasks().refs_of(pj.spec.name))
         if (t->state != TaskState::kStopped && t->state != TaskState::kFailed &&
             t->state != TaskState::kLost && alloc_.entitlement_of(t->machine) == kFreePool)
           out.insert(t->machine);
@@ -50,17 +50,17 @@ MoveDoc EntitlementMoves::document(EntitlementId e, uint64_t now) const {
     d.machines.push_back(std::move(dm));
     mine.insert(m);
   }
-  for (const auto& pj : sched_.persisted_jobs()) {
+  for (const auto& pj : sched_.handover().persisted_jobs()) {
     if (pj.spec.entitlement_id != e) continue;
     const std::string& name = pj.spec.name;
     MoveDoc::Job j;
-    j.job = *sched_.moved_job(name);
+    j.job = *sched_.handover().moved_job(name);
     j.request = alloc_.request(name);
     if (j.request) {
       for (MachineId m : alloc_.placement(name)) j.placement.push_back(alloc_.spec(m).name);
       j.dynamic_ports = alloc_.dynamic_ports(name);
     }
-    for (const TaskRecord* t : sched_.task_refs_of(name)) {
+    for (const TaskRecord* t : sched_.tasks().refs_of(name)) {
       // An ended task on a machine that left the entitlement since is not carried: it
       // holds nothing and waits on nothing.
       if (!mine.count(t->machine)) continue;
@@ -235,7 +235,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
       if (auto s = alloc_.restore(r, placement, j.dynamic_ports); !s.ok())
         return undo(make_error("job " + job + ": " + s.error().str()));
     }
-    sched_.adopt_job(mj, tasks[job]);
+    sched_.handover().adopt_job(mj, tasks[job]);
     jobs.insert(job);
   }
   sched_.set_task_seq(std::max(sched_.task_seq(), d.task_seq));
@@ -296,9 +296,9 @@ void EntitlementMoves::open(const std::string& name, uint64_t now, rpc::ReplyFn 
 Status EntitlementMoves::remove(EntitlementId e, const char* why) {
   std::set<MachineId> machines = machines_of(e);
   std::set<std::string> jobs;
-  for (const auto& j : sched_.persisted_jobs())
+  for (const auto& j : sched_.handover().persisted_jobs())
     if (j.spec.entitlement_id == e) jobs.insert(j.spec.name);
-  for (const auto& j : jobs) sched_.forget_job(j);
+  for (const auto& j : jobs) sched_.handover().forget_job(j);
   Lending* lending = hooks_.lending();
   for (MachineId m : machines) {
     std::string machine = alloc_.spec(m).name;

@@ -131,7 +131,7 @@ class EntitlementMoves {
   MoveDoc document(EntitlementId e, uint64_t now) const;
   // The scheduler's fence and the profile roll's, together.
   void fence(EntitlementId e, bool on) {
-    sched_.fence(e, on);
+    sched_.handover().fence(e, on);
     if (hooks_.fence_roll) hooks_.fence_roll(e, on);
   }
   // The machines that go with it: its own, and free ones still running its tasks.

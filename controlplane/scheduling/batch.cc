@@ -1,6 +1,7 @@
-// The scheduler's batch and periodic jobs (scheduler.h, docs/jobs.md "Batch jobs" and
-// "Periodic jobs"): completions counted, failures against a budget, the job's end, and
-// the runs of periodic jobs.
+#include "controlplane/scheduling/batch.h"
+
+#include <algorithm>
+
 #include "common/rpc/protocol.h"
 #include "controlplane/scheduling/scheduler.h"
 
@@ -85,88 +86,88 @@ JobProgress progress_from_json(const json& j, const std::function<uint64_t(int64
   return p;
 }
 
-std::optional<JobProgress> Scheduler::progress(const std::string& job) const {
-  auto it = jobs_.find(job);
-  if (it == jobs_.end()) return std::nullopt;
+std::optional<JobProgress> BatchRuns::progress(const std::string& job) const {
+  auto it = s_.jobs_.find(job);
+  if (it == s_.jobs_.end()) return std::nullopt;
   return it->second.progress;
 }
 
-void Scheduler::batch_task_ended(Job& j, const TaskRecord& t, bool succeeded) {
+void BatchRuns::task_ended(JobRecord& j, const TaskRecord& t, bool succeeded) {
   if (j.ended() || j.stopping) return;
-  changed_jobs_.insert(j.spec.name);
+  s_.changed_jobs_.insert(j.spec.name);
   if (succeeded) {
     ++j.progress.succeeded;
     return;
   }
   ++j.progress.failed;
-  j.progress.reason = "task " + t.id + " on " + alloc_.spec(t.machine).name + ": " +
+  j.progress.reason = "task " + t.id + " on " + s_.alloc_.spec(t.machine).name + ": " +
                       (t.message.empty() ? std::string("failed") : t.message);
 }
 
-void Scheduler::check_batch(Job& j, uint64_t now, std::vector<Command>* out) {
+void BatchRuns::check(JobRecord& j, uint64_t now, std::vector<Command>* out) {
   if (j.ended() || j.spec.periodic) return;
   const BatchSpec& b = j.spec.batch;
   if (j.progress.succeeded >= b.completions) {
-    end_batch(j, "succeeded",
-              std::to_string(j.progress.succeeded) + " completions, " +
-                  std::to_string(j.progress.failed) + " failures",
-              now, out);
+    end(j, "succeeded",
+        std::to_string(j.progress.succeeded) + " completions, " +
+            std::to_string(j.progress.failed) + " failures",
+        now, out);
     return;
   }
   if (j.progress.failed > b.max_failures) {
-    end_batch(j, "failed",
-              std::to_string(j.progress.failed) + " failures, more than max_failures (" +
-                  std::to_string(b.max_failures) + "); the last: " + j.progress.reason,
-              now, out);
+    end(j, "failed",
+        std::to_string(j.progress.failed) + " failures, more than max_failures (" +
+            std::to_string(b.max_failures) + "); the last: " + j.progress.reason,
+        now, out);
     return;
   }
   // A task held (its spec refused, or it failed the same way before its program ran
   // again and again) is not retried: the job cannot complete.
   std::string held;
-  for_job(j.spec.name, [&](TaskRecord& t) {
+  s_.table_.for_job(j.spec.name, [&](TaskRecord& t) {
     if (held.empty() && refused(t, j)) held = "task " + t.id + " cannot start: " + t.message;
   });
-  if (!held.empty()) end_batch(j, "failed", held, now, out);
+  if (!held.empty()) end(j, "failed", held, now, out);
 }
 
-void Scheduler::end_batch(Job& j, const char* outcome, const std::string& reason, uint64_t now,
-                          std::vector<Command>* out) {
+void BatchRuns::end(JobRecord& j, const char* outcome, const std::string& reason, uint64_t now,
+                    std::vector<Command>* out) {
   j.progress.outcome = outcome;
   j.progress.reason = reason;
   j.progress.ended_us = now;
-  changed_jobs_.insert(j.spec.name);
-  job_event(j.spec.name, outcome, reason);
+  s_.changed_jobs_.insert(j.spec.name);
+  s_.table_.job_event(j.spec.name, outcome, reason);
   const std::string& name = j.spec.name;
-  for_job(name, [&](TaskRecord& t) {
+  s_.table_.for_job(name, [&](TaskRecord& t) {
     if (!running_copy(t.state)) return;
     t.since_us = now;
     if (t.state == TaskState::kPending) {
-      set_state(t, TaskState::kStopped);
+      s_.table_.set_state(t, TaskState::kStopped);
       return;
     }
-    set_state(t, TaskState::kStopping);
+    s_.table_.set_state(t, TaskState::kStopping);
     out->push_back(Command{Command::Kind::kStop, t.machine, t.id, {}});
   });
-  unwait_if([&](const std::string& id) {
-    auto t = tasks_.find(id);
-    return t == tasks_.end() || t->second.job == name;
+  s_.replacement_.unwait_if([&](const std::string& id) {
+    auto t = s_.table_.find(id);
+    return t == s_.table_.end() || t->second.job == name;
   });
 }
 
-std::map<std::string, std::vector<std::string>> Scheduler::periodic_jobs() const {
+std::map<std::string, std::vector<std::string>> BatchRuns::periodic_jobs() const {
   std::map<std::string, std::vector<std::string>> out;
-  for (const auto& [name, j] : jobs_)
-    if (j.spec.periodic && !j.stopping && !fenced(j.spec.entitlement_id)) out[name];
+  for (const auto& [name, j] : s_.jobs_)
+    if (j.spec.periodic && !j.stopping && !s_.handover_.fenced(j.spec.entitlement_id)) out[name];
   if (out.empty()) return out;
-  for (const auto& [name, j] : jobs_)
+  for (const auto& [name, j] : s_.jobs_)
     if (!j.progress.parent.empty() && !j.ended() && !j.stopping)
       if (auto it = out.find(j.progress.parent); it != out.end()) it->second.push_back(name);
   return out;
 }
 
-std::vector<std::string> Scheduler::ended_runs(const std::string& job) const {
+std::vector<std::string> BatchRuns::ended_runs(const std::string& job) const {
   std::vector<std::pair<uint64_t, std::string>> runs;
-  for (const auto& [name, j] : jobs_)
+  for (const auto& [name, j] : s_.jobs_)
     if (j.progress.parent == job && j.ended() && !j.stopping)
       runs.emplace_back(j.progress.ended_us, name);
   std::sort(runs.begin(), runs.end());
@@ -175,10 +176,10 @@ std::vector<std::string> Scheduler::ended_runs(const std::string& job) const {
   return out;
 }
 
-Result<std::vector<Command>> Scheduler::start_period(const std::string& job, int64_t period,
+Result<std::vector<Command>> BatchRuns::start_period(const std::string& job, int64_t period,
                                                      uint64_t now) {
-  auto it = jobs_.find(job);
-  if (it == jobs_.end() || !it->second.spec.periodic || it->second.stopping)
+  auto it = s_.jobs_.find(job);
+  if (it == s_.jobs_.end() || !it->second.spec.periodic || it->second.stopping)
     return field_error("job", "no periodic job " + job).with_code(rpc::kNotFound);
   if (period <= it->second.progress.last_period)
     return field_error("period",
@@ -186,28 +187,51 @@ Result<std::vector<Command>> Scheduler::start_period(const std::string& job, int
   JobSpec run = it->second.spec;
   run.name = weft::period_run_name(job, period);
   run.periodic.reset();
-  if (jobs_.count(run.name)) {  // (a stale entry: the period is done)
+  if (s_.jobs_.count(run.name)) {  // (a stale entry: the period is done)
     it->second.progress.last_period = period;
-    changed_jobs_.insert(job);
+    s_.changed_jobs_.insert(job);
     return std::vector<Command>{};
   }
-  TRY_ASSIGN(auto cmds, create(run, now));
-  Job& created = jobs_.at(run.name);
+  TRY_ASSIGN(auto cmds, s_.create(run, now));
+  JobRecord& created = s_.jobs_.at(run.name);
   created.progress.parent = job;
-  Job& parent = jobs_.at(job);
+  JobRecord& parent = s_.jobs_.at(job);
   parent.progress.last_period = period;
-  changed_jobs_.insert(job);
-  job_event(job, "run started", run.name);
+  s_.changed_jobs_.insert(job);
+  s_.table_.job_event(job, "run started", run.name);
   return cmds;
 }
 
-void Scheduler::skip_period(const std::string& job, int64_t period, const std::string& why) {
-  auto it = jobs_.find(job);
-  if (it == jobs_.end() || !it->second.spec.periodic || period <= it->second.progress.last_period)
+void BatchRuns::skip_period(const std::string& job, int64_t period, const std::string& why) {
+  auto it = s_.jobs_.find(job);
+  if (it == s_.jobs_.end() || !it->second.spec.periodic ||
+      period <= it->second.progress.last_period)
     return;
   it->second.progress.last_period = period;
-  changed_jobs_.insert(job);
-  if (!why.empty()) job_event(job, "period skipped", why);
+  s_.changed_jobs_.insert(job);
+  if (!why.empty()) s_.table_.job_event(job, "period skipped", why);
+}
+
+void BatchRuns::tick(uint64_t now, std::vector<Command>* out) {
+  for (auto& [name, j] : s_.jobs_) {
+    if (!j.spec.is_batch() || j.ended() || j.stopping || j.spec.periodic ||
+        s_.handover_.fenced(j.spec.entitlement_id))
+      continue;
+    if (j.spec.batch.deadline_us && now > j.progress.started_us &&
+        now - j.progress.started_us > j.spec.batch.deadline_us) {
+      end(j, "failed",
+          "its deadline (" + std::to_string(j.spec.batch.deadline_us / 1'000'000) +
+              " s) passed with " + std::to_string(j.progress.succeeded) + " of " +
+              std::to_string(j.spec.batch.completions) + " completions",
+          now, out);
+      auto more = s_.after_stopped(name, now);
+      out->insert(out->end(), more.begin(), more.end());
+    } else if (idle_.erase(name)) {
+      auto more = s_.placer_.converge(j, now);
+      if (more.ok()) out->insert(out->end(), more->begin(), more->end());
+    }
+  }
+  idle_.clear();
 }
 
 }  // namespace weft::cp

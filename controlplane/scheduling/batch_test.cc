@@ -27,7 +27,7 @@ class Batch : public ::testing::Test {
     std::map<TaskState, size_t> walked;
     for (const auto& [id, t] : sched_.tasks()) ++walked[t.state];
     for (TaskState s : kAllTaskStates)
-      EXPECT_EQ(sched_.count_in(s), walked[s]) << task_state_name(s);
+      EXPECT_EQ(sched_.tasks().count_in(s), walked[s]) << task_state_name(s);
   }
   JobSpec batch(const std::string& name, int completions, int parallelism, int max_failures) {
     JobSpec s;
@@ -63,7 +63,7 @@ class Batch : public ::testing::Test {
   }
   int live(const std::string& job) {
     int n = 0;
-    for (const auto& t : sched_.tasks_of(job))
+    for (const auto& t : sched_.tasks().of_job(job))
       n += t.state == TaskState::kStarting || t.state == TaskState::kRunning ||
            t.state == TaskState::kPending;
     return n;
@@ -116,26 +116,26 @@ TEST_F(Batch, AnOpportunisticJobRunsOnIdleRoomAndIsTakenBackWithItsNotice) {
   const MachineId m = stops[0].machine;
   // Its TaskController is told (preempt: an operation it cannot hold back; an
   // acknowledgement changes nothing).
-  auto ops = sched_.pending_operations("crunch");
+  auto ops = sched_.operations().pending_operations("crunch");
   ASSERT_EQ(ops.size(), 1u);
   EXPECT_EQ(ops[0].id, "preempt/" + taken);
   EXPECT_EQ(ops[0].kind, "preempt");
-  EXPECT_TRUE(sched_.grant("crunch", {ops[0].id}, kSecond).empty());
+  EXPECT_TRUE(sched_.operations().grant("crunch", {ops[0].id}, kSecond).empty());
   EXPECT_EQ(alloc_.free(m).cpu_milli, 1000);  // the owner's task holds the rest
   apply(*made);
 
   // The guest left: not a failure, and no room for it now: it waits.
   auto r = sched_.report(m, {{taken, TaskState::kStopped}}, 2 * kSecond);
   apply(r);
-  EXPECT_EQ(sched_.progress("crunch")->failed, 0);
+  EXPECT_EQ(sched_.batch().progress("crunch")->failed, 0);
   EXPECT_EQ(live("crunch"), 7);
   // The owner's job goes: the guest runs again, on the room it left.
   apply(*sched_.stop("web", 3 * kSecond));
-  for (const auto& t : sched_.tasks_of("web"))
+  for (const auto& t : sched_.tasks().of_job("web"))
     apply(sched_.report(t.machine, {{t.id, TaskState::kStopped}}, 4 * kSecond));
   apply(sched_.tick(5 * kSecond));
   EXPECT_EQ(live("crunch"), 8);
-  EXPECT_EQ(sched_.progress("crunch")->failed, 0);
+  EXPECT_EQ(sched_.batch().progress("crunch")->failed, 0);
 }
 
 TEST_F(Batch, TenCompletionsAtParallelismThreeWithOneFailureRetried) {
@@ -158,7 +158,7 @@ TEST_F(Batch, TenCompletionsAtParallelismThreeWithOneFailureRetried) {
     });
     EXPECT_LE(live("b"), 3);
   }
-  auto p = sched_.progress("b");
+  auto p = sched_.batch().progress("b");
   ASSERT_TRUE(p);
   EXPECT_EQ(p->outcome, "succeeded");
   EXPECT_EQ(p->succeeded, 10);
@@ -187,7 +187,7 @@ TEST_F(Batch, PastItsFailureBudgetTheJobFailsAndStopsTheRest) {
   apply(*c);
   // Both fail: 2 failures > max_failures 1.
   auto out = end_all(kSecond, [](const std::string&) { return TaskState::kFailed; });
-  auto p = sched_.progress("b");
+  auto p = sched_.batch().progress("b");
   ASSERT_TRUE(p);
   EXPECT_EQ(p->outcome, "failed");
   EXPECT_EQ(p->failed, 2);
@@ -221,7 +221,7 @@ TEST_F(Batch, AFailureWithinTheBudgetIsRetriedAndTheRunningOnesStopWhenItFails) 
   apply(stop);
   ASSERT_EQ(stop.size(), 1u);
   EXPECT_EQ(stop[0].kind, Command::Kind::kStop);
-  EXPECT_EQ(sched_.progress("b")->outcome, "failed");
+  EXPECT_EQ(sched_.batch().progress("b")->outcome, "failed");
   // Its slots go back once the stopped task is gone.
   EXPECT_TRUE(alloc_.request("b").has_value());
   auto gone = end_all(3 * kSecond, [](const std::string&) { return TaskState::kStopped; });
@@ -240,7 +240,7 @@ TEST_F(Batch, PastItsDeadlineTheJobFails) {
   auto out = sched_.tick(11 * kSecond);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].kind, Command::Kind::kStop);
-  auto p = sched_.progress("b");
+  auto p = sched_.batch().progress("b");
   EXPECT_EQ(p->outcome, "failed");
   EXPECT_NE(p->reason.find("deadline"), std::string::npos) << p->reason;
 }
@@ -250,7 +250,7 @@ TEST_F(Batch, ProgressIsKeptAcrossARestartAndTheRestRuns) {
   ASSERT_TRUE(c.ok());
   apply(*c);
   end_all(kSecond, [](const std::string&) { return TaskState::kExited; });  // 2 done, 2 more start
-  auto stored = sched_.persisted_job("b");
+  auto stored = sched_.handover().persisted_job("b");
   ASSERT_TRUE(stored);
   EXPECT_EQ(stored->progress.succeeded, 2);
   // Its stored form and back.
@@ -274,13 +274,13 @@ TEST_F(Batch, ProgressIsKeptAcrossARestartAndTheRestRuns) {
   Scheduler again{alloc2};
   JobSpec s = stored->spec;
   ASSERT_TRUE(alloc2.restore(*alloc_.request("b"), alloc_.placement("b"), {}).ok());
-  again.restore_job(*stored);
-  for (const auto& t : sched_.tasks_of("b"))
-    if (t.state == TaskState::kExited) again.restore_task(t);
-  again.finish_restore();
+  again.handover().restore_job(*stored);
+  for (const auto& t : sched_.tasks().of_job("b"))
+    if (t.state == TaskState::kExited) again.handover().restore_task(t);
+  again.handover().finish_restore();
   auto started = again.tick(2 * kSecond);
   EXPECT_EQ(started.size(), 2u);  // 3 completions still needed, parallelism 2
-  EXPECT_EQ(again.progress("b")->succeeded, 2);
+  EXPECT_EQ(again.batch().progress("b")->succeeded, 2);
 }
 
 TEST_F(Batch, APeriodicJobsRunsAreJobsOfTheirOwnOncePerPeriod) {
@@ -293,21 +293,21 @@ TEST_F(Batch, APeriodicJobsRunsAreJobsOfTheirOwnOncePerPeriod) {
   PeriodicRuns periodic;
   // The first look marks now: the first run is at the next period.
   EXPECT_TRUE(periodic.tick(sched_, kWall + 1, kSecond).empty());
-  EXPECT_EQ(sched_.progress("nightly")->last_period, kWall + 1);
+  EXPECT_EQ(sched_.batch().progress("nightly")->last_period, kWall + 1);
   EXPECT_TRUE(periodic.tick(sched_, kWall + 4, kSecond).empty());
   auto run = periodic.tick(sched_, kWall + 5, 5 * kSecond);
   ASSERT_EQ(run.size(), 1u);
   std::string name = "nightly-" + std::to_string(kWall + 5);
   EXPECT_EQ(run[0].task_id.rfind(name + ".", 0), 0u) << run[0].task_id;
-  EXPECT_EQ(sched_.progress(name)->parent, "nightly");
-  EXPECT_EQ(sched_.progress("nightly")->last_period, kWall + 5);
+  EXPECT_EQ(sched_.batch().progress(name)->parent, "nightly");
+  EXPECT_EQ(sched_.batch().progress("nightly")->last_period, kWall + 5);
   // The same period again: refused; the clock at the same second: nothing.
-  EXPECT_FALSE(sched_.start_period("nightly", kWall + 5, 6 * kSecond).ok());
+  EXPECT_FALSE(sched_.batch().start_period("nightly", kWall + 5, 6 * kSecond).ok());
   EXPECT_TRUE(periodic.tick(sched_, kWall + 6, 6 * kSecond).empty());
   // Its run ends; the next period runs beside nothing.
   apply(run);
   end_all(7 * kSecond, [](const std::string&) { return TaskState::kExited; });
-  EXPECT_EQ(sched_.progress(name)->outcome, "succeeded");
+  EXPECT_EQ(sched_.batch().progress(name)->outcome, "succeeded");
   auto next = periodic.tick(sched_, kWall + 10, 10 * kSecond);
   EXPECT_EQ(next.size(), 1u);
   apply(next);
@@ -315,16 +315,16 @@ TEST_F(Batch, APeriodicJobsRunsAreJobsOfTheirOwnOncePerPeriod) {
   // Ten periods pass unseen (a control plane down for 50 s): each runs in turn.
   auto caught = periodic.tick(sched_, kWall + 60, 60 * kSecond);
   EXPECT_EQ(caught.size(), 10u);
-  EXPECT_EQ(sched_.progress("nightly")->last_period, kWall + 60);
+  EXPECT_EQ(sched_.batch().progress("nightly")->last_period, kWall + 60);
   apply(caught);
   end_all(61 * kSecond, [](const std::string&) { return TaskState::kExited; });
   // History: the latest three that succeeded are kept, older ones forgotten.
   periodic.tick(sched_, kWall + 61, 62 * kSecond);
-  EXPECT_EQ(sched_.ended_runs("nightly").size(), 3u);
+  EXPECT_EQ(sched_.batch().ended_runs("nightly").size(), 3u);
   // Stopping it stops its runs.
   auto more = periodic.tick(sched_, kWall + 65, 65 * kSecond);
   apply(more);
-  ASSERT_EQ(sched_.periodic_jobs().at("nightly").size(), 1u);
+  ASSERT_EQ(sched_.batch().periodic_jobs().at("nightly").size(), 1u);
   auto stopped = sched_.stop("nightly", 66 * kSecond);
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->size(), 1u);
@@ -335,19 +335,19 @@ TEST_F(Batch, OverlapForbidSkipsAndReplaceStops) {
   JobSpec s = batch("p", 1, 1, 0);
   s.periodic = weft::PeriodicSpec{"*/5 * * * * *", weft::PeriodOverlap::kForbid};
   ASSERT_TRUE(sched_.create(s, 0).ok());
-  sched_.skip_period("p", kWall, "");
+  sched_.batch().skip_period("p", kWall, "");
   PeriodicRuns periodic;
   auto first = periodic.tick(sched_, kWall + 5, kSecond);
   ASSERT_EQ(first.size(), 1u);
   // Still running at the next period: skipped, said in the events.
   EXPECT_TRUE(periodic.tick(sched_, kWall + 10, 2 * kSecond).empty());
-  EXPECT_EQ(sched_.progress("p")->last_period, kWall + 10);
+  EXPECT_EQ(sched_.batch().progress("p")->last_period, kWall + 10);
   bool skipped = false;
   for (const auto& e : sched_.take_events()) skipped |= e.job == "p" && e.what == "period skipped";
   EXPECT_TRUE(skipped);
   // Replace: the running one is stopped and the new one starts.
   s.periodic->overlap = weft::PeriodOverlap::kReplace;
-  ASSERT_TRUE(sched_.update(s, 3 * kSecond).ok());
+  ASSERT_TRUE(sched_.rollouts().update(s, 3 * kSecond).ok());
   auto replaced = periodic.tick(sched_, kWall + 15, 4 * kSecond);
   ASSERT_EQ(replaced.size(), 2u);
   EXPECT_EQ(replaced[0].kind, Command::Kind::kStop);
@@ -360,7 +360,7 @@ TEST_F(Batch, APeriodBeyondMaxRunningRunsInFlightIsSkipped) {
   JobSpec s = batch("p", 1, 1, 0);
   s.periodic = weft::PeriodicSpec{"*/5 * * * * *", weft::PeriodOverlap::kAllow, 2};
   ASSERT_TRUE(sched_.create(s, 0).ok());
-  sched_.skip_period("p", kWall, "");
+  sched_.batch().skip_period("p", kWall, "");
   PeriodicRuns periodic;
   auto two = periodic.tick(sched_, kWall + 10, kSecond);  // two periods due: both run
   EXPECT_EQ(two.size(), 2u);
@@ -368,7 +368,7 @@ TEST_F(Batch, APeriodBeyondMaxRunningRunsInFlightIsSkipped) {
   sched_.take_events();
   // A third while both still run: skipped, and said why.
   EXPECT_TRUE(periodic.tick(sched_, kWall + 15, 2 * kSecond).empty());
-  EXPECT_EQ(sched_.progress("p")->last_period, kWall + 15);
+  EXPECT_EQ(sched_.batch().progress("p")->last_period, kWall + 15);
   EXPECT_FALSE(sched_.job("p-" + std::to_string(kWall + 15)).has_value());
   std::string why;
   for (const auto& e : sched_.take_events())
@@ -388,13 +388,13 @@ TEST_F(Batch, MoreThanTenMissedPeriodsSkipTheOldest) {
   JobSpec s = batch("p", 1, 1, 0);
   s.periodic = weft::PeriodicSpec{"* * * * * *", weft::PeriodOverlap::kAllow};
   ASSERT_TRUE(sched_.create(s, 0).ok());
-  sched_.skip_period("p", kWall, "");
+  sched_.batch().skip_period("p", kWall, "");
   PeriodicRuns periodic;
   auto runs = periodic.tick(sched_, kWall + 15, kSecond);
   EXPECT_EQ(runs.size(), 10u);
   EXPECT_TRUE(sched_.job("p-" + std::to_string(kWall + 6)).has_value());
   EXPECT_FALSE(sched_.job("p-" + std::to_string(kWall + 5)).has_value());
-  EXPECT_EQ(sched_.progress("p")->last_period, kWall + 15);
+  EXPECT_EQ(sched_.batch().progress("p")->last_period, kWall + 15);
 }
 
 }  // namespace

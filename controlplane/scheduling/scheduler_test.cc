@@ -26,7 +26,7 @@ class Sched : public ::testing::Test {
     std::map<TaskState, size_t> walked;
     for (const auto& [id, t] : sched_.tasks()) ++walked[t.state];
     for (TaskState s : kAllTaskStates)
-      EXPECT_EQ(sched_.count_in(s), walked[s]) << task_state_name(s);
+      EXPECT_EQ(sched_.tasks().count_in(s), walked[s]) << task_state_name(s);
   }
   JobSpec spec(const std::string& name, int count) {
     JobSpec s;
@@ -64,7 +64,7 @@ class Sched : public ::testing::Test {
   }
   std::vector<TaskRecord> live(const std::string& job) {
     std::vector<TaskRecord> out;
-    for (const auto& t : sched_.tasks_of(job))
+    for (const auto& t : sched_.tasks().of_job(job))
       if (t.state == TaskState::kRunning || t.state == TaskState::kStarting) out.push_back(t);
     return out;
   }
@@ -86,7 +86,7 @@ TEST_F(Sched, CreatePlacesAndReportsMakeTasksRunning) {
   }
   EXPECT_EQ(machines.size(), 3u);  // spread: one per rack
   for (MachineId m : machines) EXPECT_TRUE(sched_.report(m, running_on(m, *c), 1).empty());
-  for (const auto& t : sched_.tasks_of("web")) EXPECT_EQ(t.state, TaskState::kRunning);
+  for (const auto& t : sched_.tasks().of_job("web")) EXPECT_EQ(t.state, TaskState::kRunning);
 }
 
 TEST_F(Sched, LostMachineIsReplacedAndNeverRunsTwice) {
@@ -96,7 +96,7 @@ TEST_F(Sched, LostMachineIsReplacedAndNeverRunsTwice) {
   MachineId dead = (*c)[0].machine;
   std::string lost_id = (*c)[0].task_id;
   alloc_.set_usable(dead, false, true);  // what the broker does first
-  auto r = sched_.machine_down(dead, 2);
+  auto r = sched_.replacement().machine_down(dead, 2);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].kind, Command::Kind::kStart);
   EXPECT_NE(r[0].machine, dead);
@@ -176,15 +176,15 @@ TEST_F(Sched, DestructiveOperationsAreRateLimited) {
   std::vector<Command> all;
   for (int i = 0; i < 4; ++i) alloc_.set_usable(ids_[static_cast<size_t>(i)], false, true);
   for (int i = 0; i < 4; ++i) {
-    auto r = sched_.machine_down(ids_[static_cast<size_t>(i)], 2);
+    auto r = sched_.replacement().machine_down(ids_[static_cast<size_t>(i)], 2);
     all.insert(all.end(), r.begin(), r.end());
   }
   EXPECT_EQ(count_kind(all, Command::Kind::kStart), 2);
-  EXPECT_EQ(sched_.waiting_for_budget(), 2u);
+  EXPECT_EQ(sched_.replacement().waiting_for_budget(), 2u);
   EXPECT_TRUE(sched_.tick(3).empty());      // no tokens yet
   auto later = sched_.tick(2 + 2'500'000);  // 2.5 s at 1/s: two more tokens
   EXPECT_EQ(count_kind(later, Command::Kind::kStart), 2);
-  EXPECT_EQ(sched_.waiting_for_budget(), 0u);
+  EXPECT_EQ(sched_.replacement().waiting_for_budget(), 0u);
   for (const auto& cmd : later) EXPECT_GE(cmd.machine, ids_[4]);  // the survivors
 }
 
@@ -200,7 +200,7 @@ TEST_F(Sched, AnUpdateToANewImageWaitsForEachMachinesPrefetch) {
   std::set<MachineId> hosts;
   for (const auto& t : live("img")) hosts.insert(t.machine);
   s.task["image"] = "r.example/app@sha256:" + std::string(64, 'b');
-  auto u = sched_.update(s, 2);
+  auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok()) << u.error().str();
   // Every machine of the job is asked to fetch the new image; nothing stops yet.
   EXPECT_EQ(count_kind(*u, Command::Kind::kStop), 0);
@@ -214,21 +214,22 @@ TEST_F(Sched, AnUpdateToANewImageWaitsForEachMachinesPrefetch) {
   EXPECT_EQ(asked, hosts);
   // One machine has it: its old tasks (and only they) stop.
   MachineId first = *hosts.begin();
-  auto r = sched_.prefetched("img", 2, first, 3);
+  auto r = sched_.rollouts().prefetched("img", 2, first, 3);
   ASSERT_FALSE(r.empty());
   for (const auto& cmd : r) {
     EXPECT_EQ(cmd.kind, Command::Kind::kStop);
     EXPECT_EQ(cmd.machine, first);
   }
-  EXPECT_TRUE(sched_.prefetched("img", 2, first, 4).empty());            // answered once
-  EXPECT_TRUE(sched_.prefetched("img", 1, *hosts.rbegin(), 4).empty());  // an older update
+  EXPECT_TRUE(sched_.rollouts().prefetched("img", 2, first, 4).empty());  // answered once
+  EXPECT_TRUE(
+      sched_.rollouts().prefetched("img", 1, *hosts.rbegin(), 4).empty());  // an older update
   // The others are late: past the deadline the update rolls on without them.
   EXPECT_EQ(count_kind(sched_.tick(5), Command::Kind::kStop), 0);
   auto late = sched_.tick(2 + kPrefetchTimeoutUs);
   EXPECT_EQ(count_kind(late, Command::Kind::kStop), static_cast<int>(4 - r.size()));
   // The same image again (another argument): nothing to fetch.
   s.task["argv"] = {"/app", "--v2"};
-  auto again = sched_.update(s, 3 + kPrefetchTimeoutUs);
+  auto again = sched_.rollouts().update(s, 3 + kPrefetchTimeoutUs);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(count_kind(*again, Command::Kind::kPrefetch), 0);
 }
@@ -251,7 +252,7 @@ TEST_F(Sched, AnUpdateToANewPackageFetchesOnlyThePackageFirst) {
   for (const auto& t : live("pkg")) hosts.insert(t.machine);
   s.task["package"]["url"] = "https://pkgs.example/tool-2.tar";
   s.task["package"]["sha256"] = std::string(64, 'd');
-  auto u = sched_.update(s, 2);
+  auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok()) << u.error().str();
   std::set<MachineId> asked;
   for (const auto& cmd : *u)
@@ -271,7 +272,7 @@ TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   s.task["argv"] = {"/bin/sleep", "1000"};
-  auto u = sched_.update(s, 2);
+  auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok()) << u.error().str();
   EXPECT_EQ(sched_.generation("web"), 2u);
   ASSERT_EQ(u->size(), 1u);  // one at a time
@@ -302,7 +303,7 @@ TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
   }
   JobSpec bigger = s;
   bigger.per_task.cpu_milli = 2000;
-  EXPECT_EQ(sched_.update(bigger, now).error().field, "resources");
+  EXPECT_EQ(sched_.rollouts().update(bigger, now).error().field, "resources");
 }
 
 // Readiness: a task that runs but is not ready is unavailable. A rolling update goes on
@@ -315,7 +316,7 @@ TEST_F(Sched, ARollingUpdateWaitsForTheNewTaskToBeReady) {
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   s.task["argv"] = {"/bin/sleep", "1000"};
-  auto u = sched_.update(s, 2);
+  auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok());
   ASSERT_EQ(u->size(), 1u);
   sent.insert(sent.end(), u->begin(), u->end());
@@ -369,7 +370,7 @@ TEST_F(Sched, ADrainedCopyStopsOnlyOnceItsReplacementIsReady) {
   MachineId drained = live("web")[0].machine;
   std::string old_id = live("web")[0].id;
   alloc_.set_usable(drained, false, true);
-  auto d = sched_.machine_drain(drained, 2);
+  auto d = sched_.moves().machine_drain(drained, 2);
   ASSERT_EQ(d.size(), 1u);
   sent.insert(sent.end(), d.begin(), d.end());
   auto rep = running_on(d[0].machine, sent);
@@ -422,7 +423,7 @@ TEST_F(Sched, DrainStartsTheReplacementBeforeStoppingTheOldCopy) {
   MachineId drained = live("web")[0].machine;
   std::string old_id = live("web")[0].id;
   alloc_.set_usable(drained, false, true);  // what the broker does first
-  auto d = sched_.machine_drain(drained, 2);
+  auto d = sched_.moves().machine_drain(drained, 2);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].kind, Command::Kind::kStart);  // the replacement, not a stop
   EXPECT_NE(d[0].machine, drained);
@@ -452,11 +453,11 @@ TEST_F(Sched, DrainedMachineDyingDoesNotReplaceTwice) {
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   MachineId drained = live("web")[0].machine;
   alloc_.set_usable(drained, false, true);  // what the broker does first
-  auto d = sched_.machine_drain(drained, 2);
+  auto d = sched_.moves().machine_drain(drained, 2);
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_TRUE(sched_.machine_down(drained, 3).empty());
+  EXPECT_TRUE(sched_.replacement().machine_down(drained, 3).empty());
   size_t tasks = 0;
-  for (const auto& t : sched_.tasks_of("web"))
+  for (const auto& t : sched_.tasks().of_job("web"))
     tasks += t.state == TaskState::kStarting || t.state == TaskState::kRunning;
   EXPECT_EQ(tasks, 1u);
 }
@@ -465,7 +466,7 @@ TEST_F(Sched, DrainedMachineDyingDoesNotReplaceTwice) {
 // room) waits again; an index that runs is left alone.
 TEST_F(Sched, RestoreRebuildsWhatWaitsForItsReplacement) {
   Scheduler s2(alloc_);
-  s2.restore_job({spec("web", 3), 1, false});
+  s2.handover().restore_job({spec("web", 3), 1, false});
   auto task = [](std::string id, int index, TaskState st, uint64_t since) {
     TaskRecord t;
     t.id = std::move(id);
@@ -475,12 +476,12 @@ TEST_F(Sched, RestoreRebuildsWhatWaitsForItsReplacement) {
     t.since_us = since;
     return t;
   };
-  s2.restore_task(task("web.0.1", 0, TaskState::kLost, 5));      // waits
-  s2.restore_task(task("web.1.2", 1, TaskState::kLost, 5));      // replaced already:
-  s2.restore_task(task("web.1.4", 1, TaskState::kRunning, 6));   //   runs
-  s2.restore_task(task("web.2.3", 2, TaskState::kDraining, 5));  // waits, still running
-  s2.finish_restore();
-  EXPECT_EQ(s2.waiting_for_budget(), 2u);
+  s2.handover().restore_task(task("web.0.1", 0, TaskState::kLost, 5));      // waits
+  s2.handover().restore_task(task("web.1.2", 1, TaskState::kLost, 5));      // replaced already:
+  s2.handover().restore_task(task("web.1.4", 1, TaskState::kRunning, 6));   //   runs
+  s2.handover().restore_task(task("web.2.3", 2, TaskState::kDraining, 5));  // waits, still running
+  s2.handover().finish_restore();
+  EXPECT_EQ(s2.replacement().waiting_for_budget(), 2u);
 }
 
 // A start sent while its machine was away (or lost on the way) is sent again once the
@@ -567,7 +568,7 @@ TEST_F(Sched, ReplacementsNeverBypassTheBudget) {
   // An update's stop of index 1 is confirmed: converge runs for the job.
   JobSpec updated = spec("web", 2);
   updated.task = {{"argv", {"/bin/sleep", "1000"}}};
-  auto u = sched.update(updated, 4);
+  auto u = sched.rollouts().update(updated, 4);
   ASSERT_TRUE(u.ok());
   std::vector<Command> all = *u;
   for (const auto& cmd : *u)
@@ -584,7 +585,7 @@ TEST_F(Sched, ReplacementsNeverBypassTheBudget) {
       EXPECT_NE(sched.tasks().at(cmd.task_id).index, idx0) << "index 0 restarted without a token";
     }
   }
-  EXPECT_EQ(sched.waiting_for_budget(), 1u);
+  EXPECT_EQ(sched.replacement().waiting_for_budget(), 1u);
 }
 
 // Finding 4: ended tasks are forgotten once reported and old, so the task table (and
@@ -656,7 +657,7 @@ TEST(SchedDc, AnEntitlementsDcPinIsAHardConstraint) {
   }
   alloc.set_quota(1, 3);
   Scheduler sched(alloc);
-  sched.set_entitlement_dc([](EntitlementId e) { return e == 1 ? "dc2" : ""; });
+  sched.placer().set_entitlement_dc([](EntitlementId e) { return e == 1 ? "dc2" : ""; });
   JobSpec s;
   s.name = "pinned";
   s.count = 3;
@@ -680,9 +681,9 @@ TEST_F(Sched, RollingUpdateCountsTasksDownForAnyReason) {
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched.report(m, running_on(m, sent), 1);
   MachineId victim = c->at(0).machine;
-  sched.machine_down(victim, 2);  // its task is lost; no token to replace it
+  sched.replacement().machine_down(victim, 2);  // its task is lost; no token to replace it
   s.task["argv"] = {"/bin/sleep", "1000"};
-  auto u = sched.update(s, 3);
+  auto u = sched.rollouts().update(s, 3);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(count_kind(*u, Command::Kind::kStop), 0) << "a second task would be down";
 }
@@ -710,14 +711,14 @@ TEST_F(Sched, ARefusedSpecFailsAtOnceAndWaitsForAnUpdate) {
     more.insert(more.end(), rep.begin(), rep.end());
     EXPECT_EQ(count_kind(more, Command::Kind::kStart), 0) << now;
   }
-  EXPECT_EQ(sched_.tasks_of("web").size(), 2u);
+  EXPECT_EQ(sched_.tasks().of_job("web").size(), 2u);
   // A late refusal (a resend refused as a duplicate) of a running task changes nothing.
   EXPECT_TRUE(sched_.start_refused(fine, "name: exists", true, 6 * kMin).empty());
   EXPECT_EQ(sched_.tasks().at(fine).state, TaskState::kRunning);
   // An update brings a new spec: the refused index starts at once under it.
   JobSpec fixed = spec("web", 2);
   fixed.task = {{"argv", {"/bin/sleep", "1000"}}, {"user", "nobody"}};
-  auto u = sched_.update(fixed, 6 * kMin);
+  auto u = sched_.rollouts().update(fixed, 6 * kMin);
   ASSERT_TRUE(u.ok());
   int starts_for_0 = 0;
   for (const auto& cmd : *u)
@@ -768,7 +769,7 @@ TEST_F(Sched, TheSameSetupFailureAgainAndAgainHoldsTheIndexWithTheReason) {
   // A new spec starts the index again, and its count from zero.
   JobSpec fixed = spec("web", 1);
   fixed.task = {{"argv", {"/bin/sleep", "1000"}}};
-  auto u = sched_.update(fixed, now);
+  auto u = sched_.rollouts().update(fixed, now);
   ASSERT_TRUE(u.ok());
   ASSERT_EQ(count_kind(*u, Command::Kind::kStart), 1);
   for (const auto& cmd : *u) {
@@ -808,7 +809,7 @@ TEST(SchedQuota, ADeadMachinesTasksMoveWhenTheQuotaIsFull) {
   for (const auto& cmd : *c) sched.report(cmd.machine, {{cmd.task_id, TaskState::kReady}}, 1);
   MachineId dead = (*c)[0].machine;
   alloc.set_usable(dead, /*healthy=*/false, true);
-  auto r = sched.machine_down(dead, 2);
+  auto r = sched.replacement().machine_down(dead, 2);
   ASSERT_EQ(r.size(), 1u) << "the lost task was not replaced";
   EXPECT_EQ(r[0].kind, Command::Kind::kStart);
   EXPECT_NE(r[0].machine, dead);
@@ -821,7 +822,7 @@ TEST(SchedQuota, ADeadMachinesTasksMoveWhenTheQuotaIsFull) {
 TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
   auto rows = [&] {
     std::map<std::string, std::string> out;
-    for (const auto& j : sched_.persisted_jobs()) {
+    for (const auto& j : sched_.handover().persisted_jobs()) {
       std::string row = std::to_string(j.generation) + (j.stopping ? " stopping " : " ") +
                         std::to_string(j.spec.count) + " " + j.spec.task.dump() + " |";
       for (MachineId m : alloc_.placement(j.spec.name)) row += " " + std::to_string(m);
@@ -864,7 +865,7 @@ TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
   settle(1);
   check("running");
   web.task["argv"] = {"/bin/sleep", "1000"};
-  auto u = sched_.update(web, 2);
+  auto u = sched_.rollouts().update(web, 2);
   ASSERT_TRUE(u.ok());
   sent.insert(sent.end(), u->begin(), u->end());
   check("update");
@@ -879,9 +880,9 @@ TEST_F(Sched, EveryChangeToAJobsRowIsAnnounced) {
   sent.insert(sent.end(), down->begin(), down->end());
   settle(6);
   check("scale down");
-  MachineId dead = sched_.tasks_of("db").front().machine;
+  MachineId dead = sched_.tasks().of_job("db").front().machine;
   alloc_.set_usable(dead, false, true);
-  auto r = sched_.machine_down(dead, 7);
+  auto r = sched_.replacement().machine_down(dead, 7);
   sent.insert(sent.end(), r.begin(), r.end());
   std::erase_if(sent, [&](const Command& cmd) { return cmd.machine == dead; });
   check("machine down");
@@ -909,13 +910,13 @@ TEST_F(Sched, AControlledUpdateRestartsOnlyWhatTheControllerAcked) {
   ASSERT_TRUE(c.ok());
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
-  EXPECT_EQ(sched_.controlled_jobs(), std::vector<std::string>{"web"});
-  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  EXPECT_EQ(sched_.operations().controlled_jobs(), std::vector<std::string>{"web"});
+  EXPECT_TRUE(sched_.operations().pending_operations("web").empty());
   s.task["argv"] = {"/bin/sleep", "1000"};
-  auto u = sched_.update(s, 2);
+  auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok());
   EXPECT_TRUE(u->empty());  // nothing moves before an ack
-  auto ops = sched_.pending_operations("web");
+  auto ops = sched_.operations().pending_operations("web");
   ASSERT_EQ(ops.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(ops[static_cast<size_t>(i)].kind, "restart");
@@ -924,16 +925,16 @@ TEST_F(Sched, AControlledUpdateRestartsOnlyWhatTheControllerAcked) {
   }
   // A partial ack of two, with an id nobody asked for: one restart at a time
   // (max_unavailable 1), the other acknowledged one waits for it.
-  auto g = sched_.grant("web", {ops[0].id, ops[2].id, "restart/web.9.99"}, 3);
+  auto g = sched_.operations().grant("web", {ops[0].id, ops[2].id, "restart/web.9.99"}, 3);
   ASSERT_EQ(count_kind(g, Command::Kind::kStop), 1);
   EXPECT_EQ(g[0].task_id, ops[0].task);
   sent.insert(sent.end(), g.begin(), g.end());
-  EXPECT_TRUE(sched_.grant("web", {ops[0].id}, 4).empty());  // already performed
+  EXPECT_TRUE(sched_.operations().grant("web", {ops[0].id}, 4).empty());  // already performed
   // The stop is confirmed: the new generation starts in that slot only.
   std::vector<Command> next = report_all(sent, 5);
   EXPECT_EQ(count_kind(next, Command::Kind::kStart), 1);
   EXPECT_EQ(count_kind(next, Command::Kind::kStop), 0) << "index 2 waits for index 0";
-  EXPECT_TRUE(sched_.take_completed("web").empty());  // not running yet
+  EXPECT_TRUE(sched_.operations().take_completed("web").empty());  // not running yet
   sent.insert(sent.end(), next.begin(), next.end());
   // Index 0 runs again: the acknowledged restart of index 2 goes, without a new ack.
   std::vector<Command> more;
@@ -948,19 +949,19 @@ TEST_F(Sched, AControlledUpdateRestartsOnlyWhatTheControllerAcked) {
   EXPECT_EQ(count_kind(next, Command::Kind::kStart), 1);
   sent.insert(sent.end(), next.begin(), next.end());
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 8);
-  auto done = sched_.take_completed("web");
+  auto done = sched_.operations().take_completed("web");
   std::sort(done.begin(), done.end());
   std::vector<std::string> want{ops[0].id, ops[2].id};
   std::sort(want.begin(), want.end());
   EXPECT_EQ(done, want);
-  EXPECT_TRUE(sched_.take_completed("web").empty());  // told once
-  auto tasks = sched_.controlled_tasks("web");
+  EXPECT_TRUE(sched_.operations().take_completed("web").empty());  // told once
+  auto tasks = sched_.operations().controlled_tasks("web");
   ASSERT_EQ(tasks.size(), 4u);
   for (const auto& t : tasks) EXPECT_EQ(t.state, TaskState::kRunning) << t.task;
   // A job without a controller has no operations to ask about.
   ASSERT_TRUE(sched_.create(spec("plain", 1), 9).ok());
-  EXPECT_TRUE(sched_.pending_operations("plain").empty());
-  EXPECT_EQ(sched_.controlled_jobs(), std::vector<std::string>{"web"});
+  EXPECT_TRUE(sched_.operations().pending_operations("plain").empty());
+  EXPECT_EQ(sched_.operations().controlled_jobs(), std::vector<std::string>{"web"});
 }
 
 // The controller unreachable past its timeout ("proceed"): the update goes on at
@@ -974,13 +975,13 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   s.task["argv"] = {"/bin/sleep", "1000"};
-  ASSERT_TRUE(sched_.update(s, 2).ok());
-  auto ops = sched_.pending_operations("web");
-  auto g = sched_.grant("web", {ops[3].id}, 2);  // acked, then silence
+  ASSERT_TRUE(sched_.rollouts().update(s, 2).ok());
+  auto ops = sched_.operations().pending_operations("web");
+  auto g = sched_.operations().grant("web", {ops[3].id}, 2);  // acked, then silence
   ASSERT_EQ(g.size(), 1u);
   sent.insert(sent.end(), g.begin(), g.end());
-  auto f = sched_.set_control_fallback("web", true, 3);
-  EXPECT_TRUE(sched_.control_fallback("web"));
+  auto f = sched_.operations().set_control_fallback("web", true, 3);
+  EXPECT_TRUE(sched_.operations().control_fallback("web"));
   // One already down (index 3, acked): max_unavailable 1 allows no more now.
   sent.insert(sent.end(), f.begin(), f.end());
   std::vector<Command> all;
@@ -992,15 +993,16 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
     sent.insert(sent.end(), next.begin(), next.end());
     all.insert(all.end(), next.begin(), next.end());
   }
-  EXPECT_TRUE(sched_.pending_operations("web").empty());  // the whole update went
-  for (const auto& t : sched_.controlled_tasks("web")) EXPECT_EQ(t.state, TaskState::kRunning);
+  EXPECT_TRUE(sched_.operations().pending_operations("web").empty());  // the whole update went
+  for (const auto& t : sched_.operations().controlled_tasks("web"))
+    EXPECT_EQ(t.state, TaskState::kRunning);
   // Back: a new update waits for acks again.
-  EXPECT_TRUE(sched_.set_control_fallback("web", false, now).empty());
+  EXPECT_TRUE(sched_.operations().set_control_fallback("web", false, now).empty());
   s.task["argv"] = {"/bin/sleep", "2000"};
-  auto u = sched_.update(s, now + 1);
+  auto u = sched_.rollouts().update(s, now + 1);
   ASSERT_TRUE(u.ok());
   EXPECT_TRUE(u->empty());
-  EXPECT_EQ(sched_.pending_operations("web").size(), 4u);
+  EXPECT_EQ(sched_.operations().pending_operations("web").size(), 4u);
 }
 
 // Autoscaling's scale-down of a controlled job goes through its controller: each task
@@ -1024,20 +1026,20 @@ TEST_F(Sched, ARebalancingMoveIsMakeBeforeBreakToTheChosenMachine) {
   for (MachineId m : ids_)
     if (!used.count(m)) to = m;
   // Refused: where it runs, no such task or machine.
-  EXPECT_FALSE(sched_.move_task(moved, from, "r", 2).ok());
-  EXPECT_FALSE(sched_.move_task("web.9.9", to, "r", 2).ok());
-  EXPECT_FALSE(sched_.move_task(moved, 999, "r", 2).ok());
+  EXPECT_FALSE(sched_.moves().move_task(moved, from, "r", 2).ok());
+  EXPECT_FALSE(sched_.moves().move_task("web.9.9", to, "r", 2).ok());
+  EXPECT_FALSE(sched_.moves().move_task(moved, 999, "r", 2).ok());
 
-  auto r = sched_.move_task(moved, to, "rebalance: spread", 2);
+  auto r = sched_.moves().move_task(moved, to, "rebalance: spread", 2);
   ASSERT_TRUE(r.ok()) << r.error().str();
   ASSERT_EQ(r->size(), 1u);
   EXPECT_EQ((*r)[0].kind, Command::Kind::kStart);
   EXPECT_EQ((*r)[0].machine, to);
   EXPECT_EQ(sched_.tasks().at(moved).state, TaskState::kDraining);  // still running
-  EXPECT_TRUE(sched_.moving(moved));
+  EXPECT_TRUE(sched_.moves().moving(moved));
   EXPECT_EQ(alloc_.placement("web")[static_cast<size_t>(sched_.tasks().at(moved).index)], to);
   // max_unavailable 1: no second move of the job while this one is under way.
-  auto second = sched_.move_task(sent[1].task_id, from, "r", 3);
+  auto second = sched_.moves().move_task(sent[1].task_id, from, "r", 3);
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.error().str().find("not ready or moving"), std::string::npos);
   sent.insert(sent.end(), r->begin(), r->end());
@@ -1054,14 +1056,14 @@ TEST_F(Sched, ARebalancingMoveIsMakeBeforeBreakToTheChosenMachine) {
   EXPECT_EQ(next[0].machine, from);
   sent.insert(sent.end(), next.begin(), next.end());
   report_all(sent, 6);
-  EXPECT_FALSE(sched_.moving(moved));
+  EXPECT_FALSE(sched_.moves().moving(moved));
   EXPECT_EQ(live("web").size(), 3u);
   // The machine it left is empty: back in the free pool (so are the ones never used).
   EXPECT_EQ(alloc_.entitlement_of(from), kFreePool);
   ASSERT_TRUE(alloc_.assign(from, 1).ok());
 
   // The budget (a burst of 2 here): the second move takes the last token, a third waits.
-  auto again = sched_.move_task(sent[1].task_id, from, "r", 7);
+  auto again = sched_.moves().move_task(sent[1].task_id, from, "r", 7);
   ASSERT_TRUE(again.ok()) << again.error().str();
   sent.insert(sent.end(), again->begin(), again->end());
   auto stops = report_all(sent, 8);  // the copy is ready: the task stops
@@ -1075,7 +1077,7 @@ TEST_F(Sched, ARebalancingMoveIsMakeBeforeBreakToTheChosenMachine) {
   for (MachineId m : ids_)
     if (!now_used.count(m)) spare = m;
   ASSERT_TRUE(alloc_.assign(spare, 1).ok());
-  auto spent = sched_.move_task(live("web")[0].id, spare, "r", 11);
+  auto spent = sched_.moves().move_task(live("web")[0].id, spare, "r", 11);
   ASSERT_FALSE(spent.ok());
   EXPECT_NE(spent.error().str().find("budget"), std::string::npos);
 }
@@ -1094,9 +1096,9 @@ TEST_F(Sched, RebalancingMovesOfAJobStayWithinItsMaxUnavailable) {
   for (MachineId m : ids_)
     if (!used.count(m)) spare.push_back(m);
   ASSERT_GE(spare.size(), 3u);
-  ASSERT_TRUE(sched_.move_task((*c)[0].task_id, spare[0], "r", 2).ok());
-  ASSERT_TRUE(sched_.move_task((*c)[1].task_id, spare[1], "r", 2).ok());
-  auto third = sched_.move_task((*c)[2].task_id, spare[2], "r", 2);
+  ASSERT_TRUE(sched_.moves().move_task((*c)[0].task_id, spare[0], "r", 2).ok());
+  ASSERT_TRUE(sched_.moves().move_task((*c)[1].task_id, spare[1], "r", 2).ok());
+  auto third = sched_.moves().move_task((*c)[2].task_id, spare[2], "r", 2);
   ASSERT_FALSE(third.ok());
   EXPECT_NE(third.error().str().find("2 tasks not ready or moving (max_unavailable 2)"),
             std::string::npos)
@@ -1118,16 +1120,16 @@ TEST_F(Sched, ARebalancingMoveOfAControlledJobWaitsForItsController) {
   for (MachineId m : ids_)
     if (!used.count(m)) spare.push_back(m);
   const std::string task = sent[0].task_id;
-  auto r = sched_.move_task(task, spare[0], "rebalance: free a whole machine", 2);
+  auto r = sched_.moves().move_task(task, spare[0], "rebalance: free a whole machine", 2);
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_TRUE(r->empty());  // nothing before the controller says so
-  EXPECT_TRUE(sched_.moving(task));
-  auto ops = sched_.pending_operations("web");
+  EXPECT_TRUE(sched_.moves().moving(task));
+  auto ops = sched_.operations().pending_operations("web");
   ASSERT_EQ(ops.size(), 1u);
   EXPECT_EQ(ops[0].id, "move/" + task);
   EXPECT_EQ(ops[0].kind, "move");
   EXPECT_EQ(ops[0].reason, "rebalance: free a whole machine");
-  auto g = sched_.grant("web", {ops[0].id}, 3);
+  auto g = sched_.operations().grant("web", {ops[0].id}, 3);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].kind, Command::Kind::kStart);
   EXPECT_EQ(g[0].machine, spare[0]);
@@ -1137,18 +1139,18 @@ TEST_F(Sched, ARebalancingMoveOfAControlledJobWaitsForItsController) {
   ASSERT_EQ(count_kind(stop, Command::Kind::kStop), 1);
   sent.insert(sent.end(), stop.begin(), stop.end());
   report_all(sent, 5);
-  EXPECT_FALSE(sched_.moving(task));
-  EXPECT_EQ(sched_.take_completed("web"), std::vector<std::string>{"move/" + task});
+  EXPECT_FALSE(sched_.moves().moving(task));
+  EXPECT_EQ(sched_.operations().take_completed("web"), std::vector<std::string>{"move/" + task});
 
   // Asked and withdrawn (its controller took too long): nothing pending, nothing moved.
   const std::string other = live("web")[0].id;
   ASSERT_TRUE(alloc_.assign(spare[1], 1).ok());  // (empty machines went back to the free pool)
-  ASSERT_TRUE(sched_.move_task(other, spare[1], "rebalance: balance CPU", 6).ok());
-  EXPECT_EQ(sched_.pending_operations("web").size(), 1u);
-  EXPECT_TRUE(sched_.withdraw_move(other));
-  EXPECT_FALSE(sched_.withdraw_move(other));
-  EXPECT_TRUE(sched_.pending_operations("web").empty());
-  EXPECT_FALSE(sched_.moving(other));
+  ASSERT_TRUE(sched_.moves().move_task(other, spare[1], "rebalance: balance CPU", 6).ok());
+  EXPECT_EQ(sched_.operations().pending_operations("web").size(), 1u);
+  EXPECT_TRUE(sched_.moves().withdraw_move(other));
+  EXPECT_FALSE(sched_.moves().withdraw_move(other));
+  EXPECT_TRUE(sched_.operations().pending_operations("web").empty());
+  EXPECT_FALSE(sched_.moves().moving(other));
   EXPECT_EQ(sched_.tasks().at(other).state, TaskState::kRunning);
 }
 
@@ -1163,7 +1165,7 @@ TEST_F(Sched, AnOperatorRestartsOneTask) {
   const std::string task = sent[0].task_id;
   const MachineId machine = sent[0].machine;
   bool waits = true;
-  auto r = sched_.restart_task(task, "restarted by alice", 2, &waits);
+  auto r = sched_.operations().restart_task(task, "restarted by alice", 2, &waits);
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_FALSE(waits);
   ASSERT_EQ(r->size(), 1u);
@@ -1174,8 +1176,9 @@ TEST_F(Sched, AnOperatorRestartsOneTask) {
   ASSERT_EQ(count_kind(next, Command::Kind::kStart), 1);
   EXPECT_EQ(next[0].machine, machine);
   EXPECT_NE(next[0].task_id, task);
-  EXPECT_FALSE(sched_.restart_task(task, "again", 4, &waits).ok());  // stopped now
-  EXPECT_EQ(sched_.restart_task("web.7.7", "x", 4, &waits).error().code, rpc::kNotFound);
+  EXPECT_FALSE(sched_.operations().restart_task(task, "again", 4, &waits).ok());  // stopped now
+  EXPECT_EQ(sched_.operations().restart_task("web.7.7", "x", 4, &waits).error().code,
+            rpc::kNotFound);
 
   JobSpec s = spec("kv", 2);
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
@@ -1184,20 +1187,20 @@ TEST_F(Sched, AnOperatorRestartsOneTask) {
   sent.insert(sent.end(), k->begin(), k->end());
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 6);
   const std::string kv = (*k)[1].task_id;
-  r = sched_.restart_task(kv, "restarted by bob", 7, &waits);
+  r = sched_.operations().restart_task(kv, "restarted by bob", 7, &waits);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(waits);
   EXPECT_TRUE(r->empty());
-  auto ops = sched_.pending_operations("kv");
+  auto ops = sched_.operations().pending_operations("kv");
   ASSERT_EQ(ops.size(), 1u);
   EXPECT_EQ(ops[0].id, "restart/" + kv);
   EXPECT_EQ(ops[0].kind, "restart");
   EXPECT_EQ(ops[0].reason, "restarted by bob");
-  auto g = sched_.grant("kv", {ops[0].id}, 8);
+  auto g = sched_.operations().grant("kv", {ops[0].id}, 8);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].kind, Command::Kind::kStop);
   EXPECT_EQ(g[0].task_id, kv);
-  EXPECT_TRUE(sched_.pending_operations("kv").empty());
+  EXPECT_TRUE(sched_.operations().pending_operations("kv").empty());
 }
 
 // A task its machine says is not live is restarted as an operator's restart is: its
@@ -1209,16 +1212,17 @@ TEST_F(Sched, ATaskThatIsNotLiveIsRestartedThroughItsController) {
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   bool waits = true;
-  auto r = sched_.liveness_failed(sent[0].task_id, "3 failed: exit status 1", 2, &waits);
+  auto r =
+      sched_.operations().liveness_failed(sent[0].task_id, "3 failed: exit status 1", 2, &waits);
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_FALSE(waits);
   ASSERT_EQ(r->size(), 1u);
   EXPECT_EQ((*r)[0].kind, Command::Kind::kStop);
-  EXPECT_EQ(sched_.liveness_failed(sent[0].task_id, "again", 2, &waits).error().code,
+  EXPECT_EQ(sched_.operations().liveness_failed(sent[0].task_id, "again", 2, &waits).error().code,
             rpc::kConflict);  // stopping now
   // The budget (burst 2 in this fixture): a second goes, the third waits.
-  EXPECT_TRUE(sched_.liveness_failed(sent[1].task_id, "x", 2, &waits).ok());
-  auto spent = sched_.liveness_failed(sent[2].task_id, "x", 2, &waits);
+  EXPECT_TRUE(sched_.operations().liveness_failed(sent[1].task_id, "x", 2, &waits).ok());
+  auto spent = sched_.operations().liveness_failed(sent[2].task_id, "x", 2, &waits);
   ASSERT_FALSE(spent.ok());
   EXPECT_EQ(spent.error().code, rpc::kUnavailable);
 
@@ -1229,19 +1233,19 @@ TEST_F(Sched, ATaskThatIsNotLiveIsRestartedThroughItsController) {
   sent.insert(sent.end(), k->begin(), k->end());
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 100 * kMin + 1);
   const std::string kv = (*k)[0].task_id;
-  r = sched_.liveness_failed(kv, "stuck", 100 * kMin + 2, &waits);
+  r = sched_.operations().liveness_failed(kv, "stuck", 100 * kMin + 2, &waits);
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_TRUE(waits);
   EXPECT_TRUE(r->empty());
-  auto ops = sched_.pending_operations("kv");
+  auto ops = sched_.operations().pending_operations("kv");
   ASSERT_EQ(ops.size(), 1u);
   EXPECT_EQ(ops[0].kind, "restart");
   EXPECT_EQ(ops[0].reason, "liveness: stuck");
   // Said again while the controller has not answered: still the one operation.
-  r = sched_.liveness_failed(kv, "stuck", 100 * kMin + 3, &waits);
+  r = sched_.operations().liveness_failed(kv, "stuck", 100 * kMin + 3, &waits);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(waits);
-  EXPECT_EQ(sched_.pending_operations("kv").size(), 1u);
+  EXPECT_EQ(sched_.operations().pending_operations("kv").size(), 1u);
 }
 
 // Rollouts: a canary phase starts `canary` tasks of the new spec and holds until a
@@ -1257,7 +1261,7 @@ TEST_F(Sched, CanariesHoldTheRolloutUntilPromotedAndAPauseHoldsIt) {
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   auto of_gen = [&](uint64_t g) {
     int n = 0;
-    for (const auto& t : sched_.tasks_of("web"))
+    for (const auto& t : sched_.tasks().of_job("web"))
       n += t.generation == g && (t.state == TaskState::kRunning || t.state == TaskState::kStarting);
     return n;
   };
@@ -1269,47 +1273,47 @@ TEST_F(Sched, CanariesHoldTheRolloutUntilPromotedAndAPauseHoldsIt) {
     }
   };
   s.task = {{"argv", {"/bin/sleep", "1000"}}};
-  auto u = sched_.update(s, 10);
+  auto u = sched_.rollouts().update(s, 10);
   ASSERT_TRUE(u.ok());
   sent.insert(sent.end(), u->begin(), u->end());
   settle(11);
   EXPECT_EQ(of_gen(2), 1);  // one canary, however large max_unavailable
   EXPECT_EQ(of_gen(1), 3);
-  EXPECT_TRUE(sched_.progress("web")->canary);
+  EXPECT_TRUE(sched_.batch().progress("web")->canary);
   EXPECT_TRUE(sched_.tick(30).empty());  // no auto_promote: it holds
-  auto p = sched_.promote("web", 40, "promoted by alice");
+  auto p = sched_.rollouts().promote("web", 40, "promoted by alice");
   ASSERT_TRUE(p.ok());
   sent.insert(sent.end(), p->begin(), p->end());
   settle(41);
   EXPECT_EQ(of_gen(2), 4);
-  EXPECT_FALSE(sched_.progress("web")->canary);
-  EXPECT_FALSE(sched_.promote("web", 60, "again").ok());  // nothing waits
+  EXPECT_FALSE(sched_.batch().progress("web")->canary);
+  EXPECT_FALSE(sched_.rollouts().promote("web", 60, "again").ok());  // nothing waits
 
   // Paused: an update restarts nothing; resumed, it rolls.
-  ASSERT_TRUE(sched_.pause_rollout("web", true, 70).ok());
+  ASSERT_TRUE(sched_.rollouts().pause_rollout("web", true, 70).ok());
   s.canary = 0;
   s.task = {{"argv", {"/bin/sleep", "1001"}}};
-  u = sched_.update(s, 71);
+  u = sched_.rollouts().update(s, 71);
   ASSERT_TRUE(u.ok());
   sent.insert(sent.end(), u->begin(), u->end());
   settle(72);
   EXPECT_EQ(of_gen(3), 0);
-  EXPECT_TRUE(sched_.persisted_job("web")->progress.paused);  // written with the job
-  auto r = sched_.pause_rollout("web", false, 80);
+  EXPECT_TRUE(sched_.handover().persisted_job("web")->progress.paused);  // written with the job
+  auto r = sched_.rollouts().pause_rollout("web", false, 80);
   ASSERT_TRUE(r.ok());
   sent.insert(sent.end(), r->begin(), r->end());
   settle(81);
   EXPECT_EQ(of_gen(3), 4);
   // The revisions: 1, 2 and 3, with their specs.
-  auto revs = sched_.progress("web")->revisions;
+  auto revs = sched_.batch().progress("web")->revisions;
   ASSERT_EQ(revs.size(), 3u);
   EXPECT_EQ(revs[1].generation, 2u);
   EXPECT_EQ(revs[1].spec["task"]["argv"][1], "1000");
   for (int i = 0; i < 12; ++i) {
     s.task = {{"argv", {"/bin/sleep", std::to_string(2000 + i)}}};
-    ASSERT_TRUE(sched_.update(s, 100 + static_cast<uint64_t>(i)).ok());
+    ASSERT_TRUE(sched_.rollouts().update(s, 100 + static_cast<uint64_t>(i)).ok());
   }
-  revs = sched_.progress("web")->revisions;
+  revs = sched_.batch().progress("web")->revisions;
   ASSERT_EQ(revs.size(), kRevisionsKept);
   EXPECT_EQ(revs.back().generation, 15u);
   EXPECT_EQ(revs.front().generation, 6u);
@@ -1324,18 +1328,18 @@ TEST_F(Sched, CanariesReadyForAutoPromoteArePromoted) {
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   s.task = {{"argv", {"/bin/sleep", "1000"}}};
-  auto u = sched_.update(s, 2);
+  auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok());
   sent.insert(sent.end(), u->begin(), u->end());
   for (uint64_t t = 3; t < 8; ++t) {
     auto next = report_all(sent, t);
     sent.insert(sent.end(), next.begin(), next.end());
   }
-  EXPECT_TRUE(sched_.progress("web")->canary);
+  EXPECT_TRUE(sched_.batch().progress("web")->canary);
   EXPECT_TRUE(sched_.tick(kMin).empty());  // ready from now on
   EXPECT_TRUE(sched_.tick(5 * kMin).empty());
   auto promoted = sched_.tick(12 * kMin);
-  EXPECT_FALSE(sched_.progress("web")->canary);
+  EXPECT_FALSE(sched_.batch().progress("web")->canary);
   EXPECT_EQ(count_kind(promoted, Command::Kind::kStop), 1);  // max_unavailable 1: the next
 }
 
@@ -1370,7 +1374,7 @@ TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
   EXPECT_TRUE(r->empty());  // nothing stops before the controller says so
   EXPECT_EQ(sched_.job("web")->count, 5);
   EXPECT_EQ(sched_.target_count("web"), 2);
-  auto ops = sched_.pending_operations("web");
+  auto ops = sched_.operations().pending_operations("web");
   ASSERT_EQ(ops.size(), 3u);
   for (const auto& op : ops) {
     EXPECT_EQ(op.kind, "stop");
@@ -1378,34 +1382,34 @@ TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
     EXPECT_EQ(op.reason, "scale down from 5 to 2");
   }
   // One acknowledged: it stops, and its index is not started again when it has.
-  auto g = sched_.grant("web", {ops[0].id}, 3);
+  auto g = sched_.operations().grant("web", {ops[0].id}, 3);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].kind, Command::Kind::kStop);
   EXPECT_EQ(g[0].task_id, ops[0].task);
   sent.insert(sent.end(), g.begin(), g.end());
   auto next = report_all(sent, 4);
   EXPECT_EQ(count_kind(next, Command::Kind::kStart), 0);
-  EXPECT_EQ(sched_.pending_operations("web").size(), 2u);
+  EXPECT_EQ(sched_.operations().pending_operations("web").size(), 2u);
   EXPECT_EQ(sched_.job("web")->count, 5);
   // The rest acknowledged: the count is 2.
-  g = sched_.grant("web", {ops[1].id, ops[2].id}, 5);
+  g = sched_.operations().grant("web", {ops[1].id, ops[2].id}, 5);
   EXPECT_EQ(count_kind(g, Command::Kind::kStop), 2);
   EXPECT_EQ(count_kind(g, Command::Kind::kStart), 0);
   sent.insert(sent.end(), g.begin(), g.end());
   EXPECT_EQ(sched_.job("web")->count, 2);
   EXPECT_EQ(sched_.target_count("web"), 2);
-  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  EXPECT_TRUE(sched_.operations().pending_operations("web").empty());
   next = report_all(sent, 6);
   EXPECT_EQ(count_kind(next, Command::Kind::kStart), 0);
   EXPECT_EQ(live("web").size(), 2u);
 
   // Again to 1, and the controller becomes unreachable: it stops at once.
   ASSERT_TRUE(sched_.scale("web", 1, 7, true).ok());
-  EXPECT_EQ(sched_.pending_operations("web").size(), 1u);
-  auto f = sched_.set_control_fallback("web", true, 8);
+  EXPECT_EQ(sched_.operations().pending_operations("web").size(), 1u);
+  auto f = sched_.operations().set_control_fallback("web", true, 8);
   EXPECT_EQ(count_kind(f, Command::Kind::kStop), 1);
   EXPECT_EQ(sched_.job("web")->count, 1);
-  ASSERT_TRUE(sched_.set_control_fallback("web", false, 9).empty());
+  ASSERT_TRUE(sched_.operations().set_control_fallback("web", false, 9).empty());
 
   // A shrink waiting, then the operator's own scale: at once, and no shrink is left.
   ASSERT_TRUE(sched_.scale("web", 4, 10).ok());
@@ -1415,7 +1419,7 @@ TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
   ASSERT_TRUE(op.ok());
   EXPECT_EQ(count_kind(*op, Command::Kind::kStop), 1);
   EXPECT_EQ(sched_.target_count("web"), 3);
-  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  EXPECT_TRUE(sched_.operations().pending_operations("web").empty());
   // Without a controller, through_controller changes nothing: at once.
   ASSERT_TRUE(sched_.create(spec("plain", 3), 13).ok());
   auto plain = sched_.scale("plain", 1, 14, true);
@@ -1437,19 +1441,19 @@ TEST_F(Sched, AControlledJobsTaskLeavesADrainedMachineWhenAcked) {
   MachineId drained = (*c)[0].machine;
   std::string task = (*c)[0].task_id;
   alloc_.set_usable(drained, false, true, true);  // what the broker does on a drain
-  EXPECT_TRUE(sched_.machine_drain(drained, 2).empty());
-  auto ops = sched_.pending_operations("web");
+  EXPECT_TRUE(sched_.moves().machine_drain(drained, 2).empty());
+  auto ops = sched_.operations().pending_operations("web");
   ASSERT_EQ(ops.size(), 1u);
   EXPECT_EQ(ops[0].id, "move/" + task);
   EXPECT_EQ(ops[0].kind, "move");
   EXPECT_EQ(sched_.tasks().at(task).state, TaskState::kRunning);
   // Undrained before any ack: not wanted any more.
-  sched_.machine_undrained(drained);
-  EXPECT_TRUE(sched_.pending_operations("web").empty());
-  EXPECT_TRUE(sched_.grant("web", {"move/" + task}, 3).empty());
+  sched_.moves().machine_undrained(drained);
+  EXPECT_TRUE(sched_.operations().pending_operations("web").empty());
+  EXPECT_TRUE(sched_.operations().grant("web", {"move/" + task}, 3).empty());
   // Drained again, acked: a copy starts elsewhere; the old one stops once it runs.
-  EXPECT_TRUE(sched_.machine_drain(drained, 4).empty());
-  auto g = sched_.grant("web", {"move/" + task}, 5);
+  EXPECT_TRUE(sched_.moves().machine_drain(drained, 4).empty());
+  auto g = sched_.operations().grant("web", {"move/" + task}, 5);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].kind, Command::Kind::kStart);
   EXPECT_NE(g[0].machine, drained);
@@ -1460,14 +1464,14 @@ TEST_F(Sched, AControlledJobsTaskLeavesADrainedMachineWhenAcked) {
   EXPECT_EQ(stops[0].task_id, task);
   sent.insert(sent.end(), stops.begin(), stops.end());
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 7);
-  EXPECT_EQ(sched_.take_completed("web"), std::vector<std::string>{"move/" + task});
+  EXPECT_EQ(sched_.operations().take_completed("web"), std::vector<std::string>{"move/" + task});
   // The other task's machine drained while the controller is unreachable: moved at once.
   MachineId other = (*c)[1].machine;
   alloc_.set_usable(other, false, true, true);
-  EXPECT_TRUE(sched_.machine_drain(other, 8).empty());
-  auto f = sched_.set_control_fallback("web", true, 9);
+  EXPECT_TRUE(sched_.moves().machine_drain(other, 8).empty());
+  auto f = sched_.operations().set_control_fallback("web", true, 9);
   EXPECT_EQ(count_kind(f, Command::Kind::kStart), 1);
-  EXPECT_TRUE(sched_.pending_operations("web").empty());
+  EXPECT_TRUE(sched_.operations().pending_operations("web").empty());
 }
 
 // A machine drained while the task on it is being stopped by an update: the new
@@ -1480,14 +1484,14 @@ TEST_F(Sched, AnUpdateOverlappingADrainStartsTheNewTaskElsewhere) {
   std::vector<Command> sent = *c;
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
   s.task["argv"] = {"/bin/sleep", "1000"};
-  auto u = sched_.update(s, 2);
+  auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok());
   ASSERT_EQ(u->size(), 1u);  // index 0 stops first
   MachineId m0 = (*u)[0].machine;
   sent.insert(sent.end(), u->begin(), u->end());
   alloc_.set_usable(m0, false, true, true);
-  sched_.set_ready_check([&](MachineId m) { return m != m0; });
-  EXPECT_TRUE(sched_.machine_drain(m0, 3).empty());  // stopping: nothing to move now
+  sched_.placer().set_ready_check([&](MachineId m) { return m != m0; });
+  EXPECT_TRUE(sched_.moves().machine_drain(m0, 3).empty());  // stopping: nothing to move now
   std::vector<Command> next = report_all(sent, 4);
   ASSERT_EQ(count_kind(next, Command::Kind::kStart), 1);
   for (const auto& cmd : next) {
@@ -1510,13 +1514,13 @@ TEST_F(Sched, AControlledRestartOnADrainedMachineStartsTheNewTaskElsewhere) {
   MachineId m0 = live("web")[0].machine;
   std::string t0 = live("web")[0].id;
   alloc_.set_usable(m0, false, true, true);
-  sched_.set_ready_check([&](MachineId m) { return m != m0; });
-  EXPECT_TRUE(sched_.machine_drain(m0, 2).empty());  // the move waits for the controller
+  sched_.placer().set_ready_check([&](MachineId m) { return m != m0; });
+  EXPECT_TRUE(sched_.moves().machine_drain(m0, 2).empty());  // the move waits for the controller
   s.task["argv"] = {"/bin/sleep", "1000"};
-  auto u = sched_.update(s, 3);
+  auto u = sched_.rollouts().update(s, 3);
   ASSERT_TRUE(u.ok());
   EXPECT_TRUE(u->empty());  // restarts wait for the controller too
-  auto g = sched_.grant("web", {"restart/" + t0}, 4);
+  auto g = sched_.operations().grant("web", {"restart/" + t0}, 4);
   ASSERT_EQ(g.size(), 1u);
   EXPECT_EQ(g[0].kind, Command::Kind::kStop);
   sent.insert(sent.end(), g.begin(), g.end());
@@ -1546,7 +1550,7 @@ TEST_F(Sched, ATaskKeepsTheEntitlementItRanIn) {
   report_all(*c, 1'000'000);
   EXPECT_EQ(sched_.tasks().at(id).entitlement, 1u);
   sched_.abandon("pay");
-  auto gone = sched_.erased_on(id);
+  auto gone = sched_.tasks().erased_on(id);
   ASSERT_TRUE(gone.has_value());
   EXPECT_EQ(gone->entitlement, 1u);
 }

@@ -637,12 +637,12 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
       progress = progress_from_json(j.spec["progress"], [&](int64_t at) {
         return at > 0 ? mono_of(static_cast<uint64_t>(at), wall, now) : uint64_t{0};
       });
-    sched.restore_job({spec, j.generation, j.stopping, progress});
+    sched.handover().restore_job({spec, j.generation, j.stopping, progress});
   }
   for (auto& t : st.tasks) {
     TaskRecord r = std::move(t.record);
     r.since_us = mono_of(static_cast<uint64_t>(t.since_wall_us), wall, now);
-    sched.restore_task(r);
+    sched.handover().restore_task(r);
   }
   std::vector<Unavailability> events;
   for (auto& e : st.events)
@@ -650,7 +650,7 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
                       std::move(e.kind), std::move(e.detail)});
   broker.restore_events(std::move(events));
   if (st.task_seq) sched.set_task_seq(*st.task_seq);
-  sched.finish_restore();
+  sched.handover().finish_restore();
   return {};
 }
 
@@ -671,7 +671,7 @@ Status copy_state(StateStore& from, StateStore& to) {
   for (MachineId m = 0; m < alloc.machine_count(); ++m)
     if (auto s = to.put_machine(m, broker.persisted(m), alloc.entitlement_of(m)); !s.ok())
       return fail(s);
-  for (const auto& j : sched.persisted_jobs())
+  for (const auto& j : sched.handover().persisted_jobs())
     if (auto s = to.put_job(j, alloc.request(j.spec.name), alloc.placement(j.spec.name),
                             alloc.dynamic_ports(j.spec.name));
         !s.ok())

@@ -41,7 +41,7 @@ void persist_all(Plane& p, StateStore& st) {
   for (const auto& [id, e] : p.broker.entitlements()) ASSERT_TRUE(st.put_entitlement(id, e).ok());
   for (MachineId m = 0; m < p.alloc.machine_count(); ++m)
     ASSERT_TRUE(st.put_machine(m, p.broker.persisted(m), p.alloc.entitlement_of(m)).ok());
-  for (const auto& j : p.sched.persisted_jobs())
+  for (const auto& j : p.sched.handover().persisted_jobs())
     ASSERT_TRUE(st.put_job(j, p.alloc.request(j.spec.name), p.alloc.placement(j.spec.name)).ok());
   for (const auto& [id, t] : p.sched.tasks()) ASSERT_TRUE(st.put_task(t).ok());
   ASSERT_TRUE(st.put_task_seq(p.sched.task_seq()).ok());
@@ -221,7 +221,7 @@ TEST_P(Stores, RestartRestoresEverything) {
   EXPECT_EQ(after.alloc.placement("site"), before.alloc.placement("site"));
   EXPECT_EQ(after.sched.tasks().at((*c)[0].task_id).message, "user: no such user");
   EXPECT_TRUE(after.sched.tasks().at((*c)[0].task_id).held);
-  EXPECT_EQ(after.sched.waiting_for_budget(), 0u) << "a refused spec is not replaced";
+  EXPECT_EQ(after.sched.replacement().waiting_for_budget(), 0u) << "a refused spec is not replaced";
   // Unavailability events survive too (issue 12), once each: the drain of h3.
   ASSERT_EQ(after.broker.events().size(), 1u);
   EXPECT_EQ(after.broker.events()[0].machine, "h3");
@@ -236,7 +236,7 @@ TEST_P(Stores, RestartRestoresEverything) {
     ASSERT_TRUE(after.broker.health("h" + std::to_string(i), "ok", 6).ok());
   MachineId victim = after.sched.tasks().at((*c)[1].task_id).machine;
   after.alloc.set_usable(victim, false, true);
-  auto r = after.sched.machine_down(victim, 7);
+  auto r = after.sched.replacement().machine_down(victim, 7);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_FALSE(before.sched.tasks().count(r[0].task_id));
 }

@@ -30,7 +30,7 @@ void ControlRounds::start(bool use_tls, std::shared_ptr<tls::Context> tls) {
 
 void ControlRounds::round() {
   std::map<std::string, TaskControllerSpec> jobs;
-  for (const auto& name : sched_.controlled_jobs())
+  for (const auto& name : sched_.operations().controlled_jobs())
     if (auto j = sched_.job(name); j && j->controller) {
       jobs[name] = *j->controller;
       // A controller that is a task of another job: where that job's first ready task
@@ -52,24 +52,24 @@ void ControlRounds::ask(const std::string& job) {
 
 json ControlRounds::plan(const std::string& job) {
   auto& completed = completed_[job];
-  for (auto& id : sched_.take_completed(job)) completed.push_back(std::move(id));
+  for (auto& id : sched_.operations().take_completed(job)) completed.push_back(std::move(id));
   return build_plan(job, sched_, alloc_, maintenance_, completed);
 }
 
 void ControlRounds::acked(const std::string& job, const std::vector<std::string>& acks) {
   completed_.erase(job);  // the controller has been told
-  hooks_.granted(job, acks, sched_.grant(job, acks, now_monotonic_us()));
+  hooks_.granted(job, acks, sched_.operations().grant(job, acks, now_monotonic_us()));
 }
 
 void ControlRounds::reachability(const std::string& job, bool unreachable) {
   auto spec = sched_.job(job);
   if (!spec || !spec->controller || spec->controller->wait_when_unreachable) return;
-  hooks_.apply(sched_.set_control_fallback(job, unreachable, now_monotonic_us()));
+  hooks_.apply(sched_.operations().set_control_fallback(job, unreachable, now_monotonic_us()));
 }
 
 std::string controller_address(const Scheduler& sched, const MachineSessions& sessions,
                                const TaskControllerSpec& c) {
-  for (const auto& t : sched.tasks_of(c.job)) {
+  for (const auto& t : sched.tasks().of_job(c.job)) {
     if (!available(t)) continue;
     rpc::Session* s = sessions.agent(t.machine);
     if (!s) continue;

@@ -222,7 +222,7 @@ json build_plan(const std::string& job, const Scheduler& sched, const Allocator&
                 const Maintenance& maintenance, const std::vector<std::string>& completed) {
   auto spec = sched.job(job);
   json tasks = json::array();
-  for (const auto& t : sched.controlled_tasks(job)) {
+  for (const auto& t : sched.operations().controlled_tasks(job)) {
     json e{{"task", t.task},
            {"index", t.index},
            {"generation", t.generation},
@@ -236,7 +236,7 @@ json build_plan(const std::string& job, const Scheduler& sched, const Allocator&
   // the controller hears of it from the notice on, with the deadline.
   std::map<uint64_t, std::set<std::string>> notices;        // event -> the job's machines in it
   std::map<std::string, const MaintenanceEvent*> first_of;  // machine -> earliest event
-  for (const auto& t : sched.controlled_tasks(job)) {
+  for (const auto& t : sched.operations().controlled_tasks(job)) {
     std::string name = alloc.spec(t.machine_id).name;
     for (const auto* e : maintenance.affecting(name)) {
       notices[e->id].insert(name);
@@ -245,7 +245,7 @@ json build_plan(const std::string& job, const Scheduler& sched, const Allocator&
     }
   }
   json pending = json::array();
-  for (const auto& op : sched.pending_operations(job)) {
+  for (const auto& op : sched.operations().pending_operations(job)) {
     json o{{"op", op.id},
            {"kind", op.kind},
            {"task", op.task},

@@ -74,7 +74,7 @@ TEST(BuildPlan, TasksOperationsAndTheMaintenanceOfTheJobsMachines) {
   std::string task = (*started)[0].task_id;
   std::string machine = alloc.spec(drained).name;
   alloc.set_usable(drained, false, true, true);
-  ASSERT_TRUE(sched.machine_drain(drained, 2).empty());  // waits for the controller
+  ASSERT_TRUE(sched.moves().machine_drain(drained, 2).empty());  // waits for the controller
 
   Maintenance maintenance;
   MaintenanceEvent e;

@@ -152,8 +152,8 @@ Result<json> TaskCalls::task_restart(const json& p, const CallContext& c) {
   TRY(gate_.may_change_jobs(gate_.caller(c), t->entitlement));
   const std::string id = t->id, job = t->job;
   bool waits = false;
-  TRY_ASSIGN(auto cmds, model_.sched.restart_task(id, "restarted by " + gate_.caller(c).who,
-                                                  now_us(), &waits));
+  TRY_ASSIGN(auto cmds, model_.sched.operations().restart_task(
+                            id, "restarted by " + gate_.caller(c).who, now_us(), &waits));
   // Written, sent, the tick soon, and its controller asked when it waits for consent.
   TRY(fx_.apply({std::move(cmds), {job}, {}, true, waits ? job : std::string()}));
   return json{{"id", id}, {"job", job}, {"waiting_for_controller", waits}};
@@ -173,8 +173,8 @@ Result<json> TaskCalls::task_unhealthy(const json& p, const CallContext& c) {
     return field_error("task", "no task " + id + " on this machine").with_code(rpc::kNotFound);
   const std::string job = it->second.job;
   bool waits = false;
-  TRY_ASSIGN(auto cmds,
-             model_.sched.liveness_failed(id, p["reason"].get<std::string>(), now_us(), &waits));
+  TRY_ASSIGN(auto cmds, model_.sched.operations().liveness_failed(
+                            id, p["reason"].get<std::string>(), now_us(), &waits));
   if (cmds.empty() && !waits) return json{{"task", id}};
   // Written, sent, the tick soon, and its controller asked when it waits for consent.
   TRY(fx_.apply({std::move(cmds), {job}, {}, true, waits ? job : std::string()}));

@@ -69,7 +69,7 @@ Result<json> LogCalls::task_logs(const json& p, const CallContext& c) {
       machine = it->second.machine;
       state = it->second.state;
       ent = it->second.entitlement;
-    } else if (auto gone = model_.sched.erased_on(id)) {
+    } else if (auto gone = model_.sched.tasks().erased_on(id)) {
       job_name = id.substr(0, id.find('.'));
       machine = gone->machine;
       ent = gone->entitlement;
@@ -83,7 +83,7 @@ Result<json> LogCalls::task_logs(const json& p, const CallContext& c) {
     if (!model_.sched.job(job_name))
       return make_error("no job " + job_name).with_code(rpc::kNotFound);
     const TaskRecord* task = nullptr;
-    for (const TaskRecord* t : model_.sched.task_refs_of(job_name)) {
+    for (const TaskRecord* t : model_.sched.tasks().refs_of(job_name)) {
       if (t->index != index) continue;
       bool live = !ended(t->state);
       if (!task || (live && ended(task->state)) ||

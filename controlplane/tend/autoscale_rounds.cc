@@ -68,7 +68,7 @@ void AutoscaleRounds::round() {
     st.spec = *spec->autoscale;
     st.ready = 0;
     const AutoscaleSpec& a = *spec->autoscale;
-    for (const TaskRecord* t : sched_.task_refs_of(name)) {
+    for (const TaskRecord* t : sched_.tasks().refs_of(name)) {
       if (!available(*t)) continue;
       ++st.ready;
       job_of_[t->id] = name;

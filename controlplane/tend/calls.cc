@@ -137,7 +137,8 @@ void TendCalls::start_rebalancer() {
   hooks.entitlements = [this] {
     std::vector<Rebalancer::Entitlement> out;
     for (const auto& [id, e] : model_.broker.entitlements())
-      if (!model_.sched.fenced(id)) out.push_back({id, e.name, e.rebalance_paused, e.dc});
+      if (!model_.sched.handover().fenced(id))
+        out.push_back({id, e.name, e.rebalance_paused, e.dc});
     return out;
   };
   hooks.move = [this](const std::string& task, MachineId to, const std::string& reason) -> Status {
@@ -148,7 +149,7 @@ void TendCalls::start_rebalancer() {
     // is applied before the task starts there); given back if the move is refused.
     bool joins = false;
     TRY(join_spare(model_.alloc, model_.sched, task, to, &joins));
-    auto cmds = model_.sched.move_task(task, to, reason, now_us());
+    auto cmds = model_.sched.moves().move_task(task, to, reason, now_us());
     if (!cmds.ok()) {
       if (joins) (void)model_.alloc.assign(to, kFreePool);
       return std::move(cmds).error();

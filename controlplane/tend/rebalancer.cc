@@ -47,14 +47,14 @@ RebalanceSnapshot rebalance_snapshot(const Allocator& alloc, const Scheduler& sc
     }
   }
   std::vector<int64_t> listed_cpu(s.fleet.machines.size()), listed_mem(s.fleet.machines.size());
-  for (const auto& pj : sched.persisted_jobs()) {
+  for (const auto& pj : sched.handover().persisted_jobs()) {
     const JobSpec& spec = pj.spec;
     if (spec.entitlement_id != e || pj.stopping) continue;
     uint32_t j = static_cast<uint32_t>(s.fleet.jobs.size());
     // A job with a task that is not ready (starting, failed, moving) is left alone: its
     // moves wait until every index is available again.
     int ready = 0;
-    const auto tasks = sched.task_refs_of(spec.name);
+    const auto tasks = sched.tasks().refs_of(spec.name);
     for (const TaskRecord* t : tasks) ready += available(*t) && t->index < spec.count;
     s.fleet.jobs.push_back(rebalance::Job{spec.name, spec.max_unavailable,
                                           spec.placement == weft::PlacementPolicy::kSpread,
@@ -179,9 +179,9 @@ void Rebalancer::tend(const Entitlement& e, State& st, uint64_t now) {
     const std::string& task = it->first;
     Event ev = st.moving_event[task];
     ev.at_us = now_realtime_us();
-    if (!sched_.moving(task)) {
+    if (!sched_.moves().moving(task)) {
       ev.result = "done";
-    } else if (now - it->second > opts_.move_timeout_us && sched_.withdraw_move(task)) {
+    } else if (now - it->second > opts_.move_timeout_us && sched_.moves().withdraw_move(task)) {
       ev.result = "withdrawn: its job's TaskController did not acknowledge it in time";
     } else {
       ++it;

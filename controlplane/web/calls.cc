@@ -41,9 +41,9 @@ std::string WebCalls::web_page() const {
     if (profile_rolls_.rolling(id)) j["profile_roll"] = entitlements_.profile_roll_json(id);
     s.entitlements.push_back(std::move(j));
   }
-  for (const auto& j : model_.sched.persisted_jobs()) {
+  for (const auto& j : model_.sched.handover().persisted_jobs()) {
     int ready = 0, current = 0;
-    for (const TaskRecord* t : model_.sched.task_refs_of(j.spec.name)) {
+    for (const TaskRecord* t : model_.sched.tasks().refs_of(j.spec.name)) {
       ready += available(*t);
       current += available(*t) && t->generation == j.generation;
     }
