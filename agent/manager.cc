@@ -64,7 +64,7 @@ Manager::Manager(AgentConfig cfg, std::unique_ptr<CgroupFs> fs, std::unique_ptr<
 Manager::~Manager() {
   // The session first: replies it fails on closing go to what is still here
   // (discovery_'s service.interest among them).
-  cp_.reset();
+  cp_calls_.cp_.reset();
   server_.reset();
   sandboxes_.reset();
   tasks_.clear();  // drops watches before the loop goes
@@ -91,18 +91,18 @@ Status Manager::open_host() {
   auto mount = host.cgroup2_mount();
   cgroup_mount_ = mount.ok() ? *mount : "";
   cgroups_ = std::make_unique<CgroupTree>(*fs_, cfg_.cgroup_root, host);
-  netns_pool_ = std::make_unique<NetnsPool>(cfg_.netns_pool);
+  net_.netns_pool_ = std::make_unique<NetnsPool>(cfg_.netns_pool);
   if (!cfg_.bridge.empty()) {
     auto b = Bridge::open(cfg_.bridge, cfg_.bridge_net, cfg_.bridge_prefix, cfg_.bridge_host_ports);
     if (b.ok()) {
-      bridge_ = std::move(b).value();
+      net_.bridge_ = std::move(b).value();
     } else {
       // The agent still runs its other tasks; bridge tasks are refused with this reason.
-      bridge_failure_ = b.error().str();
+      net_.bridge_failure_ = b.error().str();
       log_error(
           "the bridge could not be made: tasks with namespaces.network = \"bridge\" are "
           "refused",
-          {{"BRIDGE", cfg_.bridge}, {"ERROR", bridge_failure_}});
+          {{"BRIDGE", cfg_.bridge}, {"ERROR", net_.bridge_failure_}});
     }
   }
   TRY_CTX(cgroups_->setup(cfg_.agent_in_root ? getpid() : 0),
@@ -110,91 +110,10 @@ Status Manager::open_host() {
   return {};
 }
 
-// The calls the control plane's session makes of this agent (cp_methods_), and the parts
-// only they use (exec sessions, the local discovery copy).
-Status Manager::add_cp_methods() {
-  // The control plane's commands reach the task logic directly; the session was
-  // authenticated when it connected (check_control_plane_peer).
-  // A region's shard names itself and its epoch (HolderFence): a command from one
-  // this machine left is refused.
-  cp_methods_.add("task.run",
-                  [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
-                    TRY_ASSIGN(json params, cp_->admit(p, "task.run"));
-                    return run_task(std::move(params), /*for_control_plane=*/true);
-                  });
-  cp_methods_.add("task.stop",
-                  [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
-                    TRY_ASSIGN(json params, cp_->admit(p, "task.stop"));
-                    return stop_task(params);
-                  });
-  // `weftctl task logs` from anywhere: the control plane reads its own tasks' output
-  // (by the name it gave them; never an operator's local task), the caller's
-  // permission checked and audited there.
-  cp_methods_.add("task.logs", [this](const nlohmann::json& p, const rpc::CallContext& c) {
-    return cp_task_logs(p, c);
-  });
-  // One task's detail and a signal to it, for `weftctl task show|signal|kill` through
-  // the control plane (which checked the caller; it hides secrets from viewers).
-  cp_methods_.add("task.show", [this](const nlohmann::json& p, const rpc::CallContext&) {
-    return cp_task_show(p);
-  });
-  cp_methods_.add("task.kill",
-                  [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
-                    TRY_ASSIGN(json params, cp_->admit(p, "task.kill"));
-                    return cp_task_kill(params, c);
-                  });
-  // `weftctl task exec` (the control plane checked and audited the caller).
-  execs_ = std::make_unique<ExecSessions>(
-      *loop_, *reaper_,
-      [this](const std::string& id, uint64_t n) { return cgroups_->end_exec(id, n); });
-  cp_methods_.add("task.exec",
-                  [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
-                    TRY_ASSIGN(json params, cp_->admit(p, "task.exec"));
-                    return cp_exec(params, c);
-                  });
-  cp_methods_.add("task.exec.input", [this](const nlohmann::json& p, const rpc::CallContext& c) {
-    execs_->input(c.session, p);
-    return Result<json>(json::object());
-  });
-  // Autoscaling's figures (and an operator's, through the control plane).
-  cp_methods_.add("task.usage", [this](const nlohmann::json& p, const rpc::CallContext& c) {
-    return task_usage(p, c, /*control_plane_only=*/true);
-  });
-  // A rolling update to a new image asks for it before it stops the old tasks here.
-  cp_methods_.add("image.pull",
-                  [this](const nlohmann::json& p, const rpc::CallContext& c) -> Result<json> {
-                    TRY_ASSIGN(json params, cp_->admit(p, "image.pull"));
-                    return image_calls_->pull(params, c);
-                  });
-  // What the control plane says of a quiet heartbeat (a notification each).
-  cp_methods_.add("report.resend", [this](const nlohmann::json&, const rpc::CallContext&) {
-    if (cp_) cp_->resend();
-    return Result<json>(json::object());
-  });
-  cp_methods_.add("report.forget", [this](const nlohmann::json& p, const rpc::CallContext&) {
-    if (cp_) cp_->forget(p);
-    return Result<json>(json::object());
-  });
-  // Service discovery: the endpoints this agent answers DNS from, in order; the answer
-  // is the acknowledgement a stop elsewhere waits for.
-  TRY_ASSIGN(discovery_,
-             LocalDiscovery::start(
-                 *loop_, cfg_,
-                 [this](const std::vector<std::string>& jobs,
-                        const std::vector<std::string>& forget, ServiceInterest::Reply reply) {
-                   return cp_ && cp_->ask_services(jobs, forget, std::move(reply));
-                 }));
-  cp_methods_.add("service.update",
-                  [this](const nlohmann::json& p, const rpc::CallContext&) -> Result<json> {
-                    return discovery_->update(p);
-                  });
-  return {};
-}
-
 Status Manager::start() {
-  started_at_us_ = now_monotonic_us();
+  api_.started_at_us_ = now_monotonic_us();
   waiters_ = std::make_unique<TaskWaiters>(
-      *loop_, [this](const std::string& id, bool remove) { return wait_answer(id, remove); });
+      *loop_, [this](const std::string& id, bool remove) { return api_.wait_answer(id, remove); });
   TRY_ASSIGN(http_, HttpClient::create(*loop_));
   reaper_ = std::make_unique<Reaper>(*loop_);
   // One pidfd per running task: weft-agent's main raised RLIMIT_NOFILE to the hard
@@ -216,16 +135,17 @@ Status Manager::start() {
                           auto it = tasks_.find(id);
                           return it == tasks_.end() ? nullptr : it->second.get();
                         },
-                        [this](Task& t) { return identity_of(&t, t.spec); },
+                        [this](Task& t) { return ids_.identity_of(&t, t.spec); },
                         [this](Task& t) {
-                          if (cp_ && t.spec.owner == "controlplane") cp_->report_now();
+                          if (cp_calls_.cp_ && t.spec.owner == "controlplane")
+                            cp_calls_.cp_->report_now();
                         },
                         [this](Task& t, const std::string& why) {
-                          return cp_ && cp_->unhealthy(t.spec.name, why);
+                          return cp_calls_.cp_ && cp_calls_.cp_->unhealthy(t.spec.name, why);
                         }});
 
-  weft_gid_ = group_gid(cfg_.socket_group);
-  if (weft_gid_ < 0) {
+  ids_.weft_gid_ = group_gid(cfg_.socket_group);
+  if (ids_.weft_gid_ < 0) {
     log_warn("socket group does not exist; only root may use the agent",
              {{"GROUP", cfg_.socket_group}});
   }
@@ -234,28 +154,28 @@ Status Manager::start() {
   icfg.registry = cfg_.registry;
   icfg.cache_max_bytes = cfg_.image_cache_max;
   icfg.reserve_bytes = cfg_.image_reserve;
-  TRY_ASSIGN(images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
-  image_calls_ = std::make_unique<ImageCalls>(cfg_, *images_);
+  TRY_ASSIGN(fetching_.images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
+  fetching_.image_calls_ = std::make_unique<ImageCalls>(cfg_, *fetching_.images_);
 
   TRY(load_tasks());
   recover();
-  if (bridge_) {
+  if (net_.bridge_) {
     // After a crash: what the live tasks need, and nothing a dead start left behind.
-    auto swept = bridge_->sweep();
+    auto swept = net_.bridge_->sweep();
     if (!swept.ok())
       log_warn("could not sweep the bridge's ports", {{"ERROR", swept.error().str()}});
     else if (*swept > 0)
       log_info("removed veths no live task holds", {{"COUNT", std::to_string(*swept)}});
-    publish_bridge();
+    net_.publish_bridge();
   }
 
-  register_methods();
-  server_ = std::make_unique<rpc::Server>(*loop_, &methods_);
-  TRY(server_->listen_unix(cfg_.socket, 0660, weft_gid_));
+  api_.register_methods();
+  server_ = std::make_unique<rpc::Server>(*loop_, &api_.methods_);
+  TRY(server_->listen_unix(cfg_.socket, 0660, ids_.weft_gid_));
 
   TRY(loop_->exit_on_termination([] { log_info("shutting down; tasks keep running"); }));
   TRY_ASSIGN(Source hup, loop_->add_signal(SIGHUP, [this] {
-    reload_control_plane_tls(cp_ ? cp_->link() : nullptr);
+    reload_control_plane_tls(cp_calls_.cp_ ? cp_calls_.cp_->link() : nullptr);
   }));
   signals_.push_back(std::move(hup));
   loop_->enable_watchdog();
@@ -267,11 +187,11 @@ Status Manager::start() {
                            {"CONTROLLERS", ctrls.empty() ? "none" : ctrls},
                            {"TASKS", std::to_string(tasks_.size())}});
   if (!cfg_.control_plane.empty()) {
-    TRY(add_cp_methods());
-    TRY(cp_start());
+    TRY(cp_calls_.add_cp_methods());
+    TRY(cp_calls_.cp_start());
   }
-  register_metrics();
-  metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
+  stats_.register_metrics();
+  stats_.metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &stats_.metrics_);
   sandboxes_ = std::make_unique<SandboxPool>(
       *loop_, *cgroups_, SandboxPool::Config{cfg_.sandbox_pool, cfg_.init_path}, dirs_,
       [this](const std::string& id) { return tasks_.count(id) > 0; });
@@ -297,7 +217,7 @@ Status Manager::run() {
 void Manager::update_status() {
   // A task changed state: the control plane hears of it now, not at the next heartbeat
   // (a replacement counts as running as soon as it runs). Coalesced over 20 ms.
-  if (cp_) cp_->report_soon();
+  if (cp_calls_.cp_) cp_calls_.cp_->report_soon();
   size_t running = 0;
   for (const auto& [id, t] : tasks_)
     running += (t->state == TaskState::kRunning || t->state == TaskState::kStopping);
@@ -317,62 +237,19 @@ std::string Manager::cgroup_rel(const std::string& id) const {
 
 Status Manager::save(const Task& t) {
   TRY(store_->save(t));
-  publish_bridge();  // a task started or ended: its ports follow (nothing if unchanged)
+  net_.publish_bridge();  // a task started or ended: its ports follow (nothing if unchanged)
   return {};
 }
 
 Status Manager::erase(const std::string& id) {
   TRY(store_->erase(id));
-  release_own_uid(id);  // its processes are gone with its cgroup; its row is too now
+  ids_.release_own_uid(id);  // its processes are gone with its cgroup; its row is too now
   if (auto it = tasks_.find(id); it != tasks_.end() && it->second->bridge_addr != 0) {
-    if (bridge_) bridge_->addresses().release(id);
+    if (net_.bridge_) net_.bridge_->addresses().release(id);
     it->second->bridge_addr = 0;
-    publish_bridge();
+    net_.publish_bridge();
   }
   return {};
-}
-
-void Manager::publish_bridge() {
-  if (!bridge_) return;
-  std::map<std::string, Published> want;
-  for (const auto& [id, t] : tasks_) {
-    if (t->bridge_addr == 0 || t->terminal() || t->spec.ports.empty()) continue;
-    Published p;
-    p.addr = t->bridge_addr;
-    for (const auto& [name, port] : t->spec.ports) p.ports.push_back(port);
-    want[id] = std::move(p);
-  }
-  Status s = bridge_->publish(want);
-  if (!s.ok()) log_error("could not publish the bridge tasks' ports", {{"ERROR", s.error().str()}});
-}
-
-Status Manager::resolve_network(TaskSpec* spec) const {
-  // "own": the bridge where this machine has one, else a private namespace; the task
-  // keeps what it got (its stored spec says which).
-  if (spec->ns.network == NetworkMode::kOwn) {
-    spec->ns.network = bridge_ ? NetworkMode::kBridge : NetworkMode::kPrivate;
-    if (!bridge_ && !spec->ports.empty())
-      return field_error(
-                 "namespaces.network",
-                 "the task's ports are published through the machine's bridge, and "
-                 "this machine has none (agent.toml [bridge]" +
-                     (bridge_failure_.empty() ? std::string(")") : ": " + bridge_failure_ + ")") +
-                     "; a job may ask for namespaces.network = \"host\" where its "
-                     "entitlement grants host_network")
-          .with_code(rpc::kUnsupported);
-  }
-  return refuse_without_bridge(*spec);
-}
-
-Status Manager::refuse_without_bridge(const TaskSpec& spec) const {
-  if (spec.ns.network != NetworkMode::kBridge || bridge_) return {};
-  return field_error(
-             "namespaces.network",
-             bridge_failure_.empty()
-                 ? "\"bridge\" needs a bridge on the machine: this agent has none "
-                   "(agent.toml [bridge])"
-                 : "\"bridge\": this machine's bridge could not be made: " + bridge_failure_)
-      .with_code(rpc::kUnsupported);
 }
 
 Status Manager::load_tasks() {
@@ -381,7 +258,8 @@ Status Manager::load_tasks() {
     auto t = std::make_unique<Task>();
     static_cast<TaskRecord&>(*t) = std::move(row);
     std::string id = t->id;
-    if (t->bridge_addr != 0 && !(bridge_ && bridge_->addresses().hold(t->bridge_addr, id))) {
+    if (t->bridge_addr != 0 &&
+        !(net_.bridge_ && net_.bridge_->addresses().hold(t->bridge_addr, id))) {
       // Its address is not on this bridge any more (agent.toml changed): a new one at
       // its next start.
       log_warn("a task's bridge address is not kept", {{"TASK_ID", id}});
@@ -389,46 +267,10 @@ Status Manager::load_tasks() {
     }
     // A restarted agent gives each task the uid it had, and no other task that one (a
     // uid outside today's task_uids is kept by its task, and never handed out).
-    if (t->own_uid >= 0) (void)own_uids_.hold(static_cast<uint64_t>(t->own_uid), id);
+    if (t->own_uid >= 0) (void)ids_.own_uids_.hold(static_cast<uint64_t>(t->own_uid), id);
     tasks_[id] = std::move(t);
   }
   return {};
-}
-
-void Manager::release_own_uid(const std::string& id) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end() || it->second->own_uid < 0) return;
-  own_uids_.release(id);
-  it->second->own_uid = -1;
-}
-
-Result<Identity> Manager::identity_of(Task* t, const TaskSpec& spec,
-                                      const std::vector<std::string>* image_roots) {
-  Identity id;
-  if (spec.user.empty() && !cfg_.default_task_user) {
-    long uid = t ? t->own_uid : cfg_.task_uid_first;
-    if (uid < 0) {
-      // The next free uid of the range, in turn from where the last one was handed out.
-      auto free = own_uids_.next_free();
-      if (!free)
-        return make_error("every uid of task_uids (" + std::to_string(cfg_.task_uid_first) + "-" +
-                          std::to_string(cfg_.task_uid_last) + ") is a live task's");
-      uid = static_cast<long>(*free);
-    }
-    // A group the spec names is the task's primary group; its uid's own number otherwise.
-    TRY_ASSIGN(id, task_identity(std::to_string(uid), spec.group, "", cfg_.allow_root_tasks));
-    if (t && t->own_uid < 0 && own_uids_.hold(static_cast<uint64_t>(uid), t->id)) t->own_uid = uid;
-  } else {
-    TRY_ASSIGN(id, task_identity(spec.user, spec.group, cfg_.default_task_user.value_or(""),
-                                 cfg_.allow_root_tasks, image_roots));
-  }
-  // The group of the local sockets makes any process an admin of this machine's daemons.
-  bool sockets_group = weft_gid_ >= 0 && id.gid == weft_gid_;
-  for (gid_t g : id.groups) sockets_group = sockets_group || static_cast<int>(g) == weft_gid_;
-  if (weft_gid_ >= 0 && sockets_group)
-    return field_error("group", "tasks never run with group " + cfg_.socket_group +
-                                    " (the group of weft's local sockets)");
-  return id;
 }
 
 // ---------------------------------------------------------------- recovery
@@ -522,12 +364,12 @@ void Manager::recover() {
   // Images and packages of tasks that may run are held before anything could evict them.
   for (const auto& id : ids) {
     Task& t = *tasks_[id];
-    if (!t.terminal()) (void)have_local(t);
+    if (!t.terminal()) (void)fetching_.have_local(t);
   }
   for (const auto& id : ids) {
     Task& t = *tasks_[id];
     if (t.state == TaskState::kFetching) {
-      begin_fetch(t);  // the download resumes where it stopped
+      fetching_.begin_fetch(t);  // the download resumes where it stopped
       continue;
     }
     if (t.state == TaskState::kStarting || t.state == TaskState::kRunning ||
@@ -568,7 +410,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   // Validate everything that can be known before anything is created (an image task's
   // user is known once its image is here).
   bool package_root = spec.package && spec.package->target == "/";
-  if (spec.image.empty() && !package_root) TRY(identity_of(nullptr, spec));
+  if (spec.image.empty() && !package_root) TRY(ids_.identity_of(nullptr, spec));
   TRY(admit_spec(spec, start_policy()));
   TRY_ASSIGN(LimitPlan plan,
              plan_limits(spec.resources, cgroups_->controllers(), cgroups_->hugepage_sizes()));
@@ -590,12 +432,12 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
   t->created_us = now_us();
   t->warnings = plan.warnings;
   Task* raw = t.get();
-  if (!have_local(*raw)) {
+  if (!fetching_.have_local(*raw)) {
     // Answered at once: the task is "fetching" until its image and package are here.
     TRY_CTX(save(*raw), "record task");
     crash_point("run.recorded");
     tasks_[raw->id] = std::move(t);
-    begin_fetch(*raw);
+    fetching_.begin_fetch(*raw);
     return raw;
   }
   // start_incarnation records the task (one write: "starting") before it makes anything.
@@ -615,7 +457,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
 void Manager::forget_unstarted(const std::string& id) {
   dirs_.remove(id);
   (void)erase(id);
-  images_->release(id);
+  fetching_.images_->release(id);
   tasks_.erase(id);
 }
 
@@ -666,17 +508,18 @@ Result<IncarnationPlan> Manager::plan_incarnation(Task& t) {
   in.policy = &start_policy_;
   in.image = t.image ? &*t.image : nullptr;
   in.package = t.package ? &*t.package : nullptr;
-  in.layers_root = images_->layers_root();
+  in.layers_root = fetching_.images_->layers_root();
   in.task_dir = task_state_dir(t.id);
   TRY_ASSIGN(plan.start, plan_start(in));
   const TaskSpec& run_spec = plan.start.run_spec;
-  TRY_ASSIGN(plan.identity,
-             identity_of(&t, run_spec, plan.start.overlay ? &plan.start.image_roots : nullptr));
+  TRY_ASSIGN(
+      plan.identity,
+      ids_.identity_of(&t, run_spec, plan.start.overlay ? &plan.start.image_roots : nullptr));
   plan.bridged = run_spec.ns.network == NetworkMode::kBridge;
   if (plan.bridged) {
-    TRY(refuse_without_bridge(run_spec));
+    TRY(net_.refuse_without_bridge(run_spec));
     if (t.bridge_addr == 0) {
-      TRY_ASSIGN(t.bridge_addr, bridge_->addresses().take(t.id));
+      TRY_ASSIGN(t.bridge_addr, net_.bridge_->addresses().take(t.id));
     }
   }
   return plan;
@@ -702,8 +545,8 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     t.start_phases.emplace_back(name, now - phase_us);
     phase_us = now;
   };
-  if (!have_local(t)) {  // evicted while the task was not running (not held): again
-    begin_fetch(t);
+  if (!fetching_.have_local(t)) {  // evicted while the task was not running (not held): again
+    fetching_.begin_fetch(t);
     return {};
   }
   // ---- decided: nothing is made above this line
@@ -746,7 +589,7 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
     Status handed = hand_off(*sandbox, incarnation_argv(t, plan, /*lo_up=*/true), dirfd.get(),
                              files.valid() ? files.get() : -1);
     if (handed.ok()) {
-      ++handoffs_;
+      ++stats_.handoffs_;
       crash_point("start.spawned");
       phase("handoff");
       undo.done();
@@ -770,7 +613,7 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   req.new_net = t.spec.ns.own_network();
   Fd netns;
   if (req.new_net) {
-    TRY_ASSIGN(netns, task_netns(t, plan.bridged));
+    TRY_ASSIGN(netns, net_.task_netns(t, plan.bridged));
     if (plan.bridged) phase("bridge");
     if (netns.valid()) {
       req.new_net = false;  // the child enters this one
@@ -796,25 +639,6 @@ Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   return started(t, spawned.pid, std::move(spawned.pidfd), began_us, phase_us);
 }
 
-Result<Fd> Manager::task_netns(Task& t, bool bridged) {
-  Fd netns = netns_pool_->take();
-  if (!netns.valid() && !netns_pool_failure_logged_ && !netns_pool_->failure().empty()) {
-    netns_pool_failure_logged_ = true;
-    log_warn("network namespaces are made at each start (netns_pool stopped)",
-             {{"ERROR", netns_pool_->failure()}});
-  }
-  if (!bridged) return netns;  // none ready: the child makes its own
-  if (!netns.valid()) {
-    // Plugged into the bridge before the task runs: made here, not by the child.
-    auto made = make_netns();
-    if (!made.ok()) return std::move(made).error().wrap("network namespace");
-    netns = std::move(made).value();
-  }
-  Status plugged = bridge_->attach(netns.get(), t.bridge_addr);
-  if (!plugged.ok()) return std::move(plugged).error().wrap("bridge " + bridge_->name());
-  return netns;
-}
-
 Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_t phase_us) {
   t.pid = pid;
   t.pidfd = std::move(pidfd);
@@ -836,8 +660,8 @@ Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_
                             {"TASK_NAME", t.name},
                             {"PID", std::to_string(t.pid)},
                             {"INCARNATION", std::to_string(t.incarnation)}});
-  start_seconds_.observe(static_cast<double>(now_us() - began_us) / 1e6);
-  ++starts_;
+  stats_.start_seconds_.observe(static_cast<double>(now_us() - began_us) / 1e6);
+  ++stats_.starts_;
   update_status();
   return {};
 }
@@ -913,9 +737,9 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
     t.reason = "killed: " + std::exchange(t.killed_for, {}) + " (" + t.reason + ")";
   t.setup_failed = out.setup;
   t.state = out.state;
-  if (out.oom_killed) ++oom_kills_;
+  if (out.oom_killed) ++stats_.oom_kills_;
   if (out.restart) {
-    ++restarts_;
+    ++stats_.restarts_;
     t.backoff_us = out.backoff_us;
     t.next_start_us = t.finished_us + out.backoff_us;
     t.restarts++;
@@ -928,10 +752,10 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   // The exit record has served its purpose only once the database holds it.
   dirs_.exit_recorded(t.id);
   if (t.state == TaskState::kBackoff) schedule_restart(t);
-  if (t.terminal()) release_image(t);
+  if (t.terminal()) fetching_.release_image(t);
   update_status();
   // An exit is news at once (a replacement may wait on it), not in 20 ms with the starts.
-  if (cp_ && t.spec.owner == "controlplane") cp_->report_now();
+  if (cp_calls_.cp_ && t.spec.owner == "controlplane") cp_calls_.cp_->report_now();
   if (t.terminal()) task_ended(t.id);
 }
 
@@ -969,78 +793,12 @@ void Manager::on_stop_deadline(const std::string& id) {
     log_error("cgroup.kill failed", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
 }
 
-bool Manager::have_local(Task& t) {
-  if (!t.spec.image.empty() && !t.image) {
-    if (auto img = images_->local(t.spec.image)) t.image = *img;
-  }
-  if (t.spec.package && !t.package) {
-    auto d = oci::parse_digest("sha256:" + t.spec.package->sha256);
-    if (d.ok())
-      if (auto pkg = images_->local_package(*d)) t.package = *pkg;
-  }
-  if (t.image) images_->hold(t.id, *t.image);
-  if (t.package) images_->hold(t.id, *t.package);
-  return (t.spec.image.empty() || t.image) && (!t.spec.package || t.package);
-}
-
-void Manager::begin_fetch(Task& t) {
-  t.state = TaskState::kFetching;
-  t.fetch = {};
-  if (auto st = save(t); !st.ok())
-    log_error("could not record task", {{"TASK_ID", t.id}, {"ERROR", st.error().str()}});
-  std::string id = t.id;
-  auto progress = [this, id](const image::PullProgress& p) {
-    if (auto it = tasks_.find(id); it != tasks_.end()) it->second->fetch = p;
-  };
-  if (t.spec.image.empty() && !t.spec.package) return fail_task(t, "nothing to fetch");
-  // The image first, then the package; with both here already (a restart while
-  // fetching), the service finds them local and answers on the loop.
-  bool image_next = !t.spec.image.empty() && (!t.image || !t.spec.package || t.package);
-  if (image_next) {
-    log_info("fetching the task's image", {{"TASK_ID", id}, {"IMAGE", t.spec.image}});
-    t.fetch_ticket = images_->pull(
-        t.spec.image, progress,
-        [this, id](Result<image::LocalImage> img) { on_fetched(id, false, std::move(img)); });
-  } else {
-    const PackageSpec& pkg = *t.spec.package;
-    auto d = oci::parse_digest("sha256:" + pkg.sha256);
-    if (!d.ok()) return fail_task(t, "package: " + d.error().str());
-    log_info("fetching the task's package", {{"TASK_ID", id}, {"URL", pkg.url}});
-    t.fetch_ticket = images_->pull_package(
-        pkg.url, *d, progress,
-        [this, id](Result<image::LocalImage> img) { on_fetched(id, true, std::move(img)); });
-  }
-  update_status();
-}
-
-void Manager::on_fetched(const std::string& id, bool package, Result<image::LocalImage> img) {
-  auto it = tasks_.find(id);
-  if (it == tasks_.end()) return;
-  Task& t = *it->second;
-  t.fetch_ticket = 0;
-  if (t.state != TaskState::kFetching) return;
-  if (!img.ok()) {
-    // A manifest or config the agent refuses (too many layers, an unknown media type)
-    // is refused the same way on every machine: the control plane holds the index with
-    // the reason rather than pulling it again elsewhere (a registry that did not answer
-    // is not such a refusal).
-    t.setup_failed = !img.error().field.empty();
-    return fail_task(t, package ? "package " + t.spec.package->url + ": " + img.error().str()
-                                : "image " + t.spec.image + ": " + img.error().str());
-  }
-  (package ? t.package : t.image) = *img;
-  images_->hold(t.id, *img);
-  if (!have_local(t)) return begin_fetch(t);  // the package after the image
-  Status s = start_incarnation(t);
-  if (!s.ok()) fail_task(t, "start failed: " + s.error().str());
-}
-
 void Manager::fail_task(Task& t, std::string reason) {
   t.state = TaskState::kFailed;
   t.reason = std::move(reason);
   t.finished_us = now_us();
   t.pid = -1;
-  release_image(t);
+  fetching_.release_image(t);
   if (auto st = save(t); !st.ok())
     log_error("could not record task", {{"TASK_ID", t.id}, {"ERROR", st.error().str()}});
   log_warn("task failed to start", {{"TASK_ID", t.id}, {"REASON", t.reason}});
@@ -1048,21 +806,16 @@ void Manager::fail_task(Task& t, std::string reason) {
   task_ended(t.id);
 }
 
-void Manager::release_image(Task& t) {
-  if (t.fetch_ticket) images_->cancel(std::exchange(t.fetch_ticket, 0));
-  images_->release(t.id);
-}
-
 Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
   if (t.terminal()) return {};
   if (t.state == TaskState::kBackoff || t.state == TaskState::kFetching) {
     // Nothing runs: stopped at once (a download goes on if another task waits for it).
     t.timer.reset();
-    if (t.fetch_ticket) images_->cancel(std::exchange(t.fetch_ticket, 0));
+    if (t.fetch_ticket) fetching_.images_->cancel(std::exchange(t.fetch_ticket, 0));
     t.stop_requested = true;
     t.state = TaskState::kStopped;
     t.finished_us = now_us();
-    release_image(t);
+    fetching_.release_image(t);
     TRY(save(t));
     update_status();
     task_ended(t.id);
@@ -1091,68 +844,6 @@ Status Manager::request_stop(Task& t, std::optional<uint64_t> grace_us) {
 
 namespace weft::agent {
 
-void Manager::register_metrics() {
-  metrics_.add([this](metrics::Writer& w) {
-    std::map<std::string, size_t> by_state;
-    for (const auto& [id, t] : tasks_) ++by_state[task_state_name(t->state)];
-    w.family("weft_agent_tasks", "gauge", "Tasks on this machine, by state.");
-    for (const auto& [state, n] : by_state)
-      w.sample("weft_agent_tasks", static_cast<double>(n), {{"state", state}});
-    w.family("weft_agent_task_starts_total", "counter", "Task incarnations started.");
-    w.sample("weft_agent_task_starts_total", static_cast<double>(starts_));
-    w.family("weft_agent_task_start_seconds", "histogram",
-             "From a start's beginning to the task's init running (cgroup, namespaces, "
-             "mounts, exec).");
-    start_seconds_.write(w, "weft_agent_task_start_seconds");
-    w.family("weft_agent_task_restarts_total", "counter", "Restarts after a task ended.");
-    w.sample("weft_agent_task_restarts_total", static_cast<double>(restarts_));
-    if (discovery_) discovery_->write_metrics(w);
-    w.family("weft_agent_oom_kills_total", "counter", "Task incarnations ended by the OOM killer.");
-    w.sample("weft_agent_oom_kills_total", static_cast<double>(oom_kills_));
-    w.family("weft_agent_sandboxes_ready", "gauge",
-             "Sandboxes made ahead and waiting for a task (agent.toml's sandbox_pool).");
-    w.sample("weft_agent_sandboxes_ready", static_cast<double>(sandboxes_->ready()));
-    w.family("weft_agent_sandbox_handoffs_total", "counter",
-             "Task starts that took a sandbox made ahead (of weft_agent_task_starts_total).");
-    w.sample("weft_agent_sandbox_handoffs_total", static_cast<double>(handoffs_));
-    w.family("weft_agent_control_plane_connected", "gauge",
-             "1 while the session to the control plane is up and registered.");
-    w.sample("weft_agent_control_plane_connected", cp_ && cp_->connected() ? 1 : 0);
-  });
-}
-
-Status Manager::cp_start() {
-  CpSession::Hooks hooks;
-  hooks.tasks = [this] {
-    std::map<std::string, ReportedTask> out;
-    for (const auto& [id, t] : tasks_) {
-      if (t->spec.owner != "controlplane") continue;
-      ReportedTask& r = out[t->spec.name];
-      r.state = task_state_name(t->state == TaskState::kRunning && t->ready ? TaskState::kReady
-                                                                            : t->state);
-      r.failed = t->state == TaskState::kFailed;
-      r.reason = t->reason;
-      r.setup_failed = t->setup_failed;
-    }
-    return out;
-  };
-  hooks.forget = [this](const std::set<std::string>& names) { forget_ended(names); };
-  hooks.task_ports = [this] {
-    std::set<uint16_t> held;
-    for (const auto& [id, t] : tasks_)
-      if (task_present_on_machine(t->state))
-        for (const auto& [name, port] : t->spec.ports) held.insert(port);
-    return held;
-  };
-  if (discovery_ && discovery_->interest())
-    hooks.discovery_interest = [this] {
-      return discovery_->interest().value_or(std::vector<std::string>{});
-    };
-  bool answers_dns = discovery_ && discovery_->answers_dns();
-  TRY_ASSIGN(cp_, CpSession::start(*loop_, cfg_, &cp_methods_, answers_dns, std::move(hooks)));
-  return {};
-}
-
 std::vector<std::string> Manager::journal_fields(const Task& t) const {
   if (!cfg_.log_journald) return {};
   std::vector<std::string> f{"WEFT_TASK=" + t.spec.name, "WEFT_TASK_ID=" + t.id};
@@ -1161,25 +852,6 @@ std::vector<std::string> Manager::journal_fields(const Task& t) const {
     if (!t.spec.entitlement.empty()) f.push_back("WEFT_ENTITLEMENT=" + t.spec.entitlement);
   }
   return f;
-}
-
-void Manager::forget_ended(const std::set<std::string>& wanted) {
-  // The control plane has recorded these tasks' ends: drop them (row, state directory,
-  // logs) so that neither reports nor the agent's own state grow with every task ever run.
-  std::vector<std::string> ids;
-  for (const auto& [id, t] : tasks_)
-    if (t->spec.owner == "controlplane" && t->terminal() && wanted.count(t->spec.name))
-      ids.push_back(id);
-  for (const auto& id : ids) {
-    if (auto s = erase(id); !s.ok()) {
-      log_warn("cannot forget an ended task", {{"TASK_ID", id}, {"ERROR", s.error().str()}});
-      continue;
-    }
-    const Task& t = *tasks_.at(id);
-    dirs_.keep_logs(id, t.spec.name, task_state_name(t.state));
-    dirs_.remove(id);
-    tasks_.erase(id);
-  }
 }
 
 }  // namespace weft::agent
