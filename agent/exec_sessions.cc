@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "agent/readiness.h"
-#include "agent/runtime.h"
+#include "agent/spawn.h"
 #include "common/base64.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"

@@ -8,15 +8,15 @@ using json = nlohmann::json;
 
 bool Fetching::have_local(Task& t) {
   if (!t.spec.image.empty() && !t.image) {
-    if (auto img = images_->local(t.spec.image)) t.image = *img;
+    if (auto img = images_->cache().local(t.spec.image)) t.image = *img;
   }
   if (t.spec.package && !t.package) {
     auto d = oci::parse_digest("sha256:" + t.spec.package->sha256);
     if (d.ok())
-      if (auto pkg = images_->local_package(*d)) t.package = *pkg;
+      if (auto pkg = images_->cache().local_package(*d)) t.package = *pkg;
   }
-  if (t.image) images_->hold(t.id, *t.image);
-  if (t.package) images_->hold(t.id, *t.package);
+  if (t.image) images_->cache().hold(t.id, *t.image);
+  if (t.package) images_->cache().hold(t.id, *t.package);
   return (t.spec.image.empty() || t.image) && (!t.spec.package || t.package);
 }
 
@@ -66,7 +66,7 @@ void Fetching::on_fetched(const std::string& id, bool package, Result<image::Loc
                                    : "image " + t.spec.image + ": " + img.error().str());
   }
   (package ? t.package : t.image) = *img;
-  images_->hold(t.id, *img);
+  images_->cache().hold(t.id, *img);
   if (!have_local(t)) return begin_fetch(t);  // the package after the image
   Status s = m_.start_incarnation(t);
   if (!s.ok()) m_.fail_task(t, "start failed: " + s.error().str());
@@ -74,7 +74,7 @@ void Fetching::on_fetched(const std::string& id, bool package, Result<image::Loc
 
 void Fetching::release_image(Task& t) {
   if (t.fetch_ticket) images_->cancel(std::exchange(t.fetch_ticket, 0));
-  images_->release(t.id);
+  images_->cache().release(t.id);
 }
 
 }  // namespace weft::agent

@@ -23,14 +23,14 @@ void ImageCalls::add_to(rpc::Dispatcher& d, const rpc::Guard& guard) {
 }
 
 Result<json> ImageCalls::ls(const json&, const rpc::CallContext&) {
-  return json{{"images", images_.list()},
-              {"size", images_.size_bytes()},
+  return json{{"images", images_.cache().list()},
+              {"size", images_.cache().size_bytes()},
               {"limit", cfg_.image_cache_max},
               {"reserve", cfg_.image_reserve},
-              {"refused", images_.refused()},
+              {"refused", images_.cache().refused()},
               {"blob_downloads", images_.blob_downloads()},
               {"downloaded_bytes", images_.downloaded_bytes()},
-              {"evictions", images_.evictions()}};
+              {"evictions", images_.cache().evictions()}};
 }
 
 // {"image": ref, "package": {url, sha256}, "wait": bool}: either or both. Without
@@ -109,11 +109,11 @@ Result<json> ImageCalls::pull(const json& p, const rpc::CallContext& c) {
 Result<json> ImageCalls::rm(const json& p, const rpc::CallContext&) {
   TRY_ASSIGN(std::string what, string_member(p, "image"));
   if (auto parsed = oci::parse_image_ref(what); parsed.ok()) what = parsed->str();
-  return images_.remove(what);
+  return images_.cache().remove(what);
 }
 
 Result<json> ImageCalls::prune(const json&, const rpc::CallContext&) {
-  return images_.prune();
+  return images_.cache().prune();
 }
 
 }  // namespace weft::agent

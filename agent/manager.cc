@@ -14,8 +14,9 @@
 #include <string_view>
 
 #include "agent/init/argv.h"
-#include "agent/runtime.h"
+#include "agent/spawn.h"
 #include "agent/start_plan.h"
+#include "agent/task_root.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -110,6 +111,38 @@ Status Manager::open_host() {
   return {};
 }
 
+// Readiness and liveness (task_checks.h), with what they need of the agent: a task by id,
+// its identity, a report now when a control-plane task's readiness changes, and the
+// control plane told of a task that failed its liveness checks.
+void Manager::make_checks() {
+  checks_ = std::make_unique<TaskChecks>(
+      *loop_, *http_, *reaper_, *cgroups_, cfg_.init_path,
+      TaskChecks::Hooks{[this](const std::string& id) -> Task* {
+                          auto it = tasks_.find(id);
+                          return it == tasks_.end() ? nullptr : it->second.get();
+                        },
+                        [this](Task& t) { return ids_.identity_of(&t, t.spec); },
+                        [this](Task& t) {
+                          if (cp_calls_.cp_ && t.spec.owner == "controlplane")
+                            cp_calls_.cp_->report_now();
+                        },
+                        [this](Task& t, const std::string& why) {
+                          return cp_calls_.cp_ && cp_calls_.cp_->unhealthy(t.spec.name, why);
+                        }});
+}
+
+// The image service (agent/image/service.h) on the agent's state directory, and its calls.
+Status Manager::open_images() {
+  image::ServiceConfig icfg;
+  icfg.registry = cfg_.registry;
+  icfg.cache_max_bytes = cfg_.image_cache_max;
+  icfg.reserve_bytes = cfg_.image_reserve;
+  TRY_ASSIGN(fetching_.images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
+  fetching_.image_calls_ = std::make_unique<ImageCalls>(cfg_, *fetching_.images_);
+
+  return {};
+}
+
 Status Manager::start() {
   api_.started_at_us_ = now_monotonic_us();
   waiters_ = std::make_unique<TaskWaiters>(
@@ -129,20 +162,7 @@ Status Manager::start() {
   TRY_ASSIGN(store_, TaskStore::open(cfg_.state_dir + "/agent.db", std::move(box)));
 
   TRY(open_host());
-  checks_ = std::make_unique<TaskChecks>(
-      *loop_, *http_, *reaper_, *cgroups_, cfg_.init_path,
-      TaskChecks::Hooks{[this](const std::string& id) -> Task* {
-                          auto it = tasks_.find(id);
-                          return it == tasks_.end() ? nullptr : it->second.get();
-                        },
-                        [this](Task& t) { return ids_.identity_of(&t, t.spec); },
-                        [this](Task& t) {
-                          if (cp_calls_.cp_ && t.spec.owner == "controlplane")
-                            cp_calls_.cp_->report_now();
-                        },
-                        [this](Task& t, const std::string& why) {
-                          return cp_calls_.cp_ && cp_calls_.cp_->unhealthy(t.spec.name, why);
-                        }});
+  make_checks();
 
   ids_.weft_gid_ = group_gid(cfg_.socket_group);
   if (ids_.weft_gid_ < 0) {
@@ -150,24 +170,11 @@ Status Manager::start() {
              {{"GROUP", cfg_.socket_group}});
   }
 
-  image::ServiceConfig icfg;
-  icfg.registry = cfg_.registry;
-  icfg.cache_max_bytes = cfg_.image_cache_max;
-  icfg.reserve_bytes = cfg_.image_reserve;
-  TRY_ASSIGN(fetching_.images_, image::Service::open(*loop_, cfg_.state_dir + "/images", icfg));
-  fetching_.image_calls_ = std::make_unique<ImageCalls>(cfg_, *fetching_.images_);
+  TRY(open_images());
 
   TRY(load_tasks());
   recover();
-  if (net_.bridge_) {
-    // After a crash: what the live tasks need, and nothing a dead start left behind.
-    auto swept = net_.bridge_->sweep();
-    if (!swept.ok())
-      log_warn("could not sweep the bridge's ports", {{"ERROR", swept.error().str()}});
-    else if (*swept > 0)
-      log_info("removed veths no live task holds", {{"COUNT", std::to_string(*swept)}});
-    net_.publish_bridge();
-  }
+  net_.after_recovery();
 
   api_.register_methods();
   server_ = std::make_unique<rpc::Server>(*loop_, &api_.methods_);
@@ -457,7 +464,7 @@ Result<Task*> Manager::create_task(TaskSpec spec) {
 void Manager::forget_unstarted(const std::string& id) {
   dirs_.remove(id);
   (void)erase(id);
-  fetching_.images_->release(id);
+  fetching_.images_->cache().release(id);
   tasks_.erase(id);
 }
 

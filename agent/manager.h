@@ -154,6 +154,8 @@ class Manager {
   // start()'s parts: this host's cgroup tree, namespaces and bridge; the calls the
   // control plane's session makes of this agent.
   Status open_host();
+  void make_checks();
+  Status open_images();
   std::unique_ptr<HttpClient> http_;    // readiness checks over HTTP
   std::unique_ptr<Reaper> reaper_;      // exec checks abandoned mid-run
   std::unique_ptr<TaskChecks> checks_;  // readiness and liveness (task_checks.h)

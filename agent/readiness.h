@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "agent/runtime.h"
+#include "agent/spawn.h"
 #include "common/event.h"
 #include "common/fs.h"
 #include "common/http_client.h"

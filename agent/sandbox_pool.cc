@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "agent/init/handoff.h"
-#include "agent/runtime.h"
+#include "agent/spawn.h"
 #include "common/log.h"
 #include "common/strings.h"
 

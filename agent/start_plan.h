@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "agent/image/service.h"
-#include "agent/runtime.h"
+#include "agent/task_root.h"
 #include "common/result.h"
 #include "common/task_spec.h"
 

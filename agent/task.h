@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agent/cgroup.h"
+#include "agent/identity.h"
 #include "agent/image/service.h"
 #include "agent/readiness.h"
 #include "agent/start_plan.h"

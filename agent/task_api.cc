@@ -7,10 +7,11 @@
 #include <cstring>
 
 #include "agent/host_ports.h"
+#include "agent/identity.h"
 #include "agent/init/argv.h"
 #include "agent/logs.h"
 #include "agent/manager.h"
-#include "agent/runtime.h"
+#include "agent/spawn.h"
 #include "common/clock.h"
 #include "common/json_bounded.h"
 #include "common/log_request.h"

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "agent/agent_conf.h"
+#include "agent/identity.h"
 #include "agent/range_pool.h"
-#include "agent/runtime.h"
 #include "agent/task.h"
 #include "common/result.h"
 #include "common/task_spec.h"

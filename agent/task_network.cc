@@ -1,10 +1,22 @@
 #include "agent/task_network.h"
 
 #include "agent/manager.h"
+#include "common/log.h"
 
 namespace weft::agent {
 
 using json = nlohmann::json;
+
+void TaskNetwork::after_recovery() {
+  if (!bridge_) return;
+  // After a crash: what the live tasks need, and nothing a dead start left behind.
+  auto swept = bridge_->sweep();
+  if (!swept.ok())
+    log_warn("could not sweep the bridge's ports", {{"ERROR", swept.error().str()}});
+  else if (*swept > 0)
+    log_info("removed veths no live task holds", {{"COUNT", std::to_string(*swept)}});
+  publish_bridge();
+}
 
 void TaskNetwork::publish_bridge() {
   if (!bridge_) return;

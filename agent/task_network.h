@@ -25,6 +25,9 @@ class TaskNetwork {
   // none is ready for a task without a bridge (the child then makes its own).
   Result<Fd> task_netns(Task& t, bool bridged);
   void publish_bridge();
+  // After the tasks were recovered: the bridge's ports that no live task holds swept (a
+  // start that died left them), and its table published.
+  void after_recovery();
   // namespaces.network "own" made "bridge" or "private" for this machine; a bridge task
   // refused where there is no bridge.
   Status resolve_network(TaskSpec* spec) const;

@@ -144,7 +144,7 @@ class Run {
     if (!measure) return;
     const double h = static_cast<double>(step) / static_cast<double>(kHour);
     const int64_t tasks = sched_.target_count("api");
-    const int64_t machines = static_cast<int64_t>(alloc_.pool_size(kEnt));
+    const int64_t machines = static_cast<int64_t>(alloc_.pool(kEnt).machines);
     f_.task_hours += static_cast<double>(tasks) * h;
     f_.machine_hours += static_cast<double>(machines) * h;
     if (static_cast<double>(ready) * s_.target < load) f_.under_target_h += h;
@@ -156,7 +156,7 @@ class Run {
   }
 
   int64_t tasks() const { return sched_.target_count("api"); }
-  int64_t machines() const { return static_cast<int64_t>(alloc_.pool_size(kEnt)); }
+  int64_t machines() const { return static_cast<int64_t>(alloc_.pool(kEnt).machines); }
   const Figures& figures() const { return f_; }
 
  private:

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "controlplane/daemon/manager.h"
 #include "controlplane/region/front_end.h"
+#include "controlplane/region/region.h"
 #include "controlplane/store/etcd_store.h"
 
 using namespace weft;

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "agent/image/service.h"
+#include "agent/image/cache.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

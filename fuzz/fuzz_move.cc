@@ -7,7 +7,7 @@
 
 #include "common/json_bounded.h"
 #include "controlplane/region/move_doc.h"
-#include "controlplane/region/region.h"
+#include "controlplane/region/records.h"
 
 using namespace weft;
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "controlplane/region/region.h"
+#include "controlplane/region/records.h"
 #include "controlplane/store/etcd_client.h"
 
 using namespace weft;

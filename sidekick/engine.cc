@@ -261,6 +261,84 @@ SwitchReport Engine::apply(const Profile& target) {
   return rep;
 }
 
+// The journal's entries for one change, durable before the kernel sees the write: the
+// knob's baseline (its first touch only) and this switch's undo entry, number `seq`.
+Status Engine::journal_change(const Change& c, int64_t switch_id, int seq) {
+  const Knob& k = c.knob;
+  Status s;
+  if (!c.restore && c.from.empty()) {
+    // Unreadable now means unrestorable later: never write what we could not put back.
+    s = make_error("cannot read its current value (is the setting present on this machine?)");
+  } else if (!c.restore) {
+    auto base = baseline(k.id);
+    if (base.ok() && !*base) {
+      auto ins = db_->prepare(
+          "INSERT INTO baselines (knob_id, family, key, value, captured_us) VALUES "
+          "(?1,?2,?3,?4,?5)");
+      if (ins.ok()) {
+        ins->bind(1, k.id).bind(2, k.family).bind(3, k.key).bind(4, c.from).bind(5, now_us());
+        s = ins->run();
+      } else {
+        s = std::move(ins).error();
+      }
+    } else if (!base.ok()) {
+      s = base.error();
+    }
+  }
+  if (s.ok()) {
+    auto undo = db_->prepare(
+        "INSERT INTO undo (switch_id, seq, knob_id, family, key, prev) VALUES "
+        "(?1,?2,?3,?4,?5,?6)");
+    if (undo.ok()) {
+      undo->bind(1, switch_id)
+          .bind(2, int64_t{seq})
+          .bind(3, k.id)
+          .bind(4, k.family)
+          .bind(5, k.key)
+          .bind(6, c.from);
+      s = undo->run();
+    } else {
+      s = std::move(undo).error();
+    }
+  }
+  return s;
+}
+
+// The switch committed in one transaction: the new active profile recorded, the baselines
+// of knobs that left it released, the switch marked committed.
+Status Engine::commit_switch(const Plan& p, const Profile& target, int64_t switch_id) {
+  json ks = json::array();
+  auto expanded = host_->expand(target.knobs);
+  if (expanded.ok())
+    for (const auto& k : *expanded) ks.push_back(knob_to_json(k));
+  Status s = db_->begin();
+  if (!s.ok()) return s;
+  for (const auto& c : p.changes) {
+    if (!c.restore) continue;
+    auto del = db_->prepare("DELETE FROM baselines WHERE knob_id = ?1");
+    if (del.ok()) {
+      del->bind(1, c.knob.id);
+      s = del->run();
+    }
+  }
+  auto act = db_->prepare("INSERT OR REPLACE INTO active (one, profile, knobs) VALUES (1, ?1, ?2)");
+  if (act.ok()) {
+    act->bind(1, target.name).bind(2, ks.dump());
+    if (s.ok()) s = act->run();
+  }
+  auto fin =
+      db_->prepare("UPDATE switches SET state = 'committed', finished_us = ?2 WHERE id = ?1");
+  if (fin.ok()) {
+    fin->bind(1, switch_id).bind(2, now_us());
+    if (s.ok()) s = fin->run();
+  }
+  if (s.ok())
+    s = db_->commit();
+  else
+    db_->rollback();
+  return s;
+}
+
 SwitchReport Engine::apply_timed(const Profile& target) {
   SwitchReport rep;
   auto planned = plan(target);
@@ -289,44 +367,9 @@ SwitchReport Engine::apply_timed(const Profile& target) {
   for (const auto& c : p.changes) {
     const Knob& k = c.knob;
     KnobReport kr{k.id, c.from, k.value, k.source, "applied", ""};
-    Status s;
     // Journal first: the baseline (first touch only) and this switch's undo entry are
     // durable before the kernel sees the write.
-    if (!c.restore && c.from.empty()) {
-      // Unreadable now means unrestorable later: never write what we could not put back.
-      s = make_error("cannot read its current value (is the setting present on this machine?)");
-    } else if (!c.restore) {
-      auto base = baseline(k.id);
-      if (base.ok() && !*base) {
-        auto ins = db_->prepare(
-            "INSERT INTO baselines (knob_id, family, key, value, captured_us) VALUES "
-            "(?1,?2,?3,?4,?5)");
-        if (ins.ok()) {
-          ins->bind(1, k.id).bind(2, k.family).bind(3, k.key).bind(4, c.from).bind(5, now_us());
-          s = ins->run();
-        } else {
-          s = std::move(ins).error();
-        }
-      } else if (!base.ok()) {
-        s = base.error();
-      }
-    }
-    if (s.ok()) {
-      auto undo = db_->prepare(
-          "INSERT INTO undo (switch_id, seq, knob_id, family, key, prev) VALUES "
-          "(?1,?2,?3,?4,?5,?6)");
-      if (undo.ok()) {
-        undo->bind(1, rep.switch_id)
-            .bind(2, int64_t{++seq})
-            .bind(3, k.id)
-            .bind(4, k.family)
-            .bind(5, k.key)
-            .bind(6, c.from);
-        s = undo->run();
-      } else {
-        s = std::move(undo).error();
-      }
-    }
+    Status s = journal_change(c, rep.switch_id, ++seq);
     if (s.ok() && k.klass == KnobClass::kSlow && !c.restore) {
       s = apply_slow(k, rep.switch_id, &kr);
       maybe_crash(++writes);
@@ -356,38 +399,7 @@ SwitchReport Engine::apply_timed(const Profile& target) {
   for (const auto& arg : p.reboot_pending)
     rep.knobs.push_back({"kernel:" + arg, "absent", "present", "", "reboot-required", ""});
 
-  // Commit: the new active profile, and baselines of knobs that left it are released.
-  json ks = json::array();
-  auto expanded = host_->expand(target.knobs);
-  if (expanded.ok())
-    for (const auto& k : *expanded) ks.push_back(knob_to_json(k));
-  Status s = db_->begin();
-  if (s.ok()) {
-    for (const auto& c : p.changes) {
-      if (!c.restore) continue;
-      auto del = db_->prepare("DELETE FROM baselines WHERE knob_id = ?1");
-      if (del.ok()) {
-        del->bind(1, c.knob.id);
-        s = del->run();
-      }
-    }
-    auto act =
-        db_->prepare("INSERT OR REPLACE INTO active (one, profile, knobs) VALUES (1, ?1, ?2)");
-    if (act.ok()) {
-      act->bind(1, target.name).bind(2, ks.dump());
-      if (s.ok()) s = act->run();
-    }
-    auto fin =
-        db_->prepare("UPDATE switches SET state = 'committed', finished_us = ?2 WHERE id = ?1");
-    if (fin.ok()) {
-      fin->bind(1, rep.switch_id).bind(2, now_us());
-      if (s.ok()) s = fin->run();
-    }
-    if (s.ok())
-      s = db_->commit();
-    else
-      db_->rollback();
-  }
+  Status s = commit_switch(p, target, rep.switch_id);
   if (!s.ok()) {
     rollback(rep.switch_id, &rep.knobs).ok();
     (void)finish_switch(rep.switch_id, "rolled-back", "journal commit failed: " + s.error().str());

@@ -79,6 +79,8 @@ class Engine {
       : db_(std::move(db)), host_(std::move(host)) {}
   SwitchReport apply_timed(const Profile& target);
   Status apply_slow(const Knob& k, int64_t switch_id, KnobReport* kr);
+  Status journal_change(const Change& c, int64_t switch_id, int seq);
+  Status commit_switch(const Plan& p, const Profile& target, int64_t switch_id);
   Result<bool> converge_once(const std::string& family, const std::string& key,
                              const std::string& target, std::string* current);
   Status load_active();

@@ -22,10 +22,11 @@
 #include <filesystem>
 #include <thread>
 
+#include "agent/identity.h"
 #include "agent/init/argv.h"
 #include "agent/manager.h"
 #include "agent/netns_pool.h"
-#include "agent/runtime.h"
+#include "agent/spawn.h"
 #include "common/fs.h"
 #include "common/paths.h"
 #include "common/strings.h"

@@ -1,6 +1,6 @@
 // weft-init's command line: what the agent asks of it (agent/init/argv.h builds it) and
 // the parser weft-init reads it with. Both live here, beside each other, so the two ends
-// of the contract change together; runtime_test.cc round-trips one through the other.
+// of the contract change together; init/argv_test.cc round-trips one through the other.
 //
 // Plain C-style C++ (no libstdc++): weft-init is static and tiny.
 #pragma once

@@ -1,5 +1,5 @@
 // The command line the agent starts weft-init with, for both of its callers: a task's
-// start (runtime.cc's spawn_init, or a sandbox's hand-off) and a command joined to a
+// start (spawn.cc's spawn_init, or a sandbox's hand-off) and a command joined to a
 // running task (readiness exec checks). weft-init reads it with agent/init/args.h.
 #pragma once
 
@@ -11,7 +11,9 @@
 #include <variant>
 #include <vector>
 
-#include "agent/runtime.h"
+#include "agent/identity.h"
+#include "agent/spawn.h"
+#include "agent/task_root.h"
 #include "common/task_spec.h"
 
 namespace weft::agent {

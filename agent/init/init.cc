@@ -869,6 +869,72 @@ char** await_task(int* argc) {
   return args;
 }
 
+// The main process's exec, as its status pipe tells it: 0 when it ran the task's
+// program (the pipe closed on exec), else the errno of the stage that failed, said in the
+// task's log.
+int await_exec(int status_r) {
+  int report[2] = {0, 0};
+  ssize_t got = read(status_r, report, sizeof report);
+  close(status_r);
+  int exec_errno = got == sizeof report ? report[1] : 0;
+  if (exec_errno) {
+    exec_stage = report[0];
+    char msg[600];
+    if (exec_stage == kStageChdir)
+      snprintf(msg, sizeof msg, "cannot change to %s: %s", opt.cwd, strerror(exec_errno));
+    else if (exec_stage == kStageCredentials)
+      snprintf(msg, sizeof msg, "cannot switch user/group: %s", strerror(exec_errno));
+    else if (exec_stage == kStageConfine)
+      snprintf(msg, sizeof msg, "cannot confine the task (capabilities, seccomp): %s",
+               strerror(exec_errno));
+    else
+      snprintf(msg, sizeof msg, "cannot execute %s: %s", opt.argv[0], strerror(exec_errno));
+    init_say(msg);
+  }
+  return exec_errno;
+}
+
+// weft-init's life while the task runs: its output to the logs, signals forwarded to the
+// main process, orphans reaped; when the main process ends, its exit record, and its
+// status as weft-init's own.
+int supervise(int sfd, pid_t main_pid, int out_r, int err_r, int exec_errno) {
+  streams[0].pipe_fd = out_r;
+  streams[1].pipe_fd = err_r;
+  fcntl(out_r, F_SETFL, O_NONBLOCK);
+  fcntl(err_r, F_SETFL, O_NONBLOCK);
+
+  bool open_stream[2] = {true, true};
+  for (;;) {
+    struct pollfd p[3] = {{sfd, POLLIN, 0},
+                          {open_stream[0] ? out_r : -1, POLLIN, 0},
+                          {open_stream[1] ? err_r : -1, POLLIN, 0}};
+    if (poll(p, 3, -1) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (open_stream[i] && (p[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+        open_stream[i] = drain(&streams[i]);
+    }
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof si) == sizeof si) {
+      if (si.ssi_signo == SIGCHLD) continue;
+      // Forward everything else to the main process (SIGKILL/SIGSTOP never get here).
+      kill(main_pid, static_cast<int>(si.ssi_signo));
+    }
+    for (;;) {
+      int status;
+      pid_t r = waitpid(-1, &status, WNOHANG);
+      if (r <= 0) break;
+      if (r != main_pid) continue;  // an orphan we adopted: just reaped
+      for (int i = 0; i < 2; ++i)
+        if (open_stream[i]) drain(&streams[i]);
+      write_exit_record(true, status, exec_errno);
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return 128 + WTERMSIG(status);
+    }
+  }
+  write_exit_record(false, 0, 0);
+  return 125;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -946,58 +1012,6 @@ int main(int argc, char** argv) {
   close(out_p[1]);
   close(err_p[1]);
   close(st_p[1]);
-  int report[2] = {0, 0};
-  ssize_t got = read(st_p[0], report, sizeof report);
-  close(st_p[0]);
-  int exec_errno = got == sizeof report ? report[1] : 0;
-  if (exec_errno) {
-    exec_stage = report[0];
-    char msg[600];
-    if (exec_stage == kStageChdir)
-      snprintf(msg, sizeof msg, "cannot change to %s: %s", opt.cwd, strerror(exec_errno));
-    else if (exec_stage == kStageCredentials)
-      snprintf(msg, sizeof msg, "cannot switch user/group: %s", strerror(exec_errno));
-    else if (exec_stage == kStageConfine)
-      snprintf(msg, sizeof msg, "cannot confine the task (capabilities, seccomp): %s",
-               strerror(exec_errno));
-    else
-      snprintf(msg, sizeof msg, "cannot execute %s: %s", opt.argv[0], strerror(exec_errno));
-    init_say(msg);
-  }
-
-  streams[0].pipe_fd = out_p[0];
-  streams[1].pipe_fd = err_p[0];
-  fcntl(out_p[0], F_SETFL, O_NONBLOCK);
-  fcntl(err_p[0], F_SETFL, O_NONBLOCK);
-
-  bool open_stream[2] = {true, true};
-  for (;;) {
-    struct pollfd p[3] = {{sfd, POLLIN, 0},
-                          {open_stream[0] ? out_p[0] : -1, POLLIN, 0},
-                          {open_stream[1] ? err_p[0] : -1, POLLIN, 0}};
-    if (poll(p, 3, -1) < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if (open_stream[i] && (p[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
-        open_stream[i] = drain(&streams[i]);
-    }
-    struct signalfd_siginfo si;
-    while (read(sfd, &si, sizeof si) == sizeof si) {
-      if (si.ssi_signo == SIGCHLD) continue;
-      // Forward everything else to the main process (SIGKILL/SIGSTOP never get here).
-      kill(main_pid, static_cast<int>(si.ssi_signo));
-    }
-    for (;;) {
-      int status;
-      pid_t r = waitpid(-1, &status, WNOHANG);
-      if (r <= 0) break;
-      if (r != main_pid) continue;  // an orphan we adopted: just reaped
-      for (int i = 0; i < 2; ++i)
-        if (open_stream[i]) drain(&streams[i]);
-      write_exit_record(true, status, exec_errno);
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      return 128 + WTERMSIG(status);
-    }
-  }
-  write_exit_record(false, 0, 0);
-  return 125;
+  int exec_errno = await_exec(st_p[0]);
+  return supervise(sfd, main_pid, out_p[0], err_p[0], exec_errno);
 }

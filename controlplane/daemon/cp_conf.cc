@@ -9,6 +9,7 @@
 #include "common/metrics.h"
 #include "common/rpc/endpoint.h"
 #include "common/units.h"
+#include "controlplane/region/region.h"
 
 namespace weft::cp {
 

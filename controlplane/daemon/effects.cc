@@ -64,7 +64,7 @@ Status Effects::persist(const std::set<std::string>& jobs, const std::set<Machin
   w.jobs.merge(m_.sched.take_changed_jobs());
   w.jobs.merge(m_.alloc.take_changed_jobs());
   for (uint64_t id : p_.maintenance.take_dropped()) w.maintenance.insert(id);
-  for (auto& e : m_.broker.take_new_events()) w.events.push_back(std::move(e));
+  for (auto& e : m_.broker.unavailability().take_new()) w.events.push_back(std::move(e));
   TRY(p_.group->open());
   TRY(p_.store->begin());
   auto fail = [this](Status s) {

@@ -274,7 +274,8 @@ void Manager::tick() {
   for (MachineId m : check_machines(now)) rounds_.failures.went_down(m);
   for (MachineId m : broker_.take_failed()) rounds_.failures.went_down(m);
   rounds_.failures.count_waiting();
-  for (MachineId m : broker_.take_ready(pool_changes_.take_ready())) {
+  const std::set<MachineId> moved = pool_changes_.take_ready();
+  for (MachineId m : broker_.take_ready(&moved)) {
     rounds_.failures.back(m);
     auto c = sched_.placer().machine_ready(m, now);
     cmds.insert(cmds.end(), c.begin(), c.end());

@@ -1,6 +1,7 @@
 #include "controlplane/daemon/status_calls.h"
 
 #include "common/json_bounded.h"
+#include "controlplane/region/region.h"
 
 namespace weft::cp {
 

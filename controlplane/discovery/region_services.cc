@@ -4,6 +4,9 @@
 
 #include "common/cp_link.h"
 #include "common/log.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/prefix_watch.h"
+#include "controlplane/region/region.h"
 
 namespace weft::cp {
 

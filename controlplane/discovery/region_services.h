@@ -25,7 +25,8 @@
 #include "common/result.h"
 #include "common/services.h"
 #include "controlplane/daemon/cp_conf.h"
-#include "controlplane/region/region.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/prefix_watch.h"
 
 namespace weft::cp {
 

@@ -12,6 +12,7 @@
 #include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"
+#include "controlplane/region/region.h"
 
 namespace weft::cp {
 
@@ -104,9 +105,9 @@ Result<json> EntitlementCalls::entitlement_create(const json& p, const CallConte
 }
 
 Result<json> EntitlementCalls::create_entitlement(const EntitlementSpec& e) {
-  TRY_ASSIGN(EntitlementId id, model_.broker.create_entitlement(e));
+  TRY_ASSIGN(EntitlementId id, model_.broker.entitlements().create(e));
   if (auto s = fx_.persist({}, {}); !s.ok()) {
-    model_.broker.forget_entitlement(id);  // not durable: not created
+    model_.broker.entitlements().forget(id);  // not durable: not created
     return std::move(s).error();
   }
   return json{{"id", id}, {"name", e.name}};
@@ -115,7 +116,7 @@ Result<json> EntitlementCalls::create_entitlement(const EntitlementSpec& e) {
 Result<json> EntitlementCalls::entitlement_update(const json& p, const CallContext&) {
   if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
     return field_error("name", "is required");
-  auto id = model_.broker.entitlement(p["name"].get<std::string>());
+  auto id = model_.broker.entitlements().named(p["name"].get<std::string>());
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
   if (!p.contains("owners") && !p.contains("grants") && !p.contains("quota") &&
       !p.contains("profile"))
@@ -144,17 +145,17 @@ Result<json> EntitlementCalls::entitlement_update(const json& p, const CallConte
   TRY_ASSIGN(const int64_t pace, int_member(p, "max_unavailable", 1, 1, 10'000));
   // Jobs already running keep their tasks under narrower grants (no task is stopped for
   // it); their next update is checked against the new grants.
-  const EntitlementSpec before = model_.broker.entitlement_spec(*id);
-  if (owners) model_.broker.set_owners(*id, *owners);
-  if (grants) model_.broker.set_grants(*id, *grants);
-  if (quota) model_.broker.set_quota(*id, *quota);
+  const EntitlementSpec before = model_.broker.entitlements().spec(*id);
+  if (owners) model_.broker.entitlements().set_owners(*id, *owners);
+  if (grants) model_.broker.entitlements().set_grants(*id, *grants);
+  if (quota) model_.broker.entitlements().set_quota(*id, *quota);
   bool roll = profile && *profile != before.profile;
-  if (roll) model_.broker.set_profile(*id, *profile);
+  if (roll) model_.broker.entitlements().set_profile(*id, *profile);
   if (auto s = fx_.persist({}, {}); !s.ok()) {
-    model_.broker.set_owners(*id, before.owners);  // not durable: not changed
-    model_.broker.set_grants(*id, before.grants);
-    model_.broker.set_quota(*id, before.quota);
-    model_.broker.set_profile(*id, before.profile);
+    model_.broker.entitlements().set_owners(*id, before.owners);  // not durable: not changed
+    model_.broker.entitlements().set_grants(*id, before.grants);
+    model_.broker.entitlements().set_quota(*id, before.quota);
+    model_.broker.entitlements().set_profile(*id, before.profile);
     return std::move(s).error();
   }
   if (quota && *quota < before.quota) {
@@ -166,9 +167,9 @@ Result<json> EntitlementCalls::entitlement_update(const json& p, const CallConte
     profile_rolls_.start(*id, before.profile, static_cast<size_t>(pace));
     advance_profile_rolls();
   }
-  const EntitlementSpec& now = model_.broker.entitlement_spec(*id);
+  const EntitlementSpec& now = model_.broker.entitlements().spec(*id);
   json j = entitlement_json(*id, now);
-  j["machines"] = model_.alloc.pool_size(*id);
+  j["machines"] = model_.alloc.pool(*id).machines;
   if (roll) j["profile_roll"] = profile_roll_json(*id);
   return j;
 }
@@ -177,7 +178,7 @@ Result<json> EntitlementCalls::entitlement_ls(const json&, const CallContext&) {
   json arr = json::array();
   for (const auto& [id, e] : model_.broker.entitlements()) {
     json j = entitlement_json(id, e);
-    j["machines"] = model_.alloc.pool_size(id);
+    j["machines"] = model_.alloc.pool(id).machines;
     arr.push_back(std::move(j));
   }
   return json{{"entitlements", arr}};
@@ -186,9 +187,9 @@ Result<json> EntitlementCalls::entitlement_ls(const json&, const CallContext&) {
 Result<json> EntitlementCalls::entitlement_show(const json& p, const CallContext&) {
   if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
     return field_error("name", "is required");
-  auto id = model_.broker.entitlement(p["name"].get<std::string>());
+  auto id = model_.broker.entitlements().named(p["name"].get<std::string>());
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
-  const auto& e = model_.broker.entitlement_spec(*id);
+  const auto& e = model_.broker.entitlements().spec(*id);
   json machines = json::array(), jobs = json::array();
   for (MachineId m = 0; m < model_.alloc.machine_count(); ++m)
     if (model_.alloc.entitlement_of(m) == *id)
@@ -210,7 +211,7 @@ Result<json> EntitlementCalls::entitlement_rm(const json& p, const CallContext&)
   if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
     return field_error("name", "is required");
   const std::string name = p["name"].get<std::string>();
-  auto id = model_.broker.entitlement(name);
+  auto id = model_.broker.entitlements().named(name);
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
   std::string jobs;
   for (const auto& j : model_.sched.handover().persisted_jobs())
@@ -225,16 +226,16 @@ Result<json> EntitlementCalls::entitlement_rm(const json& p, const CallContext&)
                                      ": weftctl machine release it first")
           .with_code(rpc::kConflict);
   std::vector<MachineId> freed = model_.alloc.shrink(*id);
-  if (model_.alloc.pool_size(*id) > 0)
+  if (model_.alloc.pool(*id).machines > 0)
     return field_error("name", "entitlement " + name + " still holds machines with tasks")
         .with_code(rpc::kConflict);
-  const EntitlementSpec before = model_.broker.entitlement_spec(*id);
-  model_.broker.forget_entitlement(*id);
+  const EntitlementSpec before = model_.broker.entitlements().spec(*id);
+  model_.broker.entitlements().forget(*id);
   Status s = group_->open();
   if (s.ok()) s = store_->delete_entitlement(*id);
   if (s.ok()) s = fx_.persist({}, {freed.begin(), freed.end()});
   if (!s.ok()) {
-    model_.broker.restore_entitlement(*id, before);  // not durable: not removed
+    model_.broker.entitlements().restore(*id, before);  // not durable: not removed
     return std::move(s).error();
   }
   profile_rolls_.forget(*id);
@@ -247,7 +248,7 @@ Result<json> EntitlementCalls::machine_assign(const json& p, const CallContext&)
   TRY_ASSIGN(MachineId m, machine_of(model_.broker, p));
   if (!p.contains("entitlement") || !p["entitlement"].is_string())
     return field_error("entitlement", "is required");
-  auto e = model_.broker.entitlement(p["entitlement"].get<std::string>());
+  auto e = model_.broker.entitlements().named(p["entitlement"].get<std::string>());
   if (!e) return field_error("entitlement", "no such entitlement").with_code(rpc::kNotFound);
   if (model_.broker.removed(m)) return field_error("machine", "machine was removed");
   EntitlementId before = model_.alloc.entitlement_of(m);
@@ -256,7 +257,7 @@ Result<json> EntitlementCalls::machine_assign(const json& p, const CallContext&)
   } else {
     if (before != kFreePool) {
       const std::string& other = model_.broker.entitlements().count(before)
-                                     ? model_.broker.entitlement_spec(before).name
+                                     ? model_.broker.entitlements().spec(before).name
                                      : std::to_string(before);
       if (model_.alloc.tasks_on(m) > 0 || model_.alloc.pinned(m))
         return field_error("machine",
@@ -264,11 +265,12 @@ Result<json> EntitlementCalls::machine_assign(const json& p, const CallContext&)
                                (model_.alloc.pinned(m) ? " (assigned)" : " and runs tasks"))
             .with_code(rpc::kConflict);
     }
-    if (model_.alloc.quota_members(*e) >= model_.broker.entitlement_spec(*e).quota)
+    if (model_.alloc.pool(*e).quota_members >= model_.broker.entitlements().spec(*e).quota)
       return field_error("entitlement",
-                         "entitlement " + model_.broker.entitlement_spec(*e).name +
+                         "entitlement " + model_.broker.entitlements().spec(*e).name +
                              " is at its quota of " +
-                             std::to_string(model_.broker.entitlement_spec(*e).quota) + " machines")
+                             std::to_string(model_.broker.entitlements().spec(*e).quota) +
+                             " machines")
           .with_code(rpc::kConflict);
     TRY(model_.alloc.assign(m, *e));
     model_.alloc.pin(m, true);
@@ -281,7 +283,7 @@ Result<json> EntitlementCalls::machine_assign(const json& p, const CallContext&)
   fx_.push_profiles();
   fx_.kick();
   return json{{"machine", fx_.machine_name(m)},
-              {"entitlement", model_.broker.entitlement_spec(*e).name},
+              {"entitlement", model_.broker.entitlements().spec(*e).name},
               {"profile", model_.broker.desired_profile(m)}};
 }
 

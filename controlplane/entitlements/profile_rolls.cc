@@ -17,8 +17,8 @@ void ProfileRolls::start(EntitlementId e, const std::string& from, size_t pace) 
       broker_.hold_profile(m, from);
       r.waiting.push_back(m);
     }
-  log_info("profile roll started", {{"ENTITLEMENT", broker_.entitlement_spec(e).name},
-                                    {"TO", broker_.entitlement_spec(e).profile},
+  log_info("profile roll started", {{"ENTITLEMENT", broker_.entitlements().spec(e).name},
+                                    {"TO", broker_.entitlements().spec(e).profile},
                                     {"MACHINES", std::to_string(r.waiting.size())}});
 }
 
@@ -55,8 +55,8 @@ std::set<MachineId> ProfileRolls::advance() {
       released.insert(m);
     }
     if (r.waiting.empty() && r.applying.empty()) {
-      log_info("profile roll done", {{"ENTITLEMENT", broker_.entitlement_spec(e).name},
-                                     {"PROFILE", broker_.entitlement_spec(e).profile}});
+      log_info("profile roll done", {{"ENTITLEMENT", broker_.entitlements().spec(e).name},
+                                     {"PROFILE", broker_.entitlements().spec(e).profile}});
       it = rolls_.erase(it);
       continue;
     }

@@ -412,7 +412,7 @@ json JobCalls::batch_json(const std::string& name, const JobSpec& spec) {
 
 Result<JobSpec> JobCalls::job_from_params(const json& p) const {
   TRY_ASSIGN(weft::JobSpec base, weft::parse_job_spec(p));  // the one job validator
-  auto id = model_.broker.entitlement(base.entitlement);
+  auto id = model_.broker.entitlements().named(base.entitlement);
   if (!id)
     return field_error("entitlement", "no entitlement named " + base.entitlement)
         .with_code(rpc::kNotFound);
@@ -424,7 +424,7 @@ Result<JobSpec> JobCalls::job_from_params(const json& p) const {
   if (ns.is_null()) ns = json::object();
   if (ns.is_object() && !ns.contains("network")) ns["network"] = "own";
   // What its tasks ask of the host, against what the entitlement grants (an admin's).
-  const TaskGrants& grants = model_.broker.entitlement_spec(*id).grants;
+  const TaskGrants& grants = model_.broker.entitlements().spec(*id).grants;
   TRY(check_port_grants(base.ports, grants, base.entitlement, "ports."));
   TRY_ASSIGN(TaskSpec task, parse_task_spec(task_run_params(base, base.name + ".0.0")));
   TRY(check_task_grants(task, grants, base.entitlement, cfg_.socket_group));

@@ -29,17 +29,16 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
     }
     if (m->removed) {
       m->removed = false;
-      record({now, info.id, "back", "registered again after machine rm"});
+      log_.record({now, info.id, "back", "registered again after machine rm"});
     }
     if (m->dead) {
       m->dead = false;
-      record({now, info.id, "back", "registered again"});
+      log_.record({now, info.id, "back", "registered again"});
     }
     m->info.port_first = info.port_first;
     m->info.port_last = info.port_last;
     m->info.reserved_ports = info.reserved_ports;
-    alloc_.set_port_range(m->id, info.port_first, info.port_last);
-    alloc_.set_reserved_ports(m->id, info.reserved_ports);
+    alloc_.set_ports(m->id, info.port_first, info.port_last, info.reserved_ports);
     refresh(*m);
     return m->id;
   }
@@ -47,7 +46,7 @@ Result<MachineId> Broker::register_machine(const MachineInfo& info, uint64_t now
   m.info = info;
   m.id = alloc_.add_machine(
       {info.id, info.dc, info.domain, info.type, info.capacity, info.port_first, info.port_last});
-  alloc_.set_reserved_ports(m.id, info.reserved_ports);
+  alloc_.set_ports(m.id, info.port_first, info.port_last, info.reserved_ports);
   beat(m, now);
   by_index_.resize(m.id + 1);
   by_index_[m.id] = info.id;
@@ -65,7 +64,7 @@ Status Broker::heartbeat(const std::string& machine, uint64_t now) {
   m->removed = false;
   if (m->dead) {
     m->dead = false;
-    record({now, machine, "back", "heartbeats resumed"});
+    log_.record({now, machine, "back", "heartbeats resumed"});
   }
   refresh(*m);
   return {};
@@ -82,7 +81,7 @@ Status Broker::health(const std::string& machine, const std::string& verdict, ui
   if (!m) return field_error("machine", "unknown machine " + machine);
   now_ = std::max(now_, now);
   if (verdict == "failed" && m->verdict != "failed")
-    record({now, machine, "failed", "HCS verdict failed"});
+    log_.record({now, machine, "failed", "HCS verdict failed"});
   m->verdict = verdict;
   refresh(*m);
   return {};
@@ -110,55 +109,15 @@ Status Broker::drain(const std::string& machine, bool drained, uint64_t now) {
   Machine* m = get(machine);
   if (!m) return field_error("machine", "unknown machine " + machine);
   if (m->drained != drained)
-    record({now, machine, drained ? "drain" : "back", drained ? "drained" : "undrained"});
+    log_.record({now, machine, drained ? "drain" : "back", drained ? "drained" : "undrained"});
   m->drained = drained;
   refresh(*m);
   return {};
 }
 
-Result<EntitlementId> Broker::create_entitlement(const EntitlementSpec& spec) {
-  if (spec.name.empty()) return field_error("name", "an entitlement needs a name");
-  if (spec.quota < 1) return field_error("quota", "must be at least 1 machine");
-  if (entitlement(spec.name)) return field_error("name", "entitlement " + spec.name + " exists");
-  // Never an id an entitlement removed in this process's life had: what was recorded
-  // under it (the output of its ended tasks) must not pass to a new one.
-  auto id = static_cast<EntitlementId>(ents_.empty() ? 1 : ents_.rbegin()->first + 1);
-  id = std::max(id, next_entitlement_id_);
-  next_entitlement_id_ = id + 1;
-  ents_[id] = spec;
-  alloc_.set_quota(id, spec.quota);
-  return id;
-}
-
-void Broker::forget_entitlement(EntitlementId id) {
-  ents_.erase(id);
-  alloc_.set_quota(id, 0);
-}
-
-TaskGrants Broker::set_grants(EntitlementId id, TaskGrants grants) {
-  std::swap(ents_.at(id).grants, grants);
-  return grants;
-}
-
-std::vector<std::string> Broker::set_owners(EntitlementId id, std::vector<std::string> owners) {
-  std::swap(ents_.at(id).owners, owners);
-  return owners;
-}
-
-void Broker::restore_entitlement(EntitlementId id, const EntitlementSpec& spec) {
-  ents_[id] = spec;
-  alloc_.set_quota(id, spec.quota);
-}
-
 Broker::Persisted Broker::persisted(MachineId id) const {
   const Machine& m = machines_.at(by_index_.at(id));
   return Persisted{m.info, m.drained, m.applied_profile, m.removed};
-}
-
-std::optional<EntitlementId> Broker::entitlement(const std::string& name) const {
-  for (const auto& [id, e] : ents_)
-    if (e.name == name) return id;
-  return std::nullopt;
 }
 
 bool Broker::profile_ready(const Machine& m) const {
@@ -168,17 +127,6 @@ bool Broker::profile_ready(const Machine& m) const {
 
 bool Broker::profile_ready(MachineId id) const {
   return profile_ready(machines_.at(by_index_.at(id)));
-}
-
-size_t Broker::set_quota(EntitlementId id, size_t quota) {
-  std::swap(ents_.at(id).quota, quota);
-  alloc_.set_quota(id, ents_.at(id).quota);
-  return quota;
-}
-
-std::string Broker::set_profile(EntitlementId id, std::string profile) {
-  std::swap(ents_.at(id).profile, profile);
-  return profile;
 }
 
 std::string Broker::desired_profile(MachineId m) const {
@@ -259,7 +207,7 @@ uint64_t Broker::dead_after_us() const {
 void Broker::declare_dead(Machine& m, uint64_t now, const std::string& why,
                           std::vector<MachineId>* dead) {
   m.dead = true;
-  record({now, m.info.id, "dead", why});
+  log_.record({now, m.info.id, "dead", why});
   dead->push_back(m.id);
   refresh(m);
 }
@@ -363,7 +311,7 @@ void Broker::mark_unprepared(MachineId id, const std::string& why, uint64_t now)
   m.unprepared_profile = desired_profile(id);
   m.unprepared_reason = why;
   unprepared_.insert(id);
-  record({now, m.info.id, "unprepared", why});
+  log_.record({now, m.info.id, "unprepared", why});
   refresh(m);
 }
 
@@ -374,7 +322,7 @@ Status Broker::remove(const std::string& machine, uint64_t now, const char* left
   if (left_for) {  // it went to another control plane of the region, alive
     m->dead = true;
     m->removed = true;
-    record({now, machine, "removed", left_for});
+    log_.record({now, machine, "removed", left_for});
     refresh(*m);
     return {};
   }
@@ -383,7 +331,7 @@ Status Broker::remove(const std::string& machine, uint64_t now, const char* left
                                       ", not dead: only a machine that is gone is removed "
                                       "(stop its daemons, or drain it, first)");
   m->removed = true;
-  record({now, machine, "removed", "machine rm"});
+  log_.record({now, machine, "removed", "machine rm"});
   refresh(*m);
   return {};
 }
@@ -404,43 +352,18 @@ std::string Broker::unprepared_reason(MachineId id) const {
   return m.unprepared_until > now_ ? m.unprepared_reason : "";
 }
 
-std::vector<MachineId> Broker::take_ready() {
+std::vector<MachineId> Broker::take_ready(const std::set<MachineId>* moved) {
   // A machine that joined an entitlement after the last refresh is re-evaluated: it is
   // ready once its profile matches.
-  for (auto& [id, m] : machines_) refresh(m);
-  return take_ready_only();
-}
-
-std::vector<MachineId> Broker::take_ready(const std::set<MachineId>& moved) {
-  for (MachineId id : moved)
-    if (id < by_index_.size()) refresh(machines_.at(by_index_[id]));
-  return take_ready_only();
-}
-
-std::vector<MachineId> Broker::take_ready_only() {
+  if (!moved)
+    for (auto& [id, m] : machines_) refresh(m);
+  else
+    for (MachineId id : *moved)
+      if (id < by_index_.size()) refresh(machines_.at(by_index_[id]));
   auto out = std::exchange(ready_, {});
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
-}
-
-void Broker::record(Unavailability e) {
-  events_.push_back(std::move(e));
-  unsaved_ = std::min(unsaved_ + 1, kMaxEvents);
-  if (events_.size() > kMaxEvents) events_.pop_front();
-}
-
-std::vector<Unavailability> Broker::take_new_events() {
-  std::vector<Unavailability> out(events_.end() - static_cast<std::ptrdiff_t>(unsaved_),
-                                  events_.end());
-  unsaved_ = 0;
-  return out;
-}
-
-void Broker::restore_events(std::vector<Unavailability> events) {
-  events_.assign(events.begin(), events.end());
-  while (events_.size() > kMaxEvents) events_.pop_front();
-  unsaved_ = 0;
 }
 
 }  // namespace weft::cp

@@ -20,7 +20,8 @@
 #include <vector>
 
 #include "common/result.h"
-#include "common/task_grants.h"
+#include "controlplane/entitlements/entitlement_table.h"
+#include "controlplane/machines/unavailability_log.h"
 #include "controlplane/scheduling/allocator.h"
 
 namespace weft::cp {
@@ -32,27 +33,6 @@ struct MachineInfo {
   uint16_t port_first = 20000, port_last = 32767;  // the agent's port_range
   // The machine's own ports (its listeners, weft's, its reserved_ports): no task's.
   std::vector<uint16_t> reserved_ports;
-};
-
-struct EntitlementSpec {
-  std::string name;
-  size_t quota = 0;     // machines
-  std::string profile;  // host profile its machines run ("" = the default)
-  std::string dc;       // "" = any
-  // Who may change its jobs besides admins: principal patterns (controlplane/api/access.h).
-  std::vector<std::string> owners;
-  // What its jobs' tasks may ask of the host beyond the restricted default
-  // (common/task_grants.h, docs/security.md); set by admins.
-  TaskGrants grants;
-  // `weftctl rebalance pause`: the ReBalancer makes no moves in it (docs/rebalancer.md).
-  bool rebalance_paused = false;
-};
-
-struct Unavailability {
-  uint64_t at_us = 0;
-  std::string machine;
-  std::string kind;  // "dead", "failed", "drain", "back"
-  std::string detail;
 };
 
 struct BrokerConfig {
@@ -72,7 +52,7 @@ struct BrokerConfig {
 
 class Broker {
  public:
-  Broker(Allocator& alloc, BrokerConfig cfg = {}) : alloc_(alloc), cfg_(cfg) {}
+  Broker(Allocator& alloc, BrokerConfig cfg = {}) : alloc_(alloc), cfg_(cfg), ents_(alloc) {}
 
   // Idempotent: a machine registering again (agent restart) keeps its id and pool.
   Result<MachineId> register_machine(const MachineInfo& info, uint64_t now_us);
@@ -83,19 +63,9 @@ class Broker {
   Status profile_applied(const std::string& machine, const std::string& profile);
   Status drain(const std::string& machine, bool drained, uint64_t now_us);
 
-  Result<EntitlementId> create_entitlement(const EntitlementSpec& spec);
-  // Undoes a create whose write failed (nothing can use it yet).
-  void forget_entitlement(EntitlementId id);
-  // Replaces an entitlement's owners; returns the previous ones (to undo a failed write).
-  std::vector<std::string> set_owners(EntitlementId id, std::vector<std::string> owners);
-  TaskGrants set_grants(EntitlementId id, TaskGrants grants);  // returns the grants before
-  // entitlement.update --quota / --profile (the caller checked them); return the value
-  // before, to undo a failed write.
-  size_t set_quota(EntitlementId id, size_t quota);
-  std::string set_profile(EntitlementId id, std::string profile);
-  bool set_rebalance_paused(EntitlementId id, bool paused) {
-    return std::exchange(ents_.at(id).rebalance_paused, paused);
-  }
+  // Its entitlements (entitlements/entitlement_table.h): what a machine's profile is.
+  EntitlementTable& entitlements() { return ents_; }
+  const EntitlementTable& entitlements() const { return ents_; }
   // A profile roll (entitlement.update --profile): machines held at `profile` keep it as
   // their desired one until released, a few at a time.
   void hold_profile(MachineId m, std::string profile) { held_profile_[m] = std::move(profile); }
@@ -103,9 +73,6 @@ class Broker {
   bool profile_held(MachineId m) const { return held_profile_.count(m) > 0; }
   // Applied what it should run now (or it may run any).
   bool profile_ready(MachineId m) const;
-  // After a restart: the entitlement as it was stored, with its id.
-  void restore_entitlement(EntitlementId id, const EntitlementSpec& spec);
-  const std::map<EntitlementId, EntitlementSpec>& entitlements() const { return ents_; }
   // What the store keeps of a machine.
   struct Persisted {
     MachineInfo info;
@@ -115,8 +82,6 @@ class Broker {
     bool pinned = false;  // the allocator's (machine.assign); filled in by the daemon
   };
   Persisted persisted(MachineId m) const;
-  std::optional<EntitlementId> entitlement(const std::string& name) const;
-  const EntitlementSpec& entitlement_spec(EntitlementId e) const { return ents_.at(e); }
   // The profile a machine should run now (its entitlement's), for sidekick.
   std::string desired_profile(MachineId m) const;
 
@@ -158,24 +123,19 @@ class Broker {
   void set_removed(MachineId m, bool removed);
   bool removed(MachineId m) const;
   // Machines that became usable again (profile applied, back alive) since the last call:
-  // the scheduler may start what waited for them.
-  std::vector<MachineId> take_ready();
-  // The same when only `moved` (machines whose entitlement changed) and machines whose
-  // own reports changed them need a look: no scan of the fleet.
-  std::vector<MachineId> take_ready(const std::set<MachineId>& moved);
+  // the scheduler may start what waited for them. With `moved` (machines whose
+  // entitlement changed) only those and machines whose own reports changed them get a
+  // look: no scan of the fleet.
+  std::vector<MachineId> take_ready(const std::set<MachineId>* moved = nullptr);
 
   std::optional<MachineId> find(const std::string& machine) const;
   // Alive and its HCS verdict ok or degraded, drained or not (what planned maintenance
   // waits for before it returns a machine to service).
   bool healthy(MachineId m) const;
   bool usable(MachineId m) const;
-  // The latest unavailability events, oldest first (at most kMaxEvents).
-  const std::deque<Unavailability>& events() const { return events_; }
-  static constexpr size_t kMaxEvents = 10000;
-  // Events recorded since the last call: what the daemon must persist.
-  std::vector<Unavailability> take_new_events();
-  // After a restart: the stored events, oldest first, instead of any the restore made.
-  void restore_events(std::vector<Unavailability> events);
+  // The machines' unavailability events (unavailability_log.h).
+  UnavailabilityLog& unavailability() { return log_; }
+  const UnavailabilityLog& unavailability() const { return log_; }
   std::string state_of(MachineId m)
       const;  // "ok", "degraded", "failed", "dead", "drained", "preparing", "unprepared"
   // HCS's last verdict of machine m ("unknown" until one came).
@@ -199,7 +159,6 @@ class Broker {
   uint64_t dead_after_us() const;
   // Marks `m` dead at `now` for `why` (an unavailability event) and appends it to `dead`.
   void declare_dead(Machine& m, uint64_t now, const std::string& why, std::vector<MachineId>* dead);
-  std::vector<MachineId> take_ready_only();
   bool profile_ready(
       const Machine& m) const;  // pushes usability to the allocator, notes transitions
   Machine* get(const std::string& machine);
@@ -208,8 +167,7 @@ class Broker {
   BrokerConfig cfg_;
   std::map<std::string, Machine> machines_;  // by machine id
   std::vector<std::string> by_index_;        // MachineId -> machine id
-  std::map<EntitlementId, EntitlementSpec> ents_;
-  EntitlementId next_entitlement_id_ = 1;
+  EntitlementTable ents_;
   std::map<MachineId, std::string> held_profile_;  // hold_profile
   std::map<MachineId, bool> was_usable_;
   std::map<MachineId, uint64_t> preparing_;           // machines preparing, and since when
@@ -223,9 +181,7 @@ class Broker {
   // expect(): the machine, when it was expected from, and until when.
   std::map<MachineId, std::pair<uint64_t, uint64_t>> expected_;
   std::vector<MachineId> failed_, ready_;
-  void record(Unavailability e);
-  std::deque<Unavailability> events_;
-  size_t unsaved_ = 0;  // events at the end of events_ not yet taken
+  UnavailabilityLog log_;
 };
 
 }  // namespace weft::cp

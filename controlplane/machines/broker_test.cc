@@ -38,7 +38,7 @@ TEST(Broker, RegisterHeartbeatsAndDeath) {
   EXPECT_TRUE(b.take_failed().empty());   // not twice through the other door
   ASSERT_TRUE(b.heartbeat("host1", 31 * kS).ok());
   EXPECT_TRUE(b.usable(*m));
-  EXPECT_EQ(b.events().back().kind, "back");
+  EXPECT_EQ(b.unavailability().all().back().kind, "back");
   EXPECT_FALSE(b.heartbeat("nobody", 0).ok());
   EXPECT_EQ(b.register_machine(MachineInfo{"x", "", "", "", {0, 1}}, 0).error().field, "capacity");
 }
@@ -60,7 +60,7 @@ TEST(Broker, MachinesHaveTheFailoverGraceAfterARestore) {
   ASSERT_TRUE(b.heartbeat("late", 158 * kS).ok());  // after 58 s of backoff
   // The grace is over: the machine never heard from since the restore is dead, once.
   EXPECT_EQ(b.check(160 * kS), std::vector<MachineId>{gone});
-  EXPECT_EQ(b.events().back().detail, "not back after the control plane's restart");
+  EXPECT_EQ(b.unavailability().all().back().detail, "not back after the control plane's restart");
   EXPECT_NE(b.state_of(late), "dead");
   // "late" is judged by its own heartbeats now.
   EXPECT_TRUE(b.check(161 * kS).empty());
@@ -122,7 +122,7 @@ TEST(Broker, AFailedVerdictWhileNotUsableYetLosesTheMachinesTasks) {
   Allocator a2;
   Broker b2(a2, BrokerConfig{1 * kS, 3});
   MachineId p = *b2.register_machine(info("p", "r1"), 0);
-  auto e = b2.create_entitlement({"db", 1, "db-profile", "", {}, {}});
+  auto e = b2.entitlements().create({"db", 1, "db-profile", "", {}, {}});
   ASSERT_TRUE(e.ok());
   ASSERT_TRUE(b2.health("p", "ok", 1).ok());
   ASSERT_TRUE(a2.assign(p, *e).ok());
@@ -262,13 +262,13 @@ TEST(Broker, HealthVerdictsAndDrain) {
   ASSERT_TRUE(b.health("h", "failed", 1).ok());
   EXPECT_FALSE(b.usable(m));
   EXPECT_EQ(b.take_failed(), std::vector<MachineId>{m});
-  EXPECT_EQ(b.events().back().kind, "failed");
+  EXPECT_EQ(b.unavailability().all().back().kind, "failed");
   EXPECT_EQ(b.health("h", "bogus", 1).error().field, "verdict");
   ASSERT_TRUE(b.health("h", "ok", 2).ok());
   ASSERT_TRUE(b.drain("h", true, 3).ok());
   EXPECT_FALSE(b.usable(m));
   EXPECT_EQ(b.state_of(m), "drained");
-  EXPECT_EQ(b.events().back().kind, "drain");
+  EXPECT_EQ(b.unavailability().all().back().kind, "drain");
 }
 
 TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
@@ -279,10 +279,10 @@ TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
     ASSERT_TRUE(b.register_machine(info(id, "r" + std::to_string(i)), 0).ok());
     ASSERT_TRUE(b.health(id, "ok", 0).ok());
   }
-  auto e = b.create_entitlement({"web", 2, "web", ""});
+  auto e = b.entitlements().create({"web", 2, "web", ""});
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(b.create_entitlement({"web", 1, "", ""}).error().field, "name");
-  EXPECT_EQ(b.create_entitlement({"x", 0, "", ""}).error().field, "quota");
+  EXPECT_EQ(b.entitlements().create({"web", 1, "", ""}).error().field, "name");
+  EXPECT_EQ(b.entitlements().create({"x", 0, "", ""}).error().field, "quota");
 
   Scheduler s(a);
   s.placer().set_ready_check(
@@ -329,7 +329,7 @@ TEST(Broker, AMachineThatDoesNotPrepareInTimeIsMarkedAndItsTasksMove) {
     ASSERT_TRUE(b.register_machine(info(id, "r" + std::to_string(i)), 0).ok());
     ASSERT_TRUE(b.health(id, "ok", 0).ok());
   }
-  auto e = b.create_entitlement({"web", 2, "web", ""});
+  auto e = b.entitlements().create({"web", 2, "web", ""});
   ASSERT_TRUE(e.ok());
   Scheduler s(a);
   s.placer().set_ready_check(
@@ -379,7 +379,7 @@ TEST(Broker, ProfileReportedBeforeAnyRefreshStillWakesTasks) {
   ASSERT_TRUE(b.register_machine(info("h0", "r0"), 0).ok());
   ASSERT_TRUE(b.health("h0", "ok", 0).ok());
   b.take_ready();  // usable as a free machine
-  auto e = b.create_entitlement({"web", 1, "web", ""});
+  auto e = b.entitlements().create({"web", 1, "web", ""});
   ASSERT_TRUE(e.ok());
   Scheduler s(a);
   s.placer().set_ready_check(
@@ -464,7 +464,7 @@ TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
   spec.name = "web";
   spec.quota = 3;
   spec.profile = "old";
-  auto e = b.create_entitlement(spec);
+  auto e = b.entitlements().create(spec);
   ASSERT_TRUE(e.ok());
   std::vector<MachineId> ms;
   for (int i = 0; i < 3; ++i) {
@@ -477,7 +477,7 @@ TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
     ms.push_back(*m);
   }
   ProfileRolls rolls(a, b);
-  b.set_profile(*e, "new");
+  b.entitlements().set_profile(*e, "new");
   rolls.start(*e, "old", 1);
   for (MachineId m : ms) EXPECT_EQ(b.desired_profile(m), "old");  // all held
   auto name = [&](MachineId m) { return b.persisted(m).info.id; };
@@ -498,7 +498,7 @@ TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
   EXPECT_EQ(rolls.status(*e, name), (json{{"done", true}}));
 
   // At pace 2 two go at once; forgetting the roll lets go of the rest.
-  b.set_profile(*e, "newer");
+  b.entitlements().set_profile(*e, "newer");
   rolls.start(*e, "new", 2);
   EXPECT_EQ(rolls.advance().size(), 2u);
   rolls.forget(*e);

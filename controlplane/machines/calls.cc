@@ -325,7 +325,7 @@ Result<json> MachineCalls::machine_show(const json& p, const CallContext&) {
   for (const auto& t : model_.sched.tasks().on(m)) tasks.push_back(task_json(t, model_.alloc));
   j["task_list"] = tasks;
   json events = json::array();
-  for (const auto& e : model_.broker.events())
+  for (const auto& e : model_.broker.unavailability().all())
     if (e.machine == j["machine"])
       events.push_back({{"at_us", e.at_us}, {"kind", e.kind}, {"detail", e.detail}});
   j["events"] = events;

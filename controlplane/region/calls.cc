@@ -3,6 +3,7 @@
 #include "common/log.h"
 
 #include "controlplane/region/lending_policy.h"
+#include "controlplane/region/region.h"
 
 namespace weft::cp {
 

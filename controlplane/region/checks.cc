@@ -1,6 +1,8 @@
 #include "controlplane/region/checks.h"
 
 #include "common/rpc/protocol.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/records.h"
 
 namespace weft::cp {
 

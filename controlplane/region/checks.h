@@ -18,7 +18,8 @@
 
 #include "common/event.h"
 #include "common/result.h"
-#include "controlplane/region/region.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/records.h"
 #include "controlplane/store/etcd_client.h"
 
 namespace weft::cp {

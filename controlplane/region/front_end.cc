@@ -12,6 +12,11 @@
 #include "common/rpc/endpoint.h"
 #include "common/rpc/protocol.h"
 #include "controlplane/maintenance/maintenance.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/prefix_watch.h"
+#include "controlplane/region/records.h"
+#include "controlplane/region/region.h"
+#include "controlplane/region/transactions.h"
 #include "controlplane/web/web_view.h"
 
 namespace weft::cp {

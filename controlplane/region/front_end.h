@@ -23,8 +23,9 @@
 #include "controlplane/api/access.h"
 #include "controlplane/api/cp_server.h"
 #include "controlplane/daemon/cp_conf.h"
+#include "controlplane/region/etcd_worker.h"
 #include "controlplane/region/move_driver.h"
-#include "controlplane/region/region.h"
+#include "controlplane/region/prefix_watch.h"
 #include "controlplane/tasks/exec_relay.h"
 
 namespace weft::cp {

@@ -5,6 +5,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/prefix_watch.h"
+#include "controlplane/region/records.h"
+#include "controlplane/region/transactions.h"
 
 namespace weft::cp {
 

@@ -39,6 +39,9 @@
 #include "common/result.h"
 #include "common/rpc/session.h"
 #include "controlplane/daemon/cp_conf.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/prefix_watch.h"
+#include "controlplane/region/records.h"
 #include "controlplane/region/region.h"
 
 namespace weft::cp {

@@ -43,7 +43,7 @@ std::vector<std::string> spare_machines(const Allocator& alloc, const Broker& br
 std::map<std::string, long> quota_shortfall(const Allocator& alloc, const Broker& broker) {
   std::map<std::string, long> need;
   for (const auto& [id, e] : broker.entitlements()) {
-    size_t have = alloc.quota_members(id);
+    size_t have = alloc.pool(id).quota_members;
     if (e.quota > have) need[e.dc] += static_cast<long>(e.quota - have);
   }
   std::map<std::string, long> free;

@@ -40,7 +40,7 @@ TEST(LendingPolicy, OnlyFreeEmptyMachinesInServiceAreLentOrGivenBack) {
   f.add("b", "dc1", "r1");
   f.add("c", "dc1", "r1");
   ASSERT_TRUE(f.broker.register_machine(info("d", "dc1", "r1"), 0).ok());  // no verdict yet
-  auto e = f.broker.create_entitlement({"web", 1, "", ""});
+  auto e = f.broker.entitlements().create({"web", 1, "", ""});
   ASSERT_TRUE(e.ok());
   ASSERT_TRUE(f.alloc.assign(a, *e).ok());                       // in an entitlement
   ASSERT_TRUE(f.broker.remove("c", 0, "lent to a shard").ok());  // gone, alive
@@ -66,8 +66,8 @@ TEST(LendingPolicy, AShortfallIsMetByItsOwnDatacentreFirstThenAnyAndTheRestIsSpa
   f.add("x1", "dc1", "r1");
   f.add("x2", "dc1", "r1");
   f.add("y1", "dc2", "r2");
-  ASSERT_TRUE(f.broker.create_entitlement({"pinned", 3, "", "dc1"}).ok());
-  ASSERT_TRUE(f.broker.create_entitlement({"anywhere", 1, "", ""}).ok());
+  ASSERT_TRUE(f.broker.entitlements().create({"pinned", 3, "", "dc1"}).ok());
+  ASSERT_TRUE(f.broker.entitlements().create({"anywhere", 1, "", ""}).ok());
   // dc1 wants 3 and has 2 free: 1 short; "any" wants 1 and takes dc2's free machine.
   auto need = quota_shortfall(f.alloc, f.broker);
   EXPECT_EQ(need["dc1"], 1);

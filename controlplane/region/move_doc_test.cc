@@ -166,7 +166,7 @@ TEST(ProfileRollMove, HeldWhileFencedAndGoesOnWhereItWasWhenTakenIn) {
     ASSERT_TRUE(broker.health(info.id, "ok", 0).ok());
     ids.push_back(*id);
   }
-  broker.restore_entitlement(1, EntitlementSpec{"web", 2, "new", "", {}, {}});
+  broker.entitlements().restore(1, EntitlementSpec{"web", 2, "new", "", {}, {}});
   for (MachineId m : ids) ASSERT_TRUE(alloc.assign(m, 1).ok());
   ProfileRolls rolls{alloc, broker};
   rolls.start(1, "old", 1);

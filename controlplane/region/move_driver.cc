@@ -6,6 +6,9 @@
 #include "common/log.h"
 #include "common/rpc/protocol.h"
 #include "common/strings.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/records.h"
+#include "controlplane/region/transactions.h"
 
 namespace weft::cp {
 

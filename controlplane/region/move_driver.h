@@ -29,7 +29,9 @@
 #include "common/event.h"
 #include "common/result.h"
 #include "controlplane/daemon/cp_conf.h"
-#include "controlplane/region/region.h"
+#include "controlplane/region/etcd_worker.h"
+#include "controlplane/region/records.h"
+#include "controlplane/region/transactions.h"
 
 namespace weft::cp {
 

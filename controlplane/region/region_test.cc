@@ -29,7 +29,9 @@
 #include "common/rpc/client.h"
 #include "common/strings.h"
 #include "common/tls.h"
+#include "controlplane/region/records.h"
 #include "controlplane/region/region.h"
+#include "controlplane/region/transactions.h"
 #include "testing/etcd_server.h"
 #include "testing/replica_harness.h"
 

@@ -1,4 +1,5 @@
 #include "controlplane/region/shard_moves.h"
+#include "controlplane/region/region.h"
 
 #include <algorithm>
 
@@ -6,7 +7,8 @@
 #include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/rpc/protocol.h"
-#include "controlplane/region/region.h"
+#include "controlplane/region/records.h"
+#include "controlplane/region/transactions.h"
 
 namespace weft::cp {
 
@@ -38,7 +40,7 @@ std::set<MachineId> EntitlementMoves::machines_of(EntitlementId e) const {
 
 MoveDoc EntitlementMoves::document(EntitlementId e, uint64_t now) const {
   MoveDoc d;
-  d.entitlement = broker_.entitlement_spec(e);
+  d.entitlement = broker_.entitlements().spec(e);
   Lending* lending = hooks_.lending();
   std::set<MachineId> mine;
   for (MachineId m : machines_of(e)) {
@@ -77,7 +79,7 @@ MoveDoc EntitlementMoves::document(EntitlementId e, uint64_t now) const {
 }
 
 Result<json> EntitlementMoves::out(const std::string& name, const std::string& to, uint64_t now) {
-  auto id = broker_.entitlement(name);
+  auto id = broker_.entitlements().named(name);
   if (!id)
     return field_error("entitlement", "no entitlement " + name + " on this shard")
         .with_code(rpc::kNotFound);
@@ -170,7 +172,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
   if (!hooks_.lending())
     return make_error("moving an entitlement needs the region's brokers ([region] brokers)")
         .with_code(rpc::kUnsupported);
-  if (auto old = broker_.entitlement(name)) {
+  if (auto old = broker_.entitlements().named(name)) {
     auto it = moving_.find(*old);
     if (it == moving_.end() || it->second.outgoing)
       return conflict("entitlement " + name + " is this shard's already");
@@ -186,7 +188,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
   }
   EntitlementSpec spec = d.entitlement;
   spec.quota = std::max<size_t>(spec.quota, 1);
-  TRY_ASSIGN(EntitlementId id, broker_.create_entitlement(spec));
+  TRY_ASSIGN(EntitlementId id, broker_.entitlements().create(spec));
   fence(id, true);  // before anything of it is here: nothing acts for it
   moving_[id] = {false, from, now};
   auto undo = [&](Error e) -> Error {
@@ -254,7 +256,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
 
 void EntitlementMoves::open(const std::string& name, uint64_t now, rpc::ReplyFn reply) {
   (void)now;
-  auto id = broker_.entitlement(name);
+  auto id = broker_.entitlements().named(name);
   if (!id)
     return reply(field_error("entitlement", "no entitlement " + name + " on this shard")
                      .with_code(rpc::kNotFound));
@@ -275,7 +277,7 @@ void EntitlementMoves::open(const std::string& name, uint64_t now, rpc::ReplyFn 
       [this, e, name, from, reply, count = names.size()](std::vector<std::string> held,
                                                          std::string why, bool retry) {
         auto at = moving_.find(e);
-        if (at == moving_.end() || at->second.outgoing || broker_.entitlement(name) != e)
+        if (at == moving_.end() || at->second.outgoing || broker_.entitlements().named(name) != e)
           return reply(conflict("the move of entitlement " + name + " changed meanwhile"));
         if (retry && held.size() < count)
           return reply(make_error("the machines' holder records were not all taken over: " + why)
@@ -306,14 +308,14 @@ Status EntitlementMoves::remove(EntitlementId e, const char* why) {
     TRY(hooks_.forget_machine(m, why));
     if (lending) lending->handed_over(machine);
   }
-  broker_.forget_entitlement(e);
+  broker_.entitlements().forget(e);
   fence(e, false);
   TRY(hooks_.delete_entitlement(e));
   return hooks_.persist(jobs, {});
 }
 
 Result<json> EntitlementMoves::forget(const std::string& name, const std::string& to) {
-  auto id = broker_.entitlement(name);
+  auto id = broker_.entitlements().named(name);
   if (!id) return json{{"entitlement", name}, {"forgotten", true}};
   auto it = moving_.find(*id);
   if (it != moving_.end() && !it->second.outgoing)
@@ -327,7 +329,7 @@ Result<json> EntitlementMoves::forget(const std::string& name, const std::string
 }
 
 Result<json> EntitlementMoves::drop(const std::string& name) {
-  auto id = broker_.entitlement(name);
+  auto id = broker_.entitlements().named(name);
   if (!id) return json{{"entitlement", name}, {"dropped", true}};
   auto it = moving_.find(*id);
   if (it == moving_.end() || it->second.outgoing)
@@ -340,7 +342,7 @@ Result<json> EntitlementMoves::drop(const std::string& name) {
 }
 
 Result<json> EntitlementMoves::unfence(const std::string& name) {
-  auto id = broker_.entitlement(name);
+  auto id = broker_.entitlements().named(name);
   if (!id)
     return field_error("entitlement", "no entitlement " + name + " on this shard")
         .with_code(rpc::kNotFound);
@@ -448,7 +450,7 @@ Status EntitlementMoves::load(uint64_t now) {
   const std::string& me = cfg_.region.shard;
   for (const auto& [name, read] : moves) {
     const MoveRecord& m = read.record;
-    auto id = broker_.entitlement(name);
+    auto id = broker_.entitlements().named(name);
     if (!id || (m.from != me && m.to != me)) continue;
     bool outgoing = m.from == me;
     if (outgoing && m.step == "release") {

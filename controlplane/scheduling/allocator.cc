@@ -23,29 +23,19 @@ MachineId Allocator::add_machine(const MachineSpec& spec) {
   m.domain = intern(spec.domain);
   m.dc = intern(spec.dc);
   m.type = intern(spec.type);
+  m.ports.set(spec.port_first, spec.port_last, {});
   machines_.push_back(std::move(m));
   auto id = static_cast<MachineId>(machines_.size() - 1);
   pool_insert(id);
   return id;
 }
 
-void Allocator::set_port_range(MachineId id, uint16_t first, uint16_t last) {
+void Allocator::set_ports(MachineId id, uint16_t first, uint16_t last,
+                          const std::vector<uint16_t>& reserved) {
   Machine& m = machines_.at(id);
-  if (m.spec.port_first == first && m.spec.port_last == last) return;
   m.spec.port_first = first;
   m.spec.port_last = last;
-  m.in_range = 0;
-  for (uint16_t p : m.ports) m.in_range += p >= first && p <= last;
-  m.reserved_in_range = 0;
-  for (uint16_t p : m.reserved) m.reserved_in_range += p >= first && p <= last && !m.ports.count(p);
-}
-
-void Allocator::set_reserved_ports(MachineId id, const std::vector<uint16_t>& ports) {
-  Machine& m = machines_.at(id);
-  m.reserved = std::unordered_set<uint16_t>(ports.begin(), ports.end());
-  m.reserved_in_range = 0;
-  for (uint16_t p : m.reserved)
-    m.reserved_in_range += p >= m.spec.port_first && p <= m.spec.port_last && !m.ports.count(p);
+  m.ports.set(first, last, reserved);
 }
 
 void Allocator::pool_insert(MachineId id) {
@@ -86,9 +76,10 @@ void Allocator::set_usable(MachineId id, bool healthy, bool profile_ready,
   m.ready = profile_ready;
 }
 
-size_t Allocator::quota_members(EntitlementId e) const {
+Allocator::PoolCount Allocator::pool(EntitlementId e) const {
   auto it = pools_.find(e);
-  return it == pools_.end() ? 0 : it->second.size - it->second.slotless;
+  if (it == pools_.end()) return {};
+  return {it->second.size, it->second.size - it->second.slotless};
 }
 
 Status Allocator::assign(MachineId id, EntitlementId e) {
@@ -104,11 +95,6 @@ Status Allocator::assign(MachineId id, EntitlementId e) {
   pool_insert(id);
   moved_.push_back(id);
   return {};
-}
-
-size_t Allocator::pool_size(EntitlementId e) const {
-  auto it = pools_.find(e);
-  return it == pools_.end() ? 0 : it->second.size;
 }
 
 bool Allocator::usable_for(const Machine& m, const Request&, uint32_t dc, uint32_t type) const {
@@ -148,7 +134,7 @@ void Allocator::place(const Request& r, size_t count, const std::vector<MachineI
     int n = t == taken.end() ? 0 : t->second;
     avail.cpu_milli -= r.per_task.cpu_milli * n;
     avail.mem_mb -= r.per_task.mem_mb * n;
-    return avail.fits(r.per_task) && ports_fit(m, r, n);
+    return avail.fits(r.per_task) && m.ports.fit(r.fixed_ports, r.dynamic_ports, n);
   };
   // One pass over a pool's domains (from its cursor), placing up to `per_domain` of
   // this job's tasks in each and up to `per_machine` on each machine. `capped` says
@@ -184,7 +170,8 @@ void Allocator::place(const Request& r, size_t count, const std::vector<MachineI
         if (k == bucket.size()) break;  // nothing more fits in this domain
         MachineId id = bucket[k];
         if (e == kFreePool && taken[id] == 0 && !r.opportunistic) {  // a guest joins nothing
-          if (quota_members(r.entitlement) + joined.size() >= quota) return res;  // at quota
+          if (this->pool(r.entitlement).quota_members + joined.size() >= quota)
+            return res;  // at quota
           joined.push_back(id);
         }
         ++taken[id];
@@ -338,7 +325,7 @@ Status Allocator::move_task_to(const std::string& job, int index, MachineId to) 
     return field_error("machine", m.spec.name + " cannot take the job's tasks now");
   if (!m.free.fits(h.req.per_task))
     return field_error("machine", m.spec.name + " has no room for the task");
-  if (!ports_fit(m, h.req, 0))
+  if (!m.ports.fit(h.req.fixed_ports, h.req.dynamic_ports, 0))
     return field_error("machine", m.spec.name + " lacks the ports the task needs");
   unhold(h, i);
   h.machines[i] = to;
@@ -403,15 +390,6 @@ Status Allocator::restore(const Request& r, const std::vector<MachineId>& machin
   return {};
 }
 
-void Allocator::claim_port(Machine& m, uint16_t port) {
-  if (m.ports.insert(port).second && port >= m.spec.port_first && port <= m.spec.port_last)
-    ++m.in_range;
-}
-
-void Allocator::free_port(Machine& m, uint16_t port) {
-  if (m.ports.erase(port) && port >= m.spec.port_first && port <= m.spec.port_last) --m.in_range;
-}
-
 std::string Allocator::ports_taken(const Request& r) const {
   if (r.fixed_ports.empty()) return "";
   // The machines the job could use (its entitlement's and the free pool's): how many
@@ -422,31 +400,13 @@ std::string Allocator::ports_taken(const Request& r) const {
     if (!m.healthy || !m.ready || (m.ent != r.entitlement && m.ent != kFreePool)) continue;
     ++usable;
     for (uint16_t p : r.fixed_ports)
-      if (m.ports.count(p) || m.reserved.count(p)) ++held[p];
+      if (m.ports.taken(p)) ++held[p];
   }
   std::string out;
   for (const auto& [port, n] : held)
     out += "; port " + std::to_string(port) + " is taken (by a task, or the machine's own) on " +
            std::to_string(n) + " of " + std::to_string(usable) + " machines it could use";
   return out + "; a fixed port allows one task of the job per machine";
-}
-
-bool Allocator::ports_fit(const Machine& m, const Request& r, int taken) {
-  if (!r.fixed_ports.empty()) {
-    if (taken > 0) return false;  // one claim of a port per machine
-    for (uint16_t p : r.fixed_ports)
-      if (m.ports.count(p) || m.reserved.count(p)) return false;
-  }
-  if (r.dynamic_ports > 0) {
-    if (m.spec.port_last < m.spec.port_first) return false;
-    int64_t range = int64_t{m.spec.port_last} - m.spec.port_first + 1;
-    // Fixed ports of r inside the range would be taken by the task itself.
-    int64_t own = 0;
-    for (uint16_t p : r.fixed_ports) own += p >= m.spec.port_first && p <= m.spec.port_last;
-    if (range - m.in_range - m.reserved_in_range - own < int64_t{r.dynamic_ports} * (taken + 1))
-      return false;
-  }
-  return true;
 }
 
 void Allocator::take_back(MachineId id) {
@@ -478,34 +438,21 @@ void Allocator::hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t
     ++m.guests;
   }
   if (i < h.evicted.size()) h.evicted[i] = false;
-  for (uint16_t p : h.req.fixed_ports) claim_port(m, p);
+  for (uint16_t p : h.req.fixed_ports) m.ports.claim(p);
   if (h.dynamic.size() <= i) h.dynamic.resize(i + 1);
   std::vector<uint16_t>& mine = h.dynamic[i];
   mine.clear();
   const size_t want = static_cast<size_t>(std::max(0, h.req.dynamic_ports));
   if (known && known->size() == want) {
     bool free = true;
-    for (uint16_t p : *known) free = free && p != 0 && !m.ports.count(p);
+    for (uint16_t p : *known) free = free && p != 0 && !m.ports.claimed(p);
     if (free) {
-      for (uint16_t p : *known) claim_port(m, p);
+      for (uint16_t p : *known) m.ports.claim(p);
       mine = *known;
       return;
     }
   }
-  if (want == 0 || m.spec.port_last < m.spec.port_first) return;
-  // Taken in turn from where the last search stopped: a port just let go is the last to
-  // be handed out again (a client of the old task may still try it).
-  const uint32_t span = uint32_t{m.spec.port_last} - m.spec.port_first + 1;
-  uint32_t at = m.next_port >= m.spec.port_first && m.next_port <= m.spec.port_last
-                    ? m.next_port - m.spec.port_first
-                    : 0;
-  for (uint32_t tried = 0; tried < span && mine.size() < want; ++tried, at = (at + 1) % span) {
-    auto p = static_cast<uint16_t>(m.spec.port_first + at);
-    if (m.ports.count(p) || m.reserved.count(p)) continue;
-    claim_port(m, p);
-    mine.push_back(p);
-  }
-  m.next_port = static_cast<uint16_t>(m.spec.port_first + at);
+  mine = m.ports.take(want);
 }
 
 void Allocator::unhold(Held& h, size_t i) {
@@ -521,9 +468,9 @@ void Allocator::unhold(Held& h, size_t i) {
     m.guest.mem_mb -= h.req.per_task.mem_mb;
     --m.guests;
   }
-  for (uint16_t p : h.req.fixed_ports) free_port(m, p);
+  for (uint16_t p : h.req.fixed_ports) m.ports.release(p);
   if (i < h.dynamic.size()) {
-    for (uint16_t p : h.dynamic[i]) free_port(m, p);
+    for (uint16_t p : h.dynamic[i]) m.ports.release(p);
     h.dynamic[i].clear();
   }
 }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "controlplane/scheduling/machine_ports.h"
 
 namespace weft::cp {
 
@@ -105,12 +106,10 @@ class Allocator {
   // Machines join the free pool, healthy and ready.
   MachineId add_machine(const MachineSpec& spec);
   const MachineSpec& spec(MachineId m) const { return machines_.at(m).spec; }
-  // The machine's agent registered again with another port_range: new ports come from
-  // it (ports held keep their numbers).
-  void set_port_range(MachineId m, uint16_t first, uint16_t last);
-  // The machine's own ports (its agent's registration): no fixed port is placed on them
-  // and none of the range is handed out; what a task holds already stays its own.
-  void set_reserved_ports(MachineId m, const std::vector<uint16_t>& ports);
+  // The machine's agent registered (again): its port_range, where new ports come from
+  // (ports held keep their numbers), and its own ports, on which no fixed port is placed
+  // and none of the range is handed out (what a task holds already stays its own).
+  void set_ports(MachineId m, uint16_t first, uint16_t last, const std::vector<uint16_t>& reserved);
   size_t machine_count() const { return machines_.size(); }
 
   // A machine that is unhealthy (HCS verdict, missed heartbeats) or whose entitlement
@@ -159,7 +158,7 @@ class Allocator {
   std::vector<std::vector<uint16_t>> dynamic_ports(const std::string& job) const;
   std::vector<uint16_t> dynamic_ports(const std::string& job, int index) const;
   // Whether machine m holds a claim of `port` (fixed or taken from its range).
-  bool port_held(MachineId m, uint16_t port) const { return machines_.at(m).ports.count(port); }
+  bool port_held(MachineId m, uint16_t port) const { return machines_.at(m).ports.claimed(port); }
   // Re-establishes a placement read back from the store after a restart, holding its
   // resources without placing anything anew; `dynamic` (per index, optional) the ports
   // its tasks had (an index without them, or whose ports another claim holds now, gets
@@ -180,9 +179,12 @@ class Allocator {
       pinned_.erase(m);
   }
   bool pinned(MachineId m) const { return pinned_.count(m) > 0; }
-  size_t pool_size(EntitlementId e) const;
-  // The machines that count against an entitlement's quota: those holding a slot.
-  size_t quota_members(EntitlementId e) const;
+  // How many machines an entitlement's pool has, and how many of them count against its
+  // quota (those holding a slot).
+  struct PoolCount {
+    size_t machines = 0, quota_members = 0;
+  };
+  PoolCount pool(EntitlementId e) const;
   // An entitlement's quota in machines: placement takes free machines only up to it.
   void set_quota(EntitlementId e, size_t machines) { quotas_[e] = machines; }
   // How many more machines the entitlement may take from the free pool (SIZE_MAX: no
@@ -190,7 +192,7 @@ class Allocator {
   size_t room(EntitlementId e) const {
     auto q = quotas_.find(e);
     if (q == quotas_.end()) return SIZE_MAX;
-    size_t members = quota_members(e);
+    size_t members = pool(e).quota_members;
     return q->second > members ? q->second - members : 0;
   }
 
@@ -209,11 +211,7 @@ class Allocator {
     // take back.
     Resources guest;
     int guests = 0;
-    std::unordered_set<uint16_t> ports;     // claimed: fixed ports and ones from the range
-    std::unordered_set<uint16_t> reserved;  // the machine's own (set_reserved_ports)
-    uint32_t reserved_in_range = 0;
-    uint32_t in_range = 0;   // how many of those are in the range
-    uint16_t next_port = 0;  // where the next search of the range starts
+    MachinePorts ports;
     bool healthy = true, ready = true, holds_slot = true;
   };
   struct Pool {
@@ -242,11 +240,6 @@ class Allocator {
   void hold(Held& h, size_t i, MachineId id, const std::vector<uint16_t>* known = nullptr);
   // Lets go of what task i of h holds on h.machines[i].
   void unhold(Held& h, size_t i);
-  void claim_port(Machine& m, uint16_t port);
-  void free_port(Machine& m, uint16_t port);
-  // Whether m can take one more task of r when `taken` of them are placed there already
-  // by the same call: its fixed ports free, and enough of its range.
-  static bool ports_fit(const Machine& m, const Request& r, int taken);
   // Why a job with fixed ports did not fit, for its error: which of them are taken.
   std::string ports_taken(const Request& r) const;
   // Places `count` more tasks of `r` into *out, spreading against `staying` (the

@@ -75,8 +75,8 @@ TEST(Allocator, PackedJobsStackInTheEntitlementBeforeTakingFreeMachines) {
   ASSERT_TRUE(q.ok());
   ASSERT_EQ(q->joined.size(), 1u);
   EXPECT_EQ(a.entitlement_of(q->joined[0]), 1u);
-  EXPECT_EQ(a.pool_size(1), 2u);
-  EXPECT_EQ(a.pool_size(kFreePool), 6u);
+  EXPECT_EQ(a.pool(1).machines, 2u);
+  EXPECT_EQ(a.pool(kFreePool).machines, 6u);
 }
 
 // The entitlement starts small, as it does in a real fleet: a spread job does not stack
@@ -127,19 +127,19 @@ TEST(Allocator, ADeadMachineDoesNotHoldItsQuotaSlot) {
   a.set_quota(1, 2);
   auto p = a.allocate(job("w", 2, 4000));  // two whole machines: the quota
   ASSERT_TRUE(p.ok()) << p.error().str();
-  EXPECT_EQ(a.quota_members(1), 2u);
+  EXPECT_EQ(a.pool(1).quota_members, 2u);
   MachineId dead = p->machines[0];
   a.set_usable(dead, /*healthy=*/false, true);
-  EXPECT_EQ(a.quota_members(1), 1u);
+  EXPECT_EQ(a.pool(1).quota_members, 1u);
   auto q = a.move_tasks("w", {0});
   ASSERT_TRUE(q.ok()) << q.error().str();
   EXPECT_NE(q->machines[0], dead);
-  EXPECT_EQ(a.quota_members(1), 2u);
+  EXPECT_EQ(a.pool(1).quota_members, 2u);
   // Healthy again and empty: the entitlement has one machine over its quota, and
   // shrink gives it back.
   a.set_usable(dead, true, true);
   EXPECT_EQ(a.shrink(1), std::vector<MachineId>{dead});
-  EXPECT_EQ(a.quota_members(1), 2u);
+  EXPECT_EQ(a.pool(1).quota_members, 2u);
 }
 
 TEST(Allocator, HardConstraintsFilter) {
@@ -209,14 +209,14 @@ TEST(Allocator, ReleaseShrinkAndAssign) {
   auto p = a.allocate(job("w", 3, 4000));  // one machine each, all joined
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->joined.size(), 3u);
-  EXPECT_EQ(a.pool_size(1), 3u);
+  EXPECT_EQ(a.pool(1).machines, 3u);
   EXPECT_FALSE(a.assign(p->machines[0], kFreePool).ok());  // still runs a task
   EXPECT_EQ(a.shrink(1).size(), 0u);
   auto empty = a.release("w");
   EXPECT_EQ(empty.size(), 3u);
   EXPECT_EQ(a.shrink(1).size(), 3u);  // the entitlement gives its empty machines back
-  EXPECT_EQ(a.pool_size(1), 0u);
-  EXPECT_EQ(a.pool_size(kFreePool), 3u);
+  EXPECT_EQ(a.pool(1).machines, 0u);
+  EXPECT_EQ(a.pool(kFreePool).machines, 3u);
   EXPECT_TRUE(a.release("w").empty());  // releasing twice is harmless
 }
 
@@ -297,9 +297,9 @@ TEST(Allocator, QuotaCapsFreeMachinesTaken) {
   a.set_quota(1, 2);
   auto p = a.allocate(job("w", 4, 4000));  // needs 4 whole machines, quota is 2
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(a.pool_size(1), 0u);
+  EXPECT_EQ(a.pool(1).machines, 0u);
   EXPECT_TRUE(a.allocate(job("w", 2, 4000)).ok());
-  EXPECT_EQ(a.pool_size(1), 2u);
+  EXPECT_EQ(a.pool(1).machines, 2u);
   EXPECT_FALSE(a.allocate(job("x", 1, 1000)).ok());  // full machines, no more quota
   a.set_quota(1, 3);
   EXPECT_TRUE(a.allocate(job("x", 1, 1000)).ok());

@@ -88,8 +88,8 @@ TEST_F(Batch, AnOpportunisticJobRunsOnIdleRoomAndIsTakenBackWithItsNotice) {
   auto started = sched_.create(guest, 0);
   ASSERT_TRUE(started.ok()) << started.error().str();
   apply(*started);
-  ASSERT_EQ(live("crunch"), 8);        // every machine of entitlement 1 full of guests
-  EXPECT_EQ(alloc_.pool_size(2), 0u);  // nothing joined the guest's entitlement
+  ASSERT_EQ(live("crunch"), 8);            // every machine of entitlement 1 full of guests
+  EXPECT_EQ(alloc_.pool(2).machines, 0u);  // nothing joined the guest's entitlement
   for (MachineId m : ids_) EXPECT_EQ(alloc_.free(m).cpu_milli, 0);
 
   // The owner's job takes back one guest's room; its own task starts at once.

@@ -401,7 +401,7 @@ TEST_F(Sched, ScaleAndStop) {
   EXPECT_EQ(live("web").size(), 3u);
   // The scale-down emptied two machines: the entitlement gives them back (Fig. 7), with
   // the sixth, which never held a task.
-  EXPECT_EQ(alloc_.pool_size(1), 3u);
+  EXPECT_EQ(alloc_.pool(1).machines, 3u);
   auto st = sched_.stop("web", 5);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(count_kind(*st, Command::Kind::kStop), 3);
@@ -409,7 +409,7 @@ TEST_F(Sched, ScaleAndStop) {
   for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 6);
   EXPECT_FALSE(sched_.job("web"));                            // gone once every task stopped
   for (MachineId m : ids_) EXPECT_EQ(alloc_.tasks_on(m), 0);  // resources released
-  EXPECT_EQ(alloc_.pool_size(1), 0u);  // and every machine is back in the free pool
+  EXPECT_EQ(alloc_.pool(1).machines, 0u);  // and every machine is back in the free pool
 }
 
 // A drain is make-before-break: the drained machine's task keeps running until its

@@ -72,10 +72,10 @@ Result<bool> EtcdStore::empty() {
 Status EtcdStore::begin() {
   if (!batch_) {
     ops_.clear();
-    undo_.clear();
+    tasks_.forget();
   }
   mark_ = ops_.size();
-  undo_mark_ = undo_.size();
+  tasks_.mark();
   open_ = true;
   return {};
 }
@@ -87,40 +87,8 @@ Status EtcdStore::commit() {
 
 void EtcdStore::rollback() {
   ops_.resize(mark_);
-  // The task rows this write changed, as they were.
-  while (undo_.size() > undo_mark_) {
-    Undo u = std::move(undo_.back());
-    undo_.pop_back();
-    auto& rows = tasks_[u.job][u.bucket];
-    if (u.old)
-      rows[u.id] = std::move(*u.old);
-    else
-      rows.erase(u.id);
-  }
+  tasks_.undo();  // the task rows this write changed, as they were
   open_ = false;
-}
-
-std::string EtcdStore::bucket_value(const std::string& bucket_key) const {
-  // "<prefix>state/tasks/<job>/<bucket>"
-  std::string rest = bucket_key.substr(key("state/tasks/").size());
-  size_t slash = rest.rfind('/');
-  auto jt = tasks_.find(rest.substr(0, slash));
-  if (jt == tasks_.end()) return {};
-  auto bt = jt->second.find(std::atoi(rest.c_str() + slash + 1));
-  if (bt == jt->second.end() || bt->second.empty()) return {};
-  size_t size = 2;
-  for (const auto& [id, row] : bt->second) size += id.size() + row.size() + 4;
-  std::string out;
-  out.reserve(size);
-  out += '{';
-  for (const auto& [id, row] : bt->second) {
-    if (out.size() > 1) out += ',';
-    out += json(id).dump();  // an id is a job's name and a number: escaped as JSON
-    out += ':';
-    out += row;
-  }
-  out += '}';
-  return out;
 }
 
 Status EtcdStore::open_batch() {
@@ -140,7 +108,7 @@ void EtcdStore::abandon_batch() {
   batch_ = false;
   open_ = false;
   ops_.clear();
-  undo_.clear();  // the daemon writes what it holds again
+  tasks_.forget();  // the daemon writes what it holds again
 }
 
 Status EtcdStore::add(Op op) {
@@ -229,7 +197,7 @@ std::vector<std::vector<Op>> EtcdStore::take_transactions() {
   std::vector<std::vector<Op>> out;
   std::vector<Op> ops = std::exchange(ops_, {});
   mark_ = 0;
-  undo_.clear();
+  tasks_.forget();
   if (ops.empty()) return out;
   // A tasks bucket's value is its rows as they are now (the last write of the group
   // wins anyway); a bucket left empty is deleted.
@@ -247,7 +215,10 @@ std::vector<std::vector<Op>> EtcdStore::take_transactions() {
     }
     auto m = made.find(op.key);
     if (m != made.end() && m->second.second == deletes) continue;  // written already
-    if (m == made.end()) m = made.emplace(op.key, std::pair{bucket_value(op.key), deletes}).first;
+    if (m == made.end())
+      m = made.emplace(op.key,
+                       std::pair{tasks_.value(op.key.substr(key("state/tasks/").size())), deletes})
+              .first;
     m->second.second = deletes;
     if (m->second.first.empty())
       op.kind = Op::Kind::kDelete;
@@ -323,7 +294,7 @@ void EtcdStore::commit_batch_async(EventLoop& loop, std::function<void(Status)> 
   batch_ = false;
   if (fenced_out_) {
     ops_.clear();
-    undo_.clear();
+    tasks_.forget();
     return done(make_error("this control plane no longer leads"));
   }
   if (!committer_) {
@@ -415,33 +386,10 @@ Status EtcdStore::put_job(const Scheduler::PersistedJob& j, const std::optional<
 }
 
 Status EtcdStore::delete_job(const std::string& name) {
-  if (auto it = tasks_.find(name); it != tasks_.end()) {
-    for (auto& [bucket, rows] : it->second)
-      for (auto& [id, row] : rows) undo_.push_back({name, bucket, id, std::move(row)});
-    tasks_.erase(it);
-  }
+  tasks_.erase_job(name);
   TRY(add({Op::Kind::kDelete, key("state/jobs/" + name), {}, {}, 0}));
   std::string tasks = key("state/tasks/" + name + "/");
   return add({Op::Kind::kDeleteRange, tasks, {}, etcd::prefix_end(tasks), 0});
-}
-
-std::string EtcdStore::bucket_key(const std::string& job, int bucket) const {
-  char b[16];
-  std::snprintf(b, sizeof b, "%06d", bucket);
-  return key("state/tasks/" + job + "/" + b);
-}
-
-void EtcdStore::set_row(const std::string& job, int bucket, const std::string& id,
-                        std::optional<std::string> row) {
-  auto& rows = tasks_[job][bucket];
-  auto it = rows.find(id);
-  std::optional<std::string> old;
-  if (it != rows.end()) old = std::move(it->second);
-  if (row)
-    rows[id] = std::move(*row);
-  else if (it != rows.end())
-    rows.erase(it);
-  undo_.push_back({job, bucket, id, std::move(old)});
 }
 
 Status EtcdStore::put_task(const TaskRecord& t) {
@@ -469,25 +417,20 @@ Status EtcdStore::put_task(const TaskRecord& t) {
     row += task_ports_json(t.ports).dump();
   }
   row += '}';
-  int bucket = t.index / kTasksPerKey;
-  set_row(t.job, bucket, t.id, std::move(row));
+  int bucket = t.index / TaskBuckets::kTasksPerKey;
+  tasks_.set(t.job, bucket, t.id, std::move(row));
   // The bucket's value is made when the group is sent (flush), from the rows then.
-  return add({Op::Kind::kPut, bucket_key(t.job, bucket), std::string(kLazy), {}, 0});
+  return add({Op::Kind::kPut, key(TaskBuckets::key(t.job, bucket)), std::string(kLazy), {}, 0});
 }
 
 Status EtcdStore::delete_tasks(const std::vector<std::string>& ids) {
   TRY(begin());
   for (const auto& id : ids) {
     std::string job = job_of_task(id);
-    auto jt = tasks_.find(job);
-    if (job.empty() || jt == tasks_.end()) continue;
-    for (auto& [bucket, rows] : jt->second)
-      if (rows.count(id)) {
-        int b = bucket;  // set_row may not be called with a reference into the map it edits
-        set_row(job, b, id, std::nullopt);
-        (void)add({Op::Kind::kPut, bucket_key(job, b), std::string(kLazy), {}, 0});
-        break;
-      }
+    std::optional<int> bucket = job.empty() ? std::nullopt : tasks_.bucket_of(job, id);
+    if (!bucket) continue;
+    tasks_.set(job, *bucket, id, std::nullopt);
+    (void)add({Op::Kind::kPut, key(TaskBuckets::key(job, *bucket)), std::string(kLazy), {}, 0});
   }
   return commit();
 }
@@ -505,11 +448,11 @@ Status EtcdStore::put_events(const std::vector<Unavailability>& events) {
              {"detail", e.detail}};
     TRY(add({Op::Kind::kPut, key("state/events/" + padded(++event_seq_)), row.dump(), {}, 0}));
   }
-  if (event_seq_ <= Broker::kMaxEvents) return {};
+  if (event_seq_ <= UnavailabilityLog::kMaxEvents) return {};
   return add({Op::Kind::kDeleteRange,
               key("state/events/"),
               {},
-              key("state/events/" + padded(event_seq_ - Broker::kMaxEvents + 1)),
+              key("state/events/" + padded(event_seq_ - UnavailabilityLog::kMaxEvents + 1)),
               0});
 }
 
@@ -572,15 +515,11 @@ Result<std::vector<AuditRecord>> EtcdStore::audit(int64_t since_wall_us, size_t 
 
 Result<StoredState> EtcdStore::load() {
   TRY(read_sequences());
-  tasks_.clear();
-  undo_.clear();
   TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/")));
   StoredState st;
   TaskRows rows;
   TRY(parse_rows(kvs, key("state/"), &st, &rows));
-  for (auto& [job, buckets] : rows)
-    for (auto& [bucket, ids] : buckets)
-      for (auto& [id, row] : ids) tasks_[job][bucket][id] = row.dump();
+  tasks_.load(rows);
   return st;
 }
 

@@ -6,8 +6,8 @@
 //   state/maintenance/<id>, audit/<seq>  (numbers zero-padded: key order is number order)
 // and `leader`, the election key (controlplane/store/leader.h). A job's tasks are kept 64
 // indexes to a key (a bucket: {task id: row}): a 36-task job starting is one put, not 36
-// (etcd's cost is per key: docs/benchmarks.md). The store keeps the rows it wrote, to
-// make a bucket's value.
+// (etcd's cost is per key: docs/benchmarks.md). The store keeps the rows it wrote
+// (controlplane/store/task_buckets.h), to make a bucket's value.
 //
 // Writes are buffered and sent as etcd transactions: one per write outside a group, one
 // per group at commit_batch() (split, in order, when a group is larger than etcd's
@@ -26,6 +26,7 @@
 
 #include "controlplane/store/etcd_client.h"
 #include "controlplane/store/state_store.h"
+#include "controlplane/store/task_buckets.h"
 
 namespace weft::cp {
 
@@ -83,7 +84,7 @@ class EtcdStore final : public StateStore {
   Result<StoredState> load() override;
 
   // Task rows by job and bucket.
-  using TaskRows = std::map<std::string, std::map<int, std::map<std::string, nlohmann::json>>>;
+  using TaskRows = TaskBuckets::Rows;
   // The rows of a range of keys under `base` ("<prefix>state/"): hostile input (a
   // corrupt or forged etcd), refused with the key named rather than trusted.
   static Status parse_rows(const std::vector<etcd::Kv>& kvs, const std::string& base,
@@ -105,25 +106,9 @@ class EtcdStore final : public StateStore {
   std::unique_ptr<Committer> committer_;
   void deliver(bool wait_all);
 
-  static constexpr int kTasksPerKey = 64;
   static constexpr const char* kLazy = "\x01bucket";  // value made at flush()
-  std::string bucket_key(const std::string& job, int bucket) const;
-  std::string bucket_value(const std::string& bucket_key) const;
-  void set_row(const std::string& job, int bucket, const std::string& id,
-               std::optional<std::string> row);
-  // Task rows by job and bucket, as written, each serialised once when it changes (a
-  // bucket's value is its rows' texts joined, not a JSON object built again); and the
-  // undo log of the open write.
-  using RowTexts = std::map<std::string, std::map<int, std::map<std::string, std::string>>>;
-  RowTexts tasks_;
-  struct Undo {
-    std::string job;
-    int bucket;
-    std::string id;
-    std::optional<std::string> old;
-  };
-  std::vector<Undo> undo_;
-  size_t undo_mark_ = 0;
+  // The task rows written, by job and bucket, with the undo log of the open write.
+  TaskBuckets tasks_;
 
   EtcdStoreConfig cfg_;
   std::unique_ptr<etcd::Client> client_;

@@ -23,26 +23,9 @@
 #include "controlplane/maintenance/maintenance.h"
 #include "controlplane/scheduling/allocator.h"
 #include "controlplane/scheduling/scheduler.h"
+#include "controlplane/store/rows.h"
 
 namespace weft::cp {
-
-nlohmann::json job_spec_to_json(const JobSpec& s);
-// Errors name the field ("count", "per_task.cpu_milli", ...).
-Result<JobSpec> job_spec_from_json(const nlohmann::json& j);
-// A job row as stored, by this or an older version (whose rows named the entitlement by
-// id, and whose rules were looser: such a job is kept as it was, with an error logged).
-Result<JobSpec> stored_job_spec(nlohmann::json j,
-                                const std::function<std::string(EntitlementId)>& name_of);
-// The allocator's request of a job, with the ports its tasks took from their machines'
-// ranges (per index; Allocator::dynamic_ports) as "dynamic".
-nlohmann::json request_to_json(const Request& r,
-                               const std::vector<std::vector<uint16_t>>& dynamic = {});
-Result<Request> request_from_json(const nlohmann::json& j);
-// Its "dynamic" ports, per index (what is not a list of ports is left out).
-std::vector<std::vector<uint16_t>> request_dynamic_ports(const nlohmann::json& j);
-// A task's named ports as stored, and back (what is not a name and a port is left out).
-nlohmann::json task_ports_json(const std::map<std::string, uint16_t>& ports);
-std::map<std::string, uint16_t> task_ports_from(const nlohmann::json& j);
 
 // One audit log entry: an operator call that changes the cluster, or was refused.
 struct AuditRecord {
@@ -155,7 +138,7 @@ class StateStore : public GroupWrites {
   virtual Status delete_tasks(const std::vector<std::string>& ids) = 0;  // in one transaction
   virtual Status put_task_seq(uint64_t seq) = 0;
   // Unavailability events (their at_us is the monotonic clock, stored as wall-clock
-  // time); the store keeps the latest Broker::kMaxEvents.
+  // time); the store keeps the latest UnavailabilityLog::kMaxEvents.
   virtual Status put_events(const std::vector<Unavailability>& events) = 0;
 
   // Planned maintenance events (written whole; the daemon restores them).

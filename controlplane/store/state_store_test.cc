@@ -45,7 +45,7 @@ void persist_all(Plane& p, StateStore& st) {
     ASSERT_TRUE(st.put_job(j, p.alloc.request(j.spec.name), p.alloc.placement(j.spec.name)).ok());
   for (const auto& [id, t] : p.sched.tasks()) ASSERT_TRUE(st.put_task(t).ok());
   ASSERT_TRUE(st.put_task_seq(p.sched.task_seq()).ok());
-  ASSERT_TRUE(st.put_events(p.broker.take_new_events()).ok());
+  ASSERT_TRUE(st.put_events(p.broker.unavailability().take_new()).ok());
   ASSERT_TRUE(st.commit().ok());
 }
 
@@ -79,10 +79,10 @@ INSTANTIATE_TEST_SUITE_P(Both, Stores, ::testing::Values("sqlite", "etcd"),
 // entitlement stored before the pause existed is not paused).
 TEST_P(Stores, AnEntitlementsRebalancePauseIsKept) {
   Plane before;
-  auto paused = before.broker.create_entitlement({"web", 1, "", ""});
-  auto other = before.broker.create_entitlement({"batch", 1, "", ""});
+  auto paused = before.broker.entitlements().create({"web", 1, "", ""});
+  auto other = before.broker.entitlements().create({"batch", 1, "", ""});
   ASSERT_TRUE(paused.ok() && other.ok());
-  EXPECT_FALSE(before.broker.set_rebalance_paused(*paused, true));
+  EXPECT_FALSE(before.broker.entitlements().set_rebalance_paused(*paused, true));
   {
     auto st = open();
     ASSERT_TRUE(st.ok()) << st.error().str();
@@ -92,8 +92,8 @@ TEST_P(Stores, AnEntitlementsRebalancePauseIsKept) {
   auto st = open();
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
-  EXPECT_TRUE(after.broker.entitlement_spec(*paused).rebalance_paused);
-  EXPECT_FALSE(after.broker.entitlement_spec(*other).rebalance_paused);
+  EXPECT_TRUE(after.broker.entitlements().spec(*paused).rebalance_paused);
+  EXPECT_FALSE(after.broker.entitlements().spec(*other).rebalance_paused);
 }
 
 // Issue 32 (5): a job's secrets (env values, file contents) are sealed in the store
@@ -107,7 +107,7 @@ TEST_P(Stores, AJobsSecretsAreSealedAtRest) {
   Plane before;
   ASSERT_TRUE(before.broker.register_machine({"h0", "dc1", "r0", "a", {4000, 8192}}, 0).ok());
   ASSERT_TRUE(before.broker.health("h0", "ok", 0).ok());
-  auto e = before.broker.create_entitlement({"web", 1, "", ""});
+  auto e = before.broker.entitlements().create({"web", 1, "", ""});
   ASSERT_TRUE(e.ok());
   JobSpec j;
   j.name = "site";
@@ -180,7 +180,7 @@ TEST_P(Stores, RestartRestoresEverything) {
             .ok());
     ASSERT_TRUE(before.broker.health(id, "ok", 0).ok());
   }
-  auto e = before.broker.create_entitlement({"web", 4, "", ""});
+  auto e = before.broker.entitlements().create({"web", 4, "", ""});
   ASSERT_TRUE(e.ok());
   ASSERT_TRUE(before.broker.drain("h3", true, 0).ok());
   JobSpec j;
@@ -223,10 +223,10 @@ TEST_P(Stores, RestartRestoresEverything) {
   EXPECT_TRUE(after.sched.tasks().at((*c)[0].task_id).held);
   EXPECT_EQ(after.sched.replacement().waiting_for_budget(), 0u) << "a refused spec is not replaced";
   // Unavailability events survive too (issue 12), once each: the drain of h3.
-  ASSERT_EQ(after.broker.events().size(), 1u);
-  EXPECT_EQ(after.broker.events()[0].machine, "h3");
-  EXPECT_EQ(after.broker.events()[0].kind, "drain");
-  EXPECT_EQ(after.broker.entitlement("web"), e.value());
+  ASSERT_EQ(after.broker.unavailability().all().size(), 1u);
+  EXPECT_EQ(after.broker.unavailability().all()[0].machine, "h3");
+  EXPECT_EQ(after.broker.unavailability().all()[0].kind, "drain");
+  EXPECT_EQ(after.broker.entitlements().named("web"), e.value());
   EXPECT_EQ(after.sched.generation("site"), 1u);
   // Machines are unknown until they report again: nothing is placed on them meanwhile.
   EXPECT_FALSE(after.broker.usable(0));
@@ -285,7 +285,7 @@ TEST_P(Stores, TaskAgesSurviveARebootAndAClockStep) {
   Plane before;
   ASSERT_TRUE(before.broker.register_machine({"h0", "dc1", "r0", "a", {4000, 8192}}, 0).ok());
   ASSERT_TRUE(before.broker.health("h0", "ok", 0).ok());
-  auto e = before.broker.create_entitlement({"web", 1, "", ""});
+  auto e = before.broker.entitlements().create({"web", 1, "", ""});
   ASSERT_TRUE(e.ok());
   JobSpec j;
   j.name = "site";
@@ -355,9 +355,9 @@ TEST_P(Stores, AGroupCommitUndoesOneFailedWriteAndKeepsTheOthers) {
   auto st = open();
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
-  EXPECT_TRUE(after.broker.entitlement("ent0"));
-  EXPECT_FALSE(after.broker.entitlement("ent1"));
-  EXPECT_TRUE(after.broker.entitlement("ent2"));
+  EXPECT_TRUE(after.broker.entitlements().named("ent0"));
+  EXPECT_FALSE(after.broker.entitlements().named("ent1"));
+  EXPECT_TRUE(after.broker.entitlements().named("ent2"));
 }
 
 TEST_P(Stores, AnUncommittedBatchIsLostWhole) {
@@ -373,7 +373,7 @@ TEST_P(Stores, AnUncommittedBatchIsLostWhole) {
   auto st = open();
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
-  EXPECT_FALSE(after.broker.entitlement("lost"));
+  EXPECT_FALSE(after.broker.entitlements().named("lost"));
 }
 
 // A group that etcd cannot take as one transaction (more operations than
@@ -586,7 +586,7 @@ TEST(EtcdStore, ASqliteStateMigratesWhole) {
             .ok());
     ASSERT_TRUE(before.broker.health(id, "ok", 0).ok());
   }
-  auto e = before.broker.create_entitlement({"web", 3, "", ""});
+  auto e = before.broker.entitlements().create({"web", 3, "", ""});
   ASSERT_TRUE(e.ok());
   ASSERT_TRUE(before.broker.drain("h2", true, 0).ok());
   JobSpec j;

@@ -57,7 +57,7 @@ Result<json> TendCalls::job_autoscale_pause(const json& p, const CallContext& c)
 Result<json> TendCalls::rebalance_plan(const json& p, const CallContext&) {
   if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
     return field_error("name", "is required: the entitlement's name");
-  auto id = model_.broker.entitlement(p["name"].get<std::string>());
+  auto id = model_.broker.entitlements().named(p["name"].get<std::string>());
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
   std::string planner = "local";
   if (p.contains("planner")) {
@@ -78,9 +78,9 @@ Result<json> TendCalls::rebalance_plan(const json& p, const CallContext&) {
       return field_error("budget", "must be an integer of moves from 1 to 10000");
     o.move_budget = b.get<size_t>();
   }
-  json out = rebalance_plan_json(
-      rebalance_snapshot(model_.alloc, model_.sched, *id, model_.broker.entitlement_spec(*id).dc),
-      o, planner == "exact");
+  json out = rebalance_plan_json(rebalance_snapshot(model_.alloc, model_.sched, *id,
+                                                    model_.broker.entitlements().spec(*id).dc),
+                                 o, planner == "exact");
   out["entitlement"] = p["name"];
   return out;
 }
@@ -88,12 +88,12 @@ Result<json> TendCalls::rebalance_plan(const json& p, const CallContext&) {
 Result<json> TendCalls::rebalance_status(const json& p, const CallContext&) {
   if (!p.is_object() || !p.contains("name") || !p["name"].is_string())
     return field_error("name", "is required: the entitlement's name");
-  auto id = model_.broker.entitlement(p["name"].get<std::string>());
+  auto id = model_.broker.entitlements().named(p["name"].get<std::string>());
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
   if (!rebalancer_)
     return make_error("the ReBalancer is off here ([rebalancer] enabled = false)")
         .with_code(rpc::kUnavailable);
-  const EntitlementSpec& e = model_.broker.entitlement_spec(*id);
+  const EntitlementSpec& e = model_.broker.entitlements().spec(*id);
   return rebalancer_->status({*id, e.name, e.rebalance_paused, e.dc});
 }
 
@@ -102,13 +102,13 @@ Result<json> TendCalls::rebalance_pause(const json& p, const CallContext& c) {
     return field_error("name", "is required: the entitlement's name");
   if (!p.contains("paused") || !p["paused"].is_boolean())
     return field_error("paused", "is required: true to pause, false to resume");
-  auto id = model_.broker.entitlement(p["name"].get<std::string>());
+  auto id = model_.broker.entitlements().named(p["name"].get<std::string>());
   if (!id) return field_error("name", "no such entitlement").with_code(rpc::kNotFound);
   TRY(gate_.may_change_jobs(gate_.caller(c), *id));
   const bool paused = p["paused"].get<bool>();
-  const bool before = model_.broker.set_rebalance_paused(*id, paused);
+  const bool before = model_.broker.entitlements().set_rebalance_paused(*id, paused);
   if (auto s = fx_.persist({}, {}); !s.ok()) {
-    model_.broker.set_rebalance_paused(*id, before);  // not durable: not changed
+    model_.broker.entitlements().set_rebalance_paused(*id, before);  // not durable: not changed
     return std::move(s).error();
   }
   return json{{"entitlement", p["name"]}, {"paused", paused}};

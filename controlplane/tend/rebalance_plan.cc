@@ -303,173 +303,225 @@ std::vector<Move> plan_local(const Fleet& f, const Options& o) {
   return out;
 }
 
-std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* status) {
-  Book b(f);
-  auto say = [&](const std::string& s) {
-    if (status) *status = s;
-  };
+namespace {
+
+// The exact planner's integer program over a neighbourhood of the fleet (GLPK): binary
+// columns x[t][m] (task t on target m) and y[m] (candidate m kept), and the rows that
+// hold a plan to the planner's rules. Built by parts, then solved once.
+class ExactModel {
+ public:
+  ExactModel(const Fleet& f, const Options& o, const Book& b)
+      : f_(f), o_(o), b_(b), lp_(glp_create_prob()) {
+    glp_set_obj_dir(lp_, GLP_MIN);
+  }
+  ~ExactModel() { glp_delete_prob(lp_); }
+  ExactModel(const ExactModel&) = delete;
+  ExactModel& operator=(const ExactModel&) = delete;
+
   // The neighbourhood: the lightest machines in use (their tasks may move, each machine
   // may be emptied) and, as targets, those and the fullest machines in use with room.
-  std::vector<uint32_t> used;
-  for (uint32_t m = 0; m < f.machines.size(); ++m)
-    if (f.machines[m].usable && !b.on(m).empty()) used.push_back(m);
-  std::sort(used.begin(), used.end(), [&](uint32_t x, uint32_t y) { return b.use(x) < b.use(y); });
-  std::vector<uint32_t> cand;
-  for (uint32_t m : used)
-    if (cand.size() < o.neighbourhood && b.use(m) < o.light) cand.push_back(m);
-  if (cand.empty()) {
-    say("no improvement");
-    return {};
+  // False when no machine is light enough to empty.
+  bool choose_neighbourhood() {
+    std::vector<uint32_t> used;
+    for (uint32_t m = 0; m < f_.machines.size(); ++m)
+      if (f_.machines[m].usable && !b_.on(m).empty()) used.push_back(m);
+    std::sort(used.begin(), used.end(),
+              [&](uint32_t x, uint32_t y) { return b_.use(x) < b_.use(y); });
+    for (uint32_t m : used)
+      if (cand_.size() < o_.neighbourhood && b_.use(m) < o_.light) cand_.push_back(m);
+    if (cand_.empty()) return false;
+    cand_set_.insert(cand_.begin(), cand_.end());
+    targets_ = cand_;
+    for (auto it = used.rbegin(); it != used.rend() && targets_.size() < cand_.size() * 5; ++it)
+      if (!cand_set_.count(*it) && b_.use(*it) < o_.fill) targets_.push_back(*it);
+    for (uint32_t m : cand_)
+      for (uint32_t t : b_.on(m)) tasks_.push_back(t);
+    return true;
   }
-  std::set<uint32_t> cand_set(cand.begin(), cand.end());
-  std::vector<uint32_t> targets = cand;
-  for (auto it = used.rbegin(); it != used.rend() && targets.size() < cand.size() * 5; ++it)
-    if (!cand_set.count(*it) && b.use(*it) < o.fill) targets.push_back(*it);
-  std::vector<uint32_t> tasks;
-  for (uint32_t m : cand)
-    for (uint32_t t : b.on(m)) tasks.push_back(t);
 
-  glp_prob* lp = glp_create_prob();
-  struct Free {
-    glp_prob* p;
-    ~Free() { glp_delete_prob(p); }
-  } free_lp{lp};
-  glp_set_obj_dir(lp, GLP_MIN);
   // Columns: x[t][m] for targets m that could hold t alone, then y[m] for candidates.
-  std::map<std::pair<uint32_t, uint32_t>, int> x;
-  std::map<uint32_t, int> y;
-  auto add_col = [&](double cost) {
-    int c = glp_add_cols(lp, 1);
-    glp_set_col_kind(lp, c, GLP_BV);
-    glp_set_obj_coef(lp, c, cost);
-    return c;
-  };
-  for (uint32_t t : tasks) {
-    const Task& task = f.tasks[t];
-    bool pinned = f.jobs[task.job].opt_out;
-    for (uint32_t m : targets) {
-      bool home = task.machine == m;
-      if (pinned && !home) continue;
-      int64_t fixed_cpu = b.cpu(m);
-      if (!home && !cand_set.count(m) &&
-          static_cast<double>(fixed_cpu + task.cpu_milli) > o.fill * f.machines[m].cpu_milli)
-        continue;
-      x[{t, m}] = add_col(home ? 0.0 : 1.0);  // a move costs one
+  void add_columns() {
+    for (uint32_t t : tasks_) {
+      const Task& task = f_.tasks[t];
+      bool pinned = f_.jobs[task.job].opt_out;
+      for (uint32_t m : targets_) {
+        bool home = task.machine == m;
+        if (pinned && !home) continue;
+        int64_t fixed_cpu = b_.cpu(m);
+        if (!home && !cand_set_.count(m) &&
+            static_cast<double>(fixed_cpu + task.cpu_milli) > o_.fill * f_.machines[m].cpu_milli)
+          continue;
+        x_[{t, m}] = add_col(home ? 0.0 : 1.0);  // a move costs one
+      }
     }
+    for (uint32_t m : cand_)
+      y_[m] = add_col(1000.0);  // a machine kept costs more than any plan's moves
   }
-  for (uint32_t m : cand)
-    y[m] = add_col(1000.0);  // a machine kept costs more than any plan's moves
-  std::vector<int> ia{0}, ja{0};
-  std::vector<double> ar{0};
-  auto row = [&](int type, double lo, double hi, const std::vector<std::pair<int, double>>& terms) {
-    int r = glp_add_rows(lp, 1);
-    glp_set_row_bnds(lp, r, type, lo, hi);
-    for (const auto& [c, v] : terms) {
-      ia.push_back(r);
-      ja.push_back(c);
-      ar.push_back(v);
-    }
-  };
+
   // Each task somewhere.
-  for (uint32_t t : tasks) {
-    std::vector<std::pair<int, double>> terms;
-    for (uint32_t m : targets)
-      if (auto it = x.find({t, m}); it != x.end()) terms.emplace_back(it->second, 1.0);
-    row(GLP_FX, 1, 1, terms);
+  void placement_rows() {
+    for (uint32_t t : tasks_) {
+      Terms terms;
+      for (uint32_t m : targets_)
+        if (auto it = x_.find({t, m}); it != x_.end()) terms.emplace_back(it->second, 1.0);
+      row(GLP_FX, 1, 1, terms);
+    }
   }
+
   // Capacity: what stays of other tasks plus what the plan puts there; a candidate holds
   // anything only if kept (y).
-  std::map<uint32_t, int64_t> stay_cpu, stay_mem;
-  for (uint32_t m : targets)
-    for (uint32_t t : b.on(m))
-      if (!cand_set.count(m)) {
-        stay_cpu[m] += f.tasks[t].cpu_milli;
-        stay_mem[m] += f.tasks[t].mem_mb;
+  void capacity_rows() {
+    std::map<uint32_t, int64_t> stay_cpu, stay_mem;
+    for (uint32_t m : targets_)
+      for (uint32_t t : b_.on(m))
+        if (!cand_set_.count(m)) {
+          stay_cpu[m] += f_.tasks[t].cpu_milli;
+          stay_mem[m] += f_.tasks[t].mem_mb;
+        }
+    for (uint32_t m : targets_) {
+      Terms cpu_terms, mem_terms;
+      for (uint32_t t : tasks_)
+        if (auto it = x_.find({t, m}); it != x_.end()) {
+          cpu_terms.emplace_back(it->second, static_cast<double>(f_.tasks[t].cpu_milli));
+          mem_terms.emplace_back(it->second, static_cast<double>(f_.tasks[t].mem_mb));
+        }
+      // A machine's own tasks may stay on it however full it is; what comes is held to `fill`.
+      double cpu_room = std::max(o_.fill * static_cast<double>(f_.machines[m].cpu_milli),
+                                 static_cast<double>(b_.cpu(m))) -
+                        static_cast<double>(stay_cpu[m]);
+      double mem_room = static_cast<double>(f_.machines[m].mem_mb - stay_mem[m]);
+      if (cand_set_.count(m)) {
+        cpu_terms.emplace_back(y_[m], -cpu_room);
+        mem_terms.emplace_back(y_[m], -mem_room);
+        row(GLP_UP, 0, 0, cpu_terms);
+        row(GLP_UP, 0, 0, mem_terms);
+        for (uint32_t t : tasks_)  // x <= y (a task of no CPU still keeps its machine)
+          if (auto it = x_.find({t, m}); it != x_.end())
+            row(GLP_UP, 0, 0, {{it->second, 1}, {y_[m], -1}});
+      } else {
+        row(GLP_UP, 0, cpu_room, cpu_terms);
+        row(GLP_UP, 0, mem_room, mem_terms);
       }
-  for (uint32_t m : targets) {
-    std::vector<std::pair<int, double>> cpu_terms, mem_terms;
-    for (uint32_t t : tasks)
-      if (auto it = x.find({t, m}); it != x.end()) {
-        cpu_terms.emplace_back(it->second, static_cast<double>(f.tasks[t].cpu_milli));
-        mem_terms.emplace_back(it->second, static_cast<double>(f.tasks[t].mem_mb));
-      }
-    // A machine's own tasks may stay on it however full it is; what comes is held to `fill`.
-    double cpu_room = std::max(o.fill * static_cast<double>(f.machines[m].cpu_milli),
-                               static_cast<double>(b.cpu(m))) -
-                      static_cast<double>(stay_cpu[m]);
-    double mem_room = static_cast<double>(f.machines[m].mem_mb - stay_mem[m]);
-    if (cand_set.count(m)) {
-      cpu_terms.emplace_back(y[m], -cpu_room);
-      mem_terms.emplace_back(y[m], -mem_room);
-      row(GLP_UP, 0, 0, cpu_terms);
-      row(GLP_UP, 0, 0, mem_terms);
-      for (uint32_t t : tasks)  // x <= y (a task of no CPU still keeps its machine)
-        if (auto it = x.find({t, m}); it != x.end())
-          row(GLP_UP, 0, 0, {{it->second, 1}, {y[m], -1}});
-    } else {
-      row(GLP_UP, 0, cpu_room, cpu_terms);
-      row(GLP_UP, 0, mem_room, mem_terms);
     }
   }
-  // Spread: no job's domain beyond its share (or beyond what it has now, if it is).
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<std::pair<int, double>>> spread;
-  std::map<std::pair<uint32_t, uint32_t>, int> moving_now;
-  for (uint32_t t : tasks) {
-    uint32_t j = f.tasks[t].job;
-    if (!f.jobs[j].spread) continue;
-    ++moving_now[{j, f.machines[f.tasks[t].machine].domain}];
-    for (uint32_t m : targets)
-      if (auto it = x.find({t, m}); it != x.end())
-        spread[{j, f.machines[m].domain}].emplace_back(it->second, 1.0);
-  }
-  for (const auto& [key, terms] : spread) {
-    auto [j, d] = key;
-    int fixed = b.in_domain(j, d) - moving_now[key];
-    double limit = std::max(b.cap(j) - fixed, moving_now[key]);
-    row(GLP_UP, 0, limit, terms);
-  }
-  // At most max_unavailable of a job and move_budget in all: counted as tasks not home.
-  std::map<uint32_t, std::vector<std::pair<int, double>>> home_of_job;
-  std::vector<std::pair<int, double>> all_home;
-  std::map<uint32_t, int> n_of_job;
-  for (uint32_t t : tasks) {
-    auto it = x.find({t, f.tasks[t].machine});
-    uint32_t j = f.tasks[t].job;
-    ++n_of_job[j];
-    if (it == x.end()) continue;
-    home_of_job[j].emplace_back(it->second, 1.0);
-    all_home.emplace_back(it->second, 1.0);
-  }
-  for (const auto& [j, n] : n_of_job)
-    row(GLP_LO, n - std::max(1, f.jobs[j].max_unavailable), 0, home_of_job[j]);
-  row(GLP_LO, static_cast<double>(tasks.size()) - static_cast<double>(o.move_budget), 0, all_home);
-  glp_load_matrix(lp, static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
 
-  glp_iocp parm;
-  glp_init_iocp(&parm);
-  parm.presolve = GLP_ON;
-  parm.msg_lev = GLP_MSG_OFF;
-  parm.tm_lim = static_cast<int>(std::min<uint64_t>(o.time_limit_us / 1000, 3'600'000));
-  int rc = glp_intopt(lp, &parm);
-  int st = glp_mip_status(lp);
-  if (st != GLP_OPT && st != GLP_FEAS) {
-    say(rc == GLP_ETMLIM                       ? "time limit, no plan found"
-        : rc == GLP_ENOPFS || st == GLP_NOFEAS ? "no feasible plan"
-                                               : "GLPK failed (" + std::to_string(rc) + ")");
+  // Spread: no job's domain beyond its share (or beyond what it has now, if it is).
+  void spread_rows() {
+    std::map<std::pair<uint32_t, uint32_t>, Terms> spread;
+    std::map<std::pair<uint32_t, uint32_t>, int> moving_now;
+    for (uint32_t t : tasks_) {
+      uint32_t j = f_.tasks[t].job;
+      if (!f_.jobs[j].spread) continue;
+      ++moving_now[{j, f_.machines[f_.tasks[t].machine].domain}];
+      for (uint32_t m : targets_)
+        if (auto it = x_.find({t, m}); it != x_.end())
+          spread[{j, f_.machines[m].domain}].emplace_back(it->second, 1.0);
+    }
+    for (const auto& [key, terms] : spread) {
+      auto [j, d] = key;
+      int fixed = b_.in_domain(j, d) - moving_now[key];
+      double limit = std::max(b_.cap(j) - fixed, moving_now[key]);
+      row(GLP_UP, 0, limit, terms);
+    }
+  }
+
+  // At most max_unavailable of a job and move_budget in all: counted as tasks not home.
+  void budget_rows() {
+    std::map<uint32_t, Terms> home_of_job;
+    Terms all_home;
+    std::map<uint32_t, int> n_of_job;
+    for (uint32_t t : tasks_) {
+      auto it = x_.find({t, f_.tasks[t].machine});
+      uint32_t j = f_.tasks[t].job;
+      ++n_of_job[j];
+      if (it == x_.end()) continue;
+      home_of_job[j].emplace_back(it->second, 1.0);
+      all_home.emplace_back(it->second, 1.0);
+    }
+    for (const auto& [j, n] : n_of_job)
+      row(GLP_LO, n - std::max(1, f_.jobs[j].max_unavailable), 0, home_of_job[j]);
+    row(GLP_LO, static_cast<double>(tasks_.size()) - static_cast<double>(o_.move_budget), 0,
+        all_home);
+  }
+
+  // Solves within the time limit; the moves of the plan found (`status` says how good).
+  std::vector<Move> solve(std::string* status) {
+    auto say = [&](const std::string& s) {
+      if (status) *status = s;
+    };
+    glp_load_matrix(lp_, static_cast<int>(ia_.size()) - 1, ia_.data(), ja_.data(), ar_.data());
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = static_cast<int>(std::min<uint64_t>(o_.time_limit_us / 1000, 3'600'000));
+    int rc = glp_intopt(lp_, &parm);
+    int st = glp_mip_status(lp_);
+    if (st != GLP_OPT && st != GLP_FEAS) {
+      say(rc == GLP_ETMLIM                       ? "time limit, no plan found"
+          : rc == GLP_ENOPFS || st == GLP_NOFEAS ? "no feasible plan"
+                                                 : "GLPK failed (" + std::to_string(rc) + ")");
+      return {};
+    }
+    say(st == GLP_OPT ? "optimal" : "feasible (time limit)");
+    std::vector<Move> out;
+    std::set<uint32_t> emptied;
+    for (uint32_t m : cand_)
+      if (glp_mip_col_val(lp_, y_[m]) < 0.5) emptied.insert(m);
+    for (uint32_t t : tasks_)
+      for (uint32_t m : targets_)
+        if (auto it = x_.find({t, m});
+            it != x_.end() && m != f_.tasks[t].machine && glp_mip_col_val(lp_, it->second) > 0.5)
+          out.push_back(Move{t, f_.tasks[t].machine, m,
+                             emptied.count(f_.tasks[t].machine) ? Aim::kFree : Aim::kBalance});
+    return out;
+  }
+
+ private:
+  using Terms = std::vector<std::pair<int, double>>;
+  int add_col(double cost) {
+    int c = glp_add_cols(lp_, 1);
+    glp_set_col_kind(lp_, c, GLP_BV);
+    glp_set_obj_coef(lp_, c, cost);
+    return c;
+  }
+  void row(int type, double lo, double hi, const Terms& terms) {
+    int r = glp_add_rows(lp_, 1);
+    glp_set_row_bnds(lp_, r, type, lo, hi);
+    for (const auto& [c, v] : terms) {
+      ia_.push_back(r);
+      ja_.push_back(c);
+      ar_.push_back(v);
+    }
+  }
+
+  const Fleet& f_;
+  const Options& o_;
+  const Book& b_;
+  glp_prob* lp_;
+  std::vector<uint32_t> cand_, targets_, tasks_;
+  std::set<uint32_t> cand_set_;
+  std::map<std::pair<uint32_t, uint32_t>, int> x_;
+  std::map<uint32_t, int> y_;
+  std::vector<int> ia_{0}, ja_{0};  // the matrix, from index 1 as GLPK reads it
+  std::vector<double> ar_{0};
+};
+
+}  // namespace
+
+std::vector<Move> plan_exact(const Fleet& f, const Options& o, std::string* status) {
+  Book b(f);
+  ExactModel model(f, o, b);
+  if (!model.choose_neighbourhood()) {
+    if (status) *status = "no improvement";
     return {};
   }
-  say(st == GLP_OPT ? "optimal" : "feasible (time limit)");
-  std::vector<Move> out;
-  std::set<uint32_t> emptied;
-  for (uint32_t m : cand)
-    if (glp_mip_col_val(lp, y[m]) < 0.5) emptied.insert(m);
-  for (uint32_t t : tasks)
-    for (uint32_t m : targets)
-      if (auto it = x.find({t, m});
-          it != x.end() && m != f.tasks[t].machine && glp_mip_col_val(lp, it->second) > 0.5)
-        out.push_back(Move{t, f.tasks[t].machine, m,
-                           emptied.count(f.tasks[t].machine) ? Aim::kFree : Aim::kBalance});
-  return out;
+  model.add_columns();
+  model.placement_rows();
+  model.capacity_rows();
+  model.spread_rows();
+  model.budget_rows();
+  return model.solve(status);
 }
 
 }  // namespace weft::cp::rebalance

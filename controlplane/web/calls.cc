@@ -37,7 +37,7 @@ std::string WebCalls::web_page() const {
            {"quota", e.quota},
            {"profile", e.profile},
            {"owners", e.owners},
-           {"machines", model_.alloc.pool_size(id)}};
+           {"machines", model_.alloc.pool(id).machines}};
     if (profile_rolls_.rolling(id)) j["profile_roll"] = entitlements_.profile_roll_json(id);
     s.entitlements.push_back(std::move(j));
   }

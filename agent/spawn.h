@@ -1,4 +1,4 @@
-// Starting a task's init process inside its cgroup and namespaces.
+// Starting a task's init process inside its cgroup and namespaces, and signalling it.
 //
 // spawn_init() starts weft-init the way posix_spawn starts a program, but born in the
 // task's cgroup: clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_PIDFD |
@@ -20,7 +20,6 @@
 
 #include "common/fs.h"
 #include "common/result.h"
-#include "common/task_spec.h"
 
 namespace weft::agent {
 
@@ -47,48 +46,7 @@ struct Spawned {
   SpawnRequest::Mode used = SpawnRequest::Mode::kVfork;
 };
 
-// Resolved identity of the task's main process.
-struct Identity {
-  long uid = -1, gid = -1;
-  std::vector<gid_t> groups;
-  bool set = false;
-};
-Result<Identity> resolve_identity(const std::string& user, const std::string& group);
-
-// The identity a task runs as under the machine's policy: the spec's user, else
-// `default_user`; uid 0 or gid 0 (primary or supplementary) only when `allow_root`.
-// Errors name the spec field.
-// With `image_roots` (the image's layer directories, top-most first), names resolve in
-// the image's /etc/passwd and /etc/group, and `user` may be OCI's "user[:group]".
-Result<Identity> task_identity(const std::string& user, const std::string& group,
-                               const std::string& default_user, bool allow_root,
-                               const std::vector<std::string>* image_roots = nullptr);
-Result<Identity> resolve_identity_in_image(const std::string& user, const std::string& group,
-                                           const std::vector<std::string>& roots_top_first);
-
-// A task's root made from an image: an overlay of `lower` (layer directories relative to
-// `layers_root`, top-most first) with `upper` and `work`, mounted by weft-init on
-// `rootfs` inside the task's mount namespace.
-// The host path a bind mount may use: `source` with every symlink resolved, when it
-// is one of `allowed` (resolved too) or under one. Errors name mounts[i].source.
-Result<std::string> allowed_bind_source(const std::string& source,
-                                        const std::vector<std::string>& allowed, size_t index);
-// The spec's files' contents, one after another, in a sealed memfd (never on disk).
-Result<Fd> files_memfd(const TaskSpec& spec);
-
-struct OverlayRoot {
-  std::string layers_root;
-  std::vector<std::string> lower;
-  std::string upper, work, rootfs;
-};
-
-// The spec a task with an image runs: the image config's entrypoint and cmd (when the
-// spec has no argv), env (under the spec's), working directory (when the spec has no
-// cwd) and user (when the spec has none).
-TaskSpec apply_image_defaults(const TaskSpec& spec, const std::vector<std::string>& entrypoint,
-                              const std::vector<std::string>& cmd,
-                              const std::vector<std::string>& env, const std::string& workdir,
-                              const std::string& user);
+// The task's weft-init started as the request says (see above).
 Result<Spawned> spawn_init(const SpawnRequest& req);
 // The request for weft-init --join-pid (a command joined to a running task: readiness
 // and liveness exec checks, `task exec`): no namespace of its own, the task's pidfd as

@@ -1,4 +1,5 @@
-#include "agent/runtime.h"
+#include "agent/identity.h"
+#include "agent/task_root.h"
 
 #include <gtest/gtest.h>
 
