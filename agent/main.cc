@@ -10,31 +10,26 @@
 #include "agent/agent_conf.h"
 #include "agent/manager.h"
 #include "common/daemon.h"
+#include "common/daemon_cli.h"
 #include "common/log.h"
 
 using namespace weft;
 
 int main(int argc, char** argv) {
   CLI::App app{"weft-agent: the weft node agent (cgroup v2 task runtime)"};
-  std::string config_path = "/etc/weft/agent.toml";
-  bool check_only = false;
+  DaemonCommandLine cli(app, "weft-agent", "/etc/weft/agent.toml");
   std::string socket, state_dir, cgroup_root;
-  app.add_option("-c,--config", config_path, "configuration file");
-  app.add_flag("--check-config", check_only, "validate the configuration and exit");
   app.add_option("--socket", socket, "override: API socket path");
   app.add_option("--state-dir", state_dir, "override: state directory");
   app.add_option("--cgroup-root", cgroup_root, "override: cgroup root directory");
   CLI11_PARSE(app, argc, argv);
-  log_set_ident("weft-agent");
 
-  auto loaded = load_config_or_defaults<agent::AgentConfig>(
-      "weft-agent", config_path, app.count("--config") > 0, agent::load_agent_config);
+  auto loaded = cli.load<agent::AgentConfig>(agent::load_agent_config);
   if (!loaded) return 2;
   agent::AgentConfig cfg = std::move(*loaded);
   if (!socket.empty()) cfg.socket = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
   if (!cgroup_root.empty()) cfg.cgroup_root = cgroup_root;
-  log_set_level_name(cfg.log_level);  // validated with the config
 
   bool under_systemd = std::getenv("INVOCATION_ID") != nullptr;
   auto resolved = agent::resolve_agent_config(&cfg, under_systemd);
@@ -43,7 +38,7 @@ int main(int argc, char** argv) {
     std::cerr << "weft-agent: " << resolved.error().str() << "\n";
     return 2;
   }
-  if (check_only) {
+  if (cli.check_only()) {
     // What only this host can tell: the TLS files' contents, the default task user.
     Status host = check_control_plane_tls_files(cfg.control_plane_tls);
     const std::string user = cfg.default_task_user.value_or("");

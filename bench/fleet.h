@@ -41,6 +41,7 @@
 #include "common/strings.h"
 #include "common/task_report.h"
 #include "common/tls.h"
+#include "testing/machine_wire.h"
 #include "testing/ports.h"
 
 namespace weft::bench::fleet {
@@ -550,8 +551,7 @@ class Fleet {
       if (d.kind == kAgent && o_.daemons == 1) {
         // One session speaks for the machine's three daemons: a verdict once, so that
         // the machine takes tasks.
-        d.session->call("health.report",
-                        {{"machine", d.m->id}, {"verdict", "ok"}, {"problems", json::array()}},
+        d.session->call("health.report", testing::health_verdict(d.m->id, "ok"),
                         [](Result<json>) {});
       }
     });
@@ -563,28 +563,28 @@ class Fleet {
   json hello(const Daemon& d) const {
     const Machine& m = *d.m;
     if (d.kind == kAgent) {
-      json reg{{"machine", m.id},
-               {"dc", m.shape.dc},
-               {"domain", m.shape.domain},
-               {"cpu_milli", m.shape.cpu_milli},
-               {"mem_mb", m.shape.mem_mb},
-               {"controllers", {"cpu", "memory", "io", "pids"}},
-               {"serves_discovery",
-                !o_.dns_interest.empty() || o_.phases.find("discovery") != std::string::npos}};
+      testing::Registration reg;
+      reg.machine = m.id;
+      reg.dc = m.shape.dc;
+      reg.domain = m.shape.domain;
+      reg.cpu_milli = m.shape.cpu_milli;
+      reg.mem_mb = m.shape.mem_mb;
+      reg.controllers = {"cpu", "memory", "io", "pids"};
+      reg.serves_discovery =
+          !o_.dns_interest.empty() || o_.phases.find("discovery") != std::string::npos;
       if (!o_.dns_interest.empty() && o_.dns_interest != "all") {
-        json jobs = json::array();
+        reg.dns_interest.emplace();
         for (const auto& j : split(o_.dns_interest, ','))
-          if (!j.empty()) jobs.push_back(j);
-        reg["discovery_interest"] = jobs;
+          if (!j.empty()) reg.dns_interest->push_back(j);
       }
-      return reg;
+      return testing::registration(reg);
     }
     return report_params(d);
   }
   json report_params(const Daemon& d) const {
     const Machine& m = *d.m;
-    if (d.kind == kSidekick) return {{"machine", m.id}, {"profile", m.profile}, {"state", "ok"}};
-    return {{"machine", m.id}, {"verdict", "ok"}, {"problems", json::array()}};
+    if (d.kind == kSidekick) return testing::profile_report(m.id, m.profile);
+    return testing::health_verdict(m.id, "ok");
   }
   void take_interval(Daemon& d, const json& r) {
     if (r.is_object() && r.contains("heartbeat_interval_ms") &&

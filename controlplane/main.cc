@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/daemon.h"
+#include "common/daemon_cli.h"
 #include "common/log.h"
 #include "controlplane/daemon/manager.h"
 #include "controlplane/region/front_end.h"
@@ -19,10 +20,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "weft-controlplane: the cluster's Resource Broker, allocator and scheduler, or a region's "
       "shard or front end ([region] role)"};
-  std::string config_path = "/etc/weft/controlplane.toml";
-  bool check_only = false;
-  app.add_option("-c,--config", config_path, "configuration file");
-  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  DaemonCommandLine cli(app, "weft-controlplane", "/etc/weft/controlplane.toml");
   std::string from;
   auto* migrate = app.add_subcommand(
       "migrate",
@@ -30,13 +28,10 @@ int main(int argc, char** argv) {
       "every replica must be stopped and the etcd prefix empty");
   migrate->add_option("--from", from, "the sqlite database (default: <state_dir>/controlplane.db)");
   CLI11_PARSE(app, argc, argv);
-  log_set_ident("weft-controlplane");
-  auto loaded = load_config_or_defaults<cp::CpConfig>(
-      "weft-controlplane", config_path, app.count("--config") > 0, cp::load_cp_config);
+  auto loaded = cli.load<cp::CpConfig>(cp::load_cp_config);
   if (!loaded) return 2;
   cp::CpConfig cfg = std::move(*loaded);
-  log_set_level_name(cfg.log_level);
-  if (check_only) {
+  if (cli.check_only()) {
     // The files the configuration names, read as the start will read them.
     Status host = cfg.tls.enabled() ? tls::check_config(cfg.tls, "") : Status{};
     if (host.ok() && !cfg.secrets_key.empty()) {
@@ -44,7 +39,7 @@ int main(int argc, char** argv) {
       if (!box.ok()) host = std::move(box).error();
     }
     if (!host.ok()) {
-      std::cerr << "weft-controlplane: " << config_path << ": " << host.error().str() << "\n";
+      std::cerr << "weft-controlplane: " << cli.config_path() << ": " << host.error().str() << "\n";
       return 2;
     }
     std::cout << "configuration ok\n";

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/daemon.h"
+#include "common/daemon_cli.h"
 #include "common/log.h"
 #include "hcs/manager.h"
 
@@ -12,18 +13,12 @@ using namespace weft;
 
 int main(int argc, char** argv) {
   CLI::App app{"weft-hcs: machine health checking"};
-  std::string config_path = "/etc/weft/hcs.toml";
-  bool check_only = false;
-  app.add_option("-c,--config", config_path, "configuration file");
-  app.add_flag("--check-config", check_only, "validate the configuration and exit");
+  DaemonCommandLine cli(app, "weft-hcs", "/etc/weft/hcs.toml");
   CLI11_PARSE(app, argc, argv);
-  log_set_ident("weft-hcs");
-  auto loaded = load_config_or_defaults<hcs::HcsConfig>(
-      "weft-hcs", config_path, app.count("--config") > 0, hcs::load_hcs_config);
+  auto loaded = cli.load<hcs::HcsConfig>(hcs::load_hcs_config);
   if (!loaded) return 2;
   hcs::HcsConfig cfg = std::move(*loaded);
-  log_set_level_name(cfg.log_level);
-  if (check_only) {
+  if (cli.check_only()) {
     if (auto s = check_control_plane_tls_files(cfg.control_plane_tls); !s.ok()) {
       std::cerr << "weft-hcs: " << s.error().str() << "\n";
       return 2;

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/daemon.h"
+#include "common/daemon_cli.h"
 #include "common/log.h"
 #include "sidekick/manager.h"
 
@@ -13,32 +14,26 @@ using namespace weft;
 int main(int argc, char** argv) {
   CLI::App app{
       "weft-sidekick: applies host profiles, switched by diff, verified, with a durable baseline"};
-  std::string config_path = "/etc/weft/sidekick.toml";
-  bool check_only = false;
+  DaemonCommandLine cli(app, "weft-sidekick", "/etc/weft/sidekick.toml");
   std::string socket, state_dir;
-  app.add_option("-c,--config", config_path, "configuration file");
-  app.add_flag("--check-config", check_only, "validate the configuration and exit");
   app.add_option("--socket", socket, "override: API socket path");
   app.add_option("--state-dir", state_dir, "override: state directory");
   CLI11_PARSE(app, argc, argv);
-  log_set_ident("weft-sidekick");
 
-  auto loaded = load_config_or_defaults<sidekick::SidekickConfig>(
-      "weft-sidekick", config_path, app.count("--config") > 0, sidekick::load_sidekick_config);
+  auto loaded = cli.load<sidekick::SidekickConfig>(sidekick::load_sidekick_config);
   if (!loaded) return 2;
   sidekick::SidekickConfig cfg = std::move(*loaded);
   if (!socket.empty()) cfg.socket = socket;
   if (!state_dir.empty()) cfg.state_dir = state_dir;
-  log_set_level_name(cfg.log_level);  // validated with the config
   if (auto s = sidekick::resolve_sidekick_config(&cfg); !s.ok()) {
     std::cerr << "weft-sidekick: " << s.error().str() << "\n";
     return 2;
   }
-  if (auto s = check_control_plane_tls_files(cfg.control_plane_tls); check_only && !s.ok()) {
+  if (auto s = check_control_plane_tls_files(cfg.control_plane_tls); cli.check_only() && !s.ok()) {
     std::cerr << "weft-sidekick: " << s.error().str() << "\n";
     return 2;
   }
-  if (check_only) {
+  if (cli.check_only()) {
     std::cout << "configuration ok\n  socket: " << cfg.socket << "\n  state_dir: " << cfg.state_dir
               << "\n  workload_cgroup: " << cfg.workload_cgroup << "\n";
     return 0;

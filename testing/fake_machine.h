@@ -23,6 +23,7 @@
 #include "common/strings.h"
 #include "common/task_spec.h"
 #include "common/task_usage.h"
+#include "testing/machine_wire.h"
 
 namespace weft::testing {
 
@@ -174,18 +175,18 @@ class FakeMachine {
     }
     client_ = std::move(c).value();
     client_->set_dispatcher(&methods_);
-    json reg{{"machine", id_},
-             {"dc", "dc1"},
-             {"domain", rack_},
-             {"type", "std"},
-             {"cpu_milli", 4000},
-             {"mem_mb", 8192},
-             {"reports_ready", reports_ready_},
-             {"serves_discovery", serves_discovery_},
-             {"boot_id", boot_id_}};
-    if (interest_) reg["discovery_interest"] = *interest_;
-    auto r = client_->call("machine.register", reg);
-    if (r.ok()) r = client_->call("health.report", {{"machine", id_}, {"verdict", verdict}});
+    Registration reg;
+    reg.machine = id_;
+    reg.domain = rack_;
+    reg.type = "std";
+    reg.cpu_milli = 4000;
+    reg.mem_mb = 8192;
+    reg.reports_ready = reports_ready_;
+    reg.serves_discovery = serves_discovery_;
+    reg.boot_id = boot_id_;
+    reg.dns_interest = interest_;
+    auto r = client_->call("machine.register", registration(reg));
+    if (r.ok()) r = client_->call("health.report", health_verdict(id_, verdict));
     if (!r.ok()) error_ = r.error();
     return r.ok();
   }
@@ -203,10 +204,10 @@ class FakeMachine {
   void report() {
     std::lock_guard lock(mu_);
     if (!client_) return;  // down (rebooting)
-    json tasks = json::object();
+    std::map<std::string, std::string> tasks;
     for (const auto& t : running_) tasks[t] = "running";
     for (const auto& [t, state] : ended_) tasks[t] = state;
-    if (client_->call("machine.report", {{"machine", id_}, {"tasks", tasks}}).ok()) ended_.clear();
+    if (client_->call("machine.report", task_list_report(id_, tasks)).ok()) ended_.clear();
     for (auto& [method, params] : exec_out_) (void)client_->notify(method, params);
     exec_out_.clear();
   }

@@ -436,17 +436,24 @@ Status Client::serve(const json& msg) {
   return send_line(reply.dump() + "\n");
 }
 
+Result<std::optional<json>> Client::next_message(const char* overflow) {
+  std::string line;
+  for (;;) {
+    auto kind = reader_.next(&line);
+    if (kind == LineReader::Kind::kNone) return std::optional<json>();
+    if (kind == LineReader::Kind::kOverflow) return make_error(overflow);
+    auto parsed = parse_json_bounded(line);
+    if (parsed.ok() && parsed->is_object()) return std::optional<json>(std::move(parsed).value());
+  }
+}
+
 Status Client::pump() {
   for (;;) {
-    std::string line;
     for (;;) {
-      auto kind = reader_.next(&line);
-      if (kind == LineReader::Kind::kNone) break;
-      if (kind == LineReader::Kind::kOverflow)
-        return make_error("a message exceeds the maximum line length");
-      auto parsed = parse_json_bounded(line);
-      if (!parsed.ok() || !parsed->is_object() || !parsed->contains("method")) continue;
-      TRY(serve(*parsed));
+      TRY_ASSIGN(std::optional<json> msg,
+                 next_message("a message exceeds the maximum line length"));
+      if (!msg) break;
+      if (msg->contains("method")) TRY(serve(*msg));
     }
     char buf[65536];
     TRY_ASSIGN(size_t n, read_some(buf, sizeof buf));
@@ -462,15 +469,10 @@ Result<json> Client::call(const std::string& method, json params, int timeout_ms
   TRY(send_line(req.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"));
   uint64_t deadline = now_monotonic_us() + static_cast<uint64_t>(timeout_ms) * 1000;
   for (;;) {
-    std::string line;
     for (;;) {
-      auto kind = reader_.next(&line);
-      if (kind == LineReader::Kind::kNone) break;
-      if (kind == LineReader::Kind::kOverflow)
-        return make_error("reply exceeds the maximum line length");
-      auto parsed = parse_json_bounded(line);
-      if (!parsed.ok() || !parsed->is_object()) continue;
-      const json& msg = *parsed;
+      TRY_ASSIGN(std::optional<json> next, next_message("reply exceeds the maximum line length"));
+      if (!next) break;
+      const json& msg = *next;
       if (msg.contains("method")) {
         TRY(serve(msg));
         continue;

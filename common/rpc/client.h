@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,9 @@ class Client {
   Status handshake(const std::string& server, int timeout_ms);
   Status send_line(const std::string& line);
   Status serve(const json& msg);  // a request or notification from the server
+  // The next whole message buffered, a JSON object (a line that is not one is skipped);
+  // nothing when no whole line is buffered; `overflow` when a line is over the limit.
+  Result<std::optional<json>> next_message(const char* overflow);
   // Bytes available now (0: none yet, wait for the socket); an error when closed.
   Result<size_t> read_some(char* buf, size_t n);
   Fd fd_;

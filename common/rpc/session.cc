@@ -49,7 +49,7 @@ void OutputGate::release() {
   held_ = false;
   auto waiting = std::exchange(waiting_, {});
   for (Session* s : waiting) {
-    s->gate_waiting_ = false;
+    s->gated_.waiting = false;
     s->ungate(UINT64_MAX);
   }
 }
@@ -57,26 +57,26 @@ void OutputGate::release() {
 void OutputGate::release_through(uint64_t e) {
   auto waiting = std::exchange(waiting_, {});
   for (Session* s : waiting) {
-    s->gate_waiting_ = false;
+    s->gated_.waiting = false;
     s->ungate(e);
-    if (!s->gated_.empty() && !std::exchange(s->gate_waiting_, true)) waiting_.push_back(s);
+    if (!s->gated_.lines.empty() && !std::exchange(s->gated_.waiting, true)) waiting_.push_back(s);
   }
 }
 
 void Session::ungate(uint64_t e) {
-  while (!gated_.empty() && gated_.front().first <= e) {
-    gated_bytes_ -= gated_.front().second.size();
-    out_ += gated_.front().second;
-    gated_.pop_front();
+  while (!gated_.lines.empty() && gated_.lines.front().first <= e) {
+    gated_.bytes -= gated_.lines.front().second.size();
+    out_ += gated_.lines.front().second;
+    gated_.lines.pop_front();
   }
   flush();
 }
 
 Session::~Session() {
   *self_ = nullptr;
-  if (gate_waiting_) std::erase(gate_->waiting_, this);
+  if (gated_.waiting) std::erase(gated_.gate->waiting_, this);
   io_.reset();
-  if (ssl_ && established_ && !closed_) tls::shutdown(ssl_.get());
+  if (tls_.ssl && tls_.established && !closed_) tls::shutdown(tls_.ssl.get());
   if (budget_) budget_->used -= accounted_;
   // Fail calls still waiting for a reply, without running on_close again.
   auto pending = std::move(pending_);
@@ -84,8 +84,8 @@ Session::~Session() {
 }
 
 void Session::use_tls(SSL* ssl, uint64_t handshake_timeout_us) {
-  ssl_.reset(ssl);
-  handshake_timeout_us_ = handshake_timeout_us;
+  tls_.ssl.reset(ssl);
+  tls_.handshake_timeout_us = handshake_timeout_us;
 }
 
 Status Session::start() {
@@ -94,9 +94,9 @@ Status Session::start() {
   // thousands of sessions, level-triggered waits cost O(ready sessions) per dispatch).
   last_heard_us_ = now_monotonic_us();
   TRY_ASSIGN(io_, loop_.add_io(fd_.get(), EPOLLIN | EPOLLET, [this](uint32_t ev) { on_io(ev); }));
-  if (ssl_) {
-    TRY_ASSIGN(handshake_timer_, loop_.add_timer_in(handshake_timeout_us_, [this] {
-      if (established_ || closed_) return;
+  if (tls_.ssl) {
+    TRY_ASSIGN(tls_.handshake_timer, loop_.add_timer_in(tls_.handshake_timeout_us, [this] {
+      if (tls_.established || closed_) return;
       log_warn("closing session: TLS handshake not finished in time", {{"PEER", peer_.address}});
       close();
     }));
@@ -108,27 +108,27 @@ Status Session::start() {
 }
 
 bool Session::handshake() {
-  if (established_) return true;
+  if (tls_.established) return true;
   std::string why;
-  switch (tls::handshake(ssl_.get(), &why)) {
+  switch (tls::handshake(tls_.ssl.get(), &why)) {
     case tls::Want::kDone:
-      established_ = true;
-      tls_wants_write_ = false;
-      handshake_timer_.reset();
+      tls_.established = true;
+      tls_.wants_write = false;
+      tls_.handshake_timer.reset();
       peer_.tls = true;
-      peer_.identity = tls::peer_identity(ssl_.get());
-      if (on_established_) {
-        auto fn = std::move(on_established_);
+      peer_.identity = tls::peer_identity(tls_.ssl.get());
+      if (tls_.on_established) {
+        auto fn = std::move(tls_.on_established);
         fn();
       }
       if (closed_) return false;
       flush();  // what was queued before
       return !closed_;
     case tls::Want::kRead:
-      tls_wants_write_ = false;
+      tls_.wants_write = false;
       return false;
     case tls::Want::kWrite:
-      tls_wants_write_ = true;
+      tls_.wants_write = true;
       return false;
     case tls::Want::kClosed:
     case tls::Want::kError:
@@ -144,10 +144,10 @@ void Session::update_events() {
   if (closed_ || !io_.active()) return;
   // Output held by the gate is not wanted out yet: no EPOLLOUT (a writable socket would
   // wake the loop for nothing, again and again).
-  // Output the gate holds is in gated_, not out_: a writable socket is wanted only for
+  // Output the gate holds is in gated_.lines, not out_: a writable socket is wanted only for
   // what may be sent (else it would wake the loop for nothing, again and again).
-  bool want_out = !out_.empty() || tls_wants_write_;
-  if (ssl_ && !established_) want_out = tls_wants_write_;
+  bool want_out = !out_.empty() || tls_.wants_write;
+  if (tls_.ssl && !tls_.established) want_out = tls_.wants_write;
   if (want_out != want_out_) {
     want_out_ = want_out;
     (void)io_.set_io_events(want_out ? (EPOLLIN | EPOLLOUT | EPOLLET) : (EPOLLIN | EPOLLET));
@@ -158,12 +158,12 @@ void Session::close() {
   if (closed_) return;
   closed_ = true;
   io_.reset();
-  handshake_timer_.reset();
+  tls_.handshake_timer.reset();
   if (budget_) {
     budget_->used -= accounted_;
     accounted_ = 0;
   }
-  if (ssl_ && established_) tls::shutdown(ssl_.get());
+  if (tls_.ssl && tls_.established) tls::shutdown(tls_.ssl.get());
   ::shutdown(fd_.get(), SHUT_RDWR);
   auto pending = std::move(pending_);
   pending_.clear();
@@ -177,7 +177,7 @@ void Session::close() {
 }
 
 void Session::on_io(uint32_t revents) {
-  if (ssl_ && !established_) {
+  if (tls_.ssl && !tls_.established) {
     if (!handshake()) {
       update_events();
       return;
@@ -186,13 +186,13 @@ void Session::on_io(uint32_t revents) {
   if (revents & EPOLLOUT) flush();
   if (closed_) return;
   if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-    if (ssl_)
+    if (tls_.ssl)
       read_tls();
     else
       read_plain();
   }
   if (closed_) return;
-  if (ssl_ && !out_.empty()) flush();  // a write that waited for the peer's data
+  if (tls_.ssl && !out_.empty()) flush();  // a write that waited for the peer's data
   update_events();
 }
 
@@ -237,7 +237,7 @@ void Session::read_tls() {
   for (;;) {
     size_t got = 0;
     std::string why;
-    switch (tls::read(ssl_.get(), buf, sizeof buf, &got, &why)) {
+    switch (tls::read(tls_.ssl.get(), buf, sizeof buf, &got, &why)) {
       case tls::Want::kDone:
         feed(buf, got);
         if (closed_) return;
@@ -245,7 +245,7 @@ void Session::read_tls() {
       case tls::Want::kRead:
         return;
       case tls::Want::kWrite:
-        tls_wants_write_ = true;
+        tls_.wants_write = true;
         return;
       case tls::Want::kClosed:
         close();
@@ -546,13 +546,14 @@ void Session::call_serialized(const std::string& method, const std::string& para
 void Session::send_line(std::string line) {
   if (closed_) return;
   bytes_queued_ += line.size();
-  if (gate_ && gate_->held()) {  // not yet durable: sent when its epoch is released
-    uint64_t e = gate_->epoch();
-    if (gated_.empty() || gated_.back().first != e) gated_.emplace_back(e, std::string());
-    gated_.back().second += line;
-    gated_bytes_ += line.size();
-    if (!std::exchange(gate_waiting_, true)) gate_->waiting_.push_back(this);
-    if (gated_bytes_ + out_.size() > (64u << 20)) {
+  if (gated_.gate && gated_.gate->held()) {  // not yet durable: sent when its epoch is released
+    uint64_t e = gated_.gate->epoch();
+    if (gated_.lines.empty() || gated_.lines.back().first != e)
+      gated_.lines.emplace_back(e, std::string());
+    gated_.lines.back().second += line;
+    gated_.bytes += line.size();
+    if (!std::exchange(gated_.waiting, true)) gated_.gate->waiting_.push_back(this);
+    if (gated_.bytes + out_.size() > (64u << 20)) {
       log_warn("closing session: peer is not reading", {{"PEER", peer_.address}});
       close();
     }
@@ -564,20 +565,20 @@ void Session::send_line(std::string line) {
 
 void Session::flush() {
   if (closed_) return;
-  if (ssl_ && !established_) return;  // queued until the handshake completes
-  tls_wants_write_ = false;
+  if (tls_.ssl && !tls_.established) return;  // queued until the handshake completes
+  tls_.wants_write = false;
   while (!out_.empty()) {
-    if (ssl_) {
+    if (tls_.ssl) {
       size_t put = 0;
       std::string why;
-      tls::Want w = tls::write(ssl_.get(), out_.data(), out_.size(), &put, &why);
+      tls::Want w = tls::write(tls_.ssl.get(), out_.data(), out_.size(), &put, &why);
       if (w == tls::Want::kDone) {
         bytes_sent_ += put;
         out_.erase(0, put);
         continue;
       }
       if (w == tls::Want::kWrite) {
-        tls_wants_write_ = true;
+        tls_.wants_write = true;
         break;
       }
       if (w == tls::Want::kRead) break;  // EPOLLIN is always on
@@ -596,7 +597,7 @@ void Session::flush() {
     bytes_sent_ += static_cast<uint64_t>(n);
     out_.erase(0, static_cast<size_t>(n));
   }
-  if (close_when_sent_ && out_.empty() && gated_.empty()) {
+  if (close_when_sent_ && out_.empty() && gated_.lines.empty()) {
     close();
     return;
   }

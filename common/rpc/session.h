@@ -48,11 +48,11 @@ class Session {
   // in the clear; lines queued before the handshake completes go after it. A handshake
   // not finished within `handshake_timeout_us` closes the session.
   void use_tls(SSL* ssl, uint64_t handshake_timeout_us = 10'000'000);
-  bool established() const { return !ssl_ || established_; }
+  bool established() const { return !tls_.ssl || tls_.established; }
   // Runs once when the TLS handshake has completed (the peer's identity is known).
-  void set_on_established(std::function<void()> fn) { on_established_ = std::move(fn); }
+  void set_on_established(std::function<void()> fn) { tls_.on_established = std::move(fn); }
   // Output waits while `gate` is held (before start()).
-  void set_output_gate(std::shared_ptr<OutputGate> gate) { gate_ = std::move(gate); }
+  void set_output_gate(std::shared_ptr<OutputGate> gate) { gated_.gate = std::move(gate); }
   Status start();
   void call(const std::string& method, json params, ReplyFn on_reply);
   // The same call with params already serialised (a JSON text): one message sent to many
@@ -135,17 +135,22 @@ class Session {
   struct SslFree {
     void operator()(SSL* s) const { tls::free_ssl(s); }
   };
-  std::unique_ptr<SSL, SslFree> ssl_;
-  bool established_ = false;
-  bool tls_wants_write_ = false;  // the TLS engine needs the socket writable
-  uint64_t handshake_timeout_us_ = 0;
-  Source handshake_timer_;
-  std::function<void()> on_established_;
-  std::shared_ptr<OutputGate> gate_;
-  bool gate_waiting_ = false;  // listed in gate_->waiting_
-  // Output the gate holds, by epoch, oldest first (out_ holds only what may be sent).
-  std::deque<std::pair<uint64_t, std::string>> gated_;
-  size_t gated_bytes_ = 0;
+  struct TlsState {
+    std::unique_ptr<SSL, SslFree> ssl;
+    bool established = false;
+    bool wants_write = false;  // the TLS engine needs the socket writable
+    uint64_t handshake_timeout_us = 0;
+    Source handshake_timer;
+    std::function<void()> on_established;
+  } tls_;
+  // The output gate (group commits: common/rpc/output_gate.h) and the output it holds,
+  // by epoch, oldest first (out_ holds only what may be sent).
+  struct GatedOutput {
+    std::shared_ptr<OutputGate> gate;
+    bool waiting = false;  // listed in gate->waiting_
+    std::deque<std::pair<uint64_t, std::string>> lines;
+    size_t bytes = 0;
+  } gated_;
   // Moves the gated output of epochs up to `e` to out_ and sends it.
   void ungate(uint64_t e);
   friend class OutputGate;

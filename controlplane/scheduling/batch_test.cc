@@ -8,6 +8,7 @@
 #include "common/cron.h"
 #include "controlplane/jobs/periodic.h"
 #include "controlplane/scheduling/scheduler.h"
+#include "controlplane/scheduling/scheduler_fixture.h"
 
 namespace weft::cp {
 namespace {
@@ -15,20 +16,9 @@ namespace {
 constexpr uint64_t kSecond = 1'000'000;
 constexpr int64_t kWall = 1795824000;  // 2026-11-28T00:00:00Z
 
-class Batch : public ::testing::Test {
+class Batch : public SchedulerFixture {
  protected:
-  void SetUp() override {
-    for (int d = 0; d < 4; ++d)
-      ids_.push_back(alloc_.add_machine(
-          {"m" + std::to_string(d), "dc1", "rack" + std::to_string(d), "a", {4000, 8192}}));
-    for (MachineId m : ids_) ASSERT_TRUE(alloc_.assign(m, 1).ok());
-  }
-  void TearDown() override {
-    std::map<TaskState, size_t> walked;
-    for (const auto& [id, t] : sched_.tasks()) ++walked[t.state];
-    for (TaskState s : kAllTaskStates)
-      EXPECT_EQ(sched_.tasks().count_in(s), walked[s]) << task_state_name(s);
-  }
+  Batch() : SchedulerFixture(4, SchedulerLimits{600, 100}) {}
   JobSpec batch(const std::string& name, int completions, int parallelism, int max_failures) {
     JobSpec s;
     s.name = name;
@@ -68,9 +58,6 @@ class Batch : public ::testing::Test {
            t.state == TaskState::kPending;
     return n;
   }
-  Allocator alloc_;
-  Scheduler sched_{alloc_, SchedulerLimits{600, 100}};
-  std::vector<MachineId> ids_;
   std::map<std::string, MachineId> on_;
 };
 

@@ -2,6 +2,7 @@
 // machine reports, replacement of lost tasks without duplicates, the destructive-
 // operation budget, rolling updates, scaling and stopping.
 #include "controlplane/scheduling/scheduler.h"
+#include "controlplane/scheduling/scheduler_fixture.h"
 
 #include <gtest/gtest.h>
 
@@ -13,21 +14,9 @@ namespace {
 
 constexpr uint64_t kMin = 60'000'000;
 
-class Sched : public ::testing::Test {
+class Sched : public SchedulerFixture {
  protected:
-  void SetUp() override {
-    for (int d = 0; d < 6; ++d)
-      ids_.push_back(alloc_.add_machine(
-          {"m" + std::to_string(d), "dc1", "rack" + std::to_string(d), "a", {4000, 8192}}));
-    for (MachineId m : ids_) ASSERT_TRUE(alloc_.assign(m, 1).ok());
-  }
-  // Whatever the test did, the counts by state (what /metrics shows) match the tasks.
-  void TearDown() override {
-    std::map<TaskState, size_t> walked;
-    for (const auto& [id, t] : sched_.tasks()) ++walked[t.state];
-    for (TaskState s : kAllTaskStates)
-      EXPECT_EQ(sched_.tasks().count_in(s), walked[s]) << task_state_name(s);
-  }
+  Sched() : SchedulerFixture(6, SchedulerLimits{60, 2}) {}
   JobSpec spec(const std::string& name, int count) {
     JobSpec s;
     s.name = name;
@@ -68,9 +57,6 @@ class Sched : public ::testing::Test {
       if (t.state == TaskState::kRunning || t.state == TaskState::kStarting) out.push_back(t);
     return out;
   }
-  Allocator alloc_;
-  Scheduler sched_{alloc_, SchedulerLimits{60, 2}};
-  std::vector<MachineId> ids_;
 };
 
 TEST_F(Sched, CreatePlacesAndReportsMakeTasksRunning) {
