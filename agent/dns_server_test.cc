@@ -21,21 +21,13 @@
 #include <set>
 #include <thread>
 
+#include "testing/dns_query.h"
+
 namespace weft::agent {
 namespace {
 
 std::vector<uint8_t> query(const char* name, uint16_t id) {
-  ldns_pkt* q = nullptr;
-  EXPECT_EQ(ldns_pkt_query_new_frm_str(&q, name, LDNS_RR_TYPE_A, LDNS_RR_CLASS_IN, LDNS_RD),
-            LDNS_STATUS_OK);
-  ldns_pkt_set_id(q, id);
-  uint8_t* buf = nullptr;
-  size_t size = 0;
-  EXPECT_EQ(ldns_pkt2wire(&buf, q, &size), LDNS_STATUS_OK);
-  std::vector<uint8_t> out(buf, buf + size);
-  std::free(buf);
-  ldns_pkt_free(q);
-  return out;
+  return weft::testing::dns_query(name, LDNS_RR_TYPE_A, id);
 }
 
 // The answer's id and its number of answer records; -1, -1 if it does not parse.

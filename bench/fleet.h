@@ -329,16 +329,20 @@ class Fleet {
           --running_;
         }
       m->tasks.clear();
-      for (auto& d : m->d) {
-        d.report.reset();
-        d.retry.reset();
-        if (d.dialer.dialing()) --connecting_;
-        d.dialer.cancel();
-        if (d.session) d.session->close();
-      }
+      hang_up(*m);
     }
     lost_total_ = lost_.size();
     return n;
+  }
+  // A dead machine's daemons: timers stopped, dials cancelled, sessions closed.
+  void hang_up(Machine& m) {
+    for (auto& d : m.d) {
+      d.report.reset();
+      d.retry.reset();
+      if (d.dialer.dialing()) --connecting_;
+      d.dialer.cancel();
+      if (d.session) d.session->close();
+    }
   }
   // An MSB fails: every machine of the domain dies (sessions closed, tasks gone). Returns
   // their names.
@@ -351,13 +355,7 @@ class Fleet {
       for (auto& [id, t] : m->tasks)
         if (t.state == "running") --running_;
       m->tasks.clear();
-      for (auto& d : m->d) {
-        d.report.reset();
-        d.retry.reset();
-        if (d.dialer.dialing()) --connecting_;
-        d.dialer.cancel();
-        if (d.session) d.session->close();
-      }
+      hang_up(*m);
     }
     return names;
   }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/dns.h"
+#include "testing/dns_query.h"
 
 namespace weft {
 namespace {
@@ -32,17 +33,7 @@ ServiceCatalog catalog_with_web() {
 
 // A query packet for `name` of `type`, as a resolver sends it.
 std::vector<uint8_t> query(const char* name, ldns_rr_type type, bool edns = false) {
-  ldns_pkt* q = nullptr;
-  EXPECT_EQ(ldns_pkt_query_new_frm_str(&q, name, type, LDNS_RR_CLASS_IN, LDNS_RD), LDNS_STATUS_OK);
-  ldns_pkt_set_id(q, 4242);
-  if (edns) ldns_pkt_set_edns_udp_size(q, 4096);
-  uint8_t* buf = nullptr;
-  size_t size = 0;
-  EXPECT_EQ(ldns_pkt2wire(&buf, q, &size), LDNS_STATUS_OK);
-  std::vector<uint8_t> out(buf, buf + size);
-  std::free(buf);
-  ldns_pkt_free(q);
-  return out;
+  return weft::testing::dns_query(name, type, 4242, edns);
 }
 
 struct Answer {
