@@ -320,4 +320,13 @@ class FakeMachine {
   std::atomic<bool> stop_alive_{false};
 };
 
+// `n` machines "h0", "h1", ..., each on a rack of its own ("r0", "r1", ...), not yet
+// connected.
+inline std::vector<std::unique_ptr<FakeMachine>> fake_machines(int n) {
+  std::vector<std::unique_ptr<FakeMachine>> ms;
+  for (int i = 0; i < n; ++i)
+    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+  return ms;
+}
+
 }  // namespace weft::testing

@@ -382,11 +382,8 @@ TEST_F(ControlPlaneTls, TaskControllersAreSpokenToOverMutualTlsByNameAndBounded)
             0);
   start();
   if (HasFatalFailure()) return;
-  std::vector<std::unique_ptr<FakeMachine>> ms;
-  for (int i = 0; i < 4; ++i) {
-    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
-    ASSERT_TRUE(ms.back()->connect(sock())) << ms.back()->error().str();
-  }
+  auto ms = fake_machines(4);
+  for (auto& m : ms) ASSERT_TRUE(m->connect(sock())) << m->error().str();
   TlsController good(pki_, "ctl-good"), evil(pki_, "ctl-evil");
   FakeController plain;
   plain.set_policy([](const json& p) {

@@ -166,11 +166,10 @@ std::string as_job_file(json j) {
 TEST_F(ControlPlane, TheThreeValidatorsAgreeOnRandomJobs) {
   start();
   if (HasFatalFailure()) return;
-  std::vector<std::unique_ptr<FakeMachine>> ms;
-  for (int i = 0; i < 3; ++i) {
-    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
-    ASSERT_TRUE(ms.back()->connect(sock()));
-    ms.back()->report();
+  auto ms = fake_machines(3);
+  for (auto& m : ms) {
+    ASSERT_TRUE(m->connect(sock()));
+    m->report();
   }
   // The validators of the spec's form agree; what an entitlement grants (policy, not
   // form: ControlPlaneTls.AnOperatorsJobGetsOnlyWhatItsEntitlementGrants) is all here.

@@ -567,11 +567,8 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
     pid_t pid;
     ~Reap() { stop_process(pid); }
   } reap{ctl};
-  std::vector<std::unique_ptr<FakeMachine>> ms;
-  for (int i = 0; i < 4; ++i) {  // three for the tasks, one spare
-    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
-    ASSERT_TRUE(ms.back()->connect(sock()));
-  }
+  auto ms = fake_machines(4);  // three for the tasks, one spare
+  for (auto& m : ms) ASSERT_TRUE(m->connect(sock()));
   // The sidekick sessions: they report their profile and take machine.reboot.
   std::map<std::string, int> reboots, refusals;
   std::vector<std::unique_ptr<rpc::Client>> sidekicks(4);

@@ -222,11 +222,8 @@ TEST_F(ControlPlane, AnAutoscalingScaleDownWaitsForItsTaskController) {
 TEST_F(ControlPlane, ARollingUpdateWaitsForItsTaskController) {
   start();
   if (HasFatalFailure()) return;
-  std::vector<std::unique_ptr<FakeMachine>> ms;
-  for (int i = 0; i < 3; ++i) {
-    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
-    ASSERT_TRUE(ms.back()->connect(sock()));
-  }
+  auto ms = fake_machines(3);
+  for (auto& m : ms) ASSERT_TRUE(m->connect(sock()));
   FakeController ctl;
   ASSERT_NE(ctl.port(), 0);
   ctl.set_policy([](const json&) { return json::array(); });  // nothing may go
@@ -371,11 +368,8 @@ TEST_F(ControlPlane, TheShardControllerKeepsEveryShardAtItsFloor) {
     pid_t pid;
     ~Reap() { stop_process(pid); }
   } reap{ctl};
-  std::vector<std::unique_ptr<FakeMachine>> ms;
-  for (int i = 0; i < 7; ++i) {  // six for the tasks, one spare for the drain
-    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
-    ASSERT_TRUE(ms.back()->connect(sock()));
-  }
+  auto ms = fake_machines(7);  // six for the tasks, one spare for the drain
+  for (auto& m : ms) ASSERT_TRUE(m->connect(sock()));
   ASSERT_TRUE(call("entitlement.create", {{"name", "a"}, {"quota", 7}}).ok());
   json job{{"name", "kv"},
            {"entitlement", "a"},
@@ -490,11 +484,8 @@ TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
     }
   }
   ASSERT_NE(port, 0) << read_file(dir_ + "/ctl.log").value_or("");
-  std::vector<std::unique_ptr<FakeMachine>> ms;
-  for (int i = 0; i < 4; ++i) {
-    ms.push_back(std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
-    ASSERT_TRUE(ms.back()->connect(sock()));
-  }
+  auto ms = fake_machines(4);
+  for (auto& m : ms) ASSERT_TRUE(m->connect(sock()));
   auto pump = [&] {
     for (auto& m : ms) m->report();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
