@@ -154,14 +154,15 @@ TEST_F(FakeHost, SwitchAppliesEveryFamilyAndVerifies) {
 
 TEST_F(FakeHost, DiffSwitchTouchesOnlyChangesAndRestoresLeavers) {
   ASSERT_EQ(engine_->apply(profile("web", kWeb)).outcome, Outcome::kOk);
-  auto p = engine_->plan(profile("web2", R"(
+  const char* web2 = R"(
 [sysctl]
 "net.core.somaxconn" = 4096
 "vm.swappiness" = 10
 [thp]
 enabled = "always"
 defrag = "defer"
-)"));
+)";
+  auto p = engine_->plan(profile("web2", web2));
   ASSERT_TRUE(p.ok()) << p.error().str();
   std::set<std::string> changed;
   for (const auto& c : p->changes) changed.insert(c.knob.id + (c.restore ? " (restore)" : ""));
@@ -171,14 +172,7 @@ defrag = "defer"
   EXPECT_TRUE(changed.count("nic:eth0/mtu (restore)"));
   EXPECT_TRUE(changed.count("cpu:turbo (restore)"));
   EXPECT_TRUE(changed.count("cgroup:cpu (restore)"));
-  auto rep = engine_->apply(profile("web2", R"(
-[sysctl]
-"net.core.somaxconn" = 4096
-"vm.swappiness" = 10
-[thp]
-enabled = "always"
-defrag = "defer"
-)"));
+  auto rep = engine_->apply(profile("web2", web2));
   ASSERT_EQ(rep.outcome, Outcome::kOk) << rep.to_json().dump(2);
   EXPECT_EQ(get("sys/class/net/eth0/mtu"), "1500");
   EXPECT_EQ(get("sys/devices/system/cpu/intel_pstate/no_turbo"), "1");

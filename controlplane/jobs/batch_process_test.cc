@@ -55,9 +55,7 @@ class Batch : public ControlPlane {
 TEST_F(Batch, AJobFileBatchJobRunsItsCompletionsAndEnds) {
   start();
   if (HasFatalFailure()) return;
-  for (int i = 0; i < 2; ++i)
-    machines_.push_back(
-        std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+  machines_ = fake_machines(2);
   connect_all();
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
   ASSERT_TRUE(write_file(dir_ + "/b.toml",
@@ -112,9 +110,7 @@ TEST_F(Batch, AJobFileBatchJobRunsItsCompletionsAndEnds) {
 TEST_F(Batch, APeriodicJobRunsEachPeriodOnceAcrossAControlPlaneKill) {
   start();
   if (HasFatalFailure()) return;
-  for (int i = 0; i < 2; ++i)
-    machines_.push_back(
-        std::make_unique<FakeMachine>("h" + std::to_string(i), "r" + std::to_string(i)));
+  machines_ = fake_machines(2);
   connect_all();
   ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 2}}).ok());
   json job{{"name", "tick"},

@@ -23,7 +23,6 @@
 namespace weft {
 namespace {
 
-using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using weft::testing::Machine;
 using weft::testing::Replica;
