@@ -357,4 +357,15 @@ std::string ClusterHarness::logs() const {
   return out;
 }
 
+::testing::AssertionResult ClusterHarness::start_all() {
+  if (!setup()) return ::testing::AssertionFailure() << "the cluster's setup failed\n" << logs();
+  start_cp();
+  for (int i = 0; i < machines(); ++i) start_machine(i);
+  if (!wait_all_ready()) {
+    auto ls = cp("machine.ls");
+    return ::testing::AssertionFailure() << (ls.ok() ? ls->dump(2) : ls.error().str()) << logs();
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace weft::testing

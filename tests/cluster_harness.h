@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
@@ -66,6 +67,9 @@ class ClusterHarness {
                const std::function<bool(const json&)>& pred, int timeout_ms = 30000);
   // Every machine registered, healthy and connected (agent, sidekick and hcs).
   bool wait_all_ready(int timeout_ms = 60000);
+  // The whole cluster as most tests begin: setup(), the control plane and every machine
+  // started, all of them ready; a failure says what the control plane lists, and the logs.
+  ::testing::AssertionResult start_all();
 
   int machines() const { return static_cast<int>(machines_.size()); }
   std::string machine_id(int i) const { return "m" + std::to_string(i); }

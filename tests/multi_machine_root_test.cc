@@ -49,10 +49,7 @@ class MultiMachine : public ::testing::Test {
   void SetUp() override {
     std::string why = root_test_skip_reason();
     if (!why.empty()) GTEST_SKIP() << why;
-    ASSERT_TRUE(c_.setup()) << c_.logs();
-    c_.start_cp();
-    for (int i = 0; i < c_.machines(); ++i) c_.start_machine(i);
-    ASSERT_TRUE(c_.wait_all_ready()) << c_.cp("machine.ls")->dump(2) << c_.logs();
+    ASSERT_TRUE(c_.start_all());
   }
   // The SRV records machine `machine`'s agent answers for `name` (one query, drill):
   // (port, target) each. An answer that is not NOERROR or NXDOMAIN (no answer at all, a

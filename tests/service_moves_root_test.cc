@@ -31,10 +31,7 @@ class ServiceMoves : public ::testing::Test {
   void SetUp() override {
     std::string why = root_test_skip_reason();
     if (!why.empty()) GTEST_SKIP() << why;
-    ASSERT_TRUE(c_.setup()) << c_.logs();
-    c_.start_cp();
-    for (int i = 0; i < c_.machines(); ++i) c_.start_machine(i);
-    ASSERT_TRUE(c_.wait_all_ready()) << c_.cp("machine.ls")->dump(2) << c_.logs();
+    ASSERT_TRUE(c_.start_all());
   }
 
   json job(const std::string& version) {
