@@ -22,6 +22,7 @@
 
 #include "common/fs.h"
 #include "common/rpc/client.h"
+#include "testing/black_hole.h"
 #include "testing/sanitizers.h"
 #include "tests/agent_harness.h"
 
@@ -153,21 +154,9 @@ TEST_F(Cluster, AgentRunsWhatTheControlPlanePlaces) {
 TEST_F(Cluster, AControlPlaneThatNeverAnswersDoesNotStallTheAgent) {
   std::string why = root_test_skip_reason();
   if (!why.empty()) GTEST_SKIP() << why;
-  Fd lfd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(lfd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  ASSERT_EQ(::listen(lfd.get(), 0), 0);
-  socklen_t sl = sizeof sa;
-  getsockname(lfd.get(), reinterpret_cast<sockaddr*>(&sa), &sl);
-  std::vector<Fd> fillers;
-  for (int i = 0; i < 4; ++i) {
-    Fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    (void)::connect(f.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-    fillers.push_back(std::move(f));
-  }
-  agent_.add_config("control_plane = \"127.0.0.1:" + std::to_string(ntohs(sa.sin_port)) +
+  auto hole = weft::testing::black_hole();
+  ASSERT_NE(hole.port(), 0);
+  agent_.add_config("control_plane = \"127.0.0.1:" + std::to_string(hole.port()) +
                     "\"\ninsecure_control_plane = true\nmachine_id = \"testhost\"");
   agent_.start();
   if (HasFatalFailure()) return;

@@ -4,6 +4,7 @@
 #include "common/clock.h"
 #include "common/json_bounded.h"
 #include "common/strings.h"
+#include "testing/black_hole.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -589,22 +590,9 @@ TEST_F(ServerTest, CapsSessionsPerAddress) {
 // the SYNs) ends by its timeout, and the loop runs other work meanwhile (finding 3).
 TEST(ConnectAttemptTest, NeverBlocksTheLoopAndTimesOut) {
   auto loop = std::move(EventLoop::create()).value();
-  Fd lfd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(lfd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  ASSERT_EQ(::listen(lfd.get(), 0), 0);
-  socklen_t sl = sizeof sa;
-  getsockname(lfd.get(), reinterpret_cast<sockaddr*>(&sa), &sl);
-  Endpoint ep{false, "", "127.0.0.1", ntohs(sa.sin_port)};
-  // Fill the accept queue.
-  std::vector<Fd> fillers;
-  for (int i = 0; i < 4; ++i) {
-    Fd f(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    (void)::connect(f.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-    fillers.push_back(std::move(f));
-  }
+  auto hole = weft::testing::black_hole();
+  ASSERT_NE(hole.port(), 0);
+  Endpoint ep{false, "", "127.0.0.1", hole.port()};
   usleep(100'000);
   std::optional<Result<Fd>> got;
   int ticks = 0;
