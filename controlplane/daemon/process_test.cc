@@ -1466,11 +1466,6 @@ TEST_F(ControlPlane, AnUnknownStateIsRefusedButTheMachineStaysAlive) {
   EXPECT_NE((*show)["state"], "dead") << show->dump();
 }
 
-}  // namespace
-}  // namespace weft::testing
-
-namespace weft::testing {
-namespace {
 
 // Issue 43 (4, 9): what a hostile operator or machine sends is refused naming the field,
 // and changes nothing. Names that could run or print something elsewhere (completion, a
@@ -1596,11 +1591,6 @@ TEST_F(ControlPlane, WithoutAKeyNoSecretIsTakenOrKeptInPlainText) {
   EXPECT_EQ(read_file(db).value_or("sk_plain").find("sk_plain"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace weft::testing
-
-namespace weft::testing {
-namespace {
 
 // Issue 43: a job's task gets a network of its own unless its entitlement grants the
 // host's. A job stored before that default (its spec names no network) keeps running as
