@@ -1466,7 +1466,6 @@ TEST_F(ControlPlane, AnUnknownStateIsRefusedButTheMachineStaysAlive) {
   EXPECT_NE((*show)["state"], "dead") << show->dump();
 }
 
-
 // Issue 43 (4, 9): what a hostile operator or machine sends is refused naming the field,
 // and changes nothing. Names that could run or print something elsewhere (completion, a
 // terminal, a path): an entitlement's name, a machine id, a profile's name; a bound that
@@ -1590,7 +1589,6 @@ TEST_F(ControlPlane, WithoutAKeyNoSecretIsTakenOrKeptInPlainText) {
       std::system(("sqlite3 " + db + " \"PRAGMA wal_checkpoint(TRUNCATE); VACUUM;\"").c_str()), 0);
   EXPECT_EQ(read_file(db).value_or("sk_plain").find("sk_plain"), std::string::npos);
 }
-
 
 // Issue 43: a job's task gets a network of its own unless its entitlement grants the
 // host's. A job stored before that default (its spec names no network) keeps running as

@@ -536,7 +536,6 @@ TEST_F(ControlPlane, AControllerThatIsATaskOfAnotherJobIsFoundWhereItRuns) {
       << read_file(dir_ + "/ctl.log").value_or("");
 }
 
-
 // One task's operations through the control plane (docs/operations.md, "One task"):
 // task.show (the record and the agent's detail), task.signal (a signal to the task on its
 // machine; SIGKILL ends it and it is replaced), task.restart of a job without a

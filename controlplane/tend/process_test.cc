@@ -440,7 +440,6 @@ TEST_F(RebalancerLoop, AtItsQuotaTheSpreadIsRestoredByASwap) {
   EXPECT_GE((*st)["moves_last_hour"].get<int>(), 1) << st->dump();
 }
 
-
 // `top` through the control plane (docs/operations.md): the agents' figures by job, task
 // and machine, with what was reserved and the machines' capacity; filters; a machine
 // without a session is named, not waited for; bad input names the field; weftctl top.
