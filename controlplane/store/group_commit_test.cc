@@ -9,6 +9,16 @@
 namespace weft::cp {
 namespace {
 
+// A rewrite hook's work: the owner writes what is unsaved in a new group, as persist()
+// does; false when no group can be opened.
+bool write_unsaved_again(GroupCommit& group) {
+  Written w = std::move(group.unsaved());
+  group.unsaved() = {};
+  if (!group.open().ok()) return false;
+  group.wrote(w);
+  return true;
+}
+
 // A store that commits or refuses as told, and counts.
 struct FakeWrites : GroupWrites {
   bool open = false, refuse = false, fenced = false;
@@ -61,12 +71,7 @@ struct GroupCommitTest : ::testing::Test {
     GroupCommit::Hooks hooks;
     hooks.rewrite = [this] {
       ++rewrites;
-      // The owner writes what is unsaved in a new group, as persist() does.
-      Written w = std::move(group->unsaved());
-      group->unsaved() = {};
-      if (!group->open().ok()) return false;
-      group->wrote(w);
-      return true;
+      return write_unsaved_again(*group);
     };
     hooks.deposed = [this](const std::string& why) { deposed = why; };
     hooks.committed = [this](uint64_t, bool ended) {
@@ -198,11 +203,7 @@ TEST(GroupCommitPipelined, TheNextGroupFillsWhileOneIsInFlightAndFailuresHoldWha
   GroupCommit::Hooks hooks;
   hooks.rewrite = [&] {
     ++rewrites;
-    Written w = std::move(group->unsaved());
-    group->unsaved() = {};
-    if (!group->open().ok()) return false;
-    group->wrote(w);
-    return true;
+    return write_unsaved_again(*group);
   };
   hooks.deposed = [](const std::string&) {};
   hooks.committed = [&](uint64_t, bool) { ++commits; };
