@@ -1,11 +1,12 @@
 // A loopback port that never answers, for the tests that a connect never blocks an event
 // loop (common/rpc/rpc_test.cc, tests/cluster_root_test.cc): a listener with a backlog of
 // none whose accept queue four connections fill, so the kernel drops further SYNs and a
-// connect to it waits until its own timeout.
+// connect to it waits until its own timeout. Made when the queue is full.
 #pragma once
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <gtest/gtest.h>
@@ -43,6 +44,10 @@ inline BlackHole black_hole() {
     (void)::connect(f.get(), sa, sizeof h.addr);
     h.fillers.push_back(std::move(f));
   }
+  // The queue is full once the first one's handshake is done (the others' SYNs are
+  // dropped): waited for, two seconds at the most.
+  pollfd p{h.fillers[0].get(), POLLOUT, 0};
+  if (::poll(&p, 1, 2000) != 1) ADD_FAILURE() << "the accept queue did not fill";
   return h;
 }
 
