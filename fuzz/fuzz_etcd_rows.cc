@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto kvs = etcd::parse_range(text);
   if (!kvs.ok()) return 0;
   cp::StoredState st;
-  cp::EtcdStore::TaskRows tasks;
-  if (!cp::EtcdStore::parse_rows(*kvs, "/weft/state/", &st, &tasks).ok()) return 0;
+  cp::TaskBuckets::Rows tasks;
+  if (!cp::parse_etcd_rows(*kvs, "/weft/state/", &st, &tasks).ok()) return 0;
   cp::Allocator alloc;
   cp::Broker broker{alloc};
   cp::Scheduler sched{alloc};

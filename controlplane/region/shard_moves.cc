@@ -14,14 +14,6 @@ namespace weft::cp {
 
 using json = nlohmann::json;
 
-namespace {
-
-Error conflict(const std::string& what) {
-  return make_error(what).with_code(rpc::kConflict);
-}
-
-}  // namespace
-
 std::set<MachineId> EntitlementMoves::machines_of(EntitlementId e) const {
   // Free machines that still run a task of its jobs: a drained machine whose slots moved
   // on (the allocator gave it back) while its task runs until the replacement does.
@@ -84,7 +76,8 @@ Result<json> EntitlementMoves::out(const std::string& name, const std::string& t
     return field_error("entitlement", "no entitlement " + name + " on this shard")
         .with_code(rpc::kNotFound);
   if (auto it = moving_.find(*id); it != moving_.end() && !it->second.outgoing)
-    return conflict("entitlement " + name + " is on its way here from shard " + it->second.other);
+    return conflict_error("entitlement " + name + " is on its way here from shard " +
+                          it->second.other);
   if (!hooks_.lending())
     return make_error("moving an entitlement needs the region's brokers ([region] brokers)")
         .with_code(rpc::kUnsupported);
@@ -119,7 +112,8 @@ Result<json> EntitlementMoves::out(const std::string& name, const std::string& t
 Result<json> EntitlementMoves::page_of(const std::string& name, size_t page) const {
   auto it = exported_.find(name);
   if (it == exported_.end())
-    return conflict("entitlement " + name + " was not written out here (ask for step out first)");
+    return conflict_error("entitlement " + name +
+                          " was not written out here (ask for step out first)");
   const Exported& x = it->second;
   size_t pages = x.cuts.size();
   if (page >= pages) return field_error("page", "must be below " + std::to_string(pages));
@@ -150,8 +144,9 @@ Result<json> EntitlementMoves::receive(const std::string& name, const std::strin
   if (got.from != from || got.pages != pages || got.next != page) {
     uint64_t want = got.next;
     incoming_.erase(name);
-    return conflict("page " + std::to_string(page) + " of " + std::to_string(pages) +
-                    " out of order (expected " + std::to_string(want) + "): send again from 0");
+    return conflict_error("page " + std::to_string(page) + " of " + std::to_string(pages) +
+                          " out of order (expected " + std::to_string(want) +
+                          "): send again from 0");
   }
   got.text += p["data"].get_ref<const std::string&>();
   if (++got.next < pages)
@@ -175,16 +170,17 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
   if (auto old = broker_.entitlements().named(name)) {
     auto it = moving_.find(*old);
     if (it == moving_.end() || it->second.outgoing)
-      return conflict("entitlement " + name + " is this shard's already");
+      return conflict_error("entitlement " + name + " is this shard's already");
     TRY(remove(*old, "read in again by a resumed move"));  // an earlier try of this move
     moving_.erase(it);
   }
   for (const auto& m : d.machines) {
     auto here = broker_.find(m.state.info.id);
     if (here && !broker_.removed(*here) && alloc_.entitlement_of(*here) != kFreePool)
-      return conflict("machine " + m.state.info.id + " is in another entitlement on this shard");
+      return conflict_error("machine " + m.state.info.id +
+                            " is in another entitlement on this shard");
     if (here && !broker_.removed(*here) && alloc_.tasks_on(*here) > 0)
-      return conflict("machine " + m.state.info.id + " runs tasks of this shard");
+      return conflict_error("machine " + m.state.info.id + " runs tasks of this shard");
   }
   EntitlementSpec spec = d.entitlement;
   spec.quota = std::max<size_t>(spec.quota, 1);
@@ -228,7 +224,7 @@ Result<json> EntitlementMoves::in(const MoveDoc& d, const std::string& from, uin
     Scheduler::MovedJob mj = j.job;
     mj.job.spec.entitlement_id = id;
     const std::string& job = mj.job.spec.name;
-    if (sched_.job(job)) return undo(conflict("job " + job + " exists on this shard"));
+    if (sched_.job(job)) return undo(conflict_error("job " + job + " exists on this shard"));
     if (j.request) {
       Request r = *j.request;
       r.entitlement = id;
@@ -263,7 +259,7 @@ void EntitlementMoves::open(const std::string& name, uint64_t now, rpc::ReplyFn 
   auto it = moving_.find(*id);
   if (it == moving_.end()) return reply(json{{"entitlement", name}, {"opened", true}});
   if (it->second.outgoing)
-    return reply(conflict("entitlement " + name + " is moving away from this shard"));
+    return reply(conflict_error("entitlement " + name + " is moving away from this shard"));
   std::string from = it->second.other;
   std::vector<std::string> names;
   for (MachineId m : machines_of(*id)) names.push_back(alloc_.spec(m).name);
@@ -278,7 +274,7 @@ void EntitlementMoves::open(const std::string& name, uint64_t now, rpc::ReplyFn 
                                                          std::string why, bool retry) {
         auto at = moving_.find(e);
         if (at == moving_.end() || at->second.outgoing || broker_.entitlements().named(name) != e)
-          return reply(conflict("the move of entitlement " + name + " changed meanwhile"));
+          return reply(conflict_error("the move of entitlement " + name + " changed meanwhile"));
         if (retry && held.size() < count)
           return reply(make_error("the machines' holder records were not all taken over: " + why)
                            .with_code(rpc::kUnavailable));
@@ -319,7 +315,7 @@ Result<json> EntitlementMoves::forget(const std::string& name, const std::string
   if (!id) return json{{"entitlement", name}, {"forgotten", true}};
   auto it = moving_.find(*id);
   if (it != moving_.end() && !it->second.outgoing)
-    return conflict("entitlement " + name + " is on its way here, not away");
+    return conflict_error("entitlement " + name + " is on its way here, not away");
   std::string why = "moved with its entitlement to shard " + to;
   TRY(remove(*id, why.c_str()));
   moving_.erase(*id);
@@ -333,7 +329,7 @@ Result<json> EntitlementMoves::drop(const std::string& name) {
   if (!id) return json{{"entitlement", name}, {"dropped", true}};
   auto it = moving_.find(*id);
   if (it == moving_.end() || it->second.outgoing)
-    return conflict("entitlement " + name + " is this shard's: it is not dropped");
+    return conflict_error("entitlement " + name + " is this shard's: it is not dropped");
   std::string why = "its move from shard " + it->second.other + " rolled back";
   TRY(remove(*id, why.c_str()));
   moving_.erase(*id);
@@ -349,7 +345,7 @@ Result<json> EntitlementMoves::unfence(const std::string& name) {
   auto it = moving_.find(*id);
   if (it != moving_.end()) {
     if (!it->second.outgoing)
-      return conflict("entitlement " + name + " is on its way here: drop it instead");
+      return conflict_error("entitlement " + name + " is on its way here: drop it instead");
     moving_.erase(it);
     exported_.erase(name);
     fence(*id, false);

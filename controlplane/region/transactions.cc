@@ -8,13 +8,9 @@ namespace weft::cp {
 
 using json = nlohmann::json;
 
-namespace {
-
-Error fail_conflict(const std::string& what) {
+Error conflict_error(const std::string& what) {
   return make_error(what).with_code(rpc::kConflict);
 }
-
-}  // namespace
 
 Status claim_entitlement_home(etcd::Client& c, const std::string& prefix, const std::string& name,
                               const std::string& shard) {
@@ -24,9 +20,9 @@ Status claim_entitlement_home(etcd::Client& c, const std::string& prefix, const 
   TRY_ASSIGN(etcd::TxnResult r, c.txn({absent}, {put}));
   if (r.succeeded) return {};
   TRY_ASSIGN(auto now, c.get(key));
-  if (!now) return fail_conflict("entitlement " + name + " changed home meanwhile; try again");
+  if (!now) return conflict_error("entitlement " + name + " changed home meanwhile; try again");
   TRY_ASSIGN(std::string other, parse_entitlement_home(key, now->value));
-  return fail_conflict("entitlement " + name + " exists (its shard is " + other + ")");
+  return conflict_error("entitlement " + name + " exists (its shard is " + other + ")");
 }
 
 Status drop_entitlement_home(etcd::Client& c, const std::string& prefix, const std::string& name,
@@ -63,10 +59,10 @@ Status begin_move(etcd::Client& c, const std::string& prefix, const std::string&
   TRY_ASSIGN(auto under_way, c.get(key));
   if (under_way) {
     TRY_ASSIGN(MoveRecord other, parse_move(key, under_way->value));
-    return fail_conflict("entitlement " + name + " is moving already, from shard " + other.from +
-                         " to " + other.to + " (step " + other.step + ")");
+    return conflict_error("entitlement " + name + " is moving already, from shard " + other.from +
+                          " to " + other.to + " (step " + other.step + ")");
   }
-  return fail_conflict("entitlement " + name + " is not on shard " + m.from + " (any more)");
+  return conflict_error("entitlement " + name + " is not on shard " + m.from + " (any more)");
 }
 
 Status advance_move(etcd::Client& c, const std::string& prefix, const std::string& name,
@@ -82,8 +78,8 @@ Status advance_move(etcd::Client& c, const std::string& prefix, const std::strin
   }
   TRY_ASSIGN(etcd::TxnResult r, c.txn(cmp, ops));
   if (!r.succeeded)
-    return fail_conflict("the move of entitlement " + name +
-                         " changed meanwhile (another front end)");
+    return conflict_error("the move of entitlement " + name +
+                          " changed meanwhile (another front end)");
   return {};
 }
 
@@ -94,8 +90,8 @@ Status end_move(etcd::Client& c, const std::string& prefix, const std::string& n
   etcd::Op del{etcd::Op::Kind::kDelete, key, {}, {}, 0};
   TRY_ASSIGN(etcd::TxnResult r, c.txn({same}, {del}));
   if (!r.succeeded)
-    return fail_conflict("the move of entitlement " + name +
-                         " changed meanwhile (another front end)");
+    return conflict_error("the move of entitlement " + name +
+                          " changed meanwhile (another front end)");
   return {};
 }
 
@@ -110,14 +106,14 @@ Result<MachineHolder> lend_machine(etcd::Client& c, const std::string& prefix,
     TRY_ASSIGN(MachineHolder h, parse_machine_holder(key, now->value));
     if (h.holder == shard) return h;  // already lent to this shard
     if (!h.holder.empty())
-      return fail_conflict("machine " + machine + " is held by shard " + h.holder);
+      return conflict_error("machine " + machine + " is held by shard " + h.holder);
     next.epoch = h.epoch + 1;
     cmp = {etcd::Compare::Target::kValue, key, 0, now->value};
   }
   etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(next), {}, 0};
   TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
   if (!r.succeeded)
-    return fail_conflict("machine " + machine + " was taken by another shard meanwhile");
+    return conflict_error("machine " + machine + " was taken by another shard meanwhile");
   return next;
 }
 
@@ -129,11 +125,11 @@ Result<std::pair<std::string, MachineHolder>> read_held(etcd::Client& c, const s
                                                         const std::string& machine,
                                                         const std::string& shard, uint64_t epoch) {
   TRY_ASSIGN(auto now, c.get(key));
-  if (!now) return fail_conflict("machine " + machine + " was never lent");
+  if (!now) return conflict_error("machine " + machine + " was never lent");
   TRY_ASSIGN(MachineHolder held, parse_machine_holder(key, now->value));
   if (held.holder != shard || held.epoch != epoch)
-    return fail_conflict("machine " + machine + " is not held by shard " + shard + " at epoch " +
-                         std::to_string(epoch));
+    return conflict_error("machine " + machine + " is not held by shard " + shard + " at epoch " +
+                          std::to_string(epoch));
   return std::pair{now->value, held};
 }
 
@@ -144,7 +140,7 @@ Status replace_holder(etcd::Client& c, const std::string& key, const std::string
   etcd::Compare cmp{etcd::Compare::Target::kValue, key, 0, read};
   etcd::Op put{etcd::Op::Kind::kPut, key, machine_holder_value(next), {}, 0};
   TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
-  if (!r.succeeded) return fail_conflict(conflict);
+  if (!r.succeeded) return conflict_error(conflict);
   return {};
 }
 
@@ -179,7 +175,7 @@ Result<uint64_t> next_in_sequence(etcd::Client& c, const std::string& key) {
     TRY_ASSIGN(etcd::TxnResult r, c.txn({cmp}, {put}));
     if (r.succeeded) return last + 1;  // else another took it: read again
   }
-  return fail_conflict("the sequence " + key + " is contended; try again");
+  return conflict_error("the sequence " + key + " is contended; try again");
 }
 
 Result<MachineHolder> return_machine(etcd::Client& c, const std::string& prefix,

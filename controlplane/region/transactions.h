@@ -16,6 +16,10 @@
 
 namespace weft::cp {
 
+// What the region's calls refuse with when the records changed or say otherwise
+// (rpc::kConflict): the caller may read again and retry.
+Error conflict_error(const std::string& what);
+
 // Every move under way, by entitlement, with the record's value as read (for compare).
 struct MoveRead {
   MoveRecord record;

@@ -517,14 +517,14 @@ Result<StoredState> EtcdStore::load() {
   TRY(read_sequences());
   TRY_ASSIGN(auto kvs, client_->range_prefix(key("state/")));
   StoredState st;
-  TaskRows rows;
-  TRY(parse_rows(kvs, key("state/"), &st, &rows));
+  TaskBuckets::Rows rows;
+  TRY(parse_etcd_rows(kvs, key("state/"), &st, &rows));
   tasks_.load(rows);
   return st;
 }
 
-Status EtcdStore::parse_rows(const std::vector<etcd::Kv>& kvs, const std::string& base,
-                             StoredState* st, TaskRows* tasks) {
+Status parse_etcd_rows(const std::vector<etcd::Kv>& kvs, const std::string& base, StoredState* st,
+                       TaskBuckets::Rows* tasks) {
   auto number = [](const std::string& s) -> Result<uint64_t> {
     if (s.empty() || s.size() > 20 || (s.size() == 20 && s > "18446744073709551615") ||
         !std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= '0' && c <= '9'; }))

@@ -83,13 +83,6 @@ class EtcdStore final : public StateStore {
   Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit) override;
   Result<StoredState> load() override;
 
-  // Task rows by job and bucket.
-  using TaskRows = TaskBuckets::Rows;
-  // The rows of a range of keys under `base` ("<prefix>state/"): hostile input (a
-  // corrupt or forged etcd), refused with the key named rather than trusted.
-  static Status parse_rows(const std::vector<etcd::Kv>& kvs, const std::string& base,
-                           StoredState* st, TaskRows* tasks);
-
  private:
   EtcdStore(EtcdStoreConfig cfg, std::unique_ptr<etcd::Client> client);
   std::string key(const std::string& rest) const { return cfg_.prefix + rest; }
@@ -120,6 +113,12 @@ class EtcdStore final : public StateStore {
   bool fenced_out_ = false;
   uint64_t event_seq_ = 0, audit_seq_ = 0;
 };
+
+// The rows of a range of keys under `base` ("<prefix>state/"): hostile input (a corrupt
+// or forged etcd), refused with the key named rather than trusted; a job's task rows by
+// bucket into `tasks`.
+Status parse_etcd_rows(const std::vector<etcd::Kv>& kvs, const std::string& base, StoredState* st,
+                       TaskBuckets::Rows* tasks);
 
 // weft-controlplane migrate: the sqlite state at `sqlite_path` copied into the etcd store
 // `cfg` names. Refused when cfg's store is not etcd, when the prefix holds state already
