@@ -126,20 +126,15 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                      "bridge"},
                     kControlPlaneTlsKeys));
   AgentConfig c;
-  auto str = [&](const char* key, std::string* out) -> Status {
-    TRY_ASSIGN(auto v, doc.get_string(t, key));
-    if (v) *out = *v;
-    return {};
-  };
-  TRY(str("socket", &c.socket));
-  TRY(str("socket_group", &c.socket_group));
-  TRY(str("state_dir", &c.state_dir));
-  TRY(str("cgroup_root", &c.cgroup_root));
-  TRY(str("machine_id", &c.machine_id));
-  TRY(str("control_plane", &c.control_plane));
-  TRY(str("init_path", &c.init_path));
-  TRY(str("host_root", &c.host_root));
-  TRY(str("log_level", &c.log_level));
+  TRY(doc.read_strings(t, {{"socket", &c.socket},
+                           {"socket_group", &c.socket_group},
+                           {"state_dir", &c.state_dir},
+                           {"cgroup_root", &c.cgroup_root},
+                           {"machine_id", &c.machine_id},
+                           {"control_plane", &c.control_plane},
+                           {"init_path", &c.init_path},
+                           {"host_root", &c.host_root},
+                           {"log_level", &c.log_level}}));
   TRY_ASSIGN(auto default_user, doc.get_string(t, "default_task_user"));
   c.default_task_user = default_user;
   TRY_ASSIGN(auto uids, doc.get_string(t, "task_uids"));
@@ -187,7 +182,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                          "'reserved_ports' must be a list of ports (1-65535) and \"FIRST-LAST\" "
                          "ranges, such as [22, \"2379-2380\"]");
   }
-  TRY(str("dns_listen", &c.dns_listen));
+  TRY(doc.read_strings(t, {{"dns_listen", &c.dns_listen}}));
   if (!c.dns_listen.empty()) {
     auto ep = rpc::parse_endpoint(c.dns_listen);
     if (!ep.ok() || ep->is_unix || ep->port == 0)
@@ -218,7 +213,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
                          "'usage_interval' must be a duration from 1s to 5m, such as \"10s\"");
     c.usage_interval_us = *us;
   }
-  TRY(str("advertise_address", &c.advertise_address));
+  TRY(doc.read_strings(t, {{"advertise_address", &c.advertise_address}}));
   if (!c.advertise_address.empty() && !valid_ip_address(c.advertise_address))
     return field_error(doc.where(*t.get("advertise_address")),
                        "'advertise_address' must be an IPv4 or IPv6 address");
@@ -229,7 +224,7 @@ Result<AgentConfig> parse_agent_config(const std::string& text, const std::strin
   c.allow_unconfined_tasks = allow_unconfined.value_or(false);
   TRY_ASSIGN(auto journald, doc.get_bool(t, "log_journald"));
   c.log_journald = journald.value_or(false);
-  TRY(str("journald_socket", &c.journald_socket));
+  TRY(doc.read_strings(t, {{"journald_socket", &c.journald_socket}}));
   if (c.journald_socket.empty() || c.journald_socket[0] != '/' || c.journald_socket.size() > 100)
     return field_error(doc.where(*t.get("journald_socket")),
                        "'journald_socket' must be an absolute path of at most 100 bytes");

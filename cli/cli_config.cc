@@ -9,14 +9,11 @@ Result<CliConfig> parse_cli_config(const std::string& text, const std::string& n
   const auto& t = doc.root();
   TRY(doc.only_keys(t, "", {"controlplane", "tls_ca", "tls_cert", "tls_key", "tls_server_name"}));
   CliConfig c;
-  for (auto [key, out] : {std::pair{"controlplane", &c.controlplane},
-                          {"tls_ca", &c.tls_ca},
-                          {"tls_cert", &c.tls_cert},
-                          {"tls_key", &c.tls_key},
-                          {"tls_server_name", &c.tls_server_name}}) {
-    TRY_ASSIGN(auto v, doc.get_string(t, key));
-    if (v) *out = *v;
-  }
+  TRY(doc.read_strings(t, {{"controlplane", &c.controlplane},
+                           {"tls_ca", &c.tls_ca},
+                           {"tls_cert", &c.tls_cert},
+                           {"tls_key", &c.tls_key},
+                           {"tls_server_name", &c.tls_server_name}}));
   return c;
 }
 

@@ -123,6 +123,16 @@ Result<std::optional<std::string>> TomlDoc::get_string(const toml::table& t,
   return type_error(*n, key, "a string");
 }
 
+Status TomlDoc::read_strings(
+    const toml::table& t,
+    std::initializer_list<std::pair<const char*, std::string*>> fields) const {
+  for (auto [key, out] : fields) {
+    TRY_ASSIGN(auto v, get_string(t, key));
+    if (v) *out = *v;
+  }
+  return {};
+}
+
 Result<std::optional<int64_t>> TomlDoc::get_int(const toml::table& t, const char* key) const {
   const toml::node* n = t.get(key);
   if (!n) return std::optional<int64_t>();

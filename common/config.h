@@ -38,6 +38,10 @@ class TomlDoc {
                    std::initializer_list<const char*> allowed,
                    const std::vector<std::string>& more = {}) const;
   Result<std::optional<std::string>> get_string(const toml::table& t, const char* key) const;
+  // Each key of `fields` present in `t` is read as a string into its target; an absent
+  // one leaves its target (the default) as it was.
+  Status read_strings(const toml::table& t,
+                      std::initializer_list<std::pair<const char*, std::string*>> fields) const;
   Result<std::optional<int64_t>> get_int(const toml::table& t, const char* key) const;
   Result<std::optional<bool>> get_bool(const toml::table& t, const char* key) const;
   // An array of strings, or nullopt when absent.

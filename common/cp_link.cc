@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include <algorithm>
+#include <random>
 
 #include "common/clock.h"
 #include "common/fs.h"
@@ -14,19 +15,26 @@
 
 namespace weft {
 
+namespace {
+
+std::vector<std::string> configured_endpoints(const std::string& endpoint) {
+  std::vector<std::string> list = split_endpoints(endpoint);
+  if (list.empty()) list.push_back(endpoint);  // refused by connect()
+  return list;
+}
+
+}  // namespace
+
 ControlPlaneLink::ControlPlaneLink(EventLoop& loop, std::string endpoint, std::string who,
                                    const rpc::Dispatcher* commands, Hello hello, Report report,
                                    bool insecure_tcp)
     : loop_(loop),
+      rotation_(configured_endpoints(endpoint), std::random_device{}()),
       who_(std::move(who)),
       commands_(commands),
       hello_(std::move(hello)),
       report_(std::move(report)),
-      insecure_tcp_(insecure_tcp) {
-  endpoints_ = split_endpoints(endpoint);
-  if (endpoints_.empty()) endpoints_.push_back(endpoint);  // refused by connect()
-  configured_ = endpoints_;
-}
+      insecure_tcp_(insecure_tcp) {}
 
 ControlPlaneLink::~ControlPlaneLink() {
   report_timer_.reset();
@@ -104,11 +112,7 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
       } else if (r.error().code == rpc::kNotLeader) {
         // A replica that follows: go where it says the leader is, if that is one of ours,
         // else on to the next endpoint; at once, not after a backoff.
-        auto it = std::find(endpoints_.begin(), endpoints_.end(), r.error().leader);
-        next_ = it != endpoints_.end() ? static_cast<size_t>(it - endpoints_.begin())
-                                       : (current_ + 1) % endpoints_.size();
-        redirected_ = true;
-        follower_answered_ = true;
+        rotation_.follower_named(r.error().leader);
         log_debug("the control plane follows; trying the leader",
                   {{"ENDPOINT", endpoint()}, {"LEADER", r.error().leader}});
       } else {
@@ -120,8 +124,7 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
     }
     accepted_ = true;
     watchdog_.reset();
-    backoff_us_ = 500'000;
-    tried_ = 0;
+    rotation_.accepted();
     if (r->is_object() && r->contains("heartbeat_interval_ms") &&
         (*r)["heartbeat_interval_ms"].is_number_unsigned())
       interval_us_ =
@@ -132,16 +135,9 @@ void ControlPlaneLink::connected(Result<Fd> fd) {
 }
 
 void ControlPlaneLink::moved(const std::string& to) {
-  std::vector<std::string> next = to.empty() ? configured_ : split_endpoints(to);
-  if (next.empty()) next = configured_;
   log_info(who_ + ": the machine belongs to another control plane; going there",
            {{"FROM", endpoint()}, {"TO", to.empty() ? "the configured endpoints" : to}});
-  held_ = !to.empty();
-  endpoints_ = std::move(next);
-  current_ = 0;
-  next_ = 0;
-  redirected_ = true;
-  tried_ = 0;
+  rotation_.moved(to.empty() ? std::vector<std::string>{} : split_endpoints(to));
 }
 
 void ControlPlaneLink::report_now() {
@@ -174,34 +170,8 @@ void ControlPlaneLink::lost() {
   watchdog_.reset();
   session_.reset();
   if (retry_timer_.active()) return;
-  // Several endpoints (control plane replicas): each is tried in turn, quickly, and a
-  // follower's answer sends the link to the leader; only when a whole round found no
-  // leader does the backoff grow. A redirect counts as a try, so two followers that
-  // name each other cannot keep the link spinning.
-  uint64_t delay = backoff_us_;
-  ++tried_;
-  // At a holder that answers nowhere for two rounds (all its replicas down): back to the
-  // configured endpoints, which say where the machine belongs now.
-  if (held_ && tried_ >= 2 * endpoints_.size()) moved("");
-  if (redirected_) {
-    current_ = next_;
-    redirected_ = false;
-  } else {
-    current_ = (current_ + 1) % endpoints_.size();
-  }
-  if (endpoints_.size() > 1 && tried_ % (2 * endpoints_.size()) != 0) {
-    delay = 100'000;
-  } else {
-    // A round that found no leader. If a follower answered, an election is under way (a
-    // leader is a lease TTL away): the backoff stays short, so the machine reaches the
-    // new leader well within its dead-machine timeout. If nothing answered, it grows
-    // to 30 s. Jitter (up to a quarter) keeps a fleet that lost its leader together from
-    // coming back in lockstep.
-    uint64_t cap = std::exchange(follower_answered_, false) ? 2'000'000 : 30'000'000;
-    backoff_us_ = std::min<uint64_t>(backoff_us_ * 2, cap);
-    delay = std::min(delay, cap);
-    delay += static_cast<uint64_t>(jitter_() % (delay / 4 + 1));
-  }
+  // The next replica, or a backoff after a round without a leader (cp_rotation.h).
+  uint64_t delay = rotation_.next_delay_us();
   auto t = loop_.add_timer_in(delay, [this] { connect(); });
   if (t.ok()) retry_timer_ = std::move(t).value();
 }

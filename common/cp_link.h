@@ -2,20 +2,18 @@
 // weft-hcs each open one). The link connects, says hello (the daemon's first call, e.g.
 // machine.register), then calls the daemon's periodic report every interval until the
 // session closes; it reconnects with exponential backoff (0.5 s doubling to 30 s, 2 s
-// while a follower answers, jittered, reset by an accepted hello). A control plane that
-// leaves the hello unanswered for 5 s, or every report for three intervals, counts as
-// gone (a frozen process keeps its socket). `endpoint` may list several control plane replicas
-// separated by commas: the link tries them in turn and follows a follower's "not the leader"
-// answer. Requests the control plane sends down the session (commands) are answered through the
-// daemon's dispatcher. While the control plane is away nothing on the machine changes: the daemons
-// keep what they run.
+// while a follower answers, jittered, reset by an accepted hello: cp_rotation.h). A control plane
+// that leaves the hello unanswered for 5 s, or every report for three intervals, counts as gone (a
+// frozen process keeps its socket). `endpoint` may list several control plane replicas separated by
+// commas: the link tries them in turn and follows a follower's "not the leader" answer. Requests
+// the control plane sends down the session (commands) are answered through the daemon's dispatcher.
+// While the control plane is away nothing on the machine changes: the daemons keep what they run.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "common/cp_rotation.h"
 #include "common/event.h"
 #include "common/rpc/client.h"
 
@@ -65,7 +64,7 @@ class ControlPlaneLink {
   uint64_t interval_us() const { return interval_us_; }
 
  private:
-  const std::string& endpoint() const { return endpoints_[current_]; }
+  const std::string& endpoint() const { return rotation_.current(); }
   // A region (docs/regions.md): the machine is held by the control plane at `to` (its
   // replicas' endpoints), or belongs to the configured ones again ("").
   void moved(const std::string& to);
@@ -78,12 +77,7 @@ class ControlPlaneLink {
   EventLoop& loop_;
   // The control plane's endpoints (replicas: docs/replicas.md), the one in use, and
   // where a follower's redirect points.
-  std::vector<std::string> endpoints_;
-  std::vector<std::string> configured_;  // endpoints_ while no holder was named
-  bool held_ = false;                    // endpoints_ are a holder's (kMoved)
-  size_t current_ = 0, next_ = 0;
-  bool redirected_ = false;
-  uint64_t tried_ = 0;  // connections that ended without an accepted hello
+  EndpointRotation rotation_;  // which replica next, and the backoff
   std::string who_;
   const rpc::Dispatcher* commands_;
   Hello hello_;
@@ -95,10 +89,7 @@ class ControlPlaneLink {
   std::string server_name_;
   bool accepted_ = false;
   Source report_timer_, retry_timer_, reaper_;
-  Source watchdog_;                 // the hello's deadline
-  bool follower_answered_ = false;  // in this round of endpoints
-  std::minstd_rand jitter_{std::random_device{}()};
-  uint64_t backoff_us_ = 500'000;
+  Source watchdog_;  // the hello's deadline
   uint64_t interval_us_ = 5'000'000;
   uint64_t generation_ = 0;  // which session a late hello reply belongs to
 };

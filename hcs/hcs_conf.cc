@@ -65,16 +65,13 @@ Result<HcsConfig> parse_hcs_config(const std::string& text, const std::string& n
                      "machine_id"},
                     kControlPlaneTlsKeys));
   HcsConfig c;
-  for (auto [key, out] : {std::pair{"socket", &c.socket},
-                          {"socket_group", &c.socket_group},
-                          {"state_dir", &c.state_dir},
-                          {"host_root", &c.host_root},
-                          {"control_plane", &c.control_plane},
-                          {"machine_id", &c.machine_id},
-                          {"log_level", &c.log_level}}) {
-    TRY_ASSIGN(auto v, doc.get_string(t, key));
-    if (v) *out = *v;
-  }
+  TRY(doc.read_strings(t, {{"socket", &c.socket},
+                           {"socket_group", &c.socket_group},
+                           {"state_dir", &c.state_dir},
+                           {"host_root", &c.host_root},
+                           {"control_plane", &c.control_plane},
+                           {"machine_id", &c.machine_id},
+                           {"log_level", &c.log_level}}));
   TRY(metrics::read_listen(doc, t, &c.metrics_listen));
   TRY_ASSIGN(auto insecure_cp, doc.get_bool(t, "insecure_control_plane"));
   c.insecure_control_plane = insecure_cp.value_or(false);

@@ -1,6 +1,5 @@
 #include "hcs/manager.h"
 
-#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
@@ -86,10 +85,11 @@ Status Manager::start() {
   if (!cfg_.sidekick_socket.empty())
     add_probe(make_socket_probe("weft-sidekick", cfg_.sidekick_socket, "profile.active",
                                 cfg_.liveness_timeout_ms));
+  OomProbe* oom_probe = nullptr;
   {
     auto oom = std::make_unique<OomProbe>(host, cfg_.kernel);
-    oom_probe_ = oom.get();
-    oom->attach(*loop_, [this] { sample(*oom_probe_, now_us()); });
+    oom_probe = oom.get();
+    oom->attach(*loop_, [this, oom_probe] { sample(*oom_probe, now_us()); });
     add_probe(std::move(oom));
     for (auto kind : {RateProbe::Kind::kTcpRetransmits, RateProbe::Kind::kNetDrops}) {
       auto p = std::make_unique<RateProbe>(kind, host, cfg_.kernel);
@@ -97,9 +97,10 @@ Status Manager::start() {
       add_probe(std::move(p));
     }
   }
+  KmsgProbe* kmsg_probe = nullptr;
   if (cfg_.kmsg) {
     auto k = std::make_unique<KmsgProbe>();
-    kmsg_probe_ = k.get();
+    kmsg_probe = k.get();
     add_probe(std::move(k));
   }
   // Hysteresis state survives a restart.
@@ -111,25 +112,15 @@ Status Manager::start() {
       json j = json::parse(st.col_text(1), nullptr, false);
       if (j.is_object()) states_.emplace(st.col_text(0), ProbeState::from_json(j, cfg_.hysteresis));
     }
-    TRY_ASSIGN(Stmt m, db_->prepare("SELECT value FROM meta WHERE key = 'kmsg_seq'"));
-    TRY_ASSIGN(bool row, m.step());
-    if (row) last_kmsg_seq_ = std::strtoull(m.col_text(0).c_str(), nullptr, 10);
   }
   for (const auto& p : probes_)
     if (!states_.count(p->name())) states_.emplace(p->name(), ProbeState(cfg_.hysteresis));
 
-  if (kmsg_probe_) {
-    kmsg_fd_ =
-        Fd(::open(HostPaths(cfg_.host_root).root() == "/" ? "/dev/kmsg"
-                                                          : (cfg_.host_root + "/dev/kmsg").c_str(),
-                  O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-    if (kmsg_fd_.valid()) {
-      TRY_ASSIGN(kmsg_src_,
-                 loop_->add_io(kmsg_fd_.get(), EPOLLIN, [this](uint32_t) { read_kmsg(); }));
-    } else {
-      log_warn("cannot read the kernel log; the kernel-log probe stays unknown",
-               {{"ERROR", sys_error("open /dev/kmsg").str()}});
-    }
+  if (kmsg_probe) {
+    TRY_ASSIGN(kmsg_, KmsgReader::open(*loop_, *db_, cfg_.host_root, *kmsg_probe, oom_probe,
+                                       [this, kmsg_probe](uint64_t now) {
+                                         if (published_) sample(*kmsg_probe, now);
+                                       }));
   }
   weft_gid_ = group_gid(cfg_.socket_group);
   register_methods();
@@ -143,42 +134,11 @@ Status Manager::start() {
   loop_->enable_watchdog();
   TRY_ASSIGN(timer_, loop_->add_defer([this] { cycle(); }));
   register_metrics();
-  metrics_http_ = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_);
+  metrics_.http = metrics::HttpServer::serve(*loop_, cfg_.metrics_listen, &metrics_.registry);
   log_info("hcs ready", {{"SOCKET", cfg_.socket}, {"PROBES", std::to_string(probes_.size())}});
   sd_notify(0, "READY=1\nSTATUS=first probe cycle running");
   if (!cfg_.control_plane.empty()) TRY(cp_start());
   return {};
-}
-
-void Manager::read_kmsg() {
-  char buf[8192];
-  uint64_t now = now_us();
-  bool fresh = false;
-  for (;;) {
-    ssize_t n = ::read(kmsg_fd_.get(), buf, sizeof buf - 1);
-    if (n < 0) {
-      if (errno == EPIPE) continue;  // records were overwritten before we read them
-      break;                         // EAGAIN: caught up
-    }
-    auto rec = parse_kmsg_record(std::string(buf, static_cast<size_t>(n)));
-    if (!rec || rec->seq <= last_kmsg_seq_) continue;  // seen before a restart
-    last_kmsg_seq_ = rec->seq;
-    // Records carry monotonic time since boot: place old ones at their real age, so the
-    // backlog read at start does not look like a burst happening now.
-    uint64_t mono = now_monotonic_us();
-    uint64_t age = mono > rec->ts_us ? mono - rec->ts_us : 0;
-    uint64_t at = now > age ? now - age : 0;
-    KernelEvent e = kmsg_probe_->observe(*rec, at);
-    if (oom_probe_) oom_probe_->observe_kmsg(e, at);
-    if (e != KernelEvent::kNone && age < 60'000'000) fresh = true;
-  }
-  // A new kernel event may change the kernel-log verdict now, not at the next cycle.
-  if (fresh && published_) sample(*kmsg_probe_, now);
-  if (auto st = db_->prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('kmsg_seq', ?1)");
-      st.ok()) {
-    st->bind(1, std::to_string(last_kmsg_seq_));
-    (void)st->run();
-  }
 }
 
 Status Manager::persist(const std::string& probe, const ProbeState& st) {
@@ -223,23 +183,23 @@ void Manager::sample(Probe& p, uint64_t now) {
   last_event_sample_us_[p.name()] = now;
   p.start(*loop_, now, [this, &p, now](Sample s) {
     uint64_t done = now_us();
-    probe_seconds_.observe(p.name(), static_cast<double>(done - now) / 1e6);
-    ++samples_[{p.name(), health_name(s.health)}];
+    metrics_.probe_seconds.observe(p.name(), static_cast<double>(done - now) / 1e6);
+    ++metrics_.samples[{p.name(), health_name(s.health)}];
     feed(p, std::move(s), done);
   });
 }
 
 void Manager::register_metrics() {
-  metrics_.add([this](metrics::Writer& w) {
+  metrics_.registry.add([this](metrics::Writer& w) {
     w.family("weft_hcs_probe_state", "gauge", "Each probe's state after hysteresis (1).");
     for (const auto& [name, st] : states_)
       w.sample("weft_hcs_probe_state", 1, {{"probe", name}, {"state", health_name(st.state())}});
     w.family("weft_hcs_probe_samples_total", "counter", "Probe results, by probe and result.");
-    for (const auto& [key, n] : samples_)
+    for (const auto& [key, n] : metrics_.samples)
       w.sample("weft_hcs_probe_samples_total", static_cast<double>(n),
                {{"probe", key.first}, {"result", key.second}});
     w.family("weft_hcs_probe_seconds", "histogram", "How long each probe took.");
-    probe_seconds_.write(w, "weft_hcs_probe_seconds");
+    metrics_.probe_seconds.write(w, "weft_hcs_probe_seconds");
     w.family("weft_hcs_verdict", "gauge", "The machine verdict published (1).");
     w.sample("weft_hcs_verdict", 1,
              {{"verdict", published_ ? health_name(machine_verdict(states_)) : "unknown"}});

@@ -21,6 +21,7 @@
 #include "common/store.h"
 #include "hcs/hcs_conf.h"
 #include "hcs/kernel_probes.h"
+#include "hcs/kmsg_reader.h"
 #include "hcs/probes.h"
 
 namespace weft::hcs {
@@ -41,7 +42,6 @@ class Manager {
   // A sample arrived (at once, or later from a script): hysteresis, history, persistence,
   // and a confirmation re-sample when it is a suspicion.
   void feed(Probe& p, Sample s, uint64_t now_us);
-  void read_kmsg();
   void on_link(const LinkEvent& e);
   void add_probe(std::unique_ptr<Probe> p) { probes_.push_back(std::move(p)); }
   Status persist(const std::string& probe, const ProbeState& st);
@@ -62,8 +62,6 @@ class Manager {
   std::unique_ptr<EventLoop> loop_;
   std::unique_ptr<Db> db_;
   std::vector<std::unique_ptr<Probe>> probes_;
-  KmsgProbe* kmsg_probe_ = nullptr;
-  OomProbe* oom_probe_ = nullptr;
   std::vector<LinkProbe*> link_probes_;
   std::unique_ptr<LinkWatch> link_watch_;
   std::vector<std::pair<Fd, Source>> psi_triggers_;
@@ -74,21 +72,22 @@ class Manager {
   std::map<std::string, Sample> last_;
   bool published_ = false;
   bool cycled_ = false;  // the first cycle has started every probe
-  Fd kmsg_fd_;
-  Source kmsg_src_, timer_;
+  std::unique_ptr<KmsgReader> kmsg_;
+  Source timer_;
   Source sighup_;  // re-reads the control-plane TLS files
   rpc::Dispatcher methods_;
   std::unique_ptr<rpc::Server> server_;
-  uint64_t last_kmsg_seq_ = 0;
   int weft_gid_ = -1;
   std::unique_ptr<ControlPlaneLink> cp_;
   std::string cp_reported_;  // the verdict last sent
   // Prometheus /metrics (docs/metrics.md).
   void register_metrics();
-  metrics::Registry metrics_;
-  std::unique_ptr<metrics::HttpServer> metrics_http_;
-  metrics::HistogramVec probe_seconds_{"probe"};
-  std::map<std::pair<std::string, std::string>, uint64_t> samples_;
+  struct Metrics {
+    metrics::Registry registry;
+    std::unique_ptr<metrics::HttpServer> http;
+    metrics::HistogramVec probe_seconds{"probe"};
+    std::map<std::pair<std::string, std::string>, uint64_t> samples;  // by probe, result
+  } metrics_;
 };
 
 }  // namespace weft::hcs

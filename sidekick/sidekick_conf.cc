@@ -21,17 +21,14 @@ Result<SidekickConfig> parse_sidekick_config(const std::string& text, const std:
       kControlPlaneTlsKeys));
   SidekickConfig c;
   auto at = [&](const char* key) { return t.get(key) ? doc.where(*t.get(key)) : name; };
-  for (auto [key, out] : {std::pair{"socket", &c.socket},
-                          {"socket_group", &c.socket_group},
-                          {"state_dir", &c.state_dir},
-                          {"workload_cgroup", &c.workload_cgroup},
-                          {"host_root", &c.host_root},
-                          {"control_plane", &c.control_plane},
-                          {"machine_id", &c.machine_id},
-                          {"log_level", &c.log_level}}) {
-    TRY_ASSIGN(auto v, doc.get_string(t, key));
-    if (v) *out = *v;
-  }
+  TRY(doc.read_strings(t, {{"socket", &c.socket},
+                           {"socket_group", &c.socket_group},
+                           {"state_dir", &c.state_dir},
+                           {"workload_cgroup", &c.workload_cgroup},
+                           {"host_root", &c.host_root},
+                           {"control_plane", &c.control_plane},
+                           {"machine_id", &c.machine_id},
+                           {"log_level", &c.log_level}}));
   TRY(metrics::read_listen(doc, t, &c.metrics_listen));
 
   if (const toml::node* n = t.get("profile_dirs")) {

@@ -56,6 +56,11 @@ class ControlPlane : public ::testing::Test {
     return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out).value_or("")};
   }
 #endif
+  // More lines of cp.toml (before start()).
+  void add_config(const std::string& lines) {
+    ASSERT_TRUE(
+        write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") + lines).ok());
+  }
   // The ReBalancer's loop on, every second, `moves_per_round` moves a round.
   void enable_rebalancer(int moves_per_round = 5) {
     std::string conf = read_file(dir_ + "/cp.toml").value_or("");

@@ -292,6 +292,23 @@ TEST_F(MultiMachine, ControlPlaneRestartMidUpdate) {
   ASSERT_TRUE(c_.cp("job.stop", {{"name", "site"}}).ok());
 }
 
+// Job "web" of `count` tasks in entitlement e, each serving "served-by-<its port>" over
+// HTTP on its named port "http" (ready once that answers); `before` runs first, in the
+// same shell ($d is the served directory).
+json web_job(int count, const std::string& before) {
+  return {{"name", "web"},
+          {"entitlement", "e"},
+          {"count", count},
+          {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
+          {"ports", {{"http", 0}}},
+          {"task",
+           {{"argv",
+             {"/bin/sh", "-c",
+              "d=$(mktemp -d); echo served-by-$WEFT_PORT_HTTP > $d/index.html; " + before +
+                  "exec /bin/busybox httpd -f -p $WEFT_PORT_HTTP -h $d"}},
+            {"readiness", {{"type", "http"}, {"port", "http"}, {"path", "/"}}}}}};
+}
+
 // Issue 33: a job's named ports and service discovery on real machines. Each task gets a
 // port of its machine's range (WEFT_PORT_HTTP), is published once its readiness check
 // on that named port passes, and is found through the DNS every agent answers (SRV, then
@@ -299,18 +316,7 @@ TEST_F(MultiMachine, ControlPlaneRestartMidUpdate) {
 // killed, the agents keep answering from their copies; a stopped job leaves every copy.
 TEST_F(MultiMachine, AServiceIsFoundByDnsOnEveryMachineAndReachedOnItsPort) {
   ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
-  json job{{"name", "web"},
-           {"entitlement", "e"},
-           {"count", 2},
-           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
-           {"ports", {{"http", 0}}},
-           {"task",
-            {{"argv",
-              {"/bin/sh", "-c",
-               "d=$(mktemp -d); echo served-by-$WEFT_PORT_HTTP > $d/index.html; "
-               "exec /bin/busybox httpd -f -p $WEFT_PORT_HTTP -h $d"}},
-             {"readiness", {{"type", "http"}, {"port", "http"}, {"path", "/"}}}}}};
-  auto created = c_.cp("job.create", job);
+  auto created = c_.cp("job.create", web_job(2, ""));
   ASSERT_TRUE(created.ok()) << created.error().str();
   json svc = c_.wait_cp("service.show", {{"job", "web"}},
                         [](const json& j) { return j["endpoints"].size() == 2; });
@@ -472,19 +478,8 @@ TEST_F(MultiMachine, AnAgentIsToldOnlyOfTheServicesItsClientsAskFor) {
 // restart keeps its address and its ports; a stop removes its rule and its veth.
 TEST_F(MultiMachine, ABridgeTaskIsReachedOnItsMachinesAddressAndReachesOnlyWhatItMay) {
   ASSERT_TRUE(c_.cp("entitlement.create", {{"name", "e"}, {"quota", 4}}).ok());
-  json job{{"name", "web"},
-           {"entitlement", "e"},
-           {"count", 1},
-           {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
-           {"ports", {{"http", 0}}},
-           {"task",
-            {{"argv",
-              {"/bin/sh", "-c",
-               "d=$(mktemp -d); echo served-by-$WEFT_PORT_HTTP > $d/index.html; "
-               "/bin/busybox httpd -p 18090 -h $d; "  // a port it does not publish
-               "exec /bin/busybox httpd -f -p $WEFT_PORT_HTTP -h $d"}},
-             {"namespaces", {{"network", "bridge"}}},
-             {"readiness", {{"type", "http"}, {"port", "http"}, {"path", "/"}}}}}};
+  json job = web_job(1, "/bin/busybox httpd -p 18090 -h $d; ");  // a port it does not publish
+  job["task"]["namespaces"] = {{"network", "bridge"}};
   auto created = c_.cp("job.create", job);
   ASSERT_TRUE(created.ok()) << created.error().str();
   json svc = c_.wait_cp("service.show", {{"job", "web"}},

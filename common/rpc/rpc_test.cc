@@ -53,40 +53,53 @@ TEST(Endpoint, Parse) {
   EXPECT_FALSE(parse_endpoint("h:99999").ok());
 }
 
-// Two sessions on one loop joined by a socketpair: each side calls the other.
-TEST(Session, AHeldOutputGateSendsNothingUntilReleased) {
-  auto loop = EventLoop::create();
-  ASSERT_TRUE(loop.ok());
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+// Two sessions on one loop joined by a socketpair (sv_): each side calls the other.
+class Joined : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto loop = EventLoop::create();
+    ASSERT_TRUE(loop.ok());
+    loop_ = std::move(loop).value();
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv_), 0);
+  }
+  // Runs the loop until `done` says so, for at most `rounds` iterations of 10 ms.
+  template <class Done>
+  void run_until(Done done, int rounds = 100) {
+    for (int i = 0; i < rounds && !done(); ++i) ASSERT_TRUE(loop_->run_once(10'000).ok());
+  }
+  std::unique_ptr<EventLoop> loop_;
+  int sv_[2] = {-1, -1};
+};
+
+TEST_F(Joined, AHeldOutputGateSendsNothingUntilReleased) {
   Dispatcher methods;
   methods.add("echo", [](const json& p, const CallContext&) -> Result<json> { return p; });
   auto gate = std::make_shared<OutputGate>();
-  Session server(**loop, Fd(sv[0]), Peer{}, &methods);
+  Session server(*loop_, Fd(sv_[0]), Peer{}, &methods);
   server.set_output_gate(gate);
-  Session client(**loop, Fd(sv[1]), Peer{}, nullptr);
+  Session client(*loop_, Fd(sv_[1]), Peer{}, nullptr);
   ASSERT_TRUE(server.start().ok());
   ASSERT_TRUE(client.start().ok());
   gate->hold();  // as the control plane does while a write is not yet committed
   std::optional<Result<json>> got;
   client.call("echo", {{"n", 1}}, [&](Result<json> r) { got = std::move(r); });
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(loop_->run_once(10'000).ok());
   EXPECT_FALSE(got) << "a reply left while the gate was held";
   gate->release();
-  for (int i = 0; i < 100 && !got; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  run_until([&] { return got.has_value(); });
   ASSERT_TRUE(got && got->ok());
   EXPECT_EQ((**got)["n"], 1);
   // Released, the gate no longer holds anything back.
   got.reset();
   client.call("echo", {{"n", 2}}, [&](Result<json> r) { got = std::move(r); });
-  for (int i = 0; i < 100 && !got; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  run_until([&] { return got.has_value(); });
   ASSERT_TRUE(got && got->ok());
   // A session that goes away while its output waits leaves the gate usable.
   gate->hold();
   {
     int sv2[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv2), 0);
-    Session gone(**loop, Fd(sv2[0]), Peer{}, nullptr);
+    Session gone(*loop_, Fd(sv2[0]), Peer{}, nullptr);
     gone.set_output_gate(gate);
     ASSERT_TRUE(gone.start().ok());
     gone.notify("x", json::object());
@@ -98,11 +111,7 @@ TEST(Session, AHeldOutputGateSendsNothingUntilReleased) {
 // Pipelined commits: what was said before seal() goes out with release_through(its
 // epoch), what was said after waits for the next epoch; release() sends the rest. A
 // message sent serialised once (call_serialized) arrives as any call.
-TEST(Session, AnOutputGateReleasesByEpochInOrder) {
-  auto loop = EventLoop::create();
-  ASSERT_TRUE(loop.ok());
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+TEST_F(Joined, AnOutputGateReleasesByEpochInOrder) {
   Dispatcher methods;
   std::vector<int> seen;
   methods.add("note", [&](const json& p, const CallContext&) -> Result<json> {
@@ -110,13 +119,13 @@ TEST(Session, AnOutputGateReleasesByEpochInOrder) {
     return json::object();
   });
   auto gate = std::make_shared<OutputGate>();
-  Session sender(**loop, Fd(sv[0]), Peer{}, nullptr);
+  Session sender(*loop_, Fd(sv_[0]), Peer{}, nullptr);
   sender.set_output_gate(gate);
-  Session receiver(**loop, Fd(sv[1]), Peer{}, &methods);
+  Session receiver(*loop_, Fd(sv_[1]), Peer{}, &methods);
   ASSERT_TRUE(sender.start().ok());
   ASSERT_TRUE(receiver.start().ok());
   auto spin = [&](int n) {
-    for (int i = 0; i < n; ++i) ASSERT_TRUE((*loop)->run_once(5'000).ok());
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(loop_->run_once(5'000).ok());
   };
   gate->hold();
   sender.notify("note", {{"n", 1}});
@@ -141,11 +150,7 @@ TEST(Session, AnOutputGateReleasesByEpochInOrder) {
   EXPECT_FALSE(gate->held());
 }
 
-TEST(Session, ADeferredReplyArrivesLaterAndOutlivingTheSessionIsHarmless) {
-  auto loop = EventLoop::create();
-  ASSERT_TRUE(loop.ok());
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+TEST_F(Joined, ADeferredReplyArrivesLaterAndOutlivingTheSessionIsHarmless) {
   Dispatcher methods;
   std::vector<ReplyFn> later;
   methods.add("slow", [&](const json& p, const CallContext& c) -> Result<json> {
@@ -153,38 +158,33 @@ TEST(Session, ADeferredReplyArrivesLaterAndOutlivingTheSessionIsHarmless) {
     return json{{"ignored", p}};  // the handler's own result is not sent
   });
   methods.add("fast", [](const json& p, const CallContext&) -> Result<json> { return p; });
-  auto server = std::make_unique<Session>(**loop, Fd(sv[0]), Peer{}, &methods);
-  Session client(**loop, Fd(sv[1]), Peer{}, nullptr);
+  auto server = std::make_unique<Session>(*loop_, Fd(sv_[0]), Peer{}, &methods);
+  Session client(*loop_, Fd(sv_[1]), Peer{}, nullptr);
   ASSERT_TRUE(server->start().ok());
   ASSERT_TRUE(client.start().ok());
   std::optional<Result<json>> slow, fast, failed;
   client.call("slow", {{"n", 1}}, [&](Result<json> r) { slow = std::move(r); });
   client.call("fast", {{"n", 2}}, [&](Result<json> r) { fast = std::move(r); });
   client.call("slow", {{"n", 3}}, [&](Result<json> r) { failed = std::move(r); });
-  for (int i = 0; i < 100 && !(fast && later.size() == 2); ++i)
-    ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  run_until([&] { return fast && later.size() == 2; });
   ASSERT_TRUE(fast && fast->ok());  // not held up behind the deferred one
   EXPECT_FALSE(slow);
   later[0](json{{"done", true}});
   later[1](field_error("image", "not found"));
-  for (int i = 0; i < 100 && !(slow && failed); ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  run_until([&] { return slow && failed; });
   ASSERT_TRUE(slow && slow->ok());
   EXPECT_EQ((**slow)["done"], true);
   ASSERT_TRUE(failed && !failed->ok());
   EXPECT_NE(failed->error().str().find("image"), std::string::npos);
   // A reply after the session went away is dropped.
   client.call("slow", json::object(), [](Result<json>) {});
-  for (int i = 0; i < 100 && later.size() < 3; ++i) ASSERT_TRUE((*loop)->run_once(10'000).ok());
+  run_until([&] { return later.size() >= 3; });
   ASSERT_EQ(later.size(), 3u);
   server.reset();
   later[2](json::object());
 }
 
-TEST(Session, RequestsInBothDirections) {
-  auto loop = EventLoop::create();
-  ASSERT_TRUE(loop.ok());
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+TEST_F(Joined, RequestsInBothDirections) {
   Dispatcher server_methods, client_methods;
   server_methods.add("math.add", [](const json& p, const CallContext&) -> Result<json> {
     if (!p.contains("a") || !p["a"].is_number()) return field_error("a", "must be a number");
@@ -192,8 +192,8 @@ TEST(Session, RequestsInBothDirections) {
   });
   client_methods.add("agent.ping",
                      [](const json&, const CallContext&) -> Result<json> { return json("pong"); });
-  Session server(**loop, Fd(sv[0]), Peer{}, &server_methods);
-  Session client(**loop, Fd(sv[1]), Peer{}, &client_methods);
+  Session server(*loop_, Fd(sv_[0]), Peer{}, &server_methods);
+  Session client(*loop_, Fd(sv_[1]), Peer{}, &client_methods);
   ASSERT_TRUE(server.start().ok());
   ASSERT_TRUE(client.start().ok());
 
@@ -203,7 +203,7 @@ TEST(Session, RequestsInBothDirections) {
   client.call("no.such", {}, [&](Result<json> r) { unknown = std::move(r); });
   server.call("agent.ping", {}, [&](Result<json> r) { pong = std::move(r); });
   for (int i = 0; i < 100 && !(sum && bad && pong && unknown); ++i)
-    ASSERT_TRUE((*loop)->run_once(100000).ok());
+    ASSERT_TRUE(loop_->run_once(100000).ok());
   ASSERT_TRUE(sum && sum->ok());
   EXPECT_EQ(**sum, 5);
   ASSERT_TRUE(bad && !bad->ok());

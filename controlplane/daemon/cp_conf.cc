@@ -25,14 +25,11 @@ Status parse_store(const TomlDoc& doc, const toml::table& t, const std::string& 
   if (kind) s.kind = *kind;
   if (s.kind != "sqlite" && s.kind != "etcd")
     return field_error(where("kind"), "'kind' must be \"sqlite\" or \"etcd\"");
-  for (auto [key, out] : {std::pair{"etcd_prefix", &s.etcd.prefix},
-                          {"etcd_ca", &s.etcd.etcd.ca},
-                          {"etcd_cert", &s.etcd.etcd.cert},
-                          {"etcd_key", &s.etcd.etcd.key},
-                          {"advertise", &s.advertise}}) {
-    TRY_ASSIGN(auto v, doc.get_string(t, key));
-    if (v) *out = *v;
-  }
+  TRY(doc.read_strings(t, {{"etcd_prefix", &s.etcd.prefix},
+                           {"etcd_ca", &s.etcd.etcd.ca},
+                           {"etcd_cert", &s.etcd.etcd.cert},
+                           {"etcd_key", &s.etcd.etcd.key},
+                           {"advertise", &s.advertise}}));
   TRY_ASSIGN(auto eps, doc.get_string_list(t, "etcd_endpoints"));
   if (eps) s.etcd.etcd.endpoints = *eps;
   if (s.kind == "etcd" && s.etcd.etcd.endpoints.empty())
@@ -280,18 +277,15 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "region",
                      "store"}));
   CpConfig c;
-  for (auto [key, out] : {std::pair{"socket", &c.socket},
-                          {"socket_group", &c.socket_group},
-                          {"listen", &c.listen},
-                          {"state_dir", &c.state_dir},
-                          {"log_level", &c.log_level},
-                          {"tls_ca", &c.tls.ca_file},
-                          {"tls_cert", &c.tls.cert_file},
-                          {"tls_key", &c.tls.key_file},
-                          {"tls_crl", &c.tls.crl_file}}) {
-    TRY_ASSIGN(auto v, doc.get_string(t, key));
-    if (v) *out = *v;
-  }
+  TRY(doc.read_strings(t, {{"socket", &c.socket},
+                           {"socket_group", &c.socket_group},
+                           {"listen", &c.listen},
+                           {"state_dir", &c.state_dir},
+                           {"log_level", &c.log_level},
+                           {"tls_ca", &c.tls.ca_file},
+                           {"tls_cert", &c.tls.cert_file},
+                           {"tls_key", &c.tls.key_file},
+                           {"tls_crl", &c.tls.crl_file}}));
   TRY(metrics::read_listen(doc, t, &c.metrics_listen));
   if (auto w = doc.get_string(t, "web_listen"); !w.ok()) {
     return std::move(w).error();

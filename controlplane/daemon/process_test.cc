@@ -714,9 +714,7 @@ TEST_F(ControlPlane, MaintenanceNoticeMovesTasksRebootsAndReturnsTheMachine) {
 // stop weft decides waits until each of them has the set without the task; an agent
 // that does not acknowledge holds a stop only until discovery_ack_timeout.
 TEST_F(ControlPlane, ReadyTasksArePublishedAndAStopWaitsForEveryAgent) {
-  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
-                                                "discovery_ack_timeout = \"2s\"\n")
-                  .ok());
+  add_config("discovery_ack_timeout = \"2s\"\n");
   start();
   if (HasFatalFailure()) return;
   FakeMachine a("a", "r0"), b("b", "r1");
@@ -855,9 +853,7 @@ json port_job(const std::string& name, int count) {
 // whose endpoints come in the answer), and only the agents that answer for a job hold
 // its stops back. An agent that names none is told of every job, as before.
 TEST_F(ControlPlane, AnAgentIsToldOnlyOfTheJobsItsClientsAskFor) {
-  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
-                                                "discovery_ack_timeout = \"3s\"\n")
-                  .ok());
+  add_config("discovery_ack_timeout = \"3s\"\n");
   start();
   if (HasFatalFailure()) return;
   FakeMachine a("a", "r0"), b("b", "r1"), c("c", "r2"), d("d", "r3");
@@ -991,9 +987,7 @@ TEST_F(ControlPlane, AnAgentIsToldOnlyOfTheJobsItsClientsAskFor) {
 // ServiceMoves once left the agents a version behind the table for as long as nothing
 // changed). Stops are not held here, as with discovery_withdraw = false.
 TEST_F(ControlPlane, AnUnansweredPushAfterAnAnsweredOneIsStillAcknowledged) {
-  ASSERT_TRUE(write_file(dir_ + "/cp.toml",
-                         read_file(dir_ + "/cp.toml").value_or("") + "discovery_withdraw = false\n")
-                  .ok());
+  add_config("discovery_withdraw = false\n");
   start();
   if (HasFatalFailure()) return;
   FakeMachine a("a", "r0"), b("b", "r1");

@@ -12,9 +12,7 @@ using rpc::CallContext;
 
 namespace {
 constexpr size_t kJobsPerSnapshotMessage = 256;  // a message stays far below the line limit
-constexpr size_t kMaxServiceWatchers = 1024;
-constexpr uint64_t kMaxWatchUs = 60'000'000;
-// The scheduler's clock (now_us in manager.cc): the watchers' deadlines and held stops.
+// The scheduler's clock (now_us in manager.cc): the held stops' deadlines.
 uint64_t sched_now_us() {
   return now_monotonic_us();
 }
@@ -267,16 +265,7 @@ void Discovery::note_timed_out(const std::vector<std::string>& tasks) {
 
 void Discovery::push() {
   uint64_t now = sched_now_us();
-  // Watchers first: they only read.
-  std::vector<Watcher> keep;
-  for (auto& w : watchers_) {
-    uint64_t changed = w.job.empty() ? table_.version() : table_.changed_at(w.job);
-    if (changed > w.index || now >= w.deadline_us)
-      w.reply(watch_answer(w.job));
-    else
-      keep.push_back(std::move(w));
-  }
-  watchers_ = std::move(keep);
+  watches_.table_changed();  // first: they only read
   if (!live_) return;
   ServiceUpdate u = table_.update_since(pushed_);
   pushed_ = table_.version();
@@ -428,21 +417,6 @@ void Discovery::arm_timer() {
   if (t.ok()) timer_ = std::move(t).value();
 }
 
-json Discovery::watch_answer(const std::string& job) const {
-  json out{{"index", table_.version()}};
-  if (!job.empty()) {
-    const Service* s = table_.find(job);
-    out["job"] = job;
-    out["index"] = table_.changed_at(job);
-    out["service"] = s ? to_json(*s) : json();
-    return out;
-  }
-  json all = json::object();
-  for (const auto& [name, s] : table_.services()) all[name] = to_json(s);
-  out["services"] = std::move(all);
-  return out;
-}
-
 Result<json> Discovery::ls(const json& p) const {
   if (!p.is_null() && !p.is_object()) return field_error("params", "must be an object");
   bool local = false;
@@ -495,55 +469,6 @@ Result<json> Discovery::show(const json& p) const {
   out["index"] = table_.changed_at(job);
   out["dns"] = job + "." + s->entitlement + ".weft.";
   return out;
-}
-
-Result<json> Discovery::watch(const json& p, const CallContext& c) {
-  if (!p.is_object()) return field_error("params", "must be an object");
-  std::string job;
-  if (p.contains("job")) {
-    if (!p["job"].is_string()) return field_error("job", "must be a job's name");
-    job = p["job"].get<std::string>();
-  }
-  uint64_t index = 0;
-  if (p.contains("index")) {
-    if (!p["index"].is_number_unsigned()) return field_error("index", "must be an index");
-    index = p["index"].get<uint64_t>();
-  }
-  // Bounded before it is multiplied (a huge wait_ms would wrap past the bound).
-  TRY_ASSIGN(const int64_t wait_ms,
-             int_member(p, "wait_ms", 30'000, 0, static_cast<int64_t>(kMaxWatchUs / 1000)));
-  const uint64_t wait_us = static_cast<uint64_t>(wait_ms) * 1000;
-  uint64_t changed = job.empty() ? table_.version() : table_.changed_at(job);
-  // Consul's blocking query: answered at once when there is something newer than
-  // `index`, else when there is or `wait_ms` passes.
-  if (changed > index || wait_us == 0 || !c.session) return watch_answer(job);
-  if (watchers_.size() >= kMaxServiceWatchers)
-    return make_error("too many service watches; try again").with_code(rpc::kUnavailable);
-  watchers_.push_back(Watcher{c.session->defer_reply(), job, index, sched_now_us() + wait_us});
-  if (!watch_armed_) {
-    watch_armed_ = true;
-    auto t = loop_.add_timer_in(1'000'000, [this] { expire_watchers(); });
-    if (t.ok()) watch_timer_ = std::move(t).value();
-  }
-  return json();
-}
-
-void Discovery::expire_watchers() {
-  watch_armed_ = false;
-  uint64_t now = sched_now_us();
-  std::vector<Watcher> keep;
-  for (auto& w : watchers_) {
-    if (now >= w.deadline_us)
-      w.reply(watch_answer(w.job));
-    else
-      keep.push_back(std::move(w));
-  }
-  watchers_ = std::move(keep);
-  if (!watchers_.empty()) {
-    watch_armed_ = true;
-    auto t = loop_.add_timer_in(1'000'000, [this] { expire_watchers(); });
-    if (t.ok()) watch_timer_ = std::move(t).value();
-  }
 }
 
 }  // namespace weft::cp

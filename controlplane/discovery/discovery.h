@@ -25,6 +25,7 @@
 #include "common/result.h"
 #include "common/rpc/session.h"
 #include "controlplane/discovery/service_table.h"
+#include "controlplane/discovery/service_watches.h"
 #include "controlplane/machines/broker.h"
 #include "controlplane/scheduling/allocator.h"
 #include "controlplane/scheduling/scheduler.h"
@@ -69,7 +70,9 @@ class Discovery {
   // `params`: optional "local" (true: this shard's own jobs, not the region's others').
   Result<nlohmann::json> ls(const nlohmann::json& params) const;
   Result<nlohmann::json> show(const nlohmann::json& p) const;
-  Result<nlohmann::json> watch(const nlohmann::json& p, const rpc::CallContext& c);
+  Result<nlohmann::json> watch(const nlohmann::json& p, const rpc::CallContext& c) {
+    return watches_.watch(p, c);
+  }
   void write_metrics(metrics::Writer& w) const;
 
  private:
@@ -83,8 +86,6 @@ class Discovery {
   void release_stops();
   void arm_timer();
   void note_timed_out(const std::vector<std::string>& tasks);
-  nlohmann::json watch_answer(const std::string& job) const;
-  void expire_watchers();
   std::string name(MachineId m) const { return alloc_.spec(m).name; }
 
   EventLoop& loop_;
@@ -106,17 +107,11 @@ class Discovery {
   };
   std::unordered_map<std::string, Left> left_;
   uint64_t pushed_ = 0, last_push_us_ = 0, ack_timeouts_ = 0;
-  bool live_ = false, watch_armed_ = false;
-  struct Watcher {
-    rpc::ReplyFn reply;
-    std::string job;
-    uint64_t index = 0;
-    uint64_t deadline_us = 0;
-  };
-  std::vector<Watcher> watchers_;
+  bool live_ = false;
+  ServiceWatches watches_{loop_, table_};  // service.watch
   // push at the end of this loop iteration (or a bit later); recompute likewise; the
-  // held stops' deadline; going live; the watchers' expiry.
-  Source push_soon_, recompute_soon_, timer_, live_timer_, watch_timer_, sync_;
+  // held stops' deadline; going live.
+  Source push_soon_, recompute_soon_, timer_, live_timer_, sync_;
   bool withdrawn_ = false;           // an endpoint left since the last acknowledged push
   uint64_t last_acked_push_us_ = 0;  // monotonic
 };

@@ -18,6 +18,30 @@ MachineInfo info(const std::string& id, const std::string& rack) {
   return MachineInfo{id, "dc1", rack, "a", {4000, 8192}};
 }
 
+// Machines h0..h{n-1}, a rack each, registered and healthy.
+void register_healthy(Broker& b, int n) {
+  for (int i = 0; i < n; ++i) {
+    std::string id = "h" + std::to_string(i);
+    ASSERT_TRUE(b.register_machine(info(id, "r" + std::to_string(i)), 0).ok());
+    ASSERT_TRUE(b.health(id, "ok", 0).ok());
+  }
+}
+
+// A scheduler that places tasks only where the broker says a machine is ready (usable,
+// its entitlement's profile applied), as the daemon's is.
+void place_when_prepared(Scheduler& s, const Broker& b) {
+  s.placer().set_ready_check(
+      [&b](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
+}
+// Job "site" of `count` tasks in entitlement e.
+JobSpec site(EntitlementId e, int count) {
+  JobSpec j;
+  j.name = "site";
+  j.entitlement_id = e;
+  j.count = count;
+  return j;
+}
+
 TEST(Broker, RegisterHeartbeatsAndDeath) {
   Allocator a;
   Broker b(a, BrokerConfig{5 * kS, 3});
@@ -274,23 +298,16 @@ TEST(Broker, HealthVerdictsAndDrain) {
 TEST(Broker, EntitlementQuotaProfileAndPendingTasks) {
   Allocator a;
   Broker b(a);
-  for (int i = 0; i < 3; ++i) {
-    std::string id = "h" + std::to_string(i);
-    ASSERT_TRUE(b.register_machine(info(id, "r" + std::to_string(i)), 0).ok());
-    ASSERT_TRUE(b.health(id, "ok", 0).ok());
-  }
+  register_healthy(b, 3);
+  if (HasFatalFailure()) return;
   auto e = b.entitlements().create({"web", 2, "web", ""});
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(b.entitlements().create({"web", 1, "", ""}).error().field, "name");
   EXPECT_EQ(b.entitlements().create({"x", 0, "", ""}).error().field, "quota");
 
   Scheduler s(a);
-  s.placer().set_ready_check(
-      [&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
-  JobSpec j;
-  j.name = "site";
-  j.entitlement_id = *e;
-  j.count = 2;
+  place_when_prepared(s, b);
+  JobSpec j = site(*e, 2);
   j.per_task = {4000, 1024};  // a whole machine each
   auto c = s.create(j, 0);
   ASSERT_TRUE(c.ok()) << c.error().str();
@@ -324,20 +341,13 @@ TEST(Broker, AMachineThatDoesNotPrepareInTimeIsMarkedAndItsTasksMove) {
   BrokerConfig cfg;
   cfg.prepare_timeout_us = 10'000'000;
   Broker b(a, cfg);
-  for (int i = 0; i < 2; ++i) {
-    std::string id = "h" + std::to_string(i);
-    ASSERT_TRUE(b.register_machine(info(id, "r" + std::to_string(i)), 0).ok());
-    ASSERT_TRUE(b.health(id, "ok", 0).ok());
-  }
+  register_healthy(b, 2);
+  if (HasFatalFailure()) return;
   auto e = b.entitlements().create({"web", 2, "web", ""});
   ASSERT_TRUE(e.ok());
   Scheduler s(a);
-  s.placer().set_ready_check(
-      [&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
-  JobSpec j;
-  j.name = "site";
-  j.entitlement_id = *e;
-  j.count = 1;
+  place_when_prepared(s, b);
+  JobSpec j = site(*e, 1);
   j.per_task = {1000, 256};
   auto c = s.create(j, 0);
   ASSERT_TRUE(c.ok()) << c.error().str();
@@ -382,12 +392,8 @@ TEST(Broker, ProfileReportedBeforeAnyRefreshStillWakesTasks) {
   auto e = b.entitlements().create({"web", 1, "web", ""});
   ASSERT_TRUE(e.ok());
   Scheduler s(a);
-  s.placer().set_ready_check(
-      [&](MachineId m) { return b.usable(m) && b.state_of(m) != "preparing"; });
-  JobSpec j;
-  j.name = "site";
-  j.entitlement_id = *e;
-  j.count = 1;
+  place_when_prepared(s, b);
+  JobSpec j = site(*e, 1);
   ASSERT_TRUE(s.create(j, 0).ok());
   EXPECT_EQ(s.tasks().of_job("site")[0].state, TaskState::kPending);
   ASSERT_TRUE(b.profile_applied("h0", "web").ok());

@@ -1208,6 +1208,35 @@ class RegionChaos : public Region {
       if (all_[i]->exited() < 0 && all_[i]->call("controlplane.status").ok()) return all_[i].get();
     return nullptr;
   }
+  // The region up, `machines` machines m0.. reporting to the brokers, and entitlements
+  // web (quota 3, on s1) and db (quota `db_quota`, on s2).
+  void come_up(int machines, int db_quota) {
+    ASSERT_TRUE(wait_for(30, [&] {
+      return fronts_reach_all() && leader_of(0) && leader_of(2) && leader_of(4);
+    })) << "the region did not come up";
+    std::vector<std::string> bsocks{at(0).sock(), at(1).sock()};
+    for (int i = 0; i < machines; ++i) {
+      machines_.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
+      machines_.back()->start_reporting(bsocks, 100);
+    }
+    ASSERT_TRUE(
+        front()->call("entitlement.create", {{"name", "web"}, {"quota", 3}, {"shard", "s1"}}).ok());
+    ASSERT_TRUE(
+        front()
+            ->call("entitlement.create", {{"name", "db"}, {"quota", db_quota}, {"shard", "s2"}})
+            .ok());
+  }
+  // Job `name` of `n` tasks in `ent`, once its shard has machines lent and registered.
+  void make_job(const std::string& name, const std::string& ent, int n) {
+    Result<json> made = make_error("not yet");
+    for (int i = 0; i < 150 && !made.ok(); ++i) {
+      Replica* f = front();
+      made =
+          f ? f->call("job.create", job(name, ent, n)) : Result<json>(make_error("no front end"));
+      if (!made.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(made.ok()) << name << ": " << made.error().str();
+  }
   std::vector<std::unique_ptr<Replica>> all_;
 };
 
@@ -1219,28 +1248,12 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
   RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
   fe_ = nullptr;  // Region's: this fixture's processes are in all_
-  ASSERT_TRUE(wait_for(30, [&] {
-    return fronts_reach_all() && leader_of(0) && leader_of(2) && leader_of(4);
-  })) << "the region did not come up";
-  std::vector<std::string> bsocks{at(0).sock(), at(1).sock()};
-  for (int i = 0; i < 6; ++i) {
-    machines_.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
-    machines_.back()->start_reporting(bsocks, 100);
-  }
-  ASSERT_TRUE(
-      front()->call("entitlement.create", {{"name", "web"}, {"quota", 3}, {"shard", "s1"}}).ok());
-  ASSERT_TRUE(
-      front()->call("entitlement.create", {{"name", "db"}, {"quota", 3}, {"shard", "s2"}}).ok());
+  come_up(6, 3);
+  if (HasFatalFailure()) return;
   std::map<std::string, int> want{{"w0", 2}, {"w1", 1}, {"d0", 2}, {"d1", 1}};
   for (const auto& [name, n] : want) {
-    Result<json> made = make_error("not yet");
-    for (int i = 0; i < 150 && !made.ok(); ++i) {  // once machines are lent and registered
-      Replica* f = front();
-      made = f ? f->call("job.create", job(name, name[0] == 'w' ? "web" : "db", n))
-               : Result<json>(make_error("no front end"));
-      if (!made.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ASSERT_TRUE(made.ok()) << name << ": " << made.error().str();
+    make_job(name, name[0] == 'w' ? "web" : "db", n);
+    if (HasFatalFailure()) return;
   }
   auto begun = Clock::now();
   std::string history;
@@ -1458,25 +1471,11 @@ class RegionMove : public RegionChaos {
     fe_ = nullptr;
   }
   void world() {
-    ASSERT_TRUE(wait_for(30, [&] {
-      return fronts_reach_all() && leader_of(0) && leader_of(2) && leader_of(4);
-    })) << "the region did not come up";
-    std::vector<std::string> bsocks{at(0).sock(), at(1).sock()};
-    for (int i = 0; i < 5; ++i) {
-      machines_.push_back(std::make_unique<Machine>("m" + std::to_string(i)));
-      machines_.back()->start_reporting(bsocks, 100);
-    }
-    ASSERT_TRUE(
-        front()->call("entitlement.create", {{"name", "web"}, {"quota", 3}, {"shard", "s1"}}).ok());
-    ASSERT_TRUE(
-        front()->call("entitlement.create", {{"name", "db"}, {"quota", 2}, {"shard", "s2"}}).ok());
+    come_up(5, 2);
+    if (HasFatalFailure()) return;
     for (auto [name, ent, n] : {std::tuple{"site", "web", 3}, std::tuple{"store", "db", 2}}) {
-      Result<json> made = make_error("not yet");
-      for (int i = 0; i < 150 && !made.ok(); ++i) {  // once machines are lent and registered
-        made = front()->call("job.create", job(name, ent, n));
-        if (!made.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      ASSERT_TRUE(made.ok()) << name << ": " << made.error().str();
+      make_job(name, ent, n);
+      if (HasFatalFailure()) return;
     }
     ASSERT_TRUE(
         wait_for(30, [&] { return running_on("site.") == 3 && running_on("store.") == 2; }));

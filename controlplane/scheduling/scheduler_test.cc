@@ -37,6 +37,14 @@ class Sched : public SchedulerFixture {
       }
     return r;
   }
+  // Job `s` created at 0, every machine reporting its tasks at 1: what was sent.
+  std::vector<Command> create_running(const JobSpec& s) {
+    auto c = sched_.create(s, 0);
+    EXPECT_TRUE(c.ok()) << c.error().str();
+    if (!c.ok()) return {};
+    for (MachineId m : ids_) sched_.report(m, running_on(m, *c), 1);
+    return *c;
+  }
   // Every machine reports what it was sent (at `now`): the commands the reports caused.
   std::vector<Command> report_all(const std::vector<Command>& sent, uint64_t now) {
     std::vector<Command> next;
@@ -179,10 +187,7 @@ TEST_F(Sched, AnUpdateToANewImageWaitsForEachMachinesPrefetch) {
   JobSpec s = spec("img", 4);
   s.max_unavailable = 4;
   s.task = {{"image", "r.example/app@sha256:" + std::string(64, 'a')}};
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok()) << c.error().str();
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   std::set<MachineId> hosts;
   for (const auto& t : live("img")) hosts.insert(t.machine);
   s.task["image"] = "r.example/app@sha256:" + std::string(64, 'b');
@@ -230,10 +235,7 @@ TEST_F(Sched, AnUpdateToANewPackageFetchesOnlyThePackageFirst) {
              {{"url", "https://pkgs.example/tool-1.tar"},
               {"sha256", std::string(64, 'c')},
               {"target", "/opt/tool"}}}};
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok()) << c.error().str();
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   std::set<MachineId> hosts;
   for (const auto& t : live("pkg")) hosts.insert(t.machine);
   s.task["package"]["url"] = "https://pkgs.example/tool-2.tar";
@@ -253,10 +255,7 @@ TEST_F(Sched, AnUpdateToANewPackageFetchesOnlyThePackageFirst) {
 TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
   JobSpec s = spec("web", 4);
   s.max_unavailable = 1;
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   s.task["argv"] = {"/bin/sleep", "1000"};
   auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok()) << u.error().str();
@@ -297,10 +296,7 @@ TEST_F(Sched, RollingUpdateKeepsMaxUnavailable) {
 TEST_F(Sched, ARollingUpdateWaitsForTheNewTaskToBeReady) {
   JobSpec s = spec("web", 3);
   s.max_unavailable = 1;
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   s.task["argv"] = {"/bin/sleep", "1000"};
   auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok());
@@ -349,10 +345,7 @@ TEST_F(Sched, ARollingUpdateWaitsForTheNewTaskToBeReady) {
 }
 
 TEST_F(Sched, ADrainedCopyStopsOnlyOnceItsReplacementIsReady) {
-  auto c = sched_.create(spec("web", 1), 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(spec("web", 1));
   MachineId drained = live("web")[0].machine;
   std::string old_id = live("web")[0].id;
   alloc_.set_usable(drained, false, true);
@@ -401,10 +394,7 @@ TEST_F(Sched, ScaleAndStop) {
 // A drain is make-before-break: the drained machine's task keeps running until its
 // replacement runs elsewhere, then it is stopped; never two stops, never three copies.
 TEST_F(Sched, DrainStartsTheReplacementBeforeStoppingTheOldCopy) {
-  auto c = sched_.create(spec("web", 2), 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(spec("web", 2));
   ASSERT_EQ(live("web").size(), 2u);
   MachineId drained = live("web")[0].machine;
   std::string old_id = live("web")[0].id;
@@ -433,10 +423,7 @@ TEST_F(Sched, DrainStartsTheReplacementBeforeStoppingTheOldCopy) {
 
 // A draining copy whose machine then dies is stopped, not replaced a second time.
 TEST_F(Sched, DrainedMachineDyingDoesNotReplaceTwice) {
-  auto c = sched_.create(spec("web", 1), 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(spec("web", 1));
   MachineId drained = live("web")[0].machine;
   alloc_.set_usable(drained, false, true);  // what the broker does first
   auto d = sched_.moves().machine_drain(drained, 2);
@@ -892,10 +879,7 @@ TEST_F(Sched, AControlledUpdateRestartsOnlyWhatTheControllerAcked) {
   JobSpec s = spec("web", 4);
   s.max_unavailable = 1;
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   EXPECT_EQ(sched_.operations().controlled_jobs(), std::vector<std::string>{"web"});
   EXPECT_TRUE(sched_.operations().pending_operations("web").empty());
   s.task["argv"] = {"/bin/sleep", "1000"};
@@ -956,10 +940,7 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
   JobSpec s = spec("web", 4);
   s.max_unavailable = 1;
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   s.task["argv"] = {"/bin/sleep", "1000"};
   ASSERT_TRUE(sched_.rollouts().update(s, 2).ok());
   auto ops = sched_.operations().pending_operations("web");
@@ -1000,10 +981,7 @@ TEST_F(Sched, AnUnreachableControllerFallsBackToMaxUnavailable) {
 // move, never more of a job at once than its max_unavailable, and refused with nothing
 // changed when the job is not all ready or the machine cannot take the task.
 TEST_F(Sched, ARebalancingMoveIsMakeBeforeBreakToTheChosenMachine) {
-  auto c = sched_.create(spec("web", 3), 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(spec("web", 3));
   const std::string moved = sent[0].task_id;
   const MachineId from = sent[0].machine;
   std::set<MachineId> used;
@@ -1096,10 +1074,7 @@ TEST_F(Sched, RebalancingMovesOfAJobStayWithinItsMaxUnavailable) {
 TEST_F(Sched, ARebalancingMoveOfAControlledJobWaitsForItsController) {
   JobSpec s = spec("web", 2);
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   std::set<MachineId> used;
   for (const auto& cmd : sent) used.insert(cmd.machine);
   std::vector<MachineId> spare;
@@ -1144,10 +1119,7 @@ TEST_F(Sched, ARebalancingMoveOfAControlledJobWaitsForItsController) {
 // index starts again on its machine once it has); with one, a pending `restart` with the
 // reason, performed when acknowledged; a task that is not running is refused.
 TEST_F(Sched, AnOperatorRestartsOneTask) {
-  auto c = sched_.create(spec("web", 2), 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(spec("web", 2));
   const std::string task = sent[0].task_id;
   const MachineId machine = sent[0].machine;
   bool waits = true;
@@ -1193,10 +1165,7 @@ TEST_F(Sched, AnOperatorRestartsOneTask) {
 // controller asked first (once, however often the machine says it), and paid for from
 // the destructive budget (spent: refused, said again later).
 TEST_F(Sched, ATaskThatIsNotLiveIsRestartedThroughItsController) {
-  auto c = sched_.create(spec("web", 3), 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(spec("web", 3));
   bool waits = true;
   auto r =
       sched_.operations().liveness_failed(sent[0].task_id, "3 failed: exit status 1", 2, &waits);
@@ -1241,10 +1210,7 @@ TEST_F(Sched, CanariesHoldTheRolloutUntilPromotedAndAPauseHoldsIt) {
   JobSpec s = spec("web", 4);
   s.max_unavailable = 2;
   s.canary = 1;
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   auto of_gen = [&](uint64_t g) {
     int n = 0;
     for (const auto& t : sched_.tasks().of_job("web"))
@@ -1309,10 +1275,7 @@ TEST_F(Sched, CanariesReadyForAutoPromoteArePromoted) {
   JobSpec s = spec("web", 3);
   s.canary = 1;
   s.auto_promote_us = 10 * kMin;
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   s.task = {{"argv", {"/bin/sleep", "1000"}}};
   auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok());
@@ -1351,10 +1314,7 @@ TEST_F(Sched, WhatHappensToTasksIsTakenAsEvents) {
 TEST_F(Sched, AControlledScaleDownWaitsForTheControllersConsent) {
   JobSpec s = spec("web", 5);
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   auto r = sched_.scale("web", 2, 2, /*through_controller=*/true);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->empty());  // nothing stops before the controller says so
@@ -1465,10 +1425,7 @@ TEST_F(Sched, AControlledJobsTaskLeavesADrainedMachineWhenAcked) {
 // would wait forever).
 TEST_F(Sched, AnUpdateOverlappingADrainStartsTheNewTaskElsewhere) {
   JobSpec s = spec("web", 2);
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   s.task["argv"] = {"/bin/sleep", "1000"};
   auto u = sched_.rollouts().update(s, 2);
   ASSERT_TRUE(u.ok());
@@ -1493,10 +1450,7 @@ TEST_F(Sched, AnUpdateOverlappingADrainStartsTheNewTaskElsewhere) {
 TEST_F(Sched, AControlledRestartOnADrainedMachineStartsTheNewTaskElsewhere) {
   JobSpec s = spec("web", 2);
   s.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
-  auto c = sched_.create(s, 0);
-  ASSERT_TRUE(c.ok());
-  std::vector<Command> sent = *c;
-  for (MachineId m : ids_) sched_.report(m, running_on(m, sent), 1);
+  std::vector<Command> sent = create_running(s);
   MachineId m0 = live("web")[0].machine;
   std::string t0 = live("web")[0].id;
   alloc_.set_usable(m0, false, true, true);

@@ -67,6 +67,16 @@ class Replicas : public ::testing::Test {
     }
     return false;
   }
+  // Waits (at most 4 s) until `r` answers as a follower that names `leader`; its last
+  // controlplane.status answer.
+  static Result<json> wait_following(Replica& r, const Replica& leader) {
+    for (int i = 0; i < 200; ++i) {
+      auto st = r.call("controlplane.status");
+      if (st.ok() && st->value("leader", "") == leader.address()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return r.call("controlplane.status");
+  }
   std::vector<std::string> socks() const { return {a_->sock(), b_->sock()}; }
   // One round: every machine the test drives reports (reconnecting to the leader if its
   // session is gone; those with their own thread report by themselves). Fails the test
@@ -109,12 +119,7 @@ TEST_F(Replicas, TheLeaderKilledMidUpdateIsReplacedAndTheUpdateCompletes) {
   ASSERT_TRUE(wait_leading(*a_, 10)) << a_->log();
   b_->start();
   // The follower answers, and names the leader; every other call is refused.
-  for (int i = 0; i < 200; ++i) {
-    auto st = b_->call("controlplane.status");
-    if (st.ok() && st->value("leader", "") == a_->address()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  auto st = b_->call("controlplane.status");
+  auto st = wait_following(*b_, *a_);
   ASSERT_TRUE(st.ok()) << b_->log();
   EXPECT_FALSE(st->value("leading", true));
   EXPECT_EQ(st->value("leader", ""), a_->address());
@@ -186,12 +191,7 @@ TEST_F(Replicas, TheLeaderKilledMidUpdateIsReplacedAndTheUpdateCompletes) {
 
   // The old leader comes back as a follower of the new one.
   a_->start();
-  for (int i = 0; i < 200; ++i) {
-    auto s = a_->call("controlplane.status");
-    if (s.ok() && s->value("leader", "") == b_->address()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  auto again = a_->call("controlplane.status");
+  auto again = wait_following(*a_, *b_);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->value("leading", true));
   EXPECT_EQ(again->value("leader", ""), b_->address());

@@ -153,9 +153,7 @@ class FakeController {
 // are pending `stop` operations, nothing stops until the controller acknowledges them,
 // and then exactly those stop and the size follows (docs/taskcontrol.md).
 TEST_F(ControlPlane, AnAutoscalingScaleDownWaitsForItsTaskController) {
-  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
-                                                "autoscale_interval = \"1s\"\n")
-                  .ok());
+  add_config("autoscale_interval = \"1s\"\n");
   start();
   if (HasFatalFailure()) return;
   FakeMachine a("a", "r0"), b("b", "r1");

@@ -22,9 +22,7 @@ namespace weft::testing {
 namespace {
 
 TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
-  ASSERT_TRUE(write_file(dir_ + "/cp.toml", read_file(dir_ + "/cp.toml").value_or("") +
-                                                "autoscale_interval = \"1s\"\n")
-                  .ok());
+  add_config("autoscale_interval = \"1s\"\n");
   start();
   if (HasFatalFailure()) return;
   FakeMachine a("a", "r0"), b("b", "r1");
