@@ -1,6 +1,8 @@
 #include "agent/cp_calls.h"
 
 #include "agent/manager.h"
+#include "common/fs.h"
+#include "common/log.h"
 
 namespace weft::agent {
 
@@ -96,7 +98,9 @@ Status CpCalls::cp_start() {
       ReportedTask& r = out[t->spec.name];
       r.state = task_state_name(t->state == TaskState::kRunning && t->ready ? TaskState::kReady
                                                                             : t->state);
-      r.failed = t->state == TaskState::kFailed;
+      // A fenced task's end is a failure to the control plane, with the reason why.
+      r.failed = t->state == TaskState::kFailed ||
+                 (t->terminal() && t->reason.find(kFencedReason) != std::string::npos);
       r.reason = t->reason;
       r.setup_failed = t->setup_failed;
     }
@@ -114,6 +118,15 @@ Status CpCalls::cp_start() {
     hooks.discovery_interest = [this] {
       return discovery_->interest().value_or(std::vector<std::string>{});
     };
+  hooks.lease_terms = [this](const json& reply) { lease_terms(reply); };
+  hooks.renewed = [this](uint64_t sent) { lease_renewed(sent); };
+  // While tasks that the lease fences run here, every heartbeat asks for an answer.
+  hooks.needs_lease = [this] {
+    for (const auto& [id, t] : m_.tasks_)
+      if (fenceable(*t)) return true;
+    return false;
+  };
+  recover_lease();
   bool answers_dns = discovery_ && discovery_->answers_dns();
   TRY_ASSIGN(cp_,
              CpSession::start(*m_.loop_, m_.cfg_, &cp_methods_, answers_dns, std::move(hooks)));
@@ -137,6 +150,97 @@ void CpCalls::forget_ended(const std::set<std::string>& wanted) {
     m_.dirs_.remove(id);
     m_.tasks_.erase(id);
   }
+}
+
+}  // namespace weft::agent
+
+namespace weft::agent {
+
+bool CpCalls::fenceable(const Task& t) {
+  return t.spec.owner == "controlplane" && t.spec.at_most_one && !t.terminal();
+}
+
+void CpCalls::lease_terms(const json& reply) {
+  if (auto s = lease_.set_terms(reply); !s.ok())
+    log_warn("the control plane's lease terms are refused; the previous ones stay",
+             {{"ERROR", s.error().str()}});
+}
+
+void CpCalls::lease_renewed(uint64_t sent) {
+  if (!lease_.has_terms()) return;
+  lease_.renewed(sent);
+  if (std::exchange(fenced_logged_, false))
+    log_info(
+        "the control plane answers again: the machine's lease is renewed; what was fenced "
+        "stays stopped");
+  // Not synced: it must outlive this process, not the machine (a reboot ends every task).
+  if (!m_.boot_id_.empty())
+    if (auto s = write_file(m_.cfg_.state_dir + "/lease", lease_.to_text(m_.boot_id_)); !s.ok())
+      log_warn("cannot keep the machine's lease in the state directory",
+               {{"ERROR", s.error().str()}});
+  arm_fence();
+}
+
+void CpCalls::recover_lease() {
+  auto text = read_file(m_.cfg_.state_dir + "/lease");
+  std::optional<MachineLease> kept;
+  if (text.ok()) kept = MachineLease::from_text(*text, m_.boot_id_);
+  if (kept) {
+    lease_ = *kept;
+    arm_fence();  // at once if it ran out while this agent was away
+    return;
+  }
+  // No lease kept for this boot (none was ever granted, or the file is unreadable): what
+  // the lease fences here cannot know when it ends, so it stops now.
+  bool any = false;
+  for (const auto& [id, t] : m_.tasks_) any |= fenceable(*t);
+  if (any) fence_now();
+}
+
+void CpCalls::arm_fence() {
+  fence_timer_.reset();
+  if (!lease_.has_terms()) return;
+  uint64_t now = now_monotonic_us(), at = lease_.fence_at();
+  auto t = m_.loop_->add_timer_in(at > now ? at - now : 0, [this] {
+    fence_timer_.reset();
+    fence_now();
+  });
+  if (t.ok()) fence_timer_ = std::move(t).value();
+}
+
+void CpCalls::fence_now() {
+  uint64_t now = now_monotonic_us();
+  bool known = lease_.has_terms();
+  if (known && !lease_.fenced(now)) {
+    arm_fence();  // renewed meanwhile
+    return;
+  }
+  std::vector<Task*> fence;
+  for (const auto& [id, t] : m_.tasks_)
+    if (fenceable(*t)) fence.push_back(t.get());
+  std::string why =
+      known
+          ? "no answer from the control plane for " +
+                std::to_string((now - lease_.renewed_from()) / 1000) +
+                " ms: the machine's lease ends in " +
+                std::to_string(lease_.ends_at() > now ? (lease_.ends_at() - now) / 1000 : 0) + " ms"
+          : "no lease from the control plane is known since the agent started";
+  if (fence.empty()) return;
+  log_warn("fencing: the tasks of at-most-one jobs are stopped before the lease ends",
+           {{"TASKS", std::to_string(fence.size())}, {"REASON", why}});
+  fenced_logged_ = true;
+  for (Task* t : fence) {
+    uint64_t grace = known ? lease_.fenced_grace(t->spec.stop_grace_us, now) : 0;
+    // Its reason: a running task's is made when it exits (killed_for is added to it);
+    // one in backoff or fetching ends here.
+    if (t->state == TaskState::kBackoff || t->state == TaskState::kFetching)
+      t->reason = std::string(kFencedReason) + why;
+    else
+      t->killed_for = std::string(kFencedReason) + why;
+    if (auto s = m_.request_stop(*t, grace); !s.ok())
+      log_error("cannot fence a task", {{"TASK_ID", t->id}, {"ERROR", s.error().str()}});
+  }
+  if (cp_) cp_->report_soon();
 }
 
 }  // namespace weft::agent

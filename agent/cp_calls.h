@@ -12,12 +12,15 @@
 #include "agent/cp_session.h"
 #include "agent/exec_sessions.h"
 #include "agent/local_discovery.h"
+#include "agent/machine_lease.h"
+#include "common/event.h"
 #include "common/result.h"
 #include "common/rpc/session.h"
 
 namespace weft::agent {
 
 class Manager;
+struct Task;
 
 class CpCalls {
  public:
@@ -32,6 +35,8 @@ class CpCalls {
   Status add_cp_methods();
   // The session (null: none, or not made yet).
   CpSession* session() const { return cp_.get(); }
+  // The machine's lease (agent/machine_lease.h), as this agent counts it.
+  const MachineLease& lease() const { return lease_; }
 
  private:
   friend class Manager;
@@ -47,6 +52,20 @@ class CpCalls {
   // Service discovery (docs/services.md): the copy of the endpoints, the DNS answers
   // from it and the jobs asked for.
   std::unique_ptr<LocalDiscovery> discovery_;
+
+  // The lease: its terms from machine.register's reply, renewed by every answer; kept in
+  // state_dir/lease for a restarted agent (read by cp_start). At fence_at the tasks of
+  // at-most-one jobs are stopped (fence_now).
+  void lease_terms(const nlohmann::json& reply);
+  void lease_renewed(uint64_t sent_us);
+  void recover_lease();
+  void arm_fence();
+  void fence_now();
+  // A task of an at-most-one job that is still alive here.
+  static bool fenceable(const Task& t);
+  MachineLease lease_;
+  Source fence_timer_;
+  bool fenced_logged_ = false;  // this fencing's warning was logged
 };
 
 }  // namespace weft::agent

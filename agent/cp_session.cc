@@ -153,10 +153,13 @@ Result<std::unique_ptr<CpSession>> CpSession::start(EventLoop& loop, const Agent
         self->hooks_.task_ports ? self->hooks_.task_ports() : std::set<uint16_t>{};
     std::optional<std::vector<std::string>> interest;
     if (self->hooks_.discovery_interest) interest = self->hooks_.discovery_interest();
+    uint64_t sent = now_monotonic_us();
     session.call("machine.register",
                  machine_registration(cfg, serves_discovery, held, interest ? &*interest : nullptr),
-                 [self, done = std::move(done)](Result<nlohmann::json> r) {
+                 [self, sent, done = std::move(done)](Result<nlohmann::json> r) {
                    if (r.ok()) self->fence_.registered(*r);
+                   if (r.ok() && self->hooks_.lease_terms) self->hooks_.lease_terms(*r);
+                   if (r.ok() && self->hooks_.renewed) self->hooks_.renewed(sent);
                    if (r.ok() && r->is_object())
                      self->quiet_ok_ = r->value("quiet_heartbeats", false);
                    done(std::move(r));
@@ -222,16 +225,18 @@ void CpSession::report(rpc::Session& s) {
   // control plane that stopped answering is found within the link's three intervals; a
   // refusal comes back as report.resend.
   bool unchanged = r.params.size() == 2 && r.params.contains("digest");
-  if (quiet_ok_ && unchanged &&
-      now_monotonic_us() - s.last_heard_us() < link_->interval_us() * 3 / 2) {
+  bool lease = hooks_.needs_lease && hooks_.needs_lease();
+  uint64_t sent = now_monotonic_us();
+  if (quiet_ok_ && unchanged && !lease && sent - s.last_heard_us() < link_->interval_us() * 3 / 2) {
     s.notify("machine.report", std::move(r.params));
     return;
   }
   in_flight_ = true;
   s.call("machine.report", std::move(r.params),
-         [this, digest = std::move(r.digest), states = std::move(r.states),
-          sent_after = resends_](Result<nlohmann::json> reply) mutable {
+         [this, digest = std::move(r.digest), states = std::move(r.states), sent_after = resends_,
+          sent](Result<nlohmann::json> reply) mutable {
            in_flight_ = false;
+           if (reply.ok() && hooks_.renewed) hooks_.renewed(sent);  // an answer from the leader
            if (std::exchange(again_, false)) {
              auto later = loop_.add_defer([this] { link_->report_now(); });
              if (later.ok()) later_ = std::move(later).value();

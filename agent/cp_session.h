@@ -81,6 +81,13 @@ class CpSession {
     // The jobs its DNS clients asked for (registration's discovery_interest); unset: the
     // agent is told of every job.
     std::function<std::vector<std::string>()> discovery_interest;
+    // The machine's lease (agent/machine_lease.h): machine.register's reply (its terms),
+    // and the send time of each call the control plane answered (a renewal).
+    std::function<void(const nlohmann::json&)> lease_terms;
+    std::function<void(uint64_t)> renewed;
+    // True while the lease matters here (tasks it fences run): no quiet heartbeats, so
+    // each one is answered and renews it.
+    std::function<bool()> needs_lease;
   };
   static Result<std::unique_ptr<CpSession>> start(EventLoop& loop, const AgentConfig& cfg,
                                                   const rpc::Dispatcher* commands,

@@ -85,6 +85,7 @@ Status Manager::open_host() {
   // (exit records are not flushed to disk: docs/decisions.md).
   if (auto boot = read_file(host.proc("sys/kernel/random/boot_id")); boot.ok()) {
     std::string now_boot = trim(*boot), path = cfg_.state_dir + "/boot_id";
+    boot_id_ = now_boot;
     auto last = read_file(path);
     machine_restarted_ = last.ok() && trim(*last) != now_boot;
     if (!last.ok() || machine_restarted_) (void)write_file_atomic(path, now_boot + "\n");
@@ -542,6 +543,8 @@ std::vector<std::string> Manager::incarnation_argv(const Task& t, const Incarnat
 
 Status Manager::start_incarnation(Task& t, Sandbox* sandbox) {
   uint64_t began_us = now_us();
+  // Before anything of this incarnation exists: no earlier moment its program could run.
+  t.started_mono_us = now_monotonic_us();
   // Whatever happens below, a sandbox given here is used or ended, and what this start
   // made is unmade unless weft-init runs the task.
   StartUndo undo(*cgroups_, *sandboxes_, t.id, sandbox);
@@ -722,6 +725,7 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
   t.pidfd.reset();
   t.pid = -1;
   t.finished_us = now_us();
+  t.finished_mono_us = now_monotonic_us();
 
   ExitFacts facts;
   facts.record = rec;

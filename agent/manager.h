@@ -170,6 +170,7 @@ class Manager {
   // The kernel's boot id at the agent's last start (state_dir/boot_id): another one now
   // means the machine restarted, and every task it ran died with it.
   bool machine_restarted_ = false;
+  std::string boot_id_;  // this boot's ("" when the kernel does not say)
   std::string cgroup_mount_;
 };
 

@@ -50,6 +50,10 @@ struct Task : TaskRecord {
   image::PullProgress fetch;
   std::optional<image::LocalImage> image;
   std::optional<image::LocalImage> package;
+  // When this agent began the current incarnation's start (before its cgroup) and saw it end
+  // (reaped, its cgroup empty), on the host's monotonic clock, which every agent of one
+  // host shares: what a history of starts and stops is checked on. Not stored.
+  uint64_t started_mono_us = 0, finished_mono_us = 0;
   // Where the last start's time went (phase, microseconds), for task.run's reply.
   std::vector<std::pair<const char*, uint64_t>> start_phases;
 };

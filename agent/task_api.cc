@@ -102,6 +102,9 @@ json TaskApi::summary(const Task& t) const {
          {"finished_at",
           t.terminal() || t.state == TaskState::kBackoff ? format_rfc3339(t.finished_us) : ""}};
   if (t.state == TaskState::kBackoff) j["next_start_at"] = format_rfc3339(t.next_start_us);
+  if (t.started_mono_us) j["started_monotonic_us"] = t.started_mono_us;
+  if (t.finished_mono_us && t.finished_mono_us >= t.started_mono_us)
+    j["finished_monotonic_us"] = t.finished_mono_us;
   // It failed before its program ran, in a way a start anywhere else would too.
   if (t.terminal() && t.setup_failed) j["failed_in_setup"] = true;
   // Its own uid (and gid), from agent.toml's task_uids; absent for a named user.

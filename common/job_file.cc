@@ -74,13 +74,13 @@ Result<json> parse_job_file(const std::string& text, const std::string& name) {
       t, "",
       {"name", "entitlement", "count", "max_unavailable", "machine_type", "placement", "resources",
        "task_controller", "task", "ports", "discovery_drain", "autoscale", "rebalance", "kind",
-       "batch", "periodic", "canary", "auto_promote"}));
+       "batch", "periodic", "canary", "auto_promote", "copies"}));
   // The file's own forms first (its tables and their types), then the one job
   // validator (common/job_spec.h) on the protocol form it becomes, its errors placed
   // at the file's line.
   json j = json::object();
   for (const char* key : {"name", "entitlement", "machine_type", "placement", "discovery_drain",
-                          "kind", "auto_promote"}) {
+                          "kind", "auto_promote", "copies"}) {
     TRY_ASSIGN(auto v, doc.get_string(t, key));
     if (v) j[key] = *v;
   }

@@ -59,6 +59,7 @@ json task_run_params(const JobSpec& s, const std::string& task_id,
   t["name"] = task_id;  // the agent refuses a second live task of that name: idempotent
   t["owner"] = "controlplane";
   t["entitlement"] = s.entitlement;
+  if (s.at_most_one()) t["at_most_one"] = true;
   return t;
 }
 
@@ -68,6 +69,7 @@ std::string task_run_body(const JobSpec& s) {
   t.erase("ports");
   t["owner"] = "controlplane";
   t["entitlement"] = s.entitlement;
+  if (s.at_most_one()) t["at_most_one"] = true;
   return t.dump();
 }
 
@@ -229,7 +231,8 @@ Result<JobSpec> parse_job_spec(const json& j) {
                                   "batch",
                                   "periodic",
                                   "canary",
-                                  "auto_promote"};
+                                  "auto_promote",
+                                  "copies"};
     bool known = false;
     for (const char* key : kKeys) known |= k == key;
     if (!known) return field_error(k, "unknown field");
@@ -324,6 +327,17 @@ Result<JobSpec> parse_job_spec(const json& j) {
     }
     s.controller = std::move(tc);
   }
+  // Which jobs are fenced by their machines' leases (docs/jobs.md, "At most one copy").
+  s.copies = s.controller ? JobCopies::kAtMostOne : JobCopies::kAny;
+  if (j.contains("copies")) {
+    const json& c = j["copies"];
+    if (c == "at_most_one")
+      s.copies = JobCopies::kAtMostOne;
+    else if (c == "any")
+      s.copies = JobCopies::kAny;
+    else
+      return field_error("copies", "must be \"at_most_one\" or \"any\"");
+  }
 
   if (j.contains("ports") && !j["ports"].is_null()) {
     const json& ports = j["ports"];
@@ -371,7 +385,7 @@ Result<JobSpec> parse_job_spec(const json& j) {
   s.task = j["task"];
   if (s.task.contains("ports"))
     return field_error("task.ports", "are named by the job (ports = {...}), not its task");
-  for (const char* key : {"name", "owner"})
+  for (const char* key : {"name", "owner", "at_most_one"})
     if (s.task.contains(key))
       return field_error(std::string("task.") + key,
                          "is set by the control plane (each task gets its own id)");
@@ -390,6 +404,10 @@ Result<JobSpec> parse_job_spec(const json& j) {
     return e;
   }
   return s;
+}
+
+const char* copies_name(JobCopies c) {
+  return c == JobCopies::kAtMostOne ? "at_most_one" : "any";
 }
 
 const char* overlap_name(PeriodOverlap o) {
@@ -514,6 +532,7 @@ json to_json(const JobSpec& s) {
   if (s.discovery_drain_us) out["discovery_drain"] = std::to_string(s.discovery_drain_us) + "us";
   if (s.autoscale) out["autoscale"] = to_json(*s.autoscale);
   if (!s.rebalance) out["rebalance"] = false;
+  out["copies"] = copies_name(s.copies);
   if (s.canary) out["canary"] = s.canary;
   if (s.auto_promote_us) out["auto_promote"] = std::to_string(s.auto_promote_us) + "us";
   if (s.is_batch()) {

@@ -42,6 +42,15 @@ inline constexpr size_t kMaxJobNameLength = 32;
 enum class PlacementPolicy { kSpread, kPack };
 const char* placement_name(PlacementPolicy p);
 
+// How many copies of one index may run at once while machines are cut off
+// (docs/jobs.md, "At most one copy"). kAny: a machine silent for missed_heartbeats is
+// counted dead and its tasks start elsewhere at once; the old copy, if it still runs, is
+// stopped when the machine comes back. kAtMostOne: its tasks are fenced by the machine's
+// lease: the agent stops them on its own when it cannot renew the lease, and the control
+// plane starts them elsewhere only after that lease (plus the drift margin) has ended.
+enum class JobCopies { kAny, kAtMostOne };
+const char* copies_name(JobCopies c);
+
 struct JobResources {  // reserved per task on its machine
   int64_t cpu_milli = 0;
   int64_t mem_mb = 0;
@@ -146,6 +155,11 @@ struct JobSpec {
   uint64_t auto_promote_us = 0;
   PlacementPolicy placement = PlacementPolicy::kSpread;
   std::optional<TaskControllerSpec> controller;  // "task_controller"
+  // "copies": "any" or "at_most_one"; when the job does not say, at_most_one for a job
+  // with a TaskController (an application that coordinates its own replicas, and so
+  // counts on one copy of each), any otherwise.
+  JobCopies copies = JobCopies::kAny;
+  bool at_most_one() const { return copies == JobCopies::kAtMostOne; }
   // Named ports (docs/services.md): name -> port on the task's machine; 0 = one the
   // control plane picks from the machine's port_range. A placement resource: no machine
   // holds two tasks that claim one fixed port. Resolved per task into task.ports.

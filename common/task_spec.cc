@@ -490,10 +490,11 @@ json readiness_json(const ReadinessCheck& c) {
 Result<TaskSpec> parse_task_spec(const json& j) {
   TaskSpec s;
   Reader r(j, "");
-  TRY(r.only({"name",       "argv",   "env",        "cwd",      "user",      "group",
-              "resources",  "rootfs", "namespaces", "hostname", "restart",   "stop_signal",
-              "stop_grace", "logs",   "owner",      "seccomp",  "readiness", "liveness",
-              "image",      "mounts", "files",      "package",  "ports",     "entitlement"}));
+  TRY(r.only({"name",    "argv",        "env",        "cwd",         "user",
+              "group",   "resources",   "rootfs",     "namespaces",  "hostname",
+              "restart", "stop_signal", "stop_grace", "logs",        "owner",
+              "seccomp", "readiness",   "liveness",   "image",       "mounts",
+              "files",   "package",     "ports",      "entitlement", "at_most_one"}));
   TRY_ASSIGN(s.name, r.str("name"));
   TRY_ASSIGN(s.owner, r.str("owner"));
   if (!s.owner.empty() && s.owner != "controlplane")
@@ -501,6 +502,9 @@ Result<TaskSpec> parse_task_spec(const json& j) {
   TRY_ASSIGN(s.entitlement, r.str("entitlement"));
   if (!s.entitlement.empty() && (s.owner.empty() || !valid_name(s.entitlement)))
     return field_error("entitlement", "is set by the control plane for its own tasks only");
+  TRY_ASSIGN(s.at_most_one, r.boolean("at_most_one", false));
+  if (s.at_most_one && s.owner.empty())
+    return field_error("at_most_one", "is set by the control plane for its own tasks only");
   if (!valid_name(s.name))
     return field_error("name", "must be 1-63 characters of letters, digits, '-', '_' or '.'");
   TRY_ASSIGN(s.image, r.str("image"));
@@ -805,6 +809,7 @@ json to_json(const TaskSpec& s) {
   if (!s.group.empty()) j["group"] = s.group;
   if (!s.owner.empty()) j["owner"] = s.owner;
   if (!s.entitlement.empty()) j["entitlement"] = s.entitlement;
+  if (s.at_most_one) j["at_most_one"] = true;
   if (s.seccomp_unconfined) j["seccomp"] = "unconfined";
   json res = json::object();
   const TaskResources& r = s.resources;

@@ -165,6 +165,10 @@ struct TaskSpec {
   // A control-plane task's entitlement (set by the control plane; for journald's
   // WEFT_ENTITLEMENT and the agent's listings).
   std::string entitlement;
+  // A control-plane task of an at-most-one job (JobCopies, common/job_spec.h): its agent
+  // stops it on its own when the machine's lease from the control plane runs out
+  // (agent/machine_lease.h). Set by the control plane only.
+  bool at_most_one = false;
 };
 
 // Parses and validates. Errors carry `field` ("resources.memory_max").

@@ -215,6 +215,27 @@ Status read_duration(const TomlDoc& doc, const toml::table& t, const std::string
   return {};
 }
 
+// machine_lease and fence_after (docs/jobs.md, "At most one copy"): fence_after at least
+// a heartbeat and a half (one lost answer never fences), and a second at least between
+// it and the lease's end for the fenced tasks' stop.
+Status read_lease(const TomlDoc& doc, const toml::table& t, BrokerConfig* b) {
+  TRY(read_duration(doc, t, "", "machine_lease", {1'000'000, 600'000'000, "1s to 10m", "8s"},
+                    &b->lease_us));
+  TRY(read_duration(doc, t, "", "fence_after", {100'000, 600'000'000, "100ms to 10m", "4s"},
+                    &b->fence_after_us));
+  uint64_t lease = b->lease(), fence = b->fence_after(), beat = b->heartbeat_interval_us;
+  const toml::node* at = t.get("fence_after") ? t.get("fence_after") : t.get("machine_lease");
+  auto where = [&] { return at ? doc.where(*at) : doc.where(t); };
+  if (fence * 2 < beat * 3)
+    return field_error(where(), "'fence_after' must be at least a heartbeat interval and a half (" +
+                                    std::to_string(beat * 3 / 2000) + " ms)");
+  if (fence + 1'000'000 > lease)
+    return field_error(where(), "'fence_after' must end at least 1s before 'machine_lease' (" +
+                                    std::to_string(lease / 1000) +
+                                    " ms): the fenced tasks' stop needs it");
+  return {};
+}
+
 Status read_rebalancer(const TomlDoc& doc, const toml::table& t, CpConfig::Rebalancer* r) {
   TRY(doc.only_keys(t, "rebalancer.",
                     {"enabled", "interval", "moves_per_round", "moves_per_hour", "move_timeout"}));
@@ -250,6 +271,8 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                      "state_dir",
                      "heartbeat_interval",
                      "missed_heartbeats",
+                     "machine_lease",
+                     "fence_after",
                      "failover_grace",
                      "prepare_timeout",
                      "discovery_ack_timeout",
@@ -376,6 +399,7 @@ Result<CpConfig> parse_cp_config(const std::string& text, const std::string& nam
                          "'missed_heartbeats' must be 1..100");
     c.broker.missed_heartbeats = static_cast<int>(*missed);
   }
+  TRY(read_lease(doc, t, &c.broker));
   for (auto [key, out] : {std::pair{"destructive_per_min", &c.limits.destructive_per_min},
                           {"destructive_burst", &c.limits.destructive_burst}}) {
     const toml::node* n = t.get(key);

@@ -52,6 +52,8 @@ Manager::Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop)
       fx_(Effects::Parts{model_, rounds_.maintenance, rounds_.job_events, clocks_,
                          leading_.discovery, store_, group_, audit_, region_.lending,
                          leading_.control}) {
+  // A lost task of an at-most-one job starts elsewhere only after its machine's lease.
+  sched_.replacement().set_lease_end([this](MachineId m) { return broker_.lease_end_us(m); });
   leading_.discovery = std::make_unique<Discovery>(
       *loop_,
       Discovery::Options{cfg_.discovery_ack_timeout_us, cfg_.discovery_withdraw,
@@ -347,11 +349,13 @@ std::vector<MachineId> Manager::check_machines(uint64_t now) {
 
 void Manager::watch_heartbeats() {
   // Cheap: the broker looks only at the heartbeats that have expired (Broker::check).
-  auto dead = check_machines(now_us());
-  if (!dead.empty()) {
-    for (MachineId m : dead) rounds_.failures.went_down(m);
+  uint64_t now = now_us();
+  auto dead = check_machines(now);
+  for (MachineId m : dead) rounds_.failures.went_down(m);
+  // A lease that ended (at-most-one jobs) is acted on within this quarter interval too.
+  if (!dead.empty() ||
+      (sched_.replacement().waiting_for_lease() > 0 && sched_.replacement().fenced_due(now)))
     fx_.kick();
-  }
 }
 
 void Manager::register_metrics() {
@@ -381,12 +385,15 @@ void Manager::register_metrics() {
     w.sample("weft_cp_jobs", static_cast<double>(sched_.job_count()));
     leading_.discovery->write_metrics(w);
     w.family("weft_cp_replacements_waiting", "gauge",
-             "Machines down whose tasks wait for the failure budget, and tasks waiting for "
-             "the per-task budget.");
+             "Machines down whose tasks wait for the failure budget, tasks waiting for "
+             "the per-task budget, and lost tasks of at-most-one jobs waiting for their "
+             "machine's lease to end.");
     w.sample("weft_cp_replacements_waiting", static_cast<double>(rounds_.failures.waiting()),
              {{"kind", "machines"}});
     w.sample("weft_cp_replacements_waiting",
              static_cast<double>(sched_.replacement().waiting_for_budget()), {{"kind", "tasks"}});
+    w.sample("weft_cp_replacements_waiting",
+             static_cast<double>(sched_.replacement().waiting_for_lease()), {{"kind", "lease"}});
     w.family("weft_cp_circuit_breaker_open", "gauge",
              "1 while too much of the fleet is down to replace anything (failure_breaker).");
     w.sample("weft_cp_circuit_breaker_open", rounds_.failures.breaker_open() ? 1 : 0);

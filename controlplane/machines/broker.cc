@@ -200,6 +200,11 @@ void Broker::beat(Machine& m, uint64_t now) {
   beats_.emplace_back(now, m.id);
 }
 
+uint64_t Broker::lease_end_us(MachineId id) const {
+  const Machine& m = machines_.at(by_index_.at(id));
+  return m.last_heartbeat + cfg_.lease() + cfg_.lease_margin();
+}
+
 uint64_t Broker::dead_after_us() const {
   return cfg_.heartbeat_interval_us * static_cast<uint64_t>(cfg_.missed_heartbeats);
 }

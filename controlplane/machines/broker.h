@@ -10,6 +10,7 @@
 // that fail or die produce unavailability events; so does a drain.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -48,6 +49,21 @@ struct BrokerConfig {
   // How long the mark holds unless its sidekick applies the profile (or the machine
   // registers again) sooner: the machine takes no tasks meanwhile.
   uint64_t unprepared_hold_us = 3'600'000'000;
+  // The machine's lease (docs/jobs.md, "At most one copy"): granted by every call of its
+  // agent this control plane hears; its agent stops the tasks of at-most-one jobs when it
+  // has had no answer for fence_after, and those tasks start elsewhere only after
+  // lease_us plus lease_margin() since the control plane last heard the machine. 0: the
+  // defaults below (4 heartbeat intervals, at least 4 s; half of that).
+  uint64_t lease_us = 0, fence_after_us = 0;
+  uint64_t lease() const {
+    return lease_us ? lease_us : std::max<uint64_t>(4 * heartbeat_interval_us, 4'000'000);
+  }
+  uint64_t fence_after() const { return fence_after_us ? fence_after_us : lease() / 2; }
+  // The clocks' rates may differ: the machine's lease, counted on its monotonic clock from
+  // when it sent the call, ends first as long as the two clocks' rates differ by less
+  // than 1% (NTP slews a clock by at most 500 ppm; a crystal is off by tens of ppm), and
+  // 100 ms more for the control plane's own reading of the time.
+  uint64_t lease_margin() const { return lease() / 100 + 100'000; }
 };
 
 class Broker {
@@ -140,6 +156,12 @@ class Broker {
       const;  // "ok", "degraded", "failed", "dead", "drained", "preparing", "unprepared"
   // HCS's last verdict of machine m ("unknown" until one came).
   const std::string& verdict_of(MachineId m) const;
+  // When the lease this control plane granted machine m ends, drift margin included
+  // (BrokerConfig::lease_margin): the earliest moment a task of an at-most-one job that
+  // ran there may start elsewhere. Counted from the last time the machine was heard (a
+  // registration, a report, a heartbeat), which is never before its agent sent it.
+  uint64_t lease_end_us(MachineId m) const;
+  const BrokerConfig& config() const { return cfg_; }
 
  private:
   struct Machine {

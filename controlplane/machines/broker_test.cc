@@ -173,6 +173,38 @@ TEST(Broker, FailoverGraceConfig) {
   }
 }
 
+// The machines' lease (docs/jobs.md, "At most one copy"): derived from the heartbeat
+// unless set; a fence_after that leaves no room for the fenced stop, or that one lost
+// answer would reach, names its key and line.
+TEST(Broker, LeaseConfig) {
+  auto d = parse_cp_config("", "cp.toml");
+  ASSERT_TRUE(d.ok()) << d.error().str();
+  EXPECT_EQ(d->broker.lease(), 8 * kS);  // 4 x the shipped 2 s heartbeat
+  EXPECT_EQ(d->broker.fence_after(), 4 * kS);
+  EXPECT_EQ(d->broker.lease_margin(), 180'000u);
+  auto fast = parse_cp_config("heartbeat_interval = \"200ms\"\n", "cp.toml");
+  ASSERT_TRUE(fast.ok()) << fast.error().str();
+  EXPECT_EQ(fast->broker.lease(), 4 * kS);  // at least 4 s
+  auto c = parse_cp_config("machine_lease = \"12s\"\nfence_after = \"5s\"\n", "cp.toml");
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_EQ(c->broker.lease(), 12 * kS);
+  EXPECT_EQ(c->broker.fence_after(), 5 * kS);
+  for (const char* bad : {"fence_after = \"7500ms\"\n", "fence_after = \"2s\"\n",
+                          "machine_lease = \"soon\"\n", "machine_lease = \"1h\"\n"}) {
+    auto e = parse_cp_config(std::string("\n") + bad, "cp.toml");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.error().str().find("cp.toml:2"), std::string::npos) << e.error().str();
+  }
+  Allocator alloc;
+  BrokerConfig cfg;
+  Broker b(alloc, cfg);
+  auto m = b.register_machine({"m", "dc", "r", "a", {1000, 1024}}, 10 * kS);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(b.lease_end_us(*m), 18 * kS + 180'000);
+  ASSERT_TRUE(b.heartbeat("m", 12 * kS).ok());
+  EXPECT_EQ(b.lease_end_us(*m), 20 * kS + 180'000);  // counted from when it was last heard
+}
+
 // The ReBalancer's settings: defaults, a table, dotted keys; bad values name the key and
 // its line; durations converted by one reader also keep their old errors.
 TEST(Broker, RebalancerConfig) {

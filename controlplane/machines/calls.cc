@@ -134,7 +134,12 @@ Result<json> MachineCalls::machine_register(const json& p, const CallContext& c)
              {"profile", model_.broker.desired_profile(m)},
              {"heartbeat_interval_ms", cfg_.broker.heartbeat_interval_us / 1000},
              // An unchanged machine's heartbeat may come as a notification (docs/protocol.md).
-             {"quiet_heartbeats", true}};
+             {"quiet_heartbeats", true},
+             // The machine's lease (docs/jobs.md, "At most one copy"): its agent fences the
+             // tasks of at-most-one jobs after fence_after_ms without an answer.
+             {"lease",
+              {{"duration_ms", cfg_.broker.lease() / 1000},
+               {"fence_after_ms", cfg_.broker.fence_after() / 1000}}}};
   // A region's shard: who holds the machine, and since which epoch (HolderFence).
   if (region_.lending)
     if (json h = region_.lending->holder_of(info.id); !h.is_null()) reply["holder"] = std::move(h);

@@ -15,6 +15,10 @@ void Replacement::replace(const std::string& task_id, uint64_t now, std::vector<
   if (jit->second.spec.is_batch() &&
       jit->second.progress.failed > jit->second.spec.batch.max_failures)
     return;  // past its budget: the job fails (check_batch)
+  if (auto f = fenced_.find(task_id); f != fenced_.end()) {
+    if (!f->second.ended && now < lease_end_(old.machine)) return;  // release_fenced
+    fenced_.erase(f);
+  }
   if (!prepaid && !tokens_.take(now)) {
     wait(task_id);
     return;
@@ -52,7 +56,12 @@ std::vector<Command> Replacement::machine_down(MachineId m, uint64_t now, bool p
     log_info("tasks lost: their machine is down", {{"MACHINE", std::to_string(m)},
                                                    {"LOST", std::to_string(noted.count)},
                                                    {"TASKS", noted.named}});
-  for (const auto& id : lost) replace(id, now, &out, prepaid);
+  for (const auto& id : lost) {
+    if (lease_end_ && s_.jobs_.count(s_.table_.at(id).job) &&
+        s_.jobs_.at(s_.table_.at(id).job).spec.at_most_one())
+      fence(id, prepaid);
+    replace(id, now, &out, prepaid);
+  }
   for (const auto& job : stopped_jobs) {
     auto more = s_.after_stopped(job, now);
     out.insert(out.end(), more.begin(), more.end());
@@ -78,9 +87,53 @@ void Replacement::queue_waits(const std::string* only) {
     if (jit == s_.jobs_.end() || jit->second.stopping || jit->second.ended() ||
         key.second >= jit->second.wanted() || running.count(key) || refused(*t, jit->second))
       continue;
+    // A lost task of an at-most-one job (restored: the lease that fenced it here was
+    // granted by the control plane before this one) waits for its machine's lease as
+    // this control plane counts it.
+    if (t->state == TaskState::kLost && lease_end_ && jit->second.spec.at_most_one())
+      fence(t->id, false);
     if (t->state == TaskState::kLost || t->state == TaskState::kFailed ||
         t->state == TaskState::kDraining)
       wait(t->id);
+  }
+}
+
+void Replacement::fence(const std::string& task_id, bool prepaid) {
+  fenced_.emplace(task_id, Fenced{prepaid, false});
+}
+
+void Replacement::copy_ended(const std::string& id) {
+  if (auto f = fenced_.find(id); f != fenced_.end()) f->second.ended = true;
+}
+
+bool Replacement::fenced_due(uint64_t now) const {
+  for (const auto& [id, f] : fenced_) {
+    auto t = s_.table_.find(id);
+    if (f.ended || t == s_.table_.end() || now >= lease_end_(t->second.machine)) return true;
+  }
+  return false;
+}
+
+void Replacement::release_fenced(uint64_t now, std::vector<Command>* out) {
+  std::vector<std::pair<std::string, bool>> due;
+  for (auto it = fenced_.begin(); it != fenced_.end();) {
+    auto t = s_.table_.find(it->first);
+    if (t == s_.table_.end() || t->second.state != TaskState::kLost) {
+      it = fenced_.erase(it);  // gone, or no longer lost (its job stopped, say)
+      continue;
+    }
+    if (it->second.ended || now >= lease_end_(t->second.machine))
+      due.emplace_back(it->first, it->second.prepaid);
+    ++it;
+  }
+  for (const auto& [id, prepaid] : due) {
+    auto t = s_.table_.find(id);
+    log_info(
+        "a lost task of an at-most-one job is replaced: its machine's lease ended or its copy "
+        "there ended",
+        {{"TASK_ID", id}, {"MACHINE", std::to_string(t->second.machine)}});
+    replace(id, now, out, prepaid);
+    fenced_.erase(id);  // placed, or waiting for room or budget like any replacement
   }
 }
 
@@ -89,6 +142,7 @@ void Replacement::wait(const std::string& task_id) {
 }
 
 void Replacement::retry(uint64_t now, std::vector<Command>* out) {
+  if (!fenced_.empty()) release_fenced(now, out);
   // Oldest first, while the budget lasts: what is left keeps its place in the queue.
   std::vector<std::string> waiting = std::exchange(waiting_, {});
   waiting_set_.clear();

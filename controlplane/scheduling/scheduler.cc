@@ -176,10 +176,12 @@ void Scheduler::observe(MachineId m, const std::string& id, TaskState state, uin
   if (it == table_.end() || it->second.machine != m ||
       (!running_copy(it->second.state) && it->second.state != TaskState::kStopping)) {
     // Not ours, replaced while this machine was away, or already ended: never twice.
-    if (running)
+    if (running) {
       out.push_back(Command{Command::Kind::kStop, m, id, {}});
-    else if (forget)
-      forget->push_back(id);  // its end is on record (or it was never ours)
+    } else {
+      if (it != table_.end() && it->second.machine == m) replacement_.copy_ended(id);
+      if (forget) forget->push_back(id);  // its end is on record (or it was never ours)
+    }
     return;
   }
   TaskRecord& t = it->second;
@@ -312,6 +314,7 @@ std::vector<Command> Scheduler::report_list(MachineId m, const weft::TaskList& r
   // Tasks this machine should run but did not report.
   for (TaskRecord* missed : missing) {
     TaskRecord& t = *missed;
+    if (t.state == TaskState::kLost) replacement_.copy_ended(t.id);  // not there: it ended
     if (t.state == TaskState::kStarting && now - t.since_us > kStartResendUs &&
         now - t.since_us <= kStartGraceUs) {
       if (auto jit = jobs_.find(t.job); jit != jobs_.end() && !jit->second.stopping)

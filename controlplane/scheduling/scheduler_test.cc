@@ -83,6 +83,90 @@ TEST_F(Sched, CreatePlacesAndReportsMakeTasksRunning) {
   for (const auto& t : sched_.tasks().of_job("web")) EXPECT_EQ(t.state, TaskState::kRunning);
 }
 
+// An at-most-one job's lost task (docs/jobs.md, "At most one copy"): its replacement
+// waits for the dead machine's lease, and the other jobs' do not.
+TEST_F(Sched, AnAtMostOneTaskIsReplacedOnlyAfterItsMachinesLease) {
+  std::map<MachineId, uint64_t> lease_end;
+  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
+  JobSpec one = spec("db", 1);
+  one.copies = JobCopies::kAtMostOne;
+  auto c = sched_.create(one, 0);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  ASSERT_EQ(c->size(), 1u);
+  EXPECT_EQ((*c)[0].run_params().value("at_most_one", false), true);  // the agent fences it
+  MachineId dead = (*c)[0].machine;
+  std::string old = (*c)[0].task_id;
+  sched_.report(dead, running_on(dead, *c), 1);
+  lease_end[dead] = 100;
+  alloc_.set_usable(dead, false, true);
+  EXPECT_TRUE(sched_.replacement().machine_down(dead, 50).empty());
+  EXPECT_EQ(sched_.replacement().waiting_for_lease(), 1u);
+  EXPECT_FALSE(sched_.replacement().fenced_due(99));
+  EXPECT_TRUE(sched_.tick(99).empty());  // the lease holds: nothing starts
+  EXPECT_TRUE(sched_.replacement().fenced_due(100));
+  auto r = sched_.tick(100);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, Command::Kind::kStart);
+  EXPECT_NE(r[0].machine, dead);
+  EXPECT_EQ(sched_.replacement().waiting_for_lease(), 0u);
+  EXPECT_EQ(sched_.tasks().at(old).state, TaskState::kLost);
+}
+
+TEST_F(Sched, AnAtMostOneTaskWhoseMachineSaysItEndedNeedNotWaitForTheLease) {
+  std::map<MachineId, uint64_t> lease_end;
+  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
+  JobSpec one = spec("db", 1);
+  one.copies = JobCopies::kAtMostOne;
+  auto c = sched_.create(one, 0);
+  ASSERT_TRUE(c.ok());
+  MachineId m = (*c)[0].machine;
+  std::string old = (*c)[0].task_id;
+  sched_.report(m, running_on(m, *c), 1);
+  lease_end[m] = 1'000;
+  alloc_.set_usable(m, false, true);
+  EXPECT_TRUE(sched_.replacement().machine_down(m, 10).empty());
+  // Back (its lease renewed by what it says), still running the old copy: it is told to
+  // stop it, and the replacement waits on.
+  lease_end[m] = 2'000;
+  auto back = sched_.report(m, {{old, TaskState::kRunning}}, 20);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].kind, Command::Kind::kStop);
+  EXPECT_TRUE(sched_.tick(30).empty());
+  // The copy ended (fenced, or stopped): replaced at once, long before the lease's end.
+  sched_.report(m, {{old, TaskState::kStopped}}, 40);
+  EXPECT_TRUE(sched_.replacement().fenced_due(41));
+  auto r = sched_.tick(41);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, Command::Kind::kStart);
+}
+
+TEST_F(Sched, AJobWithATaskControllerIsAtMostOneUnlessItSaysAny) {
+  nlohmann::json j = {{"name", "db"},
+                      {"entitlement", "e"},
+                      {"task_controller", {{"address", "10.0.0.1:7400"}}},
+                      {"task", {{"argv", {"/bin/true"}}}}};
+  auto s = parse_job_spec(j);
+  ASSERT_TRUE(s.ok()) << s.error().str();
+  EXPECT_TRUE(s->at_most_one());
+  j["copies"] = "any";
+  EXPECT_FALSE(parse_job_spec(j)->at_most_one());
+  j.erase("task_controller");
+  j.erase("copies");
+  EXPECT_FALSE(parse_job_spec(j)->at_most_one());
+  j["copies"] = "at_most_one";
+  EXPECT_TRUE(parse_job_spec(j)->at_most_one());
+  EXPECT_EQ(to_json(*parse_job_spec(j))["copies"], "at_most_one");
+  j["copies"] = "one";
+  auto bad = parse_job_spec(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "copies");
+  j["copies"] = "any";
+  j["task"]["at_most_one"] = true;  // the control plane's to set, not the job's
+  bad = parse_job_spec(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "task.at_most_one");
+}
+
 TEST_F(Sched, LostMachineIsReplacedAndNeverRunsTwice) {
   auto c = sched_.create(spec("web", 3), 0);
   ASSERT_TRUE(c.ok());
