@@ -5,8 +5,16 @@
 // marks it dead and until the replacement task is reported running on another machine
 // (checked with that machine's agent), then brings the machine back.
 //
+// With --partition the machine is not killed but cut off from the control plane (a
+// packet filter in its namespace, both ways), and healed after its task runs elsewhere;
+// with --at-most-one the job is fenced by the machines' leases (issue 61): its old copy
+// is stopped by its own agent, and the replacement waits for the lease. Then the
+// agents' own times of the old copy's end and the new one's start are printed too
+// (gap_ms: how long before the new start the old copy ended; negative would be two
+// copies at once).
+//
 //   sudo build/bench/failover_bench [--reps 20] [--machines 5] [--heartbeat 500ms]
-//                                   [--missed 3]
+//                                   [--missed 3] [--partition] [--at-most-one]
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,10 +51,13 @@ int main(int argc, char** argv) {
   CLI::App app{"failover_bench: machine failure to replacement running"};
   int reps = 20, machines = 5, missed = 3;
   std::string heartbeat = "500ms";
+  bool partition = false, at_most_one = false;
   app.add_option("--reps", reps, "machine failures to time");
   app.add_option("--machines", machines, "machines in the cluster (at least 3)");
   app.add_option("--heartbeat", heartbeat, "control plane heartbeat interval");
   app.add_option("--missed", missed, "missed heartbeats before a machine is dead");
+  app.add_flag("--partition", partition, "cut the machine off instead of killing it");
+  app.add_flag("--at-most-one", at_most_one, "the job's copies = \"at_most_one\"");
   CLI11_PARSE(app, argc, argv);
   if (geteuid() != 0) {
     std::fprintf(stderr, "failover_bench: needs root (network namespaces, cgroups)\n");
@@ -69,16 +80,18 @@ int main(int argc, char** argv) {
   auto created = c.cp("job.create", {{"name", "bench"},
                                      {"entitlement", "bench"},
                                      {"count", o.machines - 2},
+                                     {"copies", at_most_one ? "at_most_one" : "any"},
                                      {"per_task", {{"cpu_milli", 100}, {"mem_mb", 16}}},
                                      {"task", {{"argv", {"/bin/sleep", "3600"}}}}});
   if (!created.ok()) {
     std::fprintf(stderr, "job.create: %s\n", created.error().str().c_str());
     return 1;
   }
-  std::printf("cluster: %d machines, job of %d tasks, heartbeat %s x %d missed\n", o.machines,
-              o.machines - 2, heartbeat.c_str(), missed);
-  std::printf("%4s %8s %10s %12s\n", "rep", "machine", "dead_s", "running_s");
-  std::vector<double> dead_s, run_s;
+  std::printf("cluster: %d machines, job of %d tasks (copies %s), heartbeat %s x %d missed, %s\n",
+              o.machines, o.machines - 2, at_most_one ? "at_most_one" : "any", heartbeat.c_str(),
+              missed, partition ? "machine cut off both ways" : "machine killed");
+  std::printf("%4s %8s %10s %12s %8s\n", "rep", "machine", "dead_s", "running_s", "gap_ms");
+  std::vector<double> dead_s, run_s, gap_ms;
   for (int rep = 0; rep < reps; ++rep) {
     json t = c.wait_cp("job.show", {{"name", "bench"}},
                        [&](const json&) { return !task0(c).is_null(); });
@@ -90,7 +103,15 @@ int main(int argc, char** argv) {
     std::string mid = victim["machine"];
     int m = c.machine_index(mid);
     auto t0 = Clock::now();
-    c.kill_machine(m);
+    if (partition) {
+      if (auto cut = c.cut_off(m, ClusterHarness::Cut::kBoth); !cut.ok()) {
+        std::fprintf(stderr, "cut off: %s\n", cut.error().str().c_str());
+        return 1;
+      }
+    } else {
+      c.kill_machine(m);
+    }
+    json replacement;
     double dead = -1, running = -1;
     while (std::chrono::duration<double>(Clock::now() - t0).count() < 120) {
       if (dead < 0) {
@@ -104,6 +125,7 @@ int main(int argc, char** argv) {
         auto a = c.agent(c.machine_index(now["machine"]), "task.show", {{"id", now["id"]}});
         if (a.ok() && (*a)["state"] == "running") {
           running = at;
+          replacement = *a;
           break;
         }
       }
@@ -117,9 +139,26 @@ int main(int argc, char** argv) {
     }
     dead_s.push_back(dead);
     run_s.push_back(running);
-    std::printf("%4d %8s %10.3f %12.3f\n", rep, mid.c_str(), dead, running);
+    double gap = 0;
+    if (partition) {
+      // The old copy as its own agent saw it (its Unix socket is not cut off).
+      auto old_t = c.agent(m, "task.show", {{"id", victim["id"]}});
+      if (old_t.ok() && old_t->contains("finished_monotonic_us") &&
+          replacement.contains("started_monotonic_us"))
+        gap = (replacement["started_monotonic_us"].get<double>() -
+               (*old_t)["finished_monotonic_us"].get<double>()) /
+              1000.0;
+      else
+        gap = at_most_one ? -1e9 : 0;  // an at-most-one copy that did not end is a failure
+      gap_ms.push_back(gap);
+    }
+    std::printf("%4d %8s %10.3f %12.3f %8.0f\n", rep, mid.c_str(), dead, running, gap);
     std::fflush(stdout);
-    c.start_machine(m);
+    if (partition) {
+      (void)c.heal_link(m);
+    } else {
+      c.start_machine(m);
+    }
     c.wait_cp("machine.show", {{"machine", mid}},
               [](const json& j) { return j["state"] == "ok" && j["sidekick_connected"] == true; });
   }
@@ -127,6 +166,13 @@ int main(int argc, char** argv) {
               pct(dead_s, 50), pct(dead_s, 99), pct(dead_s, 99.99));
   std::printf("failure -> replacement running: p50 %.3f s  p99 %.3f s  max %.3f s  (%d reps)\n",
               pct(run_s, 50), pct(run_s, 99), pct(run_s, 100), reps);
+  if (partition && at_most_one) {
+    std::printf(
+        "old copy ended -> new copy began (agents' clocks): min %.0f ms (negative: two "
+        "copies ran at once)\n",
+        pct(gap_ms, 0));
+    if (pct(gap_ms, 0) < 0) return 1;
+  }
   (void)c.cp("job.stop", {{"name", "bench"}});
   return 0;
 }

@@ -327,6 +327,26 @@ bool ClusterHarness::wait_all_ready(int timeout_ms) {
   return !r.is_null();
 }
 
+Status ClusterHarness::cut_off(int i, Cut how) {
+  std::string rules = "table inet weft_partition {\n";
+  if (how != Cut::kCalls)
+    rules += std::string("  chain input_drop {\n    type filter hook input priority 0;\n") +
+             "    ip saddr " + kHubAddr + " drop\n  }\n";
+  if (how != Cut::kAnswers)
+    rules += std::string("  chain output_drop {\n    type filter hook output priority 0;\n") +
+             "    ip daddr " + kHubAddr + " drop\n  }\n";
+  rules += "}\n";
+  std::string file = dir_ + "/partition-" + std::to_string(i) + ".nft";
+  TRY(write_file(file, rules));
+  TRY(run_in(i, "nft -f " + file));
+  return {};
+}
+
+Status ClusterHarness::heal_link(int i) {
+  TRY(run_in(i, "nft delete table inet weft_partition"));
+  return {};
+}
+
 Result<std::string> ClusterHarness::run_in(int i, const std::string& command) const {
   std::string cmd = "timeout 20 ip netns exec " + netns(i) + " " + command + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");

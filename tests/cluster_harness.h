@@ -84,6 +84,13 @@ class ClusterHarness {
   // with stop_in (its output is then complete). It dies with the test process.
   pid_t start_in(int i, const std::vector<std::string>& argv, const std::string& out);
   static void stop_in(pid_t pid, int sig = SIGTERM);
+  // A partition (issue 61): packets between machine i and the control plane dropped by a
+  // packet filter in its namespace: both ways, only what the control plane sends (the
+  // machine's calls arrive, their answers never do), or only what the machine sends;
+  // heal_link removes it. The filter goes with the namespace whatever a test does.
+  enum class Cut { kBoth, kAnswers, kCalls };
+  Status cut_off(int i, Cut how);
+  Status heal_link(int i);
   // More controlplane.toml lines, for the next start_cp() (replacing earlier ones).
   void set_cp_extra(const std::string& lines);
   int machine_index(const std::string& id) const;  // -1 if not one of ours
