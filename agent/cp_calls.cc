@@ -174,8 +174,8 @@ void CpCalls::lease_renewed(uint64_t sent) {
         "the control plane answers again: the machine's lease is renewed; what was fenced "
         "stays stopped");
   // Not synced: it must outlive this process, not the machine (a reboot ends every task).
-  if (!m_.boot_id_.empty())
-    if (auto s = write_file(m_.cfg_.state_dir + "/lease", lease_.to_text(m_.boot_id_)); !s.ok())
+  if (!m_.boot_.id.empty())
+    if (auto s = write_file(m_.cfg_.state_dir + "/lease", lease_.to_text(m_.boot_.id)); !s.ok())
       log_warn("cannot keep the machine's lease in the state directory",
                {{"ERROR", s.error().str()}});
   arm_fence();
@@ -184,7 +184,7 @@ void CpCalls::lease_renewed(uint64_t sent) {
 void CpCalls::recover_lease() {
   auto text = read_file(m_.cfg_.state_dir + "/lease");
   std::optional<MachineLease> kept;
-  if (text.ok()) kept = MachineLease::from_text(*text, m_.boot_id_);
+  if (text.ok()) kept = MachineLease::from_text(*text, m_.boot_.id);
   if (kept) {
     lease_ = *kept;
     arm_fence();  // at once if it ran out while this agent was away

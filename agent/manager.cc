@@ -85,10 +85,10 @@ Status Manager::open_host() {
   // (exit records are not flushed to disk: docs/decisions.md).
   if (auto boot = read_file(host.proc("sys/kernel/random/boot_id")); boot.ok()) {
     std::string now_boot = trim(*boot), path = cfg_.state_dir + "/boot_id";
-    boot_id_ = now_boot;
+    boot_.id = now_boot;
     auto last = read_file(path);
-    machine_restarted_ = last.ok() && trim(*last) != now_boot;
-    if (!last.ok() || machine_restarted_) (void)write_file_atomic(path, now_boot + "\n");
+    boot_.restarted = last.ok() && trim(*last) != now_boot;
+    if (!last.ok() || boot_.restarted) (void)write_file_atomic(path, now_boot + "\n");
   }
   auto mount = host.cgroup2_mount();
   cgroup_mount_ = mount.ok() ? *mount : "";
@@ -357,7 +357,7 @@ void Manager::adopt_or_collect(Task& t) {
     if (rec && rec->incarnation != t.incarnation) rec.reset();
   }
   if (!rec && t.reason.empty()) {
-    t.reason = machine_restarted_ ? "the machine restarted while the task ran"
+    t.reason = boot_.restarted ? "the machine restarted while the task ran"
                : t.state == TaskState::kStarting
                    ? "agent restarted while starting the task"
                    : "task ended while the agent was down, without an exit record";

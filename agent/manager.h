@@ -167,10 +167,13 @@ class Manager {
   void task_ended(const std::string& id) {
     if (waiters_) waiters_->ended(id);
   }
-  // The kernel's boot id at the agent's last start (state_dir/boot_id): another one now
-  // means the machine restarted, and every task it ran died with it.
-  bool machine_restarted_ = false;
-  std::string boot_id_;  // this boot's ("" when the kernel does not say)
+  // This boot: its id ("" when the kernel does not say), and whether it differs from the
+  // one at the agent's last start (state_dir/boot_id): then the machine restarted, and
+  // every task it ran died with it.
+  struct Boot {
+    std::string id;
+    bool restarted = false;
+  } boot_;
   std::string cgroup_mount_;
 };
 

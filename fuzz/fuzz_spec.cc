@@ -4,12 +4,14 @@
 // JSON from the network into plain structs, every error an Error, and what parses
 // round-trips. Also, the same bytes as text: a /proc/net table
 // the agent reads for the machine's own ports, and task output escaped for a terminal
-// (no control character may be left in it), base64 and `task exec`'s request.
+// (no control character may be left in it), base64 and `task exec`'s request; the
+// machine's lease as an agent keeps it (state_dir/lease) and as the control plane grants it.
 #include <cmath>
 #include <cstdint>
 #include <string_view>
 
 #include "agent/host_ports.h"
+#include "agent/machine_lease.h"
 #include "common/base64.h"
 #include "common/exec_request.h"
 #include "common/job_spec.h"
@@ -38,6 +40,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // bytes; what it accepts says the same when read again from its document.
   // Base64 from the network (task exec's bytes): what decodes encodes back the same.
   if (auto d = base64_decode(text); d.ok() && base64_encode(*d) != text) __builtin_trap();
+  // The lease an agent kept in its state directory: what parses writes back the same.
+  if (auto l = agent::MachineLease::from_text(text, "b"); l.has_value()) {
+    auto again = agent::MachineLease::from_text(l->to_text("b"), "b");
+    if (!again || again->renewed_from() != l->renewed_from() ||
+        again->lease_us() != l->lease_us() || again->fence_after_us() != l->fence_after_us() ||
+        l->fence_after_us() >= l->lease_us())
+      __builtin_trap();
+  }
   auto report = parse_task_report(text);
   (void)report_machine(text);
   auto j = parse_json_bounded(text);
@@ -49,6 +59,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       __builtin_trap();
   }
   if (!j.ok()) return 0;
+  // machine.register's reply as an agent reads its lease terms: refused, or consistent.
+  {
+    agent::MachineLease l;
+    if (l.set_terms(*j).ok() && l.has_terms() && l.fence_after_us() >= l.lease_us())
+      __builtin_trap();
+  }
   // task.exec's params (the control plane and the agent read them alike): what parses
   // says the same when read again from what weftctl would send.
   if (auto ex = parse_exec_request(*j); ex.ok()) {

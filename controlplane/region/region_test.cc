@@ -32,6 +32,7 @@
 #include "controlplane/region/records.h"
 #include "controlplane/region/region.h"
 #include "controlplane/region/transactions.h"
+#include "testing/chaos.h"
 #include "testing/etcd_server.h"
 #include "testing/replica_harness.h"
 
@@ -1241,12 +1242,10 @@ class RegionChaos : public Region {
 };
 
 TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
-  double seconds = 40;
-  if (const char* e = std::getenv("WEFT_CHAOS_SECONDS")) seconds = std::atof(e);
-  uint64_t seed = std::random_device{}();
-  if (const char* e = std::getenv("WEFT_CHAOS_SEED")) seed = std::strtoull(e, nullptr, 10);
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  weft::testing::ChaosRun run = weft::testing::chaos_run();
+  const double seconds = run.seconds;
+  const uint64_t seed = run.seed;
+  std::mt19937_64& rng = run.rng;
   fe_ = nullptr;  // Region's: this fixture's processes are in all_
   come_up(6, 3);
   if (HasFatalFailure()) return;

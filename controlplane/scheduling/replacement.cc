@@ -57,9 +57,8 @@ std::vector<Command> Replacement::machine_down(MachineId m, uint64_t now, bool p
                                                    {"LOST", std::to_string(noted.count)},
                                                    {"TASKS", noted.named}});
   for (const auto& id : lost) {
-    if (lease_end_ && s_.jobs_.count(s_.table_.at(id).job) &&
-        s_.jobs_.at(s_.table_.at(id).job).spec.at_most_one())
-      fence(id, prepaid);
+    auto job = s_.jobs_.find(s_.table_.at(id).job);
+    if (lease_end_ && job != s_.jobs_.end() && job->second.spec.at_most_one()) fence(id, prepaid);
     replace(id, now, &out, prepaid);
   }
   for (const auto& job : stopped_jobs) {

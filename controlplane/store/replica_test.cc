@@ -24,6 +24,7 @@
 #include "common/rpc/client.h"
 #include "common/strings.h"
 #include "controlplane/store/etcd_client.h"
+#include "testing/chaos.h"
 #include "testing/etcd_server.h"
 #include "testing/replica_harness.h"
 
@@ -442,12 +443,10 @@ TEST_F(Replicas, AThreeMemberEtcdOverTlsLosesOneThenAMajority) {
 // machine's daemon restarting. Checked continuously: never two copies of a task index,
 // no job lost; after each fault heals, every job back at its count within 10 s.
 TEST_F(Replicas, ChaosKeepsEveryInvariant) {
-  double seconds = 40;
-  if (const char* e = std::getenv("WEFT_CHAOS_SECONDS")) seconds = std::atof(e);
-  uint64_t seed = std::random_device{}();
-  if (const char* e = std::getenv("WEFT_CHAOS_SEED")) seed = std::strtoull(e, nullptr, 10);
-  RecordProperty("seed", std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  weft::testing::ChaosRun run = weft::testing::chaos_run();
+  const double seconds = run.seconds;
+  const uint64_t seed = run.seed;
+  std::mt19937_64& rng = run.rng;
   a_->start();
   ASSERT_TRUE(wait_leading(*a_, 10)) << a_->log();
   b_->start();
