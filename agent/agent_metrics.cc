@@ -24,6 +24,10 @@ void AgentMetrics::register_metrics() {
     if (m_.cp_calls_.discovery_) m_.cp_calls_.discovery_->write_metrics(w);
     w.family("weft_agent_oom_kills_total", "counter", "Task incarnations ended by the OOM killer.");
     w.sample("weft_agent_oom_kills_total", static_cast<double>(oom_kills_));
+    w.family("weft_agent_state_write_failures_total", "counter",
+             "Task records state_dir did not take (a full or failing disk): a start so "
+             "refused, or a change kept in memory only and logged.");
+    w.sample("weft_agent_state_write_failures_total", static_cast<double>(store_failures_));
     w.family("weft_agent_sandboxes_ready", "gauge",
              "Sandboxes made ahead and waiting for a task (agent.toml's sandbox_pool).");
     w.sample("weft_agent_sandboxes_ready", static_cast<double>(m_.sandboxes_->ready()));

@@ -24,7 +24,8 @@ class AgentMetrics {
   std::unique_ptr<metrics::HttpServer> metrics_http_;
   metrics::Histogram start_seconds_;
   uint64_t starts_ = 0, restarts_ = 0, oom_kills_ = 0;
-  uint64_t handoffs_ = 0;  // starts that took a sandbox
+  uint64_t handoffs_ = 0;        // starts that took a sandbox
+  uint64_t store_failures_ = 0;  // task records not written (a full or failing disk)
 };
 
 }  // namespace weft::agent

@@ -218,6 +218,11 @@ void CpSession::report(rpc::Session& s) {
     again_ = true;
     return;
   }
+  if (int64_t step = wall_steps_.observe(now_monotonic_us(), now_realtime_us()))
+    log_warn(
+        "the wall clock stepped; the machine's lease and heartbeats count on the monotonic "
+        "clock and are not moved",
+        {{"STEP_SECONDS", std::to_string(static_cast<double>(step) / 1e6)}});
   Report r = build_report(machine_, hooks_.tasks(), acked_, acked_digest_);
   // Nothing changed and the control plane holds our list: while it has spoken within the
   // last interval and a half, the heartbeat needs no answer (a fleet's answers cost a

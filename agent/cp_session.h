@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent_conf.h"
+#include "common/clock.h"
 #include "common/cp_link.h"
 #include "common/event.h"
 #include "common/rpc/session.h"
@@ -133,7 +134,8 @@ class CpSession {
   std::map<std::string, std::string> acked_;
   std::string acked_digest_;
   bool in_flight_ = false, again_ = false;
-  bool quiet_ok_ = false;  // the control plane takes unanswered heartbeats (its hello said)
+  bool quiet_ok_ = false;      // the control plane takes unanswered heartbeats (its hello said)
+  WallClockSteps wall_steps_;  // read at each report: a step is logged
   // report.resend came: a report sent before it must not set the acknowledged list when
   // its answer comes (the control plane had not kept it).
   uint64_t resends_ = 0;

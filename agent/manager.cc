@@ -244,13 +244,19 @@ std::string Manager::cgroup_rel(const std::string& id) const {
 // ---------------------------------------------------------------- persistence
 
 Status Manager::save(const Task& t) {
-  TRY(store_->save(t));
+  if (Status s = store_->save(t); !s.ok()) {
+    ++stats_.store_failures_;
+    return s;
+  }
   net_.publish_bridge();  // a task started or ended: its ports follow (nothing if unchanged)
   return {};
 }
 
 Status Manager::erase(const std::string& id) {
-  TRY(store_->erase(id));
+  if (Status s = store_->erase(id); !s.ok()) {
+    ++stats_.store_failures_;
+    return s;
+  }
   ids_.release_own_uid(id);  // its processes are gone with its cgroup; its row is too now
   if (auto it = tasks_.find(id); it != tasks_.end() && it->second->bridge_addr != 0) {
     if (net_.bridge_) net_.bridge_->addresses().release(id);
@@ -669,7 +675,8 @@ Status Manager::started(Task& t, pid_t pid, Fd pidfd, uint64_t began_us, uint64_
   log_info("task started", {{"TASK_ID", t.id},
                             {"TASK_NAME", t.name},
                             {"PID", std::to_string(t.pid)},
-                            {"INCARNATION", std::to_string(t.incarnation)}});
+                            {"INCARNATION", std::to_string(t.incarnation)},
+                            {"MONOTONIC_US", std::to_string(t.started_mono_us)}});
   stats_.start_seconds_.observe(static_cast<double>(now_us() - began_us) / 1e6);
   ++stats_.starts_;
   update_status();
@@ -755,8 +762,13 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
     t.next_start_us = t.finished_us + out.backoff_us;
     t.restarts++;
   }
-  log_info("task ended",
-           {{"TASK_ID", t.id}, {"STATE", task_state_name(t.state)}, {"REASON", t.reason}});
+  // The host's monotonic times of its start and end (task.show's *_monotonic_us) in the
+  // log too: they outlive the record, which goes once the control plane has its end.
+  log_info("task ended", {{"TASK_ID", t.id},
+                          {"TASK_NAME", t.name},
+                          {"STATE", task_state_name(t.state)},
+                          {"REASON", t.reason},
+                          {"MONOTONIC_US", std::to_string(t.finished_mono_us)}});
   if (auto s = save(t); !s.ok())
     log_error("could not record task exit", {{"TASK_ID", t.id}, {"ERROR", s.error().str()}});
   crash_point("exit.recorded");
@@ -772,7 +784,10 @@ void Manager::finish_incarnation(Task& t, const std::optional<ExitRecord>& rec,
 
 void Manager::schedule_restart(Task& t) {
   std::string id = t.id;
-  int64_t delay = std::max<int64_t>(0, t.next_start_us - now_us());
+  // The stored time is the wall clock's (it outlives the agent): a wall clock stepped
+  // back meanwhile would make the wait longer than the backoff, so it is at most that.
+  int64_t delay =
+      std::clamp<int64_t>(t.next_start_us - now_us(), 0, std::max<int64_t>(t.backoff_us, 0));
   auto src = loop_->add_timer_in(static_cast<uint64_t>(delay), [this, id] {
     auto it = tasks_.find(id);
     if (it == tasks_.end() || it->second->state != TaskState::kBackoff) return;

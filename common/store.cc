@@ -1,8 +1,14 @@
 #include "common/store.h"
 
+#include <cerrno>
+
 namespace weft {
 
+// A full disk (SQLITE_FULL) keeps its errno, ENOSPC, so that it reads as what it is and
+// callers can tell it apart; the other errors are sqlite's own words.
 static Error sqlite_error(sqlite3* db, const std::string& what) {
+  if ((sqlite3_extended_errcode(db) & 0xff) == SQLITE_FULL)
+    return errno_error(ENOSPC, what + ": " + sqlite3_errmsg(db));
   return make_error(what + ": " + sqlite3_errmsg(db));
 }
 
@@ -104,6 +110,8 @@ Status Db::exec(const std::string& sql) {
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
+    if ((sqlite3_extended_errcode(db_) & 0xff) == SQLITE_FULL)
+      return errno_error(ENOSPC, "sqlite: " + msg);
     return make_error("sqlite: " + msg);
   }
   return {};

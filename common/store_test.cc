@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <filesystem>
 
 #include "common/fs.h"
@@ -19,6 +20,24 @@ class StoreTest : public ::testing::Test {
   void TearDown() override { (void)remove_tree(dir_); }
   std::string dir_;
 };
+
+// A database that cannot grow (sqlite's SQLITE_FULL, here by max_page_count as a full
+// disk gives it) keeps ENOSPC: callers tell a full disk from other failures.
+TEST_F(StoreTest, AFullDatabaseSaysNoSpace) {
+  auto db = Db::open(dir_ + "/s.db");
+  ASSERT_TRUE(db.ok());
+  ASSERT_TRUE((*db)->exec("CREATE TABLE t (b BLOB)").ok());
+  ASSERT_TRUE((*db)->exec("PRAGMA max_page_count = 8").ok());
+  Status full = (*db)->exec("INSERT INTO t VALUES (zeroblob(1000000))");
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.error().errnum, ENOSPC) << full.error().str();
+  auto st = (*db)->prepare("INSERT INTO t VALUES (zeroblob(1000000))");
+  ASSERT_TRUE(st.ok());
+  Status step = st->run();
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.error().errnum, ENOSPC) << step.error().str();
+  EXPECT_NE(step.error().str().find("No space left on device"), std::string::npos);
+}
 
 TEST_F(StoreTest, MigratesInOrderAndResumes) {
   std::vector<std::string> v1 = {"CREATE TABLE t (a INTEGER);"};

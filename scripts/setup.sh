@@ -49,6 +49,7 @@ if [ "$mode" = "--test" ]; then
     etcd-server etcd-client
     docker-registry
     chromium zsh bash-completion cpio
+    libfaketime
   )
 fi
 

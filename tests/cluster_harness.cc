@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "common/fs.h"
@@ -24,11 +27,45 @@ namespace weft::testing {
 namespace {
 constexpr const char* kHubAddr = "10.77.0.1";
 constexpr int kCpPort = 7070;
+constexpr const char* kFaketimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 bool sh(const std::string& cmd) {
   int rc = std::system((cmd + " >/dev/null 2>&1").c_str());
   if (rc != 0) ADD_FAILURE() << "command failed (" << rc << "): " << cmd;
   return rc == 0;
+}
+}  // namespace
+
+namespace {
+// Every mount at or below `dir` (state_fs_size's tmpfs), detached, deepest first.
+void unmount_under(const std::string& dir) {
+  auto table = read_file("/proc/self/mounts");
+  if (!table.ok()) return;
+  std::vector<std::string> points;
+  size_t at = 0;
+  while (at < table->size()) {
+    size_t eol = table->find('\n', at);
+    std::string line = table->substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    at = eol == std::string::npos ? table->size() : eol + 1;
+    size_t a = line.find(' ');
+    size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
+    if (b == std::string::npos) continue;
+    std::string point = line.substr(a + 1, b - a - 1);
+    if (point == dir || point.rfind(dir + "/", 0) == 0) points.push_back(point);
+  }
+  std::sort(points.begin(), points.end(), std::greater<>());
+  for (const auto& p : points) (void)::umount2(p.c_str(), MNT_DETACH);
+}
+
+// A tmpfs of `size` at `dir` (made if missing).
+bool mount_small(const std::string& dir, const std::string& size) {
+  if (!mkdir_p(dir).ok()) return false;
+  std::string data = "size=" + size + ",mode=0755";
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, data.c_str()) != 0) {
+    ADD_FAILURE() << "cannot mount a tmpfs at " << dir << ": " << std::strerror(errno);
+    return false;
+  }
+  return true;
 }
 }  // namespace
 
@@ -62,6 +99,7 @@ void ClusterHarness::sweep_stale() {
           (void)std::system(("ip netns del " + n + " >/dev/null 2>&1").c_str());
     destroy_cgroup_tree(mount_ + "/weft-e2e-" + id);
     // (The cgroup2 root's controllers: its SubtreeControlLease counts no more.)
+    unmount_under(dir);
     (void)remove_tree(dir);
   }
 }
@@ -74,6 +112,17 @@ bool ClusterHarness::setup() {
       !mkdir_p(dir_ + "/profiles").ok()) {
     ADD_FAILURE() << "cannot create " << dir_;
     return false;
+  }
+  if (opts_.faked_wall_clocks) {
+    if (::access(kFaketimeLib, R_OK) != 0) {
+      ADD_FAILURE() << kFaketimeLib << " is missing (scripts/setup.sh --test installs libfaketime)";
+      return false;
+    }
+    if (!write_file(dir_ + "/clock-cp", "+0\n").ok()) return false;
+  }
+  if (!opts_.state_fs_size.empty()) {
+    mounts_made_.push_back(cp_state_dir());
+    if (!mount_small(cp_state_dir(), opts_.state_fs_size)) return false;
   }
   // Two host profiles confined to each machine's own cgroup subtree.
   auto dev = read_file(WEFT_SOURCE_DIR "/examples/dev.toml");
@@ -115,8 +164,13 @@ bool ClusterHarness::setup() {
     netns_made_.push_back(m.netns);
     std::string peer = "w" + id_ + "p" + std::to_string(i);  // the bridge side
     std::string addr = machine_address(i) + "/24";
-    if (!mkdir_p(m.dir).ok() || !sh("ip netns add " + m.netns) ||
-        !sh("ip -n " + m.netns + " link set lo up") ||
+    if (!opts_.state_fs_size.empty()) {
+      mounts_made_.push_back(m.dir + "/agent");
+      if (!mount_small(m.dir + "/agent", opts_.state_fs_size)) return false;
+    }
+    if (!mkdir_p(m.dir).ok() ||
+        (opts_.faked_wall_clocks && !write_file(m.dir + "/clock", "+0\n").ok()) ||
+        !sh("ip netns add " + m.netns) || !sh("ip -n " + m.netns + " link set lo up") ||
         !sh("ip -n " + m.netns + " link add eth0 type veth peer name " + peer + " netns " + hub_) ||
         !sh("ip -n " + m.netns + " addr add " + addr + " dev eth0") ||
         !sh("ip -n " + m.netns + " link set eth0 up") ||
@@ -222,14 +276,41 @@ ClusterHarness::~ClusterHarness() {
   if (cgroup_made_) destroy_cgroup_tree(cgroup_parent_);
   for (const auto& ns : netns_made_)
     (void)std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str());
+  for (auto it = mounts_made_.rbegin(); it != mounts_made_.rend(); ++it)
+    (void)::umount2(it->c_str(), MNT_DETACH);
   // WEFT_E2E_KEEP=1 keeps the daemons' logs and state for a post-mortem.
   if (!std::getenv("WEFT_E2E_KEEP")) (void)remove_tree(dir_);
   lease_.reset();
 }
 
 pid_t ClusterHarness::spawn(const std::string& netns, const char* bin, const std::string& conf,
-                            const std::string& log) {
-  return testing::spawn_process({bin, "-c", conf}, {log, false, netns, /*outside_systemd=*/true});
+                            const std::string& log, const std::string& clock_file) {
+  SpawnOptions o{log, false, netns, /*outside_systemd=*/true};
+  if (!clock_file.empty()) {
+    // Under AddressSanitizer its runtime must come first, which a preload is not: told
+    // not to check (libfaketime only wraps the clock calls).
+    if (const char* asan = std::getenv("ASAN_OPTIONS"))
+      o.env["ASAN_OPTIONS"] = std::string(asan) + ":verify_asan_link_order=0";
+    else
+      o.env["ASAN_OPTIONS"] = "verify_asan_link_order=0";
+    o.env["LD_PRELOAD"] = kFaketimeLib;
+    o.env["FAKETIME_TIMESTAMP_FILE"] = clock_file;
+    o.env["FAKETIME_NO_CACHE"] = "1";  // the file is read at each call: a step is at once
+    o.env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1";
+  }
+  return testing::spawn_process({bin, "-c", conf}, o);
+}
+
+std::string ClusterHarness::clock_file(int who) const {
+  if (!opts_.faked_wall_clocks) return "";
+  return who < 0 ? dir_ + "/clock-cp" : machines_.at(static_cast<size_t>(who)).dir + "/clock";
+}
+
+Status ClusterHarness::step_wall_clock(int who, int64_t offset_s) {
+  if (!opts_.faked_wall_clocks) return make_error("the harness runs without faked_wall_clocks");
+  // libfaketime's relative form: "+N" or "-N" seconds from the real clock.
+  std::string text = (offset_s < 0 ? "" : "+") + std::to_string(offset_s) + "\n";
+  return write_file_atomic(clock_file(who), text, 0644);
 }
 
 void ClusterHarness::reap(pid_t& pid, int sig) {
@@ -239,7 +320,9 @@ void ClusterHarness::reap(pid_t& pid, int sig) {
 
 void ClusterHarness::start_cp() {
   ASSERT_LT(cp_, 0);
-  cp_ = spawn(hub_, WEFT_CONTROLPLANE_BIN, dir_ + "/cp.toml", dir_ + "/cp.log");
+  cp_ =
+      spawn(hub_, opts_.faked_wall_clocks ? WEFT_CONTROLPLANE_FAKETIME_BIN : WEFT_CONTROLPLANE_BIN,
+            dir_ + "/cp.toml", dir_ + "/cp.log", clock_file(-1));
   for (int i = 0; i < 500; ++i) {
     if (cp("job.ls").ok()) return;
     sleep_ms(10);
@@ -254,7 +337,8 @@ void ClusterHarness::kill_cp(int sig) {
 void ClusterHarness::start_machine(int i) {
   Machine& m = machines_.at(static_cast<size_t>(i));
   ASSERT_LT(m.agent, 0) << "machine " << i << " is running";
-  m.agent = spawn(m.netns, WEFT_AGENT_BIN, m.dir + "/agent.toml", m.dir + "/agent.log");
+  m.agent =
+      spawn(m.netns, WEFT_AGENT_BIN, m.dir + "/agent.toml", m.dir + "/agent.log", clock_file(i));
   for (int t = 0; t < 500 && !agent(i, "agent.info").ok(); ++t) sleep_ms(10);
   // Sidekick and hcs after the agent: the agent makes the workload cgroup they watch.
   m.sidekick = spawn(m.netns, WEFT_SIDEKICK_BIN, m.dir + "/sidekick.toml", m.dir + "/sidekick.log");

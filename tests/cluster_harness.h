@@ -40,6 +40,12 @@ struct ClusterOptions {
   bool rebalance = false;
   // Machine index -> a host profile ("dev" or "web") its weft-sidekick does not have.
   std::map<int, std::string> lacks_profile;
+  // Non-empty ("16m"): the control plane's and every agent's state_dir each on a tmpfs
+  // of this size, which a test may fill (issue 61's full disk); unmounted with the rest.
+  std::string state_fs_size;
+  // The control plane and every agent run under libfaketime (Debian's libfaketime), their
+  // wall clocks offset by step_wall_clock and their monotonic clocks left alone.
+  bool faked_wall_clocks = false;
 };
 
 class ClusterHarness {
@@ -91,6 +97,9 @@ class ClusterHarness {
   enum class Cut { kBoth, kAnswers, kCalls };
   Status cut_off(int i, Cut how);
   Status heal_link(int i);
+  // With faked_wall_clocks: the wall clock of the control plane (who = -1) or of machine
+  // `who`'s agent set `offset_s` seconds from the host's, at once (a step).
+  Status step_wall_clock(int who, int64_t offset_s);
   // More controlplane.toml lines, for the next start_cp() (replacing earlier ones).
   void set_cp_extra(const std::string& lines);
   int machine_index(const std::string& id) const;  // -1 if not one of ours
@@ -99,6 +108,15 @@ class ClusterHarness {
     return machines_.at(static_cast<size_t>(i)).cgroup_root + "/tasks/" + id;
   }
   std::string logs() const;  // every daemon's log, for failure messages
+  // The control plane's and machine i's agent's state directories.
+  std::string cp_state_dir() const { return dir_ + "/cp"; }
+  std::string agent_state_dir(int i) const {
+    return machines_.at(static_cast<size_t>(i)).dir + "/agent";
+  }
+  // Machine i's agent log (every agent it ran, appended).
+  std::string agent_log(int i) const {
+    return machines_.at(static_cast<size_t>(i)).dir + "/agent.log";
+  }
   const std::string& dir() const { return dir_; }
   pid_t cp_pid() const { return cp_; }  // -1 when it is not running
   std::string cp_socket() const { return dir_ + "/cp.sock"; }
@@ -111,7 +129,8 @@ class ClusterHarness {
     pid_t agent = -1, sidekick = -1, hcs = -1;
   };
   pid_t spawn(const std::string& netns, const char* bin, const std::string& conf,
-              const std::string& log);
+              const std::string& log, const std::string& clock_file = "");
+  std::string clock_file(int who) const;  // faked_wall_clocks' offset file
   void reap(pid_t& pid, int sig);
   void sweep_stale();
 
@@ -120,6 +139,7 @@ class ClusterHarness {
   std::unique_ptr<SubtreeControlLease> lease_;
   std::vector<Machine> machines_;
   std::vector<std::string> netns_made_;
+  std::vector<std::string> mounts_made_;  // state_fs_size's, unmounted last first
   pid_t cp_ = -1;
   bool cgroup_made_ = false;
   std::string cp_conf_;  // controlplane.toml without set_cp_extra's lines

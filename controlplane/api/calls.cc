@@ -17,13 +17,19 @@ Result<json> Calls::guarded(const std::string& method, int access, const CallCon
   Result<json> r = json();
   GroupCommit* group = parts_.group.get();
   bool own_commit = access >= kOperatorCall && !parts_.on_etcd && group;
+  // An operator's change on the local disk: refused before anything of it is applied
+  // when the disk takes no writes (full, failing), not applied in memory and then
+  // refused (it would be written later, though its caller heard no).
+  Status ready;
   if (own_commit) {
-    group->commit();
+    ready = group->ready_for_change();
     group->set_sync(true);
   }
   uint64_t t0 = now_monotonic_us();
   if (auto s = parts_.gate.permit(who, access, method); !s.ok()) {
     r = std::move(s).error();
+  } else if (!ready.ok()) {
+    r = std::move(ready).error();
   } else if (access == kMachineCall && parts_.admit && machine) {
     // A region's machine that belongs elsewhere is told where (kMoved), and its
     // session ends once it has heard it: its daemon goes there.

@@ -299,8 +299,18 @@ void Manager::tick() {
   features_->entitlements.advance_profile_rolls();
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
-  auto runs =
-      rounds_.periodic.tick(sched_, static_cast<int64_t>(now_realtime_us() / 1'000'000), now);
+  const uint64_t wall_us = now_realtime_us();
+  if (int64_t step = rounds_.wall_steps.observe(now_monotonic_us(), wall_us)) {
+    log_warn(
+        "the wall clock stepped; leases, heartbeats and timeouts count on the monotonic "
+        "clock and are not moved",
+        {{"STEP_SECONDS", std::to_string(static_cast<double>(step) / 1e6)},
+         {"NOW", format_rfc3339(static_cast<int64_t>(wall_us))}});
+    if (step > 0)
+      rounds_.periodic.clock_stepped(sched_, static_cast<int64_t>((wall_us - step) / 1'000'000),
+                                     static_cast<int64_t>(wall_us / 1'000'000));
+  }
+  auto runs = rounds_.periodic.tick(sched_, static_cast<int64_t>(wall_us / 1'000'000), now);
   cmds.insert(cmds.end(), runs.begin(), runs.end());
   auto pruned = sched_.prune(now, cfg_.ended_task_retention_us, kPruneBudget);
   if (!pruned.empty()) {
@@ -370,6 +380,14 @@ void Manager::register_metrics() {
     metrics_.write_requests(w);
     w.family("weft_cp_commit_seconds", "histogram", "Group commits of the state store.");
     group_->seconds().write(w, "weft_cp_commit_seconds");
+    w.family("weft_cp_commit_failures_total", "counter",
+             "Groups of writes the state store did not take (a full or failing disk, etcd "
+             "away); what they covered is kept in memory and written again.");
+    w.sample("weft_cp_commit_failures_total", static_cast<double>(group_->failures()));
+    w.family("weft_cp_commit_failing", "gauge",
+             "1 while the state store refuses writes: operators' changes are refused, "
+             "machines are answered from memory.");
+    w.sample("weft_cp_commit_failing", group_->failing() ? 1 : 0);
     metrics_.write_ticks(w);
     w.family("weft_cp_tasks", "gauge", "Tasks the scheduler knows, by state.");
     for (TaskState s : kAllTaskStates)

@@ -20,6 +20,31 @@ std::optional<int64_t> PeriodicRuns::next_period(const Scheduler& s, const std::
   return c ? c->next_after(wall_s) : std::nullopt;
 }
 
+void PeriodicRuns::clock_stepped(Scheduler& s, int64_t from_s, int64_t to_s) {
+  constexpr int kMaxWalk = 2'000'000;  // a year of a schedule a minute, and more
+  for (const auto& [name, running] : s.batch().periodic_jobs()) {
+    auto spec = s.job(name);
+    auto progress = s.batch().progress(name);
+    if (!spec || !spec->periodic || !progress || progress->last_period == 0) continue;
+    const CronSchedule* c = schedule(name, spec->periodic->schedule);
+    if (!c) continue;
+    // The periods after the last one run and after the clock's reading before the step,
+    // up to its reading after: all but the latest are skipped.
+    std::optional<int64_t> before_latest, latest;
+    int walked = 0;
+    for (auto p = c->next_after(std::max(progress->last_period, from_s));
+         p && *p <= to_s && walked < kMaxWalk; p = c->next_after(*p), ++walked) {
+      before_latest = latest;
+      latest = p;
+    }
+    if (!before_latest) continue;
+    s.batch().skip_period(name, *before_latest,
+                          "the wall clock stepped forward by " + std::to_string(to_s - from_s) +
+                              " s: the periods it jumped over up to " +
+                              std::to_string(*before_latest) + " are not run; the latest runs");
+  }
+}
+
 std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t now) {
   std::vector<Command> out;
   auto jobs = s.batch().periodic_jobs();
@@ -43,7 +68,7 @@ std::vector<Command> PeriodicRuns::tick(Scheduler& s, int64_t wall_s, uint64_t n
       s.batch().skip_period(name, due[missed - 1],
                             std::to_string(missed) + " periods up to " +
                                 std::to_string(due[missed - 1]) +
-                                " were missed while no control plane led; the latest " +
+                                " were missed (no control plane led meanwhile); the latest " +
                                 std::to_string(kCatchUp) + " run in turn");
       due.erase(due.begin(), due.begin() + static_cast<std::ptrdiff_t>(missed));
     }

@@ -29,6 +29,12 @@ class PeriodicRuns {
   // `wall_s`: the control plane's clock (unix seconds). Returns the commands to send
   // (the new runs' starts, the stops of runs replaced or forgotten).
   std::vector<Command> tick(Scheduler& s, int64_t wall_s, uint64_t now_us);
+  // The wall clock stepped forward from `from_s` to `to_s` (WallClockSteps): the
+  // periods it jumped over were not missed, so none of them runs but the latest (as
+  // after a control plane's absence, where up to kCatchUp do); each job's events say so.
+  // A step back needs nothing here: no period runs twice, and the schedule goes on once
+  // the clock passes the last period run (as cron's does).
+  void clock_stepped(Scheduler& s, int64_t from_s, int64_t to_s);
   // The job's next period after `wall_s` (nullopt: no such job, or never).
   std::optional<int64_t> next_period(const Scheduler& s, const std::string& job, int64_t wall_s);
 

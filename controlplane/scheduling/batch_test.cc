@@ -341,6 +341,37 @@ TEST_F(Batch, OverlapForbidSkipsAndReplaceStops) {
   EXPECT_EQ(replaced[1].kind, Command::Kind::kStart);
 }
 
+// Issue 61: a step of the wall clock. Forward, the periods it jumped over are not
+// missed ones: only the latest runs (not kCatchUp of them), said in the events. Back, no
+// period runs twice, and the schedule goes on once the clock passes the last one run.
+TEST_F(Batch, AWallClockStepRunsNoPeriodTwiceAndNoBurst) {
+  JobSpec s = batch("p", 1, 1, 0);
+  s.periodic = weft::PeriodicSpec{"*/5 * * * * *", weft::PeriodOverlap::kAllow, 100};
+  ASSERT_TRUE(sched_.create(s, 0).ok());
+  sched_.batch().skip_period("p", kWall, "");
+  PeriodicRuns periodic;
+  auto first = periodic.tick(sched_, kWall + 5, kSecond);
+  ASSERT_EQ(first.size(), 1u);
+  sched_.take_events();
+  // An hour forward between two ticks.
+  const int64_t after = kWall + 6 + 3600;
+  periodic.clock_stepped(sched_, kWall + 6, after);
+  std::string why;
+  for (const auto& e : sched_.take_events())
+    if (e.job == "p" && e.what == "period skipped") why = e.detail;
+  EXPECT_NE(why.find("stepped forward by 3600 s"), std::string::npos) << why;
+  auto one = periodic.tick(sched_, after, 2 * kSecond);
+  EXPECT_EQ(one.size(), 1u);  // the latest period only
+  EXPECT_EQ(sched_.batch().progress("p")->last_period, kWall + 3605);
+  // Back by the same hour: nothing runs again, whatever the ticks; and then on.
+  for (int64_t t = kWall + 7; t <= kWall + 3605; t += 5)
+    EXPECT_TRUE(periodic.tick(sched_, t, 3 * kSecond).empty()) << t - kWall;
+  EXPECT_EQ(periodic.tick(sched_, kWall + 3610, 4 * kSecond).size(), 1u);
+  // A step forward with no period in between changes nothing.
+  periodic.clock_stepped(sched_, kWall + 3611, kWall + 3613);
+  EXPECT_EQ(sched_.batch().progress("p")->last_period, kWall + 3610);
+}
+
 // Issue 59: a run a second that never ended started one run a second until its
 // entitlement was full. With overlap "allow", at most max_running runs go at once.
 TEST_F(Batch, APeriodBeyondMaxRunningRunsInFlightIsSkipped) {

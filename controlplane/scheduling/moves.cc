@@ -28,8 +28,14 @@ std::vector<Command> Moves::machine_drain(MachineId m, uint64_t now) {
       t.since_us = now;
       move.push_back(t.id);
     } else if (t.state == TaskState::kStarting || t.state == TaskState::kRunning) {
-      if (auto jit = s_.jobs_.find(t.job); jit != s_.jobs_.end() && jit->second.controlled()) {
+      auto jit = s_.jobs_.find(t.job);
+      if (jit != s_.jobs_.end() && jit->second.controlled()) {
         jit->second.moves.insert(t.id);  // its controller says when (pending_operations)
+        return;
+      }
+      if (jit != s_.jobs_.end() && jit->second.spec.at_most_one()) {
+        stop_first(t, now, &out);
+        slots.emplace_back(t.job, t.index);  // its next copy starts elsewhere
         return;
       }
       s_.table_.set_state(t, TaskState::kDraining);
@@ -87,11 +93,24 @@ bool Moves::move_now(JobRecord& j, const std::string& id, uint64_t now, std::vec
       it->second.state == TaskState::kPending)
     return false;
   TaskRecord& t = it->second;
+  j.in_progress[t.index] = "move/" + id;
+  if (j.spec.at_most_one()) {
+    stop_first(t, now, out);  // its slot moves off the drained machine in converge
+    return true;
+  }
   s_.table_.set_state(t, TaskState::kDraining);  // make before break: it stops once its copy runs
   t.since_us = now;
-  j.in_progress[t.index] = "move/" + id;
   s_.replacement_.replace(id, now, out);
   return true;
+}
+
+void Moves::stop_first(TaskRecord& t, uint64_t now, std::vector<Command>* out) {
+  s_.table_.set_state(t, TaskState::kStopping);
+  t.since_us = now;
+  t.moving = true;
+  s_.table_.event(t, "moving", "at most one copy: it stops before its index starts elsewhere");
+  s_.reported_changes_.insert(t.job);
+  out->push_back(Command{Command::Kind::kStop, t.machine, t.id, {}});
 }
 
 Result<std::vector<Command>> Moves::move_task(const std::string& id, MachineId to,
@@ -140,11 +159,15 @@ Result<std::vector<Command>> Moves::move_task(const std::string& id, MachineId t
 Status Moves::move_to(JobRecord& j, TaskRecord& t, MachineId to, uint64_t now,
                       std::vector<Command>* out) {
   TRY(s_.alloc_.move_task_to(j.spec.name, t.index, to));
+  if (j.spec.controller) j.in_progress[t.index] = "move/" + t.id;
+  if (j.spec.at_most_one()) {  // break before make: its index starts at `to` once it stopped
+    stop_first(t, now, out);
+    return {};
+  }
   s_.table_.set_state(t,
                       TaskState::kDraining);  // make before break: it stops once its copy is ready
   t.since_us = now;
   s_.reported_changes_.insert(t.job);
-  if (j.spec.controller) j.in_progress[t.index] = "move/" + t.id;
   const TaskRecord old = t;
   s_.placer_.launch_copy(j, old, to, now, out);
   return {};
@@ -161,6 +184,7 @@ bool Moves::moving(const std::string& id) const {
   auto it = s_.table_.find(id);
   if (it == s_.table_.end()) return false;
   if (it->second.state == TaskState::kDraining) return true;
+  if (it->second.state == TaskState::kStopping && it->second.moving) return true;
   auto jit = s_.jobs_.find(it->second.job);
   return jit != s_.jobs_.end() && jit->second.retargets.count(id) > 0;
 }

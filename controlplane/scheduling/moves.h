@@ -1,6 +1,7 @@
 // The scheduler's moves (scheduler.h): drains, make before break (a drained machine's
-// tasks start elsewhere and stop once their copies run), the eviction at a drain's
-// deadline, and the ReBalancer's moves of a ready task to a chosen machine.
+// tasks start elsewhere and stop once their copies run; break before make for a job of
+// at most one copy, whose task stops first), the eviction at a drain's deadline, and the
+// ReBalancer's moves of a ready task to a chosen machine.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,9 @@ class Moves {
   // task drains and its copy starts there.
   Status move_to(JobRecord& j, TaskRecord& t, MachineId to, uint64_t now_us,
                  std::vector<Command>* out);
+  // A task of an at-most-one job moves break before make: it is stopped now, and its
+  // index starts again (Placer::converge, once the stop is confirmed) where its slot is.
+  void stop_first(TaskRecord& t, uint64_t now_us, std::vector<Command>* out);
   // The task just reported running: a DRAINING copy of its index is stopped now.
   void stop_drained_sibling(const TaskRecord& t, uint64_t now_us, std::vector<Command>* out);
 

@@ -49,6 +49,11 @@ Result<std::vector<Command>> Placer::converge(JobRecord& j, uint64_t now) {
   for (const auto& id : s_.replacement_.waiting_)
     if (auto w = s_.table_.find(id); w != s_.table_.end() && w->second.job == j.spec.name)
       have.insert(w->second.index);
+  // Nor an index whose old copy may still run on a machine cut off (an at-most-one job's
+  // lost task, fenced until its machine's lease ends): that would be two copies.
+  for (const auto& [id, f] : s_.replacement_.fenced_)
+    if (auto w = s_.table_.find(id); w != s_.table_.end() && w->second.job == j.spec.name)
+      have.insert(w->second.index);
   std::vector<Command> out;
   // A batch job starts no more tasks than its completions still need.
   int room = j.spec.is_batch()

@@ -63,6 +63,11 @@ struct TaskRecord {
   // back: stopping with its job's notice, then placed again elsewhere (not a failure).
   // Not stored: a restarted control plane sees a stopping task and replaces it as well.
   bool preempted = false;
+  // A task of an at-most-one job being moved (a drain, the ReBalancer): break before
+  // make, it stops first and its index starts again where its slot now is once the stop
+  // is confirmed. Not stored: a restarted control plane sees a stopping task, and starts
+  // its index once it stopped, as it would anyway.
+  bool moving = false;
 };
 // Placed and not ended: pending, starting or running.
 inline bool task_live(TaskState s) {

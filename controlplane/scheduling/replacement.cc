@@ -40,8 +40,16 @@ std::vector<Command> Replacement::machine_down(MachineId m, uint64_t now, bool p
   std::vector<std::string> lost;
   std::set<std::string> stopped_jobs;
   LostNote noted;
+  auto at_most_one = [&](const TaskRecord& t) {
+    auto j = s_.jobs_.find(t.job);
+    return lease_end_ && j != s_.jobs_.end() && j->second.spec.at_most_one();
+  };
   s_.table_.for_machine(m, [&](TaskRecord& t) {
-    if (task_live(t.state)) {
+    // A stop not confirmed is no stop for a job of at most one copy: the task may run on
+    // there until the lease ends, and its index waits for that as a lost task does.
+    bool unconfirmed = t.state == TaskState::kStopping && at_most_one(t);
+    if (task_live(t.state) || unconfirmed) {
+      if (unconfirmed) stopped_jobs.insert(t.job);  // a stopping job may end meanwhile
       noted.add(t);
       s_.table_.set_state(t, TaskState::kLost);
       t.since_us = now;
@@ -57,8 +65,7 @@ std::vector<Command> Replacement::machine_down(MachineId m, uint64_t now, bool p
                                                    {"LOST", std::to_string(noted.count)},
                                                    {"TASKS", noted.named}});
   for (const auto& id : lost) {
-    auto job = s_.jobs_.find(s_.table_.at(id).job);
-    if (lease_end_ && job != s_.jobs_.end() && job->second.spec.at_most_one()) fence(id, prepaid);
+    if (at_most_one(s_.table_.at(id))) fence(id, prepaid);
     replace(id, now, &out, prepaid);
   }
   for (const auto& job : stopped_jobs) {

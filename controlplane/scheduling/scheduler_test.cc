@@ -140,6 +140,95 @@ TEST_F(Sched, AnAtMostOneTaskWhoseMachineSaysItEndedNeedNotWaitForTheLease) {
   EXPECT_EQ(r[0].kind, Command::Kind::kStart);
 }
 
+// Nothing else starts a fenced index either: a scale-up converges the job and starts
+// the new index only.
+TEST_F(Sched, AScaleUpDoesNotStartAnIndexFencedForItsLease) {
+  std::map<MachineId, uint64_t> lease_end;
+  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
+  JobSpec one = spec("db", 1);
+  one.copies = JobCopies::kAtMostOne;
+  std::vector<Command> sent = create_running(one);
+  ASSERT_EQ(sent.size(), 1u);
+  MachineId dead = sent[0].machine;
+  lease_end[dead] = 100;
+  alloc_.set_usable(dead, false, true);
+  EXPECT_TRUE(sched_.replacement().machine_down(dead, 50).empty());
+  auto up = sched_.scale("db", 2, 60);
+  ASSERT_TRUE(up.ok()) << up.error().str();
+  ASSERT_EQ(up->size(), 1u);
+  EXPECT_EQ((*up)[0].kind, Command::Kind::kStart);
+  EXPECT_EQ(sched_.tasks().at((*up)[0].task_id).index, 1);
+  auto r = sched_.tick(100);  // the lease ended: index 0 now
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(sched_.tasks().at(r[0].task_id).index, 0);
+}
+
+// A drain moves an at-most-one job's task break before make: it is stopped first, and
+// its index starts elsewhere once its machine says it ended; a stop not confirmed (the
+// machine lost meanwhile) holds the index until the machine's lease ends.
+TEST_F(Sched, ADrainedAtMostOneTaskStopsBeforeItsIndexStartsElsewhere) {
+  std::map<MachineId, uint64_t> lease_end;
+  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
+  JobSpec one = spec("db", 2);
+  one.copies = JobCopies::kAtMostOne;
+  std::vector<Command> sent = create_running(one);
+  ASSERT_EQ(sent.size(), 2u);
+  MachineId drained = sent[0].machine, lost = sent[1].machine;
+  const std::string a = sent[0].task_id, b = sent[1].task_id;
+  alloc_.set_usable(drained, false, true);
+  auto d = sched_.moves().machine_drain(drained, 2);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].kind, Command::Kind::kStop);
+  EXPECT_EQ(d[0].task_id, a);
+  EXPECT_EQ(sched_.tasks().at(a).state, TaskState::kStopping);
+  EXPECT_TRUE(sched_.moves().moving(a));
+  // Still running there: nothing starts.
+  EXPECT_TRUE(sched_.report(drained, {{a, TaskState::kRunning}}, 3).empty());
+  auto next = sched_.report(drained, {{a, TaskState::kStopped}}, 4);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].kind, Command::Kind::kStart);
+  EXPECT_NE(next[0].machine, drained);
+  EXPECT_EQ(sched_.tasks().at(next[0].task_id).index, sched_.tasks().at(a).index);
+
+  // The other index's machine drained, then lost before its stop was confirmed.
+  alloc_.set_usable(lost, false, true);
+  auto d2 = sched_.moves().machine_drain(lost, 5);
+  ASSERT_EQ(d2.size(), 1u);
+  EXPECT_EQ(d2[0].kind, Command::Kind::kStop);
+  lease_end[lost] = 100;
+  EXPECT_TRUE(sched_.replacement().machine_down(lost, 6).empty());
+  EXPECT_EQ(sched_.tasks().at(b).state, TaskState::kLost);
+  EXPECT_EQ(sched_.replacement().waiting_for_lease(), 1u);
+  EXPECT_TRUE(sched_.tick(99).empty());
+  auto r = sched_.tick(100);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, Command::Kind::kStart);
+  EXPECT_EQ(sched_.tasks().at(r[0].task_id).index, sched_.tasks().at(b).index);
+}
+
+// The ReBalancer's move of an at-most-one job's task: stopped first, then started at the
+// machine chosen.
+TEST_F(Sched, AnAtMostOneRebalancingMoveStopsFirstThenStartsAtTheChosenMachine) {
+  JobSpec one = spec("db", 1);
+  one.copies = JobCopies::kAtMostOne;
+  std::vector<Command> sent = create_running(one);
+  ASSERT_EQ(sent.size(), 1u);
+  const std::string moved = sent[0].task_id;
+  const MachineId from = sent[0].machine;
+  MachineId to = ids_[0] == from ? ids_[1] : ids_[0];
+  auto r = sched_.moves().move_task(moved, to, "rebalance", 2);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].kind, Command::Kind::kStop);
+  EXPECT_EQ((*r)[0].machine, from);
+  EXPECT_TRUE(sched_.moves().moving(moved));
+  auto next = sched_.report(from, {{moved, TaskState::kStopped}}, 3);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].kind, Command::Kind::kStart);
+  EXPECT_EQ(next[0].machine, to);
+  EXPECT_FALSE(sched_.moves().moving(moved));
+}
+
 TEST_F(Sched, AJobWithATaskControllerIsAtMostOneUnlessItSaysAny) {
   nlohmann::json j = {{"name", "db"},
                       {"entitlement", "e"},

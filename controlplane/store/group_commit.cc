@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/rpc/protocol.h"
 
 namespace weft::cp {
 
@@ -80,6 +81,7 @@ void GroupCommit::sent(uint64_t epoch, Written group, bool covers_rewrite, uint6
   uint64_t took = mono_us() - t0;
   seconds_.observe(static_cast<double>(took) / 1e6);
   if (st.ok()) {
+    failing_ = false;
     if (blocked_ && covers_rewrite) blocked_ = false;
     if (!blocked_) {
       bool ended_hold = std::exchange(held_, false);
@@ -98,6 +100,7 @@ void GroupCommit::sent(uint64_t epoch, Written group, bool covers_rewrite, uint6
     return;
   } else {
     ++failures_;
+    failing_ = true;
     held_ = true;
     blocked_ = true;
     // Its keys are written again by the next write, with what memory holds then.
@@ -123,6 +126,7 @@ void GroupCommit::commit() {
   seconds_.observe(static_cast<double>(took) / 1e6);
   if (committed.ok()) {
     group_ = {};
+    failing_ = false;
     if (blocked_ && !std::exchange(covers_rewrite_, false)) return;  // still held
     blocked_ = false;
     bool ended_hold = std::exchange(held_, false);
@@ -144,8 +148,24 @@ void GroupCommit::commit() {
   if (!opts_.replicated) gate_.release();
 }
 
+Status GroupCommit::ready_for_change() {
+  commit();
+  if (store_.in_batch()) return make_error("the state store's group did not commit");
+  Status probe = store_.probe_write();
+  if (!probe.ok()) {
+    ++failures_;
+    failing_ = true;
+    Error e = probe.error();
+    return std::move(e)
+        .wrap("the control plane's state store takes no writes now, so no change is accepted")
+        .with_code(rpc::kUnavailable);
+  }
+  return {};
+}
+
 void GroupCommit::failed(const Status& why) {
   ++failures_;
+  failing_ = true;
   if (opts_.replicated) held_ = true;
   store_.abandon_batch();
   // Nothing of the group is lost from memory: all of it is written again by the next

@@ -97,6 +97,13 @@ class GroupCommit {
     return in_flight_ > 0 ? in_flight_opened_us_ : store_.in_batch() ? started_us_ : 0;
   }
   uint64_t failures() const { return failures_; }
+  // Before an operator's change on a store that is not replicated: the open group
+  // committed, then a probe write (GroupWrites::probe_write). An error (ENOSPC, say)
+  // means the disk takes nothing now: the change is refused before it is applied.
+  Status ready_for_change();
+  // Whether the last group the store answered was refused (a full or failing disk, etcd
+  // away): set by a failure, cleared by the next group that commits.
+  bool failing() const { return failing_; }
   const metrics::Histogram& seconds() const { return seconds_; }
 
  private:
@@ -113,7 +120,7 @@ class GroupCommit {
   const Options opts_;
   Hooks hooks_;
   Written group_, unsaved_;
-  bool sync_ = false, held_ = false, retry_armed_ = false;
+  bool sync_ = false, held_ = false, retry_armed_ = false, failing_ = false;
   size_t in_flight_ = 0;
   bool seal_waiting_ = false;  // the open group is due, after the one in flight
   // A pipelined group failed: nothing newer is released until a group that carries the

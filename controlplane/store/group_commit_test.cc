@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
@@ -40,6 +42,10 @@ struct FakeWrites : GroupWrites {
     ++abandoned;
   }
   bool fenced_out() const override { return fenced; }
+  Status probe_write() override {
+    if (refuse) return errno_error(ENOSPC, "sqlite: database or disk is full");
+    return {};
+  }
 };
 
 // A store that pipelines (as etcd's): each group sealed waits in `sent` until the test
@@ -129,6 +135,30 @@ TEST_F(GroupCommitTest, ALocalDiskThatRefusesKeepsEverythingAndLetsRepliesGo) {
   run_until([&] { return store.committed == 1; });  // the retry
   EXPECT_EQ(rewrites, 1);
   EXPECT_TRUE(group->unsaved().empty());
+}
+
+// An operator's change asks first: the open group commits, then the probe; a disk that
+// takes nothing refuses the change before it is applied, and says so.
+TEST_F(GroupCommitTest, AChangeIsRefusedBeforeItIsAppliedWhileTheDiskTakesNoWrites) {
+  make(false);
+  ASSERT_TRUE(group->open().ok());
+  group->wrote(task("a"));
+  ASSERT_TRUE(group->ready_for_change().ok());
+  EXPECT_EQ(store.committed, 1);  // the open group first
+  EXPECT_FALSE(group->failing());
+  store.refuse = true;
+  Status no = group->ready_for_change();
+  ASSERT_FALSE(no.ok());
+  EXPECT_EQ(no.error().errnum, ENOSPC);
+  EXPECT_NE(no.error().str().find("no change is accepted"), std::string::npos) << no.error().str();
+  EXPECT_TRUE(group->failing());
+  EXPECT_EQ(group->failures(), 1u);
+  store.refuse = false;
+  EXPECT_TRUE(group->ready_for_change().ok());
+  ASSERT_TRUE(group->open().ok());
+  group->wrote(task("b"));
+  group->commit();
+  EXPECT_FALSE(group->failing());  // a group that commits ends it
 }
 
 TEST_F(GroupCommitTest, AReplicatedStoreThatRefusesHoldsEveryReplyUntilAGroupCommits) {

@@ -89,6 +89,7 @@ class SqliteStore final : public StateStore {
   Status put_task(const TaskRecord& t) override;
   Status delete_tasks(const std::vector<std::string>& ids) override;
   Status put_task_seq(uint64_t seq) override;
+  Status probe_write() override;
   Status put_events(const std::vector<Unavailability>& events) override;
   Status put_maintenance(const MaintenanceEvent& e) override;
   Status delete_maintenance(uint64_t id) override;
@@ -278,6 +279,13 @@ Status SqliteStore::put_task_seq(uint64_t seq) {
   TRY_ASSIGN(Stmt s,
              db_->prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('task_seq', ?1)"));
   s.bind(1, std::to_string(seq));
+  return s.run();
+}
+
+Status SqliteStore::probe_write() {
+  TRY_ASSIGN(Stmt s,
+             db_->prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('write_probe', ?1)"));
+  s.bind(1, std::to_string(wall_now()));
   return s.run();
 }
 

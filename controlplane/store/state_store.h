@@ -97,6 +97,10 @@ class GroupWrites {
     done(commit_batch());
   }
   virtual void drain() {}
+  // A small durable write that means nothing (a full or failing disk refuses it), made
+  // before an operator's change is applied, so that a disk that takes no writes refuses
+  // the change before memory holds it. Stores that need none (etcd) say yes.
+  virtual Status probe_write() { return {}; }
 };
 
 class StateStore : public GroupWrites {
