@@ -17,7 +17,8 @@ std::string format_rfc3339(int64_t realtime_us);
 // more than `threshold_us` between two readings. Pure; the daemon reads both clocks.
 class WallClockSteps {
  public:
-  explicit WallClockSteps(int64_t threshold_us = 1'000'000) : threshold_us_(threshold_us) {}
+  WallClockSteps() = default;
+  explicit WallClockSteps(int64_t threshold_us) : threshold_us_(threshold_us) {}
   // The step since the last reading (µs; > 0: forward), or 0 when none.
   int64_t observe(uint64_t monotonic_us, uint64_t realtime_us) {
     int64_t offset = static_cast<int64_t>(realtime_us) - static_cast<int64_t>(monotonic_us);
@@ -30,7 +31,7 @@ class WallClockSteps {
   }
 
  private:
-  int64_t threshold_us_;
+  int64_t threshold_us_ = 1'000'000;
   int64_t offset_ = 0;
   bool seen_ = false;
 };
