@@ -138,7 +138,7 @@ TEST_F(ClockStep, NoLeaseTimeoutOrScheduleMovesWithTheWallClock) {
 
   // Through it all: the same db task, never fenced, no machine counted dead.
   auto shown = c_.agent(holder, "task.show", {{"id", db_id}});
-  ASSERT_TRUE(shown.ok());
+  ASSERT_TRUE(shown.ok()) << shown.error().str() << "\n" << c_.logs();
   EXPECT_EQ((*shown)["state"], "running") << shown->dump();
   auto cp_log = read_file(c_.dir() + "/cp.log");
   ASSERT_TRUE(cp_log.ok());

@@ -300,16 +300,12 @@ void Manager::tick() {
   auto c = sched_.tick(now);
   cmds.insert(cmds.end(), c.begin(), c.end());
   const uint64_t wall_us = now_realtime_us();
-  if (int64_t step = rounds_.wall_steps.observe(now_monotonic_us(), wall_us)) {
+  if (int64_t step = rounds_.periodic.observe_clock(sched_, now_monotonic_us(), wall_us))
     log_warn(
         "the wall clock stepped; leases, heartbeats and timeouts count on the monotonic "
         "clock and are not moved",
         {{"STEP_SECONDS", std::to_string(static_cast<double>(step) / 1e6)},
          {"NOW", format_rfc3339(static_cast<int64_t>(wall_us))}});
-    if (step > 0)
-      rounds_.periodic.clock_stepped(sched_, static_cast<int64_t>((wall_us - step) / 1'000'000),
-                                     static_cast<int64_t>(wall_us / 1'000'000));
-  }
   auto runs = rounds_.periodic.tick(sched_, static_cast<int64_t>(wall_us / 1'000'000), now);
   cmds.insert(cmds.end(), runs.begin(), runs.end());
   auto pruned = sched_.prune(now, cfg_.ended_task_retention_us, kPruneBudget);

@@ -16,7 +16,6 @@
 #include <set>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/event.h"
 #include "common/metrics.h"
 #include "controlplane/api/calls.h"
@@ -113,9 +112,6 @@ class Manager {
     // Machines that went down wait for the failure budget, and the circuit breaker
     // (machines/failure_budget.h).
     FailureBudget failures;
-    // Steps of the wall clock, seen each tick: logged, and a periodic job's schedule
-    // does not run every period a step forward jumped over.
-    WallClockSteps wall_steps;
   } rounds_;
   // The store and its group commit, and the audit log (made with the store).
   std::unique_ptr<StateStore> store_;

@@ -20,6 +20,14 @@ std::optional<int64_t> PeriodicRuns::next_period(const Scheduler& s, const std::
   return c ? c->next_after(wall_s) : std::nullopt;
 }
 
+int64_t PeriodicRuns::observe_clock(Scheduler& s, uint64_t monotonic_us, uint64_t wall_us) {
+  int64_t step = wall_steps_.observe(monotonic_us, wall_us);
+  if (step > 0)
+    clock_stepped(s, static_cast<int64_t>((wall_us - static_cast<uint64_t>(step)) / 1'000'000),
+                  static_cast<int64_t>(wall_us / 1'000'000));
+  return step;
+}
+
 void PeriodicRuns::clock_stepped(Scheduler& s, int64_t from_s, int64_t to_s) {
   constexpr int kMaxWalk = 2'000'000;  // a year of a schedule a minute, and more
   for (const auto& [name, running] : s.batch().periodic_jobs()) {

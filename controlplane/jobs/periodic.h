@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/cron.h"
 #include "controlplane/scheduling/scheduler.h"
 
@@ -35,12 +36,16 @@ class PeriodicRuns {
   // A step back needs nothing here: no period runs twice, and the schedule goes on once
   // the clock passes the last period run (as cron's does).
   void clock_stepped(Scheduler& s, int64_t from_s, int64_t to_s);
+  // Reads the clocks each tick (WallClockSteps): a step forward is clock_stepped.
+  // Returns the step (µs; > 0: forward), or 0 when none, for the caller's log.
+  int64_t observe_clock(Scheduler& s, uint64_t monotonic_us, uint64_t wall_us);
   // The job's next period after `wall_s` (nullopt: no such job, or never).
   std::optional<int64_t> next_period(const Scheduler& s, const std::string& job, int64_t wall_s);
 
  private:
   const CronSchedule* schedule(const std::string& job, const std::string& text);
   std::map<std::string, std::pair<std::string, CronSchedule>> schedules_;  // by job
+  WallClockSteps wall_steps_;
 };
 
 }  // namespace weft::cp

@@ -58,6 +58,16 @@ class Batch : public SchedulerFixture {
            t.state == TaskState::kPending;
     return n;
   }
+  // Periodic job "p" (one /bin/true a run) made with its periods counted after kWall.
+  // The spec, for an update.
+  JobSpec create_periodic(const std::string& schedule, weft::PeriodOverlap overlap,
+                          int max_running = weft::kDefaultMaxRunning) {
+    JobSpec s = batch("p", 1, 1, 0);
+    s.periodic = weft::PeriodicSpec{schedule, overlap, max_running};
+    EXPECT_TRUE(sched_.create(s, 0).ok());
+    sched_.batch().skip_period("p", kWall, "");
+    return s;
+  }
   std::map<std::string, MachineId> on_;
 };
 
@@ -319,10 +329,7 @@ TEST_F(Batch, APeriodicJobsRunsAreJobsOfTheirOwnOncePerPeriod) {
 }
 
 TEST_F(Batch, OverlapForbidSkipsAndReplaceStops) {
-  JobSpec s = batch("p", 1, 1, 0);
-  s.periodic = weft::PeriodicSpec{"*/5 * * * * *", weft::PeriodOverlap::kForbid};
-  ASSERT_TRUE(sched_.create(s, 0).ok());
-  sched_.batch().skip_period("p", kWall, "");
+  JobSpec s = create_periodic("*/5 * * * * *", weft::PeriodOverlap::kForbid);
   PeriodicRuns periodic;
   auto first = periodic.tick(sched_, kWall + 5, kSecond);
   ASSERT_EQ(first.size(), 1u);
@@ -345,17 +352,16 @@ TEST_F(Batch, OverlapForbidSkipsAndReplaceStops) {
 // missed ones: only the latest runs (not kCatchUp of them), said in the events. Back, no
 // period runs twice, and the schedule goes on once the clock passes the last one run.
 TEST_F(Batch, AWallClockStepRunsNoPeriodTwiceAndNoBurst) {
-  JobSpec s = batch("p", 1, 1, 0);
-  s.periodic = weft::PeriodicSpec{"*/5 * * * * *", weft::PeriodOverlap::kAllow, 100};
-  ASSERT_TRUE(sched_.create(s, 0).ok());
-  sched_.batch().skip_period("p", kWall, "");
+  create_periodic("*/5 * * * * *", weft::PeriodOverlap::kAllow, 100);
   PeriodicRuns periodic;
   auto first = periodic.tick(sched_, kWall + 5, kSecond);
   ASSERT_EQ(first.size(), 1u);
   sched_.take_events();
-  // An hour forward between two ticks.
+  // An hour forward between two ticks (the clocks as the leader reads them each tick).
   const int64_t after = kWall + 6 + 3600;
-  periodic.clock_stepped(sched_, kWall + 6, after);
+  EXPECT_EQ(periodic.observe_clock(sched_, kSecond, static_cast<uint64_t>(kWall + 6) * kSecond), 0);
+  EXPECT_EQ(periodic.observe_clock(sched_, kSecond, static_cast<uint64_t>(after) * kSecond),
+            int64_t{3600} * 1'000'000);
   std::string why;
   for (const auto& e : sched_.take_events())
     if (e.job == "p" && e.what == "period skipped") why = e.detail;
@@ -375,10 +381,7 @@ TEST_F(Batch, AWallClockStepRunsNoPeriodTwiceAndNoBurst) {
 // Issue 59: a run a second that never ended started one run a second until its
 // entitlement was full. With overlap "allow", at most max_running runs go at once.
 TEST_F(Batch, APeriodBeyondMaxRunningRunsInFlightIsSkipped) {
-  JobSpec s = batch("p", 1, 1, 0);
-  s.periodic = weft::PeriodicSpec{"*/5 * * * * *", weft::PeriodOverlap::kAllow, 2};
-  ASSERT_TRUE(sched_.create(s, 0).ok());
-  sched_.batch().skip_period("p", kWall, "");
+  create_periodic("*/5 * * * * *", weft::PeriodOverlap::kAllow, 2);
   PeriodicRuns periodic;
   auto two = periodic.tick(sched_, kWall + 10, kSecond);  // two periods due: both run
   EXPECT_EQ(two.size(), 2u);
@@ -403,10 +406,7 @@ TEST_F(Batch, APeriodBeyondMaxRunningRunsInFlightIsSkipped) {
 }
 
 TEST_F(Batch, MoreThanTenMissedPeriodsSkipTheOldest) {
-  JobSpec s = batch("p", 1, 1, 0);
-  s.periodic = weft::PeriodicSpec{"* * * * * *", weft::PeriodOverlap::kAllow};
-  ASSERT_TRUE(sched_.create(s, 0).ok());
-  sched_.batch().skip_period("p", kWall, "");
+  create_periodic("* * * * * *", weft::PeriodOverlap::kAllow);
   PeriodicRuns periodic;
   auto runs = periodic.tick(sched_, kWall + 15, kSecond);
   EXPECT_EQ(runs.size(), 10u);

@@ -25,6 +25,14 @@ class Sched : public SchedulerFixture {
     s.task = {{"argv", {"/bin/sleep", "infinity"}}};
     return s;
   }
+  // An at-most-one job's spec; the machines' leases end when lease_end_ says.
+  JobSpec at_most_one(const std::string& name, int count) {
+    sched_.replacement().set_lease_end([this](MachineId m) { return lease_end_[m]; });
+    JobSpec s = spec(name, count);
+    s.copies = JobCopies::kAtMostOne;
+    return s;
+  }
+  std::map<MachineId, uint64_t> lease_end_;
   // What machine m would report: every task the scheduler sent it and did not stop.
   std::map<std::string, TaskState> running_on(MachineId m, const std::vector<Command>& sent) {
     std::map<std::string, TaskState> r;
@@ -86,10 +94,7 @@ TEST_F(Sched, CreatePlacesAndReportsMakeTasksRunning) {
 // An at-most-one job's lost task (docs/jobs.md, "At most one copy"): its replacement
 // waits for the dead machine's lease, and the other jobs' do not.
 TEST_F(Sched, AnAtMostOneTaskIsReplacedOnlyAfterItsMachinesLease) {
-  std::map<MachineId, uint64_t> lease_end;
-  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
-  JobSpec one = spec("db", 1);
-  one.copies = JobCopies::kAtMostOne;
+  JobSpec one = at_most_one("db", 1);
   auto c = sched_.create(one, 0);
   ASSERT_TRUE(c.ok()) << c.error().str();
   ASSERT_EQ(c->size(), 1u);
@@ -97,7 +102,7 @@ TEST_F(Sched, AnAtMostOneTaskIsReplacedOnlyAfterItsMachinesLease) {
   MachineId dead = (*c)[0].machine;
   std::string old = (*c)[0].task_id;
   sched_.report(dead, running_on(dead, *c), 1);
-  lease_end[dead] = 100;
+  lease_end_[dead] = 100;
   alloc_.set_usable(dead, false, true);
   EXPECT_TRUE(sched_.replacement().machine_down(dead, 50).empty());
   EXPECT_EQ(sched_.replacement().waiting_for_lease(), 1u);
@@ -113,21 +118,18 @@ TEST_F(Sched, AnAtMostOneTaskIsReplacedOnlyAfterItsMachinesLease) {
 }
 
 TEST_F(Sched, AnAtMostOneTaskWhoseMachineSaysItEndedNeedNotWaitForTheLease) {
-  std::map<MachineId, uint64_t> lease_end;
-  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
-  JobSpec one = spec("db", 1);
-  one.copies = JobCopies::kAtMostOne;
+  JobSpec one = at_most_one("db", 1);
   auto c = sched_.create(one, 0);
   ASSERT_TRUE(c.ok());
   MachineId m = (*c)[0].machine;
   std::string old = (*c)[0].task_id;
   sched_.report(m, running_on(m, *c), 1);
-  lease_end[m] = 1'000;
+  lease_end_[m] = 1'000;
   alloc_.set_usable(m, false, true);
   EXPECT_TRUE(sched_.replacement().machine_down(m, 10).empty());
   // Back (its lease renewed by what it says), still running the old copy: it is told to
   // stop it, and the replacement waits on.
-  lease_end[m] = 2'000;
+  lease_end_[m] = 2'000;
   auto back = sched_.report(m, {{old, TaskState::kRunning}}, 20);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].kind, Command::Kind::kStop);
@@ -143,14 +145,11 @@ TEST_F(Sched, AnAtMostOneTaskWhoseMachineSaysItEndedNeedNotWaitForTheLease) {
 // Nothing else starts a fenced index either: a scale-up converges the job and starts
 // the new index only.
 TEST_F(Sched, AScaleUpDoesNotStartAnIndexFencedForItsLease) {
-  std::map<MachineId, uint64_t> lease_end;
-  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
-  JobSpec one = spec("db", 1);
-  one.copies = JobCopies::kAtMostOne;
+  JobSpec one = at_most_one("db", 1);
   std::vector<Command> sent = create_running(one);
   ASSERT_EQ(sent.size(), 1u);
   MachineId dead = sent[0].machine;
-  lease_end[dead] = 100;
+  lease_end_[dead] = 100;
   alloc_.set_usable(dead, false, true);
   EXPECT_TRUE(sched_.replacement().machine_down(dead, 50).empty());
   auto up = sched_.scale("db", 2, 60);
@@ -167,10 +166,7 @@ TEST_F(Sched, AScaleUpDoesNotStartAnIndexFencedForItsLease) {
 // its index starts elsewhere once its machine says it ended; a stop not confirmed (the
 // machine lost meanwhile) holds the index until the machine's lease ends.
 TEST_F(Sched, ADrainedAtMostOneTaskStopsBeforeItsIndexStartsElsewhere) {
-  std::map<MachineId, uint64_t> lease_end;
-  sched_.replacement().set_lease_end([&](MachineId m) { return lease_end[m]; });
-  JobSpec one = spec("db", 2);
-  one.copies = JobCopies::kAtMostOne;
+  JobSpec one = at_most_one("db", 2);
   std::vector<Command> sent = create_running(one);
   ASSERT_EQ(sent.size(), 2u);
   MachineId drained = sent[0].machine, lost = sent[1].machine;
@@ -195,7 +191,7 @@ TEST_F(Sched, ADrainedAtMostOneTaskStopsBeforeItsIndexStartsElsewhere) {
   auto d2 = sched_.moves().machine_drain(lost, 5);
   ASSERT_EQ(d2.size(), 1u);
   EXPECT_EQ(d2[0].kind, Command::Kind::kStop);
-  lease_end[lost] = 100;
+  lease_end_[lost] = 100;
   EXPECT_TRUE(sched_.replacement().machine_down(lost, 6).empty());
   EXPECT_EQ(sched_.tasks().at(b).state, TaskState::kLost);
   EXPECT_EQ(sched_.replacement().waiting_for_lease(), 1u);
@@ -209,8 +205,7 @@ TEST_F(Sched, ADrainedAtMostOneTaskStopsBeforeItsIndexStartsElsewhere) {
 // The ReBalancer's move of an at-most-one job's task: stopped first, then started at the
 // machine chosen.
 TEST_F(Sched, AnAtMostOneRebalancingMoveStopsFirstThenStartsAtTheChosenMachine) {
-  JobSpec one = spec("db", 1);
-  one.copies = JobCopies::kAtMostOne;
+  JobSpec one = at_most_one("db", 1);
   std::vector<Command> sent = create_running(one);
   ASSERT_EQ(sent.size(), 1u);
   const std::string moved = sent[0].task_id;
