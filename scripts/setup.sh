@@ -49,7 +49,7 @@ if [ "$mode" = "--test" ]; then
     etcd-server etcd-client
     docker-registry
     chromium zsh bash-completion cpio
-    libfaketime
+    libfaketime libfuse3-dev fuse3
   )
 fi
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -120,10 +121,7 @@ bool ClusterHarness::setup() {
     }
     if (!write_file(dir_ + "/clock-cp", "+0\n").ok()) return false;
   }
-  if (!opts_.state_fs_size.empty()) {
-    mounts_made_.push_back(cp_state_dir());
-    if (!mount_small(cp_state_dir(), opts_.state_fs_size)) return false;
-  }
+  if (!mount_state_fs(cp_state_dir(), dir_ + "/disk-delay-cp")) return false;
   // Two host profiles confined to each machine's own cgroup subtree.
   auto dev = read_file(WEFT_SOURCE_DIR "/examples/dev.toml");
   if (!dev.ok() || !write_file(dir_ + "/profiles/dev.toml", *dev).ok() ||
@@ -164,10 +162,7 @@ bool ClusterHarness::setup() {
     netns_made_.push_back(m.netns);
     std::string peer = "w" + id_ + "p" + std::to_string(i);  // the bridge side
     std::string addr = machine_address(i) + "/24";
-    if (!opts_.state_fs_size.empty()) {
-      mounts_made_.push_back(m.dir + "/agent");
-      if (!mount_small(m.dir + "/agent", opts_.state_fs_size)) return false;
-    }
+    if (!mount_state_fs(m.dir + "/agent", m.dir + "/disk-delay")) return false;
     if (!mkdir_p(m.dir).ok() ||
         (opts_.faked_wall_clocks && !write_file(m.dir + "/clock", "+0\n").ok()) ||
         !sh("ip netns add " + m.netns) || !sh("ip -n " + m.netns + " link set lo up") ||
@@ -253,7 +248,8 @@ bool ClusterHarness::setup() {
       "rebalancer.enabled = " +
       (opts_.rebalance ? "true\nrebalancer.interval = \"1s\"\n" : std::string("false\n")) +
       (opts_.prepare_timeout.empty() ? std::string()
-                                     : "prepare_timeout = \"" + opts_.prepare_timeout + "\"\n");
+                                     : "prepare_timeout = \"" + opts_.prepare_timeout + "\"\n") +
+      opts_.cp_extra;
   return write_file(dir_ + "/cp.toml", cp_conf_).ok();
 }
 
@@ -278,6 +274,7 @@ ClusterHarness::~ClusterHarness() {
     (void)std::system(("ip netns del " + ns + " >/dev/null 2>&1").c_str());
   for (auto it = mounts_made_.rbegin(); it != mounts_made_.rend(); ++it)
     (void)::umount2(it->c_str(), MNT_DETACH);
+  for (pid_t& pid : slowfs_) reap(pid, SIGTERM);  // (unmounted: each is ending anyway)
   // WEFT_E2E_KEEP=1 keeps the daemons' logs and state for a post-mortem.
   if (!std::getenv("WEFT_E2E_KEEP")) (void)remove_tree(dir_);
   lease_.reset();
@@ -305,6 +302,77 @@ Status ClusterHarness::step_wall_clock(int who, int64_t offset_s) {
   // libfaketime's relative form: "+N" or "-N" seconds from the real clock.
   std::string text = (offset_s < 0 ? "" : "+") + std::to_string(offset_s) + "\n";
   return write_file_atomic(clock_file(who), text, 0644);
+}
+
+bool ClusterHarness::mount_state_fs(const std::string& dir, const std::string& delay_file) {
+  if (!opts_.slow_state_fs) {
+    if (opts_.state_fs_size.empty()) return true;
+    mounts_made_.push_back(dir);
+    return mount_small(dir, opts_.state_fs_size);
+  }
+  if (std::string(WEFT_SLOWFS_BIN).empty()) {
+    ADD_FAILURE() << "weft-test-slowfs was not built: scripts/setup.sh --test installs "
+                     "libfuse3-dev (then configure again)";
+    return false;
+  }
+  std::string disk = dir + ".disk";
+  if (opts_.state_fs_size.empty()) {
+    if (!mkdir_p(disk).ok()) return false;
+  } else {
+    mounts_made_.push_back(disk);
+    if (!mount_small(disk, opts_.state_fs_size)) return false;
+  }
+  if (!mkdir_p(dir).ok() || !write_file(delay_file, "0\n").ok()) return false;
+  mounts_made_.push_back(dir);  // unmounted before the disk under it
+  pid_t pid = testing::spawn_process({WEFT_SLOWFS_BIN, disk, dir, delay_file},
+                                     SpawnOptions{dir + ".slowfs.log", false, "", true});
+  if (pid < 0) {
+    ADD_FAILURE() << "cannot run " << WEFT_SLOWFS_BIN;
+    return false;
+  }
+  slowfs_.push_back(pid);
+  // Served once the mount table has it (the server mounts before it serves).
+  for (int waited = 0; waited < 10000; waited += 10) {
+    auto table = read_file("/proc/self/mounts");
+    if (table.ok() && table->find(" " + dir + " fuse") != std::string::npos) return true;
+    sleep_ms(10);
+  }
+  ADD_FAILURE() << "weft-test-slowfs did not mount " << dir << ": "
+                << read_file(dir + ".slowfs.log").value_or("");
+  return false;
+}
+
+Status ClusterHarness::set_disk_delay(int who, int ms) {
+  if (!opts_.slow_state_fs) return make_error("the harness runs without slow_state_fs");
+  std::string file = who < 0 ? dir_ + "/disk-delay-cp"
+                             : machines_.at(static_cast<size_t>(who)).dir + "/disk-delay";
+  return write_file_atomic(file, std::to_string(ms) + "\n", 0644);
+}
+
+Status ClusterHarness::fill_state_fs(int who) {
+  if (opts_.state_fs_size.empty()) return make_error("the harness runs without state_fs_size");
+  std::string path = (who < 0 ? cp_state_dir() : agent_state_dir(who)) + "/filler";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return sys_error("open " + path);
+  std::string chunk(1 << 16, 'x');
+  int err = 0;
+  for (size_t size = chunk.size(); size >= 512 && err == 0; size /= 2) {
+    for (;;) {
+      ssize_t n = ::write(fd, chunk.data(), size);
+      if (n > 0) continue;
+      if (n < 0 && errno != ENOSPC) err = errno;
+      break;  // this size no longer fits: a smaller one may
+    }
+  }
+  ::close(fd);
+  if (err) return errno_error(err, "write " + path);
+  return {};
+}
+
+Status ClusterHarness::free_state_fs(int who) {
+  std::string path = (who < 0 ? cp_state_dir() : agent_state_dir(who)) + "/filler";
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return sys_error("unlink " + path);
+  return {};
 }
 
 void ClusterHarness::reap(pid_t& pid, int sig) {

@@ -46,6 +46,12 @@ struct ClusterOptions {
   // The control plane and every agent run under libfaketime (Debian's libfaketime), their
   // wall clocks offset by step_wall_clock and their monotonic clocks left alone.
   bool faked_wall_clocks = false;
+  // The control plane's and every agent's state_dir each behind a FUSE pass-through whose
+  // fsync waits as set_disk_delay says (weft-test-slowfs; above state_fs_size's tmpfs
+  // when both are set): a slow disk.
+  bool slow_state_fs = false;
+  // More controlplane.toml lines (machine_lease = "10s", say).
+  std::string cp_extra;
 };
 
 class ClusterHarness {
@@ -113,11 +119,19 @@ class ClusterHarness {
   std::string agent_state_dir(int i) const {
     return machines_.at(static_cast<size_t>(i)).dir + "/agent";
   }
+  // With state_fs_size: the control plane's (who = -1) or machine `who`'s agent's state
+  // filesystem filled (a file "filler" written until ENOSPC), and freed again.
+  Status fill_state_fs(int who);
+  Status free_state_fs(int who);
+  // With slow_state_fs: every fsync and fdatasync on the control plane's (who = -1) or
+  // machine `who`'s agent's state filesystem waits `ms` first (0: none), from now on.
+  Status set_disk_delay(int who, int ms);
   // Machine i's agent log (every agent it ran, appended).
   std::string agent_log(int i) const {
     return machines_.at(static_cast<size_t>(i)).dir + "/agent.log";
   }
   const std::string& dir() const { return dir_; }
+  const ClusterOptions& options() const { return opts_; }
   pid_t cp_pid() const { return cp_; }  // -1 when it is not running
   std::string cp_socket() const { return dir_ + "/cp.sock"; }
   // The network namespace the control plane runs in (its loopback: web_listen).
@@ -133,6 +147,10 @@ class ClusterHarness {
   std::string clock_file(int who) const;  // faked_wall_clocks' offset file
   void reap(pid_t& pid, int sig);
   void sweep_stale();
+  // slow_state_fs: weft-test-slowfs serving `dir` from `dir`.disk (a tmpfs of
+  // state_fs_size when set), its delay read from `delay_file`; false with a failure.
+  bool mount_state_fs(const std::string& dir, const std::string& delay_file);
+  std::vector<pid_t> slowfs_;  // the FUSE servers, stopped after their unmount
 
   ClusterOptions opts_;
   std::string id_, dir_, hub_, cgroup_parent_, mount_;
