@@ -934,7 +934,9 @@ TEST(MultiMachinePrepare, AMachineThatNeverPreparesGivesItsTasksBack) {
   json show = c.wait_cp("job.show", {{"name", "site"}}, settled, 20000);
   ASSERT_FALSE(show.is_null()) << c.cp("job.show", {{"name", "site"}})->dump(2) << c.logs();
   for (const auto& t : show["tasks"])
-    if (t["state"] == "running") EXPECT_EQ(t["machine"], "m1") << t.dump();
+    if (t["state"] == "running") {
+      EXPECT_EQ(t["machine"], "m1") << t.dump();
+    }
   json m0;
   auto ls = c.cp("machine.ls");
   ASSERT_TRUE(ls.ok());
@@ -1136,7 +1138,9 @@ TEST_F(MultiMachine, AnOpportunisticJobGivesItsRoomBackWithinItsNotice) {
   auto ents = c_.cp("entitlement.ls");
   ASSERT_TRUE(ents.ok());
   for (const auto& e : (*ents)["entitlements"])
-    if (e["name"] == "lab") EXPECT_EQ(e["machines"], 0) << e.dump();
+    if (e["name"] == "lab") {
+      EXPECT_EQ(e["machines"], 0) << e.dump();
+    }
 
   // svc's job grows into the room its guests hold: its tasks run at once.
   auto t0 = Clock::now();

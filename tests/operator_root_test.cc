@@ -457,8 +457,9 @@ TEST_F(OperatorExecFlood, AnExecClientThatAcknowledgesWhatItNeverReadGetsNoMoreT
   }
   // Six windows of 256 KiB (as base64 in JSON) are a few MiB; the flaw took ~190 MiB.
   // (Not under AddressSanitizer: its quarantine keeps freed buffers resident.)
-  if (!kUnderAsan)
+  if (!kUnderAsan) {
     EXPECT_LT(peak, before + 32 * 1024) << "RSS from " << before << " KiB to " << peak << " KiB";
+  }
   // Each of the liars' execs was ended, and told why.
   for (RawClient* c : {&huge, &stepping}) {
     std::set<uint64_t> ended;
