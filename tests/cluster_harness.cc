@@ -342,6 +342,23 @@ bool ClusterHarness::mount_state_fs(const std::string& dir, const std::string& d
   return false;
 }
 
+::testing::AssertionResult ClusterHarness::log_has(int who, const std::string& text) const {
+  std::string file = who < 0 ? dir_ + "/cp.log" : agent_log(who);
+  auto log = read_file(file);
+  if (!log.ok()) return ::testing::AssertionFailure() << "cannot read " << file;
+  if (log->find(text) == std::string::npos)
+    return ::testing::AssertionFailure() << file << " does not say \"" << text << "\":\n" << *log;
+  return ::testing::AssertionSuccess() << file << " says \"" << text << "\":\n" << *log;
+}
+
+::testing::AssertionResult ClusterHarness::log_lacks(int who, const std::string& text) const {
+  std::string file = who < 0 ? dir_ + "/cp.log" : agent_log(who);
+  if (!read_file(file).ok()) return ::testing::AssertionFailure() << "cannot read " << file;
+  auto has = log_has(who, text);
+  if (has) return ::testing::AssertionFailure() << has.message();
+  return ::testing::AssertionSuccess();
+}
+
 Status ClusterHarness::set_disk_delay(int who, int ms) {
   if (!opts_.slow_state_fs) return make_error("the harness runs without slow_state_fs");
   std::string file = who < 0 ? dir_ + "/disk-delay-cp"

@@ -126,6 +126,11 @@ class ClusterHarness {
   // With slow_state_fs: every fsync and fdatasync on the control plane's (who = -1) or
   // machine `who`'s agent's state filesystem waits `ms` first (0: none), from now on.
   Status set_disk_delay(int who, int ms);
+  // Whether the control plane's (who = -1) or machine `who`'s agent's log says `text`:
+  // log_has fails (the log in its message) when it does not, log_lacks when it does,
+  // both when the log cannot be read.
+  ::testing::AssertionResult log_has(int who, const std::string& text) const;
+  ::testing::AssertionResult log_lacks(int who, const std::string& text) const;
   // Machine i's agent log (every agent it ran, appended).
   std::string agent_log(int i) const {
     return machines_.at(static_cast<size_t>(i)).dir + "/agent.log";
