@@ -9,6 +9,7 @@
 #include "controlplane/maintenance/maintenance.h"
 #include "controlplane/region/lending.h"
 #include "controlplane/store/group_commit.h"
+#include "controlplane/store/notes.h"
 #include "controlplane/store/state_store.h"
 #include "controlplane/taskcontrol/control_rounds.h"
 
@@ -65,6 +66,7 @@ Status Effects::persist(const std::set<std::string>& jobs, const std::set<Machin
   w.jobs.merge(m_.alloc.take_changed_jobs());
   for (uint64_t id : p_.maintenance.take_dropped()) w.maintenance.insert(id);
   for (auto& e : m_.broker.unavailability().take_new()) w.events.push_back(std::move(e));
+  for (auto& [key, value] : p_.notes.take()) w.notes[key] = std::move(value);
   TRY(p_.group->open());
   TRY(p_.store->begin());
   auto fail = [this](Status s) {
@@ -96,6 +98,9 @@ Status Effects::persist(const std::set<std::string>& jobs, const std::set<Machin
     if (!s.ok()) return fail(s);
   }
   if (auto s = p_.store->put_events(w.events); !s.ok()) return fail(s);
+  for (const auto& [key, value] : w.notes)
+    if (auto s = value ? p_.store->put_note(key, *value) : p_.store->delete_note(key); !s.ok())
+      return fail(s);
   TRY(p_.store->commit());
   // Machines whose pool changed may have a new desired profile (push_profiles).
   m_.pool_changes.changed(w.machines.begin(), w.machines.end());
@@ -199,7 +204,8 @@ void Effects::take_events() {
   // there are many more of them than live jobs.
   if (p_.job_events.jobs() > 2 * m_.sched.job_count() + 1000)
     p_.job_events.keep_only(
-        [this](const std::string& job) { return m_.sched.job(job).has_value(); });
+        [this](const std::string& job) { return m_.sched.job(job).has_value(); }, p_.notes);
+  p_.job_events.save(p_.notes);  // for the next leader
 }
 
 void Effects::audit_controller(const std::string& job, const std::vector<std::string>& acks,

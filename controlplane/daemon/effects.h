@@ -5,8 +5,8 @@
 //   1. persist: what changed is written in the current group commit (store/
 //      group_commit.h) — the rows the decision names and everything the modules marked
 //      changed (moved machines, dirty tasks, changed jobs, dropped maintenance, the
-//      broker's events). Nothing of it leaves before that group commits (the output
-//      gate holds every reply and command).
+//      broker's events, the features' notes). Nothing of it leaves before that group
+//      commits (the output gate holds every reply and command).
 //   2. send: the commands go down the machines' agent sessions; a stop of a task that
 //      just left service discovery waits until every agent has it (discovery.h); a
 //      region's shard fences each command with its holder and epoch.
@@ -35,6 +35,7 @@ class GroupCommit;
 class JobEvents;
 class Lending;
 class Maintenance;
+class Notes;
 class StateStore;
 
 uint64_t now_us();  // the scheduler's and broker's steady clock
@@ -65,6 +66,7 @@ class Effects {
     Model& model;
     Maintenance& maintenance;
     JobEvents& job_events;
+    Notes& notes;  // what the features keep for the next leader (store/notes.h)
     Clocks& clocks;
     // Made later than this (with the store, the region's parts, when leading): read at
     // each use, each may be unset but the store and its group.
@@ -98,6 +100,8 @@ class Effects {
   void audit_controller(const std::string& job, const std::vector<std::string>& acks,
                         const std::vector<Command>& done);
   std::string machine_name(MachineId m) const;
+  // What the features keep for the next leader, written with the next persist().
+  Notes& notes() { return p_.notes; }
 
  private:
   // A machine answered a rolling update's prefetch: its old tasks may roll.

@@ -1,12 +1,18 @@
 #include "controlplane/entitlements/profile_rolls.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 
 #include "common/log.h"
 
 namespace weft::cp {
 
 using nlohmann::json;
+
+namespace {
+constexpr size_t kMaxRollMachines = 100'000;  // as a region's move document allows
+}  // namespace
 
 void ProfileRolls::start(EntitlementId e, const std::string& from, size_t pace) {
   Roll& r = rolls_[e];
@@ -17,6 +23,7 @@ void ProfileRolls::start(EntitlementId e, const std::string& from, size_t pace) 
       broker_.hold_profile(m, from);
       r.waiting.push_back(m);
     }
+  save(e);
   log_info("profile roll started", {{"ENTITLEMENT", broker_.entitlements().spec(e).name},
                                     {"TO", broker_.entitlements().spec(e).profile},
                                     {"MACHINES", std::to_string(r.waiting.size())}});
@@ -34,8 +41,10 @@ std::set<MachineId> ProfileRolls::advance() {
     if (!broker_.entitlements().count(e)) {
       for (MachineId m : r.waiting) broker_.release_profile(m);
       it = rolls_.erase(it);
+      save(e);
       continue;
     }
+    const size_t waiting = r.waiting.size(), applying = r.applying.size();
     // Machines that left the entitlement are no longer held.
     std::erase_if(r.waiting, [&](MachineId m) {
       if (alloc_.entitlement_of(m) == e) return false;
@@ -58,8 +67,11 @@ std::set<MachineId> ProfileRolls::advance() {
       log_info("profile roll done", {{"ENTITLEMENT", broker_.entitlements().spec(e).name},
                                      {"PROFILE", broker_.entitlements().spec(e).profile}});
       it = rolls_.erase(it);
+      save(e);
       continue;
     }
+    // (A machine released is one less waiting: every change shows in the two counts.)
+    if (r.waiting.size() != waiting || r.applying.size() != applying) save(e);
     ++it;
   }
   return released;
@@ -88,6 +100,70 @@ void ProfileRolls::adopt(EntitlementId e, const Moved& m,
     }
   for (const auto& name : m.applying)
     if (auto id = id_of(name); id && alloc_.entitlement_of(*id) == e) r.applying.insert(*id);
+  save(e);
+}
+
+void ProfileRolls::save(EntitlementId e) {
+  const std::string key = kNotePrefix + std::to_string(e);
+  auto m = moved(e, [this](MachineId id) { return broker_.persisted(id).info.id; });
+  if (m)
+    notes_.put(key, m->to_json());
+  else
+    notes_.erase(key);
+}
+
+void ProfileRolls::restore(const std::map<std::string, json>& notes) {
+  const std::string prefix = kNotePrefix;
+  for (const auto& [key, value] : notes) {
+    const std::string id = key.substr(std::min(key.size(), prefix.size()));
+    char* end = nullptr;
+    unsigned long n = std::strtoul(id.c_str(), &end, 10);
+    auto roll = Moved::from_json(value, "profile_roll");
+    const bool known = !id.empty() && end && *end == '\0' && n > 0 && n <= UINT32_MAX &&
+                       broker_.entitlements().count(static_cast<EntitlementId>(n));
+    if (!known || !roll.ok()) {
+      log_warn("a profile roll's note is not for an entitlement here: dropped",
+               {{"KEY", key}, {"WHY", roll.ok() ? "no such entitlement" : roll.error().str()}});
+      notes_.erase(key);
+      continue;
+    }
+    const auto e = static_cast<EntitlementId>(n);
+    adopt(e, *roll, [this](const std::string& name) { return broker_.find(name); });
+    log_info("profile roll resumed", {{"ENTITLEMENT", broker_.entitlements().spec(e).name},
+                                      {"WAITING", std::to_string(rolls_[e].waiting.size())},
+                                      {"APPLYING", std::to_string(rolls_[e].applying.size())}});
+  }
+}
+
+json ProfileRolls::Moved::to_json() const {
+  return {{"from", from}, {"pace", pace}, {"waiting", waiting}, {"applying", applying}};
+}
+
+Result<ProfileRolls::Moved> ProfileRolls::Moved::from_json(const json& j, const std::string& path) {
+  if (!j.is_object()) return field_error(path, "must be an object");
+  Moved m;
+  auto from = j.find("from");
+  if (from == j.end() || !from->is_string())
+    return field_error(path + ".from", "must be a profile's name");
+  m.from = from->get<std::string>();
+  auto pace = j.find("pace");
+  if (pace == j.end() || !pace->is_number_unsigned() || pace->get<uint64_t>() < 1 ||
+      pace->get<uint64_t>() > kMaxRollMachines)
+    return field_error(path + ".pace",
+                       "must be a whole number from 1 to " + std::to_string(kMaxRollMachines));
+  m.pace = pace->get<uint64_t>();
+  for (auto [name, out] : {std::pair{"waiting", &m.waiting}, std::pair{"applying", &m.applying}}) {
+    auto list = j.find(name);
+    if (list == j.end() || !list->is_array() || list->size() > kMaxRollMachines)
+      return field_error(path + "." + name, "must be a list of machines");
+    for (size_t i = 0; i < list->size(); ++i) {
+      if (!(*list)[i].is_string())
+        return field_error(path + "." + name + "[" + std::to_string(i) + "]",
+                           "must be a machine's name");
+      out->push_back((*list)[i].get<std::string>());
+    }
+  }
+  return m;
 }
 
 void ProfileRolls::forget(EntitlementId e) {
@@ -95,6 +171,7 @@ void ProfileRolls::forget(EntitlementId e) {
   if (roll == rolls_.end()) return;
   for (MachineId m : roll->second.waiting) broker_.release_profile(m);
   rolls_.erase(roll);
+  save(e);
 }
 
 json ProfileRolls::status(EntitlementId e,

@@ -6,10 +6,13 @@
 //
 // A state machine over the allocator (which machines an entitlement has) and the broker
 // (held profiles, what each machine applied): advance() is called every tick and returns
-// the machines it released, whose sidekicks the caller tells. Not stored: a control plane
-// that restarts mid-roll lets the remaining machines switch together. An entitlement that
-// moves to another shard takes its roll along (moved, adopt): it goes on there where it
-// was, and while the entitlement is fenced for the move it does not advance.
+// the machines it released, whose sidekicks the caller tells. Each roll is a note
+// (store/notes.h, "profile-roll/<entitlement id>": the Moved form, in machine names),
+// written as it changes: a control plane that restarts or takes over mid-roll goes on
+// where the roll was (restore), the machines still waiting held at the old profile. An
+// entitlement that moves to another shard takes its roll along (moved, adopt): it goes
+// on there where it was, and while the entitlement is fenced for the move it does not
+// advance.
 #pragma once
 
 #include <functional>
@@ -23,12 +26,14 @@
 
 #include "controlplane/machines/broker.h"
 #include "controlplane/scheduling/allocator.h"
+#include "controlplane/store/notes.h"
 
 namespace weft::cp {
 
 class ProfileRolls {
  public:
-  ProfileRolls(const Allocator& alloc, Broker& broker) : alloc_(alloc), broker_(broker) {}
+  ProfileRolls(const Allocator& alloc, Broker& broker, Notes& notes)
+      : alloc_(alloc), broker_(broker), notes_(notes) {}
 
   // Starts one for entitlement e, whose profile just changed from `from`: every machine
   // of e not held already is held at `from`, in turn.
@@ -44,6 +49,9 @@ class ProfileRolls {
     size_t pace = 1;
     std::vector<std::string> waiting;  // in turn
     std::vector<std::string> applying;
+    nlohmann::json to_json() const;
+    // Errors name the field under `path` ("profile_roll.waiting[2]").
+    static Result<Moved> from_json(const nlohmann::json& j, const std::string& path);
   };
   std::optional<Moved> moved(EntitlementId e,
                              const std::function<std::string(MachineId)>& machine_name) const;
@@ -51,6 +59,11 @@ class ProfileRolls {
   // its old profile again. A name `id_of` does not know is left out.
   void adopt(EntitlementId e, const Moved& r,
              const std::function<std::optional<MachineId>(const std::string&)>& id_of);
+  // The rolls the notes under kNotePrefix hold (a new leader's, after the state was
+  // restored): each adopted where it was; one of an entitlement that is gone, or that
+  // cannot be read, is dropped (with a warning).
+  static constexpr const char* kNotePrefix = "profile-roll/";
+  void restore(const std::map<std::string, nlohmann::json>& notes);
   void fence(EntitlementId e, bool on) {
     if (on)
       fenced_.insert(e);
@@ -68,8 +81,11 @@ class ProfileRolls {
     std::vector<MachineId> waiting;  // held at `from`, in turn
     std::set<MachineId> applying;    // released, not yet applied
   };
+  // The roll of e as a note again (erased when it has none).
+  void save(EntitlementId e);
   const Allocator& alloc_;
   Broker& broker_;
+  Notes& notes_;
   std::map<EntitlementId, Roll> rolls_;
   std::set<EntitlementId> fenced_;  // moving to or from another shard: not advanced
 };

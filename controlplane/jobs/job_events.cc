@@ -1,14 +1,115 @@
 #include "controlplane/jobs/job_events.h"
 
 #include <algorithm>
+#include <cstdlib>
+
+#include "common/log.h"
 
 namespace weft::cp {
+
+using json = nlohmann::json;
 
 void JobEvents::record(const std::string& job, Event e) {
   e.seq = ++seq_;
   auto& q = jobs_[job];
   q.push_back(std::move(e));
   while (q.size() > kPerJob) q.pop_front();
+  ++saved_[job].unsaved;
+}
+
+std::string JobEvents::note_key(const std::string& job, uint64_t first_seq) {
+  std::string n = std::to_string(first_seq);
+  return kNotePrefix + job + "/" + std::string(20 - std::min<size_t>(20, n.size()), '0') + n;
+}
+
+void JobEvents::forget_notes(const std::string& job, Notes& notes) {
+  auto it = saved_.find(job);
+  if (it == saved_.end()) return;
+  for (const auto& [first, n] : it->second.notes) notes.erase(note_key(job, first));
+  saved_.erase(it);
+}
+
+void JobEvents::save(Notes& notes) {
+  for (auto& [job, sv] : saved_) {
+    if (sv.unsaved == 0) continue;
+    auto q = jobs_.find(job);
+    if (q == jobs_.end() || q->second.empty()) continue;
+    const std::deque<Event>& events = q->second;
+    auto array_of = [&events](size_t from) {
+      json a = json::array();
+      for (size_t i = from; i < events.size(); ++i) a.push_back(to_json(events[i]));
+      return a;
+    };
+    if (sv.notes.size() >= kMaxNotes) {
+      // Written again as one note: all the events kept, under the first one's number.
+      const uint64_t first = events.front().seq;
+      for (const auto& [f, n] : sv.notes)
+        if (f != first) notes.erase(note_key(job, f));
+      notes.put(note_key(job, first), array_of(0));
+      sv.notes = {{first, events.size()}};
+    } else {
+      const size_t n = std::min(sv.unsaved, events.size());
+      const size_t from = events.size() - n;
+      notes.put(note_key(job, events[from].seq), array_of(from));
+      sv.notes.emplace_back(events[from].seq, n);
+    }
+    sv.unsaved = 0;
+    // The oldest notes go once the newer ones hold kPerJob events without them.
+    size_t held = 0;
+    for (const auto& [f, n] : sv.notes) held += n;
+    while (sv.notes.size() > 1 && held - sv.notes.front().second >= kPerJob) {
+      held -= sv.notes.front().second;
+      notes.erase(note_key(job, sv.notes.front().first));
+      sv.notes.pop_front();
+    }
+  }
+}
+
+void JobEvents::restore(const std::map<std::string, json>& notes, Notes& out) {
+  const std::string prefix = kNotePrefix;
+  for (const auto& [key, value] : notes) {
+    if (key.compare(0, prefix.size(), prefix) != 0) continue;
+    const size_t slash = key.rfind('/');
+    const std::string job = key.substr(prefix.size(), slash - prefix.size());
+    const std::string first = key.substr(slash + 1);
+    if (slash <= prefix.size() || first.size() != 20 || !value.is_array() || value.empty()) {
+      log_warn("a job events note is not readable: dropped", {{"KEY", key}});
+      out.erase(key);
+      continue;
+    }
+    std::deque<Event>& q = jobs_[job];
+    uint64_t last = q.empty() ? 0 : q.back().seq;
+    size_t n = 0;
+    for (const auto& j : value) {
+      auto seq = j.is_object() ? j.find("seq") : j.end();
+      if (!j.is_object() || seq == j.end() || !seq->is_number_unsigned() ||
+          seq->get<uint64_t>() <= last) {
+        log_warn("a job event in a note is not readable: left out", {{"KEY", key}});
+        continue;
+      }
+      auto text = [&j](const char* name) {
+        auto it = j.find(name);
+        return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+      };
+      Event e;
+      e.seq = last = seq->get<uint64_t>();
+      if (auto at = j.find("at_us"); at != j.end() && at->is_number_unsigned())
+        e.at_us = at->get<uint64_t>();
+      e.task = text("task");
+      e.machine = text("machine");
+      e.what = text("what");
+      e.detail = text("detail");
+      q.push_back(std::move(e));
+      ++n;
+      seq_ = std::max(seq_, last);
+    }
+    while (q.size() > kPerJob) q.pop_front();
+    if (n)
+      saved_[job].notes.emplace_back(std::strtoull(first.c_str(), nullptr, 10), n);
+    else
+      out.erase(key);
+  }
+  std::erase_if(jobs_, [](const auto& j) { return j.second.empty(); });
 }
 
 std::vector<JobEvents::Event> JobEvents::list(const std::string& job, uint64_t after, size_t limit,

@@ -514,7 +514,8 @@ TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
     ASSERT_TRUE(b.profile_applied(id, "old").ok());
     ms.push_back(*m);
   }
-  ProfileRolls rolls(a, b);
+  Notes notes;
+  ProfileRolls rolls(a, b, notes);
   b.entitlements().set_profile(*e, "new");
   rolls.start(*e, "old", 1);
   for (MachineId m : ms) EXPECT_EQ(b.desired_profile(m), "old");  // all held
@@ -542,6 +543,61 @@ TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
   rolls.forget(*e);
   EXPECT_FALSE(rolls.rolling(*e));
   for (MachineId m : ms) EXPECT_EQ(b.desired_profile(m), "newer");
+}
+
+// A roll's progress is a note, written as it moves: a new leader (a restart, a failover)
+// that reads it goes on where the roll was, the machines still waiting held at the old
+// profile again, not all switched at once.
+TEST(ProfileRolls, AResumedRollGoesOnWhereItWas) {
+  Allocator a;
+  Broker b(a);
+  auto e = b.entitlements().create(EntitlementSpec{"web", 4, "old", "", {}, {}});
+  ASSERT_TRUE(e.ok());
+  std::vector<MachineId> ms;
+  for (int i = 0; i < 4; ++i) {
+    std::string id = "m" + std::to_string(i);
+    auto m = b.register_machine(info(id, "r" + std::to_string(i)), 0);
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(b.health(id, "ok", 0).ok());
+    ASSERT_TRUE(a.assign(*m, *e).ok());
+    ASSERT_TRUE(b.profile_applied(id, "old").ok());
+    ms.push_back(*m);
+  }
+  Notes notes;
+  ProfileRolls rolls(a, b, notes);
+  b.entitlements().set_profile(*e, "new");
+  rolls.start(*e, "old", 1);
+  EXPECT_EQ(rolls.advance(), std::set<MachineId>{ms[0]});
+  ASSERT_TRUE(b.profile_applied("m0", "new").ok());
+  EXPECT_EQ(rolls.advance(), std::set<MachineId>{ms[1]});
+  // What the store holds now: the latest value of each note.
+  std::map<std::string, json> stored;
+  for (auto& [key, value] : notes.take())
+    if (value) stored[key] = *value;
+  const std::string key = "profile-roll/" + std::to_string(*e);
+  ASSERT_EQ(stored.count(key), 1u);
+  EXPECT_EQ(stored[key]["applying"], json::array({"m1"}));
+  EXPECT_EQ(stored[key]["waiting"], json::array({"m2", "m3"}));
+  // The leader dies: a new one starts with no holds (its broker is new) and no rolls.
+  rolls.forget(*e);
+  for (MachineId m : ms) ASSERT_FALSE(b.profile_held(m));
+  Notes after;
+  ProfileRolls resumed(a, b, after);
+  stored["profile-roll/99"] = stored[key];       // an entitlement that is gone
+  stored["profile-roll/x"] = json{{"from", 3}};  // and a note it cannot read
+  resumed.restore(stored);
+  ASSERT_TRUE(resumed.rolling(*e));
+  EXPECT_TRUE(b.profile_held(ms[2]));
+  EXPECT_TRUE(b.profile_held(ms[3]));
+  EXPECT_EQ(b.desired_profile(ms[3]), "old");
+  EXPECT_TRUE(resumed.advance().empty()) << "m1 still applying: nothing more goes";
+  ASSERT_TRUE(b.profile_applied("m1", "new").ok());
+  EXPECT_EQ(resumed.advance(), std::set<MachineId>{ms[2]});
+  auto written = after.take();
+  EXPECT_EQ(written.count("profile-roll/99"), 1u);
+  EXPECT_FALSE(written["profile-roll/99"].has_value()) << "the stale note is erased";
+  ASSERT_TRUE(written[key].has_value());
+  EXPECT_EQ((*written[key])["waiting"], json::array({"m3"}));
 }
 
 }  // namespace

@@ -287,11 +287,7 @@ json move_doc_to_json(const MoveDoc& d) {
     tasks.push_back(std::move(row));
   }
   out["tasks"] = std::move(tasks);
-  if (d.profile_roll)
-    out["profile_roll"] = {{"from", d.profile_roll->from},
-                           {"pace", d.profile_roll->pace},
-                           {"waiting", d.profile_roll->waiting},
-                           {"applying", d.profile_roll->applying}};
+  if (d.profile_roll) out["profile_roll"] = d.profile_roll->to_json();
   out["task_seq"] = d.task_seq;
   return out;
 }
@@ -330,25 +326,13 @@ Result<MoveDoc> parse_move_doc(const json& j) {
     d.tasks.push_back(std::move(t));
   }
   if (j.contains("profile_roll") && !j["profile_roll"].is_null()) {
-    const json& pr = j["profile_roll"];
-    Fields r(pr, "profile_roll");
-    TRY(r.object());
-    ProfileRolls::Moved roll;
-    TRY_ASSIGN(roll.from, r.str("from", false));
-    TRY_ASSIGN(uint64_t pace, r.u64("pace", kMaxMachines));
-    if (pace < 1) return field_error("profile_roll.pace", "must be at least 1");
-    roll.pace = pace;
-    for (auto [key, out] :
-         {std::pair{"waiting", &roll.waiting}, std::pair{"applying", &roll.applying}}) {
-      TRY_ASSIGN(const json* names, r.array(key, kMaxMachines));
-      for (size_t i = 0; i < names->size(); ++i) {
-        const json& v = (*names)[i];
-        if (!v.is_string() || !machines.count(v.get<std::string>()))
+    TRY_ASSIGN(auto roll, ProfileRolls::Moved::from_json(j["profile_roll"], "profile_roll"));
+    for (auto [key, names] :
+         {std::pair{"waiting", &roll.waiting}, std::pair{"applying", &roll.applying}})
+      for (size_t i = 0; i < names->size(); ++i)
+        if (!machines.count((*names)[i]))
           return field_error(at(std::string("profile_roll.") + key, i),
                              "must name a machine of the document");
-        out->push_back(v.get<std::string>());
-      }
-    }
     d.profile_roll = std::move(roll);
   }
   TRY_ASSIGN(d.task_seq, f.u64("task_seq"));

@@ -168,7 +168,8 @@ TEST(ProfileRollMove, HeldWhileFencedAndGoesOnWhereItWasWhenTakenIn) {
   }
   broker.entitlements().restore(1, EntitlementSpec{"web", 2, "new", "", {}, {}});
   for (MachineId m : ids) ASSERT_TRUE(alloc.assign(m, 1).ok());
-  ProfileRolls rolls{alloc, broker};
+  Notes notes;
+  ProfileRolls rolls{alloc, broker, notes};
   rolls.start(1, "old", 1);
   auto first = rolls.advance();
   ASSERT_EQ(first.size(), 1u);  // one machine at a time
@@ -183,7 +184,7 @@ TEST(ProfileRollMove, HeldWhileFencedAndGoesOnWhereItWasWhenTakenIn) {
   // Taken in by another ProfileRolls (a shard with the same machines): the one waiting
   // is held at the old profile, and the roll goes on from there.
   rolls.forget(1);
-  ProfileRolls there{alloc, broker};
+  ProfileRolls there{alloc, broker, notes};
   there.adopt(1, *moved, [&alloc](const std::string& n) -> std::optional<MachineId> {
     for (MachineId m = 0; m < alloc.machine_count(); ++m)
       if (alloc.spec(m).name == n) return m;

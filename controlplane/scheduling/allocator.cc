@@ -390,6 +390,17 @@ Status Allocator::restore(const Request& r, const std::vector<MachineId>& machin
   return {};
 }
 
+void Allocator::restore_evicted(const std::string& job, int index, MachineId machine) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || !it->second.req.opportunistic || index < 0) return;
+  Held& h = it->second;
+  const size_t i = static_cast<size_t>(index);
+  if (i >= h.machines.size() || h.machines[i] != machine || evicted(h, i)) return;
+  unhold(h, i);
+  if (h.evicted.size() < h.machines.size()) h.evicted.resize(h.machines.size(), false);
+  h.evicted[i] = true;
+}
+
 std::string Allocator::ports_taken(const Request& r) const {
   if (r.fixed_ports.empty()) return "";
   // The machines the job could use (its entitlement's and the free pool's): how many

@@ -165,6 +165,9 @@ class Allocator {
   // new ones).
   Status restore(const Request& r, const std::vector<MachineId>& machines,
                  const std::vector<std::vector<uint16_t>>& dynamic = {});
+  // After restore(): guest task `index` of `job`, on `machine`, had its room taken back
+  // (its task is stopping, preempted): it holds nothing there again, as before.
+  void restore_evicted(const std::string& job, int index, MachineId machine);
   // Frees everything a job holds; returns the machines that became empty.
   std::vector<MachineId> release(const std::string& job);
   // Returns empty machines of an entitlement to the free pool (but pinned ones); returns

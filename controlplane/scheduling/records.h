@@ -60,8 +60,9 @@ struct TaskRecord {
   // once the job is gone and another job has its name.
   EntitlementId entitlement = 0;
   // A guest's task (an opportunistic batch job's) whose room its machine's owner took
-  // back: stopping with its job's notice, then placed again elsewhere (not a failure).
-  // Not stored: a restarted control plane sees a stopping task and replaces it as well.
+  // back: stopping with its job's notice, then placed again elsewhere (not a failure;
+  // a batch index that finished within its notice is done). Stored with the task, so
+  // that the next leader knows why it stops.
   bool preempted = false;
   // A task of an at-most-one job being moved (a drain, the ReBalancer): break before
   // make, it stops first and its index starts again where its slot now is once the stop

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "controlplane/daemon/cp_conf.h"
+#include "controlplane/store/notes.h"
 
 #include <iostream>
 
@@ -412,6 +413,7 @@ Status EtcdStore::put_task(const TaskRecord& t) {
                            : json(t.message).dump(-1, ' ', false, json::error_handler_t::replace);
   row += ",\"held\":";
   row += t.held ? "true" : "false";
+  if (t.preempted) row += ",\"preempted\":true";
   if (!t.ports.empty()) {
     row += ",\"ports\":";
     row += task_ports_json(t.ports).dump();
@@ -471,6 +473,36 @@ Result<std::vector<MaintenanceEvent>> EtcdStore::maintenance() {
     auto e = maintenance_from_json(json::parse(kv.value, nullptr, false));
     if (!e.ok()) return std::move(e).error().wrap(kv.key);
     out.push_back(std::move(e).value());
+  }
+  return out;
+}
+
+// The notes live beside state/ (notes/<key>), not in it: load() reads every row of
+// state/, and a restore reads the notes once, on their own.
+Status EtcdStore::put_note(const std::string& k, const json& value) {
+  return add({Op::Kind::kPut,
+              key("notes/" + k),
+              value.dump(-1, ' ', false, json::error_handler_t::replace),
+              {},
+              0});
+}
+
+Status EtcdStore::delete_note(const std::string& k) {
+  return add({Op::Kind::kDelete, key("notes/" + k), {}, {}, 0});
+}
+
+Result<std::map<std::string, json>> EtcdStore::notes() {
+  const std::string base = key("notes/");
+  TRY_ASSIGN(auto kvs, client_->range_prefix(base));
+  std::map<std::string, json> out;
+  for (auto& kv : kvs) {
+    std::string k = kv.key.substr(base.size());
+    json v = json::parse(kv.value, nullptr, false);
+    if (v.is_discarded() || !Notes::valid_key(k)) {
+      log_warn("a stored note is not readable: left out", {{"KEY", kv.key}});
+      continue;
+    }
+    out.emplace(std::move(k), std::move(v));
   }
   return out;
 }
@@ -598,6 +630,7 @@ Status parse_etcd_rows(const std::vector<etcd::Kv>& kvs, const std::string& base
           t.record.message = row.at("message").get<std::string>();
           t.record.held = row.at("held").get<bool>();
           if (row.contains("ports")) t.record.ports = task_ports_from(row["ports"]);
+          if (auto p = row.find("preempted"); p != row.end()) t.record.preempted = p->get<bool>();
           (*tasks)[job][bucket][tid] = row;
           st->tasks.push_back(std::move(t));
         }

@@ -3,7 +3,8 @@
 // Each row is one key under `prefix` ("/weft/" by default), its value JSON:
 //   state/entitlements/<id>, state/machines/<idx>, state/jobs/<name>,
 //   state/tasks/<job>/<bucket>, state/meta/task_seq, state/events/<seq>,
-//   state/maintenance/<id>, audit/<seq>  (numbers zero-padded: key order is number order)
+//   state/maintenance/<id>, audit/<seq>  (numbers zero-padded: key order is number order),
+//   notes/<key> (the features' notes, controlplane/store/notes.h)
 // and `leader`, the election key (controlplane/store/leader.h). A job's tasks are kept 64
 // indexes to a key (a bucket: {task id: row}): a 36-task job starting is one put, not 36
 // (etcd's cost is per key: docs/benchmarks.md). The store keeps the rows it wrote
@@ -79,6 +80,9 @@ class EtcdStore final : public StateStore {
   Status put_maintenance(const MaintenanceEvent& e) override;
   Status delete_maintenance(uint64_t id) override;
   Result<std::vector<MaintenanceEvent>> maintenance() override;
+  Status put_note(const std::string& key, const nlohmann::json& value) override;
+  Status delete_note(const std::string& key) override;
+  Result<std::map<std::string, nlohmann::json>> notes() override;
   Status put_audit(const AuditRecord& r) override;
   Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit) override;
   Result<StoredState> load() override;

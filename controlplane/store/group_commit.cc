@@ -20,6 +20,7 @@ void Written::add(const Written& newer) {
   jobs.insert(newer.jobs.begin(), newer.jobs.end());
   events.insert(events.end(), newer.events.begin(), newer.events.end());
   maintenance.insert(newer.maintenance.begin(), newer.maintenance.end());
+  for (const auto& [key, value] : newer.notes) notes[key] = value;
 }
 
 GroupCommit::GroupCommit(EventLoop& loop, GroupWrites& store, rpc::OutputGate& gate, Options opts,

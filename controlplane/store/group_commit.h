@@ -34,6 +34,7 @@
 #include "common/metrics.h"
 #include "common/rpc/session.h"
 #include "controlplane/machines/broker.h"
+#include "controlplane/store/notes.h"
 #include "controlplane/store/state_store.h"
 
 namespace weft::cp {
@@ -45,11 +46,12 @@ struct Written {
   std::set<std::string> jobs;
   std::vector<Unavailability> events;  // oldest first
   std::set<uint64_t> maintenance;
-  // Adds `newer` (its events after these).
+  Notes::Pending notes;  // the features' notes (notes.h), their latest values
+  // Adds `newer` (its events after these, its notes' values over these).
   void add(const Written& newer);
   bool empty() const {
     return machines.empty() && tasks.empty() && jobs.empty() && events.empty() &&
-           maintenance.empty();
+           maintenance.empty() && notes.empty();
   }
 };
 

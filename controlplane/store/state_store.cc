@@ -6,6 +6,7 @@
 #include "common/json_bounded.h"
 #include "common/log.h"
 #include "common/task_spec.h"
+#include "controlplane/store/notes.h"
 
 namespace weft::cp {
 
@@ -41,6 +42,10 @@ const std::vector<std::string> kMigrations = {
     R"(CREATE TABLE maintenance (id INTEGER PRIMARY KEY, event TEXT NOT NULL);)",
     // A task's named ports on its machine (docs/services.md), as a JSON object.
     R"(ALTER TABLE tasks ADD COLUMN ports TEXT NOT NULL DEFAULT '{}';)",
+    // The features' notes (controlplane/store/notes.h); whether a guest's task was
+    // taken back (its room given to its machine's owner: TaskRecord::preempted).
+    R"(CREATE TABLE notes (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+       ALTER TABLE tasks ADD COLUMN preempted INTEGER NOT NULL DEFAULT 0;)",
 };
 
 TaskState state_from(const std::string& s) {
@@ -94,6 +99,9 @@ class SqliteStore final : public StateStore {
   Status put_maintenance(const MaintenanceEvent& e) override;
   Status delete_maintenance(uint64_t id) override;
   Result<std::vector<MaintenanceEvent>> maintenance() override;
+  Status put_note(const std::string& key, const json& value) override;
+  Status delete_note(const std::string& key) override;
+  Result<std::map<std::string, json>> notes() override;
   Status put_audit(const AuditRecord& r) override;
   Result<std::vector<AuditRecord>> audit(int64_t since_wall_us, size_t limit) override;
   Result<StoredState> load() override;
@@ -201,19 +209,20 @@ Status SqliteStore::put_task(const TaskRecord& t) {
              // no index), where INSERT OR REPLACE deleted it and inserted it again, both
              // indexes with it. job and idx never change for an id.
              db_->prepare("INSERT INTO tasks (id, job, idx, generation, machine, state, "
-                          "since_us, since_wall_us, message, held, ports) "
-                          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) "
+                          "since_us, since_wall_us, message, held, ports, preempted) "
+                          "VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12) "
                           "ON CONFLICT(id) DO UPDATE SET generation = excluded.generation, "
                           "machine = excluded.machine, state = excluded.state, "
                           "since_us = excluded.since_us, since_wall_us = excluded.since_wall_us, "
                           "message = excluded.message, held = excluded.held, "
-                          "ports = excluded.ports"));
+                          "ports = excluded.ports, preempted = excluded.preempted"));
   s.bind(1, t.id).bind(2, t.job).bind(3, int64_t{t.index});
   s.bind(4, static_cast<int64_t>(t.generation)).bind(5, int64_t{t.machine});
   s.bind(6, std::string(task_state_name(t.state))).bind(7, static_cast<int64_t>(t.since_us));
   s.bind(8, wall_of(t.since_us));
   s.bind(9, t.message).bind(10, int64_t{t.held});
   s.bind(11, task_ports_json(t.ports).dump());
+  s.bind(12, int64_t{t.preempted});
   return s.run();
 }
 
@@ -254,6 +263,35 @@ Result<std::vector<MaintenanceEvent>> SqliteStore::maintenance() {
     auto e = maintenance_from_json(json::parse(s.col_text(0), nullptr, false));
     if (!e.ok()) return e.error();
     out.push_back(std::move(e).value());
+  }
+  return out;
+}
+
+Status SqliteStore::put_note(const std::string& key, const json& value) {
+  TRY_ASSIGN(Stmt s, db_->prepare("INSERT OR REPLACE INTO notes (key, value) VALUES (?1, ?2)"));
+  s.bind(1, key).bind(2, value.dump(-1, ' ', false, json::error_handler_t::replace));
+  return s.run();
+}
+
+Status SqliteStore::delete_note(const std::string& key) {
+  TRY_ASSIGN(Stmt s, db_->prepare("DELETE FROM notes WHERE key = ?1"));
+  s.bind(1, key);
+  return s.run();
+}
+
+Result<std::map<std::string, json>> SqliteStore::notes() {
+  std::map<std::string, json> out;
+  TRY_ASSIGN(Stmt s, db_->prepare("SELECT key, value FROM notes"));
+  for (;;) {
+    TRY_ASSIGN(bool row, s.step());
+    if (!row) break;
+    std::string key = s.col_text(0);
+    json v = json::parse(s.col_text(1), nullptr, false);
+    if (v.is_discarded() || !Notes::valid_key(key)) {
+      log_warn("a stored note is not readable: left out", {{"KEY", key}});
+      continue;
+    }
+    out.emplace(std::move(key), std::move(v));
   }
   return out;
 }
@@ -365,7 +403,7 @@ Result<StoredState> SqliteStore::load() {
   }
   {
     TRY_ASSIGN(Stmt s, db_->prepare("SELECT id, job, idx, generation, machine, state, since_us, "
-                                    "since_wall_us, message, held, ports FROM tasks"));
+                                    "since_wall_us, message, held, ports, preempted FROM tasks"));
     for (;;) {
       TRY_ASSIGN(bool row, s.step());
       if (!row) break;
@@ -380,6 +418,7 @@ Result<StoredState> SqliteStore::load() {
       t.record.message = s.col_text(8);
       t.record.held = s.col_int(9) != 0;
       t.record.ports = task_ports_from(json::parse(s.col_text(10), nullptr, false));
+      t.record.preempted = s.col_int(11) != 0;
       st.tasks.push_back(std::move(t));
     }
   }
@@ -511,6 +550,9 @@ Status StateStore::apply_rows(StoredState st, Allocator& alloc, Broker& broker, 
   for (auto& t : st.tasks) {
     TaskRecord r = std::move(t.record);
     r.since_us = mono_of(static_cast<uint64_t>(t.since_wall_us), wall, now);
+    // A guest whose room was taken back holds nothing where it still stops.
+    if (r.preempted && r.state == TaskState::kStopping)
+      alloc.restore_evicted(r.job, r.index, r.machine);
     sched.handover().restore_task(r);
   }
   std::vector<Unavailability> events;
@@ -559,6 +601,9 @@ Status copy_state(StateStore& from, StateStore& to) {
   TRY_ASSIGN(auto maint, from.maintenance());
   for (const auto& m : maint)
     if (auto s = to.put_maintenance(m); !s.ok()) return fail(s);
+  TRY_ASSIGN(auto notes, from.notes());
+  for (const auto& [key, value] : notes)
+    if (auto s = to.put_note(key, value); !s.ok()) return fail(s);
   TRY(to.commit());
   TRY_ASSIGN(auto audit, from.audit(0, StateStore::kMaxAudit));
   for (const auto& a : audit) TRY(to.put_audit(a));

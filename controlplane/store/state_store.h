@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -149,6 +150,12 @@ class StateStore : public GroupWrites {
   virtual Status put_maintenance(const MaintenanceEvent& e) = 0;
   virtual Status delete_maintenance(uint64_t id) = 0;
   virtual Result<std::vector<MaintenanceEvent>> maintenance() = 0;
+
+  // The features' notes (notes.h): put whole, erased, read back all at once (a value
+  // that is not JSON is left out with a warning: a note never stops a restore).
+  virtual Status put_note(const std::string& key, const nlohmann::json& value) = 0;
+  virtual Status delete_note(const std::string& key) = 0;
+  virtual Result<std::map<std::string, nlohmann::json>> notes() = 0;
 
   // Appended in its own transaction; the store keeps the latest kMaxAudit entries.
   static constexpr size_t kMaxAudit = 100'000;

@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "controlplane/store/etcd_store.h"
 #include "controlplane/store/leader.h"
+#include "controlplane/store/notes.h"
 #include "testing/etcd_server.h"
 
 namespace weft::cp {
@@ -463,6 +464,69 @@ TEST_P(Stores, TaskRowsFollowUndoneWritesAndForgottenTasks) {
                                                    {"web.2.4", TaskState::kStarting}}));
 }
 
+// The features' notes (store/notes.h): put, replaced, erased, undone with a write that
+// failed, read back whole by the next open; a guest's task taken back is stored so.
+TEST_P(Stores, NotesAndATaskTakenBackAreKept) {
+  using nlohmann::json;
+  {
+    auto st = open();
+    ASSERT_TRUE(st.ok()) << st.error().str();
+    ASSERT_TRUE((*st)->open_batch().ok());
+    ASSERT_TRUE((*st)->begin().ok());
+    ASSERT_TRUE((*st)->put_note("job-events/web/00000000000000000001", json::array({1})).ok());
+    ASSERT_TRUE((*st)->put_note("rebalance/3", json{{"made", json::array()}}).ok());
+    ASSERT_TRUE((*st)->put_note("autoscale/web", json{{"v", 1}}).ok());
+    TaskRecord t;
+    t.id = "guest.0.1";
+    t.job = "guest";
+    t.state = TaskState::kStopping;
+    t.preempted = true;
+    ASSERT_TRUE((*st)->put_task(t).ok());
+    ASSERT_TRUE((*st)->commit().ok());
+    ASSERT_TRUE((*st)->begin().ok());  // a write that fails: none of it stays
+    ASSERT_TRUE((*st)->put_note("autoscale/web", json{{"v", 2}}).ok());
+    ASSERT_TRUE((*st)->delete_note("rebalance/3").ok());
+    (*st)->rollback();
+    ASSERT_TRUE((*st)->begin().ok());
+    ASSERT_TRUE((*st)->put_note("autoscale/web", json{{"v", 3}}).ok());
+    ASSERT_TRUE((*st)->delete_note("job-events/web/00000000000000000001").ok());
+    ASSERT_TRUE((*st)->commit().ok());
+    ASSERT_TRUE((*st)->commit_batch().ok());
+  }
+  auto st = open();
+  ASSERT_TRUE(st.ok());
+  auto notes = (*st)->notes();
+  ASSERT_TRUE(notes.ok()) << notes.error().str();
+  EXPECT_EQ(*notes, (std::map<std::string, json>{{"autoscale/web", json{{"v", 3}}},
+                                                 {"rebalance/3", json{{"made", json::array()}}}}));
+  auto rows = (*st)->load();
+  ASSERT_TRUE(rows.ok()) << rows.error().str();
+  ASSERT_EQ(rows->tasks.size(), 1u) << "the notes are not rows of the state";
+  EXPECT_TRUE(rows->tasks[0].record.preempted);
+}
+
+// Only keys a feature makes are notes' keys: nothing that escapes a prefix or a table.
+TEST(Notes, KeysAreNamesAndTakenByPrefix) {
+  using nlohmann::json;
+  for (const char* good : {"job-events/web/00000000000000000001", "rebalance/3", "a.b_c-d"})
+    EXPECT_TRUE(Notes::valid_key(good)) << good;
+  for (const char* bad : {"", "/a", "a/", "a//b", "../x", "a/../b", "a b", "a\nb", "caf\xc3\xa9"})
+    EXPECT_FALSE(Notes::valid_key(bad)) << bad;
+  EXPECT_FALSE(Notes::valid_key(std::string(Notes::kMaxKey + 1, 'a')));
+  Notes n;
+  n.set_loaded({{"autoscale/a", 1}, {"autoscale-history/a", 2}, {"rebalance/1", 3}});
+  auto a = n.take_loaded("autoscale/");
+  EXPECT_EQ(a, (std::map<std::string, json>{{"autoscale/a", 1}}));
+  EXPECT_TRUE(n.take_loaded("autoscale/").empty()) << "taken once";
+  EXPECT_EQ(n.take_loaded("rebalance/").size(), 1u);
+  n.put("x", 1);
+  n.erase("x");
+  auto pending = n.take();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_FALSE(pending["x"].has_value()) << "the latest wins: erased";
+  EXPECT_FALSE(n.pending());
+}
+
 TEST_P(Stores, MaintenanceAndAuditAreKept) {
   {
     auto st = open();
@@ -595,6 +659,7 @@ TEST(EtcdStore, ASqliteStateMigratesWhole) {
   ASSERT_TRUE(sq.ok());
   persist_all(before, **sq);
   ASSERT_TRUE((*sq)->put_audit({0, 0, "uid 0", "admin", "job.create", "site", "d", "ok"}).ok());
+  ASSERT_TRUE((*sq)->put_note("rebalance/1", nlohmann::json{{"outcome", "paused"}}).ok());
   EtcdStoreConfig c;
   c.etcd.endpoints = {server.endpoint()};
   auto et = EtcdStore::open(c);
@@ -613,6 +678,10 @@ TEST(EtcdStore, ASqliteStateMigratesWhole) {
   EXPECT_EQ(after.alloc.placement("site"), before.alloc.placement("site"));
   EXPECT_TRUE(after.broker.persisted(2).drained);
   EXPECT_EQ(after.sched.task_seq(), before.sched.task_seq());
+  using nlohmann::json;
+  auto notes = (*et)->notes();
+  ASSERT_TRUE(notes.ok()) << notes.error().str();
+  EXPECT_EQ(*notes, (std::map<std::string, json>{{"rebalance/1", json{{"outcome", "paused"}}}}));
   auto audit = (*et)->audit(0, 10);
   ASSERT_TRUE(audit.ok());
   ASSERT_EQ(audit->size(), 1u);

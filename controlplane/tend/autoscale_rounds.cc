@@ -1,6 +1,7 @@
 #include "controlplane/tend/autoscale_rounds.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -11,8 +12,104 @@ namespace weft::cp {
 using json = nlohmann::json;
 
 AutoscaleRounds::AutoscaleRounds(EventLoop& loop, const Scheduler& sched, AgentAsks& asks,
-                                 Options opts, Hooks hooks)
-    : loop_(loop), sched_(sched), asks_(asks), opts_(opts), hooks_(std::move(hooks)) {}
+                                 Options opts, Hooks hooks, Notes& notes)
+    : loop_(loop),
+      sched_(sched),
+      asks_(asks),
+      opts_(opts),
+      hooks_(std::move(hooks)),
+      notes_(notes) {}
+
+void AutoscaleRounds::restore(std::map<std::string, json> notes) {
+  restored_ = std::move(notes);
+  // At once, so that job.autoscale shows them before the first round here.
+  const std::string prefix = kNotePrefix;
+  std::vector<std::string> jobs;
+  for (const auto& [key, note] : restored_)
+    if (key.compare(0, prefix.size(), prefix) == 0) jobs.push_back(key.substr(prefix.size()));
+  for (const auto& name : jobs) {
+    auto spec = sched_.job(name);
+    if (!spec || !spec->autoscale) continue;
+    JobState& st = jobs_[name];
+    st.scaler = std::make_unique<Autoscaler>(policy_of(*spec));
+    st.spec = *spec->autoscale;
+    resume(name, st, settings_of(*spec->autoscale));
+  }
+}
+
+json AutoscaleRounds::settings_of(AutoscaleSpec a) {
+  a.paused = false;  // a pause is not a new setting: the history goes on
+  return to_json(a);
+}
+
+void AutoscaleRounds::resume(const std::string& job, JobState& st, const json& settings) {
+  auto recent = restored_.extract(kNotePrefix + job);
+  auto history = restored_.extract(kHistoryPrefix + job);
+  if (recent.empty()) return;
+  const json& r = recent.mapped();
+  if (!r.is_object() || r.value("settings", json()) != settings) return;  // a new history
+  st.scaler->restore(r.value("scaler", json()), history.empty() ? json() : history.mapped());
+  st.history_saved = st.scaler->newest_slot();
+  auto number = [&r](const char* name, auto fallback) {
+    auto it = r.find(name);
+    using T = decltype(fallback);
+    if (it == r.end() || !it->is_number()) return fallback;
+    if constexpr (std::is_floating_point_v<T>) return it->get<T>();
+    return it->is_number_integer() ? it->get<T>() : fallback;
+  };
+  st.total = number("total", 0.0);
+  st.measured = number("measured", int64_t{0});
+  st.measured_at_us = number("measured_at_us", uint64_t{0});
+  if (auto d = r.find("decision"); d != r.end() && d->is_object() &&
+                                   d->value("desired", json()).is_number_integer() &&
+                                   d->value("proportional", json()).is_number_integer()) {
+    AutoscaleDecision dec;
+    dec.desired = (*d)["desired"].get<int64_t>();
+    dec.proportional = (*d)["proportional"].get<int64_t>();
+    if (auto why = d->find("reason"); why != d->end() && why->is_string())
+      dec.reason = why->get<std::string>();
+    if (auto p = d->find("predicted"); p != d->end() && p->is_number_integer())
+      dec.predicted = p->get<int64_t>();
+    st.last = dec;
+  }
+  if (auto c = r.find("changes"); c != r.end() && c->is_array())
+    for (const auto& v : *c)
+      if (v.is_object() && st.changes.size() < kChangesKept) st.changes.push_back(v);
+  log_info("autoscaling goes on with the last leader's history",
+           {{"JOB", job}, {"SLOTS", std::to_string(st.scaler->slots_kept())}});
+}
+
+void AutoscaleRounds::save(const std::string& job, JobState& st) {
+  if (!st.scaler) return;
+  json decision;
+  if (st.last) {
+    decision = {{"desired", st.last->desired},
+                {"proportional", st.last->proportional},
+                {"reason", st.last->reason}};
+    if (st.last->predicted) decision["predicted"] = *st.last->predicted;
+  }
+  json note{{"settings", settings_of(st.spec)},
+            {"scaler", st.scaler->recent_json()},
+            {"total", st.total},
+            {"measured", st.measured},
+            {"measured_at_us", st.measured_at_us},
+            {"decision", decision},
+            {"changes", json(st.changes)}};
+  std::string text = note.dump();
+  if (text != st.saved) {
+    notes_.put(kNotePrefix + job, std::move(note));
+    st.saved = std::move(text);
+  }
+  if (st.scaler->slots_kept() && st.scaler->newest_slot() != st.history_saved) {
+    notes_.put(kHistoryPrefix + job, st.scaler->history_json());
+    st.history_saved = st.scaler->newest_slot();
+  }
+}
+
+void AutoscaleRounds::forget(const std::string& job) {
+  notes_.erase(kNotePrefix + job);
+  notes_.erase(kHistoryPrefix + job);
+}
 
 void AutoscaleRounds::start() {
   auto t = loop_.add_timer_in(opts_.interval_us, [this] {
@@ -63,8 +160,12 @@ void AutoscaleRounds::round() {
     // New settings (other than the pause) start a new history.
     AutoscaleSpec unpaused = *spec->autoscale;
     unpaused.paused = st.spec.paused;
-    if (!st.scaler || !(unpaused == st.spec))
+    if (!st.scaler || !(unpaused == st.spec)) {
+      const bool first = !st.scaler;
       st.scaler = std::make_unique<Autoscaler>(policy_of(*spec));
+      st.saved.clear();
+      if (first) resume(name, st, settings_of(*spec->autoscale));
+    }
     st.spec = *spec->autoscale;
     st.ready = 0;
     const AutoscaleSpec& a = *spec->autoscale;
@@ -84,7 +185,14 @@ void AutoscaleRounds::round() {
       req.scrape.back().tasks.push_back(t->id);
     }
   }
-  jobs_ = std::move(kept);  // jobs that stopped autoscaling are forgotten
+  // Jobs that stopped autoscaling (or are gone) are forgotten, their notes with them.
+  for (const auto& [name, st] : jobs_)
+    if (!kept.count(name)) forget(name);
+  jobs_ = std::move(kept);
+  // What the last leader kept of jobs that no longer autoscale: the first round here took
+  // up the rest.
+  for (const auto& [key, note] : restored_) notes_.erase(key);
+  restored_.clear();
   asking_ = true;
   asks_.usage(std::move(asks), opts_.timeout_us, [this, id](AgentAsks::Answer a) {
     if (id != round_id_) return;  // stopped meanwhile
@@ -115,6 +223,7 @@ void AutoscaleRounds::finish(uint64_t round_id) {
     auto spec = sched_.job(name);
     if (!spec || !spec->autoscale) continue;
     decide(name, st, now);
+    save(name, st);
   }
 }
 

@@ -8,8 +8,14 @@
 // paused job is measured and decided for, not resized: `job.autoscale` shows what it
 // would do.
 //
-// Owned by the Manager; reads the scheduler, asks the agents through AgentAsks.
-// Its history is the process's (a restarted or new leader starts a new one).
+// Owned by the tend feature; reads the scheduler, asks the agents through AgentAsks.
+// Each job's state is kept as notes for the next leader (store/notes.h): after every
+// round "autoscale/<job>" (the figures, the decision, the windows' and rate limits'
+// memory, the changes shown), and as each 5-minute slot begins "autoscale-history/<job>"
+// (the load history prediction reads). A restarted or new leader goes on from them: no
+// scale-down its window would have held, no step its rate limit would have refused, no
+// week of history lost (at most the samples of the slot under way). A job whose settings
+// changed meanwhile starts a new history, as it would have here.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,7 @@
 #include "common/event.h"
 #include "common/rpc/session.h"
 #include "controlplane/scheduling/scheduler.h"
+#include "controlplane/store/notes.h"
 #include "controlplane/tend/autoscaler.h"
 #include "controlplane/usage/agent_asks.h"
 
@@ -47,7 +54,12 @@ class AutoscaleRounds {
     uint64_t timeout_us = 5'000'000;    // a round's answers are awaited this long
   };
   AutoscaleRounds(EventLoop& loop, const Scheduler& sched, AgentAsks& asks, Options opts,
-                  Hooks hooks);
+                  Hooks hooks, Notes& notes);
+  static constexpr const char* kNotePrefix = "autoscale/";
+  static constexpr const char* kHistoryPrefix = "autoscale-history/";
+  // The last leader's notes (under both prefixes), taken up as each job's first round
+  // here finds it.
+  void restore(std::map<std::string, nlohmann::json> notes);
 
   // Rounds every interval from now (the leader's: stop() when it steps down).
   void start();
@@ -67,11 +79,19 @@ class AutoscaleRounds {
     std::optional<AutoscaleDecision> last;
     std::pair<int64_t, int64_t> refused;  // the last resize refused (from, to), recorded once
     std::deque<nlohmann::json> changes;   // the latest, newest last (at most kChangesKept)
+    std::string saved;                    // the "autoscale/" note as last written
+    uint32_t history_saved = 0;           // the newest slot when its history was written
   };
   static constexpr size_t kChangesKept = 20;
   void round();
   void finish(uint64_t round_id);
   void decide(const std::string& job, JobState& st, uint64_t now_us);
+  // The notes of each job whose state changed (after a round), or of one that is gone.
+  void save(const std::string& job, JobState& st);
+  void forget(const std::string& job);
+  // A new scaler's state from the last leader's notes, when they are for these settings.
+  void resume(const std::string& job, JobState& st, const nlohmann::json& settings);
+  static nlohmann::json settings_of(AutoscaleSpec a);
   AutoscalePolicy policy_of(const JobSpec& spec) const;
 
   EventLoop& loop_;
@@ -79,6 +99,8 @@ class AutoscaleRounds {
   AgentAsks& asks_;
   Options opts_;
   Hooks hooks_;
+  Notes& notes_;
+  std::map<std::string, nlohmann::json> restored_;  // the last leader's notes, by key
   std::map<std::string, JobState> jobs_;
   // The round under way: answers outstanding, the load summed per job so far.
   uint64_t round_id_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace weft::cp {
@@ -40,6 +41,67 @@ void Autoscaler::observe(uint64_t now_us, double total, int64_t ready) {
   s.mean += static_cast<float>((total - s.mean) / s.n);
   const uint64_t kept = static_cast<uint64_t>(p_.history_days) * (kDayUs / kSlotUs);
   while (!slots_.empty() && slots_.front().index + kept <= index) slots_.pop_front();
+}
+
+nlohmann::json Autoscaler::recent_json() const {
+  using nlohmann::json;
+  json recs = json::array(), changes = json::array();
+  for (const auto& [at, n] : recommendations_) recs.push_back({at, n});
+  for (const auto& [at, d] : changes_) changes.push_back({at, d});
+  return {{"last", last_ ? json{last_->first, last_->second} : json()},
+          {"recommendations", recs},
+          {"changes", changes}};
+}
+
+nlohmann::json Autoscaler::history_json() const {
+  nlohmann::json slots = nlohmann::json::array();
+  for (const Slot& s : slots_) slots.push_back({s.index, s.n, s.mean});
+  return {{"slots", slots}};
+}
+
+void Autoscaler::restore(const nlohmann::json& recent, const nlohmann::json& history) {
+  using nlohmann::json;
+  // A whole number not below 0 (parsed text holds them unsigned, a built value signed).
+  auto whole = [](const json& v) {
+    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  };
+  // [a, b] with a an unsigned integer and b a number of the kind `second` accepts.
+  auto pair = [&whole](const json& v, auto second) {
+    return v.is_array() && v.size() == 2 && whole(v[0]) && second(v[1]);
+  };
+  auto integer = [](const json& v) { return v.is_number_integer(); };
+  auto number = [](const json& v) { return v.is_number() && std::isfinite(v.get<double>()); };
+  // In time order only (a list out of order is not one this wrote).
+  auto timed = [&](const json& list, std::deque<std::pair<uint64_t, int64_t>>* out) {
+    out->clear();
+    if (!list.is_array()) return;
+    for (const auto& v : list)
+      if (pair(v, integer) && (out->empty() || v[0].get<uint64_t>() >= out->back().first))
+        out->emplace_back(v[0].get<uint64_t>(), v[1].get<int64_t>());
+  };
+  if (recent.is_object()) {
+    if (auto l = recent.find("last"); l != recent.end() && l->is_array() && l->size() == 2 &&
+                                      number((*l)[0]) && (*l)[1].is_number_integer() &&
+                                      (*l)[0].get<double>() >= 0 && (*l)[1].get<int64_t>() > 0)
+      last_ = {(*l)[0].get<double>(), (*l)[1].get<int64_t>()};
+    if (auto r = recent.find("recommendations"); r != recent.end()) timed(*r, &recommendations_);
+    if (auto c = recent.find("changes"); c != recent.end()) timed(*c, &changes_);
+  }
+  if (history.is_object())
+    if (auto list = history.find("slots"); list != history.end() && list->is_array()) {
+      slots_.clear();
+      for (const auto& v : *list) {
+        if (!v.is_array() || v.size() != 3 || !whole(v[0]) || !whole(v[1]) || !number(v[2]) ||
+            v[0].get<uint64_t>() > UINT32_MAX || v[1].get<uint64_t>() > UINT32_MAX)
+          continue;
+        auto index = static_cast<uint32_t>(v[0].get<uint64_t>());
+        if (!slots_.empty() && index <= slots_.back().index) continue;
+        slots_.push_back(Slot{index, static_cast<uint32_t>(v[1].get<uint64_t>()),
+                              static_cast<float>(v[2].get<double>())});
+      }
+      const uint64_t kept = static_cast<uint64_t>(p_.history_days) * (kDayUs / kSlotUs);
+      while (slots_.size() > kept) slots_.pop_front();
+    }
 }
 
 const Autoscaler::Slot* Autoscaler::slot(uint64_t index) const {

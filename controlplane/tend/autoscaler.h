@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace weft::cp {
 
 struct AutoscalePolicy {
@@ -79,6 +81,16 @@ class Autoscaler {
   std::optional<double> predict(uint64_t at_us) const;
   const AutoscalePolicy& policy() const { return p_; }
   size_t slots_kept() const { return slots_.size(); }
+
+  // Its state for the next leader (AutoscaleRounds' notes), in two parts: what the
+  // windows and rate limits need (the latest sample, recommendations and changes: small,
+  // changed every round) and the load history (the slots: written as a slot begins).
+  // Times are the wall clock's, as decide() and observe() are given.
+  nlohmann::json recent_json() const;
+  nlohmann::json history_json() const;
+  uint32_t newest_slot() const { return slots_.empty() ? 0 : slots_.back().index; }
+  // Back from those (either may be null); what is not well formed is left out.
+  void restore(const nlohmann::json& recent, const nlohmann::json& history);
 
  private:
   // 12 bytes a slot: 2,304 slots (27 KiB) for 8 days of a job's history.

@@ -235,3 +235,65 @@ TEST(Autoscale, TheForecastLetsTheJobShrinkWhenTheLoadComingAgrees) {
 
 }  // namespace
 }  // namespace weft::cp
+
+namespace weft::cp {
+namespace {
+
+// A scaler rebuilt from its notes (a new leader's) decides as the old one would have:
+// the down window still holds a scale-down, the rate limit still counts the last step,
+// and the week of history still predicts the morning peak.
+TEST(Autoscale, AScalerRebuiltFromItsNotesDecidesAsTheOldOne) {
+  constexpr uint64_t kS = 1'000'000, kM = 60 * kS;
+  AutoscalePolicy p;
+  p.min = 1;
+  p.max = 100;
+  p.target = 1.0;
+  p.up_step = 4;
+  p.up_fraction = 0;
+  p.predictive = true;
+  Autoscaler old(p);
+  // A week and a day of the synthetic load, one sample a minute, then a step up.
+  const uint64_t start = Autoscaler::kDayUs * 7 * 100;  // a Monday: day 0 of a week
+  uint64_t t = start;
+  for (; t < start + 8 * Autoscaler::kDayUs; t += kM) old.observe(t, weekly_load(t), 10);
+  t = start + 8 * Autoscaler::kDayUs + 2 * 3600 * kS;  // Tuesday 2:00, the night's load
+  old.observe(t, 20, 10);
+  int64_t size = old.decide(t, 10, 100).desired;
+  EXPECT_EQ(size, 14) << "4 a rate period at most";
+  old.changed(t, 10, size);
+  auto same = [&](Autoscaler& a, Autoscaler& b, uint64_t at, int64_t current) {
+    auto da = a.decide(at, current, 100), db = b.decide(at, current, 100);
+    EXPECT_EQ(da.desired, db.desired) << da.reason << " | " << db.reason;
+    EXPECT_EQ(da.predicted.has_value(), db.predicted.has_value());
+    return da.desired;
+  };
+  // Round-trip through JSON text, as the store keeps it.
+  Autoscaler rebuilt(p);
+  rebuilt.restore(nlohmann::json::parse(old.recent_json().dump()),
+                  nlohmann::json::parse(old.history_json().dump()));
+  EXPECT_EQ(rebuilt.slots_kept(), old.slots_kept());
+  EXPECT_EQ(rebuilt.newest_slot(), old.newest_slot());
+  // Within the rate period: no more steps, in either.
+  EXPECT_EQ(same(old, rebuilt, t + 5 * kS, size), size);
+  // The load falls: held by the down window in both (a fresh scaler would shrink at once).
+  Autoscaler fresh(p);
+  old.observe(t + 60 * kS, 5, size);
+  rebuilt.observe(t + 60 * kS, 5, size);
+  fresh.observe(t + 60 * kS, 5, size);
+  EXPECT_EQ(same(old, rebuilt, t + 60 * kS, size), size) << "held by the down window";
+  EXPECT_LT(fresh.decide(t + 60 * kS, size, 100).desired, size) << "what was lost before";
+  // The same forecast of Tuesday's 8:00 peak.
+  const uint64_t peak = start + 8 * Autoscaler::kDayUs + 9 * 3600 * kS;
+  ASSERT_TRUE(old.predict(peak).has_value());
+  EXPECT_NEAR(*rebuilt.predict(peak), *old.predict(peak), 1e-3);
+  // Notes that are not this scaler's are left out, not trusted.
+  Autoscaler hostile(p);
+  hostile.restore(
+      nlohmann::json{{"last", {-1, 2}}, {"recommendations", {{1, 2}, {"x", 3}, {0, 1}}}},
+      nlohmann::json{{"slots", {{5, 1, 2.0}, {4, 1, 1.0}, {6, 1, "nan"}, {1e20, 1, 1}}}});
+  EXPECT_EQ(hostile.slots_kept(), 1u);
+  EXPECT_FALSE(hostile.predict(peak).has_value());
+}
+
+}  // namespace
+}  // namespace weft::cp

@@ -127,7 +127,11 @@ void TendCalls::start_autoscaling() {
                          const Status& done) { audit_->autoscaler(job, from, to, reason, done); };
   autoscaling_ = std::make_unique<AutoscaleRounds>(
       loop_, model_.sched, *agent_asks_,
-      AutoscaleRounds::Options{cfg_.autoscale_interval_us, 5'000'000}, std::move(hooks));
+      AutoscaleRounds::Options{cfg_.autoscale_interval_us, 5'000'000}, std::move(hooks),
+      fx_.notes());
+  auto kept = fx_.notes().take_loaded(AutoscaleRounds::kNotePrefix);
+  kept.merge(fx_.notes().take_loaded(AutoscaleRounds::kHistoryPrefix));
+  autoscaling_->restore(std::move(kept));
   autoscaling_->start();
 }
 
@@ -164,7 +168,9 @@ void TendCalls::start_rebalancer() {
   rebalancer_ = std::make_unique<Rebalancer>(
       loop_, model_.alloc, model_.sched,
       Rebalancer::Options{r.interval_us, r.moves_per_round, r.moves_per_hour, r.move_timeout_us},
-      std::move(hooks));
+      std::move(hooks), &fx_.notes());
+  rebalancer_->restore(fx_.notes().take_loaded(Rebalancer::kNotePrefix), now_monotonic_us(),
+                       now_realtime_us());
   rebalancer_->start();
 }
 

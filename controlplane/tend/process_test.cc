@@ -15,6 +15,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/clock.h"
 #include "testing/cp_process.h"
 #include "testing/fake_machine.h"
 
@@ -158,6 +159,80 @@ TEST_F(ControlPlane, AJobFollowsItsLoadWithinItsBoundsAndQuota) {
       << out;
   std::tie(rc, out) = weftctl("job autoscale resume nope");
   EXPECT_NE(rc, 0) << out;
+}
+
+// Autoscaling's memory survives the leader's SIGKILL (store/notes.h): a job grown for a
+// load that then fell is held by its scale-down window on the next leader too (a fresh
+// history would shrink it at its first round), and `job autoscale` shows the changes the
+// last one made.
+TEST_F(ControlPlane, AutoscalingGoesOnFromTheLastLeadersWindowsAndChanges) {
+  add_config("autoscale_interval = \"1s\"\n");
+  start();
+  if (HasFatalFailure()) return;
+  FakeMachine a("a", "r0");
+  ASSERT_TRUE(a.connect(sock()));
+  a.keep_alive();
+  ASSERT_TRUE(call("entitlement.create", {{"name", "e"}, {"quota", 1}}).ok());
+  json job{{"name", "web"},
+           {"entitlement", "e"},
+           {"count", 1},
+           {"per_task", {{"cpu_milli", 500}, {"mem_mb", 64}}},
+           {"autoscale", {{"min", 1}, {"max", 8}, {"target", 0.5}, {"scale_down_window", "1h"}}},
+           {"task", {{"argv", {"/bin/sleep", "infinity"}}}}};
+  ASSERT_TRUE(call("job.create", job).ok());
+  auto count = [&]() -> int {
+    auto r = call("job.show", {{"name", "web"}});
+    return r.ok() ? (*r)["spec"]["count"].get<int>() : -1;
+  };
+  // 1 core of load over the running tasks: 4 tasks of a quarter core's target.
+  auto load = [&](double cores) {
+    size_t n = a.running().size();
+    a.set_cpu_milli(n ? static_cast<uint64_t>(cores * 1000 / static_cast<double>(n)) : 0);
+  };
+  auto until = [&](const std::function<bool()>& done) {
+    for (int i = 0; i < 600 && !done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return done();
+  };
+  ASSERT_TRUE(until([&] {
+    load(1.0);
+    return count() == 4 && a.running().size() == 4;
+  })) << count();
+  // The load falls to a quarter: the window (an hour) holds the job at 4.
+  json shown;
+  ASSERT_TRUE(until([&] {
+    load(0.25);
+    auto r = call("job.autoscale", {{"name", "web"}});
+    if (!r.ok() || !(*r)["measured"].is_object()) return false;
+    shown = *r;
+    return (*r)["measured"]["load"].get<double>() < 0.3 && (*r)["decision"]["desired"] == 4;
+  })) << shown.dump(2);
+  ASSERT_FALSE(shown["changes"].empty()) << shown.dump(2);
+  // An acknowledged write: what the rounds kept before it is durable with it.
+  ASSERT_TRUE(call("rebalance.pause", {{"name", "e"}, {"paused", false}}).ok());
+  stop(SIGKILL);
+  start();
+  if (HasFatalFailure()) return;
+  a.disconnect();
+  ASSERT_TRUE(a.connect(sock()));
+  // The changes shown before, shown again at once.
+  auto kept = call("job.autoscale", {{"name", "web"}});
+  ASSERT_TRUE(kept.ok()) << kept.error().str();
+  EXPECT_EQ((*kept)["changes"], shown["changes"]) << kept->dump(2);
+  // A decision of this leader (measured after its start) still holds the job at 4.
+  const uint64_t restarted = now_realtime_us();
+  json decided;
+  ASSERT_TRUE(until([&] {
+    load(0.25);
+    auto r = call("job.autoscale", {{"name", "web"}});
+    if (!r.ok() || !(*r)["measured"].is_object() ||
+        (*r)["measured"]["at_us"].get<uint64_t>() < restarted)
+      return false;
+    decided = *r;
+    return true;
+  })) << kept->dump(2);
+  EXPECT_EQ(decided["decision"]["desired"], 4) << decided.dump(2);
+  EXPECT_EQ(count(), 4);
 }
 
 // The ReBalancer's plan for an entitlement (rebalance.plan): lightly used machines of one
@@ -436,6 +511,65 @@ TEST_F(RebalancerLoop, AtItsQuotaTheSpreadIsRestoredByASwap) {
   auto st = call("rebalance.status", {{"name", "e"}});
   ASSERT_TRUE(st.ok());
   EXPECT_GE((*st)["moves_last_hour"].get<int>(), 1) << st->dump();
+}
+
+// What the leader kept in memory survives its SIGKILL (store/notes.h): the next one shows
+// the same ReBalancer budget spent and the same recent moves (its rounds would otherwise
+// start with a full hourly budget), and the same job events under the same numbers.
+TEST_F(RebalancerLoop, ANewLeaderKeepsTheBudgetSpentTheMovesAndTheEvents) {
+  set_up(2);
+  if (HasFatalFailure()) return;
+  fail_r1();
+  if (HasFatalFailure()) return;
+  return_r1();
+  if (HasFatalFailure()) return;
+  EXPECT_GE(wait_for_spread(), 1);
+  json before;
+  ASSERT_TRUE(wait_for(
+      [&] {
+        auto r = call("rebalance.status", {{"name", "e"}});
+        if (!r.ok() || !(*r)["moving"].empty() || (*r)["moves_last_hour"] < 1) return false;
+        before = *r;
+        return true;
+      },
+      20))
+      << before.dump(2);
+  auto events = call("job.events", {{"name", "web"}, {"limit", 1000}});
+  ASSERT_TRUE(events.ok()) << events.error().str();
+  ASSERT_FALSE((*events)["events"].empty());
+  // An acknowledged write: everything recorded before it is durable with it.
+  ASSERT_TRUE(call("rebalance.pause", {{"name", "e"}, {"paused", true}}).ok());
+  stop(SIGKILL);
+  start();
+  if (HasFatalFailure()) return;
+  for (FakeMachine* m : {&a_, &b_, &c_, &d_}) {
+    m->disconnect();
+    ASSERT_TRUE(m->connect(sock()));
+  }
+  auto after = call("rebalance.status", {{"name", "e"}});
+  ASSERT_TRUE(after.ok()) << after.error().str();
+  EXPECT_EQ((*after)["moves_last_hour"], before["moves_last_hour"]) << after->dump(2);
+  EXPECT_EQ((*after)["recent"], before["recent"]) << after->dump(2);
+  EXPECT_EQ((*after)["last_plan"], before["last_plan"]) << after->dump(2);
+  auto again = call("job.events", {{"name", "web"}, {"limit", 1000}});
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  ASSERT_GE((*again)["events"].size(), (*events)["events"].size());
+  for (size_t i = 0; i < (*events)["events"].size(); ++i)
+    EXPECT_EQ((*again)["events"][i], (*events)["events"][i]) << i;
+  // And the numbers go on: what happens now comes after them.
+  auto scaled = call("job.scale", {{"name", "web"}, {"count", 3}});
+  ASSERT_TRUE(scaled.ok()) << scaled.error().str();
+  json newer;
+  EXPECT_TRUE(wait_for(
+      [&] {
+        auto r = call("job.events", {{"name", "web"}, {"after", (*events)["next"]}});
+        if (!r.ok() || (*r)["events"].empty()) return false;
+        newer = *r;
+        return true;
+      },
+      20));
+  if (!newer.is_null())
+    EXPECT_GT(newer["events"][0]["seq"].get<uint64_t>(), (*events)["next"].get<uint64_t>());
 }
 
 // `top` through the control plane (docs/operations.md): the agents' figures by job, task

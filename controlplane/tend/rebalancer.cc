@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdlib>
 #include <map>
 
 #include "common/clock.h"
@@ -140,8 +142,119 @@ Status join_spare(Allocator& alloc, const Scheduler& sched, const std::string& t
 }
 
 Rebalancer::Rebalancer(EventLoop& loop, const Allocator& alloc, Scheduler& sched, Options opts,
-                       Hooks hooks)
-    : loop_(loop), alloc_(alloc), sched_(sched), opts_(opts), hooks_(std::move(hooks)) {}
+                       Hooks hooks, Notes* notes)
+    : loop_(loop),
+      alloc_(alloc),
+      sched_(sched),
+      opts_(opts),
+      hooks_(std::move(hooks)),
+      notes_(notes) {}
+
+json Rebalancer::event_json(const Event& ev) {
+  return json{{"at_us", ev.at_us}, {"job", ev.job}, {"task", ev.task},    {"from", ev.from},
+              {"to", ev.to},       {"aim", ev.aim}, {"result", ev.result}};
+}
+
+std::optional<Rebalancer::Event> Rebalancer::event_from(const json& j) {
+  if (!j.is_object()) return std::nullopt;
+  Event ev;
+  auto at = j.find("at_us");
+  if (at == j.end() || !at->is_number_unsigned()) return std::nullopt;
+  ev.at_us = at->get<uint64_t>();
+  for (auto [name, out] :
+       {std::pair{"job", &ev.job}, std::pair{"task", &ev.task}, std::pair{"from", &ev.from},
+        std::pair{"to", &ev.to}, std::pair{"aim", &ev.aim}, std::pair{"result", &ev.result}}) {
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_string()) return std::nullopt;
+    *out = it->get<std::string>();
+  }
+  return ev;
+}
+
+// Monotonic times go out as the wall-clock times they stand for, and come back as this
+// process's monotonic times of the same age (a wall clock stepped meanwhile moves them
+// by the step: a budget spent a little early or late, never a move lost).
+void Rebalancer::save(EntitlementId id, const State& st, uint64_t now) {
+  if (!notes_) return;
+  const uint64_t wall = now_realtime_us();
+  auto wall_of = [&](uint64_t mono) { return wall - std::min(wall, now - std::min(now, mono)); };
+  json made = json::array(), moving = json::array(), recent = json::array();
+  for (uint64_t t : st.made) made.push_back(wall_of(t));
+  for (const auto& [task, at] : st.moving) {
+    auto ev = st.moving_event.find(task);
+    moving.push_back({{"task", task},
+                      {"at_us", wall_of(at)},
+                      {"event", ev == st.moving_event.end() ? json() : event_json(ev->second)}});
+  }
+  for (const auto& ev : st.recent) recent.push_back(event_json(ev));
+  notes_->put(kNotePrefix + std::to_string(id), json{{"made", made},
+                                                     {"moving", moving},
+                                                     {"recent", recent},
+                                                     {"last_plan", st.last_plan},
+                                                     {"dc", st.dc},
+                                                     {"crowded", st.crowded},
+                                                     {"last_round_us", st.last_round_us},
+                                                     {"outcome", st.outcome}});
+}
+
+void Rebalancer::restore(const std::map<std::string, json>& notes, uint64_t mono_now,
+                         uint64_t wall_now) {
+  const std::string prefix = kNotePrefix;
+  auto mono_of = [&](uint64_t wall) {
+    uint64_t age = wall_now > wall ? wall_now - wall : 0;
+    return mono_now > age ? mono_now - age : 0;
+  };
+  for (const auto& [key, j] : notes) {
+    const std::string id = key.substr(std::min(key.size(), prefix.size()));
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(id.c_str(), &end, 10);
+    State st;
+    bool ok = !id.empty() && end && *end == '\0' && n > 0 && n <= UINT32_MAX && j.is_object();
+    auto list = [&](const char* name) -> const json& {
+      static const json kNone = json::array();
+      auto it = ok ? j.find(name) : j.end();
+      if (ok && (it == j.end() || !it->is_array())) ok = false;
+      return ok ? *it : kNone;
+    };
+    for (const auto& t : list("made")) {
+      if (!t.is_number_unsigned()) ok = false;
+      if (ok) st.made.push_back(mono_of(t.get<uint64_t>()));
+    }
+    std::sort(st.made.begin(), st.made.end());
+    for (const auto& m : list("moving")) {
+      auto ev = m.is_object() ? event_from(m.value("event", json())) : std::nullopt;
+      if (!ev || !m.value("task", json()).is_string() ||
+          !m.value("at_us", json()).is_number_unsigned()) {
+        ok = false;
+        continue;
+      }
+      std::string task = m["task"].get<std::string>();
+      st.moving[task] = mono_of(m["at_us"].get<uint64_t>());
+      st.moving_event[task] = *ev;
+    }
+    for (const auto& e : list("recent")) {
+      auto ev = event_from(e);
+      if (!ev) ok = false;
+      if (ok && st.recent.size() < kRecent) st.recent.push_back(*ev);
+    }
+    for (const auto& d : list("crowded"))
+      if (d.is_string()) st.crowded.insert(d.get<std::string>());
+    if (ok) {
+      st.last_plan = j.value("last_plan", json());
+      if (auto dc = j.find("dc"); dc != j.end() && dc->is_string()) st.dc = dc->get<std::string>();
+      if (auto o = j.find("outcome"); o != j.end() && o->is_string())
+        st.outcome = o->get<std::string>();
+      if (auto r = j.find("last_round_us"); r != j.end() && r->is_number_unsigned())
+        st.last_round_us = r->get<uint64_t>();
+    }
+    if (!ok) {
+      log_warn("a ReBalancer note is not readable: dropped", {{"KEY", key}});
+      if (notes_) notes_->erase(key);
+      continue;
+    }
+    states_[static_cast<EntitlementId>(n)] = std::move(st);
+  }
+}
 
 void Rebalancer::start() {
   auto t = loop_.add_timer_in(opts_.interval_us, [this] {
@@ -162,8 +275,14 @@ void Rebalancer::round_at(uint64_t now) {
     State& st = kept[e.id];
     if (auto it = states_.find(e.id); it != states_.end()) st = std::move(it->second);
     tend(e, st, now);
+    save(e.id, st, now);
   }
-  states_ = std::move(kept);  // entitlements gone (or moved away) are forgotten
+  // Entitlements gone (or moved away, or fenced for a move: taken up again after) are
+  // forgotten, their notes with them.
+  if (notes_)
+    for (const auto& [id, st] : states_)
+      if (!kept.count(id)) notes_->erase(kNotePrefix + std::to_string(id));
+  states_ = std::move(kept);
 }
 
 void Rebalancer::record(State& st, Event e) {
@@ -276,10 +395,6 @@ nlohmann::json Rebalancer::status(const Entitlement& e) const {
   const uint64_t now = now_monotonic_us();
   out["moves_last_hour"] = std::count_if(st.made.begin(), st.made.end(),
                                          [&](uint64_t t) { return now - t < 3600'000'000ull; });
-  auto event_json = [](const Event& ev) {
-    return json{{"at_us", ev.at_us}, {"job", ev.job}, {"task", ev.task},    {"from", ev.from},
-                {"to", ev.to},       {"aim", ev.aim}, {"result", ev.result}};
-  };
   for (const auto& [task, ev] : st.moving_event) out["moving"].push_back(event_json(ev));
   for (const auto& ev : st.recent) out["recent"].push_back(event_json(ev));
   out["outcome"] = st.outcome;

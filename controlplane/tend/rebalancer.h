@@ -10,14 +10,17 @@
 // break, the job's TaskController asked first, a token of the destructive budget, never
 // more than the job's max_unavailable at once). Each move made is an audit entry with its
 // aim; refusals are kept in the entitlement's status. A move a controller has not
-// acknowledged within move_timeout is withdrawn. Its history is the process's: a new
-// leader starts with full budgets and no moves under way (it finds the scheduler's).
+// acknowledged within move_timeout is withdrawn. Each entitlement's state is a note for
+// the next leader (store/notes.h, "rebalance/<entitlement id>", its times as wall-clock
+// times): a restarted or new leader keeps the hourly budget spent, waits for the moves
+// under way (and withdraws them at their deadline), and shows the same recent moves.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -29,6 +32,7 @@
 #include "common/result.h"
 #include "controlplane/scheduling/allocator.h"
 #include "controlplane/scheduling/scheduler.h"
+#include "controlplane/store/notes.h"
 #include "controlplane/tend/rebalance_plan.h"
 
 namespace weft::cp {
@@ -89,7 +93,15 @@ class Rebalancer {
     // A move made: for the audit log.
     std::function<void(const std::string& entitlement, const Event& e)> moved;
   };
-  Rebalancer(EventLoop& loop, const Allocator& alloc, Scheduler& sched, Options opts, Hooks hooks);
+  // `notes`: where its state is kept for the next leader (none in a simulation).
+  Rebalancer(EventLoop& loop, const Allocator& alloc, Scheduler& sched, Options opts, Hooks hooks,
+             Notes* notes = nullptr);
+  static constexpr const char* kNotePrefix = "rebalance/";
+  // The last leader's notes, before the first round (`mono_now`, `wall_now`: the clocks
+  // now, to bring its times back onto this process's monotonic clock). A note that is
+  // not well formed is dropped with a warning.
+  void restore(const std::map<std::string, nlohmann::json>& notes, uint64_t mono_now,
+               uint64_t wall_now);
 
   // Rounds every interval from now (the leader's: stop() when it steps down).
   void start();
@@ -122,12 +134,16 @@ class Rebalancer {
   static constexpr size_t kRecent = 50;
   void tend(const Entitlement& e, State& st, uint64_t now);
   void record(State& st, Event e);
+  void save(EntitlementId id, const State& st, uint64_t now);
+  static nlohmann::json event_json(const Event& ev);
+  static std::optional<Event> event_from(const nlohmann::json& j);
 
   EventLoop& loop_;
   const Allocator& alloc_;
   Scheduler& sched_;
   Options opts_;
   Hooks hooks_;
+  Notes* notes_;
   std::map<EntitlementId, State> states_;
   Source timer_;
 };
