@@ -505,6 +505,71 @@ TEST_P(Stores, NotesAndATaskTakenBackAreKept) {
   EXPECT_TRUE(rows->tasks[0].record.preempted);
 }
 
+// A guest (an opportunistic batch job) whose room its machine's owner took back is still
+// taken back after a restart: its task stops with its notice, holding no room (the
+// owner's task has it), and one that finishes within its notice is done, not run again.
+TEST_P(Stores, AGuestTakenBackIsStillTakenBackAfterARestart) {
+  Plane before;
+  ASSERT_TRUE(before.broker.register_machine({"h0", "dc1", "r0", "a", {4000, 8192}}, 0).ok());
+  ASSERT_TRUE(before.broker.health("h0", "ok", 0).ok());
+  auto web = before.broker.entitlements().create({"web", 1, "", ""});
+  auto batch = before.broker.entitlements().create({"batch", 1, "", ""});
+  ASSERT_TRUE(web.ok() && batch.ok());
+  JobSpec guest;
+  guest.name = "crunch";
+  guest.kind = weft::JobKind::kBatch;
+  guest.entitlement = "batch";
+  guest.entitlement_id = *batch;
+  guest.count = 2;
+  guest.batch.completions = 2;
+  guest.batch.opportunistic = true;
+  guest.batch.notice_us = 30'000'000;
+  guest.controller = weft::TaskControllerSpec{"127.0.0.1:7400"};
+  guest.per_task = {2000, 1024};
+  guest.task = {{"argv", {"/bin/true"}}};
+  ASSERT_TRUE(before.sched.create(guest, 0).ok());
+  std::map<std::string, TaskState> running;
+  for (const auto& t : before.sched.tasks().of_job("crunch")) running[t.id] = TaskState::kRunning;
+  (void)before.sched.report(0, running, 1);
+  JobSpec owner;
+  owner.name = "site";
+  owner.entitlement = "web";
+  owner.entitlement_id = *web;
+  owner.count = 1;
+  owner.per_task = {2000, 1024};
+  owner.task = {{"argv", {"/bin/sleep", "infinity"}}};
+  ASSERT_TRUE(before.sched.create(owner, 2).ok());
+  std::string taken;
+  for (const auto& t : before.sched.tasks().of_job("crunch"))
+    if (t.preempted) taken = t.id;
+  ASSERT_FALSE(taken.empty()) << "the owner's task took a guest's room";
+  const Resources free = before.alloc.free(0);
+  {
+    auto st = open();
+    ASSERT_TRUE(st.ok()) << st.error().str();
+    persist_all(before, **st);
+  }
+  auto st = open();
+  ASSERT_TRUE(st.ok());
+  Plane after;
+  ASSERT_TRUE((*st)->restore(after.alloc, after.broker, after.sched, 5).ok());
+  const TaskRecord& t = after.sched.tasks().at(taken);
+  EXPECT_TRUE(t.preempted);
+  EXPECT_EQ(t.state, TaskState::kStopping);
+  EXPECT_EQ(after.alloc.free(0).cpu_milli, free.cpu_milli) << "it holds no room again";
+  EXPECT_EQ(after.alloc.free(0).mem_mb, free.mem_mb);
+  auto ops = after.sched.operations().pending_operations("crunch");
+  ASSERT_EQ(ops.size(), 1u) << "its TaskController is still told why";
+  EXPECT_EQ(ops[0].kind, "preempt");
+  // It finished within its notice: a completion, not a task to run again.
+  std::map<std::string, TaskState> seen{{taken, TaskState::kExited}};
+  for (const auto& [id, r] : after.sched.tasks())
+    if (id != taken && r.job == "crunch") seen[id] = TaskState::kRunning;
+  (void)after.sched.report(t.machine, seen, 6);
+  EXPECT_EQ(after.sched.tasks().at(taken).state, TaskState::kExited);
+  EXPECT_EQ(after.sched.batch().progress("crunch")->succeeded, 1);
+}
+
 // Only keys a feature makes are notes' keys: nothing that escapes a prefix or a table.
 TEST(Notes, KeysAreNamesAndTakenByPrefix) {
   using nlohmann::json;
