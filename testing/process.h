@@ -72,6 +72,7 @@ inline pid_t spawn_process(const std::vector<std::string>& argv, const SpawnOpti
 inline int stop_process(pid_t& pid, int sig = SIGTERM) {
   if (pid <= 0) return -1;
   ::kill(pid, sig);
+  if (sig != SIGKILL) ::kill(pid, SIGCONT);  // a stopped process (SIGSTOP) gets it too
   int status = -1;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

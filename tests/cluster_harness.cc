@@ -392,6 +392,11 @@ Status ClusterHarness::free_state_fs(int who) {
   return {};
 }
 
+void ClusterHarness::signal_sidekick(int i, int sig) {
+  pid_t pid = machines_.at(static_cast<size_t>(i)).sidekick;
+  if (pid > 0) ::kill(pid, sig);
+}
+
 void ClusterHarness::reap(pid_t& pid, int sig) {
   testing::stop_process(pid, sig);
   pid = -1;

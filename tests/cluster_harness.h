@@ -70,6 +70,8 @@ class ClusterHarness {
   void kill_machine(int i);
   void stop_machine(int i);  // SIGTERM to the daemons (tasks keep running)
   bool machine_running(int i) const;
+  // A signal to machine i's weft-sidekick (SIGSTOP: it applies nothing until SIGCONT).
+  void signal_sidekick(int i, int sig);
 
   // Operator calls on the control plane's Unix socket, and calls to a machine's agent.
   Result<json> cp(const std::string& method, const json& params = json::object());

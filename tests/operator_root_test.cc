@@ -588,6 +588,77 @@ TEST_F(Operator, AnEntitlementChangesQuotaAndProfileAndIsRemovedWhenEmpty) {
     EXPECT_TRUE(methods.count(m)) << m << ": " << audit.dump(2);
 }
 
+// A profile roll survives a SIGKILL of the control plane (controlplane/store/notes.h):
+// with every sidekick held (SIGSTOP), the roll has one machine applying and two
+// waiting; the restarted control plane shows the same, keeps the waiting two at the old
+// profile, and once the sidekicks go on finishes the roll one machine at a time (before
+// the roll was kept, the remaining machines all switched at once).
+TEST_F(Operator, AProfileRollGoesOnWhereItWasAfterTheControlPlaneIsKilled) {
+  ASSERT_TRUE(
+      c_.cp("entitlement.create", {{"name", "roll"}, {"quota", 3}, {"profile", "dev"}}).ok());
+  for (int i = 0; i < c_.machines(); ++i)
+    ASSERT_TRUE(
+        c_.cp("machine.assign", {{"machine", c_.machine_id(i)}, {"entitlement", "roll"}}).ok());
+  ASSERT_FALSE(c_.wait_cp("machine.ls", json::object(),
+                          [&](const json&) {
+                            auto m = machines_of(c_, "roll");
+                            if (m.size() != 3) return false;
+                            for (const auto& [id, row] : m)
+                              if (row["state"] != "ok") return false;
+                            return true;
+                          })
+                   .is_null())
+      << c_.cp("machine.ls")->dump(2);
+  struct Resume {  // the sidekicks go on, whatever the test's end
+    ClusterHarness& c;
+    ~Resume() {
+      for (int i = 0; i < c.machines(); ++i) c.signal_sidekick(i, SIGCONT);
+    }
+  } resume{c_};
+  for (int i = 0; i < c_.machines(); ++i) c_.signal_sidekick(i, SIGSTOP);
+  auto updated =
+      c_.cp("entitlement.update", {{"name", "roll"}, {"profile", "web"}, {"max_unavailable", 1}});
+  ASSERT_TRUE(updated.ok()) << updated.error().str();
+  auto roll_of = [&]() -> json {
+    auto r = c_.cp("entitlement.show", {{"name", "roll"}});
+    return r.ok() && r->contains("profile_roll") ? (*r)["profile_roll"] : json();
+  };
+  json before = roll_of();
+  ASSERT_TRUE(before.is_object()) << c_.cp("entitlement.show", {{"name", "roll"}})->dump(2);
+  ASSERT_EQ(before["applying"].size(), 1u) << before.dump();
+  ASSERT_EQ(before["waiting"].size(), 2u) << before.dump();
+  // An acknowledged write after it: the roll's note is durable.
+  ASSERT_TRUE(c_.cp("rebalance.pause", {{"name", "roll"}, {"paused", false}}).ok());
+  c_.kill_cp(SIGKILL);
+  c_.start_cp();
+  json after = roll_of();
+  EXPECT_EQ(after, before) << "the roll goes on where it was";
+  for (const auto& [id, row] : machines_of(c_, "roll")) {
+    const bool waiting = std::find(before["waiting"].begin(), before["waiting"].end(), id) !=
+                         before["waiting"].end();
+    EXPECT_EQ(row["desired_profile"], waiting ? "dev" : "web") << id << ": " << row.dump();
+  }
+  // The sidekicks go on: the roll ends, never more than one machine applying at once.
+  for (int i = 0; i < c_.machines(); ++i) c_.signal_sidekick(i, SIGCONT);
+  size_t most = 0;
+  json done = c_.wait_cp(
+      "entitlement.show", {{"name", "roll"}},
+      [&](const json& e) {
+        if (!e.contains("profile_roll")) return true;
+        most = std::max(most, e["profile_roll"]["applying"].size());
+        return e["profile_roll"].value("done", false);
+      },
+      60000);
+  ASSERT_FALSE(done.is_null()) << roll_of().dump() << c_.logs();
+  EXPECT_LE(most, 1u);
+  json ok = c_.wait_cp("machine.ls", json::object(), [&](const json&) {
+    for (const auto& [id, row] : machines_of(c_, "roll"))
+      if (row["profile"] != "web") return false;
+    return true;
+  });
+  EXPECT_FALSE(ok.is_null()) << c_.cp("machine.ls")->dump(2);
+}
+
 // What a shell command writes to its standard output.
 std::string output_of(const std::string& cmd) {
   std::string out;
