@@ -159,6 +159,11 @@ TEST_F(Replicas, TheLeaderKilledMidUpdateIsReplacedAndTheUpdateCompletes) {
     if (show.ok() && running_of_generation(*show, 2) >= 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // The job's events so far, made durable by an acknowledged write (notes in etcd).
+  auto events = a_->call("job.events", {{"name", "site"}, {"limit", 1000}});
+  ASSERT_TRUE(events.ok()) << events.error().str();
+  ASSERT_FALSE((*events)["events"].empty());
+  ASSERT_TRUE(a_->call("rebalance.pause", {{"name", "web"}, {"paused", false}}).ok());
   int starts_before = 0;
   for (auto& m : ms) starts_before += m->starts();
   auto killed = Clock::now();
@@ -178,6 +183,12 @@ TEST_F(Replicas, TheLeaderKilledMidUpdateIsReplacedAndTheUpdateCompletes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(done) << b_->call("job.show", {{"name", "site"}})->dump() << b_->log();
+  // The new leader shows the events the old one recorded, under the same numbers.
+  auto shown = b_->call("job.events", {{"name", "site"}, {"limit", 1000}});
+  ASSERT_TRUE(shown.ok()) << shown.error().str();
+  ASSERT_GE((*shown)["events"].size(), (*events)["events"].size());
+  for (size_t i = 0; i < (*events)["events"].size(); ++i)
+    EXPECT_EQ((*shown)["events"][i], (*events)["events"][i]) << i;
   for (int i = 0; i < 10; ++i) round(ms);
   int starts_after = 0, running = 0;
   for (auto& m : ms) {
