@@ -204,7 +204,9 @@ void Rebalancer::restore(const std::map<std::string, json>& notes, uint64_t mono
     uint64_t age = wall_now > wall ? wall_now - wall : 0;
     return mono_now > age ? mono_now - age : 0;
   };
-  for (const auto& [key, j] : notes) {
+  for (const auto& note : notes) {
+    const std::string& key = note.first;
+    const json& j = note.second;  // (a structured binding cannot be captured: clang 14)
     const std::string id = key.substr(std::min(key.size(), prefix.size()));
     char* end = nullptr;
     const unsigned long n = std::strtoul(id.c_str(), &end, 10);
