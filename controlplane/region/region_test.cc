@@ -34,6 +34,7 @@
 #include "controlplane/region/transactions.h"
 #include "testing/chaos.h"
 #include "testing/etcd_server.h"
+#include "testing/link_proxy.h"
 #include "testing/replica_harness.h"
 
 namespace weft::cp {
@@ -41,6 +42,7 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using weft::testing::LinkProxy;
 using weft::testing::Machine;
 using weft::testing::Replica;
 
@@ -1135,7 +1137,10 @@ TEST_F(RegionBrokerRebalance, AShardBorrowsAMachineOfTheDomainItsSpreadLacks) {
 // started again): a shard's leader or follower SIGKILLed, the broker's leader SIGKILLed,
 // a front end SIGKILLed, etcd killed and restarted, a machine's daemon restarting, a job
 // scaled through a front end, an entitlement moved to the other shard (healed once the
-// move is done; moves interrupted by kills are RegionMove's). Checked continuously: never two
+// move is done; moves interrupted by kills are RegionMove's), one process cut off from
+// etcd (both ways or one way) while the others reach it, a shard replica cut off from the
+// front ends (testing/link_proxy.h: each process's etcd and the front ends' shards are
+// reached through links the test holds and heals). Checked continuously: never two
 // copies of a task index, every task on a machine held by its entitlement's home shard (or, while
 // it moves, by one of its two shards), no job lost; after each fault, within 30 s, every fault
 // healed (every process up, a leader for each shard and the broker, both front ends reaching them,
@@ -1154,23 +1159,47 @@ class RegionChaos : public Region {
     };
     std::string shards = "[region.shards]\ns1 = \"" + socks("s1a", "s1b") + "\"\ns2 = \"" +
                          socks("s2a", "s2b") + "\"\n";
+    // The front ends reach each shard replica through a link the test can cut.
+    std::string fe_shards;
+    for (const char* r : {"s1a", "s1b", "s2a", "s2b"}) {
+      auto link =
+          LinkProxy::unix_socket(dir_ + "/link-" + r + ".sock", dir_ + "/" + r + "/cp.sock");
+      ASSERT_TRUE(link) << "cannot make the link to " << r;
+      fe_links_.push_back(std::move(link));
+    }
+    fe_shards = "[region.shards]\ns1 = \"" + fe_links_[0]->endpoint() + "," +
+                fe_links_[1]->endpoint() + "\"\ns2 = \"" + fe_links_[2]->endpoint() + "," +
+                fe_links_[3]->endpoint() + "\"\n";
+    // And every process reaches etcd through one of its own.
+    const std::string etcd_url = etcd_->endpoint();
+    const auto colon = etcd_url.rfind(':');
+    auto etcd_link = [&]() {
+      auto link = LinkProxy::tcp("127.0.0.1",
+                                 static_cast<uint16_t>(std::atoi(etcd_url.c_str() + colon + 1)));
+      EXPECT_TRUE(link) << "cannot make a link to etcd";
+      etcd::Config c = etcd_->client_config();
+      if (link) c.endpoints = {"http://" + link->endpoint()};
+      etcd_links_.push_back(std::move(link));
+      return c;
+    };
     std::string brokers = socks("b0", "b1");
     for (const char* name : {"b0", "b1"})
       all_.push_back(std::make_unique<Replica>(
-          WEFT_CONTROLPLANE_BIN, dir_, name, etcd_->client_config(), "2s", "", "/broker/",
+          WEFT_CONTROLPLANE_BIN, dir_, name, etcd_link(), "2s", "", "/broker/",
           "[region]\nrole = \"broker\"\nprefix = \"/region/\"\n" + shards));
     for (const char* id : {"s1", "s2"})
       for (const char* r : {"a", "b"})
         all_.push_back(std::make_unique<Replica>(
-            WEFT_CONTROLPLANE_BIN, dir_, std::string(id) + r, etcd_->client_config(), "2s", "",
+            WEFT_CONTROLPLANE_BIN, dir_, std::string(id) + r, etcd_link(), "2s", "",
             std::string("/shards/") + id + "/",
             std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
                 "\"\nprefix = \"/region/\"\nbrokers = \"" + brokers + "\"\n"));
     for (const char* name : {"fe1", "fe2"})
       all_.push_back(std::make_unique<Replica>(
-          WEFT_CONTROLPLANE_BIN, dir_, name, etcd_->client_config(), "2s", "", "/fe-unused/",
+          WEFT_CONTROLPLANE_BIN, dir_, name, etcd_link(), "2s", "", "/fe-unused/",
           "[region]\nrole = \"front-end\"\nprefix = \"/region/\"\nbrokers = \"" + brokers + "\"\n" +
-              shards));
+              fe_shards));
+    ASSERT_FALSE(HasFailure());
     for (auto& r : all_) r->start();
   }
   void TearDown() override {
@@ -1183,6 +1212,8 @@ class RegionChaos : public Region {
     }
     machines_.clear();
     all_.clear();
+    etcd_links_.clear();
+    fe_links_.clear();
     Region::TearDown();
   }
   // Role by index: 0-1 the broker, 2-3 s1, 4-5 s2, 6-7 the front ends.
@@ -1239,6 +1270,8 @@ class RegionChaos : public Region {
     ASSERT_TRUE(made.ok()) << name << ": " << made.error().str();
   }
   std::vector<std::unique_ptr<Replica>> all_;
+  // all_[i]'s link to etcd; the front ends' links to s1a, s1b, s2a, s2b.
+  std::vector<std::unique_ptr<LinkProxy>> etcd_links_, fe_links_;
 };
 
 TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
@@ -1360,7 +1393,7 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
   int faults = 0;
   while (Clock::now() < deadline && !HasFailure()) {
     std::uniform_real_distribution<double> pause(0.2, 1.0);
-    int kind = static_cast<int>(rng() % 8);
+    int kind = static_cast<int>(rng() % 10);
     size_t shard = 2 + 2 * (rng() % 2);  // s1's replicas or s2's
     std::string what;
     auto fault_at = Clock::now();
@@ -1410,6 +1443,40 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
         }
         ASSERT_TRUE(r.ok()) << what << ": " << r.error().str() << "\n" << history;
         it->second = n;
+        break;
+      }
+      case 8: {
+        // One process cut off from etcd while the others reach it, both ways or one way,
+        // for up to three lease TTLs: a leader steps down (and is started again, still cut
+        // off, until the link heals), a follower cannot campaign.
+        const size_t who = rng() % all_.size();
+        const auto held = rng() % 3 == 0 ? LinkProxy::Held::kToServer
+                          : rng() % 2    ? LinkProxy::Held::kFromServer
+                                         : LinkProxy::Held::kBoth;
+        std::uniform_real_distribution<double> cut(0.3, 6.0);
+        const double for_s = cut(rng);
+        const std::string sock = at(who).sock().substr(dir_.size() + 1);
+        what = sock.substr(0, sock.find('/')) + " cut off from etcd (" +
+               (held == LinkProxy::Held::kBoth       ? "both ways"
+                : held == LinkProxy::Held::kToServer ? "its calls lost"
+                                                     : "etcd's answers lost") +
+               ") for " + std::to_string(for_s).substr(0, 4) + " s";
+        etcd_links_[who]->hold(held);
+        run_for(for_s);
+        etcd_links_[who]->heal();
+        break;
+      }
+      case 9: {
+        // A shard replica cut off from both front ends: calls for its entitlements wait or
+        // go to the other replica; nothing else notices.
+        const size_t r = rng() % fe_links_.size();
+        std::uniform_real_distribution<double> cut(0.3, 6.0);
+        const double for_s = cut(rng);
+        what = std::string(r < 2 ? "s1" : "s2") + (r % 2 ? "b" : "a") +
+               " cut off from the front ends for " + std::to_string(for_s).substr(0, 4) + " s";
+        fe_links_[r]->hold(LinkProxy::Held::kBoth);
+        run_for(for_s);
+        fe_links_[r]->heal();
         break;
       }
       case 7: {
