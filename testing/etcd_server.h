@@ -36,8 +36,14 @@ namespace weft::testing {
 class EtcdServer {
  public:
   // `host`: the address members listen on (e.g. a veth's, in a test's network namespace).
-  explicit EtcdServer(int members = 1, std::string tls_dir = "", std::string host = "127.0.0.1")
-      : tls_dir_(std::move(tls_dir)), host_(std::move(host)) {
+  // `netns` (root), one per member: member i runs in /run/netns/<netns[i]> and listens
+  // on hosts[i] (a cluster whose members a test partitions from one another).
+  explicit EtcdServer(int members = 1, std::string tls_dir = "", std::string host = "127.0.0.1",
+                      std::vector<std::string> hosts = {}, std::vector<std::string> netns = {})
+      : tls_dir_(std::move(tls_dir)),
+        host_(std::move(host)),
+        hosts_(std::move(hosts)),
+        netns_(std::move(netns)) {
     // Its data in memory (/dev/shm) where there is one: the suite runs many members side
     // by side on one disk, and an fsync held seconds behind another test's writes made a
     // leader lose its lease in a test about something else. A slow or silent etcd has
@@ -62,7 +68,7 @@ class EtcdServer {
   EtcdServer& operator=(const EtcdServer&) = delete;
 
   std::string endpoint(size_t i = 0) const {
-    return std::string(tls_dir_.empty() ? "http" : "https") + "://" + host_ + ":" +
+    return std::string(tls_dir_.empty() ? "http" : "https") + "://" + host_of(i) + ":" +
            std::to_string(members_[i].client);
   }
   std::vector<std::string> endpoints() const {
@@ -105,7 +111,7 @@ class EtcdServer {
     pid_t pid;
   };
   std::string peer_url(size_t i) const {
-    return "http://" + host_ + ":" + std::to_string(members_[i].peer);
+    return "http://" + host_of(i) + ":" + std::to_string(members_[i].peer);
   }
   void spawn(size_t i) {
     std::string cluster;
@@ -129,7 +135,9 @@ class EtcdServer {
       args.push_back("--client-cert-auth");
       args.push_back("--trusted-ca-file=" + tls_dir_ + "/ca.pem");
     }
-    pid_t pid = spawn_process(args, {dir_ + "/etcd" + std::to_string(i) + ".log"});
+    SpawnOptions o{dir_ + "/etcd" + std::to_string(i) + ".log"};
+    if (i < netns_.size()) o.netns = netns_[i];
+    pid_t pid = spawn_process(args, o);
     members_[i].pid = pid;
   }
   std::string wait_serving() {
@@ -153,7 +161,9 @@ class EtcdServer {
     }
   }
 
+  const std::string& host_of(size_t i) const { return i < hosts_.size() ? hosts_[i] : host_; }
   std::string dir_, tls_dir_, host_;
+  std::vector<std::string> hosts_, netns_;
   std::vector<Member> members_;
   std::string error_;
 };
