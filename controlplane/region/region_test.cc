@@ -1139,14 +1139,13 @@ TEST_F(RegionBrokerRebalance, AShardBorrowsAMachineOfTheDomainItsSpreadLacks) {
 // scaled through a front end, an entitlement moved to the other shard (healed once the
 // move is done; moves interrupted by kills are RegionMove's), one process cut off from
 // etcd (both ways or one way) while the others reach it, a shard replica cut off from the
-// front ends (testing/link_proxy.h: each process's etcd and the front ends' shards are
-// reached through links the test holds and heals). Checked continuously: never two
-// copies of a task index, every task on a machine held by its entitlement's home shard (or, while
-// it moves, by one of its two shards), no job lost; after each fault, within 30 s, every fault
-// healed (every process up, a leader for each shard and the broker, both front ends reaching them,
-// every machine with a session to its holder, no move under way) and every job at its
-// count.
-// WEFT_CHAOS_SECONDS makes it longer; WEFT_CHAOS_SEED replays one.
+// front ends and the brokers (testing/link_proxy.h: each process's etcd, the front ends'
+// shards and the shards' brokers are reached through links the test holds and heals). Checked
+// continuously: never two copies of a task index, every task on a machine held by its entitlement's
+// home shard (or, while it moves, by one of its two shards), no job lost; after each fault, within
+// 30 s, every fault healed (every process up, a leader for each shard and the broker, both front
+// ends reaching them, every machine with a session to its holder, no move under way) and every job
+// at its count. WEFT_CHAOS_SECONDS makes it longer; WEFT_CHAOS_SEED replays one.
 class RegionChaos : public Region {
  protected:
   void SetUp() override {
@@ -1183,17 +1182,31 @@ class RegionChaos : public Region {
       return c;
     };
     std::string brokers = socks("b0", "b1");
+    // Each shard replica reaches the brokers through links of its own.
+    auto broker_links = [&](const std::string& r) {
+      std::string out;
+      for (const char* b : {"b0", "b1"}) {
+        auto link = LinkProxy::unix_socket(dir_ + "/link-" + r + "-" + b + ".sock",
+                                           dir_ + "/" + b + "/cp.sock");
+        EXPECT_TRUE(link) << "cannot make the link from " << r << " to " << b;
+        if (!link) continue;
+        out += (out.empty() ? "" : ",") + link->endpoint();
+        broker_links_[r].push_back(std::move(link));
+      }
+      return out;
+    };
     for (const char* name : {"b0", "b1"})
       all_.push_back(std::make_unique<Replica>(
           WEFT_CONTROLPLANE_BIN, dir_, name, etcd_link(), "2s", "", "/broker/",
           "[region]\nrole = \"broker\"\nprefix = \"/region/\"\n" + shards));
     for (const char* id : {"s1", "s2"})
       for (const char* r : {"a", "b"})
-        all_.push_back(std::make_unique<Replica>(
-            WEFT_CONTROLPLANE_BIN, dir_, std::string(id) + r, etcd_link(), "2s", "",
-            std::string("/shards/") + id + "/",
-            std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
-                "\"\nprefix = \"/region/\"\nbrokers = \"" + brokers + "\"\n"));
+        all_.push_back(
+            std::make_unique<Replica>(WEFT_CONTROLPLANE_BIN, dir_, std::string(id) + r, etcd_link(),
+                                      "2s", "", std::string("/shards/") + id + "/",
+                                      std::string("[region]\nrole = \"shard\"\nshard = \"") + id +
+                                          "\"\nprefix = \"/region/\"\nbrokers = \"" +
+                                          broker_links(std::string(id) + r) + "\"\n"));
     for (const char* name : {"fe1", "fe2"})
       all_.push_back(std::make_unique<Replica>(
           WEFT_CONTROLPLANE_BIN, dir_, name, etcd_link(), "2s", "", "/fe-unused/",
@@ -1214,6 +1227,7 @@ class RegionChaos : public Region {
     all_.clear();
     etcd_links_.clear();
     fe_links_.clear();
+    broker_links_.clear();
     Region::TearDown();
   }
   // Role by index: 0-1 the broker, 2-3 s1, 4-5 s2, 6-7 the front ends.
@@ -1272,6 +1286,8 @@ class RegionChaos : public Region {
   std::vector<std::unique_ptr<Replica>> all_;
   // all_[i]'s link to etcd; the front ends' links to s1a, s1b, s2a, s2b.
   std::vector<std::unique_ptr<LinkProxy>> etcd_links_, fe_links_;
+  // Each shard replica's links to the brokers, by its name (s1a...).
+  std::map<std::string, std::vector<std::unique_ptr<LinkProxy>>> broker_links_;
 };
 
 TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
@@ -1467,16 +1483,21 @@ TEST_F(RegionChaos, EveryInvariantHoldsWhileItsPartsDie) {
         break;
       }
       case 9: {
-        // A shard replica cut off from both front ends: calls for its entitlements wait or
-        // go to the other replica; nothing else notices.
+        // A shard replica cut off from both front ends and from its own calls to the
+        // brokers: calls for its entitlements wait or go to the other replica, its
+        // borrowing waits; its machines still reach it (the brokers hand them its
+        // address, and the machines' own partitions are the single control plane's).
         const size_t r = rng() % fe_links_.size();
+        const std::string name = std::string(r < 2 ? "s1" : "s2") + (r % 2 ? "b" : "a");
         std::uniform_real_distribution<double> cut(0.3, 6.0);
         const double for_s = cut(rng);
-        what = std::string(r < 2 ? "s1" : "s2") + (r % 2 ? "b" : "a") +
-               " cut off from the front ends for " + std::to_string(for_s).substr(0, 4) + " s";
+        what = name + " cut off from the front ends and the brokers for " +
+               std::to_string(for_s).substr(0, 4) + " s";
         fe_links_[r]->hold(LinkProxy::Held::kBoth);
+        for (auto& link : broker_links_[name]) link->hold(LinkProxy::Held::kBoth);
         run_for(for_s);
         fe_links_[r]->heal();
+        for (auto& link : broker_links_[name]) link->heal();
         break;
       }
       case 7: {
