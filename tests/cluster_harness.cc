@@ -82,6 +82,22 @@ ClusterHarness::ClusterHarness(ClusterOptions opts) : opts_(opts) {
 // A harness whose process died without its destructor (a sanitizer abort, SIGKILL)
 // leaves namespaces, cgroups and files; the next harness removes them. Its daemons died
 // with it (PR_SET_PDEATHSIG); tasks in its cgroups are killed here.
+// libfaketime makes a semaphore and a shared memory object per process (/dev/shm/
+// sem.faketime_sem_<pid>, faketime_shm_<pid>) and removes them at a clean exit only: a
+// daemon or task SIGKILLed under it leaves them. Those of processes that are gone go.
+void ClusterHarness::sweep_faketime_shm() {
+  auto entries = list_dir("/dev/shm");
+  if (!entries.ok()) return;
+  for (const auto& e : *entries) {
+    std::string pid;
+    for (const char* prefix : {"faketime_shm_", "sem.faketime_sem_"})
+      if (e.rfind(prefix, 0) == 0) pid = e.substr(std::string(prefix).size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!process_alive(static_cast<pid_t>(std::atoi(pid.c_str()))))
+      (void)::unlink(("/dev/shm/" + e).c_str());
+  }
+}
+
 void ClusterHarness::sweep_stale() {
   auto tmp = std::filesystem::temp_directory_path().string();
   auto entries = list_dir(tmp);
@@ -275,6 +291,7 @@ ClusterHarness::~ClusterHarness() {
   for (auto it = mounts_made_.rbegin(); it != mounts_made_.rend(); ++it)
     (void)::umount2(it->c_str(), MNT_DETACH);
   for (pid_t& pid : slowfs_) reap(pid, SIGTERM);  // (unmounted: each is ending anyway)
+  if (opts_.faked_wall_clocks) sweep_faketime_shm();
   // WEFT_E2E_KEEP=1 keeps the daemons' logs and state for a post-mortem.
   if (!std::getenv("WEFT_E2E_KEEP")) (void)remove_tree(dir_);
   lease_.reset();
@@ -284,7 +301,8 @@ pid_t ClusterHarness::spawn(const std::string& netns, const char* bin, const std
                             const std::string& log, const std::string& clock_file) {
   SpawnOptions o{log, false, netns, /*outside_systemd=*/true};
   if (!clock_file.empty()) {
-    o.env["LD_PRELOAD"] = kFaketimeLib;
+    // The monotonic timers' shim first: libfaketime would move them by the step.
+    o.env["LD_PRELOAD"] = std::string(WEFT_MONOTONIC_TIMERS_LIB) + ":" + kFaketimeLib;
     o.env["FAKETIME_TIMESTAMP_FILE"] = clock_file;
     o.env["FAKETIME_NO_CACHE"] = "1";  // the file is read at each call: a step is at once
     o.env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1";

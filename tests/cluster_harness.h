@@ -154,6 +154,7 @@ class ClusterHarness {
   std::string clock_file(int who) const;  // faked_wall_clocks' offset file
   void reap(pid_t& pid, int sig);
   void sweep_stale();
+  void sweep_faketime_shm();
   // slow_state_fs: weft-test-slowfs serving `dir` from `dir`.disk (a tmpfs of
   // state_fs_size when set), its delay read from `delay_file`; false with a failure.
   bool mount_state_fs(const std::string& dir, const std::string& delay_file);
