@@ -205,7 +205,6 @@ void Effects::take_events() {
   if (p_.job_events.jobs() > 2 * m_.sched.job_count() + 1000)
     p_.job_events.keep_only(
         [this](const std::string& job) { return m_.sched.job(job).has_value(); }, p_.notes);
-  p_.job_events.save(p_.notes);  // for the next leader
 }
 
 void Effects::audit_controller(const std::string& job, const std::vector<std::string>& acks,

@@ -14,7 +14,7 @@ void JobEvents::record(const std::string& job, Event e) {
   auto& q = jobs_[job];
   q.push_back(std::move(e));
   while (q.size() > kPerJob) q.pop_front();
-  ++saved_[job].unsaved;
+  if (saved_[job].unsaved++ == 0) dirty_.push_back(job);
 }
 
 std::string JobEvents::note_key(const std::string& job, uint64_t first_seq) {
@@ -29,11 +29,18 @@ void JobEvents::forget_notes(const std::string& job, Notes& notes) {
   saved_.erase(it);
 }
 
-void JobEvents::save(Notes& notes) {
-  for (auto& [job, sv] : saved_) {
-    if (sv.unsaved == 0) continue;
+void JobEvents::save(Notes& notes, size_t max_jobs) {
+  for (size_t done = 0; done < max_jobs && !dirty_.empty(); ++done) {
+    const std::string job = std::move(dirty_.front());
+    dirty_.pop_front();
+    auto it = saved_.find(job);
+    if (it == saved_.end() || it->second.unsaved == 0) continue;  // forgotten meanwhile
+    Saved& sv = it->second;
     auto q = jobs_.find(job);
-    if (q == jobs_.end() || q->second.empty()) continue;
+    if (q == jobs_.end() || q->second.empty()) {
+      sv.unsaved = 0;
+      continue;
+    }
     const std::deque<Event>& events = q->second;
     auto array_of = [&events](size_t from) {
       json a = json::array();

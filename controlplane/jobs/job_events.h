@@ -2,8 +2,8 @@
 // (placed, running, ready, failed with the reason, lost, moved, stopped) and what was
 // asked of them (restarts, moves, with who or why), numbered, newest last. Kept in the
 // leader's memory, the last kPerJob of each job, and as notes (store/notes.h) for the
-// next leader: what one write recorded for a job is one note, "job-events/<job>/<seq of
-// its first>", an array of events; a job with more than kMaxNotes of them has them
+// next leader: what one tick (a second) recorded for a job is one note, "job-events/<job>/
+// <seq of its first>", an array of events; a job with more than kMaxNotes of them has them
 // written again as one. The numbers go on across leaders (a `--follow` keeps its place).
 #pragma once
 
@@ -48,8 +48,11 @@ class JobEvents {
   }
   size_t jobs() const { return jobs_.size(); }
 
-  // The notes for what was recorded since the last save.
-  void save(Notes& notes);
+  // The notes for what was recorded since the last save, of the `max_jobs` jobs that
+  // waited longest (a control plane creating a thousand jobs writes them over a few
+  // ticks, not in one burst that holds its loop).
+  static constexpr size_t kSaveJobs = 200;
+  void save(Notes& notes, size_t max_jobs = kSaveJobs);
   static constexpr const char* kNotePrefix = "job-events/";
   static constexpr size_t kMaxNotes = 16;  // a job's, before they are written as one
   // The events the notes under kNotePrefix hold (a new leader's, before any record()):
@@ -73,6 +76,7 @@ class JobEvents {
     size_t unsaved = 0;
   };
   std::map<std::string, Saved> saved_;
+  std::deque<std::string> dirty_;  // jobs with unsaved events, the longest waiting first
 };
 
 }  // namespace weft::cp
