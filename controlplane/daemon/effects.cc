@@ -66,6 +66,7 @@ Status Effects::persist(const std::set<std::string>& jobs, const std::set<Machin
   w.jobs.merge(m_.alloc.take_changed_jobs());
   for (uint64_t id : p_.maintenance.take_dropped()) w.maintenance.insert(id);
   for (auto& e : m_.broker.unavailability().take_new()) w.events.push_back(std::move(e));
+  p_.job_events.save_jobs(w.jobs, p_.notes);  // the jobs written: their events with them
   for (auto& [key, value] : p_.notes.take()) w.notes[key] = std::move(value);
   TRY(p_.group->open());
   TRY(p_.store->begin());

@@ -33,42 +33,50 @@ void JobEvents::save(Notes& notes, size_t max_jobs) {
   for (size_t done = 0; done < max_jobs && !dirty_.empty(); ++done) {
     const std::string job = std::move(dirty_.front());
     dirty_.pop_front();
-    auto it = saved_.find(job);
-    if (it == saved_.end() || it->second.unsaved == 0) continue;  // forgotten meanwhile
-    Saved& sv = it->second;
-    auto q = jobs_.find(job);
-    if (q == jobs_.end() || q->second.empty()) {
-      sv.unsaved = 0;
-      continue;
-    }
-    const std::deque<Event>& events = q->second;
-    auto array_of = [&events](size_t from) {
-      json a = json::array();
-      for (size_t i = from; i < events.size(); ++i) a.push_back(to_json(events[i]));
-      return a;
-    };
-    if (sv.notes.size() >= kMaxNotes) {
-      // Written again as one note: all the events kept, under the first one's number.
-      const uint64_t first = events.front().seq;
-      for (const auto& [f, n] : sv.notes)
-        if (f != first) notes.erase(note_key(job, f));
-      notes.put(note_key(job, first), array_of(0));
-      sv.notes = {{first, events.size()}};
-    } else {
-      const size_t n = std::min(sv.unsaved, events.size());
-      const size_t from = events.size() - n;
-      notes.put(note_key(job, events[from].seq), array_of(from));
-      sv.notes.emplace_back(events[from].seq, n);
-    }
+    save_one(job, notes);
+  }
+}
+
+void JobEvents::save_jobs(const std::set<std::string>& jobs, Notes& notes) {
+  for (const auto& job : jobs) save_one(job, notes);  // (still in dirty_: skipped there)
+}
+
+void JobEvents::save_one(const std::string& job, Notes& notes) {
+  auto it = saved_.find(job);
+  if (it == saved_.end() || it->second.unsaved == 0) return;  // saved, or forgotten
+  Saved& sv = it->second;
+  auto q = jobs_.find(job);
+  if (q == jobs_.end() || q->second.empty()) {
     sv.unsaved = 0;
-    // The oldest notes go once the newer ones hold kPerJob events without them.
-    size_t held = 0;
-    for (const auto& [f, n] : sv.notes) held += n;
-    while (sv.notes.size() > 1 && held - sv.notes.front().second >= kPerJob) {
-      held -= sv.notes.front().second;
-      notes.erase(note_key(job, sv.notes.front().first));
-      sv.notes.pop_front();
-    }
+    return;
+  }
+  const std::deque<Event>& events = q->second;
+  auto array_of = [&events](size_t from) {
+    json a = json::array();
+    for (size_t i = from; i < events.size(); ++i) a.push_back(to_json(events[i]));
+    return a;
+  };
+  if (sv.notes.size() >= kMaxNotes) {
+    // Written again as one note: all the events kept, under the first one's number.
+    const uint64_t first = events.front().seq;
+    for (const auto& [f, n] : sv.notes)
+      if (f != first) notes.erase(note_key(job, f));
+    notes.put(note_key(job, first), array_of(0));
+    sv.notes = {{first, events.size()}};
+  } else {
+    const size_t n = std::min(sv.unsaved, events.size());
+    const size_t from = events.size() - n;
+    notes.put(note_key(job, events[from].seq), array_of(from));
+    sv.notes.emplace_back(events[from].seq, n);
+  }
+  sv.unsaved = 0;
+  // The oldest notes go once the newer ones hold kPerJob events without them.
+  size_t held = 0;
+  for (const auto& [f, n] : sv.notes) held += n;
+  while (sv.notes.size() > 1 && held - sv.notes.front().second >= kPerJob) {
+    held -= sv.notes.front().second;
+    notes.erase(note_key(job, sv.notes.front().first));
+    sv.notes.pop_front();
   }
 }
 

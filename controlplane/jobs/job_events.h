@@ -3,13 +3,15 @@
 // asked of them (restarts, moves, with who or why), numbered, newest last. Kept in the
 // leader's memory, the last kPerJob of each job, and as notes (store/notes.h) for the
 // next leader: what one tick (a second) recorded for a job is one note, "job-events/<job>/
-// <seq of its first>", an array of events; a job with more than kMaxNotes of them has them
-// written again as one. The numbers go on across leaders (a `--follow` keeps its place).
+// <seq of its first>", an array of events (and at once, with any write of the job's own
+// row: an operator's change to a job also keeps its events up to it); a job with more
+// than kMaxNotes of them has them written again as one. The numbers go on across leaders (a `--follow` keeps its place).
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,9 @@ class JobEvents {
   // ticks, not in one burst that holds its loop).
   static constexpr size_t kSaveJobs = 200;
   void save(Notes& notes, size_t max_jobs = kSaveJobs);
+  // Now, for these jobs (those an operator's change writes: its answer says their events
+  // up to it are kept).
+  void save_jobs(const std::set<std::string>& jobs, Notes& notes);
   static constexpr const char* kNotePrefix = "job-events/";
   static constexpr size_t kMaxNotes = 16;  // a job's, before they are written as one
   // The events the notes under kNotePrefix hold (a new leader's, before any record()):
@@ -66,6 +71,7 @@ class JobEvents {
 
  private:
   static std::string note_key(const std::string& job, uint64_t first_seq);
+  void save_one(const std::string& job, Notes& notes);
   void forget_notes(const std::string& job, Notes& notes);
   std::map<std::string, std::deque<Event>> jobs_;
   uint64_t seq_ = 0;
