@@ -5,7 +5,8 @@
 // next leader: what one tick (a second) recorded for a job is one note, "job-events/<job>/
 // <seq of its first>", an array of events (and at once, with any write of the job's own
 // row: an operator's change to a job also keeps its events up to it); a job with more
-// than kMaxNotes of them has them written again as one. The numbers go on across leaders (a `--follow` keeps its place).
+// than kMaxNotes of them has them written again as one. The numbers go on across leaders (a
+// `--follow` keeps its place).
 #pragma once
 
 #include <cstdint>
