@@ -410,6 +410,26 @@ Status ClusterHarness::free_state_fs(int who) {
   return {};
 }
 
+std::vector<std::string> ClusterHarness::ended_on_their_own() {
+  std::vector<std::string> out;
+  // Reaped here, and so no longer running: the test that asks treats it as a failure.
+  auto ended = [&out](pid_t& pid, const std::string& who) {
+    int st = 0;
+    if (pid <= 0 || ::waitpid(pid, &st, WNOHANG) != pid) return;
+    pid = -1;
+    out.push_back(who + (WIFEXITED(st) ? " (exit " + std::to_string(WEXITSTATUS(st)) + ")"
+                                       : " (signal " + std::to_string(WTERMSIG(st)) + ")"));
+  };
+  ended(cp_, "the control plane");
+  for (int i = 0; i < machines(); ++i) {
+    Machine& m = machines_[static_cast<size_t>(i)];
+    ended(m.agent, machine_id(i) + "'s weft-agent");
+    ended(m.sidekick, machine_id(i) + "'s weft-sidekick");
+    ended(m.hcs, machine_id(i) + "'s weft-hcs");
+  }
+  return out;
+}
+
 void ClusterHarness::signal_sidekick(int i, int sig) {
   pid_t pid = machines_.at(static_cast<size_t>(i)).sidekick;
   if (pid > 0) ::kill(pid, sig);

@@ -70,6 +70,9 @@ class ClusterHarness {
   void kill_machine(int i);
   void stop_machine(int i);  // SIGTERM to the daemons (tasks keep running)
   bool machine_running(int i) const;
+  // The daemons that ended on their own (not stopped or killed by the test): "the control
+  // plane (exit 1)", "m2's weft-agent (signal 6)"; none when all that were started run.
+  std::vector<std::string> ended_on_their_own();
   // A signal to machine i's weft-sidekick (SIGSTOP: it applies nothing until SIGCONT).
   void signal_sidekick(int i, int sig);
 

@@ -333,6 +333,11 @@ TEST_F(Chaos, EveryFaultKeepsAtMostOneAndEveryAcknowledgedChange) {
       call("scale", "job.scale", {{"name", "web"}, {"count", web}}, "web", web);
     }
     run_for(0.5);
+    // No daemon ends on its own under any of it (a crash, or a loop that gave up).
+    auto ended = c_.ended_on_their_own();
+    ASSERT_TRUE(ended.empty()) << json(ended).dump() << " ended on their own (seed " << seed
+                               << ")\n"
+                               << h.dump() << c_.logs();
   }
   // Everything healed: the jobs back at their counts, then the history checked.
   bool back = settled(60);
