@@ -388,12 +388,16 @@ TEST_F(AgentImages, AnAgentKilledMidFetchResumesAndNeverUsesAPartialBlob) {
       {{"name", "big"}, {"image", ref("team/big:v1")}, {"argv", {"/bin/sh", "-c", "cat /marker"}}});
   std::string id = r.value("id", "");
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(when_mid_fetch(id, [&] { agent_->kill9(); }))
-      << "the download finished before the agent could be killed";
-  // Nothing partial is content: the big blob is not in blobs/ yet.
   std::string store = agent_->dir() + "/state/images";
   oci::Digest big_d = oci::digest_of(big);
-  EXPECT_FALSE(path_exists(store + "/blobs/sha256/" + big_d.hex));
+  // Frozen the moment it is seen mid-download (so that a test starved of the CPU for a
+  // while cannot see the download end between the look and the kill), then killed.
+  ASSERT_TRUE(when_mid_fetch(id, [&] {
+    ::kill(agent_->pid(), SIGSTOP);
+    // Nothing partial is content: the big blob is not in blobs/ yet.
+    EXPECT_FALSE(path_exists(store + "/blobs/sha256/" + big_d.hex));
+    agent_->kill9();
+  })) << "the download finished before the agent could be killed";
   agent_->start();
   json t = agent_->wait_task(id, ended, 60000);
   ASSERT_EQ(t["state"], "exited") << t.dump();
