@@ -44,12 +44,16 @@ Manager::Manager(CpConfig cfg, std::unique_ptr<EventLoop> loop)
       broker_(alloc_, cfg_.broker),
       sched_(alloc_, cfg_.limits),
       sessions_(cfg_.broker.heartbeat_interval_us, cfg_.broker.missed_heartbeats),
-      rounds_{ProfileRolls{alloc_, broker_, notes_}, Maintenance{}, JobEvents{}, PeriodicRuns{},
+      rounds_{Notes{},
+              ProfileRolls{alloc_, broker_, rounds_.notes},
+              Maintenance{},
+              JobEvents{},
+              PeriodicRuns{},
               FailureBudget{{cfg_.machine_failures_per_min, cfg_.machine_failures_burst,
                              cfg_.failure_breaker}}},
       model_{alloc_, broker_, sched_, sessions_, reports_, pool_changes_},
       gate_(cfg_.access, cfg_.socket_group, server_, broker_),
-      fx_(Effects::Parts{model_, rounds_.maintenance, rounds_.job_events, notes_, clocks_,
+      fx_(Effects::Parts{model_, rounds_.maintenance, rounds_.job_events, rounds_.notes, clocks_,
                          leading_.discovery, store_, group_, audit_, region_.lending,
                          leading_.control}) {
   // A lost task of an at-most-one job starts elsewhere only after its machine's lease.
@@ -191,9 +195,9 @@ Status Manager::restore_state() {
   for (const auto& e : events) rounds_.maintenance.restore(e);
   // What the last leader's features kept (store/notes.h): each takes its own.
   TRY_ASSIGN(auto notes, store_->notes());
-  notes_.set_loaded(std::move(notes));
-  rounds_.job_events.restore(notes_.take_loaded(JobEvents::kNotePrefix), notes_);
-  rounds_.profile_rolls.restore(notes_.take_loaded(ProfileRolls::kNotePrefix));
+  rounds_.notes.set_loaded(std::move(notes));
+  rounds_.job_events.restore(rounds_.notes.take_loaded(JobEvents::kNotePrefix), rounds_.notes);
+  rounds_.profile_rolls.restore(rounds_.notes.take_loaded(ProfileRolls::kNotePrefix));
   sched_.placer().set_ready_check(
       [this](MachineId m) { return broker_.usable(m) && broker_.state_of(m) != "preparing"; });
   sched_.placer().set_entitlement_dc([this](EntitlementId e) {
@@ -322,7 +326,7 @@ void Manager::tick() {
   // The jobs' events for the next leader: what this tick's second recorded, one note a
   // job at most (a note every write cost a busy control plane 40% of its job creations).
   fx_.take_events();
-  rounds_.job_events.save(notes_);
+  rounds_.job_events.save(rounds_.notes);
   // The jobs of the commands and of the changed tasks are written with them (persist).
   if (auto s = fx_.persist({}, touched); !s.ok())
     log_error("cannot write state: " + s.error().str());

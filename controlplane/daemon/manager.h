@@ -103,10 +103,11 @@ class Manager {
   MachineSessions sessions_;
   MachineReports reports_;    // what the machines' daemons said last (machine.show)
   PoolChanges pool_changes_;  // machines whose profile and readiness are looked at again
-  // What the features keep for the next leader (store/notes.h), written with the state.
-  Notes notes_;
   // Features' state that the leader's rounds move on too.
   struct Rounds {
+    // What the features keep for the next leader (store/notes.h), written with the state;
+    // first: the features after it hold it.
+    Notes notes;
     ProfileRolls profile_rolls;
     Maintenance maintenance;
     JobEvents job_events;

@@ -492,28 +492,35 @@ namespace {
 
 using nlohmann::json;
 
-// A new profile rolls over an entitlement's machines one at a time: each is held at the
-// old one until its turn, the next goes once it applied the new one (or died), and a
-// removed entitlement lets go of what it held.
-TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
-  Allocator a;
-  Broker b(a);
-  EntitlementSpec spec;
-  spec.name = "web";
-  spec.quota = 3;
-  spec.profile = "old";
-  auto e = b.entitlements().create(spec);
-  ASSERT_TRUE(e.ok());
-  std::vector<MachineId> ms;
-  for (int i = 0; i < 3; ++i) {
+// Entitlement "web" at profile "old" with machines m0..m{n-1}, healthy, assigned to it,
+// each having applied "old"; their ids in *ms.
+void web_at_old(Allocator& a, Broker& b, int n, EntitlementId* e, std::vector<MachineId>* ms) {
+  auto made =
+      b.entitlements().create(EntitlementSpec{"web", static_cast<size_t>(n), "old", "", {}, {}});
+  ASSERT_TRUE(made.ok());
+  *e = *made;
+  for (int i = 0; i < n; ++i) {
     std::string id = "m" + std::to_string(i);
     auto m = b.register_machine(info(id, "r" + std::to_string(i)), 0);
     ASSERT_TRUE(m.ok());
     ASSERT_TRUE(b.health(id, "ok", 0).ok());
     ASSERT_TRUE(a.assign(*m, *e).ok());
     ASSERT_TRUE(b.profile_applied(id, "old").ok());
-    ms.push_back(*m);
+    ms->push_back(*m);
   }
+}
+
+// A new profile rolls over an entitlement's machines one at a time: each is held at the
+// old one until its turn, the next goes once it applied the new one (or died), and a
+// removed entitlement lets go of what it held.
+TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
+  Allocator a;
+  Broker b(a);
+  EntitlementId e0 = 0;
+  std::vector<MachineId> ms;
+  web_at_old(a, b, 3, &e0, &ms);
+  if (HasFatalFailure()) return;
+  const EntitlementId* e = &e0;
   Notes notes;
   ProfileRolls rolls(a, b, notes);
   b.entitlements().set_profile(*e, "new");
@@ -551,18 +558,11 @@ TEST(ProfileRolls, MachinesSwitchInTurnAtThePace) {
 TEST(ProfileRolls, AResumedRollGoesOnWhereItWas) {
   Allocator a;
   Broker b(a);
-  auto e = b.entitlements().create(EntitlementSpec{"web", 4, "old", "", {}, {}});
-  ASSERT_TRUE(e.ok());
+  EntitlementId e0 = 0;
   std::vector<MachineId> ms;
-  for (int i = 0; i < 4; ++i) {
-    std::string id = "m" + std::to_string(i);
-    auto m = b.register_machine(info(id, "r" + std::to_string(i)), 0);
-    ASSERT_TRUE(m.ok());
-    ASSERT_TRUE(b.health(id, "ok", 0).ok());
-    ASSERT_TRUE(a.assign(*m, *e).ok());
-    ASSERT_TRUE(b.profile_applied(id, "old").ok());
-    ms.push_back(*m);
-  }
+  web_at_old(a, b, 4, &e0, &ms);
+  if (HasFatalFailure()) return;
+  const EntitlementId* e = &e0;
   Notes notes;
   ProfileRolls rolls(a, b, notes);
   b.entitlements().set_profile(*e, "new");
